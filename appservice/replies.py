@@ -1,0 +1,132 @@
+"""Rendering hits as a Matrix reply: plain `body` and HTML `formatted_body`.
+
+Every piece of user text (message lines, senders, room names) is HTML-escaped; links
+are built from percent-encoded ids only. Long replies are cut at a whole hit.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from dataclasses import dataclass
+from urllib.parse import quote
+
+from indexer.chunker import format_ts, parse_document
+from indexer.records import Hit
+
+MAX_LINES_PER_HIT = 2
+MAX_LINE_CHARS = 220
+MAX_REPLY_CHARS = 12000  # well inside Matrix's 64 KiB event limit, HTML included
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+@dataclass(frozen=True)
+class Reply:
+    body: str
+    formatted_body: str
+    quoted: tuple[str, ...]  # the message lines the reply shows, for the artifact manifest
+
+    def content(self, in_reply_to: str | None = None, thread_root: str | None = None) -> dict:
+        content: dict = {"msgtype": "m.notice", "body": self.body,
+                         "format": "org.matrix.custom.html",
+                         "formatted_body": self.formatted_body}
+        if thread_root:
+            content["m.relates_to"] = {"rel_type": "m.thread", "event_id": thread_root,
+                                       "is_falling_back": True,
+                                       "m.in_reply_to": {"event_id": in_reply_to or thread_root}}
+        elif in_reply_to:
+            content["m.relates_to"] = {"m.in_reply_to": {"event_id": in_reply_to}}
+        return content
+
+
+def server_of(mxid: str) -> str | None:
+    _, sep, server = mxid.partition(":")
+    return server if sep and server else None
+
+
+def via_servers(hit: Hit, fallback: str | None = None) -> list[str]:
+    servers = [server_of(hit.room_id)] + [server_of(s) for s in hit.senders] + [fallback]
+    return [s for s in dict.fromkeys(servers) if s][:3]
+
+
+def permalink(room_id: str, event_id: str, via: list[str]) -> str:
+    link = f"https://matrix.to/#/{quote(room_id, safe='')}/{quote(event_id, safe='')}"
+    if via:
+        link += "?" + "&".join(f"via={quote(s, safe='')}" for s in via)
+    return link
+
+
+def _clip(text: str, n: int = MAX_LINE_CHARS) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[: n - 1].rstrip() + "…"
+
+
+def best_lines(hit: Hit, query_texts: tuple[str, ...], n: int = MAX_LINES_PER_HIT
+               ) -> list[tuple[str, str]]:
+    """The window's lines that share most words with the query, in window order."""
+    qwords = {w for t in query_texts for w in _WORD.findall(t.lower())}
+    lines = [(sender, body) for _, sender, body in parse_document(hit.text) if body.strip()]
+    scored = [(len(qwords & set(_WORD.findall(body.lower()))), -i, i)
+              for i, (_, body) in enumerate(lines)]
+    keep = sorted(i for _, _, i in sorted(scored, reverse=True)[:n])
+    return [lines[i] for i in keep]
+
+
+def _time_range(hit: Hit) -> str:
+    a, b = format_ts(hit.ts_first), format_ts(hit.ts_last)
+    if a == b:
+        return a
+    return f"{a}–{b[11:]}" if a[:10] == b[:10] else f"{a} – {b}"
+
+
+def _localpart(mxid: str) -> str:
+    return mxid[1:].split(":", 1)[0] if mxid.startswith("@") else mxid
+
+
+def render_hits(hits: list[Hit], query_texts: tuple[str, ...], fallback_server: str | None = None
+                ) -> Reply:
+    if not hits:
+        msg = "No indexed conversation matches that yet."
+        return Reply(msg, html.escape(msg), ())
+    plain = [f"Sources for: {_clip(query_texts[0], 120)}"
+             + (f" (+{len(query_texts) - 1} more)" if len(query_texts) > 1 else "")]
+    rich = [f"<p>Sources for: <em>{html.escape(_clip(query_texts[0], 120))}</em>"
+            + (f" (+{len(query_texts) - 1} more)" if len(query_texts) > 1 else "") + "</p><ol>"]
+    quoted: list[str] = []
+    size = len(plain[0]) + len(rich[0])
+    for n, hit in enumerate(hits, start=1):
+        room = hit.room_label or hit.room_id
+        senders = ", ".join(_localpart(s) for s in hit.senders[:4])
+        if len(hit.senders) > 4:
+            senders += f" +{len(hit.senders) - 4}"
+        link = permalink(hit.room_id, hit.first_event_id, via_servers(hit, fallback_server))
+        lines = best_lines(hit, query_texts)
+        p = [f"{n}. {room} · {_time_range(hit)} · {senders}"]
+        p += [f"   > {_localpart(s)}: {_clip(b)}" for s, b in lines]
+        p.append(f"   {link}")
+        r = (f"<li><a href=\"{html.escape(link, quote=True)}\">{html.escape(room)}</a>"
+             f" · {html.escape(_time_range(hit))} · {html.escape(senders)}<blockquote>"
+             + "<br>".join(f"<b>{html.escape(_localpart(s))}</b>: {html.escape(_clip(b))}"
+                           for s, b in lines)
+             + "</blockquote></li>")
+        piece_plain, added = "\n".join(p), len("\n".join(p)) + len(r)
+        if size + added > MAX_REPLY_CHARS and n > 1:
+            more = f"({len(hits) - n + 1} more hits cut to keep this reply short)"
+            plain.append(more)
+            rich.append(f"</ol><p>{html.escape(more)}</p>")
+            break
+        plain.append(piece_plain)
+        rich.append(r)
+        quoted.extend(_clip(b) for _, b in lines)
+        size += added
+    else:
+        rich.append("</ol>")
+    return Reply("\n".join(plain), "".join(rich), tuple(quoted))
+
+
+def render_error(message: str) -> Reply:
+    return Reply(message, html.escape(message).replace("\n", "<br>"), ())
+
+
+def render_help(text: str) -> Reply:
+    return Reply(text, "<pre>" + html.escape(text) + "</pre>", ())

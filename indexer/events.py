@@ -1,0 +1,116 @@
+"""Reading raw Matrix events (dicts from a transaction, /messages or a JSONL export).
+
+Every shape a homeserver or a file can hand us is classified here, once: a message
+we may index, a state event that changes what we know of a room, an encrypted event
+(never stored), or something to skip with a reason. Nothing here raises on odd input.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .records import EventID, Message, RoomID, UserID
+
+COMMAND_PREFIX = "!sources"
+TEXT_MSGTYPES = frozenset({"m.text", "m.notice", "m.emote"})
+# A Matrix event is at most 64 KiB; a body beyond that is not a real message.
+MAX_BODY_BYTES = 65536
+
+
+@dataclass(frozen=True, slots=True)
+class StateEvent:
+    room_id: RoomID
+    event_id: EventID
+    sender: UserID
+    type: str
+    state_key: str
+    content: dict
+
+
+@dataclass(frozen=True, slots=True)
+class MessageEvent:
+    message: Message
+    thread_root: EventID | None = None
+    is_command: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class EncryptedEvent:
+    room_id: RoomID
+    event_id: EventID
+
+
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    reason: str  # a short code, never the text
+    room_id: RoomID | None = None
+    event_id: EventID | None = None
+
+
+ParsedEvent = StateEvent | MessageEvent | EncryptedEvent | Skipped
+
+
+def _str(d: dict, key: str) -> str | None:
+    v = d.get(key)
+    return v if isinstance(v, str) and v else None
+
+
+def strip_reply_fallback(body: str) -> str:
+    """Drop the `> <@user> quoted` lines a client prepends to a reply's body."""
+    lines = body.split("\n")
+    i = 0
+    while i < len(lines) and lines[i].startswith(">"):
+        i += 1
+    if i == 0:
+        return body
+    if i < len(lines) and lines[i] == "":
+        i += 1
+    return "\n".join(lines[i:])
+
+
+def parse_event(raw: Any) -> ParsedEvent:
+    if not isinstance(raw, dict):
+        return Skipped("not_an_object")
+    room_id, event_id = _str(raw, "room_id"), _str(raw, "event_id")
+    etype, sender = _str(raw, "type"), _str(raw, "sender")
+    if room_id is None or event_id is None or etype is None or sender is None:
+        return Skipped("missing_ids", RoomID(room_id) if room_id else None,
+                       EventID(event_id) if event_id else None)
+    rid, eid = RoomID(room_id), EventID(event_id)
+    content = raw.get("content")
+    if etype == "m.room.encrypted":
+        return EncryptedEvent(rid, eid)
+    if not isinstance(content, dict):
+        return Skipped("content_not_object", rid, eid)
+    state_key = raw.get("state_key")
+    if isinstance(state_key, str):
+        return StateEvent(rid, eid, UserID(sender), etype, state_key, content)
+    if etype != "m.room.message":
+        return Skipped("unhandled_type", rid, eid)
+    body = content.get("body")
+    if not isinstance(body, str):
+        return Skipped("body_not_string", rid, eid)
+    if content.get("msgtype") not in TEXT_MSGTYPES:
+        return Skipped("not_text", rid, eid)
+    relates = content.get("m.relates_to")
+    relates = relates if isinstance(relates, dict) else {}
+    if relates.get("rel_type") == "m.replace":
+        return Skipped("edit", rid, eid)  # edits are applied by the history module
+    if len(body.encode("utf-8", "surrogatepass")) > MAX_BODY_BYTES:
+        return Skipped("body_too_large", rid, eid)
+    if isinstance(relates.get("m.in_reply_to"), dict):
+        body = strip_reply_fallback(body)
+    body = body.strip()
+    is_command = body == COMMAND_PREFIX or body.startswith(COMMAND_PREFIX + " ") \
+        or body.startswith(COMMAND_PREFIX + "\n")
+    if not body:
+        return Skipped("empty_body", rid, eid)
+    ts = raw.get("origin_server_ts")
+    if not isinstance(ts, int) or isinstance(ts, bool) or ts < 0:
+        return Skipped("bad_timestamp", rid, eid)
+    thread_root = None
+    if relates.get("rel_type") == "m.thread" and _str(relates, "event_id"):
+        thread_root = EventID(relates["event_id"])
+    msg = Message(eid, rid, UserID(sender), ts, body)
+    return MessageEvent(msg, thread_root, is_command)

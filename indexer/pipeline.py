@@ -1,0 +1,151 @@
+"""The pipeline: pending events of the event log -> windows -> vectors -> Chroma.
+
+    event log (pending) --room_tail--> chunker --windows--> embedder --vectors-->
+        store.upsert --acknowledged--> event log: events indexed, room cursor advanced
+
+    PipelineWorker (live):   idle --notify()--> debounce --> run --ok--> idle
+                                                             |  ^
+                                                       error v  | backoff (doubling, capped)
+
+The pipeline is the one writer of the collection and of cursors. A cursor moves only
+after the upsert returned, in the same SQLite transaction that marks the events indexed,
+so a crash or a failing store at any point leaves pending events pending: the next run
+re-chunks them into the same window ids and nothing is lost or doubled.
+
+Live, the open window of a room (its last) is re-embedded at most once per debounce
+interval however many messages arrive; import embeds each closed window once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Awaitable, Callable
+
+from .chunker import ChunkPolicy, build_windows, embed_text
+from .embedder import Embedder
+from .eventlog import EventLog
+from .records import EventID, RoomID, Window, WindowID
+from .store import ChromaStore
+
+log = logging.getLogger(__name__)
+
+EMBED_BATCH = 64  # windows per embed + upsert + commit step
+
+
+@dataclass
+class PipelineStats:
+    messages: int = 0
+    windows_upserted: int = 0
+    embeddings: int = 0
+    batches: int = 0
+
+
+@dataclass
+class Pipeline:
+    eventlog: EventLog
+    embedder: Embedder
+    store: ChromaStore
+    policy: ChunkPolicy = field(default_factory=ChunkPolicy)
+    room_label: Callable[[RoomID], str] = lambda _room: ""
+    stats: PipelineStats = field(default_factory=PipelineStats)
+
+    def process_all(self, progress: Callable[[int], None] | None = None) -> int:
+        """Index every pending event of every room; return how many were indexed."""
+        done = 0
+        for room_id in sorted(self.eventlog.rooms_with_pending()):
+            done += self.process_room(room_id, progress)
+        return done
+
+    def process_room(self, room_id: RoomID,
+                     progress: Callable[[int], None] | None = None) -> int:
+        """Index the room's pending events; return how many were pending."""
+        tail, pending = self.eventlog.room_tail(room_id)
+        if not pending:
+            return 0
+        windows = build_windows(tail, self.policy, self.room_label(room_id))
+        for start in range(0, len(windows), EMBED_BATCH):
+            batch = windows[start:start + EMBED_BATCH]
+            self._commit(room_id, batch)
+            if progress:
+                progress(sum(1 for w in batch for m in w.messages if m.event_id in pending))
+        self.stats.messages += len(pending)
+        return len(pending)
+
+    def _commit(self, room_id: RoomID, batch: list[Window]) -> None:
+        vectors = self.embedder.encode([embed_text(w) for w in batch])
+        self.store.upsert(batch, vectors)
+        self.stats.embeddings += len(batch)
+        self.stats.windows_upserted += len(batch)
+        self.stats.batches += 1
+        assignments: dict[EventID, WindowID] = {
+            m.event_id: w.window_id for w in batch for m in w.messages}
+        self.eventlog.mark_indexed(room_id, assignments, batch[-1].messages[-1])
+        log.info("windows_upserted", extra={"room_id": room_id, "windows": len(batch),
+                                            "events": len(assignments)})
+
+
+Sleep = Callable[[float], Awaitable[None]]
+
+
+class PipelineWorker:
+    """Runs the pipeline in the background for the live service: debounced, off the
+    event loop, retried with backoff when the store or the model fails."""
+
+    def __init__(self, pipeline: Pipeline, debounce: float = 1.0,
+                 backoff_initial: float = 1.0, backoff_max: float = 60.0,
+                 sleep: Sleep = asyncio.sleep, clock: Callable[[], float] = time.monotonic):
+        self.pipeline = pipeline
+        self.debounce = debounce
+        self.backoff_initial = backoff_initial
+        self.backoff_max = backoff_max
+        self._sleep = sleep
+        self._clock = clock
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self.failures = 0
+        self.runs = 0
+        self.idle = asyncio.Event()
+        self.idle.set()
+
+    def notify(self) -> None:
+        self.idle.clear()
+        self._wake.set()
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._loop(), name="pipeline")
+        self.notify()  # catch up on whatever a previous run left pending
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+
+    async def _loop(self) -> None:
+        backoff = self.backoff_initial
+        while True:
+            await self._wake.wait()
+            await self._sleep(self.debounce)
+            self._wake.clear()
+            try:
+                await asyncio.to_thread(self.pipeline.process_all)
+                self.runs += 1
+                backoff = self.backoff_initial
+            except Exception as e:  # the store or the model failed: retry, cursor unmoved
+                self.failures += 1
+                log.warning("pipeline_failed", extra={"error": type(e).__name__,
+                                                       "retry_in": backoff})
+                await self._sleep(backoff)
+                backoff = min(backoff * 2, self.backoff_max)
+                self._wake.set()
+                continue
+            if not self._wake.is_set():
+                self.idle.set()
+
+    async def wait_idle(self) -> None:
+        await self.idle.wait()

@@ -1,0 +1,115 @@
+"""Typed records that cross the boundary between `appservice/` and `indexer/`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import NewType
+
+RoomID = NewType("RoomID", str)
+EventID = NewType("EventID", str)
+UserID = NewType("UserID", str)
+WindowID = NewType("WindowID", str)
+
+CORPUS_CHAT = "chat"
+CORPUS_REFERENCE = "reference"
+
+
+class EventStatus(str, Enum):
+    """Where an event of the event log stands in the pipeline."""
+
+    PENDING = "pending"  # appended, not yet in a committed window
+    INDEXED = "indexed"  # part of a window the store acknowledged
+    PURGED = "purged"  # its room was refused after the fact; text dropped
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One chat message that passed the gate: what a window is made of."""
+
+    event_id: EventID
+    room_id: RoomID
+    sender: UserID
+    ts: int  # origin_server_ts, milliseconds
+    body: str
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """Consecutive messages of one room, embedded and stored as one document."""
+
+    window_id: WindowID
+    room_id: RoomID
+    messages: tuple[Message, ...]
+    room_label: str = ""  # alias or name, for citations
+    corpus: str = CORPUS_CHAT
+
+    @property
+    def event_ids(self) -> list[EventID]:
+        return [m.event_id for m in self.messages]
+
+    @property
+    def senders(self) -> list[UserID]:
+        """Distinct senders in order of first appearance."""
+        return list(dict.fromkeys(m.sender for m in self.messages))
+
+    @property
+    def ts_first(self) -> int:
+        return self.messages[0].ts
+
+    @property
+    def ts_last(self) -> int:
+        return self.messages[-1].ts
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """One search result: a stored window with its fused score."""
+
+    window_id: WindowID
+    room_id: RoomID
+    room_label: str
+    corpus: str
+    event_ids: tuple[EventID, ...]
+    senders: tuple[UserID, ...]
+    ts_first: int
+    ts_last: int
+    score: float
+    text: str
+    # Per query text: (rank starting at 1, cosine similarity), None when absent.
+    ranks: tuple[tuple[int, float] | None, ...] = field(default=())
+
+    @property
+    def first_event_id(self) -> EventID:
+        return self.event_ids[0]
+
+    @property
+    def last_event_id(self) -> EventID:
+        return self.event_ids[-1]
+
+    def to_json(self) -> dict:
+        return {
+            "window_id": self.window_id,
+            "room_id": self.room_id,
+            "room_label": self.room_label,
+            "corpus": self.corpus,
+            "event_ids": list(self.event_ids),
+            "first_event_id": self.first_event_id,
+            "last_event_id": self.last_event_id,
+            "senders": list(self.senders),
+            "ts_first": self.ts_first,
+            "ts_last": self.ts_last,
+            "score": self.score,
+            "text": self.text,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why the gate would not let an event (or a whole room) in. Never carries text."""
+
+    rule: str
+    room_id: RoomID
+    event_id: EventID | None = None
+    detail: str = ""
+    whole_room: bool = False

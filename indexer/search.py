@@ -1,0 +1,124 @@
+"""Search: a validated multi-text query, one vector per text, fused by reciprocal rank.
+
+    score(window) = sum over texts i where it appears of 1 / (k + rank_i)     (k = 60)
+
+(Cormack, Clarke and Buettcher, SIGIR 2009.) One text gives exactly the single-vector
+order. `!sources` and `matrix-sources search` share this path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from .embedder import Embedder
+from .records import CORPUS_CHAT, CORPUS_REFERENCE, Hit, RoomID
+from .store import ChromaStore, Neighbour
+
+MAX_TEXTS = 8
+MAX_TEXT_BYTES = 1000
+MAX_TOP_K = 20
+DEFAULT_TOP_K = 5
+DEFAULT_RRF_K = 60
+CORPORA = (CORPUS_CHAT, CORPUS_REFERENCE)
+
+
+class QueryError(ValueError):
+    """A query the user must fix; `field` names what is wrong (texts, texts[3], top_k)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class SourceQuery:
+    texts: tuple[str, ...]
+    top_k: int = DEFAULT_TOP_K
+    room_id: RoomID | None = None
+    corpus: str | None = None  # None: both
+
+    @classmethod
+    def build(cls, texts: object, top_k: object = DEFAULT_TOP_K, room_id: object = None,
+              corpus: object = None) -> "SourceQuery":
+        if not isinstance(texts, (list, tuple)):
+            raise QueryError("texts", "must be a list of 1 to 8 strings")
+        if not texts:
+            raise QueryError("texts", "give at least one text")
+        if len(texts) > MAX_TEXTS:
+            raise QueryError("texts", f"{len(texts)} texts given, at most {MAX_TEXTS} allowed")
+        clean = []
+        for i, t in enumerate(texts):
+            if not isinstance(t, str):
+                raise QueryError(f"texts[{i}]", "must be a string")
+            if not t.strip():
+                raise QueryError(f"texts[{i}]", "is empty")
+            size = len(t.encode("utf-8", "surrogatepass"))
+            if size > MAX_TEXT_BYTES:
+                raise QueryError(f"texts[{i}]",
+                                 f"is {size} bytes, at most {MAX_TEXT_BYTES} allowed")
+            clean.append(t.strip())
+        if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= MAX_TOP_K:
+            raise QueryError("top_k", f"must be a whole number from 1 to {MAX_TOP_K}")
+        if room_id is not None and (not isinstance(room_id, str) or not room_id.startswith("!")):
+            raise QueryError("room", "must be a room id starting with '!'")
+        if corpus is not None and corpus not in CORPORA:
+            raise QueryError("corpus", f"must be one of {', '.join(CORPORA)}")
+        return cls(tuple(clean), top_k, RoomID(room_id) if room_id else None, corpus)
+
+
+def rrf(lists: Sequence[Sequence[str]], k: int = DEFAULT_RRF_K) -> list[tuple[str, float]]:
+    """Fuse ranked id lists. Ties broken by id so the result never depends on the
+    order of the input lists. An id repeated inside one list counts once, at its best rank."""
+    scores: dict[str, float] = {}
+    for ids in lists:
+        seen: set[str] = set()
+        for rank, wid in enumerate(ids, start=1):
+            if wid in seen:
+                continue
+            seen.add(wid)
+            scores[wid] = scores.get(wid, 0.0) + 1.0 / (k + rank)
+    return sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
+
+
+@dataclass
+class Searcher:
+    embedder: Embedder
+    store: ChromaStore
+    rrf_k: int = DEFAULT_RRF_K
+
+    def search(self, query: SourceQuery) -> list[Hit]:
+        # A duplicated text must not count twice: query each distinct text once.
+        texts = list(dict.fromkeys(query.texts))
+        vectors = self.embedder.encode(texts)
+        where = _where(query)
+        # Ask for more than top_k per text so fusion can promote agreement.
+        n = query.top_k if len(texts) == 1 else max(query.top_k * 4, 20)
+        per_text: list[list[Neighbour]] = self.store.query(vectors, n, where)
+        if len(texts) == 1:
+            fused = [(nb.window.window_id, 1.0 / (self.rrf_k + r))
+                     for r, nb in enumerate(per_text[0], start=1)]
+        else:
+            fused = rrf([[nb.window.window_id for nb in lst] for lst in per_text], self.rrf_k)
+        by_id = {nb.window.window_id: nb.window for lst in per_text for nb in lst}
+        ranks = [{nb.window.window_id: (r, nb.similarity) for r, nb in enumerate(lst, 1)}
+                 for lst in per_text]
+        hits = []
+        for wid, score in fused[:query.top_k]:
+            w = by_id[wid]
+            hits.append(Hit(w.window_id, w.room_id, w.room_label, w.corpus, w.event_ids,
+                            w.senders, w.ts_first, w.ts_last, score, w.text,
+                            tuple(r.get(wid) for r in ranks)))
+        return hits
+
+
+def _where(query: SourceQuery) -> dict | None:
+    clauses = []
+    if query.room_id:
+        clauses.append({"room_id": query.room_id})
+    if query.corpus:
+        clauses.append({"corpus": query.corpus})
+    if not clauses:
+        return None
+    return clauses[0] if len(clauses) == 1 else {"$and": clauses}
