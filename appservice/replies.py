@@ -62,12 +62,15 @@ def _clip(text: str, n: int = MAX_LINE_CHARS) -> str:
 
 
 def best_lines(hit: Hit, query_texts: tuple[str, ...], n: int = MAX_LINES_PER_HIT
-               ) -> list[tuple[str, str]]:
-    """The window's lines that share most words with the query, in window order."""
+               ) -> list[tuple[str, str, str]]:
+    """The window's messages that share most words with the query, in window order,
+    as (event id, sender, body)."""
     qwords = {w for t in query_texts for w in _WORD.findall(t.lower())}
-    lines = [(sender, body) for _, sender, body in parse_document(hit.text) if body.strip()]
+    entries = parse_document(hit.text)
+    lines = [(hit.event_ids[i] if i < len(hit.event_ids) else hit.first_event_id, sender, body)
+             for i, (_, sender, body) in enumerate(entries) if body.strip()]
     scored = [(len(qwords & set(_WORD.findall(body.lower()))), -i, i)
-              for i, (_, body) in enumerate(lines)]
+              for i, (_, _, body) in enumerate(lines)]
     keep = sorted(i for _, _, i in sorted(scored, reverse=True)[:n])
     return [lines[i] for i in keep]
 
@@ -99,15 +102,17 @@ def render_hits(hits: list[Hit], query_texts: tuple[str, ...], fallback_server: 
         senders = ", ".join(_localpart(s) for s in hit.senders[:4])
         if len(hit.senders) > 4:
             senders += f" +{len(hit.senders) - 4}"
-        link = permalink(hit.room_id, hit.first_event_id, via_servers(hit, fallback_server))
-        lines = best_lines(hit, query_texts)
+        via = via_servers(hit, fallback_server)
+        link = permalink(hit.room_id, hit.first_event_id, via)
+        lines = [(permalink(hit.room_id, e, via), s, b) for e, s, b in best_lines(hit, query_texts)]
         p = [f"{n}. {room} · {_time_range(hit)} · {senders}"]
-        p += [f"   > {_localpart(s)}: {_clip(b)}" for s, b in lines]
-        p.append(f"   {link}")
+        p += [f"   > {_localpart(s)}: {_clip(b)}\n     {url}" for url, s, b in lines]
+        p.append(f"   window: {link}")
         r = (f"<li><a href=\"{html.escape(link, quote=True)}\">{html.escape(room)}</a>"
              f" · {html.escape(_time_range(hit))} · {html.escape(senders)}<blockquote>"
-             + "<br>".join(f"<b>{html.escape(_localpart(s))}</b>: {html.escape(_clip(b))}"
-                           for s, b in lines)
+             + "<br>".join(f"<a href=\"{html.escape(url, quote=True)}\">"
+                           f"<b>{html.escape(_localpart(s))}</b></a>: {html.escape(_clip(b))}"
+                           for url, s, b in lines)
              + "</blockquote></li>")
         piece_plain, added = "\n".join(p), len("\n".join(p)) + len(r)
         if size + added > MAX_REPLY_CHARS and n > 1:
@@ -117,7 +122,7 @@ def render_hits(hits: list[Hit], query_texts: tuple[str, ...], fallback_server: 
             break
         plain.append(piece_plain)
         rich.append(r)
-        quoted.extend(_clip(b) for _, b in lines)
+        quoted.extend(_clip(b) for _, _, b in lines)
         size += added
     else:
         rich.append("</ol>")

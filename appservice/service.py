@@ -43,6 +43,10 @@ class _StateStore(MemoryStateStore, ASStateStore):
     """mautrix's default state store writes mx-state.json into the working directory;
     keep its membership cache in memory."""
 
+    def __init__(self) -> None:
+        MemoryStateStore.__init__(self)
+        ASStateStore.__init__(self)
+
 
 class _SourcesAppService(AppService):
     transaction_handler: TransactionHandler
@@ -61,7 +65,6 @@ class Service:
         self.ingest, self.pipeline = self.index.ingest, self.index.pipeline
         self.searcher = self.index.searcher
         self.worker = PipelineWorker(self.pipeline, debounce=cfg.debounce_seconds)
-        self.searcher = Searcher(self.embedder, self.store, cfg.rrf_k)
         self.az = _SourcesAppService(
             server=cfg.homeserver_url, domain=cfg.domain,
             as_token=self.registration.as_token, hs_token=self.registration.hs_token,

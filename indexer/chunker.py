@@ -65,21 +65,23 @@ def format_ts(ts_ms: int) -> str:
 
 
 def document(window: Window) -> str:
-    """The stored text: each message with its sender and time, one per line."""
-    return "\n".join(f"[{format_ts(m.ts)}] {m.sender}: {m.body}" for m in window.messages)
+    """The stored text: each message with its sender and time, one per line; a body's
+    further lines are indented, so every message maps back to exactly one entry."""
+    return "\n".join(f"[{format_ts(m.ts)}] {m.sender}: " + m.body.replace("\n", "\n  ")
+                     for m in window.messages)
 
 
 def parse_document(doc: str) -> list[tuple[str, str, str]]:
-    """Split a stored document back into (time, sender, body) lines."""
-    out = []
+    """Split a stored document back into (time, sender, body), one per message."""
+    out: list[tuple[str, str, str]] = []
     for line in doc.split("\n"):
-        if line.startswith("[") and "] " in line:
+        if line.startswith("  ") and out:
+            stamp, sender, body = out[-1]
+            out[-1] = (stamp, sender, body + "\n" + line[2:])
+        elif line.startswith("[") and "] " in line:
             stamp, rest = line[1:].split("] ", 1)
             sender, _, body = rest.partition(": ")
             out.append((stamp, sender, body))
-        elif out:  # a message body with newlines
-            stamp, sender, body = out[-1]
-            out[-1] = (stamp, sender, body + "\n" + line)
         else:
             out.append(("", "", line))
     return out

@@ -143,7 +143,7 @@ def load_config(path: Path) -> Config:
         raise ConfigError(path, "search.default_top_k", f"must be 1 to 20, not {top_k}")
     level = r.get("logging.level", str, "INFO").upper()
     if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
-        raise ConfigError(path, "logging.level", f"must be DEBUG, INFO, WARNING or ERROR")
+        raise ConfigError(path, "logging.level", "must be DEBUG, INFO, WARNING or ERROR")
     localpart = r.get("appservice.bot_localpart", str, "sourcesbot")
     if not re.fullmatch(r"[a-z0-9._=/-]+", localpart):
         raise ConfigError(path, "appservice.bot_localpart", f"{localpart!r} is not a valid localpart")

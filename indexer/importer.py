@@ -9,7 +9,6 @@ in the log are skipped, and pending ones are picked up.
 from __future__ import annotations
 
 import json
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator

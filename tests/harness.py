@@ -1,0 +1,139 @@
+"""End-to-end harness: a real Synapse, `matrix-sources run` as a real process, and
+people at matrix-nio clients. Used by the `synapse`-marked tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from ruamel.yaml import YAML
+
+from appservice.localsynapse import LocalSynapse
+from indexer.datadir import init_data_dir
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class ServiceProcess:
+    """`matrix-sources run -c CONFIG` in a subprocess, its stderr kept in a log file."""
+
+    config: Path
+    port: int
+    log_path: Path
+    proc: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 120) -> None:
+        env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "appservice.cli", "run", "-c", str(self.config)],
+            stdout=log, stderr=log, env=env)
+        log.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"matrix-sources run exited with {self.proc.returncode}:\n"
+                                   + self.log_path.read_text(errors="replace")[-4000:])
+            try:
+                with urllib.request.urlopen(
+                        f"http://127.0.0.1:{self.port}/_matrix/mau/ready", timeout=1) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.2)
+        self.stop()
+        raise RuntimeError("matrix-sources run did not become ready:\n"
+                           + self.log_path.read_text(errors="replace")[-4000:])
+
+    def stop(self, timeout: float = 30) -> int | None:
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else None
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@dataclass
+class Stack:
+    root: Path
+    data_dir: Path
+    config: Path
+    synapse: LocalSynapse
+    service: ServiceProcess
+    bot: str
+    hs_token: str
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess:
+        """Run `matrix-sources SUBCOMMAND -c config ARGS...`."""
+        sub, *rest = args
+        if sub == "allowlist":
+            argv = ["allowlist", rest[0], "-c", str(self.config), *rest[1:]]
+        else:
+            argv = [sub, "-c", str(self.config), *rest]
+        return subprocess.run([sys.executable, "-m", "appservice.cli", *argv],
+                              capture_output=True, text=True, timeout=300)
+
+    def event_status(self, event_id: str) -> str | None:
+        db = sqlite3.connect(f"file:{self.data_dir / 'eventlog.sqlite3'}?mode=ro", uri=True)
+        try:
+            row = db.execute("SELECT status FROM events WHERE event_id = ?",
+                             (event_id,)).fetchone()
+        finally:
+            db.close()
+        return row[0] if row else None
+
+    def wait_indexed(self, event_ids: list[str], timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if all(self.event_status(e) == "indexed" for e in event_ids):
+                return
+            time.sleep(0.2)
+        states = {e: self.event_status(e) for e in event_ids}
+        raise AssertionError(f"not indexed within {timeout:.0f} s: {states}")
+
+    def grep_data(self, needle: str) -> list[Path]:
+        """Every file under the data dir (event log, Chroma, journal) holding `needle`."""
+        raw = needle.encode()
+        return [p for p in self.data_dir.rglob("*") if p.is_file() and raw in p.read_bytes()]
+
+
+def make_stack(root: Path, embedder: str = "all-MiniLM-L6-v2") -> Stack:
+    data_dir = root / "data"
+    hs_port, as_port = free_port(), free_port()
+    init_data_dir(data_dir, f"http://127.0.0.1:{hs_port}", "localhost", as_port=as_port)
+    config = data_dir / "config.yaml"
+    y = YAML()
+    cfg = y.load(config.read_text())
+    cfg["index"]["embedder"] = embedder
+    cfg["index"]["debounce_seconds"] = 0.3
+    cfg["logging"]["level"] = "DEBUG"  # the privacy tests read the logs at their loudest
+    with open(config, "w") as f:
+        y.dump(cfg, f)
+    reg = YAML(typ="safe").load((data_dir / "registration.yaml").read_text())
+    synapse = LocalSynapse(root / "hs", port=hs_port,
+                           appservice_registrations=[data_dir / "registration.yaml"])
+    service = ServiceProcess(config, as_port, root / "service.log")
+    return Stack(root, data_dir, config, synapse, service, "@sourcesbot:localhost",
+                 reg["hs_token"])

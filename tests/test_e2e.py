@@ -1,0 +1,116 @@
+"""Live ingest to cited answers, end to end: real Synapse, real service, real model,
+people at matrix-nio clients."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from urllib.parse import quote
+
+import pytest
+
+from appservice.chatclient import ChatClient
+
+pytestmark = [pytest.mark.synapse, pytest.mark.model]
+
+CONVERSATION = [
+    "morning all, the federation tester is green again",
+    "To rotate the homeserver signing key: generate a new one with generate_signing_key, "
+    "move the old key into old_signing_keys with an expiry, then restart synapse.",
+    "thanks, and remember to keep the old key listed so other servers can verify past events",
+    "unrelated, but the bridge to the old forum goes down on friday for maintenance",
+]
+CANARY_OUTSIDE = "zebracanary-private-room-7781"
+
+
+def _put_txn(stack, txn_id: str, events: list[dict], token: str | None) -> int:
+    url = f"http://127.0.0.1:{stack.service.port}/_matrix/app/v1/transactions/{txn_id}"
+    req = urllib.request.Request(url, data=json.dumps({"events": events}).encode(),
+                                 method="PUT", headers={"Content-Type": "application/json"})
+    if token is not None:
+        req.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+async def test_paraphrase_query_cites_the_message(stack):
+    user, token = stack.synapse.register_user("alice", "alice-password")
+    async with ChatClient(stack.synapse.url, user, token) as alice:
+        room = await alice.create_room("Homeserver admins", public=True)
+        added = stack.cli("allowlist", "add", room)
+        assert added.returncode == 0, added.stderr
+        await alice.wait_for_member(room, stack.bot)  # hot reload joined the bot
+
+        # A private room the bot is invited into: queries answered there, nothing stored.
+        private = await alice.create_room("Private chat", public=False, invite=(stack.bot,))
+        await alice.wait_for_member(private, stack.bot)
+        await alice.send(private, f"the secret plan is {CANARY_OUTSIDE}")
+
+        ids = [await alice.send(room, body) for body in CONVERSATION]
+        stack.wait_indexed(ids)
+
+        reply = await alice.ask(room, "!sources how do I change the server's signing key?",
+                                stack.bot)
+        content = reply["content"]
+        assert content["msgtype"] == "m.notice"
+        assert quote(ids[1], safe="") in content["formatted_body"]
+        assert quote(ids[1], safe="") in content["body"]
+        assert "via=localhost" in content["body"]
+
+        # Asked from the private room: answered from memory, the room leaves no trace.
+        reply = await alice.ask(private, "!sources signing key rotation", stack.bot)
+        assert quote(ids[1], safe="") in reply["content"]["body"]
+
+    assert stack.grep_data(CANARY_OUTSIDE) == []
+    assert CANARY_OUTSIDE not in stack.service.log_path.read_text(errors="replace")
+    search = stack.cli("search", "--json", CANARY_OUTSIDE)
+    assert search.returncode == 0, search.stderr
+    assert CANARY_OUTSIDE not in search.stdout
+
+
+async def test_transactions_replayed_once_across_restart(stack):
+    user, token = stack.synapse.register_user("bob", "bob-password")
+    async with ChatClient(stack.synapse.url, user, token) as bob:
+        room = await bob.create_room("Replay room", public=True)
+        assert stack.cli("allowlist", "add", room).returncode == 0
+        await bob.wait_for_member(room, stack.bot)
+    event = {"type": "m.room.message", "room_id": room, "sender": user,
+             "event_id": "$replayed-event-1", "origin_server_ts": 1_700_000_000_000,
+             "content": {"msgtype": "m.text", "body": "a message pushed twice"}}
+    assert _put_txn(stack, "replay-1", [event], None) == 401
+    assert _put_txn(stack, "replay-1", [event], "wrong-token") == 403
+    assert stack.event_status("$replayed-event-1") is None  # refused requests store nothing
+
+    assert _put_txn(stack, "replay-1", [event], stack.hs_token) == 200
+    stack.wait_indexed(["$replayed-event-1"])
+    # Replayed with the same id but a different body: answered 200, not processed again.
+    changed = dict(event, event_id="$replayed-event-2")
+    assert _put_txn(stack, "replay-1", [changed], stack.hs_token) == 200
+    stack.service.stop()
+    stack.service.start()
+    assert _put_txn(stack, "replay-1", [changed], stack.hs_token) == 200
+    assert stack.event_status("$replayed-event-2") is None
+
+    # Malformed bodies get 400, odd events are skipped without a crash.
+    url = f"http://127.0.0.1:{stack.service.port}/_matrix/app/v1/transactions/bad-1"
+    req = urllib.request.Request(url, data=b"{not json", method="PUT",
+                                 headers={"Authorization": f"Bearer {stack.hs_token}"})
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(req, timeout=30)
+    assert err.value.code == 400
+    odd = [{"type": "m.room.message", "room_id": room, "sender": user, "event_id": "$odd-1",
+            "origin_server_ts": 1, "content": {"msgtype": "m.text", "body": 42}},
+           {"type": "m.room.message", "room_id": room, "sender": user, "event_id": "$odd-2",
+            "origin_server_ts": 1, "content": {"msgtype": "m.text"}},
+           {"type": "org.example.unknown", "room_id": room, "sender": user,
+            "event_id": "$odd-3", "origin_server_ts": 1, "content": {}},
+           {"type": "m.room.message", "room_id": room, "sender": user, "event_id": "$odd-4",
+            "origin_server_ts": 1, "content": {"msgtype": "m.text", "body": "x" * 70000}},
+           "not an event", None]
+    assert _put_txn(stack, "odd-1", odd, stack.hs_token) == 200
+    assert all(stack.event_status(f"$odd-{i}") is None for i in range(1, 5))
+    assert stack.service.proc.poll() is None
