@@ -46,13 +46,15 @@ class ChatClient:
         await self._client.close()
 
     async def create_room(self, name: str, public: bool = True, invite: tuple[str, ...] = (),
-                          is_direct: bool = False, initial_state: tuple[dict, ...] = ()) -> str:
+                          is_direct: bool = False, initial_state: tuple[dict, ...] = (),
+                          alias: str | None = None) -> str:
         import nio
 
         resp = _ok(await self._client.room_create(
             visibility=nio.RoomVisibility.public if public else nio.RoomVisibility.private,
             name=name, preset=nio.RoomPreset.public_chat if public else nio.RoomPreset.private_chat,
-            invite=list(invite), is_direct=is_direct, initial_state=list(initial_state)),
+            invite=list(invite), is_direct=is_direct, initial_state=list(initial_state),
+            alias=alias),
             f"create room {name}")
         return resp.room_id
 

@@ -11,7 +11,6 @@ A mistake raises `CommandError`, whose message is the short reply telling what t
 
 from __future__ import annotations
 
-import shlex
 from dataclasses import dataclass
 
 from indexer.events import COMMAND_PREFIX
@@ -52,10 +51,9 @@ def parse_command(body: str, room_id: str, default_top_k: int = 5) -> Command:
     if not text.startswith(COMMAND_PREFIX):
         raise CommandError(f"Commands start with {COMMAND_PREFIX}.")
     first, _, more = text[len(COMMAND_PREFIX):].partition("\n")
-    try:
-        words = shlex.split(first)
-    except ValueError:
-        words = first.split()
+    # Plain whitespace split: shlex would eat the apostrophes of "what's the bot's token".
+    # Flag values (numbers, `here`, room ids, corpus names) never need quoting.
+    words = first.split()
     if words == ["help"] and not more.strip():
         return HelpCommand()
     top_k: object = default_top_k

@@ -105,6 +105,7 @@ class LocalSynapse:
     port: int | None = None
     appservice_registrations: list[Path] = field(default_factory=list)
     python: str = sys.executable
+    log_level: str = "WARNING"
 
     def __post_init__(self) -> None:
         self.base_dir = Path(self.base_dir).absolute()
@@ -256,7 +257,7 @@ class LocalSynapse:
                 "filename": LOG_FILE, "encoding": "utf8"}},  # relative to cwd=base_dir
             # WARNING keeps the file small; the SQL logger at DEBUG would leak tokens.
             "loggers": {"synapse.storage.SQL": {"level": "WARNING"}},
-            "root": {"level": "WARNING", "handlers": ["file"]},
+            "root": {"level": self.log_level, "handlers": ["file"]},
             "disable_existing_loggers": False,
         }
         (d / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")

@@ -96,7 +96,9 @@ def render_hits(hits: list[Hit], query_texts: tuple[str, ...], fallback_server: 
     rich = [f"<p>Sources for: <em>{html.escape(_clip(query_texts[0], 120))}</em>"
             + (f" (+{len(query_texts) - 1} more)" if len(query_texts) > 1 else "") + "</p><ol>"]
     quoted: list[str] = []
-    size = len(plain[0]) + len(rich[0])
+    size = len(plain[0]) + len(rich[0]) + len("</ol>")
+    # Room kept for the note that says how many hits were cut (it replaces "</ol>").
+    reserve = 1 + 2 * len(_cut_note(len(hits))) + len("<p></p>")
     for n, hit in enumerate(hits, start=1):
         room = hit.room_label or hit.room_id
         senders = ", ".join(_localpart(s) for s in hit.senders[:4])
@@ -114,9 +116,10 @@ def render_hits(hits: list[Hit], query_texts: tuple[str, ...], fallback_server: 
                            f"<b>{html.escape(_localpart(s))}</b></a>: {html.escape(_clip(b))}"
                            for url, s, b in lines)
              + "</blockquote></li>")
-        piece_plain, added = "\n".join(p), len("\n".join(p)) + len(r)
-        if size + added > MAX_REPLY_CHARS and n > 1:
-            more = f"({len(hits) - n + 1} more hits cut to keep this reply short)"
+        piece_plain = "\n".join(p)
+        added = 1 + len(piece_plain) + len(r)  # 1: the newline joining it to the body
+        if size + added + (reserve if n < len(hits) else 0) > MAX_REPLY_CHARS and n > 1:
+            more = _cut_note(len(hits) - n + 1)
             plain.append(more)
             rich.append(f"</ol><p>{html.escape(more)}</p>")
             break
@@ -127,6 +130,10 @@ def render_hits(hits: list[Hit], query_texts: tuple[str, ...], fallback_server: 
     else:
         rich.append("</ol>")
     return Reply("\n".join(plain), "".join(rich), tuple(quoted))
+
+
+def _cut_note(n: int) -> str:
+    return f"({n} more hits cut to keep this reply short)"
 
 
 def render_error(message: str) -> Reply:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
@@ -75,7 +76,7 @@ class Responder:
         wait = self.limiter.retry_after(m.sender)
         if wait > 0:
             return render_error(f"You have asked a lot in the last minute; "
-                                f"try again in {int(wait) + 1} s.")
+                                f"try again in {math.ceil(wait)} s.")
         started = time.monotonic()
         hits = await asyncio.to_thread(self.searcher.search, cmd.query)
         log.info("query_answered", extra={"room_id": m.room_id, "event_id": m.event_id,

@@ -5,6 +5,12 @@ memory. Here a 200 means the events that passed the gate are durably in the even
 together with the transaction id, so a replay (also after a restart) is answered 200
 and not processed again, and a failed append answers 500 so Synapse retries.
 
+A transaction is known by its id *and* the ids of its events. Synapse on SQLite numbers
+transactions from max(txn_id) of its pending-transactions table, which is empty once
+all were delivered, so after a Synapse restart the ids start again at 1 (checked on
+1.163). A true retry resends the same events under the same id; a reused id carries
+new events and must be processed, or those messages would be silently dropped.
+
     PUT /_matrix/app/v1/transactions/{txnId}
       no token -> 401 M_UNAUTHORIZED; wrong token -> 403 M_FORBIDDEN
       body not a JSON object with an `events` list -> 400 M_BAD_JSON / M_NOT_JSON
@@ -16,6 +22,7 @@ and not processed again, and a failed append answers 500 so Synapse retries.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import hmac
 import json
 import logging
@@ -33,6 +40,11 @@ FetchState = Callable[[str], Awaitable[None]]
 
 def _error(status: int, errcode: str, error: str) -> web.Response:
     return web.json_response({"errcode": errcode, "error": error}, status=status)
+
+
+def fingerprint(events: list) -> str:
+    ids = [ev.get("event_id") if isinstance(ev, dict) else None for ev in events]
+    return hashlib.sha256(json.dumps(ids).encode()).hexdigest()[:16]
 
 
 def request_token(request: web.Request) -> str | None:
@@ -77,7 +89,7 @@ class TransactionHandler:
         events = body.get("events", [])
         if not isinstance(events, list):
             return _error(400, "M_BAD_JSON", "events must be a list")
-        txn_key = f"{self._registration_id}:{txn_id}"
+        txn_key = f"{self._registration_id}:{txn_id}:{fingerprint(events)}"
         async with self._lock:
             self.received += 1
             if self._ingest.eventlog.has_txn(txn_key):

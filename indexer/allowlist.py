@@ -12,11 +12,14 @@ from __future__ import annotations
 import io
 import os
 import re
+import stat
 import tempfile
 from pathlib import Path
 
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.error import CommentMark
+from ruamel.yaml.tokens import CommentToken
 
 from .config import ConfigError, load_yaml
 from .records import RoomID
@@ -65,6 +68,9 @@ def _write_atomic(path: Path, data: CommentedMap) -> None:
     _yaml().dump(data, buf)
     fd, tmp = tempfile.mkstemp(prefix=".allowlist.", dir=str(path.parent))
     try:
+        # mkstemp makes the file 0600; keep the old file's mode so the service (maybe
+        # another user than the admin editing) can still read it.
+        os.chmod(tmp, stat.S_IMODE(path.stat().st_mode) if path.exists() else 0o644)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(buf.getvalue())
             f.flush()
@@ -86,7 +92,8 @@ def add_room(path: Path, room_id: str, comment: str | None = None) -> bool:
         return False
     rooms.append(room_id)
     if comment:
-        rooms.yaml_add_eol_comment(comment, len(rooms) - 1)
+        # "# " always: ruamel takes a comment starting with "#" (an alias) as the marker.
+        rooms.yaml_add_eol_comment("# " + comment, len(rooms) - 1)
     _write_atomic(path, data)
     return True
 
@@ -96,6 +103,30 @@ def remove_room(path: Path, room_id: str) -> bool:
     rooms = data["rooms"]
     if room_id not in rooms:
         return False
-    del rooms[list(rooms).index(room_id)]
+    _delete_keeping_comments(data, list(rooms).index(room_id))
     _write_atomic(path, data)
     return True
+
+
+def _delete_keeping_comments(data: CommentedMap, i: int) -> None:
+    """Delete rooms[i] with its end-of-line comment. ruamel hangs the full-line comments
+    that follow an item on that item; move them to the item before (or above the list),
+    so they stay where they were."""
+    rooms = data["rooms"]
+    token = (rooms.ca.items.get(i) or [None])[0]
+    following = token.value.partition("\n")[2] if token is not None else ""
+    del rooms[i]
+    if not following.strip():
+        return
+    if i > 0:
+        slot = rooms.ca.items.setdefault(i - 1, [None, None, None, None])
+        if slot[0] is None:
+            slot[0] = CommentToken("\n" + following, CommentMark(0), None)
+        else:
+            v = slot[0].value
+            slot[0].value = (v if v.endswith("\n") else v + "\n") + following
+    else:
+        slot = data.ca.items.setdefault("rooms", [None, None, None, None])
+        first = following.lstrip(" ")
+        slot[3] = (slot[3] or []) + [CommentToken(first, CommentMark(len(following) - len(first)),
+                                                  None)]

@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
@@ -17,6 +18,16 @@ from .chunker import ChunkPolicy
 from .gate import DEFAULT_PUPPET_PATTERNS
 
 PLACEHOLDERS = ("example.com", "CHANGE_ME")
+
+
+def is_placeholder(value: str) -> bool:
+    """CHANGE_ME anywhere, or the host example.com or a subdomain of it (not any name
+    that merely contains the letters, like myexample.community)."""
+    if "CHANGE_ME" in value:
+        return True
+    host = urlsplit(value).hostname if "://" in value else value.rsplit(":", 1)[0]
+    host = (host or "").lower().rstrip(".")
+    return host == "example.com" or host.endswith(".example.com")
 
 
 class ConfigError(ValueError):
@@ -121,7 +132,7 @@ def load_config(path: Path) -> Config:
         raise ConfigError(path, "homeserver.url", f"must be an http(s) URL, not {url!r}")
     domain = r.get("homeserver.domain", str)
     for key, value in (("homeserver.url", url), ("homeserver.domain", domain)):
-        if any(p in value for p in PLACEHOLDERS):
+        if is_placeholder(value):
             raise ConfigError(path, key, f"{value!r} is a placeholder: set your homeserver's")
     mode = r.get("index.chroma.mode", str, "embedded")
     if mode not in ("embedded", "server"):

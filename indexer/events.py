@@ -51,9 +51,19 @@ class Skipped:
 ParsedEvent = StateEvent | MessageEvent | EncryptedEvent | Skipped
 
 
+def is_utf8(s: str) -> bool:
+    """False for a string with lone surrogates (`"\\ud800"` is valid JSON): neither SQLite
+    nor Chroma can store it, and a failed append would be retried forever."""
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _str(d: dict, key: str) -> str | None:
     v = d.get(key)
-    return v if isinstance(v, str) and v else None
+    return v if isinstance(v, str) and v and is_utf8(v) else None
 
 
 def strip_reply_fallback(body: str) -> str:
@@ -99,6 +109,8 @@ def parse_event(raw: Any) -> ParsedEvent:
         return Skipped("edit", rid, eid)  # edits are applied by the history module
     if len(body.encode("utf-8", "surrogatepass")) > MAX_BODY_BYTES:
         return Skipped("body_too_large", rid, eid)
+    if not is_utf8(body):
+        return Skipped("body_not_utf8", rid, eid)
     if isinstance(relates.get("m.in_reply_to"), dict):
         body = strip_reply_fallback(body)
     body = body.strip()

@@ -66,17 +66,28 @@ class Pipeline:
         if not pending:
             return 0
         windows = build_windows(tail, self.policy, self.room_label(room_id))
+        # The tail's indexed events sit in the stored open window. Usually re-chunking
+        # reproduces its id; when older history arrived (backfill after live events), its
+        # messages move to a window starting earlier, and the old one must go.
+        held = {self.eventlog.status_of(m.event_id)[1] for m in tail
+                if m.event_id not in pending}
+        stale = sorted(w for w in held - {w.window_id for w in windows} if w)
         for start in range(0, len(windows), EMBED_BATCH):
             batch = windows[start:start + EMBED_BATCH]
-            self._commit(room_id, batch)
+            last = start + EMBED_BATCH >= len(windows)
+            self._commit(room_id, batch, stale if last else [])
             if progress:
                 progress(sum(1 for w in batch for m in w.messages if m.event_id in pending))
         self.stats.messages += len(pending)
         return len(pending)
 
-    def _commit(self, room_id: RoomID, batch: list[Window]) -> None:
+    def _commit(self, room_id: RoomID, batch: list[Window],
+                stale: list[WindowID]) -> None:
         vectors = self.embedder.encode([embed_text(w) for w in batch])
         self.store.upsert(batch, vectors)
+        # After the upsert, before the events point elsewhere: a crash in between leaves
+        # them pointing at the deleted window, which the next run re-chunks again.
+        self.store.delete(stale)
         self.stats.embeddings += len(batch)
         self.stats.windows_upserted += len(batch)
         self.stats.batches += 1

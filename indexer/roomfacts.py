@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from .events import StateEvent
+from .events import StateEvent, is_utf8
 from .records import UserID
 
 BRIDGE_STATE_TYPES = frozenset({"m.bridge", "uk.half-shot.bridge"})
@@ -41,10 +41,12 @@ def apply_state(facts: RoomFacts, ev: StateEvent) -> RoomFacts:
         return replace(facts, bridged=True)
     if ev.type == "m.room.name":
         name = c.get("name")
-        return replace(facts, name=name if isinstance(name, str) and name else None)
+        return replace(facts, name=name if isinstance(name, str) and name and is_utf8(name)
+                       else None)
     if ev.type == "m.room.canonical_alias":
         alias = c.get("alias")
-        return replace(facts, canonical_alias=alias if isinstance(alias, str) and alias else None)
+        return replace(facts, canonical_alias=alias if isinstance(alias, str) and alias
+                       and is_utf8(alias) else None)
     if ev.type == "m.room.member":
         user = UserID(ev.state_key)
         members = set(facts.members)

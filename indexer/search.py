@@ -8,6 +8,7 @@ order. `!sources` and `matrix-sources search` share this path.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -71,14 +72,17 @@ class SourceQuery:
 def rrf(lists: Sequence[Sequence[str]], k: int = DEFAULT_RRF_K) -> list[tuple[str, float]]:
     """Fuse ranked id lists. Ties broken by id so the result never depends on the
     order of the input lists. An id repeated inside one list counts once, at its best rank."""
-    scores: dict[str, float] = {}
+    parts: dict[str, list[float]] = {}
     for ids in lists:
         seen: set[str] = set()
         for rank, wid in enumerate(ids, start=1):
             if wid in seen:
                 continue
             seen.add(wid)
-            scores[wid] = scores.get(wid, 0.0) + 1.0 / (k + rank)
+            parts.setdefault(wid, []).append(1.0 / (k + rank))
+    # fsum is exactly rounded, so equal sums reached in any order are equal floats and
+    # tie (then by id); a plain running sum differs in the last bit with the list order.
+    scores = {wid: math.fsum(p) for wid, p in parts.items()}
     return sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
 
 

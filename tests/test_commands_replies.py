@@ -1,0 +1,393 @@
+"""`!sources` as the asker sees it: parsing, the rendered reply (escaped, linked, cut),
+and the responder with its rate limit, through a recording `send`."""
+
+from __future__ import annotations
+
+from html.parser import HTMLParser
+from urllib.parse import unquote
+
+import pytest
+
+from appservice.commands import HELP, CommandError, HelpCommand, SearchCommand, parse_command
+from appservice.replies import MAX_REPLY_CHARS, permalink, render_hits, via_servers
+from appservice.responder import RateLimiter, Responder
+from indexer.chunker import format_ts
+from indexer.events import MessageEvent, parse_event
+from indexer.records import Hit
+from indexer.search import MAX_TEXT_BYTES
+
+ROOM = "!ops:example.org"
+
+# -- parse_command ------------------------------------------------------------------------
+
+
+def search(body: str, default_top_k: int = 5):
+    cmd = parse_command(body, ROOM, default_top_k)
+    assert isinstance(cmd, SearchCommand), cmd
+    return cmd.query
+
+
+def error(body: str) -> str:
+    with pytest.raises(CommandError) as info:
+        parse_command(body, ROOM)
+    return str(info.value)
+
+
+@pytest.mark.parametrize("body", ["!sources help", "  !sources   help  "])
+def test_help(body):
+    assert isinstance(parse_command(body, ROOM), HelpCommand)
+    assert "--top" in HELP and "--room" in HELP and "--corpus" in HELP
+
+
+def test_help_with_more_lines_is_a_search():
+    assert search("!sources help\nhow do I rotate the key").texts == (
+        "help", "how do I rotate the key")
+
+
+def test_plain_query():
+    q = search("!sources how do I rotate the signing key")
+    assert q.texts == ("how do I rotate the signing key",)
+    assert (q.top_k, q.room_id, q.corpus) == (5, None, None)
+
+
+def test_default_top_k_comes_from_config():
+    assert search("!sources key", default_top_k=9).top_k == 9
+
+
+def test_flags():
+    q = search("!sources --top 3 --room here --corpus reference signing key")
+    assert (q.top_k, q.room_id, q.corpus) == (3, ROOM, "reference")
+    assert q.texts == ("signing key",)
+
+
+def test_room_by_id():
+    assert search("!sources --room !other:example.org key").room_id == "!other:example.org"
+
+
+def test_multi_line_texts():
+    q = search("!sources --top 2\nhow do I rotate the signing key\n\n  signing key expired  \n")
+    assert q.texts == ("how do I rotate the signing key", "signing key expired")
+    assert q.top_k == 2
+
+
+def test_first_line_and_further_lines():
+    q = search("!sources rotate key\nkey expired")
+    assert q.texts == ("rotate key", "key expired")
+
+
+@pytest.mark.parametrize("text", ["what's the bot's token", "it's 5 o'clock", 'say "hi"',
+                                  "where's the doc"])
+def test_text_is_kept_as_typed(text):
+    """Apostrophes and quotes are part of what the user asked, and the reply echoes it."""
+    assert search(f"!sources {text}").texts == (text,)
+
+
+def test_missing_text():
+    msg = error("!sources")
+    assert "What should I look for?" in msg and "!sources help" in msg
+    assert "What should I look for?" in error("!sources --top 3")
+
+
+def test_bad_top():
+    assert "--top takes a number from 1 to 20" in error("!sources --top many key")
+    assert "--top" in error("!sources --top 0 key") and "1 to 20" in error("!sources --top 0 key")
+    assert "1 to 20" in error("!sources --top 21 key")
+
+
+def test_flag_without_value():
+    assert "--top needs a value" in error("!sources key --top")
+
+
+def test_unknown_flag():
+    assert "Unknown flag --fast" in error("!sources --fast key")
+
+
+def test_bad_corpus_and_room():
+    assert "--corpus" in error("!sources --corpus everything key")
+    assert "chat" in error("!sources --corpus everything key")
+    assert "--room" in error("!sources --room #ops:example.org key")
+    assert "--room" in error("!sources --room ops key")
+
+
+def test_too_many_lines():
+    msg = error("!sources\n" + "\n".join(f"text {i}" for i in range(9)))
+    assert "Too many lines" in msg and "9" in msg and "8" in msg
+
+
+def test_line_too_long_names_the_line_and_size():
+    msg = error("!sources first\n" + "a" * (MAX_TEXT_BYTES + 5))
+    assert "Line 2" in msg and str(MAX_TEXT_BYTES + 5) in msg and "shorten" in msg
+
+
+def test_not_a_command():
+    assert "!sources" in error("hello")
+
+
+# -- render_hits ----------------------------------------------------------------------------
+
+TS = 1_700_000_000_000
+
+
+def hit(n: int = 0, lines: list[tuple[str, str]] | None = None, room_id: str = ROOM,
+        room_label: str = "#ops:example.org", event_ids: tuple[str, ...] | None = None,
+        senders: tuple[str, ...] | None = None) -> Hit:
+    lines = lines or [("@alice:example.org", f"rotate the signing key {n}")]
+    text = "\n".join(f"[{format_ts(TS)}] {s}: {b}" for s, b in lines)
+    senders = senders or tuple(dict.fromkeys(s for s, _ in lines))
+    return Hit(f"w{n}", room_id, room_label, "chat", event_ids or (f"$e{n}a", f"$e{n}b"),
+               senders, TS, TS + 60_000, 0.5, text)
+
+
+class Tags(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[str] = []
+        self.hrefs: list[str] = []
+        self.attrs: list[tuple[str, str | None]] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        for k, v in attrs:
+            self.attrs.append((k, v))
+            if k == "href":
+                self.hrefs.append(v or "")
+
+
+def tags_of(formatted: str) -> Tags:
+    t = Tags()
+    t.feed(formatted)
+    t.close()
+    return t
+
+
+HOSTILE = [
+    "<script>alert(1)</script>",
+    '<a href="javascript:alert(1)">x</a>',
+    "<img src=x onerror=alert(1)>",
+    '<a href="https://matrix.to/#/@alice:example.org">Alice</a>',
+]
+
+
+@pytest.mark.parametrize("payload", HOSTILE)
+def test_message_html_is_escaped(payload):
+    h = hit(lines=[("@alice:example.org", f"see {payload} here")])
+    reply = render_hits([h], ("see here",))
+    f = reply.formatted_body
+    assert "<script" not in f and "<img" not in f
+    t = tags_of(f)
+    assert set(t.tags) <= {"p", "em", "ol", "li", "a", "blockquote", "b", "br"}
+    assert not any(k.startswith("on") for k, _ in t.attrs)
+    assert {k for k, _ in t.attrs} == {"href"}
+    # Only permalinks are links (the window, and the quoted line), none from the text.
+    assert t.hrefs and all(h.startswith("https://matrix.to/#/%21ops%3Aexample.org/%24e0")
+                           for h in t.hrefs)
+    assert not any("javascript:" in h or "@alice" in h for h in t.hrefs)
+    # The text is shown, as text: escaped in HTML, verbatim in the plain body.
+    assert payload.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;") \
+        .replace('"', "&quot;") in f
+    assert payload in reply.body
+
+
+@pytest.mark.parametrize("payload", HOSTILE)
+def test_query_room_label_and_sender_are_escaped(payload):
+    h = hit(lines=[("@alice:example.org", "fine")], room_label=payload)
+    reply = render_hits([h], (payload,))
+    f = reply.formatted_body
+    assert "<script" not in f and "<img" not in f
+    t = tags_of(f)
+    assert t.hrefs and all(h.startswith("https://matrix.to/#/%21ops") for h in t.hrefs)
+    assert set(t.tags) <= {"p", "em", "ol", "li", "a", "blockquote", "b", "br"}
+
+
+def test_permalink_percent_encodes_ids():
+    link = permalink("!abc:example.org", "$ev/with?odd#chars&x=1", ["example.org"])
+    assert link == ("https://matrix.to/#/%21abc%3Aexample.org/"
+                    "%24ev%2Fwith%3Fodd%23chars%26x%3D1?via=example.org")
+    assert link.count("#") == 1  # only matrix.to's own fragment
+
+
+def test_reply_links_first_event_with_at_most_three_vias():
+    senders = tuple(f"@u{i}:server{i}.org" for i in range(6))
+    h = hit(lines=[(s, "key") for s in senders], room_id="!room:home.org",
+            event_ids=("$first", "$second"), senders=senders)
+    reply = render_hits([h], ("key",), fallback_server="fallback.org")
+    href = tags_of(reply.formatted_body).hrefs[0]  # the window's link
+    assert href.startswith("https://matrix.to/#/%21room%3Ahome.org/%24first?")
+    vias = [p for p in href.split("?", 1)[1].split("&") if p.startswith("via=")]
+    assert vias == ["via=home.org", "via=server0.org", "via=server1.org"]
+    assert len(via_servers(h, "x.org")) == 3
+
+
+def test_via_for_a_room_id_without_server_comes_from_senders():
+    h = hit(room_id="!opaqueV12roomid", senders=("@alice:a.org", "@bob:a.org"))
+    assert via_servers(h, "home.org") == ["a.org", "home.org"]
+    href = tags_of(render_hits([h], ("key",), "home.org").formatted_body).hrefs[0]
+    assert unquote(href.split("#/")[1].split("/")[0]) == "!opaqueV12roomid"
+
+
+def test_no_hits():
+    reply = render_hits([], ("anything",))
+    assert "No indexed conversation" in reply.body and reply.quoted == ()
+
+
+def test_reply_cites_room_time_sender_and_best_lines():
+    h = hit(lines=[("@alice:example.org", "lunch on friday"),
+                   ("@bob:example.org", "rotate the signing key with the admin api"),
+                   ("@carol:example.org", "thanks")])
+    reply = render_hits([h], ("signing key rotation",))
+    assert "#ops:example.org" in reply.body
+    assert format_ts(TS) in reply.body
+    assert "alice, bob, carol" in reply.body
+    assert "bob: rotate the signing key with the admin api" in reply.body
+    assert "rotate the signing key with the admin api" in reply.quoted
+
+
+def test_long_replies_are_cut_at_a_whole_hit():
+    long_line = "signing key " * 40
+    hits = [hit(n, lines=[("@alice:example.org", f"{n} {long_line}"),
+                          ("@bob:example.org", f"{n} {long_line}")],
+                room_label="#" + "r" * 200 + ":example.org") for n in range(60)]
+    reply = render_hits(hits, ("signing key",))
+    assert len(reply.body) + len(reply.formatted_body) <= MAX_REPLY_CHARS
+    shown = tags_of(reply.formatted_body).tags.count("li")
+    assert 1 <= shown < len(hits)
+    # Every hit shown is whole: its link in both bodies, its lines quoted.
+    for n in range(shown):
+        assert f"%24e{n}a" in reply.body and f"%24e{n}a" in reply.formatted_body
+        assert reply.body.count(f"{n} signing key") == 2
+    assert f"%24e{shown}a" not in reply.body + reply.formatted_body
+    assert f"({len(hits) - shown} more hits cut" in reply.body
+    assert reply.formatted_body.endswith("</p>") and reply.formatted_body.count("<ol>") == 1
+    assert len(reply.quoted) == 2 * shown
+
+
+def test_reply_never_exceeds_the_limit_whatever_the_hit_sizes():
+    # Sizes swept so that the cut falls right at the limit for some of them.
+    for width in range(1, 400, 3):
+        hits = [hit(n, lines=[("@alice:example.org", f"{n} " + "k " * width)],
+                    room_label="#" + "r" * width + ":x") for n in range(120)]
+        reply = render_hits(hits, ("k",))
+        assert len(reply.body) + len(reply.formatted_body) <= MAX_REPLY_CHARS, width
+        assert "more hits cut" in reply.body
+
+
+def test_reply_content_is_a_notice_replying_to_the_command():
+    content = render_hits([hit()], ("key",)).content(in_reply_to="$cmd")
+    assert content["msgtype"] == "m.notice"
+    assert content["format"] == "org.matrix.custom.html"
+    assert content["m.relates_to"] == {"m.in_reply_to": {"event_id": "$cmd"}}
+
+
+# -- Responder ------------------------------------------------------------------------------
+
+
+class FakeSearcher:
+    def __init__(self, hits: list[Hit]) -> None:
+        self.hits, self.queries = hits, []
+
+    def search(self, query):
+        self.queries.append(query)
+        return self.hits
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def command(body: str, sender: str = "@asker:example.org", event_id: str = "$cmd",
+            thread_root: str | None = None) -> MessageEvent:
+    content: dict = {"msgtype": "m.text", "body": body}
+    if thread_root:
+        content["m.relates_to"] = {"rel_type": "m.thread", "event_id": thread_root}
+    ev = parse_event({"type": "m.room.message", "room_id": ROOM, "event_id": event_id,
+                      "sender": sender, "origin_server_ts": TS, "content": content})
+    assert isinstance(ev, MessageEvent) and ev.is_command
+    return ev
+
+
+@pytest.fixture
+def responder():
+    sent: list[tuple[str, dict]] = []
+
+    async def send(room_id: str, content: dict) -> str:
+        sent.append((room_id, content))
+        return f"$reply{len(sent)}"
+
+    clock = Clock()
+    searcher = FakeSearcher([hit()])
+    r = Responder(searcher, send, "@sourcesbot:example.org", default_top_k=4,
+                  limiter=RateLimiter(2, clock=clock), domain="example.org")
+    return r, sent, clock, searcher
+
+
+async def test_responder_answers_with_hits_as_a_reply(responder):
+    r, sent, _, searcher = responder
+    await r.answer(command("!sources --room here signing key"))
+    [(room, content)] = sent
+    assert room == ROOM
+    assert content["m.relates_to"] == {"m.in_reply_to": {"event_id": "$cmd"}}
+    assert "rotate the signing key 0" in content["body"]
+    [q] = searcher.queries
+    assert q.texts == ("signing key",) and q.top_k == 4 and q.room_id == ROOM
+
+
+async def test_responder_answers_in_the_thread(responder):
+    r, sent, _, _ = responder
+    await r.answer(command("!sources key", thread_root="$root"))
+    rel = sent[0][1]["m.relates_to"]
+    assert rel["rel_type"] == "m.thread" and rel["event_id"] == "$root"
+    assert rel["m.in_reply_to"] == {"event_id": "$cmd"}
+
+
+async def test_responder_replies_with_the_command_error(responder):
+    r, sent, _, searcher = responder
+    await r.answer(command("!sources --top lots key"))
+    assert "--top takes a number" in sent[0][1]["body"]
+    assert searcher.queries == []
+
+
+async def test_responder_help(responder):
+    r, sent, _, searcher = responder
+    await r.answer(command("!sources help"))
+    assert sent[0][1]["body"] == HELP and searcher.queries == []
+
+
+async def test_responder_ignores_its_own_messages(responder):
+    r, sent, _, _ = responder
+    assert await r.answer(command("!sources key", sender="@sourcesbot:example.org")) is None
+    assert sent == []
+
+
+async def test_rate_limit_says_when_to_try_again(responder):
+    r, sent, clock, searcher = responder
+    await r.answer(command("!sources a"))
+    clock.now += 10
+    await r.answer(command("!sources b"))
+    clock.now += 5
+    await r.answer(command("!sources c"))
+    assert len(searcher.queries) == 2
+    # The first ask leaves the window 60 s after it was made: 45 s from now.
+    assert "try again in 45 s" in sent[2][1]["body"]
+    # Another person is not limited by this one.
+    await r.answer(command("!sources d", sender="@other:example.org"))
+    assert len(searcher.queries) == 3
+    clock.now += 45  # exactly when the reply said
+    await r.answer(command("!sources e"))
+    assert len(searcher.queries) == 4
+    # Help is never limited.
+    await r.answer(command("!sources help"))
+    assert sent[-1][1]["body"] == HELP
+
+
+def test_rate_limiter_wait_is_never_zero_while_limited():
+    clock = Clock()
+    limiter = RateLimiter(1, clock=clock)
+    assert limiter.retry_after("@a:x") == 0
+    clock.now += 59.9
+    assert 0 < limiter.retry_after("@a:x") <= 0.1 + 1e-9
+    clock.now += 0.1
+    assert limiter.retry_after("@a:x") == 0

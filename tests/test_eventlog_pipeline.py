@@ -1,0 +1,348 @@
+"""The event log and the pipeline: durable appends, cursors that move only after the
+store acknowledged, catching up after failures, live extension of the open window, and
+the background worker's backoff (driven by a fake sleep, never by waiting)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+import pytest
+
+from indexer import pipeline as pipeline_mod
+from indexer.chunker import ChunkPolicy, window_id
+from indexer.embedder import HashEmbedder
+from indexer.eventlog import EventLog
+from indexer.pipeline import Pipeline, PipelineWorker
+from indexer.records import EventID, Message, RoomID, UserID
+from indexer.store import ChromaStore
+
+ROOM = RoomID("!ops:example.org")
+ROOM2 = RoomID("!chat:example.org")
+ALICE = UserID("@alice:example.org")
+T0 = 1_700_000_000_000
+MINUTE = 60_000
+# 30-byte bodies, 100-byte windows: three messages to a window.
+POLICY = ChunkPolicy(max_bytes=100, gap_ms=30 * MINUTE)
+
+
+def body(i: int) -> str:
+    return f"message number {i:03d} about key"[:30].ljust(30, ".")
+
+
+def msgs(room: RoomID, start: int, n: int, ts0: int = T0) -> list[tuple[Message, None]]:
+    return [(Message(EventID(f"${room[1:4]}{i:04d}"), room, ALICE, ts0 + i * MINUTE, body(i)),
+             None) for i in range(start, start + n)]
+
+
+class FlakyStore:
+    """A real store whose upsert fails on its first `fail` calls, as an unreachable
+    Chroma server would."""
+
+    def __init__(self, inner: ChromaStore, fail: int = 0) -> None:
+        self.inner, self.fail, self.upserts = inner, fail, 0
+
+    def upsert(self, windows, vectors):
+        self.upserts += 1
+        if self.fail > 0:
+            self.fail -= 1
+            raise ConnectionError("chroma unreachable")
+        return self.inner.upsert(windows, vectors)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+@pytest.fixture
+def log(tmp_path):
+    el = EventLog(tmp_path / "eventlog.sqlite3")
+    yield el
+    el.close()
+
+
+@pytest.fixture
+def store(tmp_path):
+    return ChromaStore(path=tmp_path / "chroma")
+
+
+def stored_event_ids(store: ChromaStore) -> Counter:
+    return Counter(e for w in store.get() for e in w.event_ids)
+
+
+def assert_each_message_in_exactly_one_window(store: ChromaStore, log: EventLog,
+                                              expected: list[str]) -> None:
+    counts = stored_event_ids(store)
+    assert set(counts) == set(expected)
+    assert all(n == 1 for n in counts.values()), {e: n for e, n in counts.items() if n > 1}
+    # And the event log agrees with the store on which window holds each event.
+    windows = {w.window_id: set(w.event_ids) for w in store.get()}
+    for e in expected:
+        status, wid = log.status_of(EventID(e))
+        assert status == "indexed" and e in windows[wid]
+
+
+# -- EventLog ---------------------------------------------------------------------------
+
+
+def test_append_with_txn_is_remembered_across_reopening(tmp_path):
+    path = tmp_path / "eventlog.sqlite3"
+    el = EventLog(path)
+    assert el.append(msgs(ROOM, 0, 3), txn_key="reg:txn-1") == 3
+    assert el.has_txn("reg:txn-1") and not el.has_txn("reg:txn-2")
+    el.close()
+    el = EventLog(path)
+    assert el.has_txn("reg:txn-1")
+    assert el.counts() == {"pending": 3}
+    el.close()
+
+
+def test_append_is_atomic_with_its_txn(log):
+    good = msgs(ROOM, 0, 2)
+    # Fails while binding, after the good rows were inserted: a lone surrogate.
+    bad = (Message(EventID("$bad"), ROOM, ALICE, T0, "bad \ud800"), None)
+    with pytest.raises(UnicodeEncodeError):
+        log.append(good + [bad], txn_key="reg:txn-1")
+    assert not log.has_txn("reg:txn-1")  # Synapse will retry it...
+    assert log.counts() == {}  # ...and nothing half-appended is waiting
+    assert log.append(good, txn_key="reg:txn-1") == 2
+    assert log.has_txn("reg:txn-1")
+
+
+def test_append_twice_adds_once_and_keeps_status(log, store):
+    log.append(msgs(ROOM, 0, 2))
+    Pipeline(log, HashEmbedder(), store, POLICY).process_all()
+    assert log.append(msgs(ROOM, 0, 2)) == 0
+    assert log.counts() == {"indexed": 2}
+
+
+# -- Pipeline ---------------------------------------------------------------------------
+
+
+def test_process_all_indexes_pending_events_into_windows(log, store):
+    log.append(msgs(ROOM, 0, 7) + msgs(ROOM2, 0, 2))
+    emb = HashEmbedder()
+    p = Pipeline(log, emb, store, POLICY)
+    assert p.process_all() == 9
+    assert log.counts() == {"indexed": 9}
+    assert store.count() == 3 + 1  # 3+3+1 in ROOM, 2 in ROOM2
+    ids = [m.event_id for m, _ in msgs(ROOM, 0, 7) + msgs(ROOM2, 0, 2)]
+    assert_each_message_in_exactly_one_window(store, log, ids)
+    first = store.get([window_id(ROOM, EventID("$ops0000"))])[0]
+    assert first.event_ids == ("$ops0000", "$ops0001", "$ops0002")
+    assert first.room_id == ROOM and first.senders == (ALICE,)
+    assert (first.ts_first, first.ts_last) == (T0, T0 + 2 * MINUTE)
+
+
+def test_cursor_advances_to_the_last_indexed_event(log, store):
+    log.append(msgs(ROOM, 0, 5))
+    assert log.cursor(ROOM) is None
+    Pipeline(log, HashEmbedder(), store, POLICY).process_all()
+    c = log.cursor(ROOM)
+    assert (c.event_id, c.ts) == ("$ops0004", T0 + 4 * MINUTE)
+
+
+def test_rerunning_does_nothing(log, store):
+    log.append(msgs(ROOM, 0, 5))
+    emb = HashEmbedder()
+    flaky = FlakyStore(store)
+    p = Pipeline(log, emb, flaky, POLICY)
+    p.process_all()
+    batches, upserts, cursor = emb.batches, flaky.upserts, log.cursor(ROOM)
+    assert p.process_all() == 0
+    assert (emb.batches, flaky.upserts) == (batches, upserts)
+    assert log.cursor(ROOM) == cursor
+
+
+@pytest.mark.parametrize("failures", [1, 3])
+def test_failed_upsert_leaves_cursor_and_statuses_then_catches_up(log, store, failures):
+    log.append(msgs(ROOM, 0, 4))
+    p0 = Pipeline(log, HashEmbedder(), store, POLICY)
+    p0.process_all()
+    cursor = log.cursor(ROOM)
+    log.append(msgs(ROOM, 4, 5) + msgs(ROOM2, 0, 3))
+    flaky = FlakyStore(store, fail=failures)
+    p = Pipeline(log, HashEmbedder(), flaky, POLICY)
+    for _ in range(failures):
+        with pytest.raises(ConnectionError):
+            p.process_all()
+        assert log.cursor(ROOM) == cursor
+        assert log.cursor(ROOM2) is None
+        assert log.counts() == {"indexed": 4, "pending": 8}
+        assert stored_event_ids(store) == Counter(m.event_id for m, _ in msgs(ROOM, 0, 4))
+    assert p.process_all() == 8
+    assert log.counts() == {"indexed": 12}
+    assert log.cursor(ROOM).event_id == "$ops0008"
+    assert log.cursor(ROOM2).event_id == "$cha0002"
+    ids = [m.event_id for m, _ in msgs(ROOM, 0, 9) + msgs(ROOM2, 0, 3)]
+    assert_each_message_in_exactly_one_window(store, log, ids)
+
+
+def test_failure_between_batches_keeps_what_was_acknowledged(log, store, monkeypatch):
+    monkeypatch.setattr(pipeline_mod, "EMBED_BATCH", 2)  # 2 windows per upsert
+    log.append(msgs(ROOM, 0, 15))  # 5 windows: 3 upserts
+    flaky = FlakyStore(store)
+    p = Pipeline(log, HashEmbedder(), flaky, POLICY)
+    real_upsert = flaky.upsert
+
+    def fail_second(windows, vectors):
+        if flaky.upserts == 1:
+            flaky.fail = 1
+        return real_upsert(windows, vectors)
+
+    flaky.upsert = fail_second
+    with pytest.raises(ConnectionError):
+        p.process_all()
+    # The first batch (2 windows, 6 messages) was acknowledged and is kept.
+    assert log.counts() == {"indexed": 6, "pending": 9}
+    assert log.cursor(ROOM).event_id == "$ops0005"
+    p.process_all()
+    ids = [m.event_id for m, _ in msgs(ROOM, 0, 15)]
+    assert_each_message_in_exactly_one_window(store, log, ids)
+    assert log.cursor(ROOM).event_id == "$ops0014"
+
+
+def test_live_extension_rechunks_only_the_open_window(log, store):
+    emb = HashEmbedder()
+    p = Pipeline(log, emb, store, POLICY)
+    log.append(msgs(ROOM, 0, 5))  # windows [0,1,2] [3,4 (open)]
+    p.process_all()
+    closed = store.get([window_id(ROOM, EventID("$ops0000"))])[0]
+    assert store.count() == 2
+    seen = emb.texts_seen
+    log.append(msgs(ROOM, 5, 3))  # [3,4,5] [6,7]
+    p.process_all()
+    # Only the open window and the new one were embedded; the closed window untouched.
+    assert emb.texts_seen - seen == 2
+    assert store.get([closed.window_id])[0] == closed
+    assert log.status_of(EventID("$ops0000")) == ("indexed", closed.window_id)
+    reopened = store.get([window_id(ROOM, EventID("$ops0003"))])[0]
+    assert reopened.event_ids == ("$ops0003", "$ops0004", "$ops0005")
+    assert store.count() == 3
+    assert_each_message_in_exactly_one_window(store, log,
+                                              [m.event_id for m, _ in msgs(ROOM, 0, 8)])
+
+
+def test_message_after_a_long_silence_opens_a_new_window(log, store):
+    p = Pipeline(log, HashEmbedder(), store, POLICY)
+    log.append(msgs(ROOM, 0, 2))
+    p.process_all()
+    log.append(msgs(ROOM, 2, 1, ts0=T0 + 2 * 3_600_000))
+    p.process_all()
+    assert store.count() == 2
+
+
+def test_backfilled_older_messages_still_land_in_exactly_one_window(log, store):
+    """History fetched after live events (/messages on join) arrives with older
+    timestamps; the windows already stored for the live messages must not keep copies."""
+    p = Pipeline(log, HashEmbedder(), store, POLICY)
+    live = msgs(ROOM, 10, 4)  # windows [10,11,12] [13]
+    log.append(live)
+    p.process_all()
+    history = msgs(ROOM, 5, 5)  # minutes 5..9, just before the live ones
+    log.append(history)
+    p.process_all()
+    ids = [m.event_id for m, _ in history + live]
+    assert_each_message_in_exactly_one_window(store, log, ids)
+
+
+# -- PipelineWorker ---------------------------------------------------------------------
+
+
+class FakeSleep:
+    def __init__(self) -> None:
+        self.calls: list[float] = []
+
+    async def __call__(self, seconds: float) -> None:
+        self.calls.append(seconds)
+        await asyncio.sleep(0)
+
+
+class FailingPipeline:
+    def __init__(self, fail: int) -> None:
+        self.fail, self.calls = fail, 0
+
+    def process_all(self, progress=None) -> int:
+        self.calls += 1
+        if self.fail > 0:
+            self.fail -= 1
+            raise ConnectionError("store down")
+        return 0
+
+
+async def run_until_idle(worker: PipelineWorker, timeout: float = 5) -> None:
+    await asyncio.wait_for(worker.wait_idle(), timeout)
+
+
+async def test_worker_retries_with_doubling_backoff():
+    sleep = FakeSleep()
+    pipe = FailingPipeline(fail=4)
+    worker = PipelineWorker(pipe, debounce=0.5, backoff_initial=1.0, backoff_max=60,
+                            sleep=sleep)
+    worker.start()
+    try:
+        await run_until_idle(worker)
+    finally:
+        await worker.stop()
+    assert pipe.calls == 5 and worker.failures == 4 and worker.runs == 1
+    assert sleep.calls == [0.5, 1.0, 0.5, 2.0, 0.5, 4.0, 0.5, 8.0, 0.5]
+
+
+async def test_worker_backoff_is_capped_and_resets_after_success():
+    sleep = FakeSleep()
+    pipe = FailingPipeline(fail=5)
+    worker = PipelineWorker(pipe, debounce=0, backoff_initial=1.0, backoff_max=4.0,
+                            sleep=sleep)
+    worker.start()
+    try:
+        await run_until_idle(worker)
+        backoffs = [s for s in sleep.calls if s]
+        assert backoffs == [1.0, 2.0, 4.0, 4.0, 4.0]
+        sleep.calls.clear()
+        pipe.fail = 1
+        worker.notify()
+        await run_until_idle(worker)
+    finally:
+        await worker.stop()
+    assert [s for s in sleep.calls if s] == [1.0]  # back to the initial backoff
+
+
+async def test_worker_catches_up_after_store_outage(log, store):
+    log.append(msgs(ROOM, 0, 7))
+    flaky = FlakyStore(store, fail=2)
+    sleep = FakeSleep()
+    worker = PipelineWorker(Pipeline(log, HashEmbedder(), flaky, POLICY), debounce=0.01,
+                            backoff_initial=0.02, sleep=sleep)
+    worker.start()
+    try:
+        await run_until_idle(worker)
+    finally:
+        await worker.stop()
+    assert worker.failures == 2
+    assert sorted(s for s in sleep.calls if s != 0.01) == [0.02, 0.04]
+    assert_each_message_in_exactly_one_window(store, log,
+                                              [m.event_id for m, _ in msgs(ROOM, 0, 7)])
+    assert log.cursor(ROOM).event_id == "$ops0006"
+
+
+async def test_notify_during_a_run_runs_again():
+    sleep = FakeSleep()
+    worker = None
+
+    class NotifyingPipeline:
+        calls = 0
+
+        def process_all(self, progress=None):
+            NotifyingPipeline.calls += 1
+            if NotifyingPipeline.calls == 1:
+                loop.call_soon_threadsafe(worker.notify)  # a message arrives mid-run
+            return 0
+
+    loop = asyncio.get_running_loop()
+    worker = PipelineWorker(NotifyingPipeline(), debounce=0, sleep=sleep)
+    worker.start()
+    try:
+        await asyncio.sleep(0.05)
+        await run_until_idle(worker)
+    finally:
+        await worker.stop()
+    assert NotifyingPipeline.calls == 2

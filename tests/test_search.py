@@ -1,0 +1,233 @@
+"""Search: query validation naming the field, reciprocal rank fusion, and the Searcher
+over a real (embedded) Chroma with the fast hash embedder."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from indexer.chunker import ChunkPolicy, build_windows, embed_text
+from indexer.embedder import HashEmbedder
+from indexer.records import EventID, Message, RoomID, UserID
+from indexer.search import (
+    DEFAULT_RRF_K,
+    MAX_TEXT_BYTES,
+    MAX_TEXTS,
+    MAX_TOP_K,
+    QueryError,
+    Searcher,
+    SourceQuery,
+    rrf,
+)
+from indexer.store import ChromaStore
+
+# -- SourceQuery.build ------------------------------------------------------------------
+
+
+def refusal(*args, **kwargs) -> QueryError:
+    with pytest.raises(QueryError) as info:
+        SourceQuery.build(*args, **kwargs)
+    return info.value
+
+
+def test_valid_query():
+    q = SourceQuery.build(["  rotate the key  ", "signing key"], 3, "!r:x", "chat")
+    assert q.texts == ("rotate the key", "signing key")
+    assert (q.top_k, q.room_id, q.corpus) == (3, "!r:x", "chat")
+
+
+def test_eight_texts_are_fine_nine_are_not():
+    assert len(SourceQuery.build(["t"] * MAX_TEXTS).texts) == MAX_TEXTS
+    e = refusal(["t"] * (MAX_TEXTS + 1))
+    assert e.field == "texts"
+    assert "9" in str(e) and "8" in str(e)
+
+
+@pytest.mark.parametrize("texts", [[], (), "a string", None, 5])
+def test_texts_must_be_a_non_empty_list(texts):
+    assert refusal(texts).field == "texts"
+
+
+@pytest.mark.parametrize("texts,index", [([""], 0), (["ok", ""], 1), (["ok", "fine", "  \n "], 2)])
+def test_empty_text_is_refused_by_index(texts, index):
+    e = refusal(texts)
+    assert e.field == f"texts[{index}]"
+    assert "empty" in e.message
+
+
+def test_non_string_text_is_refused_by_index():
+    assert refusal(["ok", 5]).field == "texts[1]"
+
+
+def test_text_over_the_byte_limit_is_refused_with_its_size():
+    assert SourceQuery.build(["a" * MAX_TEXT_BYTES]).texts == ("a" * MAX_TEXT_BYTES,)
+    e = refusal(["fine", "a" * (MAX_TEXT_BYTES + 1)])
+    assert e.field == "texts[1]"
+    assert str(MAX_TEXT_BYTES + 1) in e.message
+    # Bytes, not characters: 501 two-byte characters are 1002 bytes.
+    e = refusal(["é" * 501])
+    assert e.field == "texts[0]" and "1002" in e.message
+
+
+@pytest.mark.parametrize("top_k", [0, MAX_TOP_K + 1, -1, True, False, 2.0, "3", None])
+def test_bad_top_k(top_k):
+    e = refusal(["text"], top_k)
+    assert e.field == "top_k"
+
+
+@pytest.mark.parametrize("top_k", [1, MAX_TOP_K])
+def test_top_k_bounds_are_inclusive(top_k):
+    assert SourceQuery.build(["text"], top_k).top_k == top_k
+
+
+def test_bad_room_and_corpus_name_their_field():
+    assert refusal(["t"], room_id="#alias:x").field == "room"
+    assert refusal(["t"], corpus="everything").field == "corpus"
+
+
+# -- rrf ---------------------------------------------------------------------------------
+
+ids = st.sampled_from([f"w{i}" for i in range(12)])
+id_lists = st.lists(st.lists(ids, max_size=12), min_size=0, max_size=6)
+RRF_SETTINGS = settings(max_examples=300, deadline=None, database=None)
+
+
+@RRF_SETTINGS
+@given(id_lists, st.integers(1, 100))
+def test_rrf_is_deterministic(lists, k):
+    assert rrf(lists, k) == rrf([list(x) for x in lists], k)
+
+
+@RRF_SETTINGS
+@given(id_lists, st.randoms(use_true_random=False))
+def test_rrf_does_not_depend_on_the_order_of_the_lists(lists, rnd):
+    shuffled = list(lists)
+    rnd.shuffle(shuffled)
+    assert rrf(shuffled) == rrf(lists)
+
+
+def test_equal_scores_tie_by_id_whatever_the_list_order():
+    # "a" has ranks 1, 1, 2 and "d" 2, 1, 1: equal scores, so "a" (smaller id) first,
+    # for every order of the lists (a running float sum differs in the last bit).
+    lists = [["a", "b"], ["a", "d"], ["d", "a"], ["d", "b"]]
+    results = {tuple(rrf(list(p))) for p in itertools.permutations(lists)}
+    assert len(results) == 1
+    assert [w for w, _ in results.pop()] == ["a", "d", "b"]
+
+
+@RRF_SETTINGS
+@given(id_lists)
+def test_rrf_returns_only_ids_from_the_lists_once_each(lists):
+    fused = rrf(lists)
+    out = [wid for wid, _ in fused]
+    assert len(out) == len(set(out))
+    assert set(out) == {wid for lst in lists for wid in lst}
+
+
+@RRF_SETTINGS
+@given(id_lists)
+def test_rrf_scores_are_descending(lists):
+    scores = [s for _, s in rrf(lists)]
+    assert scores == sorted(scores, reverse=True)
+
+
+def test_agreement_outranks_a_single_first_place():
+    fused = rrf([["solo", "both"], ["both", "x"], ["y", "z"]])
+    assert [w for w, _ in fused][:1] == ["both"]
+    fused = rrf([["both", "a"], ["both", "b"], ["solo", "c"]])
+    assert fused[0][0] == "both"
+    assert fused[0][1] == pytest.approx(2 / (DEFAULT_RRF_K + 1))
+    assert dict(fused)["solo"] == pytest.approx(1 / (DEFAULT_RRF_K + 1))
+
+
+def test_id_repeated_inside_one_list_counts_once():
+    fused = dict(rrf([["a", "a", "b"]]))
+    assert fused["a"] == pytest.approx(1 / (DEFAULT_RRF_K + 1))
+    assert fused["b"] == pytest.approx(1 / (DEFAULT_RRF_K + 3))
+
+
+# -- Searcher over real Chroma -------------------------------------------------------------
+
+ROOM = RoomID("!ops:example.org")
+OTHER = RoomID("!chat:example.org")
+TOPICS = [
+    "rotate the signing key before it expires",
+    "the signing key expired and federation broke",
+    "backup the postgres database every night",
+    "restore the database from last night's backup",
+    "upgrade synapse to the new release",
+    "the release notes mention a new config option",
+    "lunch plans for friday",
+    "the matrix bridge to discord keeps disconnecting",
+    "key rotation guide in the docs",
+    "federation is slow for large rooms",
+]
+
+
+@pytest.fixture(scope="module")
+def indexed(tmp_path_factory):
+    store = ChromaStore(path=tmp_path_factory.mktemp("search") / "chroma")
+    emb = HashEmbedder()
+    messages = [Message(EventID(f"$m{i}"), ROOM if i % 3 else OTHER, UserID("@a:example.org"),
+                        1_700_000_000_000 + i * 3_600_000 * 2, text)
+                for i, text in enumerate(TOPICS)]
+    windows = []
+    for room in (ROOM, OTHER):
+        windows += build_windows([m for m in messages if m.room_id == room],
+                                 ChunkPolicy(max_bytes=10, gap_ms=1))  # one message each
+    store.upsert(windows, emb.encode([embed_text(w) for w in windows]))
+    return store, emb
+
+
+@pytest.mark.parametrize("text", ["signing key", "database backup", "federation",
+                                  "new release", "nothing in common zzz"])
+@pytest.mark.parametrize("top_k", [1, 3, 10])
+def test_one_text_gives_exactly_the_single_vector_order(indexed, text, top_k):
+    store, emb = indexed
+    hits = Searcher(emb, store).search(SourceQuery.build([text], top_k))
+    [bare] = store.query(emb.encode([text]), top_k)
+    assert [h.window_id for h in hits] == [nb.window.window_id for nb in bare]
+    assert [h.ranks[0][0] for h in hits] == list(range(1, len(hits) + 1))
+    assert [h.ranks[0][1] for h in hits] == pytest.approx([nb.similarity for nb in bare])
+    assert [h.text for h in hits] == [nb.window.text for nb in bare]
+
+
+def test_duplicated_text_counts_once(indexed):
+    store, emb = indexed
+    s = Searcher(emb, store)
+    alone = s.search(SourceQuery.build(["signing key"], 5))
+    twice = s.search(SourceQuery.build(["signing key", "signing key"], 5))
+    assert twice == alone
+    # Also when the copies differ only in surrounding space.
+    assert s.search(SourceQuery.build(["signing key", "  signing key "], 5)) == alone
+
+
+def test_query_texts_are_embedded_in_one_batch(indexed):
+    store, _ = indexed
+    emb = HashEmbedder()
+    Searcher(emb, store).search(SourceQuery.build(["signing key", "database", "release"], 5))
+    assert emb.batches == 1 and emb.texts_seen == 3
+
+
+def test_multi_text_fuses_both_topics(indexed):
+    store, emb = indexed
+    hits = Searcher(emb, store).search(
+        SourceQuery.build(["signing key rotation", "postgres database backup"], 4))
+    texts = " ".join(h.text for h in hits)
+    assert "signing key" in texts and "database" in texts
+    assert len({h.window_id for h in hits}) == len(hits) <= 4
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+
+
+def test_room_filter(indexed):
+    store, emb = indexed
+    hits = Searcher(emb, store).search(SourceQuery.build(["signing key"], 10, room_id=OTHER))
+    assert hits and {h.room_id for h in hits} == {OTHER}
+
+
+def test_empty_store_gives_no_hits(tmp_path):
+    store = ChromaStore(path=tmp_path / "empty")
+    assert Searcher(HashEmbedder(), store).search(SourceQuery.build(["a", "b"])) == []
