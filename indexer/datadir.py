@@ -14,7 +14,17 @@ from pathlib import Path
 
 from ruamel.yaml import YAML
 
-TEMPLATES = Path(__file__).resolve().parent.parent / "config"
+def _templates() -> Path:
+    """config/ of the source tree, or its copy inside an installed wheel."""
+    here = Path(__file__).resolve().parent.parent / "config"
+    if (here / "config.example.yaml").exists():
+        return here
+    from importlib.resources import files
+
+    return Path(str(files("matrix_sources_templates")))
+
+
+TEMPLATES = _templates()
 FILES = ("config.yaml", "allowlist.yaml", "registration.yaml")
 
 
