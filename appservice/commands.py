@@ -25,7 +25,8 @@ Search this community's public rooms by meaning:
   first way to say it
   second way to say it
       several lines: up to {MAX_TEXTS} texts, fused into one ranking
-Flags: --top N (1 to {MAX_TOP_K}), --room here|!roomid, --corpus chat|reference
+Flags: --top N (1 to {MAX_TOP_K}), --room here|#alias|!roomid, --corpus chat|reference
+  {COMMAND_PREFIX} why 1     why hit 1 of your last query ranked where it did
   {COMMAND_PREFIX} help      this text"""
 
 
@@ -36,6 +37,7 @@ class CommandError(ValueError):
 @dataclass(frozen=True)
 class SearchCommand:
     query: SourceQuery
+    room_alias: str | None = None  # --room #alias: resolved by the responder
 
 
 @dataclass(frozen=True)
@@ -43,7 +45,12 @@ class HelpCommand:
     pass
 
 
-Command = SearchCommand | HelpCommand
+@dataclass(frozen=True)
+class WhyCommand:
+    n: int  # 1-based hit number of the asker's last query
+
+
+Command = SearchCommand | HelpCommand | WhyCommand
 
 
 def parse_command(body: str, room_id: str, default_top_k: int = 5) -> Command:
@@ -56,6 +63,8 @@ def parse_command(body: str, room_id: str, default_top_k: int = 5) -> Command:
     words = first.split()
     if words == ["help"] and not more.strip():
         return HelpCommand()
+    if len(words) == 2 and words[0] == "why" and words[1].isdigit() and not more.strip():
+        return WhyCommand(int(words[1]))
     top_k: object = default_top_k
     room: str | None = None
     corpus: str | None = None
@@ -92,10 +101,13 @@ def parse_command(body: str, room_id: str, default_top_k: int = 5) -> Command:
     if not texts:
         raise CommandError(f"What should I look for? Try `{COMMAND_PREFIX} how do I ...` "
                            f"or `{COMMAND_PREFIX} help`.")
+    alias = None
     if room is not None and room.startswith("#"):
-        raise CommandError("--room takes `here` or a room id (!...) for now.")
+        alias, room = room, None
+    elif room is not None and not room.startswith("!"):
+        raise CommandError("--room takes `here`, a room alias (#...) or a room id (!...).")
     try:
-        return SearchCommand(SourceQuery.build(texts, top_k, room, corpus))
+        return SearchCommand(SourceQuery.build(texts, top_k, room, corpus), alias)
     except QueryError as e:
         raise CommandError(_explain(e)) from None
 

@@ -142,3 +142,28 @@ def render_error(message: str) -> Reply:
 
 def render_help(text: str) -> Reply:
     return Reply(text, "<pre>" + html.escape(text) + "</pre>", ())
+
+
+def render_why(n: int, hit: Hit, texts: tuple[str, ...], rrf_k: int) -> Reply:
+    """Why hit n ranked where it did: its rank and similarity under each query text,
+    and how reciprocal rank fusion added them up."""
+    room = hit.room_label or hit.room_id
+    head = f"Hit {n}: {room} · {_time_range(hit)}, fused score {hit.score:.4f}"
+    parts, terms = [], []
+    for i, text in enumerate(texts):
+        r = hit.ranks[i] if i < len(hit.ranks) else None
+        label = f"text {i + 1} “{_clip(text, 60)}”" if len(texts) > 1 else f"“{_clip(text, 60)}”"
+        if r is None:
+            parts.append(f"{label}: not in its top results (adds 0)")
+        else:
+            rank, sim = r
+            parts.append(f"{label}: rank {rank}, cosine similarity {sim:.3f}")
+            terms.append(f"1/({rrf_k}+{rank})")
+    formula = (" + ".join(terms) + f" = {hit.score:.4f}") if terms else ""
+    plain = [head] + [f"  {p}" for p in parts]
+    if formula:
+        plain.append(f"  score = {formula}")
+    rich = (f"<p>{html.escape(head)}</p><ul>"
+            + "".join(f"<li>{html.escape(p)}</li>" for p in parts) + "</ul>"
+            + (f"<p>score = <code>{html.escape(formula)}</code></p>" if formula else ""))
+    return Reply("\n".join(plain), rich, ())

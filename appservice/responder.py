@@ -10,19 +10,24 @@ import asyncio
 import logging
 import math
 import time
-from collections import defaultdict, deque
+from collections import OrderedDict, defaultdict, deque
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable
 
 from indexer.events import MessageEvent
+from dataclasses import replace
+
+from indexer.records import Hit, RoomID
 from indexer.search import Searcher
 
-from .commands import HELP, CommandError, HelpCommand, parse_command
-from .replies import Reply, render_error, render_help, render_hits
+from .commands import HELP, CommandError, HelpCommand, WhyCommand, parse_command
+from .replies import Reply, render_error, render_help, render_hits, render_why
 
 log = logging.getLogger("matrix_sources.responder")
 
 Send = Callable[[str, dict], Awaitable[str]]
+ResolveAlias = Callable[[str], Awaitable[str | None]]
+LAST_QUERIES_KEPT = 1000  # per (room, user), in memory only, for `!sources why N`
 
 
 @dataclass
@@ -53,7 +58,11 @@ class Responder:
     default_top_k: int = 5
     limiter: RateLimiter = field(default_factory=lambda: RateLimiter(6))
     domain: str | None = None
+    resolve_alias: ResolveAlias | None = None
+    rrf_k: int = 60
     answered: int = 0
+    # (room, user) -> (distinct texts, hits) of the last query; never written to disk.
+    _last: OrderedDict = field(default_factory=OrderedDict)
 
     async def answer(self, ev: MessageEvent) -> Reply | None:
         m = ev.message
@@ -73,13 +82,41 @@ class Responder:
             return render_error(str(e))
         if isinstance(cmd, HelpCommand):
             return render_help(HELP)
+        if isinstance(cmd, WhyCommand):
+            return self._why(m.room_id, m.sender, cmd.n)
+        query = cmd.query
+        if cmd.room_alias is not None:
+            room_id = await self.resolve_alias(cmd.room_alias) if self.resolve_alias else None
+            if room_id is None:
+                return render_error(f"I can't find the room {cmd.room_alias}; "
+                                    "check the alias or use the room id (!...).")
+            query = replace(query, room_id=RoomID(room_id))
         wait = self.limiter.retry_after(m.sender)
         if wait > 0:
             return render_error(f"You have asked a lot in the last minute; "
                                 f"try again in {math.ceil(wait)} s.")
         started = time.monotonic()
-        hits = await asyncio.to_thread(self.searcher.search, cmd.query)
+        hits = await asyncio.to_thread(self.searcher.search, query)
         log.info("query_answered", extra={"room_id": m.room_id, "event_id": m.event_id,
-                                          "texts": len(cmd.query.texts), "hits": len(hits),
+                                          "texts": len(query.texts), "hits": len(hits),
                                           "ms": int((time.monotonic() - started) * 1000)})
-        return render_hits(hits, cmd.query.texts, self.domain)
+        self._remember(m.room_id, m.sender, tuple(dict.fromkeys(query.texts)), hits)
+        return render_hits(hits, query.texts, self.domain)
+
+    def _remember(self, room_id: str, user: str, texts: tuple[str, ...], hits: list[Hit]) -> None:
+        key = (room_id, user)
+        self._last[key] = (texts, hits)
+        self._last.move_to_end(key)
+        while len(self._last) > LAST_QUERIES_KEPT:
+            self._last.popitem(last=False)
+
+    def _why(self, room_id: str, user: str, n: int) -> Reply:
+        last = self._last.get((room_id, user))
+        if last is None:
+            return render_error("Ask something first; then `!sources why 1` explains hit 1.")
+        texts, hits = last
+        if not 1 <= n <= len(hits):
+            return render_error(f"Your last query had {len(hits)} hits; "
+                                f"ask about 1 to {len(hits)}." if hits else
+                                "Your last query had no hits to explain.")
+        return render_why(n, hits[n - 1], texts, self.rrf_k)

@@ -74,7 +74,8 @@ class Service:
             self.registration.hs_token, self.registration.id, self.ingest,
             self._learn_room, self._on_admitted)
         self.responder = Responder(self.searcher, self._send, cfg.bot_user, cfg.default_top_k,
-                                   RateLimiter(cfg.rate_limit_per_minute), domain=cfg.domain)
+                                   RateLimiter(cfg.rate_limit_per_minute), domain=cfg.domain,
+                                   resolve_alias=self._resolve_alias, rrf_k=cfg.rrf_k)
         self._tasks: set[asyncio.Task] = set()
         self._allowlist_mtime = 0.0
 
@@ -193,6 +194,12 @@ class Service:
         except Exception:
             log.exception("answer_failed", extra={"room_id": cmd.message.room_id,
                                                   "event_id": cmd.message.event_id})
+
+    async def _resolve_alias(self, alias: str) -> str | None:
+        try:
+            return (await self.az.intent.resolve_room_alias(alias)).room_id
+        except MatrixError:
+            return None
 
     async def _send(self, room_id: str, content: dict) -> str:
         return await self.az.intent.send_message_event(room_id, EventType.ROOM_MESSAGE, content)

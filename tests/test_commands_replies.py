@@ -8,7 +8,8 @@ from urllib.parse import unquote
 
 import pytest
 
-from appservice.commands import HELP, CommandError, HelpCommand, SearchCommand, parse_command
+from appservice.commands import (HELP, CommandError, HelpCommand, SearchCommand, WhyCommand,
+                                 parse_command)
 from appservice.replies import MAX_REPLY_CHARS, permalink, render_hits, via_servers
 from appservice.responder import RateLimiter, Responder
 from indexer.chunker import format_ts
@@ -105,8 +106,23 @@ def test_unknown_flag():
 def test_bad_corpus_and_room():
     assert "--corpus" in error("!sources --corpus everything key")
     assert "chat" in error("!sources --corpus everything key")
-    assert "--room" in error("!sources --room #ops:example.org key")
     assert "--room" in error("!sources --room ops key")
+
+
+def test_room_by_alias_is_left_for_the_responder_to_resolve():
+    cmd = parse_command("!sources --room #ops:example.org key", ROOM)
+    assert cmd.room_alias == "#ops:example.org" and cmd.query.room_id is None
+
+
+@pytest.mark.parametrize("body,n", [("!sources why 1", 1), ("!sources  why 12", 12)])
+def test_why(body, n):
+    assert parse_command(body, ROOM) == WhyCommand(n)
+
+
+@pytest.mark.parametrize("body", ["!sources why does synapse crash", "!sources why",
+                                  "!sources why 1\nand more"])
+def test_why_like_queries_are_searches(body):
+    assert isinstance(parse_command(body, ROOM), SearchCommand)
 
 
 def test_too_many_lines():
@@ -391,3 +407,56 @@ def test_rate_limiter_wait_is_never_zero_while_limited():
     assert 0 < limiter.retry_after("@a:x") <= 0.1 + 1e-9
     clock.now += 0.1
     assert limiter.retry_after("@a:x") == 0
+
+
+# -- why N and --room #alias ----------------------------------------------------------------
+
+def ranked_hit(n: int, ranks, score: float) -> Hit:
+    h = hit(n)
+    return Hit(h.window_id, h.room_id, h.room_label, h.corpus, h.event_ids, h.senders,
+               h.ts_first, h.ts_last, score, h.text, ranks)
+
+
+async def test_why_explains_ranks_similarities_and_fused_score(responder):
+    r, sent, _, searcher = responder
+    searcher.hits = [ranked_hit(0, ((1, 0.812), (3, 0.654)), 1 / 61 + 1 / 63),
+                     ranked_hit(1, ((2, 0.7), None), 1 / 62)]
+    await r.answer(command("!sources rotate the key\nsigning key expired"))
+    await r.answer(command("!sources why 1", event_id="$why1"))
+    body = sent[-1][1]["body"]
+    assert "Hit 1" in body and "rank 1" in body and "rank 3" in body
+    assert "0.812" in body and "0.654" in body and f"{1 / 61 + 1 / 63:.4f}" in body
+    assert "1/(60+1) + 1/(60+3)" in body
+    await r.answer(command("!sources why 2", event_id="$why2"))
+    body = sent[-1][1]["body"]
+    assert "rank 2" in body and "not in its top results" in body
+    assert sent[-1][1]["m.relates_to"]["m.in_reply_to"]["event_id"] == "$why2"
+
+
+async def test_why_without_a_query_or_out_of_range(responder):
+    r, sent, _, searcher = responder
+    await r.answer(command("!sources why 1"))
+    assert "Ask something first" in sent[-1][1]["body"]
+    await r.answer(command("!sources key"))
+    await r.answer(command("!sources why 5"))
+    assert "1 to 1" in sent[-1][1]["body"]
+
+
+async def test_why_is_per_asker(responder):
+    r, sent, _, _ = responder
+    await r.answer(command("!sources key", sender="@a:example.org"))
+    await r.answer(command("!sources why 1", sender="@b:example.org"))
+    assert "Ask something first" in sent[-1][1]["body"]
+
+
+async def test_room_alias_is_resolved_before_searching(responder):
+    r, sent, _, searcher = responder
+
+    async def resolve(alias):
+        return "!ops:example.org" if alias == "#ops:example.org" else None
+
+    r.resolve_alias = resolve
+    await r.answer(command("!sources --room #ops:example.org key"))
+    assert searcher.queries[-1].room_id == "!ops:example.org"
+    await r.answer(command("!sources --room #nope:example.org key"))
+    assert "#nope:example.org" in sent[-1][1]["body"] and len(searcher.queries) == 1

@@ -126,3 +126,38 @@ async def test_transactions_replayed_once_across_restart(stack):
     assert _put_txn(stack, "odd-1", odd, stack.hs_token) == 200
     assert all(stack.event_status(f"$odd-{i}") is None for i in range(1, 5))
     assert stack.service.proc.poll() is None
+
+
+HOSTILE = [
+    "try <script>alert('xss')</script> in the topic and the widget breaks",
+    'the docs link is <a href="javascript:alert(1)">here</a> for the widget config',
+    "widget preview shows <img src=x onerror=alert(2)> instead of the image",
+    'ping <a href="https://matrix.to/#/@alice:localhost">Alice</a> about the widget',
+]
+
+
+async def test_two_line_query_is_fused_and_explained_and_html_escaped(stack):
+    user, token = stack.synapse.register_user("carol", "carol-password")
+    async with ChatClient(stack.synapse.url, user, token) as carol:
+        room = await carol.create_room("Widgets", public=True, alias="widgets")
+        assert stack.cli("allowlist", "add", room).returncode == 0
+        await carol.wait_for_member(room, stack.bot)
+        ids = [await carol.send(room, body) for body in HOSTILE]
+        stack.wait_indexed(ids)
+
+        reply = await carol.ask(
+            room, "!sources --room #widgets:localhost --top 3\n"
+                  "the widget breaks with a script in the topic\nwidget image preview broken",
+            stack.bot)
+        content = reply["content"]
+        assert "(+1 more)" in content["body"]  # both lines were taken as query texts
+        assert quote(ids[0], safe="") in content["body"]
+        html = content["formatted_body"]
+        for raw in ("<script", "<img", 'href="javascript:', "onerror=alert(2)>"):
+            assert raw not in html
+        assert "&lt;script&gt;" in html and "&lt;img src=x onerror=alert(2)&gt;" in html
+
+        why = (await carol.ask(room, "!sources why 1", stack.bot))["content"]["body"]
+        assert why.startswith("Hit 1:")
+        assert "text 1" in why and "text 2" in why and "cosine similarity" in why
+        assert "score = 1/(60+" in why
