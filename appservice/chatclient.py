@@ -64,6 +64,15 @@ class ChatClient:
                    f"send to {room_id}")
         return resp.event_id
 
+    async def send_event(self, room_id: str, event_type: str, content: dict) -> str:
+        """Any room event, sent as given (no client-side encryption)."""
+        resp = _ok(await self._client.room_send(room_id, event_type, content),
+                   f"send {event_type} to {room_id}")
+        return resp.event_id
+
+    async def join(self, room_id: str) -> None:
+        _ok(await self._client.join(room_id), f"join {room_id}")
+
     async def send_state(self, room_id: str, event_type: str, content: dict,
                          state_key: str = "") -> str:
         resp = _ok(await self._client.room_put_state(room_id, event_type, content, state_key),

@@ -49,25 +49,33 @@ def cmd_run(args) -> int:
     from .service import Service, StartupError
 
     cfg = _config(args)
-    setup_logging(cfg.log_level, as_json=args.json_logs)
+    setup_logging(cfg.log_level, as_json=args.json_logs or cfg.log_format == "json")
 
     async def main() -> int:
         service = Service(cfg)
-        try:
-            await service.start()
-        except StartupError as e:
-            print(f"error: {e}", file=sys.stderr)
-            await service.stop()
-            return 1
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        print(f"matrix-sources: serving on {cfg.as_host}:{cfg.as_port} as {cfg.bot_user}",
-              file=sys.stderr, flush=True)
-        await stop.wait()
+        starting = asyncio.create_task(service.start())
+        stopping = asyncio.create_task(stop.wait())
+        await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        code = 0
+        if starting.done():
+            try:
+                starting.result()
+                print(f"matrix-sources: serving on {cfg.as_host}:{cfg.as_port} as "
+                      f"{cfg.bot_user}", file=sys.stderr, flush=True)
+                await stopping
+            except StartupError as e:
+                print(f"error: {e}", file=sys.stderr)
+                code = 1
+        else:  # asked to stop while still starting (e.g. waiting for the homeserver)
+            starting.cancel()
+            await asyncio.gather(starting, return_exceptions=True)
+        stopping.cancel()
         await service.stop()
-        return 0
+        return code
 
     return asyncio.run(main())
 
@@ -105,19 +113,53 @@ def cmd_search(args) -> int:
 def cmd_allowlist(args) -> int:
     from indexer.allowlist import add_room, load_allowlist, remove_room
 
+    from .aliases import AliasError
+
     cfg = _config(args)
     if args.action == "list":
         for room in load_allowlist(cfg.allowlist):
             print(room)
         return 0
+    if args.action == "add":
+        try:
+            resolved = _resolve_rooms(cfg, args.rooms)  # all or nothing is written
+        except (AliasError, ConfigError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+        for room, alias in resolved:
+            # An alias is kept as a comment beside the id it resolved to.
+            comment = " ".join(c for c in (alias, args.comment) if c) or None
+            changed = add_room(cfg.allowlist, room, comment)
+            shown = f"{room} ({alias})" if alias else room
+            print(f"{'added' if changed else 'already listed'}: {shown}")
+        return 0
     for room in args.rooms:
-        if args.action == "add":
-            changed = add_room(cfg.allowlist, room, args.comment)
-            print(f"{'added' if changed else 'already listed'}: {room}")
-        else:
-            changed = remove_room(cfg.allowlist, room)
-            print(f"{'removed' if changed else 'not listed'}: {room}")
+        changed = remove_room(cfg.allowlist, room)
+        print(f"{'removed' if changed else 'not listed'}: {room}")
     return 0
+
+
+def _resolve_rooms(cfg: Config, rooms: list[str]) -> list[tuple[str, str | None]]:
+    """(room id, alias it came from) for each argument; aliases are resolved through the
+    homeserver with the registration's as_token."""
+    from indexer.allowlist import ROOM_ID
+    from indexer.datadir import load_registration
+
+    from .aliases import resolve_alias
+
+    out: list[tuple[str, str | None]] = []
+    token: str | None = None
+    for room in rooms:
+        if not room.startswith("#"):
+            if not ROOM_ID.match(room):
+                raise ConfigError(cfg.allowlist, "rooms", f"{room!r} is not a room id like "
+                                  "'!abc:example.org' or an alias like '#room:example.org'")
+            out.append((room, None))
+            continue
+        if token is None:
+            token = load_registration(cfg.registration).as_token
+        out.append((resolve_alias(cfg.homeserver_url, token, room), room))
+    return out
 
 
 def cmd_journal(args) -> int:
@@ -129,10 +171,28 @@ def cmd_journal(args) -> int:
     return 0
 
 
+def cmd_doctor(args) -> int:
+    from .doctor import print_checks, run_checks
+
+    return print_checks(run_checks(Path(args.config)))
+
+
 def cmd_demo(args) -> int:
     from .demo import run_demo
 
     return run_demo(Path(args.data_dir), serve=not args.no_serve)
+
+
+def cmd_ref(args) -> int:
+    from .derivedcli import run_ref
+
+    return run_ref(_config(args), args)
+
+
+def cmd_verify(args) -> int:
+    from .derivedcli import run_verify
+
+    return run_verify(_config(args), args)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -174,29 +234,63 @@ def build_parser() -> argparse.ArgumentParser:
     alsub = al.add_subparsers(dest="action", required=True)
     for action, text in (("add", "add rooms"), ("remove", "remove rooms")):
         sp = with_config(alsub.add_parser(action, help=text))
-        sp.add_argument("rooms", nargs="+", metavar="ROOM_ID")
+        sp.add_argument("rooms", nargs="+", metavar="ROOM_ID" if action == "remove"
+                        else "ROOM_ID_OR_ALIAS")
         if action == "add":
             sp.add_argument("--comment", default=None, help="a note kept beside the id")
         sp.set_defaults(func=cmd_allowlist)
     sp = with_config(alsub.add_parser("list", help="print the listed room ids"))
     sp.set_defaults(func=cmd_allowlist)
 
-    sp = with_config(sub.add_parser("journal", help="print refusals and exclusions"))
+    sp = with_config(sub.add_parser("journal", help="print refusals, purges and exclusions"))
     sp.add_argument("--room", default=None)
     sp.add_argument("--rule", default=None)
     sp.set_defaults(func=cmd_journal)
+
+    sp = with_config(sub.add_parser("doctor", help="check the deployment, say how to fix it"))
+    sp.set_defaults(func=cmd_doctor)
 
     sp = sub.add_parser("demo", help="a local Synapse, the service and a demo room")
     sp.add_argument("--data-dir", default="demo-data")
     sp.add_argument("--no-serve", action="store_true",
                     help="stop after the first answer instead of serving")
     sp.set_defaults(func=cmd_demo)
+
+    ref = sub.add_parser("ref", help="reference corpora: Markdown or text searchable with chat")
+    refsub = ref.add_subparsers(dest="action", required=True)
+    sp = with_config(refsub.add_parser("add", help="add a folder or file of .md/.txt"))
+    sp.add_argument("name", metavar="NAME")
+    sp.add_argument("path", metavar="PATH")
+    sp.set_defaults(func=cmd_ref)
+    for action, text in (("sync", "read a corpus again: changed sections re-embedded"),
+                         ("rm", "remove a corpus, its chunks and manifest entries")):
+        sp = with_config(refsub.add_parser(action, help=text))
+        sp.add_argument("name", metavar="NAME")
+        sp.set_defaults(func=cmd_ref)
+    sp = with_config(refsub.add_parser("list", help="the corpora, their sections and chunks"))
+    sp.set_defaults(func=cmd_ref)
+
+    sp = with_config(sub.add_parser("verify", help=(
+        "audit the index; flags combine, none runs every check; exits 1 if one fails")))
+    sp.add_argument("--derived-filter", action="store_true",
+                    help="fail naming every indexed window that matches a live artifact")
+    sp.add_argument("--exclusions", action="store_true",
+                    help="list derived exclusions with artifact, score and threshold")
+    sp.add_argument("--since", default=None, metavar="T",
+                    help="with --exclusions: since 30m, 24h, 7d or an ISO date/time")
+    sp.set_defaults(func=cmd_verify)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     _quiet_libraries()
     args = build_parser().parse_args(argv)
+    if argv is None and args.command in ("run", "import", "demo"):
+        # This process is the command: re-execute it with a clean heap (heap.py). Not
+        # when called with arguments (tests): that would restart the caller.
+        from .heap import ensure_heap_hygiene
+
+        ensure_heap_hygiene()
     try:
         return args.func(args)
     except ConfigError as e:

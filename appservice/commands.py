@@ -27,6 +27,7 @@ Search this community's public rooms by meaning:
       several lines: up to {MAX_TEXTS} texts, fused into one ranking
 Flags: --top N (1 to {MAX_TOP_K}), --room here|#alias|!roomid, --corpus chat|reference
   {COMMAND_PREFIX} why 1     why hit 1 of your last query ranked where it did
+  {COMMAND_PREFIX} status    what the index holds (room moderators)
   {COMMAND_PREFIX} help      this text"""
 
 
@@ -46,11 +47,16 @@ class HelpCommand:
 
 
 @dataclass(frozen=True)
+class StatusCommand:
+    pass
+
+
+@dataclass(frozen=True)
 class WhyCommand:
     n: int  # 1-based hit number of the asker's last query
 
 
-Command = SearchCommand | HelpCommand | WhyCommand
+Command = SearchCommand | HelpCommand | WhyCommand | StatusCommand
 
 
 def parse_command(body: str, room_id: str, default_top_k: int = 5) -> Command:
@@ -63,6 +69,8 @@ def parse_command(body: str, room_id: str, default_top_k: int = 5) -> Command:
     words = first.split()
     if words == ["help"] and not more.strip():
         return HelpCommand()
+    if words == ["status"] and not more.strip():
+        return StatusCommand()
     if len(words) == 2 and words[0] == "why" and words[1].isdigit() and not more.strip():
         return WhyCommand(int(words[1]))
     top_k: object = default_top_k

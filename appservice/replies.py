@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from urllib.parse import quote
 
 from indexer.chunker import format_ts, parse_document
-from indexer.records import Hit
+from indexer.derived import EmittedSection
+from indexer.records import CORPUS_REFERENCE, Hit
 
 MAX_LINES_PER_HIT = 2
 MAX_LINE_CHARS = 220
@@ -25,6 +26,9 @@ class Reply:
     body: str
     formatted_body: str
     quoted: tuple[str, ...]  # the message lines the reply shows, for the artifact manifest
+    # One per hit shown: its header and quoted lines, recorded as answer artifacts once
+    # the reply is sent (DESIGN.md "Derived filter").
+    sections: tuple[EmittedSection, ...] = ()
 
     def content(self, in_reply_to: str | None = None, thread_root: str | None = None) -> dict:
         content: dict = {"msgtype": "m.notice", "body": self.body,
@@ -99,24 +103,12 @@ def render_hits(hits: list[Hit], query_texts: tuple[str, ...], fallback_server: 
     size = len(plain[0]) + len(rich[0]) + len("</ol>")
     # Room kept for the note that says how many hits were cut (it replaces "</ol>").
     reserve = 1 + 2 * len(_cut_note(len(hits))) + len("<p></p>")
+    sections: list[EmittedSection] = []
     for n, hit in enumerate(hits, start=1):
-        room = hit.room_label or hit.room_id
-        senders = ", ".join(_localpart(s) for s in hit.senders[:4])
-        if len(hit.senders) > 4:
-            senders += f" +{len(hit.senders) - 4}"
-        via = via_servers(hit, fallback_server)
-        link = permalink(hit.room_id, hit.first_event_id, via)
-        lines = [(permalink(hit.room_id, e, via), s, b) for e, s, b in best_lines(hit, query_texts)]
-        p = [f"{n}. {room} · {_time_range(hit)} · {senders}"]
-        p += [f"   > {_localpart(s)}: {_clip(b)}\n     {url}" for url, s, b in lines]
-        p.append(f"   window: {link}")
-        r = (f"<li><a href=\"{html.escape(link, quote=True)}\">{html.escape(room)}</a>"
-             f" · {html.escape(_time_range(hit))} · {html.escape(senders)}<blockquote>"
-             + "<br>".join(f"<a href=\"{html.escape(url, quote=True)}\">"
-                           f"<b>{html.escape(_localpart(s))}</b></a>: {html.escape(_clip(b))}"
-                           for url, s, b in lines)
-             + "</blockquote></li>")
-        piece_plain = "\n".join(p)
+        if hit.corpus == CORPUS_REFERENCE:
+            piece_plain, r, shown, section = _reference_piece(n, hit, query_texts)
+        else:
+            piece_plain, r, shown, section = _chat_piece(n, hit, query_texts, fallback_server)
         added = 1 + len(piece_plain) + len(r)  # 1: the newline joining it to the body
         if size + added + (reserve if n < len(hits) else 0) > MAX_REPLY_CHARS and n > 1:
             more = _cut_note(len(hits) - n + 1)
@@ -125,11 +117,65 @@ def render_hits(hits: list[Hit], query_texts: tuple[str, ...], fallback_server: 
             break
         plain.append(piece_plain)
         rich.append(r)
-        quoted.extend(_clip(b) for _, _, b in lines)
+        quoted.extend(shown)
+        sections.append(section)
         size += added
     else:
         rich.append("</ol>")
-    return Reply("\n".join(plain), "".join(rich), tuple(quoted))
+    return Reply("\n".join(plain), "".join(rich), tuple(quoted), tuple(sections))
+
+
+def _chat_piece(n: int, hit: Hit, query_texts: tuple[str, ...], fallback_server: str | None
+                ) -> tuple[str, str, list[str], EmittedSection]:
+    """A chat hit: room, time, senders, lines linked to their events."""
+    room = hit.room_label or hit.room_id
+    senders = ", ".join(_localpart(s) for s in hit.senders[:4])
+    if len(hit.senders) > 4:
+        senders += f" +{len(hit.senders) - 4}"
+    via = via_servers(hit, fallback_server)
+    link = permalink(hit.room_id, hit.first_event_id, via)
+    lines = [(permalink(hit.room_id, e, via), s, b) for e, s, b in best_lines(hit, query_texts)]
+    head = f"{room} · {_time_range(hit)} · {senders}"
+    p = [f"{n}. {head}"]
+    p += [f"   > {_localpart(s)}: {_clip(b)}\n     {url}" for url, s, b in lines]
+    p.append(f"   window: {link}")
+    r = (f"<li><a href=\"{html.escape(link, quote=True)}\">{html.escape(room)}</a>"
+         f" · {html.escape(_time_range(hit))} · {html.escape(senders)}<blockquote>"
+         + "<br>".join(f"<a href=\"{html.escape(url, quote=True)}\">"
+                       f"<b>{html.escape(_localpart(s))}</b></a>: {html.escape(_clip(b))}"
+                       for url, s, b in lines)
+         + "</blockquote></li>")
+    shown = [_clip(b) for _, _, b in lines]
+    text = "\n".join([head] + [f"{_localpart(s)}: {_clip(b)}" for _, s, b in lines])
+    return "\n".join(p), r, shown, EmittedSection(text, tuple(hit.event_ids))
+
+
+def reference_lines(hit: Hit, query_texts: tuple[str, ...], n: int = MAX_LINES_PER_HIT
+                    ) -> list[str]:
+    """The lines of a reference chunk sharing most words with the query, in order."""
+    qwords = {w for t in query_texts for w in _WORD.findall(t.lower())}
+    lines = [line.strip() for line in hit.text.split("\n")
+             if line.strip() and not line.lstrip().startswith(("```", "~~~"))]
+    scored = sorted(((len(qwords & set(_WORD.findall(line.lower()))), -i, i)
+                     for i, line in enumerate(lines)), reverse=True)[:n]
+    return [lines[i] for i in sorted(i for _, _, i in scored)]
+
+
+def _reference_piece(n: int, hit: Hit, query_texts: tuple[str, ...]
+                     ) -> tuple[str, str, list[str], EmittedSection]:
+    """A reference hit: cited by file and heading (no room, time or senders)."""
+    ref = hit.ref
+    file = ref.file if ref else hit.room_label
+    heading = ref.heading if ref else ""
+    corpus = f" · reference {ref.corpus_name}" if ref else " · reference"
+    lines = [_clip(line) for line in reference_lines(hit, query_texts)]
+    head = f"{file} › {heading}" if heading else file
+    p = [f"{n}. {head}{corpus}"] + [f"   > {line}" for line in lines]
+    r = (f"<li><b>{html.escape(file)}</b>"
+         + (f" › {html.escape(heading)}" if heading else "") + html.escape(corpus)
+         + "<blockquote>" + "<br>".join(f"<code>{html.escape(line)}</code>" for line in lines)
+         + "</blockquote></li>")
+    return "\n".join(p), r, lines, EmittedSection("\n".join([head] + lines))
 
 
 def _cut_note(n: int) -> str:

@@ -14,19 +14,23 @@ from collections import OrderedDict, defaultdict, deque
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable
 
+from indexer.derived import EmittedSection
 from indexer.events import MessageEvent
 from dataclasses import replace
 
 from indexer.records import Hit, RoomID
 from indexer.search import Searcher
 
-from .commands import HELP, CommandError, HelpCommand, WhyCommand, parse_command
+from .commands import (HELP, CommandError, HelpCommand, StatusCommand, WhyCommand,
+                       parse_command)
 from .replies import Reply, render_error, render_help, render_hits, render_why
 
 log = logging.getLogger("matrix_sources.responder")
 
 Send = Callable[[str, dict], Awaitable[str]]
 ResolveAlias = Callable[[str], Awaitable[str | None]]
+Status = Callable[[str, str], Awaitable[Reply]]  # (room, asker) -> reply
+RecordAnswer = Callable[[str, list[EmittedSection]], int]
 LAST_QUERIES_KEPT = 1000  # per (room, user), in memory only, for `!sources why N`
 
 
@@ -60,9 +64,13 @@ class Responder:
     domain: str | None = None
     resolve_alias: ResolveAlias | None = None
     rrf_k: int = 60
+    status: Status | None = None
+    on_search_seconds: Callable[[float], None] | None = None
     answered: int = 0
     # (room, user) -> (distinct texts, hits) of the last query; never written to disk.
     _last: OrderedDict = field(default_factory=OrderedDict)
+    # (reply event id, sections) -> artifacts added; called after the send returned.
+    record_answer: RecordAnswer | None = None
 
     async def answer(self, ev: MessageEvent) -> Reply | None:
         m = ev.message
@@ -70,9 +78,24 @@ class Responder:
             return None
         reply = await self._reply_for(ev)
         content = reply.content(in_reply_to=m.event_id, thread_root=ev.thread_root)
-        await self.send(m.room_id, content)
+        event_id = await self.send(m.room_id, content)
         self.answered += 1
+        if self.record_answer is not None and reply.sections:
+            await self._record_answer(m.room_id, event_id, reply)
         return reply
+
+    async def _record_answer(self, room_id: str, event_id: str, reply: Reply) -> None:
+        """The reply is sent (committed): now what it quoted becomes answer artifacts, so
+        a paste of it back into a room is derived text, not evidence."""
+        try:
+            added = await asyncio.to_thread(self.record_answer, event_id, list(reply.sections))
+        except Exception:
+            log.exception("answer_record_failed", extra={"room_id": room_id,
+                                                         "event_id": event_id})
+            return
+        log.info("answer_recorded", extra={"room_id": room_id, "event_id": event_id,
+                                           "sections": len(reply.sections),
+                                           "artifacts": added})
 
     async def _reply_for(self, ev: MessageEvent) -> Reply:
         m = ev.message
@@ -84,6 +107,10 @@ class Responder:
             return render_help(HELP)
         if isinstance(cmd, WhyCommand):
             return self._why(m.room_id, m.sender, cmd.n)
+        if isinstance(cmd, StatusCommand):
+            if self.status is None:
+                return render_error("Status is not available here.")
+            return await self.status(m.room_id, m.sender)
         query = cmd.query
         if cmd.room_alias is not None:
             room_id = await self.resolve_alias(cmd.room_alias) if self.resolve_alias else None
@@ -97,6 +124,8 @@ class Responder:
                                 f"try again in {math.ceil(wait)} s.")
         started = time.monotonic()
         hits = await asyncio.to_thread(self.searcher.search, query)
+        if self.on_search_seconds:
+            self.on_search_seconds(time.monotonic() - started)
         log.info("query_answered", extra={"room_id": m.room_id, "event_id": m.event_id,
                                           "texts": len(query.texts), "hits": len(hits),
                                           "ms": int((time.monotonic() - started) * 1000)})

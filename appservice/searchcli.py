@@ -41,8 +41,11 @@ def run_search(cfg: Config, args) -> int:
     if not hits:
         print("no hits")
     for n, h in enumerate(hits, start=1):
-        print(f"{n}. {h.room_label or h.room_id}  {format_ts(h.ts_first)}–{format_ts(h.ts_last)}"
-              f"  score {h.score:.4f}  {h.first_event_id}")
+        if h.ref is not None:  # a reference chunk: cited by file and heading
+            print(f"{n}. {h.ref.label}  reference {h.ref.corpus_name}  score {h.score:.4f}")
+        else:
+            print(f"{n}. {h.room_label or h.room_id}  {format_ts(h.ts_first)}–"
+                  f"{format_ts(h.ts_last)}  score {h.score:.4f}  {h.first_event_id}")
         for line in h.text.split("\n"):
             print(f"     {line}")
     return 0

@@ -11,6 +11,7 @@ import asyncio
 import logging
 from typing import Any
 
+from mautrix.api import Method, Path
 from mautrix.appservice import AppService
 from mautrix.client.state_store.memory import MemoryStateStore
 from mautrix.appservice.state_store import ASStateStore
@@ -27,12 +28,15 @@ from indexer.ingest import AdmitResult
 from indexer.pipeline import PipelineWorker
 from indexer.records import RoomID
 
+from .metrics import Health, ServiceMetrics
 from .responder import RateLimiter, Responder
+from .status import may_see_status, power_from_state, render_status, status_refusal
 from .roomstate import fetch_room_facts
 from .transactions import TransactionHandler
 
 log = logging.getLogger("matrix_sources.service")
 ALLOWLIST_POLL_SECONDS = 1.0
+HOMESERVER_RETRY_MAX = 30.0  # seconds between whoami attempts while Synapse is down
 
 
 class StartupError(RuntimeError):
@@ -73,9 +77,20 @@ class Service:
         self.az.transaction_handler = TransactionHandler(
             self.registration.hs_token, self.registration.id, self.ingest,
             self._learn_room, self._on_admitted)
+        self.transactions = self.az.transaction_handler
         self.responder = Responder(self.searcher, self._send, cfg.bot_user, cfg.default_top_k,
                                    RateLimiter(cfg.rate_limit_per_minute), domain=cfg.domain,
-                                   resolve_alias=self._resolve_alias, rrf_k=cfg.rrf_k)
+                                   resolve_alias=self._resolve_alias, rrf_k=cfg.rrf_k,
+                                   record_answer=self.index.record_answer)
+        # The store opened and the model loaded above; the homeserver is checked in start().
+        self.health = Health(store=True, model=True, detail="waiting for the homeserver")
+        self.metrics = ServiceMetrics()
+        self.metrics.attach(self)
+        self.responder.status = self._status
+        self.responder.on_search_seconds = self.metrics.search_latency.observe
+        # Routes must exist before the aiohttp runner starts in az.start().
+        self.az.app.router.add_get("/health", self.health.handle)
+        self.az.app.router.add_get("/metrics", self.metrics.handle_metrics)
         self._tasks: set[asyncio.Task] = set()
         self._allowlist_mtime = 0.0
 
@@ -83,21 +98,7 @@ class Service:
 
     async def start(self) -> None:
         await self.az.start(host=self.cfg.as_host, port=self.cfg.as_port)
-        try:
-            whoami = await self.az.intent.whoami()
-        except MatrixRequestError as e:
-            raise StartupError(
-                f"the homeserver at {self.cfg.homeserver_url} rejected as_token ({e.errcode}): "
-                f"is {self.cfg.registration} listed in app_service_config_files of "
-                "homeserver.yaml, and was Synapse restarted since?") from None
-        except Exception as e:
-            raise StartupError(f"cannot reach the homeserver at {self.cfg.homeserver_url} "
-                               f"({type(e).__name__}): is it running? Check homeserver.url "
-                               f"in {self.cfg.file}") from None
-        if whoami.user_id != self.cfg.bot_user:
-            raise StartupError(f"the homeserver says the bot is {whoami.user_id}, the config "
-                               f"says {self.cfg.bot_user}: check homeserver.domain and "
-                               "appservice.bot_localpart")
+        await self._wait_for_homeserver()
         try:
             await self.az.intent.set_displayname(self.cfg.bot_displayname)
         except MatrixError:
@@ -105,11 +106,41 @@ class Service:
         self.store.set_meta({"embedder": self.embedder.name, "dim": self.embedder.dim})
         self._allowlist_mtime = self._mtime()
         await self.join_allowlisted()
+        # Rooms taken off the allowlist while the service was down: purged now.
+        await asyncio.to_thread(self.ingest.purge_unlisted)
         self.worker.start()
         self._spawn(self._watch_allowlist(), "allowlist-watch")
         self.az.ready = True
+        self.health.homeserver = True
         log.info("started", extra={"bot": self.cfg.bot_user, "rooms": len(self.gate.allowlist),
                                    "port": self.cfg.as_port})
+
+    async def _wait_for_homeserver(self) -> None:
+        """Until the homeserver accepts our token. Unreachable: keep trying (Synapse may
+        start after us); token refused or wrong user: a configuration error, stop."""
+        delay = 1.0
+        while True:
+            try:
+                whoami = await self.az.intent.whoami()
+                break
+            except MatrixRequestError as e:
+                raise StartupError(
+                    f"the homeserver at {self.cfg.homeserver_url} rejected as_token "
+                    f"({e.errcode}): is {self.cfg.registration} listed in "
+                    "app_service_config_files of homeserver.yaml, and was Synapse restarted "
+                    "since?") from None
+            except Exception as e:
+                self.health.detail = (f"homeserver {self.cfg.homeserver_url} unreachable "
+                                      f"({type(e).__name__}); retrying")
+                log.warning("homeserver_unreachable", extra={
+                    "url": self.cfg.homeserver_url, "error": type(e).__name__,
+                    "retry_in": delay})
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, HOMESERVER_RETRY_MAX)
+        if whoami.user_id != self.cfg.bot_user:
+            raise StartupError(f"the homeserver says the bot is {whoami.user_id}, the config "
+                               f"says {self.cfg.bot_user}: check homeserver.domain and "
+                               "appservice.bot_localpart")
 
     async def stop(self) -> None:
         for t in list(self._tasks):
@@ -133,7 +164,8 @@ class Service:
     async def _learn_room(self, room_id: str) -> None:
         facts = await fetch_room_facts(self.az.intent, room_id)
         if facts is not None:
-            self.ingest.facts[RoomID(room_id)] = facts
+            # Off the loop: a room found refused with its text stored is purged here.
+            await asyncio.to_thread(self.ingest.learn, RoomID(room_id), facts)
 
     def _mtime(self) -> float:
         try:
@@ -147,9 +179,13 @@ class Service:
         except ConfigError as e:
             log.error("allowlist_invalid", extra={"error": str(e)})
             return
-        added = rooms - self.gate.allowlist
+        added, removed = rooms - self.gate.allowlist, self.gate.allowlist - rooms
         self.gate.allowlist = rooms  # the Gate object is shared with ingest
-        log.info("allowlist_reloaded", extra={"rooms": len(rooms), "added": len(added)})
+        log.info("allowlist_reloaded", extra={"rooms": len(rooms), "added": len(added),
+                                              "removed": len(removed)})
+        if removed:
+            # Purge what the removed rooms left (windows, texts, cursors), off the loop.
+            await asyncio.to_thread(self.ingest.purge_unlisted)
         for room_id in sorted(added):
             try:
                 await self.az.intent.join_room_by_id(room_id)
@@ -168,6 +204,7 @@ class Service:
     # -- after a transaction was stored ----------------------------------------------
 
     def _on_admitted(self, events: list[Any], result: AdmitResult) -> None:
+        self.metrics.count_events(events, result.refused)
         if result.appended:
             self.worker.notify()
         for ev in events:
@@ -194,6 +231,17 @@ class Service:
         except Exception:
             log.exception("answer_failed", extra={"room_id": cmd.message.room_id,
                                                   "event_id": cmd.message.event_id})
+
+    async def _status(self, room_id: str, user: str):
+        if not await may_see_status(room_id, user, self.cfg.admins, self._power_level):
+            return status_refusal()
+        rooms = [(r, self.ingest.label(RoomID(r))) for r in sorted(self.gate.allowlist)]
+        return await asyncio.to_thread(render_status, rooms, self.eventlog, self.index.journal)
+
+    async def _power_level(self, room_id: str, user: str) -> int:
+        # Raw JSON of the whole state: room version 12 creators are not in power_levels.
+        state = await self.az.intent.api.request(Method.GET, Path.v3.rooms[room_id].state)
+        return power_from_state(state if isinstance(state, list) else [], user)
 
     async def _resolve_alias(self, alias: str) -> str | None:
         try:

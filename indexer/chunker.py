@@ -1,12 +1,32 @@
-"""Cutting a room's timeline into windows of consecutive messages.
+"""Cutting a room's timeline into windows that follow its conversations.
 
-A window closes when the next message would push it past `max_bytes` of message text
-or arrives more than `gap_ms` after the previous one. The cut is greedy from the first
-message, so re-chunking from any window start reproduces every later window exactly:
-the pipeline re-chunks only a room's open window plus what is new.
+A busy room interleaves several conversations; a window cut blindly from the timeline
+mixes them and parts a question from its answers. So the timeline is cut in two steps:
 
-A window's id is derived from its room and first event id, so the same window upserted
-twice (a retry, a restart after a crash) overwrites itself instead of duplicating.
+    timeline --greedy: block_bytes, gap_ms--> blocks (contiguous)
+    closed block --follow replies and mentions--> windows, each <= max_bytes
+    open block (the room's last, still growing) --> one window, the whole block
+
+A block closes when the next message would push it past `block_bytes` of message text,
+arrives more than `gap_ms` after the previous one, or when `gap_ms` has passed since its
+last message (`now_ms`: no later message can join it any more). Inside a closed block a
+message joins the conversation of the person it addresses ("nick: ...", a reply
+fallback), else that of someone it mentions, else its sender's own last one, else starts
+one (indexer/addressing.py); a conversation past `max_bytes` goes on in a new window.
+
+The invariants the pipeline relies on (tests/test_chunker.py):
+- every message is in exactly one window; a window keeps timeline order;
+- a window's id comes from its room and first event id;
+- blocks are greedy from the first message, so re-chunking from any block start
+  reproduces every later block and window; the open block is one window, whose id is
+  the block's first event's, and the first window of the block once it closes has
+  that same id. So the pipeline's tail (the window of the room's latest indexed event
+  plus what is pending) always starts at a block start while the block is open, and
+  closing it overwrites the block's window in place;
+- appending messages changes only the open block's windows.
+
+`follow_replies=False` gives the windows of CHUNKER_VERSION 1: blocks of `max_bytes`,
+one window each.
 """
 
 from __future__ import annotations
@@ -16,15 +36,22 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Iterable, Sequence
 
+from .addressing import addressed, mentions, names
 from .records import EventID, Message, RoomID, Window, WindowID
 
-CHUNKER_VERSION = "1"
+CHUNKER_VERSION = "2"
 
 
 @dataclass(frozen=True, slots=True)
 class ChunkPolicy:
-    max_bytes: int = 1000
-    gap_ms: int = 30 * 60 * 1000
+    max_bytes: int = 500  # a window's message text; 500 bytes of chat is ~130 word pieces
+    gap_ms: int = 30 * 60 * 1000  # a silence this long ends a block
+    block_windows: int = 8  # a block holds up to this many windows' worth of text
+    follow_replies: bool = True
+
+    @property
+    def block_bytes(self) -> int:
+        return self.max_bytes * self.block_windows if self.follow_replies else self.max_bytes
 
 
 def window_id(room_id: RoomID, first_event_id: EventID) -> WindowID:
@@ -36,28 +63,105 @@ def _size(m: Message) -> int:
     return len(m.body.encode("utf-8", "surrogatepass"))
 
 
-def chunk(messages: Sequence[Message], policy: ChunkPolicy) -> list[tuple[Message, ...]]:
-    """Split messages (one room, timeline order) into windows; every message lands in
-    exactly one window, order kept."""
-    windows: list[tuple[Message, ...]] = []
+def _cut(messages: Sequence[Message], max_bytes: int, gap_ms: int) -> list[tuple[Message, ...]]:
+    """Greedy contiguous cut: a run closes when the next message would push it past
+    max_bytes or arrives more than gap_ms after the previous one."""
+    runs: list[tuple[Message, ...]] = []
     current: list[Message] = []
     size = 0
     for m in messages:
         s = _size(m)
-        if current and (size + s > policy.max_bytes or m.ts - current[-1].ts > policy.gap_ms):
-            windows.append(tuple(current))
+        if current and (size + s > max_bytes or m.ts - current[-1].ts > gap_ms):
+            runs.append(tuple(current))
             current, size = [], 0
         current.append(m)
         size += s
     if current:
-        windows.append(tuple(current))
-    return windows
+        runs.append(tuple(current))
+    return runs
+
+
+def blocks(messages: Sequence[Message], policy: ChunkPolicy) -> list[tuple[Message, ...]]:
+    """The room's timeline (one room, timeline order) cut into contiguous blocks."""
+    return _cut(messages, policy.block_bytes, policy.gap_ms)
+
+
+def conversations(block: Sequence[Message], policy: ChunkPolicy) -> list[tuple[Message, ...]]:
+    """A closed block's messages grouped by conversation, in windows of at most
+    max_bytes (or one message), ordered by their first message."""
+    if not policy.follow_replies:
+        return _cut(block, policy.max_bytes, policy.gap_ms)
+    windows: list[list[Message]] = []
+    sizes: list[int] = []
+    current: list[int] = []  # conversation -> index of its current window
+    last: dict[str, tuple[int, int]] = {}  # name -> (conversation, ts of their last message)
+
+    def recent(name: str, m: Message) -> int | None:
+        seen = last.get(name)
+        return seen[0] if seen and m.ts - seen[1] <= policy.gap_ms else None
+
+    for m in block:
+        own = names(m.sender)
+        conv = None
+        for n in addressed(m.body):
+            if n not in own and (conv := recent(n, m)) is not None:
+                break
+        if conv is None:
+            conv = next((c for n in mentions(m.body) if n not in own
+                         and (c := recent(n, m)) is not None), None)
+        if conv is None:
+            conv = next((c for n in sorted(own) if (c := recent(n, m)) is not None), None)
+        s = _size(m)
+        if conv is None or sizes[current[conv]] + s > policy.max_bytes:
+            windows.append([])
+            sizes.append(0)
+            if conv is None:
+                conv = len(current)
+                current.append(len(windows) - 1)
+            else:
+                current[conv] = len(windows) - 1
+        w = current[conv]
+        windows[w].append(m)
+        sizes[w] += s
+        for n in own:
+            last[n] = (conv, m.ts)
+    return [tuple(w) for w in windows]
+
+
+def _closed(block: Sequence[Message], is_last: bool, policy: ChunkPolicy,
+            now_ms: int | None) -> bool:
+    return not is_last or (now_ms is not None and now_ms - block[-1].ts > policy.gap_ms)
+
+
+def chunk_blocks(messages: Sequence[Message], policy: ChunkPolicy,
+                 now_ms: int | None = None) -> list[list[tuple[Message, ...]]]:
+    """Windows of messages (one room, timeline order), grouped by block. Without
+    `now_ms` the last block is open."""
+    cut = blocks(messages, policy)
+    return [conversations(b, policy) if _closed(b, i == len(cut) - 1, policy, now_ms) else [b]
+            for i, b in enumerate(cut)]
+
+
+def chunk(messages: Sequence[Message], policy: ChunkPolicy,
+          now_ms: int | None = None) -> list[tuple[Message, ...]]:
+    """Split messages (one room, timeline order) into windows; every message lands in
+    exactly one window."""
+    return [w for b in chunk_blocks(messages, policy, now_ms) for w in b]
+
+
+def _window(ms: tuple[Message, ...], room_label: str) -> Window:
+    return Window(window_id(ms[0].room_id, ms[0].event_id), ms[0].room_id, ms, room_label)
+
+
+def build_blocks(messages: Sequence[Message], policy: ChunkPolicy, room_label: str = "",
+                 now_ms: int | None = None) -> list[list[Window]]:
+    return [[_window(ms, room_label) for ms in b]
+            for b in chunk_blocks(messages, policy, now_ms)]
 
 
 def build_windows(messages: Sequence[Message], policy: ChunkPolicy,
-                  room_label: str = "") -> list[Window]:
-    return [Window(window_id(ms[0].room_id, ms[0].event_id), ms[0].room_id, ms, room_label)
-            for ms in chunk(messages, policy)]
+                  room_label: str = "", now_ms: int | None = None) -> list[Window]:
+    return [w for b in build_blocks(messages, policy, room_label, now_ms) for w in b]
 
 
 def format_ts(ts_ms: int) -> str:

@@ -6,12 +6,15 @@ from dataclasses import dataclass
 
 from .allowlist import load_allowlist
 from .config import Config
+from .derived import DerivedFilter, EmittedSection, Matcher, answer_artifacts
 from .embedder import Embedder, load_embedder
 from .eventlog import EventLog
 from .gate import Gate
 from .ingest import Ingest
 from .journal import Journal
+from .manifest import Manifest, manifest_path
 from .pipeline import Pipeline
+from .purge import Purger
 from .records import UserID
 from .search import Searcher
 from .store import ChromaStore
@@ -34,6 +37,8 @@ class Index:
     ingest: Ingest
     pipeline: Pipeline
     searcher: Searcher
+    manifest: Manifest | None = None  # artifacts: loaded on first use, not at open
+    matcher: Matcher | None = None
 
     @classmethod
     def open(cls, cfg: Config, embedder: Embedder | None = None) -> "Index":
@@ -44,9 +49,24 @@ class Index:
         gate = Gate(frozenset(load_allowlist(cfg.allowlist)), UserID(cfg.bot_user),
                     cfg.puppet_patterns)
         ingest = Ingest(gate, eventlog, journal)
-        pipeline = Pipeline(eventlog, embedder, store, cfg.policy, room_label=ingest.label)
+        pipeline = Pipeline(eventlog, embedder, store, cfg.policy, room_label=ingest.label,
+                            admits=ingest.admits)
+        # Purges share the pipeline's lock and store (see pipeline.py on the race).
+        ingest.purger = Purger(eventlog, journal, pipeline)
         searcher = Searcher(embedder, store, cfg.rrf_k)
-        return cls(cfg, eventlog, journal, store, embedder, gate, ingest, pipeline, searcher)
+        # The derived filter: one manifest, read by the pipeline, appended by replies.
+        manifest = Manifest(manifest_path(cfg.data_dir), cfg.derived.shingle_size)
+        matcher = Matcher(manifest, cfg.derived)
+        pipeline.derived = DerivedFilter(matcher, eventlog, journal)
+        return cls(cfg, eventlog, journal, store, embedder, gate, ingest, pipeline, searcher,
+                   manifest, matcher)
+
+    def record_answer(self, reply_event_id: str, sections: list[EmittedSection]) -> int:
+        """Record what a `!sources` reply quoted, one answer artifact per hit. Call only
+        after the reply was sent. Blocking (fsync): run it off the event loop."""
+        assert self.manifest is not None
+        return self.manifest.append(answer_artifacts(reply_event_id, sections,
+                                                     self.manifest.shingle_size))
 
     def close(self) -> None:
         self.eventlog.close()

@@ -45,6 +45,17 @@ class ChromaConfig:
 
 
 @dataclass(frozen=True)
+class DerivedConfig:
+    """The derived filter (DESIGN.md "Derived filter"): per-kind thresholds of the
+    containment score, the length below which nothing matches, the shingle size."""
+
+    answer_threshold: float = 0.8
+    reference_threshold: float = 0.5
+    min_words: int = 8
+    shingle_size: int = 5
+
+
+@dataclass(frozen=True)
 class Config:
     file: Path
     data_dir: Path
@@ -63,9 +74,14 @@ class Config:
     default_top_k: int
     rrf_k: int
     rate_limit_per_minute: int
+    # gate.puppet_patterns plus the user namespaces of gate.bridge_registrations
     puppet_patterns: tuple[str, ...] = DEFAULT_PUPPET_PATTERNS
+    bridge_registrations: tuple[Path, ...] = ()
     log_level: str = "INFO"
+    log_format: str = "text"
+    admins: tuple[str, ...] = ()
     raw: dict = field(default_factory=dict, repr=False)
+    derived: DerivedConfig = field(default_factory=DerivedConfig)
 
     @property
     def bot_user(self) -> str:
@@ -158,6 +174,7 @@ def load_config(path: Path) -> Config:
     localpart = r.get("appservice.bot_localpart", str, "sourcesbot")
     if not re.fullmatch(r"[a-z0-9._=/-]+", localpart):
         raise ConfigError(path, "appservice.bot_localpart", f"{localpart!r} is not a valid localpart")
+    bridges, bridge_patterns = _bridge_namespaces(r, base, f"@{localpart}:{domain}")
     return Config(
         file=path,
         data_dir=base,
@@ -177,7 +194,87 @@ def load_config(path: Path) -> Config:
         default_top_k=top_k,
         rrf_k=r.positive("search.rrf_k", int, 60),
         rate_limit_per_minute=r.get("search.rate_limit_per_minute", int, 6),
-        puppet_patterns=tuple(patterns),
+        puppet_patterns=tuple(patterns) + bridge_patterns,
+        bridge_registrations=bridges,
         log_level=level,
+        log_format=_log_format(r),
+        admins=_admins(r),
         raw=data,
+        derived=_derived(r),
     )
+
+
+def _log_format(r: _Reader) -> str:
+    fmt = r.get("logging.format", str, "text")
+    if fmt not in ("text", "json"):
+        raise ConfigError(r.file, "logging.format", f"must be text or json, not {fmt!r}")
+    return fmt
+
+
+def _admins(r: _Reader) -> tuple[str, ...]:
+    admins = r.get("search.admins", list, [])
+    for i, a in enumerate(admins):
+        if not isinstance(a, str) or not re.fullmatch(r"@[^:\s]+:\S+", a):
+            raise ConfigError(r.file, f"search.admins[{i}]", f"{a!r} is not a user id like "
+                              "'@alice:example.org'")
+    return tuple(admins)
+
+
+def _bridge_namespaces(r: _Reader, base: Path,
+                       bot_user: str) -> tuple[tuple[Path, ...], tuple[str, ...]]:
+    """Other appservices' registration files (bridges): the regexes of their user
+    namespaces are puppet patterns. Synapse matches them with re.match, as the gate does."""
+    key = "gate.bridge_registrations"
+    files = r.get(key, list, [])
+    paths: list[Path] = []
+    patterns: list[str] = []
+    for i, entry in enumerate(files):
+        k = f"{key}[{i}]"
+        if not isinstance(entry, str) or not entry:
+            raise ConfigError(r.file, k, f"must be the path of a registration file, not {entry!r}")
+        reg = base / entry
+        try:
+            data = YAML(typ="safe").load(reg.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(r.file, k, f"{reg}: no such file") from None
+        except (OSError, UnicodeDecodeError) as e:
+            raise ConfigError(r.file, k, f"{reg}: cannot read it ({e})") from None
+        except YAMLError as e:
+            raise ConfigError(r.file, k, f"{reg}: not valid YAML: {e}") from None
+        users = (data.get("namespaces") or {}).get("users") if isinstance(data, dict) else None
+        if not isinstance(users, list) or not users:
+            raise ConfigError(r.file, k, f"{reg}: no namespaces.users list; is it a bridge's "
+                              "appservice registration?")
+        for j, ns in enumerate(users):
+            where = f"{reg}: namespaces.users[{j}].regex"
+            regex = ns.get("regex") if isinstance(ns, dict) else None
+            if not isinstance(regex, str) or not regex:
+                raise ConfigError(r.file, k, f"{where} is missing")
+            try:
+                compiled = re.compile(regex)
+            except re.error as e:
+                raise ConfigError(r.file, k, f"{where}: not a regex: {e}") from None
+            if compiled.match(bot_user):
+                raise ConfigError(r.file, k, f"{where} {regex!r} matches the bot {bot_user}: "
+                                  "list bridges' registrations here, not this service's own")
+            patterns.append(regex)
+        paths.append(reg)
+    return tuple(paths), tuple(patterns)
+
+
+def _derived(r: _Reader) -> DerivedConfig:
+    d = DerivedConfig()
+    values = {}
+    for key in ("answer_threshold", "reference_threshold"):
+        v = r.get(f"derived.{key}", float, getattr(d, key))
+        if not 0 < v <= 1:
+            raise ConfigError(r.file, f"derived.{key}", f"must be above 0 and at most 1, not {v}")
+        values[key] = v
+    k = r.get("derived.shingle_size", int, d.shingle_size)
+    if not 1 <= k <= 16:
+        raise ConfigError(r.file, "derived.shingle_size", f"must be 1 to 16 words, not {k}")
+    n = r.get("derived.min_words", int, d.min_words)
+    if n < k:
+        raise ConfigError(r.file, "derived.min_words",
+                          f"must be at least derived.shingle_size ({k}), not {n}")
+    return DerivedConfig(shingle_size=k, min_words=n, **values)

@@ -67,7 +67,10 @@ class EventLog:
         with self._lock:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
+            # Freed space is zeroed, so a purged body leaves no bytes in the file's pages.
+            self._db.execute("PRAGMA secure_delete=ON")
             self._db.executescript(SCHEMA)
+        self._migrate_derived()
 
     def close(self) -> None:
         with self._lock:
@@ -187,6 +190,50 @@ class EventLog:
                                    (event_id,)).fetchone()
         return (row[0], row[1]) if row else None
 
+    # -- purging (a room refused after the fact; see purge.py) -----------------------
+
+    def has_text(self, room_id: RoomID) -> bool:
+        """Whether any event of the room still holds its text (pending or indexed)."""
+        with self._lock:
+            row = self._db.execute("SELECT 1 FROM events WHERE room_id = ? AND status != ?"
+                                   " LIMIT 1", (room_id, EventStatus.PURGED.value)).fetchone()
+        return row is not None
+
+    def rooms_with_text(self) -> list[RoomID]:
+        with self._lock:
+            rows = self._db.execute("SELECT DISTINCT room_id FROM events WHERE status != ?",
+                                    (EventStatus.PURGED.value,)).fetchall()
+        return [RoomID(r[0]) for r in rows]
+
+    def purge_room(self, room_id: RoomID) -> int:
+        """Drop the text of every event of the room (status `purged`, so the pipeline
+        never looks at them again) and its cursor, in one transaction; then empty the
+        WAL, which still holds page images with the old bodies. Returns how many events
+        lost their text."""
+        with self._lock:
+            cur = self._db.cursor()
+            cur.execute("BEGIN IMMEDIATE")
+            try:
+                cur.execute("UPDATE events SET body = NULL, window_id = NULL, status = ?"
+                            " WHERE room_id = ? AND status != ?",
+                            (EventStatus.PURGED.value, room_id, EventStatus.PURGED.value))
+                purged = cur.rowcount
+                cur.execute("DELETE FROM cursors WHERE room_id = ?", (room_id,))
+                cur.execute("COMMIT")
+            except BaseException:
+                cur.execute("ROLLBACK")
+                raise
+            self.truncate_wal()
+        return purged
+
+    def truncate_wal(self) -> bool:
+        """Checkpoint every WAL frame into the database and truncate the WAL to zero
+        bytes. False if a reader in another process kept it from completing (the frames
+        then go at the next successful checkpoint)."""
+        with self._lock:
+            busy, _, _ = self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        return busy == 0
+
     def get_meta(self, key: str) -> str | None:
         with self._lock:
             row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
@@ -196,3 +243,99 @@ class EventLog:
         with self._lock:
             self._db.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key)"
                              " DO UPDATE SET value = excluded.value", (key, value))
+
+    # -- derived messages (DESIGN.md "Derived filter"; the pipeline tags them) -------
+
+    def _migrate_derived(self) -> None:
+        """Add the columns of derived messages to an event log made before them.
+        Idempotent, and safe when two processes open an old log at once."""
+        with self._lock:
+            have = {r[1] for r in self._db.execute("PRAGMA table_info(events)")}
+            for name, kind in DERIVED_COLUMNS:
+                if name in have:
+                    continue
+                try:
+                    self._db.execute(f"ALTER TABLE events ADD COLUMN {name} {kind}")
+                except sqlite3.OperationalError as e:
+                    if "duplicate column" not in str(e):
+                        raise
+
+    def mark_derived(self, rows: Iterable[tuple[EventID, str, str, float, float]]) -> int:
+        """Tag pending events derived, with (event id, artifact, kind, score, threshold)
+        as judged. Their text stays; they never reach a window. Returns how many."""
+        with self._lock:
+            cur = self._db.cursor()
+            cur.execute("BEGIN IMMEDIATE")
+            try:
+                before = self._db.total_changes
+                cur.executemany(
+                    "UPDATE events SET status = ?, derived_artifact = ?, derived_kind = ?,"
+                    " derived_score = ?, derived_threshold = ? WHERE event_id = ? AND status = ?",
+                    [(EventStatus.DERIVED.value, artifact, kind, score, threshold, event_id,
+                      EventStatus.PENDING.value)
+                     for event_id, artifact, kind, score, threshold in rows])
+                changed = self._db.total_changes - before
+                cur.execute("COMMIT")
+            except BaseException:
+                cur.execute("ROLLBACK")
+                raise
+        return changed
+
+    def derived_events(self, room_id: RoomID | None = None) -> list[DerivedEvent]:
+        sql = ("SELECT event_id, room_id, ts, derived_artifact, derived_kind, derived_score,"
+               " derived_threshold FROM events WHERE status = ?")
+        args: tuple = (EventStatus.DERIVED.value,)
+        if room_id is not None:
+            sql += " AND room_id = ?"
+            args += (room_id,)
+        with self._lock:
+            rows = self._db.execute(sql + " ORDER BY ts, seq", args).fetchall()
+        return [DerivedEvent(EventID(r[0]), RoomID(r[1]), r[2], r[3], r[4], r[5], r[6])
+                for r in rows]
+
+
+DERIVED_COLUMNS = (("derived_artifact", "TEXT"), ("derived_kind", "TEXT"),
+                   ("derived_score", "REAL"), ("derived_threshold", "REAL"))
+
+
+@dataclass(frozen=True, slots=True)
+class DerivedEvent:
+    """A message kept in the log but not indexed: it quotes an artifact."""
+
+    event_id: EventID
+    room_id: RoomID
+    ts: int
+    artifact: str
+    kind: str
+    score: float
+    threshold: float
+
+
+def lag_report(log: EventLog) -> tuple[int, int | None, dict[str, int]]:
+    """(pending events, ts of the oldest pending event, per-room lag in ms between the
+    newest event in the log and the room's cursor) for metrics and status."""
+    with log._lock:
+        pending, oldest = log._db.execute(
+            "SELECT COUNT(*), MIN(ts) FROM events WHERE status = ?",
+            (EventStatus.PENDING.value,)).fetchone()
+        rows = log._db.execute(
+            "SELECT e.room_id, MAX(e.ts) - COALESCE(c.ts, MIN(e.ts)) FROM events e"
+            " LEFT JOIN cursors c ON c.room_id = e.room_id"
+            " WHERE e.status IN (?, ?) GROUP BY e.room_id",
+            (EventStatus.PENDING.value, EventStatus.INDEXED.value)).fetchall()
+    return pending, oldest, {room: max(0, lag or 0) for room, lag in rows}
+
+
+def room_report(log: EventLog, room_id: str) -> dict:
+    """Per-room figures for `!sources status`: messages and windows indexed, pending,
+    and the cursor's event and time."""
+    with log._lock:
+        indexed, windows = log._db.execute(
+            "SELECT COUNT(*), COUNT(DISTINCT window_id) FROM events"
+            " WHERE room_id = ? AND status = ?", (room_id, EventStatus.INDEXED.value)).fetchone()
+        pending = log._db.execute("SELECT COUNT(*) FROM events WHERE room_id = ? AND status = ?",
+                                  (room_id, EventStatus.PENDING.value)).fetchone()[0]
+    cursor = log.cursor(RoomID(room_id))
+    return {"messages": indexed, "windows": windows, "pending": pending,
+            "cursor_ts": cursor.ts if cursor else None,
+            "cursor_event_id": cursor.event_id if cursor else None}

@@ -26,6 +26,7 @@ class ImportSummary:
     admitted: AdmitResult = field(default_factory=AdmitResult)
     indexed: int = 0
     windows: int = 0
+    derived: int = 0  # quoted an artifact: kept in the log, not indexed
 
     def lines(self) -> list[str]:
         a = self.admitted
@@ -33,6 +34,9 @@ class ImportSummary:
                f"new         {a.appended} messages appended to the event log"
                f" ({a.accepted - a.appended} already there)",
                f"indexed     {self.indexed} messages in {self.windows} windows upserted"]
+        if self.derived:
+            out.append(f"derived     {self.derived} (quote the bot's answers or a reference "
+                       "corpus; `verify --exclusions` lists them)")
         for rule, n in sorted(a.refused.items()):
             out.append(f"refused     {n} ({rule})")
         for reason, n in sorted(a.skipped.items()):
@@ -76,6 +80,8 @@ def import_events(path: Path, ingest: Ingest, pipeline: Pipeline,
             flush()
     flush()
     before = pipeline.stats.windows_upserted
+    excluded = pipeline.derived.excluded if pipeline.derived else 0
     summary.indexed = pipeline.process_all(on_indexed)
     summary.windows = pipeline.stats.windows_upserted - before
+    summary.derived = (pipeline.derived.excluded if pipeline.derived else 0) - excluded
     return summary

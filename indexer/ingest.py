@@ -4,12 +4,17 @@ The transaction handler, backfill and `matrix-sources import` all come through h
 the gate cannot be bypassed by any way in. A refused event touches no disk (only a
 journal line naming ids and the rule); events of rooms not on the allowlist are not
 even looked at.
+
+Here too a room is purged after the fact (purge.py): when a state event, a puppet
+sender or newly learned facts make the gate refuse a room whose text is stored, or the
+room left the allowlist. Only settled facts count: a room whose join rule is not known
+yet is refused, but not purged.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterable
 
 from . import gate as rules
@@ -17,6 +22,7 @@ from .eventlog import EventLog
 from .events import EncryptedEvent, MessageEvent, Skipped, StateEvent, parse_event
 from .gate import Gate
 from .journal import Journal
+from .purge import Purger, PurgeReport
 from .records import EventID, Message, Refusal, RoomID
 from .roomfacts import RoomFacts, apply_state
 
@@ -45,10 +51,19 @@ class Ingest:
     eventlog: EventLog
     journal: Journal
     facts: dict[RoomID, RoomFacts] = field(default_factory=dict)
+    purger: Purger | None = None  # None: one that purges the event log only
+
+    def __post_init__(self) -> None:
+        if self.purger is None:
+            self.purger = Purger(self.eventlog, self.journal)
 
     def label(self, room_id: RoomID) -> str:
         f = self.facts.get(room_id)
         return f.label if f else ""
+
+    def admits(self, room_id: RoomID) -> bool:
+        """Whether the gate lets the room in now (the pipeline asks before indexing)."""
+        return self.gate.judge_room(room_id, self.facts.get(room_id)) is None
 
     def unknown_rooms(self, raw_events: Iterable[object]) -> set[RoomID]:
         """Allowlisted rooms in these events whose state we have not seen yet: the
@@ -60,10 +75,34 @@ class Ingest:
                 out.add(RoomID(rid))
         return out
 
+    def learn(self, room_id: RoomID, facts: RoomFacts, source: str = "state") -> None:
+        """Replace what we know of a room (its state fetched from the homeserver); a room
+        that turned out refused while its text is stored is purged."""
+        self.facts[room_id] = facts
+        refusal = self._settled_refusal(room_id)
+        if refusal is not None:
+            self._purge_if_stored(refusal, source)
+
+    def purge_unlisted(self, source: str = "allowlist") -> list[PurgeReport]:
+        """Purge every room with stored text that the allowlist no longer lists (after a
+        reload, and at start for edits made while the service was down)."""
+        reports = []
+        for room_id in sorted(self.eventlog.rooms_with_text()):
+            if room_id in self.gate.allowlist:
+                continue
+            refusal = Refusal(rules.NOT_ALLOWLISTED, room_id, whole_room=True)
+            reports.append(self.purger.purge(refusal, self.label(room_id), source))
+            self.facts.pop(room_id, None)  # not read any more
+        return reports
+
     def admit(self, raw_events: Iterable[object], txn_key: str | None = None,
               source: str = "push") -> AdmitResult:
         result = AdmitResult()
         passed: list[tuple[Message, EventID | None]] = []
+        # Rooms the gate refused at some event of this batch: the first such refusal
+        # (it triggers the purge), and how many messages had passed by the last one.
+        refused_rooms: dict[RoomID, Refusal] = {}
+        cutoff: dict[RoomID, tuple[int, Refusal]] = {}
         for raw in raw_events:
             ev = parse_event(raw)
             if isinstance(ev, MessageEvent) and ev.is_command:
@@ -75,6 +114,8 @@ class Ingest:
                 continue
             if isinstance(ev, StateEvent):
                 self.facts[room_id] = apply_state(self.facts.get(room_id, RoomFacts()), ev)
+                self._note_refused(self._state_refusal(ev), refused_rooms, cutoff,
+                                   len(passed))
                 continue
             if isinstance(ev, Skipped):
                 result.skipped[ev.reason] += 1
@@ -87,14 +128,74 @@ class Ingest:
                                               self.facts.get(room_id))
             if refusal is not None:
                 self._refuse(result, refusal, source)
+                facts = self.facts.get(room_id)
+                if facts is not None and self.gate.is_puppet(m.sender):
+                    # It spoke, so it is in the room: the room stays refused after this.
+                    self.facts[room_id] = replace(facts, members=facts.members | {m.sender})
+                if refusal.whole_room and self._settled(room_id):
+                    self._note_refused(refusal, refused_rooms, cutoff, len(passed))
                 continue
             passed.append((m, ev.thread_root))
-            result.rooms.add(room_id)
+        # Messages that passed before their room turned refused later in this batch are
+        # dropped (journalled as refused): they would only be written to be erased. The
+        # purge runs before the append, so it covers what earlier batches stored, and
+        # messages sent after the room was admitted again are kept.
+        kept = []
+        for i, (m, root) in enumerate(passed):
+            cut = cutoff.get(m.room_id)
+            if cut is not None and i < cut[0]:
+                r = cut[1]
+                self._refuse(result, Refusal(r.rule, m.room_id, m.event_id, r.detail,
+                                             whole_room=True), source)
+            else:
+                kept.append((m, root))
+        passed = kept
+        for refusal in refused_rooms.values():
+            self._purge_if_stored(refusal, source)
         result.accepted = len(passed)
+        result.rooms = {m.room_id for m, _ in passed}
         # Appended with the transaction id in one SQLite transaction: after a crash either
         # both are there (a replay is answered 200, not re-processed) or neither is.
         result.appended = self.eventlog.append(passed, txn_key)
         return result
+
+    def _settled(self, room_id: RoomID) -> bool:
+        """Whether the room's facts are known (a join rule seen): only then does a
+        refusal mean the room is private, not merely unknown yet."""
+        facts = self.facts.get(room_id)
+        return facts is not None and facts.join_rule is not None
+
+    def _settled_refusal(self, room_id: RoomID) -> Refusal | None:
+        if not self._settled(room_id):
+            return None
+        return self.gate.judge_room(room_id, self.facts.get(room_id))
+
+    def _state_refusal(self, ev: StateEvent) -> Refusal | None:
+        """The gate's verdict after a state event, naming it. Members are not all scanned
+        for puppets again (per member event that would make importing a big room
+        quadratic): only the one this event added."""
+        room_id, facts = ev.room_id, self.facts.get(ev.room_id)
+        if facts is None or facts.join_rule is None:
+            return None
+        r = self.gate.judge_room(room_id, facts, scan_members=False)
+        if r is None and ev.type == "m.room.member" and ev.state_key in facts.members \
+                and self.gate.is_puppet(ev.state_key):
+            r = Refusal(rules.PUPPET_SENDER, room_id, detail=f"puppet member {ev.state_key}")
+        return None if r is None else Refusal(r.rule, room_id, ev.event_id, r.detail,
+                                              whole_room=True)
+
+    @staticmethod
+    def _note_refused(refusal: Refusal | None, refused_rooms: dict[RoomID, Refusal],
+                      cutoff: dict[RoomID, tuple[int, Refusal]], n_passed: int) -> None:
+        if refusal is None:
+            return
+        refused_rooms.setdefault(refusal.room_id, refusal)
+        cutoff[refusal.room_id] = (n_passed, refusal)
+
+    def _purge_if_stored(self, refusal: Refusal, source: str) -> PurgeReport | None:
+        if not self.eventlog.has_text(refusal.room_id):
+            return None
+        return self.purger.purge(refusal, self.label(refusal.room_id), source)
 
     def _refuse(self, result: AdmitResult, refusal: Refusal, source: str) -> None:
         result.refused[refusal.rule] += 1

@@ -47,6 +47,15 @@ class Journal:
                    room=room_label or None, event_id=refusal.event_id,
                    detail=refusal.detail or None, source=source)
 
+    def purge(self, refusal: Refusal, room_label: str = "", windows: int = 0,
+              messages: int = 0, source: str = "push", scrubbed: bool | None = None) -> None:
+        """A room purged after the fact: the rule, the event that showed it (if any), how
+        much was dropped, and whether the store's files were scrubbed of it too."""
+        self.write("purge", rule=refusal.rule, room_id=refusal.room_id,
+                   room=room_label or None, event_id=refusal.event_id,
+                   detail=refusal.detail or None, windows=windows, messages=messages,
+                   source=source, scrubbed=scrubbed)
+
     def read(self, room: str | None = None, rule: str | None = None,
              kind: str | None = None) -> Iterator[dict]:
         if not self.path.exists():

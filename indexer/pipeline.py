@@ -14,17 +14,27 @@ re-chunks them into the same window ids and nothing is lost or doubled.
 
 Live, the open window of a room (its last) is re-embedded at most once per debounce
 interval however many messages arrive; import embeds each closed window once.
+
+A room can be purged (purge.py) while this runs in its worker thread. Embedding, the
+slow part, runs unlocked; the upsert and the commit run under `lock`, which the purge
+holds too, after re-checking that the gate still admits the room and that no purge of
+it happened since its tail was read (`purges`). So a batch either lands before the
+purge (which then deletes it) or is dropped: a racing upsert cannot bring back a
+purged room's windows, nor text read before the purge once the room is public again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable
 
 from .chunker import ChunkPolicy, build_windows, embed_text
+from .derived import DerivedFilter
 from .embedder import Embedder
 from .eventlog import EventLog
 from .records import EventID, RoomID, Window, WindowID
@@ -41,6 +51,9 @@ class PipelineStats:
     windows_upserted: int = 0
     embeddings: int = 0
     batches: int = 0
+    windows_deleted: int = 0
+    # Sizes of recent embedding batches, drained by whoever reports them (metrics).
+    batch_sizes: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -51,20 +64,40 @@ class Pipeline:
     policy: ChunkPolicy = field(default_factory=ChunkPolicy)
     room_label: Callable[[RoomID], str] = lambda _room: ""
     stats: PipelineStats = field(default_factory=PipelineStats)
+    # Whether the gate admits the room now (Ingest.admits); a refused room's pending
+    # events are never indexed.
+    admits: Callable[[RoomID], bool] = lambda _room: True
+    # Shared with the purger: see the module docstring.
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    purges: Counter = field(default_factory=Counter)  # room -> purges so far
+    # Derived text (DESIGN.md "Derived filter"): judged before chunking; None: off.
+    derived: DerivedFilter | None = None
 
     def process_all(self, progress: Callable[[int], None] | None = None) -> int:
         """Index every pending event of every room; return how many were indexed."""
         done = 0
         for room_id in sorted(self.eventlog.rooms_with_pending()):
+            if not self.admits(room_id):
+                log.debug("room_skipped_refused", extra={"room_id": room_id})
+                continue
             done += self.process_room(room_id, progress)
         return done
 
     def process_room(self, room_id: RoomID,
                      progress: Callable[[int], None] | None = None) -> int:
-        """Index the room's pending events; return how many were pending."""
+        """Index the room's pending events; return how many were pending (0 if the room
+        was refused or purged meanwhile)."""
+        generation = self.purges[room_id]
         tail, pending = self.eventlog.room_tail(room_id)
         if not pending:
             return 0
+        # -- derived filter: a pending message quoting an artifact is tagged derived in
+        # -- the event log, journalled, and left out of every window (indexer/derived.py)
+        if self.derived is not None:
+            tail, pending = self.derived.screen(room_id, tail, pending)
+            if not pending:
+                return 0
+        # -- end of derived filter
         windows = build_windows(tail, self.policy, self.room_label(room_id))
         # The tail's indexed events sit in the stored open window. Usually re-chunking
         # reproduces its id; when older history arrived (backfill after live events), its
@@ -75,20 +108,34 @@ class Pipeline:
         for start in range(0, len(windows), EMBED_BATCH):
             batch = windows[start:start + EMBED_BATCH]
             last = start + EMBED_BATCH >= len(windows)
-            self._commit(room_id, batch, stale if last else [])
+            if not self._commit(room_id, batch, stale if last else [], generation):
+                return 0
             if progress:
                 progress(sum(1 for w in batch for m in w.messages if m.event_id in pending))
         self.stats.messages += len(pending)
         return len(pending)
 
-    def _commit(self, room_id: RoomID, batch: list[Window],
-                stale: list[WindowID]) -> None:
+    def _commit(self, room_id: RoomID, batch: list[Window], stale: list[WindowID],
+                generation: int) -> bool:
         vectors = self.embedder.encode([embed_text(w) for w in batch])
+        with self.lock:
+            if self.purges[room_id] != generation or not self.admits(room_id):
+                log.info("windows_dropped_room_refused", extra={"room_id": room_id,
+                                                                "windows": len(batch)})
+                return False
+            self._store_batch(room_id, batch, vectors, stale)
+        return True
+
+    def _store_batch(self, room_id: RoomID, batch: list[Window], vectors: list,
+                     stale: list[WindowID]) -> None:
         self.store.upsert(batch, vectors)
         # After the upsert, before the events point elsewhere: a crash in between leaves
         # them pointing at the deleted window, which the next run re-chunks again.
         self.store.delete(stale)
+        self.stats.windows_deleted += len(stale)
         self.stats.embeddings += len(batch)
+        if len(self.stats.batch_sizes) < 10_000:
+            self.stats.batch_sizes.append(len(batch))
         self.stats.windows_upserted += len(batch)
         self.stats.batches += 1
         assignments: dict[EventID, WindowID] = {

@@ -21,6 +21,7 @@ class EventStatus(str, Enum):
     PENDING = "pending"  # appended, not yet in a committed window
     INDEXED = "indexed"  # part of a window the store acknowledged
     PURGED = "purged"  # its room was refused after the fact; text dropped
+    DERIVED = "derived"  # quotes an artifact (DESIGN.md "Derived filter"); kept, not indexed
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +64,19 @@ class Window:
 
 
 @dataclass(frozen=True, slots=True)
+class RefSource:
+    """Where a reference window comes from: its corpus, file and heading path."""
+
+    corpus_name: str
+    file: str
+    heading: str  # "Disk › Cleanup"; "" before the first heading
+
+    @property
+    def label(self) -> str:
+        return f"{self.file} › {self.heading}" if self.heading else self.file
+
+
+@dataclass(frozen=True, slots=True)
 class Hit:
     """One search result: a stored window with its fused score."""
 
@@ -78,14 +92,16 @@ class Hit:
     text: str
     # Per query text: (rank starting at 1, cosine similarity), None when absent.
     ranks: tuple[tuple[int, float] | None, ...] = field(default=())
+    ref: RefSource | None = None  # set for corpus reference: cite file and heading
 
     @property
     def first_event_id(self) -> EventID:
-        return self.event_ids[0]
+        # A reference window has no events.
+        return self.event_ids[0] if self.event_ids else EventID("")
 
     @property
     def last_event_id(self) -> EventID:
-        return self.event_ids[-1]
+        return self.event_ids[-1] if self.event_ids else EventID("")
 
     def to_json(self) -> dict:
         return {
@@ -101,6 +117,8 @@ class Hit:
             "ts_last": self.ts_last,
             "score": self.score,
             "text": self.text,
+            **({"ref": {"corpus_name": self.ref.corpus_name, "file": self.ref.file,
+                        "heading": self.ref.heading}} if self.ref else {}),
         }
 
 
@@ -113,3 +131,23 @@ class Refusal:
     event_id: EventID | None = None
     detail: str = ""
     whole_room: bool = False
+
+
+ARTIFACT_ANSWER = "answer"
+ARTIFACT_REFERENCE = "reference"
+ARTIFACT_KINDS = (ARTIFACT_ANSWER, ARTIFACT_REFERENCE)
+
+
+@dataclass(frozen=True, slots=True)
+class Artifact:
+    """Text the system itself emitted, as the manifest holds it: shingle hashes, no text."""
+
+    kind: str  # answer | reference
+    name: str  # answer:<reply event id>#<n> | <corpus>/<file>#<heading path>
+    sha256: str  # of the normalised text
+    shingles: frozenset[int]
+    emitted_at: str  # ISO 8601, UTC
+    shingle_size: int
+    corpus: str = ""  # reference: its corpus, which `ref rm` removes whole
+    # answer: the events it quoted. Those are the originals, never derived from it.
+    sources: tuple[EventID, ...] = ()

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from .embedder import Embedder
+from .lexical import LexicalRanker
 from .records import CORPUS_CHAT, CORPUS_REFERENCE, Hit, RoomID
 from .store import ChromaStore, Neighbour
 
@@ -91,30 +92,57 @@ class Searcher:
     embedder: Embedder
     store: ChromaStore
     rrf_k: int = DEFAULT_RRF_K
+    lexical: bool = True  # fuse a BM25 leg per text (indexer/lexical.py)
 
     def search(self, query: SourceQuery) -> list[Hit]:
         # A duplicated text must not count twice: query each distinct text once.
         texts = list(dict.fromkeys(query.texts))
         vectors = self.embedder.encode(texts)
         where = _where(query)
-        # Ask for more than top_k per text so fusion can promote agreement.
-        n = query.top_k if len(texts) == 1 else max(query.top_k * 4, 20)
+        # Ask for more than top_k per list so fusion can promote agreement.
+        fusing = len(texts) > 1 or self.lexical
+        n = max(query.top_k * 4, 20) if fusing else query.top_k
         per_text: list[list[Neighbour]] = self.store.query(vectors, n, where)
-        if len(texts) == 1:
-            fused = [(nb.window.window_id, 1.0 / (self.rrf_k + r))
-                     for r, nb in enumerate(per_text[0], start=1)]
+        lists = [[nb.window.window_id for nb in lst] for lst in per_text]
+        if self.lexical:
+            ranker = _lexical_ranker(self.store)
+            lists += [ids for ids in (ranker.rank(t, n, where) for t in texts) if ids]
+        if len(lists) == 1:
+            fused = [(wid, 1.0 / (self.rrf_k + r)) for r, wid in enumerate(lists[0], start=1)]
         else:
-            fused = rrf([[nb.window.window_id for nb in lst] for lst in per_text], self.rrf_k)
+            fused = rrf(lists, self.rrf_k)
+        fused = fused[:query.top_k]
         by_id = {nb.window.window_id: nb.window for lst in per_text for nb in lst}
+        missing = [wid for wid, _ in fused if wid not in by_id]
+        if missing:  # found by the lexical leg only
+            by_id.update((w.window_id, w) for w in self.store.get(missing))
+        # Per text: its dense rank and cosine similarity (None when it did not find it).
         ranks = [{nb.window.window_id: (r, nb.similarity) for r, nb in enumerate(lst, 1)}
                  for lst in per_text]
         hits = []
-        for wid, score in fused[:query.top_k]:
-            w = by_id[wid]
+        for wid, score in fused:
+            w = by_id.get(wid)
+            if w is None:  # deleted between the two legs' reads
+                continue
             hits.append(Hit(w.window_id, w.room_id, w.room_label, w.corpus, w.event_ids,
                             w.senders, w.ts_first, w.ts_last, score, w.text,
-                            tuple(r.get(wid) for r in ranks)))
+                            tuple(r.get(wid) for r in ranks), ref=w.ref))
         return hits
+
+
+def _lexical_ranker(store: ChromaStore) -> LexicalRanker:
+    # TODO(store.py owner): a public ChromaStore.matching(regex, where) -> ids would
+    # replace these two reads of the collection.
+    col = store._col
+
+    def match(pattern: str, where: dict | None) -> list[str]:
+        return col.get(where=where or None, where_document={"$regex": pattern},
+                       include=[])["ids"]
+
+    def fetch(ids: list[str]) -> dict[str, str]:
+        return {w.window_id: w.text for w in store.get(ids)} if ids else {}
+
+    return LexicalRanker(match, fetch, store.count)
 
 
 def _where(query: SourceQuery) -> dict | None:

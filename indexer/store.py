@@ -10,12 +10,14 @@ from __future__ import annotations
 import json
 import logging
 import os
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from .chromascrub import ScrubError, scrub_room_isolated
 from .chunker import document
-from .records import EventID, RoomID, UserID, Window, WindowID
+from .records import EventID, RefSource, RoomID, UserID, Window, WindowID
 
 COLLECTION = "matrix_sources"
 log = logging.getLogger(__name__)
@@ -32,6 +34,7 @@ class StoredWindow:
     ts_first: int
     ts_last: int
     text: str
+    ref: RefSource | None = None  # corpus reference: corpus name, file, heading path
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +70,8 @@ def _stored(wid: str, doc: str | None, meta: dict | None) -> StoredWindow:
         ts_first=int(meta.get("ts_first", 0)),
         ts_last=int(meta.get("ts_last", 0)),
         text=doc or "",
+        ref=(RefSource(str(meta["ref_corpus"]), str(meta.get("ref_file", "")),
+                       str(meta.get("ref_heading", ""))) if meta.get("ref_corpus") else None),
     )
 
 
@@ -88,6 +93,7 @@ class ChromaStore:
 
     def __init__(self, path: Path | None = None, host: str | None = None,
                  port: int | None = None, collection: str = COLLECTION) -> None:
+        self.path = None if host else path  # the embedded folder, which a purge scrubs
         self._client = _client(path, host, port)
         # embedding_function=None on every call, or Chroma reaches for a model download.
         self._col = self._client.get_or_create_collection(
@@ -117,8 +123,28 @@ class ChromaStore:
         if window_ids:
             self._col.delete(ids=list(window_ids))
 
-    def delete_room(self, room_id: RoomID) -> None:
-        self._col.delete(where={"room_id": room_id})
+    def delete_room(self, room_id: RoomID) -> list[WindowID]:
+        """Delete every window of the room; returns their ids."""
+        ids = self._col.get(where={"room_id": room_id}, include=[])["ids"]
+        if ids:
+            self._col.delete(ids=ids)
+        return [WindowID(i) for i in ids]
+
+    def scrub_room(self, room_id: RoomID) -> bool:
+        """After `delete_room`: remove the deleted windows' text from Chroma's files too.
+        Only possible embedded; a Chroma server's files are out of reach. False when
+        not scrubbed (logged: the text stays in the files until a later scrub)."""
+        if self.path is None:
+            log.warning("chroma_scrub_unavailable", extra={"room_id": room_id,
+                                                          "mode": "server"})
+            return False
+        try:
+            blanked = scrub_room_isolated(self.path, room_id)
+        except (ScrubError, OSError, subprocess.SubprocessError) as e:
+            log.error("chroma_scrub_failed", extra={"room_id": room_id, "error": str(e)[:300]})
+            return False
+        log.info("chroma_scrubbed", extra={"room_id": room_id, "log_entries": blanked})
+        return True
 
     # -- reading ---------------------------------------------------------------------
 
@@ -149,3 +175,10 @@ class ChromaStore:
                             include=["documents", "metadatas"])
         return [_stored(i, d, m) for i, d, m in zip(res["ids"], res["documents"],
                                                      res["metadatas"])]
+
+    def upsert_documents(self, ids: Sequence[str], vectors: Sequence[Sequence[float]],
+                         documents: Sequence[str], metadatas: Sequence[dict]) -> None:
+        """Upsert records that are not chat windows (reference chunks, indexer/reference.py)."""
+        if ids:
+            self._col.upsert(ids=list(ids), embeddings=[list(v) for v in vectors],
+                             documents=list(documents), metadatas=list(metadatas))

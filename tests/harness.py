@@ -10,6 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +36,8 @@ class ServiceProcess:
     log_path: Path
     proc: subprocess.Popen | None = None
 
-    def start(self, timeout: float = 120) -> None:
+    def start(self, timeout: float = 120, wait_ready: bool = True) -> None:
+        """Start and wait until ready (or, with wait_ready=False, until HTTP answers)."""
         env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
@@ -52,6 +54,9 @@ class ServiceProcess:
                         f"http://127.0.0.1:{self.port}/_matrix/mau/ready", timeout=1) as r:
                     if r.status == 200:
                         return
+            except urllib.error.HTTPError:
+                if not wait_ready:
+                    return  # the HTTP side is up, the service is still starting
             except OSError:
                 pass
             time.sleep(0.2)
@@ -94,6 +99,15 @@ class Stack:
             argv = [sub, "-c", str(self.config), *rest]
         return subprocess.run([sys.executable, "-m", "appservice.cli", *argv],
                               capture_output=True, text=True, timeout=300)
+
+    def http(self, path: str) -> tuple[int, str]:
+        """GET a path of the service's HTTP listener: (status, body)."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.service.port}{path}",
+                                        timeout=10) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
 
     def event_status(self, event_id: str) -> str | None:
         db = sqlite3.connect(f"file:{self.data_dir / 'eventlog.sqlite3'}?mode=ro", uri=True)

@@ -460,3 +460,24 @@ async def test_room_alias_is_resolved_before_searching(responder):
     assert searcher.queries[-1].room_id == "!ops:example.org"
     await r.answer(command("!sources --room #nope:example.org key"))
     assert "#nope:example.org" in sent[-1][1]["body"] and len(searcher.queries) == 1
+
+
+# -- status -----------------------------------------------------------------------------
+
+def test_power_levels_and_room_v12_creators():
+    from appservice.status import ADMIN_POWER_LEVEL, power_from_state
+
+    def state(version, creator="@c:x", users=None, default=0, extra=()):
+        return [{"type": "m.room.create", "sender": creator,
+                 "content": {"room_version": version, "additional_creators": list(extra)}},
+                {"type": "m.room.power_levels",
+                 "content": {"users": users or {}, "users_default": default}}]
+
+    assert power_from_state(state("12"), "@c:x") > 100  # creator, not in power_levels
+    assert power_from_state(state("12", extra=("@co:x",)), "@co:x") > 100
+    assert power_from_state(state("11"), "@c:x") == 0  # older versions list creators
+    assert power_from_state(state("11", users={"@c:x": 100}), "@c:x") == 100
+    assert power_from_state(state("12", users={"@m:x": 50}), "@m:x") == ADMIN_POWER_LEVEL
+    assert power_from_state(state("12", default=10), "@anyone:x") == 10
+    assert power_from_state(state("12", users={"@m:x": True}), "@m:x") == 0
+    assert power_from_state([], "@m:x") == 0

@@ -1,0 +1,79 @@
+"""`matrix-sources ref ...` and `matrix-sources verify ...`: reference corpora and the
+audits of the derived filter. Neither `ref rm`, `ref list` nor `verify` loads the model."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from indexer.audit import CheckResult, check_derived_filter, check_exclusions, parse_since
+from indexer.components import open_store
+from indexer.config import Config
+from indexer.derived import Matcher
+from indexer.journal import Journal
+from indexer.manifest import Manifest, manifest_path
+from indexer.reference import ReferenceError, References
+
+
+def _references(cfg: Config, with_embedder: bool) -> References:
+    embedder = None
+    if with_embedder:
+        from indexer.embedder import load_embedder
+
+        embedder = load_embedder(cfg.embedder)
+    manifest = Manifest(manifest_path(cfg.data_dir), cfg.derived.shingle_size)
+    return References(cfg.data_dir, open_store(cfg), manifest, embedder,
+                      chunk_bytes=cfg.policy.max_bytes)
+
+
+def run_ref(cfg: Config, args) -> int:
+    try:
+        if args.action == "list":
+            corpora = _references(cfg, False).list()
+            if not corpora:
+                print("no reference corpora; add one with `matrix-sources ref add -c CONFIG "
+                      "NAME PATH`")
+            for c in corpora:
+                print(f"{c.name}  {c.sections} sections  {c.chunks} chunks  {c.path}"
+                      + (f"  synced {c.synced_at}" if c.synced_at else ""))
+            return 0
+        if args.action == "rm":
+            removed, chunks = _references(cfg, False).rm(args.name)
+            print(f"removed {args.name}: {removed} manifest entries, {chunks} chunks "
+                  "(earlier exclusions stay in the journal and the event log)")
+            return 0
+        refs = _references(cfg, True)
+        report = refs.add(args.name, Path(args.path)) if args.action == "add" \
+            else refs.sync(args.name)
+    except ReferenceError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(f"{report.corpus}: {report.files} files, {report.sections} sections, "
+          f"{report.chunks} chunks ({report.embedded} embedded, {report.deleted} removed); "
+          f"manifest +{report.artifacts_added} -{report.artifacts_removed}")
+    return 0
+
+
+def run_verify(cfg: Config, args) -> int:
+    """Run the checks the flags ask for (all of them without flags); exit 1 if any
+    failed, 2 for a bad argument."""
+    wanted = {"derived-filter": args.derived_filter, "exclusions": args.exclusions}
+    if not any(wanted.values()):
+        wanted = {k: True for k in wanted}
+    since = None
+    if args.since is not None:
+        try:
+            since = parse_since(args.since, int(time.time() * 1000))
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+    results: list[CheckResult] = []
+    if wanted["derived-filter"]:
+        manifest = Manifest(manifest_path(cfg.data_dir), cfg.derived.shingle_size)
+        results.append(check_derived_filter(open_store(cfg), Matcher(manifest, cfg.derived)))
+    if wanted["exclusions"]:
+        results.append(check_exclusions(Journal(cfg.journal_path), since))
+    for r in results:
+        print("\n".join(r.lines))
+    return 0 if all(r.ok for r in results) else 1

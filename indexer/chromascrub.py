@@ -1,0 +1,106 @@
+"""Scrubbing deleted windows' text out of an embedded Chroma's SQLite file.
+
+`collection.delete` is not enough for a purge: Chroma 1.5 (embedded) keeps
+
+- every upsert, document and metadata included, in its write-ahead log table
+  `embeddings_queue` until the HNSW segment persists (up to `sync_threshold` = 1000
+  operations later), and
+- the bytes of deleted rows in the free space of their pages (its SQLite does not
+  run with `secure_delete`), and the deleted documents' terms in the FTS5 index
+  until its segments merge.
+
+So after a purge deleted a room's windows, this:
+
+1. blanks the metadata (which holds the document) of the room's queued upserts that a
+   later queued delete of the same id supersedes. Replaying the log gives the same
+   final state: the upsert still carries its vector, and the delete still follows it.
+   An upsert with no later delete is never touched;
+2. merges the full-text index (`optimize`), dropping the deleted documents' terms;
+3. `VACUUM`s the file, rewriting every page without the freed bytes.
+
+Checked against chromadb 1.5 (pinned in pyproject.toml); a schema it does not know is
+reported, not guessed at. VACUUM rewrites the whole file under an exclusive lock:
+readers (a search) wait for it. Purges are rare, and privacy wins over that pause.
+
+It runs in a child process (`scrub_room_isolated`). Chroma's Rust core links its own
+copy of SQLite; a second copy (Python's) on the same file in the same process breaks
+SQLite's POSIX locking (locks are per process, and closing either copy's descriptor
+drops the other's), which showed here as "disk I/O error" in a VACUUM racing a query.
+Across processes the locks work: readers wait, nothing is corrupted.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+DB_FILE = "chroma.sqlite3"
+DELETE_OP = 3  # chromadb's Operation.DELETE as stored in embeddings_queue.operation
+FTS_TABLE = "embedding_fulltext_search"
+BUSY_TIMEOUT_S = 60.0
+
+
+class ScrubError(RuntimeError):
+    pass
+
+
+def _tables(db: sqlite3.Connection) -> set[str]:
+    return {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+
+
+def scrub_room(chroma_dir: Path, room_id: str) -> int:
+    """Scrub the deleted windows of `room_id` from the Chroma folder; returns how many
+    queued upserts were blanked. Call only after the room's windows were deleted and
+    while nothing writes to the collection (the purge holds the pipeline's lock)."""
+    path = Path(chroma_dir) / DB_FILE
+    if not path.exists():
+        return 0
+    db = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_S, isolation_level=None)
+    try:
+        tables = _tables(db)
+        if "embeddings_queue" not in tables:
+            raise ScrubError(f"{path}: no embeddings_queue table; unknown Chroma schema")
+        cur = db.execute(
+            "UPDATE embeddings_queue SET metadata = '{}'"
+            " WHERE operation != ? AND metadata IS NOT NULL AND metadata != '{}'"
+            " AND json_valid(metadata) AND json_extract(metadata, '$.room_id') = ?"
+            " AND EXISTS (SELECT 1 FROM embeddings_queue d WHERE d.id = embeddings_queue.id"
+            "   AND d.topic = embeddings_queue.topic AND d.operation = ?"
+            "   AND d.seq_id > embeddings_queue.seq_id)",
+            (DELETE_OP, room_id, DELETE_OP))
+        blanked = cur.rowcount
+        if FTS_TABLE in tables:
+            try:
+                db.execute(f"INSERT INTO {FTS_TABLE}({FTS_TABLE}) VALUES ('optimize')")
+            except sqlite3.OperationalError as e:  # e.g. no trigram tokenizer here
+                log.warning("chroma_fts_optimize_failed", extra={"error": str(e)[:200]})
+        db.execute("VACUUM")
+    finally:
+        db.close()
+    return blanked
+
+
+def scrub_room_isolated(chroma_dir: Path, room_id: str,
+                        timeout: float = 10 * BUSY_TIMEOUT_S) -> int:
+    """`scrub_room` in a child process (see the module docstring)."""
+    proc = subprocess.run([sys.executable, "-m", __name__, str(chroma_dir), room_id],
+                          capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise ScrubError(f"scrub of {chroma_dir} failed ({proc.returncode}): "
+                         + proc.stderr.strip()[-500:])
+    return int(proc.stdout.strip() or 0)
+
+
+def main(argv: list[str]) -> int:
+    chroma_dir, room_id = argv
+    print(scrub_room(Path(chroma_dir), room_id))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

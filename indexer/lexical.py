@@ -1,0 +1,140 @@
+"""The lexical leg of search: BM25 over the stored window documents, asked of Chroma.
+
+No second index: each query term becomes a case-insensitive regex over the message
+bodies of the stored documents (Chroma's `where_document` full-text filter), so the leg
+always sees exactly what the collection holds (a redacted word stops matching as soon
+as its window is re-upserted). Per query text:
+
+    terms     lowercase words, stop words dropped; a word of 5 or more letters loses a
+              plural or verb ending and matches as a word prefix ("partitions" finds
+              "partition", "partitioning")
+    df, N     windows matching a term (ids only), windows in the collection
+    prefilter sum of idf(t) over matching terms ranks every candidate; the best
+              PREFILTER are fetched and scored with full BM25 (k1 = 1.2, b = 0.75,
+              term frequency and length of the bodies), which gives the leg's order.
+
+Sender ids and timestamps of the document lines are not matched: only bodies are.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+from .chunker import parse_document
+
+K1 = 1.2
+B = 0.75
+MAX_TERMS = 16
+PREFILTER = 200
+MIN_STEM = 5  # words shorter than this match whole ("rar" must not find "rare")
+
+# Function words of questions and chat; they carry no topic. Short on purpose: a
+# domain word ("file", "install") must stay, idf weighs it.
+STOP_WORDS = frozenset("""
+a about after again all also am an and any are as at be because been before being
+but by can could did do does doing don done for from get gets getting got had has
+have having he her here hers him his how i if im in into is it its itself just let
+lets like me might more most much must my no nor not now of off on once only or other
+our out over own same she should so some such than that the their them then there
+these they this those through to too under until up very was way we were what when
+where which while who whom why will with would you your yours anyone anybody someone
+something thing things there's it's i'm can't don't doesn't isn't won't please thanks
+hi hello hey yes yeah ok okay still really need want try trying tried know use using
+used make makes made way one ones instead even ever every without
+""".split())
+
+_WORD = re.compile(r"[a-z0-9][a-z0-9+#]*(?:[.'][a-z0-9]+)*", re.UNICODE)
+# A document line is "[time] sender: body"; a body's further lines start with two spaces.
+_BODY_START = r"(?:^\[[^\]\n]*\] \S+: |^  )"
+_ENDINGS = ("ings", "ing", "ies", "es", "ed", "s")
+
+
+def terms(text: str) -> list[str]:
+    """The words of a query text worth matching, lowercased, in order, once each."""
+    out = []
+    for w in _WORD.findall(text.lower()):
+        w = w.strip(".'")
+        if len(w) < 2 or w in STOP_WORDS or w.replace("'", "") in STOP_WORDS:
+            continue
+        out.append(w)
+    return list(dict.fromkeys(out))[:MAX_TERMS]
+
+
+def stem(word: str) -> str:
+    """A light suffix strip: enough that plural and -ing/-ed forms meet."""
+    if len(word) < MIN_STEM or not word.isalpha():
+        return word
+    for end in _ENDINGS:
+        if word.endswith(end) and len(word) - len(end) >= MIN_STEM - 1:
+            base = word[:-len(end)]
+            if end in ("ing", "ings", "ed") and len(base) > 3 and base[-1] == base[-2]:
+                base = base[:-1]  # spinning -> spin, stopped -> stop
+            return base
+    return word
+
+
+def word_regex(term: str) -> str:
+    """The term as a word (short or not alphabetic) or a word prefix (its stem)."""
+    base = stem(term)
+    prefix = len(base) >= MIN_STEM - 1 and base.isalpha()
+    return rf"\b{re.escape(base)}" + ("" if prefix else r"(?:\W|$)")
+
+
+def pattern(term: str) -> str:
+    """Case-insensitive, multi-line regex matching the term inside a message body of a
+    stored document (not in its sender ids or timestamps)."""
+    return rf"(?im){_BODY_START}.*?{word_regex(term)}"
+
+
+# (pattern, where) -> ids of the windows whose document matches
+Matcher = Callable[[str, dict | None], list[str]]
+# ids -> {id: document}
+Fetcher = Callable[[list[str]], dict[str, str]]
+
+
+@dataclass
+class LexicalRanker:
+    match: Matcher
+    fetch: Fetcher
+    total: Callable[[], int]
+
+    def rank(self, text: str, n: int, where: dict | None = None) -> list[str]:
+        """Window ids best first by BM25 of the text's terms, at most n."""
+        words = terms(text)
+        if not words:
+            return []
+        total = max(self.total(), 1)
+        idf: dict[str, float] = {}
+        hits: dict[str, set[str]] = {}
+        for t in words:
+            ids = self.match(pattern(t), where)
+            if not ids:
+                continue
+            idf[t] = math.log(1 + (total - len(ids) + 0.5) / (len(ids) + 0.5))
+            hits[t] = set(ids)
+        if not hits:
+            return []
+        coarse: dict[str, float] = {}
+        for t, ids in hits.items():
+            for wid in ids:
+                coarse[wid] = coarse.get(wid, 0.0) + idf[t]
+        pool = sorted(coarse, key=lambda w: (-coarse[w], w))[:PREFILTER]
+        docs = self.fetch(pool)
+        bodies = {w: [b for _, _, b in parse_document(docs.get(w, ""))] for w in pool}
+        lengths = {w: sum(len(b.split()) for b in bs) for w, bs in bodies.items()}
+        avg = sum(lengths.values()) / len(lengths) or 1.0
+        regexes = {t: re.compile(word_regex(t), re.I) for t in hits}
+        scores = {}
+        for w in pool:
+            text_w = "\n".join(bodies[w])
+            norm = K1 * (1 - B + B * lengths[w] / avg)
+            s = 0.0
+            for t, rx in regexes.items():
+                if w in hits[t]:
+                    tf = len(rx.findall(text_w)) or 1
+                    s += idf[t] * tf * (K1 + 1) / (tf + norm)
+            scores[w] = s
+        return sorted(scores, key=lambda w: (-scores[w], w))[:n]

@@ -1,0 +1,280 @@
+"""Chunker invariants over generated timelines (in the manner of Chroma's property tests),
+and the conversations it follows."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from indexer.addressing import addressed, names
+from indexer.chunker import (
+    ChunkPolicy,
+    blocks,
+    build_blocks,
+    build_windows,
+    chunk,
+    chunk_blocks,
+    document,
+    embed_text,
+    parse_document,
+    window_id,
+)
+from indexer.records import EventID, Message, RoomID, UserID
+
+ROOM = RoomID("!room:example.org")
+SENDERS = [UserID("@alice:example.org"), UserID("@bob:example.org"), UserID("@żółw:x"),
+           UserID("@irc_stig_5f:eval.local")]
+ADDRESSES = ["", "", "alice: ", "bob, ", "stig_: ", "> <@bob:example.org> quoted\n\n",
+             "thanks alice ", "żółw: "]
+T0 = 1_700_000_000_000
+
+
+def size(m: Message) -> int:
+    return len(m.body.encode("utf-8"))
+
+
+@st.composite
+def timelines(draw, max_messages: int = 40) -> list[Message]:
+    n = draw(st.integers(0, max_messages))
+    bodies = draw(st.lists(st.text(st.characters(blacklist_categories=("Cs",)),
+                                   min_size=1, max_size=120), min_size=n, max_size=n))
+    prefixes = draw(st.lists(st.sampled_from(ADDRESSES), min_size=n, max_size=n))
+    # Mostly small steps, sometimes a long silence.
+    steps = draw(st.lists(st.one_of(st.integers(0, 120_000), st.integers(0, 4 * 3_600_000)),
+                          min_size=n, max_size=n))
+    senders = draw(st.lists(st.sampled_from(SENDERS), min_size=n, max_size=n))
+    ts, out = T0, []
+    for i in range(n):
+        ts += steps[i]
+        out.append(Message(EventID(f"$e{i}"), ROOM, senders[i], ts, prefixes[i] + bodies[i]))
+    return out
+
+
+policies = st.builds(ChunkPolicy, max_bytes=st.integers(1, 300),
+                     gap_ms=st.integers(0, 3_600_000), block_windows=st.integers(1, 6),
+                     follow_replies=st.booleans())
+# None: the last block is open; otherwise a time after the last message (or before it).
+nows = st.one_of(st.none(), st.integers(0, 8 * 3_600_000).map(lambda d: T0 + d))
+
+SETTINGS = settings(max_examples=1500, deadline=None, database=None)
+
+
+def window_bytes(w) -> int:
+    return sum(size(m) for m in w)
+
+
+@SETTINGS
+@given(timelines(), policies, nows)
+def test_every_message_in_exactly_one_window_in_timeline_order(messages, policy, now):
+    windows = chunk(messages, policy, now)
+    flat = [m for w in windows for m in w]
+    assert sorted(flat, key=messages.index) == messages  # none lost, none doubled
+    assert len(flat) == len(messages)
+    assert all(len(w) >= 1 for w in windows)
+    for w in windows:  # each window keeps timeline order
+        assert [messages.index(m) for m in w] == sorted(messages.index(m) for m in w)
+    firsts = [messages.index(w[0]) for w in windows]
+    assert firsts == sorted(firsts)
+
+
+@SETTINGS
+@given(timelines(), policies, nows)
+def test_windows_respect_the_byte_bounds(messages, policy, now):
+    grouped = chunk_blocks(messages, policy, now)
+    for i, block in enumerate(grouped):
+        for w in block:
+            if len(w) > 1:
+                assert window_bytes(w) <= policy.block_bytes
+                closed = i < len(grouped) - 1 or len(block) > 1 or now is not None \
+                    and now - w[-1].ts > policy.gap_ms
+                if closed:
+                    assert window_bytes(w) <= policy.max_bytes
+
+
+@SETTINGS
+@given(timelines(), policies)
+def test_blocks_are_greedy_and_no_window_spans_a_silence(messages, policy):
+    cut = blocks(messages, policy)
+    assert [m for b in cut for m in b] == messages
+    for b in cut:
+        for a, c in zip(b, b[1:]):
+            assert c.ts - a.ts <= policy.gap_ms
+    # A block is only closed for a reason: the next message would not fit or is late.
+    for a, b in zip(cut, cut[1:]):
+        too_big = window_bytes(a) + size(b[0]) > policy.block_bytes
+        too_late = b[0].ts - a[-1].ts > policy.gap_ms
+        assert too_big or too_late
+    # Every window lies inside one block.
+    where = {m.event_id: i for i, b in enumerate(cut) for m in b}
+    for w in chunk(messages, policy, T0 + 10**10):
+        assert len({where[m.event_id] for m in w}) == 1
+
+
+@SETTINGS
+@given(timelines(), policies, nows, st.data())
+def test_rechunking_from_any_block_start_reproduces_later_windows(messages, policy, now, data):
+    cut = blocks(messages, policy)
+    if not cut:
+        return
+    i = data.draw(st.integers(0, len(cut) - 1))
+    start = messages.index(cut[i][0])
+    assert build_blocks(messages[start:], policy, now_ms=now) == \
+        build_blocks(messages, policy, now_ms=now)[i:]
+
+
+@SETTINGS
+@given(timelines(), policies, st.data())
+def test_live_tail_reproduces_the_room(messages, policy, data):
+    """What the pipeline does live: index a prefix (its last block open: one window),
+    then re-chunk that window's messages plus what came since. The result is what
+    chunking everything at once gives from that window on; closed windows are kept."""
+    cut = data.draw(st.integers(1, max(len(messages), 1)))
+    before = build_windows(messages[:cut], policy)
+    if not before:
+        return
+    open_window = before[-1]
+    start = messages.index(open_window.messages[0])
+    assert list(open_window.messages) == messages[start:cut]  # the open block, whole
+    now = data.draw(nows)
+    after = build_windows(messages, policy, now_ms=now)
+    tail = build_windows(list(open_window.messages) + messages[cut:], policy, now_ms=now)
+    assert after[len(before) - 1:] == tail
+    assert after[:len(before) - 1] == before[:-1]
+    # Closing the block overwrites its window in place: same id, same first message.
+    assert tail[0].window_id == open_window.window_id
+
+
+@SETTINGS
+@given(timelines(), policies)
+def test_a_block_closes_when_its_gap_has_passed(messages, policy):
+    """Closing by time gives what a late message would: the windows are final."""
+    if not messages:
+        return
+    late = messages[-1].ts + policy.gap_ms + 1
+    nxt = Message(EventID("$late"), ROOM, SENDERS[0], late, "later")
+    assert build_blocks(messages, policy, now_ms=late) == \
+        build_blocks(messages + [nxt], policy)[:-1]
+    assert build_blocks(messages, policy, now_ms=late - 1)[-1] == \
+        build_blocks(messages, policy)[-1]
+
+
+@SETTINGS
+@given(timelines(), policies, nows)
+def test_window_ids_are_stable_and_distinct(messages, policy, now):
+    a = build_windows(messages, policy, now_ms=now)
+    b = build_windows(list(messages), policy, now_ms=now)
+    assert [w.window_id for w in a] == [w.window_id for w in b]
+    assert len({w.window_id for w in a}) == len(a)
+    for w in a:
+        assert w.window_id == window_id(ROOM, w.messages[0].event_id)
+
+
+@SETTINGS
+@given(timelines(), st.integers(1, 300), st.integers(0, 3_600_000), nows)
+def test_without_following_replies_windows_are_timeline_runs(messages, max_bytes, gap, now):
+    """follow_replies=False: the windows of chunker version 1, greedy and contiguous."""
+    policy = ChunkPolicy(max_bytes=max_bytes, gap_ms=gap, follow_replies=False)
+    windows = chunk(messages, policy, now)
+    assert [m for w in windows for m in w] == messages
+    for a, b in zip(windows, windows[1:]):
+        assert window_bytes(a) + size(b[0]) > max_bytes or b[0].ts - a[-1].ts > gap
+
+
+def test_window_id_depends_on_room_and_first_event_only():
+    assert window_id(ROOM, EventID("$a")) == window_id(ROOM, EventID("$a"))
+    assert window_id(ROOM, EventID("$a")) != window_id(ROOM, EventID("$b"))
+    assert window_id(ROOM, EventID("$a")) != window_id(RoomID("!other:x"), EventID("$a"))
+    # Pinned: a change here silently duplicates every window of an existing collection.
+    assert window_id(ROOM, EventID("$a")) == window_id(RoomID("!room:example.org"),
+                                                      EventID("$a"))
+    assert window_id(ROOM, EventID("$a")).startswith("w") and len(window_id(ROOM, "$a")) == 32
+
+
+CLOSED = T0 + 10**10  # long after every test message: all blocks closed
+
+
+def test_byte_bound_counts_utf8_bytes():
+    msgs = [Message(EventID(f"$e{i}"), ROOM, SENDERS[0], T0 + i, "é" * 10) for i in range(3)]
+    # 20 bytes each: two fit in 40, not three.
+    assert [len(w) for w in chunk(msgs, ChunkPolicy(max_bytes=40, gap_ms=10), CLOSED)] == [2, 1]
+
+
+def test_oversized_message_gets_a_window_of_its_own():
+    msgs = [Message(EventID("$a"), ROOM, SENDERS[0], T0, "short"),
+            Message(EventID("$b"), ROOM, SENDERS[0], T0 + 1, "x" * 500),
+            Message(EventID("$c"), ROOM, SENDERS[0], T0 + 2, "short")]
+    assert [len(w) for w in chunk(msgs, ChunkPolicy(max_bytes=100), CLOSED)] == [1, 1, 1]
+
+
+def say(i: int, sender: str, body: str, minute: float = 0) -> Message:
+    return Message(EventID(f"$m{i}"), ROOM, UserID(sender), T0 + int((i + minute) * 60_000),
+                   body)
+
+
+def bodies(windows) -> list[list[str]]:
+    return [[m.body for m in w] for w in windows]
+
+
+def test_interleaved_conversations_get_their_own_windows():
+    timeline = [
+        say(0, "@alice:x", "how do I open a rar archive?"),
+        say(1, "@carol:x", "my wifi drops every few minutes"),
+        say(2, "@bob:x", "alice: apt install unrar"),
+        say(3, "@dave:x", "carol, which card is it?"),
+        say(4, "@alice:x", "bob: thanks, that works"),
+        say(5, "@carol:x", "dave: an intel 3945"),
+        say(6, "@bob:x", "or file-roller if you want a gui"),
+    ]
+    windows = chunk(timeline, ChunkPolicy(), CLOSED)
+    assert bodies(windows) == [
+        ["how do I open a rar archive?", "alice: apt install unrar",
+         "bob: thanks, that works", "or file-roller if you want a gui"],
+        ["my wifi drops every few minutes", "carol, which card is it?",
+         "dave: an intel 3945"],
+    ]
+    # While the block is open it is one window, in timeline order, with the same id as
+    # the first window it becomes.
+    [open_window] = build_windows(timeline, ChunkPolicy())
+    assert list(open_window.messages) == timeline
+    assert open_window.window_id == build_windows(timeline, ChunkPolicy(),
+                                                  now_ms=CLOSED)[0].window_id
+
+
+def test_irc_nicks_reply_fallbacks_and_mentions_are_followed():
+    timeline = [
+        say(0, "@irc_stig_5f:eval.local", "how can I read my NTFS disk?"),
+        say(1, "@irc_ann:eval.local", "anyone else seeing slow apt mirrors?"),
+        say(2, "@irc_bob:eval.local", "Stig_: install ntfs-3g"),
+        say(3, "@erin:x", "> <@irc_ann:eval.local> anyone else\n\nyes, since this morning"),
+        say(4, "@irc_zed:eval.local", "what stig_ needs is ntfs-3g, yes"),
+    ]
+    windows = chunk(timeline, ChunkPolicy(), CLOSED)
+    assert [[m.event_id for m in w] for w in windows] == [
+        ["$m0", "$m2", "$m4"], ["$m1", "$m3"]]
+
+
+def test_a_long_conversation_goes_on_in_a_new_window():
+    timeline = [say(i, "@alice:x" if i % 2 else "@bob:x",
+                    ("bob: " if i % 2 else "alice: ") + "x" * 40) for i in range(6)]
+    windows = chunk(timeline, ChunkPolicy(max_bytes=100), CLOSED)
+    assert [len(w) for w in windows] == [2, 2, 2]
+
+
+def test_names_come_from_the_user_id():
+    assert "stig" in names("@irc_stig_5f:eval.local")
+    assert "alice" in names("@alice:example.org")
+    assert addressed("Stig_: try this") == ("stig",)
+    assert addressed("no address here") == ()
+    assert addressed("> <@bob:example.org> hi\n\nreply") == tuple(sorted(names("@bob:example.org")))
+
+
+@SETTINGS
+@given(timelines(max_messages=10), policies, nows)
+def test_document_maps_back_to_each_message(messages, policy, now):
+    """Replies quote the stored document line by line: every message, even one whose
+    body has newlines or looks like a document line, maps back to exactly one entry."""
+    for w in build_windows(messages, policy, now_ms=now):
+        lines = parse_document(document(w))
+        assert [sender for _, sender, _ in lines] == [m.sender for m in w.messages]
+        assert [body for _, _, body in lines] == [m.body for m in w.messages]
+        assert embed_text(w) == "\n".join(m.body for m in w.messages)

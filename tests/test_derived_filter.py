@@ -1,0 +1,430 @@
+"""The seed's eight acceptance tests (seeds/003): reference text and the bot's own answers
+cannot re-enter the index as evidence.
+
+Harness: the fixture corpus tests/fixtures/ops-cheatsheet.md added as a reference corpus
+through the CLI; transcripts that quote a section verbatim, quote ~10 lines of the
+50-line "Disk space" section, paraphrase it heavily, and discuss the same tools without
+quoting; the deterministic HashEmbedder. Messages go through the real ingest (gate,
+event log) and pipeline; `ref` and `verify` through `matrix-sources` itself.
+
+The false passes the seed names are guarded here: the verbatim case is not the only one
+(test 3 is a partial quote, scoring between the two thresholds), "excluded" is never
+"zero evidence" (test 2 runs on the same pipeline run and checks the exact excluded set),
+and the answer threshold is shown to miss the partial quote that the reference one catches.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pytest
+from ruamel.yaml import YAML
+
+from appservice.cli import main
+from appservice.responder import RateLimiter, Responder
+from indexer.components import Index
+from indexer.config import Config, load_config
+from indexer.datadir import init_data_dir
+from indexer.derived import JOURNAL_KIND, Matcher
+from indexer.embedder import HashEmbedder
+from indexer.events import MessageEvent, parse_event
+from indexer.manifest import Manifest, manifest_path
+from indexer.normalise import containment, text_shingles
+from indexer.records import EventID, Message, RoomID, UserID, Window
+from indexer.reference import cut_sections
+
+FIXTURE = Path(__file__).parent / "fixtures" / "ops-cheatsheet.md"
+ROOM = "!ops:example.org"
+CORPUS = "ops"
+SECTION = "ops/ops-cheatsheet.md#Homeserver operations cheatsheet › "
+DISK, SIGNING = SECTION + "Disk space", SECTION + "Signing keys"
+T0 = 1_700_000_000_000
+
+
+def _section_text(heading: str) -> str:
+    [s] = [s for s in cut_sections(CORPUS, FIXTURE.name, FIXTURE.read_text())
+           if s.heading.endswith(heading)]
+    return s.text
+
+
+# -- transcripts ---------------------------------------------------------------------------
+
+VERBATIM = "Pasting the runbook so it is here:\n\n" + _section_text("Signing keys")
+PARTIAL = """ok so the cheatsheet says, for the journal:
+journalctl --disk-usage
+sudo journalctl --vacuum-size=500M
+sudo journalctl --vacuum-time=14d
+Make the limit stick in /etc/systemd/journald.conf:
+[Journal]
+SystemMaxUse=500M
+MaxRetentionSec=14day
+Purge remote media older than thirty days (the admin API takes a timestamp in ms):
+BEFORE=$(( ($(date +%s) - 30*86400) * 1000 ))
+curl -X POST -H "Authorization: Bearer $ADMIN_TOKEN" \\
+  "http://localhost:8008/_synapse/admin/v1/purge_media_cache?before_ts=$BEFORE"
+I ran the first two on our box and got about 3G back, but the media purge answers 400 \
+every time. Anyone seen that?"""
+PARAPHRASE = ("When the disk gets full, first look at what is big with df and du (ncdu is "
+              "nicer), then shrink the systemd logs to half a gigabyte or two weeks and put "
+              "that cap into journald's config so it stays. Old cached media from other "
+              "servers can go through the admin API, and postgres only gives the space back "
+              "after a full vacuum.")
+DISCUSSION = """has anyone else had journalctl eat the whole disk on debian? we ran
+sudo journalctl --vacuum-size=500M
+sudo journalctl --vacuum-time=14d
+and got going again, but we only noticed because synapse stopped federating. I think we \
+want an alert on /var and a real retention policy before anyone touches the vacuum \
+settings again, and the media store needs a look too"""
+CHAT = ["the federation tester is green again after the certificate renewal this morning",
+        "reminder: the community call moves to thursday evening this week"]
+
+
+# -- a data dir, driven like the service drives it ------------------------------------------
+
+def cli(*argv: str) -> tuple[int, str]:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        rc = main(list(argv))
+    return rc, out.getvalue()
+
+
+@dataclass
+class World:
+    cfg: Config
+    index: Index
+    n: int = 0
+
+    @property
+    def config(self) -> str:
+        return str(self.cfg.file)
+
+    def post(self, body: str, sender: str = "@alice:example.org") -> str:
+        self.n += 1
+        event_id = f"$ev{self.n}"
+        result = self.index.ingest.admit([{
+            "type": "m.room.message", "room_id": ROOM, "sender": sender,
+            "event_id": event_id, "origin_server_ts": T0 + self.n * 60_000,
+            "content": {"msgtype": "m.text", "body": body}}])
+        assert result.appended == 1
+        return event_id
+
+    def run(self) -> None:
+        self.index.pipeline.process_all()
+
+    def status(self, event_id: str) -> str:
+        return self.index.eventlog.status_of(EventID(event_id))[0]
+
+    def stored_events(self) -> set[str]:
+        return {e for w in self.index.store.get() for e in w.event_ids}
+
+    def exclusions(self) -> dict[str, dict]:
+        return {e["event_id"]: e for e in self.index.journal.read(kind=JOURNAL_KIND)}
+
+    def manifest_entries(self) -> list[dict]:
+        path = manifest_path(self.cfg.data_dir)
+        return [json.loads(line) for line in path.read_text().splitlines()] \
+            if path.exists() else []
+
+
+def make_world(root: Path) -> World:
+    data = root / "data"
+    init_data_dir(data, "http://127.0.0.1:8008", "example.org")
+    y = YAML()
+    raw = y.load((data / "config.yaml").read_text())
+    raw["index"]["embedder"] = "hash"
+    with open(data / "config.yaml", "w") as f:
+        y.dump(raw, f)
+    assert cli("allowlist", "add", "-c", str(data / "config.yaml"), ROOM)[0] == 0
+    cfg = load_config(data / "config.yaml")
+    assert (cfg.derived.answer_threshold, cfg.derived.reference_threshold) == (0.8, 0.5)
+    index = Index.open(cfg, HashEmbedder())
+    index.ingest.admit([{"type": "m.room.join_rules", "room_id": ROOM, "state_key": "",
+                         "sender": "@admin:example.org", "event_id": "$jr",
+                         "origin_server_ts": 1, "content": {"join_rule": "public"}}])
+    return World(cfg, index)
+
+
+def add_corpus(w: World) -> None:
+    rc, out = cli("ref", "add", "-c", w.config, CORPUS, str(FIXTURE))
+    assert rc == 0, out
+
+
+@pytest.fixture(scope="module")
+def cycle(tmp_path_factory):
+    """One corpus, one pipeline run over every transcript: tests 1, 2, 3 and 5 read the
+    outcome of the same run, so an everything-excluding filter cannot pass 1 and 3."""
+    w = make_world(tmp_path_factory.mktemp("cycle"))
+    add_corpus(w)
+    ids = {name: w.post(body) for name, body in
+           [("verbatim", VERBATIM), ("partial", PARTIAL), ("paraphrase", PARAPHRASE),
+            ("discussion", DISCUSSION), ("chat0", CHAT[0]), ("chat1", CHAT[1])]}
+    w.run()
+    yield w, ids
+    w.index.close()
+
+
+@pytest.fixture
+def world(tmp_path):
+    w = make_world(tmp_path)
+    yield w
+    w.index.close()
+
+
+# -- 1 -------------------------------------------------------------------------------------
+
+def test_1_verbatim_section_quote_is_excluded(cycle):
+    w, ids = cycle
+    assert w.status(ids["verbatim"]) == "derived"
+    assert ids["verbatim"] not in w.stored_events()
+    entry = w.exclusions()[ids["verbatim"]]
+    assert (entry["artifact"], entry["artifact_kind"]) == (SIGNING, "reference")
+    assert entry["room_id"] == ROOM
+
+
+# -- 2 -------------------------------------------------------------------------------------
+
+def test_2_discussion_without_quoting_is_indexed_in_the_same_run(cycle):
+    w, ids = cycle
+    stored = w.stored_events()
+    for name in ("discussion", "paraphrase", "chat0", "chat1"):
+        assert w.status(ids[name]) == "indexed", name
+        assert ids[name] in stored, name
+    # Exactly the two quotes were excluded: not everything that mentions journalctl.
+    assert set(w.exclusions()) == {ids["verbatim"], ids["partial"]}
+    # The discussion does quote two cheatsheet lines: a threshold set too low drops it.
+    low = Matcher(w.index.manifest, replace(w.cfg.derived, reference_threshold=0.1))
+    assert low.match(DISCUSSION) is not None
+    assert w.index.matcher.match(DISCUSSION) is None
+
+
+# -- 3 -------------------------------------------------------------------------------------
+
+def test_3_partial_quote_of_a_long_section_is_excluded(cycle):
+    w, ids = cycle
+    section = _section_text("Disk space")
+    assert len(section.split("\n")) == 50
+    quoted = [line for line in PARTIAL.split("\n") if line.strip() and line in section]
+    assert 9 <= len(quoted) <= 12  # about ten lines of fifty
+    assert w.status(ids["partial"]) == "derived"
+    entry = w.exclusions()[ids["partial"]]
+    assert (entry["artifact"], entry["artifact_kind"]) == (DISK, "reference")
+    # Section granularity: the message is mostly the section, the section is not mostly
+    # the message, so whole-chunk overlap would have missed it...
+    k = w.cfg.derived.shingle_size
+    assert containment(text_shingles(section, k), text_shingles(PARTIAL, k)) < 0.3
+    # ...and so would the answer threshold reused for references.
+    assert w.cfg.derived.reference_threshold <= entry["score"] < w.cfg.derived.answer_threshold
+    same = Matcher(w.index.manifest, replace(w.cfg.derived, reference_threshold=0.8))
+    assert same.match(PARTIAL) is None
+
+
+# -- 4 -------------------------------------------------------------------------------------
+
+SPAM_TALK = [
+    "the spam wave last night came from three fresh accounts on a server with open "
+    "registration, all posting the same link",
+    "to stop it quickly we set the power levels so new members need level 10 to post, "
+    "then lowered it again in the morning",
+    "mjolnir can ban a whole server with a single command once it protects the room, "
+    "which is far faster than kicking each account by hand",
+]
+
+
+def command(body: str, event_id: str) -> MessageEvent:
+    ev = parse_event({"type": "m.room.message", "room_id": ROOM, "event_id": event_id,
+                      "sender": "@bob:example.org", "origin_server_ts": T0,
+                      "content": {"msgtype": "m.text", "body": body}})
+    assert isinstance(ev, MessageEvent)
+    return ev
+
+
+async def ask(w: World, text: str):
+    sent: list[dict] = []
+
+    async def send(room_id: str, content: dict) -> str:
+        sent.append(content)
+        return f"$reply{len(sent)}"
+
+    responder = Responder(w.index.searcher, send, "@sourcesbot:example.org",
+                          limiter=RateLimiter(0), record_answer=w.index.record_answer)
+    reply = await responder.answer(command(f"!sources {text}", "$cmd"))
+    return reply, sent[0]
+
+
+def answer_cases(reply, body: str) -> dict[str, str]:
+    hit_block = body.split("\n1. ", 1)[1].split("\n2. ", 1)[0]
+    return {"pasted_line": "the bot said: " + reply.quoted[0],
+            "pasted_hit": "1. " + hit_block,
+            "paraphrase": "raising the posting power level for newcomers while a spam wave "
+                          "lasts worked for us before as well",
+            "unrelated": "does anyone know whether the community call is recorded and "
+                         "where the recordings end up afterwards"}
+
+
+def outcomes(w: World, cases: dict[str, str]) -> dict[str, tuple]:
+    ids = {name: w.post(body, "@carol:example.org") for name, body in cases.items()}
+    w.run()
+    derived = {d.event_id: d for d in w.index.eventlog.derived_events()}
+    return {name: (w.status(e),) + ((derived[e].kind, derived[e].artifact,
+                                     round(derived[e].score, 6), derived[e].threshold)
+                                    if e in derived else ()) for name, e in ids.items()}
+
+
+async def test_4_answer_kind_is_unchanged_by_reference_corpora(world):
+    ids = [world.post(body) for body in SPAM_TALK]
+    world.run()
+    reply, content = await ask(world, "how do we stop a spam wave from new accounts")
+    assert reply.quoted and len(world.manifest_entries()) == len(reply.sections) >= 1
+    cases = answer_cases(reply, content["body"])
+    before = outcomes(world, cases)
+    assert before["pasted_line"][:2] == ("derived", "answer")
+    assert before["pasted_line"][2] == "answer:$reply1#1"
+    assert before["pasted_line"][4] == world.cfg.derived.answer_threshold
+    assert before["pasted_hit"][:2] == ("derived", "answer")
+    assert before["paraphrase"] == ("indexed",) and before["unrelated"] == ("indexed",)
+    assert all(world.status(e) == "indexed" for e in ids)  # the originals stay evidence
+
+    add_corpus(world)
+    assert any(e["kind"] == "reference" for e in world.manifest_entries())
+    assert outcomes(world, cases) == before
+
+
+# -- 5 -------------------------------------------------------------------------------------
+
+def test_5_every_exclusion_carries_artifact_score_and_threshold(cycle):
+    w, ids = cycle
+    entries = list(w.index.journal.read(kind=JOURNAL_KIND))
+    assert len(entries) == 2
+    thresholds = {"answer": w.cfg.derived.answer_threshold,
+                  "reference": w.cfg.derived.reference_threshold}
+    logged = {d.event_id: d for d in w.index.eventlog.derived_events()}
+    for e in entries:
+        assert e["artifact"] and e["artifact_kind"] in thresholds
+        assert e["threshold"] == thresholds[e["artifact_kind"]]
+        assert e["threshold"] <= e["score"] <= 1
+        assert e["shingle_size"] == w.cfg.derived.shingle_size and e["artifact_sha256"]
+        d = logged[e["event_id"]]  # the event log is tagged with the same facts
+        assert (d.artifact, d.kind, d.threshold) == (e["artifact"], e["artifact_kind"],
+                                                     e["threshold"])
+        assert d.score == e["score"]
+    journal = w.cfg.journal_path.read_text()
+    for phrase in ("vacuum-size", "journald", "federation tester", "generate_signing_key"):
+        assert phrase not in journal  # ids and figures, never text
+
+    rc, out = cli("verify", "-c", w.config, "--exclusions", "--since", "1h")
+    assert rc == 0 and "exclusions: 2" in out
+    for e in entries:
+        assert f"{e['event_id']}  reference {e['artifact']}  score {e['score']:.3f}  " \
+               f"threshold {e['threshold']:.2f}" in out
+    rc, out = cli("verify", "-c", w.config, "--exclusions", "--since", "2999-01-01")
+    assert rc == 0 and "exclusions: 0" in out
+
+
+# -- 6 -------------------------------------------------------------------------------------
+
+def test_6_ref_rm_removes_manifest_entries_and_the_message_is_indexed(world):
+    add_corpus(world)
+    first = world.post(VERBATIM)
+    world.run()
+    assert world.status(first) == "derived"
+    sections = len(cut_sections(CORPUS, FIXTURE.name, FIXTURE.read_text()))
+    assert sum(e.get("corpus") == CORPUS for e in world.manifest_entries()) == sections
+
+    rc, out = cli("ref", "rm", "-c", world.config, CORPUS)
+    assert rc == 0 and f"{sections} manifest entries" in out
+    assert [e for e in world.manifest_entries() if e.get("corpus") == CORPUS] == []
+    assert world.index.store.get(where={"ref_corpus": CORPUS}) == []
+    assert CORPUS not in cli("ref", "list", "-c", world.config)[1]
+
+    again = world.post(VERBATIM)
+    world.run()
+    assert world.status(again) == "indexed" and again in world.stored_events()
+
+
+# -- 7 -------------------------------------------------------------------------------------
+
+def test_7_verify_derived_filter_catches_a_hand_inserted_leak(world):
+    add_corpus(world)
+    world.post(CHAT[0])
+    world.run()
+    rc, out = cli("verify", "-c", world.config, "--derived-filter")
+    assert rc == 0 and "derived-filter: ok" in out
+
+    leak = Message(EventID("$leak"), RoomID(ROOM), UserID("@mallory:example.org"), T0,
+                   _section_text("Signing keys"))
+    window = Window(window_id="wleak", room_id=RoomID(ROOM), messages=(leak,))
+    world.index.store.upsert([window], HashEmbedder().encode([leak.body]))
+    rc, out = cli("verify", "-c", world.config, "--derived-filter")
+    assert rc == 1
+    assert "window wleak" in out and "event $leak" in out and SIGNING in out
+    assert out.count("window w") == 1  # the genuine window is not named
+
+
+# -- 8 -------------------------------------------------------------------------------------
+
+def test_8_ref_rm_leaves_earlier_exclusions_unchanged(world):
+    add_corpus(world)
+    ids = [world.post(VERBATIM), world.post(PARTIAL)]
+    world.run()
+    journal_before = world.cfg.journal_path.read_bytes()
+    lines_before = [line for line in journal_before.splitlines() if JOURNAL_KIND.encode() in line]
+    logged_before = world.index.eventlog.derived_events()
+    assert len(lines_before) == 2 and [d.event_id for d in logged_before] == ids
+
+    assert cli("ref", "rm", "-c", world.config, CORPUS)[0] == 0
+    journal_after = world.cfg.journal_path.read_bytes()
+    assert journal_after.startswith(journal_before)  # appended to, never rewritten
+    assert [line for line in journal_after.splitlines()
+            if JOURNAL_KIND.encode() in line] == lines_before
+    assert world.index.eventlog.derived_events() == logged_before
+    assert all(world.status(e) == "derived" for e in ids)
+    rc, out = cli("verify", "-c", world.config, "--exclusions")
+    assert rc == 0 and all(e in out for e in ids)
+
+
+# -- around the eight ----------------------------------------------------------------------
+
+async def test_verify_does_not_flag_the_windows_an_answer_quoted(world):
+    for body in SPAM_TALK:
+        world.post(body)
+    world.run()
+    reply, _ = await ask(world, "how do we stop a spam wave from new accounts")
+    assert reply.sections
+    rc, out = cli("verify", "-c", world.config, "--derived-filter")
+    assert rc == 0, out
+
+
+def test_verify_flags_combine_and_default_to_all(cycle):
+    w, _ = cycle
+    rc, out = cli("verify", "-c", w.config)
+    assert rc == 0 and "derived-filter: ok" in out and "exclusions: 2" in out
+    rc, out = cli("verify", "-c", w.config, "--exclusions", "--since", "yesterday-ish")
+    assert rc == 2 and "--since" in out
+
+
+def test_manifest_is_read_on_first_use(world):
+    add_corpus(world)
+    fresh = Manifest(manifest_path(world.cfg.data_dir), world.cfg.derived.shingle_size)
+    assert len(fresh) == 0  # nothing read until asked
+    fresh.refresh()
+    assert len(fresh) == len(cut_sections(CORPUS, FIXTURE.name, FIXTURE.read_text()))
+
+
+def test_import_reports_derived_messages(world, tmp_path):
+    add_corpus(world)
+    events = [{"type": "m.room.message", "room_id": ROOM, "sender": "@erin:example.org",
+               "event_id": f"$imp{i}", "origin_server_ts": T0 + i,
+               "content": {"msgtype": "m.text", "body": body}}
+              for i, body in enumerate([VERBATIM, DISCUSSION])]
+    events.insert(0, {"type": "m.room.join_rules", "room_id": ROOM, "state_key": "",
+                      "sender": "@admin:example.org", "event_id": "$jr2",
+                      "origin_server_ts": 1, "content": {"join_rule": "public"}})
+    path = tmp_path / "events.jsonl"
+    path.write_text("\n".join(json.dumps(e) for e in events) + "\n")
+    rc, out = cli("import", "-c", world.config, "-q", str(path))
+    assert rc == 0, out
+    assert "indexed     1 messages" in out and "derived     1 " in out
