@@ -29,6 +29,7 @@ class Reply:
     # One per hit shown: its header and quoted lines, recorded as answer artifacts once
     # the reply is sent (DESIGN.md "Derived filter").
     sections: tuple[EmittedSection, ...] = ()
+    hits: tuple[Hit, ...] = ()  # the hits shown, one per section
 
     def content(self, in_reply_to: str | None = None, thread_root: str | None = None) -> dict:
         content: dict = {"msgtype": "m.notice", "body": self.body,
@@ -90,15 +91,18 @@ def _localpart(mxid: str) -> str:
     return mxid[1:].split(":", 1)[0] if mxid.startswith("@") else mxid
 
 
-def render_hits(hits: list[Hit], query_texts: tuple[str, ...], fallback_server: str | None = None
-                ) -> Reply:
+def render_hits(hits: list[Hit], query_texts: tuple[str, ...], fallback_server: str | None = None,
+                header: str | None = None) -> Reply:
     if not hits:
         msg = "No indexed conversation matches that yet."
         return Reply(msg, html.escape(msg), ())
-    plain = [f"Sources for: {_clip(query_texts[0], 120)}"
-             + (f" (+{len(query_texts) - 1} more)" if len(query_texts) > 1 else "")]
-    rich = [f"<p>Sources for: <em>{html.escape(_clip(query_texts[0], 120))}</em>"
-            + (f" (+{len(query_texts) - 1} more)" if len(query_texts) > 1 else "") + "</p><ol>"]
+    if header is not None:
+        plain, rich = [header], [f"<p>{html.escape(header)}</p><ol>"]
+    else:
+        more = f" (+{len(query_texts) - 1} more)" if len(query_texts) > 1 else ""
+        plain = [f"Sources for: {_clip(query_texts[0], 120)}{more}"]
+        rich = [f"<p>Sources for: <em>{html.escape(_clip(query_texts[0], 120))}</em>{more}"
+                "</p><ol>"]
     quoted: list[str] = []
     size = len(plain[0]) + len(rich[0]) + len("</ol>")
     # Room kept for the note that says how many hits were cut (it replaces "</ol>").
@@ -122,7 +126,8 @@ def render_hits(hits: list[Hit], query_texts: tuple[str, ...], fallback_server: 
         size += added
     else:
         rich.append("</ol>")
-    return Reply("\n".join(plain), "".join(rich), tuple(quoted), tuple(sections))
+    return Reply("\n".join(plain), "".join(rich), tuple(quoted), tuple(sections),
+                 tuple(hits[:len(sections)]))
 
 
 def _chat_piece(n: int, hit: Hit, query_texts: tuple[str, ...], fallback_server: str | None
@@ -134,7 +139,8 @@ def _chat_piece(n: int, hit: Hit, query_texts: tuple[str, ...], fallback_server:
         senders += f" +{len(hit.senders) - 4}"
     via = via_servers(hit, fallback_server)
     link = permalink(hit.room_id, hit.first_event_id, via)
-    lines = [(permalink(hit.room_id, e, via), s, b) for e, s, b in best_lines(hit, query_texts)]
+    best = best_lines(hit, query_texts)
+    lines = [(permalink(hit.room_id, e, via), s, b) for e, s, b in best]
     head = f"{room} · {_time_range(hit)} · {senders}"
     p = [f"{n}. {head}"]
     p += [f"   > {_localpart(s)}: {_clip(b)}\n     {url}" for url, s, b in lines]
@@ -147,7 +153,8 @@ def _chat_piece(n: int, hit: Hit, query_texts: tuple[str, ...], fallback_server:
          + "</blockquote></li>")
     shown = [_clip(b) for _, _, b in lines]
     text = "\n".join([head] + [f"{_localpart(s)}: {_clip(b)}" for _, s, b in lines])
-    return "\n".join(p), r, shown, EmittedSection(text, tuple(hit.event_ids))
+    return "\n".join(p), r, shown, EmittedSection(text, tuple(hit.event_ids),
+                                                  tuple(e for e, _, _ in best))
 
 
 def reference_lines(hit: Hit, query_texts: tuple[str, ...], n: int = MAX_LINES_PER_HIT

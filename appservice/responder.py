@@ -71,6 +71,9 @@ class Responder:
     _last: OrderedDict = field(default_factory=OrderedDict)
     # (reply event id, sections) -> artifacts added; called after the send returned.
     record_answer: RecordAnswer | None = None
+    # (reply id, room, command id, thread root, reply) -> None: what the reply quoted, by
+    # event id, so a later redaction can edit it (indexer/answers.py). After the send.
+    record_quotes: Callable[[str, str, str, str | None, Reply], None] | None = None
 
     async def answer(self, ev: MessageEvent) -> Reply | None:
         m = ev.message
@@ -82,6 +85,13 @@ class Responder:
         self.answered += 1
         if self.record_answer is not None and reply.sections:
             await self._record_answer(m.room_id, event_id, reply)
+        if self.record_quotes is not None and reply.hits:
+            try:
+                await asyncio.to_thread(self.record_quotes, event_id, m.room_id, m.event_id,
+                                        ev.thread_root, reply)
+            except Exception:
+                log.exception("quotes_record_failed", extra={"room_id": m.room_id,
+                                                             "event_id": event_id})
         return reply
 
     async def _record_answer(self, room_id: str, event_id: str, reply: Reply) -> None:

@@ -19,6 +19,7 @@ from mautrix.errors import MatrixError, MatrixRequestError
 from mautrix.types import EventType
 
 from indexer.allowlist import load_allowlist
+from indexer.answers import AnswerLog
 from indexer.components import Index
 from indexer.config import Config, ConfigError
 from indexer.datadir import load_registration
@@ -28,6 +29,7 @@ from indexer.ingest import AdmitResult
 from indexer.pipeline import PipelineWorker
 from indexer.records import RoomID
 
+from .answer_edits import edit_content, rebuild_reply
 from .metrics import Health, ServiceMetrics
 from .responder import RateLimiter, Responder
 from .status import may_see_status, power_from_state, render_status, status_refusal
@@ -87,6 +89,8 @@ class Service:
         self.metrics = ServiceMetrics()
         self.metrics.attach(self)
         self.responder.status = self._status
+        self.answers = AnswerLog(self.eventlog)
+        self.responder.record_quotes = self._record_quotes
         self.responder.on_search_seconds = self.metrics.search_latency.observe
         # Routes must exist before the aiohttp runner starts in az.start().
         self.az.app.router.add_get("/health", self.health.handle)
@@ -184,8 +188,12 @@ class Service:
         log.info("allowlist_reloaded", extra={"rooms": len(rooms), "added": len(added),
                                               "removed": len(removed)})
         if removed:
-            # Purge what the removed rooms left (windows, texts, cursors), off the loop.
-            await asyncio.to_thread(self.ingest.purge_unlisted)
+            # Purge what the removed rooms left (windows, texts, cursors), off the loop;
+            # a failure is logged, and swept again at the next removal or start.
+            try:
+                await asyncio.to_thread(self.ingest.purge_unlisted)
+            except Exception:
+                log.exception("purge_failed", extra={"rooms": len(removed)})
         for room_id in sorted(added):
             try:
                 await self.az.intent.join_room_by_id(room_id)
@@ -205,7 +213,7 @@ class Service:
 
     def _on_admitted(self, events: list[Any], result: AdmitResult) -> None:
         self.metrics.count_events(events, result.refused)
-        if result.appended:
+        if result.appended or result.history.rooms:
             self.worker.notify()
         for ev in events:
             if (isinstance(ev, dict) and ev.get("type") == "m.room.member"
@@ -218,6 +226,32 @@ class Service:
                 self._spawn(self._accept_invite(ev["room_id"]), "accept-invite")
         for cmd in result.commands:
             self._spawn(self._answer(cmd), "answer")
+        if result.history.redacted:
+            self._spawn(self._edit_replies(set(result.history.redacted)), "edit-replies")
+
+    def _record_quotes(self, reply_event_id: str, room_id: str, command_event_id: str,
+                       thread_root: str | None, reply) -> None:
+        self.answers.record(reply_event_id, room_id, command_event_id, thread_root,
+                            list(reply.hits), [sec.shown for sec in reply.sections])
+
+    async def _edit_replies(self, redacted: set) -> None:
+        """A redaction must not live on in the bot's own answers: edit every reply that
+        quoted a redacted message, and re-record what the edited reply quotes."""
+        for rec in await asyncio.to_thread(self.answers.quoting, redacted):
+            ids = [e for h in rec.hits for e in h.get("quoted", [])]
+            lines = await asyncio.to_thread(self.answers.lines, ids)
+            reply = rebuild_reply(rec, lines, self.cfg.domain)
+            await self._send(rec.room_id, edit_content(rec.reply_event_id, reply))
+            await asyncio.to_thread(self.answers.forget_quote, rec.reply_event_id, redacted)
+            if self.index.manifest is not None:
+                name = f"answer:{rec.reply_event_id}#"
+                await asyncio.to_thread(self.index.manifest.remove,
+                                        lambda e: str(e.get("name", "")).startswith(name))
+                if reply.sections:
+                    await asyncio.to_thread(self.index.record_answer, rec.reply_event_id,
+                                            list(reply.sections))
+            log.info("reply_edited_after_redaction", extra={
+                "room_id": rec.room_id, "reply": rec.reply_event_id, "redacted": len(redacted)})
 
     async def _accept_invite(self, room_id: str) -> None:
         try:

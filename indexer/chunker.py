@@ -11,8 +11,10 @@ A block closes when the next message would push it past `block_bytes` of message
 arrives more than `gap_ms` after the previous one, or when `gap_ms` has passed since its
 last message (`now_ms`: no later message can join it any more). Inside a closed block a
 message joins the conversation of the person it addresses ("nick: ...", a reply
-fallback), else that of someone it mentions, else its sender's own last one, else starts
-one (indexer/addressing.py); a conversation past `max_bytes` goes on in a new window.
+fallback), else that of someone it mentions, else its sender's own last one, else, when
+only two people talk, the other's; else it starts one (indexer/addressing.py). A
+conversation past `max_bytes` goes on in a new window. All of it looks back at most
+`gap_ms`, and never before the block's start.
 
 The invariants the pipeline relies on (tests/test_chunker.py):
 - every message is in exactly one window; a window keeps timeline order;
@@ -40,6 +42,7 @@ from .addressing import addressed, mentions, names
 from .records import EventID, Message, RoomID, Window, WindowID
 
 CHUNKER_VERSION = "2"
+DIALOGUE = 2  # this few people talking within the gap: they talk to each other
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,23 +97,32 @@ def conversations(block: Sequence[Message], policy: ChunkPolicy) -> list[tuple[M
     windows: list[list[Message]] = []
     sizes: list[int] = []
     current: list[int] = []  # conversation -> index of its current window
-    last: dict[str, tuple[int, int]] = {}  # name -> (conversation, ts of their last message)
+    by_name: dict[str, tuple[int, int]] = {}  # name -> (conversation, ts), their last message
+    by_sender: dict[str, int] = {}  # sender -> ts of their last message
+    previous: int | None = None  # conversation of the previous message
 
     def recent(name: str, m: Message) -> int | None:
-        seen = last.get(name)
+        seen = by_name.get(name)
         return seen[0] if seen and m.ts - seen[1] <= policy.gap_ms else None
+
+    def conversation_of(m: Message, own: frozenset[str]) -> int | None:
+        for n in addressed(m.body):  # "nick: ..." or a reply fallback
+            if n not in own and (c := recent(n, m)) is not None:
+                return c
+        for n in mentions(m.body):
+            if n not in own and (c := recent(n, m)) is not None:
+                return c
+        for n in sorted(own):  # the sender's own conversation
+            if (c := recent(n, m)) is not None:
+                return c
+        talking = {u for u, ts in by_sender.items() if m.ts - ts <= policy.gap_ms}
+        if previous is not None and len(talking | {m.sender}) <= DIALOGUE:
+            return previous  # two people alone in the room talk to each other
+        return None
 
     for m in block:
         own = names(m.sender)
-        conv = None
-        for n in addressed(m.body):
-            if n not in own and (conv := recent(n, m)) is not None:
-                break
-        if conv is None:
-            conv = next((c for n in mentions(m.body) if n not in own
-                         and (c := recent(n, m)) is not None), None)
-        if conv is None:
-            conv = next((c for n in sorted(own) if (c := recent(n, m)) is not None), None)
+        conv = conversation_of(m, own)
         s = _size(m)
         if conv is None or sizes[current[conv]] + s > policy.max_bytes:
             windows.append([])
@@ -118,13 +130,14 @@ def conversations(block: Sequence[Message], policy: ChunkPolicy) -> list[tuple[M
             if conv is None:
                 conv = len(current)
                 current.append(len(windows) - 1)
-            else:
+            else:  # the conversation goes on in a new window
                 current[conv] = len(windows) - 1
-        w = current[conv]
-        windows[w].append(m)
-        sizes[w] += s
+        windows[current[conv]].append(m)
+        sizes[current[conv]] += s
         for n in own:
-            last[n] = (conv, m.ts)
+            by_name[n] = (conv, m.ts)
+        by_sender[m.sender] = m.ts
+        previous = conv
     return [tuple(w) for w in windows]
 
 
@@ -162,6 +175,23 @@ def build_blocks(messages: Sequence[Message], policy: ChunkPolicy, room_label: s
 def build_windows(messages: Sequence[Message], policy: ChunkPolicy,
                   room_label: str = "", now_ms: int | None = None) -> list[Window]:
     return [w for b in build_blocks(messages, policy, room_label, now_ms) for w in b]
+
+
+def commit_batches(grouped: Sequence[Sequence[Window]], pending: set[EventID],
+                   size: int) -> list[list[Window]]:
+    """The order in which the pipeline upserts and commits re-chunked blocks. Every
+    block holding an already indexed message goes whole into the first batch: its
+    events point at windows the block replaces (the open block's one window), so its
+    new windows must land together with the re-pointing of all its events. Blocks of
+    pending messages only follow, at most `size` windows a batch, split anywhere: a
+    failure part-way leaves the rest pending."""
+    first = [w for b in grouped if any(m.event_id not in pending for w in b for m in w.messages)
+             for w in b]
+    rest = [w for b in grouped if all(m.event_id in pending for w in b for m in w.messages)
+            for w in b]
+    out = [first] if first else []
+    out += [rest[i:i + size] for i in range(0, len(rest), size)]
+    return out
 
 
 def format_ts(ts_ms: int) -> str:

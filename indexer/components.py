@@ -10,6 +10,7 @@ from .derived import DerivedFilter, EmittedSection, Matcher, answer_artifacts
 from .embedder import Embedder, load_embedder
 from .eventlog import EventLog
 from .gate import Gate
+from .history import History
 from .ingest import Ingest
 from .journal import Journal
 from .manifest import Manifest, manifest_path
@@ -48,9 +49,9 @@ class Index:
         embedder = embedder or load_embedder(cfg.embedder)
         gate = Gate(frozenset(load_allowlist(cfg.allowlist)), UserID(cfg.bot_user),
                     cfg.puppet_patterns)
-        ingest = Ingest(gate, eventlog, journal)
+        ingest = Ingest(gate, eventlog, journal, history=History(eventlog))
         pipeline = Pipeline(eventlog, embedder, store, cfg.policy, room_label=ingest.label,
-                            admits=ingest.admits)
+                            admits=ingest.admits, history=ingest.history)
         # Purges share the pipeline's lock and store (see pipeline.py on the race).
         ingest.purger = Purger(eventlog, journal, pipeline)
         searcher = Searcher(embedder, store, cfg.rrf_k)

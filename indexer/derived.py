@@ -50,6 +50,7 @@ class EmittedSection:
 
     text: str
     sources: tuple[EventID, ...] = ()  # the events of the quoted window
+    shown: tuple[EventID, ...] = ()  # the events whose lines the reply showed
 
 
 def answer_artifacts(reply_event_id: str, sections: Sequence[EmittedSection],

@@ -13,7 +13,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 from .records import EventID, EventStatus, Message, RoomID, UserID, WindowID
 
@@ -40,6 +40,17 @@ CREATE TABLE IF NOT EXISTS cursors (
     event_id  TEXT NOT NULL,
     ts        INTEGER NOT NULL,
     updated_at INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS edits (
+    target TEXT PRIMARY KEY, room_id TEXT NOT NULL, sender TEXT NOT NULL,
+    body TEXT, ts INTEGER NOT NULL, edit_event_id TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS redactions (
+    target TEXT PRIMARY KEY, room_id TEXT NOT NULL, ts INTEGER NOT NULL,
+    redaction_event_id TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS dirty_windows (
+    window_id TEXT PRIMARY KEY, room_id TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS meta (
     key   TEXT PRIMARY KEY,
@@ -84,21 +95,28 @@ class EventLog:
         return row is not None
 
     def append(self, messages: Iterable[tuple[Message, EventID | None]],
-               txn_key: str | None = None) -> int:
+               txn_key: str | None = None,
+               before_insert: Callable[[sqlite3.Cursor, list[tuple]], list[tuple]] | None = None,
+               after_insert: Callable[[sqlite3.Cursor], None] | None = None) -> int:
         """Append messages (with their thread root) and, atomically with them, mark the
         transaction handled. Events already present are left as they are. Returns how
-        many were new."""
+        many were new. The hooks run inside the same SQLite transaction (history.py:
+        redactions and edits that arrived first, then this batch's edits/redactions)."""
         rows = [(m.event_id, m.room_id, m.sender, m.ts, m.body, EventStatus.PENDING.value,
                  root) for m, root in messages]
         with self._lock:
             cur = self._db.cursor()
             cur.execute("BEGIN IMMEDIATE")
             try:
+                if before_insert is not None:
+                    rows = before_insert(cur, rows)
                 before = self._db.total_changes
                 cur.executemany(
                     "INSERT OR IGNORE INTO events (event_id, room_id, sender, ts, body, status,"
                     " thread_root) VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
                 added = self._db.total_changes - before
+                if after_insert is not None:
+                    after_insert(cur)
                 if txn_key is not None:
                     cur.execute("INSERT OR IGNORE INTO txns (txn_key, done_at) VALUES (?, ?)",
                                 (txn_key, int(time.time() * 1000)))
@@ -156,6 +174,30 @@ class EventLog:
                     " ts = excluded.ts, updated_at = excluded.updated_at"
                     " WHERE excluded.ts >= cursors.ts",
                     (room_id, last.event_id, last.ts, now))
+                cur.execute("COMMIT")
+            except BaseException:
+                cur.execute("ROLLBACK")
+                raise
+
+    def window_messages(self, window_id: WindowID) -> list[Message]:
+        """The messages a stored window holds now (edits applied, redactions gone)."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT event_id, room_id, sender, ts, body FROM events WHERE window_id = ?"
+                " AND status = ? ORDER BY ts, seq",
+                (window_id, EventStatus.INDEXED.value)).fetchall()
+        return [Message(EventID(r[0]), RoomID(r[1]), UserID(r[2]), r[3], r[4]) for r in rows]
+
+    def rewindow(self, old: WindowID, new: WindowID | None) -> None:
+        """A dirty window was re-chunked (history.py): its events now sit in `new`."""
+        with self._lock:
+            cur = self._db.cursor()
+            cur.execute("BEGIN IMMEDIATE")
+            try:
+                if new is not None and new != old:
+                    cur.execute("UPDATE events SET window_id = ? WHERE window_id = ?"
+                                " AND status = ?", (new, old, EventStatus.INDEXED.value))
+                cur.execute("DELETE FROM dirty_windows WHERE window_id = ?", (old,))
                 cur.execute("COMMIT")
             except BaseException:
                 cur.execute("ROLLBACK")
@@ -219,6 +261,9 @@ class EventLog:
                             (EventStatus.PURGED.value, room_id, EventStatus.PURGED.value))
                 purged = cur.rowcount
                 cur.execute("DELETE FROM cursors WHERE room_id = ?", (room_id,))
+                # Edits hold message text too; dirty windows are gone with the room.
+                cur.execute("DELETE FROM edits WHERE room_id = ?", (room_id,))
+                cur.execute("DELETE FROM dirty_windows WHERE room_id = ?", (room_id,))
                 cur.execute("COMMIT")
             except BaseException:
                 cur.execute("ROLLBACK")

@@ -36,6 +36,27 @@ class MessageEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class EditEvent:
+    """An `m.replace` of an earlier message: its new text, applied by target event id."""
+
+    room_id: RoomID
+    event_id: EventID
+    sender: UserID
+    target: EventID
+    body: str
+    ts: int
+
+
+@dataclass(frozen=True, slots=True)
+class RedactionEvent:
+    room_id: RoomID
+    event_id: EventID
+    sender: UserID
+    target: EventID
+    ts: int
+
+
+@dataclass(frozen=True, slots=True)
 class EncryptedEvent:
     room_id: RoomID
     event_id: EventID
@@ -48,7 +69,7 @@ class Skipped:
     event_id: EventID | None = None
 
 
-ParsedEvent = StateEvent | MessageEvent | EncryptedEvent | Skipped
+ParsedEvent = StateEvent | MessageEvent | EditEvent | RedactionEvent | EncryptedEvent | Skipped
 
 
 def is_utf8(s: str) -> bool:
@@ -96,6 +117,14 @@ def parse_event(raw: Any) -> ParsedEvent:
     state_key = raw.get("state_key")
     if isinstance(state_key, str):
         return StateEvent(rid, eid, UserID(sender), etype, state_key, content)
+    ts = raw.get("origin_server_ts")
+    ts = ts if isinstance(ts, int) and not isinstance(ts, bool) and ts >= 0 else None
+    if etype == "m.room.redaction":
+        # Room versions up to 10 put `redacts` at the top level, 11 and later in content.
+        target = _str(raw, "redacts") or _str(content, "redacts")
+        if target is None or ts is None:
+            return Skipped("bad_redaction", rid, eid)
+        return RedactionEvent(rid, eid, UserID(sender), EventID(target), ts)
     if etype != "m.room.message":
         return Skipped("unhandled_type", rid, eid)
     body = content.get("body")
@@ -106,7 +135,7 @@ def parse_event(raw: Any) -> ParsedEvent:
     relates = content.get("m.relates_to")
     relates = relates if isinstance(relates, dict) else {}
     if relates.get("rel_type") == "m.replace":
-        return Skipped("edit", rid, eid)  # edits are applied by the history module
+        return _edit(rid, eid, UserID(sender), relates, content, ts)
     if len(body.encode("utf-8", "surrogatepass")) > MAX_BODY_BYTES:
         return Skipped("body_too_large", rid, eid)
     if not is_utf8(body):
@@ -126,3 +155,20 @@ def parse_event(raw: Any) -> ParsedEvent:
         thread_root = EventID(relates["event_id"])
     msg = Message(eid, rid, UserID(sender), ts, body)
     return MessageEvent(msg, thread_root, is_command)
+
+
+def _edit(rid: RoomID, eid: EventID, sender: UserID, relates: dict, content: dict,
+          ts: int | None) -> EditEvent | Skipped:
+    target = _str(relates, "event_id")
+    new = content.get("m.new_content")
+    body = new.get("body") if isinstance(new, dict) else None
+    if target is None or ts is None:
+        return Skipped("bad_edit", rid, eid)
+    if not isinstance(body, str) or new.get("msgtype") not in TEXT_MSGTYPES:
+        return Skipped("edit_not_text", rid, eid)
+    if len(body.encode("utf-8", "surrogatepass")) > MAX_BODY_BYTES or not is_utf8(body):
+        return Skipped("edit_body_invalid", rid, eid)
+    body = body.strip()
+    if not body:
+        return Skipped("empty_body", rid, eid)
+    return EditEvent(rid, eid, sender, EventID(target), body, ts)

@@ -19,8 +19,10 @@ from typing import Iterable
 
 from . import gate as rules
 from .eventlog import EventLog
-from .events import EncryptedEvent, MessageEvent, Skipped, StateEvent, parse_event
+from .events import (EditEvent, EncryptedEvent, MessageEvent, RedactionEvent, Skipped,
+                     StateEvent, parse_event)
 from .gate import Gate
+from .history import Applied, History
 from .journal import Journal
 from .purge import Purger, PurgeReport
 from .records import EventID, Message, Refusal, RoomID
@@ -35,6 +37,7 @@ class AdmitResult:
     skipped: Counter = field(default_factory=Counter)  # by reason
     commands: list[MessageEvent] = field(default_factory=list)
     rooms: set[RoomID] = field(default_factory=set)  # rooms that got new events
+    history: Applied = field(default_factory=Applied)  # edits and redactions applied
 
     def merge(self, other: "AdmitResult") -> None:
         self.appended += other.appended
@@ -43,6 +46,9 @@ class AdmitResult:
         self.skipped.update(other.skipped)
         self.commands.extend(other.commands)
         self.rooms |= other.rooms
+        self.history.rooms |= other.history.rooms
+        self.history.redacted |= other.history.redacted
+        self.history.edited |= other.history.edited
 
 
 @dataclass
@@ -52,6 +58,7 @@ class Ingest:
     journal: Journal
     facts: dict[RoomID, RoomFacts] = field(default_factory=dict)
     purger: Purger | None = None  # None: one that purges the event log only
+    history: History | None = None  # edits and redactions (history.py)
 
     def __post_init__(self) -> None:
         if self.purger is None:
@@ -99,6 +106,7 @@ class Ingest:
               source: str = "push") -> AdmitResult:
         result = AdmitResult()
         passed: list[tuple[Message, EventID | None]] = []
+        history: list[EditEvent | RedactionEvent] = []
         # Rooms the gate refused at some event of this batch: the first such refusal
         # (it triggers the purge), and how many messages had passed by the last one.
         refused_rooms: dict[RoomID, Refusal] = {}
@@ -122,6 +130,12 @@ class Ingest:
                 continue
             if isinstance(ev, EncryptedEvent):
                 self._refuse(result, Refusal(rules.ENCRYPTED_EVENT, room_id, ev.event_id), source)
+                continue
+            if isinstance(ev, (EditEvent, RedactionEvent)):
+                # The bot's own edits (of its replies) are not the history of the room.
+                if ev.sender != self.gate.bot_user and \
+                        self.gate.judge_room(room_id, self.facts.get(room_id)) is None:
+                    history.append(ev)  # applied after the append below (history.py)
                 continue
             m = ev.message
             refusal = self.gate.judge_message(room_id, m.event_id, m.sender,
@@ -156,7 +170,12 @@ class Ingest:
         result.rooms = {m.room_id for m, _ in passed}
         # Appended with the transaction id in one SQLite transaction: after a crash either
         # both are there (a replay is answered 200, not re-processed) or neither is.
-        result.appended = self.eventlog.append(passed, txn_key)
+        if self.history is not None:
+            before, after = self.history.hooks(history, result.history)
+            result.appended = self.eventlog.append(passed, txn_key, before, after)
+            result.rooms |= result.history.rooms
+        else:
+            result.appended = self.eventlog.append(passed, txn_key)
         return result
 
     def _settled(self, room_id: RoomID) -> bool:

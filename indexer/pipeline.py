@@ -33,8 +33,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable
 
-from .chunker import ChunkPolicy, build_windows, embed_text
+from .chunker import ChunkPolicy, build_blocks, commit_batches, embed_text
+from .chunker import window_id as chunk_window_id
 from .derived import DerivedFilter
+from .history import History
 from .embedder import Embedder
 from .eventlog import EventLog
 from .records import EventID, RoomID, Window, WindowID
@@ -72,9 +74,17 @@ class Pipeline:
     purges: Counter = field(default_factory=Counter)  # room -> purges so far
     # Derived text (DESIGN.md "Derived filter"): judged before chunking; None: off.
     derived: DerivedFilter | None = None
+    # Edits and redactions mark stored windows dirty (history.py); None: none tracked.
+    history: History | None = None
+    # Wall clock (seconds): a room's last block closes once its gap has passed.
+    clock: Callable[[], float] = time.time
 
     def process_all(self, progress: Callable[[int], None] | None = None) -> int:
         """Index every pending event of every room; return how many were indexed."""
+        if self.history is not None:
+            for window_id, room_id in self.history.dirty():
+                if self.admits(RoomID(room_id)):
+                    self.rechunk_window(WindowID(window_id), RoomID(room_id))
         done = 0
         for room_id in sorted(self.eventlog.rooms_with_pending()):
             if not self.admits(room_id):
@@ -98,22 +108,50 @@ class Pipeline:
             if not pending:
                 return 0
         # -- end of derived filter
-        windows = build_windows(tail, self.policy, self.room_label(room_id))
-        # The tail's indexed events sit in the stored open window. Usually re-chunking
-        # reproduces its id; when older history arrived (backfill after live events), its
-        # messages move to a window starting earlier, and the old one must go.
+        grouped = build_blocks(tail, self.policy, self.room_label(room_id),
+                               now_ms=int(self.clock() * 1000))
+        # The tail's indexed events sit in the stored open window (the room's open block,
+        # indexer/chunker.py). Usually re-chunking reproduces its id; when older history
+        # arrived (backfill after live events), its messages move to a window starting
+        # earlier, and the old one must go: in the first batch, which re-points them.
         held = {self.eventlog.status_of(m.event_id)[1] for m in tail
                 if m.event_id not in pending}
-        stale = sorted(w for w in held - {w.window_id for w in windows} if w)
-        for start in range(0, len(windows), EMBED_BATCH):
-            batch = windows[start:start + EMBED_BATCH]
-            last = start + EMBED_BATCH >= len(windows)
-            if not self._commit(room_id, batch, stale if last else [], generation):
+        stale = sorted(w for w in held - {w.window_id for b in grouped for w in b} if w)
+        for i, batch in enumerate(commit_batches(grouped, pending, EMBED_BATCH)):
+            if not self._commit(room_id, batch, stale if i == 0 else [], generation):
                 return 0
             if progress:
                 progress(sum(1 for w in batch for m in w.messages if m.event_id in pending))
         self.stats.messages += len(pending)
         return len(pending)
+
+    def rechunk_window(self, window_id: WindowID, room_id: RoomID) -> None:
+        """A stored window whose messages were edited or redacted: upsert it as it is now
+        (one window, never split, so a room's open block stays whole), under its new id
+        if its first message went; delete it if nothing is left."""
+        generation = self.purges[room_id]
+        messages = self.eventlog.window_messages(window_id)
+        if not messages:
+            with self.lock:
+                self.store.delete([window_id])
+                self.stats.windows_deleted += 1
+                self.eventlog.rewindow(window_id, None)
+            return
+        window = Window(chunk_window_id(room_id, messages[0].event_id), room_id,
+                        tuple(messages), self.room_label(room_id))
+        vectors = self.embedder.encode([embed_text(window)])
+        with self.lock:
+            if self.purges[room_id] != generation or not self.admits(room_id):
+                return
+            self.store.upsert([window], vectors)
+            self.stats.windows_upserted += 1
+            self.stats.embeddings += 1
+            if window.window_id != window_id:
+                self.store.delete([window_id])  # after the upsert: nothing is ever missing
+                self.stats.windows_deleted += 1
+            self.eventlog.rewindow(window_id, window.window_id)
+        log.info("window_rechunked", extra={"room_id": room_id, "window_id": window_id,
+                                            "events": len(messages)})
 
     def _commit(self, room_id: RoomID, batch: list[Window], stale: list[WindowID],
                 generation: int) -> bool:
@@ -140,7 +178,9 @@ class Pipeline:
         self.stats.batches += 1
         assignments: dict[EventID, WindowID] = {
             m.event_id: w.window_id for w in batch for m in w.messages}
-        self.eventlog.mark_indexed(room_id, assignments, batch[-1].messages[-1])
+        # Windows follow conversations: the batch's latest message may be in any of them.
+        latest = max((m for w in batch for m in w.messages), key=lambda m: m.ts)
+        self.eventlog.mark_indexed(room_id, assignments, latest)
         log.info("windows_upserted", extra={"room_id": room_id, "windows": len(batch),
                                             "events": len(assignments)})
 

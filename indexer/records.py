@@ -22,6 +22,7 @@ class EventStatus(str, Enum):
     INDEXED = "indexed"  # part of a window the store acknowledged
     PURGED = "purged"  # its room was refused after the fact; text dropped
     DERIVED = "derived"  # quotes an artifact (DESIGN.md "Derived filter"); kept, not indexed
+    REDACTED = "redacted"  # redacted in the room; text dropped everywhere
 
 
 @dataclass(frozen=True, slots=True)

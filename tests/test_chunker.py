@@ -218,8 +218,8 @@ def bodies(windows) -> list[list[str]]:
 def test_interleaved_conversations_get_their_own_windows():
     timeline = [
         say(0, "@alice:x", "how do I open a rar archive?"),
-        say(1, "@carol:x", "my wifi drops every few minutes"),
-        say(2, "@bob:x", "alice: apt install unrar"),
+        say(1, "@bob:x", "alice: apt install unrar"),
+        say(2, "@carol:x", "my wifi drops every few minutes"),
         say(3, "@dave:x", "carol, which card is it?"),
         say(4, "@alice:x", "bob: thanks, that works"),
         say(5, "@carol:x", "dave: an intel 3945"),
@@ -240,17 +240,27 @@ def test_interleaved_conversations_get_their_own_windows():
                                                   now_ms=CLOSED)[0].window_id
 
 
+def test_two_people_alone_talk_to_each_other():
+    timeline = [say(0, "@alice:x", "is the server down?"),
+                say(1, "@bob:x", "yes, restarting it now"),
+                say(2, "@alice:x", "thanks")]
+    assert bodies(chunk(timeline, ChunkPolicy(), CLOSED)) == [[m.body for m in timeline]]
+    # A third voice, addressing no one, starts a conversation of its own.
+    third = say(3, "@carol:x", "does anyone know a good markdown editor?")
+    assert len(chunk(timeline + [third], ChunkPolicy(), CLOSED)) == 2
+
+
 def test_irc_nicks_reply_fallbacks_and_mentions_are_followed():
     timeline = [
         say(0, "@irc_stig_5f:eval.local", "how can I read my NTFS disk?"),
-        say(1, "@irc_ann:eval.local", "anyone else seeing slow apt mirrors?"),
-        say(2, "@irc_bob:eval.local", "Stig_: install ntfs-3g"),
+        say(1, "@irc_bob:eval.local", "Stig_: install ntfs-3g"),
+        say(2, "@irc_ann:eval.local", "anyone else seeing slow apt mirrors?"),
         say(3, "@erin:x", "> <@irc_ann:eval.local> anyone else\n\nyes, since this morning"),
         say(4, "@irc_zed:eval.local", "what stig_ needs is ntfs-3g, yes"),
     ]
     windows = chunk(timeline, ChunkPolicy(), CLOSED)
     assert [[m.event_id for m in w] for w in windows] == [
-        ["$m0", "$m2", "$m4"], ["$m1", "$m3"]]
+        ["$m0", "$m1", "$m4"], ["$m2", "$m3"]]
 
 
 def test_a_long_conversation_goes_on_in_a_new_window():

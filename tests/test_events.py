@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from indexer.events import (
+from indexer.events import (EditEvent, RedactionEvent,
     COMMAND_PREFIX,
     MAX_BODY_BYTES,
     EncryptedEvent,
@@ -115,7 +115,7 @@ def test_body_is_stripped():
     assert isinstance(ev, MessageEvent) and ev.message.body == "spaced out"
 
 
-@pytest.mark.parametrize("etype", ["m.reaction", "m.room.redaction", "org.example.custom",
+@pytest.mark.parametrize("etype", ["m.reaction", "org.example.custom",
                                    "m.sticker"])
 def test_unknown_type_is_skipped(etype):
     assert skipped_reason(msg(type=etype)) == "unhandled_type"
@@ -209,10 +209,43 @@ def test_malformed_thread_relation_is_no_thread(relates):
     assert isinstance(ev, MessageEvent) and ev.thread_root is None
 
 
-def test_edit_is_skipped():
+def test_edit_carries_the_new_content_and_its_target():
     raw = msg("* fixed")
     raw["content"]["m.relates_to"] = {"rel_type": "m.replace", "event_id": "$orig"}
-    assert skipped_reason(raw) == "edit"
+    raw["content"]["m.new_content"] = {"msgtype": "m.text", "body": " fixed text "}
+    ev = parse_event(raw)
+    assert isinstance(ev, EditEvent)
+    assert (ev.target, ev.body, ev.sender) == ("$orig", "fixed text", raw["sender"])
+
+
+@pytest.mark.parametrize("new,reason", [(None, "edit_not_text"),
+                                        ({"msgtype": "m.image", "body": "x"}, "edit_not_text"),
+                                        ({"msgtype": "m.text", "body": 5}, "edit_not_text"),
+                                        ({"msgtype": "m.text", "body": "  "}, "empty_body")])
+def test_odd_edits_are_skipped(new, reason):
+    raw = msg("* fixed")
+    raw["content"]["m.relates_to"] = {"rel_type": "m.replace", "event_id": "$orig"}
+    if new is not None:
+        raw["content"]["m.new_content"] = new
+    assert skipped_reason(raw) == reason
+
+
+@pytest.mark.parametrize("where", ["top", "content"])
+def test_redaction_target_from_either_place(where):
+    raw = msg(type="m.room.redaction")
+    raw["content"] = {"reason": "spam"}
+    if where == "top":
+        raw["redacts"] = "$gone"
+    else:
+        raw["content"]["redacts"] = "$gone"
+    ev = parse_event(raw)
+    assert isinstance(ev, RedactionEvent) and ev.target == "$gone"
+
+
+def test_redaction_without_target_is_skipped():
+    raw = msg(type="m.room.redaction")
+    raw["content"] = {}
+    assert skipped_reason(raw) == "bad_redaction"
 
 
 @pytest.mark.parametrize("body,expected", [

@@ -1,0 +1,42 @@
+"""Editing the bot's earlier replies when a message they quoted is redacted.
+
+The reply is rebuilt from what was recorded when it was sent (its hits' ids and the
+event ids of the lines it showed, indexer/answers.py), with every line whose event is
+gone left out, and sent as an `m.replace` of the reply.
+"""
+
+from __future__ import annotations
+
+from indexer.answers import RecordedAnswer
+from indexer.chunker import format_ts
+from indexer.records import EventID, Hit, RoomID, UserID, WindowID
+
+from .replies import Reply, render_hits
+
+EDIT_HEADER = "Sources (edited: a message quoted here was deleted)"
+
+
+def rebuild_reply(rec: RecordedAnswer, lines: dict[str, tuple[str, int, str]],
+                  fallback_server: str | None = None) -> Reply:
+    """lines: event id -> (sender, ts, body) of the events whose text is still there."""
+    hits = []
+    for h in rec.hits:
+        kept = [e for e in h.get("quoted", []) if e in lines]
+        doc = "\n".join(f"[{format_ts(lines[e][1])}] {lines[e][0]}: "
+                        + lines[e][2].replace("\n", "\n  ") for e in kept)
+        ids = tuple(EventID(e) for e in kept) or (EventID(h.get("first_event_id") or ""),)
+        hits.append(Hit(WindowID(h.get("window_id", "")), RoomID(h.get("room_id", "")),
+                        h.get("room_label", ""), h.get("corpus", "chat"), ids,
+                        tuple(UserID(s) for s in h.get("senders", [])),
+                        int(h.get("ts_first", 0)), int(h.get("ts_last", 0)),
+                        float(h.get("score", 0.0)), doc))
+    return render_hits(hits, ("",), fallback_server, header=EDIT_HEADER)
+
+
+def edit_content(reply_event_id: str, reply: Reply) -> dict:
+    new = {"msgtype": "m.notice", "body": reply.body, "format": "org.matrix.custom.html",
+           "formatted_body": reply.formatted_body}
+    return {"msgtype": "m.notice", "body": "* " + reply.body,
+            "format": "org.matrix.custom.html", "formatted_body": "* " + reply.formatted_body,
+            "m.new_content": new,
+            "m.relates_to": {"rel_type": "m.replace", "event_id": reply_event_id}}

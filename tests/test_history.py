@@ -1,0 +1,181 @@
+"""Edits and redactions keep the event log and the collection a faithful copy."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from appservice.answer_edits import EDIT_HEADER, edit_content, rebuild_reply
+from indexer.answers import AnswerLog
+from indexer.chunker import ChunkPolicy
+from indexer.embedder import HashEmbedder
+from indexer.eventlog import EventLog
+from indexer.gate import Gate
+from indexer.history import History
+from indexer.ingest import Ingest
+from indexer.journal import Journal
+from indexer.pipeline import Pipeline
+from indexer.records import Hit
+from indexer.store import ChromaStore
+
+ROOM = "!room:example.org"
+ALICE, BOB = "@alice:example.org", "@bob:example.org"
+T0 = 1_700_000_000_000
+
+
+def join_rules() -> dict:
+    return {"type": "m.room.join_rules", "room_id": ROOM, "sender": ALICE, "state_key": "",
+            "event_id": "$jr", "origin_server_ts": T0, "content": {"join_rule": "public"}}
+
+
+def msg(n: int, body: str, sender: str = ALICE) -> dict:
+    return {"type": "m.room.message", "room_id": ROOM, "sender": sender, "event_id": f"$m{n}",
+            "origin_server_ts": T0 + n * 1000, "content": {"msgtype": "m.text", "body": body}}
+
+
+def edit(n: int, target: int, body: str, sender: str = ALICE, ts: int | None = None) -> dict:
+    return {"type": "m.room.message", "room_id": ROOM, "sender": sender, "event_id": f"$e{n}",
+            "origin_server_ts": ts or T0 + n * 1000,
+            "content": {"msgtype": "m.text", "body": f"* {body}",
+                        "m.new_content": {"msgtype": "m.text", "body": body},
+                        "m.relates_to": {"rel_type": "m.replace", "event_id": f"$m{target}"}}}
+
+
+def redact(n: int, target: int) -> dict:
+    return {"type": "m.room.redaction", "room_id": ROOM, "sender": ALICE, "event_id": f"$r{n}",
+            "origin_server_ts": T0 + n * 1000, "redacts": f"$m{target}", "content": {}}
+
+
+@pytest.fixture
+def world(tmp_path):
+    log = EventLog(tmp_path / "eventlog.sqlite3")
+    store = ChromaStore(path=tmp_path / "chroma")
+    ingest = Ingest(Gate(frozenset({ROOM}), "@bot:example.org"), log,
+                    Journal(tmp_path / "journal.jsonl"), history=History(log))
+    pipeline = Pipeline(log, HashEmbedder(), store, ChunkPolicy(), admits=ingest.admits,
+                        history=ingest.history)
+    ingest.admit([join_rules()])
+    return ingest, pipeline, store, log, tmp_path
+
+
+def all_text(store: ChromaStore) -> str:
+    return "\n".join(w.text for w in store.get())
+
+
+def db_bytes(tmp_path) -> bytes:
+    return b"".join(p.read_bytes() for p in tmp_path.glob("eventlog.sqlite3*"))
+
+
+def test_edit_replaces_text_in_log_and_window(world):
+    ingest, pipeline, store, log, _ = world
+    ingest.admit([msg(1, "the backup runs at midnight"), msg(2, "thanks")])
+    pipeline.process_all()
+    ingest.admit([edit(3, 1, "the backup runs at noon")])
+    pipeline.process_all()
+    text = all_text(store)
+    assert "noon" in text and "midnight" not in text
+    assert store.count() == 1
+
+
+def test_newest_edit_wins_and_others_edits_are_ignored(world):
+    ingest, pipeline, store, log, _ = world
+    ingest.admit([msg(1, "version one")])
+    pipeline.process_all()
+    ingest.admit([edit(5, 1, "version three", ts=T0 + 9000), edit(4, 1, "version two",
+                                                                  ts=T0 + 8000)])
+    ingest.admit([edit(6, 1, "hijacked by bob", sender=BOB, ts=T0 + 10_000)])
+    pipeline.process_all()
+    text = all_text(store)
+    assert "version three" in text
+    assert "version two" not in text and "hijacked" not in text and "version one" not in text
+
+
+def test_redaction_removes_text_everywhere_and_rechunks(world):
+    ingest, pipeline, store, log, tmp = world
+    ingest.admit([msg(1, "first line stays"), msg(2, "secret canary zq81 goes"),
+                  msg(3, "third line stays")])
+    pipeline.process_all()
+    result = ingest.admit([redact(4, 2)])
+    assert result.history.redacted == {"$m2"}
+    pipeline.process_all()
+    text = all_text(store)
+    assert "zq81" not in text and "first line stays" in text and "third line stays" in text
+    assert log.status_of("$m2") == ("redacted", None)
+    [w] = store.get()
+    assert "$m2" not in w.event_ids and len(w.event_ids) == 2
+    log.truncate_wal()
+    assert b"zq81" not in db_bytes(tmp)
+
+
+def test_redacting_a_windows_first_message_moves_it_to_a_new_id(world):
+    ingest, pipeline, store, log, _ = world
+    ingest.admit([msg(1, "opening words"), msg(2, "the rest")])
+    pipeline.process_all()
+    [before] = store.get()
+    ingest.admit([redact(3, 1)])
+    pipeline.process_all()
+    [after] = store.get()
+    assert after.window_id != before.window_id and after.event_ids == ("$m2",)
+
+
+def test_redacting_every_message_deletes_the_window(world):
+    ingest, pipeline, store, log, _ = world
+    ingest.admit([msg(1, "only message")])
+    pipeline.process_all()
+    ingest.admit([redact(2, 1)])
+    pipeline.process_all()
+    assert store.count() == 0
+
+
+def test_redaction_before_its_event_means_it_is_never_indexed(world):
+    ingest, pipeline, store, log, tmp = world
+    ingest.admit([redact(9, 1)])  # backfill order: the redaction came first
+    ingest.admit([msg(1, "never to be seen zq99"), msg(2, "visible")])
+    pipeline.process_all()
+    assert "zq99" not in all_text(store) and log.status_of("$m1") is None
+    log.truncate_wal()
+    assert b"zq99" not in db_bytes(tmp)
+
+
+def test_edit_before_its_event_is_applied_on_arrival(world):
+    ingest, pipeline, store, log, _ = world
+    ingest.admit([edit(9, 1, "corrected text")])
+    ingest.admit([msg(1, "typo txet")])
+    pipeline.process_all()
+    assert "corrected text" in all_text(store) and "txet" not in all_text(store)
+
+
+def test_a_redaction_drops_the_edits_text_too(world):
+    ingest, pipeline, store, log, tmp = world
+    ingest.admit([msg(1, "first"), edit(2, 1, "edited zq77")])
+    pipeline.process_all()
+    ingest.admit([redact(3, 1)])
+    pipeline.process_all()
+    log.truncate_wal()
+    assert b"zq77" not in db_bytes(tmp)
+    db = sqlite3.connect(tmp / "eventlog.sqlite3")
+    assert db.execute("SELECT body FROM edits").fetchall() == [(None,)]
+
+
+def test_replies_quoting_a_redacted_message_are_rebuilt_without_it(world):
+    ingest, pipeline, store, log, _ = world
+    ingest.admit([msg(1, "restart the bridge to fix it"), msg(2, "or reboot the box")])
+    pipeline.process_all()
+    answers = AnswerLog(log)
+    [w] = store.get()
+    hit = Hit(w.window_id, w.room_id, "#ops", "chat", w.event_ids, w.senders, w.ts_first,
+              w.ts_last, 0.5, w.text)
+    answers.record("$reply", ROOM, "$cmd", None, [hit], [("$m1", "$m2")])
+    ingest.admit([redact(3, 1)])
+    [rec] = answers.quoting({"$m1"})
+    lines = answers.lines([e for h in rec.hits for e in h["quoted"]])
+    assert set(lines) == {"$m2"}
+    reply = rebuild_reply(rec, lines, "example.org")
+    assert reply.body.startswith(EDIT_HEADER)
+    assert "restart the bridge" not in reply.body and "reboot the box" in reply.body
+    content = edit_content("$reply", reply)
+    assert content["m.relates_to"] == {"rel_type": "m.replace", "event_id": "$reply"}
+    assert "restart the bridge" not in content["m.new_content"]["formatted_body"]
+    answers.forget_quote("$reply", {"$m1"})
+    assert answers.quoting({"$m1"}) == []
