@@ -8,6 +8,7 @@ catches up on what a previous run left pending -> watch allowlist.yaml for chang
 from __future__ import annotations
 
 import asyncio
+import time
 import logging
 from typing import Any
 
@@ -20,6 +21,7 @@ from mautrix.types import EventType
 
 from indexer.allowlist import load_allowlist
 from indexer.answers import AnswerLog
+from indexer.backfill import backfill_room
 from indexer.components import Index
 from indexer.config import Config, ConfigError
 from indexer.datadir import load_registration
@@ -30,6 +32,7 @@ from indexer.pipeline import PipelineWorker
 from indexer.records import RoomID
 
 from .answer_edits import edit_content, rebuild_reply
+from .pager import MatrixPager
 from .metrics import Health, ServiceMetrics
 from .responder import RateLimiter, Responder
 from .status import may_see_status, power_from_state, render_status, status_refusal
@@ -96,6 +99,7 @@ class Service:
         self.az.app.router.add_get("/health", self.health.handle)
         self.az.app.router.add_get("/metrics", self.metrics.handle_metrics)
         self._tasks: set[asyncio.Task] = set()
+        self._backfill_lock = asyncio.Lock()
         self._allowlist_mtime = 0.0
 
     # -- lifecycle -------------------------------------------------------------------
@@ -164,6 +168,25 @@ class Service:
                 log.warning("join_failed", extra={"room_id": room_id, "error": str(e)[:200]})
                 continue
             await self._learn_room(room_id)
+            self._spawn(self.backfill(RoomID(room_id)), "backfill")
+
+    async def backfill(self, room_id: RoomID) -> None:
+        """Fetch what the room said before the bot was there (or while the service was
+        down), one room at a time, through the gate and the pipeline."""
+        async with self._backfill_lock:
+            if not self.ingest.admits(room_id):
+                return  # refused rooms are never read, not even their history
+            horizon = None
+            if self.cfg.backfill_days:
+                horizon = int((time.time() - self.cfg.backfill_days * 86400) * 1000)
+            try:
+                result = await backfill_room(room_id, MatrixPager(self.az.intent.api),
+                                             self.ingest, horizon)
+            except MatrixError as e:
+                log.warning("backfill_failed", extra={"room_id": room_id, "error": str(e)[:200]})
+                return
+            if result.admitted and (result.admitted.appended or result.admitted.history.rooms):
+                self.worker.notify()
 
     async def _learn_room(self, room_id: str) -> None:
         facts = await fetch_room_facts(self.az.intent, room_id)
@@ -198,6 +221,7 @@ class Service:
             try:
                 await self.az.intent.join_room_by_id(room_id)
                 await self._learn_room(room_id)
+                self._spawn(self.backfill(RoomID(room_id)), "backfill")
             except MatrixError as e:
                 log.warning("join_failed", extra={"room_id": room_id, "error": str(e)[:200]})
 

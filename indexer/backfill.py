@@ -55,11 +55,11 @@ async def backfill_room(room_id: RoomID, pager: Pager, ingest: Ingest,
             token = await pager.token_after(room_id, cursor.event_id)
     while True:
         events, next_token = await pager.page(room_id, token, PAGE_SIZE)
-        if horizon_ts is not None:
-            events = [e for e in events if not isinstance(e, dict)
-                      or not isinstance(e.get("origin_server_ts"), int)
-                      or e.get("state_key") is not None
-                      or e["origin_server_ts"] >= horizon_ts]
+        # The room is judged on its current state (fetched when it was joined); replaying
+        # old state would judge, and purge, it as it was years ago.
+        events = [e for e in events if isinstance(e, dict) and "state_key" not in e
+                  and (horizon_ts is None or not isinstance(e.get("origin_server_ts"), int)
+                       or e["origin_server_ts"] >= horizon_ts)]
         if events:
             admitted = await asyncio.to_thread(ingest.admit, events, None, "backfill")
             result.admitted.merge(admitted)

@@ -79,6 +79,7 @@ class Config:
     bridge_registrations: tuple[Path, ...] = ()
     log_level: str = "INFO"
     log_format: str = "text"
+    backfill_days: float | None = None  # None: a room's whole history
     admins: tuple[str, ...] = ()
     raw: dict = field(default_factory=dict, repr=False)
     derived: DerivedConfig = field(default_factory=DerivedConfig)
@@ -198,6 +199,7 @@ def load_config(path: Path) -> Config:
         bridge_registrations=bridges,
         log_level=level,
         log_format=_log_format(r),
+        backfill_days=r.get("index.backfill_days", float, None),
         admins=_admins(r),
         raw=data,
         derived=_derived(r),
