@@ -276,6 +276,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="fail naming every indexed window that matches a live artifact")
     sp.add_argument("--exclusions", action="store_true",
                     help="list derived exclusions with artifact, score and threshold")
+    sp.add_argument("--index", action="store_true",
+                    help="every window reachable by its own vector, store and event log "
+                         "agree; repairs what it can")
     sp.add_argument("--since", default=None, metavar="T",
                     help="with --exclusions: since 30m, 24h, 7d or an ISO date/time")
     sp.set_defaults(func=cmd_verify)

@@ -58,7 +58,8 @@ def run_ref(cfg: Config, args) -> int:
 def run_verify(cfg: Config, args) -> int:
     """Run the checks the flags ask for (all of them without flags); exit 1 if any
     failed, 2 for a bad argument."""
-    wanted = {"derived-filter": args.derived_filter, "exclusions": args.exclusions}
+    wanted = {"derived-filter": args.derived_filter, "exclusions": args.exclusions,
+              "index": args.index}
     if not any(wanted.values()):
         wanted = {k: True for k in wanted}
     since = None
@@ -74,6 +75,27 @@ def run_verify(cfg: Config, args) -> int:
         results.append(check_derived_filter(open_store(cfg), Matcher(manifest, cfg.derived)))
     if wanted["exclusions"]:
         results.append(check_exclusions(Journal(cfg.journal_path), since))
+    if wanted["index"]:
+        results.append(check_index(cfg))
     for r in results:
         print("\n".join(r.lines))
     return 0 if all(r.ok for r in results) else 1
+
+
+def check_index(cfg: Config) -> CheckResult:
+    """verify --index: every window reachable by its own vector, store and event log
+    agree; repairs what it can (indexer/verify_index.py)."""
+    from tqdm import tqdm
+
+    from indexer.eventlog import EventLog
+    from indexer.verify_index import verify_index
+
+    store = open_store(cfg)
+    eventlog = EventLog(cfg.eventlog_path)
+    try:
+        with tqdm(total=store.count(), desc="probing windows", unit="win",
+                  disable=not sys.stderr.isatty()) as bar:
+            report = verify_index(store, eventlog, repair=True, progress=bar.update)
+    finally:
+        eventlog.close()
+    return CheckResult("index", report.ok, tuple(report.lines()))

@@ -16,7 +16,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from indexer.eventlog import lag_report
+from indexer.eventlog_reports import lag_report
 
 if TYPE_CHECKING:
     from .service import Service

@@ -12,7 +12,8 @@ from collections import Counter
 from typing import Awaitable, Callable
 
 from indexer.chunker import format_ts
-from indexer.eventlog import EventLog, room_report
+from indexer.eventlog import EventLog
+from indexer.eventlog_reports import room_report
 from indexer.journal import Journal
 
 from .replies import Reply, render_error

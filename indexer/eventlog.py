@@ -188,6 +188,24 @@ class EventLog:
                 (window_id, EventStatus.INDEXED.value)).fetchall()
         return [Message(EventID(r[0]), RoomID(r[1]), UserID(r[2]), r[3], r[4]) for r in rows]
 
+    def requeue_windows(self, window_ids: list[WindowID]) -> int:
+        """Windows the store lost: their events go back to pending, to be rebuilt."""
+        with self._lock:
+            cur = self._db.cursor()
+            cur.execute("BEGIN IMMEDIATE")
+            try:
+                n = 0
+                for w in window_ids:
+                    cur.execute("UPDATE events SET status = ?, window_id = NULL"
+                                " WHERE window_id = ? AND status = ?",
+                                (EventStatus.PENDING.value, w, EventStatus.INDEXED.value))
+                    n += cur.rowcount
+                cur.execute("COMMIT")
+            except BaseException:
+                cur.execute("ROLLBACK")
+                raise
+        return n
+
     def rewindow(self, old: WindowID, new: WindowID | None) -> None:
         """A dirty window was re-chunked (history.py): its events now sit in `new`."""
         with self._lock:
@@ -354,33 +372,3 @@ class DerivedEvent:
     kind: str
     score: float
     threshold: float
-
-
-def lag_report(log: EventLog) -> tuple[int, int | None, dict[str, int]]:
-    """(pending events, ts of the oldest pending event, per-room lag in ms between the
-    newest event in the log and the room's cursor) for metrics and status."""
-    with log._lock:
-        pending, oldest = log._db.execute(
-            "SELECT COUNT(*), MIN(ts) FROM events WHERE status = ?",
-            (EventStatus.PENDING.value,)).fetchone()
-        rows = log._db.execute(
-            "SELECT e.room_id, MAX(e.ts) - COALESCE(c.ts, MIN(e.ts)) FROM events e"
-            " LEFT JOIN cursors c ON c.room_id = e.room_id"
-            " WHERE e.status IN (?, ?) GROUP BY e.room_id",
-            (EventStatus.PENDING.value, EventStatus.INDEXED.value)).fetchall()
-    return pending, oldest, {room: max(0, lag or 0) for room, lag in rows}
-
-
-def room_report(log: EventLog, room_id: str) -> dict:
-    """Per-room figures for `!sources status`: messages and windows indexed, pending,
-    and the cursor's event and time."""
-    with log._lock:
-        indexed, windows = log._db.execute(
-            "SELECT COUNT(*), COUNT(DISTINCT window_id) FROM events"
-            " WHERE room_id = ? AND status = ?", (room_id, EventStatus.INDEXED.value)).fetchone()
-        pending = log._db.execute("SELECT COUNT(*) FROM events WHERE room_id = ? AND status = ?",
-                                  (room_id, EventStatus.PENDING.value)).fetchone()[0]
-    cursor = log.cursor(RoomID(room_id))
-    return {"messages": indexed, "windows": windows, "pending": pending,
-            "cursor_ts": cursor.ts if cursor else None,
-            "cursor_event_id": cursor.event_id if cursor else None}

@@ -28,6 +28,10 @@ from .chunker import parse_document
 K1 = 1.2
 B = 0.75
 MAX_TERMS = 16
+# Search-box words, not a sentence: a longer text is searched by meaning only. Measured
+# on the Ubuntu IRC dev set (docs/benchmarks.md): matching the words of a paraphrased
+# question only added noise to its vector's ranking.
+LEXICAL_MAX_TERMS = 5
 PREFILTER = 200
 MIN_STEM = 5  # words shorter than this match whole ("rar" must not find "rare")
 
@@ -47,8 +51,9 @@ used make makes made way one ones instead even ever every without
 """.split())
 
 _WORD = re.compile(r"[a-z0-9][a-z0-9+#]*(?:[.'][a-z0-9]+)*", re.UNICODE)
-# A document line is "[time] sender: body"; a body's further lines start with two spaces.
-_BODY_START = r"(?:^\[[^\]\n]*\] \S+: |^  )"
+# A chat document line is "[time] sender: body", a body's further lines start with two
+# spaces; a reference document's lines are all text (one starting with "[" is skipped).
+_BODY_START = r"(?:^\[[^\]\n]*\] \S+: .*?|^  .*?|^(?:[^\[\n].*?)?)"
 _ENDINGS = ("ings", "ing", "ies", "es", "ed", "s")
 
 
@@ -61,6 +66,11 @@ def terms(text: str) -> list[str]:
             continue
         out.append(w)
     return list(dict.fromkeys(out))[:MAX_TERMS]
+
+
+def is_keywords(text: str, max_terms: int = LEXICAL_MAX_TERMS) -> bool:
+    """Whether a query text is a handful of search words (gets a lexical leg)."""
+    return 0 < len(terms(text)) <= max_terms
 
 
 def stem(word: str) -> str:
@@ -86,7 +96,7 @@ def word_regex(term: str) -> str:
 def pattern(term: str) -> str:
     """Case-insensitive, multi-line regex matching the term inside a message body of a
     stored document (not in its sender ids or timestamps)."""
-    return rf"(?im){_BODY_START}.*?{word_regex(term)}"
+    return rf"(?im){_BODY_START}{word_regex(term)}"
 
 
 # (pattern, where) -> ids of the windows whose document matches

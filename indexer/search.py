@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from .embedder import Embedder
-from .lexical import LexicalRanker, terms
+from .lexical import LEXICAL_MAX_TERMS, LexicalRanker, is_keywords
 from .records import CORPUS_CHAT, CORPUS_REFERENCE, Hit, RoomID
 from .store import ChromaStore, Neighbour
 
@@ -92,9 +92,9 @@ class Searcher:
     embedder: Embedder
     store: ChromaStore
     rrf_k: int = DEFAULT_RRF_K
-    lexical: bool = True  # fuse a BM25 leg per text (indexer/lexical.py)
-    lexical_weight: float = 1.0
-    lexical_max_terms: int = 0
+    # A text of at most this many words (stop words aside) is searched by its words
+    # too: a BM25 leg fused beside its vector (indexer/lexical.py). 0: never.
+    lexical_max_terms: int = LEXICAL_MAX_TERMS
 
     def search(self, query: SourceQuery) -> list[Hit]:
         # A duplicated text must not count twice: query each distinct text once.
@@ -102,26 +102,18 @@ class Searcher:
         vectors = self.embedder.encode(texts)
         where = _where(query)
         # Ask for more than top_k per list so fusion can promote agreement.
-        fusing = len(texts) > 1 or self.lexical
+        fusing = len(texts) > 1 or any(is_keywords(t, self.lexical_max_terms) for t in texts)
         n = max(query.top_k * 4, 20) if fusing else query.top_k
         per_text: list[list[Neighbour]] = self.store.query(vectors, n, where)
         lists = [[nb.window.window_id for nb in lst] for lst in per_text]
-        weights = [1.0] * len(lists)
-        if self.lexical:
+        if self.lexical_max_terms:
             ranker = _lexical_ranker(self.store)
-            for t in texts:
-                if self.lexical_max_terms and len(terms(t)) > self.lexical_max_terms:
-                    continue
-                ids = ranker.rank(t, n, where)
-                if ids:
-                    lists.append(ids)
-                    weights.append(self.lexical_weight)
+            lists += [ids for ids in (ranker.rank(t, n, where) for t in texts
+                                      if is_keywords(t, self.lexical_max_terms)) if ids]
         if len(lists) == 1:
             fused = [(wid, 1.0 / (self.rrf_k + r)) for r, wid in enumerate(lists[0], start=1)]
-        elif all(w == 1.0 for w in weights):
-            fused = rrf(lists, self.rrf_k)
         else:
-            fused = _weighted_rrf(lists, weights, self.rrf_k)
+            fused = rrf(lists, self.rrf_k)
         fused = fused[:query.top_k]
         by_id = {nb.window.window_id: nb.window for lst in per_text for nb in lst}
         missing = [wid for wid, _ in fused if wid not in by_id]
@@ -139,18 +131,6 @@ class Searcher:
                             w.senders, w.ts_first, w.ts_last, score, w.text,
                             tuple(r.get(wid) for r in ranks), ref=w.ref))
         return hits
-
-
-def _weighted_rrf(lists, weights, k):
-    parts: dict[str, list[float]] = {}
-    for ids, wt in zip(lists, weights):
-        seen: set[str] = set()
-        for rank, wid in enumerate(ids, start=1):
-            if wid not in seen:
-                seen.add(wid)
-                parts.setdefault(wid, []).append(wt / (k + rank))
-    scores = {wid: math.fsum(p) for wid, p in parts.items()}
-    return sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
 
 
 def _lexical_ranker(store: ChromaStore) -> LexicalRanker:

@@ -182,3 +182,50 @@ class ChromaStore:
         if ids:
             self._col.upsert(ids=list(ids), embeddings=[list(v) for v in vectors],
                              documents=list(documents), metadatas=list(metadatas))
+
+
+    # -- for verify --index ------------------------------------------------------------
+
+    def iter_windows(self, page: int = 500):
+        offset = 0
+        while True:
+            batch = self.get(limit=page, offset=offset)
+            yield from batch
+            if len(batch) < page:
+                return
+            offset += page
+
+    def pages_with_vectors(self, page: int, ids: list | None = None):
+        """Pages of (window id, vector), over all windows or the given ids."""
+        if ids is not None:
+            for i in range(0, len(ids), page):
+                res = self._col.get(ids=list(ids[i:i + page]), include=["embeddings"])
+                yield list(zip(res["ids"], [list(v) for v in res["embeddings"]]))
+            return
+        offset = 0
+        while True:
+            res = self._col.get(limit=page, offset=offset, include=["embeddings"])
+            if not res["ids"]:
+                return
+            yield list(zip(res["ids"], [list(v) for v in res["embeddings"]]))
+            if len(res["ids"]) < page:
+                return
+            offset += page
+
+    def query_ids(self, vectors: list, n: int) -> list[set[str]]:
+        if not vectors:
+            return []
+        res = self._col.query(query_embeddings=vectors, n_results=min(n, max(1, self.count())),
+                              include=[])
+        return [set(ids) for ids in res["ids"]]
+
+    def readd(self, window_ids: list) -> None:
+        """Delete and add windows again as they are (chroma#7758 repair)."""
+        for i in range(0, len(window_ids), 500):
+            ids = list(window_ids[i:i + 500])
+            res = self._col.get(ids=ids, include=["embeddings", "documents", "metadatas"])
+            if not res["ids"]:
+                continue
+            self._col.delete(ids=res["ids"])
+            self._col.add(ids=res["ids"], embeddings=[list(v) for v in res["embeddings"]],
+                          documents=res["documents"], metadatas=res["metadatas"])
