@@ -94,6 +94,13 @@ def cmd_import(args) -> int:
     index = Index.open(cfg)
     size = sum(1 for _ in open(path, "rb"))
     show = not args.quiet
+    from indexer.rebuild import meta_mismatch
+
+    if meta_mismatch(index.store, index.embedder):
+        with tqdm(desc="rebuilding the collection", unit="msg", disable=not show) as bar:
+            index.ensure_meta(bar.update)
+    else:
+        index.ensure_meta()
     with tqdm(total=size, desc="reading", unit="ev", disable=not show) as read_bar, \
             tqdm(desc="indexing", unit="msg", disable=not show) as index_bar:
         summary = import_events(path, index.ingest, index.pipeline,

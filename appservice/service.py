@@ -111,7 +111,8 @@ class Service:
             await self.az.intent.set_displayname(self.cfg.bot_displayname)
         except MatrixError:
             pass  # cosmetic
-        self.store.set_meta({"embedder": self.embedder.name, "dim": self.embedder.dim})
+        # Another model or chunker made the collection: rebuild from the event log first.
+        await asyncio.to_thread(self.index.ensure_meta)
         self._allowlist_mtime = self._mtime()
         await self.join_allowlisted()
         # Rooms taken off the allowlist while the service was down: purged now.

@@ -69,5 +69,18 @@ class Index:
         return self.manifest.append(answer_artifacts(reply_event_id, sections,
                                                      self.manifest.shingle_size))
 
+    def ensure_meta(self, progress=None) -> bool:
+        """Rebuild the collection if another model or chunker made it (rebuild.py)."""
+        from .rebuild import ensure_meta
+        from .reference import References
+
+        def resync() -> None:
+            refs = References(self.cfg.data_dir, self.store, self.manifest, self.embedder)
+            for corpus in refs.list():
+                if corpus.path != "(not registered)":
+                    refs.sync(corpus.name)
+
+        return ensure_meta(self.store, self.eventlog, self.pipeline, resync, progress)
+
     def close(self) -> None:
         self.eventlog.close()

@@ -188,6 +188,23 @@ class EventLog:
                 (window_id, EventStatus.INDEXED.value)).fetchall()
         return [Message(EventID(r[0]), RoomID(r[1]), UserID(r[2]), r[3], r[4]) for r in rows]
 
+    def requeue_all(self) -> int:
+        """A rebuild: every indexed event back to pending, cursors and dirty marks gone."""
+        with self._lock:
+            cur = self._db.cursor()
+            cur.execute("BEGIN IMMEDIATE")
+            try:
+                cur.execute("UPDATE events SET status = ?, window_id = NULL WHERE status = ?",
+                            (EventStatus.PENDING.value, EventStatus.INDEXED.value))
+                n = cur.rowcount
+                cur.execute("DELETE FROM cursors")
+                cur.execute("DELETE FROM dirty_windows")
+                cur.execute("COMMIT")
+            except BaseException:
+                cur.execute("ROLLBACK")
+                raise
+        return n
+
     def requeue_windows(self, window_ids: list[WindowID]) -> int:
         """Windows the store lost: their events go back to pending, to be rebuilt."""
         with self._lock:

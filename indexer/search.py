@@ -1,9 +1,13 @@
 """Search: a validated multi-text query, one vector per text, fused by reciprocal rank.
 
-    score(window) = sum over texts i where it appears of 1 / (k + rank_i)     (k = 60)
+    score(window) = sum over ranked lists l where it appears of 1 / (k + rank_l)  (k = 60)
 
-(Cormack, Clarke and Buettcher, SIGIR 2009.) One text gives exactly the single-vector
-order. `!sources` and `matrix-sources search` share this path.
+(Cormack, Clarke and Buettcher, SIGIR 2009.) Each text gives one list from its vector;
+a text of a few search words (at most LEXICAL_MAX_TERMS besides stop words) gives a
+second, lexical one: BM25 over the stored documents, asked of the same collection
+(indexer/lexical.py). One sentence-long text gives exactly the single-vector order.
+`Hit.ranks` keeps, per text, the rank and similarity from its vector only.
+`!sources` and `matrix-sources search` share this path.
 """
 
 from __future__ import annotations

@@ -109,6 +109,13 @@ class ChromaStore:
         merged = {**self.meta(), **meta}
         self._col.modify(metadata=merged)
 
+    def reset(self) -> None:
+        """Drop every record (a rebuild: rebuild.py), keeping the collection's settings."""
+        name = self._col.name
+        self._client.delete_collection(name)
+        self._col = self._client.get_or_create_collection(
+            name, embedding_function=None, configuration={"hnsw": {"space": "cosine"}})
+
     # -- writing (the pipeline only) -------------------------------------------------
 
     def upsert(self, windows: Sequence[Window], vectors: Sequence[Sequence[float]]) -> None:

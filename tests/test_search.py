@@ -4,6 +4,7 @@ over a real (embedded) Chroma with the fast hash embedder."""
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -11,7 +12,8 @@ from hypothesis import strategies as st
 
 from indexer.chunker import ChunkPolicy, build_windows, embed_text
 from indexer.embedder import HashEmbedder
-from indexer.records import EventID, Message, RoomID, UserID
+from indexer.lexical import LEXICAL_MAX_TERMS, is_keywords, stem, terms
+from indexer.records import EventID, Message, RoomID, UserID, Window
 from indexer.search import (
     DEFAULT_RRF_K,
     MAX_TEXT_BYTES,
@@ -186,8 +188,9 @@ def indexed(tmp_path_factory):
                                   "new release", "nothing in common zzz"])
 @pytest.mark.parametrize("top_k", [1, 3, 10])
 def test_one_text_gives_exactly_the_single_vector_order(indexed, text, top_k):
+    """Without the lexical leg (lexical_max_terms=0), as for any sentence-long text."""
     store, emb = indexed
-    hits = Searcher(emb, store).search(SourceQuery.build([text], top_k))
+    hits = Searcher(emb, store, lexical_max_terms=0).search(SourceQuery.build([text], top_k))
     [bare] = store.query(emb.encode([text]), top_k)
     assert [h.window_id for h in hits] == [nb.window.window_id for nb in bare]
     assert [h.ranks[0][0] for h in hits] == list(range(1, len(hits) + 1))
@@ -231,3 +234,79 @@ def test_room_filter(indexed):
 def test_empty_store_gives_no_hits(tmp_path):
     store = ChromaStore(path=tmp_path / "empty")
     assert Searcher(HashEmbedder(), store).search(SourceQuery.build(["a", "b"])) == []
+
+
+@pytest.mark.parametrize("top_k", [1, 3, 10])
+def test_a_sentence_gets_no_lexical_leg(indexed, top_k):
+    store, emb = indexed
+    text = "which backup of the postgres database restores last night's rooms fastest"
+    assert not is_keywords(text)
+    hits = Searcher(emb, store).search(SourceQuery.build([text], top_k))
+    [bare] = store.query(emb.encode([text]), top_k)
+    assert [h.window_id for h in hits] == [nb.window.window_id for nb in bare]
+
+
+# -- the lexical leg ------------------------------------------------------------------------
+
+
+def test_terms_drop_stop_words_and_stem_endings():
+    assert terms("How do I rotate the Signing keys?") == ["rotate", "signing", "keys"]
+    assert [stem(t) for t in ("partitions", "spinning", "stopped", "rar", "ext3")] == \
+        ["partition", "spin", "stop", "rar", "ext3"]
+    assert is_keywords("rar archive") and not is_keywords("the a of")
+    assert not is_keywords(" ".join(f"word{i}" for i in range(LEXICAL_MAX_TERMS + 1)))
+
+
+@pytest.fixture
+def chat(tmp_path):
+    """Windows whose words the hash embedder cannot connect to the queries below:
+    only the lexical leg finds them by their stems."""
+    store = ChromaStore(path=tmp_path / "chroma")
+    emb = HashEmbedder()
+    lines = [("$p1", ROOM, "@alice:example.org", "resized both partitions with gparted"),
+             ("$p2", ROOM, "@bob:example.org", "lunch at noon?"),
+             ("$p3", OTHER, "@carol:example.org", "my partitioning failed halfway"),
+             ("$p4", ROOM, "@gparted:example.org", "nothing to see here")]
+    messages = [Message(EventID(e), r, UserID(u), 1_700_000_000_000 + i * 7_200_000, body)
+                for i, (e, r, u, body) in enumerate(lines)]
+    windows = [w for room in (ROOM, OTHER) for w in build_windows(
+        [m for m in messages if m.room_id == room], ChunkPolicy(max_bytes=10, gap_ms=1))]
+    store.upsert(windows, emb.encode([embed_text(w) for w in windows]))
+    return store, emb, {w.event_ids[0]: w for w in windows}
+
+
+def dense_only(hit) -> float:
+    """The fused score a hit would have from its one text's vector alone."""
+    return 1 / (DEFAULT_RRF_K + hit.ranks[0][0]) if hit.ranks[0] else 0.0
+
+
+def test_keywords_find_a_window_by_its_words(chat):
+    store, emb, _ = chat
+    hits = Searcher(emb, store).search(SourceQuery.build(["partition"], 4))
+    assert {h.first_event_id for h in hits[:2]} == {"$p1", "$p3"}
+    for h in hits:  # the two carry a lexical rank on top of their dense one
+        assert (h.score > dense_only(h)) == (h.first_event_id in ("$p1", "$p3"))
+    # The room filter holds for the lexical leg too.
+    hits = Searcher(emb, store).search(SourceQuery.build(["partition"], 5, room_id=OTHER))
+    assert [h.first_event_id for h in hits] == ["$p3"]
+
+
+def test_the_lexical_leg_reads_bodies_not_senders(chat):
+    store, emb, _ = chat
+    hits = {h.first_event_id: h for h in
+            Searcher(emb, store).search(SourceQuery.build(["gparted"], 4))}
+    assert hits["$p1"].score > dense_only(hits["$p1"])
+    assert hits["$p4"].score == pytest.approx(dense_only(hits["$p4"]))  # only its sender
+
+
+def test_the_lexical_leg_sees_what_the_store_holds_now(chat):
+    """A window re-upserted without a word (a redaction, an edit) stops matching it."""
+    store, emb, by_event = chat
+    w = by_event["$p1"]
+    edited = Window(w.window_id, w.room_id, (replace(w.messages[0], body="resized it"),),
+                    w.room_label)
+    store.upsert([edited], emb.encode([embed_text(edited)]))
+    hits = {h.first_event_id: h for h in
+            Searcher(emb, store).search(SourceQuery.build(["partition"], 4))}
+    assert hits["$p3"].score > dense_only(hits["$p3"])
+    assert hits["$p1"].score == pytest.approx(dense_only(hits["$p1"]))

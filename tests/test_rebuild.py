@@ -1,0 +1,52 @@
+"""A collection made by another model or chunker is rebuilt from the event log."""
+
+from __future__ import annotations
+
+from indexer.chunker import CHUNKER_VERSION, ChunkPolicy
+from indexer.embedder import HashEmbedder
+from indexer.eventlog import EventLog
+from indexer.gate import Gate
+from indexer.ingest import Ingest
+from indexer.journal import Journal
+from indexer.pipeline import Pipeline
+from indexer.rebuild import ensure_meta, expected_meta, meta_mismatch
+from indexer.store import ChromaStore
+
+ROOM = "!r:example.org"
+
+
+def setup(tmp_path, dim=64):
+    log = EventLog(tmp_path / "eventlog.sqlite3")
+    store = ChromaStore(path=tmp_path / "chroma")
+    ingest = Ingest(Gate(frozenset({ROOM}), "@bot:x"), log, Journal(tmp_path / "j.jsonl"))
+    pipeline = Pipeline(log, HashEmbedder(dim), store, ChunkPolicy(max_bytes=50),
+                        admits=ingest.admits)
+    return log, store, ingest, pipeline
+
+
+def test_mismatch_rebuilds_every_window_with_the_new_embedder(tmp_path):
+    log, store, ingest, pipeline = setup(tmp_path)
+    ingest.admit([{"type": "m.room.join_rules", "room_id": ROOM, "sender": "@a:x",
+                   "state_key": "", "event_id": "$jr", "origin_server_ts": 1,
+                   "content": {"join_rule": "public"}}]
+                 + [{"type": "m.room.message", "room_id": ROOM, "sender": "@a:x",
+                     "event_id": f"$m{i}", "origin_server_ts": 1000 * i,
+                     "content": {"msgtype": "m.text", "body": f"message {i} text here"}}
+                    for i in range(20)])
+    assert ensure_meta(store, log, pipeline) is False  # empty: meta written
+    pipeline.process_all()
+    assert store.meta()["chunker"] == CHUNKER_VERSION and not meta_mismatch(store, pipeline.embedder)
+    before = store.count()
+
+    # The same data dir opened with another embedder (other dimension): a rebuild.
+    log2, store2, ingest2, pipeline2 = log, ChromaStore(path=tmp_path / "chroma"), ingest, \
+        Pipeline(log, HashEmbedder(32), store, ChunkPolicy(max_bytes=50), admits=ingest.admits)
+    pipeline2.store = store2
+    assert meta_mismatch(store2, pipeline2.embedder)["dim"] == (64, 32)
+    seen = []
+    assert ensure_meta(store2, log2, pipeline2, progress=seen.append) is True
+    assert store2.count() == before and sum(seen) == 20
+    assert store2.meta() == {**store2.meta(), **expected_meta(pipeline2.embedder)}
+    held = sorted(e for w in store2.iter_windows() for e in w.event_ids)
+    assert held == sorted(f"$m{i}" for i in range(20))
+    assert ensure_meta(store2, log2, pipeline2) is False  # settled
