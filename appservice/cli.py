@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from indexer.config import Config, ConfigError, load_config
+from indexer.lock import LockedError, WriterLock
 
 EXIT_USAGE = 2
 
@@ -91,6 +92,7 @@ def cmd_import(args) -> int:
     if not path.is_file():
         print(f"error: {path}: no such file", file=sys.stderr)
         return 1
+    lock = WriterLock(cfg.data_dir, "matrix-sources import").acquire()
     index = Index.open(cfg)
     size = sum(1 for _ in open(path, "rb"))
     show = not args.quiet
@@ -106,6 +108,7 @@ def cmd_import(args) -> int:
         summary = import_events(path, index.ingest, index.pipeline,
                                 on_read=read_bar.update, on_indexed=index_bar.update)
     index.close()
+    lock.release()
     for line in summary.lines():
         print(line)
     return 0
@@ -176,6 +179,12 @@ def cmd_journal(args) -> int:
     for entry in Journal(cfg.journal_path).read(room=args.room, rule=args.rule):
         print(json.dumps(entry, ensure_ascii=False, sort_keys=True))
     return 0
+
+
+def cmd_backfill(args) -> int:
+    from .backfillcli import run_backfill
+
+    return run_backfill(_config(args), args.rooms, args.quiet)
 
 
 def cmd_doctor(args) -> int:
@@ -254,6 +263,12 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--rule", default=None)
     sp.set_defaults(func=cmd_journal)
 
+    sp = with_config(sub.add_parser("backfill", help=(
+        "read rooms' history (all allowlisted rooms by default) while the service is stopped")))
+    sp.add_argument("rooms", nargs="*", metavar="ROOM_ID")
+    sp.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    sp.set_defaults(func=cmd_backfill)
+
     sp = with_config(sub.add_parser("doctor", help="check the deployment, say how to fix it"))
     sp.set_defaults(func=cmd_doctor)
 
@@ -303,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
         ensure_heap_hygiene()
     try:
         return args.func(args)
-    except ConfigError as e:
+    except (ConfigError, LockedError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -7,6 +7,7 @@ import sys
 import time
 from pathlib import Path
 
+from indexer.lock import WriterLock
 from indexer.audit import CheckResult, check_derived_filter, check_exclusions, parse_since
 from indexer.components import open_store
 from indexer.config import Config
@@ -28,6 +29,13 @@ def _references(cfg: Config, with_embedder: bool) -> References:
 
 
 def run_ref(cfg: Config, args) -> int:
+    if args.action != "list":
+        with WriterLock(cfg.data_dir, f"matrix-sources ref {args.action}"):
+            return _run_ref(cfg, args)
+    return _run_ref(cfg, args)
+
+
+def _run_ref(cfg: Config, args) -> int:
     try:
         if args.action == "list":
             corpora = _references(cfg, False).list()
@@ -90,6 +98,7 @@ def check_index(cfg: Config) -> CheckResult:
     from indexer.eventlog import EventLog
     from indexer.verify_index import verify_index
 
+    lock = WriterLock(cfg.data_dir, "matrix-sources verify --index").acquire()
     store = open_store(cfg)
     eventlog = EventLog(cfg.eventlog_path)
     try:
@@ -98,4 +107,5 @@ def check_index(cfg: Config) -> CheckResult:
             report = verify_index(store, eventlog, repair=True, progress=bar.update)
     finally:
         eventlog.close()
+        lock.release()
     return CheckResult("index", report.ok, tuple(report.lines()))

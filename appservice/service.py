@@ -22,6 +22,7 @@ from mautrix.types import EventType
 from indexer.allowlist import load_allowlist
 from indexer.answers import AnswerLog
 from indexer.backfill import backfill_room
+from indexer.lock import WriterLock
 from indexer.components import Index
 from indexer.config import Config, ConfigError
 from indexer.datadir import load_registration
@@ -68,6 +69,7 @@ class Service:
     def __init__(self, cfg: Config, embedder: Embedder | None = None) -> None:
         self.cfg = cfg
         self.registration = load_registration(cfg.registration)
+        self.lock = WriterLock(cfg.data_dir, "matrix-sources run").acquire()
         self.index = Index.open(cfg, embedder)
         self.eventlog, self.store = self.index.eventlog, self.index.store
         self.embedder, self.gate = self.index.embedder, self.index.gate
@@ -158,6 +160,7 @@ class Service:
         await self.worker.stop()
         await self.az.stop()
         self.index.close()
+        self.lock.release()
 
     # -- rooms -----------------------------------------------------------------------
 
@@ -190,7 +193,7 @@ class Service:
                 self.worker.notify()
 
     async def _learn_room(self, room_id: str) -> None:
-        facts = await fetch_room_facts(self.az.intent, room_id)
+        facts = await fetch_room_facts(self.az.intent.api, room_id)
         if facts is not None:
             # Off the loop: a room found refused with its text stored is purged here.
             await asyncio.to_thread(self.ingest.learn, RoomID(room_id), facts)

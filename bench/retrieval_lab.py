@@ -1,10 +1,13 @@
-"""Fast, in-process sweeps over chunking and search settings (a tuning aid, not the
-benchmark: bench/retrieval.py measures the shipped code through the real CLI).
+"""Fast, in-process sweeps over chunking and search settings: a tuning aid, not the
+benchmark (bench/retrieval.py measures the shipped code through the real CLI).
 
-    .venv/bin/python bench/retrieval_lab.py --max-bytes 500 --max-bytes 1000 ...
+    .venv/bin/python bench/retrieval_lab.py --policy '{"max_bytes": 400}' \
+        --policy '{"follow_replies": false}' --searcher '{"lexical_max_terms": 0}'
 
-Same data, same metrics, same chunker and Searcher code as the product, but windows
-are built with `indexer.chunker` directly (no event log), their vectors cached by text
+Every --policy (ChunkPolicy fields) is tried with every --searcher (Searcher fields);
+none given means the defaults. Same data, metrics, chunker and Searcher code as the
+product, but windows are built with `indexer.chunker` directly (no event log; every
+block closed, as an import of old history leaves them), their vectors cached by text
 under bench/out/lab-cache/, and each configuration gets a fresh embedded Chroma.
 """
 
@@ -88,8 +91,9 @@ def load_messages(split_dir: Path) -> dict[RoomID, list[Message]]:
 
 
 def run_config(rooms, items, emb, policy, searcher_kwargs, variants) -> dict:
+    closed = 2**62  # "now", long after every message: every block closed
     windows = [w for msgs in rooms.values()
-               for w in chunker.build_windows(msgs, policy, "")]
+               for w in chunker.build_windows(msgs, policy, "", now_ms=closed)]
     with tempfile.TemporaryDirectory() as tmp:
         store = ChromaStore(path=Path(tmp) / "chroma")
         for i in range(0, len(windows), 500):
@@ -121,8 +125,8 @@ def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--eval-dir", default=None)
     p.add_argument("--split", default="dev")
-    p.add_argument("--max-bytes", type=int, action="append")
-    p.add_argument("--gap", type=float, action="append", help="seconds")
+    p.add_argument("--policy", action="append", default=[],
+                   help="JSON of ChunkPolicy fields (repeatable)")
     p.add_argument("--searcher", action="append", default=[],
                    help="JSON of Searcher keyword arguments (repeatable)")
     p.add_argument("--variants", default="query,keywords,query+keywords")
@@ -134,19 +138,18 @@ def main() -> int:
     emb = CachedEmbedder()
     variants = args.variants.split(",")
     rows, results = [], []
-    for mb, gap, sk in itertools.product(args.max_bytes or [chunker.ChunkPolicy().max_bytes],
-                                         args.gap or [chunker.ChunkPolicy().gap_ms / 1000],
-                                         args.searcher or ["{}"]):
+    for pol, sk in itertools.product(args.policy or ["{}"], args.searcher or ["{}"]):
         t = time.perf_counter()
-        policy = chunker.ChunkPolicy(max_bytes=mb, gap_ms=int(gap * 1000))
+        policy = chunker.ChunkPolicy(**json.loads(pol))
         r = run_config(rooms, items, emb, policy, json.loads(sk), variants)
-        label = f"{mb}B/{gap:g}s " + " ".join(f"{k}={v}" for k, v in json.loads(sk).items())
+        label = " ".join(f"{k}={v}" for k, v in {**json.loads(pol), **json.loads(sk)}.items())
         for v in variants:
-            rows.append((f"{label[:20]} {SHORT[v]}", r[v]))
-        results.append({"max_bytes": mb, "gap_s": gap, "searcher": sk, **r,
+            rows.append((f"{(label or 'defaults')[:28]} {SHORT[v]}", r[v]))
+        results.append({"policy": json.loads(pol), "searcher": json.loads(sk),
+                        **{k: v for k, v in r.items() if ":" not in k},
                         "seconds": round(time.perf_counter() - t, 1)})
-        print(f"{label}: {r['windows']} windows, {time.perf_counter() - t:.0f} s",
-              file=sys.stderr)
+        print(f"{label or 'defaults'}: {r['windows']} windows, "
+              f"{time.perf_counter() - t:.0f} s", file=sys.stderr)
     print(evalkit.table(rows, f"lab, chunker {chunker.CHUNKER_VERSION}"))
     if args.out:
         evalkit.write_json(Path(args.out), {"runs": results})

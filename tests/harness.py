@@ -118,6 +118,16 @@ class Stack:
             db.close()
         return row[0] if row else None
 
+    def count_indexed(self, event_ids: list[str]) -> int:
+        db = sqlite3.connect(f"file:{self.data_dir / 'eventlog.sqlite3'}?mode=ro", uri=True)
+        try:
+            db.execute("CREATE TEMP TABLE want (id TEXT PRIMARY KEY)")
+            db.executemany("INSERT OR IGNORE INTO want VALUES (?)", [(e,) for e in event_ids])
+            return db.execute("SELECT COUNT(*) FROM events JOIN want ON want.id = event_id"
+                              " WHERE status = 'indexed'").fetchone()[0]
+        finally:
+            db.close()
+
     def wait_indexed(self, event_ids: list[str], timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -245,6 +245,75 @@ def test_backfilled_older_messages_still_land_in_exactly_one_window(log, store):
     assert_each_message_in_exactly_one_window(store, log, ids)
 
 
+# -- windows that follow conversations (indexer/chunker.py) --------------------------------
+
+# Two questions interleaved with their answers: two conversations in one block.
+CHAT = [("@alice:example.org", "how do I open a rar archive?"),
+        ("@bob:example.org", "alice: apt install unrar"),
+        ("@carol:example.org", "my wifi drops every few minutes"),
+        ("@dave:example.org", "carol, which card is it?"),
+        ("@alice:example.org", "bob: thanks, that works"),
+        ("@carol:example.org", "dave: an intel 3945"),
+        ("@bob:example.org", "or file-roller if you want a gui"),
+        ("@dave:example.org", "carol: try the iwlwifi firmware")]
+CHAT_POLICY = ChunkPolicy(max_bytes=200, gap_ms=30 * MINUTE, block_windows=8)
+
+
+def chat(start: int, n: int) -> list[tuple[Message, None]]:
+    return [(Message(EventID(f"$c{i}"), ROOM, UserID(CHAT[i][0]), T0 + i * MINUTE,
+                     CHAT[i][1]), None) for i in range(start, start + n)]
+
+
+def clock_at(ms: int):
+    return lambda: ms / 1000
+
+
+def test_live_runs_end_with_the_windows_of_one_batch(log, store):
+    """Indexed a few messages at a time while the block is open (one window, which
+    every event points at), then closed by time: the room ends up with the
+    conversation windows chunking it all at once gives, each message once."""
+    p = Pipeline(log, HashEmbedder(), store, CHAT_POLICY, clock=clock_at(T0 + 8 * MINUTE))
+    for start in (0, 3, 5):
+        log.append(chat(start, {0: 3, 3: 2, 5: 3}[start]))
+        p.process_all()
+        [(wid, ids)] = [(w.window_id, w.event_ids) for w in store.get()]
+        assert ids == tuple(f"$c{i}" for i in range(start + {0: 3, 3: 2, 5: 3}[start]))
+        assert {log.status_of(EventID(e)) for e in ids} == {("indexed", wid)}
+    p.clock = clock_at(T0 + 8 * MINUTE + CHAT_POLICY.gap_ms)  # the block's gap has passed
+    log.append([(Message(EventID("$late"), ROOM, UserID("@erin:example.org"),
+                         T0 + 8 * MINUTE + CHAT_POLICY.gap_ms, "anyone here?"), None)])
+    p.process_all()
+    windows = {w.window_id: w.event_ids for w in store.get()}
+    assert sorted(windows.values()) == [("$c0", "$c1", "$c4", "$c6"),
+                                        ("$c2", "$c3", "$c5", "$c7"), ("$late",)]
+    assert_each_message_in_exactly_one_window(
+        store, log, [f"$c{i}" for i in range(8)] + ["$late"])
+    assert log.cursor(ROOM).event_id == "$late"
+
+
+def test_closing_an_open_block_lands_in_one_commit(log, store, monkeypatch):
+    """The open block's events all point at its one window: its conversation windows
+    replace it in one upsert, whatever EMBED_BATCH, or not at all."""
+    monkeypatch.setattr(pipeline_mod, "EMBED_BATCH", 1)
+    log.append(chat(0, 8))
+    Pipeline(log, HashEmbedder(), store, CHAT_POLICY,
+             clock=clock_at(T0 + 8 * MINUTE)).process_all()
+    assert store.count() == 1
+    later = T0 + 8 * MINUTE + CHAT_POLICY.gap_ms + 1
+    log.append([(Message(EventID("$late"), ROOM, UserID("@erin:example.org"), later,
+                         "anyone here?"), None)])
+    flaky = FlakyStore(store, fail=1)
+    p = Pipeline(log, HashEmbedder(), flaky, CHAT_POLICY, clock=clock_at(later))
+    with pytest.raises(ConnectionError):
+        p.process_all()
+    assert_each_message_in_exactly_one_window(store, log, [f"$c{i}" for i in range(8)])
+    p.process_all()
+    assert flaky.upserts == 3  # the failed one, the closed block whole, the new message
+    assert store.count() == 3
+    assert_each_message_in_exactly_one_window(
+        store, log, [f"$c{i}" for i in range(8)] + ["$late"])
+
+
 # -- PipelineWorker ---------------------------------------------------------------------
 
 

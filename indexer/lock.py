@@ -1,0 +1,54 @@
+"""One writer per data dir: the service, or one command that writes the collection.
+
+Embedded Chroma and the pipeline's cursors assume a single writer (DESIGN.md, "Stores
+and who writes them"). `run`, `import`, `backfill`, `ref add|sync|rm` and repairing
+`verify --index` hold an exclusive lock on DATA_DIR/writer.lock; a second one is
+refused with what to do instead. The lock is released when the process exits, even by
+SIGKILL, so a crash never leaves it stuck.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+
+
+class LockedError(RuntimeError):
+    pass
+
+
+class WriterLock:
+    def __init__(self, data_dir: Path, what: str) -> None:
+        self.path = Path(data_dir) / "writer.lock"
+        self.what = what
+        self._fd: int | None = None
+
+    def acquire(self) -> "WriterLock":
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 200).decode(errors="replace").strip() or "another process"
+            os.close(fd)
+            raise LockedError(
+                f"{self.path.parent} is in use by {holder}; {self.what} needs it alone. "
+                "Stop the service first (it backfills and indexes on its own while it "
+                "runs), or use Chroma as a server for tools beside it.") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{self.what} (pid {os.getpid()})".encode())
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> "WriterLock":
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
