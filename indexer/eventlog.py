@@ -135,22 +135,36 @@ class EventLog:
                 (EventStatus.PENDING.value,)).fetchall()
         return [RoomID(r[0]) for r in rows]
 
-    def room_tail(self, room_id: RoomID) -> tuple[list[Message], set[EventID]]:
-        """The messages of the room's last (open) window plus every pending message, in
-        timeline order, and the ids of the pending ones. Re-chunking this tail gives the
-        same windows as re-chunking the whole room (the chunker is greedy from a window
-        start)."""
+    def pending_threads(self, room_id: RoomID) -> list[EventID | None]:
+        """The room's timelines with pending events: None for the main one, else the
+        thread roots (a thread is its own sequence of windows)."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT DISTINCT thread_root FROM events WHERE room_id = ? AND status = ?",
+                (room_id, EventStatus.PENDING.value)).fetchall()
+        return sorted((EventID(r[0]) if r[0] else None for r in rows),
+                      key=lambda t: (t is not None, t or ""))
+
+    def room_tail(self, room_id: RoomID, thread_root: EventID | None = None
+                  ) -> tuple[list[Message], set[EventID]]:
+        """The messages of a timeline's last (open) window plus every pending message of
+        it, in timeline order, and the ids of the pending ones. The timeline is the
+        room's main one, or the thread of `thread_root`. Re-chunking this tail gives the
+        same windows as re-chunking the whole timeline (the chunker is greedy from a
+        block start)."""
+        thread = thread_root or ""
         with self._lock:
             row = self._db.execute(
                 "SELECT window_id FROM events WHERE room_id = ? AND status = ?"
-                " ORDER BY ts DESC, seq DESC LIMIT 1",
-                (room_id, EventStatus.INDEXED.value)).fetchone()
+                " AND COALESCE(thread_root, '') = ? ORDER BY ts DESC, seq DESC LIMIT 1",
+                (room_id, EventStatus.INDEXED.value, thread)).fetchone()
             open_window = WindowID(row[0]) if row else None
             rows = self._db.execute(
                 "SELECT event_id, room_id, sender, ts, body, status FROM events"
-                " WHERE room_id = ? AND (status = ? OR (status = ? AND window_id = ?))"
+                " WHERE room_id = ? AND COALESCE(thread_root, '') = ?"
+                " AND (status = ? OR (status = ? AND window_id = ?))"
                 " ORDER BY ts, seq",
-                (room_id, EventStatus.PENDING.value, EventStatus.INDEXED.value,
+                (room_id, thread, EventStatus.PENDING.value, EventStatus.INDEXED.value,
                  open_window)).fetchall()
         pending = {EventID(r[0]) for r in rows if r[5] == EventStatus.PENDING.value}
         return [Message(EventID(r[0]), RoomID(r[1]), UserID(r[2]), r[3], r[4])

@@ -95,10 +95,17 @@ class Pipeline:
 
     def process_room(self, room_id: RoomID,
                      progress: Callable[[int], None] | None = None) -> int:
-        """Index the room's pending events; return how many were pending (0 if the room
-        was refused or purged meanwhile)."""
+        """Index the room's pending events, its main timeline and each thread as its own
+        sequence of windows; return how many were pending."""
+        return sum(self._process_timeline(room_id, thread, progress)
+                   for thread in self.eventlog.pending_threads(room_id))
+
+    def _process_timeline(self, room_id: RoomID, thread_root: EventID | None,
+                          progress: Callable[[int], None] | None = None) -> int:
+        """Index one timeline's pending events; return how many were pending (0 if the
+        room was refused or purged meanwhile)."""
         generation = self.purges[room_id]
-        tail, pending = self.eventlog.room_tail(room_id)
+        tail, pending = self.eventlog.room_tail(room_id, thread_root)
         if not pending:
             return 0
         # -- derived filter: a pending message quoting an artifact is tagged derived in

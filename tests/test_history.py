@@ -179,3 +179,31 @@ def test_replies_quoting_a_redacted_message_are_rebuilt_without_it(world):
     assert "restart the bridge" not in content["m.new_content"]["formatted_body"]
     answers.forget_quote("$reply", {"$m1"})
     assert answers.quoting({"$m1"}) == []
+
+
+def test_thread_messages_form_their_own_windows(world):
+    ingest, pipeline, store, log, _ = world
+    main = [msg(i, f"main timeline message {i} about the release") for i in range(1, 5)]
+    thread = []
+    for i in range(5, 9):
+        m = msg(i, f"thread reply {i} about the database migration")
+        m["content"]["m.relates_to"] = {"rel_type": "m.thread", "event_id": "$m2"}
+        thread.append(m)
+    # Interleaved in the timeline, as they would arrive.
+    ingest.admit([main[0], main[1], thread[0], main[2], thread[1], thread[2], main[3],
+                  thread[3]])
+    pipeline.process_all()
+    windows = list(store.iter_windows())
+    thread_ids = {f"$m{i}" for i in range(5, 9)}
+    for w in windows:
+        ids = set(w.event_ids)
+        assert ids <= thread_ids or not (ids & thread_ids), w.event_ids  # never mixed
+    assert sorted(e for w in windows for e in w.event_ids) == sorted(
+        [f"$m{i}" for i in range(1, 9)])
+    # A later thread reply joins the thread's window, not the main timeline's.
+    late = msg(9, "thread reply 9 about the database migration")
+    late["content"]["m.relates_to"] = {"rel_type": "m.thread", "event_id": "$m2"}
+    ingest.admit([late])
+    pipeline.process_all()
+    [w9] = [w for w in store.iter_windows() if "$m9" in w.event_ids]
+    assert set(w9.event_ids) <= thread_ids | {"$m9"}
