@@ -14,13 +14,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Iterator
+
 
 from .chunker import format_ts, parse_document
 from .derived import JOURNAL_KIND, DerivedMatch, Matcher
 from .journal import Journal
 from .records import CORPUS_REFERENCE
-from .store import ChromaStore, StoredWindow
+from .store import ChromaStore
 
 PAGE = 500
 _RELATIVE = re.compile(r"(\d+)\s*([mhdw])")
@@ -42,22 +42,12 @@ class Leak:
     match: DerivedMatch
 
 
-def _windows(store: ChromaStore) -> Iterator[StoredWindow]:
-    offset = 0
-    while True:
-        page = store.get(limit=PAGE, offset=offset)
-        yield from page
-        if len(page) < PAGE:
-            return
-        offset += PAGE
-
-
 def find_leaks(store: ChromaStore, matcher: Matcher) -> tuple[int, list[Leak]]:
     """(windows checked, leaks). Reference chunks are the artifacts themselves and are
     skipped; an answer never counts against the windows it quoted."""
     matcher.refresh()
     checked, leaks = 0, []
-    for w in _windows(store):
+    for w in store.iter_windows(PAGE):
         if w.corpus == CORPUS_REFERENCE:
             continue
         checked += 1

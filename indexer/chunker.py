@@ -27,6 +27,12 @@ The invariants the pipeline relies on (tests/test_chunker.py):
   closing it overwrites the block's window in place;
 - appending messages changes only the open block's windows.
 
+A block the pipeline first sees after its gap has passed (an import of history, a
+restart after a long outage) is closed at once; a later message then re-chunks only the
+window holding the room's latest message with it. Every message still lands in exactly
+one window (the pipeline deletes a window whose id the re-chunk no longer produces);
+that window's conversation may be cut once more.
+
 `follow_replies=False` gives the windows of CHUNKER_VERSION 1: blocks of `max_bytes`,
 one window each.
 """

@@ -50,7 +50,7 @@ hi hello hey yes yeah ok okay still really need want try trying tried know use u
 used make makes made way one ones instead even ever every without
 """.split())
 
-_WORD = re.compile(r"[a-z0-9][a-z0-9+#]*(?:[.'][a-z0-9]+)*", re.UNICODE)
+_WORD = re.compile(r"[^\W_][\w+#]*(?:[.'][^\W_]+)*")  # ext3, c++, 2.6.8, don't, café
 # A chat document line is "[time] sender: body", a body's further lines start with two
 # spaces; a reference document's lines are all text (one starting with "[" is skipped).
 _BODY_START = r"(?:^\[[^\]\n]*\] \S+: .*?|^  .*?|^(?:[^\[\n].*?)?)"
