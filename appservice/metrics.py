@@ -1,8 +1,9 @@
 """Prometheus metrics at /metrics, and readiness at /health.
 
-Counters that the service owns (events by type, refusals by rule, derived exclusions by
-kind, search latency, embedding batch sizes) are prometheus-client objects. Figures the
-indexer already keeps (pipeline stats, transaction counts, queue depth, cursor lag) are
+Counters that the service owns (events by type, refusals by rule, search latency,
+embedding batch sizes) are prometheus-client objects. Figures the
+indexer already keeps (pipeline stats, derived exclusions by kind, transaction counts,
+queue depth, cursor lag) are
 read at scrape time by a collector, so `indexer/` stays free of service concerns.
 """
 
@@ -50,6 +51,13 @@ class _IndexCollector:
             c = CounterMetricFamily(f"matrix_sources_{name}", doc)
             c.add_metric([], value)
             yield c
+        c = CounterMetricFamily("matrix_sources_derived_exclusions",
+                                "Messages excluded as quotes of the bot's own output",
+                                labels=["kind"])
+        derived = s.pipeline.derived
+        for kind, n in sorted((derived.by_kind if derived else {}).items()):
+            c.add_metric([kind], n)
+        yield c
         pending, oldest, lags = lag_report(s.eventlog)
         g = GaugeMetricFamily("matrix_sources_pipeline_queue_depth",
                               "Events in the event log waiting for the pipeline")
@@ -80,9 +88,6 @@ class ServiceMetrics:
                               ["type"], registry=r)
         self.refusals = Counter("matrix_sources_refusals", "Events the gate refused",
                                 ["rule"], registry=r)
-        self.derived = Counter("matrix_sources_derived_exclusions",
-                               "Messages excluded as quotes of the bot's own output",
-                               ["kind"], registry=r)
         self.search_latency = Histogram(
             "matrix_sources_search_latency_seconds", "Time to answer a search", registry=r,
             buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))

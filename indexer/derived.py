@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Collection, Sequence
 
 from .config import DerivedConfig
@@ -107,6 +107,7 @@ class DerivedFilter:
     journal: Journal
     excluded: int = 0
     judged: int = 0
+    by_kind: dict[str, int] = field(default_factory=dict)  # exclusions per artifact kind
 
     def screen(self, room_id: RoomID, tail: list[Message], pending: set[EventID]
                ) -> tuple[list[Message], set[EventID]]:
@@ -136,6 +137,8 @@ class DerivedFilter:
         self.eventlog.mark_derived([(m.event_id, match.artifact, match.kind, match.score,
                                      match.threshold) for m, match in found])
         self.excluded += len(found)
+        for _, match in found:
+            self.by_kind[match.kind] = self.by_kind.get(match.kind, 0) + 1
         log.info("derived_excluded", extra={"room_id": room_id, "events": len(found)})
         drop = {m.event_id for m, _ in found}
         return [m for m in tail if m.event_id not in drop], pending - drop

@@ -74,6 +74,8 @@ async def test_a_pasted_answer_is_not_indexed_and_the_journal_says_why(derived_s
     assert entry["artifact"].startswith(f"answer:{reply['event_id']}#")
     assert entry["threshold"] == 0.8 and entry["threshold"] <= entry["score"] <= 1
     assert "generate_signing_key" not in journal  # ids and figures, never text
+    metrics = s.http("/metrics")[1]
+    assert 'matrix_sources_derived_exclusions_total{kind="answer"} 1.0' in metrics
 
     search = s.cli("search", "--json", "--top", "20", pasted)
     assert search.returncode == 0, search.stderr
