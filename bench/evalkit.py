@@ -23,7 +23,7 @@ import platform
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Iterable, Sequence
 
 REPO = Path(__file__).resolve().parent.parent
 ENV_EVAL_DIR = "MATRIX_SOURCES_EVAL_DIR"
@@ -133,5 +133,3 @@ def write_json(path: Path, data: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
-
-Relevance = Callable[[Item, dict], bool]

@@ -117,6 +117,14 @@ def windows_holding(config_dir: Path, items: list[evalkit.Item]) -> dict[str, in
     return counts
 
 
+def effective_policy(data_dir: Path) -> dict:
+    from indexer.config import load_config
+
+    p = load_config(data_dir / "config.yaml").policy
+    return {"window_max_bytes": p.max_bytes, "window_gap_seconds": p.gap_ms / 1000,
+            "block_windows": p.block_windows, "follow_replies": p.follow_replies}
+
+
 def evaluate(items: list[evalkit.Item], hits: dict, n_relevant: dict[str, int]) -> dict:
     results = {}
     for v in VARIANTS:
@@ -152,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         built = {"reused_index": True}
     else:
         built = build_index(split_dir, data_dir, args.set)
+    policy = effective_policy(data_dir)
     hits, search_seconds = search_all(items, data_dir / "config.yaml", data_dir)
     results = evaluate(items, hits, windows_holding(data_dir, items))
     total = time.perf_counter() - started
@@ -160,15 +169,17 @@ def main(argv: list[str] | None = None) -> int:
 
     report = {
         "benchmark": "retrieval", "split": args.split, "items": len(items),
-        "eval_dir": str(root), "chunker_version": CHUNKER_VERSION, **built,
+        "eval_dir": str(root), "chunker_version": CHUNKER_VERSION, "policy": policy,
+        **built,
         "search_seconds": round(search_seconds, 1), "queries": len(items) * len(VARIANTS),
         "total_seconds": round(total, 1), "machine": evalkit.machine(),
         "variants": results,
     }
     evalkit.write_json(Path(args.out), report)
     print(evalkit.table([(f"matrix-sources {v}", results[v]["metrics"]) for v in VARIANTS],
-                        f"Retrieval on {args.split} ({len(items)} items), "
-                        f"chunker {CHUNKER_VERSION}"))
+                        f"Retrieval on {args.split} ({len(items)} items), chunker "
+                        f"{CHUNKER_VERSION}, windows of {policy['window_max_bytes']} bytes, "
+                        f"gap {policy['window_gap_seconds']:g} s"))
     for line in built.get("import_summary", []):
         print("  import: " + line)
     print(f"\nimport {built.get('import_seconds', '-')} s, {len(items) * len(VARIANTS)} "

@@ -188,7 +188,7 @@ def load_config(path: Path) -> Config:
         bot_displayname=r.get("appservice.bot_displayname", str, "Sources"),
         allowlist=base / r.get("allowlist", str, "allowlist.yaml"),
         embedder=r.get("index.embedder", str, "all-MiniLM-L6-v2"),
-        policy=ChunkPolicy(max_bytes=r.positive("index.window_max_bytes", int, 1000),
+        policy=ChunkPolicy(max_bytes=r.positive("index.window_max_bytes", int, 500),
                            gap_ms=int(r.positive("index.window_gap_seconds", float, 1800.0) * 1000)),
         debounce_seconds=r.get("index.debounce_seconds", float, 1.0),
         chroma=chroma,

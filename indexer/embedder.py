@@ -59,6 +59,25 @@ class SentenceTransformerEmbedder:
         return vecs.tolist()
 
 
+def encode_in_length_order(embedder: Embedder, texts: Sequence[str],
+                           call_size: int) -> list[list[float]]:
+    """Embed many texts in calls of at most `call_size`, longest first; the vectors come
+    back in the order of `texts`.
+
+    The model pads every batch to its longest text and sorts only the texts of one
+    call: cut a room's windows into calls first and each call mixes long and short
+    ones (on the eval chat, 1.6x the word pieces of a global sort). Sorted first, the
+    calls hold texts of like length. Short calls keep the model lock free between them,
+    so a query's encode waits for one call at most."""
+    order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+    out: list[list[float]] = [[] for _ in texts]
+    for start in range(0, len(order), call_size):
+        part = order[start:start + call_size]
+        for i, vector in zip(part, embedder.encode([texts[i] for i in part])):
+            out[i] = vector
+    return out
+
+
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 

@@ -113,7 +113,8 @@ class LexicalRanker:
 
     def rank(self, text: str, n: int, where: dict | None = None) -> list[str]:
         """Window ids best first by BM25 of the text's terms, at most n."""
-        words = terms(text)
+        # One entry per stem: "partition partitions" must not count the word twice.
+        words = list({stem(t): t for t in reversed(terms(text))}.values())[::-1]
         if not words:
             return []
         total = max(self.total(), 1)
