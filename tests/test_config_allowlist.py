@@ -56,7 +56,7 @@ def test_example_config_with_a_homeserver_loads(tmp_path):
     cfg = load_config(write_config(tmp_path))
     assert cfg.homeserver_url == "https://matrix.community.org"
     assert cfg.bot_user == "@sourcesbot:community.org"
-    assert cfg.policy.max_bytes == 1000 and cfg.policy.gap_ms == 1_800_000
+    assert cfg.policy.max_bytes == 500 and cfg.policy.gap_ms == 1_800_000
     assert cfg.allowlist == tmp_path.resolve() / "allowlist.yaml"
     assert cfg.chroma.path == tmp_path.resolve() / "chroma"
     assert cfg.puppet_patterns == ("^@_?discord_[^:]*:.*$",)
