@@ -136,6 +136,18 @@ class EventLog(DerivedColumns):
                 (EventStatus.PENDING.value,)).fetchall()
         return [RoomID(r[0]) for r in rows]
 
+    def quiet_timelines(self, before_ts: int) -> list[tuple[RoomID, EventID | None, WindowID]]:
+        """(room, thread, window of its latest indexed event) for every timeline whose
+        latest indexed event is older than `before_ts` and that has nothing pending."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT room_id, thread_root, window_id, MAX(ts) AS last FROM events"
+                " WHERE status IN (?, ?) GROUP BY room_id, COALESCE(thread_root, '')"
+                " HAVING last < ? AND SUM(status = ?) = 0",
+                (EventStatus.INDEXED.value, EventStatus.PENDING.value, before_ts,
+                 EventStatus.PENDING.value)).fetchall()
+        return [(RoomID(r[0]), EventID(r[1]) if r[1] else None, WindowID(r[2])) for r in rows]
+
     def pending_threads(self, room_id: RoomID) -> list[EventID | None]:
         """The room's timelines with pending events: None for the main one, else the
         thread roots (a thread is its own sequence of windows)."""

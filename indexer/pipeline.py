@@ -94,6 +94,8 @@ class Pipeline:
     derived: DerivedFilter | None = None
     # Edits and redactions mark stored windows dirty (history.py); None: none tracked.
     history: History | None = None
+    # Timelines whose last window is known to be final: (room, thread, window id).
+    _settled: set = field(default_factory=set)
     # Wall clock (seconds): a room's last block closes once its gap has passed.
     clock: Callable[[], float] = time.time
 
@@ -173,6 +175,34 @@ class Pipeline:
                 progress(step.messages)
         return done
 
+    def close_quiet_blocks(self) -> int:
+        """A room's last block is one coarse window while it may grow (chunker.py). Once
+        the room has been quiet for the gap, nothing can join it: cut it into its
+        conversation windows now, rather than when the room next speaks. Returns how
+        many blocks were closed."""
+        now_ms = int(self.clock() * 1000)
+        closed = 0
+        for room_id, thread, window_id in self.eventlog.quiet_timelines(
+                now_ms - self.policy.gap_ms):
+            key = (room_id, thread, window_id)
+            if key in self._settled or not self.admits(room_id):
+                continue
+            generation = self.purges[room_id]
+            tail, pending = self.eventlog.room_tail(room_id, thread)
+            if pending or not tail:
+                continue  # the next ordinary run re-chunks it
+            windows = [w for b in build_blocks(tail, self.policy, self.room_label(room_id),
+                                               now_ms=now_ms) for w in b]
+            held = {self.eventlog.status_of(m.event_id)[1] for m in tail}
+            if {w.window_id for w in windows} == held:
+                self._settled.add(key)  # already its conversation windows
+                continue
+            stale = sorted(w for w in held - {w.window_id for w in windows} if w)
+            step = _Step(room_id, thread, windows, stale, generation, 0)
+            if self._commit(step, self.embedder.encode([embed_text(w) for w in windows])):
+                closed += 1
+        return closed
+
     def rechunk_window(self, window_id: WindowID, room_id: RoomID) -> None:
         """A stored window whose messages were edited or redacted: upsert it as it is now
         (one window, never split, so a room's open block stays whole), under its new id
@@ -240,15 +270,19 @@ class PipelineWorker:
 
     def __init__(self, pipeline: Pipeline, debounce: float = 1.0,
                  backoff_initial: float = 1.0, backoff_max: float = 60.0,
-                 sleep: Sleep = asyncio.sleep, clock: Callable[[], float] = time.monotonic):
+                 sleep: Sleep = asyncio.sleep, clock: Callable[[], float] = time.monotonic,
+                 sweep_every: float = 60.0):
         self.pipeline = pipeline
+        self.sweep_every = sweep_every  # seconds between closing quiet rooms' last blocks
         self.debounce = debounce
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
         self._sleep = sleep
         self._clock = clock
         self._wake = asyncio.Event()
+        self._run_lock = asyncio.Lock()
         self._task: asyncio.Task | None = None
+        self._sweeper: asyncio.Task | None = None
         self.failures = 0
         self.runs = 0
         self.idle = asyncio.Event()
@@ -260,15 +294,17 @@ class PipelineWorker:
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name="pipeline")
+        self._sweeper = asyncio.create_task(self._sweep_loop(), name="pipeline-sweep")
         self.notify()  # catch up on whatever a previous run left pending
 
     async def stop(self) -> None:
-        if self._task:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+        for task in (self._task, self._sweeper):
+            if task:
+                task.cancel()
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    pass
 
     async def _loop(self) -> None:
         backoff = self.backoff_initial
@@ -277,7 +313,8 @@ class PipelineWorker:
             await self._sleep(self.debounce)
             self._wake.clear()
             try:
-                await asyncio.to_thread(self.pipeline.process_all)
+                async with self._run_lock:
+                    await asyncio.to_thread(self.pipeline.process_all)
                 self.runs += 1
                 backoff = self.backoff_initial
             except Exception as e:  # the store or the model failed: retry, cursor unmoved
@@ -290,6 +327,20 @@ class PipelineWorker:
                 continue
             if not self._wake.is_set():
                 self.idle.set()
+
+    async def _sweep_loop(self) -> None:
+        """Every sweep interval, close the last blocks of rooms gone quiet; never at the
+        same time as a pipeline run (they re-chunk the same tails)."""
+        while True:
+            await asyncio.sleep(self.sweep_every)
+            try:
+                async with self._run_lock:
+                    closed = await asyncio.to_thread(self.pipeline.close_quiet_blocks)
+            except Exception as e:  # retried at the next sweep
+                log.warning("sweep_failed", extra={"error": type(e).__name__})
+                continue
+            if closed:
+                log.info("quiet_blocks_closed", extra={"blocks": closed})
 
     async def wait_idle(self) -> None:
         await self.idle.wait()
