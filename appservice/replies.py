@@ -212,6 +212,11 @@ def render_why(n: int, hit: Hit, texts: tuple[str, ...], rrf_k: int) -> Reply:
             rank, sim = r
             parts.append(f"{label}: rank {rank}, cosine similarity {sim:.3f}")
             terms.append(f"1/({rrf_k}+{rank})")
+    # The rest of the score, if any, came from the keyword (lexical) leg of the search.
+    lexical = hit.score - sum(1 / (rrf_k + r[0]) for r in hit.ranks if r is not None)
+    if lexical > 1e-9:
+        parts.append(f"keyword match (BM25 leg): adds {lexical:.4f}")
+        terms.append(f"{lexical:.4f}")
     formula = (" + ".join(terms) + f" = {hit.score:.4f}") if terms else ""
     plain = [head] + [f"  {p}" for p in parts]
     if formula:

@@ -54,7 +54,7 @@ class Index:
                             admits=ingest.admits, history=ingest.history)
         # Purges share the pipeline's lock and store (see pipeline.py on the race).
         ingest.purger = Purger(eventlog, journal, pipeline)
-        searcher = Searcher(embedder, store, cfg.rrf_k)
+        searcher = Searcher(embedder, store, cfg.rrf_k, lexical_max_terms=cfg.lexical_max_terms)
         # The derived filter: one manifest, read by the pipeline, appended by replies.
         manifest = Manifest(manifest_path(cfg.data_dir), cfg.derived.shingle_size)
         matcher = Matcher(manifest, cfg.derived)

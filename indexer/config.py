@@ -80,6 +80,7 @@ class Config:
     log_level: str = "INFO"
     log_format: str = "text"
     backfill_days: float | None = None  # None: a room's whole history
+    lexical_max_terms: int = 5  # texts this short also get the BM25 leg; 0: never
     admins: tuple[str, ...] = ()
     raw: dict = field(default_factory=dict, repr=False)
     derived: DerivedConfig = field(default_factory=DerivedConfig)
@@ -200,6 +201,7 @@ def load_config(path: Path) -> Config:
         log_level=level,
         log_format=_log_format(r),
         backfill_days=r.get("index.backfill_days", float, None),
+        lexical_max_terms=r.get("search.lexical_max_terms", int, 5),
         admins=_admins(r),
         raw=data,
         derived=_derived(r),

@@ -481,3 +481,13 @@ def test_power_levels_and_room_v12_creators():
     assert power_from_state(state("12", default=10), "@anyone:x") == 10
     assert power_from_state(state("12", users={"@m:x": True}), "@m:x") == 0
     assert power_from_state([], "@m:x") == 0
+
+
+async def test_why_names_the_keyword_legs_share_of_the_score(responder):
+    r, sent, _, searcher = responder
+    searcher.hits = [ranked_hit(0, ((2, 0.61),), 1 / 62 + 1 / 61)]  # dense rank 2 + BM25 rank 1
+    await r.answer(command("!sources fstab nfs"))
+    await r.answer(command("!sources why 1", event_id="$why"))
+    body = sent[-1][1]["body"]
+    assert "rank 2" in body and "keyword match (BM25 leg): adds 0.0164" in body
+    assert f"1/(60+2) + 0.0164 = {1 / 62 + 1 / 61:.4f}" in body
