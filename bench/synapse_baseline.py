@@ -272,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
             per_item.append({"id": item.id, **evalkit.item_scores(rel, n_rel)})
         results[v] = {"metrics": evalkit.aggregate(per_item),
                       "first_hit": {s["id"]: s["first_hit"] for s in per_item},
-                      "errors": errors[v], "example_term": search_term(items[0], v)}
+                      "errors": errors[v]}  # no query text: the eval data stays in ../shared
     report = {"benchmark": "synapse_baseline", "split": args.split, "items": len(items),
               "eval_dir": str(root), "order_by": args.order_by, "near": NEAR,
               "replay_cached_rooms": cached,
