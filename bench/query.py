@@ -1,0 +1,210 @@
+"""Query latency at 100,000 windows: in process against bare model + Chroma, and the
+`!sources` round trip through Synapse; the service's peak RSS after those queries.
+
+    .venv/bin/python bench/query.py [--parts inproc,service] [--reps 40] [--asks 10]
+
+Needs the cached collection of bench/corpus100k.py (build it first; resumable).
+
+inproc   `Searcher.search` (the path `!sources` and `matrix-sources search` share: one
+         embedding batch, one Chroma query for all vectors, the lexical leg for texts of
+         a few search words, fusion, hits) with 1, 4 and 8 texts, each search followed by
+         its bare counterpart in the same process: `model.encode(texts)` plus one
+         `collection.query` for all vectors with the same number of results. Texts are
+         the dev items' questions ("sentences": dense only) or their search-box words
+         ("keywords": the lexical leg runs too). Reports p50/p95 of both and the
+         overhead ratio search/bare at p50. The first query of a fresh client (index
+         loaded from disk) is reported apart and left out.
+service  a copy of the collection in the data dir of `matrix-sources run` beside a real
+         local Synapse; a matrix-nio client asks `!sources` with 1, 4 and 8 question texts
+         (one per line) and times command sent -> reply received (its /sync). Then the
+         service's VmHWM (peak RSS) and VmRSS from /proc/PID/status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import corpus100k  # noqa: E402
+import evalkit  # noqa: E402
+import perfkit  # noqa: E402
+
+SIZES = (1, 4, 8)
+WINDOWS = 100_000
+RSS_TARGET_MIB = 1024
+
+
+def text_sets(items: list[evalkit.Item], kind: str, n: int, reps: int) -> list[list[str]]:
+    pool = [i.query for i in items] if kind == "sentences" else [" ".join(i.keywords)
+                                                                    for i in items]
+    return [[pool[(r * n + k) % len(pool)] for k in range(n)] for r in range(reps)]
+
+
+def open_cache(model) -> object:
+    from indexer.rebuild import expected_meta, meta_mismatch
+
+    store = corpus100k.open_cache()
+    count = store.count()
+    if count < WINDOWS:
+        raise SystemExit(f"error: {corpus100k.CACHE} holds {count} windows, not {WINDOWS}: "
+                         "run bench/corpus100k.py (again) first")
+    mismatch = meta_mismatch(store, model)
+    if mismatch and set(mismatch) <= {"chunker"}:
+        # Another chunker version since the build: the windows stay as generated (their
+        # sizes, not their cut, matter here); the meta is updated so the service takes
+        # the collection as its own instead of rebuilding it from an empty event log.
+        print(f"note: the cache was cut by chunker {mismatch['chunker'][0]}, the code is "
+              f"at {mismatch['chunker'][1]}; meta updated, windows kept")
+        store.set_meta(expected_meta(model))
+    elif mismatch:
+        raise SystemExit(f"error: the cache was made by {mismatch}; rebuild it")
+    return store
+
+
+def inproc(store, model, items, reps: int) -> dict:
+    from indexer.search import DEFAULT_TOP_K, Searcher, SourceQuery
+    from indexer.lexical import is_keywords
+
+    searcher = Searcher(model, store)
+    col = store._col  # the bare baseline asks Chroma directly  # noqa: SLF001
+    t = time.perf_counter()
+    searcher.search(SourceQuery.build([items[0].query]))
+    cold = time.perf_counter() - t
+    for texts in text_sets(items, "sentences", 4, 3):  # warm up
+        searcher.search(SourceQuery.build(texts))
+    out: dict = {"cold_first_search_ms": round(cold * 1000, 1), "count": store.count()}
+    for kind in ("sentences", "keywords"):
+        for n in SIZES:
+            search_s, bare_s, lexical = [], [], 0
+            for texts in text_sets(items, kind, n, reps):
+                q = SourceQuery.build(texts)
+                lexical += sum(1 for x in dict.fromkeys(q.texts) if is_keywords(x))
+                t = time.perf_counter()
+                searcher.search(q)
+                search_s.append(time.perf_counter() - t)
+                distinct = list(dict.fromkeys(q.texts))
+                fusing = len(distinct) > 1 or any(is_keywords(x) for x in distinct)
+                k = max(DEFAULT_TOP_K * 4, 20) if fusing else DEFAULT_TOP_K
+                t = time.perf_counter()
+                vectors = model.encode(distinct)
+                col.query(query_embeddings=vectors, n_results=k,
+                          include=["documents", "metadatas", "distances"])
+                bare_s.append(time.perf_counter() - t)
+            s, b = perfkit.summary_ms(search_s), perfkit.summary_ms(bare_s)
+            out[f"{kind}_{n}"] = {"search": s, "bare": b,
+                                  "overhead_p50": round(s["p50_ms"] / b["p50_ms"], 2),
+                                  "overhead_p95": round(s["p95_ms"] / b["p95_ms"], 2),
+                                  "texts_with_lexical_leg": lexical, "texts": n * reps}
+    return out
+
+
+async def ask_loop(stack, items, asks: int) -> dict:
+    from appservice.chatclient import ChatClient
+
+    user, token = stack.synapse.register_user("asker", "asker-password")
+    out: dict = {}
+    async with ChatClient(stack.synapse.url, user, token) as c:
+        room = await c.create_room("Query bench", public=True)
+        added = stack.cli("allowlist", "add", room)
+        if added.returncode != 0:
+            raise SystemExit(f"allowlist add failed: {added.stderr}")
+        await c.wait_for_member(room, stack.bot, timeout=60)
+        await c.ask(room, "!sources " + items[-1].query, stack.bot, timeout=120)  # warm
+        for n in SIZES:
+            times = []
+            for texts in text_sets(items, "sentences", n, asks):
+                body = "!sources " + "\n".join(texts)
+                t = time.monotonic()
+                reply = await c.ask(room, body, stack.bot, timeout=120)
+                times.append(time.monotonic() - t)
+                if "m.notice" != reply["content"].get("msgtype"):
+                    raise SystemExit("unexpected reply: not an m.notice")
+            out[f"sentences_{n}"] = perfkit.summary_ms(times)
+    return out
+
+
+def service(items, asks: int, work: Path) -> dict:
+    import stackkit
+
+    t = time.monotonic()
+    with stackkit.running_stack(work, seed_chroma=corpus100k.CACHE / "chroma") as stack:
+        ready = time.monotonic() - t
+        pid = stack.service.proc.pid
+        after_start = perfkit.proc_status(pid)
+        round_trips = asyncio.run(ask_loop(stack, items, asks))
+        status = perfkit.proc_status(pid)
+        count = stackkit.metrics(stack)
+    return {"start_to_ready_s": round(ready, 1), "round_trip": round_trips,
+            "rss_after_start_mib": round(after_start["VmRSS"] / 1024),
+            "vm_hwm_mib": round(status["VmHWM"] / 1024),
+            "vm_rss_mib": round(status["VmRSS"] / 1024), "threads": status.get("Threads"),
+            "rss_target_mib": RSS_TARGET_MIB,
+            "search_latency_count": count.get("matrix_sources_search_latency_seconds_count")}
+
+
+def print_inproc(r: dict) -> None:
+    print(f"In process at {r['count']} windows (first search of a fresh client: "
+          f"{r['cold_first_search_ms']:.0f} ms)")
+    print(f"{'texts':<14}{'search p50':>11}{'p95':>8}{'bare p50':>10}{'p95':>8}"
+          f"{'ratio p50':>10}{'p95':>7}  lexical legs")
+    for kind in ("sentences", "keywords"):
+        for n in SIZES:
+            x = r[f"{kind}_{n}"]
+            print(f"{kind + ' ' + str(n):<14}{x['search']['p50_ms']:>11.0f}"
+                  f"{x['search']['p95_ms']:>8.0f}{x['bare']['p50_ms']:>10.0f}"
+                  f"{x['bare']['p95_ms']:>8.0f}{x['overhead_p50']:>10.2f}"
+                  f"{x['overhead_p95']:>7.2f}  {x['texts_with_lexical_leg']}/{x['texts']}")
+
+
+def print_service(r: dict) -> None:
+    print(f"!sources through Synapse ({r['start_to_ready_s']} s from start to ready):")
+    for n in SIZES:
+        x = r["round_trip"][f"sentences_{n}"]
+        print(f"  {n} text(s): p50 {x['p50_ms']:.0f} ms, p95 {x['p95_ms']:.0f} ms "
+              f"({x['n']} asks)")
+    print(f"service memory: VmHWM {r['vm_hwm_mib']} MiB (target <= {RSS_TARGET_MIB}), "
+          f"VmRSS {r['vm_rss_mib']} MiB, {r['rss_after_start_mib']} MiB after start")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--eval-dir", default=None)
+    p.add_argument("--parts", default="inproc,service")
+    p.add_argument("--reps", type=int, default=40, help="in-process searches per row")
+    p.add_argument("--asks", type=int, default=10, help="!sources per text count")
+    p.add_argument("--work", default=str(evalkit.OUT_DIR / "query-stack"))
+    p.add_argument("--out", default=None)
+    args = p.parse_args(argv)
+    perfkit.quiet_env()
+    root = evalkit.eval_dir(args.eval_dir)
+    items = evalkit.load_items(root / "dev")
+    parts = args.parts.split(",")
+    from indexer.embedder import SentenceTransformerEmbedder
+
+    model = SentenceTransformerEmbedder()
+    store = open_cache(model)
+    report: dict = {"benchmark": "query", "machine": perfkit.machine(),
+                    "load_average_before": perfkit.load_average()}
+    if "inproc" in parts:
+        report["inproc"] = inproc(store, model, items, args.reps)
+    del store, model  # the service phase measures another process
+    if "service" in parts:
+        report["service"] = service(items, args.asks, Path(args.work))
+    report["load_average_after"] = perfkit.load_average()
+    path = perfkit.write_report("query", report, args.out)
+    if "inproc" in report:
+        print_inproc(report["inproc"])
+    if "service" in report:
+        print_service(report["service"])
+    print(f"load average {report['load_average_before']} -> {report['load_average_after']}")
+    print(f"wrote {path}\n\n" + perfkit.attribution(root))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

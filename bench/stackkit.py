@@ -1,0 +1,142 @@
+"""A real local Synapse and `matrix-sources run` for the live and query benchmarks,
+started the way the end-to-end tests start them (tests/harness.py), all on 127.0.0.1.
+
+Differences from the tests: the service keeps the shipped debounce (1 s) and logs at
+INFO, `!sources` is not rate-limited (the benchmarks ask many times a minute), and
+`seed_chroma` can put a prepared collection into the data dir before the start.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import sqlite3
+import threading
+import time
+import urllib.request
+from contextlib import contextmanager
+from pathlib import Path
+
+from ruamel.yaml import YAML
+
+from tests.harness import Stack, make_stack
+
+BENCH_SETTINGS = {"index.debounce_seconds": 1.0, "logging.level": "INFO",
+                  "search.rate_limit_per_minute": 0}
+
+
+def _apply(config: Path, settings: dict) -> None:
+    y = YAML()
+    data = y.load(config.read_text(encoding="utf-8"))
+    for key, value in settings.items():
+        node = data
+        *parents, last = key.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[last] = value
+    with open(config, "w", encoding="utf-8") as f:
+        y.dump(data, f)
+
+
+def write_allowlist(stack: Stack, rooms: list[str]) -> None:
+    (stack.data_dir / "allowlist.yaml").write_text(
+        "rooms:\n" + "".join(f"  - '{r}'\n" for r in rooms), encoding="utf-8")
+
+
+@contextmanager
+def running_stack(root: Path, settings: dict | None = None, seed_chroma: Path | None = None,
+                  allowlist: list[str] | None = None):
+    """Synapse and the service, started (model loaded, ready), stopped on exit."""
+    if root.exists():
+        shutil.rmtree(root)
+    root.mkdir(parents=True)
+    stack = make_stack(root)
+    _apply(stack.config, {**BENCH_SETTINGS, **(settings or {})})
+    if allowlist:
+        write_allowlist(stack, allowlist)
+    if seed_chroma is not None:
+        shutil.copytree(seed_chroma, stack.data_dir / "chroma")
+    stack.synapse.start()
+    try:
+        stack.service.start(timeout=600)
+        try:
+            yield stack
+        finally:
+            stack.service.stop()
+    finally:
+        stack.synapse.stop()
+
+
+def metrics(stack: Stack) -> dict[str, float]:
+    """The service's Prometheus counters and gauges without labels."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{stack.service.port}/metrics",
+                                timeout=10) as r:
+        text = r.read().decode()
+    out = {}
+    for line in text.splitlines():
+        m = re.match(r"^(matrix_sources_[a-z_]+?)(?:_total)? ([0-9.e+-]+)$", line)
+        if m:
+            out[m.group(1)] = float(m.group(2))
+    return out
+
+
+class IndexedWatcher(threading.Thread):
+    """Polls the event log (read-only, every `every` s) and notes when each watched
+    event was first seen indexed: the moment it became searchable (the pipeline marks
+    events indexed only after Chroma acknowledged their window)."""
+
+    def __init__(self, eventlog: Path, every: float = 0.05) -> None:
+        super().__init__(daemon=True, name="indexed-watcher")
+        self.eventlog, self.every = eventlog, every
+        self.sent: dict[str, float] = {}  # event id -> time.monotonic() when sent
+        self.indexed: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+
+    def watch(self, event_id: str, sent_at: float) -> None:
+        with self._lock:
+            self.sent[event_id] = sent_at
+
+    def run(self) -> None:
+        db = None
+        low = 0
+        while not self._stop.is_set():
+            try:
+                if db is None:
+                    db = sqlite3.connect(f"file:{self.eventlog}?mode=ro", uri=True,
+                                         timeout=5)
+                now = time.monotonic()
+                rows = db.execute("SELECT seq, event_id FROM events WHERE seq >= ?"
+                                  " AND status = 'indexed'", (low,)).fetchall()
+                pending = db.execute("SELECT MIN(seq) FROM events WHERE status = 'pending'"
+                                     " AND seq >= ?", (low,)).fetchone()[0]
+                with self._lock:
+                    for _, eid in rows:
+                        if eid in self.sent and eid not in self.indexed:
+                            self.indexed[eid] = now
+                if pending is not None:
+                    low = pending
+                elif rows:
+                    low = max(low, max(s for s, _ in rows))
+            except sqlite3.Error:
+                db = None  # the file is not there yet, or busy: try again
+            self._stop.wait(self.every)
+        if db is not None:
+            db.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.join(10)
+
+    def wait_all(self, ids: list[str], timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                if all(e in self.indexed for e in ids):
+                    return True
+            time.sleep(0.2)
+        return False
+
+    def freshness(self, ids: list[str]) -> list[float]:
+        with self._lock:
+            return [self.indexed[e] - self.sent[e] for e in ids if e in self.indexed]
