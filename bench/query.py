@@ -16,7 +16,8 @@ inproc   `Searcher.search` (the path `!sources` and `matrix-sources search` shar
          loaded from disk) is reported apart and left out.
 service  a copy of the collection in the data dir of `matrix-sources run` beside a real
          local Synapse; a matrix-nio client asks `!sources` with 1, 4 and 8 question texts
-         (one per line) and times command sent -> reply received (its /sync). Then the
+         (one per line), then with one text of search words, and times command sent ->
+         reply received (its /sync). Then the
          service's VmHWM (peak RSS) and VmRSS from /proc/PID/status.
 """
 
@@ -115,16 +116,16 @@ async def ask_loop(stack, items, asks: int) -> dict:
             raise SystemExit(f"allowlist add failed: {added.stderr}")
         await c.wait_for_member(room, stack.bot, timeout=60)
         await c.ask(room, "!sources " + items[-1].query, stack.bot, timeout=120)  # warm
-        for n in SIZES:
+        for kind, n in [("sentences", n) for n in SIZES] + [("keywords", 1)]:
             times = []
-            for texts in text_sets(items, "sentences", n, asks):
+            for texts in text_sets(items, kind, n, asks):
                 body = "!sources " + "\n".join(texts)
                 t = time.monotonic()
                 reply = await c.ask(room, body, stack.bot, timeout=120)
                 times.append(time.monotonic() - t)
                 if "m.notice" != reply["content"].get("msgtype"):
                     raise SystemExit("unexpected reply: not an m.notice")
-            out[f"sentences_{n}"] = perfkit.summary_ms(times)
+            out[f"{kind}_{n}"] = perfkit.summary_ms(times)
     return out
 
 
@@ -163,10 +164,10 @@ def print_inproc(r: dict) -> None:
 
 def print_service(r: dict) -> None:
     print(f"!sources through Synapse ({r['start_to_ready_s']} s from start to ready):")
-    for n in SIZES:
-        x = r["round_trip"][f"sentences_{n}"]
-        print(f"  {n} text(s): p50 {x['p50_ms']:.0f} ms, p95 {x['p95_ms']:.0f} ms "
-              f"({x['n']} asks)")
+    for key, x in r["round_trip"].items():
+        kind, n = key.split("_")
+        print(f"  {n} {kind[:-1] if n == '1' else kind}: p50 {x['p50_ms']:.0f} ms, "
+              f"p95 {x['p95_ms']:.0f} ms ({x['n']} asks)")
     print(f"service memory: VmHWM {r['vm_hwm_mib']} MiB (target <= {RSS_TARGET_MIB}), "
           f"VmRSS {r['vm_rss_mib']} MiB, {r['rss_after_start_mib']} MiB after start")
 

@@ -90,7 +90,7 @@ class IndexedWatcher(threading.Thread):
         self.eventlog, self.every = eventlog, every
         self.sent: dict[str, float] = {}  # event id -> time.monotonic() when sent
         self.indexed: dict[str, float] = {}
-        self._stop = threading.Event()
+        self._halt = threading.Event()
         self._lock = threading.Lock()
 
     def watch(self, event_id: str, sent_at: float) -> None:
@@ -100,16 +100,18 @@ class IndexedWatcher(threading.Thread):
     def run(self) -> None:
         db = None
         low = 0
-        while not self._stop.is_set():
+        while not self._halt.is_set():
             try:
                 if db is None:
                     db = sqlite3.connect(f"file:{self.eventlog}?mode=ro", uri=True,
                                          timeout=5)
-                now = time.monotonic()
-                rows = db.execute("SELECT seq, event_id FROM events WHERE seq >= ?"
-                                  " AND status = 'indexed'", (low,)).fetchall()
+                # The lowest pending seq first: whatever lies below it is settled
+                # before the read of indexed rows below, so none is skipped.
                 pending = db.execute("SELECT MIN(seq) FROM events WHERE status = 'pending'"
                                      " AND seq >= ?", (low,)).fetchone()[0]
+                rows = db.execute("SELECT seq, event_id FROM events WHERE seq >= ?"
+                                  " AND status = 'indexed'", (low,)).fetchall()
+                now = time.monotonic()
                 with self._lock:
                     for _, eid in rows:
                         if eid in self.sent and eid not in self.indexed:
@@ -120,12 +122,12 @@ class IndexedWatcher(threading.Thread):
                     low = max(low, max(s for s, _ in rows))
             except sqlite3.Error:
                 db = None  # the file is not there yet, or busy: try again
-            self._stop.wait(self.every)
+            self._halt.wait(self.every)
         if db is not None:
             db.close()
 
     def stop(self) -> None:
-        self._stop.set()
+        self._halt.set()
         self.join(10)
 
     def wait_all(self, ids: list[str], timeout: float) -> bool:

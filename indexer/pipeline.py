@@ -3,6 +3,7 @@
     event log (pending) --room_tail--> chunker --windows, gathered across rooms-->
         embedder (length order) --vectors--> per step of one timeline: store.upsert
         --acknowledged--> event log: events indexed, room cursor advanced
+        (a group's steps commit in a helper thread while the next group is embedded)
 
     PipelineWorker (live):   idle --notify()--> debounce --> run --ok--> idle
                                                              |  ^
@@ -31,6 +32,7 @@ import logging
 import threading
 import time
 from collections import Counter
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable
 
@@ -113,16 +115,36 @@ class Pipeline:
         done = 0
         group: list[_Step] = []
         dropped: set[tuple[RoomID, EventID | None]] = set()
-        for room_id in sorted(self.eventlog.rooms_with_pending()):
-            if not self.admits(room_id):
-                log.debug("room_skipped_refused", extra={"room_id": room_id})
-                continue
-            for thread in self.eventlog.pending_threads(room_id):
-                group += self._plan_timeline(room_id, thread)
-                if sum(len(step.batch) for step in group) >= EMBED_GROUP:
-                    done += self._embed_and_commit(group, dropped, progress)
-                    group = []
-        return done + self._embed_and_commit(group, dropped, progress)
+        # A group's upserts and commits run in one helper thread while the next group is
+        # embedded (Chroma's upsert waits on its own disk writes); groups commit in order.
+        pool: ThreadPoolExecutor | None = None
+        committing: Future | None = None
+
+        def flush() -> None:
+            nonlocal done, pool, committing
+            vectors = self._embed(group)
+            if committing is not None:
+                done += committing.result()
+            pool = pool or ThreadPoolExecutor(1, thread_name_prefix="pipeline-commit")
+            committing = pool.submit(self._commit_group, list(group), vectors, dropped,
+                                     progress)
+
+        try:
+            for room_id in sorted(self.eventlog.rooms_with_pending()):
+                if not self.admits(room_id):
+                    log.debug("room_skipped_refused", extra={"room_id": room_id})
+                    continue
+                for thread in self.eventlog.pending_threads(room_id):
+                    group += self._plan_timeline(room_id, thread)
+                    if sum(len(step.batch) for step in group) >= EMBED_GROUP:
+                        flush()
+                        group = []
+            if group:
+                flush()
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=True)
+        return done + (committing.result() if committing is not None else 0)
 
     def _plan_timeline(self, room_id: RoomID, thread_root: EventID | None) -> list[_Step]:
         """The steps that index one timeline's pending events (none if there are none)."""
@@ -150,17 +172,18 @@ class Pipeline:
                       sum(1 for w in batch for m in w.messages if m.event_id in pending))
                 for i, batch in enumerate(commit_batches(grouped, pending, EMBED_BATCH))]
 
-    def _embed_and_commit(self, group: list[_Step],
-                          dropped: set[tuple[RoomID, EventID | None]],
-                          progress: Callable[[int], None] | None) -> int:
-        """Embed the steps' windows in one go, then commit each step in order; return
-        how many pending messages were indexed. Once a timeline's step is dropped (its
-        room refused or purged meanwhile) its later steps are dropped too: its pending
-        events stay pending, to be re-chunked from the same block start."""
-        if not group:
-            return 0
-        vectors = encode_in_length_order(
+    def _embed(self, group: list[_Step]) -> list:
+        """The vectors of the steps' windows, embedded in one go, in step order."""
+        return encode_in_length_order(
             self.embedder, [embed_text(w) for step in group for w in step.batch], EMBED_CALL)
+
+    def _commit_group(self, group: list[_Step], vectors: list,
+                      dropped: set[tuple[RoomID, EventID | None]],
+                      progress: Callable[[int], None] | None) -> int:
+        """Commit each step in order; return how many pending messages were indexed.
+        Once a timeline's step is dropped (its room refused or purged meanwhile) its
+        later steps are dropped too: its pending events stay pending, to be re-chunked
+        from the same block start."""
         done = 0
         at = 0
         for step in group:

@@ -96,6 +96,17 @@ def test_query_orders_by_similarity_and_filters(store):
     assert only_b and all(n.window.room_id == "!b:example.org" for n in only_b)
 
 
+def test_query_asking_for_more_than_stored_returns_what_there_is(store):
+    """The store asks Chroma for n results without counting first (a count costs more
+    than the query at 100,000 windows): an empty store or a short one must answer."""
+    emb = HashEmbedder()
+    assert store.query(emb.encode(["anything", "else"]), 5) == [[], []]
+    ws = windows(3)
+    store.upsert(ws, emb.encode([w.messages[0].body for w in ws]))
+    [res] = store.query(emb.encode(["message"]), 50)
+    assert sorted(n.window.window_id for n in res) == sorted(w.window_id for w in ws)
+
+
 def test_delete_delete_room_reset_and_meta(store):
     emb = HashEmbedder()
     a, b = windows(5, "!a:example.org"), windows(5, "!b:example.org", offset=50)
