@@ -15,7 +15,10 @@ so a crash or a failing store at any point leaves pending events pending: the ne
 re-chunks them into the same window ids and nothing is lost or doubled.
 
 Live, the open window of a room (its last) is re-embedded at most once per debounce
-interval however many messages arrive; import embeds each closed window once.
+interval however many messages arrive; import embeds each closed window once. The
+interval runs from the first message not yet taken by a run: one that lands while a
+long run is under way is taken as soon as that run ends if it has waited an interval
+already, so under load runs follow each other with no idle second between them.
 
 A room can be purged (purge.py) while this runs in its worker thread. Embedding, the
 slow part, runs unlocked; the upsert and the commit run under `lock`, which the purge
@@ -303,6 +306,7 @@ class PipelineWorker:
         self._sleep = sleep
         self._clock = clock
         self._wake = asyncio.Event()
+        self._waiting_since: float | None = None  # first notify not yet taken by a run
         self._run_lock = asyncio.Lock()
         self._task: asyncio.Task | None = None
         self._sweeper: asyncio.Task | None = None
@@ -313,6 +317,8 @@ class PipelineWorker:
 
     def notify(self) -> None:
         self.idle.clear()
+        if self._waiting_since is None:
+            self._waiting_since = self._clock()
         self._wake.set()
 
     def start(self) -> None:
@@ -333,8 +339,12 @@ class PipelineWorker:
         backoff = self.backoff_initial
         while True:
             await self._wake.wait()
-            await self._sleep(self.debounce)
+            since = self._waiting_since if self._waiting_since is not None else self._clock()
+            wait = since + self.debounce - self._clock()
+            if wait > 0:
+                await self._sleep(wait)
             self._wake.clear()
+            self._waiting_since = None
             try:
                 async with self._run_lock:
                     await asyncio.to_thread(self.pipeline.process_all)
@@ -346,6 +356,8 @@ class PipelineWorker:
                                                        "retry_in": backoff})
                 await self._sleep(backoff)
                 backoff = min(backoff * 2, self.backoff_max)
+                if self._waiting_since is None:  # retry now: the backoff was the wait
+                    self._waiting_since = self._clock() - self.debounce
                 self._wake.set()
                 continue
             if not self._wake.is_set():

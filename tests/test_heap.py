@@ -23,8 +23,11 @@ CANARY = "kestrel-heap-canary-2f7d"
 def test_hygienic_env_adds_the_tunables_once():
     env = hygienic_env({"PATH": "/bin"})
     assert env["GLIBC_TUNABLES"] == ":".join(TUNABLES) and env[MARKER] == "1"
-    kept = hygienic_env({"GLIBC_TUNABLES": "glibc.malloc.arena_max=2"})
-    assert kept["GLIBC_TUNABLES"] == "glibc.malloc.arena_max=2:" + ":".join(TUNABLES)
+    kept = hygienic_env({"GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=131072"})
+    assert kept["GLIBC_TUNABLES"] == "glibc.malloc.mmap_threshold=131072:" + ":".join(TUNABLES)
+    # An admin's own arena cap wins over ours; the hygiene tunables are still added.
+    own = hygienic_env({"GLIBC_TUNABLES": "glibc.malloc.arena_max=4"})
+    assert own["GLIBC_TUNABLES"] == "glibc.malloc.arena_max=4:" + ":".join(TUNABLES[:2])
     assert hygienic_env(env) is None  # already re-executed: never loops
     assert hygienic_env({MARKER: "0"}) is None  # opted out
     assert hygienic_env({"GLIBC_TUNABLES": ":".join(TUNABLES)}) is None

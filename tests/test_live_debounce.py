@@ -118,8 +118,10 @@ async def test_messages_within_one_interval_cost_one_embedding_of_the_open_windo
         assert pipeline.stats.embeddings / pipeline.stats.messages == pytest.approx(2 / 25)
         (stored,) = store.get()
         assert len(stored.event_ids) == n + 5
-        # The worker slept one debounce interval per run, and ran once per interval.
-        assert clock.sleeps == [DEBOUNCE] * 3 and worker.runs == 3
+        # One run per interval, each waiting out what was left of the interval that
+        # began with its first message (the clock moved while the twenty came in).
+        assert worker.runs == 3 and len(clock.sleeps) == 3
+        assert all(0 < s <= DEBOUNCE for s in clock.sleeps) and clock.sleeps[0] == DEBOUNCE
     finally:
         await worker.stop()
 
@@ -150,6 +152,49 @@ async def test_a_message_during_a_run_waits_for_the_next_interval(parts):
         await settle(worker, clock)
         assert emb.texts_seen == 1 and not worker.idle.is_set()  # more came in
         await settle(worker, clock)
+        assert emb.texts_seen == 2 and pipeline.stats.messages == 4
+        assert len(store.get()[0].event_ids) == 4
+    finally:
+        await worker.stop()
+
+
+async def test_after_a_run_longer_than_the_interval_the_next_starts_at_once(parts):
+    """Under load a run outlasts the interval (a backlog to embed). Messages that came
+    in meanwhile have waited an interval when it ends: the next run takes them all at
+    once, with no idle interval between the runs."""
+    import threading
+
+    log, store = parts
+    clock = FakeClock(T0 / 1000)
+    emb = HashEmbedder()
+    pipeline = Pipeline(log, emb, store, POLICY, clock=clock)
+    worker = PipelineWorker(pipeline, debounce=DEBOUNCE, sleep=clock.sleep, clock=clock)
+    loop = asyncio.get_running_loop()
+    real_process_all = pipeline.process_all
+    first = [True]
+
+    def slow_process_all(progress=None):
+        done = real_process_all(progress)
+        if first.pop() if first else False:
+            for i in range(1, 4):
+                log.append([message(i, clock)])
+                notified = threading.Event()
+                loop.call_soon_threadsafe(lambda: (worker.notify(), notified.set()))
+                assert notified.wait(10)
+            clock.now += 2 * DEBOUNCE  # the run took two intervals
+        return done
+
+    pipeline.process_all = slow_process_all
+    log.append([message(0, clock)])
+    worker.start()
+    try:
+        await settle(worker, clock)  # the first run: message 0, then the slow part
+        for _ in range(1000):
+            if worker.runs == 2:
+                break
+            await asyncio.sleep(0.01)
+        assert worker.runs == 2, "the second run waited for the clock"
+        assert clock.sleeps == [DEBOUNCE]  # only the first run slept
         assert emb.texts_seen == 2 and pipeline.stats.messages == 4
         assert len(store.get()[0].event_ids) == 4
     finally:
