@@ -76,6 +76,17 @@ class _IndexCollector:
         g = GaugeMetricFamily("matrix_sources_ready", "1 when /health answers ready")
         g.add_metric([], 1.0 if s.health.ready else 0.0)
         yield g
+        terms = s.store.terms
+        g = GaugeMetricFamily("matrix_sources_term_index_ready",
+                              "1 once the keyword leg answers from memory, not Chroma")
+        g.add_metric([], 1.0 if terms is not None and terms.ready.is_set() else 0.0)
+        yield g
+        if terms is not None:
+            t = terms.stats()
+            g = GaugeMetricFamily("matrix_sources_term_index_postings",
+                                  "Word postings the keyword leg keeps in memory")
+            g.add_metric([], t["postings"])
+            yield g
 
 
 @dataclass

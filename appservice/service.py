@@ -72,6 +72,9 @@ class Service:
         self.lock = WriterLock(cfg.data_dir, "matrix-sources run").acquire()
         self.index = Index.open(cfg, embedder)
         self.eventlog, self.store = self.index.eventlog, self.index.store
+        # This process is the collection's one writer (the lock above): it may keep the
+        # lexical leg's postings in memory (indexer/termindex.py), built in the background.
+        self.store.enable_term_index()
         self.embedder, self.gate = self.index.embedder, self.index.gate
         self.ingest, self.pipeline = self.index.ingest, self.index.pipeline
         self.searcher = self.index.searcher

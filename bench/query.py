@@ -13,7 +13,11 @@ inproc   `Searcher.search` (the path `!sources` and `matrix-sources search` shar
          the dev items' questions ("sentences": dense only) or their search-box words
          ("keywords": the lexical leg runs too). Reports p50/p95 of both and the
          overhead ratio search/bare at p50. The first query of a fresh client (index
-         loaded from disk) is reported apart and left out.
+         loaded from disk) is reported apart and left out. The service answers the
+         lexical leg from postings in memory (indexer/termindex.py): one keyword row is
+         run first without them (the leg asking Chroma, as the CLI does), then they are
+         built (time and this process's RSS growth reported) and every row runs with
+         them.
 service  a copy of the collection in the data dir of `matrix-sources run` beside a real
          local Synapse; a matrix-nio client asks `!sources` with 1, 4 and 8 question texts
          (one per line), then with one text of search words, and times command sent ->
@@ -68,39 +72,59 @@ def open_cache(model) -> object:
 
 
 def inproc(store, model, items, reps: int) -> dict:
-    from indexer.search import DEFAULT_TOP_K, Searcher, SourceQuery
-    from indexer.lexical import is_keywords
+    import os
+
+    from indexer.search import Searcher, SourceQuery
 
     searcher = Searcher(model, store)
-    col = store._col  # the bare baseline asks Chroma directly  # noqa: SLF001
     t = time.perf_counter()
     searcher.search(SourceQuery.build([items[0].query]))
     cold = time.perf_counter() - t
     for texts in text_sets(items, "sentences", 4, 3):  # warm up
         searcher.search(SourceQuery.build(texts))
     out: dict = {"cold_first_search_ms": round(cold * 1000, 1), "count": store.count()}
-    for kind in ("sentences", "keywords"):
-        for n in SIZES:
-            search_s, bare_s, lexical = [], [], 0
-            for texts in text_sets(items, kind, n, reps):
-                q = SourceQuery.build(texts)
-                lexical += sum(1 for x in dict.fromkeys(q.texts) if is_keywords(x))
-                t = time.perf_counter()
-                searcher.search(q)
-                search_s.append(time.perf_counter() - t)
-                distinct = list(dict.fromkeys(q.texts))
-                fusing = len(distinct) > 1 or any(is_keywords(x) for x in distinct)
-                k = max(DEFAULT_TOP_K * 4, 20) if fusing else DEFAULT_TOP_K
-                t = time.perf_counter()
-                vectors = model.encode(distinct)
-                col.query(query_embeddings=vectors, n_results=k,
-                          include=["documents", "metadatas", "distances"])
-                bare_s.append(time.perf_counter() - t)
-            s, b = perfkit.summary_ms(search_s), perfkit.summary_ms(bare_s)
-            out[f"{kind}_{n}"] = {"search": s, "bare": b,
-                                  "overhead_p50": round(s["p50_ms"] / b["p50_ms"], 2),
-                                  "overhead_p95": round(s["p95_ms"] / b["p95_ms"], 2),
-                                  "texts_with_lexical_leg": lexical, "texts": n * reps}
+    out["keywords_1_chroma_leg"] = rows(searcher, store, model, items, reps, [("keywords", 1)])[
+        "keywords_1"]
+    rss_before = perfkit.proc_status(os.getpid())["VmRSS"]
+    t = time.perf_counter()
+    terms = store.enable_term_index()
+    if not terms.ready.wait(600):
+        raise SystemExit("error: the term index was not built in 10 minutes")
+    out["term_index"] = {**terms.stats(), "build_s": round(time.perf_counter() - t, 1),
+                         "rss_growth_mib": round(
+                             (perfkit.proc_status(os.getpid())["VmRSS"] - rss_before) / 1024)}
+    out.update(rows(searcher, store, model, items, reps,
+                    [(kind, n) for kind in ("sentences", "keywords") for n in SIZES]))
+    return out
+
+
+def rows(searcher, store, model, items, reps: int, which) -> dict:
+    from indexer.lexical import is_keywords
+    from indexer.search import DEFAULT_TOP_K, SourceQuery
+
+    col = store._col  # the bare baseline asks Chroma directly  # noqa: SLF001
+    out: dict = {}
+    for kind, n in which:
+        search_s, bare_s, lexical = [], [], 0
+        for texts in text_sets(items, kind, n, reps):
+            q = SourceQuery.build(texts)
+            lexical += sum(1 for x in dict.fromkeys(q.texts) if is_keywords(x))
+            t = time.perf_counter()
+            searcher.search(q)
+            search_s.append(time.perf_counter() - t)
+            distinct = list(dict.fromkeys(q.texts))
+            fusing = len(distinct) > 1 or any(is_keywords(x) for x in distinct)
+            k = max(DEFAULT_TOP_K * 4, 20) if fusing else DEFAULT_TOP_K
+            t = time.perf_counter()
+            vectors = model.encode(distinct)
+            col.query(query_embeddings=vectors, n_results=k,
+                      include=["documents", "metadatas", "distances"])
+            bare_s.append(time.perf_counter() - t)
+        s, b = perfkit.summary_ms(search_s), perfkit.summary_ms(bare_s)
+        out[f"{kind}_{n}"] = {"search": s, "bare": b,
+                              "overhead_p50": round(s["p50_ms"] / b["p50_ms"], 2),
+                              "overhead_p95": round(s["p95_ms"] / b["p95_ms"], 2),
+                              "texts_with_lexical_leg": lexical, "texts": n * reps}
     return out
 
 
@@ -137,10 +161,16 @@ def service(items, asks: int, work: Path) -> dict:
         ready = time.monotonic() - t
         pid = stack.service.proc.pid
         after_start = perfkit.proc_status(pid)
+        while stackkit.metrics(stack).get("matrix_sources_term_index_ready") != 1:
+            if time.monotonic() - t > 600:
+                raise SystemExit("error: the service's term index was not ready in 10 min")
+            time.sleep(0.5)
+        terms_ready = time.monotonic() - t
         round_trips = asyncio.run(ask_loop(stack, items, asks))
         status = perfkit.proc_status(pid)
         count = stackkit.metrics(stack)
     return {"start_to_ready_s": round(ready, 1), "round_trip": round_trips,
+            "start_to_term_index_s": round(terms_ready, 1),
             "rss_after_start_mib": round(after_start["VmRSS"] / 1024),
             "vm_hwm_mib": round(status["VmHWM"] / 1024),
             "vm_rss_mib": round(status["VmRSS"] / 1024), "threads": status.get("Threads"),
@@ -151,19 +181,25 @@ def service(items, asks: int, work: Path) -> dict:
 def print_inproc(r: dict) -> None:
     print(f"In process at {r['count']} windows (first search of a fresh client: "
           f"{r['cold_first_search_ms']:.0f} ms)")
-    print(f"{'texts':<14}{'search p50':>11}{'p95':>8}{'bare p50':>10}{'p95':>8}"
+    t = r["term_index"]
+    print(f"keyword postings: built in {t['build_s']} s, {t['keys']} keys, {t['postings']} "
+          f"postings, this process's RSS +{t['rss_growth_mib']} MiB")
+    print(f"{'texts':<22}{'search p50':>11}{'p95':>8}{'bare p50':>10}{'p95':>8}"
           f"{'ratio p50':>10}{'p95':>7}  lexical legs")
-    for kind in ("sentences", "keywords"):
-        for n in SIZES:
-            x = r[f"{kind}_{n}"]
-            print(f"{kind + ' ' + str(n):<14}{x['search']['p50_ms']:>11.0f}"
-                  f"{x['search']['p95_ms']:>8.0f}{x['bare']['p50_ms']:>10.0f}"
-                  f"{x['bare']['p95_ms']:>8.0f}{x['overhead_p50']:>10.2f}"
-                  f"{x['overhead_p95']:>7.2f}  {x['texts_with_lexical_leg']}/{x['texts']}")
+    keys = ["keywords_1_chroma_leg"] + [f"{k}_{n}" for k in ("sentences", "keywords")
+                                         for n in SIZES]
+    for key in keys:
+        x = r[key]
+        label = key.replace("_chroma_leg", " (Chroma)").replace("_", " ")
+        print(f"{label:<22}{x['search']['p50_ms']:>11.0f}"
+              f"{x['search']['p95_ms']:>8.0f}{x['bare']['p50_ms']:>10.0f}"
+              f"{x['bare']['p95_ms']:>8.0f}{x['overhead_p50']:>10.2f}"
+              f"{x['overhead_p95']:>7.2f}  {x['texts_with_lexical_leg']}/{x['texts']}")
 
 
 def print_service(r: dict) -> None:
-    print(f"!sources through Synapse ({r['start_to_ready_s']} s from start to ready):")
+    print(f"!sources through Synapse ({r['start_to_ready_s']} s from start to ready, "
+          f"{r['start_to_term_index_s']} s to keyword postings built):")
     for key, x in r["round_trip"].items():
         kind, n = key.split("_")
         print(f"  {n} {kind[:-1] if n == '1' else kind}: p50 {x['p50_ms']:.0f} ms, "

@@ -1,17 +1,20 @@
-"""The lexical leg of search: BM25 over the stored window documents, asked of Chroma.
+"""The lexical leg of search: BM25 over the message bodies of the stored windows.
 
-No second index: each query term becomes a case-insensitive regex over the message
-bodies of the stored documents (Chroma's `where_document` full-text filter), so the leg
-always sees exactly what the collection holds (a redacted word stops matching as soon
-as its window is re-upserted). Per query text:
+Each query term is a case-insensitive pattern over the message bodies of the stored
+documents (`pattern`). The service answers it from in-memory postings of the collection
+(termindex.py: built from the collection at start, kept in step by the store's writes,
+never written to disk); anything else (the CLI, a term like "2.6", the postings still
+being built) asks Chroma's `where_document` regex filter, which scans every document.
+Either way the leg sees exactly what the collection holds (a redacted word stops
+matching as soon as its window is re-upserted). Per query text:
 
     terms     lowercase words, stop words dropped; a word of 5 or more letters loses a
               plural or verb ending and matches as a word prefix ("partitions" finds
               "partition", "partitioning")
     df, N     windows matching a term (ids only), windows in the collection
     prefilter sum of idf(t) over matching terms ranks every candidate; the best
-              PREFILTER are fetched and scored with full BM25 (k1 = 1.2, b = 0.75,
-              term frequency and length of the bodies), which gives the leg's order.
+              PREFILTER are scored with full BM25 (k1 = 1.2, b = 0.75, term frequency
+              and length in words of the bodies), which gives the leg's order.
 
 Sender ids and timestamps of the document lines are not matched: only bodies are.
 """
@@ -23,7 +26,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
-from .chunker import parse_document
+from .termindex import TermIndex, bodies
 
 K1 = 1.2
 B = 0.75
@@ -86,10 +89,15 @@ def stem(word: str) -> str:
     return word
 
 
+def base_of(term: str) -> tuple[str, bool]:
+    """The term's stem, and whether it matches as a word prefix (else as a whole word)."""
+    base = stem(term)
+    return base, len(base) >= MIN_STEM - 1 and base.isalpha()
+
+
 def word_regex(term: str) -> str:
     """The term as a word (short or not alphabetic) or a word prefix (its stem)."""
-    base = stem(term)
-    prefix = len(base) >= MIN_STEM - 1 and base.isalpha()
+    base, prefix = base_of(term)
     return rf"\b{re.escape(base)}" + ("" if prefix else r"(?:\W|$)")
 
 
@@ -107,9 +115,13 @@ Fetcher = Callable[[list[str]], dict[str, str]]
 
 @dataclass
 class LexicalRanker:
+    """Asks the in-memory postings (termindex.py) when they can answer every term of a
+    text, else Chroma: the same windows either way, in the same order."""
+
     match: Matcher
     fetch: Fetcher
     total: Callable[[], int]
+    index: TermIndex | None = None
 
     def rank(self, text: str, n: int, where: dict | None = None) -> list[str]:
         """Window ids best first by BM25 of the text's terms, at most n."""
@@ -117,35 +129,69 @@ class LexicalRanker:
         words = list({stem(t): t for t in reversed(terms(text))}.values())[::-1]
         if not words:
             return []
-        total = max(self.total(), 1)
-        idf: dict[str, float] = {}
-        hits: dict[str, set[str]] = {}
+        got = self._from_index(words, where) if self.index is not None else None
+        return (got if got is not None else self._from_chroma(words, where))[:n]
+
+    def _from_index(self, words: list[str], where: dict | None) -> list[str] | None:
+        index = self.index
+        assert index is not None
+        tfs: dict[str, dict[str, int]] = {}
+        for t in words:
+            post = index.postings(*base_of(t), where=where)
+            if post is None:
+                return None  # not ready, or a term of other characters: ask Chroma
+            if post:
+                tfs[t] = post
+        total = index.count()
+        if not tfs or total is None:
+            return []
+        idf, pool = _prefilter(tfs, total)
+        lengths = index.lengths(pool)
+        return _bm25(pool, idf, lambda w, t: tfs[t].get(w, 0), lambda w: lengths.get(w, 0))
+
+    def _from_chroma(self, words: list[str], where: dict | None) -> list[str]:
+        hits: dict[str, dict[str, int]] = {}
         for t in words:
             ids = self.match(pattern(t), where)
-            if not ids:
-                continue
-            idf[t] = math.log(1 + (total - len(ids) + 0.5) / (len(ids) + 0.5))
-            hits[t] = set(ids)
+            if ids:
+                hits[t] = dict.fromkeys(ids, 1)
         if not hits:
             return []
-        coarse: dict[str, float] = {}
-        for t, ids in hits.items():
-            for wid in ids:
-                coarse[wid] = coarse.get(wid, 0.0) + idf[t]
-        pool = sorted(coarse, key=lambda w: (-coarse[w], w))[:PREFILTER]
+        idf, pool = _prefilter(hits, max(self.total(), 1))
         docs = self.fetch(pool)
-        bodies = {w: [b for _, _, b in parse_document(docs.get(w, ""))] for w in pool}
-        lengths = {w: sum(len(b.split()) for b in bs) for w, bs in bodies.items()}
-        avg = sum(lengths.values()) / len(lengths) or 1.0
+        texts = {w: "\n".join(bodies(docs.get(w, ""))) for w in pool}
         regexes = {t: re.compile(word_regex(t), re.I) for t in hits}
-        scores = {}
-        for w in pool:
-            text_w = "\n".join(bodies[w])
-            norm = K1 * (1 - B + B * lengths[w] / avg)
-            s = 0.0
-            for t, rx in regexes.items():
-                if w in hits[t]:
-                    tf = len(rx.findall(text_w)) or 1
-                    s += idf[t] * tf * (K1 + 1) / (tf + norm)
-            scores[w] = s
-        return sorted(scores, key=lambda w: (-scores[w], w))[:n]
+
+        def tf(w: str, t: str) -> int:
+            return (len(regexes[t].findall(texts[w])) or 1) if w in hits[t] else 0
+
+        return _bm25(pool, idf, tf, lambda w: len(texts[w].split()))
+
+
+def _prefilter(hits: dict[str, dict[str, int]], total: int) -> tuple[dict[str, float], list[str]]:
+    """idf per term; the PREFILTER candidates best by their terms' summed idf."""
+    total = max(total, 1)
+    idf = {t: math.log(1 + (total - len(ids) + 0.5) / (len(ids) + 0.5))
+           for t, ids in hits.items()}
+    coarse: dict[str, float] = {}
+    for t, ids in hits.items():
+        for wid in ids:
+            coarse[wid] = coarse.get(wid, 0.0) + idf[t]
+    return idf, sorted(coarse, key=lambda w: (-coarse[w], w))[:PREFILTER]
+
+
+def _bm25(pool: list[str], idf: dict[str, float], tf: Callable[[str, str], int],
+          length: Callable[[str], int]) -> list[str]:
+    """The pool ordered by BM25 (lengths normalised by the pool's mean)."""
+    lengths = {w: length(w) for w in pool}
+    avg = sum(lengths.values()) / len(lengths) or 1.0
+    scores = {}
+    for w in pool:
+        norm = K1 * (1 - B + B * lengths[w] / avg)
+        s = 0.0
+        for t, weight in idf.items():
+            f = tf(w, t)
+            if f:
+                s += weight * f * (K1 + 1) / (f + norm)
+        scores[w] = s
+    return sorted(scores, key=lambda w: (-scores[w], w))

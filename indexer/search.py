@@ -149,7 +149,9 @@ def _lexical_ranker(store: ChromaStore) -> LexicalRanker:
     def fetch(ids: list[str]) -> dict[str, str]:
         return {w.window_id: w.text for w in store.get(ids)} if ids else {}
 
-    return LexicalRanker(match, fetch, store.count)
+    # The store's postings once built (the service's own store; termindex.py).
+    terms = store.terms if store.terms is not None and store.terms.ready.is_set() else None
+    return LexicalRanker(match, fetch, store.count, terms)
 
 
 def _where(query: SourceQuery) -> dict | None:

@@ -11,6 +11,8 @@ import json
 import logging
 import os
 import subprocess
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -18,6 +20,7 @@ from typing import Sequence
 from .chromascrub import ScrubError, scrub_room_isolated
 from .chunker import document
 from .records import EventID, RefSource, RoomID, UserID, Window, WindowID
+from .termindex import TermIndex
 
 COLLECTION = "matrix_sources"
 log = logging.getLogger(__name__)
@@ -94,6 +97,8 @@ class ChromaStore:
     def __init__(self, path: Path | None = None, host: str | None = None,
                  port: int | None = None, collection: str = COLLECTION) -> None:
         self.path = None if host else path  # the embedded folder, which a purge scrubs
+        # The lexical leg's postings (termindex.py), kept only by the one writer process.
+        self.terms: TermIndex | None = None
         self._client = _client(path, host, port)
         # embedding_function=None on every call, or Chroma reaches for a model download.
         self._col = self._client.get_or_create_collection(
@@ -115,26 +120,71 @@ class ChromaStore:
         self._client.delete_collection(name)
         self._col = self._client.get_or_create_collection(
             name, embedding_function=None, configuration={"hnsw": {"space": "cosine"}})
+        if self.terms is not None:
+            self.terms.clear()
+
+    def enable_term_index(self, page: int = 1000) -> TermIndex:
+        """Keep an in-memory word index of the collection for the lexical leg: built
+        from the collection in a background thread (the leg asks Chroma until it is
+        ready), then kept in step by this store's writes. Only for the process that
+        is the collection's one writer: another writer's changes would not reach it."""
+        terms = self.terms = TermIndex()
+
+        def pages(ids: list[str] | None):
+            if ids is not None:
+                for i in range(0, len(ids), page):
+                    res = self._col.get(ids=ids[i:i + page], include=["documents", "metadatas"])
+                    yield res["ids"], res["documents"], res["metadatas"]
+                return
+            offset = 0
+            while True:
+                res = self._col.get(limit=page, offset=offset,
+                                    include=["documents", "metadatas"])
+                yield res["ids"], res["documents"], res["metadatas"]
+                if len(res["ids"]) < page:
+                    return
+                offset += page
+
+        def build() -> None:
+            started = time.monotonic()
+            try:
+                complete = terms.build(pages, lambda: self._col.get(include=[])["ids"])
+            except Exception as e:  # the leg keeps asking Chroma; search still works
+                log.error("term_index_failed", extra={"error": f"{type(e).__name__}: {e}"})
+                return
+            log.info("term_index_ready", extra={
+                **terms.stats(), "complete": complete,
+                "seconds": round(time.monotonic() - started, 1)})
+
+        threading.Thread(target=build, name="term-index", daemon=True).start()
+        return terms
 
     # -- writing (the pipeline only) -------------------------------------------------
 
     def upsert(self, windows: Sequence[Window], vectors: Sequence[Sequence[float]]) -> None:
         if not windows:
             return
-        self._col.upsert(ids=[w.window_id for w in windows],
-                         embeddings=[list(v) for v in vectors],
-                         documents=[document(w) for w in windows],
-                         metadatas=[window_metadata(w) for w in windows])
+        ids = [w.window_id for w in windows]
+        docs = [document(w) for w in windows]
+        metas = [window_metadata(w) for w in windows]
+        self._col.upsert(ids=ids, embeddings=[list(v) for v in vectors], documents=docs,
+                         metadatas=metas)
+        if self.terms is not None:
+            self.terms.add(ids, docs, metas)
 
     def delete(self, window_ids: Sequence[WindowID]) -> None:
         if window_ids:
             self._col.delete(ids=list(window_ids))
+            if self.terms is not None:
+                self.terms.remove(window_ids)
 
     def delete_room(self, room_id: RoomID) -> list[WindowID]:
         """Delete every window of the room; returns their ids."""
         ids = self._col.get(where={"room_id": room_id}, include=[])["ids"]
         if ids:
             self._col.delete(ids=ids)
+            if self.terms is not None:
+                self.terms.remove(ids)
         return [WindowID(i) for i in ids]
 
     def scrub_room(self, room_id: RoomID) -> bool:
@@ -189,6 +239,8 @@ class ChromaStore:
         if ids:
             self._col.upsert(ids=list(ids), embeddings=[list(v) for v in vectors],
                              documents=list(documents), metadatas=list(metadatas))
+            if self.terms is not None:
+                self.terms.add(ids, documents, metadatas)
 
 
     # -- for verify --index ------------------------------------------------------------

@@ -1,0 +1,292 @@
+"""The lexical leg's postings, in memory: which stored windows hold which words.
+
+Asking Chroma (`where_document` regex) costs a scan of every document per query term:
+about 60 ms a term at 100,000 windows, most of it fixed cost, so a five-word search took
+a third of a second (bench/query.py). This index answers the same question from memory
+in well under a millisecond a term. It is never written anywhere: the service builds it
+from the collection when it starts (in a background thread; until it is ready the leg
+asks Chroma) and the store keeps it in step with every write it makes (store.py), so a
+redacted word stops matching when its window is re-upserted, as before.
+
+It matches exactly what the lexical pattern (lexical.pattern) matches in a document:
+
+- only message bodies: a chat line "[time] @sender: body" contributes its body, a
+  continuation line ("  more") and a reference document's line all of it, any other
+  line starting with "[" nothing;
+- its keys are the bodies' maximal runs of word characters (`\\w+`), lowercased. A term
+  made of word characters matches a run equal to it (`\\bterm(?:\\W|$)`), or, as a
+  prefix stem, a run starting with it (`\\bstem`). A term with other characters in it
+  ("2.6", "c++") is not answered here: the leg asks Chroma for that text.
+
+Layout, for memory (a few tens of MB at 100,000 windows): each window has a slot
+number; a key's postings are one int (a single slot) or an array of
+slot << TF_BITS | term frequency. A window written again gets a new slot and its old
+one is marked dead; dead postings are dropped when they outnumber the live ones.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from array import array
+from collections import Counter
+from typing import Callable, Iterable, Iterator
+
+log = logging.getLogger(__name__)
+
+RUN = re.compile(r"\w+")
+_CHAT_HEAD = re.compile(r"\[[^\]\n]*\] \S+: ")
+TF_BITS = 6
+TF_MAX = (1 << TF_BITS) - 1  # a word's count in one window, capped (BM25 saturates)
+HEAD = 3  # prefix lookups go through the keys sharing their first HEAD characters
+
+
+def bodies(doc: str) -> list[str]:
+    """The parts of a stored document the lexical pattern can match in, per line."""
+    out = []
+    for line in doc.split("\n"):
+        if line.startswith("["):
+            m = _CHAT_HEAD.match(line)
+            if m:
+                out.append(line[m.end():])
+        else:
+            out.append(line)
+    return out
+
+
+def doc_stats(doc: str) -> tuple[int, Counter]:
+    """(length in whitespace words, count of each lowercased word run) of the bodies."""
+    parts = bodies(doc)
+    return (sum(len(p.split()) for p in parts),
+            Counter(r for p in parts for r in RUN.findall(p.lower())))
+
+
+def answerable(base: str) -> bool:
+    """Whether a term's base is made of word characters only (else: ask Chroma)."""
+    return RUN.fullmatch(base) is not None
+
+
+class TermIndex:
+    """Window id -> slot -> (room, corpus, length); key -> postings. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._slot: dict[str, int] = {}
+        self._ids: list[str | None] = []
+        self._room: list[str] = []
+        self._corpus: list[str] = []
+        self._length = array("I")
+        self._post: dict[str, int | array] = {}
+        self._heads: dict[str, set[str]] = {}
+        self._dead = 0
+        self._postings = 0
+        self._touched: set[str] | None = None  # written while the build runs
+        self._generation = 0
+        self.ready = threading.Event()
+
+    # -- writes (the store, for each of its own) ---------------------------------------
+
+    def add(self, ids: Iterable[str], docs: Iterable[str], metas: Iterable[dict]) -> None:
+        with self._lock:
+            for wid, doc, meta in zip(ids, docs, metas):
+                if self._touched is not None:
+                    self._touched.add(wid)
+                self._put(wid, doc or "", meta or {})
+            self._maybe_compact()
+
+    def remove(self, ids: Iterable[str]) -> None:
+        with self._lock:
+            for wid in ids:
+                if self._touched is not None:
+                    self._touched.add(wid)
+                self._kill(wid)
+            self._maybe_compact()
+
+    def clear(self) -> None:
+        """The collection was emptied (a rebuild): drop everything, stay usable."""
+        with self._lock:
+            self._generation += 1
+            self.__init_state()
+            if self._touched is not None:
+                self._touched = set()
+            self.ready.set()  # an empty collection is fully indexed
+
+    def __init_state(self) -> None:
+        self._slot, self._ids, self._room, self._corpus = {}, [], [], []
+        self._length = array("I")
+        self._post, self._heads = {}, {}
+        self._dead = self._postings = 0
+
+    def _put(self, wid: str, doc: str, meta: dict) -> None:
+        self._kill(wid)
+        slot = len(self._ids)
+        self._slot[wid] = slot
+        self._ids.append(wid)
+        self._room.append(str(meta.get("room_id", "")))
+        self._corpus.append(str(meta.get("corpus", "")))
+        length, counts = doc_stats(doc)
+        self._length.append(min(length, 0xFFFFFFFF))
+        for key, tf in counts.items():
+            value = slot << TF_BITS | min(tf, TF_MAX)
+            got = self._post.get(key)
+            if got is None:
+                self._post[key] = value
+                self._heads.setdefault(key[:HEAD], set()).add(key)
+            elif isinstance(got, int):
+                self._post[key] = array("I", (got, value))
+            else:
+                got.append(value)
+        self._postings += len(counts)
+
+    def _kill(self, wid: str) -> None:
+        slot = self._slot.pop(wid, None)
+        if slot is not None:
+            self._ids[slot] = None
+            self._dead += 1
+
+    def _maybe_compact(self) -> None:
+        if self._dead > max(len(self._slot), 10_000):
+            self._compact()
+
+    def _compact(self) -> None:
+        """Drop dead slots: renumber the live ones, rewrite every key's postings."""
+        started = time.monotonic()
+        remap: dict[int, int] = {}
+        ids: list[str | None] = []
+        room, corpus, length = [], [], array("I")
+        for old, wid in enumerate(self._ids):
+            if wid is not None:
+                remap[old] = len(ids)
+                ids.append(wid)
+                room.append(self._room[old])
+                corpus.append(self._corpus[old])
+                length.append(self._length[old])
+        post: dict[str, int | array] = {}
+        postings = 0
+        for key, got in self._post.items():
+            kept = [remap[v >> TF_BITS] << TF_BITS | (v & TF_MAX)
+                    for v in ((got,) if isinstance(got, int) else got)
+                    if (v >> TF_BITS) in remap]
+            if not kept:
+                heads = self._heads.get(key[:HEAD])
+                if heads is not None:
+                    heads.discard(key)
+                    if not heads:
+                        del self._heads[key[:HEAD]]
+                continue
+            post[key] = kept[0] if len(kept) == 1 else array("I", kept)
+            postings += len(kept)
+        self._ids, self._room, self._corpus, self._length = ids, room, corpus, length
+        self._slot = {wid: i for i, wid in enumerate(ids)}
+        self._post, self._postings, self._dead = post, postings, 0
+        log.debug("term_index_compacted", extra={
+            "windows": len(ids), "keys": len(post), "postings": postings,
+            "seconds": round(time.monotonic() - started, 3)})
+
+    # -- the build, from the collection --------------------------------------------
+
+    def build(self, pages: Callable[[list[str] | None], Iterator[tuple[list, list, list]]],
+              all_ids: Callable[[], list[str]]) -> bool:
+        """Index every stored window: `pages(None)` yields (ids, documents, metadatas)
+        of the whole collection, `pages(ids)` of those ids; `all_ids` lists its ids. Writes made meanwhile win over what
+        a page read before them. False if the collection was emptied meanwhile (the
+        index then holds what was written since, which is all there is)."""
+        with self._lock:
+            generation = self._generation
+            self._touched = set()
+        try:
+            for ids, docs, metas in pages(None):
+                if not self._build_page(generation, ids, docs, metas):
+                    return False
+            # Paging by offset while the pipeline writes can skip a window: fetch any
+            # the pages missed.
+            with self._lock:
+                missing = [i for i in all_ids()
+                           if i not in self._slot and i not in (self._touched or ())]
+            if missing:
+                for ids, docs, metas in pages(missing):
+                    if not self._build_page(generation, ids, docs, metas):
+                        return False
+        finally:
+            with self._lock:
+                self._touched = None
+        self.ready.set()
+        return True
+
+    def _build_page(self, generation: int, ids, docs, metas) -> bool:
+        with self._lock:
+            if self._generation != generation:
+                return False
+            for wid, doc, meta in zip(ids, docs, metas):
+                if wid not in self._touched:  # type: ignore[operator]
+                    self._put(wid, doc or "", meta or {})
+            return True
+
+    # -- reads ---------------------------------------------------------------------
+
+    def count(self, where: dict | None = None) -> int | None:
+        """Live windows passing `where`; None if `where` is not a form answered here."""
+        accept = _filter(where)
+        if accept is None:
+            return None
+        with self._lock:
+            if where is None:
+                return len(self._slot)
+            return sum(1 for s in self._slot.values() if accept(self._room[s], self._corpus[s]))
+
+    def postings(self, base: str, prefix: bool,
+                 where: dict | None = None) -> dict[str, int] | None:
+        """Window id -> term frequency for the windows whose bodies hold a run equal to
+        `base` (or starting with it, `prefix`); None if not answerable here."""
+        accept = _filter(where)
+        if accept is None or not answerable(base) or not self.ready.is_set():
+            return None
+        base = base.lower()
+        out: dict[str, int] = {}
+        with self._lock:
+            if prefix and len(base) >= HEAD:
+                keys: Iterable[str] = [k for k in self._heads.get(base[:HEAD], ())
+                                       if k.startswith(base)]
+            elif prefix:
+                keys = [k for k in self._post if k.startswith(base)]
+            else:
+                keys = [base] if base in self._post else []
+            for key in keys:
+                got = self._post[key]
+                for v in (got,) if isinstance(got, int) else got:
+                    slot = v >> TF_BITS
+                    wid = self._ids[slot]
+                    if wid is not None and accept(self._room[slot], self._corpus[slot]):
+                        out[wid] = out.get(wid, 0) + (v & TF_MAX)
+        return out
+
+    def lengths(self, ids: Iterable[str]) -> dict[str, int]:
+        with self._lock:
+            return {w: self._length[self._slot[w]] for w in ids if w in self._slot}
+
+    def stats(self) -> dict:
+        with self._lock:
+            return {"windows": len(self._slot), "keys": len(self._post),
+                    "postings": self._postings, "dead_slots": self._dead,
+                    "ready": self.ready.is_set()}
+
+
+def _filter(where: dict | None) -> Callable[[str, str], bool] | None:
+    """The store's `where` forms search uses (room_id, corpus, their $and) as a test;
+    None for anything else."""
+    if where is None:
+        return lambda room, corpus: True
+    clauses = where.get("$and") if set(where) == {"$and"} else [where]
+    want: dict[str, str] = {}
+    for c in clauses or ():
+        if not isinstance(c, dict) or len(c) != 1:
+            return None
+        (field, value), = c.items()
+        if field not in ("room_id", "corpus") or not isinstance(value, str) or field in want:
+            return None
+        want[field] = value
+    room, corpus = want.get("room_id"), want.get("corpus")
+    return lambda r, c: (room is None or r == room) and (corpus is None or c == corpus)
+

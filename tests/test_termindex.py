@@ -1,0 +1,197 @@
+"""The lexical leg's in-memory postings (indexer/termindex.py) against the pattern they
+stand in for (lexical.pattern, what Chroma's regex filter is asked): the same windows
+for every term they answer, the same BM25 order, and in step with the store's writes."""
+
+from __future__ import annotations
+
+import re
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from indexer.embedder import HashEmbedder
+from indexer.lexical import LexicalRanker, base_of, pattern, stem, terms, word_regex
+from indexer.records import EventID, Message, RoomID, UserID, Window, WindowID
+from indexer.store import ChromaStore
+from indexer.termindex import TermIndex, answerable, bodies
+
+# Words that meet as stems and prefixes, a short one, digits, odd characters.
+VOCAB = ["partition", "partitions", "partitioning", "Partitioned", "grub", "GRUB2",
+         "rar", "rare", "ext3", "2.6.8", "c++", "don't", "wifi", "wi-fi", "foo_bar",
+         "menu.lst", "/boot/grub/menu.lst", "installing", "installed", "café", "naïve",
+         "x", "spinning", "spin", "[bracket]", "the", "nvidia-glx"]
+SENDERS = ["@alice:example.org", "@bob_partition:example.org", "@grub:example.org"]
+
+body = st.lists(st.sampled_from(VOCAB) | st.text("abgrpstu0123 .-_'", max_size=8),
+                min_size=0, max_size=8).map(" ".join)
+chat_line = st.tuples(st.sampled_from(SENDERS), body).map(
+    lambda sb: f"[2024-01-02 10:00] {sb[0]}: {sb[1]}")
+continuation = body.map(lambda b: "  " + b)
+ref_line = body | st.just("[link] partition grub") | st.just("[10:00] odd sender: rare")
+document_text = st.lists(chat_line | continuation | ref_line, min_size=1, max_size=5).map(
+    "\n".join)
+query_word = st.sampled_from(VOCAB) | st.text("abgrpstu0123", min_size=2, max_size=6)
+
+
+def regex_ids(docs: dict[str, str], term: str) -> set[str]:
+    rx = re.compile(pattern(term))
+    return {wid for wid, doc in docs.items() if rx.search(doc)}
+
+
+def indexed(docs: dict[str, str], metas: dict[str, dict] | None = None) -> TermIndex:
+    index = TermIndex()
+    index.add(list(docs), list(docs.values()),
+              [(metas or {}).get(w, {"room_id": "!r:x", "corpus": "chat"}) for w in docs])
+    index.ready.set()
+    return index
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.dictionaries(st.text("abcdef", min_size=1, max_size=4), document_text,
+                       min_size=1, max_size=8),
+       st.lists(query_word, min_size=1, max_size=6))
+def test_postings_find_exactly_what_the_pattern_matches(docs, words):
+    index = indexed(docs)
+    for word in words:
+        for term in terms(word):
+            base, prefix = base_of(term)
+            got = index.postings(base, prefix)
+            if not answerable(base):
+                assert got is None  # left to Chroma
+                continue
+            assert got is not None and set(got) == regex_ids(docs, term), (term, docs)
+            for wid, tf in got.items():  # the count BM25 uses, as the regex counts it
+                text = "\n".join(bodies(docs[wid]))
+                assert tf == min(len(re.findall(word_regex(term), text, re.I)), 63)
+
+
+def python_ranker(docs: dict[str, str], index: TermIndex | None) -> LexicalRanker:
+    def match(pat: str, where: dict | None) -> list[str]:
+        rx = re.compile(pat)
+        return [w for w, d in docs.items() if rx.search(d)]
+
+    return LexicalRanker(match, lambda ids: {w: docs[w] for w in ids}, lambda: len(docs),
+                         index)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.text("abcdef", min_size=1, max_size=4), document_text,
+                       min_size=1, max_size=12),
+       st.lists(query_word, min_size=1, max_size=4).map(" ".join))
+def test_the_leg_ranks_the_same_from_postings_as_from_the_pattern(docs, query):
+    with_index = python_ranker(docs, indexed(docs)).rank(query, 10)
+    without = python_ranker(docs, None).rank(query, 10)
+    assert with_index == without
+
+
+def test_writes_replace_remove_filter_and_compact():
+    index = TermIndex()
+    index.ready.set()
+    chat = {"room_id": "!a:x", "corpus": "chat"}
+    index.add(["w1", "w2"], ["[t] @a:x: grub partition", "[t] @b:x: grub again"],
+              [chat, {"room_id": "!b:x", "corpus": "chat"}])
+    assert set(index.postings("grub", False)) == {"w1", "w2"}
+    assert set(index.postings("grub", False, {"room_id": "!b:x"})) == {"w2"}
+    assert index.postings("grub", False, {"$and": [{"room_id": "!a:x"},
+                                                   {"corpus": "chat"}]}) == {"w1": 1}
+    assert index.postings("grub", False, {"room_id": {"$in": ["!a:x"]}}) is None  # Chroma
+    # A redaction re-upserts the window without the word: it stops matching at once.
+    index.add(["w1"], ["[t] @a:x: [redacted] partition"], [chat])
+    assert set(index.postings("grub", False)) == {"w2"}
+    assert set(index.postings(stem("partitions"), True)) == {"w1"}
+    index.remove(["w2"])
+    assert index.postings("grub", False) == {} and index.count() == 1
+    # Many rewrites of an open window: dead slots are dropped, answers unchanged.
+    for i in range(25_000):
+        index.add(["open"], [f"[t] @a:x: grub {i}"], [chat])
+    s = index.stats()
+    assert s["windows"] == 2 and s["dead_slots"] < 20_000
+    assert set(index.postings("grub", False)) == {"open"}
+    assert index.postings("24999", False) == {"open": 1}
+    assert index.postings("5", False) == {}
+    assert index.lengths(["open", "w1"]) == {"open": 2, "w1": 2}
+    index.clear()
+    assert index.count() == 0 and index.postings("grub", False) == {}
+
+
+def test_not_ready_means_ask_chroma():
+    index = TermIndex()
+    index.add(["w"], ["[t] @a:x: grub"], [{}])
+    assert index.postings("grub", False) is None
+
+
+def test_build_lets_writes_made_meanwhile_win_and_fetches_what_paging_skipped():
+    index = TermIndex()
+    stored = {f"w{i}": f"[t] @a:x: old word{i}" for i in range(6)}
+    meta = {"room_id": "!a:x", "corpus": "chat"}
+
+    def pages(ids):
+        if ids is not None:  # the catch-up fetch by id
+            yield ids, [stored[i] for i in ids], [meta] * len(ids)
+            return
+        first = ["w0", "w1", "w2"]
+        docs = [stored[i] for i in first]  # read before the writes below
+        # The pipeline writes while the page is in flight: w1 rewritten, w2 deleted.
+        stored["w1"] = "[t] @a:x: new word1"
+        index.add(["w1"], [stored["w1"]], [meta])
+        del stored["w2"]
+        index.remove(["w2"])
+        yield first, docs, [meta] * 3
+        yield ["w3", "w5"], [stored["w3"], stored["w5"]], [meta] * 2  # w4 skipped
+
+    assert index.build(pages, lambda: list(stored))
+    assert index.ready.is_set()
+    assert set(index.postings("old", False)) == {"w0", "w3", "w4", "w5"}
+    assert set(index.postings("new", False)) == {"w1"}
+    assert index.count() == 5
+
+
+def test_a_reset_during_the_build_stops_it_and_leaves_what_came_after():
+    index = TermIndex()
+
+    def pages(ids):
+        yield ["a"], ["[t] @a:x: before"], [{}]
+        index.clear()  # a rebuild emptied the collection
+        index.add(["b"], ["[t] @a:x: after"], [{}])
+        yield ["c"], ["[t] @a:x: stale"], [{}]
+
+    assert index.build(pages, lambda: ["b"]) is False
+    assert index.ready.is_set()
+    assert set(index.postings("after", False)) == {"b"}
+    assert index.postings("before", False) == {} and index.postings("stale", False) == {}
+
+
+def _make_window(i: int, room: str, body: str) -> Window:
+    m = Message(EventID(f"$e{i}"), RoomID(room), UserID("@alice:example.org"),
+                1_700_000_000_000 + i * 1000, body)
+    return Window(WindowID(f"{room}/$e{i}"), RoomID(room), (m,), room_label="Room")
+
+
+def test_the_store_keeps_its_postings_in_step_and_the_leg_matches_chroma(tmp_path):
+    from indexer.search import Searcher, SourceQuery, _lexical_ranker
+
+    store = ChromaStore(path=tmp_path / "chroma")
+    emb = HashEmbedder()
+    bodies_ = ["how do I resize a partition with gparted", "grub rescue prompt after update",
+               "partitioning the new disk", "nvidia driver blank screen", "wifi drops"]
+    windows = [_make_window(i, "!a:example.org" if i % 2 else "!b:example.org", b)
+               for i, b in enumerate(bodies_)]
+    store.upsert(windows[:3], emb.encode(bodies_[:3]))
+    terms_index = store.enable_term_index(page=2)
+    assert terms_index.ready.wait(30)
+    store.upsert(windows[3:], emb.encode(bodies_[3:]))
+    store.delete([windows[0].window_id])
+    chroma_only = ChromaStore(path=tmp_path / "chroma")  # no postings: asks Chroma
+    for query, where in [("partition", None), ("grub", None), ("nvidia screen", None),
+                         ("partition", {"room_id": "!b:example.org"}), ("resize", None)]:
+        ours = _lexical_ranker(store)
+        assert ours.index is terms_index
+        theirs = _lexical_ranker(chroma_only)
+        assert theirs.index is None
+        assert ours.rank(query, 10, where) == theirs.rank(query, 10, where), query
+    assert _lexical_ranker(store).rank("resize", 10) == []  # its window was deleted
+    hits = Searcher(emb, store).search(SourceQuery.build(["grub"]))
+    assert hits and hits[0].window_id == windows[1].window_id
+    store.reset()
+    assert terms_index.count() == 0
+
