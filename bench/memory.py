@@ -1,12 +1,15 @@
 """Peak RSS of `matrix-sources run` with the model loaded and 100,000 windows.
 
-    .venv/bin/python bench/memory.py [--asks 3]
+    .venv/bin/python bench/memory.py [--asks 3] [--push-rate 50] [--push-seconds 30]
 
 The service phase of bench/query.py with a few `!sources` only: the cached collection
 of bench/corpus100k.py copied into the data dir of a service started beside a real
-local Synapse, `--asks` questions of 1, 4 and 8 texts asked through a matrix-nio client,
-then VmHWM (the peak resident set since the process started, model, Chroma index and
-queries included) and VmRSS read from /proc/PID/status. The target is at most 1 GiB.
+local Synapse, `--asks` questions of 1, 4 and 8 texts and one of search words asked
+through a matrix-nio client; then live chat pushed to its transaction endpoint by
+bench/live.py's load generator (--push-rate messages/s for --push-seconds, indexed into
+the same collection) and the questions asked again. Then VmHWM (the peak resident set
+since the process started: model, Chroma index, keyword postings, ingest and queries)
+and VmRSS read from /proc/PID/status. The target is at most 1 GiB.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--eval-dir", default=None)
     p.add_argument("--asks", type=int, default=3, help="!sources per text count")
+    p.add_argument("--push-rate", type=int, default=50, help="0: no live traffic")
+    p.add_argument("--push-seconds", type=float, default=30.0)
     p.add_argument("--work", default=str(evalkit.OUT_DIR / "memory-stack"))
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
@@ -35,7 +40,11 @@ def main(argv: list[str] | None = None) -> int:
     from indexer.embedder import SentenceTransformerEmbedder
 
     query.open_cache(SentenceTransformerEmbedder())  # checks size and meta
-    result = query.service(items, args.asks, Path(args.work))
+    push = None
+    if args.push_rate > 0:
+        import live
+        push = (live.eval_bodies(root), args.push_rate, args.push_seconds)
+    result = query.service(items, args.asks, Path(args.work), push)
     report = {"benchmark": "memory", "machine": perfkit.machine(), **result}
     path = perfkit.write_report("memory", report, args.out)
     query.print_service(result)

@@ -128,10 +128,10 @@ def rows(searcher, store, model, items, reps: int, which) -> dict:
     return out
 
 
-async def ask_loop(stack, items, asks: int) -> dict:
+async def ask_loop(stack, items, asks: int, user: str = "asker") -> dict:
     from appservice.chatclient import ChatClient
 
-    user, token = stack.synapse.register_user("asker", "asker-password")
+    user, token = stack.synapse.register_user(user, f"{user}-password")
     out: dict = {}
     async with ChatClient(stack.synapse.url, user, token) as c:
         room = await c.create_room("Query bench", public=True)
@@ -153,11 +153,18 @@ async def ask_loop(stack, items, asks: int) -> dict:
     return out
 
 
-def service(items, asks: int, work: Path) -> dict:
+def service(items, asks: int, work: Path, push: tuple[list, int, float] | None = None) -> dict:
+    """`push`: (eval bodies, messages/s, seconds) of live traffic pushed to the service
+    (bench/live.py's load generator) after the asks, which are then asked again."""
     import stackkit
 
+    allow = None
+    if push is not None:
+        import live
+        allow = live.push_room_ids(push[1])
     t = time.monotonic()
-    with stackkit.running_stack(work, seed_chroma=corpus100k.CACHE / "chroma") as stack:
+    with stackkit.running_stack(work, seed_chroma=corpus100k.CACHE / "chroma",
+                                allowlist=allow) as stack:
         ready = time.monotonic() - t
         pid = stack.service.proc.pid
         after_start = perfkit.proc_status(pid)
@@ -167,6 +174,13 @@ def service(items, asks: int, work: Path) -> dict:
             time.sleep(0.5)
         terms_ready = time.monotonic() - t
         round_trips = asyncio.run(ask_loop(stack, items, asks))
+        pushed = None
+        if push is not None:
+            before_push = perfkit.proc_status(pid)
+            pushed = asyncio.run(live.push(stack, push[0], push[1], push[2]))
+            pushed["vm_hwm_before_mib"] = round(before_push["VmHWM"] / 1024)
+            round_trips.update({f"after_push_{k}": v for k, v in asyncio.run(
+                ask_loop(stack, items, asks, user="asker2")).items()})
         status = perfkit.proc_status(pid)
         count = stackkit.metrics(stack)
     return {"start_to_ready_s": round(ready, 1), "round_trip": round_trips,
@@ -175,7 +189,8 @@ def service(items, asks: int, work: Path) -> dict:
             "vm_hwm_mib": round(status["VmHWM"] / 1024),
             "vm_rss_mib": round(status["VmRSS"] / 1024), "threads": status.get("Threads"),
             "rss_target_mib": RSS_TARGET_MIB,
-            "search_latency_count": count.get("matrix_sources_search_latency_seconds_count")}
+            "search_latency_count": count.get("matrix_sources_search_latency_seconds_count"),
+            **({"push": pushed} if pushed is not None else {})}
 
 
 def print_inproc(r: dict) -> None:
@@ -201,9 +216,16 @@ def print_service(r: dict) -> None:
     print(f"!sources through Synapse ({r['start_to_ready_s']} s from start to ready, "
           f"{r['start_to_term_index_s']} s to keyword postings built):")
     for key, x in r["round_trip"].items():
-        kind, n = key.split("_")
-        print(f"  {n} {kind[:-1] if n == '1' else kind}: p50 {x['p50_ms']:.0f} ms, "
-              f"p95 {x['p95_ms']:.0f} ms ({x['n']} asks)")
+        after = key.startswith("after_push_")
+        kind, n = key.removeprefix("after_push_").split("_")
+        print(f"  {n} {kind[:-1] if n == '1' else kind}{' (after the push)' if after else ''}:"
+              f" p50 {x['p50_ms']:.0f} ms, p95 {x['p95_ms']:.0f} ms ({x['n']} asks)")
+    if "push" in r:
+        p = r["push"]
+        print(f"live push: {p['sent_per_s']} msg/s for {p['seconds']} s, {p['indexed']}/"
+              f"{p['messages']} indexed, freshness p50 {p['freshness']['p50_ms']:.0f} ms, "
+              f"p95 {p['freshness']['p95_ms']:.0f} ms; VmHWM {p['vm_hwm_before_mib']} MiB "
+              "before it")
     print(f"service memory: VmHWM {r['vm_hwm_mib']} MiB (target <= {RSS_TARGET_MIB}), "
           f"VmRSS {r['vm_rss_mib']} MiB, {r['rss_after_start_mib']} MiB after start")
 

@@ -21,6 +21,7 @@ Sender ids and timestamps of the document lines are not matched: only bodies are
 
 from __future__ import annotations
 
+import heapq
 import math
 import re
 from dataclasses import dataclass
@@ -177,6 +178,9 @@ def _prefilter(hits: dict[str, dict[str, int]], total: int) -> tuple[dict[str, f
     for t, ids in hits.items():
         for wid in ids:
             coarse[wid] = coarse.get(wid, 0.0) + idf[t]
+    if len(coarse) > PREFILTER:  # only those reaching the PREFILTER-th score get sorted
+        floor = heapq.nlargest(PREFILTER, coarse.values())[-1]
+        coarse = {w: c for w, c in coarse.items() if c >= floor}
     return idf, sorted(coarse, key=lambda w: (-coarse[w], w))[:PREFILTER]
 
 

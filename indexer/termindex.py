@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import re
+import sys
 import threading
 import time
 from array import array
@@ -124,8 +125,8 @@ class TermIndex:
         slot = len(self._ids)
         self._slot[wid] = slot
         self._ids.append(wid)
-        self._room.append(str(meta.get("room_id", "")))
-        self._corpus.append(str(meta.get("corpus", "")))
+        self._room.append(sys.intern(str(meta.get("room_id", ""))))
+        self._corpus.append(sys.intern(str(meta.get("corpus", ""))))
         length, counts = doc_stats(doc)
         self._length.append(min(length, 0xFFFFFFFF))
         for key, tf in counts.items():
@@ -253,12 +254,14 @@ class TermIndex:
                 keys = [k for k in self._post if k.startswith(base)]
             else:
                 keys = [base] if base in self._post else []
+            ids, rooms, corpora = self._ids, self._room, self._corpus
+            everything = where is None
             for key in keys:
                 got = self._post[key]
                 for v in (got,) if isinstance(got, int) else got:
                     slot = v >> TF_BITS
-                    wid = self._ids[slot]
-                    if wid is not None and accept(self._room[slot], self._corpus[slot]):
+                    wid = ids[slot]
+                    if wid is not None and (everything or accept(rooms[slot], corpora[slot])):
                         out[wid] = out.get(wid, 0) + (v & TF_MAX)
         return out
 
