@@ -102,6 +102,13 @@ def word_regex(term: str) -> str:
     return rf"\b{re.escape(base)}" + ("" if prefix else r"(?:\W|$)")
 
 
+def count_regex(term: str) -> str:
+    """Zero-width at each place the term matches: its term frequency is the count of
+    places, overlapping ones included ("a.a" twice in "a.a.a"), as the postings count."""
+    base, prefix = base_of(term)
+    return rf"\b(?={re.escape(base)}" + (")" if prefix else r"(?:\W|$))")
+
+
 def pattern(term: str) -> str:
     """Case-insensitive, multi-line regex matching the term inside a message body of a
     stored document (not in its sender ids or timestamps)."""
@@ -161,7 +168,7 @@ class LexicalRanker:
         idf, pool = _prefilter(hits, max(self.total(), 1))
         docs = self.fetch(pool)
         texts = {w: "\n".join(bodies(docs.get(w, ""))) for w in pool}
-        regexes = {t: re.compile(word_regex(t), re.I) for t in hits}
+        regexes = {t: re.compile(count_regex(t), re.I) for t in hits}
 
         def tf(w: str, t: str) -> int:
             return (len(regexes[t].findall(texts[w])) or 1) if w in hits[t] else 0

@@ -13,10 +13,10 @@ It matches exactly what the lexical pattern (lexical.pattern) matches in a docum
 - only message bodies: a chat line "[time] @sender: body" contributes its body, a
   continuation line ("  more") and a reference document's line all of it, any other
   line starting with "[" nothing;
-- its keys are the bodies' maximal runs of word characters (`\\w+`), lowercased. A term
-  made of word characters matches a run equal to it (`\\bterm(?:\\W|$)`), or, as a
-  prefix stem, a run starting with it (`\\bstem`). A term with other characters in it
-  ("2.6", "c++") is not answered here: the leg asks Chroma for that text.
+- its keys are the bodies' maximal runs of word characters (`\\w+`), lowercased, and the
+  compounds a term like "2.6", "c++" or "menu.lst" can match (keys_of). A term matches
+  a key equal to it (`\\bterm(?:\\W|$)`), or, as a prefix stem, a run starting with it
+  (`\\bstem`). A term spanning more than MAX_PARTS runs asks Chroma.
 
 Layout, for memory (a few tens of MB at 100,000 windows): each window has a slot
 number; a key's postings are one int (a single slot) or an array of
@@ -38,6 +38,8 @@ from typing import Callable, Iterable, Iterator
 log = logging.getLogger(__name__)
 
 RUN = re.compile(r"\w+")
+SEGMENT = re.compile(r"[\w+#.']+")  # the characters query terms are made of (lexical._WORD)
+MAX_PARTS = 6  # word runs in a compound term ("1.2.3.4" has 4)
 _CHAT_HEAD = re.compile(r"\[[^\]\n]*\] \S+: ")
 TF_BITS = 6
 TF_MAX = (1 << TF_BITS) - 1  # a word's count in one window, capped (BM25 saturates)
@@ -57,16 +59,39 @@ def bodies(doc: str) -> list[str]:
     return out
 
 
+def keys_of(text: str) -> Iterator[str]:
+    """Every place in a lowercased body where a query term can match, as the term: each
+    word run, and each compound ("2.6", "c++", "menu.lst") that starts at a run and ends
+    before a non-word character or the end of its segment (the characters query terms
+    are made of), spanning at most MAX_PARTS runs."""
+    for seg in SEGMENT.finditer(text):
+        s = seg.group()
+        runs = [(m.start(), m.end()) for m in RUN.finditer(s)]
+        if len(runs) == 1 and runs[0] == (0, len(s)):
+            yield s
+            continue
+        for a, (start, end) in enumerate(runs):
+            yield s[start:end]
+            for b in range(a, min(a + MAX_PARTS, len(runs))):
+                last = len(s) if b + 1 == len(runs) else runs[b + 1][0] - 1
+                for j in range(runs[b][1] + (b == a), last + 1):
+                    if s[j - 1] not in ".'":  # a query term never ends with those
+                        yield s[start:j]
+
+
 def doc_stats(doc: str) -> tuple[int, Counter]:
-    """(length in whitespace words, count of each lowercased word run) of the bodies."""
+    """(length in whitespace words, count of each place a term can match) of the bodies."""
     parts = bodies(doc)
     return (sum(len(p.split()) for p in parts),
-            Counter(r for p in parts for r in RUN.findall(p.lower())))
+            Counter(k for p in parts for k in keys_of(p.lower())))
 
 
 def answerable(base: str) -> bool:
-    """Whether a term's base is made of word characters only (else: ask Chroma)."""
-    return RUN.fullmatch(base) is not None
+    """Whether the postings can answer a term's base (else: ask Chroma)."""
+    if RUN.fullmatch(base):
+        return True
+    return (SEGMENT.fullmatch(base) is not None and RUN.match(base) is not None
+            and base[-1] not in ".'" and len(RUN.findall(base)) <= MAX_PARTS)
 
 
 class TermIndex:
@@ -134,7 +159,8 @@ class TermIndex:
             got = self._post.get(key)
             if got is None:
                 self._post[key] = value
-                self._heads.setdefault(key[:HEAD], set()).add(key)
+                if RUN.fullmatch(key):  # prefix lookups are of word runs only
+                    self._heads.setdefault(key[:HEAD], set()).add(key)
             elif isinstance(got, int):
                 self._post[key] = array("I", (got, value))
             else:
@@ -251,7 +277,7 @@ class TermIndex:
                 keys: Iterable[str] = [k for k in self._heads.get(base[:HEAD], ())
                                        if k.startswith(base)]
             elif prefix:
-                keys = [k for k in self._post if k.startswith(base)]
+                keys = [k for k in self._post if k.startswith(base) and RUN.fullmatch(k)]
             else:
                 keys = [base] if base in self._post else []
             ids, rooms, corpora = self._ids, self._room, self._corpus

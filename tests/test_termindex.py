@@ -10,19 +10,19 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from indexer.embedder import HashEmbedder
-from indexer.lexical import LexicalRanker, base_of, pattern, stem, terms, word_regex
+from indexer.lexical import LexicalRanker, base_of, count_regex, pattern, stem, terms
 from indexer.records import EventID, Message, RoomID, UserID, Window, WindowID
 from indexer.store import ChromaStore
 from indexer.termindex import TermIndex, answerable, bodies
 
 # Words that meet as stems and prefixes, a short one, digits, odd characters.
-VOCAB = ["partition", "partitions", "partitioning", "Partitioned", "grub", "GRUB2",
+VOCAB = ["1.2.3.4.5.6.7", "a.a.a", "a.a", "c+", "v2.6", "2.6", "2.6.8.", "c#", "x.y'z", "partition", "partitions", "partitioning", "Partitioned", "grub", "GRUB2",
          "rar", "rare", "ext3", "2.6.8", "c++", "don't", "wifi", "wi-fi", "foo_bar",
          "menu.lst", "/boot/grub/menu.lst", "installing", "installed", "café", "naïve",
          "x", "spinning", "spin", "[bracket]", "the", "nvidia-glx"]
 SENDERS = ["@alice:example.org", "@bob_partition:example.org", "@grub:example.org"]
 
-body = st.lists(st.sampled_from(VOCAB) | st.text("abgrpstu0123 .-_'", max_size=8),
+body = st.lists(st.sampled_from(VOCAB) | st.text("abgrpstu0123 .-_'+#", max_size=8),
                 min_size=0, max_size=8).map(" ".join)
 chat_line = st.tuples(st.sampled_from(SENDERS), body).map(
     lambda sb: f"[2024-01-02 10:00] {sb[0]}: {sb[1]}")
@@ -30,7 +30,8 @@ continuation = body.map(lambda b: "  " + b)
 ref_line = body | st.just("[link] partition grub") | st.just("[10:00] odd sender: rare")
 document_text = st.lists(chat_line | continuation | ref_line, min_size=1, max_size=5).map(
     "\n".join)
-query_word = st.sampled_from(VOCAB) | st.text("abgrpstu0123", min_size=2, max_size=6)
+query_word = (st.sampled_from(VOCAB) | st.text("abgrpstu0123", min_size=2, max_size=6)
+              | st.text("ab23.+#'", min_size=2, max_size=6))
 
 
 def regex_ids(docs: dict[str, str], term: str) -> set[str]:
@@ -57,12 +58,12 @@ def test_postings_find_exactly_what_the_pattern_matches(docs, words):
             base, prefix = base_of(term)
             got = index.postings(base, prefix)
             if not answerable(base):
-                assert got is None  # left to Chroma
+                assert got is None and len(re.findall(r"\w+", base)) > 6  # left to Chroma
                 continue
             assert got is not None and set(got) == regex_ids(docs, term), (term, docs)
             for wid, tf in got.items():  # the count BM25 uses, as the regex counts it
                 text = "\n".join(bodies(docs[wid]))
-                assert tf == min(len(re.findall(word_regex(term), text, re.I)), 63)
+                assert tf == min(len(re.findall(count_regex(term), text, re.I)), 63)
 
 
 def python_ranker(docs: dict[str, str], index: TermIndex | None) -> LexicalRanker:
