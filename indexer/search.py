@@ -138,20 +138,12 @@ class Searcher:
 
 
 def _lexical_ranker(store: ChromaStore) -> LexicalRanker:
-    # TODO(store.py owner): a public ChromaStore.matching(regex, where) -> ids would
-    # replace these two reads of the collection.
-    col = store._col
-
-    def match(pattern: str, where: dict | None) -> list[str]:
-        return col.get(where=where or None, where_document={"$regex": pattern},
-                       include=[])["ids"]
-
     def fetch(ids: list[str]) -> dict[str, str]:
         return {w.window_id: w.text for w in store.get(ids)} if ids else {}
 
     # The store's postings once built (the service's own store; termindex.py).
     terms = store.terms if store.terms is not None and store.terms.ready.is_set() else None
-    return LexicalRanker(match, fetch, store.count, terms)
+    return LexicalRanker(store.matching, fetch, store.count, terms)
 
 
 def _where(query: SourceQuery) -> dict | None:

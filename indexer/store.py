@@ -233,6 +233,12 @@ class ChromaStore:
         return [_stored(i, d, m) for i, d, m in zip(res["ids"], res["documents"],
                                                      res["metadatas"])]
 
+    def matching(self, regex: str, where: dict | None = None) -> list[str]:
+        """Ids of the records whose document matches the regex (Chroma scans them all:
+        the lexical leg asks this only when its postings cannot answer)."""
+        return self._col.get(where=where or None, where_document={"$regex": regex},
+                             include=[])["ids"]
+
     def upsert_documents(self, ids: Sequence[str], vectors: Sequence[Sequence[float]],
                          documents: Sequence[str], metadatas: Sequence[dict]) -> None:
         """Upsert records that are not chat windows (reference chunks, indexer/reference.py)."""

@@ -133,3 +133,20 @@ def test_vectors_pages_and_readd(store):
     assert after[ws[0].window_id] == before[ws[0].window_id]
     [got] = store.query_ids([pages[0][0][1]], 3)
     assert pages[0][0][0] in got
+
+
+def test_matching_finds_documents_by_the_lexical_pattern(store):
+    """The lexical leg's fallback (no postings yet, the CLI): Chroma's regex filter over
+    the stored documents, with the room filter; the same on a server."""
+    from indexer.lexical import pattern
+
+    emb = HashEmbedder()
+    a, b = windows(5, "!a:example.org"), windows(5, "!b:example.org", offset=50)
+    store.upsert(a + b, emb.encode([w.messages[0].body for w in a + b]))
+    topic3 = {w.window_id for w in a + b if any("topic 3 " in m.body for m in w.messages)}
+    assert topic3 and set(store.matching(pattern("topic"))) == {w.window_id for w in a + b}
+    assert set(store.matching(r"(?i)topic 3\b")) == topic3
+    only_b = set(store.matching(pattern("words"), {"room_id": "!b:example.org"}))
+    assert only_b == {w.window_id for w in b}
+    # Sender ids are not bodies: "u1" is a sender's localpart only.
+    assert store.matching(pattern("u1")) == []
