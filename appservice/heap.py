@@ -49,3 +49,17 @@ def ensure_heap_hygiene() -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
+
+
+def release_free_memory() -> None:
+    """Hand memory freed after one-off work (the start-up build of the keyword postings)
+    back to the system, so the service's resident set does not keep its high-water mark
+    for good. glibc only; elsewhere nothing."""
+    if platform.libc_ver()[0] != "glibc":
+        return
+    import ctypes
+
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        pass

@@ -33,6 +33,7 @@ from indexer.pipeline import PipelineWorker
 from indexer.records import RoomID
 
 from .answer_edits import edit_content, rebuild_reply
+from .heap import release_free_memory
 from .pager import MatrixPager
 from .metrics import Health, ServiceMetrics
 from .responder import RateLimiter, Responder
@@ -74,7 +75,7 @@ class Service:
         self.eventlog, self.store = self.index.eventlog, self.index.store
         # This process is the collection's one writer (the lock above): it may keep the
         # lexical leg's postings in memory (indexer/termindex.py), built in the background.
-        self.store.enable_term_index()
+        self.store.enable_term_index(on_ready=release_free_memory)
         self.embedder, self.gate = self.index.embedder, self.index.gate
         self.ingest, self.pipeline = self.index.ingest, self.index.pipeline
         self.searcher = self.index.searcher

@@ -173,19 +173,26 @@ def service(items, asks: int, work: Path, push: tuple[list, int, float] | None =
                 raise SystemExit("error: the service's term index was not ready in 10 min")
             time.sleep(0.5)
         terms_ready = time.monotonic() - t
+        # VmHWM only grows: read at the end of each phase, it says which one set the peak.
+        hwm = {"started": after_start["VmHWM"] // 1024,
+               "term_index_built": perfkit.proc_status(pid)["VmHWM"] // 1024}
         round_trips = asyncio.run(ask_loop(stack, items, asks))
+        hwm["asked"] = perfkit.proc_status(pid)["VmHWM"] // 1024
         pushed = None
         if push is not None:
             before_push = perfkit.proc_status(pid)
             pushed = asyncio.run(live.push(stack, push[0], push[1], push[2]))
             pushed["vm_hwm_before_mib"] = round(before_push["VmHWM"] / 1024)
+            hwm["pushed"] = perfkit.proc_status(pid)["VmHWM"] // 1024
             round_trips.update({f"after_push_{k}": v for k, v in asyncio.run(
                 ask_loop(stack, items, asks, user="asker2")).items()})
+            hwm["asked_again"] = perfkit.proc_status(pid)["VmHWM"] // 1024
         status = perfkit.proc_status(pid)
         count = stackkit.metrics(stack)
     return {"start_to_ready_s": round(ready, 1), "round_trip": round_trips,
             "start_to_term_index_s": round(terms_ready, 1),
             "rss_after_start_mib": round(after_start["VmRSS"] / 1024),
+            "vm_hwm_by_phase_mib": hwm,
             "vm_hwm_mib": round(status["VmHWM"] / 1024),
             "vm_rss_mib": round(status["VmRSS"] / 1024), "threads": status.get("Threads"),
             "rss_target_mib": RSS_TARGET_MIB,
@@ -228,6 +235,8 @@ def print_service(r: dict) -> None:
               "before it")
     print(f"service memory: VmHWM {r['vm_hwm_mib']} MiB (target <= {RSS_TARGET_MIB}), "
           f"VmRSS {r['vm_rss_mib']} MiB, {r['rss_after_start_mib']} MiB after start")
+    print("  peak so far, by phase (MiB): " + ", ".join(
+        f"{k.replace('_', ' ')} {v}" for k, v in r["vm_hwm_by_phase_mib"].items()))
 
 
 def main(argv: list[str] | None = None) -> int:

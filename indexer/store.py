@@ -15,7 +15,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from .chromascrub import ScrubError, scrub_room_isolated
 from .chunker import document
@@ -123,38 +123,33 @@ class ChromaStore:
         if self.terms is not None:
             self.terms.clear()
 
-    def enable_term_index(self, page: int = 1000) -> TermIndex:
+    def enable_term_index(self, page: int = 250,
+                          on_ready: Callable[[], None] | None = None) -> TermIndex:
         """Keep an in-memory word index of the collection for the lexical leg: built
         from the collection in a background thread (the leg asks Chroma until it is
         ready), then kept in step by this store's writes. Only for the process that
         is the collection's one writer: another writer's changes would not reach it."""
         terms = self.terms = TermIndex()
 
-        def pages(ids: list[str] | None):
-            if ids is not None:
-                for i in range(0, len(ids), page):
-                    res = self._col.get(ids=ids[i:i + page], include=["documents", "metadatas"])
-                    yield res["ids"], res["documents"], res["metadatas"]
-                return
-            offset = 0
-            while True:
-                res = self._col.get(limit=page, offset=offset,
-                                    include=["documents", "metadatas"])
+        def pages(ids: list[str]):
+            # By id, not offset: Chroma's offset paging costs more the further it goes
+            # (100,000 windows: 14 s by id, 39 s by offset).
+            for i in range(0, len(ids), page):
+                res = self._col.get(ids=ids[i:i + page], include=["documents", "metadatas"])
                 yield res["ids"], res["documents"], res["metadatas"]
-                if len(res["ids"]) < page:
-                    return
-                offset += page
 
         def build() -> None:
             started = time.monotonic()
             try:
-                complete = terms.build(pages, lambda: self._col.get(include=[])["ids"])
+                complete = terms.build(self._col.get(include=[])["ids"], pages)
             except Exception as e:  # the leg keeps asking Chroma; search still works
                 log.error("term_index_failed", extra={"error": f"{type(e).__name__}: {e}"})
                 return
             log.info("term_index_ready", extra={
                 **terms.stats(), "complete": complete,
                 "seconds": round(time.monotonic() - started, 1)})
+            if on_ready is not None:
+                on_ready()
 
         threading.Thread(target=build, name="term-index", daemon=True).start()
         return terms

@@ -214,28 +214,20 @@ class TermIndex:
 
     # -- the build, from the collection --------------------------------------------
 
-    def build(self, pages: Callable[[list[str] | None], Iterator[tuple[list, list, list]]],
-              all_ids: Callable[[], list[str]]) -> bool:
-        """Index every stored window: `pages(None)` yields (ids, documents, metadatas)
-        of the whole collection, `pages(ids)` of those ids; `all_ids` lists its ids. Writes made meanwhile win over what
-        a page read before them. False if the collection was emptied meanwhile (the
-        index then holds what was written since, which is all there is)."""
+    def build(self, ids: list[str],
+              pages: Callable[[list[str]], Iterator[tuple[list, list, list]]]) -> bool:
+        """Index the stored windows `ids` (listed after this index was attached to the
+        store, so any window written since reaches it through the store's writes);
+        `pages(ids)` yields their (ids, documents, metadatas). A write made meanwhile
+        wins over what a page read before it. False if the collection was emptied
+        meanwhile (the index then holds what was written since, which is all there is)."""
         with self._lock:
             generation = self._generation
             self._touched = set()
         try:
-            for ids, docs, metas in pages(None):
-                if not self._build_page(generation, ids, docs, metas):
+            for got_ids, docs, metas in pages(ids):
+                if not self._build_page(generation, got_ids, docs, metas):
                     return False
-            # Paging by offset while the pipeline writes can skip a window: fetch any
-            # the pages missed.
-            with self._lock:
-                missing = [i for i in all_ids()
-                           if i not in self._slot and i not in (self._touched or ())]
-            if missing:
-                for ids, docs, metas in pages(missing):
-                    if not self._build_page(generation, ids, docs, metas):
-                        return False
         finally:
             with self._lock:
                 self._touched = None

@@ -121,30 +121,30 @@ def test_not_ready_means_ask_chroma():
     assert index.postings("grub", False) is None
 
 
-def test_build_lets_writes_made_meanwhile_win_and_fetches_what_paging_skipped():
+def test_build_lets_writes_made_meanwhile_win():
     index = TermIndex()
     stored = {f"w{i}": f"[t] @a:x: old word{i}" for i in range(6)}
     meta = {"room_id": "!a:x", "corpus": "chat"}
 
     def pages(ids):
-        if ids is not None:  # the catch-up fetch by id
-            yield ids, [stored[i] for i in ids], [meta] * len(ids)
-            return
-        first = ["w0", "w1", "w2"]
+        first, rest = ids[:3], ids[3:]
         docs = [stored[i] for i in first]  # read before the writes below
-        # The pipeline writes while the page is in flight: w1 rewritten, w2 deleted.
+        # The pipeline writes while the page is in flight: w1 rewritten, w2 deleted,
+        # w6 new (not in the listed ids: it reaches the index through the write).
         stored["w1"] = "[t] @a:x: new word1"
         index.add(["w1"], [stored["w1"]], [meta])
         del stored["w2"]
         index.remove(["w2"])
+        stored["w6"] = "[t] @a:x: new word6"
+        index.add(["w6"], [stored["w6"]], [meta])
         yield first, docs, [meta] * 3
-        yield ["w3", "w5"], [stored["w3"], stored["w5"]], [meta] * 2  # w4 skipped
+        yield rest, [stored[i] for i in rest], [meta] * len(rest)
 
-    assert index.build(pages, lambda: list(stored))
+    assert index.build(list(stored), pages)
     assert index.ready.is_set()
     assert set(index.postings("old", False)) == {"w0", "w3", "w4", "w5"}
-    assert set(index.postings("new", False)) == {"w1"}
-    assert index.count() == 5
+    assert set(index.postings("new", False)) == {"w1", "w6"}
+    assert index.count() == 6
 
 
 def test_a_reset_during_the_build_stops_it_and_leaves_what_came_after():
@@ -156,7 +156,7 @@ def test_a_reset_during_the_build_stops_it_and_leaves_what_came_after():
         index.add(["b"], ["[t] @a:x: after"], [{}])
         yield ["c"], ["[t] @a:x: stale"], [{}]
 
-    assert index.build(pages, lambda: ["b"]) is False
+    assert index.build(["a", "c"], pages) is False
     assert index.ready.is_set()
     assert set(index.postings("after", False)) == {"b"}
     assert index.postings("before", False) == {} and index.postings("stale", False) == {}
