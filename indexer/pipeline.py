@@ -297,8 +297,11 @@ class PipelineWorker:
     def __init__(self, pipeline: Pipeline, debounce: float = 1.0,
                  backoff_initial: float = 1.0, backoff_max: float = 60.0,
                  sleep: Sleep = asyncio.sleep, clock: Callable[[], float] = time.monotonic,
-                 sweep_every: float = 60.0):
+                 sweep_every: float = 60.0, after_run: Callable[[], None] | None = None):
         self.pipeline = pipeline
+        # Called in the worker thread after each run that succeeded (the service hands
+        # the run's freed memory back to the system: appservice/heap.py).
+        self.after_run = after_run
         self.sweep_every = sweep_every  # seconds between closing quiet rooms' last blocks
         self.debounce = debounce
         self.backoff_initial = backoff_initial
@@ -347,7 +350,7 @@ class PipelineWorker:
             self._waiting_since = None
             try:
                 async with self._run_lock:
-                    await asyncio.to_thread(self.pipeline.process_all)
+                    await asyncio.to_thread(self._run)
                 self.runs += 1
                 backoff = self.backoff_initial
             except Exception as e:  # the store or the model failed: retry, cursor unmoved
@@ -362,6 +365,10 @@ class PipelineWorker:
                 continue
             if not self._wake.is_set():
                 self.idle.set()
+
+    def _run(self) -> None:
+        if self.pipeline.process_all() and self.after_run is not None:
+            self.after_run()
 
     async def _sweep_loop(self) -> None:
         """Every sweep interval, close the last blocks of rooms gone quiet; never at the

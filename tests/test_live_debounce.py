@@ -201,6 +201,29 @@ async def test_after_a_run_longer_than_the_interval_the_next_starts_at_once(part
         await worker.stop()
 
 
+async def test_after_run_follows_each_run_that_indexed_something(parts):
+    """The service hands a run's freed memory back after it (appservice/heap.py): once
+    per run that indexed messages, in the worker's thread, never after an idle run."""
+    import threading
+
+    log, store = parts
+    clock = FakeClock(T0 / 1000)
+    calls: list[str] = []
+    pipeline = Pipeline(log, HashEmbedder(), store, POLICY, clock=clock)
+    worker = PipelineWorker(pipeline, debounce=DEBOUNCE, sleep=clock.sleep, clock=clock,
+                            after_run=lambda: calls.append(threading.current_thread().name))
+    worker.start()
+    try:
+        await settle(worker, clock)  # the start-up run: nothing pending
+        assert calls == []
+        log.append([message(0, clock)])
+        worker.notify()
+        await settle(worker, clock)
+        assert len(calls) == 1 and calls[0] != threading.current_thread().name
+    finally:
+        await worker.stop()
+
+
 def test_texts_are_embedded_longest_first_in_calls_and_returned_in_order():
     emb = HashEmbedder()
     calls: list[list[str]] = []
