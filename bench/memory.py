@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     items = evalkit.load_items(root / "dev")
     from indexer.embedder import SentenceTransformerEmbedder
 
-    query.open_cache(SentenceTransformerEmbedder())  # checks size and meta
+    query.open_cache(SentenceTransformerEmbedder(), root)  # builds it if missing; meta
     push = None
     if args.push_rate > 0:
         import live
