@@ -81,6 +81,7 @@ class Service:
         self.searcher = self.index.searcher
         # After each run, freed memory goes back to the system: the next run's peak then
         # starts from what is in use, not from the last peak (docs/benchmarks.md).
+        self.pipeline.scrub_every = cfg.scrub_interval_seconds
         self.worker = PipelineWorker(self.pipeline, debounce=cfg.debounce_seconds,
                                      after_run=release_free_memory)
         self.az = _SourcesAppService(

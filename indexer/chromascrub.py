@@ -9,12 +9,15 @@
   run with `secure_delete`), and the deleted documents' terms in the FTS5 index
   until its segments merge.
 
-So after a purge deleted a room's windows, this:
+So after a purge deleted a room's windows (`scrub_room`), or after edits and redactions
+re-upserted windows without the old text (`scrub_windows`), this:
 
 1. blanks the metadata (which holds the document) of the room's queued upserts that a
-   later queued delete of the same id supersedes. Replaying the log gives the same
-   final state: the upsert still carries its vector, and the delete still follows it.
-   An upsert with no later delete is never touched;
+   later queued delete of the same id supersedes (for re-upserted windows: any later
+   queued write of the same id, each of which carries the window's whole metadata).
+   Replaying the log gives the same final state: the upsert still carries its vector,
+   and the delete or the newer upsert still follows it. The latest write of an id is
+   never touched;
 2. merges the full-text index (`optimize`), dropping the deleted documents' terms;
 3. `VACUUM`s the file, rewriting every page without the freed bytes.
 
@@ -31,6 +34,7 @@ Across processes the locks work: readers wait, nothing is corrupted.
 
 from __future__ import annotations
 
+import json
 import logging
 import sqlite3
 import subprocess
@@ -74,21 +78,62 @@ def scrub_room(chroma_dir: Path, room_id: str) -> int:
             "   AND d.seq_id > embeddings_queue.seq_id)",
             (DELETE_OP, room_id, DELETE_OP))
         blanked = cur.rowcount
-        if FTS_TABLE in tables:
-            try:
-                db.execute(f"INSERT INTO {FTS_TABLE}({FTS_TABLE}) VALUES ('optimize')")
-            except sqlite3.OperationalError as e:  # e.g. no trigram tokenizer here
-                print(f"chroma_fts_optimize_failed: {str(e)[:200]}", file=sys.stderr)
-        db.execute("VACUUM")
+        _optimize_and_vacuum(db, tables)
     finally:
         db.close()
     return blanked
 
 
+def scrub_windows(chroma_dir: Path, window_ids: list[str]) -> int:
+    """Scrub the superseded versions of re-upserted windows (edits, redactions) from the
+    Chroma folder; returns how many queued upserts were blanked. Same conditions as
+    `scrub_room`: nothing may write to the collection meanwhile."""
+    path = Path(chroma_dir) / DB_FILE
+    if not path.exists() or not window_ids:
+        return 0
+    db = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_S, isolation_level=None)
+    try:
+        tables = _tables(db)
+        if "embeddings_queue" not in tables:
+            raise ScrubError(f"{path}: no embeddings_queue table; unknown Chroma schema")
+        cur = db.execute(
+            "UPDATE embeddings_queue SET metadata = '{}'"
+            " WHERE operation != ? AND metadata IS NOT NULL AND metadata != '{}'"
+            " AND id IN (SELECT value FROM json_each(?))"
+            " AND EXISTS (SELECT 1 FROM embeddings_queue d WHERE d.id = embeddings_queue.id"
+            "   AND d.topic = embeddings_queue.topic AND d.seq_id > embeddings_queue.seq_id)",
+            (DELETE_OP, json.dumps(list(window_ids))))
+        blanked = cur.rowcount
+        _optimize_and_vacuum(db, tables)
+    finally:
+        db.close()
+    return blanked
+
+
+def _optimize_and_vacuum(db: sqlite3.Connection, tables: set[str]) -> None:
+    if FTS_TABLE in tables:
+        try:
+            db.execute(f"INSERT INTO {FTS_TABLE}({FTS_TABLE}) VALUES ('optimize')")
+        except sqlite3.OperationalError as e:  # e.g. no trigram tokenizer here
+            print(f"chroma_fts_optimize_failed: {str(e)[:200]}", file=sys.stderr)
+    db.execute("VACUUM")
+
+
 def scrub_room_isolated(chroma_dir: Path, room_id: str,
                         timeout: float = 10 * BUSY_TIMEOUT_S) -> int:
     """`scrub_room` in a child process (see the module docstring)."""
-    proc = subprocess.run([sys.executable, "-m", __name__, str(chroma_dir), room_id],
+    return _isolated([str(chroma_dir), "--room", room_id], None, timeout)
+
+
+def scrub_windows_isolated(chroma_dir: Path, window_ids: list[str],
+                           timeout: float = 10 * BUSY_TIMEOUT_S) -> int:
+    """`scrub_windows` in a child process; the ids go through its stdin."""
+    return _isolated([str(chroma_dir), "--windows"], json.dumps(list(window_ids)), timeout)
+
+
+def _isolated(args: list[str], stdin: str | None, timeout: float) -> int:
+    chroma_dir = args[0]
+    proc = subprocess.run([sys.executable, "-m", __name__, *args], input=stdin,
                           capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
         raise ScrubError(f"scrub of {chroma_dir} failed ({proc.returncode}): "
@@ -99,8 +144,13 @@ def scrub_room_isolated(chroma_dir: Path, room_id: str,
 
 
 def main(argv: list[str]) -> int:
-    chroma_dir, room_id = argv
-    print(scrub_room(Path(chroma_dir), room_id))
+    chroma_dir, mode, *rest = argv
+    if mode == "--room":
+        print(scrub_room(Path(chroma_dir), rest[0]))
+    elif mode == "--windows":
+        print(scrub_windows(Path(chroma_dir), json.loads(sys.stdin.read())))
+    else:
+        raise SystemExit(f"usage: {__name__} DIR --room ROOM | --windows < ids.json")
     return 0
 
 

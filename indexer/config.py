@@ -78,6 +78,8 @@ class Config:
     puppet_patterns: tuple[str, ...] = DEFAULT_PUPPET_PATTERNS
     bridge_registrations: tuple[Path, ...] = ()
     log_level: str = "INFO"
+    # Least seconds between two scrubs of Chroma's files after edits and redactions.
+    scrub_interval_seconds: float = 60.0
     log_format: str = "text"
     backfill_days: float | None = None  # None: a room's whole history
     lexical_max_terms: int = 5  # texts this short also get the BM25 leg; 0: never
@@ -192,6 +194,7 @@ def load_config(path: Path) -> Config:
         policy=ChunkPolicy(max_bytes=r.positive("index.window_max_bytes", int, 500),
                            gap_ms=int(r.positive("index.window_gap_seconds", float, 1800.0) * 1000)),
         debounce_seconds=r.get("index.debounce_seconds", float, 1.0),
+        scrub_interval_seconds=r.positive("index.scrub_interval_seconds", float, 60.0),
         chroma=chroma,
         default_top_k=top_k,
         rrf_k=r.positive("search.rrf_k", int, 60),

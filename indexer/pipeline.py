@@ -103,6 +103,12 @@ class Pipeline:
     _settled: set = field(default_factory=set)
     # Wall clock (seconds): a room's last block closes once its gap has passed.
     clock: Callable[[], float] = time.time
+    # Windows re-upserted for an edit or a redaction whose old text may still sit in
+    # Chroma's files (its write-ahead log, free pages, full-text index): scrubbed after
+    # the run, at most once per `scrub_every` seconds (a scrub rewrites Chroma's file).
+    scrub_due: set = field(default_factory=set)
+    scrub_every: float = 60.0
+    _scrubbed_at: float = float("-inf")
 
     def process_all(self, progress: Callable[[int], None] | None = None) -> int:
         """Index every pending event of every room; return how many were indexed.
@@ -254,8 +260,31 @@ class Pipeline:
                 self.store.delete([window_id])  # after the upsert: nothing is ever missing
                 self.stats.windows_deleted += 1
             self.eventlog.rewindow(window_id, window.window_id)
+        self.scrub_due.update((window_id, window.window_id))
         log.info("window_rechunked", extra={"room_id": room_id, "window_id": window_id,
                                             "events": len(messages)})
+
+    def scrub_wait(self) -> float | None:
+        """Seconds until the due scrub may run (0: now); None if none is due."""
+        if not self.scrub_due:
+            return None
+        return max(0.0, self._scrubbed_at + self.scrub_every - self.clock())
+
+    def scrub_history(self, force: bool = False) -> bool | None:
+        """Scrub the superseded text of windows re-upserted for edits and redactions from
+        Chroma's files and the event log's WAL (chromascrub.py), unless one ran less than
+        `scrub_every` seconds ago (`force`: regardless). None if nothing was due or it is
+        too soon; else whether Chroma's files were scrubbed (a server's cannot be)."""
+        if not self.scrub_due or (not force and self.scrub_wait()):
+            return None
+        with self.lock:  # nothing writes to the collection meanwhile
+            due = sorted(self.scrub_due)
+            scrubbed = self.store.scrub_windows(due)
+            self.eventlog.truncate_wal()
+            self._scrubbed_at = self.clock()
+            if scrubbed or getattr(self.store, "path", None) is None:  # a server: out of reach
+                self.scrub_due.difference_update(due)
+        return scrubbed
 
     def _commit(self, step: _Step, vectors: list) -> bool:
         with self.lock:
@@ -310,6 +339,7 @@ class PipelineWorker:
         self._clock = clock
         self._wake = asyncio.Event()
         self._waiting_since: float | None = None  # first notify not yet taken by a run
+        self._scrub_timer: asyncio.TimerHandle | None = None
         self._run_lock = asyncio.Lock()
         self._task: asyncio.Task | None = None
         self._sweeper: asyncio.Task | None = None
@@ -330,6 +360,8 @@ class PipelineWorker:
         self.notify()  # catch up on whatever a previous run left pending
 
     async def stop(self) -> None:
+        if self._scrub_timer is not None:
+            self._scrub_timer.cancel()
         for task in (self._task, self._sweeper):
             if task:
                 task.cancel()
@@ -363,11 +395,18 @@ class PipelineWorker:
                     self._waiting_since = self._clock() - self.debounce
                 self._wake.set()
                 continue
+            wait = self.pipeline.scrub_wait()
+            if wait:  # a scrub is due but too soon: run again when it may go
+                if self._scrub_timer is not None:
+                    self._scrub_timer.cancel()
+                self._scrub_timer = asyncio.get_running_loop().call_later(wait, self.notify)
             if not self._wake.is_set():
                 self.idle.set()
 
     def _run(self) -> None:
-        if self.pipeline.process_all() and self.after_run is not None:
+        indexed = self.pipeline.process_all()
+        self.pipeline.scrub_history()
+        if indexed and self.after_run is not None:
             self.after_run()
 
     async def _sweep_loop(self) -> None:
@@ -378,6 +417,7 @@ class PipelineWorker:
             try:
                 async with self._run_lock:
                     closed = await asyncio.to_thread(self.pipeline.close_quiet_blocks)
+                    await asyncio.to_thread(self.pipeline.scrub_history)  # one that waited
             except Exception as e:  # retried at the next sweep
                 log.warning("sweep_failed", extra={"error": type(e).__name__})
                 continue

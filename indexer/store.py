@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from .chromascrub import ScrubError, scrub_room_isolated
+from .chromascrub import ScrubError, scrub_room_isolated, scrub_windows_isolated
 from .chunker import document
 from .records import EventID, RefSource, RoomID, UserID, Window, WindowID
 from .termindex import TermIndex
@@ -196,6 +196,22 @@ class ChromaStore:
             log.error("chroma_scrub_failed", extra={"room_id": room_id, "error": str(e)[:300]})
             return False
         log.info("chroma_scrubbed", extra={"room_id": room_id, "log_entries": blanked})
+        return True
+
+    def scrub_windows(self, window_ids: Sequence[str]) -> bool:
+        """After edits or redactions re-upserted these windows: remove their superseded
+        text from Chroma's files too (embedded only). False when not scrubbed (logged)."""
+        if self.path is None:
+            log.warning("chroma_scrub_unavailable", extra={"windows": len(window_ids),
+                                                          "mode": "server"})
+            return False
+        try:
+            blanked = scrub_windows_isolated(self.path, list(window_ids))
+        except (ScrubError, OSError, subprocess.SubprocessError) as e:
+            log.error("chroma_scrub_failed", extra={"windows": len(window_ids),
+                                                    "error": str(e)[:300]})
+            return False
+        log.info("chroma_scrubbed", extra={"windows": len(window_ids), "log_entries": blanked})
         return True
 
     # -- reading ---------------------------------------------------------------------

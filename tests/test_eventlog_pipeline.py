@@ -326,7 +326,17 @@ class FakeSleep:
         await asyncio.sleep(0)
 
 
-class FailingPipeline:
+class FakePipelineBase:
+    """What the worker calls besides process_all: no edits, so no scrub is ever due."""
+
+    def scrub_history(self, force: bool = False) -> None:
+        return None
+
+    def scrub_wait(self) -> None:
+        return None
+
+
+class FailingPipeline(FakePipelineBase):
     def __init__(self, fail: int) -> None:
         self.fail, self.calls = fail, 0
 
@@ -399,7 +409,7 @@ async def test_notify_during_a_run_runs_again():
     sleep = FakeSleep()
     worker = None
 
-    class NotifyingPipeline:
+    class NotifyingPipeline(FakePipelineBase):
         calls = 0
 
         def process_all(self, progress=None):

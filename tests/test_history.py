@@ -239,3 +239,76 @@ def test_a_quiet_rooms_last_block_is_cut_into_conversations_once_the_gap_passed(
     held = sorted(e for w in store.iter_windows() for e in w.event_ids)
     assert held == sorted(f"$m{i}" for i in range(1, 9))
     assert pipeline.close_quiet_blocks() == 0  # settled
+
+
+def chroma_bytes(tmp_path) -> bytes:
+    return b"".join(p.read_bytes() for p in (tmp_path / "chroma").rglob("*") if p.is_file())
+
+
+def test_redacted_and_edited_away_text_leaves_chromas_files_at_the_scrub(world):
+    """Chroma keeps a window's older versions in its write-ahead log, free pages and
+    full-text index after the re-upsert; the scrub after the run takes them out. The
+    scrub runs at most once per `scrub_every`: a second redaction soon after waits."""
+    ingest, pipeline, store, log, tmp = world
+    clock = [T0 / 1000]
+    pipeline.clock = lambda: clock[0]
+    ingest.admit([msg(1, "first line stays"), msg(2, "secret canary qv47x goes"),
+                  msg(3, "the backup key is edit-canary-9k2")])
+    pipeline.process_all()
+    ingest.admit([redact(4, 2), edit(5, 3, "the backup key is in the vault")])
+    pipeline.process_all()
+    assert "qv47x" not in all_text(store) and "9k2" not in all_text(store)
+    assert b"qv47x" in chroma_bytes(tmp) and b"edit-canary-9k2" in chroma_bytes(tmp)
+    assert pipeline.scrub_due
+    assert pipeline.scrub_history() is True
+    assert b"qv47x" not in chroma_bytes(tmp) + db_bytes(tmp)
+    assert b"edit-canary-9k2" not in chroma_bytes(tmp) + db_bytes(tmp)
+    assert not pipeline.scrub_due
+    # The collection is whole and still searchable after its file was rewritten.
+    [w] = store.get()
+    assert w.event_ids == ("$m1", "$m3") and "vault" in w.text
+    assert store.query(HashEmbedder().encode(["backup key vault"]), 3)[0]
+
+    ingest.admit([msg(6, "another canary wq55z here")])
+    pipeline.process_all()
+    ingest.admit([redact(7, 6)])
+    pipeline.process_all()
+    assert pipeline.scrub_history() is None and pipeline.scrub_due  # too soon
+    clock[0] += 61
+    assert pipeline.scrub_history() is True
+    assert b"wq55z" not in chroma_bytes(tmp) + db_bytes(tmp)
+
+
+async def test_the_worker_runs_a_deferred_scrub_without_new_events(world):
+    """A redaction soon after a scrub: the worker comes back when the interval has
+    passed, with no further message to wake it."""
+    import asyncio
+
+    from indexer.pipeline import PipelineWorker
+
+    ingest, pipeline, store, log, tmp = world
+    pipeline.scrub_every = 3.0
+    worker = PipelineWorker(pipeline, debounce=0.01)
+    worker.start()
+    try:
+        ingest.admit([msg(1, "line one"), msg(2, "first canary hh31q")])
+        worker.notify()
+        await asyncio.wait_for(worker.wait_idle(), 10)
+        ingest.admit([redact(3, 2)])
+        worker.notify()
+        await asyncio.wait_for(worker.wait_idle(), 10)  # scrubbed: the first scrub
+        assert not pipeline.scrub_due and b"hh31q" not in chroma_bytes(tmp)
+        ingest.admit([msg(4, "second canary pp72k")])
+        worker.notify()
+        await asyncio.wait_for(worker.wait_idle(), 10)
+        ingest.admit([redact(5, 4)])
+        worker.notify()
+        await asyncio.wait_for(worker.wait_idle(), 10)
+        assert pipeline.scrub_due  # too soon after the first: deferred
+        for _ in range(200):
+            await asyncio.sleep(0.05)
+            if not pipeline.scrub_due:
+                break
+        assert not pipeline.scrub_due and b"pp72k" not in chroma_bytes(tmp)
+    finally:
+        await worker.stop()

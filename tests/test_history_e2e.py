@@ -76,6 +76,11 @@ async def test_backfill_edit_and_redaction(stack):
         wait_for(lambda: all("zebra-canary-5521" not in h["text"]
                              for h in search(stack, "admin password hint zebra")),
                  what="the redaction in the store")
+        # Not in any file either: Chroma's write-ahead log, free pages and full-text
+        # index are scrubbed after the run (index.scrub_interval_seconds), the event
+        # log's WAL is checkpointed, and the answer artifacts hold only hashes.
+        wait_for(lambda: not stack.grep_data("zebra-canary-5521"),
+                 what="the redacted text gone from every file in the data dir")
 
         async def reply_edit():
             deadline = time.monotonic() + 60
