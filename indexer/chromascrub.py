@@ -57,10 +57,33 @@ def _tables(db: sqlite3.Connection) -> set[str]:
     return {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
 
 
+# Queued upserts (or updates) whose text a later queued write of the same id supersedes.
+_BLANK = ("UPDATE embeddings_queue SET metadata = '{}'"
+          " WHERE operation != :delete AND metadata IS NOT NULL AND metadata != '{}' AND %s"
+          " AND EXISTS (SELECT 1 FROM embeddings_queue d WHERE d.id = embeddings_queue.id"
+          "   AND d.topic = embeddings_queue.topic AND d.seq_id > embeddings_queue.seq_id%s)")
+
+
 def scrub_room(chroma_dir: Path, room_id: str) -> int:
     """Scrub the deleted windows of `room_id` from the Chroma folder; returns how many
     queued upserts were blanked. Call only after the room's windows were deleted and
     while nothing writes to the collection (the purge holds the pipeline's lock)."""
+    sql = _BLANK % ("json_valid(metadata) AND json_extract(metadata, '$.room_id') = :arg",
+                    " AND d.operation = :delete")
+    return _scrub(chroma_dir, sql, room_id)
+
+
+def scrub_windows(chroma_dir: Path, window_ids: list[str]) -> int:
+    """Scrub the superseded versions of re-upserted windows (edits, redactions) from the
+    Chroma folder; returns how many queued upserts were blanked. Same conditions as
+    `scrub_room`: nothing may write to the collection meanwhile."""
+    if not window_ids:
+        return 0
+    sql = _BLANK % ("id IN (SELECT value FROM json_each(:arg))", "")
+    return _scrub(chroma_dir, sql, json.dumps(list(window_ids)))
+
+
+def _scrub(chroma_dir: Path, blank_sql: str, arg: str) -> int:
     path = Path(chroma_dir) / DB_FILE
     if not path.exists():
         return 0
@@ -69,41 +92,7 @@ def scrub_room(chroma_dir: Path, room_id: str) -> int:
         tables = _tables(db)
         if "embeddings_queue" not in tables:
             raise ScrubError(f"{path}: no embeddings_queue table; unknown Chroma schema")
-        cur = db.execute(
-            "UPDATE embeddings_queue SET metadata = '{}'"
-            " WHERE operation != ? AND metadata IS NOT NULL AND metadata != '{}'"
-            " AND json_valid(metadata) AND json_extract(metadata, '$.room_id') = ?"
-            " AND EXISTS (SELECT 1 FROM embeddings_queue d WHERE d.id = embeddings_queue.id"
-            "   AND d.topic = embeddings_queue.topic AND d.operation = ?"
-            "   AND d.seq_id > embeddings_queue.seq_id)",
-            (DELETE_OP, room_id, DELETE_OP))
-        blanked = cur.rowcount
-        _optimize_and_vacuum(db, tables)
-    finally:
-        db.close()
-    return blanked
-
-
-def scrub_windows(chroma_dir: Path, window_ids: list[str]) -> int:
-    """Scrub the superseded versions of re-upserted windows (edits, redactions) from the
-    Chroma folder; returns how many queued upserts were blanked. Same conditions as
-    `scrub_room`: nothing may write to the collection meanwhile."""
-    path = Path(chroma_dir) / DB_FILE
-    if not path.exists() or not window_ids:
-        return 0
-    db = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_S, isolation_level=None)
-    try:
-        tables = _tables(db)
-        if "embeddings_queue" not in tables:
-            raise ScrubError(f"{path}: no embeddings_queue table; unknown Chroma schema")
-        cur = db.execute(
-            "UPDATE embeddings_queue SET metadata = '{}'"
-            " WHERE operation != ? AND metadata IS NOT NULL AND metadata != '{}'"
-            " AND id IN (SELECT value FROM json_each(?))"
-            " AND EXISTS (SELECT 1 FROM embeddings_queue d WHERE d.id = embeddings_queue.id"
-            "   AND d.topic = embeddings_queue.topic AND d.seq_id > embeddings_queue.seq_id)",
-            (DELETE_OP, json.dumps(list(window_ids))))
-        blanked = cur.rowcount
+        blanked = db.execute(blank_sql, {"delete": DELETE_OP, "arg": arg}).rowcount
         _optimize_and_vacuum(db, tables)
     finally:
         db.close()
