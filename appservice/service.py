@@ -75,7 +75,8 @@ class Service:
         self.eventlog, self.store = self.index.eventlog, self.index.store
         # This process is the collection's one writer (the lock above): it may keep the
         # lexical leg's postings in memory (indexer/termindex.py), built in the background.
-        self.store.enable_term_index(on_ready=release_free_memory)
+        if cfg.lexical_max_terms:  # 0: no keyword leg, no postings
+            self.store.enable_term_index(on_ready=release_free_memory)
         self.embedder, self.gate = self.index.embedder, self.index.gate
         self.ingest, self.pipeline = self.index.ingest, self.index.pipeline
         self.searcher = self.index.searcher

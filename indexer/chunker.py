@@ -10,8 +10,9 @@ mixes them and parts a question from its answers. So the timeline is cut in two 
 A block closes when the next message would push it past `block_bytes` of message text,
 arrives more than `gap_ms` after the previous one, or when `gap_ms` has passed since its
 last message (`now_ms`: no later message can join it any more). Inside a closed block a
-message joins the conversation of the person it addresses ("nick: ...", a reply
-fallback), else that of someone it mentions, else its sender's own last one, else, when
+message joins the conversation of the message it replies to (`m.in_reply_to`, when that
+is in the block), else of the person it addresses ("nick: ...", a reply fallback), else
+that of someone it mentions, else its sender's own last one, else, when
 only two people talk, the other's; else it starts one (indexer/addressing.py). A
 conversation past `max_bytes` goes on in a new window. All of it looks back at most
 `gap_ms`, and never before the block's start.
@@ -105,6 +106,7 @@ def conversations(block: Sequence[Message], policy: ChunkPolicy) -> list[tuple[M
     current: list[int] = []  # conversation -> index of its current window
     by_name: dict[str, tuple[int, int]] = {}  # name -> (conversation, ts), their last message
     by_sender: dict[str, int] = {}  # sender -> ts of their last message
+    by_event: dict[str, int] = {}  # event id -> its conversation
     previous: int | None = None  # conversation of the previous message
 
     def recent(name: str, m: Message) -> int | None:
@@ -112,6 +114,8 @@ def conversations(block: Sequence[Message], policy: ChunkPolicy) -> list[tuple[M
         return seen[0] if seen and m.ts - seen[1] <= policy.gap_ms else None
 
     def conversation_of(m: Message, own: frozenset[str]) -> int | None:
+        if m.reply_to is not None and m.reply_to in by_event:  # a Matrix reply, in block
+            return by_event[m.reply_to]
         for n in addressed(m.body):  # "nick: ..." or a reply fallback
             if n not in own and (c := recent(n, m)) is not None:
                 return c
@@ -143,6 +147,7 @@ def conversations(block: Sequence[Message], policy: ChunkPolicy) -> list[tuple[M
         for n in own:
             by_name[n] = (conv, m.ts)
         by_sender[m.sender] = m.ts
+        by_event[m.event_id] = conv
         previous = conv
     return [tuple(w) for w in windows]
 

@@ -28,7 +28,8 @@ CREATE TABLE IF NOT EXISTS events (
     body       TEXT,
     status     TEXT NOT NULL,
     window_id  TEXT,
-    thread_root TEXT
+    thread_root TEXT,
+    reply_to   TEXT
 );
 CREATE INDEX IF NOT EXISTS events_room_status ON events (room_id, status, ts, seq);
 CREATE INDEX IF NOT EXISTS events_window ON events (window_id);
@@ -82,6 +83,7 @@ class EventLog(DerivedColumns):
             # Freed space is zeroed, so a purged body leaves no bytes in the file's pages.
             self._db.execute("PRAGMA secure_delete=ON")
             self._db.executescript(SCHEMA)
+        self._add_columns([("reply_to", "TEXT")])  # event logs made before replies
         self._migrate_derived()
 
     def close(self) -> None:
@@ -104,7 +106,7 @@ class EventLog(DerivedColumns):
         many were new. The hooks run inside the same SQLite transaction (history.py:
         redactions and edits that arrived first, then this batch's edits/redactions)."""
         rows = [(m.event_id, m.room_id, m.sender, m.ts, m.body, EventStatus.PENDING.value,
-                 root) for m, root in messages]
+                 root, m.reply_to) for m, root in messages]
         with self._lock:
             cur = self._db.cursor()
             cur.execute("BEGIN IMMEDIATE")
@@ -114,7 +116,7 @@ class EventLog(DerivedColumns):
                 before = self._db.total_changes
                 cur.executemany(
                     "INSERT OR IGNORE INTO events (event_id, room_id, sender, ts, body, status,"
-                    " thread_root) VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+                    " thread_root, reply_to) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
                 added = self._db.total_changes - before
                 if after_insert is not None:
                     after_insert(cur)
@@ -173,14 +175,14 @@ class EventLog(DerivedColumns):
                 (room_id, EventStatus.INDEXED.value, thread)).fetchone()
             open_window = WindowID(row[0]) if row else None
             rows = self._db.execute(
-                "SELECT event_id, room_id, sender, ts, body, status FROM events"
+                "SELECT event_id, room_id, sender, ts, body, status, reply_to FROM events"
                 " WHERE room_id = ? AND COALESCE(thread_root, '') = ?"
                 " AND (status = ? OR (status = ? AND window_id = ?))"
                 " ORDER BY ts, seq",
                 (room_id, thread, EventStatus.PENDING.value, EventStatus.INDEXED.value,
                  open_window)).fetchall()
         pending = {EventID(r[0]) for r in rows if r[5] == EventStatus.PENDING.value}
-        return [Message(EventID(r[0]), RoomID(r[1]), UserID(r[2]), r[3], r[4])
+        return [Message(EventID(r[0]), RoomID(r[1]), UserID(r[2]), r[3], r[4], r[6])
                 for r in rows], pending
 
     def mark_indexed(self, room_id: RoomID, assignments: dict[EventID, WindowID],
@@ -210,10 +212,11 @@ class EventLog(DerivedColumns):
         """The messages a stored window holds now (edits applied, redactions gone)."""
         with self._lock:
             rows = self._db.execute(
-                "SELECT event_id, room_id, sender, ts, body FROM events WHERE window_id = ?"
-                " AND status = ? ORDER BY ts, seq",
+                "SELECT event_id, room_id, sender, ts, body, reply_to FROM events"
+                " WHERE window_id = ? AND status = ? ORDER BY ts, seq",
                 (window_id, EventStatus.INDEXED.value)).fetchall()
-        return [Message(EventID(r[0]), RoomID(r[1]), UserID(r[2]), r[3], r[4]) for r in rows]
+        return [Message(EventID(r[0]), RoomID(r[1]), UserID(r[2]), r[3], r[4], r[5])
+                for r in rows]
 
     def requeue_all(self) -> int:
         """A rebuild: every indexed event back to pending, cursors and dirty marks gone."""

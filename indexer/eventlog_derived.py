@@ -14,11 +14,15 @@ class DerivedColumns:
     # -- derived messages (DESIGN.md "Derived filter"; the pipeline tags them) -------
 
     def _migrate_derived(self) -> None:
-        """Add the columns of derived messages to an event log made before them.
-        Idempotent, and safe when two processes open an old log at once."""
+        """Add the columns of derived messages to an event log made before them."""
+        self._add_columns(DERIVED_COLUMNS)
+
+    def _add_columns(self, columns) -> None:
+        """Add what `events` lacks of (name, type) columns. Idempotent, and safe when two
+        processes open an old log at once."""
         with self._lock:
             have = {r[1] for r in self._db.execute("PRAGMA table_info(events)")}
-            for name, kind in DERIVED_COLUMNS:
+            for name, kind in columns:
                 if name in have:
                     continue
                 try:

@@ -153,8 +153,18 @@ def parse_event(raw: Any) -> ParsedEvent:
     thread_root = None
     if relates.get("rel_type") == "m.thread" and _str(relates, "event_id"):
         thread_root = EventID(relates["event_id"])
-    msg = Message(eid, rid, UserID(sender), ts, body)
+    msg = Message(eid, rid, UserID(sender), ts, body, _reply_to(relates))
     return MessageEvent(msg, thread_root, is_command)
+
+
+def _reply_to(relates: dict) -> EventID | None:
+    """The event a message replies to; not a thread's fallback reply (a client's pointer
+    to the thread's latest event, `is_falling_back`), nor anything malformed."""
+    reply = relates.get("m.in_reply_to")
+    if not isinstance(reply, dict) or relates.get("is_falling_back") is True:
+        return None
+    target = _str(reply, "event_id")
+    return EventID(target) if target and target.startswith("$") and len(target) <= 255 else None
 
 
 def _edit(rid: RoomID, eid: EventID, sender: UserID, relates: dict, content: dict,

@@ -34,6 +34,10 @@ class Message:
     sender: UserID
     ts: int  # origin_server_ts, milliseconds
     body: str
+    # The event this one replies to (m.relates_to / m.in_reply_to), if any: how the
+    # chunker follows a reply that names no one (clients stopped sending the "> <@bob>"
+    # fallback, Matrix 1.13).
+    reply_to: EventID | None = None
 
 
 @dataclass(frozen=True, slots=True)

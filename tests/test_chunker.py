@@ -43,10 +43,16 @@ def timelines(draw, max_messages: int = 40) -> list[Message]:
     steps = draw(st.lists(st.one_of(st.integers(0, 120_000), st.integers(0, 4 * 3_600_000)),
                           min_size=n, max_size=n))
     senders = draw(st.lists(st.sampled_from(SENDERS), min_size=n, max_size=n))
+    # Matrix replies (m.in_reply_to) to any earlier event, or to one never seen.
+    replies = draw(st.lists(st.one_of(st.none(), st.integers(-1, max(n - 1, 0))),
+                            min_size=n, max_size=n))
     ts, out = T0, []
     for i in range(n):
         ts += steps[i]
-        out.append(Message(EventID(f"$e{i}"), ROOM, senders[i], ts, prefixes[i] + bodies[i]))
+        r = replies[i]
+        reply_to = None if r is None or r >= i else EventID(f"$e{r}" if r >= 0 else "$gone")
+        out.append(Message(EventID(f"$e{i}"), ROOM, senders[i], ts, prefixes[i] + bodies[i],
+                           reply_to))
     return out
 
 
@@ -260,6 +266,26 @@ def test_irc_nicks_reply_fallbacks_and_mentions_are_followed():
     ]
     windows = chunk(timeline, ChunkPolicy(), CLOSED)
     assert [[m.event_id for m in w] for w in windows] == [
+        ["$m0", "$m1", "$m4"], ["$m2", "$m3"]]
+
+
+def test_matrix_replies_without_fallback_join_the_conversation_replied_to():
+    """Clients no longer put "> <@bob:...>" into a reply's body (Matrix 1.13): the reply
+    names no one, and only m.in_reply_to says what it answers."""
+    timeline = [
+        say(0, "@alice:x", "how do I open a rar archive?"),
+        say(1, "@bob:x", "apt install unrar"),
+        say(2, "@carol:x", "my wifi drops every few minutes"),
+        say(3, "@dave:x", "which card is it?"),
+        say(4, "@erin:x", "or file-roller if you want a gui"),
+    ]
+    plain = chunk(timeline, ChunkPolicy(), CLOSED)
+    assert len(plain) > 2  # without the relations: nothing to go by
+    replies = {1: "$m0", 3: "$m2", 4: "$m1"}
+    timeline = [Message(m.event_id, m.room_id, m.sender, m.ts, m.body,
+                        EventID(replies[i]) if i in replies else None)
+                for i, m in enumerate(timeline)]
+    assert [[m.event_id for m in w] for w in chunk(timeline, ChunkPolicy(), CLOSED)] == [
         ["$m0", "$m1", "$m4"], ["$m2", "$m3"]]
 
 

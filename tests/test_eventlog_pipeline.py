@@ -427,3 +427,28 @@ async def test_notify_during_a_run_runs_again():
     finally:
         await worker.stop()
     assert NotifyingPipeline.calls == 2
+
+
+def test_reply_relations_survive_the_event_log_and_old_logs_gain_the_column(tmp_path):
+    import sqlite3
+
+    # An event log made before replies were kept: no reply_to column.
+    old = sqlite3.connect(tmp_path / "eventlog.sqlite3")
+    old.executescript("CREATE TABLE events (seq INTEGER PRIMARY KEY AUTOINCREMENT,"
+                      " event_id TEXT NOT NULL UNIQUE, room_id TEXT NOT NULL,"
+                      " sender TEXT NOT NULL, ts INTEGER NOT NULL, body TEXT,"
+                      " status TEXT NOT NULL, window_id TEXT, thread_root TEXT);"
+                      "INSERT INTO events (event_id, room_id, sender, ts, body, status)"
+                      f" VALUES ('$old', '{ROOM}', '@a:x', 1, 'old question', 'pending');")
+    old.close()
+    log = EventLog(tmp_path / "eventlog.sqlite3")
+    log.append([(Message(EventID("$new"), ROOM, UserID("@b:x"), 2, "an answer",
+                         EventID("$old")), None)])
+    tail, pending = log.room_tail(ROOM)
+    assert [(m.event_id, m.reply_to) for m in tail] == [("$old", None), ("$new", "$old")]
+    store = ChromaStore(path=tmp_path / "chroma")
+    Pipeline(log, HashEmbedder(), store, POLICY).process_all()
+    [w] = store.get()
+    assert log.window_messages(w.window_id)[1].reply_to == "$old"
+    log.close()
+    EventLog(tmp_path / "eventlog.sqlite3").close()  # opening again: nothing to add

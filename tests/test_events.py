@@ -174,6 +174,23 @@ def test_reply_fallback_is_stripped():
     assert ev.message.body == "the actual answer"
 
 
+def test_a_reply_carries_the_event_it_replies_to():
+    raw = msg("apt install unrar")  # no fallback: clients dropped it (Matrix 1.13)
+    raw["content"]["m.relates_to"] = {"m.in_reply_to": {"event_id": "$question"}}
+    ev = parse_event(raw)
+    assert isinstance(ev, MessageEvent) and ev.message.reply_to == "$question"
+    assert parse_event(msg("no relation")).message.reply_to is None
+
+
+@pytest.mark.parametrize("reply", [{"event_id": 5}, {"event_id": "not-an-id"}, {},
+                                   {"event_id": "$" + "x" * 300}, "$q", ["$q"]])
+def test_a_malformed_reply_relation_is_no_reply(reply):
+    raw = msg("still a message")
+    raw["content"]["m.relates_to"] = {"m.in_reply_to": reply}
+    ev = parse_event(raw)
+    assert isinstance(ev, MessageEvent) and ev.message.reply_to is None
+
+
 def test_quote_without_reply_relation_is_kept():
     body = "> a quote I typed\nand my comment"
     ev = parse_event(msg(body))
@@ -194,6 +211,9 @@ def test_thread_message_carries_its_root():
     ev = parse_event(raw)
     assert isinstance(ev, MessageEvent)
     assert ev.thread_root == "$root" and ev.message.body == "in the thread"
+    assert ev.message.reply_to is None  # a thread's fallback reply is no reply
+    raw["content"]["m.relates_to"]["is_falling_back"] = False  # a real reply in a thread
+    assert parse_event(raw).message.reply_to == "$root"
 
 
 @pytest.mark.parametrize("relates", [
