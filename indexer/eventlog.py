@@ -52,7 +52,8 @@ CREATE TABLE IF NOT EXISTS redactions (
     redaction_event_id TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS dirty_windows (
-    window_id TEXT PRIMARY KEY, room_id TEXT NOT NULL
+    window_id TEXT PRIMARY KEY, room_id TEXT NOT NULL,
+    redacted INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS meta (
     key   TEXT PRIMARY KEY,
@@ -83,7 +84,9 @@ class EventLog(DerivedColumns):
             # Freed space is zeroed, so a purged body leaves no bytes in the file's pages.
             self._db.execute("PRAGMA secure_delete=ON")
             self._db.executescript(SCHEMA)
-        self._add_columns([("reply_to", "TEXT")])  # event logs made before replies
+        # Event logs made before replies were kept, and before redactions were scrubbed.
+        self._add_columns([("reply_to", "TEXT")])
+        self._add_columns([("redacted", "INTEGER NOT NULL DEFAULT 0")], "dirty_windows")
         self._migrate_derived()
 
     def close(self) -> None:

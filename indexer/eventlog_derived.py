@@ -17,16 +17,16 @@ class DerivedColumns:
         """Add the columns of derived messages to an event log made before them."""
         self._add_columns(DERIVED_COLUMNS)
 
-    def _add_columns(self, columns) -> None:
-        """Add what `events` lacks of (name, type) columns. Idempotent, and safe when two
+    def _add_columns(self, columns, table: str = "events") -> None:
+        """Add what `table` lacks of (name, type) columns. Idempotent, and safe when two
         processes open an old log at once."""
         with self._lock:
-            have = {r[1] for r in self._db.execute("PRAGMA table_info(events)")}
+            have = {r[1] for r in self._db.execute(f"PRAGMA table_info({table})")}
             for name, kind in columns:
                 if name in have:
                     continue
                 try:
-                    self._db.execute(f"ALTER TABLE events ADD COLUMN {name} {kind}")
+                    self._db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
                 except sqlite3.OperationalError as e:
                     if "duplicate column" not in str(e):
                         raise

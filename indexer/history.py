@@ -90,7 +90,7 @@ class History:
         cur.execute("UPDATE events SET body = NULL, status = ?, window_id = NULL"
                     " WHERE event_id = ?", (EventStatus.REDACTED.value, op.target))
         if row[3] is not None:
-            self._dirty(cur, row[3], op.room_id)
+            self._dirty(cur, row[3], op.room_id, redacted=True)
         return True
 
     def _edit(self, cur: sqlite3.Cursor, op: EditEvent) -> bool:
@@ -113,14 +113,21 @@ class History:
         return True
 
     @staticmethod
-    def _dirty(cur: sqlite3.Cursor, window_id: str, room_id: str) -> None:
-        cur.execute("INSERT OR IGNORE INTO dirty_windows (window_id, room_id) VALUES (?, ?)",
-                    (window_id, room_id))
+    def _dirty(cur: sqlite3.Cursor, window_id: str, room_id: str,
+               redacted: bool = False) -> None:
+        """Mark a stored window for re-chunking; `redacted`: its old text must also be
+        scrubbed from the store's files (an edit's need not: Matrix shows the original
+        of an edited message to anyone in the room anyway)."""
+        cur.execute("INSERT INTO dirty_windows (window_id, room_id, redacted) VALUES (?, ?, ?)"
+                    " ON CONFLICT(window_id) DO UPDATE SET"
+                    " redacted = MAX(redacted, excluded.redacted)",
+                    (window_id, room_id, int(redacted)))
 
     # -- for the pipeline ------------------------------------------------------------
 
-    def dirty(self, room_id: RoomID | None = None) -> list[tuple[str, str]]:
-        sql, args = "SELECT window_id, room_id FROM dirty_windows", ()
+    def dirty(self, room_id: RoomID | None = None) -> list[tuple[str, str, bool]]:
+        """(window id, room id, whether a redaction made it dirty) of dirty windows."""
+        sql, args = "SELECT window_id, room_id, redacted != 0 FROM dirty_windows", ()
         if room_id is not None:
             sql, args = sql + " WHERE room_id = ?", (room_id,)
         with self.eventlog._lock:

@@ -439,9 +439,15 @@ def test_reply_relations_survive_the_event_log_and_old_logs_gain_the_column(tmp_
                       " sender TEXT NOT NULL, ts INTEGER NOT NULL, body TEXT,"
                       " status TEXT NOT NULL, window_id TEXT, thread_root TEXT);"
                       "INSERT INTO events (event_id, room_id, sender, ts, body, status)"
-                      f" VALUES ('$old', '{ROOM}', '@a:x', 1, 'old question', 'pending');")
+                      f" VALUES ('$old', '{ROOM}', '@a:x', 1, 'old question', 'pending');"
+                      "CREATE TABLE dirty_windows (window_id TEXT PRIMARY KEY,"
+                      " room_id TEXT NOT NULL);"
+                      f"INSERT INTO dirty_windows VALUES ('w-edited', '{ROOM}');")
     old.close()
     log = EventLog(tmp_path / "eventlog.sqlite3")
+    from indexer.history import History
+    assert History(log).dirty() == [("w-edited", ROOM, False)]  # no scrub asked for
+    log._db.execute("DELETE FROM dirty_windows")
     log.append([(Message(EventID("$new"), ROOM, UserID("@b:x"), 2, "an answer",
                          EventID("$old")), None)])
     tail, pending = log.room_tail(ROOM)
