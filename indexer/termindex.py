@@ -3,7 +3,7 @@
 Asking Chroma (`where_document` regex) costs a scan of every document per query term:
 about 60 ms a term at 100,000 windows, most of it fixed cost, so a five-word search took
 a third of a second (bench/query.py). This index answers the same question from memory
-in well under a millisecond a term. It is never written anywhere: the service builds it
+in about a millisecond a term. It is never written anywhere: the service builds it
 from the collection when it starts (in a background thread; until it is ready the leg
 asks Chroma) and the store keeps it in step with every write it makes (store.py), so a
 redacted word stops matching when its window is re-upserted, as before.
