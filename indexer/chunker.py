@@ -11,8 +11,8 @@ A block closes when the next message would push it past `block_bytes` of message
 arrives more than `gap_ms` after the previous one, or when `gap_ms` has passed since its
 last message (`now_ms`: no later message can join it any more). Inside a closed block a
 message joins the conversation of the message it replies to (`m.in_reply_to`, when that
-is in the block), else of the person it addresses ("nick: ...", a reply fallback), else
-that of someone it mentions, else its sender's own last one, else, when
+is in the block), else of the person it addresses ("nick: ...", a reply fallback, a
+user in its `m.mentions`), else that of someone its text mentions, else its sender's own last one, else, when
 only two people talk, the other's; else it starts one (indexer/addressing.py). A
 conversation past `max_bytes` goes on in a new window. All of it looks back at most
 `gap_ms`, and never before the block's start.
@@ -119,6 +119,10 @@ def conversations(block: Sequence[Message], policy: ChunkPolicy) -> list[tuple[M
         for n in addressed(m.body):  # "nick: ..." or a reply fallback
             if n not in own and (c := recent(n, m)) is not None:
                 return c
+        for user in m.mentions:  # m.mentions: a pill, or a reply's target sender
+            for n in sorted(names(user)):
+                if n not in own and (c := recent(n, m)) is not None:
+                    return c
         for n in mentions(m.body):
             if n not in own and (c := recent(n, m)) is not None:
                 return c

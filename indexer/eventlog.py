@@ -29,7 +29,8 @@ CREATE TABLE IF NOT EXISTS events (
     status     TEXT NOT NULL,
     window_id  TEXT,
     thread_root TEXT,
-    reply_to   TEXT
+    reply_to   TEXT,
+    mentions   TEXT  -- user ids, space-separated
 );
 CREATE INDEX IF NOT EXISTS events_room_status ON events (room_id, status, ts, seq);
 CREATE INDEX IF NOT EXISTS events_window ON events (window_id);
@@ -62,6 +63,13 @@ CREATE TABLE IF NOT EXISTS meta (
 """
 
 
+def _message(r: tuple) -> Message:
+    """A Message from (event_id, room_id, sender, ts, body, reply_to, mentions)."""
+    return Message(EventID(r[0]), RoomID(r[1]), UserID(r[2]), r[3], r[4],
+                   EventID(r[5]) if r[5] else None,
+                   tuple(UserID(u) for u in (r[6] or "").split()))
+
+
 @dataclass(frozen=True, slots=True)
 class Cursor:
     room_id: RoomID
@@ -85,7 +93,7 @@ class EventLog(DerivedColumns):
             self._db.execute("PRAGMA secure_delete=ON")
             self._db.executescript(SCHEMA)
         # Event logs made before replies were kept, and before redactions were scrubbed.
-        self._add_columns([("reply_to", "TEXT")])
+        self._add_columns([("reply_to", "TEXT"), ("mentions", "TEXT")])
         self._add_columns([("redacted", "INTEGER NOT NULL DEFAULT 0")], "dirty_windows")
         self._migrate_derived()
 
@@ -109,7 +117,7 @@ class EventLog(DerivedColumns):
         many were new. The hooks run inside the same SQLite transaction (history.py:
         redactions and edits that arrived first, then this batch's edits/redactions)."""
         rows = [(m.event_id, m.room_id, m.sender, m.ts, m.body, EventStatus.PENDING.value,
-                 root, m.reply_to) for m, root in messages]
+                 root, m.reply_to, " ".join(m.mentions) or None) for m, root in messages]
         with self._lock:
             cur = self._db.cursor()
             cur.execute("BEGIN IMMEDIATE")
@@ -119,7 +127,7 @@ class EventLog(DerivedColumns):
                 before = self._db.total_changes
                 cur.executemany(
                     "INSERT OR IGNORE INTO events (event_id, room_id, sender, ts, body, status,"
-                    " thread_root, reply_to) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+                    " thread_root, reply_to, mentions) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
                 added = self._db.total_changes - before
                 if after_insert is not None:
                     after_insert(cur)
@@ -178,15 +186,15 @@ class EventLog(DerivedColumns):
                 (room_id, EventStatus.INDEXED.value, thread)).fetchone()
             open_window = WindowID(row[0]) if row else None
             rows = self._db.execute(
-                "SELECT event_id, room_id, sender, ts, body, status, reply_to FROM events"
+                "SELECT event_id, room_id, sender, ts, body, status, reply_to, mentions"
+                " FROM events"
                 " WHERE room_id = ? AND COALESCE(thread_root, '') = ?"
                 " AND (status = ? OR (status = ? AND window_id = ?))"
                 " ORDER BY ts, seq",
                 (room_id, thread, EventStatus.PENDING.value, EventStatus.INDEXED.value,
                  open_window)).fetchall()
         pending = {EventID(r[0]) for r in rows if r[5] == EventStatus.PENDING.value}
-        return [Message(EventID(r[0]), RoomID(r[1]), UserID(r[2]), r[3], r[4], r[6])
-                for r in rows], pending
+        return [_message(r[:5] + r[6:]) for r in rows], pending
 
     def mark_indexed(self, room_id: RoomID, assignments: dict[EventID, WindowID],
                      last: Message) -> None:
@@ -215,11 +223,10 @@ class EventLog(DerivedColumns):
         """The messages a stored window holds now (edits applied, redactions gone)."""
         with self._lock:
             rows = self._db.execute(
-                "SELECT event_id, room_id, sender, ts, body, reply_to FROM events"
+                "SELECT event_id, room_id, sender, ts, body, reply_to, mentions FROM events"
                 " WHERE window_id = ? AND status = ? ORDER BY ts, seq",
                 (window_id, EventStatus.INDEXED.value)).fetchall()
-        return [Message(EventID(r[0]), RoomID(r[1]), UserID(r[2]), r[3], r[4], r[5])
-                for r in rows]
+        return [_message(r) for r in rows]
 
     def requeue_all(self) -> int:
         """A rebuild: every indexed event back to pending, cursors and dirty marks gone."""

@@ -153,7 +153,8 @@ def parse_event(raw: Any) -> ParsedEvent:
     thread_root = None
     if relates.get("rel_type") == "m.thread" and _str(relates, "event_id"):
         thread_root = EventID(relates["event_id"])
-    msg = Message(eid, rid, UserID(sender), ts, body, _reply_to(relates))
+    msg = Message(eid, rid, UserID(sender), ts, body, _reply_to(relates),
+                  _mentions(content, sender))
     return MessageEvent(msg, thread_root, is_command)
 
 
@@ -165,6 +166,21 @@ def _reply_to(relates: dict) -> EventID | None:
         return None
     target = _str(reply, "event_id")
     return EventID(target) if target and target.startswith("$") and len(target) <= 255 else None
+
+
+MAX_MENTIONS = 20  # more is a ping-all, not a conversation
+
+
+def _mentions(content: dict, sender: str) -> tuple[UserID, ...]:
+    """The user ids of `m.mentions` other than the sender's, in order, once each; none
+    if malformed or too many."""
+    mentions = content.get("m.mentions")
+    ids = mentions.get("user_ids") if isinstance(mentions, dict) else None
+    if not isinstance(ids, list) or len(ids) > MAX_MENTIONS:
+        return ()
+    ok = [u for u in ids if isinstance(u, str) and u.startswith("@") and ":" in u
+          and len(u) <= 255 and u != sender]
+    return tuple(UserID(u) for u in dict.fromkeys(ok))
 
 
 def _edit(rid: RoomID, eid: EventID, sender: UserID, relates: dict, content: dict,

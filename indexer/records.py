@@ -38,6 +38,9 @@ class Message:
     # chunker follows a reply that names no one (clients stopped sending the "> <@bob>"
     # fallback, Matrix 1.13).
     reply_to: EventID | None = None
+    # Users the message mentions (`m.mentions.user_ids`): who it is addressed to when
+    # its text does not say (a reply's target sender is among them).
+    mentions: tuple[UserID, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,13 +46,15 @@ def timelines(draw, max_messages: int = 40) -> list[Message]:
     # Matrix replies (m.in_reply_to) to any earlier event, or to one never seen.
     replies = draw(st.lists(st.one_of(st.none(), st.integers(-1, max(n - 1, 0))),
                             min_size=n, max_size=n))
+    mentioned = draw(st.lists(st.lists(st.sampled_from(SENDERS), max_size=2),
+                              min_size=n, max_size=n))
     ts, out = T0, []
     for i in range(n):
         ts += steps[i]
         r = replies[i]
         reply_to = None if r is None or r >= i else EventID(f"$e{r}" if r >= 0 else "$gone")
         out.append(Message(EventID(f"$e{i}"), ROOM, senders[i], ts, prefixes[i] + bodies[i],
-                           reply_to))
+                           reply_to, tuple(mentioned[i])))
     return out
 
 
@@ -286,6 +288,26 @@ def test_matrix_replies_without_fallback_join_the_conversation_replied_to():
                         EventID(replies[i]) if i in replies else None)
                 for i, m in enumerate(timeline)]
     assert [[m.event_id for m in w] for w in chunk(timeline, ChunkPolicy(), CLOSED)] == [
+        ["$m0", "$m1", "$m4"], ["$m2", "$m3"]]
+
+
+def test_m_mentions_address_a_message_whose_text_names_no_one():
+    """A pill (or a reply to a message of an earlier block) leaves only m.mentions to
+    say who is addressed."""
+    timeline = [
+        say(0, "@alice:x", "how do I open a rar archive?"),
+        say(1, "@bob:x", "alice: which version?"),
+        say(2, "@carol:x", "my wifi drops every few minutes"),
+        say(3, "@dave:x", "carol: which card is it?"),
+        say(4, "@erin:x", "apt install unrar"),
+    ]
+    ids = lambda ws: [[m.event_id for m in w] for w in ws]  # noqa: E731
+    assert ids(chunk(timeline, ChunkPolicy(), CLOSED)) == [
+        ["$m0", "$m1"], ["$m2", "$m3"], ["$m4"]]
+    last = timeline[4]
+    timeline[4] = Message(last.event_id, ROOM, last.sender, last.ts, last.body, None,
+                          (UserID("@alice:x"),))
+    assert ids(chunk(timeline, ChunkPolicy(), CLOSED)) == [
         ["$m0", "$m1", "$m4"], ["$m2", "$m3"]]
 
 

@@ -449,12 +449,14 @@ def test_reply_relations_survive_the_event_log_and_old_logs_gain_the_column(tmp_
     assert History(log).dirty() == [("w-edited", ROOM, False)]  # no scrub asked for
     log._db.execute("DELETE FROM dirty_windows")
     log.append([(Message(EventID("$new"), ROOM, UserID("@b:x"), 2, "an answer",
-                         EventID("$old")), None)])
+                         EventID("$old"), (UserID("@a:x"), UserID("@c:x"))), None)])
     tail, pending = log.room_tail(ROOM)
-    assert [(m.event_id, m.reply_to) for m in tail] == [("$old", None), ("$new", "$old")]
+    assert [(m.event_id, m.reply_to, m.mentions) for m in tail] == [
+        ("$old", None, ()), ("$new", "$old", ("@a:x", "@c:x"))]
     store = ChromaStore(path=tmp_path / "chroma")
     Pipeline(log, HashEmbedder(), store, POLICY).process_all()
     [w] = store.get()
     assert log.window_messages(w.window_id)[1].reply_to == "$old"
+    assert log.window_messages(w.window_id)[1].mentions == ("@a:x", "@c:x")
     log.close()
     EventLog(tmp_path / "eventlog.sqlite3").close()  # opening again: nothing to add

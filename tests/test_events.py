@@ -191,6 +191,23 @@ def test_a_malformed_reply_relation_is_no_reply(reply):
     assert isinstance(ev, MessageEvent) and ev.message.reply_to is None
 
 
+def test_mentions_are_the_user_ids_of_m_mentions_but_the_senders():
+    raw = msg("have a look at this")
+    raw["content"]["m.mentions"] = {"user_ids": ["@bob:example.org", raw["sender"], 7,
+                                                 "not-a-user", "@bob:example.org",
+                                                 "@carol:example.org"]}
+    assert parse_event(raw).message.mentions == ("@bob:example.org", "@carol:example.org")
+
+
+@pytest.mark.parametrize("mentions", [None, "@bob:x", {"user_ids": "@bob:x"}, {"room": True},
+                                      {"user_ids": [f"@u{i}:x" for i in range(21)]}])
+def test_odd_or_crowded_mentions_are_none(mentions):
+    raw = msg("hello everyone")
+    raw["content"]["m.mentions"] = mentions
+    ev = parse_event(raw)
+    assert isinstance(ev, MessageEvent) and ev.message.mentions == ()
+
+
 def test_quote_without_reply_relation_is_kept():
     body = "> a quote I typed\nand my comment"
     ev = parse_event(msg(body))
