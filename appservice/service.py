@@ -29,7 +29,7 @@ from indexer.datadir import load_registration
 from indexer.embedder import Embedder
 from indexer.events import MessageEvent
 from indexer.ingest import AdmitResult
-from indexer.pipeline import PipelineWorker
+from indexer.worker import PipelineWorker
 from indexer.records import RoomID
 
 from .answer_edits import edit_content, rebuild_reply

@@ -90,28 +90,33 @@ def fresh_data_dir(data_dir: Path, rooms: Sequence[str], homeserver_url: str =
                    settings: dict | None = None) -> Path:
     """A new data dir (removed first) as `matrix-sources init` makes it, the rooms on its
     allowlist, `settings` (dotted keys) applied to config.yaml; returns config.yaml."""
-    from ruamel.yaml import YAML
-
     from indexer.datadir import init_data_dir
 
     if data_dir.exists():
         shutil.rmtree(data_dir)
     init_data_dir(data_dir, homeserver_url, "localhost", as_port=as_port)
-    y = YAML()
     (data_dir / "allowlist.yaml").write_text(
         "rooms:\n" + "".join(f"  - '{r}'\n" for r in rooms), encoding="utf-8")
     config = data_dir / "config.yaml"
     if settings:
-        data = y.load(config.read_text(encoding="utf-8"))
-        for key, value in settings.items():
-            node = data
-            *parents, last = key.split(".")
-            for p in parents:
-                node = node.setdefault(p, {})
-            node[last] = value
-        with open(config, "w", encoding="utf-8") as f:
-            y.dump(data, f)
+        apply_settings(config, settings)
     return config
+
+
+def apply_settings(config: Path, settings: dict) -> None:
+    """Set dotted keys ("index.debounce_seconds") in a config.yaml, keeping its comments."""
+    from ruamel.yaml import YAML
+
+    y = YAML()
+    data = y.load(config.read_text(encoding="utf-8"))
+    for key, value in settings.items():
+        node = data
+        *parents, last = key.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[last] = value
+    with open(config, "w", encoding="utf-8") as f:
+        y.dump(data, f)
 
 
 def eval_rooms(root: Path, splits: Sequence[str] = SPLITS) -> list[str]:

@@ -17,25 +17,11 @@ import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 
-from ruamel.yaml import YAML
-
+import perfkit
 from tests.harness import Stack, make_stack
 
 BENCH_SETTINGS = {"index.debounce_seconds": 1.0, "logging.level": "INFO",
                   "search.rate_limit_per_minute": 0}
-
-
-def _apply(config: Path, settings: dict) -> None:
-    y = YAML()
-    data = y.load(config.read_text(encoding="utf-8"))
-    for key, value in settings.items():
-        node = data
-        *parents, last = key.split(".")
-        for p in parents:
-            node = node.setdefault(p, {})
-        node[last] = value
-    with open(config, "w", encoding="utf-8") as f:
-        y.dump(data, f)
 
 
 def write_allowlist(stack: Stack, rooms: list[str]) -> None:
@@ -51,7 +37,7 @@ def running_stack(root: Path, settings: dict | None = None, seed_chroma: Path | 
         shutil.rmtree(root)
     root.mkdir(parents=True)
     stack = make_stack(root)
-    _apply(stack.config, {**BENCH_SETTINGS, **(settings or {})})
+    perfkit.apply_settings(stack.config, {**BENCH_SETTINGS, **(settings or {})})
     if allowlist:
         write_allowlist(stack, allowlist)
     if seed_chroma is not None:

@@ -150,10 +150,9 @@ class LexicalRanker:
                 return None  # not ready, or a term of other characters: ask Chroma
             if post:
                 tfs[t] = post
-        total = index.count()
-        if not tfs or total is None:
+        if not tfs:
             return []
-        idf, pool = _prefilter(tfs, total)
+        idf, pool = _prefilter(tfs, index.count())
         lengths = index.lengths(pool)
         return _bm25(pool, idf, lambda w, t: tfs[t].get(w, 0), lambda w: lengths.get(w, 0))
 

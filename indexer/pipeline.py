@@ -5,20 +5,14 @@
         --acknowledged--> event log: events indexed, room cursor advanced
         (a group's steps commit in a helper thread while the next group is embedded)
 
-    PipelineWorker (live):   idle --notify()--> debounce --> run --ok--> idle
-                                                             |  ^
-                                                       error v  | backoff (doubling, capped)
+Live, worker.py runs it in the background, debounced.
 
 The pipeline is the one writer of the collection and of cursors. A cursor moves only
 after the upsert returned, in the same SQLite transaction that marks the events indexed,
 so a crash or a failing store at any point leaves pending events pending: the next run
 re-chunks them into the same window ids and nothing is lost or doubled.
 
-Live, the open window of a room (its last) is re-embedded at most once per debounce
-interval however many messages arrive; import embeds each closed window once. The
-interval runs from the first message not yet taken by a run: one that lands while a
-long run is under way is taken as soon as that run ends if it has waited an interval
-already, so under load runs follow each other with no idle second between them.
+Import embeds each closed window once.
 
 A room can be purged (purge.py) while this runs in its worker thread. Embedding, the
 slow part, runs unlocked; the upsert and the commit run under `lock`, which the purge
@@ -30,14 +24,13 @@ purged room's windows, nor text read before the purge once the room is public ag
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
 import time
 from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable
+from typing import Callable
 
 from .chunker import ChunkPolicy, build_blocks, commit_batches, embed_text
 from .chunker import window_id as chunk_window_id
@@ -277,12 +270,12 @@ class Pipeline:
             return None
         return max(0.0, self._scrubbed_at + self.scrub_every - self.clock())
 
-    def scrub_history(self, force: bool = False) -> bool | None:
+    def scrub_history(self) -> bool | None:
         """Scrub the superseded text of windows re-upserted for redactions from Chroma's
         files and the event log's WAL (chromascrub.py), unless one ran less than
-        `scrub_every` seconds ago (`force`: regardless). None if nothing was due or it is
-        too soon; else whether Chroma's files were scrubbed (a server's cannot be)."""
-        if not self.scrub_due or (not force and self.scrub_wait()):
+        `scrub_every` seconds ago. None if nothing was due or it is too soon; else
+        whether Chroma's files were scrubbed (a server's cannot be)."""
+        if not self.scrub_due or self.scrub_wait():
             return None
         with self.lock:  # nothing writes to the collection meanwhile
             due = sorted(self.scrub_due)
@@ -321,115 +314,3 @@ class Pipeline:
         self.eventlog.mark_indexed(room_id, assignments, latest)
         log.info("windows_upserted", extra={"room_id": room_id, "windows": len(batch),
                                             "events": len(assignments)})
-
-
-Sleep = Callable[[float], Awaitable[None]]
-
-
-class PipelineWorker:
-    """Runs the pipeline in the background for the live service: debounced, off the
-    event loop, retried with backoff when the store or the model fails."""
-
-    def __init__(self, pipeline: Pipeline, debounce: float = 1.0,
-                 backoff_initial: float = 1.0, backoff_max: float = 60.0,
-                 sleep: Sleep = asyncio.sleep, clock: Callable[[], float] = time.monotonic,
-                 sweep_every: float = 60.0, after_run: Callable[[], None] | None = None):
-        self.pipeline = pipeline
-        # Called in the worker thread after each run that succeeded (the service hands
-        # the run's freed memory back to the system: appservice/heap.py).
-        self.after_run = after_run
-        self.sweep_every = sweep_every  # seconds between closing quiet rooms' last blocks
-        self.debounce = debounce
-        self.backoff_initial = backoff_initial
-        self.backoff_max = backoff_max
-        self._sleep = sleep
-        self._clock = clock
-        self._wake = asyncio.Event()
-        self._waiting_since: float | None = None  # first notify not yet taken by a run
-        self._scrub_timer: asyncio.TimerHandle | None = None
-        self._run_lock = asyncio.Lock()
-        self._task: asyncio.Task | None = None
-        self._sweeper: asyncio.Task | None = None
-        self.failures = 0
-        self.runs = 0
-        self.idle = asyncio.Event()
-        self.idle.set()
-
-    def notify(self) -> None:
-        self.idle.clear()
-        if self._waiting_since is None:
-            self._waiting_since = self._clock()
-        self._wake.set()
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._loop(), name="pipeline")
-        self._sweeper = asyncio.create_task(self._sweep_loop(), name="pipeline-sweep")
-        self.notify()  # catch up on whatever a previous run left pending
-
-    async def stop(self) -> None:
-        if self._scrub_timer is not None:
-            self._scrub_timer.cancel()
-        for task in (self._task, self._sweeper):
-            if task:
-                task.cancel()
-                try:
-                    await task
-                except asyncio.CancelledError:
-                    pass
-
-    async def _loop(self) -> None:
-        backoff = self.backoff_initial
-        while True:
-            await self._wake.wait()
-            since = self._waiting_since if self._waiting_since is not None else self._clock()
-            wait = since + self.debounce - self._clock()
-            if wait > 0:
-                await self._sleep(wait)
-            self._wake.clear()
-            self._waiting_since = None
-            try:
-                async with self._run_lock:
-                    await asyncio.to_thread(self._run)
-                self.runs += 1
-                backoff = self.backoff_initial
-            except Exception as e:  # the store or the model failed: retry, cursor unmoved
-                self.failures += 1
-                log.warning("pipeline_failed", extra={"error": type(e).__name__,
-                                                       "retry_in": backoff})
-                await self._sleep(backoff)
-                backoff = min(backoff * 2, self.backoff_max)
-                if self._waiting_since is None:  # retry now: the backoff was the wait
-                    self._waiting_since = self._clock() - self.debounce
-                self._wake.set()
-                continue
-            wait = self.pipeline.scrub_wait()
-            if wait:  # a scrub is due but too soon: run again when it may go
-                if self._scrub_timer is not None:
-                    self._scrub_timer.cancel()
-                self._scrub_timer = asyncio.get_running_loop().call_later(wait, self.notify)
-            if not self._wake.is_set():
-                self.idle.set()
-
-    def _run(self) -> None:
-        indexed = self.pipeline.process_all()
-        self.pipeline.scrub_history()
-        if indexed and self.after_run is not None:
-            self.after_run()
-
-    async def _sweep_loop(self) -> None:
-        """Every sweep interval, close the last blocks of rooms gone quiet; never at the
-        same time as a pipeline run (they re-chunk the same tails)."""
-        while True:
-            await asyncio.sleep(self.sweep_every)
-            try:
-                async with self._run_lock:
-                    closed = await asyncio.to_thread(self.pipeline.close_quiet_blocks)
-                    await asyncio.to_thread(self.pipeline.scrub_history)  # one that waited
-            except Exception as e:  # retried at the next sweep
-                log.warning("sweep_failed", extra={"error": type(e).__name__})
-                continue
-            if closed:
-                log.info("quiet_blocks_closed", extra={"blocks": closed})
-
-    async def wait_idle(self) -> None:
-        await self.idle.wait()

@@ -245,15 +245,10 @@ class TermIndex:
 
     # -- reads ---------------------------------------------------------------------
 
-    def count(self, where: dict | None = None) -> int | None:
-        """Live windows passing `where`; None if `where` is not a form answered here."""
-        accept = _filter(where)
-        if accept is None:
-            return None
+    def count(self) -> int:
+        """Live windows: the collection's size, which idf is taken against."""
         with self._lock:
-            if where is None:
-                return len(self._slot)
-            return sum(1 for s in self._slot.values() if accept(self._room[s], self._corpus[s]))
+            return len(self._slot)
 
     def postings(self, base: str, prefix: bool,
                  where: dict | None = None) -> dict[str, int] | None:

@@ -13,7 +13,8 @@ from indexer import pipeline as pipeline_mod
 from indexer.chunker import ChunkPolicy, window_id
 from indexer.embedder import HashEmbedder
 from indexer.eventlog import EventLog
-from indexer.pipeline import Pipeline, PipelineWorker
+from indexer.pipeline import Pipeline
+from indexer.worker import PipelineWorker
 from indexer.records import EventID, Message, RoomID, UserID
 from indexer.store import ChromaStore
 
@@ -329,7 +330,7 @@ class FakeSleep:
 class FakePipelineBase:
     """What the worker calls besides process_all: no edits, so no scrub is ever due."""
 
-    def scrub_history(self, force: bool = False) -> None:
+    def scrub_history(self) -> None:
         return None
 
     def scrub_wait(self) -> None:

@@ -291,7 +291,7 @@ async def test_the_worker_runs_a_deferred_scrub_without_new_events(world):
     passed, with no further message to wake it."""
     import asyncio
 
-    from indexer.pipeline import PipelineWorker
+    from indexer.worker import PipelineWorker
 
     ingest, pipeline, store, log, tmp = world
     pipeline.scrub_every = 3.0

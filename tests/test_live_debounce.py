@@ -11,7 +11,8 @@ import pytest
 from indexer.chunker import ChunkPolicy, window_id
 from indexer.embedder import HashEmbedder, encode_in_length_order
 from indexer.eventlog import EventLog
-from indexer.pipeline import Pipeline, PipelineWorker
+from indexer.pipeline import Pipeline
+from indexer.worker import PipelineWorker
 from indexer.records import EventID, Message, RoomID, UserID
 from indexer.store import ChromaStore
 
@@ -62,6 +63,16 @@ def parts(tmp_path):
     log.close()
 
 
+def live_worker(log, store, **worker_args):
+    """A pipeline on the fake clock, with its worker: (clock, embedder, pipeline, worker)."""
+    clock = FakeClock(T0 / 1000)
+    emb = HashEmbedder()
+    pipeline = Pipeline(log, emb, store, POLICY, clock=clock)
+    worker = PipelineWorker(pipeline, debounce=DEBOUNCE, sleep=clock.sleep, clock=clock,
+                            **worker_args)
+    return clock, emb, pipeline, worker
+
+
 def message(i: int, clock: FakeClock) -> tuple[Message, None]:
     sender = ALICE if i % 2 else BOB
     return (Message(EventID(f"$m{i:03d}"), ROOM, sender, int(clock.now * 1000),
@@ -87,10 +98,7 @@ async def settle(worker: PipelineWorker, clock: FakeClock) -> None:
 
 async def test_messages_within_one_interval_cost_one_embedding_of_the_open_window(parts):
     log, store = parts
-    clock = FakeClock(T0 / 1000)
-    emb = HashEmbedder()
-    pipeline = Pipeline(log, emb, store, POLICY, clock=clock)
-    worker = PipelineWorker(pipeline, debounce=DEBOUNCE, sleep=clock.sleep, clock=clock)
+    clock, emb, pipeline, worker = live_worker(log, store)
     worker.start()
     try:
         await settle(worker, clock)  # the start-up catch-up run: nothing pending
@@ -130,10 +138,7 @@ async def test_a_message_during_a_run_waits_for_the_next_interval(parts):
     """Messages keep coming while the pipeline runs: they are gathered for one more run
     one interval later, not embedded one by one."""
     log, store = parts
-    clock = FakeClock(T0 / 1000)
-    emb = HashEmbedder()
-    pipeline = Pipeline(log, emb, store, POLICY, clock=clock)
-    worker = PipelineWorker(pipeline, debounce=DEBOUNCE, sleep=clock.sleep, clock=clock)
+    clock, emb, pipeline, worker = live_worker(log, store)
     loop = asyncio.get_running_loop()
     real_process_all = pipeline.process_all
     arriving = iter(range(1, 4))
@@ -165,10 +170,7 @@ async def test_after_a_run_longer_than_the_interval_the_next_starts_at_once(part
     import threading
 
     log, store = parts
-    clock = FakeClock(T0 / 1000)
-    emb = HashEmbedder()
-    pipeline = Pipeline(log, emb, store, POLICY, clock=clock)
-    worker = PipelineWorker(pipeline, debounce=DEBOUNCE, sleep=clock.sleep, clock=clock)
+    clock, emb, pipeline, worker = live_worker(log, store)
     loop = asyncio.get_running_loop()
     real_process_all = pipeline.process_all
     first = [True]
@@ -207,11 +209,9 @@ async def test_after_run_follows_each_run_that_indexed_something(parts):
     import threading
 
     log, store = parts
-    clock = FakeClock(T0 / 1000)
     calls: list[str] = []
-    pipeline = Pipeline(log, HashEmbedder(), store, POLICY, clock=clock)
-    worker = PipelineWorker(pipeline, debounce=DEBOUNCE, sleep=clock.sleep, clock=clock,
-                            after_run=lambda: calls.append(threading.current_thread().name))
+    clock, _, pipeline, worker = live_worker(
+        log, store, after_run=lambda: calls.append(threading.current_thread().name))
     worker.start()
     try:
         await settle(worker, clock)  # the start-up run: nothing pending
