@@ -8,8 +8,7 @@ gone left out, and sent as an `m.replace` of the reply.
 from __future__ import annotations
 
 from indexer.answers import RecordedAnswer
-from indexer.chunker import format_ts
-from indexer.records import EventID, Hit, RoomID, UserID, WindowID
+from indexer.records import EventID, Hit, Line, RoomID, UserID, WindowID
 
 from .replies import Reply, render_hits
 
@@ -22,14 +21,16 @@ def rebuild_reply(rec: RecordedAnswer, lines: dict[str, tuple[str, int, str]],
     hits = []
     for h in rec.hits:
         kept = [e for e in h.get("quoted", []) if e in lines]
-        doc = "\n".join(f"[{format_ts(lines[e][1])}] {lines[e][0]}: "
-                        + lines[e][2].replace("\n", "\n  ") for e in kept)
-        ids = tuple(EventID(e) for e in kept) or (EventID(h.get("first_event_id") or ""),)
+        shown = tuple(Line(EventID(e), UserID(lines[e][0]), lines[e][1], lines[e][2],
+                           "linked" if e in h.get("answer_event_ids", ()) else "")
+                      for e in kept)
+        ids = tuple(EventID(e) for e in h.get("window_event_ids", h.get("event_ids", []))) \
+            or (EventID(h.get("first_event_id") or ""),)
         hits.append(Hit(WindowID(h.get("window_id", "")), RoomID(h.get("room_id", "")),
                         h.get("room_label", ""), h.get("corpus", "chat"), ids,
                         tuple(UserID(s) for s in h.get("senders", [])),
                         int(h.get("ts_first", 0)), int(h.get("ts_last", 0)),
-                        float(h.get("score", 0.0)), doc))
+                        float(h.get("score", 0.0)), "", shown=shown))
     return render_hits(hits, ("",), fallback_server, header=EDIT_HEADER)
 
 

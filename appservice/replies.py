@@ -7,18 +7,17 @@ are built from percent-encoded ids only. Long replies are cut at a whole hit.
 from __future__ import annotations
 
 import html
-import re
 from dataclasses import dataclass
 from urllib.parse import quote
 
 from indexer.chunker import format_ts, parse_document
 from indexer.derived import EmittedSection
-from indexer.records import CORPUS_REFERENCE, Hit
+from indexer.lexical import terms
+from indexer.records import CORPUS_REFERENCE, Hit, Line, UserID
 
-MAX_LINES_PER_HIT = 2
+MAX_LINES_PER_HIT = 3
 MAX_LINE_CHARS = 220
 MAX_REPLY_CHARS = 12000  # well inside Matrix's 64 KiB event limit, HTML included
-_WORD = re.compile(r"\w+", re.UNICODE)
 
 
 @dataclass(frozen=True)
@@ -66,18 +65,28 @@ def _clip(text: str, n: int = MAX_LINE_CHARS) -> str:
     return text if len(text) <= n else text[: n - 1].rstrip() + "…"
 
 
-def best_lines(hit: Hit, query_texts: tuple[str, ...], n: int = MAX_LINES_PER_HIT
-               ) -> list[tuple[str, str, str]]:
-    """The window's messages that share most words with the query, in window order,
-    as (event id, sender, body)."""
-    qwords = {w for t in query_texts for w in _WORD.findall(t.lower())}
+def shown_lines(hit: Hit, n: int = MAX_LINES_PER_HIT) -> tuple[Line, ...]:
+    """The lines to quote: the presenter's choice (indexer/present.py, by meaning), or,
+    for a hit that was not presented, the window's first lines."""
+    if hit.shown:
+        return hit.shown
     entries = parse_document(hit.text)
-    lines = [(hit.event_ids[i] if i < len(hit.event_ids) else hit.first_event_id, sender, body)
-             for i, (_, sender, body) in enumerate(entries) if body.strip()]
-    scored = [(len(qwords & set(_WORD.findall(body.lower()))), -i, i)
-              for i, (_, _, body) in enumerate(lines)]
-    keep = sorted(i for _, _, i in sorted(scored, reverse=True)[:n])
-    return [lines[i] for i in keep]
+    return tuple(Line(hit.event_ids[i] if i < len(hit.event_ids) else hit.first_event_id,
+                      UserID(sender), hit.ts_first, body)
+                 for i, (_, sender, body) in enumerate(entries) if body.strip())[:n]
+
+
+def _later(hit: Hit, line: Line) -> str:
+    """How long after the hit's window a linked answer came: " · 3 h later"."""
+    if not line.linked:
+        return ""
+    minutes = max(0, (line.ts - hit.ts_last) // 60_000)
+    if minutes < 1:
+        return ""
+    if minutes < 60:
+        return f" · {minutes} min later"
+    hours = minutes // 60
+    return f" · {hours} h later" if hours < 48 else f" · {hours // 24} days later"
 
 
 def _time_range(hit: Hit) -> str:
@@ -91,11 +100,15 @@ def _localpart(mxid: str) -> str:
     return mxid[1:].split(":", 1)[0] if mxid.startswith("@") else mxid
 
 
+NOTHING_MATCHES = ("Nothing in the index answers that. Try asking it another way, or "
+                   "narrow it to a room with --room #room:server. "
+                   "`!sources why 1` shows the closest message and how far off it was.")
+
+
 def render_hits(hits: list[Hit], query_texts: tuple[str, ...], fallback_server: str | None = None,
                 header: str | None = None) -> Reply:
     if not hits:
-        msg = "No indexed conversation matches that yet."
-        return Reply(msg, html.escape(msg), ())
+        return Reply(NOTHING_MATCHES, html.escape(NOTHING_MATCHES), ())
     if header is not None:
         plain, rich = [header], [f"<p>{html.escape(header)}</p><ol>"]
     else:
@@ -132,38 +145,43 @@ def render_hits(hits: list[Hit], query_texts: tuple[str, ...], fallback_server: 
 
 def _chat_piece(n: int, hit: Hit, query_texts: tuple[str, ...], fallback_server: str | None
                 ) -> tuple[str, str, list[str], EmittedSection]:
-    """A chat hit: room, time, senders, lines linked to their events."""
+    """A chat hit: room, time, senders, the quoted lines (the matched question and the
+    answers to it, linked answers from later windows marked with how much later), each
+    linked to its event."""
     room = hit.room_label or hit.room_id
-    senders = ", ".join(_localpart(s) for s in hit.senders[:4])
-    if len(hit.senders) > 4:
-        senders += f" +{len(hit.senders) - 4}"
+    speakers = list(dict.fromkeys([*hit.senders, *(a.sender for a in hit.answers)]))
+    senders = ", ".join(_localpart(s) for s in speakers[:4])
+    if len(speakers) > 4:
+        senders += f" +{len(speakers) - 4}"
     via = via_servers(hit, fallback_server)
     link = permalink(hit.room_id, hit.first_event_id, via)
-    best = best_lines(hit, query_texts)
-    lines = [(permalink(hit.room_id, e, via), s, b) for e, s, b in best]
+    shown = shown_lines(hit)
+    lines = [(permalink(hit.room_id, ln.event_id, via), _localpart(ln.sender) + _later(hit, ln),
+              ln.body) for ln in shown]
     head = f"{room} · {_time_range(hit)} · {senders}"
     p = [f"{n}. {head}"]
-    p += [f"   > {_localpart(s)}: {_clip(b)}\n     {url}" for url, s, b in lines]
+    p += [f"   > {who}: {_clip(b)}\n     {url}" for url, who, b in lines]
     p.append(f"   window: {link}")
     r = (f"<li><a href=\"{html.escape(link, quote=True)}\">{html.escape(room)}</a>"
          f" · {html.escape(_time_range(hit))} · {html.escape(senders)}<blockquote>"
          + "<br>".join(f"<a href=\"{html.escape(url, quote=True)}\">"
-                       f"<b>{html.escape(_localpart(s))}</b></a>: {html.escape(_clip(b))}"
-                       for url, s, b in lines)
+                       f"<b>{html.escape(who)}</b></a>: {html.escape(_clip(b))}"
+                       for url, who, b in lines)
          + "</blockquote></li>")
-    shown = [_clip(b) for _, _, b in lines]
-    text = "\n".join([head] + [f"{_localpart(s)}: {_clip(b)}" for _, s, b in lines])
-    return "\n".join(p), r, shown, EmittedSection(text, tuple(hit.event_ids),
-                                                  tuple(e for e, _, _ in best))
+    quoted = [_clip(b) for _, _, b in lines]
+    text = "\n".join([head] + [f"{who}: {_clip(b)}" for _, who, b in lines])
+    return "\n".join(p), r, quoted, EmittedSection(text, hit.cited_event_ids,
+                                                   tuple(ln.event_id for ln in shown))
 
 
 def reference_lines(hit: Hit, query_texts: tuple[str, ...], n: int = MAX_LINES_PER_HIT
                     ) -> list[str]:
-    """The lines of a reference chunk sharing most words with the query, in order."""
-    qwords = {w for t in query_texts for w in _WORD.findall(t.lower())}
+    """The lines of a reference chunk sharing most search terms with the query (stop
+    words never count), in order."""
+    qwords = {w for t in query_texts for w in terms(t)}
     lines = [line.strip() for line in hit.text.split("\n")
              if line.strip() and not line.lstrip().startswith(("```", "~~~"))]
-    scored = sorted(((len(qwords & set(_WORD.findall(line.lower()))), -i, i)
+    scored = sorted(((len(qwords & set(terms(line))), -i, i)
                      for i, line in enumerate(lines)), reverse=True)[:n]
     return [lines[i] for i in sorted(i for _, _, i in scored)]
 

@@ -112,8 +112,7 @@ def build(root: Path, windows: int, minutes: float, cache: Path = CACHE) -> dict
         while len(batch) < 2048 and state["windows"] + len(batch) < windows:
             msgs = stream(rooms, state["streams"] + streams)
             streams += 1
-            batch += build_windows(msgs, pol, f"gen {msgs[0].room_id[5:10]}",
-                                   now_ms=msgs[-1].ts + pol.gap_ms + 1)
+            batch += build_windows(msgs, pol, f"gen {msgs[0].room_id[5:10]}")
         batch = batch[:windows - state["windows"]]
         t = time.perf_counter()
         vectors = encode_in_length_order(model, [embed_text(w) for w in batch], 64)

@@ -93,7 +93,7 @@ def load_messages(split_dir: Path) -> dict[RoomID, list[Message]]:
 def run_config(rooms, items, emb, policy, searcher_kwargs, variants) -> dict:
     closed = 2**62  # "now", long after every message: every block closed
     windows = [w for msgs in rooms.values()
-               for w in chunker.build_windows(msgs, policy, "", now_ms=closed)]
+               for w in chunker.build_windows(msgs, policy, "")]
     with tempfile.TemporaryDirectory() as tmp:
         store = ChromaStore(path=Path(tmp) / "chroma")
         for i in range(0, len(windows), 500):

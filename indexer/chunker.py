@@ -4,35 +4,33 @@ A busy room interleaves several conversations; a window cut blindly from the tim
 mixes them and parts a question from its answers. So the timeline is cut in two steps:
 
     timeline --greedy: block_bytes, gap_ms--> blocks (contiguous)
-    closed block --follow replies and mentions--> windows, each <= max_bytes
-    open block (the room's last, still growing) --> one window, the whole block
+    block --follow replies and mentions--> windows, each <= max_bytes
 
-A block closes when the next message would push it past `block_bytes` of message text,
-arrives more than `gap_ms` after the previous one, or when `gap_ms` has passed since its
-last message (`now_ms`: no later message can join it any more). Inside a closed block a
-message joins the conversation of the message it replies to (`m.in_reply_to`, when that
-is in the block), else of the person it addresses ("nick: ...", a reply fallback, a
-user in its `m.mentions`), else that of someone its text mentions, else its sender's own last one, else, when
-only two people talk, the other's; else it starts one (indexer/addressing.py). A
-conversation past `max_bytes` goes on in a new window. All of it looks back at most
-`gap_ms`, and never before the block's start.
+A block closes when the next message would push it past `block_bytes` of message text
+or arrives more than `gap_ms` after the previous one. Inside a block a message joins
+the conversation of the message it replies to (`m.in_reply_to`, when that is in the
+block), else of the person it addresses ("nick: ...", a reply fallback, a user in its
+`m.mentions`), else that of someone its text mentions, else its sender's own last one,
+else, when only two people talk, the other's; else it starts one
+(indexer/addressing.py). A conversation past `max_bytes` goes on in a new window. All
+of it looks back at most `gap_ms`, and never before the block's start.
+
+The room's last block (still growing) is cut the same way as a closed one, so a live
+room's recent talk is searchable conversation by conversation within seconds: every
+step looks only at earlier messages, so appending messages never moves an earlier
+one, and re-cutting the open block from its start reproduces its windows with the
+new messages added (a message joins an existing window, or starts one).
 
 The invariants the pipeline relies on (tests/test_chunker.py):
 - every message is in exactly one window; a window keeps timeline order;
 - a window's id comes from its room and first event id;
 - blocks are greedy from the first message, so re-chunking from any block start
-  reproduces every later block and window; the open block is one window, whose id is
-  the block's first event's, and the first window of the block once it closes has
-  that same id. So the pipeline's tail (the window of the room's latest indexed event
-  plus what is pending) always starts at a block start while the block is open, and
-  closing it overwrites the block's window in place;
-- appending messages changes only the open block's windows.
+  reproduces every later block and window;
+- appending messages changes only the last block's windows, and of those only the
+  ones the new messages join (or start).
 
-A block the pipeline first sees after its gap has passed (an import of history, a
-restart after a long outage) is closed at once; a later message then re-chunks only the
-window holding the room's latest message with it. Every message still lands in exactly
-one window (the pipeline deletes a window whose id the re-chunk no longer produces);
-that window's conversation may be cut once more.
+The pipeline keeps the start of each timeline's last block (the event log's
+`open_blocks`) and re-chunks from there, with whatever is pending.
 
 `follow_replies=False` gives the windows of CHUNKER_VERSION 1: blocks of `max_bytes`,
 one window each.
@@ -43,12 +41,12 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from .addressing import addressed, mentions, names
 from .records import EventID, Message, RoomID, Window, WindowID
 
-CHUNKER_VERSION = "2"
+CHUNKER_VERSION = "3"  # 3: the open block is cut into conversations too
 DIALOGUE = 2  # this few people talking within the gap: they talk to each other
 
 
@@ -97,7 +95,7 @@ def blocks(messages: Sequence[Message], policy: ChunkPolicy) -> list[tuple[Messa
 
 
 def conversations(block: Sequence[Message], policy: ChunkPolicy) -> list[tuple[Message, ...]]:
-    """A closed block's messages grouped by conversation, in windows of at most
+    """A block's messages grouped by conversation, in windows of at most
     max_bytes (or one message), ordered by their first message."""
     if not policy.follow_replies:
         return _cut(block, policy.max_bytes, policy.gap_ms)
@@ -156,52 +154,51 @@ def conversations(block: Sequence[Message], policy: ChunkPolicy) -> list[tuple[M
     return [tuple(w) for w in windows]
 
 
-def _closed(block: Sequence[Message], is_last: bool, policy: ChunkPolicy,
-            now_ms: int | None) -> bool:
-    return not is_last or (now_ms is not None and now_ms - block[-1].ts > policy.gap_ms)
+def chunk_blocks(messages: Sequence[Message], policy: ChunkPolicy
+                 ) -> list[list[tuple[Message, ...]]]:
+    """Windows of messages (one room, timeline order), grouped by block."""
+    return [conversations(b, policy) for b in blocks(messages, policy)]
 
 
-def chunk_blocks(messages: Sequence[Message], policy: ChunkPolicy,
-                 now_ms: int | None = None) -> list[list[tuple[Message, ...]]]:
-    """Windows of messages (one room, timeline order), grouped by block. Without
-    `now_ms` the last block is open."""
-    cut = blocks(messages, policy)
-    return [conversations(b, policy) if _closed(b, i == len(cut) - 1, policy, now_ms) else [b]
-            for i, b in enumerate(cut)]
-
-
-def chunk(messages: Sequence[Message], policy: ChunkPolicy,
-          now_ms: int | None = None) -> list[tuple[Message, ...]]:
+def chunk(messages: Sequence[Message], policy: ChunkPolicy) -> list[tuple[Message, ...]]:
     """Split messages (one room, timeline order) into windows; every message lands in
     exactly one window."""
-    return [w for b in chunk_blocks(messages, policy, now_ms) for w in b]
+    return [w for b in chunk_blocks(messages, policy) for w in b]
 
 
 def _window(ms: tuple[Message, ...], room_label: str) -> Window:
     return Window(window_id(ms[0].room_id, ms[0].event_id), ms[0].room_id, ms, room_label)
 
 
-def build_blocks(messages: Sequence[Message], policy: ChunkPolicy, room_label: str = "",
-                 now_ms: int | None = None) -> list[list[Window]]:
-    return [[_window(ms, room_label) for ms in b]
-            for b in chunk_blocks(messages, policy, now_ms)]
+def build_blocks(messages: Sequence[Message], policy: ChunkPolicy, room_label: str = ""
+                 ) -> list[list[Window]]:
+    return [[_window(ms, room_label) for ms in b] for b in chunk_blocks(messages, policy)]
 
 
 def build_windows(messages: Sequence[Message], policy: ChunkPolicy,
-                  room_label: str = "", now_ms: int | None = None) -> list[Window]:
-    return [w for b in build_blocks(messages, policy, room_label, now_ms) for w in b]
+                  room_label: str = "") -> list[Window]:
+    return [w for b in build_blocks(messages, policy, room_label) for w in b]
 
 
 def commit_batches(grouped: Sequence[Sequence[Window]], pending: set[EventID],
-                   size: int) -> list[list[Window]]:
-    """The order in which the pipeline upserts and commits re-chunked blocks. Every
-    block holding an already indexed message goes whole into the first batch: its
-    events point at windows the block replaces (the open block's one window), so its
-    new windows must land together with the re-pointing of all its events. Blocks of
-    pending messages only follow, at most `size` windows a batch, split anywhere: a
-    failure part-way leaves the rest pending."""
+                   held: Mapping[EventID, WindowID], size: int) -> list[list[Window]]:
+    """The windows of re-chunked blocks that differ from what the store holds, in the
+    order the pipeline upserts and commits them. A window is unchanged when the store
+    holds exactly its messages under its id (`held`: indexed event -> its window):
+    it is not embedded again. The changed windows of every block holding an already
+    indexed message go into the first batch: its events may move between windows,
+    so their new windows must land together with the re-pointing of those events.
+    Blocks of pending messages only follow, at most `size` windows a batch, split
+    anywhere: a failure part-way leaves the rest pending."""
+    members: dict[WindowID, set[EventID]] = {}
+    for e, w in held.items():
+        members.setdefault(w, set()).add(e)
+
+    def changed(w: Window) -> bool:
+        return members.get(w.window_id) != set(w.event_ids)
+
     first = [w for b in grouped if any(m.event_id not in pending for w in b for m in w.messages)
-             for w in b]
+             for w in b if changed(w)]
     rest = [w for b in grouped if all(m.event_id in pending for w in b for m in w.messages)
             for w in b]
     out = [first] if first else []

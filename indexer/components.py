@@ -13,8 +13,10 @@ from .gate import Gate
 from .history import History
 from .ingest import Ingest
 from .journal import Journal
+from .linkage import Horizon
 from .manifest import Manifest, manifest_path
 from .pipeline import Pipeline
+from .present import Presenter
 from .purge import Purger
 from .records import UserID
 from .search import Searcher
@@ -54,7 +56,10 @@ class Index:
                             admits=ingest.admits, history=ingest.history)
         # Purges share the pipeline's lock and store (see pipeline.py on the race).
         ingest.purger = Purger(eventlog, journal, pipeline)
-        searcher = Searcher(embedder, store, cfg.rrf_k, lexical_max_terms=cfg.lexical_max_terms)
+        presenter = Presenter(eventlog, embedder,
+                              Horizon(cfg.answer_horizon_hours, cfg.answer_horizon_messages))
+        searcher = Searcher(embedder, store, cfg.rrf_k, lexical_max_terms=cfg.lexical_max_terms,
+                            min_similarity=cfg.min_similarity, presenter=presenter)
         # The derived filter: one manifest, read by the pipeline, appended by replies.
         manifest = Manifest(manifest_path(cfg.data_dir), cfg.derived.shingle_size)
         matcher = Matcher(manifest, cfg.derived)

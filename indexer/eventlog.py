@@ -57,6 +57,10 @@ CREATE TABLE IF NOT EXISTS dirty_windows (
     window_id TEXT PRIMARY KEY, room_id TEXT NOT NULL,
     redacted INTEGER NOT NULL DEFAULT 0
 );
+CREATE TABLE IF NOT EXISTS open_blocks (
+    room_id TEXT NOT NULL, thread_root TEXT NOT NULL, first_event_id TEXT NOT NULL,
+    PRIMARY KEY (room_id, thread_root)
+);
 CREATE TABLE IF NOT EXISTS meta (
     key   TEXT PRIMARY KEY,
     value TEXT NOT NULL
@@ -69,6 +73,15 @@ def _message(r: tuple) -> Message:
     return Message(EventID(r[0]), RoomID(r[1]), UserID(r[2]), r[3], r[4],
                    EventID(r[5]) if r[5] else None,
                    tuple(UserID(u) for u in (r[6] or "").split()))
+
+
+@dataclass(frozen=True, slots=True)
+class Tail:
+    """What the pipeline re-chunks of one timeline (EventLog.room_tail)."""
+
+    messages: list[Message]  # timeline order
+    pending: set[EventID]
+    held: dict[EventID, WindowID]  # the indexed ones, and the window each is in
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,18 +163,6 @@ class EventLog(DerivedColumns, TimelineReads):
                 (EventStatus.PENDING.value,)).fetchall()
         return [RoomID(r[0]) for r in rows]
 
-    def quiet_timelines(self, before_ts: int) -> list[tuple[RoomID, EventID | None, WindowID]]:
-        """(room, thread, window of its latest indexed event) for every timeline whose
-        latest indexed event is older than `before_ts` and that has nothing pending."""
-        with self._lock:
-            rows = self._db.execute(
-                "SELECT room_id, thread_root, window_id, MAX(ts) AS last FROM events"
-                " WHERE status IN (?, ?) GROUP BY room_id, COALESCE(thread_root, '')"
-                " HAVING last < ? AND SUM(status = ?) = 0",
-                (EventStatus.INDEXED.value, EventStatus.PENDING.value, before_ts,
-                 EventStatus.PENDING.value)).fetchall()
-        return [(RoomID(r[0]), EventID(r[1]) if r[1] else None, WindowID(r[2])) for r in rows]
-
     def pending_threads(self, room_id: RoomID) -> list[EventID | None]:
         """The room's timelines with pending events: None for the main one, else the
         thread roots (a thread is its own sequence of windows)."""
@@ -172,35 +173,47 @@ class EventLog(DerivedColumns, TimelineReads):
         return sorted((EventID(r[0]) if r[0] else None for r in rows),
                       key=lambda t: (t is not None, t or ""))
 
-    def room_tail(self, room_id: RoomID, thread_root: EventID | None = None
-                  ) -> tuple[list[Message], set[EventID]]:
-        """The messages of a timeline's last (open) window plus every pending message of
-        it, in timeline order, and the ids of the pending ones. The timeline is the
-        room's main one, or the thread of `thread_root`. Re-chunking this tail gives the
-        same windows as re-chunking the whole timeline (the chunker is greedy from a
-        block start)."""
+    def room_tail(self, room_id: RoomID, thread_root: EventID | None = None) -> Tail:
+        """A timeline's last block (from the start the pipeline recorded) plus every
+        pending message of it, in timeline order. The timeline is the room's main one,
+        or the thread of `thread_root`. Re-chunking this tail gives the same windows as
+        re-chunking the whole timeline (the chunker is greedy from a block start).
+        Without a recorded start (an event log from before it was kept), the tail
+        starts at the window of the timeline's latest indexed event."""
         thread = thread_root or ""
         with self._lock:
             row = self._db.execute(
-                "SELECT window_id FROM events WHERE room_id = ? AND status = ?"
-                " AND COALESCE(thread_root, '') = ? ORDER BY ts DESC, seq DESC LIMIT 1",
-                (room_id, EventStatus.INDEXED.value, thread)).fetchone()
-            open_window = WindowID(row[0]) if row else None
+                "SELECT e.ts, e.seq FROM open_blocks b JOIN events e"
+                " ON e.event_id = b.first_event_id"
+                " WHERE b.room_id = ? AND b.thread_root = ?", (room_id, thread)).fetchone()
+            if row is None:
+                row = self._db.execute(
+                    "SELECT ts, seq FROM events WHERE window_id = ("
+                    "SELECT window_id FROM events WHERE room_id = ? AND status = ?"
+                    " AND COALESCE(thread_root, '') = ? ORDER BY ts DESC, seq DESC LIMIT 1)"
+                    " ORDER BY ts, seq LIMIT 1",
+                    (room_id, EventStatus.INDEXED.value, thread)).fetchone()
+            start = tuple(row) if row else (2 ** 63 - 1, 0)
             rows = self._db.execute(
-                "SELECT event_id, room_id, sender, ts, body, status, reply_to, mentions"
-                " FROM events"
+                "SELECT event_id, room_id, sender, ts, body, status, reply_to, mentions,"
+                " window_id FROM events"
                 " WHERE room_id = ? AND COALESCE(thread_root, '') = ?"
-                " AND (status = ? OR (status = ? AND window_id = ?))"
+                " AND (status = ? OR (status = ? AND (ts, seq) >= (?, ?)))"
                 " ORDER BY ts, seq",
                 (room_id, thread, EventStatus.PENDING.value, EventStatus.INDEXED.value,
-                 open_window)).fetchall()
+                 *start)).fetchall()
         pending = {EventID(r[0]) for r in rows if r[5] == EventStatus.PENDING.value}
-        return [_message(r[:5] + r[6:]) for r in rows], pending
+        held = {EventID(r[0]): WindowID(r[8]) for r in rows
+                if r[5] == EventStatus.INDEXED.value and r[8]}
+        return Tail([_message(r[:5] + r[6:8]) for r in rows], pending, held)
 
     def mark_indexed(self, room_id: RoomID, assignments: dict[EventID, WindowID],
-                     last: Message) -> None:
+                     last: Message, block_start: tuple[EventID | None, EventID] | None = None
+                     ) -> None:
         """Record what the store now holds and advance the room's cursor, atomically.
-        Called only after the store acknowledged the upsert."""
+        Called only after the store acknowledged the upsert. `block_start`: (thread
+        root, first event) of the timeline's last block, where its next re-chunk
+        starts (room_tail)."""
         now = int(time.time() * 1000)
         with self._lock:
             cur = self._db.cursor()
@@ -215,6 +228,9 @@ class EventLog(DerivedColumns, TimelineReads):
                     " ts = excluded.ts, updated_at = excluded.updated_at"
                     " WHERE excluded.ts >= cursors.ts",
                     (room_id, last.event_id, last.ts, now))
+                if block_start is not None:
+                    cur.execute("INSERT OR REPLACE INTO open_blocks VALUES (?, ?, ?)",
+                                (room_id, block_start[0] or "", block_start[1]))
                 cur.execute("COMMIT")
             except BaseException:
                 cur.execute("ROLLBACK")
@@ -239,6 +255,7 @@ class EventLog(DerivedColumns, TimelineReads):
                             (EventStatus.PENDING.value, EventStatus.INDEXED.value))
                 n = cur.rowcount
                 cur.execute("DELETE FROM cursors")
+                cur.execute("DELETE FROM open_blocks")
                 cur.execute("DELETE FROM dirty_windows")
                 cur.execute("COMMIT")
             except BaseException:
@@ -337,6 +354,7 @@ class EventLog(DerivedColumns, TimelineReads):
                             (EventStatus.PURGED.value, room_id, EventStatus.PURGED.value))
                 purged = cur.rowcount
                 cur.execute("DELETE FROM cursors WHERE room_id = ?", (room_id,))
+                cur.execute("DELETE FROM open_blocks WHERE room_id = ?", (room_id,))
                 # Edits hold message text too; dirty windows are gone with the room.
                 cur.execute("DELETE FROM edits WHERE room_id = ?", (room_id,))
                 cur.execute("DELETE FROM dirty_windows WHERE room_id = ?", (room_id,))

@@ -61,6 +61,8 @@ class _Step:
     stale: list[WindowID]  # windows to delete once the batch is stored (first step only)
     generation: int  # the room's purge count when its tail was read
     messages: int  # pending messages the step indexes
+    # The timeline's last block starts here (the last step of a plan records it).
+    block_start: EventID | None = None
 
 
 @dataclass
@@ -92,9 +94,7 @@ class Pipeline:
     derived: DerivedFilter | None = None
     # Edits and redactions mark stored windows dirty (history.py); None: none tracked.
     history: History | None = None
-    # Timelines whose last window is known to be final: (room, thread, window id).
-    _settled: set = field(default_factory=set)
-    # Wall clock (seconds): a room's last block closes once its gap has passed.
+    # Wall clock (seconds): when the last redaction scrub ran.
     clock: Callable[[], float] = time.time
     # Windows re-upserted or deleted for a redaction whose old text may still sit in
     # Chroma's files (its write-ahead log, free pages, full-text index): scrubbed after
@@ -153,28 +153,31 @@ class Pipeline:
     def _plan_timeline(self, room_id: RoomID, thread_root: EventID | None) -> list[_Step]:
         """The steps that index one timeline's pending events (none if there are none)."""
         generation = self.purges[room_id]
-        tail, pending = self.eventlog.room_tail(room_id, thread_root)
+        tail = self.eventlog.room_tail(room_id, thread_root)
+        messages, pending = tail.messages, tail.pending
         if not pending:
             return []
         # -- derived filter: a pending message quoting an artifact is tagged derived in
         # -- the event log, journalled, and left out of every window (indexer/derived.py)
         if self.derived is not None:
-            tail, pending = self.derived.screen(room_id, tail, pending)
+            messages, pending = self.derived.screen(room_id, messages, pending)
             if not pending:
                 return []
         # -- end of derived filter
-        grouped = build_blocks(tail, self.policy, self.room_label(room_id),
-                               now_ms=int(self.clock() * 1000))
-        # The tail's indexed events sit in the stored open window (the room's open block,
-        # indexer/chunker.py). Usually re-chunking reproduces its id; when older history
-        # arrived (backfill after live events), its messages move to a window starting
-        # earlier, and the old one must go: in the first batch, which re-points them.
-        held = {self.eventlog.status_of(m.event_id)[1] for m in tail
-                if m.event_id not in pending}
-        stale = sorted(w for w in held - {w.window_id for b in grouped for w in b} if w)
+        grouped = build_blocks(messages, self.policy, self.room_label(room_id))
+        # The tail's indexed events sit in the stored windows of the timeline's last
+        # block. Re-chunking reproduces them with the pending messages added; only the
+        # windows that changed are embedded again. When older history arrived (backfill
+        # after live events), messages move to windows starting earlier, and the
+        # windows no longer produced must go: in the first batch, which re-points them.
+        produced = {w.window_id for b in grouped for w in b}
+        stale = sorted(set(tail.held.values()) - produced)
+        batches = commit_batches(grouped, pending, tail.held, EMBED_BATCH)
+        start = grouped[-1][0].messages[0].event_id
         return [_Step(room_id, thread_root, batch, stale if i == 0 else [], generation,
-                      sum(1 for w in batch for m in w.messages if m.event_id in pending))
-                for i, batch in enumerate(commit_batches(grouped, pending, EMBED_BATCH))]
+                      sum(1 for w in batch for m in w.messages if m.event_id in pending),
+                      start if i == len(batches) - 1 else None)
+                for i, batch in enumerate(batches)]
 
     def _embed(self, group: list[_Step]) -> list:
         """The vectors of the steps' windows, embedded in one go, in step order."""
@@ -201,34 +204,6 @@ class Pipeline:
             if progress:
                 progress(step.messages)
         return done
-
-    def close_quiet_blocks(self) -> int:
-        """A room's last block is one coarse window while it may grow (chunker.py). Once
-        the room has been quiet for the gap, nothing can join it: cut it into its
-        conversation windows now, rather than when the room next speaks. Returns how
-        many blocks were closed."""
-        now_ms = int(self.clock() * 1000)
-        closed = 0
-        for room_id, thread, window_id in self.eventlog.quiet_timelines(
-                now_ms - self.policy.gap_ms):
-            key = (room_id, thread, window_id)
-            if key in self._settled or not self.admits(room_id):
-                continue
-            generation = self.purges[room_id]
-            tail, pending = self.eventlog.room_tail(room_id, thread)
-            if pending or not tail:
-                continue  # the next ordinary run re-chunks it
-            windows = [w for b in build_blocks(tail, self.policy, self.room_label(room_id),
-                                               now_ms=now_ms) for w in b]
-            held = {self.eventlog.status_of(m.event_id)[1] for m in tail}
-            if {w.window_id for w in windows} == held:
-                self._settled.add(key)  # already its conversation windows
-                continue
-            stale = sorted(w for w in held - {w.window_id for w in windows} if w)
-            step = _Step(room_id, thread, windows, stale, generation, 0)
-            if self._commit(step, self.embedder.encode([embed_text(w) for w in windows])):
-                closed += 1
-        return closed
 
     def rechunk_window(self, window_id: WindowID, room_id: RoomID,
                        redacted: bool = False) -> None:
@@ -292,11 +267,14 @@ class Pipeline:
                 log.info("windows_dropped_room_refused", extra={"room_id": step.room_id,
                                                                 "windows": len(step.batch)})
                 return False
-            self._store_batch(step.room_id, step.batch, vectors, step.stale)
+            self._store_batch(step.room_id, step.batch, vectors, step.stale,
+                              (step.thread_root, step.block_start) if step.block_start
+                              else None)
         return True
 
     def _store_batch(self, room_id: RoomID, batch: list[Window], vectors: list,
-                     stale: list[WindowID]) -> None:
+                     stale: list[WindowID],
+                     block_start: tuple[EventID | None, EventID] | None = None) -> None:
         self.store.upsert(batch, vectors)
         # After the upsert, before the events point elsewhere: a crash in between leaves
         # them pointing at the deleted window, which the next run re-chunks again.
@@ -311,6 +289,6 @@ class Pipeline:
             m.event_id: w.window_id for w in batch for m in w.messages}
         # Windows follow conversations: the batch's latest message may be in any of them.
         latest = max((m for w in batch for m in w.messages), key=lambda m: m.ts)
-        self.eventlog.mark_indexed(room_id, assignments, latest)
+        self.eventlog.mark_indexed(room_id, assignments, latest, block_start)
         log.info("windows_upserted", extra={"room_id": room_id, "windows": len(batch),
                                             "events": len(assignments)})

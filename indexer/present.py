@@ -1,54 +1,53 @@
 """What a person reads: each chat hit with the answers it carries and the lines to quote.
 
     hit (a window) --event log--> its messages, as they are now
-        --linkage.py--> the later messages that respond to its matched question,
-                        from whichever window they are in, within the horizon
-        --one encode call for every candidate line of every hit-->
-        the matched question (the line closest to the query) and the responses by
-        others that say most about it, chosen by meaning
+        --encode (all hits' lines in one call)--> the matched question: the window's
+                        line closest to the query
+        --linkage.py--> the later messages that respond to the asker's lines, from
+                        whichever window they are in, within the horizon
+        --encode--> the lines to quote: the matched question, then the responses by
+                    others that say most about it, chosen by meaning
 
-A line's score is its cosine similarity to the nearest query text, plus, for a
-response to the matched question, its similarity to that question (an answer often
-shares no words with the query but speaks to the question). Lines of a few
-characters ("yes", "?") say nothing on their own and are never chosen over a longer
-one. Text is read from the event log at presentation time, so an edit shows its new
-text and a redacted message is quoted nowhere: not in the window, not as an answer.
+A response's score is its cosine similarity to the nearest query text plus its
+similarity to the matched question (an answer often shares no words with the query
+but speaks to the question). A line of a few characters ("yes", "?") says nothing on
+its own and is quoted only when nothing longer responds. Text is read from the event
+log when the hit is presented, so an edit shows its new text and a redacted message is
+quoted nowhere: not in its window, not as anyone's answer.
+
+Line vectors are kept in a small in-memory cache keyed by the text's hash (a hit's
+lines come back query after query); they are never written anywhere.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
-from dataclasses import dataclass, replace
+from collections import OrderedDict
+from dataclasses import dataclass, field, replace
 from typing import Sequence
 
+import numpy as np
+
+from .chunker import document
 from .embedder import Embedder
 from .eventlog import EventLog
-from .linkage import Horizon, Link, responses
-from .records import CORPUS_CHAT, EventID, Hit, Line, Message
+from .linkage import Horizon, responses
+from .records import CORPUS_CHAT, EventID, Hit, Line, Message, Window, WindowID
 
 MAX_ANSWERS = 12  # linked answers carried (and cited) per hit
-SHOWN_ANSWERS = 2  # responses quoted under the matched question
-SHOWN_LINES = 3  # lines quoted per hit
+SHOWN_LINES = 3  # lines quoted per hit: the matched question and the best responses
 MIN_LINE_CHARS = 12  # shorter lines are quoted only when nothing longer responds
+CACHE_LINES = 8192  # line vectors kept in memory (about 12 MiB at 384 dimensions)
 _WORDY = re.compile(r"\w", re.UNICODE)
-
-
-def _dot(a: Sequence[float], b: Sequence[float]) -> float:
-    return sum(x * y for x, y in zip(a, b))
-
-
-@dataclass(frozen=True, slots=True)
-class _Candidate:
-    message: Message
-    linked: str  # "" for the window's own messages
-    responds: bool  # a response by someone else to the matched question
 
 
 @dataclass(frozen=True, slots=True)
 class _Plan:
+    hit: Hit
     window: list[Message]
-    candidates: list[_Candidate]  # the window's messages, then every linked answer
-    links: dict[EventID, list[Link]]  # a window message -> the responses to it
+    later: list[Message]  # the timeline after the window's first message
+    thread_of: dict[EventID, EventID]
 
 
 @dataclass
@@ -57,117 +56,122 @@ class Presenter:
     embedder: Embedder
     horizon: Horizon = Horizon()
     shown_lines: int = SHOWN_LINES
-    shown_answers: int = SHOWN_ANSWERS
+    _cache: OrderedDict = field(default_factory=OrderedDict, repr=False)
 
     def present(self, hits: Sequence[Hit], query_vectors: Sequence[Sequence[float]]
                 ) -> list[Hit]:
         """The hits with their answers and quoted lines; a chat hit whose window has
-        no message left (redacted meanwhile) is dropped. Reference hits pass as
-        they are."""
+        no message left (redacted meanwhile) is dropped. Reference hits pass as they
+        are."""
+        queries = np.asarray(query_vectors, dtype=np.float32)
         plans = [self._plan(h) if h.corpus == CORPUS_CHAT else None for h in hits]
-        texts = [c.message.body for p in plans if p for c in p.candidates]
-        vectors = iter(self.embedder.encode(texts)) if texts else iter(())
-        out = []
-        for hit, plan in zip(hits, plans):
-            if plan is None:
-                out.append(hit)
+        window_vecs = self._vectors([m.body for p in plans if p for m in p.window])
+        at = 0
+        chosen: list[tuple[_Plan, np.ndarray, int, list]] = []
+        for p in plans:
+            if p is None:
                 continue
-            if not plan.window:
-                continue
-            vecs = [next(vectors) for _ in plan.candidates]
-            out.append(self._choose(hit, plan, vecs, query_vectors))
+            vecs = window_vecs[at:at + len(p.window)]
+            at += len(p.window)
+            sims = (vecs @ queries.T).max(axis=1)
+            anchor = int(np.argmax(sims))  # first of equals: the earliest line
+            in_window = {m.event_id for m in p.window}
+            linked = self._responses(p, anchor)
+            answers = [a for a in linked if a[0].event_id not in in_window][:MAX_ANSWERS]
+            chosen.append((p, vecs, anchor, answers, {a[0].event_id for a in linked}))
+        answer_vecs = self._vectors([a.body for c in chosen for a, _ in c[3]])
+        out, at, by_hit = [], 0, {}
+        for p, vecs, anchor, answers, linked in chosen:
+            avecs = answer_vecs[at:at + len(answers)]
+            at += len(answers)
+            by_hit[id(p.hit)] = self._choose(p, vecs, anchor, answers, avecs, queries,
+                                             linked)
+        for h, p in zip(hits, plans):
+            if p is None:
+                out.append(h)
+            elif id(h) in by_hit:
+                out.append(by_hit[id(h)])
         return out
 
-    def _plan(self, hit: Hit) -> _Plan:
+    def _plan(self, hit: Hit) -> _Plan | None:
         window = self.eventlog.window_messages(hit.window_id)
         if not window:
-            return _Plan([], [], {})
-        in_window = {m.event_id for m in window}
+            return None
         root = self.eventlog.thread_root_of(window[0].event_id)
         timeline = self.eventlog.timeline_after(
             hit.room_id, root, window[0].ts, window[-1].ts + self.horizon.ms,
-            len(window) + self.horizon.messages * 2, roots=tuple(in_window))
-        thread_of = {m.event_id: t for m, t in timeline if t is not None}
-        later = [m for m, _ in timeline]
-        position = {m.event_id: i for i, m in enumerate(later)}
-        # Every message of the window may be the question; the one matching the query
-        # is chosen once the vectors are in (_choose), so link for each asker's lines.
-        links: dict[EventID, list] = {}
-        for q in window:
-            at = position.get(q.event_id)
-            if at is not None:
-                links[q.event_id] = responses(q, later[at + 1:], self.horizon, thread_of)
-        seen: set[EventID] = set(in_window)
-        candidates = [_Candidate(m, "", False) for m in window]
-        for q in window:
-            for link in links.get(q.event_id, ()):
-                a = link.answer
-                if a.event_id not in seen:
-                    seen.add(a.event_id)
-                    candidates.append(_Candidate(a, link.rule, False))
-        return _Plan(window, candidates, links)
+            len(window) + 2 * self.horizon.messages,
+            roots=tuple(m.event_id for m in window))
+        return _Plan(hit, window, [m for m, _ in timeline],
+                     {m.event_id: t for m, t in timeline if t is not None})
 
-    def _choose(self, hit: Hit, plan: _Plan, vecs: list,
-                query_vectors: Sequence[Sequence[float]]) -> Hit:
-        window, candidates = plan.window, plan.candidates
-        to_query = [max(_dot(v, q) for q in query_vectors) for v in vecs]
-        # The matched question: the window's line closest to the query.
-        n = len(window)
-        anchor = max(range(n), key=lambda i: (to_query[i], -i))
-        asker = window[anchor].sender
-        # Responses to the asker's lines of the window from their anchor on: linked
-        # answers (recomputed for this hit) and the window's own later lines by others.
-        links = {}
-        for q in window[anchor:]:
-            if q.sender == asker:
-                for link in plan.links.get(q.event_id, ()):
-                    links.setdefault(link.answer.event_id, link.rule)
-        after = window[anchor].ts
-        responding = [i for i, c in enumerate(candidates)
-                      if c.message.sender != asker and c.message.ts >= after
-                      and (i < n or c.message.event_id in links)]
-        answers = [candidates[i] for i in range(n, len(candidates))
-                   if candidates[i].message.event_id in links][:MAX_ANSWERS]
+    def _responses(self, p: _Plan, anchor: int) -> list[tuple[Message, str]]:
+        """The responses to the asker's lines of the window from the matched question
+        on, in the window or after it, in timeline order: (message, rule)."""
+        asker = p.window[anchor].sender
+        position = {m.event_id: i for i, m in enumerate(p.later)}
+        found: dict[EventID, tuple[Message, str]] = {}
+        for q in p.window[anchor:]:
+            i = position.get(q.event_id)
+            if q.sender != asker or i is None:
+                continue
+            for link in responses(q, p.later[i + 1:], self.horizon, p.thread_of):
+                found.setdefault(link.answer.event_id, (link.answer, link.rule))
+        return sorted(found.values(), key=lambda a: position[a[0].event_id])
 
-        def score(i: int) -> float:
-            s = to_query[i]
-            if i in responding_set:
-                s += _dot(vecs[i], vecs[anchor])
-            return s
-
-        responding_set = set(responding)
-        chosen = [anchor]
-        picked = sorted(responding, key=lambda i: (not _says_something(candidates[i]),
-                                                   -score(i), i))
-        chosen += [i for i in picked if i in responding_set][:self.shown_answers]
-        rest = sorted((i for i in range(n) if i not in chosen),
-                      key=lambda i: (not _says_something(candidates[i]), -to_query[i], i))
-        chosen += rest[:max(0, self.shown_lines - len(chosen))]
-        shown = sorted(chosen[:self.shown_lines], key=lambda i: (candidates[i].message.ts, i))
-        keep = {c.message.event_id for c in answers}
+    def _choose(self, p: _Plan, vecs: np.ndarray, anchor: int,
+                answers: list[tuple[Message, str]], avecs: np.ndarray,
+                queries: np.ndarray, linked: set[EventID]) -> Hit:
+        window = p.window
+        question = window[anchor]
+        # Responses: the window's later lines that respond to the asker, and the
+        # linked answers from other windows.
+        cands = [(m, "", vecs[i]) for i, m in enumerate(window)
+                 if i > anchor and m.event_id in linked]
+        cands += [(m, rule, avecs[j]) for j, (m, rule) in enumerate(answers)]
+        scores = [float((v @ queries.T).max() + v @ vecs[anchor]) for _, _, v in cands]
+        ranked = sorted(range(len(cands)),
+                        key=lambda i: (not _says_something(cands[i][0]), -scores[i], i))
+        picked = [(cands[i][0], cands[i][1]) for i in ranked[:self.shown_lines - 1]]
+        if len(picked) < self.shown_lines - 1:  # few responses: the window's best lines
+            sims = (vecs @ queries.T).max(axis=1)
+            others = sorted((i for i in range(len(window)) if i != anchor
+                             and all(window[i].event_id != m.event_id for m, _ in picked)),
+                            key=lambda i: (not _says_something(window[i]), -sims[i], i))
+            picked += [(window[i], "") for i in others[:self.shown_lines - 1 - len(picked)]]
+        shown = sorted([(question, "")] + picked, key=lambda ml: (ml[0].ts, ml[0].event_id))
         return replace(
-            hit, text=_document(window), event_ids=tuple(m.event_id for m in window),
+            p.hit, text=document(Window(WindowID(""), window[0].room_id, tuple(window))),
+            event_ids=tuple(m.event_id for m in window),
             senders=tuple(dict.fromkeys(m.sender for m in window)),
             ts_first=window[0].ts, ts_last=window[-1].ts,
-            answers=tuple(_line(c.message, links.get(c.message.event_id, c.linked))
-                          for c in answers),
-            shown=tuple(_line(candidates[i].message,
-                              links.get(candidates[i].message.event_id, "")
-                              if candidates[i].message.event_id in keep else "")
-                        for i in shown))
+            answers=tuple(_line(m, rule) for m, rule in answers),
+            shown=tuple(_line(m, rule) for m, rule in shown))
+
+    def _vectors(self, texts: list[str]) -> np.ndarray:
+        """Unit vectors of the texts, from the cache or one encode call."""
+        keys = [hashlib.blake2b(t.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+                for t in texts]
+        found = {k: self._cache[k] for k in keys if k in self._cache}
+        todo = list(dict.fromkeys(k for k in keys if k not in found))
+        if todo:
+            text_of = dict(zip(keys, texts))
+            for k, v in zip(todo, self.embedder.encode([text_of[k] for k in todo])):
+                found[k] = np.asarray(v, dtype=np.float32)
+        for k, v in found.items():
+            self._cache[k] = v
+            self._cache.move_to_end(k)
+        while len(self._cache) > CACHE_LINES:
+            self._cache.popitem(last=False)
+        if not keys:
+            return np.zeros((0, getattr(self.embedder, "dim", 384)), dtype=np.float32)
+        return np.stack([found[k] for k in keys])
 
 
-def _says_something(c: _Candidate) -> bool:
-    body = c.message.body.strip()
+def _says_something(m: Message) -> bool:
+    body = m.body.strip()
     return len(body) >= MIN_LINE_CHARS and bool(_WORDY.search(body))
 
 
 def _line(m: Message, linked: str) -> Line:
     return Line(m.event_id, m.sender, m.ts, m.body, linked)
-
-
-def _document(window: list[Message]) -> str:
-    from .chunker import document
-    from .records import Window, WindowID
-
-    return document(Window(WindowID(""), window[0].room_id, tuple(window)))

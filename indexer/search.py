@@ -112,17 +112,28 @@ class Searcher:
     presenter: Presenter | None = None
 
     def search(self, query: SourceQuery) -> list[Hit]:
+        return self.search_with_closest(query)[0]
+
+    def search_with_closest(self, query: SourceQuery) -> tuple[list[Hit], Hit | None]:
+        """The hits, and when the floor left none, the closest one below it (what
+        `!sources why 1` explains after a "nothing matches")."""
         # A duplicated text must not count twice: query each distinct text once.
         texts = list(dict.fromkeys(query.texts))
         if not any(_WORDY.search(t) for t in texts):
-            return []  # "?", "!!!", emoji only: nothing to look for
+            return [], None  # "?", "!!!", emoji only: nothing to look for
         vectors = self.embedder.encode(texts)
-        hits = self._retrieve(query, texts, vectors)
-        hits = self._similar_enough(hits, vectors)
-        return self.presenter.present(hits, vectors) if self.presenter else hits
+        scored = self._with_similarity(self._retrieve(query, texts, vectors), vectors)
+        floor = self.min_similarity
+        hits = [h for h in scored if floor is None
+                or (h.similarity is not None and h.similarity >= floor)]
+        closest = None if hits or not scored else max(
+            scored, key=lambda h: h.similarity if h.similarity is not None else -2.0)
+        if self.presenter is not None:
+            hits = self.presenter.present(hits, vectors)
+        return hits, closest
 
-    def _similar_enough(self, hits: list[Hit], vectors: list) -> list[Hit]:
-        """Each hit with its best similarity to any text; below the floor, gone."""
+    def _with_similarity(self, hits: list[Hit], vectors: list) -> list[Hit]:
+        """Each hit with its best cosine similarity to any text."""
         missing = [h.window_id for h in hits
                    if not any(r is not None for r in h.ranks)]
         found = dict(self.store.vectors(missing)) if missing else {}
@@ -132,10 +143,7 @@ class Searcher:
             if h.window_id in found:
                 v = found[h.window_id]
                 sims += [sum(a * b for a, b in zip(v, q)) for q in vectors]
-            sim = max(sims) if sims else None
-            if self.min_similarity is not None and (sim is None or sim < self.min_similarity):
-                continue
-            out.append(replace(h, similarity=sim))
+            out.append(replace(h, similarity=max(sims) if sims else None))
         return out
 
     def _retrieve(self, query: SourceQuery, texts: list[str], vectors: list) -> list[Hit]:

@@ -5,12 +5,11 @@ off the event loop, retried with backoff when the store or the model fails.
                                      |  ^
                                error v  | backoff (doubling, capped)
 
-The open window of a room (its last) is re-embedded at most once per debounce interval
-however many messages arrive. The interval runs from the first message not yet taken
+A window of a room's last block is re-embedded at most once per debounce interval
+however many messages join it. The interval runs from the first message not yet taken
 by a run: one that lands while a long run is under way is taken as soon as that run
 ends if it has waited an interval already, so under load runs follow each other with
-no idle second between them. A sweep closes quiet rooms' last blocks, and a scrub due
-after redactions (Pipeline.scrub_history) brings the worker back when it may run.
+no idle second between them. A scrub due after redactions (Pipeline.scrub_history) brings the worker back when it may run.
 """
 
 from __future__ import annotations
@@ -34,12 +33,11 @@ class PipelineWorker:
     def __init__(self, pipeline: Pipeline, debounce: float = 1.0,
                  backoff_initial: float = 1.0, backoff_max: float = 60.0,
                  sleep: Sleep = asyncio.sleep, clock: Callable[[], float] = time.monotonic,
-                 sweep_every: float = 60.0, after_run: Callable[[], None] | None = None):
+                 after_run: Callable[[], None] | None = None):
         self.pipeline = pipeline
         # Called in the worker thread after each run that succeeded (the service hands
         # the run's freed memory back to the system: appservice/heap.py).
         self.after_run = after_run
-        self.sweep_every = sweep_every  # seconds between closing quiet rooms' last blocks
         self.debounce = debounce
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
@@ -50,7 +48,6 @@ class PipelineWorker:
         self._scrub_timer: asyncio.TimerHandle | None = None
         self._run_lock = asyncio.Lock()
         self._task: asyncio.Task | None = None
-        self._sweeper: asyncio.Task | None = None
         self.failures = 0
         self.runs = 0
         self.idle = asyncio.Event()
@@ -64,19 +61,17 @@ class PipelineWorker:
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name="pipeline")
-        self._sweeper = asyncio.create_task(self._sweep_loop(), name="pipeline-sweep")
         self.notify()  # catch up on whatever a previous run left pending
 
     async def stop(self) -> None:
         if self._scrub_timer is not None:
             self._scrub_timer.cancel()
-        for task in (self._task, self._sweeper):
-            if task:
-                task.cancel()
-                try:
-                    await task
-                except asyncio.CancelledError:
-                    pass
+        if self._task:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
 
     async def _loop(self) -> None:
         backoff = self.backoff_initial
@@ -116,21 +111,6 @@ class PipelineWorker:
         self.pipeline.scrub_history()
         if indexed and self.after_run is not None:
             self.after_run()
-
-    async def _sweep_loop(self) -> None:
-        """Every sweep interval, close the last blocks of rooms gone quiet; never at the
-        same time as a pipeline run (they re-chunk the same tails)."""
-        while True:
-            await asyncio.sleep(self.sweep_every)
-            try:
-                async with self._run_lock:
-                    closed = await asyncio.to_thread(self.pipeline.close_quiet_blocks)
-                    await asyncio.to_thread(self.pipeline.scrub_history)  # one that waited
-            except Exception as e:  # retried at the next sweep
-                log.warning("sweep_failed", extra={"error": type(e).__name__})
-                continue
-            if closed:
-                log.info("quiet_blocks_closed", extra={"blocks": closed})
 
     async def wait_idle(self) -> None:
         await self.idle.wait()

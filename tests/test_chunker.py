@@ -61,9 +61,6 @@ def timelines(draw, max_messages: int = 40) -> list[Message]:
 policies = st.builds(ChunkPolicy, max_bytes=st.integers(1, 300),
                      gap_ms=st.integers(0, 3_600_000), block_windows=st.integers(1, 6),
                      follow_replies=st.booleans())
-# None: the last block is open; otherwise a time after the last message (or before it).
-nows = st.one_of(st.none(), st.integers(0, 8 * 3_600_000).map(lambda d: T0 + d))
-
 SETTINGS = settings(max_examples=100, deadline=None, database=None)
 
 
@@ -72,9 +69,9 @@ def window_bytes(w) -> int:
 
 
 @SETTINGS
-@given(timelines(), policies, nows)
-def test_every_message_in_exactly_one_window_in_timeline_order(messages, policy, now):
-    windows = chunk(messages, policy, now)
+@given(timelines(), policies)
+def test_every_message_in_exactly_one_window_in_timeline_order(messages, policy):
+    windows = chunk(messages, policy)
     flat = [m for w in windows for m in w]
     assert sorted(flat, key=messages.index) == messages  # none lost, none doubled
     assert len(flat) == len(messages)
@@ -86,17 +83,13 @@ def test_every_message_in_exactly_one_window_in_timeline_order(messages, policy,
 
 
 @SETTINGS
-@given(timelines(), policies, nows)
-def test_windows_respect_the_byte_bounds(messages, policy, now):
-    grouped = chunk_blocks(messages, policy, now)
-    for i, block in enumerate(grouped):
+@given(timelines(), policies)
+def test_windows_respect_the_byte_bounds(messages, policy):
+    """Every window, the last block's included, is at most max_bytes (or one message)."""
+    for block in chunk_blocks(messages, policy):
         for w in block:
             if len(w) > 1:
-                assert window_bytes(w) <= policy.block_bytes
-                closed = i < len(grouped) - 1 or len(block) > 1 or now is not None \
-                    and now - w[-1].ts > policy.gap_ms
-                if closed:
-                    assert window_bytes(w) <= policy.max_bytes
+                assert window_bytes(w) <= policy.max_bytes
 
 
 @SETTINGS
@@ -114,63 +107,63 @@ def test_blocks_are_greedy_and_no_window_spans_a_silence(messages, policy):
         assert too_big or too_late
     # Every window lies inside one block.
     where = {m.event_id: i for i, b in enumerate(cut) for m in b}
-    for w in chunk(messages, policy, T0 + 10**10):
+    for w in chunk(messages, policy):
         assert len({where[m.event_id] for m in w}) == 1
 
 
 @SETTINGS
-@given(timelines(), policies, nows, st.data())
-def test_rechunking_from_any_block_start_reproduces_later_windows(messages, policy, now, data):
+@given(timelines(), policies, st.data())
+def test_rechunking_from_any_block_start_reproduces_later_windows(messages, policy, data):
     cut = blocks(messages, policy)
     if not cut:
         return
     i = data.draw(st.integers(0, len(cut) - 1))
     start = messages.index(cut[i][0])
-    assert build_blocks(messages[start:], policy, now_ms=now) == \
-        build_blocks(messages, policy, now_ms=now)[i:]
+    assert build_blocks(messages[start:], policy) == build_blocks(messages, policy)[i:]
 
 
 @SETTINGS
 @given(timelines(), policies, st.data())
 def test_live_tail_reproduces_the_room(messages, policy, data):
-    """What the pipeline does live: index a prefix (its last block open: one window),
-    then re-chunk that window's messages plus what came since. The result is what
-    chunking everything at once gives from that window on; closed windows are kept."""
+    """What the pipeline does live: index a prefix, then re-chunk its last block (from
+    the block's start) plus what came since. The result is what chunking everything at
+    once gives from that block on; earlier blocks are kept; and of the last block's
+    windows, only those the new messages joined or started differ."""
     cut = data.draw(st.integers(1, max(len(messages), 1)))
-    before = build_windows(messages[:cut], policy)
+    before = build_blocks(messages[:cut], policy)
     if not before:
         return
-    open_window = before[-1]
-    start = messages.index(open_window.messages[0])
-    assert list(open_window.messages) == messages[start:cut]  # the open block, whole
-    now = data.draw(nows)
-    after = build_windows(messages, policy, now_ms=now)
-    tail = build_windows(list(open_window.messages) + messages[cut:], policy, now_ms=now)
+    start = messages.index(before[-1][0].messages[0])
+    after = build_blocks(messages, policy)
+    tail = build_blocks(messages[start:], policy)
     assert after[len(before) - 1:] == tail
     assert after[:len(before) - 1] == before[:-1]
-    # Closing the block overwrites its window in place: same id, same first message.
-    assert tail[0].window_id == open_window.window_id
+    new = {m.event_id for m in messages[cut:]}
+    kept = {w.window_id: w for w in before[-1]}
+    for w in tail[0]:
+        if not new & set(w.event_ids):  # untouched by the new messages: the same window
+            assert kept[w.window_id] == w
+        elif w.window_id in kept:  # joined: the old messages first, then new ones
+            assert w.messages[:len(kept[w.window_id].messages)] == kept[w.window_id].messages
 
 
 @SETTINGS
 @given(timelines(), policies)
-def test_a_block_closes_when_its_gap_has_passed(messages, policy):
-    """Closing by time gives what a late message would: the windows are final."""
+def test_the_last_block_is_cut_like_a_closed_one(messages, policy):
+    """A live room's recent talk is conversation windows at once, not one window: a
+    later message that closes the block changes none of them."""
     if not messages:
         return
     late = messages[-1].ts + policy.gap_ms + 1
     nxt = Message(EventID("$late"), ROOM, SENDERS[0], late, "later")
-    assert build_blocks(messages, policy, now_ms=late) == \
-        build_blocks(messages + [nxt], policy)[:-1]
-    assert build_blocks(messages, policy, now_ms=late - 1)[-1] == \
-        build_blocks(messages, policy)[-1]
+    assert build_blocks(messages, policy) == build_blocks(messages + [nxt], policy)[:-1]
 
 
 @SETTINGS
-@given(timelines(), policies, nows)
-def test_window_ids_are_stable_and_distinct(messages, policy, now):
-    a = build_windows(messages, policy, now_ms=now)
-    b = build_windows(list(messages), policy, now_ms=now)
+@given(timelines(), policies)
+def test_window_ids_are_stable_and_distinct(messages, policy):
+    a = build_windows(messages, policy)
+    b = build_windows(list(messages), policy)
     assert [w.window_id for w in a] == [w.window_id for w in b]
     assert len({w.window_id for w in a}) == len(a)
     for w in a:
@@ -178,11 +171,11 @@ def test_window_ids_are_stable_and_distinct(messages, policy, now):
 
 
 @SETTINGS
-@given(timelines(), st.integers(1, 300), st.integers(0, 3_600_000), nows)
-def test_without_following_replies_windows_are_timeline_runs(messages, max_bytes, gap, now):
+@given(timelines(), st.integers(1, 300), st.integers(0, 3_600_000))
+def test_without_following_replies_windows_are_timeline_runs(messages, max_bytes, gap):
     """follow_replies=False: the windows of chunker version 1, greedy and contiguous."""
     policy = ChunkPolicy(max_bytes=max_bytes, gap_ms=gap, follow_replies=False)
-    windows = chunk(messages, policy, now)
+    windows = chunk(messages, policy)
     assert [m for w in windows for m in w] == messages
     for a, b in zip(windows, windows[1:]):
         assert window_bytes(a) + size(b[0]) > max_bytes or b[0].ts - a[-1].ts > gap
@@ -198,20 +191,19 @@ def test_window_id_depends_on_room_and_first_event_only():
     assert window_id(ROOM, EventID("$a")).startswith("w") and len(window_id(ROOM, "$a")) == 32
 
 
-CLOSED = T0 + 10**10  # long after every test message: all blocks closed
 
 
 def test_byte_bound_counts_utf8_bytes():
     msgs = [Message(EventID(f"$e{i}"), ROOM, SENDERS[0], T0 + i, "é" * 10) for i in range(3)]
     # 20 bytes each: two fit in 40, not three.
-    assert [len(w) for w in chunk(msgs, ChunkPolicy(max_bytes=40, gap_ms=10), CLOSED)] == [2, 1]
+    assert [len(w) for w in chunk(msgs, ChunkPolicy(max_bytes=40, gap_ms=10))] == [2, 1]
 
 
 def test_oversized_message_gets_a_window_of_its_own():
     msgs = [Message(EventID("$a"), ROOM, SENDERS[0], T0, "short"),
             Message(EventID("$b"), ROOM, SENDERS[0], T0 + 1, "x" * 500),
             Message(EventID("$c"), ROOM, SENDERS[0], T0 + 2, "short")]
-    assert [len(w) for w in chunk(msgs, ChunkPolicy(max_bytes=100), CLOSED)] == [1, 1, 1]
+    assert [len(w) for w in chunk(msgs, ChunkPolicy(max_bytes=100))] == [1, 1, 1]
 
 
 def say(i: int, sender: str, body: str, minute: float = 0) -> Message:
@@ -233,29 +225,25 @@ def test_interleaved_conversations_get_their_own_windows():
         say(5, "@carol:x", "dave: an intel 3945"),
         say(6, "@bob:x", "or file-roller if you want a gui"),
     ]
-    windows = chunk(timeline, ChunkPolicy(), CLOSED)
+    windows = chunk(timeline, ChunkPolicy())
     assert bodies(windows) == [
         ["how do I open a rar archive?", "alice: apt install unrar",
          "bob: thanks, that works", "or file-roller if you want a gui"],
         ["my wifi drops every few minutes", "carol, which card is it?",
          "dave: an intel 3945"],
     ]
-    # While the block is open it is one window, in timeline order, with the same id as
-    # the first window it becomes.
-    [open_window] = build_windows(timeline, ChunkPolicy())
-    assert list(open_window.messages) == timeline
-    assert open_window.window_id == build_windows(timeline, ChunkPolicy(),
-                                                  now_ms=CLOSED)[0].window_id
+    # A live room: the same conversations while the block is still open.
+    assert bodies(chunk(timeline, ChunkPolicy())) == bodies(windows)
 
 
 def test_two_people_alone_talk_to_each_other():
     timeline = [say(0, "@alice:x", "is the server down?"),
                 say(1, "@bob:x", "yes, restarting it now"),
                 say(2, "@alice:x", "thanks")]
-    assert bodies(chunk(timeline, ChunkPolicy(), CLOSED)) == [[m.body for m in timeline]]
+    assert bodies(chunk(timeline, ChunkPolicy())) == [[m.body for m in timeline]]
     # A third voice, addressing no one, starts a conversation of its own.
     third = say(3, "@carol:x", "does anyone know a good markdown editor?")
-    assert len(chunk(timeline + [third], ChunkPolicy(), CLOSED)) == 2
+    assert len(chunk(timeline + [third], ChunkPolicy())) == 2
 
 
 def test_irc_nicks_reply_fallbacks_and_mentions_are_followed():
@@ -266,7 +254,7 @@ def test_irc_nicks_reply_fallbacks_and_mentions_are_followed():
         say(3, "@erin:x", "> <@irc_ann:eval.local> anyone else\n\nyes, since this morning"),
         say(4, "@irc_zed:eval.local", "what stig_ needs is ntfs-3g, yes"),
     ]
-    windows = chunk(timeline, ChunkPolicy(), CLOSED)
+    windows = chunk(timeline, ChunkPolicy())
     assert [[m.event_id for m in w] for w in windows] == [
         ["$m0", "$m1", "$m4"], ["$m2", "$m3"]]
 
@@ -281,13 +269,13 @@ def test_matrix_replies_without_fallback_join_the_conversation_replied_to():
         say(3, "@dave:x", "which card is it?"),
         say(4, "@erin:x", "or file-roller if you want a gui"),
     ]
-    plain = chunk(timeline, ChunkPolicy(), CLOSED)
+    plain = chunk(timeline, ChunkPolicy())
     assert len(plain) > 2  # without the relations: nothing to go by
     replies = {1: "$m0", 3: "$m2", 4: "$m1"}
     timeline = [Message(m.event_id, m.room_id, m.sender, m.ts, m.body,
                         EventID(replies[i]) if i in replies else None)
                 for i, m in enumerate(timeline)]
-    assert [[m.event_id for m in w] for w in chunk(timeline, ChunkPolicy(), CLOSED)] == [
+    assert [[m.event_id for m in w] for w in chunk(timeline, ChunkPolicy())] == [
         ["$m0", "$m1", "$m4"], ["$m2", "$m3"]]
 
 
@@ -302,19 +290,19 @@ def test_m_mentions_address_a_message_whose_text_names_no_one():
         say(4, "@erin:x", "apt install unrar"),
     ]
     ids = lambda ws: [[m.event_id for m in w] for w in ws]  # noqa: E731
-    assert ids(chunk(timeline, ChunkPolicy(), CLOSED)) == [
+    assert ids(chunk(timeline, ChunkPolicy())) == [
         ["$m0", "$m1"], ["$m2", "$m3"], ["$m4"]]
     last = timeline[4]
     timeline[4] = Message(last.event_id, ROOM, last.sender, last.ts, last.body, None,
                           (UserID("@alice:x"),))
-    assert ids(chunk(timeline, ChunkPolicy(), CLOSED)) == [
+    assert ids(chunk(timeline, ChunkPolicy())) == [
         ["$m0", "$m1", "$m4"], ["$m2", "$m3"]]
 
 
 def test_a_long_conversation_goes_on_in_a_new_window():
     timeline = [say(i, "@alice:x" if i % 2 else "@bob:x",
                     ("bob: " if i % 2 else "alice: ") + "x" * 40) for i in range(6)]
-    windows = chunk(timeline, ChunkPolicy(max_bytes=100), CLOSED)
+    windows = chunk(timeline, ChunkPolicy(max_bytes=100))
     assert [len(w) for w in windows] == [2, 2, 2]
 
 
@@ -327,11 +315,11 @@ def test_names_come_from_the_user_id():
 
 
 @SETTINGS
-@given(timelines(max_messages=10), policies, nows)
-def test_document_maps_back_to_each_message(messages, policy, now):
+@given(timelines(max_messages=10), policies)
+def test_document_maps_back_to_each_message(messages, policy):
     """Replies quote the stored document line by line: every message, even one whose
     body has newlines or looks like a document line, maps back to exactly one entry."""
-    for w in build_windows(messages, policy, now_ms=now):
+    for w in build_windows(messages, policy):
         lines = parse_document(document(w))
         assert [sender for _, sender, _ in lines] == [m.sender for m in w.messages]
         assert [body for _, _, body in lines] == [m.body for m in w.messages]

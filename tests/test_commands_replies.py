@@ -249,7 +249,8 @@ def test_via_for_a_room_id_without_server_comes_from_senders():
 
 def test_no_hits():
     reply = render_hits([], ("anything",))
-    assert "No indexed conversation" in reply.body and reply.quoted == ()
+    assert "Nothing in the index answers that" in reply.body and reply.quoted == ()
+    assert "--room" in reply.body and "why 1" in reply.body
 
 
 def test_reply_cites_room_time_sender_and_best_lines():

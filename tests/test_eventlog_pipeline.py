@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 
 from indexer import pipeline as pipeline_mod
-from indexer.chunker import ChunkPolicy, window_id
+from indexer.chunker import ChunkPolicy, build_windows, window_id
 from indexer.embedder import HashEmbedder
 from indexer.eventlog import EventLog
 from indexer.pipeline import Pipeline
@@ -265,54 +265,48 @@ def chat(start: int, n: int) -> list[tuple[Message, None]]:
                      CHAT[i][1]), None) for i in range(start, start + n)]
 
 
-def clock_at(ms: int):
-    return lambda: ms / 1000
-
-
-def test_live_runs_end_with_the_windows_of_one_batch(log, store):
-    """Indexed a few messages at a time while the block is open (one window, which
-    every event points at), then closed by time: the room ends up with the
-    conversation windows chunking it all at once gives, each message once."""
-    p = Pipeline(log, HashEmbedder(), store, CHAT_POLICY, clock=clock_at(T0 + 8 * MINUTE))
+def test_live_runs_give_the_conversation_windows_at_once(log, store):
+    """Indexed a few messages at a time while the block is open: after every run the
+    room holds the conversation windows chunking everything so far at once gives, each
+    message once, with no wait for the gap; a run embeds only the windows it changed."""
+    emb = HashEmbedder()
+    p = Pipeline(log, emb, store, CHAT_POLICY)
+    sizes = {0: 3, 3: 2, 5: 3}
     for start in (0, 3, 5):
-        log.append(chat(start, {0: 3, 3: 2, 5: 3}[start]))
+        log.append(chat(start, sizes[start]))
+        seen = emb.texts_seen
         p.process_all()
-        [(wid, ids)] = [(w.window_id, w.event_ids) for w in store.get()]
-        assert ids == tuple(f"$c{i}" for i in range(start + {0: 3, 3: 2, 5: 3}[start]))
-        assert {log.status_of(EventID(e)) for e in ids} == {("indexed", wid)}
-    p.clock = clock_at(T0 + 8 * MINUTE + CHAT_POLICY.gap_ms)  # the block's gap has passed
-    log.append([(Message(EventID("$late"), ROOM, UserID("@erin:example.org"),
-                         T0 + 8 * MINUTE + CHAT_POLICY.gap_ms, "anyone here?"), None)])
-    p.process_all()
+        so_far = [m for m, _ in chat(0, start + sizes[start])]
+        expected = {w.window_id: tuple(w.event_ids) for w in build_windows(so_far, CHAT_POLICY)}
+        assert {w.window_id: w.event_ids for w in store.get()} == expected
+        touched = {w.window_id for w in build_windows(so_far, CHAT_POLICY)
+                   if set(w.event_ids) & {m.event_id for m, _ in chat(start, sizes[start])}}
+        assert emb.texts_seen - seen == len(touched)
     windows = {w.window_id: w.event_ids for w in store.get()}
     assert sorted(windows.values()) == [("$c0", "$c1", "$c4", "$c6"),
-                                        ("$c2", "$c3", "$c5", "$c7"), ("$late",)]
-    assert_each_message_in_exactly_one_window(
-        store, log, [f"$c{i}" for i in range(8)] + ["$late"])
-    assert log.cursor(ROOM).event_id == "$late"
+                                        ("$c2", "$c3", "$c5", "$c7")]
+    assert_each_message_in_exactly_one_window(store, log, [f"$c{i}" for i in range(8)])
+    assert log.cursor(ROOM).event_id == "$c7"
 
 
-def test_closing_an_open_block_lands_in_one_commit(log, store, monkeypatch):
-    """The open block's events all point at its one window: its conversation windows
-    replace it in one upsert, whatever EMBED_BATCH, or not at all."""
+def test_a_failed_live_run_leaves_every_message_in_one_window(log, store, monkeypatch):
+    """A run that fails part-way through the open block's changed windows leaves what
+    was stored consistent; the next run catches up to the windows of the whole."""
     monkeypatch.setattr(pipeline_mod, "EMBED_BATCH", 1)
-    log.append(chat(0, 8))
-    Pipeline(log, HashEmbedder(), store, CHAT_POLICY,
-             clock=clock_at(T0 + 8 * MINUTE)).process_all()
-    assert store.count() == 1
-    later = T0 + 8 * MINUTE + CHAT_POLICY.gap_ms + 1
-    log.append([(Message(EventID("$late"), ROOM, UserID("@erin:example.org"), later,
-                         "anyone here?"), None)])
+    log.append(chat(0, 5))
+    Pipeline(log, HashEmbedder(), store, CHAT_POLICY).process_all()
+    log.append(chat(5, 3))
     flaky = FlakyStore(store, fail=1)
-    p = Pipeline(log, HashEmbedder(), flaky, CHAT_POLICY, clock=clock_at(later))
+    p = Pipeline(log, HashEmbedder(), flaky, CHAT_POLICY)
     with pytest.raises(ConnectionError):
         p.process_all()
-    assert_each_message_in_exactly_one_window(store, log, [f"$c{i}" for i in range(8)])
+    assert_each_message_in_exactly_one_window(store, log, [f"$c{i}" for i in range(5)])
+    assert log.cursor(ROOM).event_id == "$c4"  # the failed run moved nothing
     p.process_all()
-    assert flaky.upserts == 3  # the failed one, the closed block whole, the new message
-    assert store.count() == 3
-    assert_each_message_in_exactly_one_window(
-        store, log, [f"$c{i}" for i in range(8)] + ["$late"])
+    assert {w.window_id: w.event_ids for w in store.get()} == {
+        w.window_id: tuple(w.event_ids) for w in build_windows([m for m, _ in chat(0, 8)],
+                                                        CHAT_POLICY)}
+    assert_each_message_in_exactly_one_window(store, log, [f"$c{i}" for i in range(8)])
 
 
 # -- PipelineWorker ---------------------------------------------------------------------
@@ -451,7 +445,7 @@ def test_reply_relations_survive_the_event_log_and_old_logs_gain_the_column(tmp_
     log._db.execute("DELETE FROM dirty_windows")
     log.append([(Message(EventID("$new"), ROOM, UserID("@b:x"), 2, "an answer",
                          EventID("$old"), (UserID("@a:x"), UserID("@c:x"))), None)])
-    tail, pending = log.room_tail(ROOM)
+    tail = log.room_tail(ROOM).messages
     assert [(m.event_id, m.reply_to, m.mentions) for m in tail] == [
         ("$old", None, ()), ("$new", "$old", ("@a:x", "@c:x"))]
     store = ChromaStore(path=tmp_path / "chroma")

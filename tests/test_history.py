@@ -209,36 +209,34 @@ def test_thread_messages_form_their_own_windows(world):
     assert set(w9.event_ids) <= thread_ids | {"$m9"}
 
 
-def test_a_quiet_rooms_last_block_is_cut_into_conversations_once_the_gap_passed(world):
+def test_a_live_rooms_last_block_is_cut_into_conversations_at_once(world):
+    """No waiting for the gap: a live room's interleaved talk is searchable
+    conversation by conversation after one run, and a later message re-embeds only
+    the window it joins."""
     ingest, pipeline, store, log, _ = world
-    now = {"t": (T0 + 60_000) / 1000}
-    pipeline.clock = lambda: now["t"]
     bodies = [("@bob:example.org", "anyone here know nfs?"),
               ("@dave:example.org", "hi all"),
               ("@eve:example.org", "I do printers, ask away"),
               ("@alice:example.org", "bob: how do I mount the nfs share from the nas"),
               ("@carol:example.org", "eve: the printer queue is stuck again"),
               ("@bob:example.org", "alice: add it to fstab with the _netdev option"),
-              ("@eve:example.org", "carol: restart cups and clear the spool"),
-              ("@alice:example.org", "bob: thanks, fstab did it")]
-    events = []
-    for i, (sender, body) in enumerate(bodies, start=1):
-        m = msg(i, body, sender=sender)
-        events.append(m)
-    ingest.admit(events)
+              ("@eve:example.org", "carol: restart cups and clear the spool")]
+    ingest.admit([msg(i, body, sender=sender) for i, (sender, body) in
+                  enumerate(bodies, start=1)])
     pipeline.process_all()
-    assert store.count() == 1  # the open block: one coarse window
-    assert pipeline.close_quiet_blocks() == 0  # the gap has not passed yet
-    now["t"] += pipeline.policy.gap_ms / 1000 + 1
-    assert pipeline.close_quiet_blocks() == 1
     windows = {frozenset(w.event_ids) for w in store.iter_windows()}
     assert len(windows) >= 2  # the nfs and the printer conversations apart
     nfs = next(w for w in windows if "$m4" in w)
     printer = next(w for w in windows if "$m5" in w)
-    assert {"$m4", "$m6", "$m8"} <= nfs and {"$m3", "$m5", "$m7"} <= printer
+    assert {"$m4", "$m6"} <= nfs and {"$m3", "$m5", "$m7"} <= printer
+    upserted = pipeline.stats.windows_upserted
+    ingest.admit([msg(8, "bob: thanks, fstab did it", sender="@alice:example.org")])
+    pipeline.process_all()
+    assert pipeline.stats.windows_upserted == upserted + 1  # only the nfs window again
+    [nfs] = [set(w.event_ids) for w in store.iter_windows() if "$m4" in w.event_ids]
+    assert {"$m4", "$m6", "$m8"} <= nfs
     held = sorted(e for w in store.iter_windows() for e in w.event_ids)
     assert held == sorted(f"$m{i}" for i in range(1, 9))
-    assert pipeline.close_quiet_blocks() == 0  # settled
 
 
 def chroma_bytes(tmp_path) -> bytes:

@@ -67,7 +67,7 @@ def windows(n: int, room: str = "!r:example.org", offset: int = 0):
     msgs = [Message(EventID(f"$e{room[1:3]}{i}"), RoomID(room), UserID(f"@u{i % 3}:example.org"),
                     1_700_000_000_000 + i * 1000, f"message {i} about topic {i % 5} words")
             for i in range(offset, offset + n)]
-    return build_windows(msgs, ChunkPolicy(max_bytes=80), now_ms=10**15)  # blocks closed
+    return build_windows(msgs, ChunkPolicy(max_bytes=80))
 
 
 def test_upsert_get_count_and_metadata_round_trip(store):
