@@ -18,12 +18,13 @@ from indexer.lock import WriterLock
 from indexer.records import RoomID
 
 from .pager import MatrixPager
+from .progress import load_model, pending_total
 from .roomstate import fetch_room_facts
 
 
 async def _run(cfg: Config, rooms: list[str], show: bool) -> int:
     reg = load_registration(cfg.registration)
-    index = Index.open(cfg)
+    index = Index.open(cfg, load_model(cfg))
     index.ensure_meta()
     api = HTTPAPI(base_url=cfg.homeserver_url, token=reg.as_token)
     problems = 0
@@ -48,7 +49,8 @@ async def _run(cfg: Config, rooms: list[str], show: bool) -> int:
             with tqdm(desc=f"reading {facts.label or room}", unit="ev", disable=not show) as bar:
                 result = await backfill_room(room_id, MatrixPager(api), index.ingest,
                                              _horizon(cfg), bar.update)
-            with tqdm(desc="indexing", unit="msg", disable=not show) as bar:
+            with tqdm(total=pending_total(index.eventlog), desc="indexing", unit="msg",
+                      disable=not show) as bar:
                 indexed = await asyncio.to_thread(index.pipeline.process_all, bar.update)
             a = result.admitted
             print(f"{room}: {result.events} events read in {result.pages} pages, "

@@ -20,9 +20,9 @@ from indexer.reference import ReferenceError, References
 def _references(cfg: Config, with_embedder: bool) -> References:
     embedder = None
     if with_embedder:
-        from indexer.embedder import load_embedder
+        from .progress import load_model
 
-        embedder = load_embedder(cfg.embedder)
+        embedder = load_model(cfg)
     manifest = Manifest(manifest_path(cfg.data_dir), cfg.derived.shingle_size)
     return References(cfg.data_dir, open_store(cfg), manifest, embedder,
                       chunk_bytes=cfg.policy.max_bytes)
