@@ -18,14 +18,14 @@ from indexer.lock import WriterLock
 from indexer.records import RoomID
 
 from .pager import MatrixPager
-from .progress import load_model, pending_total
+from .progress import ensure_collection, load_model, pending_total
 from .roomstate import fetch_room_facts
 
 
 async def _run(cfg: Config, rooms: list[str], show: bool) -> int:
     reg = load_registration(cfg.registration)
     index = Index.open(cfg, load_model(cfg))
-    index.ensure_meta()
+    ensure_collection(index, show)
     api = HTTPAPI(base_url=cfg.homeserver_url, token=reg.as_token)
     problems = 0
     try:

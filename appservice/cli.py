@@ -53,6 +53,10 @@ def cmd_run(args) -> int:
 
     cfg = _config(args)
     setup_logging(cfg.log_level, as_json=args.json_logs or cfg.log_format == "json")
+    refusal = _start_refusal(cfg)
+    if refusal:
+        print(f"error: {refusal}", file=sys.stderr)
+        return 1
 
     async def main() -> int:
         service = Service(cfg)
@@ -83,6 +87,20 @@ def cmd_run(args) -> int:
     return asyncio.run(main())
 
 
+def _start_refusal(cfg: Config) -> str:
+    """A damaged event log, or a missing one beside a full collection: say how to
+    recover instead of crashing in systemd's restart loop (indexer/eventlog_check.py)."""
+    from indexer.components import open_store
+    from indexer.eventlog_check import start_refusal
+
+    def windows() -> int:
+        if cfg.chroma.mode == "embedded" and not Path(cfg.chroma.path).exists():
+            return 0  # never create the folder just to count it
+        return open_store(cfg).count()
+
+    return start_refusal(cfg.eventlog_path, windows)
+
+
 def cmd_import(args) -> int:
     from tqdm import tqdm
 
@@ -94,20 +112,14 @@ def cmd_import(args) -> int:
     if not path.is_file():
         print(f"error: {path}: no such file", file=sys.stderr)
         return 1
-    from indexer.rebuild import meta_mismatch
-
-    from .progress import load_model, pending_total
+    from .progress import ensure_collection, load_model, pending_total
 
     lock = WriterLock(cfg.data_dir, "matrix-sources import").acquire()
     index = Index.open(cfg, load_model(cfg))
     size = sum(1 for _ in open(path, "rb"))
     show = not args.quiet
 
-    if meta_mismatch(index.store, index.embedder):
-        with tqdm(desc="rebuilding the collection", unit="msg", disable=not show) as bar:
-            index.ensure_meta(bar.update)
-    else:
-        index.ensure_meta()
+    ensure_collection(index, show)
     with tqdm(total=size, desc="reading", unit="ev", disable=not show) as read_bar, \
             tqdm(desc="indexing", unit="msg", disable=not show) as index_bar:
         def indexing() -> None:  # everything is read: the bar's total is known now
@@ -327,6 +339,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--index", action="store_true",
                     help="every window reachable by its own vector, store and event log "
                          "agree; repairs what it can")
+    sp.add_argument("--dry-run", action="store_true",
+                    help="with --index: say what would be repaired, change nothing")
     sp.add_argument("--since", default=None, metavar="T",
                     help="with --exclusions: since 30m, 24h, 7d or an ISO date/time")
     sp.set_defaults(func=cmd_verify)

@@ -84,28 +84,38 @@ def run_verify(cfg: Config, args) -> int:
     if wanted["exclusions"]:
         results.append(check_exclusions(Journal(cfg.journal_path), since))
     if wanted["index"]:
-        results.append(check_index(cfg))
+        results.append(check_index(cfg, dry_run=args.dry_run))
     for r in results:
         print("\n".join(r.lines))
     return 0 if all(r.ok for r in results) else 1
 
 
-def check_index(cfg: Config) -> CheckResult:
+def check_index(cfg: Config, dry_run: bool = False) -> CheckResult:
     """verify --index: every window reachable by its own vector, store and event log
-    agree; repairs what it can (indexer/verify_index.py)."""
+    agree; repairs what it can (indexer/verify_index.py), unless dry_run. Nothing is
+    repaired against an event log that is missing or damaged: it is the judge."""
     from tqdm import tqdm
 
     from indexer.eventlog import EventLog
+    from indexer.eventlog_check import check_eventlog, recovery
     from indexer.verify_index import verify_index
 
-    lock = WriterLock(cfg.data_dir, "matrix-sources verify --index").acquire()
+    health = check_eventlog(cfg.eventlog_path)
+    if health.state != "ok":
+        return CheckResult("index", False, (
+            f"FAIL the event log is {health.state}: {health.detail}",
+            "  nothing checked or repaired: the event log says what the collection must "
+            "hold, and without it every window would look orphaned",
+            f"  fix: {recovery(cfg.eventlog_path)}"))
+    lock = None if dry_run else WriterLock(cfg.data_dir, "matrix-sources verify --index").acquire()
     store = open_store(cfg)
     eventlog = EventLog(cfg.eventlog_path)
     try:
         with tqdm(total=store.count(), desc="probing windows", unit="win",
                   disable=not sys.stderr.isatty()) as bar:
-            report = verify_index(store, eventlog, repair=True, progress=bar.update)
+            report = verify_index(store, eventlog, repair=not dry_run, progress=bar.update)
     finally:
         eventlog.close()
-        lock.release()
+        if lock is not None:
+            lock.release()
     return CheckResult("index", report.ok, tuple(report.lines()))

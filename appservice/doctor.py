@@ -2,7 +2,8 @@
 
 Checks, in order (later ones need earlier ones): the config; the registration; the
 homeserver (reachable, accepts as_token as the bot); every allowlisted room (the bot can
-read it, and what the gate makes of its facts); the store opens; the model loads.
+read it, and what the gate makes of its facts); the event log is whole (quick_check);
+the store opens and holds every window the event log says is indexed; the model loads.
 """
 
 from __future__ import annotations
@@ -105,11 +106,53 @@ def check_store(cfg: Config) -> Check:
     return Check("store", True, f"Chroma ({cfg.chroma.mode}) opens, {n} windows")
 
 
+def check_eventlog_health(cfg: Config) -> Check:
+    from indexer.eventlog_check import check_eventlog, recovery
+
+    health = check_eventlog(cfg.eventlog_path)
+    if health.damaged:
+        return Check("event log", False, health.detail, recovery(cfg.eventlog_path))
+    if health.state == "missing":
+        return Check("event log", True, f"{cfg.eventlog_path} not created yet (the first "
+                     "start creates it)")
+    return Check("event log", True, health.detail)
+
+
+def check_collection(cfg: Config) -> Check:
+    """The collection holds every window the event log says is indexed."""
+    from indexer.components import open_store
+    from indexer.eventlog import EventLog
+    from indexer.records import CORPUS_CHAT
+
+    if not cfg.eventlog_path.exists():
+        n = open_store(cfg).count()
+        return Check("index", n == 0, f"no event log, {n} windows in the collection",
+                     "" if n == 0 else "the event log is missing: restore it from a backup "
+                     "(docs/deployment.md), or move the Chroma folder aside to start over")
+    eventlog = EventLog(cfg.eventlog_path)
+    try:
+        logged = eventlog.window_ids()
+    finally:
+        eventlog.close()
+    held = open_store(cfg).ids(CORPUS_CHAT)
+    missing, extra = len(logged - held), len(held - logged)
+    detail = (f"the event log has {len(logged)} indexed windows, the collection "
+              f"{len(held)} chat windows")
+    if missing:
+        return Check("index", False, f"{detail}: {missing} missing from the collection",
+                     "start the service: a collection holding less than half is rebuilt "
+                     "from the event log at start; otherwise `matrix-sources verify "
+                     "--index --dry-run`, then without --dry-run, requeues the missing ones")
+    if extra:
+        detail += f" ({extra} not in the event log: `matrix-sources verify --index` removes them)"
+    return Check("index", True, detail)
+
+
 def check_model(cfg: Config) -> Check:
-    from indexer.embedder import load_embedder
+    from .progress import load_model
 
     try:
-        emb = load_embedder(cfg.embedder)
+        emb = load_model(cfg)
         dim = len(emb.encode(["doctor check"])[0])
     except Exception as e:
         return Check("model", False, f"{cfg.embedder} does not load ({type(e).__name__}: "
@@ -144,7 +187,10 @@ def run_checks(config_path: Path) -> list[Check]:
     if hs.ok:
         gate = Gate(frozenset(rooms), UserID(cfg.bot_user), cfg.puppet_patterns)
         checks += [check_room(cfg, reg, gate, r) for r in rooms]
-    checks.append(check_store(cfg))
+    eventlog, store = check_eventlog_health(cfg), check_store(cfg)
+    checks += [eventlog, store]
+    if eventlog.ok and store.ok:
+        checks.append(check_collection(cfg))
     checks.append(check_model(cfg))
     return checks
 

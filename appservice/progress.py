@@ -38,3 +38,20 @@ def load_model(cfg: Config) -> Embedder:
 def pending_total(eventlog) -> int:
     """Messages the pipeline has to index: the total of an indexing bar."""
     return eventlog.counts().get("pending", 0)
+
+
+def ensure_collection(index, show: bool = True) -> bool:
+    """Rebuild the collection from the event log if it must be (indexer/rebuild.py),
+    with a bar whose total is the messages to embed again; True if it rebuilt."""
+    from tqdm import tqdm
+
+    from indexer.rebuild import rebuild_reason
+
+    reason = rebuild_reason(index.store, index.eventlog, index.embedder)
+    if not reason:
+        return index.ensure_meta()
+    print(f"rebuilding the collection from the event log: {reason}", file=sys.stderr)
+    counts = index.eventlog.counts()
+    with tqdm(total=counts.get("indexed", 0) + counts.get("pending", 0), unit="msg",
+              desc="rebuilding the collection", disable=not show) as bar:
+        return index.ensure_meta(bar.update)
