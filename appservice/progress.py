@@ -6,8 +6,12 @@ import sys
 import time
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from indexer.config import Config, ConfigError
-from indexer.embedder import Embedder
+
+if TYPE_CHECKING:  # the embedder module is not needed to parse -c
+    from indexer.embedder import Embedder
 
 
 def config_path(arg: str) -> Path:
