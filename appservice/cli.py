@@ -213,6 +213,13 @@ def cmd_doctor(args) -> int:
 
 
 def cmd_demo(args) -> int:
+    from importlib.util import find_spec
+
+    if find_spec("synapse") is None or find_spec("nio") is None:
+        print("error: the demo runs a local Synapse and a Matrix client, which a plain "
+              "install leaves out: `pip install -c constraints.txt '.[demo]'` from the "
+              "checkout, or run ./scripts/demo", file=sys.stderr)
+        return 1
     from .demo import run_demo
 
     return run_demo(Path(args.data_dir), serve=not args.no_serve)

@@ -13,6 +13,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable, Iterator
 from urllib.parse import quote
 
 from indexer.allowlist import load_allowlist
@@ -161,45 +162,50 @@ def check_model(cfg: Config) -> Check:
     return Check("model", True, f"{emb.name} loads, {dim} dimensions")
 
 
-def run_checks(config_path: Path) -> list[Check]:
+def run_checks(config_path: Path) -> Iterator[Check]:
+    """Each check as it is done, so a slow one (the model) is not a silent wait."""
     try:
         cfg = load_config(config_path)
     except ConfigError as e:
-        return [Check("config", False, str(e), "fix the key named above")]
-    checks = [Check("config", True, str(cfg.file))]
+        yield Check("config", False, str(e), "fix the key named above")
+        return
+    yield Check("config", True, str(cfg.file))
     try:
         reg = load_registration(cfg.registration)
     except ConfigError as e:
-        return checks + [Check("registration", False, str(e))]
+        yield Check("registration", False, str(e))
+        return
     expected = f"http://{cfg.as_host}:{cfg.as_port}"
     if reg.url.rstrip("/") != expected:
-        checks.append(Check("registration", False, f"url is {reg.url}, the service listens "
-                            f"on {expected}", "make them agree, then restart the homeserver"))
+        yield Check("registration", False, f"url is {reg.url}, the service listens "
+                    f"on {expected}", "make them agree, then restart the homeserver")
     else:
-        checks.append(Check("registration", True, f"{cfg.registration}, url {reg.url}"))
+        yield Check("registration", True, f"{cfg.registration}, url {reg.url}")
     hs = check_homeserver(cfg, reg)
-    checks.append(hs)
+    yield hs
     try:
         rooms = load_allowlist(cfg.allowlist)
     except ConfigError as e:
         rooms = []
-        checks.append(Check("allowlist", False, str(e)))
+        yield Check("allowlist", False, str(e))
     if hs.ok:
         gate = Gate(frozenset(rooms), UserID(cfg.bot_user), cfg.puppet_patterns)
-        checks += [check_room(cfg, reg, gate, r) for r in rooms]
+        for r in rooms:
+            yield check_room(cfg, reg, gate, r)
     eventlog, store = check_eventlog_health(cfg), check_store(cfg)
-    checks += [eventlog, store]
+    yield eventlog
+    yield store
     if eventlog.ok and store.ok:
-        checks.append(check_collection(cfg))
-    checks.append(check_model(cfg))
-    return checks
+        yield check_collection(cfg)
+    yield check_model(cfg)
 
 
-def print_checks(checks: list[Check]) -> int:
+def print_checks(checks: Iterable[Check]) -> int:
+    ok = bad = 0
     for c in checks:
-        print(f"{'ok  ' if c.ok else 'FAIL'} {c.name}: {c.detail}")
+        print(f"{'ok  ' if c.ok else 'FAIL'} {c.name}: {c.detail}", flush=True)
         if not c.ok and c.fix:
-            print(f"     fix: {c.fix}")
-    bad = sum(not c.ok for c in checks)
-    print(f"\n{len(checks) - bad} ok, {bad} problem{'s' if bad != 1 else ''}")
+            print(f"     fix: {c.fix}", flush=True)
+        ok, bad = ok + c.ok, bad + (not c.ok)
+    print(f"\n{ok} ok, {bad} problem{'s' if bad != 1 else ''}")
     return 1 if bad else 0

@@ -159,3 +159,14 @@ def test_lock_refusal_names_the_holders_real_command(datadir, capsys):
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_demo_without_its_extra_says_how_to_install_it(tmp_path, capsys, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "nio" else real(name, *a))
+    assert main(["demo", "--data-dir", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "'.[demo]'" in err and "./scripts/demo" in err
