@@ -7,6 +7,7 @@ import argparse
 import asyncio
 import os
 import signal
+import sqlite3
 import sys
 from pathlib import Path
 
@@ -58,7 +59,14 @@ def cmd_run(args) -> int:
         return 1
 
     async def main() -> int:
-        service = Service(cfg)
+        try:
+            service = Service(cfg)
+        except sqlite3.DatabaseError as e:  # damage quick_check did not see
+            from indexer.eventlog_check import recovery
+
+            print(f"error: the event log {cfg.eventlog_path} cannot be used ({e}). To "
+                  f"recover: {recovery(cfg.eventlog_path)}", file=sys.stderr)
+            return 1
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

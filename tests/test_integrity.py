@@ -95,6 +95,19 @@ def test_doctor_and_run_refuse_a_damaged_event_log(indexed, capsys, monkeypatch,
     assert "Traceback" not in err
 
 
+def test_run_reports_an_event_log_it_cannot_open_without_a_traceback(indexed, capsys,
+                                                                     monkeypatch):
+    cfg, tmp = indexed
+    import appservice.service
+
+    def damaged(*a, **kw):  # damage that only shows once the service reads the log
+        raise sqlite3.DatabaseError("database disk image is malformed")
+    monkeypatch.setattr(appservice.service, "Service", damaged)
+    assert main(["run", "-c", str(cfg)]) == 1
+    err = capsys.readouterr().err
+    assert "cannot be used (database disk image is malformed)" in err and ".recover" in err
+
+
 def test_doctor_and_run_refuse_a_deleted_event_log_beside_a_full_collection(
         indexed, capsys, monkeypatch):
     cfg, tmp = indexed
