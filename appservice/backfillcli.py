@@ -10,6 +10,7 @@ import sys
 from mautrix.api import HTTPAPI
 from tqdm import tqdm
 
+from indexer.allowlist import load_allowlist
 from indexer.backfill import backfill_room
 from indexer.components import Index
 from indexer.config import Config
@@ -24,6 +25,13 @@ from .roomstate import fetch_room_facts
 
 async def _run(cfg: Config, rooms: list[str], show: bool) -> int:
     reg = load_registration(cfg.registration)
+    listed = set(load_allowlist(cfg.allowlist))
+    unlisted = [r for r in rooms if r not in listed]
+    if unlisted:  # before the model loads: a typo should not cost 15 s
+        print(f"error: not on the allowlist: {', '.join(unlisted)}; add them first "
+              "(`matrix-sources allowlist add`), or see `matrix-sources allowlist list`",
+              file=sys.stderr)
+        return 2
     index = Index.open(cfg, load_model(cfg))
     ensure_collection(index, show)
     api = HTTPAPI(base_url=cfg.homeserver_url, token=reg.as_token)

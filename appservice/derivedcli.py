@@ -51,6 +51,9 @@ def _run_ref(cfg: Config, args) -> int:
             print(f"removed {args.name}: {removed} manifest entries, {chunks} chunks "
                   "(earlier exclusions stay in the journal and the event log)")
             return 0
+        if args.action == "sync" and args.name not in {c.name for c in
+                                                        _references(cfg, False).list()}:
+            raise ReferenceError(f"no corpus named {args.name}; `ref list` shows them")
         refs = _references(cfg, True)
         report = refs.add(args.name, Path(args.path)) if args.action == "add" \
             else refs.sync(args.name)

@@ -170,3 +170,14 @@ def test_demo_without_its_extra_says_how_to_install_it(tmp_path, capsys, monkeyp
     assert main(["demo", "--data-dir", str(tmp_path)]) == 1
     err = capsys.readouterr().err
     assert "'.[demo]'" in err and "./scripts/demo" in err
+
+
+def test_backfill_and_ref_sync_name_what_does_not_exist_before_loading_anything(
+        datadir, capsys):
+    cfg, tmp = datadir
+    assert main(["backfill", "-c", str(cfg), "!nope:example.org"]) == 2
+    err = capsys.readouterr().err
+    assert "not on the allowlist: !nope:example.org" in err and "loading the model" not in err
+    assert main(["ref", "sync", "-c", str(cfg), "bogus"]) == 1
+    err = capsys.readouterr().err
+    assert "no corpus named bogus" in err and "loading the model" not in err
