@@ -103,7 +103,10 @@ def _start_refusal(cfg: Config) -> str:
     def windows() -> int:
         if cfg.chroma.mode == "embedded" and not Path(cfg.chroma.path).exists():
             return 0  # never create the folder just to count it
-        return open_store(cfg).count()
+        try:
+            return open_store(cfg).count()
+        except Exception:  # a Chroma server not up yet: the service's start says so
+            return 0
 
     return start_refusal(cfg.eventlog_path, windows)
 
@@ -114,18 +117,17 @@ def cmd_import(args) -> int:
     from indexer.components import Index
     from indexer.importer import import_events
 
+    from .progress import ensure_collection, load_model, pending_total
+
     cfg = _config(args)
     path = Path(args.file)
     if not path.is_file():
         print(f"error: {path}: no such file", file=sys.stderr)
         return 1
-    from .progress import ensure_collection, load_model, pending_total
-
     lock = WriterLock(cfg.data_dir, "matrix-sources import").acquire()
     index = Index.open(cfg, load_model(cfg))
     size = sum(1 for _ in open(path, "rb"))
     show = not args.quiet
-
     ensure_collection(index, show)
     with tqdm(total=size, desc="reading", unit="ev", disable=not show) as read_bar, \
             tqdm(desc="indexing", unit="msg", disable=not show) as index_bar:
