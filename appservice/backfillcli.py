@@ -10,6 +10,7 @@ import sys
 from mautrix.api import HTTPAPI
 from tqdm import tqdm
 
+from indexer.allowlist import load_allowlist
 from indexer.backfill import backfill_room
 from indexer.components import Index
 from indexer.config import Config
@@ -18,13 +19,21 @@ from indexer.lock import WriterLock
 from indexer.records import RoomID
 
 from .pager import MatrixPager
+from .progress import ensure_collection, load_model, pending_total
 from .roomstate import fetch_room_facts
 
 
 async def _run(cfg: Config, rooms: list[str], show: bool) -> int:
     reg = load_registration(cfg.registration)
-    index = Index.open(cfg)
-    index.ensure_meta()
+    listed = set(load_allowlist(cfg.allowlist))
+    unlisted = [r for r in rooms if r not in listed]
+    if unlisted:  # before the model loads: a typo should not cost 15 s
+        print(f"error: not on the allowlist: {', '.join(unlisted)}; add them first "
+              "(`matrix-sources allowlist add`), or see `matrix-sources allowlist list`",
+              file=sys.stderr)
+        return 2
+    index = Index.open(cfg, load_model(cfg))
+    ensure_collection(index, show)
     api = HTTPAPI(base_url=cfg.homeserver_url, token=reg.as_token)
     problems = 0
     try:
@@ -48,7 +57,8 @@ async def _run(cfg: Config, rooms: list[str], show: bool) -> int:
             with tqdm(desc=f"reading {facts.label or room}", unit="ev", disable=not show) as bar:
                 result = await backfill_room(room_id, MatrixPager(api), index.ingest,
                                              _horizon(cfg), bar.update)
-            with tqdm(desc="indexing", unit="msg", disable=not show) as bar:
+            with tqdm(total=pending_total(index.eventlog), desc="indexing", unit="msg",
+                      disable=not show) as bar:
                 indexed = await asyncio.to_thread(index.pipeline.process_all, bar.update)
             a = result.admitted
             print(f"{room}: {result.events} events read in {result.pages} pages, "

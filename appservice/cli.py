@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import signal
+import sqlite3
 import sys
 from pathlib import Path
 
@@ -18,7 +18,9 @@ EXIT_USAGE = 2
 
 
 def _config(args) -> Config:
-    return load_config(Path(args.config))
+    from .progress import config_path
+
+    return load_config(config_path(args.config))
 
 
 def _quiet_libraries() -> None:
@@ -51,9 +53,20 @@ def cmd_run(args) -> int:
 
     cfg = _config(args)
     setup_logging(cfg.log_level, as_json=args.json_logs or cfg.log_format == "json")
+    refusal = _start_refusal(cfg)
+    if refusal:
+        print(f"error: {refusal}", file=sys.stderr)
+        return 1
 
     async def main() -> int:
-        service = Service(cfg)
+        try:
+            service = Service(cfg)
+        except sqlite3.DatabaseError as e:  # damage quick_check did not see
+            from indexer.eventlog_check import recovery
+
+            print(f"error: the event log {cfg.eventlog_path} cannot be used ({e}). To "
+                  f"recover: {recovery(cfg.eventlog_path)}", file=sys.stderr)
+            return 1
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -81,11 +94,30 @@ def cmd_run(args) -> int:
     return asyncio.run(main())
 
 
+def _start_refusal(cfg: Config) -> str:
+    """A damaged event log, or a missing one beside a full collection: say how to
+    recover instead of crashing in systemd's restart loop (indexer/eventlog_check.py)."""
+    from indexer.components import open_store
+    from indexer.eventlog_check import start_refusal
+
+    def windows() -> int:
+        if cfg.chroma.mode == "embedded" and not Path(cfg.chroma.path).exists():
+            return 0  # never create the folder just to count it
+        try:
+            return open_store(cfg).count()
+        except Exception:  # a Chroma server not up yet: the service's start says so
+            return 0
+
+    return start_refusal(cfg.eventlog_path, windows)
+
+
 def cmd_import(args) -> int:
     from tqdm import tqdm
 
     from indexer.components import Index
     from indexer.importer import import_events
+
+    from .progress import ensure_collection, load_model, pending_total
 
     cfg = _config(args)
     path = Path(args.file)
@@ -93,20 +125,19 @@ def cmd_import(args) -> int:
         print(f"error: {path}: no such file", file=sys.stderr)
         return 1
     lock = WriterLock(cfg.data_dir, "matrix-sources import").acquire()
-    index = Index.open(cfg)
+    index = Index.open(cfg, load_model(cfg))
     size = sum(1 for _ in open(path, "rb"))
     show = not args.quiet
-    from indexer.rebuild import meta_mismatch
-
-    if meta_mismatch(index.store, index.embedder):
-        with tqdm(desc="rebuilding the collection", unit="msg", disable=not show) as bar:
-            index.ensure_meta(bar.update)
-    else:
-        index.ensure_meta()
+    ensure_collection(index, show)
     with tqdm(total=size, desc="reading", unit="ev", disable=not show) as read_bar, \
             tqdm(desc="indexing", unit="msg", disable=not show) as index_bar:
+        def indexing() -> None:  # everything is read: the bar's total is known now
+            index_bar.total = pending_total(index.eventlog)
+            index_bar.refresh()
+
         summary = import_events(path, index.ingest, index.pipeline,
-                                on_read=read_bar.update, on_indexed=index_bar.update)
+                                on_read=read_bar.update, on_indexed=index_bar.update,
+                                on_indexing=indexing)
     index.close()
     lock.release()
     for line in summary.lines():
@@ -173,12 +204,9 @@ def _resolve_rooms(cfg: Config, rooms: list[str]) -> list[tuple[str, str | None]
 
 
 def cmd_journal(args) -> int:
-    from indexer.journal import Journal
+    from .journalcli import run_journal
 
-    cfg = _config(args)
-    for entry in Journal(cfg.journal_path).read(room=args.room, rule=args.rule):
-        print(json.dumps(entry, ensure_ascii=False, sort_keys=True))
-    return 0
+    return run_journal(_config(args), args.room, args.rule, args.kind)
 
 
 def cmd_backfill(args) -> int:
@@ -189,11 +217,19 @@ def cmd_backfill(args) -> int:
 
 def cmd_doctor(args) -> int:
     from .doctor import print_checks, run_checks
+    from .progress import config_path
 
-    return print_checks(run_checks(Path(args.config)))
+    return print_checks(run_checks(config_path(args.config)))
 
 
 def cmd_demo(args) -> int:
+    from importlib.util import find_spec
+
+    if find_spec("synapse") is None or find_spec("nio") is None:
+        print("error: the demo runs a local Synapse and a Matrix client, which a plain "
+              "install leaves out: `pip install -c constraints.txt '.[demo]'` from the "
+              "checkout, or run ./scripts/demo", file=sys.stderr)
+        return 1
     from .demo import run_demo
 
     return run_demo(Path(args.data_dir), serve=not args.no_serve)
@@ -217,12 +253,16 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     def with_config(sp):
-        sp.add_argument("-c", "--config", required=True, help="DIR/config.yaml")
+        sp.add_argument("-c", "--config", required=True, metavar="DIR/config.yaml",
+                        help="the data dir's config.yaml (a data dir means its config.yaml)")
         return sp
 
     sp = sub.add_parser("init", help="write config, allowlist and registration into a data dir")
-    sp.add_argument("--data-dir", required=True)
-    sp.add_argument("--homeserver-url", default="http://127.0.0.1:8008")
+    sp.add_argument("--data-dir", required=True, metavar="DIR",
+                    help="where the service keeps everything (created if missing)")
+    sp.add_argument("--homeserver-url", default="http://127.0.0.1:8008",
+                    help="the homeserver's client-server URL, as the service reaches it "
+                         "(default %(default)s)")
     sp.add_argument("--domain", default="localhost", help="the homeserver's server_name")
     sp.add_argument("--port", type=int, default=None, help="appservice port (default 29316)")
     sp.add_argument("--force", action="store_true", help="overwrite existing files")
@@ -233,16 +273,21 @@ def build_parser() -> argparse.ArgumentParser:
     sp.set_defaults(func=cmd_run)
 
     sp = with_config(sub.add_parser("import", help="import Matrix events from a JSONL file"))
-    sp.add_argument("file")
+    sp.add_argument("file", metavar="FILE.jsonl",
+                    help="Matrix events, one JSON object per line (state and messages)")
     sp.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     sp.set_defaults(func=cmd_import)
 
     sp = with_config(sub.add_parser("search", help="search the index (as !sources does)"))
     sp.add_argument("texts", nargs="*", help="one or more texts, fused into one ranking")
-    sp.add_argument("--top", type=int, default=None)
-    sp.add_argument("--room", default=None)
-    sp.add_argument("--corpus", default=None)
-    sp.add_argument("--json", action="store_true")
+    sp.add_argument("--top", type=int, default=None, metavar="N",
+                    help="how many hits (default: search.top_k of the config)")
+    sp.add_argument("--room", default=None, metavar="ROOM",
+                    help="only this allowlisted room: its !id, or the alias kept beside it "
+                         "in allowlist.yaml")
+    sp.add_argument("--corpus", default=None, choices=("chat", "reference"),
+                    help="only chat windows or only reference sections")
+    sp.add_argument("--json", action="store_true", help="one JSON object per hit")
     sp.add_argument("--queries", default=None, help="batch mode: a JSONL file of queries")
     sp.set_defaults(func=cmd_search)
 
@@ -251,7 +296,8 @@ def build_parser() -> argparse.ArgumentParser:
     for action, text in (("add", "add rooms"), ("remove", "remove rooms")):
         sp = with_config(alsub.add_parser(action, help=text))
         sp.add_argument("rooms", nargs="+", metavar="ROOM_ID" if action == "remove"
-                        else "ROOM_ID_OR_ALIAS")
+                        else "ROOM_ID_OR_ALIAS", help="!id:server" if action == "remove"
+                        else "!id:server, or #alias:server (resolved, kept as a comment)")
         if action == "add":
             sp.add_argument("--comment", default=None, help="a note kept beside the id")
         sp.set_defaults(func=cmd_allowlist)
@@ -259,13 +305,19 @@ def build_parser() -> argparse.ArgumentParser:
     sp.set_defaults(func=cmd_allowlist)
 
     sp = with_config(sub.add_parser("journal", help="print refusals, purges and exclusions"))
-    sp.add_argument("--room", default=None)
-    sp.add_argument("--rule", default=None)
+    sp.add_argument("--room", default=None, metavar="ROOM",
+                    help="only this room: its id, its alias in allowlist.yaml, or its name")
+    sp.add_argument("--rule", default=None, metavar="RULE",
+                    help="only this rule (not_public, encrypted_event, ...; a wrong one "
+                         "lists them)")
+    sp.add_argument("--kind", default=None, metavar="KIND",
+                    help="only refusal, purge or derived_excluded lines")
     sp.set_defaults(func=cmd_journal)
 
     sp = with_config(sub.add_parser("backfill", help=(
         "read rooms' history (all allowlisted rooms by default) while the service is stopped")))
-    sp.add_argument("rooms", nargs="*", metavar="ROOM_ID")
+    sp.add_argument("rooms", nargs="*", metavar="ROOM_ID",
+                    help="allowlisted rooms to read (default: all of them)")
     sp.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     sp.set_defaults(func=cmd_backfill)
 
@@ -273,7 +325,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.set_defaults(func=cmd_doctor)
 
     sp = sub.add_parser("demo", help="a local Synapse, the service and a demo room")
-    sp.add_argument("--data-dir", default="demo-data")
+    sp.add_argument("--data-dir", default="demo-data", metavar="DIR",
+                    help="where the demo keeps Synapse and the service (default %(default)s); "
+                         "run again with the same DIR to resume")
     sp.add_argument("--no-serve", action="store_true",
                     help="stop after the first answer instead of serving")
     sp.set_defaults(func=cmd_demo)
@@ -281,13 +335,13 @@ def build_parser() -> argparse.ArgumentParser:
     ref = sub.add_parser("ref", help="reference corpora: Markdown or text searchable with chat")
     refsub = ref.add_subparsers(dest="action", required=True)
     sp = with_config(refsub.add_parser("add", help="add a folder or file of .md/.txt"))
-    sp.add_argument("name", metavar="NAME")
-    sp.add_argument("path", metavar="PATH")
+    sp.add_argument("name", metavar="NAME", help="a name for the corpus, shown in citations")
+    sp.add_argument("path", metavar="PATH", help="a folder (every .md, .markdown, .txt) or file")
     sp.set_defaults(func=cmd_ref)
     for action, text in (("sync", "read a corpus again: changed sections re-embedded"),
                          ("rm", "remove a corpus, its chunks and manifest entries")):
         sp = with_config(refsub.add_parser(action, help=text))
-        sp.add_argument("name", metavar="NAME")
+        sp.add_argument("name", metavar="NAME", help="the corpus (see `ref list`)")
         sp.set_defaults(func=cmd_ref)
     sp = with_config(refsub.add_parser("list", help="the corpora, their sections and chunks"))
     sp.set_defaults(func=cmd_ref)
@@ -301,6 +355,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--index", action="store_true",
                     help="every window reachable by its own vector, store and event log "
                          "agree; repairs what it can")
+    sp.add_argument("--dry-run", action="store_true",
+                    help="with --index: say what would be repaired, change nothing")
     sp.add_argument("--since", default=None, metavar="T",
                     help="with --exclusions: since 30m, 24h, 7d or an ISO date/time")
     sp.set_defaults(func=cmd_verify)

@@ -2,14 +2,17 @@
 
 A local Synapse on 127.0.0.1 with the registration wired in, the service on its embedded
 default (SQLite event log, embedded Chroma, the packaged model), a public demo room on
-the allowlist seeded with a short conversation written for the demo, a first `!sources`
-asked and answered through a real Matrix client, and how to log in and try it yourself.
+the allowlist seeded with a short conversation written for the demo (three speakers), a
+first `!sources` asked and answered through a real Matrix client, how to log in and try
+it yourself, and how to register another account (registration is open on this local
+server only).
 Run it again with the same --data-dir to pick up where it left off.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -28,28 +31,67 @@ from .logs import setup_logging
 
 DEMO_USER, DEMO_PASSWORD = "demo", "demo-password"
 DEMO_QUESTION = "!sources how do we stop the server running out of disk?"
+# The people of the seeded conversation; you log in as DEMO_USER, someone else.
+SPEAKERS = ("alice", "bob", "carol")
 
 # A conversation written for this demo (a community running its own homeserver).
 CONVERSATION = [
-    ("demo", "The homeserver ran out of disk again last night, media uploads failed."),
-    ("demo", "Most of it is the remote media cache. Setting media_retention with "
-             "remote_media_lifetime: 30d in homeserver.yaml makes Synapse purge old copies."),
-    ("demo", "Also worth running the purge_history admin API on the big bridged rooms."),
-    ("demo", "Separate topic: who is organising the meetup in March?"),
-    ("demo", "I can host it, the library has a room with a projector for 20 people."),
-    ("demo", "Great. Let's do the second Saturday, 2pm, and I'll post the address."),
-    ("demo", "Back to ops: the signing key backup is in the vault, rotate it yearly."),
-    ("demo", "To rotate it, generate a new key and move the old one to old_signing_keys."),
-    ("demo", "Does anyone know why federation with the other server is slow today?"),
-    ("demo", "Their DNS changed; the .well-known delegation points at the old host."),
-    ("demo", "Right, once they fix /.well-known/matrix/server it should recover within the hour."),
-    ("demo", "Meanwhile, new members keep asking how to join from their phones."),
-    ("demo", "Element X works; they sign in with our server name, not matrix.org."),
-    ("demo", "We should pin a short onboarding note in the lobby room."),
-    ("demo", "Speaking of disk: the database grew to 40 GB. Is state compression worth it?"),
-    ("demo", "Yes, run synapse_auto_compressor nightly; it shrank ours by half."),
-    ("demo", "And vacuum the database after the first compression run."),
+    ("alice", "The homeserver ran out of disk again last night, media uploads failed."),
+    ("bob", "Most of it is the remote media cache. Setting media_retention with "
+            "remote_media_lifetime: 30d in homeserver.yaml makes Synapse purge old copies."),
+    ("carol", "Also worth running the purge_history admin API on the big bridged rooms."),
+    ("alice", "Separate topic: who is organising the meetup in March?"),
+    ("carol", "I can host it, the library has a room with a projector for 20 people."),
+    ("alice", "Great. Let's do the second Saturday, 2pm, and I'll post the address."),
+    ("bob", "Back to ops: the signing key backup is in the vault, rotate it yearly."),
+    ("bob", "To rotate it, generate a new key and move the old one to old_signing_keys."),
+    ("alice", "Does anyone know why federation with the other server is slow today?"),
+    ("bob", "Their DNS changed; the .well-known delegation points at the old host."),
+    ("alice", "Right, once they fix /.well-known/matrix/server it should recover within the hour."),
+    ("carol", "Meanwhile, new members keep asking how to join from their phones."),
+    ("bob", "Element X works; they sign in with our server name, not matrix.org."),
+    ("carol", "We should pin a short onboarding note in the lobby room."),
+    ("alice", "Speaking of disk: the database grew to 40 GB. Is state compression worth it?"),
+    ("bob", "Yes, run synapse_auto_compressor nightly; it shrank ours by half."),
+    ("alice", "And vacuum the database after the first compression run."),
 ]
+
+
+def _password(user: str) -> str:
+    return f"{user}-password"
+
+
+def _account(synapse: LocalSynapse, state: dict, user: str, password: str) -> tuple[str, str]:
+    """(user id, token): registered once, logged in on later runs."""
+    registered = state.setdefault("registered", [])
+    if user in registered or (user == DEMO_USER and "user" in state):
+        return synapse.login(user, password)
+    user_id, token = synapse.register_user(user, password)
+    registered.append(user)
+    return user_id, token
+
+
+def register_hint(synapse: LocalSynapse) -> list[str]:
+    """How a person makes a second account on the demo's server to try the bot."""
+    tool = Path(sys.executable).parent / "register_new_matrix_user"
+    return [
+        "Try it as someone else: registration is open on this local demo server only,",
+        "so any client's \"Create account\" on the homeserver above works, or:",
+        f"  {tool if tool.exists() else 'register_new_matrix_user'} -c {synapse.config_file} "
+        f"-u NAME -p PASSWORD --no-admin {synapse.url}",
+    ]
+
+
+async def _seed(synapse: LocalSynapse, state: dict, room: str) -> list[str]:
+    """The conversation, each line sent by its own speaker, in order."""
+    async with contextlib.AsyncExitStack() as stack:
+        clients = {}
+        for name in SPEAKERS:
+            user_id, token = _account(synapse, state, name, _password(name))
+            clients[name] = await stack.enter_async_context(
+                ChatClient(synapse.url, user_id, token))
+            await clients[name].join(room)
+        return [await clients[who].send(room, body) for who, body in CONVERSATION]
 
 
 def _free_port() -> int:
@@ -75,7 +117,7 @@ async def _demo(root: Path, serve: bool) -> int:
         state.update(hs_port=hs_port)
     cfg = load_config(data_dir / "config.yaml")
     synapse = LocalSynapse(root / "synapse", port=state["hs_port"],
-                           appservice_registrations=[cfg.registration],
+                           appservice_registrations=[cfg.registration], open_registration=True,
                            log_level=os.environ.get("MATRIX_SOURCES_SYNAPSE_LOG_LEVEL", "WARNING"))
     _say(f"[1/5] starting Synapse on {synapse.url} (files in {root / 'synapse'})")
     try:
@@ -92,10 +134,7 @@ async def _demo(root: Path, serve: bool) -> int:
         except StartupError as e:
             _say(f"error: {e}")
             return 1
-        if "user" not in state:
-            user, token = synapse.register_user(DEMO_USER, DEMO_PASSWORD)
-        else:
-            user, token = synapse.login(DEMO_USER, DEMO_PASSWORD)
+        user, token = _account(synapse, state, DEMO_USER, DEMO_PASSWORD)
         state["user"] = user
         async with ChatClient(synapse.url, user, token) as client:
             if "room" not in state:
@@ -106,8 +145,10 @@ async def _demo(root: Path, serve: bool) -> int:
                 await client.wait_for_member(room, cfg.bot_user)
                 state["room"] = room
                 state_file.write_text(json.dumps(state))
-                _say(f"[4/5] seeding a sample conversation ({len(CONVERSATION)} messages)")
-                ids = [await client.send(room, body) for _, body in CONVERSATION]
+                _say(f"[4/5] seeding a sample conversation ({len(CONVERSATION)} messages "
+                     f"from {', '.join(SPEAKERS)})")
+                ids = await _seed(synapse, state, room)
+                state_file.write_text(json.dumps(state))
                 await _wait_indexed(service, ids)
             else:
                 room = state["room"]
@@ -123,6 +164,9 @@ async def _demo(root: Path, serve: bool) -> int:
         _say(f"  user         {DEMO_USER}   password {DEMO_PASSWORD}")
         _say("  room         #demo:localhost")
         _say("  then type    !sources <your question>      or  !sources help")
+        _say("")
+        for line in register_hint(synapse):
+            _say(line)
         if not serve:
             return 0
         _say("\nServing; Ctrl-C to stop.")

@@ -20,9 +20,9 @@ from indexer.reference import ReferenceError, References
 def _references(cfg: Config, with_embedder: bool) -> References:
     embedder = None
     if with_embedder:
-        from indexer.embedder import load_embedder
+        from .progress import load_model
 
-        embedder = load_embedder(cfg.embedder)
+        embedder = load_model(cfg)
     manifest = Manifest(manifest_path(cfg.data_dir), cfg.derived.shingle_size)
     return References(cfg.data_dir, open_store(cfg), manifest, embedder,
                       chunk_bytes=cfg.policy.max_bytes)
@@ -51,6 +51,9 @@ def _run_ref(cfg: Config, args) -> int:
             print(f"removed {args.name}: {removed} manifest entries, {chunks} chunks "
                   "(earlier exclusions stay in the journal and the event log)")
             return 0
+        if args.action == "sync" and args.name not in {c.name for c in
+                                                        _references(cfg, False).list()}:
+            raise ReferenceError(f"no corpus named {args.name}; `ref list` shows them")
         refs = _references(cfg, True)
         report = refs.add(args.name, Path(args.path)) if args.action == "add" \
             else refs.sync(args.name)
@@ -84,28 +87,38 @@ def run_verify(cfg: Config, args) -> int:
     if wanted["exclusions"]:
         results.append(check_exclusions(Journal(cfg.journal_path), since))
     if wanted["index"]:
-        results.append(check_index(cfg))
+        results.append(check_index(cfg, dry_run=args.dry_run))
     for r in results:
         print("\n".join(r.lines))
     return 0 if all(r.ok for r in results) else 1
 
 
-def check_index(cfg: Config) -> CheckResult:
+def check_index(cfg: Config, dry_run: bool = False) -> CheckResult:
     """verify --index: every window reachable by its own vector, store and event log
-    agree; repairs what it can (indexer/verify_index.py)."""
+    agree; repairs what it can (indexer/verify_index.py), unless dry_run. Nothing is
+    repaired against an event log that is missing or damaged: it is the judge."""
     from tqdm import tqdm
 
     from indexer.eventlog import EventLog
+    from indexer.eventlog_check import check_eventlog, recovery
     from indexer.verify_index import verify_index
 
-    lock = WriterLock(cfg.data_dir, "matrix-sources verify --index").acquire()
+    health = check_eventlog(cfg.eventlog_path)
+    if health.state != "ok":
+        return CheckResult("index", False, (
+            f"FAIL the event log is {health.state}: {health.detail}",
+            "  nothing checked or repaired: the event log says what the collection must "
+            "hold, and without it every window would look orphaned",
+            f"  fix: {recovery(cfg.eventlog_path)}"))
+    lock = None if dry_run else WriterLock(cfg.data_dir, "matrix-sources verify --index").acquire()
     store = open_store(cfg)
     eventlog = EventLog(cfg.eventlog_path)
     try:
         with tqdm(total=store.count(), desc="probing windows", unit="win",
                   disable=not sys.stderr.isatty()) as bar:
-            report = verify_index(store, eventlog, repair=True, progress=bar.update)
+            report = verify_index(store, eventlog, repair=not dry_run, progress=bar.update)
     finally:
         eventlog.close()
-        lock.release()
+        if lock is not None:
+            lock.release()
     return CheckResult("index", report.ok, tuple(report.lines()))

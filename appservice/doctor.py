@@ -2,7 +2,8 @@
 
 Checks, in order (later ones need earlier ones): the config; the registration; the
 homeserver (reachable, accepts as_token as the bot); every allowlisted room (the bot can
-read it, and what the gate makes of its facts); the store opens; the model loads.
+read it, and what the gate makes of its facts); the event log is whole (quick_check);
+the store opens and holds every window the event log says is indexed; the model loads.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable, Iterator
 from urllib.parse import quote
 
 from indexer.allowlist import load_allowlist
@@ -105,11 +107,53 @@ def check_store(cfg: Config) -> Check:
     return Check("store", True, f"Chroma ({cfg.chroma.mode}) opens, {n} windows")
 
 
+def check_eventlog_health(cfg: Config) -> Check:
+    from indexer.eventlog_check import check_eventlog, recovery
+
+    health = check_eventlog(cfg.eventlog_path)
+    if health.damaged:
+        return Check("event log", False, health.detail, recovery(cfg.eventlog_path))
+    if health.state == "missing":
+        return Check("event log", True, f"{cfg.eventlog_path} not created yet (the first "
+                     "start creates it)")
+    return Check("event log", True, health.detail)
+
+
+def check_collection(cfg: Config) -> Check:
+    """The collection holds every window the event log says is indexed."""
+    from indexer.components import open_store
+    from indexer.eventlog import EventLog
+    from indexer.records import CORPUS_CHAT
+
+    if not cfg.eventlog_path.exists():
+        n = open_store(cfg).count()
+        return Check("index", n == 0, f"no event log, {n} windows in the collection",
+                     "" if n == 0 else "the event log is missing: restore it from a backup "
+                     "(docs/deployment.md), or move the Chroma folder aside to start over")
+    eventlog = EventLog(cfg.eventlog_path)
+    try:
+        logged = eventlog.window_ids()
+    finally:
+        eventlog.close()
+    held = open_store(cfg).ids(CORPUS_CHAT)
+    missing, extra = len(logged - held), len(held - logged)
+    detail = (f"the event log has {len(logged)} indexed windows, the collection "
+              f"{len(held)} chat windows")
+    if missing:
+        return Check("index", False, f"{detail}: {missing} missing from the collection",
+                     "start the service: a collection holding less than half is rebuilt "
+                     "from the event log at start; otherwise `matrix-sources verify "
+                     "--index --dry-run`, then without --dry-run, requeues the missing ones")
+    if extra:
+        detail += f" ({extra} not in the event log: `matrix-sources verify --index` removes them)"
+    return Check("index", True, detail)
+
+
 def check_model(cfg: Config) -> Check:
-    from indexer.embedder import load_embedder
+    from .progress import load_model
 
     try:
-        emb = load_embedder(cfg.embedder)
+        emb = load_model(cfg)
         dim = len(emb.encode(["doctor check"])[0])
     except Exception as e:
         return Check("model", False, f"{cfg.embedder} does not load ({type(e).__name__}: "
@@ -118,42 +162,50 @@ def check_model(cfg: Config) -> Check:
     return Check("model", True, f"{emb.name} loads, {dim} dimensions")
 
 
-def run_checks(config_path: Path) -> list[Check]:
+def run_checks(config_path: Path) -> Iterator[Check]:
+    """Each check as it is done, so a slow one (the model) is not a silent wait."""
     try:
         cfg = load_config(config_path)
     except ConfigError as e:
-        return [Check("config", False, str(e), "fix the key named above")]
-    checks = [Check("config", True, str(cfg.file))]
+        yield Check("config", False, str(e), "fix the key named above")
+        return
+    yield Check("config", True, str(cfg.file))
     try:
         reg = load_registration(cfg.registration)
     except ConfigError as e:
-        return checks + [Check("registration", False, str(e))]
+        yield Check("registration", False, str(e))
+        return
     expected = f"http://{cfg.as_host}:{cfg.as_port}"
     if reg.url.rstrip("/") != expected:
-        checks.append(Check("registration", False, f"url is {reg.url}, the service listens "
-                            f"on {expected}", "make them agree, then restart the homeserver"))
+        yield Check("registration", False, f"url is {reg.url}, the service listens "
+                    f"on {expected}", "make them agree, then restart the homeserver")
     else:
-        checks.append(Check("registration", True, f"{cfg.registration}, url {reg.url}"))
+        yield Check("registration", True, f"{cfg.registration}, url {reg.url}")
     hs = check_homeserver(cfg, reg)
-    checks.append(hs)
+    yield hs
     try:
         rooms = load_allowlist(cfg.allowlist)
     except ConfigError as e:
         rooms = []
-        checks.append(Check("allowlist", False, str(e)))
+        yield Check("allowlist", False, str(e))
     if hs.ok:
         gate = Gate(frozenset(rooms), UserID(cfg.bot_user), cfg.puppet_patterns)
-        checks += [check_room(cfg, reg, gate, r) for r in rooms]
-    checks.append(check_store(cfg))
-    checks.append(check_model(cfg))
-    return checks
+        for r in rooms:
+            yield check_room(cfg, reg, gate, r)
+    eventlog, store = check_eventlog_health(cfg), check_store(cfg)
+    yield eventlog
+    yield store
+    if eventlog.ok and store.ok:
+        yield check_collection(cfg)
+    yield check_model(cfg)
 
 
-def print_checks(checks: list[Check]) -> int:
+def print_checks(checks: Iterable[Check]) -> int:
+    ok = bad = 0
     for c in checks:
-        print(f"{'ok  ' if c.ok else 'FAIL'} {c.name}: {c.detail}")
+        print(f"{'ok  ' if c.ok else 'FAIL'} {c.name}: {c.detail}", flush=True)
         if not c.ok and c.fix:
-            print(f"     fix: {c.fix}")
-    bad = sum(not c.ok for c in checks)
-    print(f"\n{len(checks) - bad} ok, {bad} problem{'s' if bad != 1 else ''}")
+            print(f"     fix: {c.fix}", flush=True)
+        ok, bad = ok + c.ok, bad + (not c.ok)
+    print(f"\n{ok} ok, {bad} problem{'s' if bad != 1 else ''}")
     return 1 if bad else 0

@@ -98,6 +98,7 @@ class LocalSynapse:
 
     ``port=None`` picks a free port at the first start and keeps it in base_dir.
     ``appservice_registrations`` become ``app_service_config_files`` (rewritten each start).
+    ``open_registration`` lets anyone register from a client (the demo's server only).
     """
 
     base_dir: Path
@@ -106,6 +107,9 @@ class LocalSynapse:
     appservice_registrations: list[Path] = field(default_factory=list)
     python: str = sys.executable
     log_level: str = "WARNING"
+    # Anyone who can reach 127.0.0.1 may create an account: for the local demo only
+    # (a person tries the bot as a second user from any client), never for tests.
+    open_registration: bool = False
 
     def __post_init__(self) -> None:
         self.base_dir = Path(self.base_dir).absolute()
@@ -192,6 +196,11 @@ class LocalSynapse:
         resp = self._request("POST", path, body)
         return resp["user_id"], resp["access_token"]
 
+    @property
+    def config_file(self) -> Path:
+        """homeserver.yaml, for Synapse's own tools (register_new_matrix_user -c)."""
+        return self.base_dir / CONFIG_FILE
+
     def login(self, localpart: str, password: str) -> tuple[str, str]:
         """Log in with m.login.password; returns (user_id, access_token)."""
         resp = self._request("POST", "/_matrix/client/v3/login", {
@@ -234,7 +243,10 @@ class LocalSynapse:
             "media_store_path": str(d / "media_store"),
             "log_config": str(d / LOG_CONFIG_FILE),
             "registration_shared_secret": self._secret,
-            "enable_registration": False,
+            "enable_registration": self.open_registration,
+            # Synapse refuses open registration without a captcha or email unless told
+            # so; the server listens on 127.0.0.1 and federates with nobody.
+            "enable_registration_without_verification": self.open_registration,
             "report_stats": False,
             "signing_key_path": str(d / SIGNING_KEY_FILE),
             "trusted_key_servers": [],

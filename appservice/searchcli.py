@@ -13,7 +13,11 @@ from pathlib import Path
 from indexer.chunker import format_ts
 from indexer.components import Index
 from indexer.config import Config
+from indexer.allowlist import load_allowlist
 from indexer.search import QueryError, SourceQuery
+
+from .journalcli import allowlist_aliases
+from .progress import load_model
 
 
 def _query_from_line(obj: object, default_top_k: int) -> SourceQuery:
@@ -27,12 +31,20 @@ def run_search(cfg: Config, args) -> int:
     top = args.top if args.top is not None else cfg.default_top_k
     if args.queries:
         return _batch(cfg, Path(args.queries), top)
+    room = args.room
+    if room is not None:
+        room = allowlist_aliases(cfg).get(room, room)
+        if room not in load_allowlist(cfg.allowlist):
+            print(f"error: --room {args.room!r} is not on the allowlist ({cfg.allowlist}), "
+                  "so nothing of it is indexed; `matrix-sources allowlist list` shows "
+                  "the rooms", file=sys.stderr)
+            return 2
     try:
-        query = SourceQuery.build(list(args.texts), top, args.room, args.corpus)
+        query = SourceQuery.build(list(args.texts), top, room, args.corpus)
     except QueryError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    index = Index.open(cfg)
+    index = Index.open(cfg, load_model(cfg))
     hits = index.searcher.search(query)
     index.close()
     if args.json:
@@ -55,7 +67,7 @@ def _batch(cfg: Config, path: Path, top: int) -> int:
     if not path.is_file():
         print(f"error: {path}: no such file", file=sys.stderr)
         return 1
-    index = Index.open(cfg)
+    index = Index.open(cfg, load_model(cfg))
     errors = 0
     with open(path, encoding="utf-8") as f:
         for n, line in enumerate(f, start=1):

@@ -122,10 +122,12 @@ class Service:
             await self.az.intent.set_displayname(self.cfg.bot_displayname)
         except MatrixError:
             pass  # cosmetic
-        # Another model or chunker made the collection: rebuild from the event log first.
-        await asyncio.to_thread(self.index.ensure_meta)
         self._allowlist_mtime = self._mtime()
         await self.join_allowlisted()
+        # Another model or chunker made the collection, or it was lost: rebuild it from
+        # the event log before serving (after the joins: only rooms with known facts
+        # are indexed, so the rebuild, and its logged progress, covers them all now).
+        await asyncio.to_thread(self.index.ensure_meta)
         # Rooms taken off the allowlist while the service was down: purged now.
         await asyncio.to_thread(self.ingest.purge_unlisted)
         self.worker.start()

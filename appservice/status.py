@@ -14,6 +14,7 @@ from typing import Awaitable, Callable
 from indexer.chunker import format_ts
 from indexer.eventlog import EventLog
 from indexer.eventlog_reports import room_report
+from indexer.gate import OWN_MESSAGE
 from indexer.journal import Journal
 
 from .replies import Reply, render_error
@@ -60,9 +61,17 @@ def power_from_state(state: list, user: str) -> int:
 def render_status(rooms: list[tuple[str, str]], eventlog: EventLog, journal: Journal) -> Reply:
     """rooms: (room id, label) of the allowlist."""
     refusals: Counter = Counter()
+    seen: set[tuple] = set()
     for entry in journal.read():
-        if entry.get("kind") in ("refusal", "purge", "derived_excluded"):
-            refusals[entry.get("room_id")] += 1
+        if entry.get("kind") not in ("refusal", "purge", "derived_excluded"):
+            continue
+        if entry.get("rule") == OWN_MESSAGE:
+            continue  # journals written before the bot's answers were skipped silently
+        key = (entry.get("kind"), entry.get("event_id"), entry.get("rule"))
+        if entry.get("event_id") and key in seen:
+            continue  # read twice (backfill over pushed events) by older versions
+        seen.add(key)
+        refusals[entry.get("room_id")] += 1
     plain = [f"Index status: {len(rooms)} allowlisted room(s)"]
     rich = [f"<p>Index status: {len(rooms)} allowlisted room(s)</p><table>"
             "<tr><th>room</th><th>messages</th><th>windows</th><th>pending</th>"

@@ -73,9 +73,9 @@ def stream(rooms: list[list[tuple[str, str]]], n: int):
 
 def policy():
     from indexer.config import load_config
-    from indexer.datadir import TEMPLATES
 
-    return load_config(TEMPLATES / "config.example.yaml").policy
+    return load_config(Path(__file__).resolve().parent.parent / "config"
+                       / "config.example.yaml").policy
 
 
 def open_cache(path: Path = CACHE):

@@ -14,17 +14,19 @@ from pathlib import Path
 
 from ruamel.yaml import YAML
 
-def _templates() -> Path:
-    """config/ of the source tree, or its copy inside an installed wheel."""
-    here = Path(__file__).resolve().parent.parent / "config"
-    if (here / "config.example.yaml").exists():
-        return here
+
+def _template(name: str) -> str:
+    """A template from config/: the installed package (wheel or editable), else the
+    source tree. Read through importlib.resources: str() of its Traversable is no path."""
     from importlib.resources import files
 
-    return Path(str(files("matrix_sources_templates")))
+    try:
+        return files("matrix_sources_templates").joinpath(name).read_text(encoding="utf-8")
+    except (ModuleNotFoundError, FileNotFoundError):
+        here = Path(__file__).resolve().parent.parent / "config" / name
+        return here.read_text(encoding="utf-8")
 
 
-TEMPLATES = _templates()
 FILES = ("config.yaml", "allowlist.yaml", "registration.yaml")
 
 
@@ -77,7 +79,7 @@ def init_data_dir(data_dir: Path, homeserver_url: str = "http://127.0.0.1:8008",
     y = YAML()
     y.preserve_quotes = True
     y.indent(mapping=2, sequence=4, offset=2)
-    config = y.load((TEMPLATES / "config.example.yaml").read_text(encoding="utf-8"))
+    config = y.load(_template("config.example.yaml"))
     config["homeserver"]["url"] = homeserver_url
     config["homeserver"]["domain"] = domain
     if as_port is not None:
@@ -86,7 +88,7 @@ def init_data_dir(data_dir: Path, homeserver_url: str = "http://127.0.0.1:8008",
     y.dump(config, buf)
     (data_dir / "config.yaml").write_text(buf.getvalue(), encoding="utf-8")
     (data_dir / "allowlist.yaml").write_text(
-        (TEMPLATES / "allowlist.example.yaml").read_text(encoding="utf-8"), encoding="utf-8")
+        _template("allowlist.example.yaml"), encoding="utf-8")
 
     asc = config["appservice"]
     reg = Registration(id="matrix-sources", url=f"http://{asc['host']}:{asc['port']}",

@@ -63,7 +63,9 @@ def read_jsonl(path: Path, bad: list[int]) -> Iterator[object]:
 
 def import_events(path: Path, ingest: Ingest, pipeline: Pipeline,
                   on_read: Callable[[int], None] | None = None,
-                  on_indexed: Callable[[int], None] | None = None) -> ImportSummary:
+                  on_indexed: Callable[[int], None] | None = None,
+                  on_indexing: Callable[[], None] | None = None) -> ImportSummary:
+    """on_indexing is called once every event is in the event log, before indexing."""
     summary = ImportSummary()
     batch: list[object] = []
 
@@ -79,6 +81,8 @@ def import_events(path: Path, ingest: Ingest, pipeline: Pipeline,
         if len(batch) >= ADMIT_BATCH:
             flush()
     flush()
+    if on_indexing:
+        on_indexing()
     before = pipeline.stats.windows_upserted
     excluded = pipeline.derived.excluded if pipeline.derived else 0
     summary.indexed = pipeline.process_all(on_indexed)

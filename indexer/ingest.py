@@ -2,8 +2,9 @@
 
 The transaction handler, backfill and `matrix-sources import` all come through here, so
 the gate cannot be bypassed by any way in. A refused event touches no disk (only a
-journal line naming ids and the rule); events of rooms not on the allowlist are not
-even looked at.
+journal line naming ids and the rule, once per event however often it is read again);
+events of rooms not on the allowlist are not even looked at. The bot's own messages are
+skipped, counted apart, not journalled.
 
 Here too a room is purged after the fact (purge.py): when a state event, a puppet
 sender or newly learned facts make the gate refuse a room whose text is stored, or the
@@ -140,6 +141,11 @@ class Ingest:
             m = ev.message
             refusal = self.gate.judge_message(room_id, m.event_id, m.sender,
                                               self.facts.get(room_id))
+            if refusal is not None and refusal.rule == rules.OWN_MESSAGE:
+                # The bot's answers: never indexed, but not a refusal either (no journal
+                # line: counting them made `!sources status` grow with every answer).
+                result.skipped[rules.OWN_MESSAGE] += 1
+                continue
             if refusal is not None:
                 self._refuse(result, refusal, source)
                 facts = self.facts.get(room_id)

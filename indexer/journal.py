@@ -25,6 +25,9 @@ class Journal:
         # Room ids already journalled for a whole-room refusal, so a busy refused room
         # writes one line per (room, rule) per process, not one per event.
         self._seen_rooms: set[tuple[str, str]] = set()
+        # (event id, rule) of every refusal in the file, read on first need: backfill
+        # and Synapse's retries read events again, and a restart must not count them twice.
+        self._seen_events: set[tuple[str, str]] | None = None
 
     def write(self, kind: str, **fields) -> None:
         entry = {"ts": int(time.time() * 1000), "kind": kind}
@@ -43,9 +46,24 @@ class Journal:
             if key in self._seen_rooms:
                 return
             self._seen_rooms.add(key)
+        elif refusal.event_id is not None and not self._first_refusal(refusal):
+            return
         self.write("refusal", rule=refusal.rule, room_id=refusal.room_id,
                    room=room_label or None, event_id=refusal.event_id,
                    detail=refusal.detail or None, source=source)
+
+    def _first_refusal(self, refusal: Refusal) -> bool:
+        """True once per (event id, rule) over the file's whole history."""
+        with self._lock:
+            if self._seen_events is None:
+                self._seen_events = {
+                    (e["event_id"], e.get("rule", "")) for e in self.read(kind="refusal")
+                    if e.get("event_id")}
+            key = (refusal.event_id, refusal.rule)
+            if key in self._seen_events:
+                return False
+            self._seen_events.add(key)
+            return True
 
     def purge(self, refusal: Refusal, room_label: str = "", windows: int = 0,
               messages: int = 0, source: str = "push", scrubbed: bool | None = None) -> None:

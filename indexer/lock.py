@@ -11,7 +11,19 @@ from __future__ import annotations
 
 import fcntl
 import os
+import sys
 from pathlib import Path
+
+
+def holder_name(what: str) -> str:
+    """The command this process really is (`matrix-sources demo` runs the service too):
+    the console script's subcommand from argv (never its arguments); `what` when the
+    program is something else (tests, `python -m`)."""
+    argv = sys.argv
+    if Path(argv[0]).name != "matrix-sources" or len(argv) < 2 or argv[1].startswith("-"):
+        return what
+    words = argv[1:3] if argv[1] in ("ref", "allowlist") and len(argv) > 2 else argv[1:2]
+    return " ".join(["matrix-sources", *words])
 
 
 class LockedError(RuntimeError):
@@ -37,7 +49,7 @@ class WriterLock:
                 "Stop the service first (it backfills and indexes on its own while it "
                 "runs), or use Chroma as a server for tools beside it.") from None
         os.ftruncate(fd, 0)
-        os.write(fd, f"{self.what} (pid {os.getpid()})".encode())
+        os.write(fd, f"{holder_name(self.what)} (pid {os.getpid()})".encode())
         self._fd = fd
         return self
 

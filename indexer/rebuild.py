@@ -6,11 +6,15 @@
     meta differs (a new model, a new chunker) -> the collection is emptied, every event
         of the event log set pending again, and the pipeline re-embeds everything with
         progress; reference corpora are synced again from their files. Never a mix.
+    collection lost (it holds less than half the windows the event log says it indexed:
+        a Chroma folder deleted or restored from an old backup) -> the same rebuild. An
+        empty store is not taken for a new one while the event log says otherwise.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from typing import Callable
 
 from .chunker import CHUNKER_VERSION
@@ -22,6 +26,7 @@ from .store import ChromaStore
 
 log = logging.getLogger(__name__)
 CORPORA = ",".join(sorted((CORPUS_CHAT, CORPUS_REFERENCE)))
+LOST_FRACTION = 0.5
 
 
 def expected_meta(embedder: Embedder) -> dict:
@@ -38,21 +43,56 @@ def meta_mismatch(store: ChromaStore, embedder: Embedder) -> dict[str, tuple]:
     return {k: (have.get(k), v) for k, v in want.items() if have.get(k) != v}
 
 
+def lost_windows(store: ChromaStore, eventlog: EventLog) -> tuple[int, int] | None:
+    """(held, expected) if the collection holds less than LOST_FRACTION of the windows
+    the event log says are indexed; None if it holds about what it should. The store's
+    count includes reference sections: cheap, and a lost folder loses those too."""
+    expected = len(eventlog.window_ids())
+    held = store.count()
+    return (held, expected) if expected and held < expected * LOST_FRACTION else None
+
+
+def rebuild_reason(store: ChromaStore, eventlog: EventLog, embedder: Embedder) -> str:
+    """Why the collection must be rebuilt from the event log ('' if it need not be)."""
+    mismatch = meta_mismatch(store, embedder)
+    if mismatch:
+        return ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in mismatch.items())
+    lost = lost_windows(store, eventlog)
+    if lost:
+        return (f"the collection holds {lost[0]} of the {lost[1]} windows the event log "
+                "says are indexed (Chroma folder lost or restored from an older backup?)")
+    return ""
+
+
+def _logged(total: int, every_s: float = 10.0) -> Callable[[int], None]:
+    """Progress for a rebuild nobody watches on a terminal (`run`): a log line with the
+    total every few seconds."""
+    state = {"done": 0, "at": time.monotonic()}
+
+    def progress(n: int) -> None:
+        state["done"] += n
+        if time.monotonic() - state["at"] >= every_s:
+            state["at"] = time.monotonic()
+            log.warning("collection_rebuild_progress",
+                        extra={"messages": state["done"], "total": total})
+    return progress
+
+
 def ensure_meta(store: ChromaStore, eventlog: EventLog, pipeline: Pipeline,
                 resync_references: Callable[[], None] | None = None,
                 progress: Callable[[int], None] | None = None) -> bool:
-    """Rebuild if the collection was made by something else; True if it rebuilt."""
-    mismatch = meta_mismatch(store, pipeline.embedder)
-    if not mismatch:
+    """Rebuild if the collection was made by something else, or lost; True if it rebuilt."""
+    reason = rebuild_reason(store, eventlog, pipeline.embedder)
+    if not reason:
         store.set_meta(expected_meta(pipeline.embedder))
         return False
-    log.warning("collection_rebuild", extra={
-        "reason": ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in mismatch.items()),
-        "windows": store.count()})
+    log.warning("collection_rebuild", extra={"reason": reason, "windows": store.count()})
     with pipeline.lock:
         store.reset()
         eventlog.requeue_all()
         store.set_meta(expected_meta(pipeline.embedder))
+    if progress is None:
+        progress = _logged(eventlog.counts().get("pending", 0))
     done = pipeline.process_all(progress)
     if resync_references is not None:
         resync_references()

@@ -219,6 +219,10 @@ class ChromaStore:
     def count(self) -> int:
         return self._col.count()
 
+    def ids(self, corpus: str) -> set[str]:
+        """Every record id of one corpus (doctor compares them with the event log)."""
+        return set(self._col.get(where={"corpus": corpus}, include=[])["ids"])
+
     def query(self, vectors: Sequence[Sequence[float]], n: int,
               where: dict | None = None) -> list[list[Neighbour]]:
         if not vectors:

@@ -9,6 +9,12 @@ that churn. Repairs:
     in the store, not the log   -> deleted (chat windows only; reference sections are
                                    the reference corpora's)
 After repairs, every window is checked again; anything still unreachable fails.
+
+Deleting is refused when the event log cannot be the judge: it holds no indexed window
+while the collection has some, or it disowns most of the collection (a lost, truncated
+or stale event log would otherwise have every window deleted as "orphaned"). The caller
+refuses outright when the event log is missing or damaged (eventlog_check.py).
+`repair=False` is the dry run: what would be done, nothing done.
 """
 
 from __future__ import annotations
@@ -32,23 +38,49 @@ class IndexReport:
     missing: list[WindowID] = field(default_factory=list)  # in the log, not the store
     orphans: list[WindowID] = field(default_factory=list)  # in the store, not the log
     still_unreachable: list[WindowID] = field(default_factory=list)
+    dry_run: bool = False
+    refused: str = ""  # why the orphans were not deleted
 
     @property
     def ok(self) -> bool:
-        return not self.still_unreachable
+        if self.dry_run:
+            return not (self.unreachable or self.missing or self.orphans)
+        return not self.still_unreachable and not self.refused
 
     def lines(self) -> list[str]:
-        out = [f"index: {self.windows} windows in the store, {self.log_windows} in the event log",
+        would = "would be " if self.dry_run else ""
+        deleted = "kept: see below" if self.refused else f"{would}deleted"
+        out = [f"index: {self.windows} windows in the store, {self.log_windows} in the event log"
+               + (" (dry run: nothing changed)" if self.dry_run else ""),
                f"  unreachable by their own vector: {len(self.unreachable)}"
-               + (" (repaired)" if self.unreachable and not self.still_unreachable else ""),
-               f"  missing from the store: {len(self.missing)} (events set pending)",
-               f"  orphaned in the store: {len(self.orphans)} (deleted)"]
-        if self.still_unreachable:
+               + (f" ({would}repaired)" if self.unreachable and (
+                   self.dry_run or not self.still_unreachable) else ""),
+               f"  missing from the store: {len(self.missing)} (events {would}set pending)",
+               f"  orphaned in the store: {len(self.orphans)} ({deleted})"]
+        if self.refused:
+            out.append(f"FAIL deleting refused: {self.refused}")
+        if self.dry_run:
+            out.append("ok: nothing to repair" if self.ok else
+                       "run without --dry-run to repair")
+        elif self.still_unreachable:
             out.append(f"FAIL {len(self.still_unreachable)} windows stay unreachable:")
             out += [f"  {w}" for w in self.still_unreachable[:50]]
-        else:
+        elif not self.refused:
             out.append("ok: every window is reachable")
         return out
+
+
+def deletion_refusal(chat_windows: int, log_windows: int, orphans: int) -> str:
+    """Why orphans must not be deleted ('' if they may be): the event log cannot judge."""
+    if orphans and log_windows == 0:
+        return (f"the event log has no indexed window while the collection holds "
+                f"{chat_windows}; it is empty or not this collection's. Restore the event "
+                "log, or rebuild: move the Chroma folder aside and start the service")
+    if orphans * 2 > chat_windows:
+        return (f"the event log disowns {orphans} of the collection's {chat_windows} chat "
+                "windows, most of it: it is stale or not this collection's. Check "
+                "index.eventlog in the config, or restore the event log from a backup")
+    return ""
 
 
 def unreachable_windows(store: ChromaStore, ids: list[WindowID] | None = None,
@@ -74,10 +106,12 @@ def verify_index(store: ChromaStore, eventlog: EventLog, repair: bool = True,
     report.missing = sorted(logged - set(stored))
     report.orphans = sorted(chat - logged)
     report.unreachable = unreachable_windows(store, None, progress)
+    report.refused = deletion_refusal(len(chat), len(logged), len(report.orphans))
     if not repair:
+        report.dry_run = True
         report.still_unreachable = list(report.unreachable)
         return report
-    if report.orphans:
+    if report.orphans and not report.refused:
         store.delete(report.orphans)
     if report.missing:
         eventlog.requeue_windows(report.missing)

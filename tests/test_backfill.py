@@ -95,3 +95,38 @@ async def test_backfill_applies_the_gate_and_the_horizon(ingest):
     assert result.admitted.appended == 5  # messages 5..9
     assert ingest.eventlog.status_of("$m4") is None
     assert result.admitted.refused["encrypted_event"] == 1
+
+
+async def test_a_restart_does_not_grow_the_refusal_count(tmp_path):
+    """What was pushed live (the bot's answers among it) is read again by the next
+    start's backfill. The answers are skipped silently and a refusal already in the
+    journal is not written again, so `!sources status` shows the same count each start."""
+    from appservice.status import render_status
+
+    bot = "@bot:example.org"
+    events = [msg(i) for i in range(6)] + [
+        {**msg(6), "sender": bot, "event_id": "$answer"},
+        {"type": "m.room.encrypted", "room_id": ROOM, "sender": "@a:example.org",
+         "event_id": "$enc", "origin_server_ts": T0 + 7 * 60_000, "content": {}}]
+
+    class Rereading(FakePager):  # the worst overlap: every start reads it all again
+        async def page(self, room_id, from_token, limit):
+            self.calls.append(from_token)
+            return (self.events, f"t{len(self.calls)}") if len(self.calls) == 1 else ([], None)
+
+    counts = []
+    for start in range(3):  # a new process on the same files each time
+        log = EventLog(tmp_path / "eventlog.sqlite3")
+        ing = Ingest(Gate(frozenset({ROOM}), bot), log, Journal(tmp_path / "journal.jsonl"),
+                     history=History(log))
+        ing.facts[ROOM] = RoomFacts(join_rule="public")
+        if start == 0:
+            ing.admit(events)  # pushed live
+        result = await backfill_room(ROOM, Rereading(events, page=100), ing)
+        assert result.admitted.skipped["own_message"] == 1
+        assert result.pages >= 1 and result.events == len(events)
+        counts.append(render_status([(ROOM, "")], log, ing.journal).body.rsplit(", ", 1)[1])
+        log.close()
+    assert counts == ["1 refusals"] * 3  # the encrypted event, once; the answer, never
+    lines = (tmp_path / "journal.jsonl").read_text().splitlines()
+    assert len(lines) == 1 and "own_message" not in lines[0]

@@ -14,7 +14,7 @@ from indexer.events import StateEvent
 from indexer.gate import Gate
 from indexer.ingest import Ingest
 from indexer.journal import Journal
-from indexer.records import RoomID, UserID
+from indexer.records import Refusal, RoomID, UserID
 from indexer.roomfacts import RoomFacts, apply_state, facts_from_state
 
 ROOM = RoomID("!public:example.org")
@@ -246,15 +246,13 @@ REFUSED_CASES = {
         {"type": "uk.half-shot.bridge", "room_id": ROOM, "event_id": "$br", "sender": ALICE,
          "state_key": "discord", "origin_server_ts": 4, "content": {}}],
     rules.PUPPET_SENDER: public_state(),  # with a puppet sender below
-    rules.OWN_MESSAGE: public_state(),  # with the bot as sender below
 }
 
 
 @pytest.mark.parametrize("rule", sorted(REFUSED_CASES))
 def test_refused_message_is_journalled_by_id_and_never_stored(env, rule):
     ingest, tmp = env
-    sender = {rules.PUPPET_SENDER: "@_discord_123:example.org", rules.OWN_MESSAGE: BOT}.get(
-        rule, ALICE)
+    sender = {rules.PUPPET_SENDER: "@_discord_123:example.org"}.get(rule, ALICE)
     result = ingest.admit(REFUSED_CASES[rule] + [message("$refused", sender=sender)],
                           txn_key="reg:txn1")
     assert result.refused == {rule: 1}
@@ -289,10 +287,30 @@ def test_refused_and_accepted_in_one_batch(env):
         message("$b", sender=BOT),
         message("$c", body="more fine words", sender=BOB),
     ])
-    assert result.appended == 2 and result.refused == {rules.OWN_MESSAGE: 1}
+    assert result.appended == 2 and result.refused == {}
+    assert result.skipped == {rules.OWN_MESSAGE: 1}  # counted apart, not a refusal
     assert ingest.eventlog.status_of("$b") is None
     assert ingest.eventlog.status_of("$a") == ("pending", None)
     assert CANARY.encode() not in disk_bytes(tmp)
+
+
+def test_own_message_is_skipped_silently(env):
+    ingest, tmp = env
+    result = ingest.admit(public_state() + [message("$mine", sender=BOT)])
+    assert result.refused == {} and result.skipped == {rules.OWN_MESSAGE: 1}
+    assert ingest.eventlog.status_of("$mine") is None
+    assert [e for e in journal_entries(tmp) if e.get("kind") == "refusal"] == []
+    assert CANARY.encode() not in disk_bytes(tmp)
+
+
+def test_a_refusal_is_journalled_once_however_often_it_is_read(env):
+    ingest, tmp = env
+    ingest.admit(public_state() + [encrypted("$enc1")])
+    ingest.admit([encrypted("$enc1")])  # a retried transaction
+    restarted = Journal(tmp / "journal.jsonl")  # a new process reads the file
+    restarted.refusal(Refusal(rules.ENCRYPTED_EVENT, ROOM, "$enc1"), source="backfill")
+    restarted.refusal(Refusal(rules.ENCRYPTED_EVENT, ROOM, "$enc2"), source="backfill")
+    assert [e["event_id"] for e in journal_entries(tmp)] == ["$enc1", "$enc2"]
 
 
 def test_non_allowlisted_room_leaves_no_trace_at_all(env):

@@ -1,0 +1,1 @@
+"""The commented templates `matrix-sources init` copies (shipped as package data)."""

@@ -1,0 +1,59 @@
+"""`matrix-sources demo` end to end: a real Synapse, the real model, three speakers in
+the seeded room, the first answer, and a second account registered the way the demo
+says (both ways: open registration from a client, and register_new_matrix_user). Run
+again, it resumes with the same accounts."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+import urllib.request
+
+import pytest
+
+from appservice.cli import main
+from indexer.eventlog import EventLog
+
+pytestmark = [pytest.mark.synapse, pytest.mark.model]
+
+
+def register(url: str, user: str, password: str) -> dict:
+    body = json.dumps({"username": user, "password": password,
+                       "auth": {"type": "m.login.dummy"}}).encode()
+    req = urllib.request.Request(f"{url}/_matrix/client/v3/register", data=body,
+                                 headers={"Content-Type": "application/json"}, method="POST")
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return json.loads(r.read())
+
+
+def test_demo_seeds_from_three_users_and_says_how_to_register(tmp_path, capsys):
+    root = tmp_path / "demo-data"
+    assert main(["demo", "--data-dir", str(root), "--no-serve"]) == 0
+    out = capsys.readouterr().out
+    assert "--- the bot answered ---" in out and "from alice, bob, carol" in out
+    log = EventLog(root / "service" / "eventlog.sqlite3")
+    senders = {r[0] for r in log._db.execute("SELECT DISTINCT sender FROM events")}
+    log.close()
+    assert senders == {"@alice:localhost", "@bob:localhost", "@carol:localhost"}
+    assert "registration is open on this local demo server only" in out
+    [command] = [line.strip() for line in out.splitlines() if "register_new_matrix_user" in line]
+
+    # Run again: it resumes (same accounts, room already seeded) and serves Synapse again,
+    # so the printed ways to make an account can be tried against it.
+    from appservice import demo
+
+    state = json.loads((root / "demo.json").read_text())
+    assert sorted(state["registered"]) == ["alice", "bob", "carol", "demo"]
+    synapse = demo.LocalSynapse(root / "synapse", port=state["hs_port"], open_registration=True)
+    with synapse:
+        assert register(synapse.url, "dana", "dana-password")["user_id"] == "@dana:localhost"
+        args = shlex.split(command.replace("NAME", "erin").replace("PASSWORD", "erin-pass"))
+        res = subprocess.run(args, capture_output=True, text=True, timeout=60)
+        assert res.returncode == 0, res.stderr
+        assert synapse.login("erin", "erin-pass")[0] == "@erin:localhost"
+    assert main(["demo", "--data-dir", str(root), "--no-serve"]) == 0
+    out = capsys.readouterr().out
+    assert "already seeded" in out and "--- the bot answered ---" in out
+    assert re.search(r"alice|bob|carol", out.split("--- the bot answered ---")[1])

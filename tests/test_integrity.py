@@ -1,0 +1,241 @@
+"""A damaged or lost store is found and never made worse, through the CLI a deployer
+uses: `doctor` checks the event log and the collection against it, `run` refuses a
+damaged event log with how to recover, `verify --index` never deletes on the word of an
+event log that cannot judge (and has --dry-run), and a lost Chroma folder is rebuilt
+from the event log at start instead of serving a sliver of the index. Real SQLite,
+real Chroma, the deterministic embedder."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+
+import pytest
+from ruamel.yaml import YAML
+
+from appservice.cli import main
+from indexer.eventlog_check import check_eventlog
+from indexer.store import ChromaStore
+
+ROOM = "!room:example.org"
+N = 60
+
+
+@pytest.fixture
+def indexed(tmp_path, capsys):
+    """A data dir with N messages imported and indexed (windows of a few messages)."""
+    assert main(["init", "--data-dir", str(tmp_path / "d"), "--domain", "example.org",
+                 "--homeserver-url", "http://127.0.0.1:9"]) == 0  # nothing listens there
+    cfg = tmp_path / "d" / "config.yaml"
+    y = YAML()
+    data = y.load(cfg.read_text())
+    data["index"]["embedder"] = "hash"
+    data["index"]["window_max_bytes"] = 120
+    with open(cfg, "w") as f:
+        y.dump(data, f)
+    assert main(["allowlist", "add", "-c", str(cfg), ROOM]) == 0
+    events = [{"type": "m.room.join_rules", "room_id": ROOM, "sender": "@a:example.org",
+               "state_key": "", "event_id": "$jr", "origin_server_ts": 1,
+               "content": {"join_rule": "public"}}]
+    events += [{"type": "m.room.message", "room_id": ROOM, "sender": f"@u{i % 3}:example.org",
+                "event_id": f"$m{i}", "origin_server_ts": 1_700_000_000_000 + i * 1000,
+                "content": {"msgtype": "m.text", "body": f"message {i} on disks and keys"}}
+               for i in range(N)]
+    (tmp_path / "events.jsonl").write_text("\n".join(json.dumps(e) for e in events) + "\n")
+    assert main(["import", "-c", str(cfg), "-q", str(tmp_path / "events.jsonl")]) == 0
+    capsys.readouterr()
+    return cfg, tmp_path
+
+
+def windows(cfg) -> int:
+    return ChromaStore(path=cfg.parent / "chroma").count()
+
+
+def eventlog(cfg):
+    return cfg.parent / "eventlog.sqlite3"
+
+
+def truncate(path):
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def zero(path):
+    path.write_bytes(b"")
+
+
+def corrupt_page(path):
+    raw = bytearray(path.read_bytes())
+    page = 4096
+    for p in range(1, len(raw) // page):  # every page but the header's: b-tree garbage
+        raw[p * page + 8: p * page + 200] = b"\xa5" * 192
+    path.write_bytes(bytes(raw))
+
+
+DAMAGE = {"truncated": truncate, "zero_length": zero, "page_corrupted": corrupt_page}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGE))
+def test_doctor_and_run_refuse_a_damaged_event_log(indexed, capsys, monkeypatch, damage):
+    cfg, tmp = indexed
+    DAMAGE[damage](eventlog(cfg))
+    assert check_eventlog(eventlog(cfg)).damaged
+    assert main(["doctor", "-c", str(cfg)]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL event log:" in out and ".recover" in out
+
+    import appservice.service
+
+    def never(*a, **kw):
+        raise AssertionError("run opened the service on a damaged event log")
+    monkeypatch.setattr(appservice.service, "Service", never)
+    assert main(["run", "-c", str(cfg)]) == 1
+    err = capsys.readouterr().err
+    assert "the event log is damaged" in err and "backup" in err
+    assert "Traceback" not in err
+
+
+def test_run_reports_an_event_log_it_cannot_open_without_a_traceback(indexed, capsys,
+                                                                     monkeypatch):
+    cfg, tmp = indexed
+    import appservice.service
+
+    def damaged(*a, **kw):  # damage that only shows once the service reads the log
+        raise sqlite3.DatabaseError("database disk image is malformed")
+    monkeypatch.setattr(appservice.service, "Service", damaged)
+    assert main(["run", "-c", str(cfg)]) == 1
+    err = capsys.readouterr().err
+    assert "cannot be used (database disk image is malformed)" in err and ".recover" in err
+
+
+def test_doctor_and_run_refuse_a_deleted_event_log_beside_a_full_collection(
+        indexed, capsys, monkeypatch):
+    cfg, tmp = indexed
+    eventlog(cfg).unlink()
+    assert main(["doctor", "-c", str(cfg)]) == 1
+    assert f"FAIL index: no event log, {windows(cfg)} windows" in capsys.readouterr().out
+    import appservice.service
+
+    monkeypatch.setattr(appservice.service, "Service", None)
+    assert main(["run", "-c", str(cfg)]) == 1
+    assert "is missing while the collection holds" in capsys.readouterr().err
+    assert not eventlog(cfg).exists()  # nothing created in its place
+
+
+def test_doctor_passes_a_whole_store_and_finds_lost_windows(indexed, capsys):
+    cfg, tmp = indexed
+    main(["doctor", "-c", str(cfg)])
+    out = capsys.readouterr().out
+    assert "ok   event log:" in out and "quick_check ok" in out
+    n = windows(cfg)
+    assert f"ok   index: the event log has {n} indexed windows, the collection {n}" in out
+    store = ChromaStore(path=cfg.parent / "chroma")
+    store.delete([w.window_id for w in list(store.iter_windows())[:3]])
+    assert main(["doctor", "-c", str(cfg)]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL index:" in out and "3 missing from the collection" in out
+
+
+def test_verify_index_refuses_with_the_event_log_missing(indexed, capsys):
+    cfg, tmp = indexed
+    before = windows(cfg)
+    eventlog(cfg).unlink()
+    assert main(["verify", "-c", str(cfg), "--index"]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL the event log is missing" in out and "nothing checked or repaired" in out
+    assert windows(cfg) == before and not eventlog(cfg).exists()
+
+
+def test_verify_index_refuses_with_an_empty_event_log(indexed, capsys):
+    cfg, tmp = indexed
+    before = windows(cfg)
+    eventlog(cfg).unlink()
+    from indexer.eventlog import EventLog
+
+    EventLog(eventlog(cfg)).close()  # a valid, empty event log
+    assert main(["verify", "-c", str(cfg), "--index"]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL deleting refused: the event log has no indexed window" in out
+    assert "ok:" not in out and windows(cfg) == before
+
+
+def test_verify_index_refuses_an_event_log_that_disowns_most_windows(indexed, capsys):
+    cfg, tmp = indexed
+    before = windows(cfg)
+    db = sqlite3.connect(eventlog(cfg))
+    keep = db.execute("SELECT window_id FROM events WHERE status = 'indexed'"
+                      " ORDER BY seq LIMIT 1").fetchone()[0]
+    db.execute("UPDATE events SET status = 'pending', window_id = NULL WHERE window_id != ?",
+               (keep,))
+    db.commit()
+    db.close()
+    assert main(["verify", "-c", str(cfg), "--index"]) == 1
+    assert "FAIL deleting refused: the event log disowns" in capsys.readouterr().out
+    assert windows(cfg) == before
+
+
+def test_verify_index_dry_run_changes_nothing_then_repairs(indexed, capsys):
+    cfg, tmp = indexed
+    store = ChromaStore(path=cfg.parent / "chroma")
+    lost = next(store.iter_windows()).window_id
+    store.delete([lost])
+    store._col.add(ids=["orphan"], embeddings=[[0.1] * 64], documents=["x"],
+                   metadatas=[{"room_id": ROOM, "corpus": "chat"}])
+    before = windows(cfg)
+    assert main(["verify", "-c", str(cfg), "--index", "--dry-run"]) == 1
+    out = capsys.readouterr().out
+    assert "dry run: nothing changed" in out and "orphaned in the store: 1 (would be deleted)" in out
+    assert "missing from the store: 1 (events would be set pending)" in out
+    assert windows(cfg) == before
+    assert main(["verify", "-c", str(cfg), "--index"]) == 0
+    assert "orphaned in the store: 1 (deleted)" in capsys.readouterr().out
+    assert "orphan" not in ChromaStore(path=cfg.parent / "chroma").ids("chat")
+
+
+def test_a_lost_chroma_folder_is_rebuilt_from_the_event_log_at_start(indexed, capsys):
+    cfg, tmp = indexed
+    before = windows(cfg)
+    assert before >= 10
+    shutil.rmtree(cfg.parent / "chroma")
+    # A new process would open it fresh; this one must forget its cached Chroma client.
+    from chromadb.api.client import SharedSystemClient
+
+    SharedSystemClient.clear_system_cache()
+    # Any start of a writer rebuilds it; import is the one that needs no homeserver
+    # (the same file again: nothing new, its state events say the room is public).
+    assert main(["import", "-c", str(cfg), "-q", str(tmp / "events.jsonl")]) == 0
+    err = capsys.readouterr().err
+    assert f"the collection holds 0 of the {before} windows" in err
+    assert windows(cfg) == before
+    held = sorted(e for w in ChromaStore(path=cfg.parent / "chroma").iter_windows()
+                  for e in w.event_ids)
+    assert held == sorted(f"$m{i}" for i in range(N))
+
+
+def test_a_nearly_empty_collection_is_rebuilt_with_logged_progress(indexed, caplog):
+    """What `run` does at start (Service.start calls Index.ensure_meta): the rebuild
+    logs its progress with the total."""
+    cfg, tmp = indexed
+    from indexer import rebuild
+    from indexer.components import Index
+    from indexer.config import load_config
+
+    store = ChromaStore(path=cfg.parent / "chroma")
+    before = store.count()
+    store.delete([w.window_id for w in list(store.iter_windows())[2:]])  # 2 of them left
+    index = Index.open(load_config(cfg))
+    from indexer.roomfacts import RoomFacts
+
+    index.ingest.facts[ROOM] = RoomFacts(join_rule="public")  # learned when it joined
+    real = rebuild._logged
+    rebuild._logged = lambda total: real(total, every_s=0)
+    try:
+        with caplog.at_level("WARNING", logger="indexer.rebuild"):
+            assert index.ensure_meta() is True
+    finally:
+        rebuild._logged = real
+        index.close()
+    assert windows(cfg) == before
+    progress = [r for r in caplog.records if r.msg == "collection_rebuild_progress"]
+    assert progress and all(r.total == N for r in progress)
+    assert progress[-1].messages == N

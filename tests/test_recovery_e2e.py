@@ -1,0 +1,56 @@
+"""Restarts and a lost Chroma folder, for real: Synapse, `matrix-sources run` with the
+real model, a person at a matrix-nio client. The bot's own answers never count as
+refusals, however often the service restarts (backfill reads them again), and a start
+with the Chroma folder gone rebuilds every window from the event log."""
+
+from __future__ import annotations
+
+import re
+import shutil
+
+import pytest
+
+from appservice.chatclient import ChatClient
+
+pytestmark = [pytest.mark.synapse, pytest.mark.model]
+
+TOPICS = ["rotating the signing key", "the media cache filling the disk",
+          "federation over .well-known", "vacuuming the database", "onboarding from phones"]
+
+
+def doctor_index(stack) -> str:
+    """doctor's line about the collection against the event log (service stopped)."""
+    out = stack.cli("doctor").stdout
+    return next(line for line in out.splitlines() if " index: " in line)
+
+
+async def test_restarts_and_a_lost_chroma_folder(stack):
+    user, token = stack.synapse.register_user("rita", "rita-password")
+    async with ChatClient(stack.synapse.url, user, token) as rita:
+        room = await rita.create_room("Recovery room", public=True)
+        assert stack.cli("allowlist", "add", room).returncode == 0
+        await rita.wait_for_member(room, stack.bot)
+        ids = [await rita.send(room, f"note {i}: what we found about {TOPICS[i % 5]}, "
+                                     f"part {i // 5}") for i in range(40)]
+        stack.wait_indexed(ids)
+        await rita.ask(room, "!sources how do we vacuum the database", stack.bot)
+        first = (await rita.ask(room, "!sources status", stack.bot))["content"]["body"]
+    assert re.search(r"Recovery room: 40 messages .* 0 refusals", first), first
+
+    stack.service.stop()
+    healthy = doctor_index(stack)
+    windows = int(re.search(r"the event log has (\d+) indexed windows", healthy).group(1))
+    assert healthy.startswith("ok") and f"the collection {windows} chat windows" in healthy
+    shutil.rmtree(stack.data_dir / "chroma")
+    assert doctor_index(stack).startswith("FAIL")
+
+    stack.service.start()  # ready once the collection is rebuilt
+    async with ChatClient(stack.synapse.url, user, token) as rita:
+        again = (await rita.ask(room, "!sources status", stack.bot))["content"]["body"]
+        answer = (await rita.ask(room, "!sources the media cache filled the disk",
+                                 stack.bot))["content"]["body"]
+    assert re.search(r"Recovery room: 40 messages .* 0 refusals", again), again
+    assert "media cache" in answer
+    stack.service.stop()
+    assert doctor_index(stack) == healthy
+    stack.service.start()
