@@ -21,7 +21,7 @@ from mautrix.errors import MatrixConnectionError, MatrixRequestError, MForbidden
 from indexer.events import StateEvent, parse_event
 from indexer.roomfacts import RoomFacts, facts_from_state
 
-log = logging.getLogger("matrix_sources.roomstate")
+log = logging.getLogger(f"matrix_sources.{__name__}")
 
 Sleep = Callable[[float], Awaitable[None]]
 # A gateway in front of the homeserver saying it is not there.

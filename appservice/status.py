@@ -18,7 +18,7 @@ from indexer.journal import Journal
 
 from .replies import Reply, render_error
 
-log = logging.getLogger("matrix_sources.status")
+log = logging.getLogger(f"matrix_sources.{__name__}")
 ADMIN_POWER_LEVEL = 50
 PowerLevel = Callable[[str, str], Awaitable[int]]  # (room, user) -> level
 

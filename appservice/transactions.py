@@ -46,7 +46,7 @@ from .httpbody import (MAX_PING_BYTES, MAX_TRANSACTION_BYTES, BodyError, error,
                        read_json_object)
 from .roomstate import is_outage
 
-log = logging.getLogger("matrix_sources.transactions")
+log = logging.getLogger(f"matrix_sources.{__name__}")
 
 OnAdmitted = Callable[[list[dict], AdmitResult], None]
 FetchState = Callable[[str], Awaitable[None]]

@@ -28,7 +28,7 @@ from .records import Refusal, RoomID
 if TYPE_CHECKING:
     from .pipeline import Pipeline
 
-log = logging.getLogger(__name__)
+log = logging.getLogger(f"matrix_sources.{__name__}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,7 @@ from .records import EventID, RefSource, RoomID, UserID, Window, WindowID
 from .termindex import TermIndex
 
 COLLECTION = "matrix_sources"
-log = logging.getLogger(__name__)
+log = logging.getLogger(f"matrix_sources.{__name__}")
 
 
 @dataclass(frozen=True, slots=True)
