@@ -37,7 +37,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .chunker import ChunkPolicy, build_blocks, commit_batches, embed_text
+from .chunker import ChunkPolicy, build_blocks, commit_batches, document, embed_text
 from .chunker import window_id as chunk_window_id
 from .derived import DerivedFilter
 from .history import History
@@ -192,6 +192,8 @@ class Pipeline:
         held = {self.eventlog.status_of(m.event_id)[1] for m in tail
                 if m.event_id not in pending}
         stale = sorted(w for w in held - {w.window_id for b in grouped for w in b} if w)
+        for w in (w for b in grouped for w in b):
+            document(w)  # what the store writes: a window that cannot be, fails here
         return [_Step(room_id, thread_root, batch, stale if i == 0 else [], generation,
                       sum(1 for w in batch for m in w.messages if m.event_id in pending),
                       [embed_text(w) for w in batch])
