@@ -107,7 +107,7 @@ class _IndexCollector:
         yield c
         g = GaugeMetricFamily("matrix_sources_timelines_failing",
                               "Timelines the pipeline cannot plan (logged with a traceback)")
-        g.add_metric([], len(getattr(s.pipeline, "failing", {})))
+        g.add_metric([], len(s.pipeline.failing))
         yield g
         g = GaugeMetricFamily("matrix_sources_ready", "1 when /health answers ready")
         g.add_metric([], 1.0 if s.ready() else 0.0)
@@ -178,7 +178,10 @@ class ServiceMetrics:
         self.sources.figures.refresh()  # for the next scrape; this one is not held up
         for size in self._drain():
             self.batch_sizes.observe(size)
-        return web.Response(body=generate_latest(self.registry),
+        # In a thread too: the collector takes the keyword index's lock, which its
+        # background build may hold for a while.
+        body = await asyncio.to_thread(generate_latest, self.registry)
+        return web.Response(body=body,
                             headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
 

@@ -209,7 +209,7 @@ class Service:
         await self.worker.stop()
         await self.az.stop()
         self.responder.executor.shutdown(wait=True, cancel_futures=True)
-        self.index.close()
+        await asyncio.to_thread(self.index.close)
         self.lock.release()
 
     # -- rooms -----------------------------------------------------------------------
