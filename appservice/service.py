@@ -76,6 +76,9 @@ class _SourcesAppService(AppService):
     async def _http_ping(self, request):  # type: ignore[override]
         return await self.transaction_handler.ping(request)
 
+    def _check_token(self, request) -> bool:  # the user and alias queries: same check
+        return self.transaction_handler.check_token(request) is None
+
 
 def raise_fd_limit() -> tuple[int, int]:
     """The soft limit on open files up to the hard one (systemd's default soft limit,
@@ -119,7 +122,7 @@ class Service:
         self.state_retry = StateRetry(self._learn_room, self._state_known)
         self.az.transaction_handler = TransactionHandler(
             self.registration.hs_token, self.registration.id, self.ingest,
-            self._learn_room, self._on_admitted, self.state_retry.add)
+            self._learn_room, self._on_admitted, self.state_retry)
         self.transactions = self.az.transaction_handler
         self.responder = Responder(self.searcher, self._send, cfg.bot_user, cfg.default_top_k,
                                    RateLimiter(cfg.rate_limit_per_minute), domain=cfg.domain,

@@ -18,9 +18,10 @@ new events and must be processed, or those messages would be silently dropped.
       txn seen -> 200 {}
       room state unknown -> fetch it:
           homeserver unreachable -> 503 (Synapse retries the whole transaction)
-          this room's state fails -> its events refused for now (journal:
-              state_unavailable, ids only), fetched again later (roomstate.StateRetry),
-              the rest goes on: one room never holds back the others
+          this room's state fails, or takes over STATE_FETCH_SECONDS -> its events
+              refused for now (journal: state_unavailable, ids only), fetched again
+              later (roomstate.StateRetry; meanwhile not fetched per transaction), the
+              rest goes on: one room never holds back the others
       gate + append (one SQLite transaction with the txn id) -> 200 {} / 500
 
 Every SQLite call runs in a worker thread: the loop only moves bytes.
@@ -33,7 +34,7 @@ import hashlib
 import hmac
 import json
 import logging
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, Protocol
 
 from aiohttp import web
 
@@ -50,6 +51,16 @@ log = logging.getLogger(f"matrix_sources.{__name__}")
 
 OnAdmitted = Callable[[list[dict], AdmitResult], None]
 FetchState = Callable[[str], Awaitable[None]]
+STATE_FETCH_SECONDS = 15.0  # Synapse gives a transaction 60 s
+
+
+class Retry(Protocol):
+    """Rooms whose state is to be fetched again later (roomstate.StateRetry)."""
+
+    @property
+    def waiting(self) -> set[str]: ...
+
+    def add(self, room_id: str) -> None: ...
 
 
 def fingerprint(events: list) -> str:
@@ -80,13 +91,13 @@ def _is_command(raw: object) -> bool:
 class TransactionHandler:
     def __init__(self, hs_token: str, registration_id: str, ingest: Ingest,
                  fetch_state: FetchState, on_admitted: OnAdmitted,
-                 on_state_unavailable: Callable[[str], None] | None = None) -> None:
+                 retry: Retry | None = None) -> None:
         self._hs_token = hs_token.encode()
         self._registration_id = registration_id
         self._ingest = ingest
         self._fetch_state = fetch_state
         self._on_admitted = on_admitted
-        self._on_state_unavailable = on_state_unavailable
+        self._retry = retry
         # Synapse sends one transaction at a time; a lock keeps it so for anyone else.
         self._lock = asyncio.Lock()
         self.received = 0
@@ -152,9 +163,9 @@ class TransactionHandler:
                                        "refused": sum(result.refused.values()),
                                        "deferred": len(deferred)})
         self._on_admitted(admitted, result)
-        if self._on_state_unavailable is not None:
+        if self._retry is not None:
             for room_id in sorted(unavailable):
-                self._on_state_unavailable(room_id)
+                self._retry.add(room_id)
         return web.json_response({})
 
     async def _learn_rooms(self, events: list, txn_id: str) -> set[str]:
@@ -162,11 +173,16 @@ class TransactionHandler:
         state could not be had (the homeserver answering otherwise). Raises _Outage
         when the homeserver is unreachable."""
         unavailable: set[str] = set()
+        waiting = self._retry.waiting if self._retry is not None else set()
         for room_id in sorted(self._ingest.unknown_rooms(events)):
+            if room_id in waiting:  # failed before, fetched again on its own schedule
+                unavailable.add(room_id)
+                continue
             try:
-                await self._fetch_state(room_id)
+                async with asyncio.timeout(STATE_FETCH_SECONDS) as deadline:
+                    await self._fetch_state(room_id)
             except Exception as e:
-                if is_outage(e):
+                if is_outage(e) and not deadline.expired():
                     log.warning("homeserver_unreachable", exc_info=True,
                                 extra={"txn": txn_id, "room_id": room_id})
                     raise _Outage() from e

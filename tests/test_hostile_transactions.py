@@ -54,11 +54,14 @@ class Env:
                       ROOM_B: RoomFacts(join_rule="public")}
         self.fetch_errors: dict[str, Exception] = {}
         self.admitted: list = []
-        self.unavailable: list[str] = []
+        self.unavailable: list[str] = []  # rooms handed to the retry
+        self.waiting: set[str] = set()
         self.on_commands = None
         self.handler = TransactionHandler(HS_TOKEN, "matrix-sources", self.ingest,
-                                          self.fetch_state, self.on_admitted,
-                                          self.unavailable.append)
+                                          self.fetch_state, self.on_admitted, self)
+
+    def add(self, room_id: str) -> None:  # the handler's Retry
+        self.unavailable.append(room_id)
 
     async def fetch_state(self, room_id: str) -> None:
         if room_id in self.fetch_errors:
@@ -261,6 +264,30 @@ async def test_outage_is_503_one_rooms_state_is_200_for_the_rest(env, error, out
     assert [(e["room_id"], e["event_id"]) for e in entries] == [(ROOM_B, "$b1"), (ROOM_B, "$b2")]
     assert all(set(e) <= {"ts", "kind", "rule", "room_id", "event_id", "source"}
                for e in entries)
+
+
+async def test_a_room_whose_state_hangs_holds_back_nothing(env, monkeypatch):
+    monkeypatch.setattr(transactions, "STATE_FETCH_SECONDS", 0.2)
+    fetched = []
+    real = env.fetch_state
+
+    async def fetch_state(room_id):
+        fetched.append(room_id)
+        if room_id == ROOM_B:
+            await asyncio.sleep(30)  # a room so big its state never comes in time
+        await real(room_id)
+
+    env.handler._fetch_state = fetch_state
+    started = time.monotonic()
+    status, _ = await put(env.client, "t1", {"events": [msg("$a1"), msg("$b1", room=ROOM_B)]})
+    assert status == 200 and time.monotonic() - started < 5
+    assert env.status("$a1") is not None and env.status("$b1") is None
+    assert env.unavailable == [ROOM_B]
+    # While the retry has it, later transactions do not wait for that room again.
+    env.waiting.add(ROOM_B)
+    status, _ = await put(env.client, "t2", {"events": [msg("$a2"), msg("$b2", room=ROOM_B)]})
+    assert status == 200 and fetched == [ROOM_A, ROOM_B]
+    assert env.status("$a2") is not None and env.status("$b2") is None
 
 
 class Pager:
