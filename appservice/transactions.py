@@ -192,14 +192,15 @@ class TransactionHandler:
         return unavailable
 
     def _admit(self, events: list, deferred: list, txn_key: str) -> AdmitResult:
-        """In a worker thread: journal the deferred events (ids only), then gate and
-        append the rest with the transaction id."""
+        """In a worker thread: gate and append with the transaction id, then journal the
+        deferred events (ids only; once, as a replay is not processed again)."""
+        result = self._ingest.admit(events, txn_key)
         for ev in deferred:
-            eid = ev.get("event_id") if isinstance(ev, dict) else None
+            eid = ev.get("event_id")
             self._ingest.journal.refusal(Refusal(
                 STATE_UNAVAILABLE, RoomID(_room_of(ev) or ""),
                 EventID(eid) if isinstance(eid, str) else None))
-        return self._ingest.admit(events, txn_key)
+        return result
 
 
 def _partition(events: list, unavailable: set[str]) -> tuple[list, list]:
