@@ -169,6 +169,11 @@ class Service:
         await self.join_allowlisted()
         # Rooms taken off the allowlist while the service was down: purged now.
         await asyncio.to_thread(self.ingest.purge_unlisted)
+        # Poison stored by an older version: quarantined before the pipeline meets it.
+        quarantined = await asyncio.to_thread(self.ingest.quarantine_stored_poison)
+        if quarantined:
+            log.warning("events_quarantined", extra={"events": quarantined,
+                                                     "rule": "timestamp_out_of_range"})
         self.worker.start()
         self._spawn(self._watch_allowlist(), "allowlist-watch")
         self.az.ready = True

@@ -19,8 +19,9 @@ from typing import Iterable
 
 from . import gate as rules
 from .eventlog import EventLog
-from .events import (QUARANTINED, EditEvent, EncryptedEvent, MessageEvent, RedactionEvent,
-                     Skipped, StateEvent, parse_event)
+from .events import (MAX_TS_MS, QUARANTINED, TIMESTAMP_OUT_OF_RANGE, EditEvent,
+                     EncryptedEvent, MessageEvent, RedactionEvent, Skipped, StateEvent,
+                     parse_event)
 from .gate import Gate
 from .history import Applied, History
 from .journal import Journal
@@ -89,6 +90,15 @@ class Ingest:
         refusal = self._settled_refusal(room_id)
         if refusal is not None:
             self._purge_if_stored(refusal, source)
+
+    def quarantine_stored_poison(self) -> int:
+        """Events an older version stored with a timestamp past MAX_TS_MS: quarantined
+        now as the parse would have (journal: by id and rule). Run at start."""
+        found = self.eventlog.quarantine_timestamps(MAX_TS_MS)
+        for event_id, room_id in found:
+            self.journal.write("quarantine", rule=TIMESTAMP_OUT_OF_RANGE, room_id=room_id,
+                               event_id=event_id, source="event_log")
+        return len(found)
 
     def purge_unlisted(self, source: str = "allowlist") -> list[PurgeReport]:
         """Purge every room with stored text that the allowlist no longer lists (after a

@@ -184,6 +184,22 @@ async def test_a_poison_already_in_an_old_event_log_stalls_only_its_room(env, tm
     assert rec.room_id == ROOM_A and rec.exc_info is not None
 
 
+async def test_a_poison_in_an_old_event_log_is_quarantined_at_start(env, tmp_path):
+    """What the service does at start: the poisoned room's other messages index too."""
+    env.ingest.eventlog.append([(Message(EventID("$old-poison"), ROOM_A, UserID("@m:x"),
+                                         10 ** 15, "from before the fix"), None)])
+    env.ingest.facts[ROOM_A] = RoomFacts(join_rule="public")
+    assert (await put(env.client, "t1", {"events": [msg("$a-ok")]}))[0] == 200
+    assert await asyncio.to_thread(env.ingest.quarantine_stored_poison) == 1
+    pipeline = pipeline_over(env.ingest, tmp_path)
+    assert await asyncio.to_thread(pipeline.process_all) == 1
+    assert env.status("$a-ok")[0] == "indexed" and env.status("$old-poison")[0] == "purged"
+    assert pipeline.failing == {}
+    [entry] = [e for e in env.journal() if e["kind"] == "quarantine"]
+    assert (entry["event_id"], entry["rule"]) == ("$old-poison", "timestamp_out_of_range")
+    assert "from before the fix" not in (tmp_path / "journal.jsonl").read_text()
+
+
 # -- ids that would forge lines ------------------------------------------------------------
 
 async def test_a_newline_in_the_transaction_id_forges_no_log_line(env):
