@@ -36,8 +36,8 @@ def rebuild_reply(rec: RecordedAnswer, lines: dict[str, tuple[str, int, str]],
 
 def edit_content(reply_event_id: str, reply: Reply) -> dict:
     new = {"msgtype": "m.notice", "body": reply.body, "format": "org.matrix.custom.html",
-           "formatted_body": reply.formatted_body}
+           "formatted_body": reply.formatted_body, "m.mentions": {}}
     return {"msgtype": "m.notice", "body": "* " + reply.body,
             "format": "org.matrix.custom.html", "formatted_body": "* " + reply.formatted_body,
-            "m.new_content": new,
+            "m.mentions": {}, "m.new_content": new,
             "m.relates_to": {"rel_type": "m.replace", "event_id": reply_event_id}}

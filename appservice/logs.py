@@ -1,7 +1,12 @@
 """Structured logs: an event name plus ids and counts, never message text.
 
     log.info("window_upserted", extra={"room_id": ..., "events": 3})
-    -> 2026-11-30T02:00:00Z INFO indexer.pipeline window_upserted room_id=!r events=3
+    -> 2026-11-30T02:00:00Z INFO matrix_sources.indexer.pipeline window_upserted room_id=!r events=3
+
+Every logger of the project sits under one root, `matrix_sources` (ROOT); the level of
+the config applies there, libraries stay at WARNING. A field value that could forge a
+line (a transaction id with `%0A`, any id from the homeserver) is written quoted, with
+its control characters escaped.
 """
 
 from __future__ import annotations
@@ -12,6 +17,16 @@ import sys
 import time
 
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
+ROOT = "matrix_sources"
+
+
+def safe_value(v: object) -> str:
+    """A field value for a key=value line: as is if it is one printable word, else
+    JSON-quoted (newlines and other control characters escaped)."""
+    s = str(v)
+    if s and s.isprintable() and " " not in s and '"' not in s and "=" not in s:
+        return s
+    return json.dumps(s)
 
 
 class KeyValueFormatter(logging.Formatter):
@@ -28,9 +43,9 @@ class KeyValueFormatter(logging.Formatter):
             if record.exc_info:
                 out["exc"] = self.formatException(record.exc_info)
             return json.dumps(out, default=str)
-        line = f"{stamp} {record.levelname} {record.name} {record.getMessage()}"
+        line = f"{stamp} {record.levelname} {record.name} {safe_value(record.getMessage())}"
         if fields:
-            line += " " + " ".join(f"{k}={v}" for k, v in fields.items())
+            line += " " + " ".join(f"{k}={safe_value(v)}" for k, v in fields.items())
         if record.exc_info:
             line += "\n" + self.formatException(record.exc_info)
         return line
@@ -42,6 +57,7 @@ def setup_logging(level: str = "INFO", as_json: bool = False) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+    logging.getLogger(ROOT).setLevel(level)  # every logger of the project is under it
     # mautrix logs whole requests and events at DEBUG; they may hold message text.
     for noisy in ("mau", "mautrix", "aiohttp.access", "chromadb", "httpx",
                   "sentence_transformers", "urllib3"):

@@ -1,26 +1,31 @@
-"""Prometheus metrics at /metrics, and readiness at /health.
+"""Prometheus metrics at /metrics.
 
 Counters that the service owns (events by type, refusals by rule, search latency,
-embedding batch sizes) are prometheus-client objects. Figures the
-indexer already keeps (pipeline stats, derived exclusions by kind, transaction counts,
-queue depth, cursor lag) are
-read at scrape time by a collector, so `indexer/` stays free of service concerns.
+embedding batch sizes) are prometheus-client objects. Figures the indexer already keeps
+in memory (pipeline stats, derived exclusions by kind, transaction counts) are read at
+scrape time by a collector, so `indexer/` stays free of service concerns. Figures that
+take an aggregate over the event log (queue depth, cursor lag) come from
+`EventLogFigures`: read in a worker thread on a connection of their own, at most every
+`max_age` seconds, started by a scrape and served to the next ones: a scrape never
+waits for the event log, and the loop never runs a query.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from pathlib import Path
+from typing import Any, Callable
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from indexer.eventlog_reports import lag_report
+from indexer.eventlog_reports import LagReport, lag_report_at
 
-if TYPE_CHECKING:
-    from .service import Service
+log = logging.getLogger(f"matrix_sources.{__name__}")
 
 # Types with a bounded set of labels; anything else a homeserver sends counts as "other".
 KNOWN_TYPES = frozenset({
@@ -30,12 +35,54 @@ KNOWN_TYPES = frozenset({
     "uk.half-shot.bridge", "m.reaction", "m.room.topic"})
 
 
+class EventLogFigures:
+    """The event log's aggregate figures, cached; `refresh()` reads them again in a
+    worker thread unless they are younger than `max_age` or a read is under way."""
+
+    def __init__(self, path: Path, max_age: float = 5.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.path = path
+        self.max_age = max_age
+        self._clock = clock
+        self.figures: LagReport | None = None
+        self.read_at = float("-inf")
+        self._reading: asyncio.Task | None = None
+
+    def refresh(self) -> asyncio.Task | None:
+        if self._reading is not None or self._clock() - self.read_at < self.max_age:
+            return self._reading
+        self._reading = asyncio.create_task(self._read(), name="eventlog-figures")
+        return self._reading
+
+    async def _read(self) -> None:
+        try:
+            self.figures = await asyncio.to_thread(lag_report_at, self.path)
+            self.read_at = self._clock()
+        except Exception:
+            log.error("metrics_read_failed", exc_info=True, extra={"path": str(self.path)})
+        finally:
+            self._reading = None
+
+
+@dataclass
+class MetricSources:
+    """What the collector reads: in-memory figures only (the event log's through
+    `figures`). Built by the service; any object with these attributes will do."""
+
+    pipeline: Any  # indexer.pipeline.Pipeline: stats, derived, failing
+    transactions: Any  # .transactions.TransactionHandler: received, replayed
+    worker: Any  # indexer.worker.PipelineWorker: failures
+    store: Any  # indexer.store.ChromaStore: terms
+    figures: EventLogFigures
+    ready: Callable[[], bool]
+
+
 class _IndexCollector:
-    def __init__(self, service: "Service") -> None:
-        self.service = service
+    def __init__(self, sources: MetricSources) -> None:
+        self.sources = sources
 
     def collect(self):
-        s = self.service
+        s = self.sources
         stats = s.pipeline.stats
         for name, doc, value in (
                 ("windows_upserted", "Windows written to the store", stats.windows_upserted),
@@ -58,7 +105,17 @@ class _IndexCollector:
         for kind, n in sorted((derived.by_kind if derived else {}).items()):
             c.add_metric([kind], n)
         yield c
-        pending, oldest, lags = lag_report(s.eventlog)
+        g = GaugeMetricFamily("matrix_sources_timelines_failing",
+                              "Timelines the pipeline cannot plan (logged with a traceback)")
+        g.add_metric([], len(s.pipeline.failing))
+        yield g
+        g = GaugeMetricFamily("matrix_sources_ready", "1 when /health answers ready")
+        g.add_metric([], 1.0 if s.ready() else 0.0)
+        yield g
+        yield from self._terms()
+        if s.figures.figures is None:
+            return  # not read yet: the scrape started the first read
+        pending, oldest, lags = s.figures.figures
         g = GaugeMetricFamily("matrix_sources_pipeline_queue_depth",
                               "Events in the event log waiting for the pipeline")
         g.add_metric([], pending)
@@ -73,10 +130,9 @@ class _IndexCollector:
         for room, lag_ms in sorted(lags.items()):
             g.add_metric([room], lag_ms / 1000)
         yield g
-        g = GaugeMetricFamily("matrix_sources_ready", "1 when /health answers ready")
-        g.add_metric([], 1.0 if s.health.ready else 0.0)
-        yield g
-        terms = s.store.terms
+
+    def _terms(self):
+        terms = self.sources.store.terms
         g = GaugeMetricFamily("matrix_sources_term_index_ready",
                               "1 once the keyword leg answers from memory, not Chroma")
         g.add_metric([], 1.0 if terms is not None and terms.ready.is_set() else 0.0)
@@ -106,9 +162,10 @@ class ServiceMetrics:
             "matrix_sources_embedding_batch_size", "Windows per embedding batch", registry=r,
             buckets=(1, 2, 4, 8, 16, 32, 64, 128))
 
-    def attach(self, service: "Service") -> None:
-        self.registry.register(_IndexCollector(service))
-        self._drain: Callable[[], list[int]] = lambda: _drain(service.pipeline.stats.batch_sizes)
+    def attach(self, sources: MetricSources) -> None:
+        self.sources = sources
+        self.registry.register(_IndexCollector(sources))
+        self._drain: Callable[[], list[int]] = lambda: _drain(sources.pipeline.stats.batch_sizes)
 
     def count_events(self, events: list, refused: dict[str, int]) -> None:
         for ev in events:
@@ -118,9 +175,13 @@ class ServiceMetrics:
             self.refusals.labels(rule).inc(n)
 
     async def handle_metrics(self, _request: web.Request) -> web.Response:
+        self.sources.figures.refresh()  # for the next scrape; this one is not held up
         for size in self._drain():
             self.batch_sizes.observe(size)
-        return web.Response(body=generate_latest(self.registry),
+        # In a thread too: the collector takes the keyword index's lock, which its
+        # background build may hold for a while.
+        body = await asyncio.to_thread(generate_latest, self.registry)
+        return web.Response(body=body,
                             headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
 
@@ -128,24 +189,3 @@ def _drain(sizes: list[int]) -> list[int]:
     out = sizes[:]
     del sizes[:len(out)]
     return out
-
-
-@dataclass
-class Health:
-    """Ready only when the store and model are loaded and the homeserver answered."""
-
-    store: bool = False
-    model: bool = False
-    homeserver: bool = False
-    detail: str = "starting"
-
-    @property
-    def ready(self) -> bool:
-        return self.store and self.model and self.homeserver
-
-    async def handle(self, _request: web.Request) -> web.Response:
-        body = {"status": "ready" if self.ready else "starting",
-                "checks": {"store": self.store, "model": self.model,
-                           "homeserver": self.homeserver},
-                "detail": "" if self.ready else self.detail}
-        return web.json_response(body, status=200 if self.ready else 503)

@@ -31,9 +31,11 @@ class Reply:
     hits: tuple[Hit, ...] = ()  # the hits shown, one per section
 
     def content(self, in_reply_to: str | None = None, thread_root: str | None = None) -> dict:
+        # An empty m.mentions: the reply pings nobody by design (the quoted senders, the
+        # asker), not only because a notice happens not to.
         content: dict = {"msgtype": "m.notice", "body": self.body,
                          "format": "org.matrix.custom.html",
-                         "formatted_body": self.formatted_body}
+                         "formatted_body": self.formatted_body, "m.mentions": {}}
         if thread_root:
             content["m.relates_to"] = {"rel_type": "m.thread", "event_id": thread_root,
                                        "is_falling_back": True,

@@ -1,7 +1,10 @@
 """Answering `!sources` in a room: parse, rate-limit, search off the event loop, reply.
 
 User mistakes (`CommandError`) become a short reply in one place; nothing the asker
-typed is logged or stored.
+typed is logged or stored. Anything else that fails gets a short reply saying so, and
+is logged with a traceback and the command's ids. Searches run in an executor of their
+own (never the default one, which admitting transactions uses). A reply that cannot be
+sent because the homeserver is unreachable is sent once it is back (SEND_RETRY_FOR).
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import logging
 import math
 import time
 from collections import OrderedDict, defaultdict, deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable
 
@@ -24,14 +28,19 @@ from indexer.search import Searcher
 from .commands import (HELP, CommandError, HelpCommand, StatusCommand, WhyCommand,
                        parse_command)
 from .replies import Reply, render_error, render_help, render_hits, render_why
+from .roomstate import is_outage
 
-log = logging.getLogger("matrix_sources.responder")
+log = logging.getLogger(f"matrix_sources.{__name__}")
 
 Send = Callable[[str, dict], Awaitable[str]]
 ResolveAlias = Callable[[str], Awaitable[str | None]]
 Status = Callable[[str, str], Awaitable[Reply]]  # (room, asker) -> reply
 RecordAnswer = Callable[[str, list[EmittedSection]], int]
 LAST_QUERIES_KEPT = 1000  # per (room, user), in memory only, for `!sources why N`
+SEARCH_THREADS = 2  # the machine's cores; more searches at once only queue on them
+SEND_RETRY_FOR = 3600.0  # seconds a reply waits for an unreachable homeserver
+SEND_RETRY_MAX = 60.0
+FAILED = "Sorry, that failed on my side. The error is logged; please try again later."
 
 
 @dataclass
@@ -74,14 +83,22 @@ class Responder:
     # (reply id, room, command id, thread root, reply) -> None: what the reply quoted, by
     # event id, so a later redaction can edit it (indexer/answers.py). After the send.
     record_quotes: Callable[[str, str, str, str | None, Reply], None] | None = None
+    executor: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(
+        SEARCH_THREADS, thread_name_prefix="search"))
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    clock: Callable[[], float] = time.monotonic
 
     async def answer(self, ev: MessageEvent) -> Reply | None:
         m = ev.message
         if m.sender == self.bot_user:
             return None
-        reply = await self._reply_for(ev)
+        try:
+            reply = await self._reply_for(ev)
+        except Exception:
+            log.exception("answer_failed", extra={"room_id": m.room_id, "event_id": m.event_id})
+            reply = render_error(FAILED)
         content = reply.content(in_reply_to=m.event_id, thread_root=ev.thread_root)
-        event_id = await self.send(m.room_id, content)
+        event_id = await self._send_when_up(m.room_id, m.event_id, content)
         self.answered += 1
         if self.record_answer is not None and reply.sections:
             await self._record_answer(m.room_id, event_id, reply)
@@ -93,6 +110,23 @@ class Responder:
                 log.exception("quotes_record_failed", extra={"room_id": m.room_id,
                                                              "event_id": event_id})
         return reply
+
+    async def _send_when_up(self, room_id: str, command_id: str, content: dict) -> str:
+        """Send, and while the homeserver is unreachable keep trying (backoff doubling,
+        capped) for SEND_RETRY_FOR seconds: a command that came just before an outage
+        is answered when it ends."""
+        deadline = self.clock() + SEND_RETRY_FOR
+        delay = 1.0
+        while True:
+            try:
+                return await self.send(room_id, content)
+            except Exception as e:
+                if not is_outage(e) or self.clock() + delay > deadline:
+                    raise
+                log.warning("reply_waiting_for_homeserver", exc_info=True, extra={
+                    "room_id": room_id, "event_id": command_id, "retry_in": delay})
+            await self.sleep(delay)
+            delay = min(delay * 2, SEND_RETRY_MAX)
 
     async def _record_answer(self, room_id: str, event_id: str, reply: Reply) -> None:
         """The reply is sent (committed): now what it quoted becomes answer artifacts, so
@@ -133,7 +167,8 @@ class Responder:
             return render_error(f"You have asked a lot in the last minute; "
                                 f"try again in {math.ceil(wait)} s.")
         started = time.monotonic()
-        hits = await asyncio.to_thread(self.searcher.search, query)
+        hits = await asyncio.get_running_loop().run_in_executor(
+            self.executor, self.searcher.search, query)
         if self.on_search_seconds:
             self.on_search_seconds(time.monotonic() - started)
         log.info("query_answered", extra={"room_id": m.room_id, "event_id": m.event_id,

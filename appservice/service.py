@@ -3,13 +3,19 @@
 Start-up: registration checked -> event log, store, model -> HTTP up -> homeserver
 accepts as_token (whoami) -> join every allowlisted room, learn its state -> pipeline
 catches up on what a previous run left pending -> watch allowlist.yaml for changes.
+
+A room whose state cannot be fetched (at start or in a transaction) is fetched again
+with backoff (roomstate.StateRetry), then backfilled. Commands are answered in a
+bounded pool of their own (commandpool.py). Every SQLite and Chroma call runs off the
+event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
 import logging
+import resource
+import time
 from typing import Any
 
 from mautrix.api import Method, Path
@@ -35,13 +41,15 @@ from indexer.records import RoomID
 from .answer_edits import edit_content, rebuild_reply
 from .heap import release_free_memory
 from .pager import MatrixPager
-from .metrics import Health, ServiceMetrics
+from .commandpool import CommandPool
+from .health import Health, appends_problem, pipeline_problem
+from .metrics import EventLogFigures, MetricSources, ServiceMetrics
 from .responder import RateLimiter, Responder
 from .status import may_see_status, power_from_state, render_status, status_refusal
-from .roomstate import fetch_room_facts
+from .roomstate import StateRetry, fetch_room_facts
 from .transactions import TransactionHandler
 
-log = logging.getLogger("matrix_sources.service")
+log = logging.getLogger(f"matrix_sources.{__name__}")
 ALLOWLIST_POLL_SECONDS = 1.0
 HOMESERVER_RETRY_MAX = 30.0  # seconds between whoami attempts while Synapse is down
 
@@ -64,6 +72,27 @@ class _SourcesAppService(AppService):
 
     async def _http_handle_transaction(self, request):  # type: ignore[override]
         return await self.transaction_handler.handle(request)
+
+    async def _http_ping(self, request):  # type: ignore[override]
+        return await self.transaction_handler.ping(request)
+
+    def _check_token(self, request) -> bool:  # the user and alias queries: same check
+        return self.transaction_handler.check_token(request) is None
+
+
+def raise_fd_limit() -> tuple[int, int]:
+    """The soft limit on open files up to the hard one (systemd's default soft limit,
+    1,024, is about 1,000 idle connections; contrib/matrix-sources.service raises the
+    hard limit, docs/deployment.md). Returns (soft, hard) as they are now."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError):
+            log.warning("fd_limit_not_raised", exc_info=True, extra={"soft": soft,
+                                                                    "hard": hard})
+    return soft, hard
 
 
 class Service:
@@ -90,18 +119,28 @@ class Service:
             as_token=self.registration.as_token, hs_token=self.registration.hs_token,
             bot_localpart=self.registration.sender_localpart, id=self.registration.id,
             state_store=_StateStore(), log=logging.getLogger("mau.as"))
+        self.state_retry = StateRetry(self._learn_room, self._state_known)
         self.az.transaction_handler = TransactionHandler(
             self.registration.hs_token, self.registration.id, self.ingest,
-            self._learn_room, self._on_admitted)
+            self._learn_room, self._on_admitted, self.state_retry)
         self.transactions = self.az.transaction_handler
         self.responder = Responder(self.searcher, self._send, cfg.bot_user, cfg.default_top_k,
                                    RateLimiter(cfg.rate_limit_per_minute), domain=cfg.domain,
                                    resolve_alias=self._resolve_alias, rrf_k=cfg.rrf_k,
                                    record_answer=self.index.record_answer)
+        self.commands = CommandPool(self._answer)
         # The store opened and the model loaded above; the homeserver is checked in start().
-        self.health = Health(store=True, model=True, detail="waiting for the homeserver")
+        self.health = Health(store=True, model=True, detail="waiting for the homeserver",
+                             problems={
+                                 "appends": appends_problem(
+                                     lambda: self.transactions.append_failures),
+                                 "pipeline": pipeline_problem(
+                                     lambda: self.worker.consecutive_failures,
+                                     lambda: self.worker.last_error)})
         self.metrics = ServiceMetrics()
-        self.metrics.attach(self)
+        self.metrics.attach(MetricSources(
+            self.pipeline, self.transactions, self.worker, self.store,
+            EventLogFigures(self.eventlog.path), lambda: self.health.ready))
         self.responder.status = self._status
         self.answers = AnswerLog(self.eventlog)
         self.responder.record_quotes = self._record_quotes
@@ -116,6 +155,8 @@ class Service:
     # -- lifecycle -------------------------------------------------------------------
 
     async def start(self) -> None:
+        soft, hard = raise_fd_limit()
+        log.info("fd_limit", extra={"soft": soft, "hard": hard})
         await self.az.start(host=self.cfg.as_host, port=self.cfg.as_port)
         await self._wait_for_homeserver()
         try:
@@ -130,6 +171,11 @@ class Service:
         await asyncio.to_thread(self.index.ensure_meta)
         # Rooms taken off the allowlist while the service was down: purged now.
         await asyncio.to_thread(self.ingest.purge_unlisted)
+        # Poison stored by an older version: quarantined before the pipeline meets it.
+        quarantined = await asyncio.to_thread(self.ingest.quarantine_stored_poison)
+        if quarantined:
+            log.warning("events_quarantined", extra={"events": quarantined,
+                                                     "rule": "timestamp_out_of_range"})
         self.worker.start()
         self._spawn(self._watch_allowlist(), "allowlist-watch")
         self.az.ready = True
@@ -154,9 +200,9 @@ class Service:
             except Exception as e:
                 self.health.detail = (f"homeserver {self.cfg.homeserver_url} unreachable "
                                       f"({type(e).__name__}); retrying")
-                log.warning("homeserver_unreachable", extra={
-                    "url": self.cfg.homeserver_url, "error": type(e).__name__,
-                    "retry_in": delay})
+                # The traceback too: a bug here looks like an outage otherwise.
+                log.warning("homeserver_unreachable", exc_info=True, extra={
+                    "url": self.cfg.homeserver_url, "retry_in": delay})
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, HOMESERVER_RETRY_MAX)
         if whoami.user_id != self.cfg.bot_user:
@@ -168,9 +214,12 @@ class Service:
         for t in list(self._tasks):
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.state_retry.stop()
+        await self.commands.stop()
         await self.worker.stop()
         await self.az.stop()
-        self.index.close()
+        self.responder.executor.shutdown(wait=True, cancel_futures=True)
+        await asyncio.to_thread(self.index.close)
         self.lock.release()
 
     # -- rooms -----------------------------------------------------------------------
@@ -179,11 +228,10 @@ class Service:
         for room_id in sorted(self.gate.allowlist):
             try:
                 await self.az.intent.join_room_by_id(room_id)
-            except MatrixError as e:
-                log.warning("join_failed", extra={"room_id": room_id, "error": str(e)[:200]})
+            except MatrixError:
+                log.warning("join_failed", exc_info=True, extra={"room_id": room_id})
                 continue
-            await self._learn_room(room_id)
-            self._spawn(self.backfill(RoomID(room_id)), "backfill")
+            await self._learn_or_retry(room_id)
 
     async def backfill(self, room_id: RoomID) -> None:
         """Fetch what the room said before the bot was there (or while the service was
@@ -197,11 +245,25 @@ class Service:
             try:
                 result = await backfill_room(room_id, MatrixPager(self.az.intent.api),
                                              self.ingest, horizon)
-            except MatrixError as e:
-                log.warning("backfill_failed", extra={"room_id": room_id, "error": str(e)[:200]})
+            except Exception:
+                log.error("backfill_failed", exc_info=True, extra={"room_id": room_id})
                 return
             if result.admitted and (result.admitted.appended or result.admitted.history.rooms):
                 self.worker.notify()
+
+    async def _learn_or_retry(self, room_id: str) -> None:
+        """Learn a joined room's state, then backfill it; if its state cannot be had
+        now, StateRetry fetches it again later and backfills then."""
+        try:
+            await self._learn_room(room_id)
+        except Exception:
+            log.error("room_state_unavailable", exc_info=True, extra={"room_id": room_id})
+            self.state_retry.add(room_id)
+            return
+        self._state_known(room_id)
+
+    def _state_known(self, room_id: str) -> None:
+        self._spawn(self.backfill(RoomID(room_id)), "backfill")
 
     async def _learn_room(self, room_id: str) -> None:
         facts = await fetch_room_facts(self.az.intent.api, room_id)
@@ -235,10 +297,10 @@ class Service:
         for room_id in sorted(added):
             try:
                 await self.az.intent.join_room_by_id(room_id)
-                await self._learn_room(room_id)
-                self._spawn(self.backfill(RoomID(room_id)), "backfill")
-            except MatrixError as e:
-                log.warning("join_failed", extra={"room_id": room_id, "error": str(e)[:200]})
+            except Exception:
+                log.warning("join_failed", exc_info=True, extra={"room_id": room_id})
+                continue
+            await self._learn_or_retry(room_id)
 
     async def _watch_allowlist(self) -> None:
         while True:
@@ -264,7 +326,7 @@ class Service:
                 # Nothing of such a room is stored (the gate refuses it).
                 self._spawn(self._accept_invite(ev["room_id"]), "accept-invite")
         for cmd in result.commands:
-            self._spawn(self._answer(cmd), "answer")
+            self.commands.submit(cmd)
         if result.history.redacted:
             self._spawn(self._edit_replies(set(result.history.redacted)), "edit-replies")
 
@@ -295,15 +357,11 @@ class Service:
     async def _accept_invite(self, room_id: str) -> None:
         try:
             await self.az.intent.join_room_by_id(room_id)
-        except MatrixError as e:
-            log.warning("invite_join_failed", extra={"room_id": room_id, "error": str(e)[:200]})
+        except MatrixError:
+            log.warning("invite_join_failed", exc_info=True, extra={"room_id": room_id})
 
     async def _answer(self, cmd: MessageEvent) -> None:
-        try:
-            await self.responder.answer(cmd)
-        except Exception:
-            log.exception("answer_failed", extra={"room_id": cmd.message.room_id,
-                                                  "event_id": cmd.message.event_id})
+        await self.responder.answer(cmd)  # failures: logged by the pool, with ids
 
     async def _status(self, room_id: str, user: str):
         if not await may_see_status(room_id, user, self.cfg.admins, self._power_level):

@@ -19,7 +19,7 @@ from indexer.journal import Journal
 
 from .replies import Reply, render_error
 
-log = logging.getLogger("matrix_sources.status")
+log = logging.getLogger(f"matrix_sources.{__name__}")
 ADMIN_POWER_LEVEL = 50
 PowerLevel = Callable[[str, str], Awaitable[int]]  # (room, user) -> level
 
@@ -30,9 +30,8 @@ async def may_see_status(room_id: str, user: str, admins: tuple[str, ...],
         return True
     try:
         return await power_level(room_id, user) >= ADMIN_POWER_LEVEL
-    except Exception as e:  # power levels unreadable: deny, never crash the reply
-        log.warning("power_levels_unreadable", extra={"room_id": room_id,
-                                                      "error": type(e).__name__})
+    except Exception:  # power levels unreadable: deny, never crash the reply
+        log.warning("power_levels_unreadable", exc_info=True, extra={"room_id": room_id})
         return False
 
 

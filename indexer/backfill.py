@@ -17,7 +17,7 @@ from typing import Callable, Protocol
 from .ingest import AdmitResult, Ingest
 from .records import RoomID
 
-log = logging.getLogger(__name__)
+log = logging.getLogger(f"matrix_sources.{__name__}")
 
 PAGE_SIZE = 100
 
@@ -48,9 +48,10 @@ async def backfill_room(room_id: RoomID, pager: Pager, ingest: Ingest,
                         progress: Callable[[int], None] | None = None) -> BackfillResult:
     eventlog = ingest.eventlog
     result = BackfillResult(room_id, admitted=AdmitResult())
-    token = eventlog.get_meta(_meta_key(room_id))
+    # Every event log call in a worker thread: the service runs this on its event loop.
+    token = await asyncio.to_thread(eventlog.get_meta, _meta_key(room_id))
     if token is None:
-        cursor = eventlog.cursor(room_id)
+        cursor = await asyncio.to_thread(eventlog.cursor, room_id)
         if cursor is not None:
             token = await pager.token_after(room_id, cursor.event_id)
     while True:
@@ -70,7 +71,7 @@ async def backfill_room(room_id: RoomID, pager: Pager, ingest: Ingest,
         if next_token is None or next_token == token:
             break  # the live edge
         token = next_token
-        eventlog.set_meta(_meta_key(room_id), token)
+        await asyncio.to_thread(eventlog.set_meta, _meta_key(room_id), token)
         log.info("backfill_page", extra={"room_id": room_id, "page": result.pages,
                                          "events": result.events})
         if not events:

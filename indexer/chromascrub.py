@@ -41,7 +41,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-log = logging.getLogger(__name__)
+log = logging.getLogger(f"matrix_sources.{__name__}")
 
 DB_FILE = "chroma.sqlite3"
 DELETE_OP = 3  # chromadb's Operation.DELETE as stored in embeddings_queue.operation

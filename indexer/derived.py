@@ -31,7 +31,7 @@ from .normalise import normalise, sha256_normalised, shingles, words
 from .records import (ARTIFACT_ANSWER, ARTIFACT_REFERENCE, Artifact, EventID, Message,
                       RoomID)
 
-log = logging.getLogger(__name__)
+log = logging.getLogger(f"matrix_sources.{__name__}")
 JOURNAL_KIND = "derived_excluded"
 
 

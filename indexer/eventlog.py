@@ -325,6 +325,25 @@ class EventLog(DerivedColumns, TimelineReads):
                                    (event_id,)).fetchone()
         return (row[0], row[1]) if row else None
 
+    def quarantine_timestamps(self, max_ts: int) -> list[tuple[EventID, RoomID]]:
+        """Pending events whose timestamp no calendar prints (stored before the parse
+        checked it): their text dropped (status purged), so they stall no run. Returns
+        (event id, room id) of each, for the journal."""
+        with self._lock:
+            cur = self._db.cursor()
+            cur.execute("BEGIN IMMEDIATE")
+            try:
+                rows = cur.execute("SELECT event_id, room_id FROM events WHERE status = ?"
+                                   " AND (ts > ? OR ts < 0)",
+                                   (EventStatus.PENDING.value, max_ts)).fetchall()
+                cur.executemany("UPDATE events SET body = NULL, status = ? WHERE event_id = ?",
+                                [(EventStatus.PURGED.value, r[0]) for r in rows])
+                cur.execute("COMMIT")
+            except BaseException:
+                cur.execute("ROLLBACK")
+                raise
+        return [(EventID(e), RoomID(r)) for e, r in rows]
+
     # -- purging (a room refused after the fact; see purge.py) -----------------------
 
     def has_text(self, room_id: RoomID) -> bool:

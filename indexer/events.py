@@ -3,6 +3,12 @@
 Every shape a homeserver or a file can hand us is classified here, once: a message
 we may index, a state event that changes what we know of a room, an encrypted event
 (never stored), or something to skip with a reason. Nothing here raises on odd input.
+
+Hostile but legal input stops here: an id with a newline or another control character
+(it would forge lines in logs and replies), a timestamp no calendar can print
+(canonical JSON allows 2^53 ms, year 287,396; Python's datetime ends at 9999 and SQLite's
+integers at 2^63). Such a message is skipped with a reason; one out of the calendar's
+range is quarantined by id (ingest.py journals it), never stored to stall the pipeline.
 """
 
 from __future__ import annotations
@@ -28,6 +34,11 @@ def command_rest(body: str) -> str | None:
 TEXT_MSGTYPES = frozenset({"m.text", "m.notice", "m.emote"})
 # A Matrix event is at most 64 KiB; a body beyond that is not a real message.
 MAX_BODY_BYTES = 65536
+MAX_ID_BYTES = 255  # the spec's limit for user, room and event ids
+MAX_TS_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z, the last a datetime can hold
+TIMESTAMP_OUT_OF_RANGE = "timestamp_out_of_range"
+# Skip reasons that name a poison event: journalled by id and rule (ingest.py).
+QUARANTINED = frozenset({TIMESTAMP_OUT_OF_RANGE})
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +110,23 @@ def _str(d: dict, key: str) -> str | None:
     return v if isinstance(v, str) and v and is_utf8(v) else None
 
 
+def is_clean_id(s: str) -> bool:
+    """An id fit for logs and replies: printable, no whitespace, within the spec's length."""
+    return s.isprintable() and " " not in s and len(s.encode("utf-8")) <= MAX_ID_BYTES
+
+
+def _id(d: dict, key: str) -> str | None:
+    v = _str(d, key)
+    return v if v is not None and is_clean_id(v) else None
+
+
+def _ts(raw: dict) -> int | None:
+    """origin_server_ts if it is an integer a calendar can print, else None."""
+    ts = raw.get("origin_server_ts")
+    ok = isinstance(ts, int) and not isinstance(ts, bool) and 0 <= ts <= MAX_TS_MS
+    return ts if ok else None
+
+
 def strip_reply_fallback(body: str) -> str:
     """Drop the `> <@user> quoted` lines a client prepends to a reply's body."""
     lines = body.split("\n")
@@ -115,8 +143,8 @@ def strip_reply_fallback(body: str) -> str:
 def parse_event(raw: Any) -> ParsedEvent:
     if not isinstance(raw, dict):
         return Skipped("not_an_object")
-    room_id, event_id = _str(raw, "room_id"), _str(raw, "event_id")
-    etype, sender = _str(raw, "type"), _str(raw, "sender")
+    room_id, event_id = _id(raw, "room_id"), _id(raw, "event_id")
+    etype, sender = _str(raw, "type"), _id(raw, "sender")
     if room_id is None or event_id is None or etype is None or sender is None:
         return Skipped("missing_ids", RoomID(room_id) if room_id else None,
                        EventID(event_id) if event_id else None)
@@ -129,11 +157,10 @@ def parse_event(raw: Any) -> ParsedEvent:
     state_key = raw.get("state_key")
     if isinstance(state_key, str):
         return StateEvent(rid, eid, UserID(sender), etype, state_key, content)
-    ts = raw.get("origin_server_ts")
-    ts = ts if isinstance(ts, int) and not isinstance(ts, bool) and ts >= 0 else None
+    ts = _ts(raw)
     if etype == "m.room.redaction":
         # Room versions up to 10 put `redacts` at the top level, 11 and later in content.
-        target = _str(raw, "redacts") or _str(content, "redacts")
+        target = _id(raw, "redacts") or _id(content, "redacts")
         if target is None or ts is None:
             return Skipped("bad_redaction", rid, eid)
         return RedactionEvent(rid, eid, UserID(sender), EventID(target), ts)
@@ -158,11 +185,13 @@ def parse_event(raw: Any) -> ParsedEvent:
     is_command = command_rest(body) is not None
     if not body:
         return Skipped("empty_body", rid, eid)
-    ts = raw.get("origin_server_ts")
-    if not isinstance(ts, int) or isinstance(ts, bool) or ts < 0:
+    if ts is None:
+        raw_ts = raw.get("origin_server_ts")
+        if isinstance(raw_ts, int) and not isinstance(raw_ts, bool) and raw_ts > MAX_TS_MS:
+            return Skipped(TIMESTAMP_OUT_OF_RANGE, rid, eid)
         return Skipped("bad_timestamp", rid, eid)
     thread_root = None
-    if relates.get("rel_type") == "m.thread" and _str(relates, "event_id"):
+    if relates.get("rel_type") == "m.thread" and _id(relates, "event_id"):
         thread_root = EventID(relates["event_id"])
     msg = Message(eid, rid, UserID(sender), ts, body, _reply_to(relates),
                   _mentions(content, sender))
@@ -175,8 +204,8 @@ def _reply_to(relates: dict) -> EventID | None:
     reply = relates.get("m.in_reply_to")
     if not isinstance(reply, dict) or relates.get("is_falling_back") is True:
         return None
-    target = _str(reply, "event_id")
-    return EventID(target) if target and target.startswith("$") and len(target) <= 255 else None
+    target = _id(reply, "event_id")
+    return EventID(target) if target and target.startswith("$") else None
 
 
 MAX_MENTIONS = 20  # more is a ping-all, not a conversation
@@ -190,13 +219,13 @@ def _mentions(content: dict, sender: str) -> tuple[UserID, ...]:
     if not isinstance(ids, list) or len(ids) > MAX_MENTIONS:
         return ()
     ok = [u for u in ids if isinstance(u, str) and u.startswith("@") and ":" in u
-          and len(u) <= 255 and u != sender]
+          and is_clean_id(u) and is_utf8(u) and u != sender]
     return tuple(UserID(u) for u in dict.fromkeys(ok))
 
 
 def _edit(rid: RoomID, eid: EventID, sender: UserID, relates: dict, content: dict,
           ts: int | None) -> EditEvent | Skipped:
-    target = _str(relates, "event_id")
+    target = _id(relates, "event_id")
     new = content.get("m.new_content")
     body = new.get("body") if isinstance(new, dict) else None
     if target is None or ts is None:

@@ -11,6 +11,11 @@ Rules (DESIGN.md, "Rules the gate enforces"), checked in this order:
            sent by the bot      -> own_message
            puppet sender        -> puppet_sender         (whole room)
 
+Not the gate's, but journalled under the same names (ids and rule, never text):
+
+    room state unfetchable      -> state_unavailable     (refused for now, backfilled)
+    timestamp past year 9999    -> timestamp_out_of_range (quarantined, never stored)
+
 A refusal is a typed `Refusal` naming its rule; it never carries message text.
 """
 
@@ -20,6 +25,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from .events import TIMESTAMP_OUT_OF_RANGE
 from .records import EventID, Refusal, RoomID, UserID
 from .roomfacts import RoomFacts
 
@@ -31,9 +37,10 @@ ENCRYPTED_EVENT = "encrypted_event"
 BRIDGED_ROOM = "bridged_room"
 PUPPET_SENDER = "puppet_sender"
 OWN_MESSAGE = "own_message"
+STATE_UNAVAILABLE = "state_unavailable"
 
 RULES = (NOT_ALLOWLISTED, NOT_PUBLIC, DIRECT_MESSAGE, ENCRYPTED_ROOM, ENCRYPTED_EVENT,
-         BRIDGED_ROOM, PUPPET_SENDER, OWN_MESSAGE)
+         BRIDGED_ROOM, PUPPET_SENDER, OWN_MESSAGE, STATE_UNAVAILABLE, TIMESTAMP_OUT_OF_RANGE)
 
 # Discord bridges' puppets: mautrix-discord (@discord_123...) and matrix-appservice-discord
 # (@_discord_123...). On unless the config says otherwise.

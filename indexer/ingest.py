@@ -20,8 +20,9 @@ from typing import Iterable
 
 from . import gate as rules
 from .eventlog import EventLog
-from .events import (EditEvent, EncryptedEvent, MessageEvent, RedactionEvent, Skipped,
-                     StateEvent, parse_event)
+from .events import (MAX_TS_MS, QUARANTINED, TIMESTAMP_OUT_OF_RANGE, EditEvent,
+                     EncryptedEvent, MessageEvent, RedactionEvent, Skipped, StateEvent,
+                     parse_event)
 from .gate import Gate
 from .history import Applied, History
 from .journal import Journal
@@ -91,6 +92,15 @@ class Ingest:
         if refusal is not None:
             self._purge_if_stored(refusal, source)
 
+    def quarantine_stored_poison(self) -> int:
+        """Events an older version stored with a timestamp past MAX_TS_MS: quarantined
+        now as the parse would have (journal: by id and rule). Run at start."""
+        found = self.eventlog.quarantine_timestamps(MAX_TS_MS)
+        for event_id, room_id in found:
+            self.journal.write("quarantine", rule=TIMESTAMP_OUT_OF_RANGE, room_id=room_id,
+                               event_id=event_id, source="event_log")
+        return len(found)
+
     def purge_unlisted(self, source: str = "allowlist") -> list[PurgeReport]:
         """Purge every room with stored text that the allowlist no longer lists (after a
         reload, and at start for edits made while the service was down)."""
@@ -99,7 +109,7 @@ class Ingest:
             if room_id in self.gate.allowlist:
                 continue
             refusal = Refusal(rules.NOT_ALLOWLISTED, room_id, whole_room=True)
-            reports.append(self.purger.purge(refusal, self.label(room_id), source))
+            reports.append(self.purger.purge(refusal, source))
             self.facts.pop(room_id, None)  # not read any more
         return reports
 
@@ -128,6 +138,9 @@ class Ingest:
                 continue
             if isinstance(ev, Skipped):
                 result.skipped[ev.reason] += 1
+                if ev.reason in QUARANTINED:  # a poison event: by id and rule, never text
+                    self.journal.write("quarantine", rule=ev.reason, room_id=room_id,
+                                       event_id=ev.event_id, source=source)
                 continue
             if isinstance(ev, EncryptedEvent):
                 self._refuse(result, Refusal(rules.ENCRYPTED_EVENT, room_id, ev.event_id), source)
@@ -220,8 +233,8 @@ class Ingest:
     def _purge_if_stored(self, refusal: Refusal, source: str) -> PurgeReport | None:
         if not self.eventlog.has_text(refusal.room_id):
             return None
-        return self.purger.purge(refusal, self.label(refusal.room_id), source)
+        return self.purger.purge(refusal, source)
 
     def _refuse(self, result: AdmitResult, refusal: Refusal, source: str) -> None:
         result.refused[refusal.rule] += 1
-        self.journal.refusal(refusal, self.label(refusal.room_id), source)
+        self.journal.refusal(refusal, source)

@@ -1,4 +1,5 @@
-"""The journal: JSON lines of refusals, purges and exclusions. Never message text.
+"""The journal: JSON lines of refusals, purges and exclusions. Ids and rules only: never
+message text, nor a room's name (a refused room's name, "Staff only", says too much).
 
 Tests and `matrix-sources journal` read it back with `Journal.read`.
 """
@@ -40,7 +41,7 @@ class Journal:
                 f.flush()
                 os.fsync(f.fileno())
 
-    def refusal(self, refusal: Refusal, room_label: str = "", source: str = "push") -> None:
+    def refusal(self, refusal: Refusal, source: str = "push") -> None:
         if refusal.whole_room and refusal.event_id is None:
             key = (refusal.room_id, refusal.rule)
             if key in self._seen_rooms:
@@ -49,7 +50,7 @@ class Journal:
         elif refusal.event_id is not None and not self._first_refusal(refusal):
             return
         self.write("refusal", rule=refusal.rule, room_id=refusal.room_id,
-                   room=room_label or None, event_id=refusal.event_id,
+                   event_id=refusal.event_id,
                    detail=refusal.detail or None, source=source)
 
     def _first_refusal(self, refusal: Refusal) -> bool:
@@ -65,12 +66,12 @@ class Journal:
             self._seen_events.add(key)
             return True
 
-    def purge(self, refusal: Refusal, room_label: str = "", windows: int = 0,
+    def purge(self, refusal: Refusal, windows: int = 0,
               messages: int = 0, source: str = "push", scrubbed: bool | None = None) -> None:
         """A room purged after the fact: the rule, the event that showed it (if any), how
         much was dropped, and whether the store's files were scrubbed of it too."""
         self.write("purge", rule=refusal.rule, room_id=refusal.room_id,
-                   room=room_label or None, event_id=refusal.event_id,
+                   event_id=refusal.event_id,
                    detail=refusal.detail or None, windows=windows, messages=messages,
                    source=source, scrubbed=scrubbed)
 

@@ -39,7 +39,7 @@ from .shingleindex import ShingleIndex
 MANIFEST_FILE = "artifacts.jsonl"
 _EMPTY = np.empty(0, dtype=np.uint64)
 BULK = 64  # new entries read at once from which one bulk merge beats adds to the delta
-log = logging.getLogger(__name__)
+log = logging.getLogger(f"matrix_sources.{__name__}")
 
 
 def manifest_path(data_dir: Path) -> Path:

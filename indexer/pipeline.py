@@ -14,6 +14,11 @@ re-chunks them into the same window ids and nothing is lost or doubled.
 
 Import embeds each closed window once.
 
+One timeline that cannot be planned (an event no code path expected) is logged with its
+room and a traceback and left pending; every other timeline of the run goes on, so one
+poisoned room never holds back the rooms sorting after it (`failing` names them until
+they plan again). A failing model or store fails the run: the worker retries it.
+
 A room can be purged (purge.py) while this runs in its worker thread. Embedding, the
 slow part, runs unlocked; the upsert and the commit run under `lock`, which the purge
 holds too, after re-checking that the gate still admits the room and that no purge of
@@ -32,7 +37,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .chunker import ChunkPolicy, build_blocks, commit_batches, embed_text
+from .chunker import ChunkPolicy, build_blocks, commit_batches, document, embed_text
 from .chunker import window_id as chunk_window_id
 from .derived import DerivedFilter
 from .history import History
@@ -41,7 +46,7 @@ from .eventlog import EventLog
 from .records import EventID, RoomID, Window, WindowID
 from .store import ChromaStore
 
-log = logging.getLogger(__name__)
+log = logging.getLogger(f"matrix_sources.{__name__}")
 
 EMBED_BATCH = 64  # windows per upsert + commit step
 # Windows gathered across rooms and embedded in length order before their steps commit:
@@ -61,6 +66,7 @@ class _Step:
     stale: list[WindowID]  # windows to delete once the batch is stored (first step only)
     generation: int  # the room's purge count when its tail was read
     messages: int  # pending messages the step indexes
+    texts: list[str] = field(default_factory=list)  # what is embedded, one per window
     # The timeline's last block starts here (the last step of a plan records it).
     block_start: EventID | None = None
 
@@ -104,6 +110,8 @@ class Pipeline:
     scrub_due: set = field(default_factory=set)
     scrub_every: float = 60.0
     _scrubbed_at: float = float("-inf")
+    # Timelines whose planning failed at the last run that reached them -> error type.
+    failing: dict = field(default_factory=dict)
 
     def process_all(self, progress: Callable[[int], None] | None = None) -> int:
         """Index every pending event of every room; return how many were indexed.
@@ -139,7 +147,7 @@ class Pipeline:
                     log.debug("room_skipped_refused", extra={"room_id": room_id})
                     continue
                 for thread in self.eventlog.pending_threads(room_id):
-                    group += self._plan_timeline(room_id, thread)
+                    group += self._plan_isolated(room_id, thread)
                     if sum(len(step.batch) for step in group) >= EMBED_GROUP:
                         flush()
                         group = []
@@ -149,6 +157,18 @@ class Pipeline:
             if pool is not None:
                 pool.shutdown(wait=True)
         return done + (committing.result() if committing is not None else 0)
+
+    def _plan_isolated(self, room_id: RoomID, thread_root: EventID | None) -> list[_Step]:
+        """_plan_timeline, a failure of it kept to its timeline (the module docstring)."""
+        try:
+            steps = self._plan_timeline(room_id, thread_root)
+        except Exception as e:
+            self.failing[(room_id, thread_root)] = type(e).__name__
+            log.error("timeline_failed", exc_info=True, extra={
+                "room_id": room_id, "thread_root": thread_root})
+            return []
+        self.failing.pop((room_id, thread_root), None)
+        return steps
 
     def _plan_timeline(self, room_id: RoomID, thread_root: EventID | None) -> list[_Step]:
         """The steps that index one timeline's pending events (none if there are none)."""
@@ -172,17 +192,20 @@ class Pipeline:
         # windows no longer produced must go: in the first batch, which re-points them.
         produced = {w.window_id for b in grouped for w in b}
         stale = sorted(set(tail.held.values()) - produced)
+        for w in (w for b in grouped for w in b):
+            document(w)  # what the store writes: a window that cannot be, fails here
         batches = commit_batches(grouped, pending, tail.held, EMBED_BATCH)
         start = grouped[-1][0].messages[0].event_id
         return [_Step(room_id, thread_root, batch, stale if i == 0 else [], generation,
                       sum(1 for w in batch for m in w.messages if m.event_id in pending),
+                      [embed_text(w) for w in batch],
                       start if i == len(batches) - 1 else None)
                 for i, batch in enumerate(batches)]
 
     def _embed(self, group: list[_Step]) -> list:
         """The vectors of the steps' windows, embedded in one go, in step order."""
         return encode_in_length_order(
-            self.embedder, [embed_text(w) for step in group for w in step.batch], EMBED_CALL)
+            self.embedder, [t for step in group for t in step.texts], EMBED_CALL)
 
     def _commit_group(self, group: list[_Step], vectors: list,
                       dropped: set[tuple[RoomID, EventID | None]],

@@ -28,7 +28,7 @@ from .records import Refusal, RoomID
 if TYPE_CHECKING:
     from .pipeline import Pipeline
 
-log = logging.getLogger(__name__)
+log = logging.getLogger(f"matrix_sources.{__name__}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,8 +49,7 @@ class Purger:
     pipeline: Pipeline | None = None
     _own_lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
 
-    def purge(self, refusal: Refusal, room_label: str = "",
-              source: str = "push") -> PurgeReport:
+    def purge(self, refusal: Refusal, source: str = "push") -> PurgeReport:
         room_id = refusal.room_id
         p = self.pipeline
         with p.lock if p is not None else self._own_lock:
@@ -61,8 +60,7 @@ class Purger:
                 scrubbed = p.store.scrub_room(room_id)
             messages = self.eventlog.purge_room(room_id)
         report = PurgeReport(room_id, refusal.rule, len(windows), messages, scrubbed)
-        self.journal.purge(refusal, room_label, report.windows, report.messages, source,
-                           scrubbed)
+        self.journal.purge(refusal, report.windows, report.messages, source, scrubbed)
         log.warning("room_purged", extra={"room_id": room_id, "rule": refusal.rule,
                                           "event_id": refusal.event_id,
                                           "windows": report.windows,

@@ -24,7 +24,7 @@ from .pipeline import Pipeline
 from .records import CORPUS_CHAT, CORPUS_REFERENCE
 from .store import ChromaStore
 
-log = logging.getLogger(__name__)
+log = logging.getLogger(f"matrix_sources.{__name__}")
 CORPORA = ",".join(sorted((CORPUS_CHAT, CORPUS_REFERENCE)))
 LOST_FRACTION = 0.5
 

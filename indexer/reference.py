@@ -36,7 +36,7 @@ from .normalise import sha256_normalised, text_shingles
 from .records import ARTIFACT_REFERENCE, CORPUS_REFERENCE, Artifact
 from .store import ChromaStore
 
-log = logging.getLogger(__name__)
+log = logging.getLogger(f"matrix_sources.{__name__}")
 
 REGISTRY_FILE = "references.json"
 SUFFIXES = (".md", ".markdown", ".txt")

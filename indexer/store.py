@@ -23,7 +23,7 @@ from .records import EventID, RefSource, RoomID, UserID, Window, WindowID
 from .termindex import TermIndex
 
 COLLECTION = "matrix_sources"
-log = logging.getLogger(__name__)
+log = logging.getLogger(f"matrix_sources.{__name__}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +143,8 @@ class ChromaStore:
             try:
                 complete = terms.build(self._col.get(include=[])["ids"], pages)
             except Exception as e:  # the leg keeps asking Chroma; search still works
-                log.error("term_index_failed", extra={"error": f"{type(e).__name__}: {e}"})
+                log.error("term_index_failed", exc_info=True,
+                          extra={"error": type(e).__name__})
                 return
             log.info("term_index_ready", extra={
                 **terms.stats(), "complete": complete,
@@ -193,7 +194,8 @@ class ChromaStore:
         try:
             blanked = scrub_room_isolated(self.path, room_id)
         except (ScrubError, OSError, subprocess.SubprocessError) as e:
-            log.error("chroma_scrub_failed", extra={"room_id": room_id, "error": str(e)[:300]})
+            log.error("chroma_scrub_failed", exc_info=True, extra={"room_id": room_id,
+                                                                   "error": str(e)[:300]})
             return False
         log.info("chroma_scrubbed", extra={"room_id": room_id, "log_entries": blanked})
         return True
@@ -208,8 +210,8 @@ class ChromaStore:
         try:
             blanked = scrub_windows_isolated(self.path, list(window_ids))
         except (ScrubError, OSError, subprocess.SubprocessError) as e:
-            log.error("chroma_scrub_failed", extra={"windows": len(window_ids),
-                                                    "error": str(e)[:300]})
+            log.error("chroma_scrub_failed", exc_info=True, extra={
+                "windows": len(window_ids), "error": str(e)[:300]})
             return False
         log.info("chroma_scrubbed", extra={"windows": len(window_ids), "log_entries": blanked})
         return True

@@ -35,7 +35,7 @@ from array import array
 from collections import Counter
 from typing import Callable, Iterable, Iterator
 
-log = logging.getLogger(__name__)
+log = logging.getLogger(f"matrix_sources.{__name__}")
 
 RUN = re.compile(r"\w+")
 SEGMENT = re.compile(r"[\w+#.']+")  # the characters query terms are made of (lexical._WORD)

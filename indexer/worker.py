@@ -21,7 +21,7 @@ from typing import Awaitable, Callable
 
 from .pipeline import Pipeline
 
-log = logging.getLogger(__name__)
+log = logging.getLogger(f"matrix_sources.{__name__}")
 
 Sleep = Callable[[float], Awaitable[None]]
 
@@ -49,6 +49,10 @@ class PipelineWorker:
         self._run_lock = asyncio.Lock()
         self._task: asyncio.Task | None = None
         self.failures = 0
+        # Runs failed in a row (0 after one that worked), and the last error's type:
+        # /health turns 503 while every run fails.
+        self.consecutive_failures = 0
+        self.last_error: str | None = None
         self.runs = 0
         self.idle = asyncio.Event()
         self.idle.set()
@@ -87,11 +91,14 @@ class PipelineWorker:
                 async with self._run_lock:
                     await asyncio.to_thread(self._run)
                 self.runs += 1
+                self.consecutive_failures = 0
                 backoff = self.backoff_initial
             except Exception as e:  # the store or the model failed: retry, cursor unmoved
                 self.failures += 1
-                log.warning("pipeline_failed", extra={"error": type(e).__name__,
-                                                       "retry_in": backoff})
+                self.consecutive_failures += 1
+                self.last_error = type(e).__name__
+                log.error("pipeline_failed", exc_info=True, extra={
+                    "failures_in_a_row": self.consecutive_failures, "retry_in": backoff})
                 await self._sleep(backoff)
                 backoff = min(backoff * 2, self.backoff_max)
                 if self._waiting_since is None:  # retry now: the backoff was the wait

@@ -148,8 +148,14 @@ async def test_no_artifact_when_the_send_failed_and_a_failed_record_does_not_rai
     async def failing_send(room_id, content):
         raise ConnectionError("homeserver down")
 
+    now = [0.0]
+
+    async def sleep(seconds):  # the homeserver stays down for the whole retry period
+        now[0] += seconds
+
     r = Responder(OneHit(), failing_send, "@bot:x", limiter=RateLimiter(0),
-                  record_answer=lambda e, s: recorded.append(e) or 1)
+                  record_answer=lambda e, s: recorded.append(e) or 1, sleep=sleep,
+                  clock=lambda: now[0])
     with pytest.raises(ConnectionError):
         await r.answer(command("!sources journalctl"))
     assert recorded == []
