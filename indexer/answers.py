@@ -13,18 +13,8 @@ import time
 from dataclasses import dataclass
 
 from .eventlog import EventLog
-from .records import EventID, EventStatus, Hit
+from .records import EventID, Hit
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS answers (
-    reply_event_id TEXT PRIMARY KEY, room_id TEXT NOT NULL, in_reply_to TEXT,
-    thread_root TEXT, hits TEXT NOT NULL, created_at INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS answer_quotes (
-    event_id TEXT NOT NULL, reply_event_id TEXT NOT NULL,
-    PRIMARY KEY (event_id, reply_event_id)
-);
-"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,9 +28,7 @@ class RecordedAnswer:
 
 class AnswerLog:
     def __init__(self, eventlog: EventLog) -> None:
-        self.eventlog = eventlog
-        with eventlog._lock:
-            eventlog._db.executescript(SCHEMA)
+        self.eventlog = eventlog  # its tables, answers and answer_quotes: eventlog_schema.py
 
     def record(self, reply_event_id: str, room_id: str, in_reply_to: str | None,
                thread_root: str | None, hits: list[Hit],
@@ -53,27 +41,20 @@ class AnswerLog:
             entry["quoted"] = list(ids)
             entries.append(entry)
         ids = {e for q in quoted for e in q}
-        db = self.eventlog._db
-        with self.eventlog._lock:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                db.execute("INSERT OR REPLACE INTO answers VALUES (?, ?, ?, ?, ?, ?)",
-                           (reply_event_id, room_id, in_reply_to, thread_root,
-                            json.dumps(entries), int(time.time() * 1000)))
-                db.executemany("INSERT OR IGNORE INTO answer_quotes VALUES (?, ?)",
-                               [(e, reply_event_id) for e in sorted(ids)])
-                db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
+        with self.eventlog.transaction() as cur:
+            cur.execute("INSERT OR REPLACE INTO answers VALUES (?, ?, ?, ?, ?, ?)",
+                        (reply_event_id, room_id, in_reply_to, thread_root,
+                         json.dumps(entries), int(time.time() * 1000)))
+            cur.executemany("INSERT OR IGNORE INTO answer_quotes VALUES (?, ?)",
+                            [(e, reply_event_id) for e in sorted(ids)])
 
     def quoting(self, event_ids: set[EventID]) -> list[RecordedAnswer]:
         """The replies that quoted any of these events."""
         if not event_ids:
             return []
         marks = ",".join("?" * len(event_ids))
-        with self.eventlog._lock:
-            rows = self.eventlog._db.execute(
+        with self.eventlog.transaction(immediate=False) as cur:
+            rows = cur.execute(
                 "SELECT DISTINCT a.reply_event_id, a.room_id, a.in_reply_to, a.thread_root,"
                 f" a.hits FROM answers a JOIN answer_quotes q USING (reply_event_id)"
                 f" WHERE q.event_id IN ({marks}) ORDER BY a.created_at",
@@ -82,19 +63,11 @@ class AnswerLog:
 
     def lines(self, event_ids: list[str]) -> dict[str, tuple[str, int, str]]:
         """event id -> (sender, ts, body) for events whose text is still there."""
-        if not event_ids:
-            return {}
-        marks = ",".join("?" * len(event_ids))
-        with self.eventlog._lock:
-            rows = self.eventlog._db.execute(
-                f"SELECT event_id, sender, ts, body FROM events WHERE event_id IN ({marks})"
-                " AND body IS NOT NULL AND status NOT IN (?, ?)",
-                [*event_ids, EventStatus.REDACTED.value, EventStatus.PURGED.value]).fetchall()
-        return {r[0]: (r[1], r[2], r[3]) for r in rows}
+        return self.eventlog.texts(EventID(e) for e in event_ids)
 
     def forget_quote(self, reply_event_id: str, event_ids: set[EventID]) -> None:
         """After the reply was edited: these quotes are gone from it."""
-        with self.eventlog._lock:
-            self.eventlog._db.executemany(
+        with self.eventlog.transaction() as cur:
+            cur.executemany(
                 "DELETE FROM answer_quotes WHERE reply_event_id = ? AND event_id = ?",
                 [(reply_event_id, e) for e in sorted(event_ids)])

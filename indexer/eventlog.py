@@ -11,61 +11,16 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 from .eventlog_derived import DerivedColumns
+from .eventlog_schema import atomic, migrate
 from .eventlog_timeline import TimelineReads
 from .records import EventID, EventStatus, Message, RoomID, UserID, WindowID
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS events (
-    seq        INTEGER PRIMARY KEY AUTOINCREMENT,
-    event_id   TEXT NOT NULL UNIQUE,
-    room_id    TEXT NOT NULL,
-    sender     TEXT NOT NULL,
-    ts         INTEGER NOT NULL,
-    body       TEXT,
-    status     TEXT NOT NULL,
-    window_id  TEXT,
-    thread_root TEXT,
-    reply_to   TEXT,
-    mentions   TEXT  -- user ids, space-separated
-);
-CREATE INDEX IF NOT EXISTS events_room_status ON events (room_id, status, ts, seq);
-CREATE INDEX IF NOT EXISTS events_window ON events (window_id);
-CREATE TABLE IF NOT EXISTS txns (
-    txn_key TEXT PRIMARY KEY,
-    done_at INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS cursors (
-    room_id   TEXT PRIMARY KEY,
-    event_id  TEXT NOT NULL,
-    ts        INTEGER NOT NULL,
-    updated_at INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS edits (
-    target TEXT PRIMARY KEY, room_id TEXT NOT NULL, sender TEXT NOT NULL,
-    body TEXT, ts INTEGER NOT NULL, edit_event_id TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS redactions (
-    target TEXT PRIMARY KEY, room_id TEXT NOT NULL, ts INTEGER NOT NULL,
-    redaction_event_id TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS dirty_windows (
-    window_id TEXT PRIMARY KEY, room_id TEXT NOT NULL,
-    redacted INTEGER NOT NULL DEFAULT 0
-);
-CREATE TABLE IF NOT EXISTS open_blocks (
-    room_id TEXT NOT NULL, thread_root TEXT NOT NULL, first_event_id TEXT NOT NULL,
-    PRIMARY KEY (room_id, thread_root)
-);
-CREATE TABLE IF NOT EXISTS meta (
-    key   TEXT PRIMARY KEY,
-    value TEXT NOT NULL
-);
-"""
 
 
 def _message(r: tuple) -> Message:
@@ -105,15 +60,20 @@ class EventLog(DerivedColumns, TimelineReads):
             self._db.execute("PRAGMA synchronous=FULL")
             # Freed space is zeroed, so a purged body leaves no bytes in the file's pages.
             self._db.execute("PRAGMA secure_delete=ON")
-            self._db.executescript(SCHEMA)
-        # Event logs made before replies were kept, and before redactions were scrubbed.
-        self._add_columns([("reply_to", "TEXT"), ("mentions", "TEXT")])
-        self._add_columns([("redacted", "INTEGER NOT NULL DEFAULT 0")], "dirty_windows")
-        self._migrate_derived()
+            # The schema, and an event log of an earlier release brought up to it.
+            migrate(self._db)
 
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+    @contextmanager
+    def transaction(self, immediate: bool = True) -> Iterator[sqlite3.Cursor]:
+        """One SQLite transaction, under the log's lock: its cursor. Committed when the
+        block ends, rolled back if it raised. `immediate=False` for a consistent read
+        that takes no write lock."""
+        with self._lock, atomic(self._db, immediate) as cur:
+            yield cur
 
     # -- appending (transaction handler, import, backfill) --------------------------
 
@@ -132,26 +92,19 @@ class EventLog(DerivedColumns, TimelineReads):
         redactions and edits that arrived first, then this batch's edits/redactions)."""
         rows = [(m.event_id, m.room_id, m.sender, m.ts, m.body, EventStatus.PENDING.value,
                  root, m.reply_to, " ".join(m.mentions) or None) for m, root in messages]
-        with self._lock:
-            cur = self._db.cursor()
-            cur.execute("BEGIN IMMEDIATE")
-            try:
-                if before_insert is not None:
-                    rows = before_insert(cur, rows)
-                before = self._db.total_changes
-                cur.executemany(
-                    "INSERT OR IGNORE INTO events (event_id, room_id, sender, ts, body, status,"
-                    " thread_root, reply_to, mentions) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
-                added = self._db.total_changes - before
-                if after_insert is not None:
-                    after_insert(cur)
-                if txn_key is not None:
-                    cur.execute("INSERT OR IGNORE INTO txns (txn_key, done_at) VALUES (?, ?)",
-                                (txn_key, int(time.time() * 1000)))
-                cur.execute("COMMIT")
-            except BaseException:
-                cur.execute("ROLLBACK")
-                raise
+        with self.transaction() as cur:
+            if before_insert is not None:
+                rows = before_insert(cur, rows)
+            before = cur.connection.total_changes
+            cur.executemany(
+                "INSERT OR IGNORE INTO events (event_id, room_id, sender, ts, body, status,"
+                " thread_root, reply_to, mentions) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+            added = cur.connection.total_changes - before
+            if after_insert is not None:
+                after_insert(cur)
+            if txn_key is not None:
+                cur.execute("INSERT OR IGNORE INTO txns (txn_key, done_at) VALUES (?, ?)",
+                            (txn_key, int(time.time() * 1000)))
         return added
 
     # -- reading (pipeline, search, status) -----------------------------------------
@@ -215,26 +168,19 @@ class EventLog(DerivedColumns, TimelineReads):
         root, first event) of the timeline's last block, where its next re-chunk
         starts (room_tail)."""
         now = int(time.time() * 1000)
-        with self._lock:
-            cur = self._db.cursor()
-            cur.execute("BEGIN IMMEDIATE")
-            try:
-                cur.executemany(
-                    "UPDATE events SET status = ?, window_id = ? WHERE event_id = ?",
-                    [(EventStatus.INDEXED.value, w, e) for e, w in assignments.items()])
-                cur.execute(
-                    "INSERT INTO cursors (room_id, event_id, ts, updated_at) VALUES (?, ?, ?, ?)"
-                    " ON CONFLICT(room_id) DO UPDATE SET event_id = excluded.event_id,"
-                    " ts = excluded.ts, updated_at = excluded.updated_at"
-                    " WHERE excluded.ts >= cursors.ts",
-                    (room_id, last.event_id, last.ts, now))
-                if block_start is not None:
-                    cur.execute("INSERT OR REPLACE INTO open_blocks VALUES (?, ?, ?)",
-                                (room_id, block_start[0] or "", block_start[1]))
-                cur.execute("COMMIT")
-            except BaseException:
-                cur.execute("ROLLBACK")
-                raise
+        with self.transaction() as cur:
+            cur.executemany(
+                "UPDATE events SET status = ?, window_id = ? WHERE event_id = ?",
+                [(EventStatus.INDEXED.value, w, e) for e, w in assignments.items()])
+            cur.execute(
+                "INSERT INTO cursors (room_id, event_id, ts, updated_at) VALUES (?, ?, ?, ?)"
+                " ON CONFLICT(room_id) DO UPDATE SET event_id = excluded.event_id,"
+                " ts = excluded.ts, updated_at = excluded.updated_at"
+                " WHERE excluded.ts >= cursors.ts",
+                (room_id, last.event_id, last.ts, now))
+            if block_start is not None:
+                cur.execute("INSERT OR REPLACE INTO open_blocks VALUES (?, ?, ?)",
+                            (room_id, block_start[0] or "", block_start[1]))
 
     def window_messages(self, window_id: WindowID) -> list[Message]:
         """The messages a stored window holds now (edits applied, redactions gone)."""
@@ -247,54 +193,33 @@ class EventLog(DerivedColumns, TimelineReads):
 
     def requeue_all(self) -> int:
         """A rebuild: every indexed event back to pending, cursors and dirty marks gone."""
-        with self._lock:
-            cur = self._db.cursor()
-            cur.execute("BEGIN IMMEDIATE")
-            try:
-                cur.execute("UPDATE events SET status = ?, window_id = NULL WHERE status = ?",
-                            (EventStatus.PENDING.value, EventStatus.INDEXED.value))
-                n = cur.rowcount
-                cur.execute("DELETE FROM cursors")
-                cur.execute("DELETE FROM open_blocks")
-                cur.execute("DELETE FROM dirty_windows")
-                cur.execute("COMMIT")
-            except BaseException:
-                cur.execute("ROLLBACK")
-                raise
+        with self.transaction() as cur:
+            cur.execute("UPDATE events SET status = ?, window_id = NULL WHERE status = ?",
+                        (EventStatus.PENDING.value, EventStatus.INDEXED.value))
+            n = cur.rowcount
+            cur.execute("DELETE FROM cursors")
+            cur.execute("DELETE FROM open_blocks")
+            cur.execute("DELETE FROM dirty_windows")
         return n
 
     def requeue_windows(self, window_ids: list[WindowID]) -> int:
         """Windows the store lost: their events go back to pending, to be rebuilt."""
-        with self._lock:
-            cur = self._db.cursor()
-            cur.execute("BEGIN IMMEDIATE")
-            try:
-                n = 0
-                for w in window_ids:
-                    cur.execute("UPDATE events SET status = ?, window_id = NULL"
-                                " WHERE window_id = ? AND status = ?",
-                                (EventStatus.PENDING.value, w, EventStatus.INDEXED.value))
-                    n += cur.rowcount
-                cur.execute("COMMIT")
-            except BaseException:
-                cur.execute("ROLLBACK")
-                raise
+        with self.transaction() as cur:
+            n = 0
+            for w in window_ids:
+                cur.execute("UPDATE events SET status = ?, window_id = NULL"
+                            " WHERE window_id = ? AND status = ?",
+                            (EventStatus.PENDING.value, w, EventStatus.INDEXED.value))
+                n += cur.rowcount
         return n
 
     def rewindow(self, old: WindowID, new: WindowID | None) -> None:
         """A dirty window was re-chunked (history.py): its events now sit in `new`."""
-        with self._lock:
-            cur = self._db.cursor()
-            cur.execute("BEGIN IMMEDIATE")
-            try:
-                if new is not None and new != old:
-                    cur.execute("UPDATE events SET window_id = ? WHERE window_id = ?"
-                                " AND status = ?", (new, old, EventStatus.INDEXED.value))
-                cur.execute("DELETE FROM dirty_windows WHERE window_id = ?", (old,))
-                cur.execute("COMMIT")
-            except BaseException:
-                cur.execute("ROLLBACK")
-                raise
+        with self.transaction() as cur:
+            if new is not None and new != old:
+                cur.execute("UPDATE events SET window_id = ? WHERE window_id = ?"
+                            " AND status = ?", (new, old, EventStatus.INDEXED.value))
+            cur.execute("DELETE FROM dirty_windows WHERE window_id = ?", (old,))
 
     def cursor(self, room_id: RoomID) -> Cursor | None:
         with self._lock:
@@ -319,6 +244,32 @@ class EventLog(DerivedColumns, TimelineReads):
                                     (EventStatus.INDEXED.value,)).fetchall()
         return {WindowID(r[0]) for r in rows}
 
+    def texts(self, event_ids: Iterable[EventID]) -> dict[EventID, tuple[UserID, int, str]]:
+        """event id -> (sender, ts, body) of those events whose text is still there (not
+        redacted nor purged)."""
+        ids = sorted(set(event_ids))
+        if not ids:
+            return {}
+        marks = ",".join("?" * len(ids))
+        with self._lock:
+            rows = self._db.execute(
+                f"SELECT event_id, sender, ts, body FROM events WHERE event_id IN ({marks})"
+                " AND body IS NOT NULL AND status NOT IN (?, ?)",
+                [*ids, EventStatus.REDACTED.value, EventStatus.PURGED.value]).fetchall()
+        return {EventID(r[0]): (UserID(r[1]), r[2], r[3]) for r in rows}
+
+    def room_figures(self, room_id: RoomID) -> tuple[int, int, int]:
+        """(messages indexed, windows holding them, messages pending) of one room."""
+        with self._lock:
+            indexed, windows = self._db.execute(
+                "SELECT COUNT(*), COUNT(DISTINCT window_id) FROM events"
+                " WHERE room_id = ? AND status = ?", (room_id, EventStatus.INDEXED.value)
+            ).fetchone()
+            pending = self._db.execute(
+                "SELECT COUNT(*) FROM events WHERE room_id = ? AND status = ?",
+                (room_id, EventStatus.PENDING.value)).fetchone()[0]
+        return indexed, windows, pending
+
     def status_of(self, event_id: EventID) -> tuple[str, WindowID | None] | None:
         with self._lock:
             row = self._db.execute("SELECT status, window_id FROM events WHERE event_id = ?",
@@ -329,19 +280,12 @@ class EventLog(DerivedColumns, TimelineReads):
         """Pending events whose timestamp no calendar prints (stored before the parse
         checked it): their text dropped (status purged), so they stall no run. Returns
         (event id, room id) of each, for the journal."""
-        with self._lock:
-            cur = self._db.cursor()
-            cur.execute("BEGIN IMMEDIATE")
-            try:
-                rows = cur.execute("SELECT event_id, room_id FROM events WHERE status = ?"
-                                   " AND (ts > ? OR ts < 0)",
-                                   (EventStatus.PENDING.value, max_ts)).fetchall()
-                cur.executemany("UPDATE events SET body = NULL, status = ? WHERE event_id = ?",
-                                [(EventStatus.PURGED.value, r[0]) for r in rows])
-                cur.execute("COMMIT")
-            except BaseException:
-                cur.execute("ROLLBACK")
-                raise
+        with self.transaction() as cur:
+            rows = cur.execute("SELECT event_id, room_id FROM events WHERE status = ?"
+                               " AND (ts > ? OR ts < 0)",
+                               (EventStatus.PENDING.value, max_ts)).fetchall()
+            cur.executemany("UPDATE events SET body = NULL, status = ? WHERE event_id = ?",
+                            [(EventStatus.PURGED.value, r[0]) for r in rows])
         return [(EventID(e), RoomID(r)) for e, r in rows]
 
     # -- purging (a room refused after the fact; see purge.py) -----------------------
@@ -364,10 +308,8 @@ class EventLog(DerivedColumns, TimelineReads):
         never looks at them again) and its cursor, in one transaction; then empty the
         WAL, which still holds page images with the old bodies. Returns how many events
         lost their text."""
-        with self._lock:
-            cur = self._db.cursor()
-            cur.execute("BEGIN IMMEDIATE")
-            try:
+        with self._lock:  # the WAL emptied before anything else writes
+            with self.transaction() as cur:
                 cur.execute("UPDATE events SET body = NULL, window_id = NULL, status = ?"
                             " WHERE room_id = ? AND status != ?",
                             (EventStatus.PURGED.value, room_id, EventStatus.PURGED.value))
@@ -377,10 +319,6 @@ class EventLog(DerivedColumns, TimelineReads):
                 # Edits hold message text too; dirty windows are gone with the room.
                 cur.execute("DELETE FROM edits WHERE room_id = ?", (room_id,))
                 cur.execute("DELETE FROM dirty_windows WHERE room_id = ?", (room_id,))
-                cur.execute("COMMIT")
-            except BaseException:
-                cur.execute("ROLLBACK")
-                raise
             self.truncate_wal()
         return purged
 

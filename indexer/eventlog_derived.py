@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -13,43 +12,18 @@ from .records import EventID, EventStatus, RoomID
 class DerivedColumns:
     # -- derived messages (DESIGN.md "Derived filter"; the pipeline tags them) -------
 
-    def _migrate_derived(self) -> None:
-        """Add the columns of derived messages to an event log made before them."""
-        self._add_columns(DERIVED_COLUMNS)
-
-    def _add_columns(self, columns, table: str = "events") -> None:
-        """Add what `table` lacks of (name, type) columns. Idempotent, and safe when two
-        processes open an old log at once."""
-        with self._lock:
-            have = {r[1] for r in self._db.execute(f"PRAGMA table_info({table})")}
-            for name, kind in columns:
-                if name in have:
-                    continue
-                try:
-                    self._db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
-                except sqlite3.OperationalError as e:
-                    if "duplicate column" not in str(e):
-                        raise
-
     def mark_derived(self, rows: Iterable[tuple[EventID, str, str, float, float]]) -> int:
         """Tag pending events derived, with (event id, artifact, kind, score, threshold)
         as judged. Their text stays; they never reach a window. Returns how many."""
-        with self._lock:
-            cur = self._db.cursor()
-            cur.execute("BEGIN IMMEDIATE")
-            try:
-                before = self._db.total_changes
-                cur.executemany(
-                    "UPDATE events SET status = ?, derived_artifact = ?, derived_kind = ?,"
-                    " derived_score = ?, derived_threshold = ? WHERE event_id = ? AND status = ?",
-                    [(EventStatus.DERIVED.value, artifact, kind, score, threshold, event_id,
-                      EventStatus.PENDING.value)
-                     for event_id, artifact, kind, score, threshold in rows])
-                changed = self._db.total_changes - before
-                cur.execute("COMMIT")
-            except BaseException:
-                cur.execute("ROLLBACK")
-                raise
+        with self.transaction() as cur:
+            before = cur.connection.total_changes
+            cur.executemany(
+                "UPDATE events SET status = ?, derived_artifact = ?, derived_kind = ?,"
+                " derived_score = ?, derived_threshold = ? WHERE event_id = ? AND status = ?",
+                [(EventStatus.DERIVED.value, artifact, kind, score, threshold, event_id,
+                  EventStatus.PENDING.value)
+                 for event_id, artifact, kind, score, threshold in rows])
+            changed = cur.connection.total_changes - before
         return changed
 
     def derived_events(self, room_id: RoomID | None = None) -> list[DerivedEvent]:
@@ -63,10 +37,6 @@ class DerivedColumns:
             rows = self._db.execute(sql + " ORDER BY ts, seq", args).fetchall()
         return [DerivedEvent(EventID(r[0]), RoomID(r[1]), r[2], r[3], r[4], r[5], r[6])
                 for r in rows]
-
-
-DERIVED_COLUMNS = (("derived_artifact", "TEXT"), ("derived_kind", "TEXT"),
-                   ("derived_score", "REAL"), ("derived_threshold", "REAL"))
 
 
 @dataclass(frozen=True, slots=True)

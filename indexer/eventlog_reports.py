@@ -26,11 +26,6 @@ def lag_figures(db: sqlite3.Connection) -> LagReport:
     return pending, oldest, {room: max(0, lag or 0) for room, lag in rows}
 
 
-def lag_report(log: EventLog) -> LagReport:
-    with log._lock:
-        return lag_figures(log._db)
-
-
 def lag_report_at(path: Path) -> LagReport:
     """lag_figures on a read-only connection of its own (WAL: it waits for no writer and
     holds up none), opened and closed in the calling thread."""
@@ -44,12 +39,7 @@ def lag_report_at(path: Path) -> LagReport:
 def room_report(log: EventLog, room_id: str) -> dict:
     """Per-room figures for `!sources status`: messages and windows indexed, pending,
     and the cursor's event and time."""
-    with log._lock:
-        indexed, windows = log._db.execute(
-            "SELECT COUNT(*), COUNT(DISTINCT window_id) FROM events"
-            " WHERE room_id = ? AND status = ?", (room_id, EventStatus.INDEXED.value)).fetchone()
-        pending = log._db.execute("SELECT COUNT(*) FROM events WHERE room_id = ? AND status = ?",
-                                  (room_id, EventStatus.PENDING.value)).fetchone()[0]
+    indexed, windows, pending = log.room_figures(RoomID(room_id))
     cursor = log.cursor(RoomID(room_id))
     return {"messages": indexed, "windows": windows, "pending": pending,
             "cursor_ts": cursor.ts if cursor else None,

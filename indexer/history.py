@@ -33,7 +33,8 @@ class Applied:
 
 
 class History:
-    """Its tables (edits, redactions, dirty_windows) are the event log's own schema."""
+    """Its tables (edits, redactions, dirty_windows; made by eventlog_schema.py) are
+    read and written through the event log's transactions."""
 
     def __init__(self, eventlog: EventLog) -> None:
         self.eventlog = eventlog
@@ -130,5 +131,5 @@ class History:
         sql, args = "SELECT window_id, room_id, redacted != 0 FROM dirty_windows", ()
         if room_id is not None:
             sql, args = sql + " WHERE room_id = ?", (room_id,)
-        with self.eventlog._lock:
-            return self.eventlog._db.execute(sql + " ORDER BY window_id", args).fetchall()
+        with self.eventlog.transaction(immediate=False) as cur:
+            return cur.execute(sql + " ORDER BY window_id", args).fetchall()

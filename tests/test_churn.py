@@ -101,8 +101,8 @@ def test_verify_repairs_missing_orphaned_and_unreachable_windows(tmp_path, monke
     assert len(windows) >= 3
     lost, hidden = windows[0].window_id, windows[1].window_id
     store.delete([lost])
-    store._col.add(ids=["orphan"], embeddings=[[0.1] * 64], documents=["x"],
-                   metadatas=[{"room_id": ROOMS[0], "corpus": "chat"}])
+    store.upsert_documents(["orphan"], [[0.1] * 64], ["x"],
+                           [{"room_id": ROOMS[0], "corpus": "chat"}])
     real = store.query_ids
     calls = {"n": 0}
 

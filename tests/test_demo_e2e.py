@@ -34,7 +34,8 @@ def test_demo_seeds_from_three_users_and_says_how_to_register(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "--- the bot answered ---" in out and "from alice, bob, carol" in out
     log = EventLog(root / "service" / "eventlog.sqlite3")
-    senders = {r[0] for r in log._db.execute("SELECT DISTINCT sender FROM events")}
+    with log.transaction(immediate=False) as cur:
+        senders = {r[0] for r in cur.execute("SELECT DISTINCT sender FROM events")}
     log.close()
     assert senders == {"@alice:localhost", "@bob:localhost", "@carol:localhost"}
     assert "registration is open on this local demo server only" in out

@@ -68,7 +68,8 @@ def test_migration_adds_the_columns_once_and_keeps_rows(tmp_path):
     [d] = log.derived_events()
     assert (d.event_id, d.artifact, d.kind, d.score, d.threshold) == (
         "$old", "ops/a.md#A", "reference", 0.9, 0.5)
-    assert log._db.execute("SELECT body FROM events").fetchone()[0] == "kept"
+    with log.transaction(immediate=False) as cur:
+        assert cur.execute("SELECT body FROM events").fetchone()[0] == "kept"
     log.close()
 
 

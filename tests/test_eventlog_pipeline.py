@@ -442,7 +442,8 @@ def test_reply_relations_survive_the_event_log_and_old_logs_gain_the_column(tmp_
     log = EventLog(tmp_path / "eventlog.sqlite3")
     from indexer.history import History
     assert History(log).dirty() == [("w-edited", ROOM, False)]  # no scrub asked for
-    log._db.execute("DELETE FROM dirty_windows")
+    with log.transaction() as cur:
+        cur.execute("DELETE FROM dirty_windows")
     log.append([(Message(EventID("$new"), ROOM, UserID("@b:x"), 2, "an answer",
                          EventID("$old"), (UserID("@a:x"), UserID("@c:x"))), None)])
     tail = log.room_tail(ROOM).messages

@@ -94,8 +94,9 @@ class Env:
         return list(self.journal.read(kind=kind))
 
     def bodies(self, room: str) -> list:
-        return [r[0] for r in self.eventlog._db.execute(
-            "SELECT body FROM events WHERE room_id = ?", (room,))]
+        with self.eventlog.transaction(immediate=False) as cur:
+            return [r[0] for r in cur.execute(
+                "SELECT body FROM events WHERE room_id = ?", (room,))]
 
 
 @pytest.fixture

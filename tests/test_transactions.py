@@ -228,7 +228,8 @@ async def test_odd_events_in_a_valid_transaction_are_skipped(service):
 
 
 def no_txns(ingest) -> bool:
-    return ingest.eventlog._db.execute("SELECT COUNT(*) FROM txns").fetchone()[0] == 0
+    with ingest.eventlog.transaction(immediate=False) as cur:
+        return cur.execute("SELECT COUNT(*) FROM txns").fetchone()[0] == 0
 
 
 async def test_reused_txn_id_with_other_events_is_processed(service):

@@ -1,0 +1,158 @@
+"""The event log's schema: numbered migrations with a stored version, old logs upgraded,
+and one transaction context manager."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from indexer import eventlog_schema
+from indexer.eventlog import EventLog
+from indexer.eventlog_schema import LATEST, MIGRATIONS, Migration, migrate, version
+from indexer.records import EventID, Message, RoomID, UserID
+
+ROOM = RoomID("!r:x")
+
+# What the release before versioned migrations made of a fresh data dir: eventlog.py's
+# SCHEMA, the derived columns added on open, then answers.py's SCHEMA (AnswerLog).
+PREVIOUS_RELEASE = """
+CREATE TABLE events (seq INTEGER PRIMARY KEY AUTOINCREMENT, event_id TEXT NOT NULL UNIQUE,
+    room_id TEXT NOT NULL, sender TEXT NOT NULL, ts INTEGER NOT NULL, body TEXT,
+    status TEXT NOT NULL, window_id TEXT, thread_root TEXT, reply_to TEXT, mentions TEXT);
+CREATE INDEX events_room_status ON events (room_id, status, ts, seq);
+CREATE INDEX events_window ON events (window_id);
+CREATE TABLE txns (txn_key TEXT PRIMARY KEY, done_at INTEGER NOT NULL);
+CREATE TABLE cursors (room_id TEXT PRIMARY KEY, event_id TEXT NOT NULL, ts INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL);
+CREATE TABLE edits (target TEXT PRIMARY KEY, room_id TEXT NOT NULL, sender TEXT NOT NULL,
+    body TEXT, ts INTEGER NOT NULL, edit_event_id TEXT NOT NULL);
+CREATE TABLE redactions (target TEXT PRIMARY KEY, room_id TEXT NOT NULL, ts INTEGER NOT NULL,
+    redaction_event_id TEXT NOT NULL);
+CREATE TABLE dirty_windows (window_id TEXT PRIMARY KEY, room_id TEXT NOT NULL,
+    redacted INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE open_blocks (room_id TEXT NOT NULL, thread_root TEXT NOT NULL,
+    first_event_id TEXT NOT NULL, PRIMARY KEY (room_id, thread_root));
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+ALTER TABLE events ADD COLUMN derived_artifact TEXT;
+ALTER TABLE events ADD COLUMN derived_kind TEXT;
+ALTER TABLE events ADD COLUMN derived_score REAL;
+ALTER TABLE events ADD COLUMN derived_threshold REAL;
+CREATE TABLE answers (reply_event_id TEXT PRIMARY KEY, room_id TEXT NOT NULL,
+    in_reply_to TEXT, thread_root TEXT, hits TEXT NOT NULL, created_at INTEGER NOT NULL);
+CREATE TABLE answer_quotes (event_id TEXT NOT NULL, reply_event_id TEXT NOT NULL,
+    PRIMARY KEY (event_id, reply_event_id));
+INSERT INTO events (event_id, room_id, sender, ts, body, status, reply_to)
+    VALUES ('$q', '!r:x', '@a:x', 1, 'how do I rotate the key', 'pending', NULL);
+INSERT INTO answers VALUES ('$reply', '!r:x', '$cmd', NULL, '[]', 5);
+INSERT INTO answer_quotes VALUES ('$q', '$reply');
+"""
+
+
+def layout(path) -> dict[str, list[tuple]]:
+    """Every table's columns (name, type, not null, default, pk), and every index."""
+    db = sqlite3.connect(path)
+    try:
+        tables = [r[0] for r in db.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+            " ORDER BY name")]
+        out = {t: [tuple(r[1:]) for r in db.execute(f"PRAGMA table_info({t})")] for t in tables}
+        out["(indexes)"] = sorted(r[0] for r in db.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL"))
+        return out
+    finally:
+        db.close()
+
+
+def user_version(path) -> int:
+    db = sqlite3.connect(path)
+    try:
+        return version(db)
+    finally:
+        db.close()
+
+
+def test_migrations_are_numbered_from_one_and_a_fresh_log_is_at_the_latest(tmp_path):
+    assert [m.version for m in MIGRATIONS] == list(range(1, LATEST + 1))
+    EventLog(tmp_path / "new.sqlite3").close()
+    assert user_version(tmp_path / "new.sqlite3") == LATEST
+
+
+def test_a_log_of_the_previous_release_opens_upgraded_with_its_data(tmp_path):
+    old = tmp_path / "old.sqlite3"
+    db = sqlite3.connect(old)
+    db.executescript(PREVIOUS_RELEASE)
+    db.close()
+    assert user_version(old) == 0
+    log = EventLog(old)
+    assert user_version(old) == LATEST
+    # The same tables, columns (in the same order) and indexes as a log made today.
+    EventLog(tmp_path / "new.sqlite3").close()
+    assert layout(old) == layout(tmp_path / "new.sqlite3")
+    assert log.texts([EventID("$q")]) == {"$q": ("@a:x", 1, "how do I rotate the key")}
+    from indexer.answers import AnswerLog
+    assert [a.reply_event_id for a in AnswerLog(log).quoting({EventID("$q")})] == ["$reply"]
+    log.close()
+
+
+def test_a_log_older_still_gains_each_column_and_table(tmp_path):
+    """Before replies, redaction scrubs, derived tags, answers and open blocks."""
+    old = tmp_path / "old.sqlite3"
+    db = sqlite3.connect(old)
+    db.executescript("CREATE TABLE events (seq INTEGER PRIMARY KEY AUTOINCREMENT,"
+                     " event_id TEXT NOT NULL UNIQUE, room_id TEXT NOT NULL,"
+                     " sender TEXT NOT NULL, ts INTEGER NOT NULL, body TEXT,"
+                     " status TEXT NOT NULL, window_id TEXT, thread_root TEXT);"
+                     "CREATE TABLE dirty_windows (window_id TEXT PRIMARY KEY,"
+                     " room_id TEXT NOT NULL);")
+    db.close()
+    EventLog(old).close()
+    EventLog(tmp_path / "new.sqlite3").close()
+    assert layout(old) == layout(tmp_path / "new.sqlite3")
+
+
+def test_only_the_missing_migrations_run_and_reopening_runs_none(tmp_path):
+    path = tmp_path / "eventlog.sqlite3"
+    db = sqlite3.connect(path, isolation_level=None)
+    assert migrate(db) == list(range(1, LATEST + 1))
+    assert migrate(db) == []
+    db.execute("DROP TABLE open_blocks")  # as if made at version LATEST - 1
+    db.execute(f"PRAGMA user_version = {LATEST - 1}")
+    assert migrate(db) == [LATEST]
+    assert "open_blocks" in layout(path)
+    db.close()
+
+
+def test_a_failing_migration_keeps_the_last_version_and_changes_nothing(tmp_path, monkeypatch):
+    def broken(cur):
+        cur.execute("CREATE TABLE half (x)")
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(eventlog_schema, "MIGRATIONS",
+                        MIGRATIONS + (Migration(LATEST + 1, "broken", broken),))
+    path = tmp_path / "eventlog.sqlite3"
+    with pytest.raises(RuntimeError, match="disk on fire"):
+        EventLog(path)
+    assert user_version(path) == LATEST and "half" not in layout(path)
+
+
+def test_a_transaction_commits_when_its_block_ends_and_rolls_back_if_it_raises(tmp_path):
+    log = EventLog(tmp_path / "eventlog.sqlite3")
+    msg = Message(EventID("$a"), ROOM, UserID("@a:x"), 1, "hello")
+    with pytest.raises(KeyError):
+        with log.transaction() as cur:
+            cur.execute("INSERT INTO meta VALUES ('k', 'v')")
+            raise KeyError("abandoned")
+    assert log.get_meta("k") is None
+    with log.transaction() as cur:
+        cur.execute("INSERT INTO meta VALUES ('k', 'v')")
+    assert log.get_meta("k") == "v"
+
+    def fail(cur):
+        raise ValueError("hook failed")
+
+    with pytest.raises(ValueError):
+        log.append([(msg, None)], txn_key="t1", after_insert=fail)
+    assert log.counts() == {} and not log.has_txn("t1")  # nothing of the batch stayed
+    assert log.append([(msg, None)], txn_key="t1") == 1 and log.has_txn("t1")
+    log.close()
