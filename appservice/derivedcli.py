@@ -9,7 +9,7 @@ from pathlib import Path
 
 from indexer.lock import WriterLock
 from indexer.audit import CheckResult, check_derived_filter, check_exclusions, parse_since
-from indexer.components import open_store
+from indexer.components import open_references, open_store
 from indexer.config import Config
 from indexer.derived import Matcher
 from indexer.journal import Journal
@@ -24,8 +24,7 @@ def _references(cfg: Config, with_embedder: bool) -> References:
 
         embedder = load_model(cfg)
     manifest = Manifest(manifest_path(cfg.data_dir), cfg.derived.shingle_size)
-    return References(cfg.data_dir, open_store(cfg), manifest, embedder,
-                      chunk_bytes=cfg.policy.max_bytes)
+    return open_references(cfg, open_store(cfg), manifest, embedder)
 
 
 def run_ref(cfg: Config, args) -> int:

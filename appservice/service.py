@@ -26,7 +26,6 @@ from mautrix.errors import MatrixError, MatrixRequestError
 from mautrix.types import EventType
 
 from indexer.allowlist import load_allowlist
-from indexer.answers import AnswerLog
 from indexer.backfill import backfill_room
 from indexer.lock import WriterLock
 from indexer.components import Index
@@ -100,18 +99,16 @@ class Service:
         self.cfg = cfg
         self.registration = load_registration(cfg.registration)
         self.lock = WriterLock(cfg.data_dir, "matrix-sources run").acquire()
-        self.index = Index.open(cfg, embedder)
-        self.eventlog, self.store = self.index.eventlog, self.index.store
-        # This process is the collection's one writer (the lock above): it may keep the
+        # This process is the collection's one writer (the lock above): it keeps the
         # lexical leg's postings in memory (indexer/termindex.py), built in the background.
-        if cfg.lexical_max_terms:  # 0: no keyword leg, no postings
-            self.store.enable_term_index(on_ready=release_free_memory)
+        self.index = Index.open(cfg, embedder, postings=True,
+                                on_postings_ready=release_free_memory)
+        self.eventlog, self.store = self.index.eventlog, self.index.store
         self.embedder, self.gate = self.index.embedder, self.index.gate
         self.ingest, self.pipeline = self.index.ingest, self.index.pipeline
         self.searcher = self.index.searcher
         # After each run, freed memory goes back to the system: the next run's peak then
         # starts from what is in use, not from the last peak (docs/benchmarks.md).
-        self.pipeline.scrub_every = cfg.scrub_interval_seconds
         self.worker = PipelineWorker(self.pipeline, debounce=cfg.debounce_seconds,
                                      after_run=release_free_memory)
         self.az = _SourcesAppService(
@@ -124,10 +121,15 @@ class Service:
             self.registration.hs_token, self.registration.id, self.ingest,
             self._learn_room, self._on_admitted, self.state_retry)
         self.transactions = self.az.transaction_handler
+        self.answers = self.index.answers
+        self.metrics = ServiceMetrics()
         self.responder = Responder(self.searcher, self._send, cfg.bot_user, cfg.default_top_k,
                                    RateLimiter(cfg.rate_limit_per_minute), domain=cfg.domain,
                                    resolve_alias=self._resolve_alias, rrf_k=cfg.rrf_k,
-                                   record_answer=self.index.record_answer)
+                                   status=self._status,
+                                   on_search_seconds=self.metrics.search_latency.observe,
+                                   record_answer=self.index.record_answer,
+                                   record_quotes=self._record_quotes)
         self.commands = CommandPool(self._answer)
         # The store opened and the model loaded above; the homeserver is checked in start().
         self.health = Health(store=True, model=True, detail="waiting for the homeserver",
@@ -137,14 +139,9 @@ class Service:
                                  "pipeline": pipeline_problem(
                                      lambda: self.worker.consecutive_failures,
                                      lambda: self.worker.last_error)})
-        self.metrics = ServiceMetrics()
         self.metrics.attach(MetricSources(
             self.pipeline, self.transactions, self.worker, self.store,
             EventLogFigures(self.eventlog.path), lambda: self.health.ready))
-        self.responder.status = self._status
-        self.answers = AnswerLog(self.eventlog)
-        self.responder.record_quotes = self._record_quotes
-        self.responder.on_search_seconds = self.metrics.search_latency.observe
         # Routes must exist before the aiohttp runner starts in az.start().
         self.az.app.router.add_get("/health", self.health.handle)
         self.az.app.router.add_get("/metrics", self.metrics.handle_metrics)

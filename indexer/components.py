@@ -1,10 +1,21 @@
-"""Opening the index from a config: the parts every command and the service share."""
+"""Opening the index from a config: the parts every command and the service share.
+
+The object graph is built here, once, and nothing patches it afterwards. It is acyclic:
+
+    WriteGuard (lock, purge counts) <-- Purger <-- Ingest <-- Pipeline
+                                    <-----------------------/
+    the pipeline asks Ingest whether a room is admitted; the purger and the pipeline
+    share the guard and the store, and neither holds the other
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 from .allowlist import load_allowlist
+from .answers import AnswerLog
+from .chunker import ChunkPolicy
 from .config import Config
 from .derived import DerivedFilter, EmittedSection, Matcher, answer_artifacts
 from .embedder import Embedder, load_embedder
@@ -19,14 +30,41 @@ from .pipeline import Pipeline
 from .present import Presenter
 from .purge import Purger
 from .records import UserID
+from .reference import References
 from .search import Searcher
 from .store import ChromaStore
+from .writeguard import WriteGuard
 
 
 def open_store(cfg: Config) -> ChromaStore:
     if cfg.chroma.mode == "server":
         return ChromaStore(host=cfg.chroma.host, port=cfg.chroma.port)
     return ChromaStore(path=cfg.chroma.path)
+
+
+def writers(eventlog: EventLog, journal: Journal, store: ChromaStore, embedder: Embedder,
+            gate: Gate, policy: ChunkPolicy | None = None, **pipeline_options
+            ) -> tuple[Ingest, Pipeline]:
+    """Ingest (with its history and purger) and the pipeline over one event log and
+    store: the part of the graph that writes. Index.open builds it here, and so do the
+    tests that build an index from parts. `pipeline_options`: Pipeline's fields."""
+    # Purges share the pipeline's lock and store (see pipeline.py on the race).
+    guard = WriteGuard()
+    history = History(eventlog)
+    ingest = Ingest(gate, eventlog, journal, history=history,
+                    purger=Purger(eventlog, journal, store, guard))
+    pipeline = Pipeline(eventlog, embedder, store, policy or ChunkPolicy(),
+                        room_label=ingest.label, admits=ingest.admits, guard=guard,
+                        history=history, **pipeline_options)
+    return ingest, pipeline
+
+
+def open_references(cfg: Config, store: ChromaStore, manifest: Manifest,
+                    embedder: Embedder | None = None) -> References:
+    """The reference corpora, with chunks of the data dir's window size: `ref add|sync`
+    and the rebuild's resync cut the same chunks."""
+    return References(cfg.data_dir, store, manifest, embedder,
+                      chunk_bytes=cfg.policy.max_bytes)
 
 
 @dataclass
@@ -40,32 +78,36 @@ class Index:
     ingest: Ingest
     pipeline: Pipeline
     searcher: Searcher
+    answers: AnswerLog  # the bot's replies, by what they quoted
     manifest: Manifest | None = None  # artifacts: loaded on first use, not at open
     matcher: Matcher | None = None
 
     @classmethod
-    def open(cls, cfg: Config, embedder: Embedder | None = None) -> "Index":
+    def open(cls, cfg: Config, embedder: Embedder | None = None, postings: bool = False,
+             on_postings_ready: Callable[[], None] | None = None) -> "Index":
+        """`postings`: keep the lexical leg's postings in memory (termindex.py), built in
+        the background, then `on_postings_ready` runs; only for the process that is the
+        collection's one writer (the service, holding the data dir's lock)."""
         eventlog = EventLog(cfg.eventlog_path)
         journal = Journal(cfg.journal_path)
         store = open_store(cfg)
+        if postings and cfg.lexical_max_terms:  # 0: no keyword leg, no postings
+            store.enable_term_index(on_ready=on_postings_ready)
         embedder = embedder or load_embedder(cfg.embedder)
         gate = Gate(frozenset(load_allowlist(cfg.allowlist)), UserID(cfg.bot_user),
                     cfg.puppet_patterns)
-        ingest = Ingest(gate, eventlog, journal, history=History(eventlog))
-        pipeline = Pipeline(eventlog, embedder, store, cfg.policy, room_label=ingest.label,
-                            admits=ingest.admits, history=ingest.history)
-        # Purges share the pipeline's lock and store (see pipeline.py on the race).
-        ingest.purger = Purger(eventlog, journal, pipeline)
+        # The derived filter: one manifest, read by the pipeline, appended by replies.
+        manifest = Manifest(manifest_path(cfg.data_dir), cfg.derived.shingle_size)
+        matcher = Matcher(manifest, cfg.derived)
+        ingest, pipeline = writers(eventlog, journal, store, embedder, gate, cfg.policy,
+                                   derived=DerivedFilter(matcher, eventlog, journal),
+                                   scrub_every=cfg.scrub_interval_seconds)
         presenter = Presenter(eventlog, embedder,
                               Horizon(cfg.answer_horizon_hours, cfg.answer_horizon_messages))
         searcher = Searcher(embedder, store, cfg.rrf_k, lexical_max_terms=cfg.lexical_max_terms,
                             min_similarity=cfg.min_similarity, presenter=presenter)
-        # The derived filter: one manifest, read by the pipeline, appended by replies.
-        manifest = Manifest(manifest_path(cfg.data_dir), cfg.derived.shingle_size)
-        matcher = Matcher(manifest, cfg.derived)
-        pipeline.derived = DerivedFilter(matcher, eventlog, journal)
         return cls(cfg, eventlog, journal, store, embedder, gate, ingest, pipeline, searcher,
-                   manifest, matcher)
+                   AnswerLog(eventlog), manifest, matcher)
 
     def record_answer(self, reply_event_id: str, sections: list[EmittedSection]) -> int:
         """Record what a `!sources` reply quoted, one answer artifact per hit. Call only
@@ -77,10 +119,9 @@ class Index:
     def ensure_meta(self, progress=None) -> bool:
         """Rebuild the collection if another model or chunker made it (rebuild.py)."""
         from .rebuild import ensure_meta
-        from .reference import References
 
         def resync() -> None:
-            refs = References(self.cfg.data_dir, self.store, self.manifest, self.embedder)
+            refs = open_references(self.cfg, self.store, self.manifest, self.embedder)
             for corpus in refs.list():
                 if corpus.path != "(not registered)":
                     refs.sync(corpus.name)

@@ -45,6 +45,7 @@ from .embedder import Embedder, encode_in_length_order
 from .eventlog import EventLog
 from .records import EventID, RoomID, Window, WindowID
 from .store import ChromaStore
+from .writeguard import WriteGuard
 
 log = logging.getLogger(f"matrix_sources.{__name__}")
 
@@ -93,9 +94,8 @@ class Pipeline:
     # Whether the gate admits the room now (Ingest.admits); a refused room's pending
     # events are never indexed.
     admits: Callable[[RoomID], bool] = lambda _room: True
-    # Shared with the purger: see the module docstring.
-    lock: threading.RLock = field(default_factory=threading.RLock)
-    purges: Counter = field(default_factory=Counter)  # room -> purges so far
+    # The lock and purge counts shared with the purger: see the module docstring.
+    guard: WriteGuard = field(default_factory=WriteGuard)
     # Derived text (DESIGN.md "Derived filter"): judged before chunking; None: off.
     derived: DerivedFilter | None = None
     # Edits and redactions mark stored windows dirty (history.py); None: none tracked.
@@ -112,6 +112,14 @@ class Pipeline:
     _scrubbed_at: float = float("-inf")
     # Timelines whose planning failed at the last run that reached them -> error type.
     failing: dict = field(default_factory=dict)
+
+    @property
+    def lock(self) -> threading.RLock:
+        return self.guard.lock
+
+    @property
+    def purges(self) -> Counter:
+        return self.guard.purges
 
     def process_all(self, progress: Callable[[int], None] | None = None) -> int:
         """Index every pending event of every room; return how many were indexed.

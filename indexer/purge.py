@@ -3,7 +3,7 @@
     state event (join rule, encryption, bridge, puppet member), a puppet sender, the
     room's facts learned anew, or the room gone from the allowlist
         -> Ingest sees the gate refuse a room whose text is still stored
-        -> Purger.purge, under the pipeline's lock:
+        -> Purger.purge, under the lock it shares with the pipeline (writeguard.py):
              Chroma: delete the room's windows, scrub their text from its files
              event log: bodies NULL, status `purged`, cursor removed, WAL emptied
         -> journal: one `purge` line (room id and label, rule, triggering event id,
@@ -17,16 +17,16 @@ leave windows in Chroma that nothing would ever find again.
 from __future__ import annotations
 
 import logging
-import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .eventlog import EventLog
 from .journal import Journal
 from .records import Refusal, RoomID
+from .writeguard import WriteGuard
 
 if TYPE_CHECKING:
-    from .pipeline import Pipeline
+    from .store import ChromaStore
 
 log = logging.getLogger(f"matrix_sources.{__name__}")
 
@@ -44,20 +44,20 @@ class PurgeReport:
 class Purger:
     eventlog: EventLog
     journal: Journal
-    # The pipeline's store, lock and purge counter; None where nothing was ever
-    # embedded (then only the event log is purged).
-    pipeline: Pipeline | None = None
-    _own_lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
+    # The collection; None where nothing was ever embedded (then only the event log
+    # is purged).
+    store: ChromaStore | None = None
+    # Shared with the pipeline that writes `store` (writeguard.py).
+    guard: WriteGuard = field(default_factory=WriteGuard)
 
     def purge(self, refusal: Refusal, source: str = "push") -> PurgeReport:
         room_id = refusal.room_id
-        p = self.pipeline
-        with p.lock if p is not None else self._own_lock:
+        with self.guard.lock:
             windows, scrubbed = [], None
-            if p is not None:
-                p.purges[room_id] += 1  # a batch of this room in flight drops itself
-                windows = p.store.delete_room(room_id)
-                scrubbed = p.store.scrub_room(room_id)
+            if self.store is not None:
+                self.guard.purges[room_id] += 1  # a batch of this room in flight drops itself
+                windows = self.store.delete_room(room_id)
+                scrubbed = self.store.scrub_room(room_id)
             messages = self.eventlog.purge_room(room_id)
         report = PurgeReport(room_id, refusal.rule, len(windows), messages, scrubbed)
         self.journal.purge(refusal, report.windows, report.messages, source, scrubbed)

@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .chunker import ChunkPolicy
 from .embedder import Embedder
 from .manifest import Manifest, utc_now_iso
 from .normalise import sha256_normalised, text_shingles
@@ -42,6 +43,10 @@ REGISTRY_FILE = "references.json"
 SUFFIXES = (".md", ".markdown", ".txt")
 MAX_SECTION_BYTES = 8000  # a longer section is cut into parts, each its own artifact
 EMBED_BATCH = 64
+# A chunk is at most as long as a chat window (the model reads 256 word pieces and drops
+# the rest); the data dir's `index.window_max_bytes` when opened through
+# components.open_references, which `ref add|sync` and the rebuild's resync both use.
+CHUNK_BYTES = ChunkPolicy().max_bytes
 CORPUS_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _HEADING = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$")
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
@@ -195,7 +200,7 @@ def chunk_metadata(c: Chunk, now_ms: int) -> dict:
 
 class References:
     def __init__(self, data_dir: Path, store: ChromaStore, manifest: Manifest,
-                 embedder: Embedder | None = None, chunk_bytes: int = 1000) -> None:
+                 embedder: Embedder | None = None, chunk_bytes: int = CHUNK_BYTES) -> None:
         self.registry_path = Path(data_dir) / REGISTRY_FILE
         self.store, self.manifest, self.embedder = store, manifest, embedder
         self.chunk_bytes = chunk_bytes

@@ -6,13 +6,11 @@ from __future__ import annotations
 import random
 
 from indexer.chunker import ChunkPolicy
+from indexer.components import writers
 from indexer.embedder import HashEmbedder
 from indexer.eventlog import EventLog
 from indexer.gate import Gate
-from indexer.history import History
-from indexer.ingest import Ingest
 from indexer.journal import Journal
-from indexer.pipeline import Pipeline
 from indexer.store import ChromaStore
 from indexer.verify_index import verify_index
 
@@ -26,10 +24,9 @@ def test_thousands_of_edits_and_redactions_leave_every_window_reachable(tmp_path
     rng = random.Random(7758)
     log = EventLog(tmp_path / "eventlog.sqlite3")
     store = ChromaStore(path=tmp_path / "chroma")
-    ingest = Ingest(Gate(frozenset(ROOMS), "@bot:example.org"), log,
-                    Journal(tmp_path / "journal.jsonl"), history=History(log))
-    pipeline = Pipeline(log, HashEmbedder(), store, ChunkPolicy(max_bytes=300),
-                        admits=ingest.admits, history=ingest.history)
+    ingest, pipeline = writers(log, Journal(tmp_path / "journal.jsonl"), store, HashEmbedder(),
+                               Gate(frozenset(ROOMS), "@bot:example.org"),
+                               ChunkPolicy(max_bytes=300))
     ingest.admit([{"type": "m.room.join_rules", "room_id": r, "sender": "@a:x", "state_key": "",
                    "event_id": f"$jr{r}", "origin_server_ts": T0,
                    "content": {"join_rule": "public"}} for r in ROOMS])
@@ -80,10 +77,9 @@ def test_thousands_of_edits_and_redactions_leave_every_window_reachable(tmp_path
 def small_index(tmp_path):
     log = EventLog(tmp_path / "eventlog.sqlite3")
     store = ChromaStore(path=tmp_path / "chroma")
-    ingest = Ingest(Gate(frozenset(ROOMS[:1]), "@bot:example.org"), log,
-                    Journal(tmp_path / "journal.jsonl"), history=History(log))
-    pipeline = Pipeline(log, HashEmbedder(), store, ChunkPolicy(max_bytes=60),
-                        admits=ingest.admits, history=ingest.history)
+    ingest, pipeline = writers(log, Journal(tmp_path / "journal.jsonl"), store, HashEmbedder(),
+                               Gate(frozenset(ROOMS[:1]), "@bot:example.org"),
+                               ChunkPolicy(max_bytes=60))
     ingest.admit([{"type": "m.room.join_rules", "room_id": ROOMS[0], "sender": "@a:x",
                    "state_key": "", "event_id": "$jr", "origin_server_ts": T0,
                    "content": {"join_rule": "public"}}]

@@ -428,3 +428,22 @@ def test_import_reports_derived_messages(world, tmp_path):
     rc, out = cli("import", "-c", world.config, "-q", str(path))
     assert rc == 0, out
     assert "indexed     1 messages" in out and "derived     1 " in out
+
+
+def test_a_rebuild_resyncs_a_corpus_into_the_chunks_ref_add_cut(world):
+    """`ref add|sync` and the rebuild's resync cut reference chunks of one size (they
+    once differed: 500 and 1000 bytes), so a rebuild leaves the same chunks."""
+    from indexer.records import CORPUS_REFERENCE
+    from indexer.reference import cut_chunks
+
+    sections = cut_sections(CORPUS, FIXTURE.name, FIXTURE.read_text())
+    size = world.cfg.policy.max_bytes
+    assert sum(len(cut_chunks(s, size)) for s in sections) != sum(
+        len(cut_chunks(s, 2 * size)) for s in sections)  # the fixture tells sizes apart
+    add_corpus(world)
+    store = world.index.store
+    added = store.ids(CORPUS_REFERENCE)
+    assert len(added) == sum(len(cut_chunks(s, size)) for s in sections)
+    store.set_meta({"chunker": "0"})  # another chunker made the collection: rebuild
+    assert world.index.ensure_meta() is True
+    assert store.ids(CORPUS_REFERENCE) == added

@@ -9,13 +9,11 @@ import pytest
 from appservice.answer_edits import EDIT_HEADER, edit_content, rebuild_reply
 from indexer.answers import AnswerLog
 from indexer.chunker import ChunkPolicy
+from indexer.components import writers
 from indexer.embedder import HashEmbedder
 from indexer.eventlog import EventLog
 from indexer.gate import Gate
-from indexer.history import History
-from indexer.ingest import Ingest
 from indexer.journal import Journal
-from indexer.pipeline import Pipeline
 from indexer.records import Hit
 from indexer.store import ChromaStore
 
@@ -51,10 +49,8 @@ def redact(n: int, target: int) -> dict:
 def world(tmp_path):
     log = EventLog(tmp_path / "eventlog.sqlite3")
     store = ChromaStore(path=tmp_path / "chroma")
-    ingest = Ingest(Gate(frozenset({ROOM}), "@bot:example.org"), log,
-                    Journal(tmp_path / "journal.jsonl"), history=History(log))
-    pipeline = Pipeline(log, HashEmbedder(), store, ChunkPolicy(), admits=ingest.admits,
-                        history=ingest.history)
+    ingest, pipeline = writers(log, Journal(tmp_path / "journal.jsonl"), store, HashEmbedder(),
+                               Gate(frozenset({ROOM}), "@bot:example.org"), ChunkPolicy())
     ingest.admit([join_rules()])
     return ingest, pipeline, store, log, tmp_path
 

@@ -13,13 +13,11 @@ from pathlib import Path
 import pytest
 
 from indexer import gate as rules
+from indexer.components import writers
 from indexer.embedder import HashEmbedder
 from indexer.eventlog import EventLog
 from indexer.gate import Gate
-from indexer.ingest import Ingest
 from indexer.journal import Journal
-from indexer.pipeline import Pipeline
-from indexer.purge import Purger
 from indexer.records import RoomID, UserID
 from indexer.roomfacts import RoomFacts
 from indexer.store import ChromaStore
@@ -65,10 +63,8 @@ class Env:
         self.journal = Journal(root / "journal.jsonl")
         self.store = ChromaStore(path=root / "chroma")
         self.gate = Gate(frozenset({ROOM, CLEAN}), BOT)
-        self.ingest = Ingest(self.gate, self.eventlog, self.journal)
-        self.pipeline = Pipeline(self.eventlog, embedder or HashEmbedder(), self.store,
-                                 room_label=self.ingest.label, admits=self.ingest.admits)
-        self.ingest.purger = Purger(self.eventlog, self.journal, self.pipeline)
+        self.ingest, self.pipeline = writers(self.eventlog, self.journal, self.store,
+                                             embedder or HashEmbedder(), self.gate)
 
     def index_both_rooms(self) -> None:
         self.ingest.admit(public_state() + public_state(CLEAN, "#clean:example.org") + [
