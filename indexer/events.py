@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .records import EventID, Message, RoomID, UserID
+from .replyfallback import strip_reply_fallback
 
 COMMAND_PREFIX = "!sources"
 
@@ -125,19 +126,6 @@ def _ts(raw: dict) -> int | None:
     ts = raw.get("origin_server_ts")
     ok = isinstance(ts, int) and not isinstance(ts, bool) and 0 <= ts <= MAX_TS_MS
     return ts if ok else None
-
-
-def strip_reply_fallback(body: str) -> str:
-    """Drop the `> <@user> quoted` lines a client prepends to a reply's body."""
-    lines = body.split("\n")
-    i = 0
-    while i < len(lines) and lines[i].startswith(">"):
-        i += 1
-    if i == 0:
-        return body
-    if i < len(lines) and lines[i] == "":
-        i += 1
-    return "\n".join(lines[i:])
 
 
 def parse_event(raw: Any) -> ParsedEvent:

@@ -4,7 +4,7 @@ The same function runs when an artifact is emitted (a `!sources` answer, a refer
 section) and when a message is judged, so what the bot emitted and what someone pasted
 back reduce to the same words whatever dressed them up on the way:
 
-    Matrix reply fallback (`> <@user:hs> ...` lines, `<mx-reply>`)  -> dropped
+    Matrix reply fallback (replyfallback.py; `<mx-reply>`)          -> dropped
     HTML entities, then tags of HTML's own names                    -> text
     Markdown: code fences, links (text kept, URL dropped), tables,
               list numbers, emphasis, headings, quotes              -> text
@@ -27,9 +27,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-# A Matrix reply fallback: the first line quotes the sender as `> <@user:server>`
-# (`> * <@user:server>` for an emote), then `> ` lines, then one blank line.
-_FALLBACK_HEAD = re.compile(r"^> (?:\* )?<@[^>\s]+> ")
+from .replyfallback import strip_reply_fallback
+
 _MX_REPLY = re.compile(r"<mx-reply>.*?</mx-reply>", re.IGNORECASE | re.DOTALL)
 _HTML_TAGS = (
     "a|abbr|b|big|blockquote|br|caption|code|del|details|div|dl|dd|dt|em|font|h[1-6]|hr|i|"
@@ -49,20 +48,6 @@ _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _MULTIPLIER = np.uint64(0x100000001B3)  # odd (FNV-1's 64-bit prime)
 WORD_HASH_CACHE = 200_000
 _WORD_HASHES: dict[str, int] = {}
-
-
-def strip_reply_fallback(text: str) -> str:
-    """Drop a Matrix reply fallback at the top of a body. A Markdown quote (`> text`
-    without the `<@user>` head) is kept: quoting the docs is exactly what we look for."""
-    lines = text.split("\n")
-    if not lines or not _FALLBACK_HEAD.match(lines[0]):
-        return text
-    i = 1
-    while i < len(lines) and lines[i].startswith(">"):
-        i += 1
-    if i < len(lines) and lines[i].strip() == "":
-        i += 1
-    return "\n".join(lines[i:])
 
 
 def _markup_to_text(text: str) -> str:
