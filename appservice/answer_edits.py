@@ -8,7 +8,7 @@ gone left out, and sent as an `m.replace` of the reply.
 from __future__ import annotations
 
 from indexer.answers import RecordedAnswer
-from indexer.records import EventID, Hit, Line, RoomID, UserID, WindowID
+from indexer.records import EventID, Hit, Line, UserID
 
 from .replies import Reply, render_hits
 
@@ -24,13 +24,7 @@ def rebuild_reply(rec: RecordedAnswer, lines: dict[str, tuple[str, int, str]],
         shown = tuple(Line(EventID(e), UserID(lines[e][0]), lines[e][1], lines[e][2],
                            "linked" if e in h.get("answer_event_ids", ()) else "")
                       for e in kept)
-        ids = tuple(EventID(e) for e in h.get("window_event_ids", h.get("event_ids", []))) \
-            or (EventID(h.get("first_event_id") or ""),)
-        hits.append(Hit(WindowID(h.get("window_id", "")), RoomID(h.get("room_id", "")),
-                        h.get("room_label", ""), h.get("corpus", "chat"), ids,
-                        tuple(UserID(s) for s in h.get("senders", [])),
-                        int(h.get("ts_first", 0)), int(h.get("ts_last", 0)),
-                        float(h.get("score", 0.0)), "", shown=shown))
+        hits.append(Hit.from_json(h, shown=shown))
     return render_hits(hits, ("",), fallback_server, header=EDIT_HEADER)
 
 

@@ -161,6 +161,21 @@ class Hit:
                         "heading": self.ref.heading}} if self.ref else {}),
         }
 
+    @classmethod
+    def from_json(cls, d: dict, shown: tuple[Line, ...] = ()) -> "Hit":
+        """The hit `to_json` wrote, as far as that keeps it: its window's events, not
+        its linked answers' lines (a recorded answer keeps no text: answers.py). `shown`:
+        the lines to quote, read anew from the event log."""
+        ids = tuple(EventID(e) for e in d.get("window_event_ids", d.get("event_ids", []))) \
+            or (EventID(d.get("first_event_id") or ""),)
+        ref = d.get("ref")
+        return cls(WindowID(d.get("window_id", "")), RoomID(d.get("room_id", "")),
+                   d.get("room_label", ""), d.get("corpus", CORPUS_CHAT), ids,
+                   tuple(UserID(s) for s in d.get("senders", [])), int(d.get("ts_first", 0)),
+                   int(d.get("ts_last", 0)), float(d.get("score", 0.0)), d.get("text", ""),
+                   ref=RefSource(ref["corpus_name"], ref["file"], ref["heading"]) if ref
+                   else None, similarity=d.get("similarity"), shown=shown)
+
 
 @dataclass(frozen=True, slots=True)
 class Refusal:

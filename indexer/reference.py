@@ -35,7 +35,7 @@ from .embedder import Embedder
 from .manifest import Manifest, utc_now_iso
 from .normalise import sha256_normalised, text_shingles
 from .records import ARTIFACT_REFERENCE, CORPUS_REFERENCE, Artifact
-from .store import ChromaStore
+from .store import ChromaStore, point_metadata
 
 log = logging.getLogger(f"matrix_sources.{__name__}")
 
@@ -191,11 +191,10 @@ def cut_chunks(section: Section, max_bytes: int) -> list[Chunk]:
 
 def chunk_metadata(c: Chunk, now_ms: int) -> dict:
     s = c.section
-    return {"room_id": "", "room_label": f"{s.file}{SEP}{s.heading}" if s.heading else s.file,
-            "corpus": CORPUS_REFERENCE, "event_ids": "[]", "first_event_id": "",
-            "last_event_id": "", "senders": "[]", "ts_first": now_ms, "ts_last": now_ms,
-            "n_events": 0, "ref_corpus": s.corpus, "ref_file": s.file,
-            "ref_heading": s.heading, "ref_section": s.name, "ref_chunk": c.index}
+    return point_metadata("", f"{s.file}{SEP}{s.heading}" if s.heading else s.file,
+                          CORPUS_REFERENCE, (), (), now_ms, now_ms, ref_corpus=s.corpus,
+                          ref_file=s.file, ref_heading=s.heading, ref_section=s.name,
+                          ref_chunk=c.index)
 
 
 class References:

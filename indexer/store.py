@@ -46,19 +46,29 @@ class Neighbour:
     similarity: float  # cosine similarity, 1 - cosine distance
 
 
-def window_metadata(w: Window) -> dict:
+def point_metadata(room_id: str, room_label: str, corpus: str, event_ids: Sequence[str],
+                   senders: Sequence[str], ts_first: int, ts_last: int, **extra) -> dict:
+    """The metadata of one point of the collection, chat window or reference chunk: the
+    one writer of the format `_stored` reads. Chroma keeps scalars, so lists are JSON.
+    `extra`: a reference chunk's ref_* keys."""
     return {
-        "room_id": w.room_id,
-        "room_label": w.room_label,
-        "corpus": w.corpus,
-        "event_ids": json.dumps(w.event_ids),
-        "first_event_id": w.event_ids[0],
-        "last_event_id": w.event_ids[-1],
-        "senders": json.dumps(w.senders),
-        "ts_first": w.ts_first,
-        "ts_last": w.ts_last,
-        "n_events": len(w.messages),
+        "room_id": room_id,
+        "room_label": room_label,
+        "corpus": corpus,
+        "event_ids": json.dumps(list(event_ids)),
+        "first_event_id": event_ids[0] if event_ids else "",
+        "last_event_id": event_ids[-1] if event_ids else "",
+        "senders": json.dumps(list(senders)),
+        "ts_first": ts_first,
+        "ts_last": ts_last,
+        "n_events": len(event_ids),
+        **extra,
     }
+
+
+def window_metadata(w: Window) -> dict:
+    return point_metadata(w.room_id, w.room_label, w.corpus, w.event_ids, w.senders,
+                          w.ts_first, w.ts_last)
 
 
 def _stored(wid: str, doc: str | None, meta: dict | None) -> StoredWindow:
