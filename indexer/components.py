@@ -2,10 +2,11 @@
 
 The object graph is built here, once, and nothing patches it afterwards. It is acyclic:
 
-    WriteGuard (lock, purge counts) <-- Purger <-- Ingest <-- Pipeline
-                                    <-----------------------/
-    the pipeline asks Ingest whether a room is admitted; the purger and the pipeline
-    share the guard and the store, and neither holds the other
+    Pipeline --> Ingest --> Purger --> WriteGuard (lock, purge counts), store
+    Pipeline ------------------------> WriteGuard, store
+
+    The pipeline asks Ingest whether a room is admitted; the purger and the pipeline
+    share the guard and the store; nothing holds the pipeline.
 """
 
 from __future__ import annotations
