@@ -29,6 +29,7 @@ from typing import Sequence
 
 import numpy as np
 
+from .addressing import names
 from .chunker import document
 from .embedder import Embedder
 from .eventlog import EventLog
@@ -125,12 +126,13 @@ class Presenter:
         on, in the window or after it, in timeline order: (message, rule)."""
         asker = p.window[anchor].sender
         position = {m.event_id: i for i, m in enumerate(p.later)}
+        known = frozenset(n for m in p.later for n in names(m.sender))
         found: dict[EventID, tuple[Message, str]] = {}
         for q in p.window[anchor:]:
             i = position.get(q.event_id)
             if q.sender != asker or i is None:
                 continue
-            for link in responses(q, p.later[i + 1:], self.horizon, p.thread_of):
+            for link in responses(q, p.later[i + 1:], self.horizon, p.thread_of, known):
                 found.setdefault(link.answer.event_id, (link.answer, link.rule))
         return sorted(found.values(), key=lambda a: position[a[0].event_id])
 
