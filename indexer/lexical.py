@@ -1,12 +1,12 @@
 """The lexical leg of search: BM25 over the message bodies of the stored windows.
 
 Each query term is a case-insensitive pattern over the message bodies of the stored
-documents (`pattern`). The service answers it from in-memory postings of the collection
-(termindex.py: built from the collection at start, kept in step by the store's writes,
-never written to disk); anything else (the CLI, a term like "2.6", the postings still
-being built) asks Chroma's `where_document` regex filter, which scans every document.
-Either way the leg sees exactly what the collection holds (a redacted word stops
-matching as soon as its window is re-upserted). Per query text:
+windows' text (`pattern`, over chunker.document), which lives in the event log only.
+The service answers it from in-memory postings (termindex.py: built from the event log
+at start, kept in step by the store's writes, never written to disk); anything else
+(the CLI, a term like "2.6", the postings still being built) scans the event log's
+text (store.matching). Either way the leg sees exactly what the collection holds (a
+redacted word stops matching as soon as its window is re-upserted). Per query text:
 
     terms     lowercase words, stop words dropped; a word of 5 or more letters loses a
               plural or verb ending and matches as a word prefix ("partitions" finds

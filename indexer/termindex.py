@@ -4,9 +4,10 @@ Asking Chroma (`where_document` regex) costs a scan of every document per query 
 about 60 ms a term at 100,000 windows, most of it fixed cost, so a five-word search took
 a third of a second (bench/query.py). This index answers the same question from memory
 in about a millisecond a term. It is never written anywhere: the service builds it
-from the collection when it starts (in a background thread; until it is ready the leg
-asks Chroma) and the store keeps it in step with every write it makes (store.py), so a
-redacted word stops matching when its window is re-upserted, as before.
+from the event log's text when it starts (in a background thread; until it is ready
+the leg scans the event log) and the store keeps it in step with every write it makes
+(store.py), so a redacted word stops matching when its window is re-upserted.
+docs/storage.md compares it with SQLite FTS5 in the event log.
 
 It matches exactly what the lexical pattern (lexical.pattern) matches in a document:
 

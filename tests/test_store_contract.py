@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from indexer.chunker import ChunkPolicy, build_windows
+from indexer.chunker import ChunkPolicy, build_windows, document
 from indexer.embedder import HashEmbedder
+from indexer.eventlog import EventLog
+from indexer.generations import META_KEY
 from indexer.records import EventID, Message, RoomID, UserID
 from indexer.store import ChromaStore
 
@@ -54,13 +56,35 @@ def chroma_server(tmp_path_factory):
         proc.kill()
 
 
-@pytest.fixture(params=["embedded", "server"])
-def store(request, tmp_path):
+def _open(request, tmp_path, eventlog=None) -> ChromaStore:
     name = f"contract_{request.node.name.replace('[', '_').replace(']', '')}"[:60]
     if request.param == "embedded":
-        return ChromaStore(path=tmp_path / "chroma", collection=name)
+        return ChromaStore(path=tmp_path / "chroma", collection=name, eventlog=eventlog)
     port = request.getfixturevalue("chroma_server")
-    return ChromaStore(host="127.0.0.1", port=port, collection=name)
+    return ChromaStore(host="127.0.0.1", port=port, collection=name, eventlog=eventlog)
+
+
+@pytest.fixture(params=["embedded", "server"])
+def store(request, tmp_path):
+    return _open(request, tmp_path, EventLog(tmp_path / "eventlog.sqlite3"))
+
+
+@pytest.fixture
+def reopen(store):
+    """Open the store (again) over the same event log and folder or server."""
+    g = store._gens
+    return lambda: ChromaStore(path=store.path, host=g.host, port=g.port, collection=g.base,
+                               eventlog=EventLog(store.eventlog.path))
+
+
+def index(store: ChromaStore, ws) -> None:
+    """Upsert windows and record them in the event log, as the pipeline does."""
+    log = store.eventlog
+    store.upsert(ws, HashEmbedder().encode([w.messages[0].body for w in ws]))
+    for w in ws:
+        log.append([(m, None) for m in w.messages])
+        log.mark_indexed(w.room_id, {m.event_id: w.window_id for m in w.messages},
+                         w.messages[-1])
 
 
 def windows(n: int, room: str = "!r:example.org", offset: int = 0):
@@ -135,14 +159,13 @@ def test_vectors_pages_and_readd(store):
     assert pages[0][0][0] in got
 
 
-def test_matching_finds_documents_by_the_lexical_pattern(store):
-    """The lexical leg's fallback (no postings yet, the CLI): Chroma's regex filter over
-    the stored documents, with the room filter; the same on a server."""
+def test_matching_finds_windows_by_the_lexical_pattern(store):
+    """The lexical leg's fallback (no postings yet, the CLI): the regex over the text,
+    which the event log holds, with the room filter; the same on a server."""
     from indexer.lexical import pattern
 
-    emb = HashEmbedder()
     a, b = windows(5, "!a:example.org"), windows(5, "!b:example.org", offset=50)
-    store.upsert(a + b, emb.encode([w.messages[0].body for w in a + b]))
+    index(store, a + b)
     topic3 = {w.window_id for w in a + b if any("topic 3 " in m.body for m in w.messages)}
     assert topic3 and set(store.matching(pattern("topic"))) == {w.window_id for w in a + b}
     assert set(store.matching(r"(?i)topic 3\b")) == topic3
@@ -150,3 +173,86 @@ def test_matching_finds_documents_by_the_lexical_pattern(store):
     assert only_b == {w.window_id for w in b}
     # Sender ids are not bodies: "u1" is a sender's localpart only.
     assert store.matching(pattern("u1")) == []
+
+
+def test_chroma_holds_no_text_and_the_text_comes_from_the_event_log(store):
+    ws = windows(8)
+    index(store, ws)
+    raw = store._col.get(include=["documents", "metadatas"])
+    assert raw["ids"] and all(d is None for d in raw["documents"])
+    assert not any("message" in str(v) for m in raw["metadatas"] for v in m.values())
+    got = {w.window_id: w.text for w in store.get()}
+    assert got == {w.window_id: document(w) for w in ws}
+    [res] = store.query(HashEmbedder().encode([ws[0].messages[0].body]), 1)
+    assert res[0].window.text == document(ws[0])
+    # Its events no longer in the window (a redaction, a rebuild): no text is read.
+    store.eventlog.requeue_windows([ws[0].window_id])
+    assert {w.window_id: w.text for w in store.get([ws[0].window_id])} == {ws[0].window_id: ""}
+
+
+def test_reference_text_lives_in_the_event_log_and_leaves_with_its_chunk(store):
+    meta = {"room_id": "", "corpus": "reference", "ref_corpus": "ops", "ref_file": "a.md",
+            "ref_heading": "Disk", "event_ids": "[]", "senders": "[]"}
+    store.upsert_references(["rchunk1"], HashEmbedder().encode(["df -h shows disk"]),
+                            ["df -h shows disk"], [meta])
+    assert store._col.get(include=["documents"])["documents"] == [None]
+    [w] = store.get(["rchunk1"])
+    assert w.text == "df -h shows disk" and w.ref.corpus_name == "ops"
+    store.delete(["rchunk1"])
+    assert store.eventlog.ref_texts(["rchunk1"]) == {} and store.get(["rchunk1"]) == []
+
+
+def test_compaction_copies_the_live_points_and_drops_the_old_collection(store, reopen):
+    ws = windows(30)
+    index(store, ws)
+    store.set_meta({"embedder": "hash-bow", "dim": 64})
+    store.delete([ws[0].window_id])
+    before = dict(store.vectors([w.window_id for w in ws]))
+    metas_before = {w.window_id: w for w in store.get()}
+    first = store._gen
+    assert store.compact() == len(ws) - 1
+    assert store._gen == first + 1
+    assert store.eventlog.get_meta(META_KEY) == str(first + 1)  # the swap, recorded
+    after = dict(store.vectors([w.window_id for w in ws]))
+    assert after.keys() == before.keys()
+    for wid, v in before.items():  # copied as stored: nothing re-embedded
+        assert after[wid] == pytest.approx(v, abs=1e-6)
+    assert {w.window_id: w for w in store.get()} == metas_before
+    assert store.meta()["embedder"] == "hash-bow"
+    [res] = store.query([before[ws[5].window_id]], 1)
+    assert res[0].window.window_id == ws[5].window_id
+    again = reopen()  # the event log says which generation is live
+    assert again._gen == first + 1 and again.count() == len(ws) - 1
+    assert again.sweep() == []
+    if store.path is not None:  # embedded: the old generation's folder is gone
+        assert [p.name for p in store.path.iterdir()] == [f"g{first + 1}"]
+
+
+_CRASH = """
+import os, signal, sys
+from pathlib import Path
+from indexer.eventlog import EventLog
+from indexer.store import ChromaStore
+path, host, port, name, log = sys.argv[1:6]
+store = ChromaStore(path=Path(path) if path else None, host=host or None,
+                    port=int(port) if port else None, collection=name,
+                    eventlog=EventLog(Path(log)))
+store.compact(before_swap=lambda: os.kill(os.getpid(), signal.SIGKILL))
+"""
+
+
+def test_a_crash_between_copy_and_swap_keeps_the_old_collection(store, reopen):
+    ws = windows(20)
+    index(store, ws)
+    live = store._gen
+    gens = store._gens
+    args = [str(store.path or ""), gens.host or "", str(gens.port or ""), gens.base,
+            str(store.eventlog.path)]
+    proc = subprocess.run([sys.executable, "-c", _CRASH, *args], capture_output=True,
+                          cwd=Path(__file__).parent.parent)
+    assert proc.returncode == -9, proc.stderr.decode()[-2000:]
+    again = reopen()
+    assert again._gen == live and again.count() == len(ws)  # the old one, whole
+    assert again.sweep() == [live + 1]  # the half-made copy, dropped
+    assert again.count() == len(ws)
+    assert again.compact() == len(ws)  # and compaction works again
