@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,12 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@dataclass(frozen=True)
+class _Server:
+    port: int
+    data: Path  # its persist dir
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +55,7 @@ def chroma_server(tmp_path_factory):
             proc.kill()
             pytest.fail("chroma run did not start:\n" + (path / "server.log").read_text())
         time.sleep(0.2)
-    yield port
+    yield _Server(port, path / "data")
     proc.terminate()
     try:
         proc.wait(20)
@@ -60,7 +67,7 @@ def _open(request, tmp_path, eventlog=None) -> ChromaStore:
     name = f"contract_{request.node.name.replace('[', '_').replace(']', '')}"[:60]
     if request.param == "embedded":
         return ChromaStore(path=tmp_path / "chroma", collection=name, eventlog=eventlog)
-    port = request.getfixturevalue("chroma_server")
+    port = request.getfixturevalue("chroma_server").port
     return ChromaStore(host="127.0.0.1", port=port, collection=name, eventlog=eventlog)
 
 
@@ -256,3 +263,50 @@ def test_a_crash_between_copy_and_swap_keeps_the_old_collection(store, reopen):
     assert again.sweep() == [live + 1]  # the half-made copy, dropped
     assert again.count() == len(ws)
     assert again.compact() == len(ws)  # and compaction works again
+
+
+def _persist_dir(store: ChromaStore, request) -> Path:
+    return store.path if store.path is not None else request.getfixturevalue("chroma_server").data
+
+
+def test_a_purged_room_leaves_no_text_and_no_vector_in_the_persist_dir(store, request):
+    """Purge (purge.py): the event log zeroes the room's text, its points are deleted,
+    the collection is compacted. No file of Chroma's folder, or of the server's
+    persist dir, holds the room's text (Chroma never had it) or its vectors."""
+    from indexer.journal import Journal
+    from indexer.pipeline import Pipeline
+    from indexer.purge import Purger
+    from indexer.records import Refusal
+
+    from .vectorscan import files_holding
+
+    canary = "purge-canary-x7q2"
+    secret = [Message(EventID(f"$s{i}"), RoomID("!secret:example.org"),
+                      UserID("@u:example.org"), 1_700_000_000_000 + i * 1000,
+                      f"{canary} line {i} of the secret room") for i in range(6)]
+    ws = build_windows(secret, ChunkPolicy(max_bytes=80), now_ms=10**15)
+    index(store, ws)
+    index(store, windows(6, "!clean:example.org"))
+    vectors = dict(store.vectors([w.window_id for w in ws]))
+    root = _persist_dir(store, request)
+    assert all(files_holding(root, v, n=len(v)) for v in vectors.values())  # the check can see them
+    log = store.eventlog
+    pipeline = Pipeline(log, HashEmbedder(), store)
+    report = Purger(log, Journal(log.path.parent / "journal.jsonl"), pipeline).purge(
+        Refusal("join_rule_not_public", RoomID("!secret:example.org"), whole_room=True))
+    assert report.windows == len(ws) and report.scrubbed is True
+    assert {w.room_id for w in store.get()} == {"!clean:example.org"}
+    files = [p for p in root.rglob("*") if p.is_file()]
+    assert not [p for p in files if canary.encode() in p.read_bytes()]
+    assert not [p for p in log.path.parent.glob("eventlog.sqlite3*")
+                if canary.encode() in p.read_bytes()]
+    if store.path is None:
+        # Chroma 1.5.9 as a server keeps a dropped collection's segment folder
+        # (chroma#5520, delete_collection leaves data_level0.bin) and its SQLite runs
+        # without secure_delete: the purged vectors stay in the server's files until
+        # its operator removes them (docs/storage.md). Strict: a Chroma that fixes it
+        # makes this fail, and the note goes.
+        left = {w: files_holding(root, v, n=len(v)) for w, v in vectors.items()}
+        if any(left.values()):
+            pytest.xfail(f"server keeps dropped collections' vectors: {sorted(set().union(*map(set, left.values())))[:3]}")
+    assert {w: files_holding(root, v, n=len(v)) for w, v in vectors.items()} == {w: {} for w in vectors}
