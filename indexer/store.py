@@ -189,8 +189,8 @@ class ChromaStore:
     def delete(self, window_ids: Sequence[WindowID]) -> None:
         """Delete points; a reference chunk's text leaves the event log first."""
         if window_ids:
-            if self.eventlog is not None:
-                self.eventlog.drop_ref_texts(window_ids)
+            if self.eventlog is not None and self.eventlog.drop_ref_texts(window_ids):
+                self.eventlog.truncate_wal()  # its page images held the text
             self._col.delete(ids=list(window_ids))
             if self.terms is not None:
                 self.terms.remove(window_ids)

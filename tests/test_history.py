@@ -343,3 +343,19 @@ async def test_the_worker_runs_a_deferred_scrub_without_new_events(world):
         assert not pipeline.scrub_due and b"pp72k" not in chroma_bytes(tmp)
     finally:
         await worker.stop()
+
+
+def test_a_redacted_edited_message_leaves_no_text_in_the_event_log_file(world):
+    """secure_delete: the original body (replaced by the edit), the edit's text (in the
+    edits table, NULLed by the redaction) and the WAL's page images are all zeroed."""
+    ingest, pipeline, store, log, tmp = world
+    ingest.admit([msg(1, "kept line"), msg(2, "original canary ow83n")])
+    pipeline.process_all()
+    ingest.admit([edit(3, 2, "edited canary ed51v")])
+    pipeline.process_all()
+    assert b"ed51v" in db_bytes(tmp)  # the check can see it
+    ingest.admit([redact(4, 2)])
+    pipeline.process_all()
+    pipeline.scrub_history()  # the compaction also empties the event log's WAL
+    for canary in (b"ow83n", b"ed51v"):
+        assert canary not in db_bytes(tmp) + chroma_bytes(tmp)
