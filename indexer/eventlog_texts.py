@@ -116,14 +116,18 @@ class TextReads:
             yield current, msgs
             after = current
 
-    def bodies_matching(self, test: Callable[[str], bool],
-                        room_id: str | None = None) -> set[str]:
+    def bodies_matching(self, test: Callable[[str], bool], room_id: str | None = None,
+                        contains: str | None = None) -> set[str]:
         """Ids of the indexed windows one of whose message bodies passes `test`: the
-        lexical leg's scan when its postings cannot answer."""
+        lexical leg's scan when its postings cannot answer. `contains`: a lowercase
+        literal every passing body holds, which SQLite checks first (LIKE, for ASCII)."""
         sql = "SELECT window_id, body FROM events WHERE status = ? AND window_id IS NOT NULL"
         args: tuple = (EventStatus.INDEXED.value,)
         if room_id is not None:
             sql, args = sql + " AND room_id = ?", args + (room_id,)
+        if contains and contains.isascii():
+            like = contains.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+            sql, args = sql + " AND body LIKE ? ESCAPE '\\'", args + (f"%{like}%",)
         out: set[str] = set()
         with self._lock:
             for wid, body in self._db.execute(sql, args):

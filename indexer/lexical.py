@@ -115,6 +115,22 @@ def pattern(term: str) -> str:
     return rf"(?im){_BODY_START}{word_regex(term)}"
 
 
+def body_form(regex: str) -> tuple[str, str] | None:
+    """For a regex `pattern` made: (the same test over one message body, searched
+    anywhere in it; a literal every match contains, lowercased) - what a scan of the
+    event log's bodies needs. None for any other regex. A body's first line follows
+    its sender in the document and its further lines are indented, so the document
+    pattern matches a body's line exactly where the bare word regex does."""
+    head = rf"(?im){_BODY_START}"
+    if not regex.startswith(head):
+        return None
+    word = regex[len(head):]
+    m = re.fullmatch(r"\\b((?:\\.|[^\\(])+)(\(\?:\\W\|\$\))?", word)
+    if m is None:
+        return None
+    return rf"(?i){word}", re.sub(r"\\(.)", r"\1", m.group(1)).lower()
+
+
 # (pattern, where) -> ids of the windows whose document matches
 Matcher = Callable[[str, dict | None], list[str]]
 # ids -> {id: document}

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 from .chunker import document
 from .generations import Generations, MemoryCatalog
+from .lexical import body_form
 from .records import CORPUS_CHAT, CORPUS_REFERENCE, EventID, RefSource, RoomID, UserID, Window, WindowID
 from .termindex import TermIndex
 
@@ -348,8 +349,15 @@ class ChromaStore:
         room, corpus = _room_corpus(where)
         found: set[str] = set()
         if corpus in (None, CORPUS_CHAT):
-            found |= self.eventlog.bodies_matching(
-                lambda body: search(_LINE_HEAD + body.replace("\n", "\n  ")) is not None, room)
+            form = body_form(regex)
+            if form is not None:  # the same test, on the bare body, after SQLite's LIKE
+                in_body = re.compile(form[0]).search
+                found |= self.eventlog.bodies_matching(
+                    lambda body: in_body(body) is not None, room, contains=form[1])
+            else:
+                found |= self.eventlog.bodies_matching(
+                    lambda body: search(_LINE_HEAD + body.replace("\n", "\n  ")) is not None,
+                    room)
         if corpus in (None, CORPUS_REFERENCE) and room is None:
             found |= self.eventlog.refs_matching(lambda text: search(text) is not None)
         if not found:
