@@ -106,6 +106,7 @@ class Pipeline:
     scrub_due: set = field(default_factory=set)
     scrub_every: float = 60.0
     _scrubbed_at: float = float("-inf")
+    _requests: int = 0  # compactions asked for so far (one asked during a copy: due again)
 
     def __post_init__(self) -> None:
         if self.eventlog.get_meta(COMPACTION_DUE_KEY):
@@ -115,6 +116,7 @@ class Pipeline:
         """Points were deleted for a redaction or a purge: compact within the interval."""
         if what:
             self.eventlog.set_meta(COMPACTION_DUE_KEY, "1")
+            self._requests += 1
             self.scrub_due.update(what)
 
     def process_all(self, progress: Callable[[int], None] | None = None) -> int:
@@ -288,12 +290,14 @@ class Pipeline:
         it is too soon; else True once compacted."""
         if not self.scrub_due or self.scrub_wait():
             return None
-        with self.lock:  # nothing writes to the collection meanwhile
-            due = set(self.scrub_due)
-            self.store.compact()
+        due, asked = set(self.scrub_due), self._requests
+        # The copy goes on beside the pipeline's runs; the swap takes the lock.
+        self.store.compact(lock=self.lock)
+        with self.lock:
             self.eventlog.truncate_wal()
             self._scrubbed_at = self.clock()
-            self.scrub_due.difference_update(due)
+            if self._requests == asked:  # else a redaction during the copy: due again
+                self.scrub_due.difference_update(due)
             if not self.scrub_due:
                 self.eventlog.set_meta(COMPACTION_DUE_KEY, "")
         return True

@@ -75,9 +75,9 @@ class Purger:
             if p is not None:
                 p.purges[room_id] += 1  # a batch of this room in flight drops itself
                 windows = p.store.delete_room(room_id)
-                scrubbed = _compact(p) if windows else True
-                _set_pending(self.eventlog, [r for r in _pending(self.eventlog)
-                                             if r != room_id])
+        if p is not None:  # outside the lock: the compaction takes it for its swap
+            scrubbed = _compact(p) if windows else True
+            _set_pending(self.eventlog, [r for r in _pending(self.eventlog) if r != room_id])
         report = PurgeReport(room_id, refusal.rule, len(windows), messages, scrubbed)
         self.journal.purge(refusal, room_label, report.windows, report.messages, source,
                            scrubbed)
@@ -90,8 +90,8 @@ class Purger:
 
 
 def _compact(p: Pipeline) -> bool:
-    """Compact now (the purge holds the pipeline's lock): False if it failed, logged;
-    the compaction stays due and the pipeline retries it."""
+    """Compact now, not holding the pipeline's lock (the compaction takes it to swap):
+    False if it failed, logged; the compaction stays due and the pipeline retries it."""
     p.request_compaction({"purge"})
     p._scrubbed_at = float("-inf")  # a purge does not wait for the interval
     try:
@@ -110,7 +110,7 @@ def finish_pending(eventlog: EventLog, pipeline: Pipeline) -> list[str]:
     with pipeline.lock:
         for room_id in rooms:
             pipeline.store.delete_room(RoomID(room_id))
-        _compact(pipeline)
-        _set_pending(eventlog, [])
+    _compact(pipeline)
+    _set_pending(eventlog, [])
     log.warning("purges_finished", extra={"rooms": len(rooms)})
     return rooms

@@ -15,6 +15,7 @@ collection and drops the old one, so no deleted vector stays in any file
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
@@ -110,6 +111,8 @@ class ChromaStore:
                                  eventlog if eventlog is not None else MemoryCatalog())
         self._gen = self._gens.live()
         self._client, self._col = self._gens.open(self._gen)
+        self._written: set[str] | None = None  # while a compaction copies (compact)
+        self._compacting = threading.Lock()
 
     # -- meta: what produced the vectors ---------------------------------------------
 
@@ -183,6 +186,7 @@ class ChromaStore:
             return
         ids = [w.window_id for w in windows]
         metas = [window_metadata(w) for w in windows]
+        self._wrote(ids)
         self._col.upsert(ids=ids, embeddings=[list(v) for v in vectors], metadatas=metas)
         if self.terms is not None:
             self.terms.add(ids, [document(w) for w in windows], metas)
@@ -192,6 +196,7 @@ class ChromaStore:
         if window_ids:
             if self.eventlog is not None and self.eventlog.drop_ref_texts(window_ids):
                 self.eventlog.truncate_wal()  # its page images held the text
+            self._wrote(window_ids)
             self._col.delete(ids=list(window_ids))
             if self.terms is not None:
                 self.terms.remove(window_ids)
@@ -200,6 +205,7 @@ class ChromaStore:
         """Delete every window of the room; returns their ids."""
         ids = self._col.get(where={"room_id": room_id}, include=[])["ids"]
         if ids:
+            self._wrote(ids)
             self._col.delete(ids=ids)
             if self.terms is not None:
                 self.terms.remove(ids)
@@ -214,6 +220,7 @@ class ChromaStore:
         if self.eventlog is not None:
             self.eventlog.put_ref_texts(
                 (i, str(m.get("ref_corpus", "")), t) for i, t, m in zip(ids, texts, metadatas))
+        self._wrote(ids)
         self._col.upsert(ids=list(ids), embeddings=[list(v) for v in vectors],
                          metadatas=list(metadatas))
         if self.terms is not None:
@@ -221,32 +228,63 @@ class ChromaStore:
 
     # -- compaction: no deleted vector left in any file (generations.py) ---------------
 
-    def compact(self, before_swap: Callable[[], None] | None = None) -> int:
+    def compact(self, lock=None, after_copy: Callable[[], None] | None = None,
+                before_swap: Callable[[], None] | None = None) -> int:
         """Copy every live point (vector and metadata, as stored: nothing re-embedded)
         into a fresh generation, record it live in the event log, drop the old one.
-        Returns how many points were copied. Nothing may write meanwhile (callers hold
-        the pipeline's lock). A failure before the swap leaves the old generation live.
-        `before_swap` is for tests (a crash between copy and swap)."""
+        Returns how many points were copied. The copy runs while the pipeline goes on
+        writing (to the old generation); then, holding `lock` (the pipeline's), the ids
+        written meanwhile are copied again or deleted, and the generations swap. A
+        failure before the swap leaves the old generation live. `after_copy` and
+        `before_swap` are for tests (writes during the copy; a crash before the swap)."""
+        with self._compacting:  # one at a time (the worker's, a purge's)
+            return self._compact(lock, after_copy, before_swap)
+
+    def _compact(self, lock, after_copy, before_swap) -> int:
         started = time.monotonic()
         n, client, col = self._gens.fresh(self.meta())
+        self._written = set()
         try:
             ids = self._col.get(include=[])["ids"]
             for i in range(0, len(ids), COPY_PAGE):
-                res = self._col.get(ids=ids[i:i + COPY_PAGE], include=["embeddings", "metadatas"])
-                if res["ids"]:
-                    col.add(ids=res["ids"], embeddings=res["embeddings"],
-                            metadatas=res["metadatas"])
-            if col.count() != len(ids):
-                raise RuntimeError(f"compaction copied {col.count()} of {len(ids)} points")
-            if before_swap is not None:
-                before_swap()
+                self._copy(self._col, col, ids[i:i + COPY_PAGE], delete_missing=False)
+            if after_copy is not None:
+                after_copy()
+            with lock if lock is not None else contextlib.nullcontext():
+                written, self._written = sorted(self._written), None
+                for i in range(0, len(written), COPY_PAGE):
+                    self._copy(self._col, col, written[i:i + COPY_PAGE], delete_missing=True)
+                if col.count() != self._col.count():
+                    raise RuntimeError(f"compaction copied {col.count()} of "
+                                       f"{self._col.count()} points")
+                if before_swap is not None:
+                    before_swap()
+                copied = col.count()
+                self._swap(n, client, col)
         except BaseException:
+            self._written = None
             self._gens.drop(n, client)
             raise
-        self._swap(n, client, col)
-        log.info("chroma_compacted", extra={"generation": n, "points": len(ids),
+        log.info("chroma_compacted", extra={"generation": n, "points": copied,
+                                            "caught_up": len(written),
                                             "seconds": round(time.monotonic() - started, 1)})
-        return len(ids)
+        return copied
+
+    @staticmethod
+    def _copy(src, dst, ids: list[str], delete_missing: bool) -> None:
+        res = src.get(ids=ids, include=["embeddings", "metadatas"])
+        if res["ids"]:
+            dst.upsert(ids=res["ids"], embeddings=res["embeddings"], metadatas=res["metadatas"])
+        if delete_missing:
+            gone = sorted(set(ids) - set(res["ids"]))
+            if gone:
+                dst.delete(ids=gone)
+
+    def _wrote(self, ids) -> None:
+        """Ids written while a compaction copies (caught up before its swap)."""
+        written = self._written
+        if written is not None:
+            written.update(ids)
 
     def _swap(self, n: int, client, col) -> None:
         old_n, old_client = self._gen, self._client

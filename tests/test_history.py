@@ -359,3 +359,47 @@ def test_a_redacted_edited_message_leaves_no_text_in_the_event_log_file(world):
     pipeline.scrub_history()  # the compaction also empties the event log's WAL
     for canary in (b"ow83n", b"ed51v"):
         assert canary not in db_bytes(tmp) + chroma_bytes(tmp)
+
+
+async def test_new_messages_are_indexed_while_a_compaction_copies(world):
+    """A compaction copies the whole collection (minutes at 100,000 windows): it runs
+    beside the pipeline's runs, and the worker is idle only once both are done."""
+    import asyncio
+    import threading
+
+    from indexer.worker import PipelineWorker
+
+    ingest, pipeline, store, log, tmp = world
+    copying, release = threading.Event(), threading.Event()
+    compact = store.compact
+
+    def slow_compact(**kw):
+        def after_copy():
+            copying.set()
+            assert release.wait(20)
+        return compact(after_copy=after_copy, **kw)
+
+    store.compact = slow_compact
+    worker = PipelineWorker(pipeline, debounce=0.01)
+    worker.start()
+    try:
+        ingest.admit([msg(1, "line one"), msg(2, "canary rr41t")])
+        worker.notify()
+        await asyncio.wait_for(worker.wait_idle(), 10)
+        ingest.admit([redact(3, 2)])
+        worker.notify()
+        assert await asyncio.to_thread(copying.wait, 10)
+        ingest.admit([msg(4, "written during the copy")])
+        worker.notify()
+        for _ in range(200):
+            await asyncio.sleep(0.05)
+            if log.status_of("$m4") and log.status_of("$m4")[0] == "indexed":
+                break
+        assert log.status_of("$m4")[0] == "indexed" and not worker.idle.is_set()
+        release.set()
+        await asyncio.wait_for(worker.wait_idle(), 20)
+        assert not pipeline.scrub_due
+        assert "written during the copy" in all_text(store)  # caught up before the swap
+    finally:
+        release.set()
+        await worker.stop()

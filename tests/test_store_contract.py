@@ -310,3 +310,26 @@ def test_a_purged_room_leaves_no_text_and_no_vector_in_the_persist_dir(store, re
         if any(left.values()):
             pytest.xfail(f"server keeps dropped collections' vectors: {sorted(set().union(*map(set, left.values())))[:3]}")
     assert {w: files_holding(root, v, n=len(v)) for w, v in vectors.items()} == {w: {} for w in vectors}
+
+
+def test_points_written_during_the_copy_are_caught_up_before_the_swap(store):
+    """The copy runs beside the pipeline: what it writes meanwhile (an upsert, a
+    re-upsert with a new vector, a delete) is in the new collection after the swap."""
+    import threading
+
+    emb = HashEmbedder()
+    ws = windows(20)
+    index(store, ws)
+    extra = windows(4, "!late:example.org", offset=500)
+    changed = ws[3]
+    new_vector = emb.encode(["a brand new vector for this window"])
+
+    def meanwhile():
+        store.upsert(extra, emb.encode([w.messages[0].body for w in extra]))
+        store.upsert([changed], new_vector)
+        store.delete([ws[0].window_id])
+
+    assert store.compact(lock=threading.RLock(), after_copy=meanwhile) == len(ws) - 1 + len(extra)
+    got = dict(store.vectors([w.window_id for w in ws + extra]))
+    assert set(got) == {w.window_id for w in ws[1:] + extra}
+    assert got[changed.window_id] == pytest.approx(new_vector[0], abs=1e-6)
