@@ -304,11 +304,12 @@ def test_a_purged_room_leaves_no_text_and_no_vector_in_the_persist_dir(store, re
         # Chroma 1.5.9 as a server keeps a dropped collection's segment folder
         # (chroma#5520, delete_collection leaves data_level0.bin) and its SQLite runs
         # without secure_delete: the purged vectors stay in the server's files until
-        # its operator removes them (docs/storage.md). Strict: a Chroma that fixes it
-        # makes this fail, and the note goes.
+        # its operator removes them (docs/storage.md). An expected failure that names
+        # the files; a Chroma that fixes it passes the assertion below instead.
         left = {w: files_holding(root, v, n=len(v)) for w, v in vectors.items()}
         if any(left.values()):
-            pytest.xfail(f"server keeps dropped collections' vectors: {sorted(set().union(*map(set, left.values())))[:3]}")
+            files = sorted(set().union(*map(set, left.values())))
+            pytest.xfail(f"the server keeps a dropped collection's vectors in {files[:3]}")
     assert {w: files_holding(root, v, n=len(v)) for w, v in vectors.items()} == {w: {} for w in vectors}
 
 
