@@ -23,10 +23,12 @@ from .search import Searcher
 from .store import ChromaStore
 
 
-def open_store(cfg: Config) -> ChromaStore:
+def open_store(cfg: Config, eventlog: EventLog | None = None) -> ChromaStore:
+    """The collection, with its text and its live generation read from the event log."""
+    eventlog = eventlog if eventlog is not None else EventLog(cfg.eventlog_path)
     if cfg.chroma.mode == "server":
-        return ChromaStore(host=cfg.chroma.host, port=cfg.chroma.port)
-    return ChromaStore(path=cfg.chroma.path)
+        return ChromaStore(host=cfg.chroma.host, port=cfg.chroma.port, eventlog=eventlog)
+    return ChromaStore(path=cfg.chroma.path, eventlog=eventlog)
 
 
 @dataclass
@@ -47,7 +49,7 @@ class Index:
     def open(cls, cfg: Config, embedder: Embedder | None = None) -> "Index":
         eventlog = EventLog(cfg.eventlog_path)
         journal = Journal(cfg.journal_path)
-        store = open_store(cfg)
+        store = open_store(cfg, eventlog)
         embedder = embedder or load_embedder(cfg.embedder)
         gate = Gate(frozenset(load_allowlist(cfg.allowlist)), UserID(cfg.bot_user),
                     cfg.puppet_patterns)

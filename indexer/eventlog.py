@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from .eventlog_derived import DerivedColumns
+from .eventlog_texts import REF_SCHEMA, TextReads
 from .eventlog_timeline import TimelineReads
 from .records import EventID, EventStatus, Message, RoomID, UserID, WindowID
 
@@ -92,7 +93,7 @@ class Cursor:
     updated_at: int
 
 
-class EventLog(DerivedColumns, TimelineReads):
+class EventLog(DerivedColumns, TimelineReads, TextReads):
     def __init__(self, path: Path) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -105,7 +106,7 @@ class EventLog(DerivedColumns, TimelineReads):
             self._db.execute("PRAGMA synchronous=FULL")
             # Freed space is zeroed, so a purged body leaves no bytes in the file's pages.
             self._db.execute("PRAGMA secure_delete=ON")
-            self._db.executescript(SCHEMA)
+            self._db.executescript(SCHEMA + REF_SCHEMA)
         # Event logs made before replies were kept, and before redactions were scrubbed.
         self._add_columns([("reply_to", "TEXT"), ("mentions", "TEXT")])
         self._add_columns([("redacted", "INTEGER NOT NULL DEFAULT 0")], "dirty_windows")

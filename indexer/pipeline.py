@@ -54,6 +54,7 @@ EMBED_BATCH = 64  # windows per upsert + commit step
 # pieces of sorting all 3,942 windows of the eval chat at 1024; 1.6x cut per room by 64).
 EMBED_GROUP = 1024
 EMBED_CALL = 64  # texts per encode call: a query waits for one call at most
+COMPACTION_DUE_KEY = "compaction_due"  # event log meta: "1" while a compaction is due
 
 
 @dataclass(frozen=True)
@@ -102,16 +103,29 @@ class Pipeline:
     history: History | None = None
     # Wall clock (seconds): when the last redaction scrub ran.
     clock: Callable[[], float] = time.time
-    # Windows re-upserted or deleted for a redaction whose old text may still sit in
-    # Chroma's files (its write-ahead log, free pages, full-text index): scrubbed after
-    # the run, at most once per `scrub_every` seconds (a scrub rewrites Chroma's file:
-    # 16 s at 100,000 windows here). Edits are not scrubbed: Matrix keeps showing an
-    # edited message's original to the room.
+    # A redaction or purge deleted points whose vectors Chroma still keeps in its files
+    # (a deleted id's slot in the HNSW segment, its queue, free pages): a compaction
+    # (store.compact) copies the live points into a fresh collection and drops the old
+    # one, at most once per `scrub_every` seconds. Due is recorded in the event log
+    # (COMPACTION_DUE_KEY), so a restart still compacts. Edits ask for none: Matrix
+    # keeps showing an edited message's original to the room.
     scrub_due: set = field(default_factory=set)
     scrub_every: float = 60.0
     _scrubbed_at: float = float("-inf")
     # Timelines whose planning failed at the last run that reached them -> error type.
     failing: dict = field(default_factory=dict)
+    _requests: int = 0  # compactions asked for so far (one asked during a copy: due again)
+
+    def __post_init__(self) -> None:
+        if self.eventlog.get_meta(COMPACTION_DUE_KEY):
+            self.scrub_due.add(COMPACTION_DUE_KEY)
+
+    def request_compaction(self, what: set | list) -> None:
+        """Points were deleted for a redaction or a purge: compact within the interval."""
+        if what:
+            self.eventlog.set_meta(COMPACTION_DUE_KEY, "1")
+            self._requests += 1
+            self.scrub_due.update(what)
 
     def process_all(self, progress: Callable[[int], None] | None = None) -> int:
         """Index every pending event of every room; return how many were indexed.
@@ -233,7 +247,7 @@ class Pipeline:
         """A stored window whose messages were edited or redacted: upsert it as it is now
         (one window, never split, so a room's open block stays whole), under its new id
         if its first message went; delete it if nothing is left. `redacted`: its old
-        text is to be scrubbed from the store's files too (scrub_history)."""
+        old vector is to leave the store's files too (scrub_history: a compaction)."""
         generation = self.purges[room_id]
         messages = self.eventlog.window_messages(window_id)
         if not messages:
@@ -242,7 +256,7 @@ class Pipeline:
                 self.stats.windows_deleted += 1
                 self.eventlog.rewindow(window_id, None)
             if redacted:
-                self.scrub_due.add(window_id)
+                self.request_compaction({window_id})
             return
         window = Window(chunk_window_id(room_id, messages[0].event_id), room_id,
                         tuple(messages), self.room_label(room_id))
@@ -258,31 +272,33 @@ class Pipeline:
                 self.stats.windows_deleted += 1
             self.eventlog.rewindow(window_id, window.window_id)
         if redacted:
-            self.scrub_due.update((window_id, window.window_id))
+            self.request_compaction({window_id, window.window_id})
         log.info("window_rechunked", extra={"room_id": room_id, "window_id": window_id,
                                             "events": len(messages)})
 
     def scrub_wait(self) -> float | None:
-        """Seconds until the due scrub may run (0: now); None if none is due."""
+        """Seconds until the due compaction may run (0: now); None if none is due."""
         if not self.scrub_due:
             return None
         return max(0.0, self._scrubbed_at + self.scrub_every - self.clock())
 
     def scrub_history(self) -> bool | None:
-        """Scrub the superseded text of windows re-upserted for redactions from Chroma's
-        files and the event log's WAL (chromascrub.py), unless one ran less than
-        `scrub_every` seconds ago. None if nothing was due or it is too soon; else
-        whether Chroma's files were scrubbed (a server's cannot be)."""
+        """Compact the collection (store.compact) if redactions or purges asked for it,
+        unless one ran less than `scrub_every` seconds ago. None if nothing was due or
+        it is too soon; else True once compacted."""
         if not self.scrub_due or self.scrub_wait():
             return None
-        with self.lock:  # nothing writes to the collection meanwhile
-            due = sorted(self.scrub_due)
-            scrubbed = self.store.scrub_windows(due)
+        due, asked = set(self.scrub_due), self._requests
+        # The copy goes on beside the pipeline's runs; the swap takes the lock.
+        self.store.compact(lock=self.lock)
+        with self.lock:
             self.eventlog.truncate_wal()
             self._scrubbed_at = self.clock()
-            if scrubbed or getattr(self.store, "path", None) is None:  # a server: out of reach
+            if self._requests == asked:  # else a redaction during the copy: due again
                 self.scrub_due.difference_update(due)
-        return scrubbed
+            if not self.scrub_due:
+                self.eventlog.set_meta(COMPACTION_DUE_KEY, "")
+        return True
 
     def _commit(self, step: _Step, vectors: list) -> bool:
         with self.lock:

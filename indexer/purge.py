@@ -4,18 +4,23 @@
     room's facts learned anew, or the room gone from the allowlist
         -> Ingest sees the gate refuse a room whose text is still stored
         -> Purger.purge, under the pipeline's lock:
-             Chroma: delete the room's windows, scrub their text from its files
-             event log: bodies NULL, status `purged`, cursor removed, WAL emptied
+             event log: the room marked pending (PENDING_KEY), bodies NULL (zeroed:
+                        secure_delete), status `purged`, cursor removed, WAL emptied
+             Chroma:    delete the room's windows, then a compaction copies the live
+                        points into a fresh collection and drops the old one, so no
+                        vector of the room stays in any file (store.compact)
+             event log: the room no longer pending
         -> journal: one `purge` line (room id and label, rule, triggering event id,
            counts; never text); log `room_purged` with the same ids and counts
 
-The store goes first: a crash after it leaves the event log's text in place, so the
-next refusal of the room purges again (deleting nothing twice); the other order could
-leave windows in Chroma that nothing would ever find again.
+The text goes first: it is the only copy. A crash after it leaves the room pending,
+and the writer finishes the purge when it next starts (`finish_pending`, from
+rebuild.ensure_meta): its windows deleted, the collection compacted.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from dataclasses import dataclass, field
@@ -29,6 +34,15 @@ if TYPE_CHECKING:
     from .pipeline import Pipeline
 
 log = logging.getLogger(f"matrix_sources.{__name__}")
+PENDING_KEY = "purges_pending"  # event log meta: JSON list of rooms whose points may remain
+
+
+def _pending(eventlog: EventLog) -> list[str]:
+    return json.loads(eventlog.get_meta(PENDING_KEY) or "[]")
+
+
+def _set_pending(eventlog: EventLog, rooms: list[str]) -> None:
+    eventlog.set_meta(PENDING_KEY, json.dumps(sorted(set(rooms))))
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +51,7 @@ class PurgeReport:
     rule: str
     windows: int  # deleted from the collection
     messages: int  # events whose text was dropped from the event log
-    scrubbed: bool | None  # the store's files were scrubbed too; None: no store
+    scrubbed: bool | None  # the store was compacted (no vector left); None: no store
 
 
 @dataclass
@@ -55,10 +69,14 @@ class Purger:
         with p.lock if p is not None else self._own_lock:
             windows, scrubbed = [], None
             if p is not None:
+                _set_pending(self.eventlog, _pending(self.eventlog) + [room_id])
+            messages = self.eventlog.purge_room(room_id)
+            if p is not None:
                 p.purges[room_id] += 1  # a batch of this room in flight drops itself
                 windows = p.store.delete_room(room_id)
-                scrubbed = p.store.scrub_room(room_id)
-            messages = self.eventlog.purge_room(room_id)
+        if p is not None:  # outside the lock: the compaction takes it for its swap
+            scrubbed = _compact(p) if windows else True
+            _set_pending(self.eventlog, [r for r in _pending(self.eventlog) if r != room_id])
         report = PurgeReport(room_id, refusal.rule, len(windows), messages, scrubbed)
         self.journal.purge(refusal, report.windows, report.messages, source, scrubbed)
         log.warning("room_purged", extra={"room_id": room_id, "rule": refusal.rule,
@@ -67,3 +85,30 @@ class Purger:
                                           "messages": report.messages,
                                           "scrubbed": scrubbed, "source": source})
         return report
+
+
+def _compact(p: Pipeline) -> bool:
+    """Compact now, not holding the pipeline's lock (the compaction takes it to swap):
+    False if it failed, logged; the compaction stays due and the pipeline retries it."""
+    p.request_compaction({"purge"})
+    p._scrubbed_at = float("-inf")  # a purge does not wait for the interval
+    try:
+        return bool(p.scrub_history())
+    except Exception as e:  # noqa: BLE001 - the points are deleted; compaction retried
+        log.error("compaction_failed", extra={"error": f"{type(e).__name__}: {e}"[:300]})
+        return False
+
+
+def finish_pending(eventlog: EventLog, pipeline: Pipeline) -> list[str]:
+    """The writer, at start: finish purges a crash interrupted (their text is gone from
+    the event log; their points may not be): delete their windows, compact."""
+    rooms = _pending(eventlog)
+    if not rooms:
+        return []
+    with pipeline.lock:
+        for room_id in rooms:
+            pipeline.store.delete_room(RoomID(room_id))
+    _compact(pipeline)
+    _set_pending(eventlog, [])
+    log.warning("purges_finished", extra={"rooms": len(rooms)})
+    return rooms

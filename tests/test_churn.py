@@ -25,7 +25,7 @@ WORDS = ("kernel driver backup printer wifi firmware disk mount network proxy dn
 def test_thousands_of_edits_and_redactions_leave_every_window_reachable(tmp_path):
     rng = random.Random(7758)
     log = EventLog(tmp_path / "eventlog.sqlite3")
-    store = ChromaStore(path=tmp_path / "chroma")
+    store = ChromaStore(path=tmp_path / "chroma", eventlog=log)
     ingest = Ingest(Gate(frozenset(ROOMS), "@bot:example.org"), log,
                     Journal(tmp_path / "journal.jsonl"), history=History(log))
     pipeline = Pipeline(log, HashEmbedder(), store, ChunkPolicy(max_bytes=300),
@@ -79,7 +79,7 @@ def test_thousands_of_edits_and_redactions_leave_every_window_reachable(tmp_path
 
 def small_index(tmp_path):
     log = EventLog(tmp_path / "eventlog.sqlite3")
-    store = ChromaStore(path=tmp_path / "chroma")
+    store = ChromaStore(path=tmp_path / "chroma", eventlog=log)
     ingest = Ingest(Gate(frozenset(ROOMS[:1]), "@bot:example.org"), log,
                     Journal(tmp_path / "journal.jsonl"), history=History(log))
     pipeline = Pipeline(log, HashEmbedder(), store, ChunkPolicy(max_bytes=60),

@@ -58,7 +58,7 @@ class FakeClock:
 @pytest.fixture
 def parts(tmp_path):
     log = EventLog(tmp_path / "eventlog.sqlite3")
-    store = ChromaStore(path=tmp_path / "chroma")
+    store = ChromaStore(path=tmp_path / "chroma", eventlog=log)
     yield log, store
     log.close()
 
