@@ -60,7 +60,7 @@ def build_eventlog(root: Path, windows: int, folder: Path):
     while done < windows:
         msgs = corpus100k.stream(rooms, n)
         n += 1
-        ws = build_windows(msgs, pol, "", now_ms=msgs[-1].ts + pol.gap_ms + 1)
+        ws = build_windows(msgs, pol, "")
         ws = ws[:windows - done]
         log.append([(m, None) for w in ws for m in w.messages])
         log.mark_indexed(ws[0].room_id, {m.event_id: w.window_id for w in ws

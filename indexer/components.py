@@ -23,9 +23,22 @@ from .search import Searcher
 from .store import ChromaStore
 
 
-def open_store(cfg: Config, eventlog: EventLog | None = None) -> ChromaStore:
-    """The collection, with its text and its live generation read from the event log."""
+def open_store(cfg: Config, eventlog: EventLog | None = None,
+               inspect: bool = False) -> ChromaStore:
+    """The collection, with its text and its live generation read from the event log.
+    `inspect` (doctor, the start refusal): never create or touch an event log that is
+    missing or damaged; the collection is then opened without it (its live generation
+    found on disk, no text)."""
+    if eventlog is None and inspect:
+        from .eventlog_check import check_eventlog
+
+        if check_eventlog(cfg.eventlog_path).state != "ok":
+            return _chroma(cfg, None)
     eventlog = eventlog if eventlog is not None else EventLog(cfg.eventlog_path)
+    return _chroma(cfg, eventlog)
+
+
+def _chroma(cfg: Config, eventlog: EventLog | None) -> ChromaStore:
     if cfg.chroma.mode == "server":
         return ChromaStore(host=cfg.chroma.host, port=cfg.chroma.port, eventlog=eventlog)
     return ChromaStore(path=cfg.chroma.path, eventlog=eventlog)

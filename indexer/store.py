@@ -329,6 +329,10 @@ class ChromaStore:
     def count(self) -> int:
         return self._col.count()
 
+    def ids(self, corpus: str) -> set[str]:
+        """Every record id of one corpus (doctor compares them with the event log)."""
+        return set(self._col.get(where={"corpus": corpus}, include=[])["ids"])
+
     def _texts(self, ids: Sequence[str], metas: Sequence[dict | None]) -> list[str]:
         """Each record's text, from the event log ("" without one, or once gone)."""
         if self.eventlog is None or not ids:

@@ -284,7 +284,7 @@ def test_a_purged_room_leaves_no_text_and_no_vector_in_the_persist_dir(store, re
     secret = [Message(EventID(f"$s{i}"), RoomID("!secret:example.org"),
                       UserID("@u:example.org"), 1_700_000_000_000 + i * 1000,
                       f"{canary} line {i} of the secret room") for i in range(6)]
-    ws = build_windows(secret, ChunkPolicy(max_bytes=80), now_ms=10**15)
+    ws = build_windows(secret, ChunkPolicy(max_bytes=80))
     index(store, ws)
     index(store, windows(6, "!clean:example.org"))
     vectors = dict(store.vectors([w.window_id for w in ws]))
