@@ -104,7 +104,7 @@ def _start_refusal(cfg: Config) -> str:
         if cfg.chroma.mode == "embedded" and not Path(cfg.chroma.path).exists():
             return 0  # never create the folder just to count it
         try:
-            return open_store(cfg).count()
+            return open_store(cfg, inspect=True).count()
         except Exception:  # a Chroma server not up yet: the service's start says so
             return 0
 

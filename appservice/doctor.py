@@ -97,7 +97,7 @@ def check_store(cfg: Config) -> Check:
     from indexer.components import open_store
 
     try:
-        n = open_store(cfg).count()
+        n = open_store(cfg, inspect=True).count()
     except Exception as e:
         where = (f"{cfg.chroma.host}:{cfg.chroma.port}" if cfg.chroma.mode == "server"
                  else str(cfg.chroma.path))
@@ -126,7 +126,7 @@ def check_collection(cfg: Config) -> Check:
     from indexer.records import CORPUS_CHAT
 
     if not cfg.eventlog_path.exists():
-        n = open_store(cfg).count()
+        n = open_store(cfg, inspect=True).count()
         return Check("index", n == 0, f"no event log, {n} windows in the collection",
                      "" if n == 0 else "the event log is missing: restore it from a backup "
                      "(docs/deployment.md), or move the Chroma folder aside to start over")
@@ -135,7 +135,7 @@ def check_collection(cfg: Config) -> Check:
         logged = eventlog.window_ids()
     finally:
         eventlog.close()
-    held = open_store(cfg).ids(CORPUS_CHAT)
+    held = open_store(cfg, inspect=True).ids(CORPUS_CHAT)
     missing, extra = len(logged - held), len(held - logged)
     detail = (f"the event log has {len(logged)} indexed windows, the collection "
               f"{len(held)} chat windows")

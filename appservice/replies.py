@@ -217,11 +217,18 @@ def render_help(text: str) -> Reply:
     return Reply(text, "<pre>" + html.escape(text) + "</pre>", ())
 
 
-def render_why(n: int, hit: Hit, texts: tuple[str, ...], rrf_k: int) -> Reply:
+def render_why(n: int, hit: Hit, texts: tuple[str, ...], rrf_k: int,
+               floor: float | None = None) -> Reply:
     """Why hit n ranked where it did: its rank and similarity under each query text,
-    and how reciprocal rank fusion added them up."""
+    and how reciprocal rank fusion added them up. With `floor`, the hit is the closest
+    one of a query that got "nothing matches": say it was below the floor."""
     room = hit.room_label or hit.room_id
     head = f"Hit {n}: {room} · {_time_range(hit)}, fused score {hit.score:.4f}"
+    if floor is not None:
+        sim = "unknown" if hit.similarity is None else f"{hit.similarity:.3f}"
+        head = (f"Nothing matched; the closest was {room} · {_time_range(hit)}: its cosine "
+                f"similarity {sim} is below the floor search.min_similarity = {floor:.2f}, "
+                f"so it was not shown. Fused score {hit.score:.4f}")
     parts, terms = [], []
     for i, text in enumerate(texts):
         r = hit.ranks[i] if i < len(hit.ranks) else None

@@ -167,19 +167,20 @@ class Responder:
             return render_error(f"You have asked a lot in the last minute; "
                                 f"try again in {math.ceil(wait)} s.")
         started = time.monotonic()
-        hits = await asyncio.get_running_loop().run_in_executor(
-            self.executor, self.searcher.search, query)
+        hits, closest = await asyncio.get_running_loop().run_in_executor(
+            self.executor, _search_with_closest, self.searcher, query)
         if self.on_search_seconds:
             self.on_search_seconds(time.monotonic() - started)
         log.info("query_answered", extra={"room_id": m.room_id, "event_id": m.event_id,
                                           "texts": len(query.texts), "hits": len(hits),
                                           "ms": int((time.monotonic() - started) * 1000)})
-        self._remember(m.room_id, m.sender, tuple(dict.fromkeys(query.texts)), hits)
+        self._remember(m.room_id, m.sender, tuple(dict.fromkeys(query.texts)), hits, closest)
         return render_hits(hits, query.texts, self.domain)
 
-    def _remember(self, room_id: str, user: str, texts: tuple[str, ...], hits: list[Hit]) -> None:
+    def _remember(self, room_id: str, user: str, texts: tuple[str, ...], hits: list[Hit],
+                  closest: Hit | None = None) -> None:
         key = (room_id, user)
-        self._last[key] = (texts, hits)
+        self._last[key] = (texts, hits, closest)
         self._last.move_to_end(key)
         while len(self._last) > LAST_QUERIES_KEPT:
             self._last.popitem(last=False)
@@ -188,9 +189,24 @@ class Responder:
         last = self._last.get((room_id, user))
         if last is None:
             return render_error("Ask something first; then `!sources why 1` explains hit 1.")
-        texts, hits = last
+        texts, hits, closest = last
+        if not hits and closest is not None:  # "nothing matches": why 1 is the closest
+            if n != 1:
+                return render_error("Your last query had no hits; `!sources why 1` explains "
+                                    "the closest one.")
+            return render_why(1, closest, texts, self.rrf_k,
+                              floor=getattr(self.searcher, "min_similarity", None))
         if not 1 <= n <= len(hits):
             return render_error(f"Your last query had {len(hits)} hits; "
                                 f"ask about 1 to {len(hits)}." if hits else
                                 "Your last query had no hits to explain.")
         return render_why(n, hits[n - 1], texts, self.rrf_k)
+
+
+def _search_with_closest(searcher, query) -> tuple[list[Hit], Hit | None]:
+    """The hits, and when the similarity floor left none, the closest one below it (for
+    `!sources why 1`). A searcher without `search_with_closest` has no floor to explain."""
+    search = getattr(searcher, "search_with_closest", None)
+    if search is None:
+        return searcher.search(query), None
+    return search(query)

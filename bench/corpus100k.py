@@ -9,7 +9,9 @@ rooms picked at random (same seed, same streams), under new room and event ids a
 timestamps 20 s apart, and is cut by the real chunker with the shipped config's policy
 (config/config.example.yaml), so windows have the sizes an import gives. Each window is
 embedded by all-MiniLM-L6-v2 (its `embed_text`, in length order) and upserted through
-ChromaStore, with the collection meta the service expects.
+ChromaStore, with the collection meta the service expects; its events are recorded in
+an event log beside it (indexed into their windows), which holds the text. A cache
+built before the text moved out of Chroma has no event log: build it again.
 
 Embedding 100,000 windows takes tens of minutes on 2 shared cores, so the build is
 resumable: `--minutes` bounds one run, and the next run goes on from the last stream
@@ -79,9 +81,11 @@ def policy():
 
 
 def open_cache(path: Path = CACHE):
+    """The collection with its event log (the windows' text lives there only)."""
+    from indexer.eventlog import EventLog
     from indexer.store import ChromaStore
 
-    return ChromaStore(path=path / "chroma")
+    return ChromaStore(path=path / "chroma", eventlog=EventLog(path / "eventlog.sqlite3"))
 
 
 def build(root: Path, windows: int, minutes: float, cache: Path = CACHE) -> dict:
@@ -119,6 +123,10 @@ def build(root: Path, windows: int, minutes: float, cache: Path = CACHE) -> dict
         state["embed_seconds"] += time.perf_counter() - t
         for i in range(0, len(batch), UPSERT):
             store.upsert(batch[i:i + UPSERT], vectors[i:i + UPSERT])
+        for w in batch:  # as the pipeline records them: the text's one home
+            store.eventlog.append([(m, None) for m in w.messages])
+            store.eventlog.mark_indexed(w.room_id, {m.event_id: w.window_id
+                                                    for m in w.messages}, w.messages[-1])
         state["streams"] += streams
         state["windows"] += len(batch)
         state_path.write_text(json.dumps(state, indent=1))

@@ -32,6 +32,9 @@ OUT_DIR = REPO / "bench" / "out"
 KS = (1, 5, 10)
 DEPTH = 10
 METRICS = ("success@1", "success@5", "success@10", "mrr@10", "ndcg@10")
+# What a person reads: a gold answer among the lines the reply quotes for one of the
+# first 5 hits (`shown_event_ids`).
+SHOWN_AT = 5
 
 
 def eval_dir(flag: str | None) -> Path:
@@ -52,9 +55,40 @@ class Item:
     gold: frozenset[str]
 
 
-def load_items(split_dir: Path) -> list[Item]:
+@dataclass(frozen=True)
+class Dataset:
+    """One retrieval dev set: where its events, rooms and items are."""
+
+    name: str
+    title: str  # for the attribution line
+    root: Path  # the folder holding its README (license and attribution)
+    events: Path
+    rooms: Path
+    queries: Path
+
+
+# Eval data beside the repository: ../shared/eval/<name>/ (never copied into it).
+DEFAULT_EVAL_ROOT = REPO.parent / "shared" / "eval"
+
+
+def datasets(eval_root: Path | None = None) -> dict[str, Dataset]:
+    """The dev sets the retrieval benchmark runs: Ubuntu IRC (saturated) and Gitter
+    developer chat (slow rooms, answers hours after the question)."""
+    root = Path(eval_root or os.environ.get("MATRIX_SOURCES_EVAL_ROOT") or DEFAULT_EVAL_ROOT)
+    ubuntu, gitter = root / "ubuntu-irc", root / "gitter"
+    return {
+        "ubuntu": Dataset("ubuntu", "Ubuntu IRC retrieval benchmark", ubuntu,
+                          ubuntu / "dev" / "events.jsonl", ubuntu / "dev" / "rooms.json",
+                          ubuntu / "dev" / "queries.jsonl"),
+        "gitter": Dataset("gitter", "Gitter developer-chat retrieval benchmark", gitter,
+                          gitter / "events.jsonl", gitter / "rooms.json",
+                          gitter / "dev-queries.jsonl"),
+    }
+
+
+def load_items(split_dir: Path, queries: Path | None = None) -> list[Item]:
     out = []
-    with open(split_dir / "queries.jsonl", encoding="utf-8") as f:
+    with open(queries or split_dir / "queries.jsonl", encoding="utf-8") as f:
         for line in f:
             if line.strip():
                 o = json.loads(line)
@@ -70,8 +104,8 @@ def load_events(split_dir: Path) -> Iterable[dict]:
                 yield json.loads(line)
 
 
-def room_ids(split_dir: Path) -> list[str]:
-    return list(json.loads((split_dir / "rooms.json").read_text(encoding="utf-8")))
+def room_ids(split_dir: Path, rooms: Path | None = None) -> list[str]:
+    return list(json.loads((rooms or split_dir / "rooms.json").read_text(encoding="utf-8")))
 
 
 # -- metrics ---------------------------------------------------------------------------
@@ -98,22 +132,23 @@ def aggregate(per_item: Sequence[dict[str, float]]) -> dict[str, float]:
 # -- output ----------------------------------------------------------------------------
 
 
-def table(rows: Sequence[tuple[str, dict[str, float]]], title: str = "") -> str:
-    head = f"{'variant':<34}" + "".join(f"{m:>11}" for m in METRICS)
+def table(rows: Sequence[tuple[str, dict[str, float]]], title: str = "",
+          metrics: Sequence[str] = METRICS) -> str:
+    head = f"{'variant':<34}" + "".join(f"{m:>11}" for m in metrics)
     lines = [title] if title else []
     lines += [head, "-" * len(head)]
     for name, m in rows:
         lines.append(f"{name:<34}" + "".join(
-            f"{m[k]:>11.3f}" if k in m else f"{'':>11}" for k in METRICS))
+            f"{m[k]:>11.3f}" if k in m else f"{'':>11}" for k in metrics))
     return "\n".join(lines)
 
 
-def attribution(eval_root: Path) -> str:
+def attribution(eval_root: Path, title: str = "Ubuntu IRC retrieval benchmark") -> str:
     """The source, license and citation paragraphs of the eval README, verbatim."""
     text = (eval_root / "README.md").read_text(encoding="utf-8")
     m = re.search(r"## Source, license, attribution\n(.*?)(?=\n## )", text, re.S)
     body = m.group(1).strip() if m else text
-    return ("Data: Ubuntu IRC retrieval benchmark (" + str(eval_root) + ")\n" + body)
+    return f"Data: {title} ({eval_root})\n" + body
 
 
 def machine() -> dict:

@@ -108,7 +108,6 @@ def rows(searcher, store, model, items, reps: int, which) -> dict:
     from indexer.lexical import is_keywords
     from indexer.search import DEFAULT_TOP_K, SourceQuery
 
-    col = store._col  # the bare baseline asks Chroma directly  # noqa: SLF001
     out: dict = {}
     for kind, n in which:
         search_s, bare_s, lexical = [], [], 0
@@ -123,8 +122,7 @@ def rows(searcher, store, model, items, reps: int, which) -> dict:
             k = max(DEFAULT_TOP_K * 4, 20) if fusing else DEFAULT_TOP_K
             t = time.perf_counter()
             vectors = model.encode(distinct)
-            col.query(query_embeddings=vectors, n_results=k,
-                      include=["documents", "metadatas", "distances"])
+            store.query_bare(vectors, k)  # the bare baseline: Chroma alone
             bare_s.append(time.perf_counter() - t)
         s, b = perfkit.summary_ms(search_s), perfkit.summary_ms(bare_s)
         out[f"{kind}_{n}"] = {"search": s, "bare": b,

@@ -1,9 +1,10 @@
-"""Retrieval quality on real chat: the Ubuntu IRC eval set through the real CLI.
+"""Retrieval quality on real chat, judged by what a person reads: both dev sets
+(Ubuntu IRC and Gitter developer chat) through the real CLI, side by side.
 
-    .venv/bin/python bench/retrieval.py [--eval-dir ../shared/eval/ubuntu-irc]
-                                        [--out bench/out/retrieval.json]
+    .venv/bin/python bench/retrieval.py [--sets ubuntu,gitter] [--eval-root ../shared/eval]
+                                        [--out bench/out/retrieval.json] [--floor-cost]
 
-A fresh data dir (`matrix-sources init`), the split's rooms on the allowlist
+For each set: a fresh data dir (`matrix-sources init`), its rooms on the allowlist
 (`matrix-sources allowlist add`), its events imported (`matrix-sources import`), then
 every item asked three ways through `matrix-sources search --queries FILE --top 10`:
 
@@ -11,10 +12,16 @@ every item asked three ways through `matrix-sources search --queries FILE --top 
     keywords         the user's search-box words joined by spaces, one text
     query+keywords   both, as a two-text query (fused by reciprocal rank)
 
-A window is a hit when its event ids hold a gold answer event. Prints a table and the
-data's attribution, writes the figures (and every item's first-hit rank) as JSON.
-`--set index.window_max_bytes=500` edits the fresh data dir's config.yaml, for trying
-settings without touching the templates.
+A hit counts when the events it cites (`event_ids`: its window's and the answers
+linked to it from later windows) hold a gold answer event. "answer shown@5" asks more:
+a gold answer is among the lines the reply quotes (`shown_event_ids`) for one of the
+first 5 hits. The off-topic questions of bench/offtopic-queries.jsonl (cooking,
+sports, travel, "?", emoji, Arabic, Hebrew; written for this benchmark) are asked of
+each index too: the share that gets no hit ("nothing matches") is reported.
+`--floor-cost` asks every item again with the floor off (search.min_similarity -1) to
+show what the floor costs answerable questions. `--set KEY=VALUE` edits the fresh
+data dirs' config.yaml. Prints the table and the data's attribution, writes the
+figures (and every item's first-hit rank) as JSON.
 """
 
 from __future__ import annotations
@@ -33,6 +40,8 @@ import evalkit  # noqa: E402
 
 CLI = str(Path(sys.executable).parent / "matrix-sources")
 VARIANTS = ("query", "keywords", "query+keywords")
+OFFTOPIC = Path(__file__).resolve().parent / "offtopic-queries.jsonl"
+COLUMNS = ("success@1", "success@5", "success@10", "mrr@10", "shown@5")
 
 
 def texts_for(item: evalkit.Item, variant: str) -> list[str]:
@@ -70,26 +79,25 @@ def set_config(config: Path, settings: list[str]) -> dict:
     return applied
 
 
-def build_index(split_dir: Path, data_dir: Path, settings: list[str]) -> dict:
+def build_index(ds: evalkit.Dataset, data_dir: Path, settings: list[str]) -> dict:
     if data_dir.exists():
         shutil.rmtree(data_dir)
     run(["init", "--data-dir", str(data_dir)])
     config = data_dir / "config.yaml"
     applied = set_config(config, settings) if settings else {}
-    run(["allowlist", "add", "-c", str(config), *evalkit.room_ids(split_dir)])
+    run(["allowlist", "add", "-c", str(config), *evalkit.room_ids(ds.root, ds.rooms)])
     t = time.perf_counter()
-    res = run(["import", "-q", "-c", str(config), str(split_dir / "events.jsonl")])
+    res = run(["import", "-q", "-c", str(config), str(ds.events)])
     return {"import_seconds": round(time.perf_counter() - t, 1),
             "import_summary": res.stdout.strip().splitlines(), "settings": applied}
 
 
-def search_all(items: list[evalkit.Item], config: Path, work: Path) -> tuple[dict, float]:
+def search_batch(queries: list[tuple[str, list[str]]], config: Path, work: Path
+                 ) -> tuple[dict, float]:
     qfile = work / "queries.jsonl"
     with open(qfile, "w", encoding="utf-8") as f:
-        for item in items:
-            for v in VARIANTS:
-                f.write(json.dumps({"id": f"{item.id}|{v}", "texts": texts_for(item, v),
-                                    "top_k": evalkit.DEPTH}) + "\n")
+        for qid, texts in queries:
+            f.write(json.dumps({"id": qid, "texts": texts, "top_k": evalkit.DEPTH}) + "\n")
     t = time.perf_counter()
     res = run(["search", "-c", str(config), "--queries", str(qfile), "--top",
                str(evalkit.DEPTH)])
@@ -105,8 +113,8 @@ def search_all(items: list[evalkit.Item], config: Path, work: Path) -> tuple[dic
 
 def windows_holding(config_dir: Path, items: list[evalkit.Item]) -> dict[str, int]:
     """Per item, how many stored windows hold one of its gold answers (nDCG's ideal)."""
-    from indexer.config import load_config
     from indexer.components import open_store
+    from indexer.config import load_config
 
     store = open_store(load_config(config_dir / "config.yaml"))
     counts = {}
@@ -117,12 +125,16 @@ def windows_holding(config_dir: Path, items: list[evalkit.Item]) -> dict[str, in
     return counts
 
 
-def effective_policy(data_dir: Path) -> dict:
+def effective_settings(data_dir: Path) -> dict:
     from indexer.config import load_config
 
-    p = load_config(data_dir / "config.yaml").policy
+    cfg = load_config(data_dir / "config.yaml")
+    p = cfg.policy
     return {"window_max_bytes": p.max_bytes, "window_gap_seconds": p.gap_ms / 1000,
-            "block_windows": p.block_windows, "follow_replies": p.follow_replies}
+            "block_windows": p.block_windows, "follow_replies": p.follow_replies,
+            "min_similarity": cfg.min_similarity,
+            "answer_horizon_hours": cfg.answer_horizon_hours,
+            "answer_horizon_messages": cfg.answer_horizon_messages}
 
 
 def evaluate(items: list[evalkit.Item], hits: dict, n_relevant: dict[str, int]) -> dict:
@@ -130,61 +142,110 @@ def evaluate(items: list[evalkit.Item], hits: dict, n_relevant: dict[str, int]) 
     for v in VARIANTS:
         per_item = []
         for item in items:
-            rel = [bool(item.gold & set(h["event_ids"])) for h in hits[f"{item.id}|{v}"]]
-            per_item.append({"id": item.id, **evalkit.item_scores(rel, n_relevant[item.id])})
-        results[v] = {"metrics": evalkit.aggregate(per_item),
-                      "first_hit": {s["id"]: s["first_hit"] for s in per_item}}
+            got = hits[f"{item.id}|{v}"]
+            rel = [bool(item.gold & set(h["event_ids"])) for h in got]
+            shown = any(item.gold & set(h.get("shown_event_ids", []))
+                        for h in got[:evalkit.SHOWN_AT])
+            per_item.append({"id": item.id, **evalkit.item_scores(rel, n_relevant[item.id]),
+                             "shown@5": float(shown)})
+        metrics = evalkit.aggregate(per_item)
+        metrics["shown@5"] = round(sum(s["shown@5"] for s in per_item) / len(per_item), 4)
+        results[v] = {"metrics": metrics,
+                      "first_hit": {s["id"]: s["first_hit"] for s in per_item},
+                      "shown": {s["id"]: bool(s["shown@5"]) for s in per_item}}
     return results
+
+
+def offtopic_queries() -> list[tuple[str, list[str]]]:
+    with open(OFFTOPIC, encoding="utf-8") as f:
+        return [(o["id"], [o["query"]]) for o in map(json.loads, filter(str.strip, f))]
+
+
+def run_set(ds: evalkit.Dataset, data_dir: Path, args) -> dict:
+    items = evalkit.load_items(ds.root, ds.queries)
+    if args.reuse_index and (data_dir / "config.yaml").exists():
+        built = {"reused_index": True}
+    else:
+        built = build_index(ds, data_dir, args.set)
+    config = data_dir / "config.yaml"
+    asked = [(f"{i.id}|{v}", texts_for(i, v)) for i in items for v in VARIANTS]
+    off = offtopic_queries()
+    hits, seconds = search_batch(asked + off, config, data_dir)
+    n_relevant = windows_holding(data_dir, items)
+    results = evaluate(items, hits, n_relevant)
+    abstained = [qid for qid, _ in off if not hits[qid]]
+    report = {"items": len(items), "eval_root": str(ds.root), **built,
+              "settings": effective_settings(data_dir),
+              "search_seconds": round(seconds, 1), "queries": len(asked) + len(off),
+              "variants": results,
+              "offtopic": {"asked": len(off), "abstained": len(abstained),
+                           "answered": [qid for qid, _ in off if hits[qid]]}}
+    if args.floor_cost:
+        set_config(config, ["search.min_similarity=-1"])
+        try:
+            unfloored, _ = search_batch(asked, config, data_dir)
+        finally:
+            set_config(config, [f"search.min_similarity={report['settings']['min_similarity']}"])
+        report["without_floor"] = {v: r["metrics"] for v, r in
+                                   evaluate(items, unfloored, n_relevant).items()}
+    return report
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--eval-dir", default=None,
-                   help=f"default: ${evalkit.ENV_EVAL_DIR} or {evalkit.DEFAULT_EVAL_DIR}")
-    p.add_argument("--split", default="dev")
+    p.add_argument("--eval-root", default=None,
+                   help="the folder holding ubuntu-irc/ and gitter/ (default: "
+                        "$MATRIX_SOURCES_EVAL_ROOT or ../shared/eval)")
+    p.add_argument("--sets", default="ubuntu,gitter", help="comma-separated: ubuntu, gitter")
     p.add_argument("--out", default=str(evalkit.OUT_DIR / "retrieval.json"))
-    p.add_argument("--data-dir", default=str(evalkit.OUT_DIR / "retrieval-data"),
-                   help="made afresh each run (removed first)")
+    p.add_argument("--work", default=str(evalkit.OUT_DIR),
+                   help="data dirs go here as retrieval-<set>/ (made afresh each run)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="config.yaml setting for the fresh data dir (repeatable)")
+                   help="config.yaml setting for the fresh data dirs (repeatable)")
     p.add_argument("--reuse-index", action="store_true",
-                   help="keep the data dir's index from a previous run; only search again")
+                   help="keep the data dirs' index from a previous run; only search again")
+    p.add_argument("--floor-cost", action="store_true",
+                   help="ask again with search.min_similarity -1 to show what the floor costs")
     args = p.parse_args(argv)
 
-    root = evalkit.eval_dir(args.eval_dir)
-    split_dir = root / args.split
-    items = evalkit.load_items(split_dir)
-    data_dir = Path(args.data_dir).resolve()
+    sets = evalkit.datasets(Path(args.eval_root) if args.eval_root else None)
+    names = [n.strip() for n in args.sets.split(",") if n.strip()]
+    for n in names:
+        if n not in sets:
+            raise SystemExit(f"error: --sets: unknown set {n!r}; known: {', '.join(sets)}")
+        if not sets[n].queries.is_file():
+            raise SystemExit(f"error: {sets[n].queries}: no such file (pass --eval-root)")
     started = time.perf_counter()
-    if args.reuse_index and (data_dir / "config.yaml").exists():
-        built = {"reused_index": True}
-    else:
-        built = build_index(split_dir, data_dir, args.set)
-    policy = effective_policy(data_dir)
-    hits, search_seconds = search_all(items, data_dir / "config.yaml", data_dir)
-    results = evaluate(items, hits, windows_holding(data_dir, items))
-    total = time.perf_counter() - started
-
+    reports = {n: run_set(sets[n], Path(args.work).resolve() / f"retrieval-{n}", args)
+               for n in names}
     from indexer.chunker import CHUNKER_VERSION
 
-    report = {
-        "benchmark": "retrieval", "split": args.split, "items": len(items),
-        "eval_dir": str(root), "chunker_version": CHUNKER_VERSION, "policy": policy,
-        **built,
-        "search_seconds": round(search_seconds, 1), "queries": len(items) * len(VARIANTS),
-        "total_seconds": round(total, 1), "machine": evalkit.machine(),
-        "variants": results,
-    }
-    evalkit.write_json(Path(args.out), report)
-    print(evalkit.table([(f"matrix-sources {v}", results[v]["metrics"]) for v in VARIANTS],
-                        f"Retrieval on {args.split} ({len(items)} items), chunker "
-                        f"{CHUNKER_VERSION}, windows of {policy['window_max_bytes']} bytes, "
-                        f"gap {policy['window_gap_seconds']:g} s"))
-    for line in built.get("import_summary", []):
-        print("  import: " + line)
-    print(f"\nimport {built.get('import_seconds', '-')} s, {len(items) * len(VARIANTS)} "
-          f"queries {search_seconds:.1f} s, total {total:.1f} s; wrote {args.out}\n")
-    print(evalkit.attribution(root))
+    evalkit.write_json(Path(args.out), {
+        "benchmark": "retrieval", "chunker_version": CHUNKER_VERSION,
+        "total_seconds": round(time.perf_counter() - started, 1),
+        "machine": evalkit.machine(), "sets": reports})
+    rows = [(f"{n} {v}", reports[n]["variants"][v]["metrics"]) for v in VARIANTS for n in names]
+    if args.floor_cost:
+        rows += [(f"{n} {v} (no floor)", reports[n]["without_floor"][v])
+                 for v in VARIANTS for n in names]
+    s = next(iter(reports.values()))["settings"]
+    print(evalkit.table(rows, f"Retrieval on the dev sets, chunker {CHUNKER_VERSION}, windows "
+                              f"of {s['window_max_bytes']} bytes, floor {s['min_similarity']}, "
+                              f"answers within {s['answer_horizon_hours']:g} h / "
+                              f"{s['answer_horizon_messages']} messages", COLUMNS))
+    for n in names:
+        r = reports[n]
+        o = r["offtopic"]
+        print(f"\n{n}: {r['items']} items; off-topic questions with no hit: "
+              f"{o['abstained']}/{o['asked']}"
+              + (f" (answered: {', '.join(o['answered'])})" if o["answered"] else ""))
+        for line in r.get("import_summary", []):
+            print("  import: " + line)
+        print(f"  import {r.get('import_seconds', '-')} s, {r['queries']} queries "
+              f"{r['search_seconds']:.1f} s")
+    print(f"\nwrote {args.out}\n")
+    for n in names:
+        print(evalkit.attribution(sets[n].root, sets[n].title) + "\n")
     return 0
 
 

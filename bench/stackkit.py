@@ -42,6 +42,9 @@ def running_stack(root: Path, settings: dict | None = None, seed_chroma: Path | 
         write_allowlist(stack, allowlist)
     if seed_chroma is not None:
         shutil.copytree(seed_chroma, stack.data_dir / "chroma")
+        seed_log = seed_chroma.parent / "eventlog.sqlite3"  # the text's one home
+        if seed_log.exists():
+            shutil.copy2(seed_log, stack.data_dir / "eventlog.sqlite3")
     stack.synapse.start()
     try:
         stack.service.start(timeout=600)

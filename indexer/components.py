@@ -2,11 +2,12 @@
 
 The object graph is built here, once, and nothing patches it afterwards. It is acyclic:
 
-    Pipeline --> Ingest --> Purger --> WriteGuard (lock, purge counts), store
-    Pipeline ------------------------> WriteGuard, store
+    Pipeline --> Ingest --> Purger --> Compaction --> WriteGuard (lock, purge counts)
+    Pipeline ------------------------> Compaction, WriteGuard, store
 
     The pipeline asks Ingest whether a room is admitted; the purger and the pipeline
-    share the guard and the store; nothing holds the pipeline.
+    share the guard, the store and the compaction schedule (a purge compacts at once,
+    a redaction within the interval); nothing holds the pipeline.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Callable
 from .allowlist import load_allowlist
 from .answers import AnswerLog
 from .chunker import ChunkPolicy
+from .compaction import Compaction
 from .config import Config
 from .derived import DerivedFilter, EmittedSection, Matcher, answer_artifacts
 from .embedder import Embedder, load_embedder
@@ -37,26 +39,44 @@ from .store import ChromaStore
 from .writeguard import WriteGuard
 
 
-def open_store(cfg: Config) -> ChromaStore:
+def open_store(cfg: Config, eventlog: EventLog | None = None,
+               inspect: bool = False) -> ChromaStore:
+    """The collection, with its text and its live generation read from the event log.
+    `inspect` (doctor, the start refusal): never create or touch an event log that is
+    missing or damaged; the collection is then opened without it (its live generation
+    found on disk, no text)."""
+    if eventlog is None and inspect:
+        from .eventlog_check import check_eventlog
+
+        if check_eventlog(cfg.eventlog_path).state != "ok":
+            return _chroma(cfg, None)
+    eventlog = eventlog if eventlog is not None else EventLog(cfg.eventlog_path)
+    return _chroma(cfg, eventlog)
+
+
+def _chroma(cfg: Config, eventlog: EventLog | None) -> ChromaStore:
     if cfg.chroma.mode == "server":
-        return ChromaStore(host=cfg.chroma.host, port=cfg.chroma.port)
-    return ChromaStore(path=cfg.chroma.path)
+        return ChromaStore(host=cfg.chroma.host, port=cfg.chroma.port, eventlog=eventlog)
+    return ChromaStore(path=cfg.chroma.path, eventlog=eventlog)
 
 
 def writers(eventlog: EventLog, journal: Journal, store: ChromaStore, embedder: Embedder,
-            gate: Gate, policy: ChunkPolicy | None = None, **pipeline_options
-            ) -> tuple[Ingest, Pipeline]:
+            gate: Gate, policy: ChunkPolicy | None = None, scrub_every: float = 60.0,
+            **pipeline_options) -> tuple[Ingest, Pipeline]:
     """Ingest (with its history and purger) and the pipeline over one event log and
     store: the part of the graph that writes. Index.open builds it here, and so do the
-    tests that build an index from parts. `pipeline_options`: Pipeline's fields."""
-    # Purges share the pipeline's lock and store (see pipeline.py on the race).
+    tests that build an index from parts. `scrub_every`: seconds between compactions
+    after redactions; `pipeline_options`: Pipeline's fields."""
+    # Purges share the pipeline's lock and store (see pipeline.py on the race), and its
+    # compaction schedule: a purge compacts at once, a redaction within the interval.
     guard = WriteGuard()
+    compaction = Compaction(eventlog, store, guard, every=scrub_every)
     history = History(eventlog)
     ingest = Ingest(gate, eventlog, journal, history=history,
-                    purger=Purger(eventlog, journal, store, guard))
+                    purger=Purger(eventlog, journal, store, guard, compaction))
     pipeline = Pipeline(eventlog, embedder, store, policy or ChunkPolicy(),
                         room_label=ingest.label, admits=ingest.admits, guard=guard,
-                        history=history, **pipeline_options)
+                        history=history, compaction=compaction, **pipeline_options)
     return ingest, pipeline
 
 
@@ -91,7 +111,7 @@ class Index:
         collection's one writer (the service, holding the data dir's lock)."""
         eventlog = EventLog(cfg.eventlog_path)
         journal = Journal(cfg.journal_path)
-        store = open_store(cfg)
+        store = open_store(cfg, eventlog)
         if postings and cfg.lexical_max_terms:  # 0: no keyword leg, no postings
             store.enable_term_index(on_ready=on_postings_ready)
         embedder = embedder or load_embedder(cfg.embedder)

@@ -18,6 +18,7 @@ from typing import Callable, Iterable, Iterator
 
 from .eventlog_derived import DerivedColumns
 from .eventlog_schema import atomic, migrate
+from .eventlog_texts import TextReads
 from .eventlog_timeline import TimelineReads
 from .records import EventID, EventStatus, Message, RoomID, UserID, WindowID
 
@@ -47,7 +48,7 @@ class Cursor:
     updated_at: int
 
 
-class EventLog(DerivedColumns, TimelineReads):
+class EventLog(DerivedColumns, TimelineReads, TextReads):
     def __init__(self, path: Path) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -99,6 +99,14 @@ MIGRATIONS: tuple[Migration, ...] = (
             PRIMARY KEY (room_id, thread_root)
         )""",
     )),
+    Migration(7, "reference chunks' text: the event log is text's one home (eventlog_texts.py)",
+              _sql(
+        """CREATE TABLE IF NOT EXISTS ref_chunks (
+            chunk_id TEXT PRIMARY KEY,
+            corpus   TEXT NOT NULL,  -- the reference corpus name (`ref add NAME`)
+            text     TEXT NOT NULL
+        )""",
+    )),
 )
 
 LATEST = MIGRATIONS[-1].version

@@ -1,12 +1,12 @@
 """The lexical leg of search: BM25 over the message bodies of the stored windows.
 
 Each query term is a case-insensitive pattern over the message bodies of the stored
-documents (`pattern`). The service answers it from in-memory postings of the collection
-(termindex.py: built from the collection at start, kept in step by the store's writes,
-never written to disk); anything else (the CLI, a term like "2.6", the postings still
-being built) asks Chroma's `where_document` regex filter, which scans every document.
-Either way the leg sees exactly what the collection holds (a redacted word stops
-matching as soon as its window is re-upserted). Per query text:
+windows' text (`pattern`, over chunker.document), which lives in the event log only.
+The service answers it from in-memory postings (termindex.py: built from the event log
+at start, kept in step by the store's writes, never written to disk); anything else
+(the CLI, a term like "2.6", the postings still being built) scans the event log's
+text (store.matching). Either way the leg sees exactly what the collection holds (a
+redacted word stops matching as soon as its window is re-upserted). Per query text:
 
     terms     lowercase words, stop words dropped; a word of 5 or more letters loses a
               plural or verb ending and matches as a word prefix ("partitions" finds
@@ -113,6 +113,22 @@ def pattern(term: str) -> str:
     """Case-insensitive, multi-line regex matching the term inside a message body of a
     stored document (not in its sender ids or timestamps)."""
     return rf"(?im){_BODY_START}{word_regex(term)}"
+
+
+def body_form(regex: str) -> tuple[str, str] | None:
+    """For a regex `pattern` made: (the same test over one message body, searched
+    anywhere in it; a literal every match contains, lowercased) - what a scan of the
+    event log's bodies needs. None for any other regex. A body's first line follows
+    its sender in the document and its further lines are indented, so the document
+    pattern matches a body's line exactly where the bare word regex does."""
+    head = rf"(?im){_BODY_START}"
+    if not regex.startswith(head):
+        return None
+    word = regex[len(head):]
+    m = re.fullmatch(r"\\b((?:\\.|[^\\(])+)(\(\?:\\W\|\$\))?", word)
+    if m is None:
+        return None
+    return rf"(?i){word}", re.sub(r"\\(.)", r"\1", m.group(1)).lower()
 
 
 # (pattern, where) -> ids of the windows whose document matches

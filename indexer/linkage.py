@@ -77,13 +77,17 @@ def _addresses_other(m: Message, asker: UserID, to: frozenset[str]) -> bool:
 
 
 def responses(question: Message, later: Sequence[Message], horizon: Horizon,
-              thread_of: dict[EventID, EventID] | None = None) -> list[Link]:
+              thread_of: dict[EventID, EventID] | None = None,
+              known: frozenset[str] = frozenset()) -> list[Link]:
     """The messages of `later` (the room's messages after `question`, in timeline
-    order) that respond to it, within the horizon, in timeline order."""
+    order) that respond to it, within the horizon, in timeline order. `known`: names
+    of people who spoke before the question (a "bob: ..." to someone who spoke only
+    earlier is addressed to bob, not to nobody)."""
     asker = question.sender
     mine = names(asker)
     until = question.ts + horizon.ms
-    known = frozenset(n for m in (question, *later[:horizon.messages]) for n in names(m.sender))
+    known = known | frozenset(
+        n for m in (question, *later[:horizon.messages]) for n in names(m.sender))
     out: list[Link] = []
     first_other = True  # no message by anyone else yet since the question
     burst: UserID | None = None  # a responder whose messages go on answering

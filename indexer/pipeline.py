@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -39,6 +38,7 @@ from typing import Callable
 
 from .chunker import ChunkPolicy, build_blocks, commit_batches, document, embed_text
 from .chunker import window_id as chunk_window_id
+from .compaction import Compaction
 from .derived import DerivedFilter
 from .history import History
 from .embedder import Embedder, encode_in_length_order
@@ -100,18 +100,24 @@ class Pipeline:
     derived: DerivedFilter | None = None
     # Edits and redactions mark stored windows dirty (history.py); None: none tracked.
     history: History | None = None
-    # Wall clock (seconds): when the last redaction scrub ran.
-    clock: Callable[[], float] = time.time
-    # Windows re-upserted or deleted for a redaction whose old text may still sit in
-    # Chroma's files (its write-ahead log, free pages, full-text index): scrubbed after
-    # the run, at most once per `scrub_every` seconds (a scrub rewrites Chroma's file:
-    # 16 s at 100,000 windows here). Edits are not scrubbed: Matrix keeps showing an
-    # edited message's original to the room.
-    scrub_due: set = field(default_factory=set)
-    scrub_every: float = 60.0
-    _scrubbed_at: float = float("-inf")
+    # When the collection is compacted after redactions and purges (compaction.py):
+    # shared with the purger; None: this pipeline's own, over its store and guard.
+    compaction: Compaction | None = None
     # Timelines whose planning failed at the last run that reached them -> error type.
     failing: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.compaction is None:
+            self.compaction = Compaction(self.eventlog, self.store, self.guard)
+
+    def request_compaction(self, what: set | list) -> None:
+        """Points were deleted for a redaction: compact within the interval."""
+        self.compaction.request(what)
+
+    @property
+    def scrub_due(self) -> set:
+        """What asked for the compaction that is due (empty: none is)."""
+        return self.compaction.due
 
     @property
     def lock(self) -> threading.RLock:
@@ -241,7 +247,7 @@ class Pipeline:
         """A stored window whose messages were edited or redacted: upsert it as it is now
         (one window, never split, so a room's open block stays whole), under its new id
         if its first message went; delete it if nothing is left. `redacted`: its old
-        text is to be scrubbed from the store's files too (scrub_history)."""
+        old vector is to leave the store's files too (scrub_history: a compaction)."""
         generation = self.purges[room_id]
         messages = self.eventlog.window_messages(window_id)
         if not messages:
@@ -250,7 +256,7 @@ class Pipeline:
                 self.stats.windows_deleted += 1
                 self.eventlog.rewindow(window_id, None)
             if redacted:
-                self.scrub_due.add(window_id)
+                self.request_compaction({window_id})
             return
         window = Window(chunk_window_id(room_id, messages[0].event_id), room_id,
                         tuple(messages), self.room_label(room_id))
@@ -266,31 +272,19 @@ class Pipeline:
                 self.stats.windows_deleted += 1
             self.eventlog.rewindow(window_id, window.window_id)
         if redacted:
-            self.scrub_due.update((window_id, window.window_id))
+            self.request_compaction({window_id, window.window_id})
         log.info("window_rechunked", extra={"room_id": room_id, "window_id": window_id,
                                             "events": len(messages)})
 
     def scrub_wait(self) -> float | None:
-        """Seconds until the due scrub may run (0: now); None if none is due."""
-        if not self.scrub_due:
-            return None
-        return max(0.0, self._scrubbed_at + self.scrub_every - self.clock())
+        """Seconds until the due compaction may run (0: now); None if none is due."""
+        return self.compaction.wait()
 
     def scrub_history(self) -> bool | None:
-        """Scrub the superseded text of windows re-upserted for redactions from Chroma's
-        files and the event log's WAL (chromascrub.py), unless one ran less than
-        `scrub_every` seconds ago. None if nothing was due or it is too soon; else
-        whether Chroma's files were scrubbed (a server's cannot be)."""
-        if not self.scrub_due or self.scrub_wait():
-            return None
-        with self.lock:  # nothing writes to the collection meanwhile
-            due = sorted(self.scrub_due)
-            scrubbed = self.store.scrub_windows(due)
-            self.eventlog.truncate_wal()
-            self._scrubbed_at = self.clock()
-            if scrubbed or getattr(self.store, "path", None) is None:  # a server: out of reach
-                self.scrub_due.difference_update(due)
-        return scrubbed
+        """Compact the collection (store.compact) if redactions or purges asked for it,
+        unless one ran less than `compaction.every` seconds ago. None if nothing was due
+        or it is too soon; else True once compacted."""
+        return self.compaction.run()
 
     def _commit(self, step: _Step, vectors: list) -> bool:
         with self.lock:

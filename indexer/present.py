@@ -29,6 +29,7 @@ from typing import Sequence
 
 import numpy as np
 
+from .addressing import names
 from .chunker import document
 from .embedder import Embedder
 from .eventlog import EventLog
@@ -38,6 +39,9 @@ from .records import CORPUS_CHAT, EventID, Hit, Line, Message, Window, WindowID
 MAX_ANSWERS = 12  # linked answers carried (and cited) per hit
 SHOWN_LINES = 3  # lines quoted per hit: the matched question and the best responses
 MIN_LINE_CHARS = 12  # shorter lines are quoted only when nothing longer responds
+# How much the matched question's similarity counts against the window's when the hits
+# are ranked again (docs/benchmarks.md: 0.5 gave the best success@5 on both dev sets).
+LINE_WEIGHT = 0.5
 CACHE_LINES = 8192  # line vectors kept in memory (about 12 MiB at 384 dimensions)
 _WORDY = re.compile(r"\w", re.UNICODE)
 
@@ -58,45 +62,57 @@ class Presenter:
     shown_lines: int = SHOWN_LINES
     _cache: OrderedDict = field(default_factory=OrderedDict, repr=False)
 
-    def present(self, hits: Sequence[Hit], query_vectors: Sequence[Sequence[float]]
-                ) -> list[Hit]:
-        """The hits with their answers and quoted lines; a chat hit whose window has
-        no message left (redacted meanwhile) is dropped. Reference hits pass as they
-        are."""
+    def present(self, hits: Sequence[Hit], query_vectors: Sequence[Sequence[float]],
+                top_k: int | None = None) -> list[Hit]:
+        """The best `top_k` of the hits, with their answers and quoted lines. The hits
+        are ranked again by what a person would read first: the window's similarity
+        to the query and its matched question's (`LINE_WEIGHT`). A chat hit whose
+        window has no message left (redacted meanwhile) is dropped; reference hits
+        keep their similarity."""
         queries = np.asarray(query_vectors, dtype=np.float32)
-        plans = [self._plan(h) if h.corpus == CORPUS_CHAT else None for h in hits]
-        window_vecs = self._vectors([m.body for p in plans if p for m in p.window])
-        at = 0
-        chosen: list[tuple[_Plan, np.ndarray, int, list]] = []
-        for p in plans:
-            if p is None:
+        windows = [self.eventlog.window_messages(h.window_id) if h.corpus == CORPUS_CHAT
+                   else None for h in hits]
+        flat = self._vectors([m.body for w in windows if w for m in w])
+        ranked, at = [], 0
+        for rank, (h, w) in enumerate(zip(hits, windows)):
+            sim = h.similarity if h.similarity is not None else -1.0
+            if w is None:  # reference: no lines of its own to match
+                ranked.append((sim, rank, h, None))
                 continue
-            vecs = window_vecs[at:at + len(p.window)]
-            at += len(p.window)
-            sims = (vecs @ queries.T).max(axis=1)
-            anchor = int(np.argmax(sims))  # first of equals: the earliest line
-            in_window = {m.event_id for m in p.window}
-            linked = self._responses(p, anchor)
-            answers = [a for a in linked if a[0].event_id not in in_window][:MAX_ANSWERS]
-            chosen.append((p, vecs, anchor, answers, {a[0].event_id for a in linked}))
-        answer_vecs = self._vectors([a.body for c in chosen for a, _ in c[3]])
-        out, at, by_hit = [], 0, {}
-        for p, vecs, anchor, answers, linked in chosen:
-            avecs = answer_vecs[at:at + len(answers)]
-            at += len(answers)
-            by_hit[id(p.hit)] = self._choose(p, vecs, anchor, answers, avecs, queries,
-                                             linked)
-        for h, p in zip(hits, plans):
+            if not w:
+                continue
+            vecs = flat[at:at + len(w)]
+            at += len(w)
+            line_sims = (vecs @ queries.T).max(axis=1)
+            anchor = int(np.argmax(line_sims))  # first of equals: the earliest line
+            key = (1 - LINE_WEIGHT) * sim + LINE_WEIGHT * float(line_sims[anchor])
+            ranked.append((key, rank, h, (w, vecs, anchor)))
+        ranked.sort(key=lambda r: (-r[0], r[1]))
+        kept = ranked[:top_k] if top_k is not None else ranked
+        plans = [(h, self._plan(h, found[0]), found[1], found[2]) if found else (h, None, None, 0)
+                 for _, _, h, found in kept]
+        answers = [self._answers(p, anchor) if p else ([], set())
+                   for _, p, _, anchor in plans]
+        answer_vecs = self._vectors([m.body for a, _ in answers for m, _ in a])
+        out, at = [], 0
+        for (h, p, vecs, anchor), ans in zip(plans, answers):
             if p is None:
                 out.append(h)
-            elif id(h) in by_hit:
-                out.append(by_hit[id(h)])
+                continue
+            avecs = answer_vecs[at:at + len(ans[0])]
+            at += len(ans[0])
+            out.append(self._choose(p, vecs, anchor, ans, avecs, queries))
         return out
 
-    def _plan(self, hit: Hit) -> _Plan | None:
-        window = self.eventlog.window_messages(hit.window_id)
-        if not window:
-            return None
+    def _answers(self, p: _Plan, anchor: int) -> tuple[list[tuple[Message, str]], set]:
+        """The linked answers from outside the window (at most MAX_ANSWERS), and the
+        ids of every response, in the window or not."""
+        linked = self._responses(p, anchor)
+        in_window = {m.event_id for m in p.window}
+        outside = [a for a in linked if a[0].event_id not in in_window][:MAX_ANSWERS]
+        return outside, {a[0].event_id for a in linked}
+
+    def _plan(self, hit: Hit, window: list[Message]) -> _Plan:
         root = self.eventlog.thread_root_of(window[0].event_id)
         timeline = self.eventlog.timeline_after(
             hit.room_id, root, window[0].ts, window[-1].ts + self.horizon.ms,
@@ -110,18 +126,20 @@ class Presenter:
         on, in the window or after it, in timeline order: (message, rule)."""
         asker = p.window[anchor].sender
         position = {m.event_id: i for i, m in enumerate(p.later)}
+        known = frozenset(n for m in p.later for n in names(m.sender))
         found: dict[EventID, tuple[Message, str]] = {}
         for q in p.window[anchor:]:
             i = position.get(q.event_id)
             if q.sender != asker or i is None:
                 continue
-            for link in responses(q, p.later[i + 1:], self.horizon, p.thread_of):
+            for link in responses(q, p.later[i + 1:], self.horizon, p.thread_of, known):
                 found.setdefault(link.answer.event_id, (link.answer, link.rule))
         return sorted(found.values(), key=lambda a: position[a[0].event_id])
 
     def _choose(self, p: _Plan, vecs: np.ndarray, anchor: int,
-                answers: list[tuple[Message, str]], avecs: np.ndarray,
-                queries: np.ndarray, linked: set[EventID]) -> Hit:
+                found: tuple[list[tuple[Message, str]], set], avecs: np.ndarray,
+                queries: np.ndarray) -> Hit:
+        answers, linked = found
         window = p.window
         question = window[anchor]
         # Responses: the window's later lines that respond to the asker, and the

@@ -81,7 +81,15 @@ def _logged(total: int, every_s: float = 10.0) -> Callable[[int], None]:
 def ensure_meta(store: ChromaStore, eventlog: EventLog, pipeline: Pipeline,
                 resync_references: Callable[[], None] | None = None,
                 progress: Callable[[int], None] | None = None) -> bool:
-    """Rebuild if the collection was made by something else, or lost; True if it rebuilt."""
+    """Rebuild if the collection was made by something else, or lost; True if it rebuilt.
+    The writer's start: first the store is made whole (generations a crashed compaction
+    left swept, the previous release's text moved out of Chroma, interrupted purges
+    finished), with nothing re-embedded."""
+    from .purge import finish_pending
+
+    store.sweep()
+    store.migrate_text_out()
+    finish_pending(eventlog, pipeline)
     reason = rebuild_reason(store, eventlog, pipeline.embedder)
     if not reason:
         store.set_meta(expected_meta(pipeline.embedder))

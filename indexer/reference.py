@@ -6,8 +6,9 @@
     ref list
 
     file --headings--> sections (heading path; a long section split into parts)
-         --lines-->    chunks of at most chunk_bytes, one record each in the collection
-                       (corpus "reference"; ref_corpus, ref_file, ref_heading)
+         --lines-->    chunks of at most chunk_bytes: the text in the event log's
+                       `ref_chunks`, the vector in the collection (corpus "reference";
+                       ref_corpus, ref_file, ref_heading), no text in Chroma
 
 Every section is one `reference` artifact of the manifest. The order of a sync is the
 point (the seed's trap): an entry leaves the manifest before its chunks leave the
@@ -316,9 +317,9 @@ class References:
             vectors = self.embedder.encode(
                 [f"{c.section.heading}\n{c.text}" if c.section.heading else c.text
                  for c in batch])
-            self.store.upsert_documents([c.chunk_id for c in batch], vectors,
-                                        [c.text for c in batch],
-                                        [chunk_metadata(c, now_ms) for c in batch])
+            self.store.upsert_references([c.chunk_id for c in batch], vectors,
+                                         [c.text for c in batch],
+                                         [chunk_metadata(c, now_ms) for c in batch])
         gone = sorted(existing - {c.chunk_id for c in chunks})
         self.store.delete(gone)
         # 3. Only now, with every chunk committed, the sections become artifacts.

@@ -33,6 +33,7 @@ MAX_TEXT_BYTES = 1000
 MAX_TOP_K = 20
 DEFAULT_TOP_K = 5
 DEFAULT_RRF_K = 60
+RERANK_POOL = 20  # windows the presenter ranks again (docs/benchmarks.md)
 CORPORA = (CORPUS_CHAT, CORPUS_REFERENCE)
 _WORDY = re.compile(r"\w", re.UNICODE)
 
@@ -122,14 +123,16 @@ class Searcher:
         if not any(_WORDY.search(t) for t in texts):
             return [], None  # "?", "!!!", emoji only: nothing to look for
         vectors = self.embedder.encode(texts)
-        scored = self._with_similarity(self._retrieve(query, texts, vectors), vectors)
+        # The presenter ranks a pool again by the windows' matched questions.
+        depth = max(query.top_k, RERANK_POOL) if self.presenter is not None else query.top_k
+        scored = self._with_similarity(self._retrieve(query, texts, vectors, depth), vectors)
         floor = self.min_similarity
         hits = [h for h in scored if floor is None
                 or (h.similarity is not None and h.similarity >= floor)]
         closest = None if hits or not scored else max(
             scored, key=lambda h: h.similarity if h.similarity is not None else -2.0)
         if self.presenter is not None:
-            hits = self.presenter.present(hits, vectors)
+            hits = self.presenter.present(hits, vectors, query.top_k)
         return hits, closest
 
     def _with_similarity(self, hits: list[Hit], vectors: list) -> list[Hit]:
@@ -146,11 +149,13 @@ class Searcher:
             out.append(replace(h, similarity=max(sims) if sims else None))
         return out
 
-    def _retrieve(self, query: SourceQuery, texts: list[str], vectors: list) -> list[Hit]:
+    def _retrieve(self, query: SourceQuery, texts: list[str], vectors: list,
+                  depth: int) -> list[Hit]:
+        """The first `depth` windows of the fused ranking."""
         where = _where(query)
-        # Ask for more than top_k per list so fusion can promote agreement.
+        # Ask for more than depth per list so fusion can promote agreement.
         fusing = len(texts) > 1 or any(is_keywords(t, self.lexical_max_terms) for t in texts)
-        n = max(query.top_k * 4, 20) if fusing else query.top_k
+        n = max(depth * 4, 20) if fusing else depth
         per_text: list[list[Neighbour]] = self.store.query(vectors, n, where)
         lists = [[nb.window.window_id for nb in lst] for lst in per_text]
         if self.lexical_max_terms:
@@ -161,7 +166,7 @@ class Searcher:
             fused = [(wid, 1.0 / (self.rrf_k + r)) for r, wid in enumerate(lists[0], start=1)]
         else:
             fused = rrf(lists, self.rrf_k)
-        fused = fused[:query.top_k]
+        fused = fused[:depth]
         by_id = {nb.window.window_id: nb.window for lst in per_text for nb in lst}
         missing = [wid for wid, _ in fused if wid not in by_id]
         if missing:  # found by the lexical leg only

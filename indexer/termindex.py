@@ -1,12 +1,13 @@
 """The lexical leg's postings, in memory: which stored windows hold which words.
 
-Asking Chroma (`where_document` regex) costs a scan of every document per query term:
-about 60 ms a term at 100,000 windows, most of it fixed cost, so a five-word search took
-a third of a second (bench/query.py). This index answers the same question from memory
+Scanning every window's text per query term costs: Chroma's `where_document` regex took
+about 60 ms a term at 100,000 windows when Chroma held the text (bench/query.py); the
+event log's scan takes about 250 ms (docs/storage.md). This index answers the same question from memory
 in about a millisecond a term. It is never written anywhere: the service builds it
-from the collection when it starts (in a background thread; until it is ready the leg
-asks Chroma) and the store keeps it in step with every write it makes (store.py), so a
-redacted word stops matching when its window is re-upserted, as before.
+from the event log's text when it starts (in a background thread; until it is ready
+the leg scans the event log) and the store keeps it in step with every write it makes
+(store.py), so a redacted word stops matching when its window is re-upserted.
+docs/storage.md compares it with SQLite FTS5 in the event log.
 
 It matches exactly what the lexical pattern (lexical.pattern) matches in a document:
 

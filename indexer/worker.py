@@ -9,7 +9,10 @@ A window of a room's last block is re-embedded at most once per debounce interva
 however many messages join it. The interval runs from the first message not yet taken
 by a run: one that lands while a long run is under way is taken as soon as that run
 ends if it has waited an interval already, so under load runs follow each other with
-no idle second between them. A scrub due after redactions (Pipeline.scrub_history) brings the worker back when it may run.
+no idle second between them. A compaction due after redactions (Pipeline.scrub_history)
+brings the worker back when it may run. A compaction runs in a task of its own beside
+the runs (it copies the whole collection: minutes at 100,000 windows, docs/storage.md),
+one at a time; the worker is idle when neither is running.
 """
 
 from __future__ import annotations
@@ -48,6 +51,8 @@ class PipelineWorker:
         self._scrub_timer: asyncio.TimerHandle | None = None
         self._run_lock = asyncio.Lock()
         self._task: asyncio.Task | None = None
+        self._compaction: asyncio.Task | None = None
+        self._running = False
         self.failures = 0
         # Runs failed in a row (0 after one that worked), and the last error's type:
         # /health turns 503 while every run fails.
@@ -76,6 +81,8 @@ class PipelineWorker:
                 await self._task
             except asyncio.CancelledError:
                 pass
+        if self._compaction is not None:  # its thread cannot be cancelled: let it end
+            await asyncio.gather(self._compaction, return_exceptions=True)
 
     async def _loop(self) -> None:
         backoff = self.backoff_initial
@@ -87,6 +94,7 @@ class PipelineWorker:
                 await self._sleep(wait)
             self._wake.clear()
             self._waiting_since = None
+            self._running = True
             try:
                 async with self._run_lock:
                     await asyncio.to_thread(self._run)
@@ -94,6 +102,7 @@ class PipelineWorker:
                 self.consecutive_failures = 0
                 backoff = self.backoff_initial
             except Exception as e:  # the store or the model failed: retry, cursor unmoved
+                self._running = False
                 self.failures += 1
                 self.consecutive_failures += 1
                 self.last_error = type(e).__name__
@@ -105,17 +114,38 @@ class PipelineWorker:
                     self._waiting_since = self._clock() - self.debounce
                 self._wake.set()
                 continue
-            wait = self.pipeline.scrub_wait()
-            if wait:  # a scrub is due but too soon: run again when it may go
-                if self._scrub_timer is not None:
-                    self._scrub_timer.cancel()
-                self._scrub_timer = asyncio.get_running_loop().call_later(wait, self.notify)
-            if not self._wake.is_set():
-                self.idle.set()
+            self._running = False
+            self._maybe_compact()
+            self._settle()
+
+    def _settle(self) -> None:
+        """Idle if nothing is running or waiting; a compaction due but too soon brings
+        the worker back when it may go."""
+        wait = self.pipeline.scrub_wait()
+        if wait and self._compaction is None:
+            if self._scrub_timer is not None:
+                self._scrub_timer.cancel()
+            self._scrub_timer = asyncio.get_running_loop().call_later(wait, self.notify)
+        if not self._wake.is_set() and not self._running and self._compaction is None:
+            self.idle.set()
+
+    def _maybe_compact(self) -> None:
+        """Start the due compaction in its own task, unless one runs or it is too soon."""
+        if self._compaction is None and self.pipeline.scrub_wait() == 0:
+            self._compaction = asyncio.create_task(self._compact(), name="compaction")
+
+    async def _compact(self) -> None:
+        try:
+            await asyncio.to_thread(self.pipeline.scrub_history)
+        except Exception:  # stays due: retried after the next run
+            log.error("compaction_failed", exc_info=True)
+        finally:
+            self._compaction = None
+        self._maybe_compact()  # due again meanwhile (a redaction during the copy)
+        self._settle()
 
     def _run(self) -> None:
         indexed = self.pipeline.process_all()
-        self.pipeline.scrub_history()
         if indexed and self.after_run is not None:
             self.after_run()
 

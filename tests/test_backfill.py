@@ -68,7 +68,7 @@ async def test_backfill_reads_every_page_and_resumes_from_its_token(ingest, tmp_
     assert resumed.calls[0] == "20"  # picked up after the last page it had admitted
     assert ingest.eventlog.counts() == {"pending": 35}
     assert result.admitted.appended == 16
-    pipeline = Pipeline(ingest.eventlog, HashEmbedder(), ChromaStore(path=tmp_path / "c"),
+    pipeline = Pipeline(ingest.eventlog, HashEmbedder(), ChromaStore(path=tmp_path / "c", eventlog=ingest.eventlog),
                         ChunkPolicy(), admits=ingest.admits)
     assert pipeline.process_all() == 35
     held = [e for w in pipeline.store.get() for e in w.event_ids]
@@ -78,7 +78,7 @@ async def test_backfill_reads_every_page_and_resumes_from_its_token(ingest, tmp_
 async def test_backfill_starts_after_the_cursor(ingest, tmp_path):
     events = [msg(i) for i in range(12)]
     ingest.admit(events[:5])
-    Pipeline(ingest.eventlog, HashEmbedder(), ChromaStore(path=tmp_path / "c"),
+    Pipeline(ingest.eventlog, HashEmbedder(), ChromaStore(path=tmp_path / "c", eventlog=ingest.eventlog),
              ChunkPolicy(), admits=ingest.admits).process_all()
     pager = FakePager(events)
     result = await backfill_room(ROOM, pager, ingest)

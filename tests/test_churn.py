@@ -23,7 +23,7 @@ WORDS = ("kernel driver backup printer wifi firmware disk mount network proxy dn
 def test_thousands_of_edits_and_redactions_leave_every_window_reachable(tmp_path):
     rng = random.Random(7758)
     log = EventLog(tmp_path / "eventlog.sqlite3")
-    store = ChromaStore(path=tmp_path / "chroma")
+    store = ChromaStore(path=tmp_path / "chroma", eventlog=log)
     ingest, pipeline = writers(log, Journal(tmp_path / "journal.jsonl"), store, HashEmbedder(),
                                Gate(frozenset(ROOMS), "@bot:example.org"),
                                ChunkPolicy(max_bytes=300))
@@ -76,7 +76,7 @@ def test_thousands_of_edits_and_redactions_leave_every_window_reachable(tmp_path
 
 def small_index(tmp_path):
     log = EventLog(tmp_path / "eventlog.sqlite3")
-    store = ChromaStore(path=tmp_path / "chroma")
+    store = ChromaStore(path=tmp_path / "chroma", eventlog=log)
     ingest, pipeline = writers(log, Journal(tmp_path / "journal.jsonl"), store, HashEmbedder(),
                                Gate(frozenset(ROOMS[:1]), "@bot:example.org"),
                                ChunkPolicy(max_bytes=60))
@@ -97,8 +97,8 @@ def test_verify_repairs_missing_orphaned_and_unreachable_windows(tmp_path, monke
     assert len(windows) >= 3
     lost, hidden = windows[0].window_id, windows[1].window_id
     store.delete([lost])
-    store.upsert_documents(["orphan"], [[0.1] * 64], ["x"],
-                           [{"room_id": ROOMS[0], "corpus": "chat"}])
+    store.upsert_references(["orphan"], [[0.1] * 64], ["x"],
+                            [{"room_id": ROOMS[0], "corpus": "chat"}])
     real = store.query_ids
     calls = {"n": 0}
 

@@ -498,3 +498,40 @@ async def test_why_names_the_keyword_legs_share_of_the_score(responder):
     body = sent[-1][1]["body"]
     assert "rank 2" in body and "keyword match (BM25 leg): adds 0.0164" in body
     assert f"1/(60+2) + 0.0164 = {1 / 62 + 1 / 61:.4f}" in body
+
+
+class FlooredSearcher(FakeSearcher):
+    """A searcher with the abstain floor: no hits, and the closest one below it."""
+
+    min_similarity = 0.30
+
+    def __init__(self, closest: Hit | None) -> None:
+        super().__init__([])
+        self.closest = closest
+
+    def search_with_closest(self, query):
+        self.queries.append(query)
+        return [], self.closest
+
+
+async def test_why_after_nothing_matches_explains_the_closest_below_the_floor(responder):
+    from dataclasses import replace
+
+    from appservice.replies import NOTHING_MATCHES
+
+    r, sent, _, _ = responder
+    closest = replace(ranked_hit(0, ((1, 0.12),), 1 / 61), similarity=0.12)
+    r.searcher = FlooredSearcher(closest)
+    await r.answer(command("!sources banana bread with walnuts"))
+    assert sent[-1][1]["body"] == NOTHING_MATCHES
+    await r.answer(command("!sources why 1", event_id="$why"))
+    body = sent[-1][1]["body"]
+    assert "below the floor search.min_similarity = 0.30" in body
+    assert "cosine similarity 0.120" in body and "rank 1" in body
+    await r.answer(command("!sources why 2", event_id="$why2"))
+    assert "why 1` explains the closest" in sent[-1][1]["body"]
+    # Nothing at all to be close to (an empty index, or "?"): nothing to explain.
+    r.searcher = FlooredSearcher(None)
+    await r.answer(command("!sources banana bread"))
+    await r.answer(command("!sources why 1", event_id="$why3"))
+    assert "no hits to explain" in sent[-1][1]["body"]

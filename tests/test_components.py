@@ -63,13 +63,14 @@ def reachable(start: object) -> list[object]:
 def test_ingest_and_the_pipeline_share_a_guard_and_ingest_never_reaches_the_pipeline(index):
     purger, pipeline = index.ingest.purger, index.pipeline
     assert purger.guard is pipeline.guard and purger.store is pipeline.store
+    assert purger.compaction is pipeline.compaction  # a purge's compaction is the schedule's
     assert pipeline.lock is pipeline.guard.lock
     assert all(o is not pipeline for o in reachable(index.ingest))  # no cycle through it
     assert any(o is index.ingest for o in reachable(pipeline))  # admits, labels
 
 
 def test_index_open_sets_what_the_service_used_to_patch(index):
-    assert index.pipeline.scrub_every == 7 == index.cfg.scrub_interval_seconds
+    assert index.pipeline.compaction.every == 7 == index.cfg.scrub_interval_seconds
     assert index.pipeline.derived is not None and index.pipeline.history is index.ingest.history
     assert index.answers.eventlog is index.eventlog
 

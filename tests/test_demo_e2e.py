@@ -33,6 +33,7 @@ def test_demo_seeds_from_three_users_and_says_how_to_register(tmp_path, capsys):
     assert main(["demo", "--data-dir", str(root), "--no-serve"]) == 0
     out = capsys.readouterr().out
     assert "--- the bot answered ---" in out and "from alice, bob, carol" in out
+    first_answer = out.split("--- the bot answered ---")[1].split("\n----")[0]
     log = EventLog(root / "service" / "eventlog.sqlite3")
     with log.transaction(immediate=False) as cur:
         senders = {r[0] for r in cur.execute("SELECT DISTINCT sender FROM events")}
@@ -58,3 +59,14 @@ def test_demo_seeds_from_three_users_and_says_how_to_register(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "already seeded" in out and "--- the bot answered ---" in out
     assert re.search(r"alice|bob|carol", out.split("--- the bot answered ---")[1])
+
+    # The first answer quotes the lines that answer the disk questions (bob's
+    # media_retention and compressor advice), not only the questions themselves.
+    hits = re.split(r"\n(?=\d+\. )", first_answer.strip())[1:]
+    quoted = [[line.strip()[2:] for line in h.splitlines() if line.strip().startswith("> ")]
+              for h in hits]
+    every = [q for qs in quoted for q in qs]
+    answers = ("media_retention", "synapse_auto_compressor")
+    for word in answers:
+        assert any(word in q for q in every), f"{word} not quoted in:\n{first_answer}"
+    assert any(w in q for w in answers for q in quoted[0]), first_answer

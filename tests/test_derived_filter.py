@@ -358,6 +358,9 @@ def test_7_verify_derived_filter_catches_a_hand_inserted_leak(world):
                    _section_text("Signing keys"))
     window = Window(window_id="wleak", room_id=RoomID(ROOM), messages=(leak,))
     world.index.store.upsert([window], HashEmbedder().encode([leak.body]))
+    # Its text lives in the event log, where the audit reads it (indexed in that window).
+    world.index.eventlog.append([(leak, None)])
+    world.index.eventlog.mark_indexed(RoomID(ROOM), {leak.event_id: window.window_id}, leak)
     rc, out = cli("verify", "-c", world.config, "--derived-filter")
     assert rc == 1
     assert "window wleak" in out and "event $leak" in out and SIGNING in out

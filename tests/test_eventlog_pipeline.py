@@ -62,8 +62,8 @@ def log(tmp_path):
 
 
 @pytest.fixture
-def store(tmp_path):
-    return ChromaStore(path=tmp_path / "chroma")
+def store(tmp_path, log):
+    return ChromaStore(path=tmp_path / "chroma", eventlog=log)
 
 
 def stored_event_ids(store: ChromaStore) -> Counter:
@@ -449,7 +449,7 @@ def test_reply_relations_survive_the_event_log_and_old_logs_gain_the_column(tmp_
     tail = log.room_tail(ROOM).messages
     assert [(m.event_id, m.reply_to, m.mentions) for m in tail] == [
         ("$old", None, ()), ("$new", "$old", ("@a:x", "@c:x"))]
-    store = ChromaStore(path=tmp_path / "chroma")
+    store = ChromaStore(path=tmp_path / "chroma", eventlog=log)
     Pipeline(log, HashEmbedder(), store, POLICY).process_all()
     [w] = store.get()
     assert log.window_messages(w.window_id)[1].reply_to == "$old"

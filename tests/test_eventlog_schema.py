@@ -95,6 +95,26 @@ def test_a_log_of_the_previous_release_opens_upgraded_with_its_data(tmp_path):
     log.close()
 
 
+# The release that moved reference text into the event log (h14b), still unversioned.
+TEXT_IN_EVENT_LOG_RELEASE = PREVIOUS_RELEASE + """
+CREATE TABLE ref_chunks (chunk_id TEXT PRIMARY KEY, corpus TEXT NOT NULL, text TEXT NOT NULL);
+INSERT INTO ref_chunks VALUES ('r1', 'docs', 'rotate the key with keyctl');
+"""
+
+
+def test_a_log_with_reference_text_but_no_version_opens_upgraded_with_its_text(tmp_path):
+    old = tmp_path / "old.sqlite3"
+    db = sqlite3.connect(old)
+    db.executescript(TEXT_IN_EVENT_LOG_RELEASE)
+    db.close()
+    log = EventLog(old)
+    assert user_version(old) == LATEST
+    EventLog(tmp_path / "new.sqlite3").close()
+    assert layout(old) == layout(tmp_path / "new.sqlite3")
+    assert log.ref_texts(["r1"]) == {"r1": "rotate the key with keyctl"}
+    log.close()
+
+
 def test_a_log_older_still_gains_each_column_and_table(tmp_path):
     """Before replies, redaction scrubs, derived tags, answers and open blocks."""
     old = tmp_path / "old.sqlite3"
@@ -116,10 +136,10 @@ def test_only_the_missing_migrations_run_and_reopening_runs_none(tmp_path):
     db = sqlite3.connect(path, isolation_level=None)
     assert migrate(db) == list(range(1, LATEST + 1))
     assert migrate(db) == []
-    db.execute("DROP TABLE open_blocks")  # as if made at version LATEST - 1
+    db.execute("DROP TABLE ref_chunks")  # as if made at version LATEST - 1
     db.execute(f"PRAGMA user_version = {LATEST - 1}")
     assert migrate(db) == [LATEST]
-    assert "open_blocks" in layout(path)
+    assert "ref_chunks" in layout(path)
     db.close()
 
 

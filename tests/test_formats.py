@@ -47,7 +47,7 @@ def test_both_kinds_read_back_through_the_store(tmp_path):
     store = ChromaStore(path=tmp_path / "chroma")
     store.upsert([window()], [[1.0, 0.0, 0.0]])
     c = chunk()
-    store.upsert_documents([c.chunk_id], [[0.0, 1.0, 0.0]], [c.text], [chunk_metadata(c, 99)])
+    store.upsert_references([c.chunk_id], [[0.0, 1.0, 0.0]], [c.text], [chunk_metadata(c, 99)])
     got = {s.window_id: s for s in store.get()}
     assert got["w1"].event_ids == ("$a", "$b", "$c") and got["w1"].senders == ("@a:x", "@b:x")
     assert (got["w1"].ts_first, got["w1"].ts_last, got["w1"].ref) == (10, 30, None)

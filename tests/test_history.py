@@ -14,8 +14,11 @@ from indexer.embedder import HashEmbedder
 from indexer.eventlog import EventLog
 from indexer.gate import Gate
 from indexer.journal import Journal
+from indexer.pipeline import Pipeline
 from indexer.records import Hit
 from indexer.store import ChromaStore
+
+from .vectorscan import files_holding
 
 ROOM = "!room:example.org"
 ALICE, BOB = "@alice:example.org", "@bob:example.org"
@@ -48,7 +51,7 @@ def redact(n: int, target: int) -> dict:
 @pytest.fixture
 def world(tmp_path):
     log = EventLog(tmp_path / "eventlog.sqlite3")
-    store = ChromaStore(path=tmp_path / "chroma")
+    store = ChromaStore(path=tmp_path / "chroma", eventlog=log)
     ingest, pipeline = writers(log, Journal(tmp_path / "journal.jsonl"), store, HashEmbedder(),
                                Gate(frozenset({ROOM}), "@bot:example.org"), ChunkPolicy())
     ingest.admit([join_rules()])
@@ -239,15 +242,15 @@ def chroma_bytes(tmp_path) -> bytes:
     return b"".join(p.read_bytes() for p in (tmp_path / "chroma").rglob("*") if p.is_file())
 
 
-def test_redacted_text_leaves_chromas_files_at_the_scrub(world):
-    """Chroma keeps a window's older versions in its write-ahead log, free pages and
-    full-text index after the re-upsert; the scrub after the run takes every older
-    version of a redaction's window out (an edit's too, when it is the same window).
-    An edit alone asks for no scrub: Matrix shows the original to the room anyway. The
-    scrub runs at most once per `scrub_every`: a second redaction soon after waits."""
+def test_no_text_in_chroma_and_a_redacted_windows_vector_leaves_at_the_compaction(world):
+    """Chroma never holds text. It keeps a window's superseded vector in its files
+    after the re-upsert (its queue, the HNSW segment); the compaction after the run
+    leaves only the live points, in a fresh collection. An edit alone asks for none:
+    Matrix shows the original to the room anyway. It runs at most once per
+    `scrub_every`: a second redaction soon after waits."""
     ingest, pipeline, store, log, tmp = world
     clock = [T0 / 1000]
-    pipeline.clock = lambda: clock[0]
+    pipeline.compaction.clock = lambda: clock[0]
     ingest.admit([msg(10, "typo here")])
     pipeline.process_all()
     ingest.admit([edit(11, 10, "typo fixed")])
@@ -256,28 +259,50 @@ def test_redacted_text_leaves_chromas_files_at_the_scrub(world):
     ingest.admit([msg(1, "first line stays"), msg(2, "secret canary qv47x goes"),
                   msg(3, "the backup key is edit-canary-9k2")])
     pipeline.process_all()
+    assert b"qv47x" not in chroma_bytes(tmp)  # text never reaches Chroma
+    [(wid, before)] = store.vectors([w.window_id for w in store.get()])
+    assert files_holding(tmp / "chroma", before, n=len(before))
     ingest.admit([redact(4, 2), edit(5, 3, "the backup key is in the vault")])
     pipeline.process_all()
     assert "qv47x" not in all_text(store) and "9k2" not in all_text(store)
-    assert b"qv47x" in chroma_bytes(tmp) and b"edit-canary-9k2" in chroma_bytes(tmp)
-    assert pipeline.scrub_due
+    assert files_holding(tmp / "chroma", before, n=len(before))  # superseded, still there
+    assert pipeline.scrub_due and log.get_meta("compaction_due") == "1"
     assert pipeline.scrub_history() is True
+    assert files_holding(tmp, before, n=len(before)) == {}
     assert b"qv47x" not in chroma_bytes(tmp) + db_bytes(tmp)
     assert b"edit-canary-9k2" not in chroma_bytes(tmp) + db_bytes(tmp)
-    assert not pipeline.scrub_due
-    # The collection is whole and still searchable after its file was rewritten.
+    assert not pipeline.scrub_due and not log.get_meta("compaction_due")
+    # The collection is whole and still searchable after the compaction.
     [w] = store.get()
     assert w.event_ids == ("$m1", "$m3", "$m10") and "vault" in w.text
     assert store.query(HashEmbedder().encode(["backup key vault"]), 3)[0]
 
     ingest.admit([msg(6, "another canary wq55z here")])
     pipeline.process_all()
+    vectors = dict(store.vectors([w.window_id for w in store.get()]))
     ingest.admit([redact(7, 6)])
     pipeline.process_all()
     assert pipeline.scrub_history() is None and pipeline.scrub_due  # too soon
     clock[0] += 61
     assert pipeline.scrub_history() is True
-    assert b"wq55z" not in chroma_bytes(tmp) + db_bytes(tmp)
+    live = dict(store.vectors(list(vectors)))
+    for wid, v in vectors.items():
+        if wid not in live or live[wid] != pytest.approx(v, abs=1e-6):
+            assert files_holding(tmp, v, n=len(v)) == {}  # superseded or deleted: gone
+
+
+def test_a_compaction_due_survives_a_restart(world):
+    """The redaction's points were deleted, then the process stopped before the
+    compaction: the pipeline opened on the same event log still owes it."""
+    ingest, pipeline, store, log, tmp = world
+    ingest.admit([msg(1, "line one"), msg(2, "canary zz81p")])
+    pipeline.process_all()
+    ingest.admit([redact(3, 2)])
+    pipeline.process_all()
+    assert pipeline.scrub_due
+    again = Pipeline(log, HashEmbedder(), store, ChunkPolicy())
+    assert again.scrub_due and again.scrub_history() is True
+    assert not Pipeline(log, HashEmbedder(), store, ChunkPolicy()).scrub_due
 
 
 async def test_the_worker_runs_a_deferred_scrub_without_new_events(world):
@@ -288,7 +313,7 @@ async def test_the_worker_runs_a_deferred_scrub_without_new_events(world):
     from indexer.worker import PipelineWorker
 
     ingest, pipeline, store, log, tmp = world
-    pipeline.scrub_every = 3.0
+    pipeline.compaction.every = 3.0
     worker = PipelineWorker(pipeline, debounce=0.01)
     worker.start()
     try:
@@ -312,4 +337,64 @@ async def test_the_worker_runs_a_deferred_scrub_without_new_events(world):
                 break
         assert not pipeline.scrub_due and b"pp72k" not in chroma_bytes(tmp)
     finally:
+        await worker.stop()
+
+
+def test_a_redacted_edited_message_leaves_no_text_in_the_event_log_file(world):
+    """secure_delete: the original body (replaced by the edit), the edit's text (in the
+    edits table, NULLed by the redaction) and the WAL's page images are all zeroed."""
+    ingest, pipeline, store, log, tmp = world
+    ingest.admit([msg(1, "kept line"), msg(2, "original canary ow83n")])
+    pipeline.process_all()
+    ingest.admit([edit(3, 2, "edited canary ed51v")])
+    pipeline.process_all()
+    assert b"ed51v" in db_bytes(tmp)  # the check can see it
+    ingest.admit([redact(4, 2)])
+    pipeline.process_all()
+    pipeline.scrub_history()  # the compaction also empties the event log's WAL
+    for canary in (b"ow83n", b"ed51v"):
+        assert canary not in db_bytes(tmp) + chroma_bytes(tmp)
+
+
+async def test_new_messages_are_indexed_while_a_compaction_copies(world):
+    """A compaction copies the whole collection (minutes at 100,000 windows): it runs
+    beside the pipeline's runs, and the worker is idle only once both are done."""
+    import asyncio
+    import threading
+
+    from indexer.worker import PipelineWorker
+
+    ingest, pipeline, store, log, tmp = world
+    copying, release = threading.Event(), threading.Event()
+    compact = store.compact
+
+    def slow_compact(**kw):
+        def after_copy():
+            copying.set()
+            assert release.wait(20)
+        return compact(after_copy=after_copy, **kw)
+
+    store.compact = slow_compact
+    worker = PipelineWorker(pipeline, debounce=0.01)
+    worker.start()
+    try:
+        ingest.admit([msg(1, "line one"), msg(2, "canary rr41t")])
+        worker.notify()
+        await asyncio.wait_for(worker.wait_idle(), 10)
+        ingest.admit([redact(3, 2)])
+        worker.notify()
+        assert await asyncio.to_thread(copying.wait, 10)
+        ingest.admit([msg(4, "written during the copy")])
+        worker.notify()
+        for _ in range(200):
+            await asyncio.sleep(0.05)
+            if log.status_of("$m4") and log.status_of("$m4")[0] == "indexed":
+                break
+        assert log.status_of("$m4")[0] == "indexed" and not worker.idle.is_set()
+        release.set()
+        await asyncio.wait_for(worker.wait_idle(), 20)
+        assert not pipeline.scrub_due
+        assert "written during the copy" in all_text(store)  # caught up before the swap
+    finally:
+        release.set()
         await worker.stop()

@@ -6,11 +6,15 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
+import subprocess
+import sys
 import time
 
 import pytest
 
 from appservice.chatclient import ChatClient
+
+from .vectorscan import files_holding
 
 pytestmark = [pytest.mark.synapse, pytest.mark.model]
 
@@ -28,6 +32,25 @@ def log_body(stack, event_id: str):
                           (event_id,)).fetchone()
     finally:
         db.close()
+
+
+_READ_VECTOR = """
+import json, sys
+from pathlib import Path
+from indexer.eventlog import EventLog
+from indexer.store import ChromaStore
+data = Path(sys.argv[1])
+store = ChromaStore(path=data / "chroma", eventlog=EventLog(data / "eventlog.sqlite3"))
+print(json.dumps([[w, list(map(float, v))] for w, v in store.vectors(sys.argv[2:])]))
+"""
+
+
+def stored_vectors(stack, window_ids: list[str]) -> dict[str, list[float]]:
+    """The windows' vectors as the store holds them, read in a process of its own."""
+    out = subprocess.run([sys.executable, "-c", _READ_VECTOR, str(stack.data_dir),
+                          *window_ids], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return dict(json.loads(out.stdout))
 
 
 def wait_for(predicate, timeout: float = 60, what: str = "condition"):
@@ -69,6 +92,12 @@ async def test_backfill_edit_and_redaction(stack):
         stack.wait_indexed([canary])
         reply = await dora.ask(room, "!sources admin password hint", stack.bot)
         assert "zebra-canary-5521" in reply["content"]["body"]
+        # The vector of the window that holds it, read before the redaction: made from
+        # the message, so as private as its text (embeddings can be inverted).
+        [holding] = [h["window_id"] for h in search(stack, "admin password hint zebra")
+                     if canary in h["event_ids"]]
+        vector = stored_vectors(stack, [holding])[holding]
+        assert files_holding(stack.data_dir / "chroma", vector)  # the check can see it
         await dora._client.room_redact(room, canary, reason="oops")
 
         wait_for(lambda: log_body(stack, canary) == ("redacted", None),
@@ -76,11 +105,15 @@ async def test_backfill_edit_and_redaction(stack):
         wait_for(lambda: all("zebra-canary-5521" not in h["text"]
                              for h in search(stack, "admin password hint zebra")),
                  what="the redaction in the store")
-        # Not in any file either: Chroma's write-ahead log, free pages and full-text
-        # index are scrubbed after the run (index.scrub_interval_seconds), the event
-        # log's WAL is checkpointed, and the answer artifacts hold only hashes.
+        # Not in any file either: Chroma never held it, the event log zeroed it
+        # (secure_delete) and its WAL is checkpointed, and the answer artifacts hold
+        # only hashes.
         wait_for(lambda: not stack.grep_data("zebra-canary-5521"),
                  what="the redacted text gone from every file in the data dir")
+        # Nor its vector: the compaction within the scrub interval copied the live
+        # points into a fresh collection and dropped the old one's files.
+        wait_for(lambda: files_holding(stack.data_dir, vector) == {}, timeout=30,
+                 what="the redacted window's vector gone from every file in the data dir")
 
         async def reply_edit():
             deadline = time.monotonic() + 60

@@ -179,8 +179,8 @@ def test_verify_index_dry_run_changes_nothing_then_repairs(indexed, capsys):
     store = ChromaStore(path=cfg.parent / "chroma")
     lost = next(store.iter_windows()).window_id
     store.delete([lost])
-    store.upsert_documents(["orphan"], [[0.1] * 64], ["x"],
-                           [{"room_id": ROOM, "corpus": "chat"}])
+    store.upsert_references(["orphan"], [[0.1] * 64], ["x"],
+                            [{"room_id": ROOM, "corpus": "chat"}])
     before = windows(cfg)
     assert main(["verify", "-c", str(cfg), "--index", "--dry-run"]) == 1
     out = capsys.readouterr().out

@@ -58,7 +58,7 @@ class FakeClock:
 @pytest.fixture
 def parts(tmp_path):
     log = EventLog(tmp_path / "eventlog.sqlite3")
-    store = ChromaStore(path=tmp_path / "chroma")
+    store = ChromaStore(path=tmp_path / "chroma", eventlog=log)
     yield log, store
     log.close()
 
@@ -67,7 +67,8 @@ def live_worker(log, store, **worker_args):
     """A pipeline on the fake clock, with its worker: (clock, embedder, pipeline, worker)."""
     clock = FakeClock(T0 / 1000)
     emb = HashEmbedder()
-    pipeline = Pipeline(log, emb, store, POLICY, clock=clock)
+    pipeline = Pipeline(log, emb, store, POLICY)
+    pipeline.compaction.clock = clock
     worker = PipelineWorker(pipeline, debounce=DEBOUNCE, sleep=clock.sleep, clock=clock,
                             **worker_args)
     return clock, emb, pipeline, worker

@@ -61,7 +61,7 @@ class Env:
         self.root = root
         self.eventlog = EventLog(root / "eventlog.sqlite3")
         self.journal = Journal(root / "journal.jsonl")
-        self.store = ChromaStore(path=root / "chroma")
+        self.store = ChromaStore(path=root / "chroma", eventlog=self.eventlog)
         self.gate = Gate(frozenset({ROOM, CLEAN}), BOT)
         self.ingest, self.pipeline = writers(self.eventlog, self.journal, self.store,
                                              embedder or HashEmbedder(), self.gate)
@@ -285,7 +285,7 @@ def test_room_public_again_indexes_only_new_messages(env):
 def test_scrub_keeps_the_other_rooms_readable_after_reopening(env):
     env.index_both_rooms()
     env.ingest.admit([TRIGGERS["turns invite-only"][1]])
-    reopened = ChromaStore(path=env.root / "chroma")
+    reopened = ChromaStore(path=env.root / "chroma", eventlog=env.eventlog)
     assert [w.window_id for w in reopened.get()] == [w.window_id for w in env.windows(CLEAN)]
     vec = HashEmbedder().encode([CLEAN_WORDS])
     [[hit]] = reopened.query(vec, 5)

@@ -17,7 +17,7 @@ ROOM = "!r:example.org"
 
 def setup(tmp_path, dim=64):
     log = EventLog(tmp_path / "eventlog.sqlite3")
-    store = ChromaStore(path=tmp_path / "chroma")
+    store = ChromaStore(path=tmp_path / "chroma", eventlog=log)
     ingest = Ingest(Gate(frozenset({ROOM}), "@bot:x"), log, Journal(tmp_path / "j.jsonl"))
     pipeline = Pipeline(log, HashEmbedder(dim), store, ChunkPolicy(max_bytes=50),
                         admits=ingest.admits)
@@ -39,7 +39,7 @@ def test_mismatch_rebuilds_every_window_with_the_new_embedder(tmp_path):
     before = store.count()
 
     # The same data dir opened with another embedder (other dimension): a rebuild.
-    log2, store2, ingest2, pipeline2 = log, ChromaStore(path=tmp_path / "chroma"), ingest, \
+    log2, store2, ingest2, pipeline2 = log, ChromaStore(path=tmp_path / "chroma", eventlog=log), ingest, \
         Pipeline(log, HashEmbedder(32), store, ChunkPolicy(max_bytes=50), admits=ingest.admits)
     pipeline2.store = store2
     assert meta_mismatch(store2, pipeline2.embedder)["dim"] == (64, 32)

@@ -16,6 +16,8 @@ from indexer.reference import (ReferenceError, References, cut_chunks, cut_secti
 from indexer.search import Searcher, SourceQuery
 from indexer.store import ChromaStore
 
+from .storekit import open_store
+
 FIXTURE = Path(__file__).parent / "fixtures" / "ops-cheatsheet.md"
 
 DOC = """Preamble before any heading.
@@ -77,11 +79,11 @@ class FailingStore:
     def __init__(self, inner: ChromaStore, ok: int = 0) -> None:
         self.inner, self.ok = inner, ok
 
-    def upsert_documents(self, *args):
+    def upsert_references(self, *args):
         if self.ok <= 0:
             raise ConnectionError("chroma unreachable")
         self.ok -= 1
-        return self.inner.upsert_documents(*args)
+        return self.inner.upsert_references(*args)
 
     def __getattr__(self, name):
         return getattr(self.inner, name)
@@ -89,7 +91,7 @@ class FailingStore:
 
 @pytest.fixture
 def parts(tmp_path):
-    store = ChromaStore(path=tmp_path / "chroma")
+    store = open_store(tmp_path)
     manifest = Manifest(tmp_path / "artifacts.jsonl", 5)
     embedder = HashEmbedder()
     return tmp_path, store, manifest, embedder

@@ -26,6 +26,8 @@ from indexer.search import (
 )
 from indexer.store import ChromaStore
 
+from .storekit import edit, index, open_store
+
 # -- SourceQuery.build ------------------------------------------------------------------
 
 
@@ -171,7 +173,7 @@ TOPICS = [
 
 @pytest.fixture(scope="module")
 def indexed(tmp_path_factory):
-    store = ChromaStore(path=tmp_path_factory.mktemp("search") / "chroma")
+    store = open_store(tmp_path_factory.mktemp("search"))
     emb = HashEmbedder()
     messages = [Message(EventID(f"$m{i}"), ROOM if i % 3 else OTHER, UserID("@a:example.org"),
                         1_700_000_000_000 + i * 3_600_000 * 2, text)
@@ -180,7 +182,7 @@ def indexed(tmp_path_factory):
     for room in (ROOM, OTHER):
         windows += build_windows([m for m in messages if m.room_id == room],
                                  ChunkPolicy(max_bytes=10, gap_ms=1))  # one message each
-    store.upsert(windows, emb.encode([embed_text(w) for w in windows]))
+    index(store, windows, emb.encode([embed_text(w) for w in windows]))
     return store, emb
 
 
@@ -232,7 +234,7 @@ def test_room_filter(indexed):
 
 
 def test_empty_store_gives_no_hits(tmp_path):
-    store = ChromaStore(path=tmp_path / "empty")
+    store = open_store(tmp_path / "empty")
     assert Searcher(HashEmbedder(), store).search(SourceQuery.build(["a", "b"])) == []
 
 
@@ -261,7 +263,7 @@ def test_terms_drop_stop_words_and_stem_endings():
 def chat(tmp_path):
     """Windows whose words the hash embedder cannot connect to the queries below:
     only the lexical leg finds them by their stems."""
-    store = ChromaStore(path=tmp_path / "chroma")
+    store = open_store(tmp_path)
     emb = HashEmbedder()
     lines = [("$p1", ROOM, "@alice:example.org", "resized both partitions with gparted"),
              ("$p2", ROOM, "@bob:example.org", "lunch at noon?"),
@@ -271,7 +273,7 @@ def chat(tmp_path):
                 for i, (e, r, u, body) in enumerate(lines)]
     windows = [w for room in (ROOM, OTHER) for w in build_windows(
         [m for m in messages if m.room_id == room], ChunkPolicy(max_bytes=10, gap_ms=1))]
-    store.upsert(windows, emb.encode([embed_text(w) for w in windows]))
+    index(store, windows, emb.encode([embed_text(w) for w in windows]))
     return store, emb, {w.event_ids[0]: w for w in windows}
 
 
@@ -305,7 +307,7 @@ def test_the_lexical_leg_sees_what_the_store_holds_now(chat):
     w = by_event["$p1"]
     edited = Window(w.window_id, w.room_id, (replace(w.messages[0], body="resized it"),),
                     w.room_label)
-    store.upsert([edited], emb.encode([embed_text(edited)]))
+    edit(store, edited, emb.encode([embed_text(edited)]))
     hits = {h.first_event_id: h for h in
             Searcher(emb, store).search(SourceQuery.build(["partition"], 4))}
     assert hits["$p3"].score > dense_only(hits["$p3"])

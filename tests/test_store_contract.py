@@ -9,12 +9,15 @@ import subprocess
 import sys
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from indexer.chunker import ChunkPolicy, build_windows
+from indexer.chunker import ChunkPolicy, build_windows, document
 from indexer.embedder import HashEmbedder
+from indexer.eventlog import EventLog
+from indexer.generations import META_KEY
 from indexer.records import EventID, Message, RoomID, UserID
 from indexer.store import ChromaStore
 
@@ -23,6 +26,12 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@dataclass(frozen=True)
+class _Server:
+    port: int
+    data: Path  # its persist dir
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +55,7 @@ def chroma_server(tmp_path_factory):
             proc.kill()
             pytest.fail("chroma run did not start:\n" + (path / "server.log").read_text())
         time.sleep(0.2)
-    yield port
+    yield _Server(port, path / "data")
     proc.terminate()
     try:
         proc.wait(20)
@@ -54,13 +63,35 @@ def chroma_server(tmp_path_factory):
         proc.kill()
 
 
-@pytest.fixture(params=["embedded", "server"])
-def store(request, tmp_path):
+def _open(request, tmp_path, eventlog=None) -> ChromaStore:
     name = f"contract_{request.node.name.replace('[', '_').replace(']', '')}"[:60]
     if request.param == "embedded":
-        return ChromaStore(path=tmp_path / "chroma", collection=name)
-    port = request.getfixturevalue("chroma_server")
-    return ChromaStore(host="127.0.0.1", port=port, collection=name)
+        return ChromaStore(path=tmp_path / "chroma", collection=name, eventlog=eventlog)
+    port = request.getfixturevalue("chroma_server").port
+    return ChromaStore(host="127.0.0.1", port=port, collection=name, eventlog=eventlog)
+
+
+@pytest.fixture(params=["embedded", "server"])
+def store(request, tmp_path):
+    return _open(request, tmp_path, EventLog(tmp_path / "eventlog.sqlite3"))
+
+
+@pytest.fixture
+def reopen(store):
+    """Open the store (again) over the same event log and folder or server."""
+    g = store._gens
+    return lambda: ChromaStore(path=store.path, host=g.host, port=g.port, collection=g.base,
+                               eventlog=EventLog(store.eventlog.path))
+
+
+def index(store: ChromaStore, ws) -> None:
+    """Upsert windows and record them in the event log, as the pipeline does."""
+    log = store.eventlog
+    store.upsert(ws, HashEmbedder().encode([w.messages[0].body for w in ws]))
+    for w in ws:
+        log.append([(m, None) for m in w.messages])
+        log.mark_indexed(w.room_id, {m.event_id: w.window_id for m in w.messages},
+                         w.messages[-1])
 
 
 def windows(n: int, room: str = "!r:example.org", offset: int = 0):
@@ -135,14 +166,13 @@ def test_vectors_pages_and_readd(store):
     assert pages[0][0][0] in got
 
 
-def test_matching_finds_documents_by_the_lexical_pattern(store):
-    """The lexical leg's fallback (no postings yet, the CLI): Chroma's regex filter over
-    the stored documents, with the room filter; the same on a server."""
+def test_matching_finds_windows_by_the_lexical_pattern(store):
+    """The lexical leg's fallback (no postings yet, the CLI): the regex over the text,
+    which the event log holds, with the room filter; the same on a server."""
     from indexer.lexical import pattern
 
-    emb = HashEmbedder()
     a, b = windows(5, "!a:example.org"), windows(5, "!b:example.org", offset=50)
-    store.upsert(a + b, emb.encode([w.messages[0].body for w in a + b]))
+    index(store, a + b)
     topic3 = {w.window_id for w in a + b if any("topic 3 " in m.body for m in w.messages)}
     assert topic3 and set(store.matching(pattern("topic"))) == {w.window_id for w in a + b}
     assert set(store.matching(r"(?i)topic 3\b")) == topic3
@@ -150,3 +180,158 @@ def test_matching_finds_documents_by_the_lexical_pattern(store):
     assert only_b == {w.window_id for w in b}
     # Sender ids are not bodies: "u1" is a sender's localpart only.
     assert store.matching(pattern("u1")) == []
+
+
+def test_chroma_holds_no_text_and_the_text_comes_from_the_event_log(store):
+    ws = windows(8)
+    index(store, ws)
+    raw = store.records(["documents", "metadatas"])
+    assert raw["ids"] and all(d is None for d in raw["documents"])
+    assert not any("message" in str(v) for m in raw["metadatas"] for v in m.values())
+    got = {w.window_id: w.text for w in store.get()}
+    assert got == {w.window_id: document(w) for w in ws}
+    [res] = store.query(HashEmbedder().encode([ws[0].messages[0].body]), 1)
+    assert res[0].window.text == document(ws[0])
+    # Its events no longer in the window (a redaction, a rebuild): no text is read.
+    store.eventlog.requeue_windows([ws[0].window_id])
+    assert {w.window_id: w.text for w in store.get([ws[0].window_id])} == {ws[0].window_id: ""}
+
+
+def test_reference_text_lives_in_the_event_log_and_leaves_with_its_chunk(store):
+    meta = {"room_id": "", "corpus": "reference", "ref_corpus": "ops", "ref_file": "a.md",
+            "ref_heading": "Disk", "event_ids": "[]", "senders": "[]"}
+    store.upsert_references(["rchunk1"], HashEmbedder().encode(["df -h shows disk"]),
+                            ["df -h shows disk"], [meta])
+    assert store.records(["documents"])["documents"] == [None]
+    [w] = store.get(["rchunk1"])
+    assert w.text == "df -h shows disk" and w.ref.corpus_name == "ops"
+    store.delete(["rchunk1"])
+    assert store.eventlog.ref_texts(["rchunk1"]) == {} and store.get(["rchunk1"]) == []
+
+
+def test_compaction_copies_the_live_points_and_drops_the_old_collection(store, reopen):
+    ws = windows(30)
+    index(store, ws)
+    store.set_meta({"embedder": "hash-bow", "dim": 64})
+    store.delete([ws[0].window_id])
+    before = dict(store.vectors([w.window_id for w in ws]))
+    metas_before = {w.window_id: w for w in store.get()}
+    first = store._gen
+    assert store.compact() == len(ws) - 1
+    assert store._gen == first + 1
+    assert store.eventlog.get_meta(META_KEY) == str(first + 1)  # the swap, recorded
+    after = dict(store.vectors([w.window_id for w in ws]))
+    assert after.keys() == before.keys()
+    for wid, v in before.items():  # copied as stored: nothing re-embedded
+        assert after[wid] == pytest.approx(v, abs=1e-6)
+    assert {w.window_id: w for w in store.get()} == metas_before
+    assert store.meta()["embedder"] == "hash-bow"
+    [res] = store.query([before[ws[5].window_id]], 1)
+    assert res[0].window.window_id == ws[5].window_id
+    again = reopen()  # the event log says which generation is live
+    assert again._gen == first + 1 and again.count() == len(ws) - 1
+    assert again.sweep() == []
+    if store.path is not None:  # embedded: the old generation's folder is gone
+        assert [p.name for p in store.path.iterdir()] == [f"g{first + 1}"]
+
+
+_CRASH = """
+import os, signal, sys
+from pathlib import Path
+from indexer.eventlog import EventLog
+from indexer.store import ChromaStore
+path, host, port, name, log = sys.argv[1:6]
+store = ChromaStore(path=Path(path) if path else None, host=host or None,
+                    port=int(port) if port else None, collection=name,
+                    eventlog=EventLog(Path(log)))
+store.compact(before_swap=lambda: os.kill(os.getpid(), signal.SIGKILL))
+"""
+
+
+def test_a_crash_between_copy_and_swap_keeps_the_old_collection(store, reopen):
+    ws = windows(20)
+    index(store, ws)
+    live = store._gen
+    gens = store._gens
+    args = [str(store.path or ""), gens.host or "", str(gens.port or ""), gens.base,
+            str(store.eventlog.path)]
+    proc = subprocess.run([sys.executable, "-c", _CRASH, *args], capture_output=True,
+                          cwd=Path(__file__).parent.parent)
+    assert proc.returncode == -9, proc.stderr.decode()[-2000:]
+    again = reopen()
+    assert again._gen == live and again.count() == len(ws)  # the old one, whole
+    assert again.sweep() == [live + 1]  # the half-made copy, dropped
+    assert again.count() == len(ws)
+    assert again.compact() == len(ws)  # and compaction works again
+
+
+def _persist_dir(store: ChromaStore, request) -> Path:
+    return store.path if store.path is not None else request.getfixturevalue("chroma_server").data
+
+
+def test_a_purged_room_leaves_no_text_and_no_vector_in_the_persist_dir(store, request):
+    """Purge (purge.py): the event log zeroes the room's text, its points are deleted,
+    the collection is compacted. No file of Chroma's folder, or of the server's
+    persist dir, holds the room's text (Chroma never had it) or its vectors."""
+    from indexer.journal import Journal
+    from indexer.pipeline import Pipeline
+    from indexer.purge import Purger
+    from indexer.records import Refusal
+
+    from .vectorscan import files_holding
+
+    canary = "purge-canary-x7q2"
+    secret = [Message(EventID(f"$s{i}"), RoomID("!secret:example.org"),
+                      UserID("@u:example.org"), 1_700_000_000_000 + i * 1000,
+                      f"{canary} line {i} of the secret room") for i in range(6)]
+    ws = build_windows(secret, ChunkPolicy(max_bytes=80))
+    index(store, ws)
+    index(store, windows(6, "!clean:example.org"))
+    vectors = dict(store.vectors([w.window_id for w in ws]))
+    root = _persist_dir(store, request)
+    assert all(files_holding(root, v, n=len(v)) for v in vectors.values())  # the check can see them
+    log = store.eventlog
+    pipeline = Pipeline(log, HashEmbedder(), store)
+    report = Purger(log, Journal(log.path.parent / "journal.jsonl"), store, pipeline.guard,
+                    pipeline.compaction).purge(
+        Refusal("join_rule_not_public", RoomID("!secret:example.org"), whole_room=True))
+    assert report.windows == len(ws) and report.scrubbed is True
+    assert {w.room_id for w in store.get()} == {"!clean:example.org"}
+    files = [p for p in root.rglob("*") if p.is_file()]
+    assert not [p for p in files if canary.encode() in p.read_bytes()]
+    assert not [p for p in log.path.parent.glob("eventlog.sqlite3*")
+                if canary.encode() in p.read_bytes()]
+    if store.path is None:
+        # Chroma 1.5.9 as a server keeps a dropped collection's segment folder
+        # (chroma#5520, delete_collection leaves data_level0.bin) and its SQLite runs
+        # without secure_delete: the purged vectors stay in the server's files until
+        # its operator removes them (docs/storage.md). An expected failure that names
+        # the files; a Chroma that fixes it passes the assertion below instead.
+        left = {w: files_holding(root, v, n=len(v)) for w, v in vectors.items()}
+        if any(left.values()):
+            files = sorted(set().union(*map(set, left.values())))
+            pytest.xfail(f"the server keeps a dropped collection's vectors in {files[:3]}")
+    assert {w: files_holding(root, v, n=len(v)) for w, v in vectors.items()} == {w: {} for w in vectors}
+
+
+def test_points_written_during_the_copy_are_caught_up_before_the_swap(store):
+    """The copy runs beside the pipeline: what it writes meanwhile (an upsert, a
+    re-upsert with a new vector, a delete) is in the new collection after the swap."""
+    import threading
+
+    emb = HashEmbedder()
+    ws = windows(20)
+    index(store, ws)
+    extra = windows(4, "!late:example.org", offset=500)
+    changed = ws[3]
+    new_vector = emb.encode(["a brand new vector for this window"])
+
+    def meanwhile():
+        store.upsert(extra, emb.encode([w.messages[0].body for w in extra]))
+        store.upsert([changed], new_vector)
+        store.delete([ws[0].window_id])
+
+    assert store.compact(lock=threading.RLock(), after_copy=meanwhile) == len(ws) - 1 + len(extra)
+    got = dict(store.vectors([w.window_id for w in ws + extra]))
+    assert set(got) == {w.window_id for w in ws[1:] + extra}
+    assert got[changed.window_id] == pytest.approx(new_vector[0], abs=1e-6)

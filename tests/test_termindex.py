@@ -13,6 +13,8 @@ from indexer.embedder import HashEmbedder
 from indexer.lexical import LexicalRanker, base_of, count_regex, pattern, stem, terms
 from indexer.records import EventID, Message, RoomID, UserID, Window, WindowID
 from indexer.store import ChromaStore
+
+from .storekit import index, open_store
 from indexer.termindex import TermIndex, answerable, bodies
 
 # Words that meet as stems and prefixes, a short one, digits, odd characters.
@@ -171,18 +173,19 @@ def _make_window(i: int, room: str, body: str) -> Window:
 def test_the_store_keeps_its_postings_in_step_and_the_leg_matches_chroma(tmp_path):
     from indexer.search import Searcher, SourceQuery, _lexical_ranker
 
-    store = ChromaStore(path=tmp_path / "chroma")
+    store = open_store(tmp_path)
     emb = HashEmbedder()
     bodies_ = ["how do I resize a partition with gparted", "grub rescue prompt after update",
                "partitioning the new disk", "nvidia driver blank screen", "wifi drops"]
     windows = [_make_window(i, "!a:example.org" if i % 2 else "!b:example.org", b)
                for i, b in enumerate(bodies_)]
-    store.upsert(windows[:3], emb.encode(bodies_[:3]))
+    index(store, windows[:3], emb.encode(bodies_[:3]))
     terms_index = store.enable_term_index(page=2)
     assert terms_index.ready.wait(30)
-    store.upsert(windows[3:], emb.encode(bodies_[3:]))
+    index(store, windows[3:], emb.encode(bodies_[3:]))
     store.delete([windows[0].window_id])
-    chroma_only = ChromaStore(path=tmp_path / "chroma")  # no postings: asks Chroma
+    # No postings: scans the event log's text.
+    chroma_only = ChromaStore(path=tmp_path / "chroma", eventlog=store.eventlog)
     for query, where in [("partition", None), ("grub", None), ("nvidia screen", None),
                          ("partition", {"room_id": "!b:example.org"}), ("resize", None)]:
         ours = _lexical_ranker(store)

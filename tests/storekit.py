@@ -1,0 +1,40 @@
+"""A store over an event log, for tests that write windows straight into the store:
+the text a store returns lives in the event log, so the windows are recorded there too,
+as the pipeline records them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from indexer.eventlog import EventLog
+from indexer.records import Window
+from indexer.store import ChromaStore
+
+
+def open_store(folder: Path, **kw) -> ChromaStore:
+    folder.mkdir(parents=True, exist_ok=True)
+    return ChromaStore(path=folder / "chroma",
+                       eventlog=EventLog(folder / "eventlog.sqlite3"), **kw)
+
+
+def index(store: ChromaStore, windows: Sequence[Window], vectors) -> None:
+    """Upsert windows and mark their events indexed in them, as the pipeline does."""
+    store.upsert(windows, vectors)
+    log = store.eventlog
+    for w in windows:
+        log.append([(m, None) for m in w.messages])
+        log.mark_indexed(w.room_id, {m.event_id: w.window_id for m in w.messages},
+                         w.messages[-1])
+
+
+def edit(store: ChromaStore, window: Window, vectors) -> None:
+    """Re-upsert a window whose messages' text changed, the event log first (as an
+    edit by each message's sender does)."""
+    from indexer.events import EditEvent
+    from indexer.history import History
+
+    History(store.eventlog).apply([
+        EditEvent(m.room_id, f"{m.event_id}-edit", m.sender, m.event_id, m.body, m.ts + 1)
+        for m in window.messages])
+    store.upsert([window], vectors)

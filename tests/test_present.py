@@ -1,0 +1,169 @@
+"""Linked answers through the presenter (indexer/present.py): a real event log, a real
+embedded Chroma, the hash embedder (linkage is about who answers whom, not meaning).
+
+A slow room: alice asks, two others chat about something else, and bob's answer comes
+two hours later, in another block and so in another window. Each way a message can be
+linked to the question (reply, thread, m.mentions, a "name:" address, Gitter's glued
+"@nameword") has a test that fails when that path breaks: the same answer without the
+link is not carried (the control case). Edits and redactions of a linked answer reach
+the hit that carries it.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from indexer.chunker import ChunkPolicy
+from indexer.embedder import HashEmbedder
+from indexer.eventlog import EventLog
+from indexer.gate import Gate
+from indexer.history import History
+from indexer.ingest import Ingest
+from indexer.journal import Journal
+from indexer.pipeline import Pipeline
+from indexer.present import Presenter
+from indexer.records import Hit
+from indexer.search import Searcher, SourceQuery
+from indexer.store import ChromaStore
+
+ROOM = "!slow:example.org"
+ALICE, BOB, CAROL, DAVE = (f"@{n}:example.org" for n in ("alice", "bob", "carol", "dave"))
+T0 = 1_700_000_000_000
+HOUR = 3600 * 1000
+QUESTION = "how do I raise the cache factor of the state cache on a small server"
+ANSWER = "set caches.global_factor to 2.0 in homeserver.yaml and restart synapse"
+
+
+def event(eid: str, sender: str, ts: int, body: str, **content) -> dict:
+    return {"type": "m.room.message", "room_id": ROOM, "sender": sender, "event_id": eid,
+            "origin_server_ts": ts, "content": {"msgtype": "m.text", "body": body, **content}}
+
+
+def question_and_chat() -> list[dict]:
+    """alice's question, then chat between carol and dave (addressed to each other,
+    so neither is an answer to alice by the dialogue rules)."""
+    return [event("$q", ALICE, T0, QUESTION),
+            event("$f1", CAROL, T0 + 60_000, "dave: did the deploy of the new bridge finish?"),
+            event("$f2", DAVE, T0 + 120_000, "carol: yes, an hour ago, all green")]
+
+
+# How bob's answer, two hours later, is tied to alice's question.
+ANSWERS = {
+    "reply": event("$a", BOB, T0 + 2 * HOUR, ANSWER,
+                   **{"m.relates_to": {"m.in_reply_to": {"event_id": "$q"}}}),
+    "thread": event("$a", BOB, T0 + 2 * HOUR, ANSWER,
+                    **{"m.relates_to": {"rel_type": "m.thread", "event_id": "$q"}}),
+    "mention": event("$a", BOB, T0 + 2 * HOUR, ANSWER, **{"m.mentions": {"user_ids": [ALICE]}}),
+    "address": event("$a", BOB, T0 + 2 * HOUR, f"alice: {ANSWER}"),
+    "glued": event("$a", BOB, T0 + 2 * HOUR, f"@alice{ANSWER}"),  # Gitter lost the space
+}
+UNLINKED = event("$a", BOB, T0 + 2 * HOUR, ANSWER)
+
+
+@pytest.fixture
+def world(tmp_path):
+    log = EventLog(tmp_path / "eventlog.sqlite3")
+    store = ChromaStore(path=tmp_path / "chroma")
+    ingest = Ingest(Gate(frozenset({ROOM}), "@bot:example.org"), log,
+                    Journal(tmp_path / "journal.jsonl"), history=History(log))
+    embedder = HashEmbedder()
+    pipeline = Pipeline(log, embedder, store, ChunkPolicy(), admits=ingest.admits,
+                        history=ingest.history)
+    ingest.admit([{"type": "m.room.join_rules", "room_id": ROOM, "sender": ALICE,
+                   "state_key": "", "event_id": "$jr", "origin_server_ts": T0 - 1,
+                   "content": {"join_rule": "public"}}])
+    searcher = Searcher(embedder, store, presenter=Presenter(log, embedder))
+    yield ingest, pipeline, searcher, log
+    log.close()
+
+
+def admit(world, events: list[dict]) -> None:
+    ingest, pipeline, _, _ = world
+    ingest.admit(events)
+    pipeline.process_all()
+
+
+def carrier(world, query: str = QUESTION) -> Hit:
+    """The hit holding alice's question."""
+    _, _, searcher, _ = world
+    hits = searcher.search(SourceQuery.build([query], top_k=10))
+    [hit] = [h for h in hits if "$q" in h.event_ids]
+    return hit
+
+
+@pytest.mark.parametrize("path", sorted(ANSWERS))
+def test_each_link_path_carries_the_answer_from_a_later_window(world, path):
+    admit(world, question_and_chat() + [ANSWERS[path]])
+    _, _, _, log = world
+    assert log.status_of("$a")[1] != log.status_of("$q")[1]  # two hours later: another window
+    hit = carrier(world)
+    assert "$a" not in hit.event_ids
+    assert [a.event_id for a in hit.answers] == ["$a"]
+    assert hit.answers[0].linked == path if path != "glued" else "address"
+    j = hit.to_json()
+    assert j["answer_event_ids"] == ["$a"] and "$a" in j["event_ids"]
+    assert "$a" in j["shown_event_ids"] and "$q" in j["shown_event_ids"]
+    [shown] = [s for s in j["shown"] if s["event_id"] == "$a"]
+    assert ANSWER in shown["body"]
+
+
+def test_without_a_link_the_later_answer_is_not_carried(world):
+    """The control: the same answer with no reply, thread, mention or address is not
+    tied to the question (the dialogue rules do not reach past the others' chat)."""
+    admit(world, question_and_chat() + [UNLINKED])
+    hit = carrier(world)
+    assert hit.answers == ()
+    assert "$a" not in hit.to_json()["event_ids"]
+
+
+def test_a_glued_mention_needs_the_whole_name(world):
+    """"@alicesetting" is alice; "@alsetting" (a name too short to glue) is no one."""
+    admit(world, question_and_chat() + [event("$a", BOB, T0 + 2 * HOUR, f"@al{ANSWER}")])
+    assert carrier(world).answers == ()
+
+
+def test_an_address_to_someone_who_spoke_before_the_question_is_not_an_answer(world):
+    """bob spoke before alice's question; carol's later "bob: ..." is addressed to bob,
+    not an unaddressed reply to alice (the names known are the whole timeline's, not
+    only those who spoke after the question)."""
+    admit(world, [event("$b0", BOB, T0 - 1000, "morning all, the upgrade went fine"),
+                  event("$q", ALICE, T0, QUESTION),
+                  event("$x", CAROL, T0 + 2 * HOUR,
+                        "bob: thanks for the upgrade notes, they saved my evening")])
+    assert carrier(world).answers == ()
+
+
+def test_an_edit_of_a_linked_answer_shows_its_new_text(world):
+    admit(world, question_and_chat() + [ANSWERS["address"]])
+    new = "alice: set caches.global_factor to 4.0 instead, 2.0 was not enough here"
+    admit(world, [event("$e", BOB, T0 + 3 * HOUR, f"* {new}",
+                        **{"m.new_content": {"msgtype": "m.text", "body": new},
+                           "m.relates_to": {"rel_type": "m.replace", "event_id": "$a"}})])
+    hit = carrier(world)
+    assert [(a.event_id, a.body) for a in hit.answers] == [("$a", new)]
+    [shown] = [s for s in hit.shown if s.event_id == "$a"]
+    assert shown.body == new
+    assert "2.0 in homeserver.yaml" not in str(hit.to_json())
+    # An edit by someone else is ignored.
+    admit(world, [event("$e2", CAROL, T0 + 4 * HOUR, "* hijacked",
+                        **{"m.new_content": {"msgtype": "m.text", "body": "alice: hijacked"},
+                           "m.relates_to": {"rel_type": "m.replace", "event_id": "$a"}})])
+    assert [a.body for a in carrier(world).answers] == [new]
+
+
+@pytest.mark.parametrize("path", ["reply", "mention", "address"])
+def test_a_redacted_linked_answer_is_quoted_nowhere(world, path):
+    """Whatever tied it to the question: the presenter reads only what is indexed now,
+    so a redacted reply or mention links nothing, even if its relation were kept."""
+    admit(world, question_and_chat() + [ANSWERS[path]])
+    assert [a.event_id for a in carrier(world).answers] == ["$a"]
+    admit(world, [{"type": "m.room.redaction", "room_id": ROOM, "sender": BOB,
+                   "event_id": "$r", "origin_server_ts": T0 + 3 * HOUR, "redacts": "$a",
+                   "content": {}}])
+    _, _, searcher, _ = world
+    for query in (QUESTION, ANSWER):
+        for hit in searcher.search(SourceQuery.build([query], top_k=10)):
+            j = hit.to_json()
+            assert "$a" not in j["event_ids"] and "$a" not in j["answer_event_ids"]
+            assert "$a" not in j["shown_event_ids"]
+            assert "global_factor" not in str(j), j

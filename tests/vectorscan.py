@@ -1,0 +1,39 @@
+"""Finding a vector in files as float32 values, as Chroma and hnswlib write them.
+
+A vector may be stored as given (Chroma's queue) or renormalised (hnswlib's cosine
+space normalises on insert), so its last bits can differ: components are compared
+with a tolerance, at every byte alignment. A hit is a run of `n` consecutive
+components each within `tol` of the vector's first `n`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+
+def files_holding(root: Path, vector: Sequence[float], n: int = 16,
+                  tol: float = 1e-5) -> dict[str, int]:
+    """File (relative to root) -> how many places hold the vector's first n components."""
+    want = np.asarray(vector[:n], dtype=np.float32)
+    assert np.count_nonzero(want) >= 3, "too few non-zero components to tell it apart"
+    out: dict[str, int] = {}
+    for path in sorted(Path(root).rglob("*")):
+        if not path.is_file():
+            continue
+        data = path.read_bytes()
+        found = 0
+        for align in range(4):
+            count = (len(data) - align) // 4
+            if count < n:
+                continue
+            a = np.frombuffer(data, dtype="<f4", count=count, offset=align)
+            with np.errstate(invalid="ignore"):
+                first = np.nonzero(np.abs(a[:count - n + 1] - want[0]) < tol)[0]
+                for i in first:
+                    if np.all(np.abs(a[i:i + n] - want) < tol):
+                        found += 1
+        if found:
+            out[str(path.relative_to(root))] = found
+    return out
