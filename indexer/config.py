@@ -172,7 +172,7 @@ class SearchSettings(_Section):
     lexical_max_terms: NonNegativeInt = 5  # 0: no keyword leg
     rate_limit_per_minute: NonNegativeInt = 6  # 0: no limit
     admins: tuple[Annotated[Str, AfterValidator(_user_id)], ...] = ()
-    min_similarity: Annotated[float, Strict(), Field(ge=-1, le=1)] = 0.30  # cosine
+    min_similarity: Annotated[float, Strict(), Field(ge=-1, le=1)] = 0.35  # cosine
 
 
 class GateSettings(_Section):

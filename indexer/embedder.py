@@ -62,6 +62,10 @@ class SentenceTransformerEmbedder:
                                      convert_to_numpy=True)
         return vecs.tolist()
 
+    def tokenize(self, text: str) -> list[str]:
+        """The model's word pieces of a text (indexer/legible.py)."""
+        return self.model.tokenizer.tokenize(text)
+
 
 def encode_in_length_order(embedder: Embedder, texts: Sequence[str],
                            call_size: int) -> list[list[float]]:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from typing import Sequence
 
 from .embedder import Embedder
+from .legible import legible
 from .lexical import LEXICAL_MAX_TERMS, LexicalRanker, is_keywords
 from .present import Presenter
 from .records import CORPUS_CHAT, CORPUS_REFERENCE, Hit, RoomID
@@ -122,6 +123,8 @@ class Searcher:
         texts = list(dict.fromkeys(query.texts))
         if not any(_WORDY.search(t) for t in texts):
             return [], None  # "?", "!!!", emoji only: nothing to look for
+        if not legible(texts, getattr(self.embedder, "tokenize", None)):
+            return [], None  # a script the model only spells out (indexer/legible.py)
         vectors = self.embedder.encode(texts)
         # The presenter ranks a pool again by the windows' matched questions.
         depth = max(query.top_k, RERANK_POOL) if self.presenter is not None else query.top_k
