@@ -115,8 +115,7 @@ TOPICS = [
 QUESTIONS = [
     ("what fixes the postgres archive job that broke every night?", "carol", 6),
     ("what broke our connection to other matrix servers today?", "erin", 5),
-    ("how can freshly registered people be placed into a channel from the start?",
-     "alice", 7),
+    ("newcomers see an empty sidebar after signing up, what is the fix?", "alice", 7),
 ]
 
 
