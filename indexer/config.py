@@ -15,6 +15,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
 from .chunker import ChunkPolicy
+from .embedder import BACKENDS, DEFAULT_BACKEND
 from .gate import DEFAULT_PUPPET_PATTERNS
 
 PLACEHOLDERS = ("example.com", "CHANGE_ME")
@@ -84,6 +85,8 @@ class Config:
     backfill_days: float | None = None  # None: a room's whole history
     lexical_max_terms: int = 5  # texts this short also get the BM25 leg; 0: never
     admins: tuple[str, ...] = ()
+    # How the model runs (embedder.py BACKENDS); issue 14 moves this into its pydantic model.
+    embedder_backend: str = DEFAULT_BACKEND
     raw: dict = field(default_factory=dict, repr=False)
     derived: DerivedConfig = field(default_factory=DerivedConfig)
 
@@ -206,9 +209,18 @@ def load_config(path: Path) -> Config:
         backfill_days=r.get("index.backfill_days", float, None),
         lexical_max_terms=r.get("search.lexical_max_terms", int, 5),
         admins=_admins(r),
+        embedder_backend=_backend(r),
         raw=data,
         derived=_derived(r),
     )
+
+
+def _backend(r: _Reader) -> str:
+    backend = r.get("embedder.backend", str, DEFAULT_BACKEND)
+    if backend not in BACKENDS:
+        raise ConfigError(r.file, "embedder.backend",
+                          f"must be one of {', '.join(BACKENDS)}, not {backend!r}")
+    return backend
 
 
 def _log_format(r: _Reader) -> str:

@@ -11,6 +11,8 @@ by a run: one that lands while a long run is under way is taken as soon as that 
 ends if it has waited an interval already, so under load runs follow each other with
 no idle second between them. A sweep closes quiet rooms' last blocks, and a scrub due
 after redactions (Pipeline.scrub_history) brings the worker back when it may run.
+Every timer here (debounce, backoff, sweep, deferred scrub) waits on the injected
+`sleep` and reads the injected `clock`: tests drive them with a fake clock.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ class PipelineWorker:
         self._clock = clock
         self._wake = asyncio.Event()
         self._waiting_since: float | None = None  # first notify not yet taken by a run
-        self._scrub_timer: asyncio.TimerHandle | None = None
+        self._scrub_timer: asyncio.Task | None = None
         self._run_lock = asyncio.Lock()
         self._task: asyncio.Task | None = None
         self._sweeper: asyncio.Task | None = None
@@ -68,9 +70,7 @@ class PipelineWorker:
         self.notify()  # catch up on whatever a previous run left pending
 
     async def stop(self) -> None:
-        if self._scrub_timer is not None:
-            self._scrub_timer.cancel()
-        for task in (self._task, self._sweeper):
+        for task in (self._task, self._sweeper, self._scrub_timer):
             if task:
                 task.cancel()
                 try:
@@ -107,9 +107,14 @@ class PipelineWorker:
             if wait:  # a scrub is due but too soon: run again when it may go
                 if self._scrub_timer is not None:
                     self._scrub_timer.cancel()
-                self._scrub_timer = asyncio.get_running_loop().call_later(wait, self.notify)
+                self._scrub_timer = asyncio.create_task(self._notify_after(wait),
+                                                        name="pipeline-scrub-timer")
             if not self._wake.is_set():
                 self.idle.set()
+
+    async def _notify_after(self, seconds: float) -> None:
+        await self._sleep(seconds)  # the injected sleep: tests move a fake clock
+        self.notify()
 
     def _run(self) -> None:
         indexed = self.pipeline.process_all()
@@ -121,7 +126,7 @@ class PipelineWorker:
         """Every sweep interval, close the last blocks of rooms gone quiet; never at the
         same time as a pipeline run (they re-chunk the same tails)."""
         while True:
-            await asyncio.sleep(self.sweep_every)
+            await self._sleep(self.sweep_every)
             try:
                 async with self._run_lock:
                     closed = await asyncio.to_thread(self.pipeline.close_quiet_blocks)
