@@ -1,6 +1,7 @@
 """Embedder backends (embedder.backend): the same model run another way gives the same
 vectors, so a collection survives a switch within a vector class and is rebuilt
-across classes; the ONNX files are made offline from the packaged weights, once."""
+across classes; the ONNX files are made offline from the packaged weights, once.
+The tests that load the real model are `slow` (about 20 s): the full run has them."""
 
 from __future__ import annotations
 
@@ -45,6 +46,7 @@ def cache(tmp_path_factory):
 
 
 @pytest.mark.model
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["onnx", "torch-bf16"])
 def test_a_float_backend_gives_torchs_vectors(backend, torch_vectors, cache):
     """What lets a collection made by torch be kept when the backend switches."""
@@ -60,6 +62,7 @@ def test_a_float_backend_gives_torchs_vectors(backend, torch_vectors, cache):
 
 
 @pytest.mark.model
+@pytest.mark.slow
 def test_int8_is_close_but_its_own_class(torch_vectors, cache):
     """int8 vectors drift further than 0.99 on some texts: a switch to or from it
     rebuilds the collection rather than mixing them."""
@@ -70,6 +73,7 @@ def test_int8_is_close_but_its_own_class(torch_vectors, cache):
 
 
 @pytest.mark.model
+@pytest.mark.slow
 def test_the_onnx_files_are_made_once_offline_in_the_cache(cache, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     first = load_embedder("all-MiniLM-L6-v2", "onnx-int8", cache)

@@ -318,11 +318,18 @@ def test_closing_an_open_block_lands_in_one_commit(log, store, monkeypatch):
 # -- PipelineWorker ---------------------------------------------------------------------
 
 
+SWEEP = 3600.0  # the workers' sweep interval here: FakeSleep never ends that sleep
+
+
 class FakeSleep:
+    """Returns at once (recording the wait), but for the sweeper's, which never ends."""
+
     def __init__(self) -> None:
         self.calls: list[float] = []
 
     async def __call__(self, seconds: float) -> None:
+        if seconds >= SWEEP:
+            await asyncio.Event().wait()
         self.calls.append(seconds)
         await asyncio.sleep(0)
 
@@ -357,7 +364,7 @@ async def test_worker_retries_with_doubling_backoff():
     sleep = FakeSleep()
     pipe = FailingPipeline(fail=4)
     worker = PipelineWorker(pipe, debounce=0.5, backoff_initial=1.0, backoff_max=60,
-                            sleep=sleep)
+                            sleep=sleep, sweep_every=SWEEP)
     worker.start()
     try:
         await run_until_idle(worker)
@@ -372,7 +379,7 @@ async def test_worker_backoff_is_capped_and_resets_after_success():
     sleep = FakeSleep()
     pipe = FailingPipeline(fail=5)
     worker = PipelineWorker(pipe, debounce=0, backoff_initial=1.0, backoff_max=4.0,
-                            sleep=sleep)
+                            sleep=sleep, sweep_every=SWEEP)
     worker.start()
     try:
         await run_until_idle(worker)
@@ -392,7 +399,7 @@ async def test_worker_catches_up_after_store_outage(log, store):
     flaky = FlakyStore(store, fail=2)
     sleep = FakeSleep()
     worker = PipelineWorker(Pipeline(log, HashEmbedder(), flaky, POLICY), debounce=0.01,
-                            backoff_initial=0.02, sleep=sleep)
+                            backoff_initial=0.02, sleep=sleep, sweep_every=SWEEP)
     worker.start()
     try:
         await run_until_idle(worker)
@@ -420,7 +427,7 @@ async def test_notify_during_a_run_runs_again():
             return 0
 
     loop = asyncio.get_running_loop()
-    worker = PipelineWorker(NotifyingPipeline(), debounce=0, sleep=sleep)
+    worker = PipelineWorker(NotifyingPipeline(), debounce=0, sleep=sleep, sweep_every=SWEEP)
     worker.start()
     try:
         await asyncio.sleep(0.05)
