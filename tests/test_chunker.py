@@ -3,6 +3,7 @@ and the conversations it follows."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -71,6 +72,7 @@ def window_bytes(w) -> int:
     return sum(size(m) for m in w)
 
 
+@pytest.mark.slow  # property test at full strength: in the full run
 @SETTINGS
 @given(timelines(), policies, nows)
 def test_every_message_in_exactly_one_window_in_timeline_order(messages, policy, now):
@@ -118,6 +120,7 @@ def test_blocks_are_greedy_and_no_window_spans_a_silence(messages, policy):
         assert len({where[m.event_id] for m in w}) == 1
 
 
+@pytest.mark.slow  # property test at full strength: in the full run
 @SETTINGS
 @given(timelines(), policies, nows, st.data())
 def test_rechunking_from_any_block_start_reproduces_later_windows(messages, policy, now, data):
@@ -130,6 +133,7 @@ def test_rechunking_from_any_block_start_reproduces_later_windows(messages, poli
         build_blocks(messages, policy, now_ms=now)[i:]
 
 
+@pytest.mark.slow  # property test at full strength: in the full run
 @SETTINGS
 @given(timelines(), policies, st.data())
 def test_live_tail_reproduces_the_room(messages, policy, data):
@@ -152,6 +156,7 @@ def test_live_tail_reproduces_the_room(messages, policy, data):
     assert tail[0].window_id == open_window.window_id
 
 
+@pytest.mark.slow  # property test at full strength: in the full run
 @SETTINGS
 @given(timelines(), policies)
 def test_a_block_closes_when_its_gap_has_passed(messages, policy):

@@ -4,6 +4,8 @@ for every term they answer, the same BM25 order, and in step with the store's wr
 
 from __future__ import annotations
 
+import pytest
+
 import re
 
 from hypothesis import HealthCheck, given, settings
@@ -47,6 +49,7 @@ def indexed(docs: dict[str, str], metas: dict[str, dict] | None = None) -> TermI
     return index
 
 
+@pytest.mark.slow  # property test at full strength: in the full run
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.dictionaries(st.text("abcdef", min_size=1, max_size=4), document_text,
                        min_size=1, max_size=8),
@@ -75,6 +78,7 @@ def python_ranker(docs: dict[str, str], index: TermIndex | None) -> LexicalRanke
                          index)
 
 
+@pytest.mark.slow  # property test at full strength: in the full run
 @settings(max_examples=200, deadline=None)
 @given(st.dictionaries(st.text("abcdef", min_size=1, max_size=4), document_text,
                        min_size=1, max_size=12),
