@@ -4,10 +4,9 @@ for every term they answer, the same BM25 order, and in step with the store's wr
 
 from __future__ import annotations
 
-import pytest
-
 import re
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
