@@ -25,6 +25,8 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Sequence
@@ -96,12 +98,30 @@ def _quantise(src: Path, dest: Path) -> None:
 
 
 def ensure_model(cache_dir: Path, int8: bool) -> Path:
-    """The ONNX file for this backend, made from the packaged weights if missing."""
+    """The ONNX file for this backend, made from the packaged weights if missing, in a
+    child process: torch and sentence-transformers (some 400 MiB resident) are needed
+    for the export only and never stay in the service."""
+    target = model_path(cache_dir, int8)
+    if not target.exists():
+        cmd = [sys.executable, "-m", "indexer.onnx_embedder", str(cache_dir)]
+        done = subprocess.run(cmd + (["--int8"] if int8 else []), capture_output=True,
+                              text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        if done.returncode != 0 or not target.exists():
+            raise RuntimeError(f"exporting the model to ONNX in {cache_dir} failed: "
+                               f"{done.stderr.strip()[-2000:]}")
+    return target
+
+
+def model_path(cache_dir: Path, int8: bool) -> Path:
+    stem = f"all-MiniLM-L6-v2-{_digest(model_dir())}"
+    return cache_dir / (f"{stem}-int8.onnx" if int8 else f"{stem}.onnx")
+
+
+def make_model(cache_dir: Path, int8: bool) -> Path:
+    """The export (and its quantisation), in this process."""
     src = model_dir()
     cache_dir.mkdir(parents=True, exist_ok=True)
-    stem = f"all-MiniLM-L6-v2-{_digest(src)}"
-    fp32 = cache_dir / f"{stem}.onnx"
-    target = cache_dir / f"{stem}-int8.onnx" if int8 else fp32
+    fp32, target = model_path(cache_dir, False), model_path(cache_dir, int8)
     if target.exists():
         return target
     if not fp32.exists():
@@ -167,3 +187,7 @@ class OnnxEmbedder:
                 for i, vector in zip(part, self._run([texts[i] for i in part]).tolist()):
                     out[i] = vector
         return out
+
+
+if __name__ == "__main__":  # ensure_model's child: python -m indexer.onnx_embedder DIR [--int8]
+    make_model(Path(sys.argv[1]), "--int8" in sys.argv[2:])
