@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from indexer.events import COMMAND_PREFIX
+from indexer.events import COMMAND_PREFIX, command_rest
 from indexer.search import MAX_TEXTS, MAX_TOP_K, QueryError, SourceQuery
 
 HELP = f"""\
@@ -60,10 +60,10 @@ Command = SearchCommand | HelpCommand | WhyCommand | StatusCommand
 
 
 def parse_command(body: str, room_id: str, default_top_k: int = 5) -> Command:
-    text = body.strip()
-    if not text.startswith(COMMAND_PREFIX):
+    rest = command_rest(body.strip())
+    if rest is None:
         raise CommandError(f"Commands start with {COMMAND_PREFIX}.")
-    first, _, more = text[len(COMMAND_PREFIX):].partition("\n")
+    first, _, more = rest.partition("\n")
     # Plain whitespace split: shlex would eat the apostrophes of "what's the bot's token".
     # Flag values (numbers, `here`, room ids, corpus names) never need quoting.
     words = first.split()

@@ -256,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=None)
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="config.yaml setting of the service (repeatable), e.g. "
-                   "embedder.backend=onnx-int8")
+                   "index.embedder.backend=onnx-int8")
     args = p.parse_args(argv)
     perfkit.quiet_env()
     root = evalkit.eval_dir(args.eval_dir)

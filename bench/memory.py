@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     runs = {}
     for backend in args.backends.split(","):
         result = query.service(items, args.asks, Path(args.work), push,
-                               settings={"embedder.backend": backend})
+                               settings={"index.embedder.backend": backend})
         runs[backend] = result
         print(f"embedder.backend: {backend}")
         query.print_service(result)

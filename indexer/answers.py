@@ -49,6 +49,7 @@ class AnswerLog:
         for hit, ids in zip(hits, quoted):
             entry = hit.to_json()
             entry.pop("text", None)
+            entry.pop("shown", None)  # text lives in the event log only; the ids stay
             entry["quoted"] = list(ids)
             entries.append(entry)
         ids = {e for q in quoted for e in q}

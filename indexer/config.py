@@ -1,24 +1,33 @@
-"""The service's configuration, read and validated once into typed records.
+"""The service's configuration: one pydantic model per section of config.yaml, read and
+validated once into a flat `Config`.
 
-Every error names the key and the file, and says how to fix it.
+Each setting has its one default here, on its section's field; config.example.yaml shows
+the same values (a test holds them equal). An unknown key is refused (a misspelled key
+would otherwise start silently on the default), and so is a value out of range. Every
+error reads `<file>: <dotted.key>: <message>` and says what would be accepted.
 """
 
 from __future__ import annotations
 
+import difflib
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal, get_args
 from urllib.parse import urlsplit
 
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, Strict,
+                      ValidationError, field_validator, model_validator)
+from pydantic.dataclasses import dataclass as checked_dataclass
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
 from .chunker import ChunkPolicy
-from .embedder import BACKENDS, DEFAULT_BACKEND
 from .gate import DEFAULT_PUPPET_PATTERNS
 
 PLACEHOLDERS = ("example.com", "CHANGE_ME")
+EmbedderBackend = Literal["torch", "torch-bf16", "onnx", "onnx-int8"]  # embedder.BACKENDS
+EMBEDDER_BACKENDS: tuple[str, ...] = get_args(EmbedderBackend)
 
 
 def is_placeholder(value: str) -> bool:
@@ -32,32 +41,188 @@ def is_placeholder(value: str) -> bool:
 
 
 class ConfigError(ValueError):
-    def __init__(self, file: Path, key: str, message: str) -> None:
-        super().__init__(f"{file}: {key}: {message}" if key else f"{file}: {message}")
+    def __init__(self, file: Path, key: str, message: str,
+                 more: tuple[tuple[str, str], ...] = ()) -> None:
+        lines = [f"{file}: {k}: {m}" if k else f"{file}: {m}" for k, m in ((key, message), *more)]
+        super().__init__("\n".join(lines))
         self.file, self.key = file, key
 
 
-@dataclass(frozen=True)
+class _Refused(ValueError):
+    """Raised by a section's cross-field check to name the field at fault."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+# -- value types: YAML gives int, float, str, bool; no coercion between them -----------
+
+Int = Annotated[int, Strict()]
+Str = Annotated[str, Strict()]
+PositiveInt = Annotated[int, Strict(), Field(gt=0)]
+PositiveFloat = Annotated[float, Strict(), Field(gt=0)]  # an int is a float too
+NonNegativeInt = Annotated[int, Strict(), Field(ge=0)]
+NonNegativeFloat = Annotated[float, Strict(), Field(ge=0)]
+Port = Annotated[int, Strict(), Field(ge=1, le=65535)]
+RelativePath = Annotated[str, Strict(), Field(min_length=1)]  # to the config's folder
+Fraction = Annotated[float, Strict(), Field(gt=0, le=1)]
+
+
+def _regex(value: str) -> str:
+    try:
+        re.compile(value)
+    except re.error as e:
+        raise ValueError(f"not a regex: {e}") from None
+    return value
+
+
+def _user_id(value: str) -> str:
+    if not re.fullmatch(r"@[^:\s]+:\S+", value):
+        raise ValueError(f"{value!r} is not a user id like '@alice:example.org'")
+    return value
+
+
+def _not_placeholder(value: str) -> str:
+    if is_placeholder(value):
+        raise ValueError(f"{value!r} is a placeholder: set your homeserver's")
+    return value
+
+
+def _http_url(value: str) -> str:
+    if not re.match(r"^https?://[^/\s]+", value):
+        raise ValueError(f"must be an http(s) URL, not {value!r}")
+    return value.rstrip("/")
+
+
+def _empty_is_unset(cls: type, data: Any) -> Any:
+    """`key:` with no value (or a section whose keys are all commented out) reads as an
+    unset key: its default. Each section runs it first."""
+    if isinstance(data, dict):
+        return {k: v for k, v in data.items() if v is not None}
+    return data
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    _unset = model_validator(mode="before")(_empty_is_unset)
+
+
+_CHECKED = ConfigDict(extra="forbid")  # the sections that are also public dataclasses
+
+
+class HomeserverSettings(_Section):
+    url: Annotated[Str, AfterValidator(_http_url), AfterValidator(_not_placeholder)]
+    domain: Annotated[Str, AfterValidator(_not_placeholder)]
+
+
+class AppserviceSettings(_Section):
+    host: Str = "127.0.0.1"
+    port: Port = 29316
+    registration: RelativePath = "registration.yaml"
+    bot_localpart: Str = "sourcesbot"
+    bot_displayname: Str = "Sources"
+
+    @field_validator("bot_localpart")
+    @classmethod
+    def _localpart(cls, v: str) -> str:
+        if not re.fullmatch(r"[a-z0-9._=/-]+", v):
+            raise ValueError(f"{v!r} is not a valid localpart")
+        return v
+
+
+@checked_dataclass(frozen=True, config=_CHECKED)
 class ChromaConfig:
-    mode: str = "embedded"
-    path: Path = Path("chroma")
-    host: str | None = None
-    port: int = 8000
+    mode: Literal["embedded", "server"] = "embedded"
+    path: Annotated[Path, Strict(False)] = Path("chroma")  # relative: to the config's folder
+    host: Str | None = None  # server mode: 127.0.0.1 unless set
+    port: Port = 8000
+    _unset = model_validator(mode="before")(_empty_is_unset)
 
 
-@dataclass(frozen=True)
+class EmbedderSettings(_Section):
+    model: Annotated[Str, Field(min_length=1)] = "all-MiniLM-L6-v2"
+    backend: EmbedderBackend = "torch"
+
+
+_CHUNKS = ChunkPolicy()  # the window settings' defaults are the chunker's own
+
+
+class IndexSettings(_Section):
+    embedder: EmbedderSettings = EmbedderSettings()
+    window_max_bytes: PositiveInt = _CHUNKS.max_bytes
+    window_gap_seconds: PositiveFloat = _CHUNKS.gap_ms / 1000
+    debounce_seconds: NonNegativeFloat = 1.0  # 0: no wait
+    scrub_interval_seconds: PositiveFloat = 60.0
+    backfill_days: PositiveFloat | None = None  # None: a room's whole history
+    answer_horizon_hours: PositiveFloat = 24.0
+    answer_horizon_messages: Annotated[int, Strict(), Field(ge=1)] = 150
+    chroma: ChromaConfig = ChromaConfig()
+
+    @field_validator("embedder", mode="before")
+    @classmethod
+    def _model_name_alone(cls, v: Any) -> Any:
+        """`embedder: NAME`, the form before backends, is the model on torch."""
+        return {"model": v} if isinstance(v, str) else v
+
+
+class SearchSettings(_Section):
+    default_top_k: Annotated[int, Strict(), Field(ge=1, le=20)] = 5
+    rrf_k: PositiveInt = 60
+    lexical_max_terms: NonNegativeInt = 5  # 0: no keyword leg
+    rate_limit_per_minute: NonNegativeInt = 6  # 0: no limit
+    admins: tuple[Annotated[Str, AfterValidator(_user_id)], ...] = ()
+    min_similarity: Annotated[float, Strict(), Field(ge=-1, le=1)] = 0.30  # cosine
+
+
+class GateSettings(_Section):
+    puppet_patterns: tuple[Annotated[Str, AfterValidator(_regex)], ...] = DEFAULT_PUPPET_PATTERNS
+    bridge_registrations: tuple[RelativePath, ...] = ()
+
+
+class LoggingSettings(_Section):
+    level: Annotated[Literal["DEBUG", "INFO", "WARNING", "ERROR"],
+                     BeforeValidator(lambda v: v.upper() if isinstance(v, str) else v)] = "INFO"
+    format: Literal["text", "json"] = "text"
+
+
+@checked_dataclass(frozen=True, config=_CHECKED)
 class DerivedConfig:
     """The derived filter (DESIGN.md "Derived filter"): per-kind thresholds of the
     containment score, the length below which nothing matches, the shingle size."""
 
-    answer_threshold: float = 0.8
-    reference_threshold: float = 0.5
-    min_words: int = 8
-    shingle_size: int = 5
+    answer_threshold: Fraction = 0.8
+    reference_threshold: Fraction = 0.5
+    min_words: Int = 8
+    shingle_size: Annotated[int, Strict(), Field(ge=1, le=16)] = 5
+    _unset = model_validator(mode="before")(_empty_is_unset)
+
+    @model_validator(mode="after")
+    def _long_enough(self) -> "DerivedConfig":
+        if self.min_words < self.shingle_size:
+            raise _Refused("min_words", "must be at least derived.shingle_size "
+                           f"({self.shingle_size}), not {self.min_words}")
+        return self
+
+
+class Settings(_Section):
+    """config.yaml as written: its sections, with every default."""
+
+    homeserver: HomeserverSettings = Field(default_factory=dict, validate_default=True)
+    appservice: AppserviceSettings = AppserviceSettings()
+    allowlist: RelativePath = "allowlist.yaml"
+    index: IndexSettings = IndexSettings()
+    search: SearchSettings = SearchSettings()
+    gate: GateSettings = GateSettings()
+    logging: LoggingSettings = LoggingSettings()
+    derived: DerivedConfig = DerivedConfig()
 
 
 @dataclass(frozen=True)
 class Config:
+    """What the service runs with: the settings, paths resolved against the config's
+    folder, and the bridges' puppet namespaces read in. No defaults here: see Settings."""
+
     file: Path
     data_dir: Path
     homeserver_url: str
@@ -68,27 +233,28 @@ class Config:
     bot_localpart: str
     bot_displayname: str
     allowlist: Path
-    embedder: str
+    embedder: str  # the model's name, for load_embedder
+    embedder_backend: str  # one of EMBEDDER_BACKENDS
     policy: ChunkPolicy
     debounce_seconds: float
     chroma: ChromaConfig
     default_top_k: int
     rrf_k: int
     rate_limit_per_minute: int
-    # gate.puppet_patterns plus the user namespaces of gate.bridge_registrations
-    puppet_patterns: tuple[str, ...] = DEFAULT_PUPPET_PATTERNS
-    bridge_registrations: tuple[Path, ...] = ()
-    log_level: str = "INFO"
-    # Least seconds between two scrubs of Chroma's files after edits and redactions.
-    scrub_interval_seconds: float = 60.0
-    log_format: str = "text"
-    backfill_days: float | None = None  # None: a room's whole history
-    lexical_max_terms: int = 5  # texts this short also get the BM25 leg; 0: never
-    admins: tuple[str, ...] = ()
-    # How the model runs (embedder.py BACKENDS); issue 14 moves this into its pydantic model.
-    embedder_backend: str = DEFAULT_BACKEND
-    raw: dict = field(default_factory=dict, repr=False)
-    derived: DerivedConfig = field(default_factory=DerivedConfig)
+    puppet_patterns: tuple[str, ...]  # gate.puppet_patterns + the bridges' user namespaces
+    bridge_registrations: tuple[Path, ...]
+    log_level: str
+    scrub_interval_seconds: float  # least seconds between two compactions
+    log_format: str
+    backfill_days: float | None  # None: a room's whole history
+    lexical_max_terms: int  # texts this short also get the BM25 leg; 0: never
+    admins: tuple[str, ...]
+    min_similarity: float  # a hit below it is not returned
+    answer_horizon_hours: float  # how long after a question its answer is linked
+    answer_horizon_messages: int  # and at most this many messages later
+    derived: DerivedConfig
+    settings: Settings
+    raw: dict
 
     @property
     def bot_user(self) -> str:
@@ -103,34 +269,6 @@ class Config:
         return self.data_dir / "journal.jsonl"
 
 
-class _Reader:
-    def __init__(self, file: Path, data: dict) -> None:
-        self.file, self.data = file, data
-
-    def get(self, dotted: str, kind: type | tuple, default: Any = ...) -> Any:
-        node: Any = self.data
-        for part in dotted.split("."):
-            if not isinstance(node, dict) or part not in node or node[part] is None:
-                if default is ...:
-                    raise ConfigError(self.file, dotted, "is missing")
-                return default
-            node = node[part]
-        if isinstance(node, bool) and kind in (int, float):
-            raise ConfigError(self.file, dotted, f"must be a number, not {node!r}")
-        if kind is float and isinstance(node, int):
-            node = float(node)
-        if not isinstance(node, kind):
-            name = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-            raise ConfigError(self.file, dotted, f"must be a {name}, not {node!r}")
-        return node
-
-    def positive(self, dotted: str, kind: type, default: Any) -> Any:
-        v = self.get(dotted, kind, default)
-        if v <= 0:
-            raise ConfigError(self.file, dotted, f"must be greater than 0, not {v}")
-        return v
-
-
 def load_yaml(path: Path) -> Any:
     try:
         with open(path, encoding="utf-8") as f:
@@ -138,162 +276,177 @@ def load_yaml(path: Path) -> Any:
     except FileNotFoundError:
         raise ConfigError(path, "", "no such file; create it with `matrix-sources init "
                           "--data-dir DIR`") from None
+    except IsADirectoryError:
+        raise ConfigError(path, "", "is a folder, not a file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(path, "", f"cannot read it ({e})") from None
     except YAMLError as e:
         raise ConfigError(path, "", f"not valid YAML: {e}") from None
 
 
 def load_config(path: Path) -> Config:
     path = Path(path).resolve()
+    if path.is_dir():
+        raise ConfigError(path, "", f"is a folder; give the config file in it "
+                          f"({path / 'config.yaml'})")
     data = load_yaml(path)
     if not isinstance(data, dict):
         raise ConfigError(path, "", "must be a YAML mapping")
-    r = _Reader(path, data)
+    try:
+        s = Settings.model_validate(data)
+    except ValidationError as e:
+        problems = [_problem(err) for err in e.errors()]
+        raise ConfigError(path, *problems[0], more=tuple(problems[1:])) from None
     base = path.parent
-
-    url = r.get("homeserver.url", str)
-    if not re.match(r"^https?://[^/\s]+", url):
-        raise ConfigError(path, "homeserver.url", f"must be an http(s) URL, not {url!r}")
-    domain = r.get("homeserver.domain", str)
-    for key, value in (("homeserver.url", url), ("homeserver.domain", domain)):
-        if is_placeholder(value):
-            raise ConfigError(path, key, f"{value!r} is a placeholder: set your homeserver's")
-    mode = r.get("index.chroma.mode", str, "embedded")
-    if mode not in ("embedded", "server"):
-        raise ConfigError(path, "index.chroma.mode", f"must be embedded or server, not {mode!r}")
-    chroma = ChromaConfig(
-        mode=mode,
-        path=base / r.get("index.chroma.path", str, "chroma"),
-        host=r.get("index.chroma.host", str, "127.0.0.1" if mode == "server" else None),
-        port=r.positive("index.chroma.port", int, 8000),
-    )
-    patterns = r.get("gate.puppet_patterns", list, list(DEFAULT_PUPPET_PATTERNS))
-    for i, p in enumerate(patterns):
-        try:
-            re.compile(p)
-        except (re.error, TypeError) as e:
-            raise ConfigError(path, f"gate.puppet_patterns[{i}]", f"not a regex: {e}") from None
-    top_k = r.get("search.default_top_k", int, 5)
-    if not 1 <= top_k <= 20:
-        raise ConfigError(path, "search.default_top_k", f"must be 1 to 20, not {top_k}")
-    level = r.get("logging.level", str, "INFO").upper()
-    if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
-        raise ConfigError(path, "logging.level", "must be DEBUG, INFO, WARNING or ERROR")
-    localpart = r.get("appservice.bot_localpart", str, "sourcesbot")
-    if not re.fullmatch(r"[a-z0-9._=/-]+", localpart):
-        raise ConfigError(path, "appservice.bot_localpart", f"{localpart!r} is not a valid localpart")
-    bridges, bridge_patterns = _bridge_namespaces(r, base, f"@{localpart}:{domain}")
+    chroma = s.index.chroma
+    chroma = ChromaConfig(mode=chroma.mode, path=base / chroma.path, port=chroma.port,
+                          host=chroma.host or ("127.0.0.1" if chroma.mode == "server" else None))
+    bot_user = f"@{s.appservice.bot_localpart}:{s.homeserver.domain}"
+    bridges, bridge_patterns = _bridge_namespaces(path, s.gate.bridge_registrations, bot_user)
     return Config(
         file=path,
         data_dir=base,
-        homeserver_url=url.rstrip("/"),
-        domain=domain,
-        as_host=r.get("appservice.host", str, "127.0.0.1"),
-        as_port=r.positive("appservice.port", int, 29316),
-        registration=base / r.get("appservice.registration", str, "registration.yaml"),
-        bot_localpart=localpart,
-        bot_displayname=r.get("appservice.bot_displayname", str, "Sources"),
-        allowlist=base / r.get("allowlist", str, "allowlist.yaml"),
-        embedder=r.get("index.embedder", str, "all-MiniLM-L6-v2"),
-        policy=ChunkPolicy(max_bytes=r.positive("index.window_max_bytes", int, 500),
-                           gap_ms=int(r.positive("index.window_gap_seconds", float, 1800.0) * 1000)),
-        debounce_seconds=r.get("index.debounce_seconds", float, 1.0),
-        scrub_interval_seconds=r.positive("index.scrub_interval_seconds", float, 60.0),
+        homeserver_url=s.homeserver.url,
+        domain=s.homeserver.domain,
+        as_host=s.appservice.host,
+        as_port=s.appservice.port,
+        registration=base / s.appservice.registration,
+        bot_localpart=s.appservice.bot_localpart,
+        bot_displayname=s.appservice.bot_displayname,
+        allowlist=base / s.allowlist,
+        embedder=s.index.embedder.model,
+        embedder_backend=s.index.embedder.backend,
+        policy=ChunkPolicy(max_bytes=s.index.window_max_bytes,
+                           gap_ms=int(s.index.window_gap_seconds * 1000)),
+        debounce_seconds=s.index.debounce_seconds,
+        scrub_interval_seconds=s.index.scrub_interval_seconds,
         chroma=chroma,
-        default_top_k=top_k,
-        rrf_k=r.positive("search.rrf_k", int, 60),
-        rate_limit_per_minute=r.get("search.rate_limit_per_minute", int, 6),
-        puppet_patterns=tuple(patterns) + bridge_patterns,
+        default_top_k=s.search.default_top_k,
+        rrf_k=s.search.rrf_k,
+        rate_limit_per_minute=s.search.rate_limit_per_minute,
+        puppet_patterns=s.gate.puppet_patterns + bridge_patterns,
         bridge_registrations=bridges,
-        log_level=level,
-        log_format=_log_format(r),
-        backfill_days=r.get("index.backfill_days", float, None),
-        lexical_max_terms=r.get("search.lexical_max_terms", int, 5),
-        admins=_admins(r),
-        embedder_backend=_backend(r),
+        log_level=s.logging.level,
+        log_format=s.logging.format,
+        backfill_days=s.index.backfill_days,
+        lexical_max_terms=s.search.lexical_max_terms,
+        admins=s.search.admins,
+        min_similarity=s.search.min_similarity,
+        answer_horizon_hours=s.index.answer_horizon_hours,
+        answer_horizon_messages=s.index.answer_horizon_messages,
+        derived=s.derived,
+        settings=s,
         raw=data,
-        derived=_derived(r),
     )
 
 
-def _backend(r: _Reader) -> str:
-    backend = r.get("embedder.backend", str, DEFAULT_BACKEND)
-    if backend not in BACKENDS:
-        raise ConfigError(r.file, "embedder.backend",
-                          f"must be one of {', '.join(BACKENDS)}, not {backend!r}")
-    return backend
+# -- pydantic's errors, said in the file's terms --------------------------------------
+
+_KINDS = {"int_type": "an integer", "float_type": "a number", "string_type": "a string",
+          "bool_type": "true or false", "path_type": "a path", "list_type": "a list", "tuple_type": "a list",
+          "model_type": "a mapping of keys", "dataclass_type": "a mapping of keys",
+          "dict_type": "a mapping of keys"}
 
 
-def _log_format(r: _Reader) -> str:
-    fmt = r.get("logging.format", str, "text")
-    if fmt not in ("text", "json"):
-        raise ConfigError(r.file, "logging.format", f"must be text or json, not {fmt!r}")
-    return fmt
+def _problem(err: dict) -> tuple[str, str]:
+    """(dotted key, message) for one pydantic error: `index.chroma.port`,
+    `gate.puppet_patterns[1]`."""
+    loc = [p for p in err["loc"] if p not in ("function-after", "function-before")]
+    kind, ctx, value = err["type"], err.get("ctx") or {}, err.get("input")
+    if kind == "value_error" and isinstance(ctx.get("error"), _Refused):
+        loc.append(ctx["error"].field)
+    key = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
+    if kind == "missing":
+        return key, "is missing"
+    if kind in ("extra_forbidden", "unexpected_keyword_argument"):
+        return key, _unknown(loc)
+    if kind == "value_error":
+        return key, str(ctx.get("error", err["msg"]))
+    if kind == "literal_error":
+        return key, f"must be {ctx['expected'].replace(chr(39), '')}, not {value!r}"
+    if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
+        return key, f"must be {_bounds(loc, ctx)}, not {value!r}"
+    if kind == "string_too_short":
+        return key, "must not be empty"
+    if kind in _KINDS:
+        return key, f"must be {_KINDS[kind]}, not {value!r}"
+    return key, err["msg"]
 
 
-def _admins(r: _Reader) -> tuple[str, ...]:
-    admins = r.get("search.admins", list, [])
-    for i, a in enumerate(admins):
-        if not isinstance(a, str) or not re.fullmatch(r"@[^:\s]+:\S+", a):
-            raise ConfigError(r.file, f"search.admins[{i}]", f"{a!r} is not a user id like "
-                              "'@alice:example.org'")
-    return tuple(admins)
+def _fields(cls: Any) -> dict:
+    return getattr(cls, "model_fields", None) or getattr(cls, "__pydantic_fields__", {})
 
 
-def _bridge_namespaces(r: _Reader, base: Path,
+def _walk(loc: list) -> tuple[Any, Any]:
+    """The section that holds the key at `loc`, and the key's FieldInfo (None if no such
+    key). List indices are stepped over."""
+    section, info = Settings, None
+    for part in (p for p in loc if not isinstance(p, int)):
+        if info is not None:
+            section = info.annotation
+        info = _fields(section).get(part)
+        if info is None:
+            return section, None
+    return section, info
+
+
+def _unknown(loc: list) -> str:
+    section, _ = _walk(loc)
+    known = sorted(_fields(section))
+    near = difflib.get_close_matches(str(loc[-1]), known, n=1)
+    hint = f"did you mean {near[0]}? " if near else ""
+    return f"unknown key; {hint}the keys here are {', '.join(known)}"
+
+
+def _bounds(loc: list, ctx: dict) -> str:
+    """The key's whole range, from its field's constraints: 'from 1 to 20'."""
+    _, info = _walk(loc)
+    b = dict(ctx)
+    for m in getattr(info, "metadata", ()):
+        b.update({n: getattr(m, n) for n in ("gt", "ge", "lt", "le")
+                  if getattr(m, n, None) is not None})
+    if "ge" in b and "le" in b:
+        return f"from {b['ge']} to {b['le']}"
+    low = f"above {b['gt']}" if "gt" in b else f"at least {b['ge']}" if "ge" in b else None
+    high = f"below {b['lt']}" if "lt" in b else f"at most {b['le']}" if "le" in b else None
+    if "gt" in b and not high:
+        return f"greater than {b['gt']}"
+    return " and ".join(x for x in (low, high) if x)
+
+
+def _bridge_namespaces(file: Path, entries: tuple[str, ...],
                        bot_user: str) -> tuple[tuple[Path, ...], tuple[str, ...]]:
     """Other appservices' registration files (bridges): the regexes of their user
     namespaces are puppet patterns. Synapse matches them with re.match, as the gate does."""
-    key = "gate.bridge_registrations"
-    files = r.get(key, list, [])
     paths: list[Path] = []
     patterns: list[str] = []
-    for i, entry in enumerate(files):
-        k = f"{key}[{i}]"
-        if not isinstance(entry, str) or not entry:
-            raise ConfigError(r.file, k, f"must be the path of a registration file, not {entry!r}")
-        reg = base / entry
+    for i, entry in enumerate(entries):
+        k = f"gate.bridge_registrations[{i}]"
+        reg = file.parent / entry
         try:
             data = YAML(typ="safe").load(reg.read_text(encoding="utf-8"))
         except FileNotFoundError:
-            raise ConfigError(r.file, k, f"{reg}: no such file") from None
+            raise ConfigError(file, k, f"{reg}: no such file") from None
         except (OSError, UnicodeDecodeError) as e:
-            raise ConfigError(r.file, k, f"{reg}: cannot read it ({e})") from None
+            raise ConfigError(file, k, f"{reg}: cannot read it ({e})") from None
         except YAMLError as e:
-            raise ConfigError(r.file, k, f"{reg}: not valid YAML: {e}") from None
+            raise ConfigError(file, k, f"{reg}: not valid YAML: {e}") from None
         users = (data.get("namespaces") or {}).get("users") if isinstance(data, dict) else None
         if not isinstance(users, list) or not users:
-            raise ConfigError(r.file, k, f"{reg}: no namespaces.users list; is it a bridge's "
+            raise ConfigError(file, k, f"{reg}: no namespaces.users list; is it a bridge's "
                               "appservice registration?")
         for j, ns in enumerate(users):
             where = f"{reg}: namespaces.users[{j}].regex"
             regex = ns.get("regex") if isinstance(ns, dict) else None
             if not isinstance(regex, str) or not regex:
-                raise ConfigError(r.file, k, f"{where} is missing")
+                raise ConfigError(file, k, f"{where} is missing")
             try:
                 compiled = re.compile(regex)
             except re.error as e:
-                raise ConfigError(r.file, k, f"{where}: not a regex: {e}") from None
+                raise ConfigError(file, k, f"{where}: not a regex: {e}") from None
             if compiled.match(bot_user):
-                raise ConfigError(r.file, k, f"{where} {regex!r} matches the bot {bot_user}: "
+                raise ConfigError(file, k, f"{where} {regex!r} matches the bot {bot_user}: "
                                   "list bridges' registrations here, not this service's own")
             patterns.append(regex)
         paths.append(reg)
     return tuple(paths), tuple(patterns)
-
-
-def _derived(r: _Reader) -> DerivedConfig:
-    d = DerivedConfig()
-    values = {}
-    for key in ("answer_threshold", "reference_threshold"):
-        v = r.get(f"derived.{key}", float, getattr(d, key))
-        if not 0 < v <= 1:
-            raise ConfigError(r.file, f"derived.{key}", f"must be above 0 and at most 1, not {v}")
-        values[key] = v
-    k = r.get("derived.shingle_size", int, d.shingle_size)
-    if not 1 <= k <= 16:
-        raise ConfigError(r.file, "derived.shingle_size", f"must be 1 to 16 words, not {k}")
-    n = r.get("derived.min_words", int, d.min_words)
-    if n < k:
-        raise ConfigError(r.file, "derived.min_words",
-                          f"must be at least derived.shingle_size ({k}), not {n}")
-    return DerivedConfig(shingle_size=k, min_words=n, **values)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from .eventlog_derived import DerivedColumns
+from .eventlog_timeline import TimelineReads
 from .records import EventID, EventStatus, Message, RoomID, UserID, WindowID
 
 SCHEMA = """
@@ -78,7 +79,7 @@ class Cursor:
     updated_at: int
 
 
-class EventLog(DerivedColumns):
+class EventLog(DerivedColumns, TimelineReads):
     def __init__(self, path: Path) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)

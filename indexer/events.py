@@ -13,6 +13,18 @@ from typing import Any
 from .records import EventID, Message, RoomID, UserID
 
 COMMAND_PREFIX = "!sources"
+
+
+def command_rest(body: str) -> str | None:
+    """What follows the command word if the message is a `!sources` command (matched
+    case-insensitively after leading whitespace: phones capitalise `!Sources`), else
+    None. A command is never indexed, whatever its case."""
+    text = body.lstrip()
+    word = text[:len(COMMAND_PREFIX)]
+    rest = text[len(COMMAND_PREFIX):]
+    if word.lower() != COMMAND_PREFIX or (rest and not rest[0].isspace()):
+        return None
+    return rest
 TEXT_MSGTYPES = frozenset({"m.text", "m.notice", "m.emote"})
 # A Matrix event is at most 64 KiB; a body beyond that is not a real message.
 MAX_BODY_BYTES = 65536
@@ -143,8 +155,7 @@ def parse_event(raw: Any) -> ParsedEvent:
     if isinstance(relates.get("m.in_reply_to"), dict):
         body = strip_reply_fallback(body)
     body = body.strip()
-    is_command = body == COMMAND_PREFIX or body.startswith(COMMAND_PREFIX + " ") \
-        or body.startswith(COMMAND_PREFIX + "\n")
+    is_command = command_rest(body) is not None
     if not body:
         return Skipped("empty_body", rid, eid)
     ts = raw.get("origin_server_ts")

@@ -85,8 +85,22 @@ class RefSource:
 
 
 @dataclass(frozen=True, slots=True)
+class Line:
+    """One message as a reply shows it: its text as the event log holds it now."""
+
+    event_id: EventID
+    sender: UserID
+    ts: int
+    body: str
+    # A linked answer (indexer/linkage.py) from outside the hit's window: the rule
+    # that linked it (reply, thread, mention, address, next, more); "" for the window's.
+    linked: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Hit:
-    """One search result: a stored window with its fused score."""
+    """One search result: a stored window with its fused score, and once presented
+    (indexer/present.py) the answers it carries and the lines a reply quotes."""
 
     window_id: WindowID
     room_id: RoomID
@@ -101,6 +115,17 @@ class Hit:
     # Per query text: (rank starting at 1, cosine similarity), None when absent.
     ranks: tuple[tuple[int, float] | None, ...] = field(default=())
     ref: RefSource | None = None  # set for corpus reference: cite file and heading
+    # The best cosine similarity of the window to any query text (the abstain floor).
+    similarity: float | None = None
+    # Linked answers from other windows, in timeline order: cited with the hit.
+    answers: tuple[Line, ...] = ()
+    # The lines a reply quotes for this hit, in timeline order.
+    shown: tuple[Line, ...] = ()
+
+    @property
+    def cited_event_ids(self) -> tuple[EventID, ...]:
+        """Every event the hit cites: its window's, then its linked answers'."""
+        return self.event_ids + tuple(a.event_id for a in self.answers)
 
     @property
     def first_event_id(self) -> EventID:
@@ -117,7 +142,14 @@ class Hit:
             "room_id": self.room_id,
             "room_label": self.room_label,
             "corpus": self.corpus,
-            "event_ids": list(self.event_ids),
+            "event_ids": list(self.cited_event_ids),
+            "window_event_ids": list(self.event_ids),
+            "answer_event_ids": [a.event_id for a in self.answers],
+            "shown_event_ids": [ln.event_id for ln in self.shown],
+            "shown": [{"event_id": ln.event_id, "sender": ln.sender, "ts": ln.ts,
+                       "body": ln.body, **({"linked": ln.linked} if ln.linked else {})}
+                      for ln in self.shown],
+            "similarity": self.similarity,
             "first_event_id": self.first_event_id,
             "last_event_id": self.last_event_id,
             "senders": list(self.senders),

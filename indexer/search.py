@@ -7,17 +7,24 @@ a text of a few search words (at most LEXICAL_MAX_TERMS besides stop words) give
 second, lexical one: BM25 over the stored documents, asked of the same collection
 (indexer/lexical.py). One sentence-long text gives exactly the single-vector order.
 `Hit.ranks` keeps, per text, the rank and similarity from its vector only.
+
+A hit whose window is no closer than `min_similarity` (cosine) to every query text is
+dropped, whichever leg found it: an off-topic question gets no hits ("nothing
+matches") rather than the least bad windows. Then the presenter (present.py) gives
+each hit the answers it carries and the lines to quote.
 `!sources` and `matrix-sources search` share this path.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 from .embedder import Embedder
 from .lexical import LEXICAL_MAX_TERMS, LexicalRanker, is_keywords
+from .present import Presenter
 from .records import CORPUS_CHAT, CORPUS_REFERENCE, Hit, RoomID
 from .store import ChromaStore, Neighbour
 
@@ -27,6 +34,7 @@ MAX_TOP_K = 20
 DEFAULT_TOP_K = 5
 DEFAULT_RRF_K = 60
 CORPORA = (CORPUS_CHAT, CORPUS_REFERENCE)
+_WORDY = re.compile(r"\w", re.UNICODE)
 
 
 class QueryError(ValueError):
@@ -99,11 +107,38 @@ class Searcher:
     # A text of at most this many words (stop words aside) is searched by its words
     # too: a BM25 leg fused beside its vector (indexer/lexical.py). 0: never.
     lexical_max_terms: int = LEXICAL_MAX_TERMS
+    # The abstain floor (config search.min_similarity); None: every hit is kept.
+    min_similarity: float | None = None
+    presenter: Presenter | None = None
 
     def search(self, query: SourceQuery) -> list[Hit]:
         # A duplicated text must not count twice: query each distinct text once.
         texts = list(dict.fromkeys(query.texts))
+        if not any(_WORDY.search(t) for t in texts):
+            return []  # "?", "!!!", emoji only: nothing to look for
         vectors = self.embedder.encode(texts)
+        hits = self._retrieve(query, texts, vectors)
+        hits = self._similar_enough(hits, vectors)
+        return self.presenter.present(hits, vectors) if self.presenter else hits
+
+    def _similar_enough(self, hits: list[Hit], vectors: list) -> list[Hit]:
+        """Each hit with its best similarity to any text; below the floor, gone."""
+        missing = [h.window_id for h in hits
+                   if not any(r is not None for r in h.ranks)]
+        found = dict(self.store.vectors(missing)) if missing else {}
+        out = []
+        for h in hits:
+            sims = [r[1] for r in h.ranks if r is not None]
+            if h.window_id in found:
+                v = found[h.window_id]
+                sims += [sum(a * b for a, b in zip(v, q)) for q in vectors]
+            sim = max(sims) if sims else None
+            if self.min_similarity is not None and (sim is None or sim < self.min_similarity):
+                continue
+            out.append(replace(h, similarity=sim))
+        return out
+
+    def _retrieve(self, query: SourceQuery, texts: list[str], vectors: list) -> list[Hit]:
         where = _where(query)
         # Ask for more than top_k per list so fusion can promote agreement.
         fusing = len(texts) > 1 or any(is_keywords(t, self.lexical_max_terms) for t in texts)

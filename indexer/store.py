@@ -288,6 +288,13 @@ class ChromaStore:
                 return
             offset += page
 
+    def vectors(self, window_ids: Sequence[str]) -> list[tuple[str, list[float]]]:
+        """(id, vector) of the given windows that exist."""
+        if not window_ids:
+            return []
+        res = self._col.get(ids=list(window_ids), include=["embeddings"])
+        return list(zip(res["ids"], [list(v) for v in res["embeddings"]]))
+
     def query_ids(self, vectors: list, n: int) -> list[set[str]]:
         if not vectors:
             return []

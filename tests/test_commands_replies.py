@@ -40,6 +40,12 @@ def test_help(body):
     assert "--top" in HELP and "--room" in HELP and "--corpus" in HELP
 
 
+@pytest.mark.parametrize("body", ["!Sources how do I rotate the key",
+                                  "  !SOURCES how do I rotate the key"])
+def test_the_command_word_is_matched_in_any_case(body):
+    assert search(body).texts == ("how do I rotate the key",)
+
+
 def test_help_with_more_lines_is_a_search():
     assert search("!sources help\nhow do I rotate the key").texts == (
         "help", "how do I rotate the key")

@@ -72,22 +72,8 @@ def test_missing_homeserver_section(tmp_path):
     assert e.key == "homeserver.url"
 
 
-@pytest.mark.parametrize("key,value,words", [
-    ("homeserver.url", 8008, "must be a str"),
-    ("homeserver.url", "matrix.community.org", "http(s) URL"),
-    ("index.window_max_bytes", "big", "must be a int"),
-    ("index.window_max_bytes", True, "must be a number"),
-    ("index.window_max_bytes", 0, "greater than 0"),
-    ("index.window_gap_seconds", -5, "greater than 0"),
-    ("search.default_top_k", 50, "1 to 20"),
-    ("search.rrf_k", [60], "must be a int"),
-    ("appservice.port", "http", "must be a int"),
-    ("index.chroma.mode", "cloud", "embedded or server"),
-    ("gate.puppet_patterns", "^@discord_", "must be a list"),
-    ("logging.level", "LOUD", "DEBUG, INFO"),
-    ("appservice.bot_localpart", "Sources Bot", "not a valid localpart"),
-])
-def test_bad_values_name_the_key(tmp_path, key, value, words):
+def set_key(key: str, value):
+    """An edit for write_config: `index.chroma.port` set to value."""
     def edit(d):
         node = d
         *parents, last = key.split(".")
@@ -95,9 +81,174 @@ def test_bad_values_name_the_key(tmp_path, key, value, words):
             node = node[p]
         node[last] = value
 
+    return edit
+
+
+@pytest.mark.parametrize("key,value,words", [
+    ("homeserver.url", 8008, "must be a string, not 8008"),
+    ("homeserver.url", "matrix.community.org", "http(s) URL"),
+    ("index.window_max_bytes", "big", "must be an integer, not 'big'"),
+    ("index.window_max_bytes", "500", "must be an integer"),
+    ("index.window_max_bytes", True, "must be an integer, not True"),
+    ("index.window_max_bytes", 0, "greater than 0"),
+    ("index.window_gap_seconds", -5, "greater than 0"),
+    ("index.debounce_seconds", -1, "at least 0, not -1"),
+    ("index.debounce_seconds", "soon", "must be a number"),
+    ("index.scrub_interval_seconds", 0, "greater than 0"),
+    ("index.backfill_days", -30, "greater than 0"),
+    ("index.chroma.port", 0, "from 1 to 65535"),
+    ("appservice.port", 70000, "from 1 to 65535, not 70000"),
+    ("search.default_top_k", 50, "from 1 to 20"),
+    ("search.default_top_k", 0, "from 1 to 20"),
+    ("search.rrf_k", [60], "must be an integer"),
+    ("search.rrf_k", 0, "greater than 0"),
+    ("search.lexical_max_terms", -1, "at least 0"),
+    ("search.rate_limit_per_minute", -1, "at least 0"),
+    ("appservice.port", "http", "must be an integer"),
+    ("index.chroma.mode", "cloud", "embedded or server, not 'cloud'"),
+    ("gate.puppet_patterns", "^@discord_", "must be a list"),
+    ("logging.level", "LOUD", "DEBUG, INFO, WARNING or ERROR"),
+    ("logging.format", "xml", "text or json"),
+    ("appservice.bot_localpart", "Sources Bot", "not a valid localpart"),
+    ("index", 5, "must be a mapping"),
+    # The settings added for answers (issue 13) and backends (issue 16).
+    ("search.min_similarity", 1.5, "from -1 to 1, not 1.5"),
+    ("search.min_similarity", -1.01, "from -1 to 1"),
+    ("search.min_similarity", "high", "must be a number"),
+    ("index.answer_horizon_hours", 0, "greater than 0"),
+    ("index.answer_horizon_hours", -24, "greater than 0"),
+    ("index.answer_horizon_messages", 0, "at least 1, not 0"),
+    ("index.answer_horizon_messages", 1.5, "must be an integer"),
+    ("index.embedder.backend", "cuda", "torch, torch-bf16, onnx or onnx-int8, not 'cuda'"),
+    ("index.embedder.model", "", "must not be empty"),
+])
+def test_bad_values_name_the_key(tmp_path, key, value, words):
+    e = config_error(write_config(tmp_path, set_key(key, value)))
+    assert e.key == key
+    assert f": {key}: " in str(e) and words in str(e)
+
+
+def test_a_negative_debounce_is_refused(tmp_path):
+    e = config_error(write_config(tmp_path, set_key("index.debounce_seconds", -0.5)))
+    assert str(e) == (f"{tmp_path.resolve() / 'config.yaml'}: index.debounce_seconds: "
+                      "must be at least 0, not -0.5")
+    assert load_config(write_config(tmp_path, set_key("index.debounce_seconds", 0))
+                       ).debounce_seconds == 0
+
+
+@pytest.mark.parametrize("key,near", [
+    ("index.window_max_byte", "window_max_bytes"),
+    ("serach", "search"),
+    ("index.chroma.prot", "port"),
+    ("index.embedder.bakend", "backend"),
+    ("search.min_similarty", "min_similarity"),
+    ("derived.answer_treshold", "answer_threshold"),
+    ("homeserver.server_name", None),
+])
+def test_an_unknown_key_is_refused_naming_it_and_the_file(tmp_path, key, near):
+    """A misspelled key would otherwise start the service silently on the default."""
+    def edit(d):
+        *parents, last = key.split(".")
+        node = d
+        for p in parents:
+            node = node[p]
+        node[last] = 400
+
     e = config_error(write_config(tmp_path, edit))
     assert e.key == key
-    assert words in str(e)
+    assert str(e).startswith(f"{tmp_path.resolve() / 'config.yaml'}: {key}: unknown key")
+    if near:
+        assert f"did you mean {near}?" in str(e)
+
+
+def test_every_problem_is_named_one_a_line(tmp_path):
+    def edit(d):
+        d["index"]["window_max_byte"] = 400
+        d["search"]["min_similarity"] = 2
+
+    e = config_error(write_config(tmp_path, edit))
+    file = tmp_path.resolve() / "config.yaml"
+    lines = str(e).splitlines()
+    assert [line.split(": ")[:2] for line in lines] == [
+        [str(file), "index.window_max_byte"], [str(file), "search.min_similarity"]]
+
+
+@pytest.mark.parametrize("key,value,attr", [
+    ("search.min_similarity", -1, "min_similarity"),
+    ("search.min_similarity", 1, "min_similarity"),
+    ("search.min_similarity", 0, "min_similarity"),
+    ("index.answer_horizon_hours", 0.5, "answer_horizon_hours"),
+    ("index.answer_horizon_hours", 720, "answer_horizon_hours"),
+    ("index.answer_horizon_messages", 1, "answer_horizon_messages"),
+    ("index.embedder.backend", "onnx", "embedder_backend"),
+    ("index.embedder.backend", "onnx-int8", "embedder_backend"),
+    ("index.embedder.backend", "torch", "embedder_backend"),
+])
+def test_new_settings_accept_their_range(tmp_path, key, value, attr):
+    assert getattr(load_config(write_config(tmp_path, set_key(key, value))), attr) == value
+
+
+def test_new_settings_default_when_absent(tmp_path):
+    def edit(d):
+        del d["search"]["min_similarity"]
+        del d["index"]["answer_horizon_hours"]
+        del d["index"]["answer_horizon_messages"]
+        del d["index"]["embedder"]
+
+    cfg = load_config(write_config(tmp_path, edit))
+    assert (cfg.min_similarity, cfg.answer_horizon_hours, cfg.answer_horizon_messages,
+            cfg.embedder, cfg.embedder_backend) == (0.30, 24, 150, "all-MiniLM-L6-v2", "torch")
+
+
+def test_the_embedder_as_a_name_alone_still_reads(tmp_path):
+    """Config files written before backends say `index.embedder: NAME`."""
+    cfg = load_config(write_config(tmp_path, set_key("index.embedder", "hash")))
+    assert (cfg.embedder, cfg.embedder_backend) == ("hash", "torch")
+    cfg = load_config(write_config(tmp_path, set_key("index.embedder",
+                                                     {"model": "hash", "backend": "onnx"})))
+    assert (cfg.embedder, cfg.embedder_backend) == ("hash", "onnx")
+
+
+def test_an_empty_value_reads_as_the_default(tmp_path):
+    """`port:` with nothing after it, as when an admin blanks a value."""
+    def edit(d):
+        d["index"]["chroma"]["port"] = None
+        d["search"]["admins"] = None
+        d["derived"]["min_words"] = None
+
+    cfg = load_config(write_config(tmp_path, edit))
+    assert (cfg.chroma.port, cfg.admins, cfg.derived.min_words) == (8000, (), 8)
+
+
+def test_the_example_shows_every_setting_at_its_default(tmp_path):
+    """One default per setting: the template says the same value as the code, and
+    documents every key (commented out where unset is the default)."""
+    from indexer.config import Settings
+
+    data = YAML(typ="safe").load(EXAMPLE.read_text())
+    data["homeserver"] = {"url": "https://matrix.community.org", "domain": "community.org"}
+    from_example = Settings.model_validate(data)
+    defaults = Settings.model_validate({"homeserver": data["homeserver"]})
+    assert from_example == defaults
+    text = EXAMPLE.read_text()
+
+    def leaves(section, prefix=""):
+        fields = getattr(section, "model_fields", None) or section.__pydantic_fields__
+        for name, info in fields.items():
+            if isinstance(info.annotation, type) and (hasattr(info.annotation, "model_fields")
+                                                      or hasattr(info.annotation,
+                                                                 "__pydantic_fields__")):
+                yield from leaves(info.annotation, f"{prefix}{name}.")
+            else:
+                yield prefix + name
+
+    missing = [k for k in leaves(Settings) if f"{k.rsplit('.', 1)[-1]}:" not in text]
+    assert missing == []
+
+
+def test_server_mode_defaults_the_host(tmp_path):
+    cfg = load_config(write_config(tmp_path, set_key("index.chroma.mode", "server")))
+    assert (cfg.chroma.mode, cfg.chroma.host, cfg.chroma.port) == ("server", "127.0.0.1", 8000)
 
 
 @pytest.mark.parametrize("key,value", [
@@ -125,11 +276,13 @@ def test_real_domains_that_contain_example_com_are_accepted(tmp_path, url, domai
     assert load_config(write_config(tmp_path, edit)).domain == domain
 
 
-@pytest.mark.parametrize("patterns,index", [(["(["], 0), (["^@ok_.*", "*bad"], 1), ([5], 0)])
-def test_bad_puppet_regex_names_its_index(tmp_path, patterns, index):
+@pytest.mark.parametrize("patterns,index,words", [
+    (["(["], 0, "not a regex"), (["^@ok_.*", "*bad"], 1, "not a regex"),
+    ([5], 0, "must be a string")])
+def test_bad_puppet_regex_names_its_index(tmp_path, patterns, index, words):
     e = config_error(write_config(tmp_path, lambda d: d["gate"].__setitem__("puppet_patterns",
                                                                             patterns)))
-    assert e.key == f"gate.puppet_patterns[{index}]" and "not a regex" in str(e)
+    assert e.key == f"gate.puppet_patterns[{index}]" and words in str(e)
 
 
 def test_not_yaml_and_not_a_mapping_and_no_file(tmp_path):
@@ -137,6 +290,50 @@ def test_not_yaml_and_not_a_mapping_and_no_file(tmp_path):
     assert "mapping" in str(config_error(write_config(tmp_path, text="- a\n- b\n")))
     e = config_error(tmp_path / "nope.yaml")
     assert "matrix-sources init" in str(e)
+    assert str(tmp_path.resolve() / "config.yaml") in str(config_error(tmp_path))  # -c DIR
+
+
+# -- every command that reads the config refuses a misspelled key ----------------------
+
+
+@pytest.fixture
+def misspelled(tmp_path, capsys) -> Path:
+    """A data dir from `init` whose config says window_max_byte (no s)."""
+    from appservice.cli import main
+
+    d = tmp_path / "data"
+    assert main(["init", "--data-dir", str(d), "--domain", "community.org"]) == 0
+    cfg = d / "config.yaml"
+    cfg.write_text(cfg.read_text().replace("window_max_bytes:", "window_max_byte:"))
+    capsys.readouterr()
+    return cfg
+
+
+@pytest.mark.parametrize("argv", [["run"], ["search", "ntfs"], ["journal"], ["doctor"],
+                                  ["backfill"], ["allowlist", "list"], ["verify"]])
+def test_a_misspelled_key_stops_each_command_naming_key_and_file(misspelled, capsys, argv):
+    from appservice.cli import main
+
+    assert main([*argv, "-c", str(misspelled)]) == 1
+    out = capsys.readouterr()
+    said = out.err + out.out
+    assert f"{misspelled.resolve()}: index.window_max_byte: unknown key" in said
+    assert "did you mean window_max_bytes?" in said and "Traceback" not in said
+    assert not (misspelled.parent / "eventlog.sqlite3").exists()  # stopped before opening
+
+
+def test_the_installed_command_exits_1_without_a_traceback(misspelled):
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-m", "appservice.cli", "run", "-c", str(misspelled)],
+                       capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert p.returncode == 1
+    assert p.stderr.strip() == (f"error: {misspelled.resolve()}: index.window_max_byte: "
+                                "unknown key; did you mean window_max_bytes? the keys here are "
+                                "answer_horizon_hours, answer_horizon_messages, backfill_days, "
+                                "chroma, debounce_seconds, embedder, scrub_interval_seconds, "
+                                "window_gap_seconds, window_max_bytes")
 
 
 # -- allowlist --------------------------------------------------------------------------

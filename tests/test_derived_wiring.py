@@ -30,7 +30,7 @@ def test_derived_defaults_and_example(tmp_path):
 @pytest.mark.parametrize("key,value,words", [
     ("answer_threshold", 0, "above 0 and at most 1"),
     ("reference_threshold", 1.5, "above 0 and at most 1"),
-    ("reference_threshold", "low", "must be a float"),
+    ("reference_threshold", "low", "must be a number"),
     ("shingle_size", 0, "1 to 16"),
     ("min_words", 3, "at least derived.shingle_size"),
 ])

@@ -127,8 +127,10 @@ def test_a_collection_from_before_backends_counts_as_torchs(tmp_path):
 def test_an_unknown_backend_is_refused_naming_the_key(tmp_path):
     init_data_dir(tmp_path, "http://127.0.0.1:8008", "localhost")
     config = tmp_path / "config.yaml"
-    config.write_text(config.read_text() + "\nembedder:\n  backend: tensorrt\n")
-    with pytest.raises(ConfigError, match="embedder.backend"):
+    text = config.read_text()
+    assert "    backend: torch\n" in text
+    config.write_text(text.replace("    backend: torch\n", "    backend: tensorrt\n"))
+    with pytest.raises(ConfigError, match="index.embedder.backend"):
         load_config(config)
     config.write_text(config.read_text().replace("tensorrt", "onnx-int8"))
     assert load_config(config).embedder_backend == "onnx-int8"

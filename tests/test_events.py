@@ -293,7 +293,10 @@ def test_redaction_without_target_is_skipped():
     (f"{COMMAND_PREFIX} help", True),
     (f"{COMMAND_PREFIX}please", False),
     (f"I typed {COMMAND_PREFIX} mid-sentence", False),
-    ("!Sources capitalised", False),
+    ("!Sources capitalised", True),
+    ("  !SOURCES shouting", True),
+    ("\t!sources\ttabbed", True),
+    ("!Sourcesplease", False),
     ("sources", False),
 ])
 def test_command_detection(body, expected):
