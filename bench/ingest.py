@@ -163,6 +163,9 @@ def main(argv: list[str] | None = None) -> int:
         pipe["bare_seconds_around"] = round(around, 2)
         pipe["ratio_over_bare_torch"] = round(around / pipe["seconds"], 3)
         runs[backend] = pipe
+        print(f"  {backend}: {pipe['seconds']} s, ratio over bare torch "
+              f"{pipe['ratio_over_bare_torch']} (bare around it {around:.1f} s; "
+              f"load {perfkit.load_average()})", flush=True)
     bare_s = sum(b[0] for b in bare) / len(bare)
     msgs = next(iter(runs.values()))["messages_indexed"]
     report = {
