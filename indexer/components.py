@@ -63,7 +63,8 @@ class Index:
         eventlog = EventLog(cfg.eventlog_path)
         journal = Journal(cfg.journal_path)
         store = open_store(cfg, eventlog)
-        embedder = embedder or load_embedder(cfg.embedder)
+        embedder = embedder or load_embedder(cfg.embedder, cfg.embedder_backend,
+                                              cfg.data_dir / "models")
         gate = Gate(frozenset(load_allowlist(cfg.allowlist)), UserID(cfg.bot_user),
                     cfg.puppet_patterns)
         ingest = Ingest(gate, eventlog, journal, history=History(eventlog))
