@@ -30,30 +30,34 @@ from .localsynapse import LocalSynapse, SynapseError
 from .logs import setup_logging
 
 DEMO_USER, DEMO_PASSWORD = "demo", "demo-password"
-DEMO_QUESTION = "!sources how do we stop the server running out of disk?"
+DEMO_QUESTION = "!sources the server keeps running out of disk space, what can we clean up?"
 # The people of the seeded conversation; you log in as DEMO_USER, someone else.
 SPEAKERS = ("alice", "bob", "carol")
 
-# A conversation written for this demo (a community running its own homeserver).
-CONVERSATION = [
-    ("alice", "The homeserver ran out of disk again last night, media uploads failed."),
+# A conversation written for this demo (a community running its own homeserver), sent
+# the way Matrix clients send it: an answer is a reply to the line it answers (the
+# index of that line; the reply mentions its sender), so conversations can be followed.
+CONVERSATION: list[tuple[str, str, int | None]] = [
+    ("alice", "The homeserver ran out of disk again last night, media uploads failed.", None),
     ("bob", "Most of it is the remote media cache. Setting media_retention with "
-            "remote_media_lifetime: 30d in homeserver.yaml makes Synapse purge old copies."),
-    ("carol", "Also worth running the purge_history admin API on the big bridged rooms."),
-    ("alice", "Separate topic: who is organising the meetup in March?"),
-    ("carol", "I can host it, the library has a room with a projector for 20 people."),
-    ("alice", "Great. Let's do the second Saturday, 2pm, and I'll post the address."),
-    ("bob", "Back to ops: the signing key backup is in the vault, rotate it yearly."),
-    ("bob", "To rotate it, generate a new key and move the old one to old_signing_keys."),
-    ("alice", "Does anyone know why federation with the other server is slow today?"),
-    ("bob", "Their DNS changed; the .well-known delegation points at the old host."),
-    ("alice", "Right, once they fix /.well-known/matrix/server it should recover within the hour."),
-    ("carol", "Meanwhile, new members keep asking how to join from their phones."),
-    ("bob", "Element X works; they sign in with our server name, not matrix.org."),
-    ("carol", "We should pin a short onboarding note in the lobby room."),
-    ("alice", "Speaking of disk: the database grew to 40 GB. Is state compression worth it?"),
-    ("bob", "Yes, run synapse_auto_compressor nightly; it shrank ours by half."),
-    ("alice", "And vacuum the database after the first compression run."),
+            "remote_media_lifetime: 30d in homeserver.yaml makes Synapse purge old copies.", 0),
+    ("carol", "Also worth running the purge_history admin API on the big bridged rooms.", 0),
+    ("alice", "Separate topic: who is organising the meetup in March?", None),
+    ("carol", "I can host it, the library has a room with a projector for 20 people.", 3),
+    ("alice", "Great. Let's do the second Saturday, 2pm, and I'll post the address.", 4),
+    ("bob", "Back to ops: the signing key backup is in the vault, rotate it yearly.", None),
+    ("bob", "To rotate it, generate a new key and move the old one to old_signing_keys.", None),
+    ("alice", "Does anyone know why federation with the other server is slow today?", None),
+    ("bob", "Their DNS changed; the .well-known delegation points at the old host.", 8),
+    ("alice", "Right, once they fix /.well-known/matrix/server it should recover within "
+              "the hour.", 9),
+    ("carol", "Meanwhile, new members keep asking how to join from their phones.", None),
+    ("bob", "Element X works; they sign in with our server name, not matrix.org.", 11),
+    ("carol", "We should pin a short onboarding note in the lobby room.", 12),
+    ("alice", "Speaking of disk: the database grew to 40 GB. Is state compression worth it?",
+     None),
+    ("bob", "Yes, run synapse_auto_compressor nightly; it shrank ours by half.", 14),
+    ("alice", "And vacuum the database after the first compression run.", 15),
 ]
 
 
@@ -91,7 +95,14 @@ async def _seed(synapse: LocalSynapse, state: dict, room: str) -> list[str]:
             clients[name] = await stack.enter_async_context(
                 ChatClient(synapse.url, user_id, token))
             await clients[name].join(room)
-        return [await clients[who].send(room, body) for who, body in CONVERSATION]
+        sent: list[str] = []
+        for who, body, reply_to in CONVERSATION:
+            content: dict = {"msgtype": "m.text", "body": body}
+            if reply_to is not None:
+                content["m.relates_to"] = {"m.in_reply_to": {"event_id": sent[reply_to]}}
+                content["m.mentions"] = {"user_ids": [clients[CONVERSATION[reply_to][0]].user_id]}
+            sent.append(await clients[who].send(room, body, content))
+        return sent
 
 
 def _free_port() -> int:

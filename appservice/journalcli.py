@@ -18,6 +18,7 @@ from indexer.config import Config
 from indexer.journal import Journal
 
 KINDS = ("refusal", "purge", "derived_excluded")
+LEGACY_OWN = "own_message"  # journalled as a refusal before the bot's own were skipped
 
 
 def allowlist_aliases(cfg: Config) -> dict[str, str]:
@@ -60,5 +61,7 @@ def run_journal(cfg: Config, room: str | None, rule: str | None, kind: str | Non
                   file=sys.stderr)
             return 2
     for entry in journal.read(room=room, rule=rule, kind=kind):
+        if entry.get("rule") == LEGACY_OWN and rule != LEGACY_OWN:
+            continue  # the bot's own messages, journalled by older releases: not refusals
         print(json.dumps(entry, ensure_ascii=False, sort_keys=True))
     return 0

@@ -99,7 +99,10 @@ def _time_range(hit: Hit) -> str:
 
 
 def _localpart(mxid: str) -> str:
-    return mxid[1:].split(":", 1)[0] if mxid.startswith("@") else mxid
+    """A sender's name as the reply shows it: control characters (a newline stored by
+    an older release) dropped, so no id can forge a line of the reply."""
+    local = mxid[1:].split(":", 1)[0] if mxid.startswith("@") else mxid
+    return "".join(c for c in local if c.isprintable())
 
 
 NOTHING_MATCHES = ("Nothing in the index answers that. Try asking it another way, or "

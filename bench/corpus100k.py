@@ -88,9 +88,10 @@ def open_cache(path: Path = CACHE):
     return ChromaStore(path=path / "chroma", eventlog=EventLog(path / "eventlog.sqlite3"))
 
 
-def build(root: Path, windows: int, minutes: float, cache: Path = CACHE) -> dict:
+def build(root: Path, windows: int, minutes: float, cache: Path = CACHE,
+          backend: str = "torch") -> dict:
     from indexer.chunker import CHUNKER_VERSION, build_windows, embed_text
-    from indexer.embedder import SentenceTransformerEmbedder, encode_in_length_order
+    from indexer.embedder import encode_in_length_order, load_embedder
     from indexer.rebuild import expected_meta
 
     state_path = cache / "build.json"
@@ -106,7 +107,8 @@ def build(root: Path, windows: int, minutes: float, cache: Path = CACHE) -> dict
         return state
     rooms = eval_messages(root)
     pol = policy()
-    model = SentenceTransformerEmbedder()
+    # Any backend of torch's vector class makes the same collection (embedder.VECTOR_CLASS).
+    model = load_embedder("all-MiniLM-L6-v2", backend, evalkit.OUT_DIR / "models")
     store.set_meta(expected_meta(model))
     started = time.monotonic()
     deadline = started + minutes * 60 if minutes else float("inf")
@@ -143,13 +145,15 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--eval-dir", default=None)
     p.add_argument("--windows", type=int, default=100_000)
+    p.add_argument("--backend", default="torch",
+                   help="embedder.backend to embed with (torch-bf16: ~2.8x faster here)")
     p.add_argument("--minutes", type=float, default=10.0,
                    help="stop after this long (resume with the same command); 0: no bound")
     args = p.parse_args(argv)
     perfkit.quiet_env()
     root = evalkit.eval_dir(args.eval_dir)
     CACHE.mkdir(parents=True, exist_ok=True)
-    state = build(root, args.windows, args.minutes)
+    state = build(root, args.windows, args.minutes, backend=args.backend)
     done = state["windows"] >= args.windows
     print(f"{CACHE}: {state['windows']} windows from {state['streams']} generated rooms, "
           f"{state['embed_seconds']:.0f} s embedding so far"

@@ -254,6 +254,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rooms", type=int, default=3)
     p.add_argument("--work", default=str(evalkit.OUT_DIR / "live-stack"))
     p.add_argument("--out", default=None)
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="config.yaml setting of the service (repeatable), e.g. "
+                   "index.embedder.backend=onnx-int8")
     args = p.parse_args(argv)
     perfkit.quiet_env()
     root = evalkit.eval_dir(args.eval_dir)
@@ -262,8 +265,10 @@ def main(argv: list[str] | None = None) -> int:
     rates = [int(r) for r in args.rates.split(",")]
     allow = [r for rate in rates for r in push_room_ids(rate)] if "push" in parts else []
     report: dict = {"benchmark": "live", "machine": perfkit.machine(),
-                    "load_average_before": perfkit.load_average(), "seconds": args.seconds}
-    with stackkit.running_stack(Path(args.work), allowlist=allow) as stack:
+                    "load_average_before": perfkit.load_average(), "seconds": args.seconds,
+                    "settings": perfkit.parse_settings(args.set)}
+    with stackkit.running_stack(Path(args.work), settings=report["settings"],
+                                allowlist=allow) as stack:
         report["service_pid"] = stack.service.proc.pid
         if "synapse" in parts:
             report["synapse"] = asyncio.run(through_synapse(

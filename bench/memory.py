@@ -9,7 +9,9 @@ through a matrix-nio client; then live chat pushed to its transaction endpoint b
 bench/live.py's load generator (--push-rate messages/s for --push-seconds, indexed into
 the same collection) and the questions asked again. Then VmHWM (the peak resident set
 since the process started: model, Chroma index, keyword postings, ingest and queries)
-and VmRSS read from /proc/PID/status. The target is at most 1 GiB.
+and VmRSS read from /proc/PID/status, once per `--backends` entry (embedder.backend;
+an ONNX backend's export is made once, in a child process, before the service is
+ready). The target is at most 1 GiB.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--push-seconds", type=float, default=30.0)
     p.add_argument("--work", default=str(evalkit.OUT_DIR / "memory-stack"))
     p.add_argument("--out", default=None)
+    p.add_argument("--backends", default="torch",
+                   help="embedder.backend of the service, one run each (comma-separated)")
     args = p.parse_args(argv)
     perfkit.quiet_env()
     root = evalkit.eval_dir(args.eval_dir)
@@ -44,10 +48,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.push_rate > 0:
         import live
         push = (live.eval_bodies(root), args.push_rate, args.push_seconds)
-    result = query.service(items, args.asks, Path(args.work), push)
-    report = {"benchmark": "memory", "machine": perfkit.machine(), **result}
+    runs = {}
+    for backend in args.backends.split(","):
+        result = query.service(items, args.asks, Path(args.work), push,
+                               settings={"index.embedder.backend": backend})
+        runs[backend] = result
+        print(f"embedder.backend: {backend}")
+        query.print_service(result)
+    first = runs[args.backends.split(",")[0]]
+    report = {"benchmark": "memory", "machine": perfkit.machine(), **first,
+              "backends": runs}
     path = perfkit.write_report("memory", report, args.out)
-    query.print_service(result)
     print(f"wrote {path}\n\n" + perfkit.attribution(root))
     return 0
 

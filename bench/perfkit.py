@@ -119,6 +119,17 @@ def apply_settings(config: Path, settings: dict) -> None:
         y.dump(data, f)
 
 
+def parse_settings(pairs: Sequence[str]) -> dict:
+    """KEY=VALUE (dotted keys, YAML values) from repeated --set options."""
+    from ruamel.yaml import YAML
+
+    out = {}
+    for pair in pairs:
+        key, _, raw = pair.partition("=")
+        out[key] = YAML(typ="safe").load(raw)
+    return out
+
+
 def eval_rooms(root: Path, splits: Sequence[str] = SPLITS) -> list[str]:
     return [r for s in splits for r in evalkit.room_ids(root / s)]
 
@@ -135,6 +146,7 @@ class RecordingEmbedder:
     def __post_init__(self) -> None:
         self.name = self.inner.name
         self.dim = self.inner.dim
+        self.backend = getattr(self.inner, "backend", "torch")
 
     def encode(self, texts):
         t = time.perf_counter()

@@ -157,7 +157,8 @@ async def ask_loop(stack, items, asks: int, user: str = "asker") -> dict:
     return out
 
 
-def service(items, asks: int, work: Path, push: tuple[list, int, float] | None = None) -> dict:
+def service(items, asks: int, work: Path, push: tuple[list, int, float] | None = None,
+            settings: dict | None = None) -> dict:
     """`push`: (eval bodies, messages/s, seconds) of live traffic pushed to the service
     (bench/live.py's load generator) after the asks, which are then asked again."""
     import stackkit
@@ -167,7 +168,8 @@ def service(items, asks: int, work: Path, push: tuple[list, int, float] | None =
         import live
         allow = live.push_room_ids(push[1])
     t = time.monotonic()
-    with stackkit.running_stack(work, seed_chroma=corpus100k.CACHE / "chroma",
+    with stackkit.running_stack(work, settings=settings,
+                                seed_chroma=corpus100k.CACHE / "chroma",
                                 allowlist=allow) as stack:
         ready = time.monotonic() - t
         pid = stack.service.proc.pid

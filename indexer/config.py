@@ -26,7 +26,7 @@ from .chunker import ChunkPolicy
 from .gate import DEFAULT_PUPPET_PATTERNS
 
 PLACEHOLDERS = ("example.com", "CHANGE_ME")
-EmbedderBackend = Literal["torch", "onnx", "onnx-int8"]
+EmbedderBackend = Literal["torch", "torch-bf16", "onnx", "onnx-int8"]  # embedder.BACKENDS
 EMBEDDER_BACKENDS: tuple[str, ...] = get_args(EmbedderBackend)
 
 
@@ -142,7 +142,7 @@ class ChromaConfig:
 
 class EmbedderSettings(_Section):
     model: Annotated[Str, Field(min_length=1)] = "all-MiniLM-L6-v2"
-    backend: EmbedderBackend = "torch"
+    backend: EmbedderBackend = "torch"  # embedder.DEFAULT_BACKEND
 
 
 _CHUNKS = ChunkPolicy()  # the window settings' defaults are the chunker's own
@@ -162,7 +162,8 @@ class IndexSettings(_Section):
     @field_validator("embedder", mode="before")
     @classmethod
     def _model_name_alone(cls, v: Any) -> Any:
-        """`embedder: NAME`, the form before backends, is the model on torch."""
+        """`embedder: NAME`, the form before backends, is the model on the default
+        backend (torch-bf16 shares torch's collection: no rebuild)."""
         return {"model": v} if isinstance(v, str) else v
 
 
@@ -172,7 +173,7 @@ class SearchSettings(_Section):
     lexical_max_terms: NonNegativeInt = 5  # 0: no keyword leg
     rate_limit_per_minute: NonNegativeInt = 6  # 0: no limit
     admins: tuple[Annotated[Str, AfterValidator(_user_id)], ...] = ()
-    min_similarity: Annotated[float, Strict(), Field(ge=-1, le=1)] = 0.30  # cosine
+    min_similarity: Annotated[float, Strict(), Field(ge=-1, le=1)] = 0.35  # cosine
 
 
 class GateSettings(_Section):

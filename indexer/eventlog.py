@@ -216,11 +216,18 @@ class EventLog(DerivedColumns, TimelineReads, TextReads):
 
     def rewindow(self, old: WindowID, new: WindowID | None) -> None:
         """A dirty window was re-chunked (history.py): its events now sit in `new`."""
+        self.rewindow_many([(old, new)])
+
+    def rewindow_many(self, pairs: list[tuple[WindowID, WindowID | None]]) -> None:
+        """rewindow for many windows, in one transaction."""
+        if not pairs:
+            return
         with self.transaction() as cur:
-            if new is not None and new != old:
-                cur.execute("UPDATE events SET window_id = ? WHERE window_id = ?"
-                            " AND status = ?", (new, old, EventStatus.INDEXED.value))
-            cur.execute("DELETE FROM dirty_windows WHERE window_id = ?", (old,))
+            for old, new in pairs:
+                if new is not None and new != old:
+                    cur.execute("UPDATE events SET window_id = ? WHERE window_id = ?"
+                                " AND status = ?", (new, old, EventStatus.INDEXED.value))
+                cur.execute("DELETE FROM dirty_windows WHERE window_id = ?", (old,))
 
     def cursor(self, room_id: RoomID) -> Cursor | None:
         with self._lock:

@@ -27,6 +27,8 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
+import numpy as np
+
 from .termindex import TermIndex, bodies
 
 K1 = 1.2
@@ -157,20 +159,34 @@ class LexicalRanker:
         return (got if got is not None else self._from_chroma(words, where))[:n]
 
     def _from_index(self, words: list[str], where: dict | None) -> list[str] | None:
+        """_prefilter and _bm25 on the postings' arrays: the same pool in the same order
+        (ties by window id), without a Python loop over every matching window."""
         index = self.index
         assert index is not None
-        tfs: dict[str, dict[str, int]] = {}
-        for t in words:
-            post = index.postings(*base_of(t), where=where)
-            if post is None:
-                return None  # not ready, or a term of other characters: ask Chroma
-            if post:
-                tfs[t] = post
-        if not tfs:
-            return []
-        idf, pool = _prefilter(tfs, index.count())
-        lengths = index.lengths(pool)
-        return _bm25(pool, idf, lambda w, t: tfs[t].get(w, 0), lambda w: lengths.get(w, 0))
+        with index.locked():  # slots stay put meanwhile
+            hits: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+            for t in words:
+                got = index.slot_postings(*base_of(t), where=where)
+                if got is None:
+                    return None  # not ready, or a term of other characters: ask Chroma
+                if len(got[0]):
+                    hits[t] = got
+            if not hits:
+                return []
+            total = max(index.count(), 1)
+            idf = {t: _idf(total, len(slots)) for t, (slots, _) in hits.items()}
+            coarse = np.zeros(index.slots())
+            for t, (slots, _) in hits.items():
+                coarse[slots] += idf[t]  # in term order, as _prefilter adds them
+            pool_slots = _best(coarse, index)
+            pool = index.ids_of(pool_slots)
+            lengths = dict(zip(pool, index.slot_lengths(pool_slots).tolist()))
+            tfs: dict[str, dict[str, int]] = {}
+            for t, (slots, tf) in hits.items():
+                at = np.searchsorted(slots, pool_slots)
+                found = (at < len(slots)) & (slots[np.minimum(at, len(slots) - 1)] == pool_slots)
+                tfs[t] = {pool[i]: int(tf[at[i]]) for i in np.flatnonzero(found).tolist()}
+        return _bm25(pool, idf, lambda w, t: tfs[t].get(w, 0), lambda w: lengths[w])
 
     def _from_chroma(self, words: list[str], where: dict | None) -> list[str]:
         hits: dict[str, dict[str, int]] = {}
@@ -191,11 +207,34 @@ class LexicalRanker:
         return _bm25(pool, idf, tf, lambda w: len(texts[w].split()))
 
 
+def _idf(total: int, df: int) -> float:
+    return math.log(1 + (total - df + 0.5) / (df + 0.5))
+
+
+def _best(coarse: np.ndarray, index: TermIndex) -> np.ndarray:
+    """The slots of the PREFILTER best windows by coarse score, best first, ties by
+    window id: what _prefilter's sort gives."""
+    cand = np.flatnonzero(coarse)
+    scores = coarse[cand]
+    if len(cand) > PREFILTER:
+        floor = np.partition(scores, len(scores) - PREFILTER)[len(scores) - PREFILTER]
+        above, tied = cand[scores > floor], cand[scores == floor]
+        need = PREFILTER - len(above)
+        # Ties at the floor (one word: every window with it) by window id, smallest first.
+        tied_ids = index.ids_of(tied)
+        by_id = dict(zip(tied_ids, tied.tolist()))
+        cand = np.concatenate([above, np.array(
+            [by_id[w] for w in heapq.nsmallest(need, tied_ids)], dtype=np.int64)])
+        scores = coarse[cand]
+    ids = index.ids_of(cand)
+    order = sorted(range(len(cand)), key=lambda i: (-scores[i], ids[i]))
+    return cand[np.array(order, dtype=np.int64)] if order else cand
+
+
 def _prefilter(hits: dict[str, dict[str, int]], total: int) -> tuple[dict[str, float], list[str]]:
     """idf per term; the PREFILTER candidates best by their terms' summed idf."""
     total = max(total, 1)
-    idf = {t: math.log(1 + (total - len(ids) + 0.5) / (len(ids) + 0.5))
-           for t, ids in hits.items()}
+    idf = {t: _idf(total, len(ids)) for t, ids in hits.items()}
     coarse: dict[str, float] = {}
     for t, ids in hits.items():
         for wid in ids:

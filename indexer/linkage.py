@@ -8,7 +8,7 @@ A's message `q` when, within the horizon (hours and messages after `q`):
 
     reply      m is a Matrix reply to q (m.in_reply_to)
     thread     m is in the thread q started
-    mention    m's m.mentions names A (a pill, or a reply to another of A's messages)
+    mention    m's m.mentions names A (a pill)
     address    m is addressed to A by text: "A: ...", "@A ...", or Gitter's glued
                "@Aif ..." (the bridge lost the space after the name)
     next       m is the first message by someone else after q, and addresses nobody
@@ -18,7 +18,7 @@ A's message `q` when, within the horizon (hours and messages after `q`):
                person between, and addresses nobody else (answers come in bursts)
 
 Only A's own messages are ever answered by these rules; a message by A is never its
-own answer. Linkage is computed when a hit is presented, from the event log as it is
+own answer, and a Matrix reply answers the message it replies to, no other. Linkage is computed when a hit is presented, from the event log as it is
 then: an edit or a redaction of an answer reaches every hit that carries it.
 """
 
@@ -100,6 +100,8 @@ def responses(question: Message, later: Sequence[Message], horizon: Horizon,
         rule = None
         if m.reply_to == question.event_id:
             rule = "reply"
+        elif m.reply_to is not None:
+            pass  # a reply to another message answers that one, not this question
         elif thread_of is not None and thread_of.get(m.event_id) == question.event_id:
             rule = "thread"
         elif asker in m.mentions:

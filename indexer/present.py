@@ -64,11 +64,18 @@ class Presenter:
 
     def present(self, hits: Sequence[Hit], query_vectors: Sequence[Sequence[float]],
                 top_k: int | None = None) -> list[Hit]:
+        return self.present_above(hits, query_vectors, top_k)[0]
+
+    def present_above(self, hits: Sequence[Hit], query_vectors: Sequence[Sequence[float]],
+                      top_k: int | None = None, floor: float | None = None
+                      ) -> tuple[list[Hit], Hit | None]:
         """The best `top_k` of the hits, with their answers and quoted lines. The hits
         are ranked again by what a person would read first: the window's similarity
-        to the query and its matched question's (`LINE_WEIGHT`). A chat hit whose
-        window has no message left (redacted meanwhile) is dropped; reference hits
-        keep their similarity."""
+        to the query and its matched question's (`LINE_WEIGHT`); that score, kept as
+        the hit's `similarity`, is what the floor compares (a window that mixes topics
+        is not dropped when one of its lines is the question). A chat hit whose window
+        has no message left (redacted meanwhile) is dropped; reference hits keep their
+        similarity. Returns the hits, and when the floor left none, the closest."""
         queries = np.asarray(query_vectors, dtype=np.float32)
         windows = [self.eventlog.window_messages(h.window_id) if h.corpus == CORPUS_CHAT
                    else None for h in hits]
@@ -88,21 +95,24 @@ class Presenter:
             key = (1 - LINE_WEIGHT) * sim + LINE_WEIGHT * float(line_sims[anchor])
             ranked.append((key, rank, h, (w, vecs, anchor)))
         ranked.sort(key=lambda r: (-r[0], r[1]))
-        kept = ranked[:top_k] if top_k is not None else ranked
+        above = [r for r in ranked if floor is None or r[0] >= floor]
+        closest = None if above or not ranked else replace(ranked[0][2], similarity=ranked[0][0])
+        kept = above[:top_k] if top_k is not None else above
         plans = [(h, self._plan(h, found[0]), found[1], found[2]) if found else (h, None, None, 0)
                  for _, _, h, found in kept]
         answers = [self._answers(p, anchor) if p else ([], set())
                    for _, p, _, anchor in plans]
         answer_vecs = self._vectors([m.body for a, _ in answers for m, _ in a])
         out, at = [], 0
-        for (h, p, vecs, anchor), ans in zip(plans, answers):
+        for (h, p, vecs, anchor), ans, (key, *_) in zip(plans, answers, kept):
             if p is None:
                 out.append(h)
                 continue
             avecs = answer_vecs[at:at + len(ans[0])]
             at += len(ans[0])
-            out.append(self._choose(p, vecs, anchor, ans, avecs, queries))
-        return out
+            out.append(replace(self._choose(p, vecs, anchor, ans, avecs, queries),
+                               similarity=key))
+        return out, closest
 
     def _answers(self, p: _Plan, anchor: int) -> tuple[list[tuple[Message, str]], set]:
         """The linked answers from outside the window (at most MAX_ANSWERS), and the

@@ -1,9 +1,11 @@
 """The collection records what made its vectors; a mismatch at start means a rebuild.
 
-    meta: embedder name, dimension, chunker version, corpus set
+    meta: embedder name, dimension, backend, chunker version, corpus set
     store empty            -> the meta is written
     meta matches           -> nothing to do
-    meta differs (a new model, a new chunker) -> the collection is emptied, every event
+    backend differs, same vector class (embedder.VECTOR_CLASS: torch, torch-bf16 and
+        onnx give the same vectors within cosine 0.99) -> kept, the meta says the new one
+    meta differs (a new model, a new chunker, int8 <-> float) -> the collection is emptied, every event
         of the event log set pending again, and the pipeline re-embeds everything with
         progress; reference corpora are synced again from their files. Never a mix.
     collection lost (it holds less than half the windows the event log says it indexed:
@@ -18,7 +20,7 @@ import time
 from typing import Callable
 
 from .chunker import CHUNKER_VERSION
-from .embedder import Embedder
+from .embedder import VECTOR_CLASS, Embedder
 from .eventlog import EventLog
 from .pipeline import Pipeline
 from .records import CORPUS_CHAT, CORPUS_REFERENCE
@@ -29,9 +31,19 @@ CORPORA = ",".join(sorted((CORPUS_CHAT, CORPUS_REFERENCE)))
 LOST_FRACTION = 0.5
 
 
+def backend_of(embedder: Embedder) -> str:
+    return getattr(embedder, "backend", "torch")
+
+
 def expected_meta(embedder: Embedder) -> dict:
-    return {"embedder": embedder.name, "dim": embedder.dim, "chunker": CHUNKER_VERSION,
-            "corpora": CORPORA}
+    return {"embedder": embedder.name, "dim": embedder.dim, "backend": backend_of(embedder),
+            "chunker": CHUNKER_VERSION, "corpora": CORPORA}
+
+
+def _same(key: str, have: object, want: object) -> bool:
+    if key == "backend":  # collections from before backends were torch's
+        return VECTOR_CLASS.get(str(have or "torch")) == VECTOR_CLASS.get(str(want))
+    return have == want
 
 
 def meta_mismatch(store: ChromaStore, embedder: Embedder) -> dict[str, tuple]:
@@ -40,7 +52,7 @@ def meta_mismatch(store: ChromaStore, embedder: Embedder) -> dict[str, tuple]:
     have = store.meta()
     if store.count() == 0:
         return {}
-    return {k: (have.get(k), v) for k, v in want.items() if have.get(k) != v}
+    return {k: (have.get(k), v) for k, v in want.items() if not _same(k, have.get(k), v)}
 
 
 def lost_windows(store: ChromaStore, eventlog: EventLog) -> tuple[int, int] | None:

@@ -8,8 +8,9 @@ second, lexical one: BM25 over the stored documents, asked of the same collectio
 (indexer/lexical.py). One sentence-long text gives exactly the single-vector order.
 `Hit.ranks` keeps, per text, the rank and similarity from its vector only.
 
-A hit whose window is no closer than `min_similarity` (cosine) to every query text is
-dropped, whichever leg found it: an off-topic question gets no hits ("nothing
+A hit scoring below `min_similarity` is dropped, whichever leg found it: with the
+presenter, the score it ranks by (half the window's cosine similarity to the nearest
+query text, half its closest line's); without, the window's: an off-topic question gets no hits ("nothing
 matches") rather than the least bad windows. Then the presenter (present.py) gives
 each hit the answers it carries and the lines to quote.
 `!sources` and `matrix-sources search` share this path.
@@ -23,6 +24,7 @@ from dataclasses import dataclass, replace
 from typing import Sequence
 
 from .embedder import Embedder
+from .legible import legible
 from .lexical import LEXICAL_MAX_TERMS, LexicalRanker, is_keywords
 from .present import Presenter
 from .records import CORPUS_CHAT, CORPUS_REFERENCE, Hit, RoomID
@@ -122,18 +124,20 @@ class Searcher:
         texts = list(dict.fromkeys(query.texts))
         if not any(_WORDY.search(t) for t in texts):
             return [], None  # "?", "!!!", emoji only: nothing to look for
+        if not legible(texts, getattr(self.embedder, "tokenize", None)):
+            return [], None  # a script the model only spells out (indexer/legible.py)
         vectors = self.embedder.encode(texts)
         # The presenter ranks a pool again by the windows' matched questions.
         depth = max(query.top_k, RERANK_POOL) if self.presenter is not None else query.top_k
         scored = self._with_similarity(self._retrieve(query, texts, vectors, depth), vectors)
         floor = self.min_similarity
+        if self.presenter is not None:  # the floor compares what the presenter ranks by
+            return self.presenter.present_above(scored, vectors, query.top_k, floor)
         hits = [h for h in scored if floor is None
                 or (h.similarity is not None and h.similarity >= floor)]
         closest = None if hits or not scored else max(
             scored, key=lambda h: h.similarity if h.similarity is not None else -2.0)
-        if self.presenter is not None:
-            hits = self.presenter.present(hits, vectors, query.top_k)
-        return hits, closest
+        return hits[:query.top_k], closest
 
     def _with_similarity(self, hits: list[Hit], vectors: list) -> list[Hit]:
         """Each hit with its best cosine similarity to any text."""

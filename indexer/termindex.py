@@ -29,12 +29,13 @@ from __future__ import annotations
 
 import logging
 import re
-import sys
 import threading
 import time
 from array import array
 from collections import Counter
 from typing import Callable, Iterable, Iterator
+
+import numpy as np
 
 log = logging.getLogger(f"matrix_sources.{__name__}")
 
@@ -95,15 +96,35 @@ def answerable(base: str) -> bool:
             and base[-1] not in ".'" and len(RUN.findall(base)) <= MAX_PARTS)
 
 
+class _Column:
+    """One value per slot in a numpy array that grows by doubling: read whole by the
+    vectorised lookups (slot_postings), written one slot at a time."""
+
+    def __init__(self, dtype: type) -> None:
+        self.data = np.zeros(1024, dtype=dtype)
+
+    def set(self, slot: int, value: int) -> None:
+        if slot >= len(self.data):
+            grown = np.zeros(max(2 * len(self.data), slot + 1), dtype=self.data.dtype)
+            grown[:len(self.data)] = self.data
+            self.data = grown
+        self.data[slot] = value
+
+
+EMPTY = np.zeros(0, dtype=np.int64)
+
+
 class TermIndex:
-    """Window id -> slot -> (room, corpus, length); key -> postings. Thread-safe."""
+    """Window id -> slot -> (room, corpus, length, live); key -> postings. Thread-safe."""
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
         self._slot: dict[str, int] = {}
         self._ids: list[str | None] = []
-        self._room: list[str] = []
-        self._corpus: list[str] = []
+        self._codes: dict[str, int] = {}  # room and corpus names -> small ints
+        self._room = _Column(np.uint32)
+        self._corpus = _Column(np.uint32)
+        self._live = _Column(np.bool_)
         self._length = array("I")
         self._post: dict[str, int | array] = {}
         self._heads: dict[str, set[str]] = {}
@@ -141,7 +162,9 @@ class TermIndex:
             self.ready.set()  # an empty collection is fully indexed
 
     def __init_state(self) -> None:
-        self._slot, self._ids, self._room, self._corpus = {}, [], [], []
+        self._slot, self._ids, self._codes = {}, [], {}
+        self._room, self._corpus, self._live = (_Column(np.uint32), _Column(np.uint32),
+                                                _Column(np.bool_))
         self._length = array("I")
         self._post, self._heads = {}, {}
         self._dead = self._postings = 0
@@ -151,8 +174,9 @@ class TermIndex:
         slot = len(self._ids)
         self._slot[wid] = slot
         self._ids.append(wid)
-        self._room.append(sys.intern(str(meta.get("room_id", ""))))
-        self._corpus.append(sys.intern(str(meta.get("corpus", ""))))
+        self._room.set(slot, self._code(str(meta.get("room_id", ""))))
+        self._corpus.set(slot, self._code(str(meta.get("corpus", ""))))
+        self._live.set(slot, True)
         length, counts = doc_stats(doc)
         self._length.append(min(length, 0xFFFFFFFF))
         for key, tf in counts.items():
@@ -168,10 +192,17 @@ class TermIndex:
                 got.append(value)
         self._postings += len(counts)
 
+    def _code(self, name: str) -> int:
+        code = self._codes.get(name)
+        if code is None:
+            code = self._codes[name] = len(self._codes)
+        return code
+
     def _kill(self, wid: str) -> None:
         slot = self._slot.pop(wid, None)
         if slot is not None:
             self._ids[slot] = None
+            self._live.set(slot, False)
             self._dead += 1
 
     def _maybe_compact(self) -> None:
@@ -183,13 +214,15 @@ class TermIndex:
         started = time.monotonic()
         remap: dict[int, int] = {}
         ids: list[str | None] = []
-        room, corpus, length = [], [], array("I")
+        room, corpus, live = _Column(np.uint32), _Column(np.uint32), _Column(np.bool_)
+        length = array("I")
         for old, wid in enumerate(self._ids):
             if wid is not None:
-                remap[old] = len(ids)
+                new = remap[old] = len(ids)
                 ids.append(wid)
-                room.append(self._room[old])
-                corpus.append(self._corpus[old])
+                room.set(new, int(self._room.data[old]))
+                corpus.set(new, int(self._corpus.data[old]))
+                live.set(new, True)
                 length.append(self._length[old])
         post: dict[str, int | array] = {}
         postings = 0
@@ -207,6 +240,7 @@ class TermIndex:
             post[key] = kept[0] if len(kept) == 1 else array("I", kept)
             postings += len(kept)
         self._ids, self._room, self._corpus, self._length = ids, room, corpus, length
+        self._live = live
         self._slot = {wid: i for i, wid in enumerate(ids)}
         self._post, self._postings, self._dead = post, postings, 0
         log.debug("term_index_compacted", extra={
@@ -255,29 +289,68 @@ class TermIndex:
                  where: dict | None = None) -> dict[str, int] | None:
         """Window id -> term frequency for the windows whose bodies hold a run equal to
         `base` (or starting with it, `prefix`); None if not answerable here."""
-        accept = _filter(where)
-        if accept is None or not answerable(base) or not self.ready.is_set():
+        with self._lock:
+            got = self.slot_postings(base, prefix, where)
+            if got is None:
+                return None
+            slots, tfs = got
+            return dict(zip(self.ids_of(slots), tfs.tolist()))
+
+    def locked(self) -> threading.RLock:
+        """Hold it across slot_postings, ids_of and slot_lengths: slots are renumbered
+        by a compaction, which a write can start."""
+        return self._lock
+
+    def slot_postings(self, base: str, prefix: bool, where: dict | None = None
+                      ) -> tuple[np.ndarray, np.ndarray] | None:
+        """postings as two arrays, (slots, term frequencies), one entry per window,
+        slots ascending; None if not answerable here. Vectorised: a common word's
+        postings at 100,000 windows are tens of thousands of entries."""
+        want = _wanted(where)
+        if want is None or not answerable(base) or not self.ready.is_set():
             return None
         base = base.lower()
-        out: dict[str, int] = {}
         with self._lock:
             if prefix and len(base) >= HEAD:
-                keys: Iterable[str] = [k for k in self._heads.get(base[:HEAD], ())
-                                       if k.startswith(base)]
+                keys: list[str] = [k for k in self._heads.get(base[:HEAD], ())
+                                   if k.startswith(base)]
             elif prefix:
                 keys = [k for k in self._post if k.startswith(base) and RUN.fullmatch(k)]
             else:
                 keys = [base] if base in self._post else []
-            ids, rooms, corpora = self._ids, self._room, self._corpus
-            everything = where is None
-            for key in keys:
-                got = self._post[key]
-                for v in (got,) if isinstance(got, int) else got:
-                    slot = v >> TF_BITS
-                    wid = ids[slot]
-                    if wid is not None and (everything or accept(rooms[slot], corpora[slot])):
-                        out[wid] = out.get(wid, 0) + (v & TF_MAX)
-        return out
+            if not keys:
+                return EMPTY, EMPTY
+            parts = [np.array([got] if isinstance(got, int) else got, dtype=np.int64)
+                     for got in (self._post[k] for k in keys)]
+            values = parts[0] if len(parts) == 1 else np.concatenate(parts)
+            slots, tfs = values >> TF_BITS, values & TF_MAX
+            keep = self._live.data[slots]
+            room, corpus = want
+            for column, name in ((self._room, room), (self._corpus, corpus)):
+                if name is not None:
+                    keep &= column.data[slots] == self._codes.get(name, -1)
+            slots, tfs = slots[keep], tfs[keep]
+            if len(parts) > 1:  # a window holding several keys of a prefix: one entry
+                slots, inverse = np.unique(slots, return_inverse=True)
+                tfs = np.bincount(inverse, weights=tfs).astype(np.int64)
+            # A key's postings are in slot order: slots only grow, compaction keeps order.
+            return slots, tfs
+
+    def slots(self) -> int:
+        """Slots in use (live and dead): the size of a per-slot array."""
+        with self._lock:
+            return len(self._ids)
+
+    def ids_of(self, slots: np.ndarray) -> list[str]:
+        with self._lock:
+            ids = self._ids
+            return [ids[s] for s in slots.tolist()]  # type: ignore[misc]
+
+    def slot_lengths(self, slots: np.ndarray) -> np.ndarray:
+        if not len(slots):
+            return EMPTY
+        with self._lock:
+            return np.frombuffer(self._length, dtype=np.uint32)[slots].astype(np.int64)
 
     def lengths(self, ids: Iterable[str]) -> dict[str, int]:
         with self._lock:
@@ -290,11 +363,11 @@ class TermIndex:
                     "ready": self.ready.is_set()}
 
 
-def _filter(where: dict | None) -> Callable[[str, str], bool] | None:
-    """The store's `where` forms search uses (room_id, corpus, their $and) as a test;
-    None for anything else."""
+def _wanted(where: dict | None) -> tuple[str | None, str | None] | None:
+    """The store's `where` forms search uses (room_id, corpus, their $and) as the
+    (room, corpus) wanted, None for either meaning any; None for any other form."""
     if where is None:
-        return lambda room, corpus: True
+        return None, None
     clauses = where.get("$and") if set(where) == {"$and"} else [where]
     want: dict[str, str] = {}
     for c in clauses or ():
@@ -304,6 +377,4 @@ def _filter(where: dict | None) -> Callable[[str, str], bool] | None:
         if field not in ("room_id", "corpus") or not isinstance(value, str) or field in want:
             return None
         want[field] = value
-    room, corpus = want.get("room_id"), want.get("corpus")
-    return lambda r, c: (room is None or r == room) and (corpus is None or c == corpus)
-
+    return want.get("room_id"), want.get("corpus")

@@ -13,6 +13,8 @@ no idle second between them. A compaction due after redactions (Pipeline.scrub_h
 brings the worker back when it may run. A compaction runs in a task of its own beside
 the runs (it copies the whole collection: minutes at 100,000 windows, docs/storage.md),
 one at a time; the worker is idle when neither is running.
+Every timer here (debounce, backoff, deferred compaction) waits on the injected `sleep`
+and reads the injected `clock`: tests drive them with a fake clock.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ class PipelineWorker:
         self._clock = clock
         self._wake = asyncio.Event()
         self._waiting_since: float | None = None  # first notify not yet taken by a run
-        self._scrub_timer: asyncio.TimerHandle | None = None
+        self._scrub_timer: asyncio.Task | None = None
         self._run_lock = asyncio.Lock()
         self._task: asyncio.Task | None = None
         self._compaction: asyncio.Task | None = None
@@ -73,14 +75,13 @@ class PipelineWorker:
         self.notify()  # catch up on whatever a previous run left pending
 
     async def stop(self) -> None:
-        if self._scrub_timer is not None:
-            self._scrub_timer.cancel()
-        if self._task:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+        for task in (self._task, self._scrub_timer):
+            if task:
+                task.cancel()
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    pass
         if self._compaction is not None:  # its thread cannot be cancelled: let it end
             await asyncio.gather(self._compaction, return_exceptions=True)
 
@@ -125,7 +126,8 @@ class PipelineWorker:
         if wait and self._compaction is None:
             if self._scrub_timer is not None:
                 self._scrub_timer.cancel()
-            self._scrub_timer = asyncio.get_running_loop().call_later(wait, self.notify)
+            self._scrub_timer = asyncio.create_task(self._notify_after(wait),
+                                                    name="pipeline-scrub-timer")
         if not self._wake.is_set() and not self._running and self._compaction is None:
             self.idle.set()
 
@@ -143,6 +145,10 @@ class PipelineWorker:
             self._compaction = None
         self._maybe_compact()  # due again meanwhile (a redaction during the copy)
         self._settle()
+
+    async def _notify_after(self, seconds: float) -> None:
+        await self._sleep(seconds)  # the injected sleep: tests move a fake clock
+        self.notify()
 
     def _run(self) -> None:
         indexed = self.pipeline.process_all()

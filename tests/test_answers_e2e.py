@@ -115,8 +115,7 @@ TOPICS = [
 QUESTIONS = [
     ("what fixes the postgres archive job that broke every night?", "carol", 6),
     ("what broke our connection to other matrix servers today?", "erin", 5),
-    ("how can freshly registered people be placed into a channel from the start?",
-     "alice", 7),
+    ("newcomers see an empty sidebar after signing up, what is the fix?", "alice", 7),
 ]
 
 
@@ -287,6 +286,6 @@ async def test_off_topic_gets_nothing_matches_and_why_explains_the_closest(stack
         assert "Sources for" not in reply["content"]["formatted_body"]
 
         why = (await pat.ask(room, "!sources why 1", stack.bot))["content"]["body"]
-        assert "below the floor search.min_similarity = 0.30" in why, why
+        assert "below the floor search.min_similarity = 0.35" in why, why
         sim = float(re.search(r"cosine similarity (-?\d\.\d+)", why).group(1))
-        assert sim < 0.30, why
+        assert sim < 0.35, why

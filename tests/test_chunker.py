@@ -3,6 +3,7 @@ and the conversations it follows."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -68,6 +69,7 @@ def window_bytes(w) -> int:
     return sum(size(m) for m in w)
 
 
+@pytest.mark.slow  # property test at full strength: in the full run
 @SETTINGS
 @given(timelines(), policies)
 def test_every_message_in_exactly_one_window_in_timeline_order(messages, policy):
@@ -111,6 +113,7 @@ def test_blocks_are_greedy_and_no_window_spans_a_silence(messages, policy):
         assert len({where[m.event_id] for m in w}) == 1
 
 
+@pytest.mark.slow  # property test at full strength: in the full run
 @SETTINGS
 @given(timelines(), policies, st.data())
 def test_rechunking_from_any_block_start_reproduces_later_windows(messages, policy, data):
@@ -122,6 +125,7 @@ def test_rechunking_from_any_block_start_reproduces_later_windows(messages, poli
     assert build_blocks(messages[start:], policy) == build_blocks(messages, policy)[i:]
 
 
+@pytest.mark.slow  # property test at full strength: in the full run
 @SETTINGS
 @given(timelines(), policies, st.data())
 def test_live_tail_reproduces_the_room(messages, policy, data):
@@ -147,6 +151,7 @@ def test_live_tail_reproduces_the_room(messages, policy, data):
             assert w.messages[:len(kept[w.window_id].messages)] == kept[w.window_id].messages
 
 
+@pytest.mark.slow  # property test at full strength: in the full run
 @SETTINGS
 @given(timelines(), policies)
 def test_the_last_block_is_cut_like_a_closed_one(messages, policy):

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from indexer.chunker import ChunkPolicy
 from indexer.components import writers
 from indexer.embedder import HashEmbedder
@@ -20,6 +22,7 @@ WORDS = ("kernel driver backup printer wifi firmware disk mount network proxy dn
          "upgrade rollback token key bridge federation media purge vacuum index").split()
 
 
+@pytest.mark.slow  # 4,500 events through real Chroma: ~15 s; the full run has it
 def test_thousands_of_edits_and_redactions_leave_every_window_reachable(tmp_path):
     rng = random.Random(7758)
     log = EventLog(tmp_path / "eventlog.sqlite3")

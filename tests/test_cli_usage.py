@@ -181,3 +181,17 @@ def test_backfill_and_ref_sync_name_what_does_not_exist_before_loading_anything(
     assert main(["ref", "sync", "-c", str(cfg), "bogus"]) == 1
     err = capsys.readouterr().err
     assert "no corpus named bogus" in err and "loading the model" not in err
+
+
+def test_journal_hides_the_bots_own_messages_an_older_release_journalled(datadir, capsys):
+    cfg, _ = datadir
+    journal = cfg.parent / "journal.jsonl"
+    old = {"kind": "refusal", "rule": "own_message", "room_id": ROOM, "event_id": "$bot1"}
+    real = {"kind": "refusal", "rule": "encrypted_event", "room_id": ROOM, "event_id": "$e"}
+    with open(journal, "a") as f:
+        f.write(json.dumps(old) + "\n" + json.dumps(real) + "\n")
+    assert main(["journal", "-c", str(cfg)]) == 0
+    out = capsys.readouterr().out
+    assert "$e" in out and "$bot1" not in out
+    assert main(["journal", "-c", str(cfg), "--rule", "own_message"]) == 0  # asked: shown
+    assert "$bot1" in capsys.readouterr().out

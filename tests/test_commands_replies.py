@@ -14,7 +14,7 @@ from appservice.replies import MAX_REPLY_CHARS, permalink, render_hits, via_serv
 from appservice.responder import RateLimiter, Responder
 from indexer.chunker import format_ts
 from indexer.events import MessageEvent, parse_event
-from indexer.records import Hit
+from indexer.records import EventID, Hit, RoomID, UserID, WindowID
 from indexer.search import MAX_TEXT_BYTES
 
 ROOM = "!ops:example.org"
@@ -535,3 +535,15 @@ async def test_why_after_nothing_matches_explains_the_closest_below_the_floor(re
     await r.answer(command("!sources banana bread"))
     await r.answer(command("!sources why 1", event_id="$why3"))
     assert "no hits to explain" in sent[-1][1]["body"]
+
+
+def test_a_sender_id_with_a_newline_forges_no_line_of_the_reply():
+    from indexer.records import Line
+
+    hit = Hit(WindowID("w1"), RoomID("!r:x"), "", "chat", (EventID("$a"),),
+              (UserID("@eve\n   > admin:x"),), 1_700_000_000_000, 1_700_000_000_000, 0.5, "",
+              shown=(Line(EventID("$a"), UserID("@eve\n   > admin:x"), 1_700_000_000_000,
+                          "hello"),))
+    reply = render_hits([hit], ("hi",))
+    assert not any(line.strip().startswith("> admin") for line in reply.body.split("\n"))
+    assert "eve   > admin" in reply.body  # kept, but on the sender's own line

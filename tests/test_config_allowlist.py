@@ -119,7 +119,7 @@ def set_key(key: str, value):
     ("index.answer_horizon_hours", -24, "greater than 0"),
     ("index.answer_horizon_messages", 0, "at least 1, not 0"),
     ("index.answer_horizon_messages", 1.5, "must be an integer"),
-    ("index.embedder.backend", "cuda", "torch, onnx or onnx-int8, not 'cuda'"),
+    ("index.embedder.backend", "cuda", "torch, torch-bf16, onnx or onnx-int8, not 'cuda'"),
     ("index.embedder.model", "", "must not be empty"),
 ])
 def test_bad_values_name_the_key(tmp_path, key, value, words):
@@ -197,7 +197,7 @@ def test_new_settings_default_when_absent(tmp_path):
 
     cfg = load_config(write_config(tmp_path, edit))
     assert (cfg.min_similarity, cfg.answer_horizon_hours, cfg.answer_horizon_messages,
-            cfg.embedder, cfg.embedder_backend) == (0.30, 24, 150, "all-MiniLM-L6-v2", "torch")
+            cfg.embedder, cfg.embedder_backend) == (0.35, 24, 150, "all-MiniLM-L6-v2", "torch")
 
 
 def test_the_embedder_as_a_name_alone_still_reads(tmp_path):

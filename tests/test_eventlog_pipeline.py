@@ -313,6 +313,8 @@ def test_a_failed_live_run_leaves_every_message_in_one_window(log, store, monkey
 
 
 class FakeSleep:
+    """Returns at once, recording the wait."""
+
     def __init__(self) -> None:
         self.calls: list[float] = []
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 
 import pytest
@@ -18,6 +19,7 @@ from indexer.pipeline import Pipeline
 from indexer.records import Hit
 from indexer.store import ChromaStore
 
+from .fakeclock import FakeClock
 from .vectorscan import files_holding
 
 ROOM = "!room:example.org"
@@ -313,28 +315,43 @@ async def test_the_worker_runs_a_deferred_scrub_without_new_events(world):
     from indexer.worker import PipelineWorker
 
     ingest, pipeline, store, log, tmp = world
+    clock = FakeClock(T0 / 1000)
+    pipeline.compaction.clock = clock
     pipeline.compaction.every = 3.0
-    worker = PipelineWorker(pipeline, debounce=0.01)
+    worker = PipelineWorker(pipeline, debounce=0.01, sleep=clock.sleep, clock=clock)
+
+    async def idle() -> None:
+        # Debounce sleeps on the fake clock: move it on until the worker is idle.
+        for _ in range(1000):
+            if worker.idle.is_set():
+                return
+            await clock.advance(0.01)
+            await asyncio.sleep(0.005)
+        raise AssertionError("the worker did not go idle")
+
     worker.start()
     try:
         ingest.admit([msg(1, "line one"), msg(2, "first canary hh31q")])
         worker.notify()
-        await asyncio.wait_for(worker.wait_idle(), 10)
+        await idle()
         ingest.admit([redact(3, 2)])
         worker.notify()
-        await asyncio.wait_for(worker.wait_idle(), 10)  # scrubbed: the first scrub
+        await idle()  # scrubbed: the first scrub
         assert not pipeline.scrub_due and b"hh31q" not in chroma_bytes(tmp)
         ingest.admit([msg(4, "second canary pp72k")])
         worker.notify()
-        await asyncio.wait_for(worker.wait_idle(), 10)
+        await idle()
         ingest.admit([redact(5, 4)])
         worker.notify()
-        await asyncio.wait_for(worker.wait_idle(), 10)
+        await idle()
         assert pipeline.scrub_due  # too soon after the first: deferred
-        for _ in range(200):
-            await asyncio.sleep(0.05)
-            if not pipeline.scrub_due:
+        assert clock.sleeping_within(3.0)  # the worker waits for it, on the clock
+        await clock.advance(3.0)  # the interval passes: nothing else wakes the worker
+        for _ in range(500):
+            if not pipeline.scrub_due and worker.idle.is_set():
                 break
+            await clock.advance(0.01)  # the run it wakes waits out its debounce
+            await asyncio.sleep(0.005)
         assert not pipeline.scrub_due and b"pp72k" not in chroma_bytes(tmp)
     finally:
         await worker.stop()

@@ -16,6 +16,8 @@ from indexer.worker import PipelineWorker
 from indexer.records import EventID, Message, RoomID, UserID
 from indexer.store import ChromaStore
 
+from .fakeclock import FakeClock
+
 ROOM = RoomID("!live:example.org")
 ALICE, BOB = UserID("@alice:example.org"), UserID("@bob:example.org")
 T0 = 1_700_000_000_000
@@ -24,43 +26,17 @@ DEBOUNCE = 1.0
 POLICY = ChunkPolicy(max_bytes=4000, gap_ms=30 * 60 * 1000)
 
 
-class FakeClock:
-    """Seconds since the epoch, moved only by `advance`; `sleep` returns once the clock
-    has passed its deadline."""
-
-    def __init__(self, start: float) -> None:
-        self.now = start
-        self._moved = asyncio.Condition()
-        self.sleeps: list[float] = []
-        self.sleeping = 0
-
-    def __call__(self) -> float:
-        return self.now
-
-    async def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        deadline = self.now + seconds
-        self.sleeping += 1
-        try:
-            async with self._moved:
-                await self._moved.wait_for(lambda: self.now >= deadline)
-        finally:
-            self.sleeping -= 1
-
-    async def advance(self, seconds: float) -> None:
-        async with self._moved:
-            self.now += seconds
-            self._moved.notify_all()
-        for _ in range(5):  # let the woken worker get going
-            await asyncio.sleep(0)
-
-
 @pytest.fixture
 def parts(tmp_path):
     log = EventLog(tmp_path / "eventlog.sqlite3")
     store = ChromaStore(path=tmp_path / "chroma", eventlog=log)
     yield log, store
     log.close()
+
+
+def debounces(clock: FakeClock) -> list[float]:
+    """The sleeps the worker took."""
+    return list(clock.sleeps)
 
 
 def live_worker(log, store, **worker_args):
@@ -84,10 +60,10 @@ async def settle(worker: PipelineWorker, clock: FakeClock) -> None:
     """Once the worker sleeps, move the clock past the debounce interval and wait for
     the run that follows to finish (it runs in a thread)."""
     for _ in range(1000):
-        if clock.sleeping:
+        if clock.sleeping_within(DEBOUNCE):
             break
         await asyncio.sleep(0)
-    assert clock.sleeping, "the worker is not waiting out a debounce interval"
+    assert clock.sleeping_within(DEBOUNCE), "the worker is not waiting out a debounce interval"
     runs = worker.runs
     await clock.advance(DEBOUNCE)
     for _ in range(1000):
@@ -129,8 +105,9 @@ async def test_messages_within_one_interval_cost_one_embedding_of_the_open_windo
         assert len(stored.event_ids) == n + 5
         # One run per interval, each waiting out what was left of the interval that
         # began with its first message (the clock moved while the twenty came in).
-        assert worker.runs == 3 and len(clock.sleeps) == 3
-        assert all(0 < s <= DEBOUNCE for s in clock.sleeps) and clock.sleeps[0] == DEBOUNCE
+        assert worker.runs == 3 and len(debounces(clock)) == 3
+        assert all(0 < s <= DEBOUNCE for s in debounces(clock))
+        assert debounces(clock)[0] == DEBOUNCE
     finally:
         await worker.stop()
 
@@ -197,7 +174,7 @@ async def test_after_a_run_longer_than_the_interval_the_next_starts_at_once(part
                 break
             await asyncio.sleep(0.01)
         assert worker.runs == 2, "the second run waited for the clock"
-        assert clock.sleeps == [DEBOUNCE]  # only the first run slept
+        assert debounces(clock) == [DEBOUNCE]  # only the first run slept
         assert emb.texts_seen == 2 and pipeline.stats.messages == 4
         assert len(store.get()[0].event_ids) == 4
     finally:

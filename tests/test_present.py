@@ -167,3 +167,18 @@ def test_a_redacted_linked_answer_is_quoted_nowhere(world, path):
             assert "$a" not in j["event_ids"] and "$a" not in j["answer_event_ids"]
             assert "$a" not in j["shown_event_ids"]
             assert "global_factor" not in str(j), j
+
+
+def test_a_reply_to_another_of_the_askers_messages_is_not_this_questions_answer():
+    """bob's reply to alice's later, different question mentions alice (clients put the
+    replied-to sender in m.mentions), but it answers that question, not this one."""
+    from indexer.linkage import Horizon, responses
+    from indexer.records import EventID, Message, RoomID, UserID
+
+    room = RoomID(ROOM)
+    q = Message(EventID("$q"), room, UserID(ALICE), T0, "how do I free disk space?")
+    other = Message(EventID("$q2"), room, UserID(ALICE), T0 + 60_000, "and the meetup?")
+    reply = Message(EventID("$r"), room, UserID(BOB), T0 + 120_000, "second saturday",
+                    EventID("$q2"), (UserID(ALICE),))
+    assert [l.answer.event_id for l in responses(q, [other, reply], Horizon())] == []
+    assert [l.rule for l in responses(other, [reply], Horizon())] == ["reply"]

@@ -312,3 +312,28 @@ def test_the_lexical_leg_sees_what_the_store_holds_now(chat):
             Searcher(emb, store).search(SourceQuery.build(["partition"], 4))}
     assert hits["$p3"].score > dense_only(hits["$p3"])
     assert hits["$p1"].score == pytest.approx(dense_only(hits["$p1"]))
+
+
+# -- what the model cannot read (indexer/legible.py) ------------------------------------
+
+@pytest.mark.parametrize("pieces,spelled", [
+    (["how", "do", "i", "mount", "n", "##fs", "?"], False),
+    (["م", "##ا", "ه", "##ي", "ا", "##ف", "##ض", "##ل"], True),
+    (["c", "+", "+"], False),  # too short to judge: the floor decides
+    (["к", "##а", "##к", "с", "##м", "##о", "##н", "##т"], True),
+    (["ext", "##3", "mount", "fails", "on", "boot"], False),
+])
+def test_a_text_the_model_only_spells_out_is_not_read(pieces, spelled):
+    from indexer.legible import spelled_out
+    assert spelled_out(pieces) is spelled
+
+
+def test_an_illegible_query_gets_nothing_and_a_legible_one_is_searched(tmp_path):
+    from indexer.legible import legible
+    store = ChromaStore(path=tmp_path / "chroma")
+    emb = HashEmbedder()
+    emb.tokenize = lambda t: list(t.replace(" ", ""))  # every letter a piece: spelled
+    s = Searcher(emb, store)
+    assert s.search_with_closest(SourceQuery.build(["ما هي أفضل طريقة"])) == ([], None)
+    assert emb.texts_seen == 0  # refused before any embedding
+    assert legible(["how do I mount it"], lambda t: t.split())

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -49,6 +50,7 @@ def indexed(docs: dict[str, str], metas: dict[str, dict] | None = None) -> TermI
     return index
 
 
+@pytest.mark.slow  # property test at full strength: in the full run
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.dictionaries(st.text("abcdef", min_size=1, max_size=4), document_text,
                        min_size=1, max_size=8),
@@ -77,6 +79,7 @@ def python_ranker(docs: dict[str, str], index: TermIndex | None) -> LexicalRanke
                          index)
 
 
+@pytest.mark.slow  # property test at full strength: in the full run
 @settings(max_examples=200, deadline=None)
 @given(st.dictionaries(st.text("abcdef", min_size=1, max_size=4), document_text,
                        min_size=1, max_size=12),

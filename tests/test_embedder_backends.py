@@ -1,0 +1,145 @@
+"""Embedder backends (embedder.backend): the same model run another way gives the same
+vectors, so a collection survives a switch within a vector class and is rebuilt
+across classes; the ONNX files are made offline from the packaged weights, once.
+The tests that load the real model are `slow` (about 20 s): the full run has them."""
+
+from __future__ import annotations
+
+
+import pytest
+
+from indexer.config import ConfigError, load_config
+from indexer.datadir import init_data_dir
+from indexer.embedder import VECTOR_CLASS, HashEmbedder, bf16_supported, load_embedder
+from indexer.eventlog import EventLog
+from indexer.pipeline import Pipeline
+from indexer.rebuild import ensure_meta, expected_meta
+from indexer.store import ChromaStore
+
+# Chat as the pipeline embeds it (message bodies, one per line), a search-box query,
+# a question, and a window past the model's 256 word pieces (truncated alike).
+TEXTS = [
+    "how do I rotate the signing key?",
+    "signing key rotation",
+    "stig_: you need to restart the service after editing homeserver.yaml\nok thanks, "
+    "that worked\nnp",
+    "my wifi drops every few minutes on 24.04 with the iwlwifi driver\ntry "
+    "`sudo modprobe -r iwlwifi && sudo modprobe iwlwifi 11n_disable=1`\nstill drops",
+    "the disk is full again: /var/lib/postgresql grew to 40G overnight. what can I purge?",
+    " ".join(f"word{i} apt-get install linux-firmware after the upgrade" for i in range(80)),
+    "ok",
+]
+
+
+def cosines(a: list[list[float]], b: list[list[float]]) -> list[float]:
+    return [sum(x * y for x, y in zip(u, v)) for u, v in zip(a, b)]
+
+
+@pytest.fixture(scope="module")
+def torch_vectors():
+    return load_embedder("all-MiniLM-L6-v2", "torch").encode(TEXTS)
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("models")
+
+
+@pytest.mark.model
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["onnx", "torch-bf16"])
+def test_a_float_backend_gives_torchs_vectors(backend, torch_vectors, cache):
+    """What lets a collection made by torch be kept when the backend switches."""
+    if backend == "torch-bf16" and not bf16_supported():
+        pytest.skip("this CPU has no native bfloat16: torch-bf16 runs as torch")
+    emb = load_embedder("all-MiniLM-L6-v2", backend, cache)
+    assert emb.backend == backend and VECTOR_CLASS[backend] == VECTOR_CLASS["torch"]
+    vectors = emb.encode(TEXTS)
+    assert all(len(v) == 384 for v in vectors)
+    assert min(cosines(vectors, torch_vectors)) >= 0.99
+    # One text at a time (no padding) gives the same as in a batch.
+    assert cosines([emb.encode([TEXTS[2]])[0]], [vectors[2]])[0] >= 0.999
+
+
+@pytest.mark.model
+@pytest.mark.slow
+def test_int8_is_close_but_its_own_class(torch_vectors, cache):
+    """int8 vectors drift further than 0.99 on some texts: a switch to or from it
+    rebuilds the collection rather than mixing them."""
+    emb = load_embedder("all-MiniLM-L6-v2", "onnx-int8", cache)
+    sims = cosines(emb.encode(TEXTS), torch_vectors)
+    assert min(sims) >= 0.9 and sum(sims) / len(sims) >= 0.97
+    assert VECTOR_CLASS["onnx-int8"] != VECTOR_CLASS["torch"]
+
+
+@pytest.mark.model
+@pytest.mark.slow
+def test_the_onnx_files_are_made_once_offline_in_the_cache(cache, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    first = load_embedder("all-MiniLM-L6-v2", "onnx-int8", cache)
+    made = {p.name: p.stat().st_mtime_ns for p in cache.iterdir()}
+    assert first.path.name in made and len(made) == 2  # the float export and its int8
+    again = load_embedder("all-MiniLM-L6-v2", "onnx-int8", cache)
+    assert again.path == first.path
+    assert {p.name: p.stat().st_mtime_ns for p in cache.iterdir()} == made
+    assert not any(".tmp" in name for name in made)
+
+
+class Backend(HashEmbedder):
+    def __init__(self, backend: str) -> None:
+        super().__init__()
+        self.backend = backend
+
+
+@pytest.mark.parametrize("switch, rebuilds", [(("torch", "onnx"), False),
+                                              (("torch", "torch-bf16"), False),
+                                              (("onnx", "onnx-int8"), True),
+                                              (("onnx-int8", "torch"), True)])
+def test_a_backend_switch_rebuilds_only_across_vector_classes(tmp_path, switch, rebuilds):
+    log = EventLog(tmp_path / "eventlog.sqlite3")
+    store = ChromaStore(path=tmp_path / "chroma")
+    before, after = switch
+    pipeline = Pipeline(log, Backend(before), store)
+    log.append([(_message(i), None) for i in range(3)])
+    ensure_meta(store, log, pipeline)
+    pipeline.process_all()
+    assert store.meta()["backend"] == before and store.count()
+    pipeline.embedder = Backend(after)
+    assert ensure_meta(store, log, pipeline) is rebuilds
+    assert store.meta()["backend"] == after and store.count()
+    log.close()
+
+
+def test_a_collection_from_before_backends_counts_as_torchs(tmp_path):
+    log = EventLog(tmp_path / "eventlog.sqlite3")
+    store = ChromaStore(path=tmp_path / "chroma")
+    pipeline = Pipeline(log, Backend("torch"), store)
+    log.append([(_message(0), None)])
+    pipeline.process_all()
+    old = {k: v for k, v in expected_meta(pipeline.embedder).items() if k != "backend"}
+    store.set_meta(old)  # as the collections made before backends: no "backend" key
+    assert "backend" not in store.meta()
+    pipeline.embedder = Backend("onnx")
+    assert ensure_meta(store, log, pipeline) is False
+    log.close()
+
+
+def test_an_unknown_backend_is_refused_naming_the_key(tmp_path):
+    init_data_dir(tmp_path, "http://127.0.0.1:8008", "localhost")
+    config = tmp_path / "config.yaml"
+    text = config.read_text()
+    assert "    backend: torch\n" in text  # the default
+    config.write_text(text.replace("    backend: torch\n", "    backend: tensorrt\n"))
+    with pytest.raises(ConfigError, match="index.embedder.backend"):
+        load_config(config)
+    config.write_text(config.read_text().replace("tensorrt", "onnx-int8"))
+    assert load_config(config).embedder_backend == "onnx-int8"
+
+
+def _message(i: int):
+    from indexer.records import EventID, Message, RoomID, UserID
+
+    return Message(EventID(f"$m{i}"), RoomID("!r:example.org"), UserID("@a:example.org"),
+                   1_700_000_000_000 + i * 1000, f"message {i} about the signing key")
+
+
