@@ -10,6 +10,7 @@ import html
 from dataclasses import dataclass
 from urllib.parse import quote
 
+from indexer.abstain import QueryFloor
 from indexer.chunker import format_ts, parse_document
 from indexer.derived import EmittedSection
 from indexer.lexical import terms
@@ -221,17 +222,23 @@ def render_help(text: str) -> Reply:
 
 
 def render_why(n: int, hit: Hit, texts: tuple[str, ...], rrf_k: int,
-               floor: float | None = None) -> Reply:
+               floor: QueryFloor | None = None) -> Reply:
     """Why hit n ranked where it did: its rank and similarity under each query text,
     and how reciprocal rank fusion added them up. With `floor`, the hit is the closest
-    one of a query that got "nothing matches": say it was below the floor."""
+    one of a query that got "nothing matches": say which floor it was below."""
     room = hit.room_label or hit.room_id
     head = f"Hit {n}: {room} · {_time_range(hit)}, fused score {hit.score:.4f}"
     if floor is not None:
         sim = "unknown" if hit.similarity is None else f"{hit.similarity:.3f}"
-        head = (f"Nothing matched; the closest was {room} · {_time_range(hit)}: its cosine "
-                f"similarity {sim} is below the floor search.min_similarity = {floor:.2f}, "
-                f"so it was not shown. Fused score {hit.score:.4f}")
+        f = floor.floor
+        rule = (f"the floor search.min_similarity = {f.min_similarity:.2f}"
+                if floor.shares_word(hit.text) or not f.no_shared_word_margin else
+                f"the floor {floor.needed(hit.text):.2f} for a hit sharing no word with the "
+                f"question (search.min_similarity {f.min_similarity:.2f} + "
+                f"search.no_shared_word_margin {f.no_shared_word_margin:.2f})")
+        head = (f"Nothing matched; the closest was {room} · {_time_range(hit)}: its "
+                f"similarity {sim} is below {rule}, so it was not shown. "
+                f"Fused score {hit.score:.4f}")
     parts, terms = [], []
     for i, text in enumerate(texts):
         r = hit.ranks[i] if i < len(hit.ranks) else None

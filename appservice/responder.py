@@ -194,8 +194,9 @@ class Responder:
             if n != 1:
                 return render_error("Your last query had no hits; `!sources why 1` explains "
                                     "the closest one.")
+            floor = getattr(self.searcher, "floor", None)
             return render_why(1, closest, texts, self.rrf_k,
-                              floor=getattr(self.searcher, "min_similarity", None))
+                              floor=floor.for_query(texts) if floor is not None else None)
         if not 1 <= n <= len(hits):
             return render_error(f"Your last query had {len(hits)} hits; "
                                 f"ask about 1 to {len(hits)}." if hits else

@@ -133,6 +133,7 @@ def effective_settings(data_dir: Path) -> dict:
     return {"window_max_bytes": p.max_bytes, "window_gap_seconds": p.gap_ms / 1000,
             "block_windows": p.block_windows, "follow_replies": p.follow_replies,
             "min_similarity": cfg.min_similarity,
+            "no_shared_word_margin": cfg.no_shared_word_margin,
             "answer_horizon_hours": cfg.answer_horizon_hours,
             "answer_horizon_messages": cfg.answer_horizon_messages}
 
@@ -230,7 +231,8 @@ def main(argv: list[str] | None = None) -> int:
                  for v in VARIANTS for n in names]
     s = next(iter(reports.values()))["settings"]
     print(evalkit.table(rows, f"Retrieval on the dev sets, chunker {CHUNKER_VERSION}, windows "
-                              f"of {s['window_max_bytes']} bytes, floor {s['min_similarity']}, "
+                              f"of {s['window_max_bytes']} bytes, floor {s['min_similarity']} "
+                              f"(+{s['no_shared_word_margin']} sharing no word), "
                               f"answers within {s['answer_horizon_hours']:g} h / "
                               f"{s['answer_horizon_messages']} messages", COLUMNS))
     for n in names:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from .abstain import Floor
 from .allowlist import load_allowlist
 from .answers import AnswerLog
 from .chunker import ChunkPolicy
@@ -127,7 +128,8 @@ class Index:
         presenter = Presenter(eventlog, embedder,
                               Horizon(cfg.answer_horizon_hours, cfg.answer_horizon_messages))
         searcher = Searcher(embedder, store, cfg.rrf_k, lexical_max_terms=cfg.lexical_max_terms,
-                            min_similarity=cfg.min_similarity, presenter=presenter)
+                            floor=Floor(cfg.min_similarity, cfg.no_shared_word_margin),
+                            presenter=presenter)
         return cls(cfg, eventlog, journal, store, embedder, gate, ingest, pipeline, searcher,
                    AnswerLog(eventlog), manifest, matcher)
 

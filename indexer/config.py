@@ -173,7 +173,9 @@ class SearchSettings(_Section):
     lexical_max_terms: NonNegativeInt = 5  # 0: no keyword leg
     rate_limit_per_minute: NonNegativeInt = 6  # 0: no limit
     admins: tuple[Annotated[Str, AfterValidator(_user_id)], ...] = ()
-    min_similarity: Annotated[float, Strict(), Field(ge=-1, le=1)] = 0.35  # cosine
+    min_similarity: Annotated[float, Strict(), Field(ge=-1, le=1)] = 0.34  # cosine
+    # What a hit sharing no word with the question needs above it (indexer/abstain.py).
+    no_shared_word_margin: Annotated[float, Strict(), Field(ge=0, le=1)] = 0.11
 
 
 class GateSettings(_Section):
@@ -251,6 +253,7 @@ class Config:
     lexical_max_terms: int  # texts this short also get the BM25 leg; 0: never
     admins: tuple[str, ...]
     min_similarity: float  # a hit below it is not returned
+    no_shared_word_margin: float  # nor one sharing no word with the question below this more
     answer_horizon_hours: float  # how long after a question its answer is linked
     answer_horizon_messages: int  # and at most this many messages later
     derived: DerivedConfig
@@ -333,6 +336,7 @@ def load_config(path: Path) -> Config:
         lexical_max_terms=s.search.lexical_max_terms,
         admins=s.search.admins,
         min_similarity=s.search.min_similarity,
+        no_shared_word_margin=s.search.no_shared_word_margin,
         answer_horizon_hours=s.index.answer_horizon_hours,
         answer_horizon_messages=s.index.answer_horizon_messages,
         derived=s.derived,

@@ -65,13 +65,18 @@ _ENDINGS = ("ings", "ing", "ies", "es", "ed", "s")
 
 def terms(text: str) -> list[str]:
     """The words of a query text worth matching, lowercased, in order, once each."""
+    return words(text)[:MAX_TERMS]
+
+
+def words(text: str) -> list[str]:
+    """Every word of a text worth matching (stop words aside), in order, once each."""
     out = []
     for w in _WORD.findall(text.lower()):
         w = w.strip(".'")
         if len(w) < 2 or w in STOP_WORDS or w.replace("'", "") in STOP_WORDS:
             continue
         out.append(w)
-    return list(dict.fromkeys(out))[:MAX_TERMS]
+    return list(dict.fromkeys(out))
 
 
 def is_keywords(text: str, max_terms: int = LEXICAL_MAX_TERMS) -> bool:

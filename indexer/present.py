@@ -32,6 +32,7 @@ import numpy as np
 from .addressing import names
 from .chunker import document
 from .embedder import Embedder
+from .abstain import QueryFloor
 from .eventlog import EventLog
 from .linkage import Horizon, responses
 from .records import CORPUS_CHAT, EventID, Hit, Line, Message, Window, WindowID
@@ -67,13 +68,13 @@ class Presenter:
         return self.present_above(hits, query_vectors, top_k)[0]
 
     def present_above(self, hits: Sequence[Hit], query_vectors: Sequence[Sequence[float]],
-                      top_k: int | None = None, floor: float | None = None
+                      top_k: int | None = None, floor: QueryFloor | None = None
                       ) -> tuple[list[Hit], Hit | None]:
         """The best `top_k` of the hits, with their answers and quoted lines. The hits
         are ranked again by what a person would read first: the window's similarity
         to the query and its matched question's (`LINE_WEIGHT`); that score, kept as
         the hit's `similarity`, is what the floor compares (a window that mixes topics
-        is not dropped when one of its lines is the question). A chat hit whose window
+        is not dropped when one of its lines is the question; indexer/abstain.py). A chat hit whose window
         has no message left (redacted meanwhile) is dropped; reference hits keep their
         similarity. Returns the hits, and when the floor left none, the closest."""
         queries = np.asarray(query_vectors, dtype=np.float32)
@@ -95,7 +96,7 @@ class Presenter:
             key = (1 - LINE_WEIGHT) * sim + LINE_WEIGHT * float(line_sims[anchor])
             ranked.append((key, rank, h, (w, vecs, anchor)))
         ranked.sort(key=lambda r: (-r[0], r[1]))
-        above = [r for r in ranked if floor is None or r[0] >= floor]
+        above = [r for r in ranked if floor is None or r[0] >= floor.needed(r[2].text)]
         closest = None if above or not ranked else replace(ranked[0][2], similarity=ranked[0][0])
         kept = above[:top_k] if top_k is not None else above
         plans = [(h, self._plan(h, found[0]), found[1], found[2]) if found else (h, None, None, 0)

@@ -8,10 +8,11 @@ second, lexical one: BM25 over the stored documents, asked of the same collectio
 (indexer/lexical.py). One sentence-long text gives exactly the single-vector order.
 `Hit.ranks` keeps, per text, the rank and similarity from its vector only.
 
-A hit scoring below `min_similarity` is dropped, whichever leg found it: with the
-presenter, the score it ranks by (half the window's cosine similarity to the nearest
-query text, half its closest line's); without, the window's: an off-topic question gets no hits ("nothing
-matches") rather than the least bad windows. Then the presenter (present.py) gives
+A hit scoring below the floor is dropped, whichever leg found it (indexer/abstain.py:
+`search.min_similarity`, more for a hit sharing no word with the question): with the
+presenter, on the score it ranks by (half the window's cosine similarity to the nearest
+query text, half its closest line's); without, on the window's. An off-topic question
+gets no hits ("nothing matches") rather than the least bad windows. Then the presenter (present.py) gives
 each hit the answers it carries and the lines to quote.
 `!sources` and `matrix-sources search` share this path.
 """
@@ -23,6 +24,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Sequence
 
+from .abstain import Floor
 from .embedder import Embedder
 from .legible import legible
 from .lexical import LEXICAL_MAX_TERMS, LexicalRanker, is_keywords
@@ -110,8 +112,9 @@ class Searcher:
     # A text of at most this many words (stop words aside) is searched by its words
     # too: a BM25 leg fused beside its vector (indexer/lexical.py). 0: never.
     lexical_max_terms: int = LEXICAL_MAX_TERMS
-    # The abstain floor (config search.min_similarity); None: every hit is kept.
-    min_similarity: float | None = None
+    # The abstain floor (config search.min_similarity and no_shared_word_margin);
+    # None: every hit is kept.
+    floor: Floor | None = None
     presenter: Presenter | None = None
 
     def search(self, query: SourceQuery) -> list[Hit]:
@@ -130,11 +133,11 @@ class Searcher:
         # The presenter ranks a pool again by the windows' matched questions.
         depth = max(query.top_k, RERANK_POOL) if self.presenter is not None else query.top_k
         scored = self._with_similarity(self._retrieve(query, texts, vectors, depth), vectors)
-        floor = self.min_similarity
+        floor = self.floor.for_query(texts) if self.floor is not None else None
         if self.presenter is not None:  # the floor compares what the presenter ranks by
             return self.presenter.present_above(scored, vectors, query.top_k, floor)
         hits = [h for h in scored if floor is None
-                or (h.similarity is not None and h.similarity >= floor)]
+                or (h.similarity is not None and h.similarity >= floor.needed(h.text))]
         closest = None if hits or not scored else max(
             scored, key=lambda h: h.similarity if h.similarity is not None else -2.0)
         return hits[:query.top_k], closest

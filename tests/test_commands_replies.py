@@ -12,6 +12,7 @@ from appservice.commands import (HELP, CommandError, HelpCommand, SearchCommand,
                                  parse_command)
 from appservice.replies import MAX_REPLY_CHARS, permalink, render_hits, via_servers
 from appservice.responder import RateLimiter, Responder
+from indexer.abstain import Floor
 from indexer.chunker import format_ts
 from indexer.events import MessageEvent, parse_event
 from indexer.records import EventID, Hit, RoomID, UserID, WindowID
@@ -503,7 +504,7 @@ async def test_why_names_the_keyword_legs_share_of_the_score(responder):
 class FlooredSearcher(FakeSearcher):
     """A searcher with the abstain floor: no hits, and the closest one below it."""
 
-    min_similarity = 0.30
+    floor = Floor(0.30, 0.04)
 
     def __init__(self, closest: Hit | None) -> None:
         super().__init__([])
@@ -526,7 +527,9 @@ async def test_why_after_nothing_matches_explains_the_closest_below_the_floor(re
     assert sent[-1][1]["body"] == NOTHING_MATCHES
     await r.answer(command("!sources why 1", event_id="$why"))
     body = sent[-1][1]["body"]
-    assert "below the floor search.min_similarity = 0.30" in body
+    # The window shares no word with the question: it needed the floor plus the margin.
+    assert "below the floor 0.34 for a hit sharing no word with the question" in body
+    assert "search.min_similarity 0.30 + search.no_shared_word_margin 0.04" in body
     assert "cosine similarity 0.120" in body and "rank 1" in body
     await r.answer(command("!sources why 2", event_id="$why2"))
     assert "why 1` explains the closest" in sent[-1][1]["body"]
@@ -535,6 +538,19 @@ async def test_why_after_nothing_matches_explains_the_closest_below_the_floor(re
     await r.answer(command("!sources banana bread"))
     await r.answer(command("!sources why 1", event_id="$why3"))
     assert "no hits to explain" in sent[-1][1]["body"]
+
+
+async def test_why_names_the_plain_floor_when_the_closest_shares_a_word(responder):
+    from dataclasses import replace
+
+    r, sent, _, _ = responder
+    # The closest window ("rotate the signing key 0") shares "key" with the question.
+    r.searcher = FlooredSearcher(replace(ranked_hit(0, ((1, 0.21),), 1 / 61), similarity=0.21))
+    await r.answer(command("!sources which key signs events"))
+    await r.answer(command("!sources why 1", event_id="$why"))
+    body = sent[-1][1]["body"]
+    assert "its similarity 0.210 is below the floor search.min_similarity = 0.30, so" in body
+    assert "no_shared_word_margin" not in body
 
 
 def test_a_sender_id_with_a_newline_forges_no_line_of_the_reply():

@@ -1,0 +1,132 @@
+"""The abstain rule (indexer/abstain.py): a hit is shown when its score reaches
+`search.min_similarity` and its window shares a word with the question, or, sharing
+none, reaches the floor plus `search.no_shared_word_margin`.
+
+The words are the keyword leg's (stems, stop words aside). The mechanism is tested on a
+real event log and embedded Chroma with the hash embedder, whose scores are arbitrary
+but fixed: the floors are set around the scores it gives. The calibration is tested in
+miniature with the real model on the demo's conversation (the figures on both dev sets
+are bench/retrieval.py's)."""
+
+from __future__ import annotations
+
+import pytest
+
+from appservice.demo import CONVERSATION, DEMO_QUESTION
+from indexer.abstain import Floor, words_of
+from indexer.chunker import ChunkPolicy
+from indexer.config import SearchSettings
+from indexer.embedder import HashEmbedder
+from indexer.eventlog import EventLog
+from indexer.gate import Gate
+from indexer.history import History
+from indexer.ingest import Ingest
+from indexer.journal import Journal
+from indexer.pipeline import Pipeline
+from indexer.present import Presenter
+from indexer.search import Searcher, SourceQuery
+from indexer.store import ChromaStore
+
+OPS, GARDEN = "!ops:example.org", "!garden:example.org"
+ALICE, BOB = "@alice:example.org", "@bob:example.org"
+T0 = 1_700_000_000_000
+
+
+def test_words_are_stems_without_stop_words():
+    assert words_of("What can we clean up on the disks?") == words_of("clean disk")
+    assert words_of("what is it and how do I do it") == frozenset()
+    q = Floor(0.34, 0.04).for_query(["the disk is full", "media cache"])
+    assert q.shares_word("[12:00] @bob:x: purge the remote MEDIA store")
+    assert not q.shares_word("the is it and of")  # stop words alone share nothing
+    assert q.needed("disks filled overnight") == pytest.approx(0.34)
+    assert q.needed("quokkas live on an island") == pytest.approx(0.38)
+
+
+def test_a_question_of_stop_words_only_needs_the_margin_everywhere():
+    q = Floor(0.30, 0.05).for_query(["how do I do it?"])
+    assert q.needed("how do I do it?") == pytest.approx(0.35)
+
+
+def test_the_shipped_defaults_are_the_calibrated_ones():
+    s = SearchSettings()  # docs/benchmarks.md, "Abstain": both dev sets, 38 off-topic
+    assert (s.min_similarity, s.no_shared_word_margin) == (0.34, 0.11)
+
+
+def world(tmp_path, embedder):
+    log = EventLog(tmp_path / "eventlog.sqlite3")
+    store = ChromaStore(path=tmp_path / "chroma", eventlog=log)
+    ingest = Ingest(Gate(frozenset({OPS, GARDEN}), "@bot:example.org"), log,
+                    Journal(tmp_path / "journal.jsonl"), history=History(log))
+    pipeline = Pipeline(log, embedder, store, ChunkPolicy(), admits=ingest.admits,
+                        history=ingest.history)
+    ingest.admit([{"type": "m.room.join_rules", "room_id": room, "sender": ALICE,
+                   "state_key": "", "event_id": f"$jr{i}", "origin_server_ts": T0 - 1,
+                   "content": {"join_rule": "public"}} for i, room in enumerate((OPS, GARDEN))])
+    return log, store, ingest, pipeline
+
+
+def message(room: str, eid: str, sender: str, ts: int, body: str, **content) -> dict:
+    return {"type": "m.room.message", "room_id": room, "sender": sender, "event_id": eid,
+            "origin_server_ts": ts, "content": {"msgtype": "m.text", "body": body, **content}}
+
+
+def test_a_hit_sharing_no_word_needs_the_margin_and_one_sharing_a_word_does_not(tmp_path):
+    embedder = HashEmbedder()
+    log, store, ingest, pipeline = world(tmp_path, embedder)
+    ingest.admit([message(OPS, "$d", ALICE, T0, "the disk filled up with remote media"),
+                  message(GARDEN, "$q", BOB, T0, "quokkas are marsupials of rottnest island")])
+    pipeline.process_all()
+    presenter = Presenter(log, embedder)
+    query = SourceQuery.build(["disk space"], top_k=5)
+
+    def shown(floor: Floor | None) -> set[str]:
+        s = Searcher(embedder, store, floor=floor, presenter=presenter)
+        return {e for h in s.search(query) for e in h.event_ids}
+
+    scored = Searcher(embedder, store, presenter=presenter).search(query)
+    assert {e for h in scored for e in h.event_ids} == {"$d", "$q"}
+    low = min(h.similarity for h in scored) - 0.01
+    assert shown(Floor(low, 0.0)) == {"$d", "$q"}
+    # Sharing no word with "disk space", the quokkas need the floor plus the margin.
+    assert shown(Floor(low, 2.0)) == {"$d"}
+    # Above every score, nothing is shown, whatever the words; `why` gets the closest.
+    high = max(h.similarity for h in scored) + 0.01
+    hits, closest = Searcher(embedder, store, floor=Floor(high, 0.0),
+                             presenter=presenter).search_with_closest(query)
+    assert hits == [] and closest is not None
+    assert closest.similarity == pytest.approx(max(h.similarity for h in scored))
+    log.close()
+
+
+@pytest.mark.model
+@pytest.mark.slow
+def test_with_the_real_model_the_demo_answers_and_off_topic_questions_abstain(tmp_path):
+    """The demo's conversation, the shipped floor: its question finds the compressor
+    answer (a window that shares "disk" with it at a score near the floor), while
+    questions from the off-topic set get nothing."""
+    from indexer.embedder import load_embedder
+
+    embedder = load_embedder("all-MiniLM-L6-v2", "torch")
+    log, store, ingest, pipeline = world(tmp_path, embedder)
+    people = ("@alice:example.org", "@bob:example.org", "@carol:example.org")
+    sender = {n.split(":")[0][1:]: n for n in people}
+    events = []
+    for i, (who, body, to) in enumerate(CONVERSATION):
+        extra = {} if to is None else {"m.relates_to": {"m.in_reply_to": {"event_id": f"$c{to}"}}}
+        events.append(message(OPS, f"$c{i}", sender[who], T0 + i * 60_000, body, **extra))
+    ingest.admit(events)
+    pipeline.process_all()
+    s = SearchSettings()
+    searcher = Searcher(embedder, store, floor=Floor(s.min_similarity, s.no_shared_word_margin),
+                        presenter=Presenter(log, embedder))
+    question = DEMO_QUESTION.removeprefix("!sources ")
+    cited = {e for h in searcher.search(SourceQuery.build([question], 5))
+             for e in h.cited_event_ids}
+    assert {"$c1", "$c15"} <= cited  # media_retention, and the compressor
+    for off in ("what is a good recipe for banana bread with walnuts?",
+                "how do I keep a sourdough starter alive while on holiday?",
+                "what does a golf handicap of 18 mean?",
+                "can you explain the offside rule in football?",
+                "which red wine goes best with a mushroom risotto?"):
+        assert searcher.search(SourceQuery.build([off], 5)) == [], off
+    log.close()
