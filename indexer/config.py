@@ -22,8 +22,8 @@ from pydantic.dataclasses import dataclass as checked_dataclass
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
-from .chunker import ChunkPolicy
-from .gate import DEFAULT_PUPPET_PATTERNS
+from .pipeline.chunker import ChunkPolicy
+from .ingest.gate import DEFAULT_PUPPET_PATTERNS
 
 PLACEHOLDERS = ("example.com", "CHANGE_ME")
 EmbedderBackend = Literal["torch", "torch-bf16", "onnx", "onnx-int8"]  # embedder.BACKENDS
