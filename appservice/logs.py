@@ -1,7 +1,7 @@
 """Structured logs: an event name plus ids and counts, never message text.
 
     log.info("window_upserted", extra={"room_id": ..., "events": 3})
-    -> 2026-11-30T02:00:00Z INFO matrix_sources.indexer.pipeline window_upserted room_id=!r events=3
+    -> 2026-11-30T02:00:00Z INFO matrix_sources.indexer.pipeline.pipeline window_upserted room_id=!r events=3
 
 Every logger of the project sits under one root, `matrix_sources` (ROOT); the level of
 the config applies there, libraries stay at WARNING. A field value that could forge a

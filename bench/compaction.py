@@ -36,9 +36,9 @@ def folder_mib(path: Path) -> float:
 def main(argv: list[str] | None = None) -> int:
     import numpy as np
 
-    from indexer.eventlog import EventLog
+    from indexer.store.eventlog import EventLog
     from indexer.records import EventID, Message, RoomID, UserID, Window, WindowID
-    from indexer.store import ChromaStore
+    from indexer.store.chroma import ChromaStore
     from tests.vectorscan import files_holding
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

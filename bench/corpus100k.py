@@ -82,17 +82,17 @@ def policy():
 
 def open_cache(path: Path = CACHE):
     """The collection with its event log (the windows' text lives there only)."""
-    from indexer.eventlog import EventLog
-    from indexer.store import ChromaStore
+    from indexer.store.eventlog import EventLog
+    from indexer.store.chroma import ChromaStore
 
     return ChromaStore(path=path / "chroma", eventlog=EventLog(path / "eventlog.sqlite3"))
 
 
 def build(root: Path, windows: int, minutes: float, cache: Path = CACHE,
           backend: str = "torch") -> dict:
-    from indexer.chunker import CHUNKER_VERSION, build_windows, embed_text
-    from indexer.embedder import encode_in_length_order, load_embedder
-    from indexer.rebuild import expected_meta
+    from indexer.pipeline.chunker import CHUNKER_VERSION, build_windows, embed_text
+    from indexer.pipeline.embedder import encode_in_length_order, load_embedder
+    from indexer.pipeline.rebuild import expected_meta
 
     state_path = cache / "build.json"
     state = json.loads(state_path.read_text()) if state_path.exists() else {

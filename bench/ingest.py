@@ -22,7 +22,7 @@ mean, so load from other processes on this shared machine weighs on both sides a
 (`load_average` in the JSON says how busy it was). CPU seconds of this process are
 reported beside wall time: they move less with other load.
 Like the CLI, the process re-executes itself once with the heap tunables of
-appservice/heap.py (MATRIX_SOURCES_HEAP_HYGIENE=0 to measure without them).
+appservice/homeserver/heap.py (MATRIX_SOURCES_HEAP_HYGIENE=0 to measure without them).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import evalkit  # noqa: E402
 import perfkit  # noqa: E402
-from indexer.embedder import BACKENDS  # noqa: E402
+from indexer.pipeline.embedder import BACKENDS  # noqa: E402
 
 TARGET = 2.5  # issue 16: import over bare torch encode, default backend
 
@@ -73,7 +73,7 @@ def padded_word_pieces(model, calls: list[list[str]]) -> int:
 def run_pipeline(root: Path, splits: list[str], data_dir: Path, model) -> dict:
     from indexer.components import Index
     from indexer.config import load_config
-    from indexer.importer import import_events
+    from indexer.ingest.importer import import_events
 
     config = perfkit.fresh_data_dir(data_dir, perfkit.eval_rooms(root, splits))
     recorder = perfkit.RecordingEmbedder(model)
@@ -129,14 +129,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=None, help="default bench/out/ingest.json")
     args = p.parse_args(argv)
     if argv is None:
-        from appservice.heap import ensure_heap_hygiene
+        from appservice.homeserver.heap import ensure_heap_hygiene
 
         ensure_heap_hygiene()  # as `matrix-sources import` runs
     perfkit.quiet_env()
     root = evalkit.eval_dir(args.eval_dir)
     splits = args.splits.split(",")
 
-    from indexer.embedder import HashEmbedder, SentenceTransformerEmbedder, load_embedder
+    from indexer.pipeline.embedder import HashEmbedder, SentenceTransformerEmbedder, load_embedder
 
     data_dir = Path(args.data_dir)
     # Its own folder: Chroma keeps a client per path for the life of the process.

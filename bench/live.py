@@ -5,7 +5,7 @@
 One local Synapse and one `matrix-sources run` (real model, shipped 1 s debounce), on
 127.0.0.1, measured two ways:
 
-synapse  people at matrix-nio clients (appservice/chatclient.py) send eval chat lines into
+synapse  people at matrix-nio clients (appservice/tools/chatclient.py) send eval chat lines into
          public rooms the bot indexes, as fast as Synapse takes them: several senders in
          several rooms, each sending its next message as soon as the last was accepted.
 push     a load generator speaks the appservice protocol as Synapse does: PUT
@@ -79,7 +79,7 @@ def summarise(watcher: stackkit.IndexedWatcher, ids: list[str], first_sent: floa
 
 
 async def through_synapse(stack, bodies, senders: int, rooms: int, seconds: float) -> dict:
-    from appservice.chatclient import ChatClient
+    from appservice.tools.chatclient import ChatClient
 
     users = [stack.synapse.register_user(f"sender{i}", f"sender{i}-password")
              for i in range(senders)]

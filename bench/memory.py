@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     perfkit.quiet_env()
     root = evalkit.eval_dir(args.eval_dir)
     items = evalkit.load_items(root / "dev")
-    from indexer.embedder import SentenceTransformerEmbedder
+    from indexer.pipeline.embedder import SentenceTransformerEmbedder
 
     query.open_cache(SentenceTransformerEmbedder(), root)  # builds it if missing; meta
     push = None

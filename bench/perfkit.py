@@ -25,7 +25,7 @@ SPLITS = ("dev", "test")
 
 
 def quiet_env() -> None:
-    """What the CLI sets before it loads anything (appservice/cli.py)."""
+    """What the CLI sets before it loads anything (appservice/cli/main.py)."""
     for k, v in (("HF_HUB_OFFLINE", "1"), ("HF_HUB_DISABLE_PROGRESS_BARS", "1"),
                  ("ANONYMIZED_TELEMETRY", "False"), ("TOKENIZERS_PARALLELISM", "false")):
         os.environ.setdefault(k, v)

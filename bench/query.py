@@ -15,7 +15,7 @@ inproc   `Searcher.search` (the path `!sources` and `matrix-sources search` shar
          ("keywords": the lexical leg runs too). Reports p50/p95 of both and the
          overhead ratio search/bare at p50. The first query of a fresh client (index
          loaded from disk) is reported apart and left out. The service answers the
-         lexical leg from postings in memory (indexer/termindex.py): one keyword row is
+         lexical leg from postings in memory (indexer/search/termindex.py): one keyword row is
          run first without them (the leg asking Chroma, as the CLI does), then they are
          built (time and this process's RSS growth reported) and every row runs with
          them.
@@ -54,7 +54,7 @@ def text_sets(items: list[evalkit.Item], kind: str, n: int, reps: int) -> list[l
 def open_cache(model, root: Path) -> object:
     """The cached 100,000-window collection, built first if it is not there (or not
     finished): about 25 minutes of embedding on 2 cores, once; resumable."""
-    from indexer.rebuild import expected_meta, meta_mismatch
+    from indexer.pipeline.rebuild import expected_meta, meta_mismatch
 
     store = corpus100k.open_cache()
     count = store.count()
@@ -80,7 +80,7 @@ def open_cache(model, root: Path) -> object:
 def inproc(store, model, items, reps: int) -> dict:
     import os
 
-    from indexer.search import Searcher, SourceQuery
+    from indexer.search.searcher import Searcher, SourceQuery
 
     searcher = Searcher(model, store)
     t = time.perf_counter()
@@ -105,8 +105,8 @@ def inproc(store, model, items, reps: int) -> dict:
 
 
 def rows(searcher, store, model, items, reps: int, which) -> dict:
-    from indexer.lexical import is_keywords
-    from indexer.search import DEFAULT_TOP_K, SourceQuery
+    from indexer.search.lexical import is_keywords
+    from indexer.search.searcher import DEFAULT_TOP_K, SourceQuery
 
     out: dict = {}
     for kind, n in which:
@@ -133,7 +133,7 @@ def rows(searcher, store, model, items, reps: int, which) -> dict:
 
 
 async def ask_loop(stack, items, asks: int, user: str = "asker") -> dict:
-    from appservice.chatclient import ChatClient
+    from appservice.tools.chatclient import ChatClient
 
     user, token = stack.synapse.register_user(user, f"{user}-password")
     out: dict = {}
@@ -258,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     root = evalkit.eval_dir(args.eval_dir)
     items = evalkit.load_items(root / "dev")
     parts = args.parts.split(",")
-    from indexer.embedder import SentenceTransformerEmbedder
+    from indexer.pipeline.embedder import SentenceTransformerEmbedder
 
     model = SentenceTransformerEmbedder()
     store = open_cache(model, root)

@@ -219,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     reports = {n: run_set(sets[n], Path(args.work).resolve() / f"retrieval-{n}", args)
                for n in names}
-    from indexer.chunker import CHUNKER_VERSION
+    from indexer.pipeline.chunker import CHUNKER_VERSION
 
     evalkit.write_json(Path(args.out), {
         "benchmark": "retrieval", "chunker_version": CHUNKER_VERSION,

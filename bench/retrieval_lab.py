@@ -6,7 +6,7 @@ benchmark (bench/retrieval.py measures the shipped code through the real CLI).
 
 Every --policy (ChunkPolicy fields) is tried with every --searcher (Searcher fields);
 none given means the defaults. Same data, metrics, chunker and Searcher code as the
-product, but windows are built with `indexer.chunker` directly (no event log; every
+product, but windows are built with `indexer.pipeline.chunker` directly (no event log; every
 block closed, as an import of old history leaves them), their vectors cached by text
 under bench/out/lab-cache/, and each configuration gets a fresh embedded Chroma.
 """
@@ -32,9 +32,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import numpy as np  # noqa: E402
 
 import evalkit  # noqa: E402
-from indexer import chunker, search  # noqa: E402
+from indexer.pipeline import chunker  # noqa: E402
+from indexer.search import searcher as search  # noqa: E402
 from indexer.records import EventID, Message, RoomID, UserID  # noqa: E402
-from indexer.store import ChromaStore  # noqa: E402
+from indexer.store.chroma import ChromaStore  # noqa: E402
 
 CACHE = evalkit.OUT_DIR / "lab-cache"
 SHORT = {"query": "q", "keywords": "kw", "query+keywords": "q+kw"}
@@ -61,7 +62,7 @@ class CachedEmbedder:
         missing = [(k, t) for k, t in zip(keys, texts) if k not in self.vecs]
         if missing:
             if self.model is None:
-                from indexer.embedder import SentenceTransformerEmbedder
+                from indexer.pipeline.embedder import SentenceTransformerEmbedder
                 self.model = SentenceTransformerEmbedder()
             uniq = dict(missing)
             out = self.model.encode(list(uniq.values()))

@@ -4,7 +4,7 @@
                                                [--out bench/out/synapse_baseline.json]
 
 1. Replay (once; cached under bench/out/synapse-<split>/, re-runs reuse it): a real local
-   Synapse (appservice/localsynapse.py) with an extra appservice registration whose
+   Synapse (appservice/tools/localsynapse.py) with an extra appservice registration whose
    exclusive user namespace covers the eval senders (@irc_...:eval.local becomes
    @irc_...:localhost). Its bot creates one public room per eval room, each sender is
    registered and joined, and every message is sent as its sender (`user_id=`
@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import evalkit  # noqa: E402
 
-from appservice.localsynapse import LocalSynapse  # noqa: E402
+from appservice.tools.localsynapse import LocalSynapse  # noqa: E402
 
 EVAL_DOMAIN = "eval.local"
 HS_DOMAIN = "localhost"

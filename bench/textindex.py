@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/textindex.py [--windows 100000] [--reps 200]
 
-(b) postings  indexer/termindex.py, in memory, built at start from the event log
+(b) postings  indexer/search/termindex.py, in memory, built at start from the event log
               (ChromaStore.enable_term_index over EventLog.indexed_windows), as the
               service runs it; queries through LexicalRanker (search._lexical_ranker)
 (a) FTS5      a contentless FTS5 table (`content=''`; a row deleted by giving its text
@@ -45,8 +45,8 @@ def rss_kib() -> int:
 
 def build_eventlog(root: Path, windows: int, folder: Path):
     """The event log of `windows` generated windows, every event indexed (cached)."""
-    from indexer.chunker import build_windows
-    from indexer.eventlog import EventLog
+    from indexer.pipeline.chunker import build_windows
+    from indexer.store.eventlog import EventLog
 
     folder.mkdir(parents=True, exist_ok=True)
     log = EventLog(folder / "eventlog.sqlite3")
@@ -93,8 +93,8 @@ def files_with(paths, needle: bytes) -> list[str]:
 
 
 def postings(log, texts: list[str], folder: Path) -> dict:
-    from indexer.search import _lexical_ranker
-    from indexer.store import ChromaStore
+    from indexer.search.searcher import _lexical_ranker
+    from indexer.store.chroma import ChromaStore
 
     gc.collect()
     before = rss_kib()
@@ -133,7 +133,7 @@ def postings(log, texts: list[str], folder: Path) -> dict:
 def fts5(log, texts: list[str], folder: Path) -> dict:
     import apsw
 
-    from indexer.lexical import base_of, stem, terms
+    from indexer.search.lexical import base_of, stem, terms
 
     path = folder / "fts5.sqlite3"
     for p in folder.glob("fts5.sqlite3*"):

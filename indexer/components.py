@@ -15,29 +15,29 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from .abstain import Floor
-from .allowlist import load_allowlist
-from .answers import AnswerLog
-from .chunker import ChunkPolicy
-from .compaction import Compaction
 from .config import Config
-from .derived import DerivedFilter, EmittedSection, Matcher, answer_artifacts
-from .embedder import Embedder, load_embedder
-from .eventlog import EventLog
-from .gate import Gate
-from .history import History
-from .ingest import Ingest
-from .journal import Journal
-from .linkage import Horizon
-from .manifest import Manifest, manifest_path
-from .pipeline import Pipeline
-from .present import Presenter
-from .purge import Purger
+from .derived.filter import DerivedFilter, EmittedSection, Matcher, answer_artifacts
+from .derived.manifest import Manifest, manifest_path
+from .derived.reference import References
+from .ingest.admit import Ingest
+from .ingest.allowlist import load_allowlist
+from .ingest.gate import Gate
+from .ingest.history import History
+from .ingest.purge import Purger
+from .pipeline.chunker import ChunkPolicy
+from .pipeline.embedder import Embedder, load_embedder
+from .pipeline.pipeline import Pipeline
 from .records import UserID
-from .reference import References
-from .search import Searcher
-from .store import ChromaStore
-from .writeguard import WriteGuard
+from .search.abstain import Floor
+from .search.linkage import Horizon
+from .search.present import Presenter
+from .search.searcher import Searcher
+from .store.answers import AnswerLog
+from .store.chroma import ChromaStore
+from .store.compaction import Compaction
+from .store.eventlog import EventLog
+from .store.journal import Journal
+from .store.writeguard import WriteGuard
 
 
 def open_store(cfg: Config, eventlog: EventLog | None = None,
@@ -47,7 +47,7 @@ def open_store(cfg: Config, eventlog: EventLog | None = None,
     missing or damaged; the collection is then opened without it (its live generation
     found on disk, no text)."""
     if eventlog is None and inspect:
-        from .eventlog_check import check_eventlog
+        from .store.eventlog_check import check_eventlog
 
         if check_eventlog(cfg.eventlog_path).state != "ok":
             return _chroma(cfg, None)
@@ -68,7 +68,7 @@ def writers(eventlog: EventLog, journal: Journal, store: ChromaStore, embedder: 
     store: the part of the graph that writes. Index.open builds it here, and so do the
     tests that build an index from parts. `scrub_every`: seconds between compactions
     after redactions; `pipeline_options`: Pipeline's fields."""
-    # Purges share the pipeline's lock and store (see pipeline.py on the race), and its
+    # Purges share the pipeline's lock and store (see pipeline/pipeline.py on the race), and its
     # compaction schedule: a purge compacts at once, a redaction within the interval.
     guard = WriteGuard()
     compaction = Compaction(eventlog, store, guard, every=scrub_every)
@@ -142,7 +142,7 @@ class Index:
 
     def ensure_meta(self, progress=None) -> bool:
         """Rebuild the collection if another model or chunker made it (rebuild.py)."""
-        from .rebuild import ensure_meta
+        from .pipeline.rebuild import ensure_meta
 
         def resync() -> None:
             refs = open_references(self.cfg, self.store, self.manifest, self.embedder)

@@ -22,8 +22,8 @@ from pydantic.dataclasses import dataclass as checked_dataclass
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
-from .chunker import ChunkPolicy
-from .gate import DEFAULT_PUPPET_PATTERNS
+from .pipeline.chunker import ChunkPolicy
+from .ingest.gate import DEFAULT_PUPPET_PATTERNS
 
 PLACEHOLDERS = ("example.com", "CHANGE_ME")
 EmbedderBackend = Literal["torch", "torch-bf16", "onnx", "onnx-int8"]  # embedder.BACKENDS
@@ -174,7 +174,7 @@ class SearchSettings(_Section):
     rate_limit_per_minute: NonNegativeInt = 6  # 0: no limit
     admins: tuple[Annotated[Str, AfterValidator(_user_id)], ...] = ()
     min_similarity: Annotated[float, Strict(), Field(ge=-1, le=1)] = 0.34  # cosine
-    # What a hit sharing no word with the question needs above it (indexer/abstain.py).
+    # What a hit sharing no word with the question needs above it (indexer/search/abstain.py).
     no_shared_word_margin: Annotated[float, Strict(), Field(ge=0, le=1)] = 0.11
 
 

@@ -92,7 +92,7 @@ class Line:
     sender: UserID
     ts: int
     body: str
-    # A linked answer (indexer/linkage.py) from outside the hit's window: the rule
+    # A linked answer (indexer/search/linkage.py) from outside the hit's window: the rule
     # that linked it (reply, thread, mention, address, next, more); "" for the window's.
     linked: str = ""
 
@@ -100,7 +100,7 @@ class Line:
 @dataclass(frozen=True, slots=True)
 class Hit:
     """One search result: a stored window with its fused score, and once presented
-    (indexer/present.py) the answers it carries and the lines a reply quotes."""
+    (indexer/search/present.py) the answers it carries and the lines a reply quotes."""
 
     window_id: WindowID
     room_id: RoomID

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ruamel.yaml import YAML
 
-from appservice.localsynapse import LocalSynapse
+from appservice.tools.localsynapse import LocalSynapse
 from indexer.datadir import init_data_dir
 
 
@@ -41,7 +41,7 @@ class ServiceProcess:
         env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "appservice.cli", "run", "-c", str(self.config)],
+            [sys.executable, "-m", "appservice.cli.main", "run", "-c", str(self.config)],
             stdout=log, stderr=log, env=env)
         log.close()
         deadline = time.monotonic() + timeout
@@ -97,7 +97,7 @@ class Stack:
             argv = ["allowlist", rest[0], "-c", str(self.config), *rest[1:]]
         else:
             argv = [sub, "-c", str(self.config), *rest]
-        return subprocess.run([sys.executable, "-m", "appservice.cli", *argv],
+        return subprocess.run([sys.executable, "-m", "appservice.cli.main", *argv],
                               capture_output=True, text=True, timeout=300)
 
     def http(self, path: str) -> tuple[int, str]:

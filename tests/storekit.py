@@ -7,9 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from indexer.eventlog import EventLog
+from indexer.store.eventlog import EventLog
 from indexer.records import Window
-from indexer.store import ChromaStore
+from indexer.store.chroma import ChromaStore
 
 
 def open_store(folder: Path, **kw) -> ChromaStore:
@@ -31,8 +31,8 @@ def index(store: ChromaStore, windows: Sequence[Window], vectors) -> None:
 def edit(store: ChromaStore, window: Window, vectors) -> None:
     """Re-upsert a window whose messages' text changed, the event log first (as an
     edit by each message's sender does)."""
-    from indexer.events import EditEvent
-    from indexer.history import History
+    from indexer.ingest.events import EditEvent
+    from indexer.ingest.history import History
 
     History(store.eventlog).apply([
         EditEvent(m.room_id, f"{m.event_id}-edit", m.sender, m.event_id, m.body, m.ts + 1)

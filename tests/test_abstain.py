@@ -1,4 +1,4 @@
-"""The abstain rule (indexer/abstain.py): a hit is shown when its score reaches
+"""The abstain rule (indexer/search/abstain.py): a hit is shown when its score reaches
 `search.min_similarity` and its window shares a word with the question, or, sharing
 none, reaches the floor plus `search.no_shared_word_margin`.
 
@@ -12,20 +12,20 @@ from __future__ import annotations
 
 import pytest
 
-from appservice.demo import CONVERSATION, DEMO_QUESTION
-from indexer.abstain import Floor, words_of
-from indexer.chunker import ChunkPolicy
+from appservice.tools.demo import CONVERSATION, DEMO_QUESTION
 from indexer.config import SearchSettings
-from indexer.embedder import HashEmbedder
-from indexer.eventlog import EventLog
-from indexer.gate import Gate
-from indexer.history import History
-from indexer.ingest import Ingest
-from indexer.journal import Journal
-from indexer.pipeline import Pipeline
-from indexer.present import Presenter
-from indexer.search import Searcher, SourceQuery
-from indexer.store import ChromaStore
+from indexer.ingest.admit import Ingest
+from indexer.ingest.gate import Gate
+from indexer.ingest.history import History
+from indexer.pipeline.chunker import ChunkPolicy
+from indexer.pipeline.embedder import HashEmbedder
+from indexer.pipeline.pipeline import Pipeline
+from indexer.search.abstain import Floor, words_of
+from indexer.search.present import Presenter
+from indexer.search.searcher import Searcher, SourceQuery
+from indexer.store.chroma import ChromaStore
+from indexer.store.eventlog import EventLog
+from indexer.store.journal import Journal
 
 OPS, GARDEN = "!ops:example.org", "!garden:example.org"
 ALICE, BOB = "@alice:example.org", "@bob:example.org"
@@ -104,7 +104,7 @@ def test_with_the_real_model_the_demo_answers_and_off_topic_questions_abstain(tm
     """The demo's conversation, the shipped floor: its question finds the compressor
     answer (a window that shares "disk" with it at a score near the floor), while
     questions from the off-topic set get nothing."""
-    from indexer.embedder import load_embedder
+    from indexer.pipeline.embedder import load_embedder
 
     embedder = load_embedder("all-MiniLM-L6-v2", "torch")
     log, store, ingest, pipeline = world(tmp_path, embedder)

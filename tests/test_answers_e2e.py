@@ -24,8 +24,8 @@ from urllib.parse import quote
 import pytest
 from ruamel.yaml import YAML
 
-from appservice.chatclient import ChatClient
-from appservice.replies import NOTHING_MATCHES
+from appservice.tools.chatclient import ChatClient
+from appservice.bot.replies import NOTHING_MATCHES
 
 from .harness import Stack, make_stack
 

@@ -1,5 +1,6 @@
 """The code's shape, read from its source with ast: every object's private state is its
-own module's, and the package graph has no import cycle."""
+own module's, the package graph has no import cycle, every module sits in the package of
+its job (README, "Code layout") and the layers of indexer/ are imported downwards only."""
 
 from __future__ import annotations
 
@@ -52,14 +53,16 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def module_imports(path: Path, modules: set[str]) -> set[str]:
+def module_imports(path: Path, modules: set[str], nested: bool = False) -> set[str]:
     """The package modules `path` imports when it is imported: module-level statements
     only (an import inside a function, or under `if TYPE_CHECKING:`, runs later or
-    never, so it cannot close a cycle at import time)."""
+    never, so it cannot close a cycle at import time). With `nested`, every import
+    anywhere in the file: what it depends on at all."""
     name = module_name(path)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     out: set[str] = set()
-    for node in ast.parse(path.read_text(), str(path)).body:
+    tree = ast.parse(path.read_text(), str(path))
+    for node in (ast.walk(tree) if nested else tree.body):
         if isinstance(node, ast.Import):
             out.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -73,10 +76,10 @@ def module_imports(path: Path, modules: set[str]) -> set[str]:
     return {m for m in out if m in modules and m != name}
 
 
-def import_graph() -> dict[str, set[str]]:
+def import_graph(nested: bool = False) -> dict[str, set[str]]:
     paths = sources(*PACKAGES)
     modules = {module_name(p) for p in paths}
-    return {module_name(p): module_imports(p, modules) for p in paths}
+    return {module_name(p): module_imports(p, modules, nested) for p in paths}
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -101,7 +104,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_package_import_graph_is_acyclic():
     graph = import_graph()
-    assert "indexer.eventlog" in graph["indexer.answers"]  # the graph is really read
+    assert "indexer.store.eventlog" in graph["indexer.store.answers"]  # the graph is really read
     assert cycles(graph) == [], "\n".join(" -> ".join(c) for c in cycles(graph))
 
 
@@ -110,10 +113,113 @@ def test_the_cycle_check_finds_a_cycle():
     assert cycles({"a": {"b"}, "b": set()}) == []
 
 
-def test_indexer_never_imports_mautrix():
-    found = [str(p.relative_to(ROOT)) for p in sources("indexer")
-             if any(isinstance(n, (ast.Import, ast.ImportFrom))
-                    and any((a.name if isinstance(n, ast.Import) else n.module or "")
-                            .startswith("mautrix") for a in n.names)
-                    for n in ast.walk(ast.parse(p.read_text())))]
+def foreign_imports(path: Path, forbidden: tuple[str, ...]) -> list[str]:
+    """Imports of `forbidden` packages anywhere in `path` (inside functions too)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names = [node.module or ""]
+        else:
+            continue
+        found += [f"{path.name}:{node.lineno}: {n}" for n in names
+                  if any(n == f or n.startswith(f + ".") for f in forbidden)]
+    return found
+
+
+def test_indexer_never_imports_mautrix_or_appservice():
+    found = [f for p in sources("indexer") for f in foreign_imports(p, ("mautrix", "appservice"))]
     assert found == []
+
+
+def test_the_foreign_import_check_can_fail(tmp_path):
+    bad = tmp_path / "probe.py"
+    bad.write_text("import mautrix.types\nfrom appservice.bot import replies\n"
+                   "from . import appservice\nimport mautrixish\n"
+                   "def f():\n    from mautrix.api import HTTPAPI\n")
+    assert foreign_imports(bad, ("mautrix", "appservice")) == [
+        "probe.py:1: mautrix.types", "probe.py:2: appservice.bot", "probe.py:6: mautrix.api"]
+
+
+# Top-level modules of each package; every other module sits in the subpackage of its job.
+TOP_LEVEL = {"indexer": {"__init__.py", "config.py", "records.py", "components.py", "datadir.py"},
+             "appservice": {"__init__.py", "logs.py"}}
+
+
+def misplaced_modules(root: Path) -> list[str]:
+    """`.py` files directly under indexer/ or appservice/ that are not the allowed top-level
+    ones, and folders of modules without an `__init__.py` (pyproject lists packages)."""
+    found = []
+    for top, allowed in TOP_LEVEL.items():
+        found += [f"{top}/{p.name}" for p in sorted((root / top).glob("*.py"))
+                  if p.name not in allowed]
+        found += [f"{d.relative_to(root)}/ has no __init__.py"
+                  for d in sorted({p.parent for p in (root / top).rglob("*.py")})
+                  if not (d / "__init__.py").exists()]
+    return found
+
+
+def test_every_module_sits_in_the_package_of_its_job():
+    assert (ROOT / "indexer" / "store" / "eventlog.py").exists()  # the layout is really read
+    assert misplaced_modules(ROOT) == [], "move it into the subpackage of its job (README)"
+
+
+def test_the_module_placement_check_can_fail(tmp_path):
+    for rel in ("indexer/__init__.py", "indexer/config.py", "indexer/stray.py",
+                "indexer/store/__init__.py", "indexer/store/eventlog.py", "indexer/loose/x.py",
+                "appservice/__init__.py", "appservice/logs.py", "appservice/cli.py"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("")
+    assert misplaced_modules(tmp_path) == [
+        "indexer/stray.py", "indexer/loose/ has no __init__.py", "appservice/cli.py"]
+
+
+def layer(module: str) -> int:
+    """indexer's layers, imported downwards only (README, "Code layout"):
+    0 records, config; 1 store/; 2 ingest/, pipeline/, search/, derived/ (which use each
+    other); 3 components (the one graph builder), datadir, the package itself."""
+    if module in ("indexer.records", "indexer.config"):
+        return 0
+    package = module.split(".")[1:2]
+    if package == ["store"]:
+        return 1
+    if package in (["ingest"], ["pipeline"], ["search"], ["derived"]):
+        return 2
+    return 3
+
+
+# The imports up the layers that the code has today, each for a reason; README names them.
+UPWARD = {
+    ("indexer.config", "indexer.ingest.gate"),  # the puppet patterns' default
+    ("indexer.config", "indexer.pipeline.chunker"),  # ChunkPolicy, the chunker section
+    ("indexer.store.chroma", "indexer.pipeline.chunker"),  # document: a window's text
+    ("indexer.store.chroma", "indexer.search.lexical"),  # body_form, for matching()
+    ("indexer.store.chroma", "indexer.search.termindex"),  # the postings it keeps in step
+}
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{m} -> {t}" for m, targets in graph.items() if m.startswith("indexer")
+                  for t in targets
+                  if t.startswith("indexer") and layer(t) > layer(m) and (m, t) not in UPWARD)
+
+
+def test_indexer_imports_down_its_layers():
+    graph = import_graph(nested=True)
+    assert "indexer.pipeline.chunker" in graph["indexer.store.chroma"]  # the graph is really read
+    assert upward_imports(graph) == []
+    stale = sorted(f"{m} -> {t}" for m, t in UPWARD if t not in graph.get(m, ()))
+    assert stale == [], "no longer imported: drop it from UPWARD and from README"
+
+
+def test_the_layer_check_can_fail():
+    assert upward_imports({
+        "indexer.store.eventlog": {"indexer.records", "indexer.search.lexical"},
+        "indexer.records": {"indexer.store.journal"},
+        "indexer.ingest.gate": {"indexer.store.journal", "indexer.pipeline.chunker"},
+        "indexer.search.present": {"indexer.components"},
+        "indexer.store.chroma": {"indexer.search.termindex", "indexer.store"},
+    }) == ["indexer.records -> indexer.store.journal",
+           "indexer.search.present -> indexer.components",
+           "indexer.store.eventlog -> indexer.search.lexical"]

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from indexer.backfill import backfill_room
-from indexer.chunker import ChunkPolicy
-from indexer.embedder import HashEmbedder
-from indexer.eventlog import EventLog
-from indexer.gate import Gate
-from indexer.history import History
-from indexer.ingest import Ingest
-from indexer.journal import Journal
-from indexer.pipeline import Pipeline
-from indexer.roomfacts import RoomFacts
-from indexer.store import ChromaStore
+from indexer.ingest.backfill import backfill_room
+from indexer.pipeline.chunker import ChunkPolicy
+from indexer.pipeline.embedder import HashEmbedder
+from indexer.store.eventlog import EventLog
+from indexer.ingest.gate import Gate
+from indexer.ingest.history import History
+from indexer.ingest.admit import Ingest
+from indexer.store.journal import Journal
+from indexer.pipeline.pipeline import Pipeline
+from indexer.ingest.roomfacts import RoomFacts
+from indexer.store.chroma import ChromaStore
 
 ROOM = "!room:example.org"
 T0 = 1_700_000_000_000
@@ -101,7 +101,7 @@ async def test_a_restart_does_not_grow_the_refusal_count(tmp_path):
     """What was pushed live (the bot's answers among it) is read again by the next
     start's backfill. The answers are skipped silently and a refusal already in the
     journal is not written again, so `!sources status` shows the same count each start."""
-    from appservice.status import render_status
+    from appservice.bot.status import render_status
 
     bot = "@bot:example.org"
     events = [msg(i) for i in range(6)] + [

@@ -13,15 +13,15 @@ from urllib.parse import unquote
 import pytest
 from ruamel.yaml import YAML
 
-from appservice.aliases import AliasError, resolve_alias
-from appservice.cli import main
-from indexer import gate as rules
-from indexer.allowlist import load_allowlist
+from appservice.homeserver.aliases import AliasError, resolve_alias
+from appservice.cli.main import main
+from indexer.ingest import gate as rules
+from indexer.ingest.allowlist import load_allowlist
 from indexer.config import ConfigError, load_config
 from indexer.datadir import init_data_dir, load_registration
-from indexer.gate import DEFAULT_PUPPET_PATTERNS, Gate
+from indexer.ingest.gate import DEFAULT_PUPPET_PATTERNS, Gate
 from indexer.records import RoomID, UserID
-from indexer.roomfacts import RoomFacts
+from indexer.ingest.roomfacts import RoomFacts
 
 TELEGRAM_REG = """\
 id: telegram

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from indexer.addressing import addressed, names
-from indexer.chunker import (
+from indexer.pipeline.addressing import addressed, names
+from indexer.pipeline.chunker import (
     ChunkPolicy,
     blocks,
     build_blocks,

@@ -7,14 +7,14 @@ import random
 
 import pytest
 
-from indexer.chunker import ChunkPolicy
+from indexer.pipeline.chunker import ChunkPolicy
 from indexer.components import writers
-from indexer.embedder import HashEmbedder
-from indexer.eventlog import EventLog
-from indexer.gate import Gate
-from indexer.journal import Journal
-from indexer.store import ChromaStore
-from indexer.verify_index import verify_index
+from indexer.pipeline.embedder import HashEmbedder
+from indexer.store.eventlog import EventLog
+from indexer.ingest.gate import Gate
+from indexer.store.journal import Journal
+from indexer.store.chroma import ChromaStore
+from indexer.pipeline.verify_index import verify_index
 
 ROOMS = [f"!churn{i}:example.org" for i in range(3)]
 T0 = 1_700_000_000_000

@@ -8,7 +8,7 @@ import json
 import pytest
 from ruamel.yaml import YAML
 
-from appservice.cli import main
+from appservice.cli.main import main
 
 ROOM, OTHER = "!eval-room:example.org", "!not-listed:example.org"
 

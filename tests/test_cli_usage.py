@@ -13,7 +13,7 @@ import time
 import pytest
 from ruamel.yaml import YAML
 
-from appservice.cli import build_parser, main
+from appservice.cli.main import build_parser, main
 
 ROOM = "!listed:example.org"
 
@@ -104,7 +104,7 @@ def test_import_shows_the_model_load_and_an_indexing_total(datadir, capsys):
     cfg, tmp = datadir
     capsys.readouterr()
     seen = {}
-    from appservice import cli
+    from appservice.cli import main as cli
 
     class Bar:
         def __init__(self, *a, total=None, desc="", **kw):
@@ -139,7 +139,7 @@ HOLDER = """
 import sys, time
 from pathlib import Path
 sys.argv = ["/opt/x/bin/matrix-sources", "demo", "--data-dir", sys.argv[1]]
-from indexer.lock import WriterLock
+from indexer.store.lock import WriterLock
 WriterLock(Path(sys.argv[3]), "matrix-sources run").acquire()  # as Service does
 print("held", flush=True)
 time.sleep(60)

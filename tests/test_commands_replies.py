@@ -8,15 +8,15 @@ from urllib.parse import unquote
 
 import pytest
 
-from appservice.commands import (HELP, CommandError, HelpCommand, SearchCommand, WhyCommand,
+from appservice.bot.commands import (HELP, CommandError, HelpCommand, SearchCommand, WhyCommand,
                                  parse_command)
-from appservice.replies import MAX_REPLY_CHARS, permalink, render_hits, via_servers
-from appservice.responder import RateLimiter, Responder
-from indexer.abstain import Floor
-from indexer.chunker import format_ts
-from indexer.events import MessageEvent, parse_event
+from appservice.bot.replies import MAX_REPLY_CHARS, permalink, render_hits, via_servers
+from appservice.bot.responder import RateLimiter, Responder
+from indexer.ingest.events import MessageEvent, parse_event
+from indexer.pipeline.chunker import format_ts
 from indexer.records import EventID, Hit, RoomID, UserID, WindowID
-from indexer.search import MAX_TEXT_BYTES
+from indexer.search.abstain import Floor
+from indexer.search.searcher import MAX_TEXT_BYTES
 
 ROOM = "!ops:example.org"
 
@@ -473,7 +473,7 @@ async def test_room_alias_is_resolved_before_searching(responder):
 # -- status -----------------------------------------------------------------------------
 
 def test_power_levels_and_room_v12_creators():
-    from appservice.status import ADMIN_POWER_LEVEL, power_from_state
+    from appservice.bot.status import ADMIN_POWER_LEVEL, power_from_state
 
     def state(version, creator="@c:x", users=None, default=0, extra=()):
         return [{"type": "m.room.create", "sender": creator,
@@ -518,7 +518,7 @@ class FlooredSearcher(FakeSearcher):
 async def test_why_after_nothing_matches_explains_the_closest_below_the_floor(responder):
     from dataclasses import replace
 
-    from appservice.replies import NOTHING_MATCHES
+    from appservice.bot.replies import NOTHING_MATCHES
 
     r, sent, _, _ = responder
     closest = replace(ranked_hit(0, ((1, 0.12),), 1 / 61), similarity=0.12)

@@ -12,7 +12,7 @@ from ruamel.yaml import YAML
 from indexer.components import Index
 from indexer.config import load_config
 from indexer.datadir import init_data_dir
-from indexer.embedder import HashEmbedder
+from indexer.pipeline.embedder import HashEmbedder
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -76,10 +76,10 @@ def test_index_open_sets_what_the_service_used_to_patch(index):
 
 
 def test_the_service_does_not_patch_what_index_open_built():
-    """No `self.<part>.<attr> = ...` in appservice/service.py for a part Index.open made."""
+    """No `self.<part>.<attr> = ...` in appservice/homeserver/service.py for a part Index.open made."""
     built = {"index", "eventlog", "store", "embedder", "gate", "ingest", "pipeline",
              "searcher", "answers", "responder"}
-    tree = ast.parse((ROOT / "appservice" / "service.py").read_text())
+    tree = ast.parse((ROOT / "appservice" / "homeserver" / "service.py").read_text())
     patched = [ast.unparse(t) for node in ast.walk(tree)
                if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign))
                for t in (node.targets if isinstance(node, ast.Assign) else [node.target])

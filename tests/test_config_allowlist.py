@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
-from indexer import allowlist as allowlist_mod
-from indexer.allowlist import add_room, load_allowlist, remove_room
+from indexer.ingest import allowlist as allowlist_mod
+from indexer.ingest.allowlist import add_room, load_allowlist, remove_room
 from indexer.config import ConfigError, load_config
 from indexer.datadir import (
     InitError,
@@ -299,7 +299,7 @@ def test_not_yaml_and_not_a_mapping_and_no_file(tmp_path):
 @pytest.fixture
 def misspelled(tmp_path, capsys) -> Path:
     """A data dir from `init` whose config says window_max_byte (no s)."""
-    from appservice.cli import main
+    from appservice.cli.main import main
 
     d = tmp_path / "data"
     assert main(["init", "--data-dir", str(d), "--domain", "community.org"]) == 0
@@ -312,7 +312,7 @@ def misspelled(tmp_path, capsys) -> Path:
 @pytest.mark.parametrize("argv", [["run"], ["search", "ntfs"], ["journal"], ["doctor"],
                                   ["backfill"], ["allowlist", "list"], ["verify"]])
 def test_a_misspelled_key_stops_each_command_naming_key_and_file(misspelled, capsys, argv):
-    from appservice.cli import main
+    from appservice.cli.main import main
 
     assert main([*argv, "-c", str(misspelled)]) == 1
     out = capsys.readouterr()
@@ -326,7 +326,7 @@ def test_the_installed_command_exits_1_without_a_traceback(misspelled):
     import subprocess
     import sys
 
-    p = subprocess.run([sys.executable, "-m", "appservice.cli", "run", "-c", str(misspelled)],
+    p = subprocess.run([sys.executable, "-m", "appservice.cli.main", "run", "-c", str(misspelled)],
                        capture_output=True, text=True, cwd=REPO, timeout=120)
     assert p.returncode == 1
     assert p.stderr.strip() == (f"error: {misspelled.resolve()}: index.window_max_byte: "

@@ -12,8 +12,8 @@ from collections import Counter
 
 import pytest
 
-from appservice.chatclient import ChatClient
-from indexer.store import ChromaStore
+from appservice.tools.chatclient import ChatClient
+from indexer.store.chroma import ChromaStore
 
 pytestmark = [pytest.mark.synapse, pytest.mark.model]
 

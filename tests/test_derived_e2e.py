@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from appservice.chatclient import ChatClient
+from appservice.tools.chatclient import ChatClient
 
 from .harness import Stack, make_stack
 

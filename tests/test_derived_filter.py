@@ -24,18 +24,18 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
-from appservice.cli import main
-from appservice.responder import RateLimiter, Responder
+from appservice.cli.main import main
+from appservice.bot.responder import RateLimiter, Responder
 from indexer.components import Index
 from indexer.config import Config, load_config
 from indexer.datadir import init_data_dir
-from indexer.derived import JOURNAL_KIND, Matcher
-from indexer.embedder import HashEmbedder
-from indexer.events import MessageEvent, parse_event
-from indexer.manifest import Manifest, manifest_path
-from indexer.normalise import containment, text_shingles
+from indexer.derived.filter import JOURNAL_KIND, Matcher
+from indexer.pipeline.embedder import HashEmbedder
+from indexer.ingest.events import MessageEvent, parse_event
+from indexer.derived.manifest import Manifest, manifest_path
+from indexer.derived.normalise import containment, text_shingles
 from indexer.records import EventID, Message, RoomID, UserID, Window
-from indexer.reference import cut_sections
+from indexer.derived.reference import cut_sections
 
 FIXTURE = Path(__file__).parent / "fixtures" / "ops-cheatsheet.md"
 ROOM = "!ops:example.org"
@@ -438,7 +438,7 @@ def test_a_rebuild_resyncs_a_corpus_into_the_chunks_ref_add_cut(world):
     """`ref add|sync` and the rebuild's resync cut reference chunks of one size (they
     once differed: 500 and 1000 bytes), so a rebuild leaves the same chunks."""
     from indexer.records import CORPUS_REFERENCE
-    from indexer.reference import cut_chunks
+    from indexer.derived.reference import cut_chunks
 
     sections = cut_sections(CORPUS, FIXTURE.name, FIXTURE.read_text())
     size = world.cfg.policy.max_bytes

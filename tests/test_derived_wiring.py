@@ -8,12 +8,12 @@ import sqlite3
 
 import pytest
 
-from appservice.replies import render_hits
-from appservice.responder import RateLimiter, Responder
+from appservice.bot.replies import render_hits
+from appservice.bot.responder import RateLimiter, Responder
 from indexer.config import ConfigError, DerivedConfig, load_config
-from indexer.derived import EmittedSection
-from indexer.eventlog import EventLog
-from indexer.events import MessageEvent, parse_event
+from indexer.derived.filter import EmittedSection
+from indexer.store.eventlog import EventLog
+from indexer.ingest.events import MessageEvent, parse_event
 from indexer.records import Hit, RefSource
 
 from .test_config_allowlist import write_config

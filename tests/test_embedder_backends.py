@@ -10,11 +10,11 @@ import pytest
 
 from indexer.config import ConfigError, load_config
 from indexer.datadir import init_data_dir
-from indexer.embedder import VECTOR_CLASS, HashEmbedder, bf16_supported, load_embedder
-from indexer.eventlog import EventLog
-from indexer.pipeline import Pipeline
-from indexer.rebuild import ensure_meta, expected_meta
-from indexer.store import ChromaStore
+from indexer.pipeline.embedder import VECTOR_CLASS, HashEmbedder, bf16_supported, load_embedder
+from indexer.store.eventlog import EventLog
+from indexer.pipeline.pipeline import Pipeline
+from indexer.pipeline.rebuild import ensure_meta, expected_meta
+from indexer.store.chroma import ChromaStore
 
 # Chat as the pipeline embeds it (message bodies, one per line), a search-box query,
 # a question, and a window past the model's 256 word pieces (truncated alike).

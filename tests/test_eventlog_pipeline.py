@@ -9,14 +9,14 @@ from collections import Counter
 
 import pytest
 
-from indexer import pipeline as pipeline_mod
-from indexer.chunker import ChunkPolicy, build_windows, window_id
-from indexer.embedder import HashEmbedder
-from indexer.eventlog import EventLog
-from indexer.pipeline import Pipeline
-from indexer.worker import PipelineWorker
+from indexer.pipeline import pipeline as pipeline_mod
+from indexer.pipeline.chunker import ChunkPolicy, build_windows, window_id
+from indexer.pipeline.embedder import HashEmbedder
+from indexer.store.eventlog import EventLog
+from indexer.pipeline.pipeline import Pipeline
+from indexer.pipeline.worker import PipelineWorker
 from indexer.records import EventID, Message, RoomID, UserID
-from indexer.store import ChromaStore
+from indexer.store.chroma import ChromaStore
 
 ROOM = RoomID("!ops:example.org")
 ROOM2 = RoomID("!chat:example.org")
@@ -246,7 +246,7 @@ def test_backfilled_older_messages_still_land_in_exactly_one_window(log, store):
     assert_each_message_in_exactly_one_window(store, log, ids)
 
 
-# -- windows that follow conversations (indexer/chunker.py) --------------------------------
+# -- windows that follow conversations (indexer/pipeline/chunker.py) --------------------------------
 
 # Two questions interleaved with their answers: two conversations in one block.
 CHAT = [("@alice:example.org", "how do I open a rar archive?"),
@@ -442,7 +442,7 @@ def test_reply_relations_survive_the_event_log_and_old_logs_gain_the_column(tmp_
                       f"INSERT INTO dirty_windows VALUES ('w-edited', '{ROOM}');")
     old.close()
     log = EventLog(tmp_path / "eventlog.sqlite3")
-    from indexer.history import History
+    from indexer.ingest.history import History
     assert History(log).dirty() == [("w-edited", ROOM, False)]  # no scrub asked for
     with log.transaction() as cur:
         cur.execute("DELETE FROM dirty_windows")

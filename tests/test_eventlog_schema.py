@@ -7,9 +7,9 @@ import sqlite3
 
 import pytest
 
-from indexer import eventlog_schema
-from indexer.eventlog import EventLog
-from indexer.eventlog_schema import LATEST, MIGRATIONS, Migration, migrate, version
+from indexer.store import eventlog_schema
+from indexer.store.eventlog import EventLog
+from indexer.store.eventlog_schema import LATEST, MIGRATIONS, Migration, migrate, version
 from indexer.records import EventID, Message, RoomID, UserID
 
 ROOM = RoomID("!r:x")
@@ -90,7 +90,7 @@ def test_a_log_of_the_previous_release_opens_upgraded_with_its_data(tmp_path):
     EventLog(tmp_path / "new.sqlite3").close()
     assert layout(old) == layout(tmp_path / "new.sqlite3")
     assert log.texts([EventID("$q")]) == {"$q": ("@a:x", 1, "how do I rotate the key")}
-    from indexer.answers import AnswerLog
+    from indexer.store.answers import AnswerLog
     assert [a.reply_event_id for a in AnswerLog(log).quoting({EventID("$q")})] == ["$reply"]
     log.close()
 

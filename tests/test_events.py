@@ -1,4 +1,4 @@
-"""`indexer.events.parse_event` on every odd shape a homeserver or a JSONL file can hand
+"""`indexer.ingest.events.parse_event` on every odd shape a homeserver or a JSONL file can hand
 us: it classifies, it never raises, and what it lets through can be stored."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from indexer.events import (EditEvent, RedactionEvent,
+from indexer.ingest.events import (EditEvent, RedactionEvent,
     COMMAND_PREFIX,
     MAX_BODY_BYTES,
     EncryptedEvent,

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from indexer import gate as rules
-from indexer.eventlog import EventLog
-from indexer.events import StateEvent
-from indexer.gate import Gate
-from indexer.ingest import Ingest
-from indexer.journal import Journal
+from indexer.ingest import gate as rules
+from indexer.store.eventlog import EventLog
+from indexer.ingest.events import StateEvent
+from indexer.ingest.gate import Gate
+from indexer.ingest.admit import Ingest
+from indexer.store.journal import Journal
 from indexer.records import Refusal, RoomID, UserID
-from indexer.roomfacts import RoomFacts, apply_state, facts_from_state
+from indexer.ingest.roomfacts import RoomFacts, apply_state, facts_from_state
 
 ROOM = RoomID("!public:example.org")
 OTHER = RoomID("!elsewhere:example.org")

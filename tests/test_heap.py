@@ -1,4 +1,4 @@
-"""Heap hygiene (appservice/heap.py): `run` and `import` re-execute themselves with glibc
+"""Heap hygiene (appservice/homeserver/heap.py): `run` and `import` re-execute themselves with glibc
 overwriting freed memory, so Chroma's HNSW files, written from uninitialised buffers,
 cannot carry text the process held before (a refused message, a purged window)."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from appservice.heap import MARKER, TUNABLES, hygienic_env
+from appservice.homeserver.heap import MARKER, TUNABLES, hygienic_env
 
 glibc_only = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc tunables")
 CANARY = "kestrel-heap-canary-2f7d"
@@ -42,7 +42,7 @@ def _child(code: str, env: dict[str, str], *args: str) -> str:
 
 @glibc_only
 def test_the_command_re_executes_itself_with_the_tunables():
-    code = ("import os; from appservice.heap import ensure_heap_hygiene; "
+    code = ("import os; from appservice.homeserver.heap import ensure_heap_hygiene; "
             "ensure_heap_hygiene(); print(os.environ.get('GLIBC_TUNABLES'))")
     env = {k: v for k, v in os.environ.items() if k not in (MARKER, "GLIBC_TUNABLES")}
     assert _child(code, env).strip() == ":".join(TUNABLES)
@@ -52,9 +52,9 @@ def test_the_command_re_executes_itself_with_the_tunables():
 LEAK = """
 import json, sys
 from pathlib import Path
-from indexer.embedder import HashEmbedder
+from indexer.pipeline.embedder import HashEmbedder
 from indexer.records import EventID, Message, RoomID, UserID, Window, WindowID
-from indexer.store import ChromaStore
+from indexer.store.chroma import ChromaStore
 
 root, canary = Path(sys.argv[1]), sys.argv[2]
 room = RoomID("!r:x")

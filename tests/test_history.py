@@ -7,17 +7,17 @@ import sqlite3
 
 import pytest
 
-from appservice.answer_edits import EDIT_HEADER, edit_content, rebuild_reply
-from indexer.answers import AnswerLog
-from indexer.chunker import ChunkPolicy
+from appservice.bot.answer_edits import EDIT_HEADER, edit_content, rebuild_reply
+from indexer.store.answers import AnswerLog
+from indexer.pipeline.chunker import ChunkPolicy
 from indexer.components import writers
-from indexer.embedder import HashEmbedder
-from indexer.eventlog import EventLog
-from indexer.gate import Gate
-from indexer.journal import Journal
-from indexer.pipeline import Pipeline
+from indexer.pipeline.embedder import HashEmbedder
+from indexer.store.eventlog import EventLog
+from indexer.ingest.gate import Gate
+from indexer.store.journal import Journal
+from indexer.pipeline.pipeline import Pipeline
 from indexer.records import Hit
-from indexer.store import ChromaStore
+from indexer.store.chroma import ChromaStore
 
 from .fakeclock import FakeClock
 from .vectorscan import files_holding
@@ -312,7 +312,7 @@ async def test_the_worker_runs_a_deferred_scrub_without_new_events(world):
     passed, with no further message to wake it."""
     import asyncio
 
-    from indexer.worker import PipelineWorker
+    from indexer.pipeline.worker import PipelineWorker
 
     ingest, pipeline, store, log, tmp = world
     clock = FakeClock(T0 / 1000)
@@ -379,7 +379,7 @@ async def test_new_messages_are_indexed_while_a_compaction_copies(world):
     import asyncio
     import threading
 
-    from indexer.worker import PipelineWorker
+    from indexer.pipeline.worker import PipelineWorker
 
     ingest, pipeline, store, log, tmp = world
     copying, release = threading.Event(), threading.Event()

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from appservice.chatclient import ChatClient
+from appservice.tools.chatclient import ChatClient
 
 from .vectorscan import files_holding
 
@@ -37,8 +37,8 @@ def log_body(stack, event_id: str):
 _READ_VECTOR = """
 import json, sys
 from pathlib import Path
-from indexer.eventlog import EventLog
-from indexer.store import ChromaStore
+from indexer.store.eventlog import EventLog
+from indexer.store.chroma import ChromaStore
 data = Path(sys.argv[1])
 store = ChromaStore(path=data / "chroma", eventlog=EventLog(data / "eventlog.sqlite3"))
 print(json.dumps([[w, list(map(float, v))] for w, v in store.vectors(sys.argv[2:])]))

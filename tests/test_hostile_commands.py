@@ -10,10 +10,10 @@ import time
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from appservice.commandpool import CommandPool
-from appservice.health import PIPELINE_FAILING_RUNS, Health, appends_problem, pipeline_problem
-from appservice.responder import RateLimiter, Responder
-from indexer.roomfacts import RoomFacts
+from appservice.bot.commandpool import CommandPool
+from appservice.homeserver.health import PIPELINE_FAILING_RUNS, Health, appends_problem, pipeline_problem
+from appservice.bot.responder import RateLimiter, Responder
+from indexer.ingest.roomfacts import RoomFacts
 
 from .test_hostile_transactions import BOT, ROOM_A, env, msg  # noqa: F401 (env: fixture)
 from .test_transactions import put

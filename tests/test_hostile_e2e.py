@@ -8,7 +8,7 @@ import signal
 
 import pytest
 
-from appservice.chatclient import ChatClient
+from appservice.tools.chatclient import ChatClient
 
 pytestmark = [pytest.mark.synapse, pytest.mark.model]
 

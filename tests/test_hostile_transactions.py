@@ -18,23 +18,23 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from mautrix.errors import MatrixStandardRequestError
 
-from appservice import transactions
+from appservice.homeserver import transactions
 from appservice.logs import KeyValueFormatter
-from appservice.roomstate import StateRetry
-from appservice.service import raise_fd_limit
-from appservice.transactions import TransactionHandler
-from indexer.backfill import backfill_room
-from indexer.chunker import ChunkPolicy
-from indexer.embedder import HashEmbedder
-from indexer.events import MAX_TS_MS
-from indexer.gate import Gate
-from indexer.ingest import Ingest
-from indexer.journal import Journal
-from indexer.eventlog import EventLog
-from indexer.pipeline import Pipeline
+from appservice.homeserver.roomstate import StateRetry
+from appservice.homeserver.service import raise_fd_limit
+from appservice.homeserver.transactions import TransactionHandler
+from indexer.ingest.backfill import backfill_room
+from indexer.pipeline.chunker import ChunkPolicy
+from indexer.pipeline.embedder import HashEmbedder
+from indexer.ingest.events import MAX_TS_MS
+from indexer.ingest.gate import Gate
+from indexer.ingest.admit import Ingest
+from indexer.store.journal import Journal
+from indexer.store.eventlog import EventLog
+from indexer.pipeline.pipeline import Pipeline
 from indexer.records import EventID, Message, RoomID, UserID
-from indexer.roomfacts import RoomFacts
-from indexer.store import ChromaStore
+from indexer.ingest.roomfacts import RoomFacts
+from indexer.store.chroma import ChromaStore
 
 from .test_transactions import HS_TOKEN, auth, message, put
 

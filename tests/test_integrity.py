@@ -14,9 +14,9 @@ import sqlite3
 import pytest
 from ruamel.yaml import YAML
 
-from appservice.cli import main
-from indexer.eventlog_check import check_eventlog
-from indexer.store import ChromaStore
+from appservice.cli.main import main
+from indexer.store.eventlog_check import check_eventlog
+from indexer.store.chroma import ChromaStore
 
 ROOM = "!room:example.org"
 N = 60
@@ -84,11 +84,11 @@ def test_doctor_and_run_refuse_a_damaged_event_log(indexed, capsys, monkeypatch,
     out = capsys.readouterr().out
     assert "FAIL event log:" in out and ".recover" in out
 
-    import appservice.service
+    import appservice.homeserver.service
 
     def never(*a, **kw):
         raise AssertionError("run opened the service on a damaged event log")
-    monkeypatch.setattr(appservice.service, "Service", never)
+    monkeypatch.setattr(appservice.homeserver.service, "Service", never)
     assert main(["run", "-c", str(cfg)]) == 1
     err = capsys.readouterr().err
     assert "the event log is damaged" in err and "backup" in err
@@ -98,11 +98,11 @@ def test_doctor_and_run_refuse_a_damaged_event_log(indexed, capsys, monkeypatch,
 def test_run_reports_an_event_log_it_cannot_open_without_a_traceback(indexed, capsys,
                                                                      monkeypatch):
     cfg, tmp = indexed
-    import appservice.service
+    import appservice.homeserver.service
 
     def damaged(*a, **kw):  # damage that only shows once the service reads the log
         raise sqlite3.DatabaseError("database disk image is malformed")
-    monkeypatch.setattr(appservice.service, "Service", damaged)
+    monkeypatch.setattr(appservice.homeserver.service, "Service", damaged)
     assert main(["run", "-c", str(cfg)]) == 1
     err = capsys.readouterr().err
     assert "cannot be used (database disk image is malformed)" in err and ".recover" in err
@@ -114,9 +114,9 @@ def test_doctor_and_run_refuse_a_deleted_event_log_beside_a_full_collection(
     eventlog(cfg).unlink()
     assert main(["doctor", "-c", str(cfg)]) == 1
     assert f"FAIL index: no event log, {windows(cfg)} windows" in capsys.readouterr().out
-    import appservice.service
+    import appservice.homeserver.service
 
-    monkeypatch.setattr(appservice.service, "Service", None)
+    monkeypatch.setattr(appservice.homeserver.service, "Service", None)
     assert main(["run", "-c", str(cfg)]) == 1
     assert "is missing while the collection holds" in capsys.readouterr().err
     assert not eventlog(cfg).exists()  # nothing created in its place
@@ -150,7 +150,7 @@ def test_verify_index_refuses_with_an_empty_event_log(indexed, capsys):
     cfg, tmp = indexed
     before = windows(cfg)
     eventlog(cfg).unlink()
-    from indexer.eventlog import EventLog
+    from indexer.store.eventlog import EventLog
 
     EventLog(eventlog(cfg)).close()  # a valid, empty event log
     assert main(["verify", "-c", str(cfg), "--index"]) == 1
@@ -216,7 +216,7 @@ def test_a_nearly_empty_collection_is_rebuilt_with_logged_progress(indexed, capl
     """What `run` does at start (Service.start calls Index.ensure_meta): the rebuild
     logs its progress with the total."""
     cfg, tmp = indexed
-    from indexer import rebuild
+    from indexer.pipeline import rebuild
     from indexer.components import Index
     from indexer.config import load_config
 
@@ -224,13 +224,13 @@ def test_a_nearly_empty_collection_is_rebuilt_with_logged_progress(indexed, capl
     before = store.count()
     store.delete([w.window_id for w in list(store.iter_windows())[2:]])  # 2 of them left
     index = Index.open(load_config(cfg))
-    from indexer.roomfacts import RoomFacts
+    from indexer.ingest.roomfacts import RoomFacts
 
     index.ingest.facts[ROOM] = RoomFacts(join_rule="public")  # learned when it joined
     real = rebuild._logged
     rebuild._logged = lambda total: real(total, every_s=0)
     try:
-        with caplog.at_level("WARNING", logger="indexer.rebuild"):
+        with caplog.at_level("WARNING", logger="indexer.pipeline.rebuild"):
             assert index.ensure_meta() is True
     finally:
         rebuild._logged = real

@@ -8,13 +8,13 @@ import asyncio
 
 import pytest
 
-from indexer.chunker import ChunkPolicy, window_id
-from indexer.embedder import HashEmbedder, encode_in_length_order
-from indexer.eventlog import EventLog
-from indexer.pipeline import Pipeline
-from indexer.worker import PipelineWorker
+from indexer.pipeline.chunker import ChunkPolicy, window_id
+from indexer.pipeline.embedder import HashEmbedder, encode_in_length_order
+from indexer.store.eventlog import EventLog
+from indexer.pipeline.pipeline import Pipeline
+from indexer.pipeline.worker import PipelineWorker
 from indexer.records import EventID, Message, RoomID, UserID
-from indexer.store import ChromaStore
+from indexer.store.chroma import ChromaStore
 
 from .fakeclock import FakeClock
 
@@ -182,7 +182,7 @@ async def test_after_a_run_longer_than_the_interval_the_next_starts_at_once(part
 
 
 async def test_after_run_follows_each_run_that_indexed_something(parts):
-    """The service hands a run's freed memory back after it (appservice/heap.py): once
+    """The service hands a run's freed memory back after it (appservice/homeserver/heap.py): once
     per run that indexed messages, in the worker's thread, never after an idle run."""
     import threading
 

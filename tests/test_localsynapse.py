@@ -1,4 +1,4 @@
-"""End-to-end checks of appservice.localsynapse against a real Synapse process."""
+"""End-to-end checks of appservice.tools.localsynapse against a real Synapse process."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import urllib.request
 
 import pytest
 
-from appservice.localsynapse import LocalSynapse, SynapseError
+from appservice.tools.localsynapse import LocalSynapse, SynapseError
 
 pytestmark = pytest.mark.synapse
 

@@ -10,10 +10,10 @@ import os
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from indexer import shingleindex
-from indexer.manifest import Manifest
+from indexer.derived import shingleindex
+from indexer.derived.manifest import Manifest
 from indexer.records import Artifact, EventID
-from indexer.shingleindex import ShingleIndex
+from indexer.derived.shingleindex import ShingleIndex
 
 # -- the inverted index, against brute force -------------------------------------------------
 

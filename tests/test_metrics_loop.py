@@ -16,16 +16,16 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from appservice.metrics import EventLogFigures, MetricSources, ServiceMetrics
-from appservice.transactions import TransactionHandler
-from indexer.eventlog import EventLog
-from indexer.eventlog_reports import lag_report_at
-from indexer.gate import Gate
-from indexer.ingest import Ingest
-from indexer.journal import Journal
-from indexer.pipeline import PipelineStats
+from appservice.homeserver.metrics import EventLogFigures, MetricSources, ServiceMetrics
+from appservice.homeserver.transactions import TransactionHandler
+from indexer.store.eventlog import EventLog
+from indexer.store.eventlog_reports import lag_report_at
+from indexer.ingest.gate import Gate
+from indexer.ingest.admit import Ingest
+from indexer.store.journal import Journal
+from indexer.pipeline.pipeline import PipelineStats
 from indexer.records import RoomID, UserID
-from indexer.roomfacts import RoomFacts
+from indexer.ingest.roomfacts import RoomFacts
 
 from .test_transactions import HS_TOKEN, PATH, auth
 

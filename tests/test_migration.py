@@ -14,17 +14,17 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
-from indexer.chunker import ChunkPolicy, build_windows, document, embed_text
+from indexer.pipeline.chunker import ChunkPolicy, build_windows, document, embed_text
 from indexer.components import Index
 from indexer.config import load_config
 from indexer.datadir import init_data_dir
-from indexer.embedder import HashEmbedder
-from indexer.eventlog import EventLog
-from indexer.generations import META_KEY
-from indexer.rebuild import expected_meta
+from indexer.pipeline.embedder import HashEmbedder
+from indexer.store.eventlog import EventLog
+from indexer.store.generations import META_KEY
+from indexer.pipeline.rebuild import expected_meta
 from indexer.records import EventID, Message, RoomID, UserID
-from indexer.search import SourceQuery
-from indexer.store import window_metadata
+from indexer.search.searcher import SourceQuery
+from indexer.store.chroma import window_metadata
 
 from .vectorscan import files_holding
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from indexer.events import parse_event
-from indexer.normalise import (containment, normalise, sha256_normalised, shingles,
+from indexer.ingest.events import parse_event
+from indexer.derived.normalise import (containment, normalise, sha256_normalised, shingles,
                                strip_reply_fallback, text_shingles, words)
 
 EMITTED_MD = """## Signing keys

@@ -11,7 +11,7 @@ import time
 import pytest
 from ruamel.yaml import YAML
 
-from appservice.chatclient import ChatClient
+from appservice.tools.chatclient import ChatClient
 
 from .harness import Stack, make_stack
 
@@ -36,7 +36,7 @@ def metric(text: str, name: str, labels: str = "") -> float:
 
 
 def doctor(stack: Stack, config=None) -> tuple[int, str]:
-    res = subprocess.run([sys.executable, "-m", "appservice.cli", "doctor", "-c",
+    res = subprocess.run([sys.executable, "-m", "appservice.cli.main", "doctor", "-c",
                           str(config or stack.config)], capture_output=True, text=True,
                          timeout=300)
     return res.returncode, res.stdout + res.stderr

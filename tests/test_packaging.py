@@ -13,7 +13,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
-DEMO_ONLY = {"appservice/chatclient.py"}  # the demo's Matrix client: the `demo` extra
+DEMO_ONLY = {"appservice/tools/chatclient.py"}  # the demo's Matrix client: the `demo` extra
 
 
 def _name(req: str) -> str:
@@ -37,7 +37,7 @@ def test_every_third_party_import_is_declared():
     demo = {_name(r) for r in project["optional-dependencies"]["demo"]}
     dists = packages_distributions()
     missing = []
-    for path in sorted((ROOT / "appservice").glob("*.py")) + sorted((ROOT / "indexer").glob("*.py")):
+    for path in sorted((ROOT / "appservice").rglob("*.py")) + sorted((ROOT / "indexer").rglob("*.py")):
         rel = str(path.relative_to(ROOT))
         allowed = declared | (demo if rel in DEMO_ONLY else set())
         for mod in imports(path):
@@ -47,6 +47,15 @@ def test_every_third_party_import_is_declared():
             if not names & allowed:
                 missing.append(f"{rel}: {mod} ({', '.join(sorted(names))})")
     assert missing == []
+
+
+def test_every_package_is_in_the_wheel():
+    """pyproject lists the packages (packages.find would drop the templates' mapping), so a
+    package folder added under appservice/ or indexer/ must be listed there too."""
+    on_disk = {".".join(p.parent.relative_to(ROOT).parts)
+               for top in ("appservice", "indexer") for p in (ROOT / top).rglob("__init__.py")}
+    assert "indexer.store" in on_disk  # the folders are really read
+    assert set(PYPROJECT["tool"]["setuptools"]["packages"]) == on_disk | {"matrix_sources_templates"}
 
 
 def test_templates_are_package_data():

@@ -20,12 +20,12 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from indexer.chunker import ChunkPolicy, build_windows
-from indexer.embedder import HashEmbedder
-from indexer.eventlog import EventLog
-from indexer.pipeline import Pipeline
+from indexer.pipeline.chunker import ChunkPolicy, build_windows
+from indexer.pipeline.embedder import HashEmbedder
+from indexer.store.eventlog import EventLog
+from indexer.pipeline.pipeline import Pipeline
 from indexer.records import EventID, Message, RoomID, UserID
-from indexer.store import ChromaStore
+from indexer.store.chroma import ChromaStore
 
 ROOM = RoomID("!live:example.org")
 T0 = 1_700_000_000_000

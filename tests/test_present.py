@@ -1,4 +1,4 @@
-"""Linked answers through the presenter (indexer/present.py): a real event log, a real
+"""Linked answers through the presenter (indexer/search/present.py): a real event log, a real
 embedded Chroma, the hash embedder (linkage is about who answers whom, not meaning).
 
 A slow room: alice asks, two others chat about something else, and bob's answer comes
@@ -13,18 +13,18 @@ from __future__ import annotations
 
 import pytest
 
-from indexer.chunker import ChunkPolicy
-from indexer.embedder import HashEmbedder
-from indexer.eventlog import EventLog
-from indexer.gate import Gate
-from indexer.history import History
-from indexer.ingest import Ingest
-from indexer.journal import Journal
-from indexer.pipeline import Pipeline
-from indexer.present import Presenter
+from indexer.pipeline.chunker import ChunkPolicy
+from indexer.pipeline.embedder import HashEmbedder
+from indexer.store.eventlog import EventLog
+from indexer.ingest.gate import Gate
+from indexer.ingest.history import History
+from indexer.ingest.admit import Ingest
+from indexer.store.journal import Journal
+from indexer.pipeline.pipeline import Pipeline
+from indexer.search.present import Presenter
 from indexer.records import Hit
-from indexer.search import Searcher, SourceQuery
-from indexer.store import ChromaStore
+from indexer.search.searcher import Searcher, SourceQuery
+from indexer.store.chroma import ChromaStore
 
 ROOM = "!slow:example.org"
 ALICE, BOB, CAROL, DAVE = (f"@{n}:example.org" for n in ("alice", "bob", "carol", "dave"))
@@ -172,7 +172,7 @@ def test_a_redacted_linked_answer_is_quoted_nowhere(world, path):
 def test_a_reply_to_another_of_the_askers_messages_is_not_this_questions_answer():
     """bob's reply to alice's later, different question mentions alice (clients put the
     replied-to sender in m.mentions), but it answers that question, not this one."""
-    from indexer.linkage import Horizon, responses
+    from indexer.search.linkage import Horizon, responses
     from indexer.records import EventID, Message, RoomID, UserID
 
     room = RoomID(ROOM)

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from appservice.chatclient import ChatClient
-from indexer.store import ChromaStore
+from appservice.tools.chatclient import ChatClient
+from indexer.store.chroma import ChromaStore
 
 from .harness import Stack
 
@@ -170,7 +170,7 @@ def test_no_forbidden_canary_is_stored_or_logged(scenario):
     log = stack.service.log_path.read_text(errors="replace")
     assert "DEBUG" in log  # the log is at its loudest
     # Chroma's HNSW files are written from uninitialised memory: the service runs with
-    # glibc overwriting what it frees (appservice/heap.py), or a canary could land there.
+    # glibc overwriting what it frees (appservice/homeserver/heap.py), or a canary could land there.
     environ = Path(f"/proc/{stack.service.proc.pid}/environ").read_bytes()
     assert b"glibc.malloc.perturb=" in environ
     for key, canary in CANARIES.items():

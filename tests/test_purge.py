@@ -12,15 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from indexer import gate as rules
+from indexer.ingest import gate as rules
 from indexer.components import writers
-from indexer.embedder import HashEmbedder
-from indexer.eventlog import EventLog
-from indexer.gate import Gate
-from indexer.journal import Journal
+from indexer.pipeline.embedder import HashEmbedder
+from indexer.store.eventlog import EventLog
+from indexer.ingest.gate import Gate
+from indexer.store.journal import Journal
 from indexer.records import RoomID, UserID
-from indexer.roomfacts import RoomFacts
-from indexer.store import ChromaStore
+from indexer.ingest.roomfacts import RoomFacts
+from indexer.store.chroma import ChromaStore
 
 ROOM = RoomID("!ops:example.org")
 CLEAN = RoomID("!clean:example.org")
@@ -293,7 +293,7 @@ def test_scrub_keeps_the_other_rooms_readable_after_reopening(env):
 
 
 def test_journal_command_prints_purges_by_rule(tmp_path, capsys):
-    from appservice.cli import main
+    from appservice.cli.main import main
     from indexer.datadir import init_data_dir
     from indexer.records import Refusal
 

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from indexer.chunker import CHUNKER_VERSION, ChunkPolicy
-from indexer.embedder import HashEmbedder
-from indexer.eventlog import EventLog
-from indexer.gate import Gate
-from indexer.ingest import Ingest
-from indexer.journal import Journal
-from indexer.pipeline import Pipeline
-from indexer.rebuild import ensure_meta, expected_meta, meta_mismatch
-from indexer.store import ChromaStore
+from indexer.pipeline.chunker import CHUNKER_VERSION, ChunkPolicy
+from indexer.pipeline.embedder import HashEmbedder
+from indexer.store.eventlog import EventLog
+from indexer.ingest.gate import Gate
+from indexer.ingest.admit import Ingest
+from indexer.store.journal import Journal
+from indexer.pipeline.pipeline import Pipeline
+from indexer.pipeline.rebuild import ensure_meta, expected_meta, meta_mismatch
+from indexer.store.chroma import ChromaStore
 
 ROOM = "!r:example.org"
 

@@ -10,7 +10,7 @@ import shutil
 
 import pytest
 
-from appservice.chatclient import ChatClient
+from appservice.tools.chatclient import ChatClient
 
 pytestmark = [pytest.mark.synapse, pytest.mark.model]
 

@@ -1,4 +1,4 @@
-"""One reply-fallback stripper (indexer/replyfallback.py), following the Matrix spec
+"""One reply-fallback stripper (indexer/ingest/replyfallback.py), following the Matrix spec
 ("Fallbacks for rich replies"): only the fallback block at the top of a reply goes; a
 user's own `> quote` stays. Ingest (parse_event) and the normaliser share it."""
 
@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from indexer.events import MessageEvent, parse_event
-from indexer.normalise import normalise
-from indexer.replyfallback import strip_reply_fallback
+from indexer.ingest.events import MessageEvent, parse_event
+from indexer.derived.normalise import normalise
+from indexer.ingest.replyfallback import strip_reply_fallback
 
 
 def event(body: str, reply: bool) -> dict:

@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from indexer.chunker import ChunkPolicy, build_windows, embed_text
-from indexer.embedder import HashEmbedder
-from indexer.lexical import LEXICAL_MAX_TERMS, is_keywords, stem, terms
+from indexer.pipeline.chunker import ChunkPolicy, build_windows, embed_text
+from indexer.pipeline.embedder import HashEmbedder
+from indexer.search.lexical import LEXICAL_MAX_TERMS, is_keywords, stem, terms
 from indexer.records import EventID, Message, RoomID, UserID, Window
-from indexer.search import (
+from indexer.search.searcher import (
     DEFAULT_RRF_K,
     MAX_TEXT_BYTES,
     MAX_TEXTS,
@@ -24,7 +24,7 @@ from indexer.search import (
     SourceQuery,
     rrf,
 )
-from indexer.store import ChromaStore
+from indexer.store.chroma import ChromaStore
 
 from .storekit import edit, index, open_store
 
@@ -314,7 +314,7 @@ def test_the_lexical_leg_sees_what_the_store_holds_now(chat):
     assert hits["$p1"].score == pytest.approx(dense_only(hits["$p1"]))
 
 
-# -- what the model cannot read (indexer/legible.py) ------------------------------------
+# -- what the model cannot read (indexer/search/legible.py) ------------------------------------
 
 @pytest.mark.parametrize("pieces,spelled", [
     (["how", "do", "i", "mount", "n", "##fs", "?"], False),
@@ -324,12 +324,12 @@ def test_the_lexical_leg_sees_what_the_store_holds_now(chat):
     (["ext", "##3", "mount", "fails", "on", "boot"], False),
 ])
 def test_a_text_the_model_only_spells_out_is_not_read(pieces, spelled):
-    from indexer.legible import spelled_out
+    from indexer.search.legible import spelled_out
     assert spelled_out(pieces) is spelled
 
 
 def test_an_illegible_query_gets_nothing_and_a_legible_one_is_searched(tmp_path):
-    from indexer.legible import legible
+    from indexer.search.legible import legible
     store = ChromaStore(path=tmp_path / "chroma")
     emb = HashEmbedder()
     emb.tokenize = lambda t: list(t.replace(" ", ""))  # every letter a piece: spelled

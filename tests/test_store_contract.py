@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from indexer.chunker import ChunkPolicy, build_windows, document
-from indexer.embedder import HashEmbedder
-from indexer.eventlog import EventLog
-from indexer.generations import META_KEY
+from indexer.pipeline.chunker import ChunkPolicy, build_windows, document
+from indexer.pipeline.embedder import HashEmbedder
+from indexer.store.eventlog import EventLog
+from indexer.store.generations import META_KEY
 from indexer.records import EventID, Message, RoomID, UserID
-from indexer.store import ChromaStore
+from indexer.store.chroma import ChromaStore
 
 
 def _free_port() -> int:
@@ -169,7 +169,7 @@ def test_vectors_pages_and_readd(store):
 def test_matching_finds_windows_by_the_lexical_pattern(store):
     """The lexical leg's fallback (no postings yet, the CLI): the regex over the text,
     which the event log holds, with the room filter; the same on a server."""
-    from indexer.lexical import pattern
+    from indexer.search.lexical import pattern
 
     a, b = windows(5, "!a:example.org"), windows(5, "!b:example.org", offset=50)
     index(store, a + b)
@@ -238,8 +238,8 @@ def test_compaction_copies_the_live_points_and_drops_the_old_collection(store, r
 _CRASH = """
 import os, signal, sys
 from pathlib import Path
-from indexer.eventlog import EventLog
-from indexer.store import ChromaStore
+from indexer.store.eventlog import EventLog
+from indexer.store.chroma import ChromaStore
 path, host, port, name, log = sys.argv[1:6]
 store = ChromaStore(path=Path(path) if path else None, host=host or None,
                     port=int(port) if port else None, collection=name,
@@ -273,9 +273,9 @@ def test_a_purged_room_leaves_no_text_and_no_vector_in_the_persist_dir(store, re
     """Purge (purge.py): the event log zeroes the room's text, its points are deleted,
     the collection is compacted. No file of Chroma's folder, or of the server's
     persist dir, holds the room's text (Chroma never had it) or its vectors."""
-    from indexer.journal import Journal
-    from indexer.pipeline import Pipeline
-    from indexer.purge import Purger
+    from indexer.store.journal import Journal
+    from indexer.pipeline.pipeline import Pipeline
+    from indexer.ingest.purge import Purger
     from indexer.records import Refusal
 
     from .vectorscan import files_holding

@@ -1,4 +1,4 @@
-"""The lexical leg's in-memory postings (indexer/termindex.py) against the pattern they
+"""The lexical leg's in-memory postings (indexer/search/termindex.py) against the pattern they
 stand in for (lexical.pattern, what Chroma's regex filter is asked): the same windows
 for every term they answer, the same BM25 order, and in step with the store's writes."""
 
@@ -10,13 +10,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from indexer.embedder import HashEmbedder
-from indexer.lexical import LexicalRanker, base_of, count_regex, pattern, stem, terms
+from indexer.pipeline.embedder import HashEmbedder
+from indexer.search.lexical import LexicalRanker, base_of, count_regex, pattern, stem, terms
 from indexer.records import EventID, Message, RoomID, UserID, Window, WindowID
-from indexer.store import ChromaStore
+from indexer.store.chroma import ChromaStore
 
 from .storekit import index, open_store
-from indexer.termindex import TermIndex, answerable, bodies
+from indexer.search.termindex import TermIndex, answerable, bodies
 
 # Words that meet as stems and prefixes, a short one, digits, odd characters.
 VOCAB = ["1.2.3.4.5.6.7", "a.a.a", "a.a", "c+", "v2.6", "2.6", "2.6.8.", "c#", "x.y'z", "partition", "partitions", "partitioning", "Partitioned", "grub", "GRUB2",
@@ -174,7 +174,7 @@ def _make_window(i: int, room: str, body: str) -> Window:
 
 
 def test_the_store_keeps_its_postings_in_step_and_the_leg_matches_chroma(tmp_path):
-    from indexer.search import Searcher, SourceQuery, _lexical_ranker
+    from indexer.search.searcher import Searcher, SourceQuery, _lexical_ranker
 
     store = open_store(tmp_path)
     emb = HashEmbedder()

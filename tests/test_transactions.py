@@ -9,13 +9,13 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from appservice.transactions import fingerprint, TransactionHandler
-from indexer.eventlog import EventLog
-from indexer.gate import Gate
-from indexer.ingest import Ingest
-from indexer.journal import Journal
+from appservice.homeserver.transactions import fingerprint, TransactionHandler
+from indexer.store.eventlog import EventLog
+from indexer.ingest.gate import Gate
+from indexer.ingest.admit import Ingest
+from indexer.store.journal import Journal
 from indexer.records import RoomID, UserID
-from indexer.roomfacts import RoomFacts
+from indexer.ingest.roomfacts import RoomFacts
 
 HS_TOKEN = "hs-token-0123456789abcdef"
 ROOM = RoomID("!public:example.org")

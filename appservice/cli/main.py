@@ -1,0 +1,385 @@
+"""`matrix-sources`: the command line. Each subcommand is a small function; the work is
+done by `indexer/` and `appservice/homeserver/service.py`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import sqlite3
+import sys
+from pathlib import Path
+
+from indexer.config import Config, ConfigError, load_config
+from indexer.store.lock import LockedError, WriterLock
+
+EXIT_USAGE = 2
+
+
+def _config(args) -> Config:
+    from .progress import config_path
+
+    return load_config(config_path(args.config))
+
+
+def _quiet_libraries() -> None:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def cmd_init(args) -> int:
+    from indexer.datadir import InitError, init_data_dir
+
+    try:
+        paths = init_data_dir(Path(args.data_dir), args.homeserver_url, args.domain,
+                              args.force, args.port)
+    except InitError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    for p in paths:
+        print(f"wrote {p}")
+    reg = paths[2].resolve()
+    print(f"\nNext: add {reg} to app_service_config_files in homeserver.yaml, restart "
+          f"Synapse, then: matrix-sources run -c {paths[0]}")
+    return 0
+
+
+def cmd_run(args) -> int:
+    from ..logs import setup_logging
+    from ..homeserver.service import Service, StartupError
+
+    cfg = _config(args)
+    setup_logging(cfg.log_level, as_json=args.json_logs or cfg.log_format == "json")
+    refusal = _start_refusal(cfg)
+    if refusal:
+        print(f"error: {refusal}", file=sys.stderr)
+        return 1
+
+    async def main() -> int:
+        try:
+            service = Service(cfg)
+        except sqlite3.DatabaseError as e:  # damage quick_check did not see
+            from indexer.store.eventlog_check import recovery
+
+            print(f"error: the event log {cfg.eventlog_path} cannot be used ({e}). To "
+                  f"recover: {recovery(cfg.eventlog_path)}", file=sys.stderr)
+            return 1
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        starting = asyncio.create_task(service.start())
+        stopping = asyncio.create_task(stop.wait())
+        await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        code = 0
+        if starting.done():
+            try:
+                starting.result()
+                print(f"matrix-sources: serving on {cfg.as_host}:{cfg.as_port} as "
+                      f"{cfg.bot_user}", file=sys.stderr, flush=True)
+                await stopping
+            except StartupError as e:
+                print(f"error: {e}", file=sys.stderr)
+                code = 1
+        else:  # asked to stop while still starting (e.g. waiting for the homeserver)
+            starting.cancel()
+            await asyncio.gather(starting, return_exceptions=True)
+        stopping.cancel()
+        await service.stop()
+        return code
+
+    return asyncio.run(main())
+
+
+def _start_refusal(cfg: Config) -> str:
+    """A damaged event log, or a missing one beside a full collection: say how to
+    recover instead of crashing in systemd's restart loop (indexer/store/eventlog_check.py)."""
+    from indexer.components import open_store
+    from indexer.store.eventlog_check import start_refusal
+
+    def windows() -> int:
+        if cfg.chroma.mode == "embedded" and not Path(cfg.chroma.path).exists():
+            return 0  # never create the folder just to count it
+        try:
+            return open_store(cfg, inspect=True).count()
+        except Exception:  # a Chroma server not up yet: the service's start says so
+            return 0
+
+    return start_refusal(cfg.eventlog_path, windows)
+
+
+def cmd_import(args) -> int:
+    from tqdm import tqdm
+
+    from indexer.components import Index
+    from indexer.ingest.importer import import_events
+
+    from .progress import ensure_collection, load_model, pending_total
+
+    cfg = _config(args)
+    path = Path(args.file)
+    if not path.is_file():
+        print(f"error: {path}: no such file", file=sys.stderr)
+        return 1
+    lock = WriterLock(cfg.data_dir, "matrix-sources import").acquire()
+    index = Index.open(cfg, load_model(cfg))
+    size = sum(1 for _ in open(path, "rb"))
+    show = not args.quiet
+    ensure_collection(index, show)
+    with tqdm(total=size, desc="reading", unit="ev", disable=not show) as read_bar, \
+            tqdm(desc="indexing", unit="msg", disable=not show) as index_bar:
+        def indexing() -> None:  # everything is read: the bar's total is known now
+            index_bar.total = pending_total(index.eventlog)
+            index_bar.refresh()
+
+        summary = import_events(path, index.ingest, index.pipeline,
+                                on_read=read_bar.update, on_indexed=index_bar.update,
+                                on_indexing=indexing)
+    index.close()
+    lock.release()
+    for line in summary.lines():
+        print(line)
+    return 0
+
+
+def cmd_search(args) -> int:
+    from .search import run_search
+
+    return run_search(_config(args), args)
+
+
+def cmd_allowlist(args) -> int:
+    from indexer.ingest.allowlist import add_room, load_allowlist, remove_room
+
+    from ..homeserver.aliases import AliasError
+
+    cfg = _config(args)
+    if args.action == "list":
+        for room in load_allowlist(cfg.allowlist):
+            print(room)
+        return 0
+    if args.action == "add":
+        try:
+            resolved = _resolve_rooms(cfg, args.rooms)  # all or nothing is written
+        except (AliasError, ConfigError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+        for room, alias in resolved:
+            # An alias is kept as a comment beside the id it resolved to.
+            comment = " ".join(c for c in (alias, args.comment) if c) or None
+            changed = add_room(cfg.allowlist, room, comment)
+            shown = f"{room} ({alias})" if alias else room
+            print(f"{'added' if changed else 'already listed'}: {shown}")
+        return 0
+    for room in args.rooms:
+        changed = remove_room(cfg.allowlist, room)
+        print(f"{'removed' if changed else 'not listed'}: {room}")
+    return 0
+
+
+def _resolve_rooms(cfg: Config, rooms: list[str]) -> list[tuple[str, str | None]]:
+    """(room id, alias it came from) for each argument; aliases are resolved through the
+    homeserver with the registration's as_token."""
+    from indexer.ingest.allowlist import ROOM_ID
+    from indexer.datadir import load_registration
+
+    from ..homeserver.aliases import resolve_alias
+
+    out: list[tuple[str, str | None]] = []
+    token: str | None = None
+    for room in rooms:
+        if not room.startswith("#"):
+            if not ROOM_ID.match(room):
+                raise ConfigError(cfg.allowlist, "rooms", f"{room!r} is not a room id like "
+                                  "'!abc:example.org' or an alias like '#room:example.org'")
+            out.append((room, None))
+            continue
+        if token is None:
+            token = load_registration(cfg.registration).as_token
+        out.append((resolve_alias(cfg.homeserver_url, token, room), room))
+    return out
+
+
+def cmd_journal(args) -> int:
+    from .journal import run_journal
+
+    return run_journal(_config(args), args.room, args.rule, args.kind)
+
+
+def cmd_backfill(args) -> int:
+    from .backfill import run_backfill
+
+    return run_backfill(_config(args), args.rooms, args.quiet)
+
+
+def cmd_doctor(args) -> int:
+    from .doctor import print_checks, run_checks
+    from .progress import config_path
+
+    return print_checks(run_checks(config_path(args.config)))
+
+
+def cmd_demo(args) -> int:
+    from importlib.util import find_spec
+
+    if find_spec("synapse") is None or find_spec("nio") is None:
+        print("error: the demo runs a local Synapse and a Matrix client, which a plain "
+              "install leaves out: `pip install -c constraints.txt '.[demo]'` from the "
+              "checkout, or run ./scripts/demo", file=sys.stderr)
+        return 1
+    from ..tools.demo import run_demo
+
+    return run_demo(Path(args.data_dir), serve=not args.no_serve)
+
+
+def cmd_ref(args) -> int:
+    from .derived import run_ref
+
+    return run_ref(_config(args), args)
+
+
+def cmd_verify(args) -> int:
+    from .derived import run_verify
+
+    return run_verify(_config(args), args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="matrix-sources", description=(
+        "Make a Matrix community's public rooms searchable by meaning."))
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def with_config(sp):
+        sp.add_argument("-c", "--config", required=True, metavar="DIR/config.yaml",
+                        help="the data dir's config.yaml (a data dir means its config.yaml)")
+        return sp
+
+    sp = sub.add_parser("init", help="write config, allowlist and registration into a data dir")
+    sp.add_argument("--data-dir", required=True, metavar="DIR",
+                    help="where the service keeps everything (created if missing)")
+    sp.add_argument("--homeserver-url", default="http://127.0.0.1:8008",
+                    help="the homeserver's client-server URL, as the service reaches it "
+                         "(default %(default)s)")
+    sp.add_argument("--domain", default="localhost", help="the homeserver's server_name")
+    sp.add_argument("--port", type=int, default=None, help="appservice port (default 29316)")
+    sp.add_argument("--force", action="store_true", help="overwrite existing files")
+    sp.set_defaults(func=cmd_init)
+
+    sp = with_config(sub.add_parser("run", help="serve the appservice"))
+    sp.add_argument("--json-logs", action="store_true", help="one JSON object per log line")
+    sp.set_defaults(func=cmd_run)
+
+    sp = with_config(sub.add_parser("import", help="import Matrix events from a JSONL file"))
+    sp.add_argument("file", metavar="FILE.jsonl",
+                    help="Matrix events, one JSON object per line (state and messages)")
+    sp.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    sp.set_defaults(func=cmd_import)
+
+    sp = with_config(sub.add_parser("search", help="search the index (as !sources does)"))
+    sp.add_argument("texts", nargs="*", help="one or more texts, fused into one ranking")
+    sp.add_argument("--top", type=int, default=None, metavar="N",
+                    help="how many hits (default: search.top_k of the config)")
+    sp.add_argument("--room", default=None, metavar="ROOM",
+                    help="only this allowlisted room: its !id, or the alias kept beside it "
+                         "in allowlist.yaml")
+    sp.add_argument("--corpus", default=None, choices=("chat", "reference"),
+                    help="only chat windows or only reference sections")
+    sp.add_argument("--json", action="store_true", help="one JSON object per hit")
+    sp.add_argument("--queries", default=None, help="batch mode: a JSONL file of queries")
+    sp.set_defaults(func=cmd_search)
+
+    al = sub.add_parser("allowlist", help="list, add or remove indexed rooms")
+    alsub = al.add_subparsers(dest="action", required=True)
+    for action, text in (("add", "add rooms"), ("remove", "remove rooms")):
+        sp = with_config(alsub.add_parser(action, help=text))
+        sp.add_argument("rooms", nargs="+", metavar="ROOM_ID" if action == "remove"
+                        else "ROOM_ID_OR_ALIAS", help="!id:server" if action == "remove"
+                        else "!id:server, or #alias:server (resolved, kept as a comment)")
+        if action == "add":
+            sp.add_argument("--comment", default=None, help="a note kept beside the id")
+        sp.set_defaults(func=cmd_allowlist)
+    sp = with_config(alsub.add_parser("list", help="print the listed room ids"))
+    sp.set_defaults(func=cmd_allowlist)
+
+    sp = with_config(sub.add_parser("journal", help="print refusals, purges and exclusions"))
+    sp.add_argument("--room", default=None, metavar="ROOM",
+                    help="only this room: its id, its alias in allowlist.yaml, or its name")
+    sp.add_argument("--rule", default=None, metavar="RULE",
+                    help="only this rule (not_public, encrypted_event, ...; a wrong one "
+                         "lists them)")
+    sp.add_argument("--kind", default=None, metavar="KIND",
+                    help="only refusal, purge or derived_excluded lines")
+    sp.set_defaults(func=cmd_journal)
+
+    sp = with_config(sub.add_parser("backfill", help=(
+        "read rooms' history (all allowlisted rooms by default) while the service is stopped")))
+    sp.add_argument("rooms", nargs="*", metavar="ROOM_ID",
+                    help="allowlisted rooms to read (default: all of them)")
+    sp.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    sp.set_defaults(func=cmd_backfill)
+
+    sp = with_config(sub.add_parser("doctor", help="check the deployment, say how to fix it"))
+    sp.set_defaults(func=cmd_doctor)
+
+    sp = sub.add_parser("demo", help="a local Synapse, the service and a demo room")
+    sp.add_argument("--data-dir", default="demo-data", metavar="DIR",
+                    help="where the demo keeps Synapse and the service (default %(default)s); "
+                         "run again with the same DIR to resume")
+    sp.add_argument("--no-serve", action="store_true",
+                    help="stop after the first answer instead of serving")
+    sp.set_defaults(func=cmd_demo)
+
+    ref = sub.add_parser("ref", help="reference corpora: Markdown or text searchable with chat")
+    refsub = ref.add_subparsers(dest="action", required=True)
+    sp = with_config(refsub.add_parser("add", help="add a folder or file of .md/.txt"))
+    sp.add_argument("name", metavar="NAME", help="a name for the corpus, shown in citations")
+    sp.add_argument("path", metavar="PATH", help="a folder (every .md, .markdown, .txt) or file")
+    sp.set_defaults(func=cmd_ref)
+    for action, text in (("sync", "read a corpus again: changed sections re-embedded"),
+                         ("rm", "remove a corpus, its chunks and manifest entries")):
+        sp = with_config(refsub.add_parser(action, help=text))
+        sp.add_argument("name", metavar="NAME", help="the corpus (see `ref list`)")
+        sp.set_defaults(func=cmd_ref)
+    sp = with_config(refsub.add_parser("list", help="the corpora, their sections and chunks"))
+    sp.set_defaults(func=cmd_ref)
+
+    sp = with_config(sub.add_parser("verify", help=(
+        "audit the index; flags combine, none runs every check; exits 1 if one fails")))
+    sp.add_argument("--derived-filter", action="store_true",
+                    help="fail naming every indexed window that matches a live artifact")
+    sp.add_argument("--exclusions", action="store_true",
+                    help="list derived exclusions with artifact, score and threshold")
+    sp.add_argument("--index", action="store_true",
+                    help="every window reachable by its own vector, store and event log "
+                         "agree; repairs what it can")
+    sp.add_argument("--dry-run", action="store_true",
+                    help="with --index: say what would be repaired, change nothing")
+    sp.add_argument("--since", default=None, metavar="T",
+                    help="with --exclusions: since 30m, 24h, 7d or an ISO date/time")
+    sp.set_defaults(func=cmd_verify)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    _quiet_libraries()
+    args = build_parser().parse_args(argv)
+    if argv is None and args.command in ("run", "import", "demo"):
+        # This process is the command: re-execute it with a clean heap (heap.py). Not
+        # when called with arguments (tests): that would restart the caller.
+        from ..homeserver.heap import ensure_heap_hygiene
+
+        ensure_heap_hygiene()
+    try:
+        return args.func(args)
+    except (ConfigError, LockedError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+"""`matrix-sources search`: one query from the arguments, or a batch from a JSONL file.
+
+Batch lines: {"id", "texts": [...], "top_k"?, "room"?, "corpus"?}; one output line per
+query, {"id", "hits": [...]} or {"id", "error"}; the model is loaded once.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from indexer.pipeline.chunker import format_ts
+from indexer.components import Index
+from indexer.config import Config
+from indexer.ingest.allowlist import load_allowlist
+from indexer.search.searcher import QueryError, SourceQuery
+
+from .journal import allowlist_aliases
+from .progress import load_model
+
+
+def _query_from_line(obj: object, default_top_k: int) -> SourceQuery:
+    if not isinstance(obj, dict):
+        raise QueryError("line", "must be a JSON object")
+    return SourceQuery.build(obj.get("texts"), obj.get("top_k", default_top_k),
+                             obj.get("room"), obj.get("corpus"))
+
+
+def run_search(cfg: Config, args) -> int:
+    top = args.top if args.top is not None else cfg.default_top_k
+    if args.queries:
+        return _batch(cfg, Path(args.queries), top)
+    room = args.room
+    if room is not None:
+        room = allowlist_aliases(cfg).get(room, room)
+        if room not in load_allowlist(cfg.allowlist):
+            print(f"error: --room {args.room!r} is not on the allowlist ({cfg.allowlist}), "
+                  "so nothing of it is indexed; `matrix-sources allowlist list` shows "
+                  "the rooms", file=sys.stderr)
+            return 2
+    try:
+        query = SourceQuery.build(list(args.texts), top, room, args.corpus)
+    except QueryError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    index = Index.open(cfg, load_model(cfg))
+    hits = index.searcher.search(query)
+    index.close()
+    if args.json:
+        print(json.dumps({"hits": [h.to_json() for h in hits]}, ensure_ascii=False))
+        return 0
+    if not hits:
+        print("no hits")
+    for n, h in enumerate(hits, start=1):
+        if h.ref is not None:  # a reference chunk: cited by file and heading
+            print(f"{n}. {h.ref.label}  reference {h.ref.corpus_name}  score {h.score:.4f}")
+        else:
+            print(f"{n}. {h.room_label or h.room_id}  {format_ts(h.ts_first)}–"
+                  f"{format_ts(h.ts_last)}  score {h.score:.4f}  {h.first_event_id}")
+        for line in h.text.split("\n"):
+            print(f"     {line}")
+    return 0
+
+
+def _batch(cfg: Config, path: Path, top: int) -> int:
+    if not path.is_file():
+        print(f"error: {path}: no such file", file=sys.stderr)
+        return 1
+    index = Index.open(cfg, load_model(cfg))
+    errors = 0
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            qid: object = None
+            try:
+                obj = json.loads(line)
+                qid = obj.get("id") if isinstance(obj, dict) else None
+                query = _query_from_line(obj, top)
+            except json.JSONDecodeError:
+                errors += 1
+                print(json.dumps({"id": qid, "line": n, "error": "line: not valid JSON"}))
+                continue
+            except QueryError as e:
+                errors += 1
+                print(json.dumps({"id": qid, "line": n, "error": str(e)}))
+                continue
+            hits = index.searcher.search(query)
+            print(json.dumps({"id": qid, "hits": [h.to_json() for h in hits]},
+                             ensure_ascii=False), flush=True)
+    index.close()
+    return 1 if errors else 0

@@ -1,0 +1,392 @@
+"""The running service: appservice HTTP, the bot's rooms, the pipeline, `!sources`.
+
+Start-up: registration checked -> event log, store, model -> HTTP up -> homeserver
+accepts as_token (whoami) -> join every allowlisted room, learn its state -> pipeline
+catches up on what a previous run left pending -> watch allowlist.yaml for changes.
+
+A room whose state cannot be fetched (at start or in a transaction) is fetched again
+with backoff (roomstate.StateRetry), then backfilled. Commands are answered in a
+bounded pool of their own (commandpool.py). Every SQLite and Chroma call runs off the
+event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import resource
+import time
+from typing import Any
+
+from mautrix.api import Method, Path
+from mautrix.appservice import AppService
+from mautrix.client.state_store.memory import MemoryStateStore
+from mautrix.appservice.state_store import ASStateStore
+from mautrix.errors import MatrixError, MatrixRequestError
+from mautrix.types import EventType
+
+from indexer.ingest.allowlist import load_allowlist
+from indexer.ingest.backfill import backfill_room
+from indexer.store.lock import WriterLock
+from indexer.components import Index
+from indexer.config import Config, ConfigError
+from indexer.datadir import load_registration
+from indexer.pipeline.embedder import Embedder
+from indexer.ingest.events import MessageEvent
+from indexer.ingest.admit import AdmitResult
+from indexer.pipeline.worker import PipelineWorker
+from indexer.records import RoomID
+
+from ..bot.answer_edits import edit_content, rebuild_reply
+from .heap import release_free_memory
+from .pager import MatrixPager
+from ..bot.commandpool import CommandPool
+from .health import Health, appends_problem, pipeline_problem
+from .metrics import EventLogFigures, MetricSources, ServiceMetrics
+from ..bot.responder import RateLimiter, Responder
+from ..bot.status import may_see_status, power_from_state, render_status, status_refusal
+from .roomstate import StateRetry, fetch_room_facts
+from .transactions import TransactionHandler
+
+log = logging.getLogger(f"matrix_sources.{__name__}")
+ALLOWLIST_POLL_SECONDS = 1.0
+HOMESERVER_RETRY_MAX = 30.0  # seconds between whoami attempts while Synapse is down
+
+
+class StartupError(RuntimeError):
+    """A start-up failure whose message says how to fix it."""
+
+
+class _StateStore(MemoryStateStore, ASStateStore):
+    """mautrix's default state store writes mx-state.json into the working directory;
+    keep its membership cache in memory."""
+
+    def __init__(self) -> None:
+        MemoryStateStore.__init__(self)
+        ASStateStore.__init__(self)
+
+
+class _SourcesAppService(AppService):
+    transaction_handler: TransactionHandler
+
+    async def _http_handle_transaction(self, request):  # type: ignore[override]
+        return await self.transaction_handler.handle(request)
+
+    async def _http_ping(self, request):  # type: ignore[override]
+        return await self.transaction_handler.ping(request)
+
+    def _check_token(self, request) -> bool:  # the user and alias queries: same check
+        return self.transaction_handler.check_token(request) is None
+
+
+def raise_fd_limit() -> tuple[int, int]:
+    """The soft limit on open files up to the hard one (systemd's default soft limit,
+    1,024, is about 1,000 idle connections; contrib/matrix-sources.service raises the
+    hard limit, docs/deployment.md). Returns (soft, hard) as they are now."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError):
+            log.warning("fd_limit_not_raised", exc_info=True, extra={"soft": soft,
+                                                                    "hard": hard})
+    return soft, hard
+
+
+class Service:
+    def __init__(self, cfg: Config, embedder: Embedder | None = None) -> None:
+        self.cfg = cfg
+        self.registration = load_registration(cfg.registration)
+        self.lock = WriterLock(cfg.data_dir, "matrix-sources run").acquire()
+        # This process is the collection's one writer (the lock above): it keeps the
+        # lexical leg's postings in memory (indexer/search/termindex.py), built in the background.
+        self.index = Index.open(cfg, embedder, postings=True,
+                                on_postings_ready=release_free_memory)
+        self.eventlog, self.store = self.index.eventlog, self.index.store
+        self.embedder, self.gate = self.index.embedder, self.index.gate
+        self.ingest, self.pipeline = self.index.ingest, self.index.pipeline
+        self.searcher = self.index.searcher
+        # After each run, freed memory goes back to the system: the next run's peak then
+        # starts from what is in use, not from the last peak (docs/benchmarks.md).
+        self.worker = PipelineWorker(self.pipeline, debounce=cfg.debounce_seconds,
+                                     after_run=release_free_memory)
+        self.az = _SourcesAppService(
+            server=cfg.homeserver_url, domain=cfg.domain,
+            as_token=self.registration.as_token, hs_token=self.registration.hs_token,
+            bot_localpart=self.registration.sender_localpart, id=self.registration.id,
+            state_store=_StateStore(), log=logging.getLogger("mau.as"))
+        self.state_retry = StateRetry(self._learn_room, self._state_known)
+        self.az.transaction_handler = TransactionHandler(
+            self.registration.hs_token, self.registration.id, self.ingest,
+            self._learn_room, self._on_admitted, self.state_retry)
+        self.transactions = self.az.transaction_handler
+        self.answers = self.index.answers
+        self.metrics = ServiceMetrics()
+        self.responder = Responder(self.searcher, self._send, cfg.bot_user, cfg.default_top_k,
+                                   RateLimiter(cfg.rate_limit_per_minute), domain=cfg.domain,
+                                   resolve_alias=self._resolve_alias, rrf_k=cfg.rrf_k,
+                                   status=self._status,
+                                   on_search_seconds=self.metrics.search_latency.observe,
+                                   record_answer=self.index.record_answer,
+                                   record_quotes=self._record_quotes)
+        self.commands = CommandPool(self._answer)
+        # The store opened and the model loaded above; the homeserver is checked in start().
+        self.health = Health(store=True, model=True, detail="waiting for the homeserver",
+                             problems={
+                                 "appends": appends_problem(
+                                     lambda: self.transactions.append_failures),
+                                 "pipeline": pipeline_problem(
+                                     lambda: self.worker.consecutive_failures,
+                                     lambda: self.worker.last_error)})
+        self.metrics.attach(MetricSources(
+            self.pipeline, self.transactions, self.worker, self.store,
+            EventLogFigures(self.eventlog.path), lambda: self.health.ready))
+        # Routes must exist before the aiohttp runner starts in az.start().
+        self.az.app.router.add_get("/health", self.health.handle)
+        self.az.app.router.add_get("/metrics", self.metrics.handle_metrics)
+        self._tasks: set[asyncio.Task] = set()
+        self._backfill_lock = asyncio.Lock()
+        self._allowlist_mtime = 0.0
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    async def start(self) -> None:
+        soft, hard = raise_fd_limit()
+        log.info("fd_limit", extra={"soft": soft, "hard": hard})
+        await self.az.start(host=self.cfg.as_host, port=self.cfg.as_port)
+        await self._wait_for_homeserver()
+        try:
+            await self.az.intent.set_displayname(self.cfg.bot_displayname)
+        except MatrixError:
+            pass  # cosmetic
+        self._allowlist_mtime = self._mtime()
+        await self.join_allowlisted()
+        # Another model or chunker made the collection, or it was lost: rebuild it from
+        # the event log before serving (after the joins: only rooms with known facts
+        # are indexed, so the rebuild, and its logged progress, covers them all now).
+        await asyncio.to_thread(self.index.ensure_meta)
+        # Rooms taken off the allowlist while the service was down: purged now.
+        await asyncio.to_thread(self.ingest.purge_unlisted)
+        # Poison stored by an older version: quarantined before the pipeline meets it.
+        quarantined = await asyncio.to_thread(self.ingest.quarantine_stored_poison)
+        if quarantined:
+            log.warning("events_quarantined", extra={"events": quarantined,
+                                                     "rule": "timestamp_out_of_range"})
+        self.worker.start()
+        self._spawn(self._watch_allowlist(), "allowlist-watch")
+        self.az.ready = True
+        self.health.homeserver = True
+        log.info("started", extra={"bot": self.cfg.bot_user, "rooms": len(self.gate.allowlist),
+                                   "port": self.cfg.as_port})
+
+    async def _wait_for_homeserver(self) -> None:
+        """Until the homeserver accepts our token. Unreachable: keep trying (Synapse may
+        start after us); token refused or wrong user: a configuration error, stop."""
+        delay = 1.0
+        while True:
+            try:
+                whoami = await self.az.intent.whoami()
+                break
+            except MatrixRequestError as e:
+                raise StartupError(
+                    f"the homeserver at {self.cfg.homeserver_url} rejected as_token "
+                    f"({e.errcode}): is {self.cfg.registration} listed in "
+                    "app_service_config_files of homeserver.yaml, and was Synapse restarted "
+                    "since?") from None
+            except Exception as e:
+                self.health.detail = (f"homeserver {self.cfg.homeserver_url} unreachable "
+                                      f"({type(e).__name__}); retrying")
+                # The traceback too: a bug here looks like an outage otherwise.
+                log.warning("homeserver_unreachable", exc_info=True, extra={
+                    "url": self.cfg.homeserver_url, "retry_in": delay})
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, HOMESERVER_RETRY_MAX)
+        if whoami.user_id != self.cfg.bot_user:
+            raise StartupError(f"the homeserver says the bot is {whoami.user_id}, the config "
+                               f"says {self.cfg.bot_user}: check homeserver.domain and "
+                               "appservice.bot_localpart")
+
+    async def stop(self) -> None:
+        for t in list(self._tasks):
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.state_retry.stop()
+        await self.commands.stop()
+        await self.worker.stop()
+        await self.az.stop()
+        self.responder.executor.shutdown(wait=True, cancel_futures=True)
+        await asyncio.to_thread(self.index.close)
+        self.lock.release()
+
+    # -- rooms -----------------------------------------------------------------------
+
+    async def join_allowlisted(self) -> None:
+        for room_id in sorted(self.gate.allowlist):
+            try:
+                await self.az.intent.join_room_by_id(room_id)
+            except MatrixError:
+                log.warning("join_failed", exc_info=True, extra={"room_id": room_id})
+                continue
+            await self._learn_or_retry(room_id)
+
+    async def backfill(self, room_id: RoomID) -> None:
+        """Fetch what the room said before the bot was there (or while the service was
+        down), one room at a time, through the gate and the pipeline."""
+        async with self._backfill_lock:
+            if not self.ingest.admits(room_id):
+                return  # refused rooms are never read, not even their history
+            horizon = None
+            if self.cfg.backfill_days:
+                horizon = int((time.time() - self.cfg.backfill_days * 86400) * 1000)
+            try:
+                result = await backfill_room(room_id, MatrixPager(self.az.intent.api),
+                                             self.ingest, horizon)
+            except Exception:
+                log.error("backfill_failed", exc_info=True, extra={"room_id": room_id})
+                return
+            if result.admitted and (result.admitted.appended or result.admitted.history.rooms):
+                self.worker.notify()
+
+    async def _learn_or_retry(self, room_id: str) -> None:
+        """Learn a joined room's state, then backfill it; if its state cannot be had
+        now, StateRetry fetches it again later and backfills then."""
+        try:
+            await self._learn_room(room_id)
+        except Exception:
+            log.error("room_state_unavailable", exc_info=True, extra={"room_id": room_id})
+            self.state_retry.add(room_id)
+            return
+        self._state_known(room_id)
+
+    def _state_known(self, room_id: str) -> None:
+        self._spawn(self.backfill(RoomID(room_id)), "backfill")
+
+    async def _learn_room(self, room_id: str) -> None:
+        facts = await fetch_room_facts(self.az.intent.api, room_id)
+        if facts is not None:
+            # Off the loop: a room found refused with its text stored is purged here.
+            await asyncio.to_thread(self.ingest.learn, RoomID(room_id), facts)
+
+    def _mtime(self) -> float:
+        try:
+            return self.cfg.allowlist.stat().st_mtime
+        except FileNotFoundError:
+            return 0.0
+
+    async def reload_allowlist(self) -> None:
+        try:
+            rooms = frozenset(load_allowlist(self.cfg.allowlist))
+        except ConfigError as e:
+            log.error("allowlist_invalid", extra={"error": str(e)})
+            return
+        added, removed = rooms - self.gate.allowlist, self.gate.allowlist - rooms
+        self.gate.allowlist = rooms  # the Gate object is shared with ingest
+        log.info("allowlist_reloaded", extra={"rooms": len(rooms), "added": len(added),
+                                              "removed": len(removed)})
+        if removed:
+            # Purge what the removed rooms left (windows, texts, cursors), off the loop;
+            # a failure is logged, and swept again at the next removal or start.
+            try:
+                await asyncio.to_thread(self.ingest.purge_unlisted)
+            except Exception:
+                log.exception("purge_failed", extra={"rooms": len(removed)})
+        for room_id in sorted(added):
+            try:
+                await self.az.intent.join_room_by_id(room_id)
+            except Exception:
+                log.warning("join_failed", exc_info=True, extra={"room_id": room_id})
+                continue
+            await self._learn_or_retry(room_id)
+
+    async def _watch_allowlist(self) -> None:
+        while True:
+            await asyncio.sleep(ALLOWLIST_POLL_SECONDS)
+            mtime = self._mtime()
+            if mtime != self._allowlist_mtime:
+                self._allowlist_mtime = mtime
+                await self.reload_allowlist()
+
+    # -- after a transaction was stored ----------------------------------------------
+
+    def _on_admitted(self, events: list[Any], result: AdmitResult) -> None:
+        self.metrics.count_events(events, result.refused)
+        if result.appended or result.history.rooms:
+            self.worker.notify()
+        for ev in events:
+            if (isinstance(ev, dict) and ev.get("type") == "m.room.member"
+                    and ev.get("state_key") == self.cfg.bot_user
+                    and isinstance(ev.get("content"), dict)
+                    and ev["content"].get("membership") == "invite"
+                    and isinstance(ev.get("room_id"), str)):
+                # Invited to a DM or private room: join so people can ask from there.
+                # Nothing of such a room is stored (the gate refuses it).
+                self._spawn(self._accept_invite(ev["room_id"]), "accept-invite")
+        for cmd in result.commands:
+            self.commands.submit(cmd)
+        if result.history.redacted:
+            self._spawn(self._edit_replies(set(result.history.redacted)), "edit-replies")
+
+    def _record_quotes(self, reply_event_id: str, room_id: str, command_event_id: str,
+                       thread_root: str | None, reply) -> None:
+        self.answers.record(reply_event_id, room_id, command_event_id, thread_root,
+                            list(reply.hits), [sec.shown for sec in reply.sections])
+
+    async def _edit_replies(self, redacted: set) -> None:
+        """A redaction must not live on in the bot's own answers: edit every reply that
+        quoted a redacted message, and re-record what the edited reply quotes."""
+        for rec in await asyncio.to_thread(self.answers.quoting, redacted):
+            ids = [e for h in rec.hits for e in h.get("quoted", [])]
+            lines = await asyncio.to_thread(self.answers.lines, ids)
+            reply = rebuild_reply(rec, lines, self.cfg.domain)
+            await self._send(rec.room_id, edit_content(rec.reply_event_id, reply))
+            await asyncio.to_thread(self.answers.forget_quote, rec.reply_event_id, redacted)
+            if self.index.manifest is not None:
+                name = f"answer:{rec.reply_event_id}#"
+                await asyncio.to_thread(self.index.manifest.remove,
+                                        lambda e: str(e.get("name", "")).startswith(name))
+                if reply.sections:
+                    await asyncio.to_thread(self.index.record_answer, rec.reply_event_id,
+                                            list(reply.sections))
+            log.info("reply_edited_after_redaction", extra={
+                "room_id": rec.room_id, "reply": rec.reply_event_id, "redacted": len(redacted)})
+
+    async def _accept_invite(self, room_id: str) -> None:
+        try:
+            await self.az.intent.join_room_by_id(room_id)
+        except MatrixError:
+            log.warning("invite_join_failed", exc_info=True, extra={"room_id": room_id})
+
+    async def _answer(self, cmd: MessageEvent) -> None:
+        await self.responder.answer(cmd)  # failures: logged by the pool, with ids
+
+    async def _status(self, room_id: str, user: str):
+        if not await may_see_status(room_id, user, self.cfg.admins, self._power_level):
+            return status_refusal()
+        rooms = [(r, self.ingest.label(RoomID(r))) for r in sorted(self.gate.allowlist)]
+        return await asyncio.to_thread(render_status, rooms, self.eventlog, self.index.journal)
+
+    async def _power_level(self, room_id: str, user: str) -> int:
+        # Raw JSON of the whole state: room version 12 creators are not in power_levels.
+        state = await self.az.intent.api.request(Method.GET, Path.v3.rooms[room_id].state)
+        return power_from_state(state if isinstance(state, list) else [], user)
+
+    async def _resolve_alias(self, alias: str) -> str | None:
+        try:
+            return (await self.az.intent.resolve_room_alias(alias)).room_id
+        except MatrixError:
+            return None
+
+    async def _send(self, room_id: str, content: dict) -> str:
+        return await self.az.intent.send_message_event(room_id, EventType.ROOM_MESSAGE, content)
+
+    def _spawn(self, coro, name: str) -> None:
+        task = asyncio.create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("task_failed", extra={"task": task.get_name()},
+                      exc_info=task.exception())

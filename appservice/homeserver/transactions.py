@@ -1,0 +1,219 @@
+"""The transaction endpoint, taken over from mautrix (DESIGN.md, Data flow).
+
+mautrix answers 200 even when a handler raised and remembers transaction ids only in
+memory. Here a 200 means the events that passed the gate are durably in the event log,
+together with the transaction id, so a replay (also after a restart) is answered 200
+and not processed again, and a failed append answers 500 so Synapse retries.
+
+A transaction is known by its id *and* the ids of its events. Synapse on SQLite numbers
+transactions from max(txn_id) of its pending-transactions table, which is empty once
+all were delivered, so after a Synapse restart the ids start again at 1 (checked on
+1.163). A true retry resends the same events under the same id; a reused id carries
+new events and must be processed, or those messages would be silently dropped.
+
+    PUT /_matrix/app/v1/transactions/{txnId}
+      no token -> 401 M_UNAUTHORIZED; wrong token -> 403 M_FORBIDDEN
+      body over what Synapse may send -> 413; not JSON, too deep -> 400 M_NOT_JSON
+      body not a JSON object with an `events` list -> 400 M_BAD_JSON
+      txn seen -> 200 {}
+      room state unknown -> fetch it:
+          homeserver unreachable -> 503 (Synapse retries the whole transaction)
+          this room's state fails, or takes over STATE_FETCH_SECONDS -> its events
+              refused for now (journal: state_unavailable, ids only), fetched again
+              later (roomstate.StateRetry; meanwhile not fetched per transaction), the
+              rest goes on: one room never holds back the others
+      gate + append (one SQLite transaction with the txn id) -> 200 {} / 500
+
+Every SQLite call runs in a worker thread: the loop only moves bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import logging
+from typing import Awaitable, Callable, Protocol
+
+from aiohttp import web
+
+from indexer.ingest.events import MessageEvent, parse_event
+from indexer.ingest.gate import STATE_UNAVAILABLE
+from indexer.ingest.admit import AdmitResult, Ingest
+from indexer.records import EventID, Refusal, RoomID
+
+from .httpbody import (MAX_PING_BYTES, MAX_TRANSACTION_BYTES, BodyError, error,
+                       read_json_object)
+from .roomstate import is_outage
+
+log = logging.getLogger(f"matrix_sources.{__name__}")
+
+OnAdmitted = Callable[[list[dict], AdmitResult], None]
+FetchState = Callable[[str], Awaitable[None]]
+STATE_FETCH_SECONDS = 15.0  # Synapse gives a transaction 60 s
+
+
+class Retry(Protocol):
+    """Rooms whose state is to be fetched again later (roomstate.StateRetry)."""
+
+    @property
+    def waiting(self) -> set[str]: ...
+
+    def add(self, room_id: str) -> None: ...
+
+
+def fingerprint(events: list) -> str:
+    ids = [ev.get("event_id") if isinstance(ev, dict) else None for ev in events]
+    return hashlib.sha256(json.dumps(ids).encode()).hexdigest()[:16]
+
+
+def request_token(request: web.Request) -> str | None:
+    """The token of `Authorization: Bearer ...` (the scheme in any case, RFC 7235), or
+    of `?access_token=`; "" for an Authorization header of another scheme."""
+    auth = request.headers.get("Authorization")
+    if auth is not None:
+        scheme, _, token = auth.strip().partition(" ")
+        return token.strip() if scheme.lower() == "bearer" else ""
+    return request.rel_url.query.get("access_token")
+
+
+def _room_of(raw: object) -> str | None:
+    rid = raw.get("room_id") if isinstance(raw, dict) else None
+    return rid if isinstance(rid, str) else None
+
+
+def _is_command(raw: object) -> bool:
+    ev = parse_event(raw)
+    return isinstance(ev, MessageEvent) and ev.is_command
+
+
+class TransactionHandler:
+    def __init__(self, hs_token: str, registration_id: str, ingest: Ingest,
+                 fetch_state: FetchState, on_admitted: OnAdmitted,
+                 retry: Retry | None = None) -> None:
+        self._hs_token = hs_token.encode()
+        self._registration_id = registration_id
+        self._ingest = ingest
+        self._fetch_state = fetch_state
+        self._on_admitted = on_admitted
+        self._retry = retry
+        # Synapse sends one transaction at a time; a lock keeps it so for anyone else.
+        self._lock = asyncio.Lock()
+        self.received = 0
+        self.replayed = 0
+        # Appends failed in a row (0 after one that worked): /health says so.
+        self.append_failures = 0
+
+    def check_token(self, request: web.Request) -> web.Response | None:
+        token = request_token(request)
+        if token is None:
+            return error(401, "M_UNAUTHORIZED", "missing hs_token")
+        if not hmac.compare_digest(token.encode(), self._hs_token):
+            return error(403, "M_FORBIDDEN", "wrong hs_token")
+        return None
+
+    async def ping(self, request: web.Request) -> web.Response:
+        """POST /_matrix/app/v1/ping: the homeserver checking it can reach us."""
+        denied = self.check_token(request)
+        if denied is not None:
+            return denied
+        try:
+            body = await read_json_object(request, MAX_PING_BYTES)
+        except BodyError as e:
+            return e.response
+        txn = body.get("transaction_id")
+        log.info("ping", extra={"txn": txn if isinstance(txn, str) else None})
+        return web.json_response({})
+
+    async def handle(self, request: web.Request) -> web.Response:
+        denied = self.check_token(request)
+        if denied is not None:
+            return denied
+        txn_id = request.match_info.get("transaction_id", "")
+        try:
+            body = await read_json_object(request, MAX_TRANSACTION_BYTES)
+        except BodyError as e:
+            log.warning("transaction_refused", extra={"txn": txn_id,
+                                                      "status": e.response.status})
+            return e.response
+        events = body.get("events", [])
+        if not isinstance(events, list):
+            return error(400, "M_BAD_JSON", "events must be a list")
+        txn_key = f"{self._registration_id}:{txn_id}:{fingerprint(events)}"
+        async with self._lock:
+            self.received += 1
+            if await asyncio.to_thread(self._ingest.eventlog.has_txn, txn_key):
+                self.replayed += 1
+                return web.json_response({})
+            try:
+                unavailable = await self._learn_rooms(events, txn_id)
+            except _Outage:
+                return error(503, "M_UNKNOWN", "homeserver unreachable; retry later")
+            admitted, deferred = _partition(events, unavailable)
+            try:
+                result = await asyncio.to_thread(self._admit, admitted, deferred, txn_key)
+            except Exception:
+                self.append_failures += 1
+                log.exception("append_failed", extra={"txn": txn_id, "events": len(events)})
+                return error(500, "M_UNKNOWN", "could not store the transaction; retry")
+            self.append_failures = 0
+        log.info("transaction", extra={"txn": txn_id, "events": len(events),
+                                       "appended": result.appended,
+                                       "refused": sum(result.refused.values()),
+                                       "deferred": len(deferred)})
+        self._on_admitted(admitted, result)
+        if self._retry is not None:
+            for room_id in sorted(unavailable):
+                self._retry.add(room_id)
+        return web.json_response({})
+
+    async def _learn_rooms(self, events: list, txn_id: str) -> set[str]:
+        """Fetch the state of every allowlisted room not known yet; the rooms whose
+        state could not be had (the homeserver answering otherwise). Raises _Outage
+        when the homeserver is unreachable."""
+        unavailable: set[str] = set()
+        waiting = self._retry.waiting if self._retry is not None else set()
+        for room_id in sorted(self._ingest.unknown_rooms(events)):
+            if room_id in waiting:  # failed before, fetched again on its own schedule
+                unavailable.add(room_id)
+                continue
+            try:
+                async with asyncio.timeout(STATE_FETCH_SECONDS) as deadline:
+                    await self._fetch_state(room_id)
+            except Exception as e:
+                if is_outage(e) and not deadline.expired():
+                    log.warning("homeserver_unreachable", exc_info=True,
+                                extra={"txn": txn_id, "room_id": room_id})
+                    raise _Outage() from e
+                log.error("room_state_unavailable", exc_info=True,
+                          extra={"txn": txn_id, "room_id": room_id})
+                unavailable.add(room_id)
+        return unavailable
+
+    def _admit(self, events: list, deferred: list, txn_key: str) -> AdmitResult:
+        """In a worker thread: gate and append with the transaction id, then journal the
+        deferred events (ids only; once, as a replay is not processed again)."""
+        result = self._ingest.admit(events, txn_key)
+        for ev in deferred:
+            eid = ev.get("event_id")
+            self._ingest.journal.refusal(Refusal(
+                STATE_UNAVAILABLE, RoomID(_room_of(ev) or ""),
+                EventID(eid) if isinstance(eid, str) else None))
+        return result
+
+
+def _partition(events: list, unavailable: set[str]) -> tuple[list, list]:
+    """(events to admit now, events of rooms whose state is unavailable). A command is
+    admitted wherever it comes from: it is answered, never stored."""
+    if not unavailable:
+        return events, []
+    admitted, deferred = [], []
+    for ev in events:
+        late = _room_of(ev) in unavailable and not _is_command(ev)
+        (deferred if late else admitted).append(ev)
+    return admitted, deferred
+
+
+class _Outage(Exception):
+    """The homeserver did not answer: the whole transaction is to be retried."""

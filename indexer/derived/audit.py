@@ -1,0 +1,116 @@
+"""`matrix-sources verify`: checks over the index that an admin (or CI) can run.
+
+Each check is a function returning a `CheckResult`; the CLI runs the ones asked for
+(flags combine) and exits non-zero if any failed. Listings (`exclusions`) never fail.
+
+    derived_filter   every indexed window, message by message and as a whole, against
+                     the live artifacts: a match is a leak (derived text in evidence)
+    exclusions       the `derived_excluded` journal entries since T, for review of
+                     false positives: artifact, score, threshold in force
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+
+from ..pipeline.chunker import format_ts, parse_document
+from .filter import JOURNAL_KIND, DerivedMatch, Matcher
+from ..store.journal import Journal
+from ..records import CORPUS_REFERENCE
+from ..store.chroma import ChromaStore
+
+PAGE = 500
+_RELATIVE = re.compile(r"(\d+)\s*([mhdw])")
+_UNIT_MS = {"m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 7 * 86_400_000}
+
+
+@dataclass(frozen=True, slots=True)
+class CheckResult:
+    name: str
+    ok: bool
+    lines: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Leak:
+    window_id: str
+    room_id: str
+    event_id: str | None  # None: the window's text as a whole matched
+    match: DerivedMatch
+
+
+def find_leaks(store: ChromaStore, matcher: Matcher) -> tuple[int, list[Leak]]:
+    """(windows checked, leaks). Reference chunks are the artifacts themselves and are
+    skipped; an answer never counts against the windows it quoted."""
+    matcher.refresh()
+    checked, leaks = 0, []
+    for w in store.iter_windows(PAGE):
+        if w.corpus == CORPUS_REFERENCE:
+            continue
+        checked += 1
+        bodies = [body for _, _, body in parse_document(w.text)]
+        found = len(leaks)
+        for i, body in enumerate(bodies):
+            m = matcher.match(body, w.event_ids)
+            if m is not None:
+                event = w.event_ids[i] if i < len(w.event_ids) else None
+                leaks.append(Leak(w.window_id, w.room_id, event, m))
+        # A quote split over several short messages shows only in the window as a whole.
+        if len(bodies) > 1 and len(leaks) == found:
+            m = matcher.match("\n".join(bodies), w.event_ids)
+            if m is not None:
+                leaks.append(Leak(w.window_id, w.room_id, None, m))
+    return checked, leaks
+
+
+def check_derived_filter(store: ChromaStore, matcher: Matcher) -> CheckResult:
+    checked, leaks = find_leaks(store, matcher)
+    live = len(matcher.manifest)
+    if not leaks:
+        return CheckResult("derived-filter", True, (
+            f"derived-filter: ok, {checked} indexed windows checked against {live} live "
+            "artifacts",))
+    windows = sorted({leak.window_id for leak in leaks})
+    lines = [f"derived-filter: FAILED, {len(windows)} indexed window(s) match a live "
+             f"artifact ({checked} checked against {live})"]
+    for leak in leaks:
+        m = leak.match
+        where = f"event {leak.event_id}" if leak.event_id else "whole window"
+        lines.append(f"  window {leak.window_id} room {leak.room_id or '-'} {where}: "
+                     f"{m.kind} {m.artifact} score {m.score:.3f} >= threshold {m.threshold:.2f}")
+    return CheckResult("derived-filter", False, tuple(lines))
+
+
+def parse_since(text: str, now_ms: int) -> int:
+    """`7d`, `24h`, `30m`, `2w` before now, or an ISO date/time (UTC unless it says)."""
+    text = text.strip()
+    if m := _RELATIVE.fullmatch(text):
+        return now_ms - int(m.group(1)) * _UNIT_MS[m.group(2)]
+    try:
+        dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"--since {text!r}: give a duration (30m, 24h, 7d, 2w) or an ISO "
+                         "date or time (2025-01-31, 2025-01-31T12:00)") from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return int(dt.timestamp() * 1000)
+
+
+def exclusions(journal: Journal, since_ms: int | None = None) -> list[dict]:
+    return [e for e in journal.read(kind=JOURNAL_KIND)
+            if since_ms is None or int(e.get("ts", 0)) >= since_ms]
+
+
+def check_exclusions(journal: Journal, since_ms: int | None = None) -> CheckResult:
+    entries = exclusions(journal, since_ms)
+    since = f" since {format_ts(since_ms)}" if since_ms is not None else ""
+    lines = [f"exclusions: {len(entries)}{since}"]
+    for e in entries:
+        lines.append(f"  {format_ts(int(e.get('ts', 0)))}  {e.get('room_id', '-')}  "
+                     f"{e.get('event_id', '-')}  {e.get('artifact_kind', '?')} "
+                     f"{e.get('artifact', '?')}  score {float(e.get('score', 0)):.3f}  "
+                     f"threshold {float(e.get('threshold', 0)):.2f}")
+    return CheckResult("exclusions", True, tuple(lines))

@@ -1,0 +1,144 @@
+"""The derived filter: is this message text the system itself emitted?
+
+    message --normalise--> words --(fewer than min_words: never derived)-->
+        shingles (k words) --inverted index--> artifacts sharing any shingle
+        score = |shingles(message) ∩ shingles(section)| / |shingles(message)|
+        derived if score >= threshold[kind of that artifact]   (best match wins)
+
+Containment of the *message* in one artifact *section* (an answer's hit, a reference
+section), not overlap with a whole document: quoting ten lines of a fifty-line section
+scores high, while the same lines are a fifth of the section. One matcher and one
+normaliser serve both kinds; only the threshold differs (documentation is quoted
+partially, with people's own words around it, so its threshold is lower).
+
+`DerivedFilter.screen` is the pipeline's hook, before chunking: a derived message gets a
+`derived_excluded` journal entry (ids, artifact, score, threshold; never text), is tagged
+`derived` in the event log with the same facts, and never reaches the collection.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+from typing import Collection, Sequence
+
+from ..config import DerivedConfig
+from ..store.eventlog import EventLog
+from ..store.journal import Journal
+from .manifest import ArtifactInfo, Manifest, utc_now_iso
+from .normalise import normalise, sha256_normalised, shingles, words
+from ..records import (ARTIFACT_ANSWER, ARTIFACT_REFERENCE, Artifact, EventID, Message,
+                      RoomID)
+
+log = logging.getLogger(f"matrix_sources.{__name__}")
+JOURNAL_KIND = "derived_excluded"
+
+
+@dataclass(frozen=True, slots=True)
+class DerivedMatch:
+    artifact: str  # the artifact's name
+    kind: str  # answer | reference
+    score: float  # containment of the message in the artifact section, 0..1
+    threshold: float  # the threshold of that kind in force when judged
+    sha256: str  # the artifact's content hash: which version of a section matched
+
+
+@dataclass(frozen=True, slots=True)
+class EmittedSection:
+    """One section of an answer the bot sent: a hit's header and quoted lines."""
+
+    text: str
+    sources: tuple[EventID, ...] = ()  # the events of the quoted window
+    shown: tuple[EventID, ...] = ()  # the events whose lines the reply showed
+
+
+def answer_artifacts(reply_event_id: str, sections: Sequence[EmittedSection],
+                     shingle_size: int) -> list[Artifact]:
+    now = utc_now_iso()
+    return [Artifact(ARTIFACT_ANSWER, f"answer:{reply_event_id}#{n}", sha256_normalised(s.text),
+                     shingles(words(s.text), shingle_size), now, shingle_size,
+                     sources=s.sources)
+            for n, s in enumerate(sections, start=1) if normalise(s.text)]
+
+
+class Matcher:
+    def __init__(self, manifest: Manifest, cfg: DerivedConfig) -> None:
+        self.manifest = manifest
+        self.cfg = cfg
+        self.thresholds = {ARTIFACT_ANSWER: cfg.answer_threshold,
+                           ARTIFACT_REFERENCE: cfg.reference_threshold}
+
+    def refresh(self) -> None:
+        self.manifest.refresh()
+
+    def candidates(self, text: str, exclude_sources: Collection[str] = (),
+                   min_score: float = 0.0) -> list[tuple[ArtifactInfo, float]]:
+        """Artifacts sharing shingles with the text (at least min_score of them) and
+        their scores, best first; none below the minimum length. Artifacts quoting one
+        of `exclude_sources` are left out: an original is never derived from an answer
+        that quoted it."""
+        ws = words(text)
+        if len(ws) < self.cfg.min_words:
+            return []
+        sh = shingles(ws, self.cfg.shingle_size)
+        min_count = max(1, math.ceil(min_score * len(sh) - 1e-9))
+        exclude = set(exclude_sources)
+        out = [(info, n / len(sh)) for info, n in self.manifest.overlaps(sh, min_count)
+               if not (info.sources and any(s in exclude for s in info.sources))]
+        out.sort(key=lambda c: (-c[1], c[0].kind, c[0].name))
+        return out
+
+    def match(self, text: str, exclude_sources: Collection[str] = ()) -> DerivedMatch | None:
+        lowest = min(self.thresholds.values())  # nothing below it can match any kind
+        for info, score in self.candidates(text, exclude_sources, lowest):
+            threshold = self.thresholds[info.kind]
+            if score >= threshold:
+                return DerivedMatch(info.name, info.kind, score, threshold, info.sha256)
+        return None
+
+
+@dataclass
+class DerivedFilter:
+    """The pipeline's hook: judge pending messages before they are chunked."""
+
+    matcher: Matcher
+    eventlog: EventLog
+    journal: Journal
+    excluded: int = 0
+    judged: int = 0
+    by_kind: dict[str, int] = field(default_factory=dict)  # exclusions per artifact kind
+
+    def screen(self, room_id: RoomID, tail: list[Message], pending: set[EventID]
+               ) -> tuple[list[Message], set[EventID]]:
+        """Tag the derived among the pending messages; return the tail and pending set
+        without them. Indexed messages of the tail are not judged again."""
+        self.matcher.refresh()
+        if not len(self.matcher.manifest):
+            return tail, pending
+        found: list[tuple[Message, DerivedMatch]] = []
+        for m in tail:
+            if m.event_id in pending:
+                self.judged += 1
+                match = self.matcher.match(m.body, (m.event_id,))
+                if match is not None:
+                    found.append((m, match))
+        if not found:
+            return tail, pending
+        k = self.matcher.cfg.shingle_size
+        # Journal first: a crash before the event log is written re-judges the message
+        # (a second entry), never leaves an exclusion nobody can audit.
+        for m, match in found:
+            self.journal.write(JOURNAL_KIND, room_id=room_id, event_id=m.event_id,
+                               artifact=match.artifact, artifact_kind=match.kind,
+                               artifact_sha256=match.sha256, score=match.score,
+                               threshold=match.threshold, shingle_size=k,
+                               min_words=self.matcher.cfg.min_words)
+        self.eventlog.mark_derived([(m.event_id, match.artifact, match.kind, match.score,
+                                     match.threshold) for m, match in found])
+        self.excluded += len(found)
+        for _, match in found:
+            self.by_kind[match.kind] = self.by_kind.get(match.kind, 0) + 1
+        log.info("derived_excluded", extra={"room_id": room_id, "events": len(found)})
+        drop = {m.event_id for m, _ in found}
+        return [m for m in tail if m.event_id not in drop], pending - drop

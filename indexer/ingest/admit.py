@@ -1,0 +1,240 @@
+"""Admitting events: parse, judge by the gate, append what passed to the event log.
+
+The transaction handler, backfill and `matrix-sources import` all come through here, so
+the gate cannot be bypassed by any way in. A refused event touches no disk (only a
+journal line naming ids and the rule, once per event however often it is read again);
+events of rooms not on the allowlist are not even looked at. The bot's own messages are
+skipped, counted apart, not journalled.
+
+Here too a room is purged after the fact (purge.py): when a state event, a puppet
+sender or newly learned facts make the gate refuse a room whose text is stored, or the
+room left the allowlist. Only settled facts count: a room whose join rule is not known
+yet is refused, but not purged.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from typing import Iterable
+
+from . import gate as rules
+from ..store.eventlog import EventLog
+from .events import (MAX_TS_MS, QUARANTINED, TIMESTAMP_OUT_OF_RANGE, EditEvent,
+                     EncryptedEvent, MessageEvent, RedactionEvent, Skipped, StateEvent,
+                     parse_event)
+from .gate import Gate
+from .history import Applied, History
+from ..store.journal import Journal
+from .purge import Purger, PurgeReport
+from ..records import EventID, Message, Refusal, RoomID
+from .roomfacts import RoomFacts, apply_state
+
+
+@dataclass
+class AdmitResult:
+    appended: int = 0
+    accepted: int = 0  # passed the gate (appended now or earlier)
+    refused: Counter = field(default_factory=Counter)  # by rule
+    skipped: Counter = field(default_factory=Counter)  # by reason
+    commands: list[MessageEvent] = field(default_factory=list)
+    rooms: set[RoomID] = field(default_factory=set)  # rooms that got new events
+    history: Applied = field(default_factory=Applied)  # edits and redactions applied
+
+    def merge(self, other: "AdmitResult") -> None:
+        self.appended += other.appended
+        self.accepted += other.accepted
+        self.refused.update(other.refused)
+        self.skipped.update(other.skipped)
+        self.commands.extend(other.commands)
+        self.rooms |= other.rooms
+        self.history.rooms |= other.history.rooms
+        self.history.redacted |= other.history.redacted
+        self.history.edited |= other.history.edited
+
+
+@dataclass
+class Ingest:
+    gate: Gate
+    eventlog: EventLog
+    journal: Journal
+    facts: dict[RoomID, RoomFacts] = field(default_factory=dict)
+    purger: Purger | None = None  # None: one that purges the event log only
+    history: History | None = None  # edits and redactions (history.py)
+
+    def __post_init__(self) -> None:
+        if self.purger is None:
+            self.purger = Purger(self.eventlog, self.journal)
+
+    def label(self, room_id: RoomID) -> str:
+        f = self.facts.get(room_id)
+        return f.label if f else ""
+
+    def admits(self, room_id: RoomID) -> bool:
+        """Whether the gate lets the room in now (the pipeline asks before indexing)."""
+        return self.gate.judge_room(room_id, self.facts.get(room_id)) is None
+
+    def unknown_rooms(self, raw_events: Iterable[object]) -> set[RoomID]:
+        """Allowlisted rooms in these events whose state we have not seen yet: the
+        caller fetches their state before `admit` judges their events."""
+        out = set()
+        for raw in raw_events:
+            rid = raw.get("room_id") if isinstance(raw, dict) else None
+            if isinstance(rid, str) and rid in self.gate.allowlist and rid not in self.facts:
+                out.add(RoomID(rid))
+        return out
+
+    def learn(self, room_id: RoomID, facts: RoomFacts, source: str = "state") -> None:
+        """Replace what we know of a room (its state fetched from the homeserver); a room
+        that turned out refused while its text is stored is purged."""
+        self.facts[room_id] = facts
+        refusal = self._settled_refusal(room_id)
+        if refusal is not None:
+            self._purge_if_stored(refusal, source)
+
+    def quarantine_stored_poison(self) -> int:
+        """Events an older version stored with a timestamp past MAX_TS_MS: quarantined
+        now as the parse would have (journal: by id and rule). Run at start."""
+        found = self.eventlog.quarantine_timestamps(MAX_TS_MS)
+        for event_id, room_id in found:
+            self.journal.write("quarantine", rule=TIMESTAMP_OUT_OF_RANGE, room_id=room_id,
+                               event_id=event_id, source="event_log")
+        return len(found)
+
+    def purge_unlisted(self, source: str = "allowlist") -> list[PurgeReport]:
+        """Purge every room with stored text that the allowlist no longer lists (after a
+        reload, and at start for edits made while the service was down)."""
+        reports = []
+        for room_id in sorted(self.eventlog.rooms_with_text()):
+            if room_id in self.gate.allowlist:
+                continue
+            refusal = Refusal(rules.NOT_ALLOWLISTED, room_id, whole_room=True)
+            reports.append(self.purger.purge(refusal, source))
+            self.facts.pop(room_id, None)  # not read any more
+        return reports
+
+    def admit(self, raw_events: Iterable[object], txn_key: str | None = None,
+              source: str = "push") -> AdmitResult:
+        result = AdmitResult()
+        passed: list[tuple[Message, EventID | None]] = []
+        history: list[EditEvent | RedactionEvent] = []
+        # Rooms the gate refused at some event of this batch: the first such refusal
+        # (it triggers the purge), and how many messages had passed by the last one.
+        refused_rooms: dict[RoomID, Refusal] = {}
+        cutoff: dict[RoomID, tuple[int, Refusal]] = {}
+        for raw in raw_events:
+            ev = parse_event(raw)
+            if isinstance(ev, MessageEvent) and ev.is_command:
+                result.commands.append(ev)  # answered, never stored
+                continue
+            room_id = getattr(ev, "room_id", None) or getattr(ev, "message", None) and ev.message.room_id
+            if room_id is None or room_id not in self.gate.allowlist:
+                result.refused[rules.NOT_ALLOWLISTED] += 1  # never read: no journal, no log
+                continue
+            if isinstance(ev, StateEvent):
+                self.facts[room_id] = apply_state(self.facts.get(room_id, RoomFacts()), ev)
+                self._note_refused(self._state_refusal(ev), refused_rooms, cutoff,
+                                   len(passed))
+                continue
+            if isinstance(ev, Skipped):
+                result.skipped[ev.reason] += 1
+                if ev.reason in QUARANTINED:  # a poison event: by id and rule, never text
+                    self.journal.write("quarantine", rule=ev.reason, room_id=room_id,
+                                       event_id=ev.event_id, source=source)
+                continue
+            if isinstance(ev, EncryptedEvent):
+                self._refuse(result, Refusal(rules.ENCRYPTED_EVENT, room_id, ev.event_id), source)
+                continue
+            if isinstance(ev, (EditEvent, RedactionEvent)):
+                # The bot's own edits (of its replies) are not the history of the room.
+                if ev.sender != self.gate.bot_user and \
+                        self.gate.judge_room(room_id, self.facts.get(room_id)) is None:
+                    history.append(ev)  # applied after the append below (history.py)
+                continue
+            m = ev.message
+            refusal = self.gate.judge_message(room_id, m.event_id, m.sender,
+                                              self.facts.get(room_id))
+            if refusal is not None and refusal.rule == rules.OWN_MESSAGE:
+                # The bot's answers: never indexed, but not a refusal either (no journal
+                # line: counting them made `!sources status` grow with every answer).
+                result.skipped[rules.OWN_MESSAGE] += 1
+                continue
+            if refusal is not None:
+                self._refuse(result, refusal, source)
+                facts = self.facts.get(room_id)
+                if facts is not None and self.gate.is_puppet(m.sender):
+                    # It spoke, so it is in the room: the room stays refused after this.
+                    self.facts[room_id] = replace(facts, members=facts.members | {m.sender})
+                if refusal.whole_room and self._settled(room_id):
+                    self._note_refused(refusal, refused_rooms, cutoff, len(passed))
+                continue
+            passed.append((m, ev.thread_root))
+        # Messages that passed before their room turned refused later in this batch are
+        # dropped (journalled as refused): they would only be written to be erased. The
+        # purge runs before the append, so it covers what earlier batches stored, and
+        # messages sent after the room was admitted again are kept.
+        kept = []
+        for i, (m, root) in enumerate(passed):
+            cut = cutoff.get(m.room_id)
+            if cut is not None and i < cut[0]:
+                r = cut[1]
+                self._refuse(result, Refusal(r.rule, m.room_id, m.event_id, r.detail,
+                                             whole_room=True), source)
+            else:
+                kept.append((m, root))
+        passed = kept
+        for refusal in refused_rooms.values():
+            self._purge_if_stored(refusal, source)
+        result.accepted = len(passed)
+        result.rooms = {m.room_id for m, _ in passed}
+        # Appended with the transaction id in one SQLite transaction: after a crash either
+        # both are there (a replay is answered 200, not re-processed) or neither is.
+        if self.history is not None:
+            before, after = self.history.hooks(history, result.history)
+            result.appended = self.eventlog.append(passed, txn_key, before, after)
+            result.rooms |= result.history.rooms
+        else:
+            result.appended = self.eventlog.append(passed, txn_key)
+        return result
+
+    def _settled(self, room_id: RoomID) -> bool:
+        """Whether the room's facts are known (a join rule seen): only then does a
+        refusal mean the room is private, not merely unknown yet."""
+        facts = self.facts.get(room_id)
+        return facts is not None and facts.join_rule is not None
+
+    def _settled_refusal(self, room_id: RoomID) -> Refusal | None:
+        if not self._settled(room_id):
+            return None
+        return self.gate.judge_room(room_id, self.facts.get(room_id))
+
+    def _state_refusal(self, ev: StateEvent) -> Refusal | None:
+        """The gate's verdict after a state event, naming it. Members are not all scanned
+        for puppets again (per member event that would make importing a big room
+        quadratic): only the one this event added."""
+        room_id, facts = ev.room_id, self.facts.get(ev.room_id)
+        if facts is None or facts.join_rule is None:
+            return None
+        r = self.gate.judge_room(room_id, facts, scan_members=False)
+        if r is None and ev.type == "m.room.member" and ev.state_key in facts.members \
+                and self.gate.is_puppet(ev.state_key):
+            r = Refusal(rules.PUPPET_SENDER, room_id, detail=f"puppet member {ev.state_key}")
+        return None if r is None else Refusal(r.rule, room_id, ev.event_id, r.detail,
+                                              whole_room=True)
+
+    @staticmethod
+    def _note_refused(refusal: Refusal | None, refused_rooms: dict[RoomID, Refusal],
+                      cutoff: dict[RoomID, tuple[int, Refusal]], n_passed: int) -> None:
+        if refusal is None:
+            return
+        refused_rooms.setdefault(refusal.room_id, refusal)
+        cutoff[refusal.room_id] = (n_passed, refusal)
+
+    def _purge_if_stored(self, refusal: Refusal, source: str) -> PurgeReport | None:
+        if not self.eventlog.has_text(refusal.room_id):
+            return None
+        return self.purger.purge(refusal, source)
+
+    def _refuse(self, result: AdmitResult, refusal: Refusal, source: str) -> None:
+        result.refused[refusal.rule] += 1
+        self.journal.refusal(refusal, source)

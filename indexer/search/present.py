@@ -1,0 +1,206 @@
+"""What a person reads: each chat hit with the answers it carries and the lines to quote.
+
+    hit (a window) --event log--> its messages, as they are now
+        --encode (all hits' lines in one call)--> the matched question: the window's
+                        line closest to the query
+        --linkage.py--> the later messages that respond to the asker's lines, from
+                        whichever window they are in, within the horizon
+        --encode--> the lines to quote: the matched question, then the responses by
+                    others that say most about it, chosen by meaning
+
+A response's score is its cosine similarity to the nearest query text plus its
+similarity to the matched question (an answer often shares no words with the query
+but speaks to the question). A line of a few characters ("yes", "?") says nothing on
+its own and is quoted only when nothing longer responds. Text is read from the event
+log when the hit is presented, so an edit shows its new text and a redacted message is
+quoted nowhere: not in its window, not as anyone's answer.
+
+Line vectors are kept in a small in-memory cache keyed by the text's hash (a hit's
+lines come back query after query); they are never written anywhere.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections import OrderedDict
+from dataclasses import dataclass, field, replace
+from typing import Sequence
+
+import numpy as np
+
+from ..pipeline.addressing import names
+from ..pipeline.chunker import document
+from ..pipeline.embedder import Embedder
+from ..records import CORPUS_CHAT, EventID, Hit, Line, Message, Window, WindowID
+from ..store.eventlog import EventLog
+from .abstain import QueryFloor
+from .linkage import Horizon, responses
+
+MAX_ANSWERS = 12  # linked answers carried (and cited) per hit
+SHOWN_LINES = 3  # lines quoted per hit: the matched question and the best responses
+MIN_LINE_CHARS = 12  # shorter lines are quoted only when nothing longer responds
+# How much the matched question's similarity counts against the window's when the hits
+# are ranked again (docs/benchmarks.md: 0.5 gave the best success@5 on both dev sets).
+LINE_WEIGHT = 0.5
+CACHE_LINES = 8192  # line vectors kept in memory (about 12 MiB at 384 dimensions)
+_WORDY = re.compile(r"\w", re.UNICODE)
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    hit: Hit
+    window: list[Message]
+    later: list[Message]  # the timeline after the window's first message
+    thread_of: dict[EventID, EventID]
+
+
+@dataclass
+class Presenter:
+    eventlog: EventLog
+    embedder: Embedder
+    horizon: Horizon = Horizon()
+    shown_lines: int = SHOWN_LINES
+    _cache: OrderedDict = field(default_factory=OrderedDict, repr=False)
+
+    def present(self, hits: Sequence[Hit], query_vectors: Sequence[Sequence[float]],
+                top_k: int | None = None) -> list[Hit]:
+        return self.present_above(hits, query_vectors, top_k)[0]
+
+    def present_above(self, hits: Sequence[Hit], query_vectors: Sequence[Sequence[float]],
+                      top_k: int | None = None, floor: QueryFloor | None = None
+                      ) -> tuple[list[Hit], Hit | None]:
+        """The best `top_k` of the hits, with their answers and quoted lines. The hits
+        are ranked again by what a person would read first: the window's similarity
+        to the query and its matched question's (`LINE_WEIGHT`); that score, kept as
+        the hit's `similarity`, is what the floor compares (abstain.py; a window that
+        mixes topics is not dropped when one of its lines is the question). A chat hit
+        whose window has no message left (redacted meanwhile) is dropped; reference
+        hits keep their similarity. Returns the hits, and when the floor left none, the closest."""
+        queries = np.asarray(query_vectors, dtype=np.float32)
+        windows = [self.eventlog.window_messages(h.window_id) if h.corpus == CORPUS_CHAT
+                   else None for h in hits]
+        flat = self._vectors([m.body for w in windows if w for m in w])
+        ranked, at = [], 0
+        for rank, (h, w) in enumerate(zip(hits, windows)):
+            sim = h.similarity if h.similarity is not None else -1.0
+            if w is None:  # reference: no lines of its own to match
+                ranked.append((sim, rank, h, None))
+                continue
+            if not w:
+                continue
+            vecs = flat[at:at + len(w)]
+            at += len(w)
+            line_sims = (vecs @ queries.T).max(axis=1)
+            anchor = int(np.argmax(line_sims))  # first of equals: the earliest line
+            key = (1 - LINE_WEIGHT) * sim + LINE_WEIGHT * float(line_sims[anchor])
+            ranked.append((key, rank, h, (w, vecs, anchor)))
+        ranked.sort(key=lambda r: (-r[0], r[1]))
+        above = [r for r in ranked if floor is None or r[0] >= floor.needed(r[2].text)]
+        closest = None if above or not ranked else replace(ranked[0][2], similarity=ranked[0][0])
+        kept = above[:top_k] if top_k is not None else above
+        plans = [(h, self._plan(h, found[0]), found[1], found[2]) if found else (h, None, None, 0)
+                 for _, _, h, found in kept]
+        answers = [self._answers(p, anchor) if p else ([], set())
+                   for _, p, _, anchor in plans]
+        answer_vecs = self._vectors([m.body for a, _ in answers for m, _ in a])
+        out, at = [], 0
+        for (h, p, vecs, anchor), ans, (key, *_) in zip(plans, answers, kept):
+            if p is None:
+                out.append(h)
+                continue
+            avecs = answer_vecs[at:at + len(ans[0])]
+            at += len(ans[0])
+            out.append(replace(self._choose(p, vecs, anchor, ans, avecs, queries),
+                               similarity=key))
+        return out, closest
+
+    def _answers(self, p: _Plan, anchor: int) -> tuple[list[tuple[Message, str]], set]:
+        """The linked answers from outside the window (at most MAX_ANSWERS), and the
+        ids of every response, in the window or not."""
+        linked = self._responses(p, anchor)
+        in_window = {m.event_id for m in p.window}
+        outside = [a for a in linked if a[0].event_id not in in_window][:MAX_ANSWERS]
+        return outside, {a[0].event_id for a in linked}
+
+    def _plan(self, hit: Hit, window: list[Message]) -> _Plan:
+        root = self.eventlog.thread_root_of(window[0].event_id)
+        timeline = self.eventlog.timeline_after(
+            hit.room_id, root, window[0].ts, window[-1].ts + self.horizon.ms,
+            len(window) + 2 * self.horizon.messages,
+            roots=tuple(m.event_id for m in window))
+        return _Plan(hit, window, [m for m, _ in timeline],
+                     {m.event_id: t for m, t in timeline if t is not None})
+
+    def _responses(self, p: _Plan, anchor: int) -> list[tuple[Message, str]]:
+        """The responses to the asker's lines of the window from the matched question
+        on, in the window or after it, in timeline order: (message, rule)."""
+        asker = p.window[anchor].sender
+        position = {m.event_id: i for i, m in enumerate(p.later)}
+        known = frozenset(n for m in p.later for n in names(m.sender))
+        found: dict[EventID, tuple[Message, str]] = {}
+        for q in p.window[anchor:]:
+            i = position.get(q.event_id)
+            if q.sender != asker or i is None:
+                continue
+            for link in responses(q, p.later[i + 1:], self.horizon, p.thread_of, known):
+                found.setdefault(link.answer.event_id, (link.answer, link.rule))
+        return sorted(found.values(), key=lambda a: position[a[0].event_id])
+
+    def _choose(self, p: _Plan, vecs: np.ndarray, anchor: int,
+                found: tuple[list[tuple[Message, str]], set], avecs: np.ndarray,
+                queries: np.ndarray) -> Hit:
+        answers, linked = found
+        window = p.window
+        question = window[anchor]
+        # Responses: the window's later lines that respond to the asker, and the
+        # linked answers from other windows.
+        cands = [(m, "", vecs[i]) for i, m in enumerate(window)
+                 if i > anchor and m.event_id in linked]
+        cands += [(m, rule, avecs[j]) for j, (m, rule) in enumerate(answers)]
+        scores = [float((v @ queries.T).max() + v @ vecs[anchor]) for _, _, v in cands]
+        ranked = sorted(range(len(cands)),
+                        key=lambda i: (not _says_something(cands[i][0]), -scores[i], i))
+        picked = [(cands[i][0], cands[i][1]) for i in ranked[:self.shown_lines - 1]]
+        if len(picked) < self.shown_lines - 1:  # few responses: the window's best lines
+            sims = (vecs @ queries.T).max(axis=1)
+            others = sorted((i for i in range(len(window)) if i != anchor
+                             and all(window[i].event_id != m.event_id for m, _ in picked)),
+                            key=lambda i: (not _says_something(window[i]), -sims[i], i))
+            picked += [(window[i], "") for i in others[:self.shown_lines - 1 - len(picked)]]
+        shown = sorted([(question, "")] + picked, key=lambda ml: (ml[0].ts, ml[0].event_id))
+        return replace(
+            p.hit, text=document(Window(WindowID(""), window[0].room_id, tuple(window))),
+            event_ids=tuple(m.event_id for m in window),
+            senders=tuple(dict.fromkeys(m.sender for m in window)),
+            ts_first=window[0].ts, ts_last=window[-1].ts,
+            answers=tuple(_line(m, rule) for m, rule in answers),
+            shown=tuple(_line(m, rule) for m, rule in shown))
+
+    def _vectors(self, texts: list[str]) -> np.ndarray:
+        """Unit vectors of the texts, from the cache or one encode call."""
+        keys = [hashlib.blake2b(t.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+                for t in texts]
+        found = {k: self._cache[k] for k in keys if k in self._cache}
+        todo = list(dict.fromkeys(k for k in keys if k not in found))
+        if todo:
+            text_of = dict(zip(keys, texts))
+            for k, v in zip(todo, self.embedder.encode([text_of[k] for k in todo])):
+                found[k] = np.asarray(v, dtype=np.float32)
+        for k, v in found.items():
+            self._cache[k] = v
+            self._cache.move_to_end(k)
+        while len(self._cache) > CACHE_LINES:
+            self._cache.popitem(last=False)
+        if not keys:
+            return np.zeros((0, getattr(self.embedder, "dim", 384)), dtype=np.float32)
+        return np.stack([found[k] for k in keys])
+
+
+def _says_something(m: Message) -> bool:
+    body = m.body.strip()
+    return len(body) >= MIN_LINE_CHARS and bool(_WORDY.search(body))
+
+
+def _line(m: Message, linked: str) -> Line:
+    return Line(m.event_id, m.sender, m.ts, m.body, linked)

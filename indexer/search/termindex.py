@@ -1,0 +1,380 @@
+"""The lexical leg's postings, in memory: which stored windows hold which words.
+
+Scanning every window's text per query term costs: Chroma's `where_document` regex took
+about 60 ms a term at 100,000 windows when Chroma held the text (bench/query.py); the
+event log's scan takes about 250 ms (docs/storage.md). This index answers the same question from memory
+in about a millisecond a term. It is never written anywhere: the service builds it
+from the event log's text when it starts (in a background thread; until it is ready
+the leg scans the event log) and the store keeps it in step with every write it makes
+(store/chroma.py), so a redacted word stops matching when its window is re-upserted.
+docs/storage.md compares it with SQLite FTS5 in the event log.
+
+It matches exactly what the lexical pattern (lexical.pattern) matches in a document:
+
+- only message bodies: a chat line "[time] @sender: body" contributes its body, a
+  continuation line ("  more") and a reference document's line all of it, any other
+  line starting with "[" nothing;
+- its keys are the bodies' maximal runs of word characters (`\\w+`), lowercased, and the
+  compounds a term like "2.6", "c++" or "menu.lst" can match (keys_of). A term matches
+  a key equal to it (`\\bterm(?:\\W|$)`), or, as a prefix stem, a run starting with it
+  (`\\bstem`). A term spanning more than MAX_PARTS runs asks Chroma.
+
+Layout, for memory (a few tens of MB at 100,000 windows): each window has a slot
+number; a key's postings are one int (a single slot) or an array of
+slot << TF_BITS | term frequency. A window written again gets a new slot and its old
+one is marked dead; dead postings are dropped when they outnumber the live ones.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from array import array
+from collections import Counter
+from typing import Callable, Iterable, Iterator
+
+import numpy as np
+
+log = logging.getLogger(f"matrix_sources.{__name__}")
+
+RUN = re.compile(r"\w+")
+SEGMENT = re.compile(r"[\w+#.']+")  # the characters query terms are made of (lexical._WORD)
+MAX_PARTS = 6  # word runs in a compound term ("1.2.3.4" has 4)
+_CHAT_HEAD = re.compile(r"\[[^\]\n]*\] \S+: ")
+TF_BITS = 6
+TF_MAX = (1 << TF_BITS) - 1  # a word's count in one window, capped (BM25 saturates)
+HEAD = 3  # prefix lookups go through the keys sharing their first HEAD characters
+
+
+def bodies(doc: str) -> list[str]:
+    """The parts of a stored document the lexical pattern can match in, per line."""
+    out = []
+    for line in doc.split("\n"):
+        if line.startswith("["):
+            m = _CHAT_HEAD.match(line)
+            if m:
+                out.append(line[m.end():])
+        else:
+            out.append(line)
+    return out
+
+
+def keys_of(text: str) -> Iterator[str]:
+    """Every place in a lowercased body where a query term can match, as the term: each
+    word run, and each compound ("2.6", "c++", "menu.lst") that starts at a run and ends
+    before a non-word character or the end of its segment (the characters query terms
+    are made of), spanning at most MAX_PARTS runs."""
+    for seg in SEGMENT.finditer(text):
+        s = seg.group()
+        runs = [(m.start(), m.end()) for m in RUN.finditer(s)]
+        if len(runs) == 1 and runs[0] == (0, len(s)):
+            yield s
+            continue
+        for a, (start, end) in enumerate(runs):
+            yield s[start:end]
+            for b in range(a, min(a + MAX_PARTS, len(runs))):
+                last = len(s) if b + 1 == len(runs) else runs[b + 1][0] - 1
+                for j in range(runs[b][1] + (b == a), last + 1):
+                    if s[j - 1] not in ".'":  # a query term never ends with those
+                        yield s[start:j]
+
+
+def doc_stats(doc: str) -> tuple[int, Counter]:
+    """(length in whitespace words, count of each place a term can match) of the bodies."""
+    parts = bodies(doc)
+    return (sum(len(p.split()) for p in parts),
+            Counter(k for p in parts for k in keys_of(p.lower())))
+
+
+def answerable(base: str) -> bool:
+    """Whether the postings can answer a term's base (else: ask Chroma)."""
+    if RUN.fullmatch(base):
+        return True
+    return (SEGMENT.fullmatch(base) is not None and RUN.match(base) is not None
+            and base[-1] not in ".'" and len(RUN.findall(base)) <= MAX_PARTS)
+
+
+class _Column:
+    """One value per slot in a numpy array that grows by doubling: read whole by the
+    vectorised lookups (slot_postings), written one slot at a time."""
+
+    def __init__(self, dtype: type) -> None:
+        self.data = np.zeros(1024, dtype=dtype)
+
+    def set(self, slot: int, value: int) -> None:
+        if slot >= len(self.data):
+            grown = np.zeros(max(2 * len(self.data), slot + 1), dtype=self.data.dtype)
+            grown[:len(self.data)] = self.data
+            self.data = grown
+        self.data[slot] = value
+
+
+EMPTY = np.zeros(0, dtype=np.int64)
+
+
+class TermIndex:
+    """Window id -> slot -> (room, corpus, length, live); key -> postings. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._slot: dict[str, int] = {}
+        self._ids: list[str | None] = []
+        self._codes: dict[str, int] = {}  # room and corpus names -> small ints
+        self._room = _Column(np.uint32)
+        self._corpus = _Column(np.uint32)
+        self._live = _Column(np.bool_)
+        self._length = array("I")
+        self._post: dict[str, int | array] = {}
+        self._heads: dict[str, set[str]] = {}
+        self._dead = 0
+        self._postings = 0
+        self._touched: set[str] | None = None  # written while the build runs
+        self._generation = 0
+        self.ready = threading.Event()
+
+    # -- writes (the store, for each of its own) ---------------------------------------
+
+    def add(self, ids: Iterable[str], docs: Iterable[str], metas: Iterable[dict]) -> None:
+        with self._lock:
+            for wid, doc, meta in zip(ids, docs, metas):
+                if self._touched is not None:
+                    self._touched.add(wid)
+                self._put(wid, doc or "", meta or {})
+            self._maybe_compact()
+
+    def remove(self, ids: Iterable[str]) -> None:
+        with self._lock:
+            for wid in ids:
+                if self._touched is not None:
+                    self._touched.add(wid)
+                self._kill(wid)
+            self._maybe_compact()
+
+    def clear(self) -> None:
+        """The collection was emptied (a rebuild): drop everything, stay usable."""
+        with self._lock:
+            self._generation += 1
+            self.__init_state()
+            if self._touched is not None:
+                self._touched = set()
+            self.ready.set()  # an empty collection is fully indexed
+
+    def __init_state(self) -> None:
+        self._slot, self._ids, self._codes = {}, [], {}
+        self._room, self._corpus, self._live = (_Column(np.uint32), _Column(np.uint32),
+                                                _Column(np.bool_))
+        self._length = array("I")
+        self._post, self._heads = {}, {}
+        self._dead = self._postings = 0
+
+    def _put(self, wid: str, doc: str, meta: dict) -> None:
+        self._kill(wid)
+        slot = len(self._ids)
+        self._slot[wid] = slot
+        self._ids.append(wid)
+        self._room.set(slot, self._code(str(meta.get("room_id", ""))))
+        self._corpus.set(slot, self._code(str(meta.get("corpus", ""))))
+        self._live.set(slot, True)
+        length, counts = doc_stats(doc)
+        self._length.append(min(length, 0xFFFFFFFF))
+        for key, tf in counts.items():
+            value = slot << TF_BITS | min(tf, TF_MAX)
+            got = self._post.get(key)
+            if got is None:
+                self._post[key] = value
+                if RUN.fullmatch(key):  # prefix lookups are of word runs only
+                    self._heads.setdefault(key[:HEAD], set()).add(key)
+            elif isinstance(got, int):
+                self._post[key] = array("I", (got, value))
+            else:
+                got.append(value)
+        self._postings += len(counts)
+
+    def _code(self, name: str) -> int:
+        code = self._codes.get(name)
+        if code is None:
+            code = self._codes[name] = len(self._codes)
+        return code
+
+    def _kill(self, wid: str) -> None:
+        slot = self._slot.pop(wid, None)
+        if slot is not None:
+            self._ids[slot] = None
+            self._live.set(slot, False)
+            self._dead += 1
+
+    def _maybe_compact(self) -> None:
+        if self._dead > max(len(self._slot), 10_000):
+            self._compact()
+
+    def _compact(self) -> None:
+        """Drop dead slots: renumber the live ones, rewrite every key's postings."""
+        started = time.monotonic()
+        remap: dict[int, int] = {}
+        ids: list[str | None] = []
+        room, corpus, live = _Column(np.uint32), _Column(np.uint32), _Column(np.bool_)
+        length = array("I")
+        for old, wid in enumerate(self._ids):
+            if wid is not None:
+                new = remap[old] = len(ids)
+                ids.append(wid)
+                room.set(new, int(self._room.data[old]))
+                corpus.set(new, int(self._corpus.data[old]))
+                live.set(new, True)
+                length.append(self._length[old])
+        post: dict[str, int | array] = {}
+        postings = 0
+        for key, got in self._post.items():
+            kept = [remap[v >> TF_BITS] << TF_BITS | (v & TF_MAX)
+                    for v in ((got,) if isinstance(got, int) else got)
+                    if (v >> TF_BITS) in remap]
+            if not kept:
+                heads = self._heads.get(key[:HEAD])
+                if heads is not None:
+                    heads.discard(key)
+                    if not heads:
+                        del self._heads[key[:HEAD]]
+                continue
+            post[key] = kept[0] if len(kept) == 1 else array("I", kept)
+            postings += len(kept)
+        self._ids, self._room, self._corpus, self._length = ids, room, corpus, length
+        self._live = live
+        self._slot = {wid: i for i, wid in enumerate(ids)}
+        self._post, self._postings, self._dead = post, postings, 0
+        log.debug("term_index_compacted", extra={
+            "windows": len(ids), "keys": len(post), "postings": postings,
+            "seconds": round(time.monotonic() - started, 3)})
+
+    # -- the build, from the collection --------------------------------------------
+
+    def build(self, ids: list[str],
+              pages: Callable[[list[str]], Iterator[tuple[list, list, list]]]) -> bool:
+        """Index the stored windows `ids` (listed after this index was attached to the
+        store, so any window written since reaches it through the store's writes);
+        `pages(ids)` yields their (ids, documents, metadatas). A write made meanwhile
+        wins over what a page read before it. False if the collection was emptied
+        meanwhile (the index then holds what was written since, which is all there is)."""
+        with self._lock:
+            generation = self._generation
+            self._touched = set()
+        try:
+            for got_ids, docs, metas in pages(ids):
+                if not self._build_page(generation, got_ids, docs, metas):
+                    return False
+        finally:
+            with self._lock:
+                self._touched = None
+        self.ready.set()
+        return True
+
+    def _build_page(self, generation: int, ids, docs, metas) -> bool:
+        with self._lock:
+            if self._generation != generation:
+                return False
+            for wid, doc, meta in zip(ids, docs, metas):
+                if wid not in self._touched:  # type: ignore[operator]
+                    self._put(wid, doc or "", meta or {})
+            return True
+
+    # -- reads ---------------------------------------------------------------------
+
+    def count(self) -> int:
+        """Live windows: the collection's size, which idf is taken against."""
+        with self._lock:
+            return len(self._slot)
+
+    def postings(self, base: str, prefix: bool,
+                 where: dict | None = None) -> dict[str, int] | None:
+        """Window id -> term frequency for the windows whose bodies hold a run equal to
+        `base` (or starting with it, `prefix`); None if not answerable here."""
+        with self._lock:
+            got = self.slot_postings(base, prefix, where)
+            if got is None:
+                return None
+            slots, tfs = got
+            return dict(zip(self.ids_of(slots), tfs.tolist()))
+
+    def locked(self) -> threading.RLock:
+        """Hold it across slot_postings, ids_of and slot_lengths: slots are renumbered
+        by a compaction, which a write can start."""
+        return self._lock
+
+    def slot_postings(self, base: str, prefix: bool, where: dict | None = None
+                      ) -> tuple[np.ndarray, np.ndarray] | None:
+        """postings as two arrays, (slots, term frequencies), one entry per window,
+        slots ascending; None if not answerable here. Vectorised: a common word's
+        postings at 100,000 windows are tens of thousands of entries."""
+        want = _wanted(where)
+        if want is None or not answerable(base) or not self.ready.is_set():
+            return None
+        base = base.lower()
+        with self._lock:
+            if prefix and len(base) >= HEAD:
+                keys: list[str] = [k for k in self._heads.get(base[:HEAD], ())
+                                   if k.startswith(base)]
+            elif prefix:
+                keys = [k for k in self._post if k.startswith(base) and RUN.fullmatch(k)]
+            else:
+                keys = [base] if base in self._post else []
+            if not keys:
+                return EMPTY, EMPTY
+            parts = [np.array([got] if isinstance(got, int) else got, dtype=np.int64)
+                     for got in (self._post[k] for k in keys)]
+            values = parts[0] if len(parts) == 1 else np.concatenate(parts)
+            slots, tfs = values >> TF_BITS, values & TF_MAX
+            keep = self._live.data[slots]
+            room, corpus = want
+            for column, name in ((self._room, room), (self._corpus, corpus)):
+                if name is not None:
+                    keep &= column.data[slots] == self._codes.get(name, -1)
+            slots, tfs = slots[keep], tfs[keep]
+            if len(parts) > 1:  # a window holding several keys of a prefix: one entry
+                slots, inverse = np.unique(slots, return_inverse=True)
+                tfs = np.bincount(inverse, weights=tfs).astype(np.int64)
+            # A key's postings are in slot order: slots only grow, compaction keeps order.
+            return slots, tfs
+
+    def slots(self) -> int:
+        """Slots in use (live and dead): the size of a per-slot array."""
+        with self._lock:
+            return len(self._ids)
+
+    def ids_of(self, slots: np.ndarray) -> list[str]:
+        with self._lock:
+            ids = self._ids
+            return [ids[s] for s in slots.tolist()]  # type: ignore[misc]
+
+    def slot_lengths(self, slots: np.ndarray) -> np.ndarray:
+        if not len(slots):
+            return EMPTY
+        with self._lock:
+            return np.frombuffer(self._length, dtype=np.uint32)[slots].astype(np.int64)
+
+    def lengths(self, ids: Iterable[str]) -> dict[str, int]:
+        with self._lock:
+            return {w: self._length[self._slot[w]] for w in ids if w in self._slot}
+
+    def stats(self) -> dict:
+        with self._lock:
+            return {"windows": len(self._slot), "keys": len(self._post),
+                    "postings": self._postings, "dead_slots": self._dead,
+                    "ready": self.ready.is_set()}
+
+
+def _wanted(where: dict | None) -> tuple[str | None, str | None] | None:
+    """The store's `where` forms search uses (room_id, corpus, their $and) as the
+    (room, corpus) wanted, None for either meaning any; None for any other form."""
+    if where is None:
+        return None, None
+    clauses = where.get("$and") if set(where) == {"$and"} else [where]
+    want: dict[str, str] = {}
+    for c in clauses or ():
+        if not isinstance(c, dict) or len(c) != 1:
+            return None
+        (field, value), = c.items()
+        if field not in ("room_id", "corpus") or not isinstance(value, str) or field in want:
+            return None
+        want[field] = value
+    return want.get("room_id"), want.get("corpus")

@@ -1,0 +1,73 @@
+"""The bot's `!sources` replies, remembered by what they quoted, without their text.
+
+When a quoted message is redacted, the reply that quoted it is edited to drop the quote:
+a redaction must not live on in the bot's own answers. For that each reply is recorded
+(after it was sent) with its hits' ids and the event ids of the lines it showed; at edit
+time the lines still there are read back from the event log.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+
+from .eventlog import EventLog
+from ..records import EventID, Hit
+
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedAnswer:
+    reply_event_id: str
+    room_id: str
+    in_reply_to: str | None
+    thread_root: str | None
+    hits: list[dict]  # Hit.to_json() without text, plus "quoted": [event ids]
+
+
+class AnswerLog:
+    def __init__(self, eventlog: EventLog) -> None:
+        self.eventlog = eventlog  # its tables, answers and answer_quotes: eventlog_schema.py
+
+    def record(self, reply_event_id: str, room_id: str, in_reply_to: str | None,
+               thread_root: str | None, hits: list[Hit],
+               quoted: list[tuple[EventID, ...]]) -> None:
+        entries = []
+        for hit, ids in zip(hits, quoted):
+            entry = hit.to_json()
+            entry.pop("text", None)
+            entry.pop("shown", None)  # text lives in the event log only; the ids stay
+            entry["quoted"] = list(ids)
+            entries.append(entry)
+        ids = {e for q in quoted for e in q}
+        with self.eventlog.transaction() as cur:
+            cur.execute("INSERT OR REPLACE INTO answers VALUES (?, ?, ?, ?, ?, ?)",
+                        (reply_event_id, room_id, in_reply_to, thread_root,
+                         json.dumps(entries), int(time.time() * 1000)))
+            cur.executemany("INSERT OR IGNORE INTO answer_quotes VALUES (?, ?)",
+                            [(e, reply_event_id) for e in sorted(ids)])
+
+    def quoting(self, event_ids: set[EventID]) -> list[RecordedAnswer]:
+        """The replies that quoted any of these events."""
+        if not event_ids:
+            return []
+        marks = ",".join("?" * len(event_ids))
+        with self.eventlog.transaction(immediate=False) as cur:
+            rows = cur.execute(
+                "SELECT DISTINCT a.reply_event_id, a.room_id, a.in_reply_to, a.thread_root,"
+                f" a.hits FROM answers a JOIN answer_quotes q USING (reply_event_id)"
+                f" WHERE q.event_id IN ({marks}) ORDER BY a.created_at",
+                sorted(event_ids)).fetchall()
+        return [RecordedAnswer(r[0], r[1], r[2], r[3], json.loads(r[4])) for r in rows]
+
+    def lines(self, event_ids: list[str]) -> dict[str, tuple[str, int, str]]:
+        """event id -> (sender, ts, body) for events whose text is still there."""
+        return self.eventlog.texts(EventID(e) for e in event_ids)
+
+    def forget_quote(self, reply_event_id: str, event_ids: set[EventID]) -> None:
+        """After the reply was edited: these quotes are gone from it."""
+        with self.eventlog.transaction() as cur:
+            cur.executemany(
+                "DELETE FROM answer_quotes WHERE reply_event_id = ? AND event_id = ?",
+                [(reply_event_id, e) for e in sorted(event_ids)])

@@ -1,0 +1,495 @@
+"""The vector store: one Chroma collection of windows (cosine), embedded or a server.
+
+The pipeline is its one writer; search reads. Chroma holds vectors, ids and the
+metadata filters and citations need: room, corpus, every event id (as a JSON list:
+Chroma metadata values are scalars), first and last event id and timestamps,
+senders. No text: a window's text is rebuilt from the event log (its messages now,
+formatted by chunker.document), a reference chunk's is in the event log's
+`ref_chunks` (eventlog_texts.py). A store opened without an event log returns
+windows with empty text.
+
+After redactions and purges, `compact` copies the live points into a fresh
+collection and drops the old one, so no deleted vector stays in any file
+(generations.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import re
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Sequence
+
+from ..pipeline.chunker import document
+from .generations import Generations, MemoryCatalog
+from ..search.lexical import body_form
+from ..records import CORPUS_CHAT, CORPUS_REFERENCE, EventID, RefSource, RoomID, UserID, Window, WindowID
+from ..search.termindex import TermIndex
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from .eventlog import EventLog
+
+COLLECTION = "matrix_sources"
+COPY_PAGE = 1000  # points per get/add while compacting
+_LINE_HEAD = "[] x: "  # a message's first line as chunker.document writes it, minus ids
+TEXT_HOME_KEY = "text_home"  # event log meta: "eventlog" once no text is left in Chroma
+log = logging.getLogger(f"matrix_sources.{__name__}")
+
+
+@dataclass(frozen=True, slots=True)
+class StoredWindow:
+    window_id: WindowID
+    room_id: RoomID
+    room_label: str
+    corpus: str
+    event_ids: tuple[EventID, ...]
+    senders: tuple[UserID, ...]
+    ts_first: int
+    ts_last: int
+    text: str  # read from the event log, never from Chroma
+    ref: RefSource | None = None  # corpus reference: corpus name, file, heading path
+
+
+@dataclass(frozen=True, slots=True)
+class Neighbour:
+    window: StoredWindow
+    similarity: float  # cosine similarity, 1 - cosine distance
+
+
+def point_metadata(room_id: str, room_label: str, corpus: str, event_ids: Sequence[str],
+                   senders: Sequence[str], ts_first: int, ts_last: int, **extra) -> dict:
+    """The metadata of one point of the collection, chat window or reference chunk: the
+    one writer of the format `_stored` reads. Chroma keeps scalars, so lists are JSON.
+    `extra`: a reference chunk's ref_* keys."""
+    return {
+        "room_id": room_id,
+        "room_label": room_label,
+        "corpus": corpus,
+        "event_ids": json.dumps(list(event_ids)),
+        "first_event_id": event_ids[0] if event_ids else "",
+        "last_event_id": event_ids[-1] if event_ids else "",
+        "senders": json.dumps(list(senders)),
+        "ts_first": ts_first,
+        "ts_last": ts_last,
+        "n_events": len(event_ids),
+        **extra,
+    }
+
+
+def window_metadata(w: Window) -> dict:
+    return point_metadata(w.room_id, w.room_label, w.corpus, w.event_ids, w.senders,
+                          w.ts_first, w.ts_last)
+
+
+def _stored(wid: str, text: str, meta: dict | None) -> StoredWindow:
+    meta = meta or {}
+    return StoredWindow(
+        window_id=WindowID(wid),
+        room_id=RoomID(meta.get("room_id", "")),
+        room_label=str(meta.get("room_label", "")),
+        corpus=str(meta.get("corpus", "")),
+        event_ids=tuple(json.loads(meta.get("event_ids", "[]"))),
+        senders=tuple(json.loads(meta.get("senders", "[]"))),
+        ts_first=int(meta.get("ts_first", 0)),
+        ts_last=int(meta.get("ts_last", 0)),
+        text=text,
+        ref=(RefSource(str(meta["ref_corpus"]), str(meta.get("ref_file", "")),
+                       str(meta.get("ref_heading", ""))) if meta.get("ref_corpus") else None),
+    )
+
+
+class ChromaStore:
+    """Embedded (`path`) or server (`host`, `port`) Chroma behind one interface; text
+    from `eventlog`."""
+
+    def __init__(self, path: Path | None = None, host: str | None = None,
+                 port: int | None = None, collection: str = COLLECTION,
+                 eventlog: EventLog | None = None) -> None:
+        self.path = None if host else path  # the embedded folder (its generations)
+        self.eventlog = eventlog
+        # The lexical leg's postings (termindex.py), kept only by the one writer process.
+        self.terms: TermIndex | None = None
+        if path is not None and not host:
+            path.mkdir(parents=True, exist_ok=True)
+        self._gens = Generations(path, host, port, collection,
+                                 eventlog if eventlog is not None else MemoryCatalog())
+        self._gen = self._gens.live()
+        self._client, self._col = self._gens.open(self._gen)
+        self._written: set[str] | None = None  # while a compaction copies (compact)
+        self._compacting = threading.Lock()
+
+    # -- meta: what produced the vectors ---------------------------------------------
+
+    def meta(self) -> dict:
+        return dict(self._col.metadata or {})
+
+    def set_meta(self, meta: dict) -> None:
+        merged = {**self.meta(), **meta}
+        self._col.modify(metadata=merged)
+
+    def reset(self) -> None:
+        """Drop every record (a rebuild: rebuild.py): a fresh, empty generation."""
+        n, client, col = self._gens.fresh()
+        self._swap(n, client, col)
+        if self.terms is not None:
+            self.terms.clear()
+
+    def enable_term_index(self, page: int = 2000,
+                          on_ready: Callable[[], None] | None = None) -> TermIndex:
+        """Keep an in-memory word index for the lexical leg: built from the event log's
+        text in a background thread (the leg scans the event log until it is ready),
+        then kept in step by this store's writes. Only for the process that is the
+        collection's one writer: another writer's changes would not reach it."""
+        terms = self.terms = TermIndex()
+        eventlog = self.eventlog
+
+        def pages(ids: list[str]):
+            wanted = set(ids)
+            docs, metas, got = [], [], []
+            for wid, msgs in eventlog.indexed_windows():  # type: ignore[union-attr]
+                if wid not in wanted:
+                    continue
+                got.append(wid)
+                docs.append(document(Window(WindowID(wid), msgs[0].room_id, tuple(msgs))))
+                metas.append({"room_id": msgs[0].room_id, "corpus": CORPUS_CHAT})
+                if len(got) >= page:
+                    yield got, docs, metas
+                    docs, metas, got = [], [], []
+            refs = [i for i in ids if i in wanted and i.startswith("r")]
+            texts = eventlog.ref_texts(refs)  # type: ignore[union-attr]
+            for cid in refs:
+                if cid in texts:
+                    got.append(cid)
+                    docs.append(texts[cid])
+                    metas.append({"room_id": "", "corpus": CORPUS_REFERENCE})
+            if got:
+                yield got, docs, metas
+
+        def build() -> None:
+            started = time.monotonic()
+            try:
+                ids = ([] if eventlog is None else
+                       sorted(eventlog.window_ids()) + eventlog.ref_chunk_ids())
+                complete = terms.build(ids, pages)
+            except Exception as e:  # the leg keeps scanning the event log; search works
+                log.error("term_index_failed", exc_info=True,
+                          extra={"error": type(e).__name__})
+                return
+            log.info("term_index_ready", extra={
+                **terms.stats(), "complete": complete,
+                "seconds": round(time.monotonic() - started, 1)})
+            if on_ready is not None:
+                on_ready()
+
+        threading.Thread(target=build, name="term-index", daemon=True).start()
+        return terms
+
+    # -- writing (the pipeline only) -------------------------------------------------
+
+    def upsert(self, windows: Sequence[Window], vectors: Sequence[Sequence[float]]) -> None:
+        if not windows:
+            return
+        ids = [w.window_id for w in windows]
+        metas = [window_metadata(w) for w in windows]
+        self._wrote(ids)
+        self._col.upsert(ids=ids, embeddings=[list(v) for v in vectors], metadatas=metas)
+        if self.terms is not None:
+            self.terms.add(ids, [document(w) for w in windows], metas)
+
+    def delete(self, window_ids: Sequence[WindowID]) -> None:
+        """Delete points; a reference chunk's text leaves the event log first."""
+        if window_ids:
+            if self.eventlog is not None and self.eventlog.drop_ref_texts(window_ids):
+                self.eventlog.truncate_wal()  # its page images held the text
+            self._wrote(window_ids)
+            self._col.delete(ids=list(window_ids))
+            if self.terms is not None:
+                self.terms.remove(window_ids)
+
+    def delete_room(self, room_id: RoomID) -> list[WindowID]:
+        """Delete every window of the room; returns their ids."""
+        ids = self._col.get(where={"room_id": room_id}, include=[])["ids"]
+        if ids:
+            self._wrote(ids)
+            self._col.delete(ids=ids)
+            if self.terms is not None:
+                self.terms.remove(ids)
+        return [WindowID(i) for i in ids]
+
+    def upsert_references(self, ids: Sequence[str], vectors: Sequence[Sequence[float]],
+                          texts: Sequence[str], metadatas: Sequence[dict]) -> None:
+        """Upsert reference chunks (indexer/derived/reference.py): their text into the event
+        log's `ref_chunks`, then their vectors and metadata into Chroma."""
+        if not ids:
+            return
+        if self.eventlog is not None:
+            self.eventlog.put_ref_texts(
+                (i, str(m.get("ref_corpus", "")), t) for i, t, m in zip(ids, texts, metadatas))
+        self._wrote(ids)
+        self._col.upsert(ids=list(ids), embeddings=[list(v) for v in vectors],
+                         metadatas=list(metadatas))
+        if self.terms is not None:
+            self.terms.add(ids, texts, metadatas)
+
+    # -- compaction: no deleted vector left in any file (generations.py) ---------------
+
+    def compact(self, lock=None, after_copy: Callable[[], None] | None = None,
+                before_swap: Callable[[], None] | None = None) -> int:
+        """Copy every live point (vector and metadata, as stored: nothing re-embedded)
+        into a fresh generation, record it live in the event log, drop the old one.
+        Returns how many points were copied. The copy runs while the pipeline goes on
+        writing (to the old generation); then, holding `lock` (the pipeline's), the ids
+        written meanwhile are copied again or deleted, and the generations swap. A
+        failure before the swap leaves the old generation live. `after_copy` and
+        `before_swap` are for tests (writes during the copy; a crash before the swap)."""
+        with self._compacting:  # one at a time (the worker's, a purge's)
+            return self._compact(lock, after_copy, before_swap)
+
+    def _compact(self, lock, after_copy, before_swap) -> int:
+        started = time.monotonic()
+        n, client, col = self._gens.fresh(self.meta())
+        self._written = set()
+        try:
+            ids = self._col.get(include=[])["ids"]
+            for i in range(0, len(ids), COPY_PAGE):
+                self._copy(self._col, col, ids[i:i + COPY_PAGE], delete_missing=False)
+            if after_copy is not None:
+                after_copy()
+            with lock if lock is not None else contextlib.nullcontext():
+                written, self._written = sorted(self._written), None
+                for i in range(0, len(written), COPY_PAGE):
+                    self._copy(self._col, col, written[i:i + COPY_PAGE], delete_missing=True)
+                if col.count() != self._col.count():
+                    raise RuntimeError(f"compaction copied {col.count()} of "
+                                       f"{self._col.count()} points")
+                if before_swap is not None:
+                    before_swap()
+                copied = col.count()
+                self._swap(n, client, col)
+        except BaseException:
+            self._written = None
+            self._gens.drop(n, client)
+            raise
+        log.info("chroma_compacted", extra={"generation": n, "points": copied,
+                                            "caught_up": len(written),
+                                            "seconds": round(time.monotonic() - started, 1)})
+        return copied
+
+    @staticmethod
+    def _copy(src, dst, ids: list[str], delete_missing: bool) -> None:
+        res = src.get(ids=ids, include=["embeddings", "metadatas"])
+        if res["ids"]:
+            dst.upsert(ids=res["ids"], embeddings=res["embeddings"], metadatas=res["metadatas"])
+        if delete_missing:
+            gone = sorted(set(ids) - set(res["ids"]))
+            if gone:
+                dst.delete(ids=gone)
+
+    def _wrote(self, ids) -> None:
+        """Ids written while a compaction copies (caught up before its swap)."""
+        written = self._written
+        if written is not None:
+            written.update(ids)
+
+    def _swap(self, n: int, client, col) -> None:
+        old_n, old_client = self._gen, self._client
+        self._gens.swap(n)  # the atomic step: one row of the event log
+        self._gen, self._client, self._col = n, client, col
+        self._gens.drop(old_n, old_client)
+        if self.eventlog is not None:
+            self.eventlog.truncate_wal()
+
+    def sweep(self) -> list[int]:
+        """The writer, at start: drop generations a crashed compaction left."""
+        return self._gens.sweep()
+
+    def migrate_text_out(self) -> bool:
+        """A collection written by the previous release holds documents: reference
+        chunks' text moves to the event log (chat text is there already, in `events`),
+        then a compaction copies the points without documents. Nothing is re-embedded.
+        True if it migrated. The writer calls it at start (rebuild.ensure_meta)."""
+        if self.eventlog is None or self.eventlog.get_meta(TEXT_HOME_KEY) == "eventlog":
+            return False
+        migrated = False
+        if self.count():
+            moved = 0
+            ids = self._col.get(where={"corpus": CORPUS_REFERENCE}, include=[])["ids"]
+            for i in range(0, len(ids), COPY_PAGE):
+                res = self._col.get(ids=ids[i:i + COPY_PAGE], include=["documents", "metadatas"])
+                rows = [(cid, str((m or {}).get("ref_corpus", "")), d)
+                        for cid, d, m in zip(res["ids"], res["documents"], res["metadatas"])
+                        if d is not None]
+                self.eventlog.put_ref_texts(rows)
+                moved += len(rows)
+            self.compact()
+            migrated = True
+            log.warning("text_moved_to_event_log", extra={"reference_chunks": moved,
+                                                          "points": self.count()})
+        self.eventlog.set_meta(TEXT_HOME_KEY, "eventlog")
+        return migrated
+
+    # -- reading ---------------------------------------------------------------------
+
+    def count(self) -> int:
+        return self._col.count()
+
+    def records(self, include: Sequence[str] = ("metadatas",),
+                ids: Sequence[str] | None = None) -> dict:
+        """What Chroma itself holds of the points (all, or `ids`), as Chroma returns it:
+        "ids" and the `include`d "documents", "embeddings", "metadatas". Nothing is read
+        from the event log: for the checks that Chroma keeps no text."""
+        return self._col.get(ids=list(ids) if ids is not None else None,
+                             include=list(include))
+
+    def query_bare(self, vectors: Sequence[Sequence[float]], n: int) -> dict:
+        """Chroma's nearest neighbours as Chroma returns them (metadatas, distances),
+        with no text read: bench/query.py's baseline for what search adds."""
+        return self._col.query(query_embeddings=[list(v) for v in vectors], n_results=n,
+                               include=["metadatas", "distances"])
+
+    def ids(self, corpus: str) -> set[str]:
+        """Every record id of one corpus (doctor compares them with the event log)."""
+        return set(self._col.get(where={"corpus": corpus}, include=[])["ids"])
+
+    def _texts(self, ids: Sequence[str], metas: Sequence[dict | None]) -> list[str]:
+        """Each record's text, from the event log ("" without one, or once gone)."""
+        if self.eventlog is None or not ids:
+            return [""] * len(ids)
+        refs = [i for i, m in zip(ids, metas) if (m or {}).get("corpus") == CORPUS_REFERENCE]
+        chat = [i for i, m in zip(ids, metas) if (m or {}).get("corpus") != CORPUS_REFERENCE]
+        ref_text = self.eventlog.ref_texts(refs) if refs else {}
+        msgs = self.eventlog.windows_messages(chat) if chat else {}
+        out = []
+        for i, m in zip(ids, metas):
+            if i in ref_text:
+                out.append(ref_text[i])
+            elif i in msgs:
+                ms = msgs[i]
+                out.append(document(Window(WindowID(i), ms[0].room_id, tuple(ms),
+                                           str((m or {}).get("room_label", "")))))
+            else:
+                out.append("")
+        return out
+
+    def query(self, vectors: Sequence[Sequence[float]], n: int,
+              where: dict | None = None) -> list[list[Neighbour]]:
+        if not vectors:
+            return []
+        # No count() first: Chroma 1.5 returns what it has when asked for more (also
+        # from an empty collection), and count() took 4x the query itself at 100,000
+        # windows (13 ms against 3; bench/query.py).
+        res = self._col.query(query_embeddings=[list(v) for v in vectors],
+                              n_results=n, where=where or None,
+                              include=["metadatas", "distances"])
+        flat_ids = [i for ids in res["ids"] for i in ids]
+        flat_meta = [m for metas in res["metadatas"] for m in metas]
+        text = dict(zip(flat_ids, self._texts(flat_ids, flat_meta)))
+        out = []
+        for ids, metas, dists in zip(res["ids"], res["metadatas"], res["distances"]):
+            out.append([Neighbour(_stored(i, text[i], m), 1.0 - float(dist))
+                        for i, m, dist in zip(ids, metas, dists)])
+        return out
+
+    def get(self, window_ids: Sequence[WindowID] | None = None, where: dict | None = None,
+            limit: int | None = None, offset: int | None = None) -> list[StoredWindow]:
+        res = self._col.get(ids=list(window_ids) if window_ids is not None else None,
+                            where=where or None, limit=limit, offset=offset,
+                            include=["metadatas"])
+        texts = self._texts(res["ids"], res["metadatas"])
+        return [_stored(i, t, m) for i, t, m in zip(res["ids"], texts, res["metadatas"])]
+
+    def matching(self, regex: str, where: dict | None = None) -> list[str]:
+        """Ids of the stored windows whose text (chunker.document) matches the lexical
+        leg's line-anchored regex (lexical.pattern), scanning the event log: the leg asks
+        this only when its postings cannot answer. Each message is tested as its own
+        lines of the document, which is the same as testing the whole document.
+        `where`: the room and corpus filters search uses."""
+        if self.eventlog is None:
+            return []
+        search = re.compile(regex).search
+        room, corpus = _room_corpus(where)
+        found: set[str] = set()
+        if corpus in (None, CORPUS_CHAT):
+            form = body_form(regex)
+            if form is not None:  # the same test, on the bare body, after SQLite's LIKE
+                in_body = re.compile(form[0]).search
+                found |= self.eventlog.bodies_matching(
+                    lambda body: in_body(body) is not None, room, contains=form[1])
+            else:
+                found |= self.eventlog.bodies_matching(
+                    lambda body: search(_LINE_HEAD + body.replace("\n", "\n  ")) is not None,
+                    room)
+        if corpus in (None, CORPUS_REFERENCE) and room is None:
+            found |= self.eventlog.refs_matching(lambda text: search(text) is not None)
+        if not found:
+            return []
+        # Only what the collection holds (the event log may be a step ahead).
+        return sorted(self._col.get(ids=sorted(found), include=[])["ids"])
+
+    # -- for verify --index ------------------------------------------------------------
+
+    def iter_windows(self, page: int = 500):
+        offset = 0
+        while True:
+            batch = self.get(limit=page, offset=offset)
+            yield from batch
+            if len(batch) < page:
+                return
+            offset += page
+
+    def pages_with_vectors(self, page: int, ids: list | None = None):
+        """Pages of (window id, vector), over all windows or the given ids."""
+        if ids is not None:
+            for i in range(0, len(ids), page):
+                res = self._col.get(ids=list(ids[i:i + page]), include=["embeddings"])
+                yield list(zip(res["ids"], [list(v) for v in res["embeddings"]]))
+            return
+        offset = 0
+        while True:
+            res = self._col.get(limit=page, offset=offset, include=["embeddings"])
+            if not res["ids"]:
+                return
+            yield list(zip(res["ids"], [list(v) for v in res["embeddings"]]))
+            if len(res["ids"]) < page:
+                return
+            offset += page
+
+    def vectors(self, window_ids: Sequence[str]) -> list[tuple[str, list[float]]]:
+        """(id, vector) of the given windows that exist."""
+        if not window_ids:
+            return []
+        res = self._col.get(ids=list(window_ids), include=["embeddings"])
+        return list(zip(res["ids"], [list(v) for v in res["embeddings"]]))
+
+    def query_ids(self, vectors: list, n: int) -> list[set[str]]:
+        if not vectors:
+            return []
+        res = self._col.query(query_embeddings=vectors, n_results=min(n, max(1, self.count())),
+                              include=[])
+        return [set(ids) for ids in res["ids"]]
+
+    def readd(self, window_ids: list) -> None:
+        """Delete and add windows again as they are (chroma#7758 repair)."""
+        for i in range(0, len(window_ids), 500):
+            ids = list(window_ids[i:i + 500])
+            res = self._col.get(ids=ids, include=["embeddings", "metadatas"])
+            if not res["ids"]:
+                continue
+            self._col.delete(ids=res["ids"])
+            self._col.add(ids=res["ids"], embeddings=[list(v) for v in res["embeddings"]],
+                          metadatas=res["metadatas"])
+
+
+def _room_corpus(where: dict | None) -> tuple[str | None, str | None]:
+    """The room and corpus of the `where` forms search uses (room_id, corpus, $and)."""
+    clauses = (where or {}).get("$and", [where] if where else [])
+    got: dict[str, str] = {}
+    for c in clauses:
+        got.update(c)
+    return got.get("room_id"), got.get("corpus")

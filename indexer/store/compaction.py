@@ -1,0 +1,90 @@
+"""When the collection is compacted, and who asks: the one schedule the pipeline and the
+purger share (built in components.writers, handed to both, so neither holds the other).
+
+A redaction (the pipeline re-chunks the window) or a purge (purge.py) deleted points
+whose vectors Chroma still keeps in its files (a deleted id's slot in the HNSW segment,
+its queue, free pages). A compaction (store.compact) copies the live points into a
+fresh collection and drops the old one.
+
+    redaction  -> request(ids): due; run by the worker at most once per `every` seconds
+    purge      -> now(): due, and run at once (the interval does not apply)
+
+Due is recorded in the event log (COMPACTION_DUE_KEY), so a restart still compacts. A
+compaction asked for while one copies stays due after it. Edits ask for none: Matrix
+keeps showing an edited message's original to the room.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable
+
+from .writeguard import WriteGuard
+
+if TYPE_CHECKING:
+    from .eventlog import EventLog
+    from .chroma import ChromaStore
+
+log = logging.getLogger(f"matrix_sources.{__name__}")
+COMPACTION_DUE_KEY = "compaction_due"  # event log meta: "1" while a compaction is due
+
+
+@dataclass
+class Compaction:
+    eventlog: EventLog
+    store: ChromaStore
+    # The writers' lock (writeguard.py): the copy runs without it, the swap under it.
+    guard: WriteGuard = field(default_factory=WriteGuard)
+    every: float = 60.0  # seconds between compactions asked for by redactions
+    clock: Callable[[], float] = time.time  # wall clock (seconds)
+    due: set = field(default_factory=set)  # what asked since the last compaction
+    last: float = float("-inf")  # when the last compaction ended
+    _requests: int = 0  # compactions asked for so far (one asked during a copy: due again)
+
+    def __post_init__(self) -> None:
+        if self.eventlog.get_meta(COMPACTION_DUE_KEY):
+            self.due.add(COMPACTION_DUE_KEY)
+
+    def request(self, what: set | list) -> None:
+        """Points were deleted for a redaction or a purge: compact within the interval."""
+        if what:
+            self.eventlog.set_meta(COMPACTION_DUE_KEY, "1")
+            self._requests += 1
+            self.due.update(what)
+
+    def wait(self) -> float | None:
+        """Seconds until the due compaction may run (0: now); None if none is due."""
+        if not self.due:
+            return None
+        return max(0.0, self.last + self.every - self.clock())
+
+    def run(self) -> bool | None:
+        """Compact if something asked for it, unless one ran less than `every` seconds
+        ago. None if nothing was due or it is too soon; else True once compacted."""
+        if not self.due or self.wait():
+            return None
+        due, asked = set(self.due), self._requests
+        # The copy goes on beside the pipeline's runs; the swap takes the lock.
+        self.store.compact(lock=self.guard.lock)
+        with self.guard.lock:
+            self.eventlog.truncate_wal()
+            self.last = self.clock()
+            if self._requests == asked:  # else a redaction during the copy: due again
+                self.due.difference_update(due)
+            if not self.due:
+                self.eventlog.set_meta(COMPACTION_DUE_KEY, "")
+        return True
+
+    def now(self, what: str = "purge") -> bool:
+        """Compact at once, whatever the interval (a purge), not holding the writers'
+        lock (the compaction takes it to swap). False if it failed, logged: the
+        compaction stays due and the worker retries it."""
+        self.request({what})
+        self.last = float("-inf")  # a purge does not wait for the interval
+        try:
+            return bool(self.run())
+        except Exception as e:  # noqa: BLE001 - the points are deleted; compaction retried
+            log.error("compaction_failed", extra={"error": f"{type(e).__name__}: {e}"[:300]})
+            return False

@@ -1,0 +1,139 @@
+"""The event log as the one home of text (DESIGN.md "Stores and who writes them"): a
+mixin of `EventLog` with what the store, search and the lexical leg read.
+
+    chat window   -> its messages, as they are now (edits applied, redactions gone),
+                     read from `events` by window id; formatted by chunker.document
+    reference chunk -> its text, in `ref_chunks` (eventlog_schema.py, migration 7; the
+                     reference sync writes it before the chunk's vector is upserted
+                     and deletes it before the vector)
+
+Chroma keeps vectors, ids and filter metadata only. Deleting a chunk's row or
+zeroing an event's body leaves no bytes behind: the event log runs with
+`secure_delete=ON`, and the WAL is truncated after purges and compactions.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable, Iterator
+
+from ..records import CORPUS_CHAT, CORPUS_REFERENCE, EventID, EventStatus, Message, RoomID
+from ..records import UserID
+
+_IN = 500  # ids per `IN (...)`: well under SQLite's variable limit
+
+
+def _chunks(ids: list[str], n: int = _IN) -> Iterator[list[str]]:
+    for i in range(0, len(ids), n):
+        yield ids[i:i + n]
+
+
+class TextReads:
+    # -- reference chunks ------------------------------------------------------------
+
+    def put_ref_texts(self, rows: Iterable[tuple[str, str, str]]) -> None:
+        """(chunk id, corpus name, text) of reference chunks about to be upserted."""
+        rows = list(rows)
+        with self.transaction() as cur:
+            cur.executemany("INSERT INTO ref_chunks (chunk_id, corpus, text) VALUES"
+                            " (?, ?, ?) ON CONFLICT(chunk_id) DO UPDATE SET"
+                            " corpus = excluded.corpus, text = excluded.text", rows)
+
+    def drop_ref_texts(self, chunk_ids: Iterable[str]) -> int:
+        """Delete reference chunks' text (zeroed in place: secure_delete)."""
+        ids = [i for i in chunk_ids if i.startswith("r")]
+        n = 0
+        with self._lock:
+            for part in _chunks(ids):
+                n += self._db.execute(
+                    f"DELETE FROM ref_chunks WHERE chunk_id IN ({','.join('?' * len(part))})",
+                    part).rowcount
+        return n
+
+    def ref_texts(self, chunk_ids: Iterable[str]) -> dict[str, str]:
+        out: dict[str, str] = {}
+        ids = list(chunk_ids)
+        with self._lock:
+            for part in _chunks(ids):
+                out.update(self._db.execute(
+                    "SELECT chunk_id, text FROM ref_chunks WHERE chunk_id IN"
+                    f" ({','.join('?' * len(part))})", part).fetchall())
+        return out
+
+    def ref_chunk_ids(self) -> list[str]:
+        with self._lock:
+            return [r[0] for r in self._db.execute("SELECT chunk_id FROM ref_chunks")]
+
+    # -- chat windows ---------------------------------------------------------------
+
+    def windows_messages(self, window_ids: Iterable[str]) -> dict[str, list[Message]]:
+        """Window id -> its messages now, for the windows that still hold any."""
+        out: dict[str, list[Message]] = {}
+        ids = list(window_ids)
+        with self._lock:
+            for part in _chunks(ids):
+                rows = self._db.execute(
+                    "SELECT window_id, event_id, room_id, sender, ts, body, reply_to, mentions"
+                    f" FROM events WHERE window_id IN ({','.join('?' * len(part))})"
+                    " AND status = ? ORDER BY window_id, ts, seq",
+                    (*part, EventStatus.INDEXED.value)).fetchall()
+                for r in rows:
+                    out.setdefault(r[0], []).append(_msg(r[1:]))
+        return out
+
+    def indexed_windows(self, page: int = 20_000) -> Iterator[tuple[str, list[Message]]]:
+        """Every indexed window with its messages, in window id order, read in pages of
+        about `page` events (the lexical postings' build at start)."""
+        after = ""
+        while True:
+            with self._lock:
+                rows = self._db.execute(
+                    "SELECT window_id, event_id, room_id, sender, ts, body, reply_to, mentions"
+                    " FROM events WHERE status = ? AND window_id > ? AND window_id IN"
+                    " (SELECT DISTINCT window_id FROM events WHERE status = ? AND window_id > ?"
+                    "  ORDER BY window_id LIMIT ?) ORDER BY window_id, ts, seq",
+                    (EventStatus.INDEXED.value, after, EventStatus.INDEXED.value, after,
+                     max(1, page // 4))).fetchall()
+            if not rows:
+                return
+            current, msgs = rows[0][0], []
+            for r in rows:
+                if r[0] != current:
+                    yield current, msgs
+                    current, msgs = r[0], []
+                msgs.append(_msg(r[1:]))
+            yield current, msgs
+            after = current
+
+    def bodies_matching(self, test: Callable[[str], bool], room_id: str | None = None,
+                        contains: str | None = None) -> set[str]:
+        """Ids of the indexed windows one of whose message bodies passes `test`: the
+        lexical leg's scan when its postings cannot answer. `contains`: a lowercase
+        literal every passing body holds, which SQLite checks first (LIKE, for ASCII)."""
+        sql = "SELECT window_id, body FROM events WHERE status = ? AND window_id IS NOT NULL"
+        args: tuple = (EventStatus.INDEXED.value,)
+        if room_id is not None:
+            sql, args = sql + " AND room_id = ?", args + (room_id,)
+        if contains and contains.isascii():
+            like = contains.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+            sql, args = sql + " AND body LIKE ? ESCAPE '\\'", args + (f"%{like}%",)
+        out: set[str] = set()
+        with self._lock:
+            for wid, body in self._db.execute(sql, args):
+                if wid not in out and body and test(body):
+                    out.add(wid)
+        return out
+
+    def refs_matching(self, test: Callable[[str], bool]) -> set[str]:
+        with self._lock:
+            return {cid for cid, text in self._db.execute("SELECT chunk_id, text FROM ref_chunks")
+                    if test(text)}
+
+
+def _msg(r: tuple) -> Message:
+    """A Message from (event_id, room_id, sender, ts, body, reply_to, mentions)."""
+    return Message(EventID(r[0]), RoomID(r[1]), UserID(r[2]), r[3], r[4] or "",
+                   EventID(r[5]) if r[5] else None,
+                   tuple(UserID(u) for u in (r[6] or "").split()))
+
+
+__all__ = ["TextReads", "CORPUS_CHAT", "CORPUS_REFERENCE"]

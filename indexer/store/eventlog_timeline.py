@@ -1,0 +1,38 @@
+"""Reading a stretch of a timeline after a message: what question -> answer linkage
+(linkage.py) looks through. A mixin of `EventLog`, kept apart so its core stays
+readable."""
+
+from __future__ import annotations
+
+from ..records import EventID, EventStatus, Message, RoomID, UserID
+
+
+class TimelineReads:
+    def timeline_after(self, room_id: RoomID, thread_root: EventID | None,
+                       since_ts: int, until_ts: int, limit: int,
+                       roots: tuple[EventID, ...] = ()
+                       ) -> list[tuple[Message, EventID | None]]:
+        """Indexed messages of a timeline (the room's main one, or the thread of
+        `thread_root`) from `since_ts` to `until_ts`, with the threads started by
+        `roots`, in timeline order, as (message, its thread root); at most `limit`.
+        Redacted, purged and derived messages are not there: only what is indexed now,
+        with its edits applied."""
+        marks = ",".join("?" * len(roots))
+        threads = f" OR thread_root IN ({marks})" if roots else ""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT event_id, room_id, sender, ts, body, reply_to, mentions, thread_root"
+                " FROM events WHERE room_id = ? AND status = ? AND ts >= ? AND ts <= ?"
+                f" AND (COALESCE(thread_root, '') = ?{threads}) ORDER BY ts, seq LIMIT ?",
+                (room_id, EventStatus.INDEXED.value, since_ts, until_ts, thread_root or "",
+                 *roots, limit)).fetchall()
+        return [(Message(EventID(r[0]), RoomID(r[1]), UserID(r[2]), r[3], r[4] or "",
+                         EventID(r[5]) if r[5] else None,
+                         tuple(UserID(u) for u in (r[6] or "").split())),
+                 EventID(r[7]) if r[7] else None) for r in rows]
+
+    def thread_root_of(self, event_id: EventID) -> EventID | None:
+        with self._lock:
+            row = self._db.execute("SELECT thread_root FROM events WHERE event_id = ?",
+                                   (event_id,)).fetchone()
+        return EventID(row[0]) if row and row[0] else None
