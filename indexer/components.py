@@ -115,8 +115,7 @@ class Index:
         store = open_store(cfg, eventlog)
         if postings and cfg.lexical_max_terms:  # 0: no keyword leg, no postings
             store.enable_term_index(on_ready=on_postings_ready)
-        embedder = embedder or load_embedder(cfg.embedder, cfg.embedder_backend,
-                                              cfg.data_dir / "models")
+        embedder = embedder or load_embedder(cfg.embedder, cfg.embedder_backend, cfg.models_dir)
         gate = Gate(frozenset(load_allowlist(cfg.allowlist)), UserID(cfg.bot_user),
                     cfg.puppet_patterns)
         # The derived filter: one manifest, read by the pipeline, appended by replies.

@@ -272,6 +272,11 @@ class Config:
     def journal_path(self) -> Path:
         return self.data_dir / "journal.jsonl"
 
+    @property
+    def models_dir(self) -> Path:
+        """Where an ONNX backend's export of the packaged model is made, once."""
+        return self.data_dir / "models"
+
 
 def load_yaml(path: Path) -> Any:
     try:

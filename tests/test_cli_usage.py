@@ -135,6 +135,27 @@ def test_import_shows_the_model_load_and_an_indexing_total(datadir, capsys):
     assert "loading the model (hash" in capsys.readouterr().err
 
 
+def test_the_commands_load_the_model_on_the_configured_backend(tmp_path, monkeypatch, capsys):
+    """`run`, `import`, `search`, `backfill` load the model through progress.load_model:
+    it runs the backend config.yaml names, with its ONNX files in the data dir."""
+    from appservice.cli import progress
+    from indexer.config import load_config
+    from indexer.pipeline import embedder
+
+    tmp = tmp_path
+    assert main(["init", "--data-dir", str(tmp / "d"), "--domain", "example.org"]) == 0
+    cfg_path = tmp / "d" / "config.yaml"
+    cfg_path.write_text(cfg_path.read_text().replace("backend: torch", "backend: onnx-int8"))
+    cfg = load_config(cfg_path)
+    assert cfg.embedder_backend == "onnx-int8"
+    asked = []
+    monkeypatch.setattr(embedder, "load_embedder",
+                        lambda *a, **k: asked.append(a) or embedder.HashEmbedder())
+    progress.load_model(cfg)
+    assert asked == [(cfg.embedder, "onnx-int8", tmp / "d" / "models")]
+    assert "backend onnx-int8" in capsys.readouterr().err
+
+
 HOLDER = """
 import sys, time
 from pathlib import Path
