@@ -142,7 +142,7 @@ class ChromaConfig:
 
 class EmbedderSettings(_Section):
     model: Annotated[Str, Field(min_length=1)] = "all-MiniLM-L6-v2"
-    backend: EmbedderBackend = "torch-bf16"  # embedder.DEFAULT_BACKEND
+    backend: EmbedderBackend = "torch"  # embedder.DEFAULT_BACKEND
 
 
 _CHUNKS = ChunkPolicy()  # the window settings' defaults are the chunker's own

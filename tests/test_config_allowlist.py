@@ -197,13 +197,13 @@ def test_new_settings_default_when_absent(tmp_path):
 
     cfg = load_config(write_config(tmp_path, edit))
     assert (cfg.min_similarity, cfg.answer_horizon_hours, cfg.answer_horizon_messages,
-            cfg.embedder, cfg.embedder_backend) == (0.34, 24, 150, "all-MiniLM-L6-v2", "torch-bf16")
+            cfg.embedder, cfg.embedder_backend) == (0.34, 24, 150, "all-MiniLM-L6-v2", "torch")
 
 
 def test_the_embedder_as_a_name_alone_still_reads(tmp_path):
     """Config files written before backends say `index.embedder: NAME`."""
     cfg = load_config(write_config(tmp_path, set_key("index.embedder", "hash")))
-    assert (cfg.embedder, cfg.embedder_backend) == ("hash", "torch-bf16")
+    assert (cfg.embedder, cfg.embedder_backend) == ("hash", "torch")
     cfg = load_config(write_config(tmp_path, set_key("index.embedder",
                                                      {"model": "hash", "backend": "onnx"})))
     assert (cfg.embedder, cfg.embedder_backend) == ("hash", "onnx")
