@@ -142,7 +142,7 @@ class ChromaConfig:
 
 class EmbedderSettings(_Section):
     model: Annotated[Str, Field(min_length=1)] = "all-MiniLM-L6-v2"
-    backend: EmbedderBackend = "torch"  # embedder.DEFAULT_BACKEND
+    backend: EmbedderBackend = "onnx-int8"  # embedder.DEFAULT_BACKEND
 
 
 _CHUNKS = ChunkPolicy()  # the window settings' defaults are the chunker's own
@@ -162,9 +162,9 @@ class IndexSettings(_Section):
     @field_validator("embedder", mode="before")
     @classmethod
     def _model_name_alone(cls, v: Any) -> Any:
-        """`embedder: NAME`, the form before backends, is the model on the default
-        backend (torch-bf16 shares torch's collection: no rebuild)."""
-        return {"model": v} if isinstance(v, str) else v
+        """`embedder: NAME`, the form before backends, is the model on torch, what
+        it ran on then: its collection is kept, not rebuilt for the new default."""
+        return {"model": v, "backend": "torch"} if isinstance(v, str) else v
 
 
 class SearchSettings(_Section):

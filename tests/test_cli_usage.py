@@ -145,15 +145,15 @@ def test_the_commands_load_the_model_on_the_configured_backend(tmp_path, monkeyp
     tmp = tmp_path
     assert main(["init", "--data-dir", str(tmp / "d"), "--domain", "example.org"]) == 0
     cfg_path = tmp / "d" / "config.yaml"
-    cfg_path.write_text(cfg_path.read_text().replace("backend: torch\n", "backend: onnx-int8\n"))
+    cfg_path.write_text(cfg_path.read_text().replace("backend: onnx-int8\n", "backend: onnx\n"))
     cfg = load_config(cfg_path)
-    assert cfg.embedder_backend == "onnx-int8"
+    assert cfg.embedder_backend == "onnx"
     asked = []
     monkeypatch.setattr(embedder, "load_embedder",
                         lambda *a, **k: asked.append(a) or embedder.HashEmbedder())
     progress.load_model(cfg)
-    assert asked == [(cfg.embedder, "onnx-int8", tmp / "d" / "models")]
-    assert "backend onnx-int8" in capsys.readouterr().err
+    assert asked == [(cfg.embedder, "onnx", tmp / "d" / "models")]
+    assert "backend onnx" in capsys.readouterr().err
 
 
 HOLDER = """

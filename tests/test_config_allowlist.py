@@ -197,7 +197,7 @@ def test_new_settings_default_when_absent(tmp_path):
 
     cfg = load_config(write_config(tmp_path, edit))
     assert (cfg.min_similarity, cfg.answer_horizon_hours, cfg.answer_horizon_messages,
-            cfg.embedder, cfg.embedder_backend) == (0.34, 24, 150, "all-MiniLM-L6-v2", "torch")
+            cfg.embedder, cfg.embedder_backend) == (0.34, 24, 150, "all-MiniLM-L6-v2", "onnx-int8")
 
 
 def test_the_embedder_as_a_name_alone_still_reads(tmp_path):

@@ -128,12 +128,12 @@ def test_an_unknown_backend_is_refused_naming_the_key(tmp_path):
     init_data_dir(tmp_path, "http://127.0.0.1:8008", "localhost")
     config = tmp_path / "config.yaml"
     text = config.read_text()
-    assert "    backend: torch\n" in text  # the default
-    config.write_text(text.replace("    backend: torch\n", "    backend: tensorrt\n"))
+    assert "    backend: onnx-int8\n" in text  # the default
+    config.write_text(text.replace("    backend: onnx-int8\n", "    backend: tensorrt\n"))
     with pytest.raises(ConfigError, match="index.embedder.backend"):
         load_config(config)
-    config.write_text(config.read_text().replace("tensorrt", "onnx-int8"))
-    assert load_config(config).embedder_backend == "onnx-int8"
+    config.write_text(config.read_text().replace("tensorrt", "onnx"))
+    assert load_config(config).embedder_backend == "onnx"
 
 
 def _message(i: int):
