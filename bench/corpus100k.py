@@ -89,9 +89,9 @@ def open_cache(path: Path = CACHE):
 
 
 def build(root: Path, windows: int, minutes: float, cache: Path = CACHE,
-          backend: str = "torch") -> dict:
+          backend: str | None = None) -> dict:
     from indexer.pipeline.chunker import CHUNKER_VERSION, build_windows, embed_text
-    from indexer.pipeline.embedder import encode_in_length_order, load_embedder
+    from indexer.pipeline.embedder import DEFAULT_BACKEND, encode_in_length_order, load_embedder
     from indexer.pipeline.rebuild import expected_meta
 
     state_path = cache / "build.json"
@@ -107,8 +107,9 @@ def build(root: Path, windows: int, minutes: float, cache: Path = CACHE,
         return state
     rooms = eval_messages(root)
     pol = policy()
-    # Any backend of torch's vector class makes the same collection (embedder.VECTOR_CLASS).
-    model = load_embedder("all-MiniLM-L6-v2", backend, evalkit.OUT_DIR / "models")
+    # Any backend of one vector class makes the same collection (embedder.VECTOR_CLASS).
+    model = load_embedder("all-MiniLM-L6-v2", backend or DEFAULT_BACKEND,
+                          evalkit.OUT_DIR / "models")
     store.set_meta(expected_meta(model))
     started = time.monotonic()
     deadline = started + minutes * 60 if minutes else float("inf")
@@ -145,8 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--eval-dir", default=None)
     p.add_argument("--windows", type=int, default=100_000)
-    p.add_argument("--backend", default="torch",
-                   help="embedder.backend to embed with (torch-bf16: ~2.8x faster here)")
+    p.add_argument("--backend", default=None,
+                   help="embedder.backend to embed with (default: the shipped default)")
     p.add_argument("--minutes", type=float, default=10.0,
                    help="stop after this long (resume with the same command); 0: no bound")
     args = p.parse_args(argv)

@@ -269,6 +269,9 @@ def _persist_dir(store: ChromaStore, request) -> Path:
     return store.path if store.path is not None else request.getfixturevalue("chroma_server").data
 
 
+# slow (10 s embedded, 40 s server): every file of the persist dir is scanned for each
+# vector at every byte alignment, and the server's dir holds the whole session's data.
+@pytest.mark.slow
 def test_a_purged_room_leaves_no_text_and_no_vector_in_the_persist_dir(store, request):
     """Purge (purge.py): the event log zeroes the room's text, its points are deleted,
     the collection is compacted. No file of Chroma's folder, or of the server's
