@@ -73,6 +73,13 @@ def stream(rooms: list[list[tuple[str, str]]], n: int):
     return out[:STREAM_MESSAGES]
 
 
+def room_ids(cache: Path = CACHE) -> list[str]:
+    """The generated rooms the cached collection holds: a service given the collection
+    must have them on its allowlist, or it purges them at start as it should."""
+    state = json.loads((cache / "build.json").read_text())
+    return [f"!gen-{n:05d}:bench.local" for n in range(state["streams"])]
+
+
 def policy():
     from indexer.config import load_config
 

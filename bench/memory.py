@@ -35,15 +35,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--push-seconds", type=float, default=30.0)
     p.add_argument("--work", default=str(evalkit.OUT_DIR / "memory-stack"))
     p.add_argument("--out", default=None)
-    p.add_argument("--backends", default="torch",
-                   help="embedder.backend of the service, one run each (comma-separated)")
+    p.add_argument("--backends", default=None,
+                   help="embedder.backend of the service, one run each (comma-separated; "
+                        "default: the shipped default). A backend of another vector class "
+                        "than the cached collection's makes the service rebuild it")
     args = p.parse_args(argv)
     perfkit.quiet_env()
     root = evalkit.eval_dir(args.eval_dir)
     items = evalkit.load_items(root / "dev")
-    from indexer.pipeline.embedder import SentenceTransformerEmbedder
+    from indexer.pipeline.embedder import DEFAULT_BACKEND, load_embedder
 
-    query.open_cache(SentenceTransformerEmbedder(), root)  # builds it if missing; meta
+    args.backends = args.backends or DEFAULT_BACKEND
+    # Builds it if missing; checks its meta.
+    query.open_cache(load_embedder("all-MiniLM-L6-v2", DEFAULT_BACKEND,
+                                   evalkit.OUT_DIR / "models"), root)
     push = None
     if args.push_rate > 0:
         import live

@@ -163,10 +163,10 @@ def service(items, asks: int, work: Path, push: tuple[list, int, float] | None =
     (bench/live.py's load generator) after the asks, which are then asked again."""
     import stackkit
 
-    allow = None
+    allow = corpus100k.room_ids()
     if push is not None:
         import live
-        allow = live.push_room_ids(push[1])
+        allow += live.push_room_ids(push[1])
     t = time.monotonic()
     with stackkit.running_stack(work, settings=settings,
                                 seed_chroma=corpus100k.CACHE / "chroma",
@@ -258,9 +258,10 @@ def main(argv: list[str] | None = None) -> int:
     root = evalkit.eval_dir(args.eval_dir)
     items = evalkit.load_items(root / "dev")
     parts = args.parts.split(",")
-    from indexer.pipeline.embedder import SentenceTransformerEmbedder
+    from indexer.pipeline.embedder import DEFAULT_BACKEND, load_embedder
 
-    model = SentenceTransformerEmbedder()
+    # The shipped default backend, as the service runs it (and as the cache was built).
+    model = load_embedder("all-MiniLM-L6-v2", DEFAULT_BACKEND, evalkit.OUT_DIR / "models")
     store = open_cache(model, root)
     report: dict = {"benchmark": "query", "machine": perfkit.machine(),
                     "load_average_before": perfkit.load_average()}
