@@ -15,20 +15,18 @@ import math
 import time
 from collections import OrderedDict, defaultdict, deque
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Awaitable, Callable
 
 from indexer.derived.filter import EmittedSection
 from indexer.ingest.events import MessageEvent
-from dataclasses import replace
-
 from indexer.records import Hit, RoomID
 from indexer.search.searcher import Searcher
 
+from ..homeserver.roomstate import is_outage
 from .commands import (HELP, CommandError, HelpCommand, StatusCommand, WhyCommand,
                        parse_command)
 from .replies import Reply, render_error, render_help, render_hits, render_why
-from ..homeserver.roomstate import is_outage
 
 log = logging.getLogger(f"matrix_sources.{__name__}")
 

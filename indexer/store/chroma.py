@@ -24,11 +24,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from ..pipeline.chunker import document
+from ..records import (CORPUS_CHAT, CORPUS_REFERENCE, EventID, RefSource, RoomID, UserID,
+                       Window, WindowID)
+from ..search.lexical import body_form
+from ..search.termindex import TermIndex
 from .chroma_compaction import Compacting
 from .generations import Generations, MemoryCatalog
-from ..search.lexical import body_form
-from ..records import CORPUS_CHAT, CORPUS_REFERENCE, EventID, RefSource, RoomID, UserID, Window, WindowID
-from ..search.termindex import TermIndex
 
 if TYPE_CHECKING:
     from pathlib import Path
