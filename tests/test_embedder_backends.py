@@ -74,6 +74,29 @@ def test_int8_is_close_but_its_own_class(torch_vectors, cache):
 
 @pytest.mark.model
 @pytest.mark.slow
+def test_the_export_is_fused_and_int8_quantises_the_attention(cache):
+    """What makes onnx-int8 fast (docs/benchmarks.md, "Embedder backends"): the six
+    attention blocks fused (an export with torch's SDPA attention fuses none), and their
+    projections quantised too. Pads and masks per batch: a short text embedded beside
+    the longest one gets the vector it gets alone (float; int8 quantises a batch's
+    activations with one scale, so its neighbours move a vector a little)."""
+    import onnx
+
+    emb = load_embedder("all-MiniLM-L6-v2", "onnx-int8", cache)
+    float_file = emb.path.with_name(emb.path.name.replace("-int8", ""))
+    ops = [n.op_type for n in onnx.load(str(float_file)).graph.node]
+    assert ops.count("Attention") == 6 and ops.count("SkipLayerNormalization") == 12
+    ops = [n.op_type for n in onnx.load(str(emb.path)).graph.node]
+    assert ops.count("QAttention") == 6 and "MatMulInteger" in ops
+    for model, floor in ((load_embedder("all-MiniLM-L6-v2", "onnx", cache), 0.9999),
+                         (emb, 0.95)):
+        alone = [model.encode([t])[0] for t in TEXTS]
+        model.batch_size = len(TEXTS)
+        assert min(cosines(model.encode(TEXTS), alone)) >= floor
+
+
+@pytest.mark.model
+@pytest.mark.slow
 def test_the_onnx_files_are_made_once_offline_in_the_cache(cache, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     first = load_embedder("all-MiniLM-L6-v2", "onnx-int8", cache)
