@@ -90,6 +90,34 @@ def test_the_leg_ranks_the_same_from_postings_as_from_the_pattern(docs, query):
     assert with_index == without
 
 
+# Ids that share their first 8 bytes (id_key alike) or are prefixes of each other.
+tied_id = st.tuples(st.sampled_from(["w", "wabcdefg", "wabcdefgh", "r", "w\u00e9"]),
+                    st.text("0a\u00e9", max_size=3)).map("".join)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(tied_id, st.sampled_from(["grub grub", "grub", "wifi grub", "x"]),
+                       min_size=1, max_size=12),
+       st.sampled_from(["grub", "wifi grub", "grub x"]), st.integers(1, 4))
+def test_ties_past_the_prefilter_pool_go_to_the_smallest_ids_either_way(docs, query, pool):
+    """Most windows share a score when they hold one common word: the pool takes the
+    smallest ids of them, narrowed by id_key on the postings' side."""
+    from unittest import mock
+
+    with mock.patch("indexer.search.lexical.PREFILTER", pool):
+        with_index = python_ranker(docs, indexed(docs)).rank(query, 10)
+        without = python_ranker(docs, None).rank(query, 10)
+    assert with_index == without and len(with_index) <= pool
+
+
+@given(st.text(max_size=12), st.text(max_size=12))
+def test_id_key_keeps_the_order_of_ids(a, b):
+    from indexer.search.termindex import id_key
+
+    a, b = sorted((a, b))
+    assert id_key(a) <= id_key(b)
+
+
 def test_writes_replace_remove_filter_and_compact():
     index = TermIndex()
     index.ready.set()

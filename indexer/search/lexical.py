@@ -184,14 +184,16 @@ class LexicalRanker:
             for t, (slots, _) in hits.items():
                 coarse[slots] += idf[t]  # in term order, as _prefilter adds them
             pool_slots = _best(coarse, index)
+            if not len(pool_slots):
+                return []
             pool = index.ids_of(pool_slots)
-            lengths = dict(zip(pool, index.slot_lengths(pool_slots).tolist()))
-            tfs: dict[str, dict[str, int]] = {}
+            lengths = index.slot_lengths(pool_slots)
+            tfs = []
             for t, (slots, tf) in hits.items():
                 at = np.searchsorted(slots, pool_slots)
                 found = (at < len(slots)) & (slots[np.minimum(at, len(slots) - 1)] == pool_slots)
-                tfs[t] = {pool[i]: int(tf[at[i]]) for i in np.flatnonzero(found).tolist()}
-        return _bm25(pool, idf, lambda w, t: tfs[t].get(w, 0), lambda w: lengths[w])
+                tfs.append(np.where(found, tf[np.minimum(at, len(slots) - 1)], 0))
+        return _bm25_arrays(pool, list(idf.values()), tfs, lengths)
 
     def _from_chroma(self, words: list[str], where: dict | None) -> list[str]:
         hits: dict[str, dict[str, int]] = {}
@@ -219,13 +221,19 @@ def _idf(total: int, df: int) -> float:
 def _best(coarse: np.ndarray, index: TermIndex) -> np.ndarray:
     """The slots of the PREFILTER best windows by coarse score, best first, ties by
     window id: what _prefilter's sort gives."""
-    cand = np.flatnonzero(coarse)
+    cand = np.flatnonzero(coarse != 0)  # on a bool array: 7x faster than on floats
     scores = coarse[cand]
     if len(cand) > PREFILTER:
         floor = np.partition(scores, len(scores) - PREFILTER)[len(scores) - PREFILTER]
         above, tied = cand[scores > floor], cand[scores == floor]
         need = PREFILTER - len(above)
-        # Ties at the floor (one word: every window with it) by window id, smallest first.
+        # Ties at the floor (one word: every window with it) by window id, smallest first:
+        # narrowed first by the ids' keys (termindex.id_key: the need smallest ids have
+        # keys at most the need-th smallest key), so thousands of tied slots are not all
+        # turned back into id strings (5 ms of a query with one common word).
+        if len(tied) > need:
+            keys = index.slot_keys(tied)
+            tied = tied[keys <= np.partition(keys, need - 1)[need - 1]]
         tied_ids = index.ids_of(tied)
         by_id = dict(zip(tied_ids, tied.tolist()))
         cand = np.concatenate([above, np.array(
@@ -248,6 +256,22 @@ def _prefilter(hits: dict[str, dict[str, int]], total: int) -> tuple[dict[str, f
         floor = heapq.nlargest(PREFILTER, coarse.values())[-1]
         coarse = {w: c for w, c in coarse.items() if c >= floor}
     return idf, sorted(coarse, key=lambda w: (-coarse[w], w))[:PREFILTER]
+
+
+def _bm25_arrays(pool: list[str], idf: list[float], tfs: list[np.ndarray],
+                 lengths: np.ndarray) -> list[str]:
+    """_bm25 on arrays (one tf array per term, in idf's order, over the pool): the same
+    floats, as each is reached by the same operations in the same order (a term a window
+    lacks adds 0.0), so the same order; a third of the leg's time in Python (200 windows
+    x terms at 100,000 windows)."""
+    avg = int(lengths.sum()) / len(lengths) or 1.0
+    norm = K1 * (1 - B + B * lengths / avg)
+    scores = np.zeros(len(pool))
+    for weight, f in zip(idf, tfs):
+        f = f.astype(np.float64)
+        scores += weight * f * (K1 + 1) / (f + norm)
+    listed = scores.tolist()
+    return sorted(pool, key=lambda w, at=dict(zip(pool, listed)): (-at[w], w))
 
 
 def _bm25(pool: list[str], idf: dict[str, float], tf: Callable[[str, str], int],

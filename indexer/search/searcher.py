@@ -129,10 +129,18 @@ class Searcher:
             return [], None  # "?", "!!!", emoji only: nothing to look for
         if not legible(texts, getattr(self.embedder, "tokenize", None)):
             return [], None  # a script the model only spells out (indexer/search/legible.py)
-        vectors = self.embedder.encode(texts)
         # The presenter ranks a pool again by the windows' matched questions.
         depth = max(query.top_k, RERANK_POOL) if self.presenter is not None else query.top_k
-        scored = self._with_similarity(self._retrieve(query, texts, vectors, depth), vectors)
+        # Ask for more than depth per list so fusion can promote agreement.
+        fusing = len(texts) > 1 or any(is_keywords(t, self.lexical_max_terms) for t in texts)
+        n = max(depth * 4, 20) if fusing else depth
+        vectors = self.embedder.encode(texts)
+        # (Run beside the encode in a thread, the keyword leg made searches slower:
+        # both want the GIL between the model's native calls.)
+        keyword_lists = self._lexical_lists(texts, n, _where(query)) \
+            if self.lexical_max_terms and fusing else []
+        scored = self._with_similarity(
+            self._retrieve(query, vectors, depth, n, keyword_lists), vectors)
         floor = self.floor.for_query(texts) if self.floor is not None else None
         if self.presenter is not None:  # the floor compares what the presenter ranks by
             return self.presenter.present_above(scored, vectors, query.top_k, floor)
@@ -156,19 +164,21 @@ class Searcher:
             out.append(replace(h, similarity=max(sims) if sims else None))
         return out
 
-    def _retrieve(self, query: SourceQuery, texts: list[str], vectors: list,
-                  depth: int) -> list[Hit]:
-        """The first `depth` windows of the fused ranking."""
+    def _lexical_lists(self, texts: list[str], n: int, where: dict | None) -> list[list[str]]:
+        """The keyword leg's ranked ids, one list per text of a few search words."""
+        ranker = _lexical_ranker(self.store)
+        return [ids for ids in (ranker.rank(t, n, where) for t in texts
+                                if is_keywords(t, self.lexical_max_terms)) if ids]
+
+    def _retrieve(self, query: SourceQuery, vectors: list, depth: int, n: int,
+                  keyword_lists: list[list[str]]) -> list[Hit]:
+        """The first `depth` windows of the fused ranking: n per vector, and the
+        keyword leg's lists."""
         where = _where(query)
-        # Ask for more than depth per list so fusion can promote agreement.
-        fusing = len(texts) > 1 or any(is_keywords(t, self.lexical_max_terms) for t in texts)
-        n = max(depth * 4, 20) if fusing else depth
-        per_text: list[list[Neighbour]] = self.store.query(vectors, n, where)
-        lists = [[nb.window.window_id for nb in lst] for lst in per_text]
-        if self.lexical_max_terms:
-            ranker = _lexical_ranker(self.store)
-            lists += [ids for ids in (ranker.rank(t, n, where) for t in texts
-                                      if is_keywords(t, self.lexical_max_terms)) if ids]
+        # Texts are read for the windows kept only (a few of the n per list): 0.6 ms of
+        # a 4 ms search at 100,000 windows (bench/query.py).
+        per_text: list[list[Neighbour]] = self.store.query(vectors, n, where, text=False)
+        lists = [[nb.window.window_id for nb in lst] for lst in per_text] + keyword_lists
         if len(lists) == 1:
             fused = [(wid, 1.0 / (self.rrf_k + r)) for r, wid in enumerate(lists[0], start=1)]
         else:
@@ -177,7 +187,9 @@ class Searcher:
         by_id = {nb.window.window_id: nb.window for lst in per_text for nb in lst}
         missing = [wid for wid, _ in fused if wid not in by_id]
         if missing:  # found by the lexical leg only
-            by_id.update((w.window_id, w) for w in self.store.get(missing))
+            by_id.update((w.window_id, w) for w in self.store.get(missing, text=False))
+        kept = self.store.with_texts([by_id[wid] for wid, _ in fused if wid in by_id])
+        by_id = {w.window_id: w for w in kept}
         # Per text: its dense rank and cosine similarity (None when it did not find it).
         ranks = [{nb.window.window_id: (r, nb.similarity) for r, nb in enumerate(lst, 1)}
                  for lst in per_text]

@@ -96,6 +96,14 @@ def answerable(base: str) -> bool:
             and base[-1] not in ".'" and len(RUN.findall(base)) <= MAX_PARTS)
 
 
+def id_key(wid: str) -> int:
+    """The first 8 bytes of an id's UTF-8 as a big-endian number: a < b implies
+    id_key(a) <= id_key(b) (UTF-8 keeps code point order; NUL pads, the least byte),
+    so the smallest ids of many are among the smallest keys, found without turning
+    every slot back into its id string (lexical._best's ties)."""
+    return int.from_bytes(wid.encode("utf-8", "surrogatepass")[:8].ljust(8, b"\0"), "big")
+
+
 class _Column:
     """One value per slot in a numpy array that grows by doubling: read whole by the
     vectorised lookups (slot_postings), written one slot at a time."""
@@ -125,6 +133,7 @@ class TermIndex:
         self._room = _Column(np.uint32)
         self._corpus = _Column(np.uint32)
         self._live = _Column(np.bool_)
+        self._key = _Column(np.uint64)  # id_key of each slot's window id
         self._length = array("I")
         self._post: dict[str, int | array] = {}
         self._heads: dict[str, set[str]] = {}
@@ -165,6 +174,7 @@ class TermIndex:
         self._slot, self._ids, self._codes = {}, [], {}
         self._room, self._corpus, self._live = (_Column(np.uint32), _Column(np.uint32),
                                                 _Column(np.bool_))
+        self._key = _Column(np.uint64)
         self._length = array("I")
         self._post, self._heads = {}, {}
         self._dead = self._postings = 0
@@ -177,6 +187,7 @@ class TermIndex:
         self._room.set(slot, self._code(str(meta.get("room_id", ""))))
         self._corpus.set(slot, self._code(str(meta.get("corpus", ""))))
         self._live.set(slot, True)
+        self._key.set(slot, id_key(wid))
         length, counts = doc_stats(doc)
         self._length.append(min(length, 0xFFFFFFFF))
         for key, tf in counts.items():
@@ -215,6 +226,7 @@ class TermIndex:
         remap: dict[int, int] = {}
         ids: list[str | None] = []
         room, corpus, live = _Column(np.uint32), _Column(np.uint32), _Column(np.bool_)
+        id_keys = _Column(np.uint64)
         length = array("I")
         for old, wid in enumerate(self._ids):
             if wid is not None:
@@ -223,6 +235,7 @@ class TermIndex:
                 room.set(new, int(self._room.data[old]))
                 corpus.set(new, int(self._corpus.data[old]))
                 live.set(new, True)
+                id_keys.set(new, int(self._key.data[old]))
                 length.append(self._length[old])
         post: dict[str, int | array] = {}
         postings = 0
@@ -240,7 +253,7 @@ class TermIndex:
             post[key] = kept[0] if len(kept) == 1 else array("I", kept)
             postings += len(kept)
         self._ids, self._room, self._corpus, self._length = ids, room, corpus, length
-        self._live = live
+        self._live, self._key = live, id_keys
         self._slot = {wid: i for i, wid in enumerate(ids)}
         self._post, self._postings, self._dead = post, postings, 0
         log.debug("term_index_compacted", extra={
@@ -331,8 +344,11 @@ class TermIndex:
                     keep &= column.data[slots] == self._codes.get(name, -1)
             slots, tfs = slots[keep], tfs[keep]
             if len(parts) > 1:  # a window holding several keys of a prefix: one entry
-                slots, inverse = np.unique(slots, return_inverse=True)
-                tfs = np.bincount(inverse, weights=tfs).astype(np.int64)
+                # Counted per slot rather than np.unique's sort: 0.1 ms against 1 for
+                # a prefix of common words at 100,000 windows.
+                summed = np.bincount(slots, weights=tfs)
+                slots = np.flatnonzero(summed != 0)  # every tf is at least 1
+                tfs = summed[slots].astype(np.int64)
             # A key's postings are in slot order: slots only grow, compaction keeps order.
             return slots, tfs
 
@@ -345,6 +361,11 @@ class TermIndex:
         with self._lock:
             ids = self._ids
             return [ids[s] for s in slots.tolist()]  # type: ignore[misc]
+
+    def slot_keys(self, slots: np.ndarray) -> np.ndarray:
+        """id_key of each slot's window id."""
+        with self._lock:
+            return self._key.data[slots]
 
     def slot_lengths(self, slots: np.ndarray) -> np.ndarray:
         if not len(slots):

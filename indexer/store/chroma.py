@@ -20,7 +20,7 @@ import logging
 import re
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from ..pipeline.chunker import document
@@ -261,26 +261,39 @@ class ChromaStore(Compacting):
 
     def _texts(self, ids: Sequence[str], metas: Sequence[dict | None]) -> list[str]:
         """Each record's text, from the event log ("" without one, or once gone)."""
+        return self._texts_of(ids, [str((m or {}).get("corpus", "")) for m in metas],
+                              [str((m or {}).get("room_label", "")) for m in metas])
+
+    def _texts_of(self, ids: Sequence[str], corpora: Sequence[str],
+                  labels: Sequence[str]) -> list[str]:
         if self.eventlog is None or not ids:
             return [""] * len(ids)
-        refs = [i for i, m in zip(ids, metas) if (m or {}).get("corpus") == CORPUS_REFERENCE]
-        chat = [i for i, m in zip(ids, metas) if (m or {}).get("corpus") != CORPUS_REFERENCE]
+        refs = [i for i, c in zip(ids, corpora) if c == CORPUS_REFERENCE]
+        chat = [i for i, c in zip(ids, corpora) if c != CORPUS_REFERENCE]
         ref_text = self.eventlog.ref_texts(refs) if refs else {}
         msgs = self.eventlog.windows_messages(chat) if chat else {}
         out = []
-        for i, m in zip(ids, metas):
+        for i, label in zip(ids, labels):
             if i in ref_text:
                 out.append(ref_text[i])
             elif i in msgs:
                 ms = msgs[i]
-                out.append(document(Window(WindowID(i), ms[0].room_id, tuple(ms),
-                                           str((m or {}).get("room_label", "")))))
+                out.append(document(Window(WindowID(i), ms[0].room_id, tuple(ms), label)))
             else:
                 out.append("")
         return out
 
+    def with_texts(self, windows: Sequence[StoredWindow]) -> list[StoredWindow]:
+        """The windows with their texts, read from the event log in one go: for records
+        fetched with `text=False` (search reads texts only for the hits it keeps)."""
+        texts = self._texts_of([w.window_id for w in windows], [w.corpus for w in windows],
+                               [w.room_label for w in windows])
+        return [replace(w, text=t) for w, t in zip(windows, texts)]
+
     def query(self, vectors: Sequence[Sequence[float]], n: int,
-              where: dict | None = None) -> list[list[Neighbour]]:
+              where: dict | None = None, text: bool = True) -> list[list[Neighbour]]:
+        """The n nearest records per vector; `text=False`: without their texts (""),
+        which `with_texts` reads later for the few that are kept."""
         if not vectors:
             return []
         # No count() first: Chroma 1.5 returns what it has when asked for more (also
@@ -291,7 +304,8 @@ class ChromaStore(Compacting):
                               include=["metadatas", "distances"])
         flat_ids = [i for ids in res["ids"] for i in ids]
         flat_meta = [m for metas in res["metadatas"] for m in metas]
-        text = dict(zip(flat_ids, self._texts(flat_ids, flat_meta)))
+        text = dict(zip(flat_ids, self._texts(flat_ids, flat_meta) if text
+                        else [""] * len(flat_ids)))
         out = []
         for ids, metas, dists in zip(res["ids"], res["metadatas"], res["distances"]):
             out.append([Neighbour(_stored(i, text[i], m), 1.0 - float(dist))
@@ -299,11 +313,12 @@ class ChromaStore(Compacting):
         return out
 
     def get(self, window_ids: Sequence[WindowID] | None = None, where: dict | None = None,
-            limit: int | None = None, offset: int | None = None) -> list[StoredWindow]:
+            limit: int | None = None, offset: int | None = None,
+            text: bool = True) -> list[StoredWindow]:
         res = self._col.get(ids=list(window_ids) if window_ids is not None else None,
                             where=where or None, limit=limit, offset=offset,
                             include=["metadatas"])
-        texts = self._texts(res["ids"], res["metadatas"])
+        texts = self._texts(res["ids"], res["metadatas"]) if text else [""] * len(res["ids"])
         return [_stored(i, t, m) for i, t, m in zip(res["ids"], texts, res["metadatas"])]
 
     def matching(self, regex: str, where: dict | None = None) -> list[str]:
