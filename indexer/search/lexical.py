@@ -183,10 +183,9 @@ class LexicalRanker:
             coarse = np.zeros(index.slots())
             for t, (slots, _) in hits.items():
                 coarse[slots] += idf[t]  # in term order, as _prefilter adds them
-            pool_slots = _best(coarse, index)
-            if not len(pool_slots):
+            pool_slots, pool = _best(coarse, index)
+            if not pool:
                 return []
-            pool = index.ids_of(pool_slots)
             lengths = index.slot_lengths(pool_slots)
             tfs = []
             for t, (slots, tf) in hits.items():
@@ -218,9 +217,9 @@ def _idf(total: int, df: int) -> float:
     return math.log(1 + (total - df + 0.5) / (df + 0.5))
 
 
-def _best(coarse: np.ndarray, index: TermIndex) -> np.ndarray:
-    """The slots of the PREFILTER best windows by coarse score, best first, ties by
-    window id: what _prefilter's sort gives."""
+def _best(coarse: np.ndarray, index: TermIndex) -> tuple[np.ndarray, list[str]]:
+    """The slots and ids of the PREFILTER best windows by coarse score, best first,
+    ties by window id: what _prefilter's sort gives."""
     cand = np.flatnonzero(coarse != 0)  # on a bool array: 7x faster than on floats
     scores = coarse[cand]
     if len(cand) > PREFILTER:
@@ -239,9 +238,9 @@ def _best(coarse: np.ndarray, index: TermIndex) -> np.ndarray:
         cand = np.concatenate([above, np.array(
             [by_id[w] for w in heapq.nsmallest(need, tied_ids)], dtype=np.int64)])
         scores = coarse[cand]
-    ids = index.ids_of(cand)
-    order = sorted(range(len(cand)), key=lambda i: (-scores[i], ids[i]))
-    return cand[np.array(order, dtype=np.int64)] if order else cand
+    ids, listed = index.ids_of(cand), scores.tolist()
+    order = sorted(range(len(cand)), key=lambda i: (-listed[i], ids[i]))
+    return cand[np.array(order, dtype=np.int64)], [ids[i] for i in order]
 
 
 def _prefilter(hits: dict[str, dict[str, int]], total: int) -> tuple[dict[str, float], list[str]]:

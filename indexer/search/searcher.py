@@ -24,6 +24,8 @@ import re
 from dataclasses import dataclass, replace
 from typing import Sequence
 
+import numpy as np
+
 from ..pipeline.embedder import Embedder
 from ..records import CORPUS_CHAT, CORPUS_REFERENCE, Hit, RoomID
 from ..store.chroma import ChromaStore, Neighbour
@@ -135,12 +137,8 @@ class Searcher:
         fusing = len(texts) > 1 or any(is_keywords(t, self.lexical_max_terms) for t in texts)
         n = max(depth * 4, 20) if fusing else depth
         vectors = self.embedder.encode(texts)
-        # (Run beside the encode in a thread, the keyword leg made searches slower:
-        # both want the GIL between the model's native calls.)
-        keyword_lists = self._lexical_lists(texts, n, _where(query)) \
-            if self.lexical_max_terms and fusing else []
-        scored = self._with_similarity(
-            self._retrieve(query, vectors, depth, n, keyword_lists), vectors)
+        scored = self._with_similarity(*self._retrieve(query, texts, vectors, depth, n),
+                                       vectors)
         floor = self.floor.for_query(texts) if self.floor is not None else None
         if self.presenter is not None:  # the floor compares what the presenter ranks by
             return self.presenter.present_above(scored, vectors, query.top_k, floor)
@@ -150,17 +148,17 @@ class Searcher:
             scored, key=lambda h: h.similarity if h.similarity is not None else -2.0)
         return hits[:query.top_k], closest
 
-    def _with_similarity(self, hits: list[Hit], vectors: list) -> list[Hit]:
-        """Each hit with its best cosine similarity to any text."""
-        missing = [h.window_id for h in hits
-                   if not any(r is not None for r in h.ranks)]
-        found = dict(self.store.vectors(missing)) if missing else {}
+    @staticmethod
+    def _with_similarity(hits: list[Hit], found: dict[str, list[float]],
+                         vectors: list) -> list[Hit]:
+        """Each hit with its best cosine similarity to any text: from its ranks, or for
+        a hit only the keyword leg found, from its vector (`found`)."""
+        queries = np.asarray(vectors, dtype=np.float64)
         out = []
         for h in hits:
             sims = [r[1] for r in h.ranks if r is not None]
             if h.window_id in found:
-                v = found[h.window_id]
-                sims += [sum(a * b for a, b in zip(v, q)) for q in vectors]
+                sims += (queries @ np.asarray(found[h.window_id], dtype=np.float64)).tolist()
             out.append(replace(h, similarity=max(sims) if sims else None))
         return out
 
@@ -170,29 +168,45 @@ class Searcher:
         return [ids for ids in (ranker.rank(t, n, where) for t in texts
                                 if is_keywords(t, self.lexical_max_terms)) if ids]
 
-    def _retrieve(self, query: SourceQuery, vectors: list, depth: int, n: int,
-                  keyword_lists: list[list[str]]) -> list[Hit]:
-        """The first `depth` windows of the fused ranking: n per vector, and the
-        keyword leg's lists."""
+    def _retrieve(self, query: SourceQuery, texts: list[str], vectors: list, depth: int,
+                  n: int) -> tuple[list[Hit], dict[str, list[float]]]:
+        """The first `depth` windows of the fused ranking (n per vector, and the
+        keyword leg's lists), and the vectors of those only the keyword leg found. (Run
+        beside the encode in a thread, the leg made searches slower: both want the GIL
+        between the model's native calls.)"""
         where = _where(query)
-        # Texts are read for the windows kept only (a few of the n per list): 0.6 ms of
-        # a 4 ms search at 100,000 windows (bench/query.py).
-        per_text: list[list[Neighbour]] = self.store.query(vectors, n, where, text=False)
-        lists = [[nb.window.window_id for nb in lst] for lst in per_text] + keyword_lists
-        if len(lists) == 1:
-            fused = [(wid, 1.0 / (self.rrf_k + r)) for r, wid in enumerate(lists[0], start=1)]
+        if n == depth:  # one text, not fused: its list is the hits, records and all
+            neighbours = self.store.query(vectors, n, where, text=False)
+            per_text = [[(nb.window.window_id, nb.similarity) for nb in lst]
+                        for lst in neighbours]
+            fused = [(wid, 1.0 / (self.rrf_k + r))
+                     for r, (wid, _) in enumerate(per_text[0], start=1)]
+            records = [nb.window for nb in neighbours[0]]
+            found: dict[str, list[float]] = {}
         else:
-            fused = rrf(lists, self.rrf_k)
-        fused = fused[:depth]
-        by_id = {nb.window.window_id: nb.window for lst in per_text for nb in lst}
-        missing = [wid for wid, _ in fused if wid not in by_id]
-        if missing:  # found by the lexical leg only
-            by_id.update((w.window_id, w) for w in self.store.get(missing, text=False))
-        kept = self.store.with_texts([by_id[wid] for wid, _ in fused if wid in by_id])
-        by_id = {w.window_id: w for w in kept}
+            # Fused, each list is longer than what is kept: ids and similarities first,
+            # then the records of the fused few in one call (Chroma's metadata for 20
+            # results a list cost 1.3 ms of a 4 ms search at 100,000 windows, and a
+            # keyword hit the vectors missed a second call, 0.9 ms; bench/query.py).
+            per_text = self.store.nearest(vectors, n, where)
+            lists = [[wid for wid, _ in lst] for lst in per_text]
+            if self.lexical_max_terms:
+                lists += self._lexical_lists(texts, n, where)
+            if len(lists) == 1:
+                fused = [(wid, 1.0 / (self.rrf_k + r))
+                         for r, wid in enumerate(lists[0], start=1)]
+            else:
+                fused = rrf(lists, self.rrf_k)
+            fused = fused[:depth]
+            dense = {wid for lst in per_text for wid, _ in lst}
+            fetched = self.store.get_with_vectors([wid for wid, _ in fused])
+            records = [w for w, _ in fetched]
+            # Their vectors give the keyword leg's finds a similarity.
+            found = {w.window_id: v for w, v in fetched if w.window_id not in dense}
+        # Texts are read for the windows kept only (0.6 ms of a 4 ms search).
+        by_id = {w.window_id: w for w in self.store.with_texts(records)}
         # Per text: its dense rank and cosine similarity (None when it did not find it).
-        ranks = [{nb.window.window_id: (r, nb.similarity) for r, nb in enumerate(lst, 1)}
-                 for lst in per_text]
+        ranks = [{wid: (r, sim) for r, (wid, sim) in enumerate(lst, 1)} for lst in per_text]
         hits = []
         for wid, score in fused:
             w = by_id.get(wid)
@@ -201,7 +215,7 @@ class Searcher:
             hits.append(Hit(w.window_id, w.room_id, w.room_label, w.corpus, w.event_ids,
                             w.senders, w.ts_first, w.ts_last, score, w.text,
                             tuple(r.get(wid) for r in ranks), ref=w.ref))
-        return hits
+        return hits, found
 
 
 def _lexical_ranker(store: ChromaStore) -> LexicalRanker:
