@@ -178,8 +178,24 @@ def test_failed_upsert_leaves_cursor_and_statuses_then_catches_up(log, store, fa
     assert_each_message_in_exactly_one_window(store, log, ids)
 
 
+def test_steps_share_one_upsert_and_a_failed_one_keeps_nothing_of_its_steps(log, store,
+                                                                            monkeypatch):
+    monkeypatch.setattr(pipeline_mod, "EMBED_BATCH", 2)  # 2 windows a step: 3 steps
+    log.append(msgs(ROOM, 0, 15))  # 5 windows
+    flaky = FlakyStore(store, fail=1)
+    p = Pipeline(log, HashEmbedder(), flaky, POLICY)
+    with pytest.raises(ConnectionError):
+        p.process_all()
+    assert flaky.upserts == 1 and log.counts() == {"pending": 15}  # no step half-kept
+    p.process_all()
+    assert flaky.upserts == 2 and log.counts() == {"indexed": 15}
+    assert_each_message_in_exactly_one_window(store, log, [m.event_id for m, _ in
+                                                           msgs(ROOM, 0, 15)])
+
+
 def test_failure_between_batches_keeps_what_was_acknowledged(log, store, monkeypatch):
-    monkeypatch.setattr(pipeline_mod, "EMBED_BATCH", 2)  # 2 windows per upsert
+    monkeypatch.setattr(pipeline_mod, "EMBED_BATCH", 2)  # 2 windows per step
+    monkeypatch.setattr(pipeline_mod, "UPSERT_BATCH", 2)  # and per upsert
     log.append(msgs(ROOM, 0, 15))  # 5 windows: 3 upserts
     flaky = FlakyStore(store)
     p = Pipeline(log, HashEmbedder(), flaky, POLICY)

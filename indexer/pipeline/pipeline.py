@@ -54,6 +54,9 @@ EMBED_BATCH = 64  # windows per upsert + commit step
 # the padding the model wastes falls with the size of the set sorted (1.03x the word
 # pieces of sorting all 3,942 windows of the eval chat at 1024; 1.6x cut per room by 64).
 EMBED_GROUP = 1024
+# Windows per Chroma upsert when committing a group's steps: Chroma's upsert costs
+# 0.46 ms of CPU a window in calls of 64, 0.36 in calls of 256 or more.
+UPSERT_BATCH = 256
 EMBED_CALL = 64  # texts per encode call: a query waits for one call at most
 
 
@@ -225,22 +228,48 @@ class Pipeline:
                       dropped: set[tuple[RoomID, EventID | None]],
                       progress: Callable[[int], None] | None) -> int:
         """Commit each step in order; return how many pending messages were indexed.
-        Once a timeline's step is dropped (its room refused or purged meanwhile) its
-        later steps are dropped too: its pending events stay pending, to be re-chunked
-        from the same block start."""
+        Steps go to Chroma UPSERT_BATCH windows or more at a time (one upsert, then each
+        step's event-log commit). Once a timeline's step is dropped (its room refused or
+        purged meanwhile) its later steps are dropped too: its pending events stay
+        pending, to be re-chunked from the same block start."""
         done = 0
         at = 0
-        for step in group:
-            step_vectors, at = vectors[at:at + len(step.batch)], at + len(step.batch)
-            key = (step.room_id, step.thread_root)
-            if key in dropped or not self._commit(step, step_vectors):
-                dropped.add(key)
-                continue
-            done += step.messages
-            self.stats.messages += step.messages
-            if progress:
-                progress(step.messages)
+        part: list[tuple[_Step, list]] = []
+        for i, step in enumerate(group):
+            part.append((step, vectors[at:at + len(step.batch)]))
+            at += len(step.batch)
+            if sum(len(s.batch) for s, _ in part) >= UPSERT_BATCH or i == len(group) - 1:
+                for committed in self._commit(part, dropped):
+                    done += committed.messages
+                    self.stats.messages += committed.messages
+                    if progress:
+                        progress(committed.messages)
+                part = []
         return done
+
+    def _commit(self, part: list[tuple[_Step, list]],
+                dropped: set[tuple[RoomID, EventID | None]]) -> list[_Step]:
+        """Upsert the windows of the steps whose rooms are still admitted and unpurged,
+        in one Chroma call, then commit those steps to the event log in order; return
+        them. Under the lock: no purge or refusal lands in between."""
+        with self.lock:
+            kept: list[tuple[_Step, list]] = []
+            for step, vectors in part:
+                key = (step.room_id, step.thread_root)
+                if key not in dropped and (self.purges[step.room_id] != step.generation
+                                           or not self.admits(step.room_id)):
+                    log.info("windows_dropped_room_refused", extra={
+                        "room_id": step.room_id, "windows": len(step.batch)})
+                    dropped.add(key)
+                if key not in dropped:
+                    kept.append((step, vectors))
+            self.store.upsert([w for step, _ in kept for w in step.batch],
+                              [v for _, vectors in kept for v in vectors])
+            for step, _ in kept:
+                self._record_batch(step.room_id, step.batch, step.stale,
+                                   (step.thread_root, step.block_start)
+                                   if step.block_start else None)
+        return [step for step, _ in kept]
 
     def rechunk_window(self, window_id: WindowID, room_id: RoomID,
                        redacted: bool = False) -> None:
@@ -304,21 +333,10 @@ class Pipeline:
         or it is too soon; else True once compacted."""
         return self.compaction.run()
 
-    def _commit(self, step: _Step, vectors: list) -> bool:
-        with self.lock:
-            if self.purges[step.room_id] != step.generation or not self.admits(step.room_id):
-                log.info("windows_dropped_room_refused", extra={"room_id": step.room_id,
-                                                                "windows": len(step.batch)})
-                return False
-            self._store_batch(step.room_id, step.batch, vectors, step.stale,
-                              (step.thread_root, step.block_start) if step.block_start
-                              else None)
-        return True
-
-    def _store_batch(self, room_id: RoomID, batch: list[Window], vectors: list,
-                     stale: list[WindowID],
-                     block_start: tuple[EventID | None, EventID] | None = None) -> None:
-        self.store.upsert(batch, vectors)
+    def _record_batch(self, room_id: RoomID, batch: list[Window], stale: list[WindowID],
+                      block_start: tuple[EventID | None, EventID] | None = None) -> None:
+        """A step whose windows are upserted: its stale windows deleted, its events
+        pointed at their windows (mark_indexed)."""
         # After the upsert, before the events point elsewhere: a crash in between leaves
         # them pointing at the deleted window, which the next run re-chunks again.
         self.store.delete(stale)
