@@ -39,9 +39,10 @@ MAX_WORD_PIECES = 256  # the model's max_seq_length (sentence_bert_config.json)
 OPSET = 17
 HEADS, HIDDEN = 12, 384  # BertConfig of all-MiniLM-L6-v2, for the attention fusion
 # Texts per forward pass. With batches of like token counts (encode) padding is small,
-# and on 2 cores ORT is fastest at 2 to 8: 1,000 eval windows in 3.4 s at 8, 3.6 at 16,
-# 4.2 at 32 (torch float32: 9.0). docs/benchmarks.md, "Embedder backends".
-ONNX_BATCH = 8
+# and on 2 cores ORT is fastest at 4: the 2,537 windows of a dev import, in the
+# pipeline's calls, in 8.7 s at 4, 9.1 at 2 and at 8, 10.5 at 16 (bare torch: 26).
+# docs/benchmarks.md, "Embedder backends".
+ONNX_BATCH = 4
 
 
 def model_dir() -> Path:
