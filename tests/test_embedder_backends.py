@@ -166,3 +166,21 @@ def _message(i: int):
                    1_700_000_000_000 + i * 1000, f"message {i} about the signing key")
 
 
+
+
+def test_a_new_export_removes_the_files_of_older_ones(tmp_path, monkeypatch):
+    """An upgrade (new weights or exporter version) makes new files; the old pair goes."""
+    from indexer.pipeline import onnx_embedder as ox
+
+    monkeypatch.setattr(ox, "_export_fp32", lambda src, dest: dest.write_bytes(b"fp32"))
+    monkeypatch.setattr(ox, "_quantise", lambda src, dest: dest.write_bytes(b"int8"))
+    stale = [tmp_path / "all-MiniLM-L6-v2-000000000000.onnx",
+             tmp_path / "all-MiniLM-L6-v2-000000000000-int8.onnx"]
+    for p in stale:
+        p.write_bytes(b"old")
+    other = tmp_path / "notes.txt"
+    other.write_text("kept")
+    target = ox.make_model(tmp_path, int8=True)
+    assert target == ox.model_path(tmp_path, True) and target.read_bytes() == b"int8"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [ox.model_path(tmp_path, False).name, target.name, "notes.txt"])

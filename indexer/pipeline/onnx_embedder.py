@@ -157,7 +157,17 @@ def make_model(cache_dir: Path, int8: bool) -> Path:
         log.info("onnx_quantise", extra={"path": str(target)})
         _quantise(fp32, tmp)
         os.replace(tmp, target)
+    _drop_stale(cache_dir, {fp32.name, model_path(cache_dir, True).name})
     return target
+
+
+def _drop_stale(cache_dir: Path, current: set[str]) -> None:
+    """Remove the files of other weights or exporter versions (about 110 MiB a pair):
+    nothing opens them again."""
+    for old in cache_dir.glob("all-MiniLM-L6-v2-*.onnx"):
+        if old.name not in current:
+            log.info("onnx_stale_removed", extra={"path": str(old)})
+            old.unlink(missing_ok=True)
 
 
 class OnnxEmbedder:
