@@ -1,14 +1,14 @@
 """Query latency at 100,000 windows: in process against bare model + Chroma, and the
 `!sources` round trip through Synapse; the service's peak RSS after those queries.
 
-    .venv/bin/python bench/query.py [--parts inproc,service] [--reps 40] [--asks 10]
+    .venv/bin/python bench/query.py [--parts inproc,service] [--reps 100] [--asks 10]
 
 Uses the cached collection of bench/corpus100k.py, which it builds first if it is not
 there (about 25 minutes of embedding on 2 cores, once; interrupted, it goes on).
 
 inproc   `Searcher.search` (the path `!sources` and `matrix-sources search` share: one
          embedding batch, one Chroma query for all vectors, the lexical leg for texts of
-         a few search words, fusion, hits) with 1, 4 and 8 texts, each search followed by
+         a few search words, fusion, then the fused windows' records in one call, hits) with 1, 4 and 8 texts, each search followed by
          its bare counterpart in the same process: `model.encode(texts)` plus one
          `collection.query` for all vectors with the same number of results. Texts are
          the dev items' questions ("sentences": dense only) or their search-box words
@@ -249,7 +249,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--eval-dir", default=None)
     p.add_argument("--parts", default="inproc,service")
-    p.add_argument("--reps", type=int, default=40, help="in-process searches per row")
+    p.add_argument("--reps", type=int, default=100,
+                   help="in-process searches per row (p95: the 5th slowest of 100)")
     p.add_argument("--asks", type=int, default=10, help="!sources per text count")
     p.add_argument("--work", default=str(evalkit.OUT_DIR / "query-stack"))
     p.add_argument("--out", default=None)

@@ -28,7 +28,7 @@ import numpy as np
 
 from ..pipeline.embedder import Embedder
 from ..records import CORPUS_CHAT, CORPUS_REFERENCE, Hit, RoomID
-from ..store.chroma import ChromaStore, Neighbour
+from ..store.chroma import ChromaStore
 from .abstain import Floor
 from .legible import legible
 from .lexical import LEXICAL_MAX_TERMS, LexicalRanker, is_keywords
