@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from .config import Config
+from .config import Config, ConfigError
 from .derived.filter import DerivedFilter, EmittedSection, Matcher, answer_artifacts
 from .derived.manifest import Manifest, manifest_path
 from .derived.reference import References
@@ -37,6 +37,7 @@ from .store.chroma import ChromaStore
 from .store.compaction import Compaction
 from .store.eventlog import EventLog
 from .store.journal import Journal
+from .store.server_files import ServerFiles, ServerFilesError
 from .store.writeguard import WriteGuard
 
 
@@ -57,7 +58,13 @@ def open_store(cfg: Config, eventlog: EventLog | None = None,
 
 def _chroma(cfg: Config, eventlog: EventLog | None) -> ChromaStore:
     if cfg.chroma.mode == "server":
-        return ChromaStore(host=cfg.chroma.host, port=cfg.chroma.port, eventlog=eventlog)
+        files = ServerFiles(cfg.chroma.persist_dir) if cfg.chroma.persist_dir else None
+        try:
+            return ChromaStore(host=cfg.chroma.host, port=cfg.chroma.port, eventlog=eventlog,
+                               server_files=files)
+        except ServerFilesError as e:  # said as a config error: the key and the file
+            key, _, message = str(e).partition(": ")
+            raise ConfigError(cfg.file, key, message) from None
     return ChromaStore(path=cfg.chroma.path, eventlog=eventlog)
 
 

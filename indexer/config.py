@@ -129,7 +129,17 @@ class ChromaConfig:
     path: Annotated[Path, Strict(False)] = Path("chroma")  # relative: to the config's folder
     host: Str | None = None  # server mode: 127.0.0.1 unless set
     port: Port = 8000
+    # Server mode: the server's --path, if this host reaches it: what the server keeps
+    # of dropped collections is removed after each compaction (store/server_files.py).
+    persist_dir: Annotated[Path, Strict(False)] | None = None
     _unset = model_validator(mode="before")(_empty_is_unset)
+
+    @model_validator(mode="after")
+    def _persist_dir_is_a_servers(self) -> "ChromaConfig":
+        if self.persist_dir is not None and self.mode != "server":
+            raise ValueError("persist_dir is for mode: server (the folder of `chroma run "
+                             "--path`); the embedded store's folder is path")
+        return self
 
 
 class EmbedderSettings(_Section):
@@ -301,7 +311,8 @@ def load_config(path: Path) -> Config:
     base = path.parent
     chroma = s.index.chroma
     chroma = ChromaConfig(mode=chroma.mode, path=base / chroma.path, port=chroma.port,
-                          host=chroma.host or ("127.0.0.1" if chroma.mode == "server" else None))
+                          host=chroma.host or ("127.0.0.1" if chroma.mode == "server" else None),
+                          persist_dir=base / chroma.persist_dir if chroma.persist_dir else None)
     bot_user = f"@{s.appservice.bot_localpart}:{s.homeserver.domain}"
     bridges, bridge_patterns = _bridge_namespaces(path, s.gate.bridge_registrations, bot_user)
     return Config(

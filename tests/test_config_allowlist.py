@@ -249,6 +249,17 @@ def test_the_example_shows_every_setting_at_its_default(tmp_path):
 def test_server_mode_defaults_the_host(tmp_path):
     cfg = load_config(write_config(tmp_path, set_key("index.chroma.mode", "server")))
     assert (cfg.chroma.mode, cfg.chroma.host, cfg.chroma.port) == ("server", "127.0.0.1", 8000)
+    assert cfg.chroma.persist_dir is None
+
+
+def test_a_servers_persist_dir_resolves_beside_the_config_and_is_for_server_mode(tmp_path):
+    def server(data):
+        data["index"]["chroma"].update(mode="server", persist_dir="chroma-server")
+
+    cfg = load_config(write_config(tmp_path, server))
+    assert cfg.chroma.persist_dir == tmp_path / "chroma-server"
+    e = config_error(write_config(tmp_path, set_key("index.chroma.persist_dir", "/srv/x")))
+    assert "index.chroma" in str(e) and "persist_dir is for mode: server" in str(e)
 
 
 @pytest.mark.parametrize("key,value", [

@@ -20,6 +20,7 @@ from indexer.store.eventlog import EventLog
 from indexer.store.generations import META_KEY
 from indexer.records import EventID, Message, RoomID, UserID
 from indexer.store.chroma import ChromaStore
+from indexer.store.server_files import ServerFiles, ServerFilesError
 
 
 def _free_port() -> int:
@@ -67,8 +68,10 @@ def _open(request, tmp_path, eventlog=None) -> ChromaStore:
     name = f"contract_{request.node.name.replace('[', '_').replace(']', '')}"[:60]
     if request.param == "embedded":
         return ChromaStore(path=tmp_path / "chroma", collection=name, eventlog=eventlog)
-    port = request.getfixturevalue("chroma_server").port
-    return ChromaStore(host="127.0.0.1", port=port, collection=name, eventlog=eventlog)
+    server = request.getfixturevalue("chroma_server")
+    # The server's folder is reachable here, as with index.chroma.persist_dir set.
+    return ChromaStore(host="127.0.0.1", port=server.port, collection=name, eventlog=eventlog,
+                       server_files=ServerFiles(server.data))
 
 
 @pytest.fixture(params=["embedded", "server"])
@@ -304,17 +307,52 @@ def test_a_purged_room_leaves_no_text_and_no_vector_in_the_persist_dir(store, re
     assert not [p for p in files if canary.encode() in p.read_bytes()]
     assert not [p for p in log.path.parent.glob("eventlog.sqlite3*")
                 if canary.encode() in p.read_bytes()]
-    if store.path is None:
-        # Chroma 1.5.9 as a server keeps a dropped collection's segment folder
-        # (chroma#5520, delete_collection leaves data_level0.bin) and its SQLite runs
-        # without secure_delete: the purged vectors stay in the server's files until
-        # its operator removes them (docs/storage.md). An expected failure that names
-        # the files; a Chroma that fixes it passes the assertion below instead.
-        left = {w: files_holding(root, v, n=len(v)) for w, v in vectors.items()}
-        if any(left.values()):
-            files = sorted(set().union(*map(set, left.values())))
-            pytest.xfail(f"the server keeps a dropped collection's vectors in {files[:3]}")
+    # A server keeps a dropped collection's segment folder (chroma#5520) and its SQLite
+    # free pages; with its folder reachable the store removes both (server_files.py).
     assert {w: files_holding(root, v, n=len(v)) for w, v in vectors.items()} == {w: {} for w in vectors}
+
+
+@pytest.mark.parametrize("store", ["server"], indirect=True)
+def test_a_persist_dir_that_is_not_the_servers_is_refused(store, tmp_path, request):
+    """index.chroma.persist_dir names the server's folder, or nothing is removed: a
+    folder without Chroma's SQLite, or one that does not hold the live collection."""
+    live = store._gens.name(store._gen)
+    with pytest.raises(ServerFilesError, match="persist_dir: .* has no chroma.sqlite3"):
+        ServerFiles(tmp_path).check(live)
+    data = request.getfixturevalue("chroma_server").data
+    with pytest.raises(ServerFilesError, match="holds no collection 'someone-else'"):
+        ServerFiles(data).check("someone-else")
+    ServerFiles(data).check(live)
+
+
+@pytest.mark.parametrize("store", ["server"], indirect=True)
+def test_a_collection_made_meanwhile_keeps_its_folder_and_orphans_go(store, request):
+    """The folders of dropped collections go; a live collection's stays, and the server
+    goes on answering and writing after the VACUUM."""
+    import chromadb
+
+    server = request.getfixturevalue("chroma_server")
+    client = chromadb.HttpClient(host="127.0.0.1", port=server.port)
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    vectors = rng.standard_normal((2401, 64)).astype(np.float32)
+    other = client.get_or_create_collection("bystander-orphans-test",
+                                            embedding_function=None)
+    other.add(ids=[f"x{i}" for i in range(1200)], embeddings=vectors[:1200])
+    dropped = client.get_or_create_collection("dropped-orphans-test",  # past
+                                              embedding_function=None)  # sync_threshold:
+    dropped.add(ids=[f"d{i}" for i in range(1200)], embeddings=vectors[1200:2400])  # a folder
+    folders = {p.name for p in server.data.iterdir() if p.is_dir()}
+    client.delete_collection(dropped.name)
+    cleaned = ServerFiles(server.data).clean()
+    after = {p.name for p in server.data.iterdir() if p.is_dir()}
+    assert cleaned.folders >= 1 and after < folders
+    assert other.count() == 1200
+    assert other.query(query_embeddings=vectors[7:8], n_results=1)["ids"] == [["x7"]]
+    other.add(ids=["x-late"], embeddings=vectors[2400:])
+    assert other.count() == 1201
+    client.delete_collection(other.name)
 
 
 def test_points_written_during_the_copy_are_caught_up_before_the_swap(store):

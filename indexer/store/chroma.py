@@ -32,6 +32,7 @@ from ..search.lexical import body_form
 from ..search.termindex import TermIndex
 from .chroma_compaction import Compacting
 from .generations import Generations, MemoryCatalog
+from .server_files import ServerFiles
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -111,7 +112,10 @@ class ChromaStore(Compacting):
 
     def __init__(self, path: Path | None = None, host: str | None = None,
                  port: int | None = None, collection: str = COLLECTION,
-                 eventlog: EventLog | None = None) -> None:
+                 eventlog: EventLog | None = None,
+                 server_files: ServerFiles | None = None) -> None:
+        """`server_files`: a server's persist dir this host reaches, cleaned after each
+        dropped generation (server_files.py)."""
         self.path = None if host else path  # the embedded folder (its generations)
         self.eventlog = eventlog
         # The lexical leg's postings (termindex.py), kept only by the one writer process.
@@ -119,9 +123,12 @@ class ChromaStore(Compacting):
         if path is not None and not host:
             path.mkdir(parents=True, exist_ok=True)
         self._gens = Generations(path, host, port, collection,
-                                 eventlog if eventlog is not None else MemoryCatalog())
+                                 eventlog if eventlog is not None else MemoryCatalog(),
+                                 server_files)
         self._gen = self._gens.live()
         self._client, self._col = self._gens.open(self._gen)
+        if host and server_files is not None:
+            server_files.check(self._gens.name(self._gen))
         self._written: set[str] | None = None  # while a compaction copies (compact)
         self._compacting = threading.Lock()
 

@@ -13,8 +13,9 @@ the old one:
                         server:   collection BASE-g<n> on the server
     generation 0        what the previous release wrote: ROOT itself, collection BASE
     drop (embedded)     the old client is stopped and its folder deleted: every byte goes
-    drop (server)       delete_collection: the points leave every query; the server's own
-                        files are out of reach (see docs/storage.md)
+    drop (server)       delete_collection: the points leave every query; what the server
+                        keeps of them in its own files is removed when its folder is
+                        reachable (server_files.py; else see docs/storage.md)
 
 A crash before the swap keeps the old generation live; the half-made one is swept the
 next time the writer opens the store (`sweep`). Nothing here reads or writes Chroma's
@@ -29,6 +30,8 @@ import re
 import shutil
 from pathlib import Path
 from typing import Protocol
+
+from .server_files import ServerFiles
 
 log = logging.getLogger(__name__)
 
@@ -69,9 +72,10 @@ def _settings():
 
 class Generations:
     def __init__(self, root: Path | None, host: str | None, port: int | None, base: str,
-                 catalog: Catalog) -> None:
+                 catalog: Catalog, server_files: ServerFiles | None = None) -> None:
         self.root = None if host else root
         self.host, self.port, self.base, self.catalog = host, port, base, catalog
+        self.server_files = server_files if host else None
         self._server = None
 
     # -- naming ---------------------------------------------------------------------
@@ -149,6 +153,8 @@ class Generations:
             c = self._server_client()
             if self.name(n) in {x.name for x in c.list_collections()}:
                 c.delete_collection(self.name(n))
+                if self.server_files is not None:
+                    self.server_files.clean()
             return
         if client is not None:
             _stop(client)

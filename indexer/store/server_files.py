@@ -1,0 +1,96 @@
+"""A Chroma server's own files, when this host can reach its persist directory.
+
+Chroma 1.5.9 as a server keeps what a dropped collection held: `delete_collection`
+leaves the segment's folder with its vectors (chroma#5520; the fix, PR #7218, is not
+released), and its SQLite file runs without `secure_delete`, so the pages it freed keep
+the deleted rows' bytes, the vectors of its queued writes among them. The service drops
+a generation after every compaction (a redaction, a purge: generations.py), so with
+`index.chroma.persist_dir` set (the server's `--path`), after each drop it:
+
+1. lists the segment folders, then reads which segments the server still has (its
+   `segments` table, read only). In that order: a folder is made after its segment's
+   row, so a folder listed first belongs to a row already there, and a collection
+   another client creates meanwhile is never taken for an orphan;
+2. removes the folders of no segment;
+3. VACUUMs `chroma.sqlite3`, rewriting it without its free pages (what `chroma vacuum`
+   does to a stopped server's folder). SQLite's own locking keeps the server's
+   connections waiting while it runs; no row changes.
+
+It writes no row of Chroma's and reads one table: the layout of Chroma's single-node
+server (one SQLite file, one folder per vector segment), checked at start (`check`).
+Without `persist_dir`, purged vectors stay in the server's files (docs/storage.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import shutil
+import sqlite3
+import time
+from contextlib import closing
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+SQLITE = "chroma.sqlite3"
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+BUSY_TIMEOUT_S = 60  # the server's own write in progress: VACUUM waits for it
+
+
+class ServerFilesError(RuntimeError):
+    """persist_dir is not the folder of the server this service talks to."""
+
+
+@dataclass(frozen=True)
+class Cleaned:
+    folders: int  # orphaned segment folders removed
+    seconds: float
+
+
+@dataclass(frozen=True)
+class ServerFiles:
+    root: Path
+
+    def check(self, collection: str) -> None:
+        """Refuse a folder that is not this server's: no chroma.sqlite3, or none
+        holding `collection` (the live one, just opened on the server)."""
+        db = self.root / SQLITE
+        if not db.is_file():
+            raise ServerFilesError(
+                f"index.chroma.persist_dir: {self.root} has no {SQLITE}; give the folder "
+                "the Chroma server was started with (chroma run --path DIR), or leave "
+                "persist_dir out")
+        with _read_only(db) as con:
+            names = {r[0] for r in con.execute("SELECT name FROM collections")}
+        if collection not in names:
+            raise ServerFilesError(
+                f"index.chroma.persist_dir: {db} holds no collection {collection!r}, which "
+                "the server at index.chroma.host:port has: is it another server's folder?")
+
+    def clean(self) -> Cleaned:
+        started = time.monotonic()
+        folders = [p for p in self.root.iterdir() if p.is_dir() and _UUID.fullmatch(p.name)]
+        with _read_only(self.root / SQLITE) as con:
+            live = {r[0] for r in con.execute("SELECT id FROM segments")}
+        orphans = [p for p in folders if p.name not in live]
+        for p in orphans:
+            shutil.rmtree(p, ignore_errors=True)
+        con = sqlite3.connect(self.root / SQLITE, timeout=BUSY_TIMEOUT_S,
+                              isolation_level=None)
+        try:
+            con.execute("VACUUM")
+            if con.execute("PRAGMA journal_mode").fetchone()[0] == "wal":
+                con.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the old pages' frames
+        finally:
+            con.close()
+        done = Cleaned(len(orphans), round(time.monotonic() - started, 3))
+        log.info("chroma_server_files_cleaned", extra={"folders": done.folders,
+                                                       "seconds": done.seconds})
+        return done
+
+
+def _read_only(db: Path) -> closing[sqlite3.Connection]:
+    return closing(sqlite3.connect(db.resolve().as_uri() + "?mode=ro", uri=True,
+                                   timeout=BUSY_TIMEOUT_S))
