@@ -87,6 +87,17 @@ def policy():
                        / "config.example.yaml").policy
 
 
+def cache_for(backend: str | None = None) -> Path:
+    """The cache of a backend's vector class (embedder.VECTOR_CLASS): the shipped
+    default's at CACHE, another class's beside it (query-100k-float), so a service on
+    any backend opens a collection of its own class without re-embedding it."""
+    from indexer.pipeline.embedder import DEFAULT_BACKEND, VECTOR_CLASS
+
+    kind = VECTOR_CLASS[backend or DEFAULT_BACKEND]
+    return CACHE if kind == VECTOR_CLASS[DEFAULT_BACKEND] else CACHE.with_name(
+        f"{CACHE.name}-{kind}")
+
+
 def open_cache(path: Path = CACHE):
     """The collection with its event log (the windows' text lives there only)."""
     from indexer.store.eventlog import EventLog
@@ -160,10 +171,11 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     perfkit.quiet_env()
     root = evalkit.eval_dir(args.eval_dir)
-    CACHE.mkdir(parents=True, exist_ok=True)
-    state = build(root, args.windows, args.minutes, backend=args.backend)
+    cache = cache_for(args.backend)
+    cache.mkdir(parents=True, exist_ok=True)
+    state = build(root, args.windows, args.minutes, cache=cache, backend=args.backend)
     done = state["windows"] >= args.windows
-    print(f"{CACHE}: {state['windows']} windows from {state['streams']} generated rooms, "
+    print(f"{cache}: {state['windows']} windows from {state['streams']} generated rooms, "
           f"{state['embed_seconds']:.0f} s embedding so far"
           + ("" if done else f"; run again to go on to {args.windows}"))
     print("\n" + perfkit.attribution(root))

@@ -10,8 +10,9 @@ bench/live.py's load generator (--push-rate messages/s for --push-seconds, index
 the same collection) and the questions asked again. Then VmHWM (the peak resident set
 since the process started: model, Chroma index, keyword postings, ingest and queries)
 and VmRSS read from /proc/PID/status, once per `--backends` entry (embedder.backend;
-an ONNX backend's export is made once, in a child process, before the service is
-ready). The target is at most 1 GiB.
+each on the collection of its own vector class, `bench/corpus100k.py --backend B`; an
+ONNX backend's export is made once, in a child process, before the service is ready).
+The target is at most 1 GiB.
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=None)
     p.add_argument("--backends", default=None,
                    help="embedder.backend of the service, one run each (comma-separated; "
-                        "default: the shipped default). A backend of another vector class "
-                        "than the cached collection's makes the service rebuild it")
+                        "default: the shipped default). Each starts on the 100,000-window "
+                        "collection of its vector class (bench/corpus100k.py --backend B)")
     args = p.parse_args(argv)
     perfkit.quiet_env()
     root = evalkit.eval_dir(args.eval_dir)
@@ -54,9 +55,16 @@ def main(argv: list[str] | None = None) -> int:
         import live
         push = (live.eval_bodies(root), args.push_rate, args.push_seconds)
     runs = {}
+    import corpus100k
+
     for backend in args.backends.split(","):
+        cache = corpus100k.cache_for(backend)
+        if corpus100k.open_cache(cache).count() < query.WINDOWS:
+            raise SystemExit(f"error: {cache} has no {query.WINDOWS}-window collection of "
+                             f"{backend}'s vector class: build it first with "
+                             f"`bench/corpus100k.py --backend {backend}`")
         result = query.service(items, args.asks, Path(args.work), push,
-                               settings={"index.embedder.backend": backend})
+                               settings={"index.embedder.backend": backend}, cache=cache)
         runs[backend] = result
         print(f"embedder.backend: {backend}")
         query.print_service(result)

@@ -158,9 +158,10 @@ async def ask_loop(stack, items, asks: int, user: str = "asker") -> dict:
 
 
 def service(items, asks: int, work: Path, push: tuple[list, int, float] | None = None,
-            settings: dict | None = None) -> dict:
+            settings: dict | None = None, cache: Path = corpus100k.CACHE) -> dict:
     """`push`: (eval bodies, messages/s, seconds) of live traffic pushed to the service
-    (bench/live.py's load generator) after the asks, which are then asked again."""
+    (bench/live.py's load generator) after the asks, which are then asked again.
+    `cache`: the collection to start on (corpus100k.cache_for the service's backend)."""
     import stackkit
 
     allow = corpus100k.room_ids()
@@ -169,7 +170,7 @@ def service(items, asks: int, work: Path, push: tuple[list, int, float] | None =
         allow += live.push_room_ids(push[1])
     t = time.monotonic()
     with stackkit.running_stack(work, settings=settings,
-                                seed_chroma=corpus100k.CACHE / "chroma",
+                                seed_chroma=cache / "chroma",
                                 allowlist=allow) as stack:
         ready = time.monotonic() - t
         pid = stack.service.proc.pid
