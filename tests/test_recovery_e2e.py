@@ -54,3 +54,32 @@ async def test_restarts_and_a_lost_chroma_folder(stack):
     stack.service.stop()
     assert doctor_index(stack) == healthy
     stack.service.start()
+
+
+async def test_what_synapse_held_back_arrives_at_the_restart_not_after_its_backoff(stack):
+    """Messages sent while the service is down: Synapse retries their transaction with
+    a backoff that doubles up to 8.5 minutes. The service asks the homeserver to ping it
+    once it takes transactions again (MSC2659); Synapse's ping reaching it makes Synapse
+    retry at once (its appservice_ping handler calls the recoverer's force_retry)."""
+    import asyncio
+    import re
+    import time
+
+    user, token = stack.synapse.register_user("held", "held-password")
+    async with ChatClient(stack.synapse.url, user, token) as c:
+        room = await c.create_room("Held-back room", public=True)
+        assert stack.cli("allowlist", "add", room).returncode == 0
+        await c.wait_for_member(room, stack.bot)
+        stack.service.kill()
+        held = [await c.send(room, f"sent while the service was down, {i}") for i in range(3)]
+        await asyncio.sleep(15)  # Synapse fails to deliver them, backing off
+        stack.service.start()
+        ready = time.monotonic()
+        while stack.count_indexed(held) < len(held):
+            assert time.monotonic() - ready < 30, "not delivered after the restart"
+            await asyncio.sleep(0.5)
+    log = (stack.root / "service.log").read_text()
+    # Synapse's ping came in with the id the service sent: the round trip that
+    # resets Synapse's backoff.
+    assert re.search(r"appservice\.homeserver\.transactions ping txn=matrix-sources-start-\d+",
+                     log), "no ping from the homeserver"

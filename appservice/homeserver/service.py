@@ -177,6 +177,7 @@ class Service:
         self._spawn(self._watch_allowlist(), "allowlist-watch")
         self.az.ready = True
         self.health.homeserver = True
+        self._spawn(self._ping_homeserver(), "homeserver-ping")
         log.info("started", extra={"bot": self.cfg.bot_user, "rooms": len(self.gate.allowlist),
                                    "port": self.cfg.as_port})
 
@@ -206,6 +207,18 @@ class Service:
             raise StartupError(f"the homeserver says the bot is {whoami.user_id}, the config "
                                f"says {self.cfg.bot_user}: check homeserver.domain and "
                                "appservice.bot_localpart")
+
+    async def _ping_homeserver(self) -> None:
+        """Ask the homeserver to ping us now that transactions are taken (MSC2659). What it
+        could not deliver while we were down it retries with a growing backoff, up to
+        8.5 minutes in Synapse; a ping that reaches us makes it retry at once."""
+        try:
+            ms = await self.az.ping_self(f"matrix-sources-start-{time.time_ns()}")
+            log.info("homeserver_pinged", extra={"ms": ms})
+        except MatrixRequestError as e:  # a homeserver without the endpoint: its own retry
+            log.info("homeserver_ping_refused", extra={"errcode": e.errcode})
+        except Exception:
+            log.warning("homeserver_ping_failed", exc_info=True)
 
     async def stop(self) -> None:
         for t in list(self._tasks):
