@@ -254,3 +254,38 @@ async def test_events_of_other_rooms_fetch_no_state(service):
     client, _, ingest, rec = service
     status, _ = await put(client, "t1", {"events": [message("$x", room="!dm:example.org")]})
     assert status == 200 and rec.fetched == [] and ingest.eventlog.counts() == {}
+
+
+async def test_a_numbered_transaction_that_never_comes_asks_for_a_backfill(tmp_path):
+    """Synapse can leave a transaction stored and never sent (txngaps.py): 41 and 43
+    answered, 42 never; after the grace the service is asked to read the rooms again,
+    once. A transaction answered late (44 after 45) closes its gap in time."""
+    import asyncio
+
+    from appservice.homeserver.txngaps import TransactionGaps
+
+    ingest = make_ingest(tmp_path)
+    rec = Recorder()
+    rec.ingest = ingest
+    asked: list[int] = []
+    gaps = TransactionGaps(lambda: asked.append(1), grace=0.3)
+    handler = TransactionHandler(HS_TOKEN, "matrix-sources", ingest, rec.fetch_state,
+                                 rec.on_admitted, gaps=gaps)
+    app = web.Application()
+    app.router.add_put("/_matrix/app/v1/transactions/{transaction_id}", handler.handle)
+    client = TestClient(TestServer(app))
+    await client.start_server()
+    try:
+        assert (await put(client, "41", {"events": [message("$a")]}))[0] == 200
+        assert (await put(client, "43", {"events": [message("$c")]}))[0] == 200
+        assert (await put(client, "43", {"events": [message("$c")]}))[0] == 200  # a replay
+        assert gaps.missing == [42]
+        await asyncio.sleep(0.5)
+        assert asked == [1] and gaps.missing == []
+        assert (await put(client, "45", {"events": [message("$e")]}))[0] == 200
+        assert (await put(client, "44", {"events": [message("$d")]}))[0] == 200
+        await asyncio.sleep(0.5)
+        assert asked == [1]  # 44 came in time
+    finally:
+        await client.close()
+        ingest.eventlog.close()

@@ -40,6 +40,7 @@ from indexer.records import RoomID
 from ..bot.answer_edits import edit_content, rebuild_reply
 from .heap import release_free_memory
 from .pager import MatrixPager
+from .txngaps import TransactionGaps
 from ..bot.commandpool import CommandPool
 from .health import Health, appends_problem, pipeline_problem
 from .metrics import EventLogFigures, MetricSources, ServiceMetrics
@@ -117,9 +118,10 @@ class Service:
             bot_localpart=self.registration.sender_localpart, id=self.registration.id,
             state_store=_StateStore(), log=logging.getLogger("mau.as"))
         self.state_retry = StateRetry(self._learn_room, self._state_known)
+        self.gaps = TransactionGaps(self._on_transaction_gap)
         self.az.transaction_handler = TransactionHandler(
             self.registration.hs_token, self.registration.id, self.ingest,
-            self._learn_room, self._on_admitted, self.state_retry)
+            self._learn_room, self._on_admitted, self.state_retry, self.gaps)
         self.transactions = self.az.transaction_handler
         self.answers = self.index.answers
         self.metrics = ServiceMetrics()
@@ -207,6 +209,13 @@ class Service:
             raise StartupError(f"the homeserver says the bot is {whoami.user_id}, the config "
                                f"says {self.cfg.bot_user}: check homeserver.domain and "
                                "appservice.bot_localpart")
+
+    def _on_transaction_gap(self) -> None:
+        """A numbered transaction never came: every room read again from its cursor."""
+        async def backfill_all() -> None:
+            for room_id in sorted(self.gate.allowlist):
+                await self.backfill(RoomID(room_id))
+        self._spawn(backfill_all(), "gap-backfill")
 
     async def _ping_homeserver(self) -> None:
         """Ask the homeserver to ping us now that transactions are taken (MSC2659). What it

@@ -46,6 +46,7 @@ from indexer.records import EventID, Refusal, RoomID
 from .httpbody import (MAX_PING_BYTES, MAX_TRANSACTION_BYTES, BodyError, error,
                        read_json_object)
 from .roomstate import is_outage
+from .txngaps import TransactionGaps
 
 log = logging.getLogger(f"matrix_sources.{__name__}")
 
@@ -91,13 +92,14 @@ def _is_command(raw: object) -> bool:
 class TransactionHandler:
     def __init__(self, hs_token: str, registration_id: str, ingest: Ingest,
                  fetch_state: FetchState, on_admitted: OnAdmitted,
-                 retry: Retry | None = None) -> None:
+                 retry: Retry | None = None, gaps: TransactionGaps | None = None) -> None:
         self._hs_token = hs_token.encode()
         self._registration_id = registration_id
         self._ingest = ingest
         self._fetch_state = fetch_state
         self._on_admitted = on_admitted
         self._retry = retry
+        self._gaps = gaps  # a numbered transaction that never comes (txngaps.py)
         # Synapse sends one transaction at a time; a lock keeps it so for anyone else.
         self._lock = asyncio.Lock()
         self.received = 0
@@ -145,6 +147,8 @@ class TransactionHandler:
             self.received += 1
             if await asyncio.to_thread(self._ingest.eventlog.has_txn, txn_key):
                 self.replayed += 1
+                if self._gaps is not None:
+                    self._gaps.answered(txn_id)
                 return web.json_response({})
             try:
                 unavailable = await self._learn_rooms(events, txn_id)
@@ -158,6 +162,8 @@ class TransactionHandler:
                 log.exception("append_failed", extra={"txn": txn_id, "events": len(events)})
                 return error(500, "M_UNKNOWN", "could not store the transaction; retry")
             self.append_failures = 0
+            if self._gaps is not None:
+                self._gaps.answered(txn_id)
         log.info("transaction", extra={"txn": txn_id, "events": len(events),
                                        "appended": result.appended,
                                        "refused": sum(result.refused.values()),
