@@ -474,3 +474,21 @@ def test_reply_relations_survive_the_event_log_and_old_logs_gain_the_column(tmp_
     assert log.window_messages(w.window_id)[1].mentions == ("@a:x", "@c:x")
     log.close()
     EventLog(tmp_path / "eventlog.sqlite3").close()  # opening again: nothing to add
+
+
+def test_a_window_whose_every_event_is_re_pointed_is_found_emptied(log):
+    """What the pipeline deletes beside a re-chunk's stale windows (windows_emptied_by):
+    a window left holding no event, never one that keeps one, nor a window id the
+    re-point itself uses."""
+    from indexer.records import WindowID
+
+    m = msgs(ROOM, 0, 4)
+    log.append(m)
+    e = [x.event_id for x, _ in m]
+    wa, wb, wc = WindowID("wa"), WindowID("wb"), WindowID("wc")
+    log.mark_indexed(ROOM, {e[0]: wa, e[1]: wa, e[2]: wb, e[3]: wb}, m[-1][0])
+    assert log.windows_emptied_by({e[0]: wc, e[1]: wc}) == [wa]
+    assert log.windows_emptied_by({e[0]: wc}) == []  # e[1] stays in wa
+    assert log.windows_emptied_by({e[0]: wa, e[2]: wc, e[3]: wc}) == [wb]
+    assert log.windows_emptied_by({e[0]: wb, e[1]: wb}) == [wa]  # wb: used by the re-point
+    assert log.windows_emptied_by({e[2]: wa, e[3]: wa}) == [wb]  # into a window that stays

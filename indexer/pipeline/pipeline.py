@@ -340,6 +340,12 @@ class Pipeline:
                       block_start: tuple[EventID | None, EventID] | None = None) -> None:
         """A step whose windows are upserted: its stale windows deleted, its events
         pointed at their windows (mark_indexed)."""
+        assignments: dict[EventID, WindowID] = {
+            m.event_id: w.window_id for w in batch for m in w.messages}
+        # And any window whose every event now goes elsewhere: a late message of an
+        # earlier block re-cut windows the tail did not hold (the crash test found two
+        # such windows left in Chroma beside their successors).
+        stale = sorted(set(stale) | set(self.eventlog.windows_emptied_by(assignments)))
         # After the upsert, before the events point elsewhere: a crash in between leaves
         # them pointing at the deleted window, which the next run re-chunks again.
         self.store.delete(stale)
@@ -349,8 +355,6 @@ class Pipeline:
             self.stats.batch_sizes.append(len(batch))
         self.stats.windows_upserted += len(batch)
         self.stats.batches += 1
-        assignments: dict[EventID, WindowID] = {
-            m.event_id: w.window_id for w in batch for m in w.messages}
         # Windows follow conversations: the batch's latest message may be in any of them.
         latest = max((m for w in batch for m in w.messages), key=lambda m: m.ts)
         self.eventlog.mark_indexed(room_id, assignments, latest, block_start)

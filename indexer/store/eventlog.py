@@ -18,7 +18,7 @@ from typing import Callable, Iterable, Iterator
 
 from .eventlog_derived import DerivedColumns
 from .eventlog_schema import atomic, migrate
-from .eventlog_texts import TextReads
+from .eventlog_texts import TextReads, _chunks
 from .eventlog_timeline import TimelineReads
 from ..records import EventID, EventStatus, Message, RoomID, UserID, WindowID
 
@@ -182,6 +182,25 @@ class EventLog(DerivedColumns, TimelineReads, TextReads):
             if block_start is not None:
                 cur.execute("INSERT OR REPLACE INTO open_blocks VALUES (?, ?, ?)",
                             (room_id, block_start[0] or "", block_start[1]))
+
+    def windows_emptied_by(self, assignments: dict[EventID, WindowID]) -> list[WindowID]:
+        """The windows that would hold no event once `assignments` re-points its events:
+        a re-cut took every one of their events elsewhere. The pipeline deletes them
+        with the re-chunk's stale windows, before the re-point."""
+        new = set(assignments.values())
+        moving: dict[str, int] = {}
+        with self._lock:
+            ids = list(assignments)
+            for part in _chunks(ids):
+                rows = self._db.execute(
+                    "SELECT event_id, window_id FROM events WHERE window_id IS NOT NULL"
+                    f" AND window_id != '' AND event_id IN ({','.join('?' * len(part))})",
+                    part).fetchall()
+                for e, w in rows:
+                    if w != assignments[EventID(e)] and w not in new:
+                        moving[w] = moving.get(w, 0) + 1
+            return sorted(WindowID(w) for w, n in moving.items() if self._db.execute(
+                "SELECT COUNT(*) FROM events WHERE window_id = ?", (w,)).fetchone()[0] == n)
 
     def window_messages(self, window_id: WindowID) -> list[Message]:
         """The messages a stored window holds now (edits applied, redactions gone)."""
