@@ -195,6 +195,7 @@ UPWARD = {
     ("indexer.config", "indexer.ingest.gate"),  # the puppet patterns' default
     ("indexer.config", "indexer.pipeline.chunker"),  # ChunkPolicy, the chunker section
     ("indexer.store.chroma", "indexer.pipeline.chunker"),  # document: a window's text
+    ("indexer.store.chroma_texts", "indexer.pipeline.chunker"),  # document: the same text
     ("indexer.store.chroma", "indexer.search.lexical"),  # body_form, for matching()
     ("indexer.store.chroma", "indexer.search.termindex"),  # the postings it keeps in step
 }

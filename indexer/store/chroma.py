@@ -20,7 +20,7 @@ import logging
 import re
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
@@ -31,6 +31,7 @@ from ..records import (CORPUS_CHAT, CORPUS_REFERENCE, EventID, RefSource, RoomID
 from ..search.lexical import body_form
 from ..search.termindex import TermIndex
 from .chroma_compaction import Compacting
+from .chroma_texts import WindowTexts
 from .generations import Generations, MemoryCatalog
 from .server_files import ServerFiles
 
@@ -106,7 +107,7 @@ def _stored(wid: str, text: str, meta: dict | None) -> StoredWindow:
     )
 
 
-class ChromaStore(Compacting):
+class ChromaStore(Compacting, WindowTexts):
     """Embedded (`path`) or server (`host`, `port`) Chroma behind one interface; text
     from `eventlog`."""
 
@@ -271,37 +272,6 @@ class ChromaStore(Compacting):
         """Every record id of one corpus (doctor compares them with the event log)."""
         return set(self._col.get(where={"corpus": corpus}, include=[])["ids"])
 
-    def _texts(self, ids: Sequence[str], metas: Sequence[dict | None]) -> list[str]:
-        """Each record's text, from the event log ("" without one, or once gone)."""
-        return self._texts_of(ids, [str((m or {}).get("corpus", "")) for m in metas],
-                              [str((m or {}).get("room_label", "")) for m in metas])
-
-    def _texts_of(self, ids: Sequence[str], corpora: Sequence[str],
-                  labels: Sequence[str]) -> list[str]:
-        if self.eventlog is None or not ids:
-            return [""] * len(ids)
-        refs = [i for i, c in zip(ids, corpora) if c == CORPUS_REFERENCE]
-        chat = [i for i, c in zip(ids, corpora) if c != CORPUS_REFERENCE]
-        ref_text = self.eventlog.ref_texts(refs) if refs else {}
-        msgs = self.eventlog.windows_messages(chat) if chat else {}
-        out = []
-        for i, label in zip(ids, labels):
-            if i in ref_text:
-                out.append(ref_text[i])
-            elif i in msgs:
-                ms = msgs[i]
-                out.append(document(Window(WindowID(i), ms[0].room_id, tuple(ms), label)))
-            else:
-                out.append("")
-        return out
-
-    def with_texts(self, windows: Sequence[StoredWindow]) -> list[StoredWindow]:
-        """The windows with their texts, read from the event log in one go: for records
-        fetched with `text=False` (search reads texts only for the hits it keeps)."""
-        texts = self._texts_of([w.window_id for w in windows], [w.corpus for w in windows],
-                               [w.room_label for w in windows])
-        return [replace(w, text=t) for w, t in zip(windows, texts)]
-
     def query(self, vectors: Sequence[Sequence[float]], n: int,
               where: dict | None = None, text: bool = True) -> list[list[Neighbour]]:
         """The n nearest records per vector; `text=False`: without their texts (""),
@@ -325,12 +295,11 @@ class ChromaStore(Compacting):
         return out
 
     def get(self, window_ids: Sequence[WindowID] | None = None, where: dict | None = None,
-            limit: int | None = None, offset: int | None = None,
-            text: bool = True) -> list[StoredWindow]:
+            limit: int | None = None, offset: int | None = None) -> list[StoredWindow]:
         res = self._col.get(ids=list(window_ids) if window_ids is not None else None,
                             where=where or None, limit=limit, offset=offset,
                             include=["metadatas"])
-        texts = self._texts(res["ids"], res["metadatas"]) if text else [""] * len(res["ids"])
+        texts = self._texts(res["ids"], res["metadatas"])
         return [_stored(i, t, m) for i, t, m in zip(res["ids"], texts, res["metadatas"])]
 
     def matching(self, regex: str, where: dict | None = None) -> list[str]:
