@@ -122,7 +122,7 @@ def rows(searcher, store, model, items, reps: int, which) -> dict:
             k = max(DEFAULT_TOP_K * 4, 20) if fusing else DEFAULT_TOP_K
             t = time.perf_counter()
             vectors = model.encode(distinct)
-            store.query_bare(vectors, k)  # the bare baseline: Chroma alone
+            store.nearest(vectors, k, records=True)  # the bare baseline: Chroma alone
             bare_s.append(time.perf_counter() - t)
         s, b = perfkit.summary_ms(search_s), perfkit.summary_ms(bare_s)
         out[f"{kind}_{n}"] = {"search": s, "bare": b,

@@ -176,19 +176,19 @@ class Searcher:
         between the model's native calls.)"""
         where = _where(query)
         if n == depth:  # one text, not fused: its list is the hits, records and all
-            neighbours = self.store.query(vectors, n, where, text=False)
-            per_text = [[(nb.window.window_id, nb.similarity) for nb in lst]
-                        for lst in neighbours]
+            neighbours = self.store.nearest(vectors, n, where, records=True)
+            per_text = [[(nb.window_id, nb.similarity) for nb in lst] for lst in neighbours]
             fused = [(wid, 1.0 / (self.rrf_k + r))
                      for r, (wid, _) in enumerate(per_text[0], start=1)]
-            records = [nb.window for nb in neighbours[0]]
+            records = [nb.window for nb in neighbours[0] if nb.window is not None]
             found: dict[str, list[float]] = {}
         else:
             # Fused, each list is longer than what is kept: ids and similarities first,
             # then the records of the fused few in one call (Chroma's metadata for 20
             # results a list cost 1.3 ms of a 4 ms search at 100,000 windows, and a
             # keyword hit the vectors missed a second call, 0.9 ms; bench/query.py).
-            per_text = self.store.nearest(vectors, n, where)
+            per_text = [[(nb.window_id, nb.similarity) for nb in lst]
+                        for lst in self.store.nearest(vectors, n, where)]
             lists = [[wid for wid, _ in lst] for lst in per_text]
             if self.lexical_max_terms:
                 lists += self._lexical_lists(texts, n, where)

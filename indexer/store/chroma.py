@@ -61,8 +61,9 @@ class StoredWindow:
 
 @dataclass(frozen=True, slots=True)
 class Neighbour:
-    window: StoredWindow
+    window_id: WindowID
     similarity: float  # cosine similarity, 1 - cosine distance
+    window: StoredWindow | None = None  # its record (no text), when asked for
 
 
 def point_metadata(room_id: str, room_label: str, corpus: str, event_ids: Sequence[str],
@@ -262,20 +263,17 @@ class ChromaStore(Compacting, WindowTexts):
         return self._col.get(ids=list(ids) if ids is not None else None,
                              include=list(include))
 
-    def query_bare(self, vectors: Sequence[Sequence[float]], n: int) -> dict:
-        """Chroma's nearest neighbours as Chroma returns them (metadatas, distances),
-        with no text read: bench/query.py's baseline for what search adds."""
-        return self._col.query(query_embeddings=[list(v) for v in vectors], n_results=n,
-                               include=["metadatas", "distances"])
-
     def ids(self, corpus: str) -> set[str]:
         """Every record id of one corpus (doctor compares them with the event log)."""
         return set(self._col.get(where={"corpus": corpus}, include=[])["ids"])
 
-    def query(self, vectors: Sequence[Sequence[float]], n: int,
-              where: dict | None = None, text: bool = True) -> list[list[Neighbour]]:
-        """The n nearest records per vector; `text=False`: without their texts (""),
-        which `with_texts` reads later for the few that are kept."""
+    def nearest(self, vectors: Sequence[Sequence[float]], n: int,
+                where: dict | None = None, records: bool = False
+                ) -> list[list[Neighbour]]:
+        """The n nearest records per vector, with their cosine similarities; `records`:
+        with each one's metadata as a StoredWindow without text (`with_texts` reads it
+        for the few a caller keeps). Without, Chroma reads no metadata (1.3 ms of a 4 ms
+        search for 20 results a list at 100,000 windows; bench/query.py)."""
         if not vectors:
             return []
         # No count() first: Chroma 1.5 returns what it has when asked for more (also
@@ -283,16 +281,13 @@ class ChromaStore(Compacting, WindowTexts):
         # windows (13 ms against 3; bench/query.py).
         res = self._col.query(query_embeddings=[list(v) for v in vectors],
                               n_results=n, where=where or None,
-                              include=["metadatas", "distances"])
-        flat_ids = [i for ids in res["ids"] for i in ids]
-        flat_meta = [m for metas in res["metadatas"] for m in metas]
-        text = dict(zip(flat_ids, self._texts(flat_ids, flat_meta) if text
-                        else [""] * len(flat_ids)))
-        out = []
-        for ids, metas, dists in zip(res["ids"], res["metadatas"], res["distances"]):
-            out.append([Neighbour(_stored(i, text[i], m), 1.0 - float(dist))
-                        for i, m, dist in zip(ids, metas, dists)])
-        return out
+                              include=["metadatas", "distances"] if records
+                              else ["distances"])
+        metas = res["metadatas"] if records else [[None] * len(ids) for ids in res["ids"]]
+        return [[Neighbour(WindowID(i), 1.0 - float(d),
+                           _stored(i, "", m) if records else None)
+                 for i, m, d in zip(ids, ms, dists)]
+                for ids, ms, dists in zip(res["ids"], metas, res["distances"])]
 
     def get(self, window_ids: Sequence[WindowID] | None = None, where: dict | None = None,
             limit: int | None = None, offset: int | None = None) -> list[StoredWindow]:
@@ -358,16 +353,6 @@ class ChromaStore(Compacting, WindowTexts):
                 return
             offset += page
 
-    def nearest(self, vectors: Sequence[Sequence[float]], n: int,
-                where: dict | None = None) -> list[list[tuple[WindowID, float]]]:
-        """query's ids and cosine similarities alone: no metadata read."""
-        if not vectors:
-            return []
-        res = self._col.query(query_embeddings=[list(v) for v in vectors], n_results=n,
-                              where=where or None, include=["distances"])
-        return [[(WindowID(i), 1.0 - float(d)) for i, d in zip(ids, dists)]
-                for ids, dists in zip(res["ids"], res["distances"])]
-
     def get_with_vectors(self, window_ids: Sequence[str]
                          ) -> list[tuple[StoredWindow, list[float]]]:
         """The given windows that exist, without their texts, each with its vector: one
@@ -384,13 +369,6 @@ class ChromaStore(Compacting, WindowTexts):
             return []
         res = self._col.get(ids=list(window_ids), include=["embeddings"])
         return list(zip(res["ids"], [list(v) for v in res["embeddings"]]))
-
-    def query_ids(self, vectors: list, n: int) -> list[set[str]]:
-        if not vectors:
-            return []
-        res = self._col.query(query_embeddings=vectors, n_results=min(n, max(1, self.count())),
-                              include=[])
-        return [set(ids) for ids in res["ids"]]
 
     def readd(self, window_ids: list) -> None:
         """Delete and add windows again as they are (chroma#7758 repair)."""
