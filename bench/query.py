@@ -81,6 +81,7 @@ def inproc(store, model, items, reps: int) -> dict:
     import os
 
     from indexer.search.searcher import Searcher, SourceQuery
+    from indexer.search.termindex import start_term_index
 
     searcher = Searcher(model, store)
     t = time.perf_counter()
@@ -93,7 +94,7 @@ def inproc(store, model, items, reps: int) -> dict:
         "keywords_1"]
     rss_before = perfkit.proc_status(os.getpid())["VmRSS"]
     t = time.perf_counter()
-    terms = store.enable_term_index()
+    terms = start_term_index(store, store.eventlog)
     if not terms.ready.wait(600):
         raise SystemExit("error: the term index was not built in 10 minutes")
     out["term_index"] = {**terms.stats(), "build_s": round(time.perf_counter() - t, 1),

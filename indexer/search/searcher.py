@@ -31,8 +31,9 @@ from ..records import CORPUS_CHAT, CORPUS_REFERENCE, Hit, RoomID
 from ..store.chroma import ChromaStore
 from .abstain import Floor
 from .legible import legible
-from .lexical import LEXICAL_MAX_TERMS, LexicalRanker, is_keywords
+from .lexical import LEXICAL_MAX_TERMS, LexicalRanker, is_keywords, matching
 from .present import Presenter
+from .termindex import TermIndex
 
 MAX_TEXTS = 8
 MAX_TEXT_BYTES = 1000
@@ -223,8 +224,10 @@ def _lexical_ranker(store: ChromaStore) -> LexicalRanker:
         return {w.window_id: w.text for w in store.get(ids)} if ids else {}
 
     # The store's postings once built (the service's own store; termindex.py).
-    terms = store.terms if store.terms is not None and store.terms.ready.is_set() else None
-    return LexicalRanker(store.matching, fetch, store.count, terms)
+    terms = store.terms if isinstance(store.terms, TermIndex) and store.terms.ready.is_set() \
+        else None
+    return LexicalRanker(lambda regex, where: matching(store, regex, where), fetch,
+                         store.count, terms)
 
 
 def _where(query: SourceQuery) -> dict | None:

@@ -17,19 +17,13 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import threading
-import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Iterable, Protocol, Sequence
 
 import numpy as np
 
-from ..pipeline.chunker import document
-from ..records import (CORPUS_CHAT, CORPUS_REFERENCE, EventID, RefSource, RoomID, UserID,
-                       Window, WindowID)
-from ..search.lexical import body_form
-from ..search.termindex import TermIndex
+from ..records import EventID, RefSource, RoomID, UserID, Window, WindowID
 from .chroma_compaction import Compacting
 from .chroma_texts import WindowTexts
 from .generations import Generations, MemoryCatalog
@@ -41,8 +35,21 @@ if TYPE_CHECKING:
     from .eventlog import EventLog
 
 COLLECTION = "matrix_sources"
-_LINE_HEAD = "[] x: "  # a message's first line as chunker.document writes it, minus ids
 log = logging.getLogger(f"matrix_sources.{__name__}")
+
+
+class WriteFollower(Protocol):
+    """Kept in step with every write of the store: the lexical leg's postings
+    (search/termindex.py), which the collection's one writer process attaches."""
+
+    def windows_written(self, windows: Sequence[Window]) -> None: ...
+
+    def texts_written(self, ids: Sequence[str], texts: Sequence[str],
+                      metas: Sequence[dict]) -> None: ...
+
+    def remove(self, ids: Iterable[str]) -> None: ...
+
+    def clear(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,8 +127,8 @@ class ChromaStore(Compacting, WindowTexts):
         dropped generation (server_files.py)."""
         self.path = None if host else path  # the embedded folder (its generations)
         self.eventlog = eventlog
-        # The lexical leg's postings (termindex.py), kept only by the one writer process.
-        self.terms: TermIndex | None = None
+        # The lexical leg's postings (search/termindex.py), only in the one writer process.
+        self.terms: WriteFollower | None = None
         if path is not None and not host:
             path.mkdir(parents=True, exist_ok=True)
         self._gens = Generations(path, host, port, collection,
@@ -150,56 +157,6 @@ class ChromaStore(Compacting, WindowTexts):
         if self.terms is not None:
             self.terms.clear()
 
-    def enable_term_index(self, page: int = 2000,
-                          on_ready: Callable[[], None] | None = None) -> TermIndex:
-        """Keep an in-memory word index for the lexical leg: built from the event log's
-        text in a background thread (the leg scans the event log until it is ready),
-        then kept in step by this store's writes. Only for the process that is the
-        collection's one writer: another writer's changes would not reach it."""
-        terms = self.terms = TermIndex()
-        eventlog = self.eventlog
-
-        def pages(ids: list[str]):
-            wanted = set(ids)
-            docs, metas, got = [], [], []
-            for wid, msgs in eventlog.indexed_windows():  # type: ignore[union-attr]
-                if wid not in wanted:
-                    continue
-                got.append(wid)
-                docs.append(document(Window(WindowID(wid), msgs[0].room_id, tuple(msgs))))
-                metas.append({"room_id": msgs[0].room_id, "corpus": CORPUS_CHAT})
-                if len(got) >= page:
-                    yield got, docs, metas
-                    docs, metas, got = [], [], []
-            refs = [i for i in ids if i in wanted and i.startswith("r")]
-            texts = eventlog.ref_texts(refs)  # type: ignore[union-attr]
-            for cid in refs:
-                if cid in texts:
-                    got.append(cid)
-                    docs.append(texts[cid])
-                    metas.append({"room_id": "", "corpus": CORPUS_REFERENCE})
-            if got:
-                yield got, docs, metas
-
-        def build() -> None:
-            started = time.monotonic()
-            try:
-                ids = ([] if eventlog is None else
-                       sorted(eventlog.window_ids()) + eventlog.ref_chunk_ids())
-                complete = terms.build(ids, pages)
-            except Exception as e:  # the leg keeps scanning the event log; search works
-                log.error("term_index_failed", exc_info=True,
-                          extra={"error": type(e).__name__})
-                return
-            log.info("term_index_ready", extra={
-                **terms.stats(), "complete": complete,
-                "seconds": round(time.monotonic() - started, 1)})
-            if on_ready is not None:
-                on_ready()
-
-        threading.Thread(target=build, name="term-index", daemon=True).start()
-        return terms
-
     # -- writing (the pipeline only) -------------------------------------------------
 
     def upsert(self, windows: Sequence[Window], vectors: Sequence[Sequence[float]]) -> None:
@@ -213,7 +170,7 @@ class ChromaStore(Compacting, WindowTexts):
         self._col.upsert(ids=ids, embeddings=np.asarray(vectors, dtype=np.float32),
                          metadatas=metas)
         if self.terms is not None:
-            self.terms.add(ids, [document(w) for w in windows], metas)
+            self.terms.windows_written(windows)
 
     def delete(self, window_ids: Sequence[WindowID]) -> None:
         """Delete points; a reference chunk's text leaves the event log first."""
@@ -248,7 +205,7 @@ class ChromaStore(Compacting, WindowTexts):
         self._col.upsert(ids=list(ids), embeddings=[list(v) for v in vectors],
                          metadatas=list(metadatas))
         if self.terms is not None:
-            self.terms.add(ids, texts, metadatas)
+            self.terms.texts_written(ids, texts, metadatas)
 
     # -- reading ---------------------------------------------------------------------
 
@@ -296,34 +253,6 @@ class ChromaStore(Compacting, WindowTexts):
                             include=["metadatas"])
         texts = self._texts(res["ids"], res["metadatas"])
         return [_stored(i, t, m) for i, t, m in zip(res["ids"], texts, res["metadatas"])]
-
-    def matching(self, regex: str, where: dict | None = None) -> list[str]:
-        """Ids of the stored windows whose text (chunker.document) matches the lexical
-        leg's line-anchored regex (lexical.pattern), scanning the event log: the leg asks
-        this only when its postings cannot answer. Each message is tested as its own
-        lines of the document, which is the same as testing the whole document.
-        `where`: the room and corpus filters search uses."""
-        if self.eventlog is None:
-            return []
-        search = re.compile(regex).search
-        room, corpus = _room_corpus(where)
-        found: set[str] = set()
-        if corpus in (None, CORPUS_CHAT):
-            form = body_form(regex)
-            if form is not None:  # the same test, on the bare body, after SQLite's LIKE
-                in_body = re.compile(form[0]).search
-                found |= self.eventlog.bodies_matching(
-                    lambda body: in_body(body) is not None, room, contains=form[1])
-            else:
-                found |= self.eventlog.bodies_matching(
-                    lambda body: search(_LINE_HEAD + body.replace("\n", "\n  ")) is not None,
-                    room)
-        if corpus in (None, CORPUS_REFERENCE) and room is None:
-            found |= self.eventlog.refs_matching(lambda text: search(text) is not None)
-        if not found:
-            return []
-        # Only what the collection holds (the event log may be a step ahead).
-        return sorted(self._col.get(ids=sorted(found), include=[])["ids"])
 
     # -- for verify --index ------------------------------------------------------------
 
@@ -381,11 +310,3 @@ class ChromaStore(Compacting, WindowTexts):
             self._col.add(ids=res["ids"], embeddings=[list(v) for v in res["embeddings"]],
                           metadatas=res["metadatas"])
 
-
-def _room_corpus(where: dict | None) -> tuple[str | None, str | None]:
-    """The room and corpus of the `where` forms search uses (room_id, corpus, $and)."""
-    clauses = (where or {}).get("$and", [where] if where else [])
-    got: dict[str, str] = {}
-    for c in clauses:
-        got.update(c)
-    return got.get("room_id"), got.get("corpus")
