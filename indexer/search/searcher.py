@@ -215,7 +215,7 @@ class Searcher:
                 continue
             hits.append(Hit(w.window_id, w.room_id, w.room_label, w.corpus, w.event_ids,
                             w.senders, w.ts_first, w.ts_last, score, w.text,
-                            tuple(r.get(wid) for r in ranks), ref=w.ref))
+                            tuple(r.get(wid) for r in ranks), ref=w.ref, lines=w.lines))
         return hits, found
 
 

@@ -18,12 +18,12 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Iterable, Protocol, Sequence
 
 import numpy as np
 
-from ..records import EventID, RefSource, RoomID, UserID, Window, WindowID
+from ..records import EventID, Line, RefSource, RoomID, UserID, Window, WindowID
 from .chroma_compaction import Compacting
 from .chroma_texts import WindowTexts
 from .generations import Generations, MemoryCatalog
@@ -64,6 +64,8 @@ class StoredWindow:
     ts_last: int
     text: str  # read from the event log, never from Chroma
     ref: RefSource | None = None  # corpus reference: corpus name, file, heading path
+    # A chat window's messages, read with its text (`text` is their document).
+    lines: tuple[Line, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +117,7 @@ def _stored(wid: str, text: str, meta: dict | None) -> StoredWindow:
     )
 
 
-class ChromaStore(Compacting, WindowTexts):
+class ChromaStore(Compacting):
     """Embedded (`path`) or server (`host`, `port`) Chroma behind one interface; text
     from `eventlog`."""
 
@@ -127,6 +129,7 @@ class ChromaStore(Compacting, WindowTexts):
         dropped generation (server_files.py)."""
         self.path = None if host else path  # the embedded folder (its generations)
         self.eventlog = eventlog
+        self._texts = WindowTexts(eventlog)
         # The lexical leg's postings (search/termindex.py), only in the one writer process.
         self.terms: WriteFollower | None = None
         if path is not None and not host:
@@ -251,8 +254,15 @@ class ChromaStore(Compacting, WindowTexts):
         res = self._col.get(ids=list(window_ids) if window_ids is not None else None,
                             where=where or None, limit=limit, offset=offset,
                             include=["metadatas"])
-        texts = self._texts(res["ids"], res["metadatas"])
-        return [_stored(i, t, m) for i, t, m in zip(res["ids"], texts, res["metadatas"])]
+        return self.with_texts([_stored(i, "", m)
+                                for i, m in zip(res["ids"], res["metadatas"])])
+
+    def with_texts(self, windows: Sequence[StoredWindow]) -> list[StoredWindow]:
+        """The windows with their texts and lines, read from the event log in one go
+        (search reads them only for the hits it keeps)."""
+        read = self._texts.read([w.window_id for w in windows], [w.corpus for w in windows],
+                                [w.room_label for w in windows])
+        return [replace(w, text=t, lines=lines) for w, (t, lines) in zip(windows, read)]
 
     # -- for verify --index ------------------------------------------------------------
 
