@@ -81,6 +81,7 @@ def inproc(store, model, items, reps: int) -> dict:
     import os
 
     from indexer.search.searcher import Searcher, SourceQuery
+    from indexer.search.termindex import start_term_index
 
     searcher = Searcher(model, store)
     t = time.perf_counter()
@@ -93,7 +94,7 @@ def inproc(store, model, items, reps: int) -> dict:
         "keywords_1"]
     rss_before = perfkit.proc_status(os.getpid())["VmRSS"]
     t = time.perf_counter()
-    terms = store.enable_term_index()
+    terms = start_term_index(store, store.eventlog)
     if not terms.ready.wait(600):
         raise SystemExit("error: the term index was not built in 10 minutes")
     out["term_index"] = {**terms.stats(), "build_s": round(time.perf_counter() - t, 1),
@@ -122,7 +123,7 @@ def rows(searcher, store, model, items, reps: int, which) -> dict:
             k = max(DEFAULT_TOP_K * 4, 20) if fusing else DEFAULT_TOP_K
             t = time.perf_counter()
             vectors = model.encode(distinct)
-            store.query_bare(vectors, k)  # the bare baseline: Chroma alone
+            store.nearest(vectors, k, records=True)  # the bare baseline: Chroma alone
             bare_s.append(time.perf_counter() - t)
         s, b = perfkit.summary_ms(search_s), perfkit.summary_ms(bare_s)
         out[f"{kind}_{n}"] = {"search": s, "bare": b,

@@ -3,7 +3,7 @@
     .venv/bin/python bench/textindex.py [--windows 100000] [--reps 200]
 
 (b) postings  indexer/search/termindex.py, in memory, built at start from the event log
-              (ChromaStore.enable_term_index over EventLog.indexed_windows), as the
+              (termindex.start_term_index over EventLog.indexed_windows), as the
               service runs it; queries through LexicalRanker (search._lexical_ranker)
 (a) FTS5      a contentless FTS5 table (`content=''`; a row deleted by giving its text
               again) with `secure-delete` on, one row per window (its bodies), in an SQLite of its
@@ -94,6 +94,7 @@ def files_with(paths, needle: bytes) -> list[str]:
 
 def postings(log, texts: list[str], folder: Path) -> dict:
     from indexer.search.searcher import _lexical_ranker
+    from indexer.search.termindex import start_term_index
     from indexer.store.chroma import ChromaStore
 
     gc.collect()
@@ -102,7 +103,7 @@ def postings(log, texts: list[str], folder: Path) -> dict:
         store = ChromaStore(path=Path(tmp) / "chroma", eventlog=log)
         after_open = rss_kib()
         t = time.perf_counter()
-        terms = store.enable_term_index()
+        terms = start_term_index(store, store.eventlog)
         if not terms.ready.wait(1800):
             raise SystemExit("the postings were not built in 30 minutes")
         build_s = time.perf_counter() - t

@@ -32,6 +32,7 @@ from .search.abstain import Floor
 from .search.linkage import Horizon
 from .search.present import Presenter
 from .search.searcher import Searcher
+from .search.termindex import start_term_index
 from .store.answers import AnswerLog
 from .store.chroma import ChromaStore
 from .store.compaction import Compaction
@@ -121,7 +122,7 @@ class Index:
         journal = Journal(cfg.journal_path)
         store = open_store(cfg, eventlog)
         if postings and cfg.lexical_max_terms:  # 0: no keyword leg, no postings
-            store.enable_term_index(on_ready=on_postings_ready)
+            start_term_index(store, eventlog, on_ready=on_postings_ready)
         embedder = embedder or load_embedder(cfg.embedder, cfg.embedder_backend, cfg.models_dir)
         gate = Gate(frozenset(load_allowlist(cfg.allowlist)), UserID(cfg.bot_user),
                     cfg.puppet_patterns)

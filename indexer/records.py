@@ -121,6 +121,9 @@ class Hit:
     answers: tuple[Line, ...] = ()
     # The lines a reply quotes for this hit, in timeline order.
     shown: tuple[Line, ...] = ()
+    # A chat window's messages as the event log holds them now (`text` is their
+    # document, which nothing reads back).
+    lines: tuple[Line, ...] = ()
 
     @property
     def cited_event_ids(self) -> tuple[EventID, ...]:

@@ -102,14 +102,15 @@ def test_verify_repairs_missing_orphaned_and_unreachable_windows(tmp_path, monke
     store.delete([lost])
     store.upsert_references(["orphan"], [[0.1] * 64], ["x"],
                             [{"room_id": ROOMS[0], "corpus": "chat"}])
-    real = store.query_ids
+    real = store.nearest
     calls = {"n": 0}
 
     def flaky(vectors, n):  # chroma#7758: a live record missing from query() once
         calls["n"] += 1
         got = real(vectors, n)
-        return [g - {hidden} for g in got] if calls["n"] == 1 else got
-    monkeypatch.setattr(store, "query_ids", flaky)
+        return [[nb for nb in g if nb.window_id != hidden] for g in got] \
+            if calls["n"] == 1 else got
+    monkeypatch.setattr(store, "nearest", flaky)
     report = verify_index(store, log)
     assert report.missing == [lost] and report.orphans == ["orphan"]
     assert hidden in report.unreachable and report.ok
@@ -121,9 +122,9 @@ def test_verify_repairs_missing_orphaned_and_unreachable_windows(tmp_path, monke
 def test_verify_fails_when_a_window_stays_unreachable(tmp_path, monkeypatch):
     log, store, _ = small_index(tmp_path)
     hidden = next(iter(store.iter_windows())).window_id
-    real = store.query_ids
-    monkeypatch.setattr(store, "query_ids",
-                        lambda v, n: [g - {hidden} for g in real(v, n)])
+    real = store.nearest
+    monkeypatch.setattr(store, "nearest", lambda v, n: [
+        [nb for nb in g if nb.window_id != hidden] for g in real(v, n)])
     report = verify_index(store, log)
     assert not report.ok and report.still_unreachable == [hidden]
     assert any(hidden in line for line in report.lines())

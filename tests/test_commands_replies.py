@@ -14,7 +14,7 @@ from appservice.bot.replies import MAX_REPLY_CHARS, permalink, render_hits, via_
 from appservice.bot.responder import RateLimiter, Responder
 from indexer.ingest.events import MessageEvent, parse_event
 from indexer.pipeline.chunker import format_ts
-from indexer.records import EventID, Hit, RoomID, UserID, WindowID
+from indexer.records import EventID, Hit, Line, RoomID, UserID, WindowID
 from indexer.search.abstain import Floor
 from indexer.search.searcher import MAX_TEXT_BYTES
 
@@ -157,8 +157,11 @@ def hit(n: int = 0, lines: list[tuple[str, str]] | None = None, room_id: str = R
     lines = lines or [("@alice:example.org", f"rotate the signing key {n}")]
     text = "\n".join(f"[{format_ts(TS)}] {s}: {b}" for s, b in lines)
     senders = senders or tuple(dict.fromkeys(s for s, _ in lines))
-    return Hit(f"w{n}", room_id, room_label, "chat", event_ids or (f"$e{n}a", f"$e{n}b"),
-               senders, TS, TS + 60_000, 0.5, text)
+    event_ids = event_ids or (f"$e{n}a", f"$e{n}b")
+    typed = tuple(Line(EventID(event_ids[min(i, len(event_ids) - 1)]), UserID(s), TS, b)
+                  for i, (s, b) in enumerate(lines))
+    return Hit(f"w{n}", room_id, room_label, "chat", event_ids, senders, TS, TS + 60_000,
+               0.5, text, lines=typed)
 
 
 class Tags(HTMLParser):
@@ -422,7 +425,7 @@ def test_rate_limiter_wait_is_never_zero_while_limited():
 def ranked_hit(n: int, ranks, score: float) -> Hit:
     h = hit(n)
     return Hit(h.window_id, h.room_id, h.room_label, h.corpus, h.event_ids, h.senders,
-               h.ts_first, h.ts_last, score, h.text, ranks)
+               h.ts_first, h.ts_last, score, h.text, ranks, lines=h.lines)
 
 
 async def test_why_explains_ranks_similarities_and_fused_score(responder):

@@ -14,7 +14,7 @@ from indexer.config import ConfigError, DerivedConfig, load_config
 from indexer.derived.filter import EmittedSection
 from indexer.store.eventlog import EventLog
 from indexer.ingest.events import MessageEvent, parse_event
-from indexer.records import Hit, RefSource
+from indexer.records import Hit, Line, RefSource
 
 from .test_config_allowlist import write_config
 
@@ -97,7 +97,9 @@ def test_reference_hits_cite_file_and_heading_not_room_time_senders():
 def test_chat_hits_make_one_section_each_with_their_events():
     hit = Hit("w1", "!r:x", "#ops:x", "chat", ("$a", "$b"), ("@alice:x",), 0, 60_000, 0.5,
               "[1970-01-01 00:00] @alice:x: rotate the signing key\n"
-              "[1970-01-01 00:01] @alice:x: and restart")
+              "[1970-01-01 00:01] @alice:x: and restart",
+              lines=(Line("$a", "@alice:x", 0, "rotate the signing key"),
+                     Line("$b", "@alice:x", 0, "and restart")))
     reply = render_hits([hit, ref_hit()], ("signing key",))
     assert len(reply.sections) == 2
     chat = reply.sections[0]

@@ -277,7 +277,7 @@ def test_no_text_in_chroma_and_a_redacted_windows_vector_leaves_at_the_compactio
     # The collection is whole and still searchable after the compaction.
     [w] = store.get()
     assert w.event_ids == ("$m1", "$m3", "$m10") and "vault" in w.text
-    assert store.query(HashEmbedder().encode(["backup key vault"]), 3)[0]
+    assert store.nearest(HashEmbedder().encode(["backup key vault"]), 3)[0]
 
     ingest.admit([msg(6, "another canary wq55z here")])
     pipeline.process_all()

@@ -288,8 +288,9 @@ def test_scrub_keeps_the_other_rooms_readable_after_reopening(env):
     reopened = ChromaStore(path=env.root / "chroma", eventlog=env.eventlog)
     assert [w.window_id for w in reopened.get()] == [w.window_id for w in env.windows(CLEAN)]
     vec = HashEmbedder().encode([CLEAN_WORDS])
-    [[hit]] = reopened.query(vec, 5)
-    assert hit.window.room_id == CLEAN and CLEAN_WORDS in hit.window.text
+    [[hit]] = reopened.nearest(vec, 5, records=True)
+    [window] = reopened.with_texts([hit.window])
+    assert window.room_id == CLEAN and CLEAN_WORDS in window.text
 
 
 def test_journal_command_prints_purges_by_rule(tmp_path, capsys):

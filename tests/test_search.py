@@ -193,11 +193,12 @@ def test_one_text_gives_exactly_the_single_vector_order(indexed, text, top_k):
     """Without the lexical leg (lexical_max_terms=0), as for any sentence-long text."""
     store, emb = indexed
     hits = Searcher(emb, store, lexical_max_terms=0).search(SourceQuery.build([text], top_k))
-    [bare] = store.query(emb.encode([text]), top_k)
-    assert [h.window_id for h in hits] == [nb.window.window_id for nb in bare]
+    [bare] = store.nearest(emb.encode([text]), top_k, records=True)
+    assert [h.window_id for h in hits] == [nb.window_id for nb in bare]
     assert [h.ranks[0][0] for h in hits] == list(range(1, len(hits) + 1))
     assert [h.ranks[0][1] for h in hits] == pytest.approx([nb.similarity for nb in bare])
-    assert [h.text for h in hits] == [nb.window.text for nb in bare]
+    assert [h.text for h in hits] == [w.text for w in store.with_texts(
+        [nb.window for nb in bare])]
 
 
 def test_duplicated_text_counts_once(indexed):
@@ -244,8 +245,8 @@ def test_a_sentence_gets_no_lexical_leg(indexed, top_k):
     text = "which backup of the postgres database restores last night's rooms fastest"
     assert not is_keywords(text)
     hits = Searcher(emb, store).search(SourceQuery.build([text], top_k))
-    [bare] = store.query(emb.encode([text]), top_k)
-    assert [h.window_id for h in hits] == [nb.window.window_id for nb in bare]
+    [bare] = store.nearest(emb.encode([text]), top_k)
+    assert [h.window_id for h in hits] == [nb.window_id for nb in bare]
 
 
 # -- the lexical leg ------------------------------------------------------------------------

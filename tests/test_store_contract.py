@@ -123,10 +123,11 @@ def test_query_orders_by_similarity_and_filters(store):
     a = windows(6, "!a:example.org")
     b = windows(6, "!b:example.org", offset=100)
     store.upsert(a + b, emb.encode([w.messages[0].body for w in a + b]))
-    [res] = store.query(emb.encode([a[0].messages[0].body]), 3)
-    assert res[0].window.window_id == a[0].window_id and res[0].similarity > 0.99
+    [res] = store.nearest(emb.encode([a[0].messages[0].body]), 3)
+    assert res[0].window_id == a[0].window_id and res[0].similarity > 0.99
     assert [n.similarity for n in res] == sorted((n.similarity for n in res), reverse=True)
-    [only_b] = store.query(emb.encode(["message"]), 50, where={"room_id": "!b:example.org"})
+    [only_b] = store.nearest(emb.encode(["message"]), 50, where={"room_id": "!b:example.org"},
+                             records=True)
     assert only_b and all(n.window.room_id == "!b:example.org" for n in only_b)
 
 
@@ -134,11 +135,11 @@ def test_query_asking_for_more_than_stored_returns_what_there_is(store):
     """The store asks Chroma for n results without counting first (a count costs more
     than the query at 100,000 windows): an empty store or a short one must answer."""
     emb = HashEmbedder()
-    assert store.query(emb.encode(["anything", "else"]), 5) == [[], []]
+    assert store.nearest(emb.encode(["anything", "else"]), 5) == [[], []]
     ws = windows(3)
     store.upsert(ws, emb.encode([w.messages[0].body for w in ws]))
-    [res] = store.query(emb.encode(["message"]), 50)
-    assert sorted(n.window.window_id for n in res) == sorted(w.window_id for w in ws)
+    [res] = store.nearest(emb.encode(["message"]), 50)
+    assert sorted(n.window_id for n in res) == sorted(w.window_id for w in ws)
 
 
 def test_delete_delete_room_reset_and_meta(store):
@@ -165,24 +166,24 @@ def test_vectors_pages_and_readd(store):
     store.readd([ws[0].window_id])
     after = {w.window_id: w for w in store.get()}
     assert after[ws[0].window_id] == before[ws[0].window_id]
-    [got] = store.query_ids([pages[0][0][1]], 3)
-    assert pages[0][0][0] in got
+    [got] = store.nearest([pages[0][0][1]], 3)
+    assert pages[0][0][0] in {nb.window_id for nb in got}
 
 
 def test_matching_finds_windows_by_the_lexical_pattern(store):
     """The lexical leg's fallback (no postings yet, the CLI): the regex over the text,
     which the event log holds, with the room filter; the same on a server."""
-    from indexer.search.lexical import pattern
+    from indexer.search.lexical import matching, pattern
 
     a, b = windows(5, "!a:example.org"), windows(5, "!b:example.org", offset=50)
     index(store, a + b)
     topic3 = {w.window_id for w in a + b if any("topic 3 " in m.body for m in w.messages)}
-    assert topic3 and set(store.matching(pattern("topic"))) == {w.window_id for w in a + b}
-    assert set(store.matching(r"(?i)topic 3\b")) == topic3
-    only_b = set(store.matching(pattern("words"), {"room_id": "!b:example.org"}))
+    assert topic3 and set(matching(store, pattern("topic"))) == {w.window_id for w in a + b}
+    assert set(matching(store, r"(?i)topic 3\b")) == topic3
+    only_b = set(matching(store, pattern("words"), {"room_id": "!b:example.org"}))
     assert only_b == {w.window_id for w in b}
     # Sender ids are not bodies: "u1" is a sender's localpart only.
-    assert store.matching(pattern("u1")) == []
+    assert matching(store, pattern("u1")) == []
 
 
 def test_chroma_holds_no_text_and_the_text_comes_from_the_event_log(store):
@@ -193,8 +194,9 @@ def test_chroma_holds_no_text_and_the_text_comes_from_the_event_log(store):
     assert not any("message" in str(v) for m in raw["metadatas"] for v in m.values())
     got = {w.window_id: w.text for w in store.get()}
     assert got == {w.window_id: document(w) for w in ws}
-    [res] = store.query(HashEmbedder().encode([ws[0].messages[0].body]), 1)
-    assert res[0].window.text == document(ws[0])
+    [res] = store.nearest(HashEmbedder().encode([ws[0].messages[0].body]), 1, records=True)
+    assert res[0].window.text == "" and store.with_texts([res[0].window])[0].text == \
+        document(ws[0])
     # Its events no longer in the window (a redaction, a rebuild): no text is read.
     store.eventlog.requeue_windows([ws[0].window_id])
     assert {w.window_id: w.text for w in store.get([ws[0].window_id])} == {ws[0].window_id: ""}
@@ -229,8 +231,8 @@ def test_compaction_copies_the_live_points_and_drops_the_old_collection(store, r
         assert after[wid] == pytest.approx(v, abs=1e-6)
     assert {w.window_id: w for w in store.get()} == metas_before
     assert store.meta()["embedder"] == "hash-bow"
-    [res] = store.query([before[ws[5].window_id]], 1)
-    assert res[0].window.window_id == ws[5].window_id
+    [res] = store.nearest([before[ws[5].window_id]], 1)
+    assert res[0].window_id == ws[5].window_id
     again = reopen()  # the event log says which generation is live
     assert again._gen == first + 1 and again.count() == len(ws) - 1
     assert again.sweep() == []

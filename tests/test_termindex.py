@@ -16,7 +16,7 @@ from indexer.records import EventID, Message, RoomID, UserID, Window, WindowID
 from indexer.store.chroma import ChromaStore
 
 from .storekit import index, open_store
-from indexer.search.termindex import TermIndex, answerable, bodies
+from indexer.search.termindex import TermIndex, answerable, bodies, start_term_index
 
 # Words that meet as stems and prefixes, a short one, digits, odd characters.
 VOCAB = ["1.2.3.4.5.6.7", "a.a.a", "a.a", "c+", "v2.6", "2.6", "2.6.8.", "c#", "x.y'z", "partition", "partitions", "partitioning", "Partitioned", "grub", "GRUB2",
@@ -44,7 +44,7 @@ def regex_ids(docs: dict[str, str], term: str) -> set[str]:
 
 def indexed(docs: dict[str, str], metas: dict[str, dict] | None = None) -> TermIndex:
     index = TermIndex()
-    index.add(list(docs), list(docs.values()),
+    index.texts_written(list(docs), list(docs.values()),
               [(metas or {}).get(w, {"room_id": "!r:x", "corpus": "chat"}) for w in docs])
     index.ready.set()
     return index
@@ -122,7 +122,7 @@ def test_writes_replace_remove_filter_and_compact():
     index = TermIndex()
     index.ready.set()
     chat = {"room_id": "!a:x", "corpus": "chat"}
-    index.add(["w1", "w2"], ["[t] @a:x: grub partition", "[t] @b:x: grub again"],
+    index.texts_written(["w1", "w2"], ["[t] @a:x: grub partition", "[t] @b:x: grub again"],
               [chat, {"room_id": "!b:x", "corpus": "chat"}])
     assert set(index.postings("grub", False)) == {"w1", "w2"}
     assert set(index.postings("grub", False, {"room_id": "!b:x"})) == {"w2"}
@@ -130,14 +130,14 @@ def test_writes_replace_remove_filter_and_compact():
                                                    {"corpus": "chat"}]}) == {"w1": 1}
     assert index.postings("grub", False, {"room_id": {"$in": ["!a:x"]}}) is None  # Chroma
     # A redaction re-upserts the window without the word: it stops matching at once.
-    index.add(["w1"], ["[t] @a:x: [redacted] partition"], [chat])
+    index.texts_written(["w1"], ["[t] @a:x: [redacted] partition"], [chat])
     assert set(index.postings("grub", False)) == {"w2"}
     assert set(index.postings(stem("partitions"), True)) == {"w1"}
     index.remove(["w2"])
     assert index.postings("grub", False) == {} and index.count() == 1
     # Many rewrites of an open window: dead slots are dropped, answers unchanged.
     for i in range(25_000):
-        index.add(["open"], [f"[t] @a:x: grub {i}"], [chat])
+        index.texts_written(["open"], [f"[t] @a:x: grub {i}"], [chat])
     s = index.stats()
     assert s["windows"] == 2 and s["dead_slots"] < 20_000
     assert set(index.postings("grub", False)) == {"open"}
@@ -150,7 +150,7 @@ def test_writes_replace_remove_filter_and_compact():
 
 def test_not_ready_means_ask_chroma():
     index = TermIndex()
-    index.add(["w"], ["[t] @a:x: grub"], [{}])
+    index.texts_written(["w"], ["[t] @a:x: grub"], [{}])
     assert index.postings("grub", False) is None
 
 
@@ -161,17 +161,17 @@ def test_build_lets_writes_made_meanwhile_win():
 
     def pages(ids):
         first, rest = ids[:3], ids[3:]
-        docs = [stored[i] for i in first]  # read before the writes below
+        docs = [bodies(stored[i]) for i in first]  # read before the writes below
         # The pipeline writes while the page is in flight: w1 rewritten, w2 deleted,
         # w6 new (not in the listed ids: it reaches the index through the write).
         stored["w1"] = "[t] @a:x: new word1"
-        index.add(["w1"], [stored["w1"]], [meta])
+        index.texts_written(["w1"], [stored["w1"]], [meta])
         del stored["w2"]
         index.remove(["w2"])
         stored["w6"] = "[t] @a:x: new word6"
-        index.add(["w6"], [stored["w6"]], [meta])
+        index.texts_written(["w6"], [stored["w6"]], [meta])
         yield first, docs, [meta] * 3
-        yield rest, [stored[i] for i in rest], [meta] * len(rest)
+        yield rest, [bodies(stored[i]) for i in rest], [meta] * len(rest)
 
     assert index.build(list(stored), pages)
     assert index.ready.is_set()
@@ -184,10 +184,10 @@ def test_a_reset_during_the_build_stops_it_and_leaves_what_came_after():
     index = TermIndex()
 
     def pages(ids):
-        yield ["a"], ["[t] @a:x: before"], [{}]
+        yield ["a"], [["before"]], [{}]
         index.clear()  # a rebuild emptied the collection
-        index.add(["b"], ["[t] @a:x: after"], [{}])
-        yield ["c"], ["[t] @a:x: stale"], [{}]
+        index.texts_written(["b"], ["[t] @a:x: after"], [{}])
+        yield ["c"], [["stale"]], [{}]
 
     assert index.build(["a", "c"], pages) is False
     assert index.ready.is_set()
@@ -211,7 +211,7 @@ def test_the_store_keeps_its_postings_in_step_and_the_leg_matches_chroma(tmp_pat
     windows = [_make_window(i, "!a:example.org" if i % 2 else "!b:example.org", b)
                for i, b in enumerate(bodies_)]
     index(store, windows[:3], emb.encode(bodies_[:3]))
-    terms_index = store.enable_term_index(page=2)
+    terms_index = start_term_index(store, store.eventlog, page=2)
     assert terms_index.ready.wait(30)
     index(store, windows[3:], emb.encode(bodies_[3:]))
     store.delete([windows[0].window_id])

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from urllib.parse import quote
 
 from indexer.derived.filter import EmittedSection
-from indexer.pipeline.chunker import format_ts, parse_document
+from indexer.pipeline.chunker import format_ts
 from indexer.records import CORPUS_REFERENCE, Hit, Line, UserID
 from indexer.search.abstain import QueryFloor
 from indexer.search.lexical import terms
@@ -73,10 +73,11 @@ def shown_lines(hit: Hit, n: int = MAX_LINES_PER_HIT) -> tuple[Line, ...]:
     for a hit that was not presented, the window's first lines."""
     if hit.shown:
         return hit.shown
-    entries = parse_document(hit.text)
-    return tuple(Line(hit.event_ids[i] if i < len(hit.event_ids) else hit.first_event_id,
-                      UserID(sender), hit.ts_first, body)
-                 for i, (_, sender, body) in enumerate(entries) if body.strip())[:n]
+    lines = hit.lines
+    if not lines and hit.corpus == CORPUS_REFERENCE:  # a chunk's text is its lines
+        lines = tuple(Line(hit.first_event_id, UserID(""), hit.ts_first, text)
+                      for text in hit.text.split("\n"))
+    return tuple(line for line in lines if line.body.strip())[:n]
 
 
 def _later(hit: Hit, line: Line) -> str:

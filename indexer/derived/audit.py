@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 
-from ..pipeline.chunker import format_ts, parse_document
+from ..pipeline.chunker import format_ts
 from .filter import JOURNAL_KIND, DerivedMatch, Matcher
 from ..store.journal import Journal
 from ..records import CORPUS_REFERENCE
@@ -51,7 +51,7 @@ def find_leaks(store: ChromaStore, matcher: Matcher) -> tuple[int, list[Leak]]:
         if w.corpus == CORPUS_REFERENCE:
             continue
         checked += 1
-        bodies = [body for _, _, body in parse_document(w.text)]
+        bodies = [line.body for line in w.lines]
         found = len(leaks)
         for i, body in enumerate(bodies):
             m = matcher.match(body, w.event_ids)

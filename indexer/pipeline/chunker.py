@@ -217,22 +217,6 @@ def document(window: Window) -> str:
                      for m in window.messages)
 
 
-def parse_document(doc: str) -> list[tuple[str, str, str]]:
-    """Split a stored document back into (time, sender, body), one per message."""
-    out: list[tuple[str, str, str]] = []
-    for line in doc.split("\n"):
-        if line.startswith("  ") and out:
-            stamp, sender, body = out[-1]
-            out[-1] = (stamp, sender, body + "\n" + line[2:])
-        elif line.startswith("[") and "] " in line:
-            stamp, rest = line[1:].split("] ", 1)
-            sender, _, body = rest.partition(": ")
-            out.append((stamp, sender, body))
-        else:
-            out.append(("", "", line))
-    return out
-
-
 def embed_text(window: Window) -> str:
     """What the model reads: the words, without ids and timestamps, which would spend
     the model's 256 word pieces on tokens that carry no meaning."""

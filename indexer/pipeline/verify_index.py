@@ -89,7 +89,8 @@ def unreachable_windows(store: ChromaStore, ids: list[WindowID] | None = None,
     bad: list[WindowID] = []
     for page in store.pages_with_vectors(PAGE, ids):
         vectors = [v for _, v in page]
-        results = store.query_ids(vectors, PROBE_K)
+        results = [{nb.window_id for nb in lst}
+                   for lst in store.nearest(vectors, PROBE_K)]
         bad += [wid for (wid, _), got in zip(page, results) if wid not in got]
         if progress:
             progress(len(page))

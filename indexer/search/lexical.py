@@ -5,7 +5,7 @@ windows' text (`pattern`, over chunker.document), which lives in the event log o
 The service answers it from in-memory postings (termindex.py: built from the event log
 at start, kept in step by the store's writes, never written to disk); anything else
 (the CLI, a term like "2.6", the postings still being built) scans the event log's
-text (store.matching). Either way the leg sees exactly what the collection holds (a
+text (lexical.matching). Either way the leg sees exactly what the collection holds (a
 redacted word stops matching as soon as its window is re-upserted). Per query text:
 
     terms     lowercase words, stop words dropped; a word of 5 or more letters loses a
@@ -25,11 +25,15 @@ import heapq
 import math
 import re
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
+from ..records import CORPUS_CHAT, CORPUS_REFERENCE
 from .termindex import TermIndex, bodies
+
+if TYPE_CHECKING:
+    from ..store.chroma import ChromaStore
 
 K1 = 1.2
 B = 0.75
@@ -60,6 +64,7 @@ _WORD = re.compile(r"[^\W_][\w+#]*(?:[.'][^\W_]+)*")  # ext3, c++, 2.6.8, don't,
 # A chat document line is "[time] sender: body", a body's further lines start with two
 # spaces; a reference document's lines are all text (one starting with "[" is skipped).
 _BODY_START = r"(?:^\[[^\]\n]*\] \S+: .*?|^  .*?|^(?:[^\[\n].*?)?)"
+_LINE_HEAD = "[] x: "  # a message's first line as chunker.document writes it, minus ids
 _ENDINGS = ("ings", "ing", "ies", "es", "ed", "s")
 
 
@@ -288,3 +293,42 @@ def _bm25(pool: list[str], idf: dict[str, float], tf: Callable[[str, str], int],
                 s += weight * f * (K1 + 1) / (f + norm)
         scores[w] = s
     return sorted(scores, key=lambda w: (-scores[w], w))
+
+
+def matching(store: ChromaStore, regex: str, where: dict | None = None) -> list[str]:
+    """Ids of the stored windows whose text (chunker.document) matches the lexical
+    leg's line-anchored regex (`pattern`), scanning the store's event log: the leg asks
+    this only when its postings cannot answer. Each message is tested as its own lines
+    of the document, which is the same as testing the whole document. `where`: the
+    room and corpus filters search uses."""
+    eventlog = store.eventlog
+    if eventlog is None:
+        return []
+    search = re.compile(regex).search
+    room, corpus = _room_corpus(where)
+    found: set[str] = set()
+    if corpus in (None, CORPUS_CHAT):
+        form = body_form(regex)
+        if form is not None:  # the same test, on the bare body, after SQLite's LIKE
+            in_body = re.compile(form[0]).search
+            found |= eventlog.bodies_matching(
+                lambda body: in_body(body) is not None, room, contains=form[1])
+        else:
+            found |= eventlog.bodies_matching(
+                lambda body: search(_LINE_HEAD + body.replace("\n", "\n  ")) is not None,
+                room)
+    if corpus in (None, CORPUS_REFERENCE) and room is None:
+        found |= eventlog.refs_matching(lambda text: search(text) is not None)
+    if not found:
+        return []
+    # Only what the collection holds (the event log may be a step ahead).
+    return sorted(store.records(include=(), ids=sorted(found))["ids"])
+
+
+def _room_corpus(where: dict | None) -> tuple[str | None, str | None]:
+    """The room and corpus of the `where` forms search uses (room_id, corpus, $and)."""
+    clauses = (where or {}).get("$and", [where] if where else [])
+    got: dict[str, str] = {}
+    for c in clauses:
+        got.update(c)
+    return got.get("room_id"), got.get("corpus")

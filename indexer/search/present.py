@@ -175,7 +175,8 @@ class Presenter:
             senders=tuple(dict.fromkeys(m.sender for m in window)),
             ts_first=window[0].ts, ts_last=window[-1].ts,
             answers=tuple(_line(m, rule) for m, rule in answers),
-            shown=tuple(_line(m, rule) for m, rule in shown))
+            shown=tuple(_line(m, rule) for m, rule in shown),
+            lines=tuple(_line(m, "") for m in window))
 
     def _vectors(self, texts: list[str]) -> np.ndarray:
         """Unit vectors of the texts, from the cache or one encode call."""

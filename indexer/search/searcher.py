@@ -31,8 +31,9 @@ from ..records import CORPUS_CHAT, CORPUS_REFERENCE, Hit, RoomID
 from ..store.chroma import ChromaStore
 from .abstain import Floor
 from .legible import legible
-from .lexical import LEXICAL_MAX_TERMS, LexicalRanker, is_keywords
+from .lexical import LEXICAL_MAX_TERMS, LexicalRanker, is_keywords, matching
 from .present import Presenter
+from .termindex import TermIndex
 
 MAX_TEXTS = 8
 MAX_TEXT_BYTES = 1000
@@ -176,19 +177,19 @@ class Searcher:
         between the model's native calls.)"""
         where = _where(query)
         if n == depth:  # one text, not fused: its list is the hits, records and all
-            neighbours = self.store.query(vectors, n, where, text=False)
-            per_text = [[(nb.window.window_id, nb.similarity) for nb in lst]
-                        for lst in neighbours]
+            neighbours = self.store.nearest(vectors, n, where, records=True)
+            per_text = [[(nb.window_id, nb.similarity) for nb in lst] for lst in neighbours]
             fused = [(wid, 1.0 / (self.rrf_k + r))
                      for r, (wid, _) in enumerate(per_text[0], start=1)]
-            records = [nb.window for nb in neighbours[0]]
+            records = [nb.window for nb in neighbours[0] if nb.window is not None]
             found: dict[str, list[float]] = {}
         else:
             # Fused, each list is longer than what is kept: ids and similarities first,
             # then the records of the fused few in one call (Chroma's metadata for 20
             # results a list cost 1.3 ms of a 4 ms search at 100,000 windows, and a
             # keyword hit the vectors missed a second call, 0.9 ms; bench/query.py).
-            per_text = self.store.nearest(vectors, n, where)
+            per_text = [[(nb.window_id, nb.similarity) for nb in lst]
+                        for lst in self.store.nearest(vectors, n, where)]
             lists = [[wid for wid, _ in lst] for lst in per_text]
             if self.lexical_max_terms:
                 lists += self._lexical_lists(texts, n, where)
@@ -214,7 +215,7 @@ class Searcher:
                 continue
             hits.append(Hit(w.window_id, w.room_id, w.room_label, w.corpus, w.event_ids,
                             w.senders, w.ts_first, w.ts_last, score, w.text,
-                            tuple(r.get(wid) for r in ranks), ref=w.ref))
+                            tuple(r.get(wid) for r in ranks), ref=w.ref, lines=w.lines))
         return hits, found
 
 
@@ -223,8 +224,10 @@ def _lexical_ranker(store: ChromaStore) -> LexicalRanker:
         return {w.window_id: w.text for w in store.get(ids)} if ids else {}
 
     # The store's postings once built (the service's own store; termindex.py).
-    terms = store.terms if store.terms is not None and store.terms.ready.is_set() else None
-    return LexicalRanker(store.matching, fetch, store.count, terms)
+    terms = store.terms if isinstance(store.terms, TermIndex) and store.terms.ready.is_set() \
+        else None
+    return LexicalRanker(lambda regex, where: matching(store, regex, where), fetch,
+                         store.count, terms)
 
 
 def _where(query: SourceQuery) -> dict | None:

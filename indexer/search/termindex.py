@@ -33,9 +33,15 @@ import threading
 import time
 from array import array
 from collections import Counter
-from typing import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
+
+from ..records import CORPUS_CHAT, CORPUS_REFERENCE, Window
+
+if TYPE_CHECKING:
+    from ..store.chroma import ChromaStore
+    from ..store.eventlog import EventLog
 
 log = logging.getLogger(f"matrix_sources.{__name__}")
 
@@ -49,7 +55,8 @@ HEAD = 3  # prefix lookups go through the keys sharing their first HEAD characte
 
 
 def bodies(doc: str) -> list[str]:
-    """The parts of a stored document the lexical pattern can match in, per line."""
+    """The parts of a reference chunk's text the lexical pattern can match in, per line
+    (a line that looks like a chat line's head matches only after it, as in a window)."""
     out = []
     for line in doc.split("\n"):
         if line.startswith("["):
@@ -81,9 +88,13 @@ def keys_of(text: str) -> Iterator[str]:
                         yield s[start:j]
 
 
-def doc_stats(doc: str) -> tuple[int, Counter]:
+def window_bodies(window: Window) -> list[str]:
+    """A chat window's parts the lexical pattern can match in: its bodies' lines."""
+    return [line for m in window.messages for line in m.body.split("\n")]
+
+
+def doc_stats(parts: Sequence[str]) -> tuple[int, Counter]:
     """(length in whitespace words, count of each place a term can match) of the bodies."""
-    parts = bodies(doc)
     return (sum(len(p.split()) for p in parts),
             Counter(k for p in parts for k in keys_of(p.lower())))
 
@@ -143,14 +154,23 @@ class TermIndex:
         self._generation = 0
         self.ready = threading.Event()
 
-    # -- writes (the store, for each of its own) ---------------------------------------
+    # -- writes (the store, for each of its own: store.chroma.WriteFollower) -----------
 
-    def add(self, ids: Iterable[str], docs: Iterable[str], metas: Iterable[dict]) -> None:
+    def windows_written(self, windows: Sequence[Window]) -> None:
+        self._add([w.window_id for w in windows], [window_bodies(w) for w in windows],
+                  [{"room_id": w.room_id, "corpus": w.corpus} for w in windows])
+
+    def texts_written(self, ids: Sequence[str], texts: Sequence[str],
+                      metas: Sequence[dict]) -> None:
+        self._add(ids, [bodies(t or "") for t in texts], metas)
+
+    def _add(self, ids: Iterable[str], parts: Iterable[list[str]],
+             metas: Iterable[dict]) -> None:
         with self._lock:
-            for wid, doc, meta in zip(ids, docs, metas):
+            for wid, got, meta in zip(ids, parts, metas):
                 if self._touched is not None:
                     self._touched.add(wid)
-                self._put(wid, doc or "", meta or {})
+                self._put(wid, got, meta or {})
             self._maybe_compact()
 
     def remove(self, ids: Iterable[str]) -> None:
@@ -179,7 +199,7 @@ class TermIndex:
         self._post, self._heads = {}, {}
         self._dead = self._postings = 0
 
-    def _put(self, wid: str, doc: str, meta: dict) -> None:
+    def _put(self, wid: str, parts: list[str], meta: dict) -> None:
         self._kill(wid)
         slot = len(self._ids)
         self._slot[wid] = slot
@@ -188,7 +208,7 @@ class TermIndex:
         self._corpus.set(slot, self._code(str(meta.get("corpus", ""))))
         self._live.set(slot, True)
         self._key.set(slot, id_key(wid))
-        length, counts = doc_stats(doc)
+        length, counts = doc_stats(parts)
         self._length.append(min(length, 0xFFFFFFFF))
         for key, tf in counts.items():
             value = slot << TF_BITS | min(tf, TF_MAX)
@@ -266,15 +286,15 @@ class TermIndex:
               pages: Callable[[list[str]], Iterator[tuple[list, list, list]]]) -> bool:
         """Index the stored windows `ids` (listed after this index was attached to the
         store, so any window written since reaches it through the store's writes);
-        `pages(ids)` yields their (ids, documents, metadatas). A write made meanwhile
+        `pages(ids)` yields their (ids, bodies, metadatas). A write made meanwhile
         wins over what a page read before it. False if the collection was emptied
         meanwhile (the index then holds what was written since, which is all there is)."""
         with self._lock:
             generation = self._generation
             self._touched = set()
         try:
-            for got_ids, docs, metas in pages(ids):
-                if not self._build_page(generation, got_ids, docs, metas):
+            for got_ids, parts, metas in pages(ids):
+                if not self._build_page(generation, got_ids, parts, metas):
                     return False
         finally:
             with self._lock:
@@ -282,13 +302,13 @@ class TermIndex:
         self.ready.set()
         return True
 
-    def _build_page(self, generation: int, ids, docs, metas) -> bool:
+    def _build_page(self, generation: int, ids, parts, metas) -> bool:
         with self._lock:
             if self._generation != generation:
                 return False
-            for wid, doc, meta in zip(ids, docs, metas):
+            for wid, got, meta in zip(ids, parts, metas):
                 if wid not in self._touched:  # type: ignore[operator]
-                    self._put(wid, doc or "", meta or {})
+                    self._put(wid, got, meta or {})
             return True
 
     # -- reads ---------------------------------------------------------------------
@@ -399,3 +419,54 @@ def _wanted(where: dict | None) -> tuple[str | None, str | None] | None:
             return None
         want[field] = value
     return want.get("room_id"), want.get("corpus")
+
+
+def start_term_index(store: ChromaStore, eventlog: EventLog, page: int = 2000,
+                     on_ready: Callable[[], None] | None = None) -> TermIndex:
+    """Postings for the lexical leg, following `store`'s writes: built from the event
+    log's text in a background thread (the leg scans the event log until it is ready),
+    then kept in step by the store. Only for the process that is the collection's one
+    writer: another writer's changes would not reach it."""
+    terms = TermIndex()
+    store.terms = terms  # before the ids are listed: what is written since reaches it
+
+    def pages(ids: list[str]):
+        wanted = set(ids)
+        parts: list[list[str]] = []
+        metas: list[dict] = []
+        got: list[str] = []
+        for wid, msgs in eventlog.indexed_windows():
+            if wid not in wanted:
+                continue
+            got.append(wid)
+            parts.append([line for m in msgs for line in m.body.split("\n")])
+            metas.append({"room_id": msgs[0].room_id, "corpus": CORPUS_CHAT})
+            if len(got) >= page:
+                yield got, parts, metas
+                parts, metas, got = [], [], []
+        refs = [i for i in ids if i in wanted and i.startswith("r")]
+        texts = eventlog.ref_texts(refs)
+        for cid in refs:
+            if cid in texts:
+                got.append(cid)
+                parts.append(bodies(texts[cid]))
+                metas.append({"room_id": "", "corpus": CORPUS_REFERENCE})
+        if got:
+            yield got, parts, metas
+
+    def build() -> None:
+        started = time.monotonic()
+        try:
+            complete = terms.build(sorted(eventlog.window_ids()) + eventlog.ref_chunk_ids(),
+                                   pages)
+        except Exception as e:  # the leg keeps scanning the event log; search works
+            log.error("term_index_failed", exc_info=True, extra={"error": type(e).__name__})
+            return
+        log.info("term_index_ready", extra={
+            **terms.stats(), "complete": complete,
+            "seconds": round(time.monotonic() - started, 1)})
+        if on_ready is not None:
+            on_ready()
+
+    threading.Thread(target=build, name="term-index", daemon=True).start()
+    return terms

@@ -17,19 +17,13 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import threading
-import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Iterable, Protocol, Sequence
 
 import numpy as np
 
-from ..pipeline.chunker import document
-from ..records import (CORPUS_CHAT, CORPUS_REFERENCE, EventID, RefSource, RoomID, UserID,
-                       Window, WindowID)
-from ..search.lexical import body_form
-from ..search.termindex import TermIndex
+from ..records import EventID, Line, RefSource, RoomID, UserID, Window, WindowID
 from .chroma_compaction import Compacting
 from .chroma_texts import WindowTexts
 from .generations import Generations, MemoryCatalog
@@ -41,8 +35,21 @@ if TYPE_CHECKING:
     from .eventlog import EventLog
 
 COLLECTION = "matrix_sources"
-_LINE_HEAD = "[] x: "  # a message's first line as chunker.document writes it, minus ids
 log = logging.getLogger(f"matrix_sources.{__name__}")
+
+
+class WriteFollower(Protocol):
+    """Kept in step with every write of the store: the lexical leg's postings
+    (search/termindex.py), which the collection's one writer process attaches."""
+
+    def windows_written(self, windows: Sequence[Window]) -> None: ...
+
+    def texts_written(self, ids: Sequence[str], texts: Sequence[str],
+                      metas: Sequence[dict]) -> None: ...
+
+    def remove(self, ids: Iterable[str]) -> None: ...
+
+    def clear(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,12 +64,15 @@ class StoredWindow:
     ts_last: int
     text: str  # read from the event log, never from Chroma
     ref: RefSource | None = None  # corpus reference: corpus name, file, heading path
+    # A chat window's messages, read with its text (`text` is their document).
+    lines: tuple[Line, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class Neighbour:
-    window: StoredWindow
+    window_id: WindowID
     similarity: float  # cosine similarity, 1 - cosine distance
+    window: StoredWindow | None = None  # its record (no text), when asked for
 
 
 def point_metadata(room_id: str, room_label: str, corpus: str, event_ids: Sequence[str],
@@ -107,7 +117,7 @@ def _stored(wid: str, text: str, meta: dict | None) -> StoredWindow:
     )
 
 
-class ChromaStore(Compacting, WindowTexts):
+class ChromaStore(Compacting):
     """Embedded (`path`) or server (`host`, `port`) Chroma behind one interface; text
     from `eventlog`."""
 
@@ -119,8 +129,9 @@ class ChromaStore(Compacting, WindowTexts):
         dropped generation (server_files.py)."""
         self.path = None if host else path  # the embedded folder (its generations)
         self.eventlog = eventlog
-        # The lexical leg's postings (termindex.py), kept only by the one writer process.
-        self.terms: TermIndex | None = None
+        self._texts = WindowTexts(eventlog)
+        # The lexical leg's postings (search/termindex.py), only in the one writer process.
+        self.terms: WriteFollower | None = None
         if path is not None and not host:
             path.mkdir(parents=True, exist_ok=True)
         self._gens = Generations(path, host, port, collection,
@@ -149,56 +160,6 @@ class ChromaStore(Compacting, WindowTexts):
         if self.terms is not None:
             self.terms.clear()
 
-    def enable_term_index(self, page: int = 2000,
-                          on_ready: Callable[[], None] | None = None) -> TermIndex:
-        """Keep an in-memory word index for the lexical leg: built from the event log's
-        text in a background thread (the leg scans the event log until it is ready),
-        then kept in step by this store's writes. Only for the process that is the
-        collection's one writer: another writer's changes would not reach it."""
-        terms = self.terms = TermIndex()
-        eventlog = self.eventlog
-
-        def pages(ids: list[str]):
-            wanted = set(ids)
-            docs, metas, got = [], [], []
-            for wid, msgs in eventlog.indexed_windows():  # type: ignore[union-attr]
-                if wid not in wanted:
-                    continue
-                got.append(wid)
-                docs.append(document(Window(WindowID(wid), msgs[0].room_id, tuple(msgs))))
-                metas.append({"room_id": msgs[0].room_id, "corpus": CORPUS_CHAT})
-                if len(got) >= page:
-                    yield got, docs, metas
-                    docs, metas, got = [], [], []
-            refs = [i for i in ids if i in wanted and i.startswith("r")]
-            texts = eventlog.ref_texts(refs)  # type: ignore[union-attr]
-            for cid in refs:
-                if cid in texts:
-                    got.append(cid)
-                    docs.append(texts[cid])
-                    metas.append({"room_id": "", "corpus": CORPUS_REFERENCE})
-            if got:
-                yield got, docs, metas
-
-        def build() -> None:
-            started = time.monotonic()
-            try:
-                ids = ([] if eventlog is None else
-                       sorted(eventlog.window_ids()) + eventlog.ref_chunk_ids())
-                complete = terms.build(ids, pages)
-            except Exception as e:  # the leg keeps scanning the event log; search works
-                log.error("term_index_failed", exc_info=True,
-                          extra={"error": type(e).__name__})
-                return
-            log.info("term_index_ready", extra={
-                **terms.stats(), "complete": complete,
-                "seconds": round(time.monotonic() - started, 1)})
-            if on_ready is not None:
-                on_ready()
-
-        threading.Thread(target=build, name="term-index", daemon=True).start()
-        return terms
-
     # -- writing (the pipeline only) -------------------------------------------------
 
     def upsert(self, windows: Sequence[Window], vectors: Sequence[Sequence[float]]) -> None:
@@ -212,7 +173,7 @@ class ChromaStore(Compacting, WindowTexts):
         self._col.upsert(ids=ids, embeddings=np.asarray(vectors, dtype=np.float32),
                          metadatas=metas)
         if self.terms is not None:
-            self.terms.add(ids, [document(w) for w in windows], metas)
+            self.terms.windows_written(windows)
 
     def delete(self, window_ids: Sequence[WindowID]) -> None:
         """Delete points; a reference chunk's text leaves the event log first."""
@@ -247,7 +208,7 @@ class ChromaStore(Compacting, WindowTexts):
         self._col.upsert(ids=list(ids), embeddings=[list(v) for v in vectors],
                          metadatas=list(metadatas))
         if self.terms is not None:
-            self.terms.add(ids, texts, metadatas)
+            self.terms.texts_written(ids, texts, metadatas)
 
     # -- reading ---------------------------------------------------------------------
 
@@ -262,20 +223,17 @@ class ChromaStore(Compacting, WindowTexts):
         return self._col.get(ids=list(ids) if ids is not None else None,
                              include=list(include))
 
-    def query_bare(self, vectors: Sequence[Sequence[float]], n: int) -> dict:
-        """Chroma's nearest neighbours as Chroma returns them (metadatas, distances),
-        with no text read: bench/query.py's baseline for what search adds."""
-        return self._col.query(query_embeddings=[list(v) for v in vectors], n_results=n,
-                               include=["metadatas", "distances"])
-
     def ids(self, corpus: str) -> set[str]:
         """Every record id of one corpus (doctor compares them with the event log)."""
         return set(self._col.get(where={"corpus": corpus}, include=[])["ids"])
 
-    def query(self, vectors: Sequence[Sequence[float]], n: int,
-              where: dict | None = None, text: bool = True) -> list[list[Neighbour]]:
-        """The n nearest records per vector; `text=False`: without their texts (""),
-        which `with_texts` reads later for the few that are kept."""
+    def nearest(self, vectors: Sequence[Sequence[float]], n: int,
+                where: dict | None = None, records: bool = False
+                ) -> list[list[Neighbour]]:
+        """The n nearest records per vector, with their cosine similarities; `records`:
+        with each one's metadata as a StoredWindow without text (`with_texts` reads it
+        for the few a caller keeps). Without, Chroma reads no metadata (1.3 ms of a 4 ms
+        search for 20 results a list at 100,000 windows; bench/query.py)."""
         if not vectors:
             return []
         # No count() first: Chroma 1.5 returns what it has when asked for more (also
@@ -283,52 +241,28 @@ class ChromaStore(Compacting, WindowTexts):
         # windows (13 ms against 3; bench/query.py).
         res = self._col.query(query_embeddings=[list(v) for v in vectors],
                               n_results=n, where=where or None,
-                              include=["metadatas", "distances"])
-        flat_ids = [i for ids in res["ids"] for i in ids]
-        flat_meta = [m for metas in res["metadatas"] for m in metas]
-        text = dict(zip(flat_ids, self._texts(flat_ids, flat_meta) if text
-                        else [""] * len(flat_ids)))
-        out = []
-        for ids, metas, dists in zip(res["ids"], res["metadatas"], res["distances"]):
-            out.append([Neighbour(_stored(i, text[i], m), 1.0 - float(dist))
-                        for i, m, dist in zip(ids, metas, dists)])
-        return out
+                              include=["metadatas", "distances"] if records
+                              else ["distances"])
+        metas = res["metadatas"] if records else [[None] * len(ids) for ids in res["ids"]]
+        return [[Neighbour(WindowID(i), 1.0 - float(d),
+                           _stored(i, "", m) if records else None)
+                 for i, m, d in zip(ids, ms, dists)]
+                for ids, ms, dists in zip(res["ids"], metas, res["distances"])]
 
     def get(self, window_ids: Sequence[WindowID] | None = None, where: dict | None = None,
             limit: int | None = None, offset: int | None = None) -> list[StoredWindow]:
         res = self._col.get(ids=list(window_ids) if window_ids is not None else None,
                             where=where or None, limit=limit, offset=offset,
                             include=["metadatas"])
-        texts = self._texts(res["ids"], res["metadatas"])
-        return [_stored(i, t, m) for i, t, m in zip(res["ids"], texts, res["metadatas"])]
+        return self.with_texts([_stored(i, "", m)
+                                for i, m in zip(res["ids"], res["metadatas"])])
 
-    def matching(self, regex: str, where: dict | None = None) -> list[str]:
-        """Ids of the stored windows whose text (chunker.document) matches the lexical
-        leg's line-anchored regex (lexical.pattern), scanning the event log: the leg asks
-        this only when its postings cannot answer. Each message is tested as its own
-        lines of the document, which is the same as testing the whole document.
-        `where`: the room and corpus filters search uses."""
-        if self.eventlog is None:
-            return []
-        search = re.compile(regex).search
-        room, corpus = _room_corpus(where)
-        found: set[str] = set()
-        if corpus in (None, CORPUS_CHAT):
-            form = body_form(regex)
-            if form is not None:  # the same test, on the bare body, after SQLite's LIKE
-                in_body = re.compile(form[0]).search
-                found |= self.eventlog.bodies_matching(
-                    lambda body: in_body(body) is not None, room, contains=form[1])
-            else:
-                found |= self.eventlog.bodies_matching(
-                    lambda body: search(_LINE_HEAD + body.replace("\n", "\n  ")) is not None,
-                    room)
-        if corpus in (None, CORPUS_REFERENCE) and room is None:
-            found |= self.eventlog.refs_matching(lambda text: search(text) is not None)
-        if not found:
-            return []
-        # Only what the collection holds (the event log may be a step ahead).
-        return sorted(self._col.get(ids=sorted(found), include=[])["ids"])
+    def with_texts(self, windows: Sequence[StoredWindow]) -> list[StoredWindow]:
+        """The windows with their texts and lines, read from the event log in one go
+        (search reads them only for the hits it keeps)."""
+        read = self._texts.read([w.window_id for w in windows], [w.corpus for w in windows],
+                                [w.room_label for w in windows])
+        return [replace(w, text=t, lines=lines) for w, (t, lines) in zip(windows, read)]
 
     # -- for verify --index ------------------------------------------------------------
 
@@ -358,16 +292,6 @@ class ChromaStore(Compacting, WindowTexts):
                 return
             offset += page
 
-    def nearest(self, vectors: Sequence[Sequence[float]], n: int,
-                where: dict | None = None) -> list[list[tuple[WindowID, float]]]:
-        """query's ids and cosine similarities alone: no metadata read."""
-        if not vectors:
-            return []
-        res = self._col.query(query_embeddings=[list(v) for v in vectors], n_results=n,
-                              where=where or None, include=["distances"])
-        return [[(WindowID(i), 1.0 - float(d)) for i, d in zip(ids, dists)]
-                for ids, dists in zip(res["ids"], res["distances"])]
-
     def get_with_vectors(self, window_ids: Sequence[str]
                          ) -> list[tuple[StoredWindow, list[float]]]:
         """The given windows that exist, without their texts, each with its vector: one
@@ -385,13 +309,6 @@ class ChromaStore(Compacting, WindowTexts):
         res = self._col.get(ids=list(window_ids), include=["embeddings"])
         return list(zip(res["ids"], [list(v) for v in res["embeddings"]]))
 
-    def query_ids(self, vectors: list, n: int) -> list[set[str]]:
-        if not vectors:
-            return []
-        res = self._col.query(query_embeddings=vectors, n_results=min(n, max(1, self.count())),
-                              include=[])
-        return [set(ids) for ids in res["ids"]]
-
     def readd(self, window_ids: list) -> None:
         """Delete and add windows again as they are (chroma#7758 repair)."""
         for i in range(0, len(window_ids), 500):
@@ -403,11 +320,3 @@ class ChromaStore(Compacting, WindowTexts):
             self._col.add(ids=res["ids"], embeddings=[list(v) for v in res["embeddings"]],
                           metadatas=res["metadatas"])
 
-
-def _room_corpus(where: dict | None) -> tuple[str | None, str | None]:
-    """The room and corpus of the `where` forms search uses (room_id, corpus, $and)."""
-    clauses = (where or {}).get("$and", [where] if where else [])
-    got: dict[str, str] = {}
-    for c in clauses:
-        got.update(c)
-    return got.get("room_id"), got.get("corpus")
