@@ -210,12 +210,11 @@ class Service:
                                f"says {self.cfg.bot_user}: check homeserver.domain and "
                                "appservice.bot_localpart")
 
-    def _on_transaction_gap(self) -> None:
-        """A numbered transaction never came: every room read again from its cursor."""
-        async def backfill_all() -> None:
-            for room_id in sorted(self.gate.allowlist):
-                await self.backfill(RoomID(room_id))
-        self._spawn(backfill_all(), "gap-backfill")
+    async def _on_transaction_gap(self) -> None:
+        """A numbered transaction never came: every room read again from its cursor
+        (txngaps.py runs one at a time)."""
+        for room_id in sorted(self.gate.allowlist):
+            await self.backfill(RoomID(room_id))
 
     async def _ping_homeserver(self) -> None:
         """Ask the homeserver to ping us now that transactions are taken (MSC2659). What it
@@ -233,6 +232,7 @@ class Service:
         for t in list(self._tasks):
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.gaps.stop()
         await self.state_retry.stop()
         await self.commands.stop()
         await self.worker.stop()
