@@ -64,6 +64,7 @@ class PipelineWorker:
         self.runs = 0
         self.idle = asyncio.Event()
         self.idle.set()
+        self._ran = asyncio.Event()  # set after each run that worked
 
     def notify(self) -> None:
         self.idle.clear()
@@ -101,6 +102,7 @@ class PipelineWorker:
                 async with self._run_lock:
                     await asyncio.to_thread(self._run)
                 self.runs += 1
+                self._ran.set()
                 self.consecutive_failures = 0
                 backoff.reset()
             except Exception as e:  # the store or the model failed: retry, cursor unmoved
@@ -158,3 +160,9 @@ class PipelineWorker:
 
     async def wait_idle(self) -> None:
         await self.idle.wait()
+
+    async def wait_runs(self, n: int) -> None:
+        """Until `n` runs have worked: what tests and benchmarks wait on, not time."""
+        while self.runs < n:
+            self._ran.clear()
+            await self._ran.wait()
