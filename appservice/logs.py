@@ -51,11 +51,34 @@ class KeyValueFormatter(logging.Formatter):
         return line
 
 
+class _Stderr(logging.StreamHandler):
+    """Writes to whatever `sys.stderr` is when a record comes (the process's, or a test's
+    capture), never to a stream that was replaced and closed since."""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+    @property  # type: ignore[override]
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value) -> None:
+        pass
+
+
 def setup_logging(level: str = "INFO", as_json: bool = False) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(KeyValueFormatter(as_json))
+    """Set up once per process, idempotent: our one handler on the root logger is added
+    if missing and reconfigured otherwise; handlers others installed (pytest's capture,
+    a host program's) are left alone. The stdlib suffices: the key=value format above
+    is the whole of what structlog would bring, and the library's loggers log through
+    the same root."""
     root = logging.getLogger()
-    root.handlers[:] = [handler]
+    handler = next((h for h in root.handlers if isinstance(h, _Stderr)), None)
+    if handler is None:
+        handler = _Stderr()
+        root.addHandler(handler)
+    handler.setFormatter(KeyValueFormatter(as_json))
     root.setLevel(level)
     logging.getLogger(ROOT).setLevel(level)  # every logger of the project is under it
     # mautrix logs whole requests and events at DEBUG; they may hold message text.

@@ -27,3 +27,56 @@ def stack(tmp_path_factory) -> Stack:
     finally:
         s.service.stop()
         s.synapse.stop()
+
+
+# -- the fast suite waits for no real time ------------------------------------------------
+# A test that is neither `synapse` nor `slow` advances a fake clock (tests/fakeclock.py)
+# instead of sleeping; a real sleep fails it, naming where it slept.
+
+class RealSleeps:
+    def __init__(self) -> None:
+        self.found: list[str] = []
+
+    def note(self, seconds) -> None:
+        """A sleep the test's own code asked for (a library's polling inside a call,
+        subprocess.wait's say, is the library's): its caller is a test module."""
+        if isinstance(seconds, (int, float)) and seconds > 0:
+            import sys
+            caller = sys._getframe(2)
+            while caller is not None and caller.f_code.co_filename == __file__:
+                caller = caller.f_back  # our own wrappers, stacked
+            name = caller.f_code.co_filename if caller is not None else ""
+            if "/tests/" in name:
+                self.found.append(f"{seconds}s at {name.rsplit('/', 1)[-1]}:{caller.f_lineno}")
+
+
+def guard_sleeps(monkeypatch) -> RealSleeps:
+    import asyncio
+    import time
+    sleeps = RealSleeps()
+    real_sleep, real_async_sleep = time.sleep, asyncio.sleep
+
+    def sleep(seconds):
+        sleeps.note(seconds)
+        return real_sleep(seconds)
+
+    def async_sleep(seconds, *args, **kwargs):
+        sleeps.note(seconds)
+        return real_async_sleep(seconds, *args, **kwargs)
+
+    monkeypatch.setattr(time, "sleep", sleep)
+    monkeypatch.setattr(asyncio, "sleep", async_sleep)
+    return sleeps
+
+
+@pytest.fixture(autouse=True)
+def no_real_sleep(request, monkeypatch):
+    if request.node.get_closest_marker("synapse") or request.node.get_closest_marker("slow") \
+            or request.node.get_closest_marker("real_sleep_ok"):
+        yield
+        return
+    sleeps = guard_sleeps(monkeypatch)
+    yield
+    if sleeps.found:
+        pytest.fail("a fast test slept real time (use tests/fakeclock.py): "
+                    + ", ".join(sleeps.found[:5]), pytrace=False)

@@ -435,7 +435,7 @@ async def test_notify_during_a_run_runs_again():
     worker = PipelineWorker(NotifyingPipeline(), debounce=0, sleep=sleep)
     worker.start()
     try:
-        await asyncio.sleep(0.05)
+        await asyncio.wait_for(worker.wait_runs(2), 5)
         await run_until_idle(worker)
     finally:
         await worker.stop()

@@ -325,8 +325,13 @@ async def test_the_worker_runs_a_deferred_scrub_without_new_events(world):
         for _ in range(1000):
             if worker.idle.is_set():
                 return
-            await clock.advance(0.01)
-            await asyncio.sleep(0.005)
+            if clock.sleeping:
+                await clock.advance(0.01)
+                continue
+            try:  # a run or a compaction in its thread: until the worker changes state
+                await asyncio.wait_for(worker.wait_idle(), 0.05)
+            except asyncio.TimeoutError:
+                pass
         raise AssertionError("the worker did not go idle")
 
     worker.start()
@@ -349,14 +354,11 @@ async def test_the_worker_runs_a_deferred_scrub_without_new_events(world):
         for _ in range(200):
             if clock.sleeping_within(3.0):
                 break
-            await asyncio.sleep(0.005)
+            await asyncio.sleep(0)
         assert clock.sleeping_within(3.0)  # the worker waits for it, on the clock
         await clock.advance(3.0)  # the interval passes: nothing else wakes the worker
-        for _ in range(500):
-            if not pipeline.scrub_due and worker.idle.is_set():
-                break
-            await clock.advance(0.01)  # the run it wakes waits out its debounce
-            await asyncio.sleep(0.005)
+        await clock.advance(0.01)  # the run it wakes waits out its debounce
+        await idle()
         assert not pipeline.scrub_due and b"pp72k" not in chroma_bytes(tmp)
     finally:
         await worker.stop()
@@ -408,10 +410,10 @@ async def test_new_messages_are_indexed_while_a_compaction_copies(world):
         assert await asyncio.to_thread(copying.wait, 10)
         ingest.admit([msg(4, "written during the copy")])
         worker.notify()
-        for _ in range(200):
-            await asyncio.sleep(0.05)
+        for _ in range(5):
             if log.status_of("$m4") and log.status_of("$m4")[0] == "indexed":
                 break
+            await asyncio.wait_for(worker.wait_runs(worker.runs + 1), 20)
         assert log.status_of("$m4")[0] == "indexed" and not worker.idle.is_set()
         release.set()
         await asyncio.wait_for(worker.wait_idle(), 20)

@@ -5,6 +5,7 @@ and /health say. The endpoint and its event log are those of test_hostile_transa
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 from aiohttp import web
@@ -22,15 +23,18 @@ from .test_transactions import put
 # -- commands ------------------------------------------------------------------------------
 
 class SlowSearcher:
-    """A search that holds a thread for a while, as a real one on a busy machine."""
+    """A search that holds its thread until `release` is set, as a real one on a busy
+    machine holds it for a while (never released: a search that never ends)."""
 
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
+    def __init__(self, held: bool = True) -> None:
+        self.release = threading.Event()
+        if not held:
+            self.release.set()
         self.calls = 0
 
     def search(self, query):
         self.calls += 1
-        time.sleep(self.seconds)
+        self.release.wait(60)
         return []
 
 
@@ -47,18 +51,17 @@ async def test_100_commands_do_not_delay_the_next_transactions_200(env):
         sent.append(content)
         return f"$reply{len(sent)}"
 
-    searcher = SlowSearcher(0.1)
+    searcher = SlowSearcher()
     responder = Responder(searcher, send, BOT, limiter=RateLimiter(0))
     pool = CommandPool(responder.answer)
     env.on_commands = pool.submit
     status, _ = await put(env.client, "t1", {"events": [command(i) for i in range(100)]})
     assert status == 200
-    started = time.monotonic()
-    status, _ = await put(env.client, "t2", {"events": [msg("$after")]})
-    elapsed = time.monotonic() - started
+    # Every search thread is held: a transaction that waited behind them would never end.
+    status, _ = await asyncio.wait_for(put(env.client, "t2", {"events": [msg("$after")]}), 10)
     assert status == 200 and env.status("$after") is not None
-    assert elapsed < 0.5, f"the next transaction waited {elapsed:.2f} s behind the commands"
-    assert searcher.calls < 100  # still answering: the flood runs in its own bounded pool
+    assert searcher.calls < 100 and sent == []  # the flood runs in its own bounded pool
+    searcher.release.set()
     await asyncio.wait_for(pool.join(), 60)
     assert len(sent) == 100
     # Replies ping nobody by design: an empty m.mentions, not the quoted senders.
@@ -82,7 +85,7 @@ async def test_a_command_while_the_homeserver_is_down_is_answered_later(env):
     async def sleep(seconds):
         waited.append(seconds)
 
-    responder = Responder(SlowSearcher(0), send, BOT, limiter=RateLimiter(0), sleep=sleep)
+    responder = Responder(SlowSearcher(held=False), send, BOT, limiter=RateLimiter(0), sleep=sleep)
     pool = CommandPool(responder.answer)
     env.on_commands = pool.submit
     assert (await put(env.client, "t1", {"events": [command(1)]}))[0] == 200

@@ -313,7 +313,7 @@ async def test_a_room_whose_state_hangs_holds_back_nothing(env, monkeypatch):
     async def fetch_state(room_id):
         fetched.append(room_id)
         if room_id == ROOM_B:
-            await asyncio.sleep(30)  # a room so big its state never comes in time
+            await asyncio.Event().wait()  # a room so big its state never comes in time
         await real(room_id)
 
     env.handler._fetch_state = fetch_state

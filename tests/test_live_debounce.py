@@ -66,11 +66,10 @@ async def settle(worker: PipelineWorker, clock: FakeClock) -> None:
     assert clock.sleeping_within(DEBOUNCE), "the worker is not waiting out a debounce interval"
     runs = worker.runs
     await clock.advance(DEBOUNCE)
-    for _ in range(1000):
-        if worker.runs > runs:
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("the pipeline did not run after the debounce interval")
+    try:
+        await asyncio.wait_for(worker.wait_runs(runs + 1), 10)
+    except asyncio.TimeoutError:
+        raise AssertionError("the pipeline did not run after the debounce interval") from None
 
 
 async def test_messages_within_one_interval_cost_one_embedding_of_the_open_window(parts):
@@ -169,10 +168,10 @@ async def test_after_a_run_longer_than_the_interval_the_next_starts_at_once(part
     worker.start()
     try:
         await settle(worker, clock)  # the first run: message 0, then the slow part
-        for _ in range(1000):
-            if worker.runs == 2:
-                break
-            await asyncio.sleep(0.01)
+        try:
+            await asyncio.wait_for(worker.wait_runs(2), 10)
+        except asyncio.TimeoutError:
+            pass
         assert worker.runs == 2, "the second run waited for the clock"
         assert debounces(clock) == [DEBOUNCE]  # only the first run slept
         assert emb.texts_seen == 2 and pipeline.stats.messages == 4

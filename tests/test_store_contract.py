@@ -52,10 +52,13 @@ def chroma_server(tmp_path_factory):
                     break
         except OSError:
             pass
-        if proc.poll() is not None or time.monotonic() > deadline:
+        if time.monotonic() > deadline:
             proc.kill()
-            pytest.fail("chroma run did not start:\n" + (path / "server.log").read_text())
-        time.sleep(0.2)
+        try:  # until it listens, or exits
+            proc.wait(0.2)
+        except subprocess.TimeoutExpired:
+            continue
+        pytest.fail("chroma run did not start:\n" + (path / "server.log").read_text())
     yield _Server(port, path / "data")
     proc.terminate()
     try:

@@ -256,36 +256,72 @@ async def test_events_of_other_rooms_fetch_no_state(service):
     assert status == 200 and rec.fetched == [] and ingest.eventlog.counts() == {}
 
 
-async def test_a_numbered_transaction_that_never_comes_asks_for_a_backfill(tmp_path):
-    """Synapse can leave a transaction stored and never sent (txngaps.py): 41 and 43
-    answered, 42 never; after the grace the service is asked to read the rooms again,
-    once. A transaction answered late (44 after 45) closes its gap in time."""
-    import asyncio
-
+async def gap_service(tmp_path, asked: list[int]):
     from appservice.homeserver.txngaps import TransactionGaps
+    from indexer.clock import Clock
+
+    from .fakeclock import FakeClock
 
     ingest = make_ingest(tmp_path)
     rec = Recorder()
     rec.ingest = ingest
-    asked: list[int] = []
-    gaps = TransactionGaps(lambda: asked.append(1), grace=0.3)
+    fake = FakeClock(1000.0)
+
+    async def backfill() -> None:
+        asked.append(1)
+
+    gaps = TransactionGaps(backfill, grace=10, clock=Clock(fake, fake.sleep))
     handler = TransactionHandler(HS_TOKEN, "matrix-sources", ingest, rec.fetch_state,
                                  rec.on_admitted, gaps=gaps)
     app = web.Application()
     app.router.add_put("/_matrix/app/v1/transactions/{transaction_id}", handler.handle)
     client = TestClient(TestServer(app))
     await client.start_server()
+    return client, ingest, gaps, fake
+
+
+async def test_a_numbered_transaction_that_never_comes_asks_for_a_backfill(tmp_path):
+    """Synapse can leave a transaction stored and never sent (txngaps.py): 41 and 43
+    answered, 42 never; after the grace the service is asked to read the rooms again,
+    once. A transaction answered late (44 after 45) closes its gap in time."""
+    asked: list[int] = []
+    client, ingest, gaps, clock = await gap_service(tmp_path, asked)
     try:
         assert (await put(client, "41", {"events": [message("$a")]}))[0] == 200
         assert (await put(client, "43", {"events": [message("$c")]}))[0] == 200
         assert (await put(client, "43", {"events": [message("$c")]}))[0] == 200  # a replay
         assert gaps.missing == [42]
-        await asyncio.sleep(0.5)
+        await clock.advance(11)
         assert asked == [1] and gaps.missing == []
         assert (await put(client, "45", {"events": [message("$e")]}))[0] == 200
         assert (await put(client, "44", {"events": [message("$d")]}))[0] == 200
-        await asyncio.sleep(0.5)
+        await clock.advance(11)
         assert asked == [1]  # 44 came in time
     finally:
+        await gaps.stop()
+        await client.close()
+        ingest.eventlog.close()
+
+
+async def test_thirty_gapped_transactions_start_one_backfill(tmp_path):
+    """The storm of the adversarial round: 30 empty transactions 5000, 5002 ... 5058 (one
+    missing between each, each PUT a second apart) made 23 backfills of every room. Now
+    the gaps are merged into one, and a jump of 999 is one range, not 998 entries."""
+    asked: list[int] = []
+    client, ingest, gaps, clock = await gap_service(tmp_path, asked)
+    try:
+        for n in range(5000, 5060, 2):
+            assert (await put(client, str(n), {"events": []}))[0] == 200
+            await clock.advance(1)
+        await clock.advance(60)
+        assert asked == [1]
+        assert (await put(client, str(5058 + 999), {"events": []}))[0] == 200
+        assert gaps.open_ranges == 1
+        await clock.advance(11)
+        assert asked == [1]  # at most one backfill a minute
+        await clock.advance(60)
+        assert asked == [1, 1]
+    finally:
+        await gaps.stop()
         await client.close()
         ingest.eventlog.close()

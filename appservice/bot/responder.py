@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Awaitable, Callable
 
+from indexer.clock import Clock, retrying
 from indexer.derived.filter import EmittedSection
 from indexer.ingest.events import MessageEvent
 from indexer.records import Hit, RoomID
@@ -113,18 +114,14 @@ class Responder:
         """Send, and while the homeserver is unreachable keep trying (backoff doubling,
         capped) for SEND_RETRY_FOR seconds: a command that came just before an outage
         is answered when it ends."""
-        deadline = self.clock() + SEND_RETRY_FOR
-        delay = 1.0
-        while True:
-            try:
-                return await self.send(room_id, content)
-            except Exception as e:
-                if not is_outage(e) or self.clock() + delay > deadline:
-                    raise
-                log.warning("reply_waiting_for_homeserver", exc_info=True, extra={
-                    "room_id": room_id, "event_id": command_id, "retry_in": delay})
-            await self.sleep(delay)
-            delay = min(delay * 2, SEND_RETRY_MAX)
+        def waiting(e: Exception, delay: float) -> None:
+            log.warning("reply_waiting_for_homeserver", exc_info=e, extra={
+                "room_id": room_id, "event_id": command_id, "retry_in": delay})
+
+        return await retrying(lambda: self.send(room_id, content), retry_if=is_outage,
+                              initial=1.0, maximum=SEND_RETRY_MAX,
+                              give_up_after=SEND_RETRY_FOR, on_retry=waiting,
+                              clock=Clock(self.clock, self.sleep))
 
     async def _record_answer(self, room_id: str, event_id: str, reply: Reply) -> None:
         """The reply is sent (committed): now what it quoted becomes answer artifacts, so

@@ -18,6 +18,7 @@ import aiohttp
 from mautrix.api import HTTPAPI, Method, Path
 from mautrix.errors import MatrixConnectionError, MatrixRequestError, MForbidden, MNotFound
 
+from indexer.clock import Clock, retrying
 from indexer.ingest.events import StateEvent, parse_event
 from indexer.ingest.roomfacts import RoomFacts, facts_from_state
 
@@ -73,21 +74,23 @@ class StateRetry:
             task.add_done_callback(lambda _t: self._tasks.pop(room_id, None))
 
     async def _retry(self, room_id: str) -> None:
-        delay = self.initial
         attempt = 0
-        while True:
-            await self._sleep(delay)
+
+        async def fetch() -> None:
+            nonlocal attempt
             attempt += 1
-            try:
-                await self._fetch(room_id)
-            except Exception:
-                delay = min(delay * 2, self.maximum)
-                log.warning("room_state_retry_failed", exc_info=True, extra={
-                    "room_id": room_id, "attempt": attempt, "retry_in": delay})
-                continue
-            log.info("room_state_known", extra={"room_id": room_id, "attempt": attempt})
-            self._on_known(room_id)
-            return
+            await self._fetch(room_id)
+
+        def failed(e: Exception, delay: float) -> None:
+            log.warning("room_state_retry_failed", exc_info=e, extra={
+                "room_id": room_id, "attempt": attempt, "retry_in": delay})
+
+        await self._sleep(self.initial)  # it has just failed once: wait before the first
+        await retrying(fetch, retry_if=lambda e: True, on_retry=failed,
+                       initial=min(self.initial * 2, self.maximum), maximum=self.maximum,
+                       clock=Clock(sleep=self._sleep))
+        log.info("room_state_known", extra={"room_id": room_id, "attempt": attempt})
+        self._on_known(room_id)
 
     async def stop(self) -> None:
         tasks = list(self._tasks.values())

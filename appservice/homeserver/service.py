@@ -28,6 +28,7 @@ from mautrix.types import EventType
 from indexer.ingest.allowlist import load_allowlist
 from indexer.ingest.backfill import backfill_room
 from indexer.store.lock import WriterLock
+from indexer.clock import retrying
 from indexer.components import Index
 from indexer.config import Config, ConfigError
 from indexer.datadir import load_registration
@@ -186,36 +187,33 @@ class Service:
     async def _wait_for_homeserver(self) -> None:
         """Until the homeserver accepts our token. Unreachable: keep trying (Synapse may
         start after us); token refused or wrong user: a configuration error, stop."""
-        delay = 1.0
-        while True:
-            try:
-                whoami = await self.az.intent.whoami()
-                break
-            except MatrixRequestError as e:
-                raise StartupError(
-                    f"the homeserver at {self.cfg.homeserver_url} rejected as_token "
-                    f"({e.errcode}): is {self.cfg.registration} listed in "
-                    "app_service_config_files of homeserver.yaml, and was Synapse restarted "
-                    "since?") from None
-            except Exception as e:
-                self.health.detail = (f"homeserver {self.cfg.homeserver_url} unreachable "
-                                      f"({type(e).__name__}); retrying")
-                # The traceback too: a bug here looks like an outage otherwise.
-                log.warning("homeserver_unreachable", exc_info=True, extra={
-                    "url": self.cfg.homeserver_url, "retry_in": delay})
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, HOMESERVER_RETRY_MAX)
+        def unreachable(e: Exception, delay: float) -> None:
+            self.health.detail = (f"homeserver {self.cfg.homeserver_url} unreachable "
+                                  f"({type(e).__name__}); retrying")
+            # The traceback too: a bug here looks like an outage otherwise.
+            log.warning("homeserver_unreachable", exc_info=e, extra={
+                "url": self.cfg.homeserver_url, "retry_in": delay})
+
+        try:
+            whoami = await retrying(self.az.intent.whoami, initial=1.0,
+                                    maximum=HOMESERVER_RETRY_MAX, on_retry=unreachable,
+                                    retry_if=lambda e: not isinstance(e, MatrixRequestError))
+        except MatrixRequestError as e:
+            raise StartupError(
+                f"the homeserver at {self.cfg.homeserver_url} rejected as_token "
+                f"({e.errcode}): is {self.cfg.registration} listed in "
+                "app_service_config_files of homeserver.yaml, and was Synapse restarted "
+                "since?") from None
         if whoami.user_id != self.cfg.bot_user:
             raise StartupError(f"the homeserver says the bot is {whoami.user_id}, the config "
                                f"says {self.cfg.bot_user}: check homeserver.domain and "
                                "appservice.bot_localpart")
 
-    def _on_transaction_gap(self) -> None:
-        """A numbered transaction never came: every room read again from its cursor."""
-        async def backfill_all() -> None:
-            for room_id in sorted(self.gate.allowlist):
-                await self.backfill(RoomID(room_id))
-        self._spawn(backfill_all(), "gap-backfill")
+    async def _on_transaction_gap(self) -> None:
+        """A numbered transaction never came: every room read again from its cursor
+        (txngaps.py runs one at a time)."""
+        for room_id in sorted(self.gate.allowlist):
+            await self.backfill(RoomID(room_id))
 
     async def _ping_homeserver(self) -> None:
         """Ask the homeserver to ping us now that transactions are taken (MSC2659). What it
@@ -233,6 +231,7 @@ class Service:
         for t in list(self._tasks):
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.gaps.stop()
         await self.state_retry.stop()
         await self.commands.stop()
         await self.worker.stop()

@@ -6,38 +6,60 @@ made while the service is marked down, just as the recoverer finds nothing left 
 and marks it up again, is sent by neither (synapse/appservice/scheduler.py,
 `_TransactionController.send`). Seen here: after the service was killed and restarted
 under load, transactions 1571 and 1573 came, 1572 never did, and its message was lost
-until a later failure (the crash end-to-end test waited 10 minutes for it).
+until a later failure.
 
 So when a numbered transaction is still missing GAP_GRACE_S after a later one arrived,
 the service backfills every room from where its index stands (`on_gap`): whatever the
 missing transaction held comes back through /messages and the gate like any history.
-Ids that are not plain numbers (the spec makes them opaque) are left alone, and a jump
-of more than MAX_GAP (another counter) is not taken for a gap.
+
+    gap seen --(no new gap for GAP_GRACE_S, or MAX_WAIT_S since the first)-->
+        one backfill of every room (on_gap), at most one per COOLDOWN_S
+            | a gap going overdue while it runs: one more right after it
+
+One backfill covers every gap whose transaction was made before it started, so gaps
+are merged: a burst of gapped transactions (a confused or hostile sender with the
+hs_token) costs one backfill, not one each. Gaps are kept as ranges, at most MAX_RANGES
+of them (the oldest merged), so no burst of numbers grows the state. Ids that are not
+plain numbers (the spec makes them opaque) are left alone, and a jump of more than
+MAX_GAP (another counter) is not taken for a gap.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from typing import Callable
+from typing import Awaitable, Callable
+
+from indexer.clock import REAL, Clock
 
 log = logging.getLogger(f"matrix_sources.{__name__}")
 
 GAP_GRACE_S = 10.0  # Synapse sends one transaction at a time, retries within seconds
 MAX_GAP = 1000
+MAX_RANGES = 32
+MAX_WAIT_S = 60.0  # a steady stream of gaps still gets its backfill
+COOLDOWN_S = 60.0  # between the starts of two backfills
 
 
 class TransactionGaps:
-    def __init__(self, on_gap: Callable[[], None], grace: float = GAP_GRACE_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, on_gap: Callable[[], Awaitable[None]], grace: float = GAP_GRACE_S,
+                 clock: Clock = REAL) -> None:
         self._on_gap, self._grace, self._clock = on_gap, grace, clock
         self._top: int | None = None
-        self._missing: dict[int, float] = {}  # txn number -> when a later one came
+        self._ranges: list[list[float]] = []  # [first, last, since]: numbers still missing
+        self._timer: asyncio.Task | None = None
+        self._backfill: asyncio.Task | None = None
+        self._again = False  # a gap went overdue while a backfill ran
+        self._last_start: float | None = None
+        self.backfills = 0
 
     @property
     def missing(self) -> list[int]:
-        return sorted(self._missing)
+        return [n for lo, hi, _ in self._ranges for n in range(int(lo), int(hi) + 1)]
+
+    @property
+    def open_ranges(self) -> int:
+        return len(self._ranges)
 
     def answered(self, txn_id: str) -> None:
         """A transaction was answered 200 (stored, or a replay of one stored)."""
@@ -48,24 +70,76 @@ class TransactionGaps:
             self._top = n
             return
         if n <= self._top:
-            self._missing.pop(n, None)
+            self._close(n)
             return
-        now = self._clock()
-        self._missing.update((m, now) for m in range(self._top + 1, n))
+        if n - self._top > 1:
+            self._ranges.append([self._top + 1, n - 1, self._clock.now()])
+            if len(self._ranges) > MAX_RANGES:  # the two oldest become one
+                a, b = self._ranges[0], self._ranges.pop(1)
+                a[1] = b[1]
+            self._schedule(self._grace)
         self._top = n
-        if n - 1 in self._missing:
+
+    def _close(self, n: int) -> None:
+        for i, (lo, hi, since) in enumerate(self._ranges):
+            if lo <= n <= hi:
+                parts = [[lo, n - 1, since]] if lo < n else []
+                parts += [[n + 1, hi, since]] if n < hi else []
+                self._ranges[i:i + 1] = parts
+                return
+
+    def _schedule(self, delay: float) -> None:
+        if self._timer is None or self._timer.done():
             try:
-                asyncio.get_running_loop().call_later(self._grace, self.check)
+                self._timer = self._clock.later(delay, self.check, "transaction-gap-check")
             except RuntimeError:  # no loop (a unit test): check() is called by hand
-                pass
+                self._timer = None
+
+    def _due(self) -> float:
+        first = min(r[2] for r in self._ranges)
+        last = max(r[2] for r in self._ranges)
+        due = min(last + self._grace, first + max(MAX_WAIT_S, self._grace))
+        if self._last_start is not None:
+            due = max(due, self._last_start + COOLDOWN_S)
+        return due
 
     def check(self) -> None:
-        """Backfill once for every gap open GAP_GRACE_S or longer."""
-        now = self._clock()
-        overdue = sorted(m for m, t in self._missing.items() if now - t >= self._grace)
-        if not overdue:
+        """Backfill once for every gap, when it is due (see the module's diagram)."""
+        self._timer = None
+        if not self._ranges:
             return
-        for m in overdue:
-            del self._missing[m]
-        log.warning("transaction_gap", extra={"missing": overdue[:20], "count": len(overdue)})
-        self._on_gap()
+        now = self._clock.now()
+        due = self._due()
+        if now < due:
+            self._schedule(due - now)
+            return
+        log.warning("transaction_gap", extra={
+            "ranges": [(int(lo), int(hi)) for lo, hi, _ in self._ranges[:20]],
+            "count": sum(int(hi - lo) + 1 for lo, hi, _ in self._ranges)})
+        self._ranges = []
+        self._last_start = now
+        if self._backfill is not None and not self._backfill.done():
+            self._again = True  # the running one may have passed some rooms already
+            return
+        try:
+            self._backfill = asyncio.get_running_loop().create_task(
+                self._run(), name="gap-backfill")
+        except RuntimeError:  # no loop: nothing can run it
+            self.backfills += 1
+
+    async def _run(self) -> None:
+        while True:
+            self._again = False
+            self.backfills += 1
+            try:
+                await self._on_gap()
+            except Exception:
+                log.exception("gap_backfill_failed")
+            if not self._again:
+                return
+
+    async def stop(self) -> None:
+        for task in (self._timer, self._backfill):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)

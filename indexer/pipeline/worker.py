@@ -24,6 +24,7 @@ import logging
 import time
 from typing import Awaitable, Callable
 
+from ..clock import Backoff
 from .pipeline import Pipeline
 
 log = logging.getLogger(f"matrix_sources.{__name__}")
@@ -63,6 +64,7 @@ class PipelineWorker:
         self.runs = 0
         self.idle = asyncio.Event()
         self.idle.set()
+        self._ran = asyncio.Event()  # set after each run that worked
 
     def notify(self) -> None:
         self.idle.clear()
@@ -86,7 +88,7 @@ class PipelineWorker:
             await asyncio.gather(self._compaction, return_exceptions=True)
 
     async def _loop(self) -> None:
-        backoff = self.backoff_initial
+        backoff = Backoff(self.backoff_initial, self.backoff_max)
         while True:
             await self._wake.wait()
             since = self._waiting_since if self._waiting_since is not None else self._clock()
@@ -100,17 +102,18 @@ class PipelineWorker:
                 async with self._run_lock:
                     await asyncio.to_thread(self._run)
                 self.runs += 1
+                self._ran.set()
                 self.consecutive_failures = 0
-                backoff = self.backoff_initial
+                backoff.reset()
             except Exception as e:  # the store or the model failed: retry, cursor unmoved
                 self._running = False
                 self.failures += 1
                 self.consecutive_failures += 1
                 self.last_error = type(e).__name__
                 log.error("pipeline_failed", exc_info=True, extra={
-                    "failures_in_a_row": self.consecutive_failures, "retry_in": backoff})
-                await self._sleep(backoff)
-                backoff = min(backoff * 2, self.backoff_max)
+                    "failures_in_a_row": self.consecutive_failures,
+                    "retry_in": backoff.delay})
+                await self._sleep(backoff.next())
                 if self._waiting_since is None:  # retry now: the backoff was the wait
                     self._waiting_since = self._clock() - self.debounce
                 self._wake.set()
@@ -157,3 +160,9 @@ class PipelineWorker:
 
     async def wait_idle(self) -> None:
         await self.idle.wait()
+
+    async def wait_runs(self, n: int) -> None:
+        """Until `n` runs have worked: what tests and benchmarks wait on, not time."""
+        while self.runs < n:
+            self._ran.clear()
+            await self._ran.wait()

@@ -1,18 +1,27 @@
-"""/metrics at 1M events never blocks the event loop.
+"""/metrics at 1M events: how long the event loop goes without running, and how long an
+ack takes, while scrapes read the event log's figures.
+
+    .venv/bin/python bench/metrics_loop.py [--events 1000000]
 
 Each scrape used to run two aggregates over the whole events table inside the aiohttp
 handler, under the event log's lock: about 350 ms at 1M events, while acks waited. Now
 a scrape serves the figures read last, and starts a read in a worker thread on a
-connection of its own. The event log here is generated (executemany), 1M rows."""
+connection of its own. The event log here is generated (executemany), 1M rows.
+Figures are printed and written to bench/out/metrics_loop.json; nothing is asserted but
+that the run worked."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import json
 import sqlite3
+import sys
+import tempfile
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
-import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
@@ -27,17 +36,16 @@ from indexer.pipeline.pipeline import PipelineStats
 from indexer.records import RoomID, UserID
 from indexer.ingest.roomfacts import RoomFacts
 
-from .test_transactions import HS_TOKEN, PATH, auth
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.test_transactions import HS_TOKEN, PATH, auth  # noqa: E402
 
 EVENTS = 1_000_000
 ROOMS = 50
-MAX_BLOCK = 0.05  # seconds the loop may go without running a callback
 T0 = 1_700_000_000_000
 
 
-@pytest.fixture(scope="module")
-def big_log(tmp_path_factory):
-    path = tmp_path_factory.mktemp("big") / "eventlog.sqlite3"
+def big_log(folder: Path):
+    path = folder / "eventlog.sqlite3"
     EventLog(path).close()  # the real schema and indexes
     db = sqlite3.connect(path)
     db.execute("PRAGMA journal_mode=WAL")
@@ -92,13 +100,12 @@ def metric(text: str, name: str) -> float | None:
     return None
 
 
-async def test_metrics_at_1m_events_never_block_the_loop(big_log):
-    # What the removed per-scrape aggregate cost: far more than the loop may be blocked.
+async def measure(big_log: Path) -> dict:
+    # What the removed per-scrape aggregate cost, for comparison with the loop's worst.
     started = time.perf_counter()
     pending, _, lags = await asyncio.to_thread(lag_report_at, big_log)
     read_seconds = time.perf_counter() - started
     assert pending == ROOMS * 2000 and len(lags) == ROOMS
-    assert read_seconds > MAX_BLOCK, "the log is too small to show a blocked loop"
 
     eventlog = EventLog(big_log)
     room = RoomID("!room000:example.org")
@@ -140,8 +147,6 @@ async def test_metrics_at_1m_events_never_block_the_loop(big_log):
                 assert resp.status == 200
                 if figures._reading is not None:
                     await figures._reading
-        assert watch.worst < MAX_BLOCK, f"the loop was blocked for {watch.worst * 1000:.0f} ms"
-        assert max(acks) < read_seconds, acks
         # The scrapes after the first serve the figures the previous one started reading.
         resp = await client.get("/metrics")
         text = await resp.text()
@@ -150,3 +155,24 @@ async def test_metrics_at_1m_events_never_block_the_loop(big_log):
     finally:
         await client.close()
         eventlog.close()
+    return {"events": EVENTS, "aggregate_read_ms": round(read_seconds * 1000, 1),
+            "loop_worst_block_ms": round(watch.worst * 1000, 1),
+            "ack_ms_max": round(max(acks) * 1000, 1),
+            "ack_ms": [round(a * 1000, 1) for a in acks]}
+
+
+def main() -> None:
+    global EVENTS
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--events", type=int, default=EVENTS)
+    EVENTS = ap.parse_args().events
+    with tempfile.TemporaryDirectory() as d:
+        figures = asyncio.run(measure(big_log(Path(d))))
+    print(json.dumps(figures, indent=2))
+    out = Path(__file__).parent / "out"
+    out.mkdir(exist_ok=True)
+    (out / "metrics_loop.json").write_text(json.dumps(figures, indent=2))
+
+
+if __name__ == "__main__":
+    main()
