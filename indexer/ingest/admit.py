@@ -132,7 +132,9 @@ class Ingest:
                 result.refused[rules.NOT_ALLOWLISTED] += 1  # never read: no journal, no log
                 continue
             if isinstance(ev, StateEvent):
-                self.facts[room_id] = apply_state(self.facts.get(room_id, RoomFacts()), ev)
+                before = self.facts.get(room_id, RoomFacts())
+                self.facts[room_id] = apply_state(before, ev)
+                self._note_visibility(before, self.facts[room_id], ev, source)
                 self._note_refused(self._state_refusal(ev), refused_rooms, cutoff,
                                    len(passed))
                 continue
@@ -196,6 +198,18 @@ class Ingest:
         else:
             result.appended = self.eventlog.append(passed, txn_key)
         return result
+
+    def _note_visibility(self, before: RoomFacts, after: RoomFacts, ev: StateEvent,
+                         source: str) -> None:
+        """A change of history visibility that stops (or resumes) storing what is sent
+        from now on: journalled by ids and rule. Nothing stored is purged: Matrix still
+        shows what was sent before to anyone who joins."""
+        was, now = (self.gate.visible_to_strangers(f) for f in (before, after))
+        if was != now and self.gate.judge_room(ev.room_id, after) is None:
+            self.journal.write("history_visibility", rule=rules.HISTORY_NOT_SHARED,
+                               room_id=ev.room_id, event_id=ev.event_id, source=source,
+                               detail=f"{after.history_visibility or 'unknown'}:"
+                                      f" {'resumed' if now else 'stopped'}")
 
     def _settled(self, room_id: RoomID) -> bool:
         """Whether the room's facts are known (a join rule seen): only then does a
