@@ -27,7 +27,7 @@ from .gate import Gate
 from .history import Applied, History
 from ..store.journal import Journal
 from .purge import Purger, PurgeReport
-from ..records import EventID, Message, Refusal, RoomID
+from ..records import EventID, Message, Refusal, RoomID, UserID
 from .roomfacts import RoomFacts, apply_state
 
 
@@ -61,10 +61,20 @@ class Ingest:
     facts: dict[RoomID, RoomFacts] = field(default_factory=dict)
     purger: Purger | None = None  # None: one that purges the event log only
     history: History | None = None  # edits and redactions (history.py)
+    # Users forgotten on request (forget.py): the time (ms) from which their messages
+    # are admitted again, None while forgotten. Read from the event log at open.
+    forgotten: dict[UserID, int | None] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.purger is None:
             self.purger = Purger(self.eventlog, self.journal)
+        self.forgotten.update(self.eventlog.forgotten_users())
+
+    def is_forgotten(self, user: UserID, ts: int) -> bool:
+        if user not in self.forgotten:
+            return False
+        readmit_from = self.forgotten[user]
+        return readmit_from is None or ts < readmit_from
 
     def label(self, room_id: RoomID) -> str:
         f = self.facts.get(room_id)
@@ -149,7 +159,8 @@ class Ingest:
                 continue
             if isinstance(ev, (EditEvent, RedactionEvent)):
                 # The bot's own edits (of its replies) are not the history of the room.
-                if ev.sender != self.gate.bot_user and \
+                if ev.sender != self.gate.bot_user and not (
+                        isinstance(ev, EditEvent) and self.is_forgotten(ev.sender, ev.ts)) and \
                         self.gate.judge_room(room_id, self.facts.get(room_id)) is None:
                     history.append(ev)  # applied after the append below (history.py)
                 continue
@@ -169,6 +180,9 @@ class Ingest:
                     self.facts[room_id] = replace(facts, members=facts.members | {m.sender})
                 if refusal.whole_room and self._settled(room_id):
                     self._note_refused(refusal, refused_rooms, cutoff, len(passed))
+                continue
+            if self.is_forgotten(m.sender, m.ts):
+                self._refuse(result, Refusal(rules.USER_FORGOTTEN, room_id, m.event_id), source)
                 continue
             passed.append((m, ev.thread_root))
         # Messages that passed before their room turned refused later in this batch are

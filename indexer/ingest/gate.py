@@ -43,10 +43,11 @@ PUPPET_SENDER = "puppet_sender"
 OWN_MESSAGE = "own_message"
 STATE_UNAVAILABLE = "state_unavailable"
 HISTORY_NOT_SHARED = "history_not_shared"
+USER_FORGOTTEN = "user_forgotten"  # judged by Ingest (the list lives in the event log)
 
 RULES = (NOT_ALLOWLISTED, NOT_PUBLIC, DIRECT_MESSAGE, ENCRYPTED_ROOM, ENCRYPTED_EVENT,
          BRIDGED_ROOM, PUPPET_SENDER, OWN_MESSAGE, STATE_UNAVAILABLE, TIMESTAMP_OUT_OF_RANGE,
-         HISTORY_NOT_SHARED)
+         HISTORY_NOT_SHARED, USER_FORGOTTEN)
 
 # Discord bridges' puppets: mautrix-discord (@discord_123...) and matrix-appservice-discord
 # (@_discord_123...). On unless the config says otherwise.

@@ -349,6 +349,51 @@ class EventLog(DerivedColumns, TimelineReads, TextReads):
             self.truncate_wal()
         return purged
 
+    # -- forgetting a user (ingest/forget.py): the redaction path, by sender ---------
+
+    def forget_sender(self, user_id: UserID, now_ms: int, source: str
+                      ) -> tuple[list[EventID], int]:
+        """Drop the text of every stored message of `user_id` as a redaction does
+        (status `redacted`, their windows marked dirty to be re-chunked and scrubbed),
+        drop their edits' text, and record them forgotten; then empty the WAL. Returns
+        (the event ids whose text went, how many windows were marked)."""
+        gone = (EventStatus.REDACTED.value, EventStatus.PURGED.value)
+        with self._lock:
+            with self.transaction() as cur:
+                rows = cur.execute("SELECT event_id, room_id, window_id FROM events"
+                                   " WHERE sender = ? AND status NOT IN (?, ?)",
+                                   (user_id, *gone)).fetchall()
+                cur.execute("UPDATE events SET body = NULL, window_id = NULL, status = ?"
+                            " WHERE sender = ? AND status NOT IN (?, ?)",
+                            (EventStatus.REDACTED.value, user_id, *gone))
+                windows = {(w, r) for _, r, w in rows if w is not None}
+                cur.executemany("INSERT INTO dirty_windows (window_id, room_id, redacted)"
+                                " VALUES (?, ?, 1) ON CONFLICT(window_id) DO UPDATE SET"
+                                " redacted = 1", sorted(windows))
+                cur.execute("UPDATE edits SET body = NULL WHERE sender = ?", (user_id,))
+                cur.execute("INSERT INTO forgotten_users (user_id, forgotten_at, readmit_from,"
+                            " source) VALUES (?, ?, NULL, ?) ON CONFLICT(user_id) DO UPDATE"
+                            " SET forgotten_at = excluded.forgotten_at, readmit_from = NULL,"
+                            " source = excluded.source", (user_id, now_ms, source))
+            self.truncate_wal()
+        return [EventID(r[0]) for r in rows], len(windows)
+
+    def readmit_sender(self, user_id: UserID, now_ms: int) -> bool:
+        """`forget --undo`: messages of `user_id` sent from `now_ms` on are admitted
+        again (older ones stay out). False if they were not forgotten."""
+        with self.transaction() as cur:
+            cur.execute("UPDATE forgotten_users SET readmit_from = ? WHERE user_id = ?"
+                        " AND readmit_from IS NULL", (now_ms, user_id))
+            return cur.rowcount > 0
+
+    def forgotten_users(self) -> dict[UserID, int | None]:
+        """Every user ever forgotten: the time from which their messages are admitted
+        again (None: still forgotten)."""
+        with self._lock:
+            rows = self._db.execute("SELECT user_id, readmit_from FROM forgotten_users"
+                                    " ORDER BY user_id").fetchall()
+        return {UserID(u): r for u, r in rows}
+
     def truncate_wal(self) -> bool:
         """Checkpoint every WAL frame into the database and truncate the WAL to zero
         bytes. False if a reader in another process kept it from completing (the frames
