@@ -79,3 +79,27 @@ def test_forget_survives_without_a_store(tmp_path):
     assert log.counts() == {"redacted": 1}
     assert b"zz-canary-31" not in db_bytes(tmp_path)
     log.close()
+
+
+def test_a_running_services_spool_applies_a_forget_request_and_answers(world):
+    """The CLI's way in while the service holds the lock: an atomic request file,
+    served where the service polls the allowlist; the answer carries counts, no text."""
+    from indexer.ingest.forget import apply_request
+    from indexer.ingest.spool import serve, submit, wait_answer
+
+    ingest, pipeline, store, log, tmp = world
+    ingest.admit([msg(1, "alice said sp00l-canary once"), msg(2, "bob stays", BOB)])
+    pipeline.process_all()
+    forgetting = Forgetting(ingest)
+    answer_path = submit(tmp, {"op": "forget", "user_id": ALICE})
+    assert wait_answer(answer_path, timeout=0, sleep=lambda s: None) is None
+    [served] = serve(tmp, lambda req: apply_request(forgetting, req))
+    answer = wait_answer(answer_path, timeout=0, sleep=lambda s: None)
+    assert answer == served and answer["messages"] == 1 and answer["windows"] == 1
+    assert list((tmp / "spool").iterdir()) == []  # request and answer both gone
+    pipeline.process_all()
+    pipeline.scrub_history()
+    assert "sp00l-canary" not in all_text(store) and "bob stays" in all_text(store)
+    assert b"sp00l-canary" not in db_bytes(tmp) + chroma_bytes(tmp)
+    assert apply_request(forgetting, {"op": "list"}) == {"op": "list", "users": [ALICE]}
+    assert "error" in apply_request(forgetting, {"op": "forget", "user_id": "alice"})

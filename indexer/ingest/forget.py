@@ -69,3 +69,21 @@ class Forgetting:
     def forgotten(self) -> list[UserID]:
         """Users whose messages are refused now (`forget --list`)."""
         return [u for u, r in self.ingest.eventlog.forgotten_users().items() if r is None]
+
+
+def apply_request(forgetting: Forgetting, request: dict, source: str = "cli") -> dict:
+    """A `matrix-sources forget` request ({"op": "forget"|"undo"|"list", "user_id"}),
+    applied here or by the running service (spool.py); the answer holds counts and ids."""
+    op, user = request.get("op"), request.get("user_id")
+    if op == "list":
+        return {"op": op, "users": forgetting.forgotten()}
+    if not isinstance(user, str) or not user.startswith("@") or ":" not in user:
+        return {"op": op, "error": f"{user!r} is not a user id like @name:server"}
+    if op == "forget":
+        r = forgetting.forget_user(UserID(user), source)
+        return {"op": op, "user_id": user, "messages": r.messages, "windows": r.windows,
+                "event_ids": list(r.event_ids)}
+    if op == "undo":
+        return {"op": op, "user_id": user, "undone": forgetting.unforget_user(UserID(user),
+                                                                              source)}
+    return {"op": op, "error": f"unknown operation {op!r}"}
