@@ -23,6 +23,8 @@ class RoomFacts:
     # m.room.history_visibility: "shared" without the state event (the spec's default);
     # None when the event holds no valid value (unknowable: refused).
     history_visibility: str | None = "shared"
+    # m.room.retention max_lifetime (ms): older messages leave the index (retention.py)
+    max_lifetime_ms: int | None = None
 
     @property
     def label(self) -> str:
@@ -44,6 +46,9 @@ def apply_state(facts: RoomFacts, ev: StateEvent) -> RoomFacts:
     if ev.type == "m.room.history_visibility":
         v = c.get("history_visibility")
         return replace(facts, history_visibility=v if v in HISTORY_VISIBILITIES else None)
+    if ev.type == "m.room.retention":
+        life = c.get("max_lifetime")
+        return replace(facts, max_lifetime_ms=life if type(life) is int and life > 0 else None)
     if ev.type == "m.room.encryption":
         return replace(facts, encrypted=True)
     if ev.type in BRIDGE_STATE_TYPES:

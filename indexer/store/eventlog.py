@@ -357,26 +357,45 @@ class EventLog(DerivedColumns, TimelineReads, TextReads):
         (status `redacted`, their windows marked dirty to be re-chunked and scrubbed),
         drop their edits' text, and record them forgotten; then empty the WAL. Returns
         (the event ids whose text went, how many windows were marked)."""
-        gone = (EventStatus.REDACTED.value, EventStatus.PURGED.value)
         with self._lock:
             with self.transaction() as cur:
-                rows = cur.execute("SELECT event_id, room_id, window_id FROM events"
-                                   " WHERE sender = ? AND status NOT IN (?, ?)",
-                                   (user_id, *gone)).fetchall()
-                cur.execute("UPDATE events SET body = NULL, window_id = NULL, status = ?"
-                            " WHERE sender = ? AND status NOT IN (?, ?)",
-                            (EventStatus.REDACTED.value, user_id, *gone))
-                windows = {(w, r) for _, r, w in rows if w is not None}
-                cur.executemany("INSERT INTO dirty_windows (window_id, room_id, redacted)"
-                                " VALUES (?, ?, 1) ON CONFLICT(window_id) DO UPDATE SET"
-                                " redacted = 1", sorted(windows))
+                rows, windows = self._withdraw(cur, "sender = ?", (user_id,))
                 cur.execute("UPDATE edits SET body = NULL WHERE sender = ?", (user_id,))
                 cur.execute("INSERT INTO forgotten_users (user_id, forgotten_at, readmit_from,"
                             " source) VALUES (?, ?, NULL, ?) ON CONFLICT(user_id) DO UPDATE"
                             " SET forgotten_at = excluded.forgotten_at, readmit_from = NULL,"
                             " source = excluded.source", (user_id, now_ms, source))
             self.truncate_wal()
-        return [EventID(r[0]) for r in rows], len(windows)
+        return [EventID(r[0]) for r in rows], windows
+
+    def expire_before(self, room_id: RoomID, cutoff_ts: int) -> tuple[list[EventID], int]:
+        """Room retention (ingest/retention.py): drop the text of the room's messages
+        sent before `cutoff_ts` (ms) as a redaction does, and their edits' text; then
+        empty the WAL. Returns (the event ids whose text went, windows marked)."""
+        with self._lock:
+            with self.transaction() as cur:
+                rows, windows = self._withdraw(cur, "room_id = ? AND ts < ?",
+                                               (room_id, cutoff_ts))
+                cur.executemany("UPDATE edits SET body = NULL WHERE target = ?",
+                                [(r[0],) for r in rows])
+            if rows:
+                self.truncate_wal()
+        return [EventID(r[0]) for r in rows], windows
+
+    @staticmethod
+    def _withdraw(cur: sqlite3.Cursor, where: str, args: tuple) -> tuple[list[tuple], int]:
+        """The redaction path for the events `where` selects (text NULL, status
+        `redacted`, their windows dirty with `redacted`); rows and windows marked."""
+        gone = (EventStatus.REDACTED.value, EventStatus.PURGED.value)
+        rows = cur.execute(f"SELECT event_id, room_id, window_id FROM events WHERE {where}"
+                           " AND status NOT IN (?, ?)", (*args, *gone)).fetchall()
+        cur.execute(f"UPDATE events SET body = NULL, window_id = NULL, status = ? WHERE {where}"
+                    " AND status NOT IN (?, ?)", (EventStatus.REDACTED.value, *args, *gone))
+        windows = {(w, r) for _, r, w in rows if w is not None}
+        cur.executemany("INSERT INTO dirty_windows (window_id, room_id, redacted)"
+                        " VALUES (?, ?, 1) ON CONFLICT(window_id) DO UPDATE SET"
+                        " redacted = 1", sorted(windows))
+        return rows, len(windows)
 
     def readmit_sender(self, user_id: UserID, now_ms: int) -> bool:
         """`forget --undo`: messages of `user_id` sent from `now_ms` on are admitted
