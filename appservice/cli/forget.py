@@ -57,8 +57,9 @@ def _apply_here(cfg: Config, request: dict) -> dict:
             index.pipeline.process_all()
             index.pipeline.compaction.now("forget")
         if answer.get("event_ids"):
-            answer["note"] = ("the bot's answers that quoted them are edited when the"
-                              " service next runs")
+            answer["note"] = ("the service is not running: the bot's answers in the rooms"
+                              " that quoted them were not edited (run forget with the"
+                              " service up to edit them)")
         return answer
     finally:
         index.close()
