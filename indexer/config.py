@@ -156,6 +156,7 @@ class IndexSettings(_Section):
     window_gap_seconds: PositiveFloat = _CHUNKS.gap_ms / 1000
     debounce_seconds: NonNegativeFloat = 1.0  # 0: no wait
     scrub_interval_seconds: PositiveFloat = 60.0
+    require_world_readable: bool = False  # only what the public archive would show
     backfill_days: PositiveFloat | None = None  # None: a room's whole history
     answer_horizon_hours: PositiveFloat = 24.0
     answer_horizon_messages: Annotated[int, Strict(), Field(ge=1)] = 150
@@ -250,6 +251,7 @@ class Config:
     bridge_registrations: tuple[Path, ...]
     log_level: str
     scrub_interval_seconds: float  # least seconds between two compactions
+    require_world_readable: bool  # history visibility world_readable only (gate.py)
     log_format: str
     backfill_days: float | None  # None: a room's whole history
     lexical_max_terms: int  # texts this short also get the BM25 leg; 0: never
@@ -332,6 +334,7 @@ def load_config(path: Path) -> Config:
                            gap_ms=int(s.index.window_gap_seconds * 1000)),
         debounce_seconds=s.index.debounce_seconds,
         scrub_interval_seconds=s.index.scrub_interval_seconds,
+        require_world_readable=s.index.require_world_readable,
         chroma=chroma,
         default_top_k=s.search.default_top_k,
         rrf_k=s.search.rrf_k,

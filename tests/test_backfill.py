@@ -130,3 +130,28 @@ async def test_a_restart_does_not_grow_the_refusal_count(tmp_path):
     assert counts == ["1 refusals"] * 3  # the encrypted event, once; the answer, never
     lines = (tmp_path / "journal.jsonl").read_text().splitlines()
     assert len(lines) == 1 and "own_message" not in lines[0]
+
+
+def _visibility(n: int, value: str) -> dict:
+    return {"type": "m.room.history_visibility", "room_id": ROOM, "sender": "@a:example.org",
+            "event_id": f"$hv{n}", "state_key": "", "origin_server_ts": T0 + n * 60_000 + 1,
+            "content": {"history_visibility": value}}
+
+
+async def test_backfill_judges_each_message_by_the_visibility_of_its_time(ingest):
+    """Issue 21: the room is `joined` now (its state fetched at join), but it was
+    `shared` until message 4: what was said then is readable by anyone who joins, what
+    came after is not. Other old state (a join rule of years ago) is still not replayed."""
+    ingest.facts[ROOM] = RoomFacts(join_rule="public", history_visibility="joined")
+    old_rule = {"type": "m.room.join_rules", "room_id": ROOM, "sender": "@a:example.org",
+                "event_id": "$jr", "state_key": "", "origin_server_ts": T0,
+                "content": {"join_rule": "invite"}}
+    events = ([old_rule, _visibility(-1, "shared")] + [msg(i) for i in range(5)]
+              + [_visibility(4, "joined")] + [msg(i) for i in range(5, 10)])
+    result = await backfill_room(ROOM, FakePager(events, page=4), ingest)
+    assert result.admitted.appended == 5
+    assert ingest.eventlog.status_of("$m4") is not None
+    assert ingest.eventlog.status_of("$m5") is None
+    assert result.admitted.refused == {"history_not_shared": 5}
+    assert ingest.facts[ROOM].history_visibility == "joined"
+    assert ingest.facts[ROOM].join_rule == "public"

@@ -139,3 +139,39 @@ def test_config_errors_exit_non_zero_naming_the_file(tmp_path, capsys):
     assert main(["search", "-c", str(cfg), "x"]) == 1
     err = capsys.readouterr().err
     assert str(cfg) in err and "homeserver.domain" in err
+
+
+def _files_bytes(folder) -> bytes:
+    return b"".join(p.read_bytes() for p in folder.rglob("*") if p.is_file())
+
+
+def test_forget_removes_a_users_text_from_every_file_and_lists_and_undoes(datadir, capsys):
+    cfg, tmp = datadir
+    assert main(["import", "-c", str(cfg), "-q", str(tmp / "events.jsonl")]) == 0
+    assert b"ntfs-3g" in _files_bytes(cfg.parent)  # user1 said it
+    capsys.readouterr()
+    assert main(["forget", "-c", str(cfg), "@user1:example.org"]) == 0
+    out = capsys.readouterr().out
+    assert "forgotten: @user1:example.org: 2 messages removed" in out
+    assert b"ntfs-3g" not in _files_bytes(cfg.parent)
+    assert b"broadcom" in _files_bytes(cfg.parent)  # user2's words stay
+    assert main(["forget", "-c", str(cfg), "--list"]) == 0
+    assert capsys.readouterr().out.split() == ["@user1:example.org"]
+    assert main(["forget", "-c", str(cfg), "--undo", "@user1:example.org"]) == 0
+    assert "undone: @user1:example.org" in capsys.readouterr().out
+    assert main(["forget", "-c", str(cfg), "--list"]) == 0
+    assert capsys.readouterr().out == ""
+    assert main(["forget", "-c", str(cfg), "user1"]) == 1
+
+
+def test_forget_with_the_lock_held_goes_to_the_services_spool(datadir, capsys, monkeypatch):
+    from appservice.cli import forget
+    from indexer.store.lock import WriterLock
+
+    cfg, tmp = datadir
+    monkeypatch.setattr(forget, "ANSWER_TIMEOUT_S", 0.0)
+    with WriterLock(cfg.parent, "matrix-sources run"):
+        assert main(["forget", "-c", str(cfg), "@user1:example.org"]) == 1
+    assert "did not answer" in capsys.readouterr().err
+    [req] = (cfg.parent / "spool").glob("*.request.json")
+    assert json.loads(req.read_text()) == {"op": "forget", "user_id": "@user1:example.org"}

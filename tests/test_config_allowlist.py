@@ -343,7 +343,8 @@ def test_the_installed_command_exits_1_without_a_traceback(misspelled):
     assert p.stderr.strip() == (f"error: {misspelled.resolve()}: index.window_max_byte: "
                                 "unknown key; did you mean window_max_bytes? the keys here are "
                                 "answer_horizon_hours, answer_horizon_messages, backfill_days, "
-                                "chroma, debounce_seconds, embedder, scrub_interval_seconds, "
+                                "chroma, debounce_seconds, embedder, require_world_readable, "
+                                "scrub_interval_seconds, "
                                 "window_gap_seconds, window_max_bytes")
 
 

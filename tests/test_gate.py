@@ -88,13 +88,14 @@ def test_direct_message_via_is_direct_even_if_public():
     assert r is not None and r.rule == rules.DIRECT_MESSAGE and r.whole_room
 
 
-def test_direct_message_via_two_members_and_not_public():
+def test_two_members_in_an_invite_only_room_is_not_public_not_a_dm():
+    """Issue 21: the journal names what happened; only is_direct makes a DM."""
     facts = facts_from_state([
         state("m.room.join_rules", {"join_rule": "invite"}),
         state("m.room.member", {"membership": "join"}, ALICE),
         state("m.room.member", {"membership": "join"}, BOT),
     ])
-    assert judge(facts).rule == rules.DIRECT_MESSAGE
+    assert judge(facts).rule == rules.NOT_PUBLIC
 
 
 def test_two_members_in_a_public_room_is_not_a_dm():

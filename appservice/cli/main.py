@@ -215,6 +215,15 @@ def cmd_backfill(args) -> int:
     return run_backfill(_config(args), args.rooms, args.quiet)
 
 
+def cmd_forget(args) -> int:
+    from .forget import run_forget
+
+    if bool(args.user) + bool(args.list) + bool(args.undo) != 1:
+        print("error: give one of USER_ID, --list, --undo USER_ID", file=sys.stderr)
+        return 2
+    return run_forget(_config(args), args.user, args.list, args.undo)
+
+
 def cmd_doctor(args) -> int:
     from .doctor import print_checks, run_checks
     from .progress import config_path
@@ -320,6 +329,15 @@ def build_parser() -> argparse.ArgumentParser:
                     help="allowlisted rooms to read (default: all of them)")
     sp.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     sp.set_defaults(func=cmd_backfill)
+
+    sp = with_config(sub.add_parser("forget", help=(
+        "remove everything a user said from the index and refuse their future messages"
+        " (works while the service runs)")))
+    sp.add_argument("user", nargs="?", metavar="USER_ID", help="@name:server")
+    sp.add_argument("--list", action="store_true", help="the users forgotten now")
+    sp.add_argument("--undo", metavar="USER_ID",
+                    help="index what USER_ID sends from now on (the old is not restored)")
+    sp.set_defaults(func=cmd_forget)
 
     sp = with_config(sub.add_parser("doctor", help="check the deployment, say how to fix it"))
     sp.set_defaults(func=cmd_doctor)

@@ -327,6 +327,44 @@ class Service:
             if mtime != self._allowlist_mtime:
                 self._allowlist_mtime = mtime
                 await self.reload_allowlist()
+            await self._serve_spool()
+            await self._expire_retained()
+
+    async def _expire_retained(self) -> None:
+        """Room retention (indexer/ingest/retention.py), once per scrub interval: the
+        expired messages take the redaction path (worker: re-chunk and compaction)."""
+        from indexer.ingest.retention import Retention
+
+        now = time.monotonic()
+        if now - getattr(self, "_retention_last", float("-inf")) < \
+                self.cfg.scrub_interval_seconds:
+            return
+        self._retention_last = now
+        report = await asyncio.to_thread(Retention(self.ingest).expire)
+        if report.windows:
+            self.worker.notify()
+        if report.event_ids:
+            self._spawn(self._edit_replies(set(report.event_ids)), "edit-replies")
+
+    async def _serve_spool(self) -> None:
+        """`matrix-sources forget` while the service runs (indexer/ingest/spool.py): the
+        request applied here, the windows re-chunked and scrubbed by the worker, the
+        answers that quoted the forgotten messages edited as after a redaction."""
+        from indexer.ingest.forget import Forgetting, apply_request
+        from indexer.ingest.spool import serve
+
+        forgetting = Forgetting(self.ingest)
+        try:
+            answers = await asyncio.to_thread(
+                serve, self.cfg.data_dir, lambda req: apply_request(forgetting, req))
+        except OSError:
+            log.warning("spool_unreadable", exc_info=True)
+            return
+        for answer in answers:
+            if answer.get("windows"):
+                self.worker.notify()
+            if answer.get("event_ids"):
+                self._spawn(self._edit_replies(set(answer["event_ids"])), "edit-replies")
 
     # -- after a transaction was stored ----------------------------------------------
 

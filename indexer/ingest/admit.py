@@ -27,7 +27,7 @@ from .gate import Gate
 from .history import Applied, History
 from ..store.journal import Journal
 from .purge import Purger, PurgeReport
-from ..records import EventID, Message, Refusal, RoomID
+from ..records import EventID, Message, Refusal, RoomID, UserID
 from .roomfacts import RoomFacts, apply_state
 
 
@@ -61,10 +61,20 @@ class Ingest:
     facts: dict[RoomID, RoomFacts] = field(default_factory=dict)
     purger: Purger | None = None  # None: one that purges the event log only
     history: History | None = None  # edits and redactions (history.py)
+    # Users forgotten on request (forget.py): the time (ms) from which their messages
+    # are admitted again, None while forgotten. Read from the event log at open.
+    forgotten: dict[UserID, int | None] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.purger is None:
             self.purger = Purger(self.eventlog, self.journal)
+        self.forgotten.update(self.eventlog.forgotten_users())
+
+    def is_forgotten(self, user: UserID, ts: int) -> bool:
+        if user not in self.forgotten:
+            return False
+        readmit_from = self.forgotten[user]
+        return readmit_from is None or ts < readmit_from
 
     def label(self, room_id: RoomID) -> str:
         f = self.facts.get(room_id)
@@ -132,7 +142,9 @@ class Ingest:
                 result.refused[rules.NOT_ALLOWLISTED] += 1  # never read: no journal, no log
                 continue
             if isinstance(ev, StateEvent):
-                self.facts[room_id] = apply_state(self.facts.get(room_id, RoomFacts()), ev)
+                before = self.facts.get(room_id, RoomFacts())
+                self.facts[room_id] = apply_state(before, ev)
+                self._note_visibility(before, self.facts[room_id], ev, source)
                 self._note_refused(self._state_refusal(ev), refused_rooms, cutoff,
                                    len(passed))
                 continue
@@ -147,7 +159,8 @@ class Ingest:
                 continue
             if isinstance(ev, (EditEvent, RedactionEvent)):
                 # The bot's own edits (of its replies) are not the history of the room.
-                if ev.sender != self.gate.bot_user and \
+                if ev.sender != self.gate.bot_user and not (
+                        isinstance(ev, EditEvent) and self.is_forgotten(ev.sender, ev.ts)) and \
                         self.gate.judge_room(room_id, self.facts.get(room_id)) is None:
                     history.append(ev)  # applied after the append below (history.py)
                 continue
@@ -167,6 +180,9 @@ class Ingest:
                     self.facts[room_id] = replace(facts, members=facts.members | {m.sender})
                 if refusal.whole_room and self._settled(room_id):
                     self._note_refused(refusal, refused_rooms, cutoff, len(passed))
+                continue
+            if self.is_forgotten(m.sender, m.ts):
+                self._refuse(result, Refusal(rules.USER_FORGOTTEN, room_id, m.event_id), source)
                 continue
             passed.append((m, ev.thread_root))
         # Messages that passed before their room turned refused later in this batch are
@@ -196,6 +212,18 @@ class Ingest:
         else:
             result.appended = self.eventlog.append(passed, txn_key)
         return result
+
+    def _note_visibility(self, before: RoomFacts, after: RoomFacts, ev: StateEvent,
+                         source: str) -> None:
+        """A change of history visibility that stops (or resumes) storing what is sent
+        from now on: journalled by ids and rule. Nothing stored is purged: Matrix still
+        shows what was sent before to anyone who joins."""
+        was, now = (self.gate.visible_to_strangers(f) for f in (before, after))
+        if was != now and self.gate.judge_room(ev.room_id, after) is None:
+            self.journal.write("history_visibility", rule=rules.HISTORY_NOT_SHARED,
+                               room_id=ev.room_id, event_id=ev.event_id, source=source,
+                               detail=f"{after.history_visibility or 'unknown'}:"
+                                      f" {'resumed' if now else 'stopped'}")
 
     def _settled(self, room_id: RoomID) -> bool:
         """Whether the room's facts are known (a join rule seen): only then does a

@@ -20,6 +20,7 @@ from ..records import RoomID
 log = logging.getLogger(f"matrix_sources.{__name__}")
 
 PAGE_SIZE = 100
+HISTORY_VISIBILITY = "m.room.history_visibility"
 
 
 class Pager(Protocol):
@@ -57,8 +58,11 @@ async def backfill_room(room_id: RoomID, pager: Pager, ingest: Ingest,
     while True:
         events, next_token = await pager.page(room_id, token, PAGE_SIZE)
         # The room is judged on its current state (fetched when it was joined); replaying
-        # old state would judge, and purge, it as it was years ago.
-        events = [e for e in events if isinstance(e, dict) and "state_key" not in e
+        # old state would judge, and purge, it as it was years ago. History visibility is
+        # the exception: each old message is judged by the visibility in force when it was
+        # sent, so its changes are folded in timeline order with the messages (admit.py).
+        events = [e for e in events if isinstance(e, dict)
+                  and ("state_key" not in e or e.get("type") == HISTORY_VISIBILITY)
                   and (horizon_ts is None or not isinstance(e.get("origin_server_ts"), int)
                        or e["origin_server_ts"] >= horizon_ts)]
         if events:

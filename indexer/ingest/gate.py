@@ -10,6 +10,10 @@ Rules (DESIGN.md, "Rules the gate enforces"), checked in this order:
     event: m.room.encrypted     -> encrypted_event       (stored nowhere)
            sent by the bot      -> own_message
            puppet sender        -> puppet_sender         (whole room)
+           history visibility in force when it was sent not `shared`/`world_readable`
+           (only `world_readable` with index.require_world_readable; unknowable:
+           refused)        -> history_not_shared    (this message; what was sent
+                                                     before stays, Matrix shows it)
 
 Not the gate's, but journalled under the same names (ids and rule, never text):
 
@@ -38,9 +42,12 @@ BRIDGED_ROOM = "bridged_room"
 PUPPET_SENDER = "puppet_sender"
 OWN_MESSAGE = "own_message"
 STATE_UNAVAILABLE = "state_unavailable"
+HISTORY_NOT_SHARED = "history_not_shared"
+USER_FORGOTTEN = "user_forgotten"  # judged by Ingest (the list lives in the event log)
 
 RULES = (NOT_ALLOWLISTED, NOT_PUBLIC, DIRECT_MESSAGE, ENCRYPTED_ROOM, ENCRYPTED_EVENT,
-         BRIDGED_ROOM, PUPPET_SENDER, OWN_MESSAGE, STATE_UNAVAILABLE, TIMESTAMP_OUT_OF_RANGE)
+         BRIDGED_ROOM, PUPPET_SENDER, OWN_MESSAGE, STATE_UNAVAILABLE, TIMESTAMP_OUT_OF_RANGE,
+         HISTORY_NOT_SHARED, USER_FORGOTTEN)
 
 # Discord bridges' puppets: mautrix-discord (@discord_123...) and matrix-appservice-discord
 # (@_discord_123...). On unless the config says otherwise.
@@ -52,13 +59,15 @@ class Gate:
     allowlist: frozenset[RoomID]
     bot_user: UserID
     puppet_patterns: tuple[str, ...] = DEFAULT_PUPPET_PATTERNS
+    require_world_readable: bool = False  # index.require_world_readable
     _puppets: list[re.Pattern] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._puppets = [re.compile(p) for p in self.puppet_patterns]
 
     def with_allowlist(self, rooms: Iterable[RoomID]) -> "Gate":
-        return Gate(frozenset(rooms), self.bot_user, self.puppet_patterns)
+        return Gate(frozenset(rooms), self.bot_user, self.puppet_patterns,
+                    require_world_readable=self.require_world_readable)
 
     def is_puppet(self, user: str) -> bool:
         return any(p.match(user) for p in self._puppets)
@@ -96,4 +105,17 @@ class Gate:
             return Refusal(OWN_MESSAGE, room_id, event_id)
         if self.is_puppet(sender):
             return Refusal(PUPPET_SENDER, room_id, event_id, f"sender {sender}", whole_room=True)
-        return None
+        return self.judge_visibility(room_id, event_id, facts)
+
+    def visible_to_strangers(self, facts: RoomFacts) -> bool:
+        """Whether a stranger who joins now reads what is sent under these facts."""
+        allowed = ("world_readable",) if self.require_world_readable else \
+            ("shared", "world_readable")
+        return facts.history_visibility in allowed
+
+    def judge_visibility(self, room_id: RoomID, event_id: EventID | None,
+                         facts: RoomFacts) -> Refusal | None:
+        if self.visible_to_strangers(facts):
+            return None
+        return Refusal(HISTORY_NOT_SHARED, room_id, event_id,
+                       f"history visibility {facts.history_visibility or 'unknown'}")

@@ -8,6 +8,7 @@ from .events import StateEvent, is_utf8
 from ..records import UserID
 
 BRIDGE_STATE_TYPES = frozenset({"m.bridge", "uk.half-shot.bridge"})
+HISTORY_VISIBILITIES = frozenset({"world_readable", "shared", "invited", "joined"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,6 +20,11 @@ class RoomFacts:
     members: frozenset[UserID] = field(default_factory=frozenset)
     name: str | None = None
     canonical_alias: str | None = None
+    # m.room.history_visibility: "shared" without the state event (the spec's default);
+    # None when the event holds no valid value (unknowable: refused).
+    history_visibility: str | None = "shared"
+    # m.room.retention max_lifetime (ms): older messages leave the index (retention.py)
+    max_lifetime_ms: int | None = None
 
     @property
     def label(self) -> str:
@@ -26,7 +32,9 @@ class RoomFacts:
 
     @property
     def is_dm(self) -> bool:
-        return self.direct or (len(self.members) == 2 and self.join_rule != "public")
+        """Only a room a member marked `is_direct`: an invite-only room of two is
+        refused as not public, which is what it is (issue 21)."""
+        return self.direct
 
 
 def apply_state(facts: RoomFacts, ev: StateEvent) -> RoomFacts:
@@ -35,6 +43,12 @@ def apply_state(facts: RoomFacts, ev: StateEvent) -> RoomFacts:
     if ev.type == "m.room.join_rules":
         rule = c.get("join_rule")
         return replace(facts, join_rule=rule if isinstance(rule, str) else None)
+    if ev.type == "m.room.history_visibility":
+        v = c.get("history_visibility")
+        return replace(facts, history_visibility=v if v in HISTORY_VISIBILITIES else None)
+    if ev.type == "m.room.retention":
+        life = c.get("max_lifetime")
+        return replace(facts, max_lifetime_ms=life if type(life) is int and life > 0 else None)
     if ev.type == "m.room.encryption":
         return replace(facts, encrypted=True)
     if ev.type in BRIDGE_STATE_TYPES:

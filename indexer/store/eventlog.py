@@ -349,6 +349,70 @@ class EventLog(DerivedColumns, TimelineReads, TextReads):
             self.truncate_wal()
         return purged
 
+    # -- forgetting a user (ingest/forget.py): the redaction path, by sender ---------
+
+    def forget_sender(self, user_id: UserID, now_ms: int, source: str
+                      ) -> tuple[list[EventID], int]:
+        """Drop the text of every stored message of `user_id` as a redaction does
+        (status `redacted`, their windows marked dirty to be re-chunked and scrubbed),
+        drop their edits' text, and record them forgotten; then empty the WAL. Returns
+        (the event ids whose text went, how many windows were marked)."""
+        with self._lock:
+            with self.transaction() as cur:
+                rows, windows = self._withdraw(cur, "sender = ?", (user_id,))
+                cur.execute("UPDATE edits SET body = NULL WHERE sender = ?", (user_id,))
+                cur.execute("INSERT INTO forgotten_users (user_id, forgotten_at, readmit_from,"
+                            " source) VALUES (?, ?, NULL, ?) ON CONFLICT(user_id) DO UPDATE"
+                            " SET forgotten_at = excluded.forgotten_at, readmit_from = NULL,"
+                            " source = excluded.source", (user_id, now_ms, source))
+            self.truncate_wal()
+        return [EventID(r[0]) for r in rows], windows
+
+    def expire_before(self, room_id: RoomID, cutoff_ts: int) -> tuple[list[EventID], int]:
+        """Room retention (ingest/retention.py): drop the text of the room's messages
+        sent before `cutoff_ts` (ms) as a redaction does, and their edits' text; then
+        empty the WAL. Returns (the event ids whose text went, windows marked)."""
+        with self._lock:
+            with self.transaction() as cur:
+                rows, windows = self._withdraw(cur, "room_id = ? AND ts < ?",
+                                               (room_id, cutoff_ts))
+                cur.executemany("UPDATE edits SET body = NULL WHERE target = ?",
+                                [(r[0],) for r in rows])
+            if rows:
+                self.truncate_wal()
+        return [EventID(r[0]) for r in rows], windows
+
+    @staticmethod
+    def _withdraw(cur: sqlite3.Cursor, where: str, args: tuple) -> tuple[list[tuple], int]:
+        """The redaction path for the events `where` selects (text NULL, status
+        `redacted`, their windows dirty with `redacted`); rows and windows marked."""
+        gone = (EventStatus.REDACTED.value, EventStatus.PURGED.value)
+        rows = cur.execute(f"SELECT event_id, room_id, window_id FROM events WHERE {where}"
+                           " AND status NOT IN (?, ?)", (*args, *gone)).fetchall()
+        cur.execute(f"UPDATE events SET body = NULL, window_id = NULL, status = ? WHERE {where}"
+                    " AND status NOT IN (?, ?)", (EventStatus.REDACTED.value, *args, *gone))
+        windows = {(w, r) for _, r, w in rows if w is not None}
+        cur.executemany("INSERT INTO dirty_windows (window_id, room_id, redacted)"
+                        " VALUES (?, ?, 1) ON CONFLICT(window_id) DO UPDATE SET"
+                        " redacted = 1", sorted(windows))
+        return rows, len(windows)
+
+    def readmit_sender(self, user_id: UserID, now_ms: int) -> bool:
+        """`forget --undo`: messages of `user_id` sent from `now_ms` on are admitted
+        again (older ones stay out). False if they were not forgotten."""
+        with self.transaction() as cur:
+            cur.execute("UPDATE forgotten_users SET readmit_from = ? WHERE user_id = ?"
+                        " AND readmit_from IS NULL", (now_ms, user_id))
+            return cur.rowcount > 0
+
+    def forgotten_users(self) -> dict[UserID, int | None]:
+        """Every user ever forgotten: the time from which their messages are admitted
+        again (None: still forgotten)."""
+        with self._lock:
+            rows = self._db.execute("SELECT user_id, readmit_from FROM forgotten_users"
+                                    " ORDER BY user_id").fetchall()
+        return {UserID(u): r for u, r in rows}
+
     def truncate_wal(self) -> bool:
         """Checkpoint every WAL frame into the database and truncate the WAL to zero
         bytes. False if a reader in another process kept it from completing (the frames

@@ -107,6 +107,14 @@ MIGRATIONS: tuple[Migration, ...] = (
             text     TEXT NOT NULL
         )""",
     )),
+    Migration(8, "users forgotten on request (`matrix-sources forget`; ingest/forget.py)", _sql(
+        """CREATE TABLE IF NOT EXISTS forgotten_users (
+            user_id      TEXT PRIMARY KEY,
+            forgotten_at INTEGER NOT NULL,  -- ms; their messages sent before stay out
+            readmit_from INTEGER,           -- ms; NULL: still forgotten (`forget --undo`)
+            source       TEXT NOT NULL
+        )""",
+    )),
 )
 
 LATEST = MIGRATIONS[-1].version
