@@ -84,7 +84,7 @@ def policy():
     from indexer.config import load_config
 
     return load_config(Path(__file__).resolve().parent.parent / "config"
-                       / "config.example.yaml").policy
+                       / "config.example.yaml").index.chunk_policy
 
 
 def cache_for(backend: str | None = None) -> Path:

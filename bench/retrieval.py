@@ -129,13 +129,13 @@ def effective_settings(data_dir: Path) -> dict:
     from indexer.config import load_config
 
     cfg = load_config(data_dir / "config.yaml")
-    p = cfg.policy
+    p = cfg.index.chunk_policy
     return {"window_max_bytes": p.max_bytes, "window_gap_seconds": p.gap_ms / 1000,
             "block_windows": p.block_windows, "follow_replies": p.follow_replies,
-            "min_similarity": cfg.min_similarity,
-            "no_shared_word_margin": cfg.no_shared_word_margin,
-            "answer_horizon_hours": cfg.answer_horizon_hours,
-            "answer_horizon_messages": cfg.answer_horizon_messages}
+            "min_similarity": cfg.search.min_similarity,
+            "no_shared_word_margin": cfg.search.no_shared_word_margin,
+            "answer_horizon_hours": cfg.index.answer_horizon_hours,
+            "answer_horizon_messages": cfg.index.answer_horizon_messages}
 
 
 def evaluate(items: list[evalkit.Item], hits: dict, n_relevant: dict[str, int]) -> dict:

@@ -24,7 +24,7 @@ from .ingest.allowlist import load_allowlist
 from .ingest.gate import Gate
 from .ingest.history import History
 from .ingest.purge import Purger
-from .pipeline.chunker import ChunkPolicy
+from .records import ChunkPolicy
 from .pipeline.embedder import Embedder, load_embedder
 from .pipeline.pipeline import Pipeline
 from .records import UserID
@@ -94,7 +94,7 @@ def open_references(cfg: Config, store: ChromaStore, manifest: Manifest,
     """The reference corpora, with chunks of the data dir's window size: `ref add|sync`
     and the rebuild's resync cut the same chunks."""
     return References(cfg.data_dir, store, manifest, embedder,
-                      chunk_bytes=cfg.policy.max_bytes)
+                      chunk_bytes=cfg.index.chunk_policy.max_bytes)
 
 
 @dataclass
@@ -121,21 +121,21 @@ class Index:
         eventlog = EventLog(cfg.eventlog_path)
         journal = Journal(cfg.journal_path)
         store = open_store(cfg, eventlog)
-        if postings and cfg.lexical_max_terms:  # 0: no keyword leg, no postings
+        if postings and cfg.search.lexical_max_terms:  # 0: no keyword leg, no postings
             start_term_index(store, eventlog, on_ready=on_postings_ready)
-        embedder = embedder or load_embedder(cfg.embedder, cfg.embedder_backend, cfg.models_dir)
-        gate = Gate(frozenset(load_allowlist(cfg.allowlist)), UserID(cfg.bot_user),
-                    cfg.puppet_patterns, require_world_readable=cfg.require_world_readable)
+        embedder = embedder or load_embedder(cfg.index.embedder.model, cfg.index.embedder.backend, cfg.models_dir)
+        gate = Gate(frozenset(load_allowlist(cfg.allowlist_path)), UserID(cfg.bot_user),
+                    cfg.puppet_patterns, require_world_readable=cfg.index.require_world_readable)
         # The derived filter: one manifest, read by the pipeline, appended by replies.
         manifest = Manifest(manifest_path(cfg.data_dir), cfg.derived.shingle_size)
         matcher = Matcher(manifest, cfg.derived)
-        ingest, pipeline = writers(eventlog, journal, store, embedder, gate, cfg.policy,
+        ingest, pipeline = writers(eventlog, journal, store, embedder, gate, cfg.index.chunk_policy,
                                    derived=DerivedFilter(matcher, eventlog, journal),
-                                   scrub_every=cfg.scrub_interval_seconds)
+                                   scrub_every=cfg.index.scrub_interval_seconds)
         presenter = Presenter(eventlog, embedder,
-                              Horizon(cfg.answer_horizon_hours, cfg.answer_horizon_messages))
-        searcher = Searcher(embedder, store, cfg.rrf_k, lexical_max_terms=cfg.lexical_max_terms,
-                            floor=Floor(cfg.min_similarity, cfg.no_shared_word_margin),
+                              Horizon(cfg.index.answer_horizon_hours, cfg.index.answer_horizon_messages))
+        searcher = Searcher(embedder, store, cfg.search.rrf_k, lexical_max_terms=cfg.search.lexical_max_terms,
+                            floor=Floor(cfg.search.min_similarity, cfg.search.no_shared_word_margin),
                             presenter=presenter)
         return cls(cfg, eventlog, journal, store, embedder, gate, ingest, pipeline, searcher,
                    AnswerLog(eventlog), manifest, matcher)

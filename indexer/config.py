@@ -1,8 +1,10 @@
 """The service's configuration: one pydantic model per section of config.yaml, read and
-validated once into a flat `Config`.
+validated once into `Config`, which the code reads directly (`cfg.search.min_similarity`).
 
-Each setting has its one default here, on its section's field; config.example.yaml shows
-the same values (a test holds them equal). An unknown key is refused (a misspelled key
+Each setting has its one definition and default here, on its section's field; adding a
+key is adding a field. config.example.yaml shows the same values (a test holds them
+equal). What is derived (paths resolved against the config's folder, the bridges'
+puppet namespaces read in) is a property of `Config`, not another copy. An unknown key is refused (a misspelled key
 would otherwise start silently on the default), and so is a value out of range. Every
 error reads `<file>: <dotted.key>: <message>` and says what would be accepted.
 """
@@ -10,22 +12,25 @@ error reads `<file>: <dotted.key>: <message>` and says what would be accepted.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 from urllib.parse import urlsplit
 
-from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, Strict,
-                      ValidationError, field_validator, model_validator)
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field,
+                      PrivateAttr, Strict, ValidationError, field_validator,
+                      model_validator)
 from pydantic.dataclasses import dataclass as checked_dataclass
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
 from .config_errors import Refused, problem
-from .ingest.gate import DEFAULT_PUPPET_PATTERNS
-from .pipeline.chunker import ChunkPolicy
+from .records import ChunkPolicy
 
 PLACEHOLDERS = ("example.com", "CHANGE_ME")
+# Discord bridges' puppets: mautrix-discord (@discord_123...) and matrix-appservice-discord
+# (@_discord_123...). On unless the config says otherwise.
+DEFAULT_PUPPET_PATTERNS = (r"^@_?discord_[^:]*:.*$",)
 EmbedderBackend = Literal["torch", "torch-bf16", "onnx", "onnx-int8"]  # embedder.BACKENDS
 EMBEDDER_BACKENDS: tuple[str, ...] = get_args(EmbedderBackend)
 
@@ -162,6 +167,11 @@ class IndexSettings(_Section):
     answer_horizon_messages: Annotated[int, Strict(), Field(ge=1)] = 150
     chroma: ChromaConfig = ChromaConfig()
 
+    @property
+    def chunk_policy(self) -> ChunkPolicy:
+        return ChunkPolicy(max_bytes=self.window_max_bytes,
+                           gap_ms=int(self.window_gap_seconds * 1000))
+
     @field_validator("embedder", mode="before")
     @classmethod
     def _model_name_alone(cls, v: Any) -> Any:
@@ -211,8 +221,9 @@ class DerivedConfig:
         return self
 
 
-class Settings(_Section):
-    """config.yaml as written: its sections, with every default."""
+class Config(_Section):
+    """config.yaml: its sections with every default, and what follows from where the
+    file is (`load_config` sets that)."""
 
     homeserver: HomeserverSettings = Field(default_factory=dict, validate_default=True)
     appservice: AppserviceSettings = AppserviceSettings()
@@ -222,51 +233,47 @@ class Settings(_Section):
     gate: GateSettings = GateSettings()
     logging: LoggingSettings = LoggingSettings()
     derived: DerivedConfig = DerivedConfig()
+    _file: Path = PrivateAttr(Path("config.yaml"))
+    _bridges: tuple[Path, ...] = PrivateAttr(())
+    _bridge_patterns: tuple[str, ...] = PrivateAttr(())
 
+    @property
+    def file(self) -> Path:
+        return self._file
 
-@dataclass(frozen=True)
-class Config:
-    """What the service runs with: the settings, paths resolved against the config's
-    folder, and the bridges' puppet namespaces read in. No defaults here: see Settings."""
+    @property
+    def data_dir(self) -> Path:
+        """The config's folder: every relative path of the config is relative to it."""
+        return self._file.parent
 
-    file: Path
-    data_dir: Path
-    homeserver_url: str
-    domain: str
-    as_host: str
-    as_port: int
-    registration: Path
-    bot_localpart: str
-    bot_displayname: str
-    allowlist: Path
-    embedder: str  # the model's name, for load_embedder
-    embedder_backend: str  # one of EMBEDDER_BACKENDS
-    policy: ChunkPolicy
-    debounce_seconds: float
-    chroma: ChromaConfig
-    default_top_k: int
-    rrf_k: int
-    rate_limit_per_minute: int
-    puppet_patterns: tuple[str, ...]  # gate.puppet_patterns + the bridges' user namespaces
-    bridge_registrations: tuple[Path, ...]
-    log_level: str
-    scrub_interval_seconds: float  # least seconds between two compactions
-    require_world_readable: bool  # history visibility world_readable only (gate.py)
-    log_format: str
-    backfill_days: float | None  # None: a room's whole history
-    lexical_max_terms: int  # texts this short also get the BM25 leg; 0: never
-    admins: tuple[str, ...]
-    min_similarity: float  # a hit below it is not returned
-    no_shared_word_margin: float  # nor one sharing no word with the question below this more
-    answer_horizon_hours: float  # how long after a question its answer is linked
-    answer_horizon_messages: int  # and at most this many messages later
-    derived: DerivedConfig
-    settings: Settings
-    raw: dict
+    @property
+    def registration_path(self) -> Path:
+        return self.data_dir / self.appservice.registration
+
+    @property
+    def allowlist_path(self) -> Path:
+        return self.data_dir / self.allowlist
+
+    @property
+    def chroma(self) -> ChromaConfig:
+        """index.chroma with its paths resolved and the server's host defaulted."""
+        c = self.index.chroma
+        return replace(c, path=self.data_dir / c.path,
+                       host=c.host or ("127.0.0.1" if c.mode == "server" else None),
+                       persist_dir=self.data_dir / c.persist_dir if c.persist_dir else None)
+
+    @property
+    def puppet_patterns(self) -> tuple[str, ...]:
+        """gate.puppet_patterns and the user namespaces of the bridges' registrations."""
+        return self.gate.puppet_patterns + self._bridge_patterns
+
+    @property
+    def bridge_registration_paths(self) -> tuple[Path, ...]:
+        return self._bridges
 
     @property
     def bot_user(self) -> str:
-        return f"@{self.bot_localpart}:{self.domain}"
+        return f"@{self.appservice.bot_localpart}:{self.homeserver.domain}"
 
     @property
     def eventlog_path(self) -> Path:
@@ -306,54 +313,14 @@ def load_config(path: Path) -> Config:
     if not isinstance(data, dict):
         raise ConfigError(path, "", "must be a YAML mapping")
     try:
-        s = Settings.model_validate(data)
+        cfg = Config.model_validate(data)
     except ValidationError as e:
-        problems = [problem(err, Settings) for err in e.errors()]
+        problems = [problem(err, Config) for err in e.errors()]
         raise ConfigError(path, *problems[0], more=tuple(problems[1:])) from None
-    base = path.parent
-    chroma = s.index.chroma
-    chroma = ChromaConfig(mode=chroma.mode, path=base / chroma.path, port=chroma.port,
-                          host=chroma.host or ("127.0.0.1" if chroma.mode == "server" else None),
-                          persist_dir=base / chroma.persist_dir if chroma.persist_dir else None)
-    bot_user = f"@{s.appservice.bot_localpart}:{s.homeserver.domain}"
-    bridges, bridge_patterns = _bridge_namespaces(path, s.gate.bridge_registrations, bot_user)
-    return Config(
-        file=path,
-        data_dir=base,
-        homeserver_url=s.homeserver.url,
-        domain=s.homeserver.domain,
-        as_host=s.appservice.host,
-        as_port=s.appservice.port,
-        registration=base / s.appservice.registration,
-        bot_localpart=s.appservice.bot_localpart,
-        bot_displayname=s.appservice.bot_displayname,
-        allowlist=base / s.allowlist,
-        embedder=s.index.embedder.model,
-        embedder_backend=s.index.embedder.backend,
-        policy=ChunkPolicy(max_bytes=s.index.window_max_bytes,
-                           gap_ms=int(s.index.window_gap_seconds * 1000)),
-        debounce_seconds=s.index.debounce_seconds,
-        scrub_interval_seconds=s.index.scrub_interval_seconds,
-        require_world_readable=s.index.require_world_readable,
-        chroma=chroma,
-        default_top_k=s.search.default_top_k,
-        rrf_k=s.search.rrf_k,
-        rate_limit_per_minute=s.search.rate_limit_per_minute,
-        puppet_patterns=s.gate.puppet_patterns + bridge_patterns,
-        bridge_registrations=bridges,
-        log_level=s.logging.level,
-        log_format=s.logging.format,
-        backfill_days=s.index.backfill_days,
-        lexical_max_terms=s.search.lexical_max_terms,
-        admins=s.search.admins,
-        min_similarity=s.search.min_similarity,
-        no_shared_word_margin=s.search.no_shared_word_margin,
-        answer_horizon_hours=s.index.answer_horizon_hours,
-        answer_horizon_messages=s.index.answer_horizon_messages,
-        derived=s.derived,
-        settings=s,
-        raw=data,
-    )
+    cfg._file = path
+    cfg._bridges, cfg._bridge_patterns = _bridge_namespaces(path, cfg.gate.bridge_registrations,
+                                                            cfg.bot_user)
+    return cfg
 
 
 def _bridge_namespaces(file: Path, entries: tuple[str, ...],

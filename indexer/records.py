@@ -209,3 +209,17 @@ class Artifact:
     corpus: str = ""  # reference: its corpus, which `ref rm` removes whole
     # answer: the events it quoted. Those are the originals, never derived from it.
     sources: tuple[EventID, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkPolicy:
+    """How the chunker cuts windows (config.yaml's index.window_* keys)."""
+
+    max_bytes: int = 500  # a window's message text; 500 bytes of chat is ~130 word pieces
+    gap_ms: int = 30 * 60 * 1000  # a silence this long ends a block
+    block_windows: int = 8  # a block holds up to this many windows' worth of text
+    follow_replies: bool = True
+
+    @property
+    def block_bytes(self) -> int:
+        return self.max_bytes * self.block_windows if self.follow_replies else self.max_bytes

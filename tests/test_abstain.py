@@ -17,7 +17,7 @@ from indexer.config import SearchSettings
 from indexer.ingest.admit import Ingest
 from indexer.ingest.gate import Gate
 from indexer.ingest.history import History
-from indexer.pipeline.chunker import ChunkPolicy
+from indexer.records import ChunkPolicy
 from indexer.pipeline.embedder import HashEmbedder
 from indexer.pipeline.pipeline import Pipeline
 from indexer.search.abstain import Floor, words_of

@@ -192,8 +192,6 @@ def layer(module: str) -> int:
 
 # The imports up the layers that the code has today, each for a reason; README names them.
 UPWARD = {
-    ("indexer.config", "indexer.ingest.gate"),  # the puppet patterns' default
-    ("indexer.config", "indexer.pipeline.chunker"),  # ChunkPolicy, the chunker section
     ("indexer.store.chroma_texts", "indexer.pipeline.chunker"),  # document: the same text
 }
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from indexer.ingest.backfill import backfill_room
-from indexer.pipeline.chunker import ChunkPolicy
+from indexer.records import ChunkPolicy
 from indexer.pipeline.embedder import HashEmbedder
 from indexer.store.eventlog import EventLog
 from indexer.ingest.gate import Gate

@@ -19,7 +19,8 @@ from indexer.ingest import gate as rules
 from indexer.ingest.allowlist import load_allowlist
 from indexer.config import ConfigError, load_config
 from indexer.datadir import init_data_dir, load_registration
-from indexer.ingest.gate import DEFAULT_PUPPET_PATTERNS, Gate
+from indexer.config import DEFAULT_PUPPET_PATTERNS
+from indexer.ingest.gate import Gate
 from indexer.records import RoomID, UserID
 from indexer.ingest.roomfacts import RoomFacts
 
@@ -57,7 +58,7 @@ def test_bridge_user_namespaces_become_puppet_patterns(tmp_path):
     (tmp_path / "bridges").mkdir()
     (tmp_path / "bridges" / "telegram.yaml").write_text(TELEGRAM_REG)
     cfg = load_config(data_dir(tmp_path, {"bridge_registrations": ["bridges/telegram.yaml"]}))
-    assert cfg.bridge_registrations == (tmp_path.resolve() / "bridges" / "telegram.yaml",)
+    assert cfg.bridge_registration_paths == (tmp_path.resolve() / "bridges" / "telegram.yaml",)
     assert cfg.puppet_patterns == DEFAULT_PUPPET_PATTERNS + (
         r"@telegram_.*:example\.org", r"^@telegrambot:example\.org$")
     gate = Gate(frozenset({RoomID("!r:example.org")}), UserID(cfg.bot_user), cfg.puppet_patterns)
@@ -71,7 +72,7 @@ def test_bridge_user_namespaces_become_puppet_patterns(tmp_path):
 
 def test_without_bridge_registrations_only_the_configured_patterns(tmp_path):
     cfg = load_config(data_dir(tmp_path))
-    assert cfg.bridge_registrations == () and cfg.puppet_patterns == DEFAULT_PUPPET_PATTERNS
+    assert cfg.bridge_registration_paths == () and cfg.puppet_patterns == DEFAULT_PUPPET_PATTERNS
 
 
 def _error(tmp_path: Path, registrations: list, files: dict[str, str] | None = None) -> str:

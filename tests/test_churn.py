@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from indexer.pipeline.chunker import ChunkPolicy
+from indexer.records import ChunkPolicy
 from indexer.components import writers
 from indexer.pipeline.embedder import HashEmbedder
 from indexer.store.eventlog import EventLog

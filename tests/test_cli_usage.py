@@ -147,12 +147,12 @@ def test_the_commands_load_the_model_on_the_configured_backend(tmp_path, monkeyp
     cfg_path = tmp / "d" / "config.yaml"
     cfg_path.write_text(cfg_path.read_text().replace("backend: onnx-int8\n", "backend: onnx\n"))
     cfg = load_config(cfg_path)
-    assert cfg.embedder_backend == "onnx"
+    assert cfg.index.embedder.backend == "onnx"
     asked = []
     monkeypatch.setattr(embedder, "load_embedder",
                         lambda *a, **k: asked.append(a) or embedder.HashEmbedder())
     progress.load_model(cfg)
-    assert asked == [(cfg.embedder, "onnx", tmp / "d" / "models")]
+    assert asked == [(cfg.index.embedder.model, "onnx", tmp / "d" / "models")]
     assert "backend onnx" in capsys.readouterr().err
 
 

@@ -70,7 +70,7 @@ def test_ingest_and_the_pipeline_share_a_guard_and_ingest_never_reaches_the_pipe
 
 
 def test_index_open_sets_what_the_service_used_to_patch(index):
-    assert index.pipeline.compaction.every == 7 == index.cfg.scrub_interval_seconds
+    assert index.pipeline.compaction.every == 7 == index.cfg.index.scrub_interval_seconds
     assert index.pipeline.derived is not None and index.pipeline.history is index.ingest.history
     assert index.answers.eventlog is index.eventlog
 

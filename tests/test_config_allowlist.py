@@ -54,10 +54,10 @@ def config_error(path: Path) -> ConfigError:
 
 def test_example_config_with_a_homeserver_loads(tmp_path):
     cfg = load_config(write_config(tmp_path))
-    assert cfg.homeserver_url == "https://matrix.community.org"
+    assert cfg.homeserver.url == "https://matrix.community.org"
     assert cfg.bot_user == "@sourcesbot:community.org"
-    assert cfg.policy.max_bytes == 500 and cfg.policy.gap_ms == 1_800_000
-    assert cfg.allowlist == tmp_path.resolve() / "allowlist.yaml"
+    assert cfg.index.chunk_policy.max_bytes == 500 and cfg.index.chunk_policy.gap_ms == 1_800_000
+    assert cfg.allowlist_path == tmp_path.resolve() / "allowlist.yaml"
     assert cfg.chroma.path == tmp_path.resolve() / "chroma"
     assert cfg.puppet_patterns == ("^@_?discord_[^:]*:.*$",)
 
@@ -133,7 +133,7 @@ def test_a_negative_debounce_is_refused(tmp_path):
     assert str(e) == (f"{tmp_path.resolve() / 'config.yaml'}: index.debounce_seconds: "
                       "must be at least 0, not -0.5")
     assert load_config(write_config(tmp_path, set_key("index.debounce_seconds", 0))
-                       ).debounce_seconds == 0
+                       ).index.debounce_seconds == 0
 
 
 @pytest.mark.parametrize("key,near", [
@@ -173,19 +173,17 @@ def test_every_problem_is_named_one_a_line(tmp_path):
         [str(file), "index.window_max_byte"], [str(file), "search.min_similarity"]]
 
 
-@pytest.mark.parametrize("key,value,attr", [
-    ("search.min_similarity", -1, "min_similarity"),
-    ("search.min_similarity", 1, "min_similarity"),
-    ("search.min_similarity", 0, "min_similarity"),
-    ("index.answer_horizon_hours", 0.5, "answer_horizon_hours"),
-    ("index.answer_horizon_hours", 720, "answer_horizon_hours"),
-    ("index.answer_horizon_messages", 1, "answer_horizon_messages"),
-    ("index.embedder.backend", "onnx", "embedder_backend"),
-    ("index.embedder.backend", "onnx-int8", "embedder_backend"),
-    ("index.embedder.backend", "torch", "embedder_backend"),
+@pytest.mark.parametrize("key,value", [
+    ("search.min_similarity", -1), ("search.min_similarity", 1), ("search.min_similarity", 0),
+    ("index.answer_horizon_hours", 0.5), ("index.answer_horizon_hours", 720),
+    ("index.answer_horizon_messages", 1), ("index.embedder.backend", "onnx"),
+    ("index.embedder.backend", "onnx-int8"), ("index.embedder.backend", "torch"),
 ])
-def test_new_settings_accept_their_range(tmp_path, key, value, attr):
-    assert getattr(load_config(write_config(tmp_path, set_key(key, value))), attr) == value
+def test_new_settings_accept_their_range(tmp_path, key, value):
+    got = load_config(write_config(tmp_path, set_key(key, value)))
+    for part in key.split("."):  # the key's own place: one definition of it
+        got = getattr(got, part)
+    assert got == value
 
 
 def test_new_settings_default_when_absent(tmp_path):
@@ -196,17 +194,17 @@ def test_new_settings_default_when_absent(tmp_path):
         del d["index"]["embedder"]
 
     cfg = load_config(write_config(tmp_path, edit))
-    assert (cfg.min_similarity, cfg.answer_horizon_hours, cfg.answer_horizon_messages,
-            cfg.embedder, cfg.embedder_backend) == (0.34, 24, 150, "all-MiniLM-L6-v2", "onnx-int8")
+    assert (cfg.search.min_similarity, cfg.index.answer_horizon_hours, cfg.index.answer_horizon_messages,
+            cfg.index.embedder.model, cfg.index.embedder.backend) == (0.34, 24, 150, "all-MiniLM-L6-v2", "onnx-int8")
 
 
 def test_the_embedder_as_a_name_alone_still_reads(tmp_path):
     """Config files written before backends say `index.embedder: NAME`."""
     cfg = load_config(write_config(tmp_path, set_key("index.embedder", "hash")))
-    assert (cfg.embedder, cfg.embedder_backend) == ("hash", "torch")
+    assert (cfg.index.embedder.model, cfg.index.embedder.backend) == ("hash", "torch")
     cfg = load_config(write_config(tmp_path, set_key("index.embedder",
                                                      {"model": "hash", "backend": "onnx"})))
-    assert (cfg.embedder, cfg.embedder_backend) == ("hash", "onnx")
+    assert (cfg.index.embedder.model, cfg.index.embedder.backend) == ("hash", "onnx")
 
 
 def test_an_empty_value_reads_as_the_default(tmp_path):
@@ -217,18 +215,18 @@ def test_an_empty_value_reads_as_the_default(tmp_path):
         d["derived"]["min_words"] = None
 
     cfg = load_config(write_config(tmp_path, edit))
-    assert (cfg.chroma.port, cfg.admins, cfg.derived.min_words) == (8000, (), 8)
+    assert (cfg.chroma.port, cfg.search.admins, cfg.derived.min_words) == (8000, (), 8)
 
 
 def test_the_example_shows_every_setting_at_its_default(tmp_path):
     """One default per setting: the template says the same value as the code, and
     documents every key (commented out where unset is the default)."""
-    from indexer.config import Settings
+    from indexer.config import Config
 
     data = YAML(typ="safe").load(EXAMPLE.read_text())
     data["homeserver"] = {"url": "https://matrix.community.org", "domain": "community.org"}
-    from_example = Settings.model_validate(data)
-    defaults = Settings.model_validate({"homeserver": data["homeserver"]})
+    from_example = Config.model_validate(data)
+    defaults = Config.model_validate({"homeserver": data["homeserver"]})
     assert from_example == defaults
     text = EXAMPLE.read_text()
 
@@ -242,7 +240,7 @@ def test_the_example_shows_every_setting_at_its_default(tmp_path):
             else:
                 yield prefix + name
 
-    missing = [k for k in leaves(Settings) if f"{k.rsplit('.', 1)[-1]}:" not in text]
+    missing = [k for k in leaves(Config) if f"{k.rsplit('.', 1)[-1]}:" not in text]
     assert missing == []
 
 
@@ -284,7 +282,7 @@ def test_real_domains_that_contain_example_com_are_accepted(tmp_path, url, domai
         d["homeserver"]["url"] = url
         d["homeserver"]["domain"] = domain
 
-    assert load_config(write_config(tmp_path, edit)).domain == domain
+    assert load_config(write_config(tmp_path, edit)).homeserver.domain == domain
 
 
 @pytest.mark.parametrize("patterns,index,words", [
@@ -513,12 +511,12 @@ def test_init_writes_a_working_data_dir(tmp_path):
     assert sorted(f.name for f in files) == ["allowlist.yaml", "config.yaml",
                                              "registration.yaml"]
     cfg = load_config(d / "config.yaml")
-    assert (cfg.homeserver_url, cfg.domain, cfg.as_port) == (
+    assert (cfg.homeserver.url, cfg.homeserver.domain, cfg.appservice.port) == (
         "http://127.0.0.1:8008", "community.org", 29999)
-    reg = load_registration(cfg.registration)
+    reg = load_registration(cfg.registration_path)
     assert reg.url == "http://127.0.0.1:29999"
-    assert reg.sender_localpart == cfg.bot_localpart
-    assert load_allowlist(cfg.allowlist) == []
+    assert reg.sender_localpart == cfg.appservice.bot_localpart
+    assert load_allowlist(cfg.allowlist_path) == []
     assert stat.S_IMODE((d / "registration.yaml").stat().st_mode) == 0o600
     # The config keeps the example's comments, so the admin can read what each key does.
     assert "# Hits per answer" in (d / "config.yaml").read_text()

@@ -441,7 +441,7 @@ def test_a_rebuild_resyncs_a_corpus_into_the_chunks_ref_add_cut(world):
     from indexer.derived.reference import cut_chunks
 
     sections = cut_sections(CORPUS, FIXTURE.name, FIXTURE.read_text())
-    size = world.cfg.policy.max_bytes
+    size = world.cfg.index.chunk_policy.max_bytes
     assert sum(len(cut_chunks(s, size)) for s in sections) != sum(
         len(cut_chunks(s, 2 * size)) for s in sections)  # the fixture tells sizes apart
     add_corpus(world)

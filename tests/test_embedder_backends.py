@@ -156,7 +156,7 @@ def test_an_unknown_backend_is_refused_naming_the_key(tmp_path):
     with pytest.raises(ConfigError, match="index.embedder.backend"):
         load_config(config)
     config.write_text(config.read_text().replace("tensorrt", "onnx"))
-    assert load_config(config).embedder_backend == "onnx"
+    assert load_config(config).index.embedder.backend == "onnx"
 
 
 def _message(i: int):

@@ -10,7 +10,8 @@ from collections import Counter
 import pytest
 
 from indexer.pipeline import pipeline as pipeline_mod
-from indexer.pipeline.chunker import ChunkPolicy, build_windows, window_id
+from indexer.pipeline.chunker import build_windows, window_id
+from indexer.records import ChunkPolicy
 from indexer.pipeline.embedder import HashEmbedder
 from indexer.store.eventlog import EventLog
 from indexer.pipeline.pipeline import Pipeline

@@ -9,7 +9,7 @@ import pytest
 
 from appservice.bot.answer_edits import EDIT_HEADER, edit_content, rebuild_reply
 from indexer.store.answers import AnswerLog
-from indexer.pipeline.chunker import ChunkPolicy
+from indexer.records import ChunkPolicy
 from indexer.components import writers
 from indexer.pipeline.embedder import HashEmbedder
 from indexer.store.eventlog import EventLog

@@ -24,7 +24,7 @@ from appservice.homeserver.roomstate import StateRetry
 from appservice.homeserver.service import raise_fd_limit
 from appservice.homeserver.transactions import TransactionHandler
 from indexer.ingest.backfill import backfill_room
-from indexer.pipeline.chunker import ChunkPolicy
+from indexer.records import ChunkPolicy
 from indexer.pipeline.embedder import HashEmbedder
 from indexer.ingest.events import MAX_TS_MS
 from indexer.ingest.gate import Gate

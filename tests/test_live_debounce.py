@@ -8,7 +8,8 @@ import asyncio
 
 import pytest
 
-from indexer.pipeline.chunker import ChunkPolicy, window_id
+from indexer.pipeline.chunker import window_id
+from indexer.records import ChunkPolicy
 from indexer.pipeline.embedder import HashEmbedder, encode_in_length_order
 from indexer.store.eventlog import EventLog
 from indexer.pipeline.pipeline import Pipeline

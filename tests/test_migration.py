@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
-from indexer.pipeline.chunker import ChunkPolicy, build_windows, document, embed_text
+from indexer.pipeline.chunker import build_windows, document, embed_text
+from indexer.records import ChunkPolicy
 from indexer.components import Index
 from indexer.config import load_config
 from indexer.datadir import init_data_dir

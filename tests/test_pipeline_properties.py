@@ -20,7 +20,8 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from indexer.pipeline.chunker import ChunkPolicy, build_windows
+from indexer.pipeline.chunker import build_windows
+from indexer.records import ChunkPolicy
 from indexer.pipeline.embedder import HashEmbedder
 from indexer.store.eventlog import EventLog
 from indexer.pipeline.pipeline import Pipeline

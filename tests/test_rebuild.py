@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from indexer.pipeline.chunker import CHUNKER_VERSION, ChunkPolicy
+from indexer.pipeline.chunker import CHUNKER_VERSION
+from indexer.records import ChunkPolicy
 from indexer.pipeline.embedder import HashEmbedder
 from indexer.store.eventlog import EventLog
 from indexer.ingest.gate import Gate

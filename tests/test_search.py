@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from indexer.pipeline.chunker import ChunkPolicy, build_windows, embed_text
+from indexer.pipeline.chunker import build_windows, embed_text
+from indexer.records import ChunkPolicy
 from indexer.pipeline.embedder import HashEmbedder
 from indexer.search.lexical import LEXICAL_MAX_TERMS, is_keywords, stem, terms
 from indexer.records import EventID, Message, RoomID, UserID, Window

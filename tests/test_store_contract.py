@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from indexer.pipeline.chunker import ChunkPolicy, build_windows, document
+from indexer.pipeline.chunker import build_windows, document
+from indexer.records import ChunkPolicy
 from indexer.pipeline.embedder import HashEmbedder
 from indexer.store.eventlog import EventLog
 from indexer.store.generations import META_KEY

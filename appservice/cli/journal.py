@@ -25,7 +25,7 @@ def allowlist_aliases(cfg: Config) -> dict[str, str]:
     """alias -> room id, from the comments `allowlist add` keeps beside each id."""
     out: dict[str, str] = {}
     try:
-        text = cfg.allowlist.read_text(encoding="utf-8")
+        text = cfg.allowlist_path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return out
     for line in text.splitlines():
@@ -52,11 +52,11 @@ def run_journal(cfg: Config, room: str | None, rule: str | None, kind: str | Non
     if room is not None:
         aliases = allowlist_aliases(cfg)
         room = aliases.get(room, room)
-        known_rooms = set(load_allowlist(cfg.allowlist)) | {
+        known_rooms = set(load_allowlist(cfg.allowlist_path)) | {
             v for e in entries for v in (e.get("room_id"), e.get("room")) if v}
         if room not in known_rooms:
             print(f"error: --room {room!r} is unknown: it is not on the allowlist "
-                  f"({cfg.allowlist}) and the journal has nothing of it. Give a room id "
+                  f"({cfg.allowlist_path}) and the journal has nothing of it. Give a room id "
                   "(`matrix-sources allowlist list`) or an alias listed beside one.",
                   file=sys.stderr)
             return 2

@@ -52,7 +52,7 @@ def cmd_run(args) -> int:
     from ..homeserver.service import Service, StartupError
 
     cfg = _config(args)
-    setup_logging(cfg.log_level, as_json=args.json_logs or cfg.log_format == "json")
+    setup_logging(cfg.logging.level, as_json=args.json_logs or cfg.logging.format == "json")
     refusal = _start_refusal(cfg)
     if refusal:
         print(f"error: {refusal}", file=sys.stderr)
@@ -78,7 +78,7 @@ def cmd_run(args) -> int:
         if starting.done():
             try:
                 starting.result()
-                print(f"matrix-sources: serving on {cfg.as_host}:{cfg.as_port} as "
+                print(f"matrix-sources: serving on {cfg.appservice.host}:{cfg.appservice.port} as "
                       f"{cfg.bot_user}", file=sys.stderr, flush=True)
                 await stopping
             except StartupError as e:
@@ -158,7 +158,7 @@ def cmd_allowlist(args) -> int:
 
     cfg = _config(args)
     if args.action == "list":
-        for room in load_allowlist(cfg.allowlist):
+        for room in load_allowlist(cfg.allowlist_path):
             print(room)
         return 0
     if args.action == "add":
@@ -170,12 +170,12 @@ def cmd_allowlist(args) -> int:
         for room, alias in resolved:
             # An alias is kept as a comment beside the id it resolved to.
             comment = " ".join(c for c in (alias, args.comment) if c) or None
-            changed = add_room(cfg.allowlist, room, comment)
+            changed = add_room(cfg.allowlist_path, room, comment)
             shown = f"{room} ({alias})" if alias else room
             print(f"{'added' if changed else 'already listed'}: {shown}")
         return 0
     for room in args.rooms:
-        changed = remove_room(cfg.allowlist, room)
+        changed = remove_room(cfg.allowlist_path, room)
         print(f"{'removed' if changed else 'not listed'}: {room}")
     return 0
 
@@ -193,13 +193,13 @@ def _resolve_rooms(cfg: Config, rooms: list[str]) -> list[tuple[str, str | None]
     for room in rooms:
         if not room.startswith("#"):
             if not ROOM_ID.match(room):
-                raise ConfigError(cfg.allowlist, "rooms", f"{room!r} is not a room id like "
+                raise ConfigError(cfg.allowlist_path, "rooms", f"{room!r} is not a room id like "
                                   "'!abc:example.org' or an alias like '#room:example.org'")
             out.append((room, None))
             continue
         if token is None:
-            token = load_registration(cfg.registration).as_token
-        out.append((resolve_alias(cfg.homeserver_url, token, room), room))
+            token = load_registration(cfg.registration_path).as_token
+        out.append((resolve_alias(cfg.homeserver.url, token, room), room))
     return out
 
 

@@ -32,9 +32,9 @@ def load_model(cfg: Config) -> Embedder:
     from indexer.pipeline.embedder import load_embedder
 
     t0 = time.monotonic()
-    print(f"loading the model ({cfg.embedder}, backend {cfg.embedder_backend}; 10-20 s on "
+    print(f"loading the model ({cfg.index.embedder.model}, backend {cfg.index.embedder.backend}; 10-20 s on "
           "2 cores) ...", file=sys.stderr, flush=True)
-    embedder = load_embedder(cfg.embedder, cfg.embedder_backend, cfg.models_dir)
+    embedder = load_embedder(cfg.index.embedder.model, cfg.index.embedder.backend, cfg.models_dir)
     print(f"model loaded in {time.monotonic() - t0:.1f} s", file=sys.stderr, flush=True)
     return embedder
 

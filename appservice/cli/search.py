@@ -28,14 +28,14 @@ def _query_from_line(obj: object, default_top_k: int) -> SourceQuery:
 
 
 def run_search(cfg: Config, args) -> int:
-    top = args.top if args.top is not None else cfg.default_top_k
+    top = args.top if args.top is not None else cfg.search.default_top_k
     if args.queries:
         return _batch(cfg, Path(args.queries), top)
     room = args.room
     if room is not None:
         room = allowlist_aliases(cfg).get(room, room)
-        if room not in load_allowlist(cfg.allowlist):
-            print(f"error: --room {args.room!r} is not on the allowlist ({cfg.allowlist}), "
+        if room not in load_allowlist(cfg.allowlist_path):
+            print(f"error: --room {args.room!r} is not on the allowlist ({cfg.allowlist_path}), "
                   "so nothing of it is indexed; `matrix-sources allowlist list` shows "
                   "the rooms", file=sys.stderr)
             return 2

@@ -99,7 +99,7 @@ def raise_fd_limit() -> tuple[int, int]:
 class Service:
     def __init__(self, cfg: Config, embedder: Embedder | None = None) -> None:
         self.cfg = cfg
-        self.registration = load_registration(cfg.registration)
+        self.registration = load_registration(cfg.registration_path)
         self.lock = WriterLock(cfg.data_dir, "matrix-sources run").acquire()
         # This process is the collection's one writer (the lock above): it keeps the
         # lexical leg's postings in memory (indexer/search/termindex.py), built in the background.
@@ -111,10 +111,10 @@ class Service:
         self.searcher = self.index.searcher
         # After each run, freed memory goes back to the system: the next run's peak then
         # starts from what is in use, not from the last peak (docs/benchmarks.md).
-        self.worker = PipelineWorker(self.pipeline, debounce=cfg.debounce_seconds,
+        self.worker = PipelineWorker(self.pipeline, debounce=cfg.index.debounce_seconds,
                                      after_run=release_free_memory)
         self.az = _SourcesAppService(
-            server=cfg.homeserver_url, domain=cfg.domain,
+            server=cfg.homeserver.url, domain=cfg.homeserver.domain,
             as_token=self.registration.as_token, hs_token=self.registration.hs_token,
             bot_localpart=self.registration.sender_localpart, id=self.registration.id,
             state_store=_StateStore(), log=logging.getLogger("mau.as"))
@@ -126,9 +126,9 @@ class Service:
         self.transactions = self.az.transaction_handler
         self.answers = self.index.answers
         self.metrics = ServiceMetrics()
-        self.responder = Responder(self.searcher, self._send, cfg.bot_user, cfg.default_top_k,
-                                   RateLimiter(cfg.rate_limit_per_minute), domain=cfg.domain,
-                                   resolve_alias=self._resolve_alias, rrf_k=cfg.rrf_k,
+        self.responder = Responder(self.searcher, self._send, cfg.bot_user, cfg.search.default_top_k,
+                                   RateLimiter(cfg.search.rate_limit_per_minute), domain=cfg.homeserver.domain,
+                                   resolve_alias=self._resolve_alias, rrf_k=cfg.search.rrf_k,
                                    status=self._status,
                                    on_search_seconds=self.metrics.search_latency.observe,
                                    record_answer=self.index.record_answer,
@@ -157,10 +157,10 @@ class Service:
     async def start(self) -> None:
         soft, hard = raise_fd_limit()
         log.info("fd_limit", extra={"soft": soft, "hard": hard})
-        await self.az.start(host=self.cfg.as_host, port=self.cfg.as_port)
+        await self.az.start(host=self.cfg.appservice.host, port=self.cfg.appservice.port)
         await self._wait_for_homeserver()
         try:
-            await self.az.intent.set_displayname(self.cfg.bot_displayname)
+            await self.az.intent.set_displayname(self.cfg.appservice.bot_displayname)
         except MatrixError:
             pass  # cosmetic
         self._allowlist_mtime = self._mtime()
@@ -182,17 +182,17 @@ class Service:
         self.health.homeserver = True
         self._spawn(self._ping_homeserver(), "homeserver-ping")
         log.info("started", extra={"bot": self.cfg.bot_user, "rooms": len(self.gate.allowlist),
-                                   "port": self.cfg.as_port})
+                                   "port": self.cfg.appservice.port})
 
     async def _wait_for_homeserver(self) -> None:
         """Until the homeserver accepts our token. Unreachable: keep trying (Synapse may
         start after us); token refused or wrong user: a configuration error, stop."""
         def unreachable(e: Exception, delay: float) -> None:
-            self.health.detail = (f"homeserver {self.cfg.homeserver_url} unreachable "
+            self.health.detail = (f"homeserver {self.cfg.homeserver.url} unreachable "
                                   f"({type(e).__name__}); retrying")
             # The traceback too: a bug here looks like an outage otherwise.
             log.warning("homeserver_unreachable", exc_info=e, extra={
-                "url": self.cfg.homeserver_url, "retry_in": delay})
+                "url": self.cfg.homeserver.url, "retry_in": delay})
 
         try:
             whoami = await retrying(self.az.intent.whoami, initial=1.0,
@@ -200,8 +200,8 @@ class Service:
                                     retry_if=lambda e: not isinstance(e, MatrixRequestError))
         except MatrixRequestError as e:
             raise StartupError(
-                f"the homeserver at {self.cfg.homeserver_url} rejected as_token "
-                f"({e.errcode}): is {self.cfg.registration} listed in "
+                f"the homeserver at {self.cfg.homeserver.url} rejected as_token "
+                f"({e.errcode}): is {self.cfg.registration_path} listed in "
                 "app_service_config_files of homeserver.yaml, and was Synapse restarted "
                 "since?") from None
         if whoami.user_id != self.cfg.bot_user:
@@ -258,8 +258,8 @@ class Service:
             if not self.ingest.admits(room_id):
                 return  # refused rooms are never read, not even their history
             horizon = None
-            if self.cfg.backfill_days:
-                horizon = int((time.time() - self.cfg.backfill_days * 86400) * 1000)
+            if self.cfg.index.backfill_days:
+                horizon = int((time.time() - self.cfg.index.backfill_days * 86400) * 1000)
             try:
                 result = await backfill_room(room_id, MatrixPager(self.az.intent.api),
                                              self.ingest, horizon)
@@ -291,13 +291,13 @@ class Service:
 
     def _mtime(self) -> float:
         try:
-            return self.cfg.allowlist.stat().st_mtime
+            return self.cfg.allowlist_path.stat().st_mtime
         except FileNotFoundError:
             return 0.0
 
     async def reload_allowlist(self) -> None:
         try:
-            rooms = frozenset(load_allowlist(self.cfg.allowlist))
+            rooms = frozenset(load_allowlist(self.cfg.allowlist_path))
         except ConfigError as e:
             log.error("allowlist_invalid", extra={"error": str(e)})
             return
@@ -337,7 +337,7 @@ class Service:
 
         now = time.monotonic()
         if now - getattr(self, "_retention_last", float("-inf")) < \
-                self.cfg.scrub_interval_seconds:
+                self.cfg.index.scrub_interval_seconds:
             return
         self._retention_last = now
         report = await asyncio.to_thread(Retention(self.ingest).expire)
@@ -397,7 +397,7 @@ class Service:
         for rec in await asyncio.to_thread(self.answers.quoting, redacted):
             ids = [e for h in rec.hits for e in h.get("quoted", [])]
             lines = await asyncio.to_thread(self.answers.lines, ids)
-            reply = rebuild_reply(rec, lines, self.cfg.domain)
+            reply = rebuild_reply(rec, lines, self.cfg.homeserver.domain)
             await self._send(rec.room_id, edit_content(rec.reply_event_id, reply))
             await asyncio.to_thread(self.answers.forget_quote, rec.reply_event_id, redacted)
             if self.index.manifest is not None:
@@ -420,7 +420,7 @@ class Service:
         await self.responder.answer(cmd)  # failures: logged by the pool, with ids
 
     async def _status(self, room_id: str, user: str):
-        if not await may_see_status(room_id, user, self.cfg.admins, self._power_level):
+        if not await may_see_status(room_id, user, self.cfg.search.admins, self._power_level):
             return status_refusal()
         rooms = [(r, self.ingest.label(RoomID(r))) for r in sorted(self.gate.allowlist)]
         return await asyncio.to_thread(render_status, rooms, self.eventlog, self.index.journal)

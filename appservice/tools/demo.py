@@ -128,7 +128,7 @@ async def _demo(root: Path, serve: bool) -> int:
         state.update(hs_port=hs_port)
     cfg = load_config(data_dir / "config.yaml")
     synapse = LocalSynapse(root / "synapse", port=state["hs_port"],
-                           appservice_registrations=[cfg.registration], open_registration=True,
+                           appservice_registrations=[cfg.registration_path], open_registration=True,
                            log_level=os.environ.get("MATRIX_SOURCES_SYNAPSE_LOG_LEVEL", "WARNING"))
     _say(f"[1/5] starting Synapse on {synapse.url} (files in {root / 'synapse'})")
     try:
@@ -151,7 +151,7 @@ async def _demo(root: Path, serve: bool) -> int:
             if "room" not in state:
                 _say("[3/5] creating the public room #demo:localhost and adding it to the allowlist")
                 room = await client.create_room("matrix-sources demo", public=True, alias="demo")
-                add_room(cfg.allowlist, room, "#demo:localhost (demo room)")
+                add_room(cfg.allowlist_path, room, "#demo:localhost (demo room)")
                 await service.reload_allowlist()
                 await client.wait_for_member(room, cfg.bot_user)
                 state["room"] = room

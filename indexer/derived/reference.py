@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..pipeline.chunker import ChunkPolicy
+from ..records import ChunkPolicy
 from ..pipeline.embedder import Embedder
 from .manifest import Manifest, utc_now_iso
 from .normalise import sha256_normalised, text_shingles

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from .events import TIMESTAMP_OUT_OF_RANGE
+from ..config import DEFAULT_PUPPET_PATTERNS
 from ..records import EventID, Refusal, RoomID, UserID
 from .roomfacts import RoomFacts
 
@@ -49,9 +50,6 @@ RULES = (NOT_ALLOWLISTED, NOT_PUBLIC, DIRECT_MESSAGE, ENCRYPTED_ROOM, ENCRYPTED_
          BRIDGED_ROOM, PUPPET_SENDER, OWN_MESSAGE, STATE_UNAVAILABLE, TIMESTAMP_OUT_OF_RANGE,
          HISTORY_NOT_SHARED, USER_FORGOTTEN)
 
-# Discord bridges' puppets: mautrix-discord (@discord_123...) and matrix-appservice-discord
-# (@_discord_123...). On unless the config says otherwise.
-DEFAULT_PUPPET_PATTERNS = (r"^@_?discord_[^:]*:.*$",)
 
 
 @dataclass

@@ -44,22 +44,10 @@ from datetime import datetime, timezone
 from typing import Iterable, Mapping, Sequence
 
 from .addressing import addressed, mentions, names
-from ..records import EventID, Message, RoomID, Window, WindowID
+from ..records import ChunkPolicy, EventID, Message, RoomID, Window, WindowID
 
 CHUNKER_VERSION = "3"  # 3: the open block is cut into conversations too
 DIALOGUE = 2  # this few people talking within the gap: they talk to each other
-
-
-@dataclass(frozen=True, slots=True)
-class ChunkPolicy:
-    max_bytes: int = 500  # a window's message text; 500 bytes of chat is ~130 word pieces
-    gap_ms: int = 30 * 60 * 1000  # a silence this long ends a block
-    block_windows: int = 8  # a block holds up to this many windows' worth of text
-    follow_replies: bool = True
-
-    @property
-    def block_bytes(self) -> int:
-        return self.max_bytes * self.block_windows if self.follow_replies else self.max_bytes
 
 
 def window_id(room_id: RoomID, first_event_id: EventID) -> WindowID:

@@ -36,7 +36,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .chunker import ChunkPolicy, build_blocks, commit_batches, document, embed_text
+from .chunker import build_blocks, commit_batches, document, embed_text
+from ..records import ChunkPolicy
 from .chunker import window_id as chunk_window_id
 from ..store.compaction import Compaction
 from ..derived.filter import DerivedFilter
