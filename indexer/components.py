@@ -70,16 +70,16 @@ def _chroma(cfg: Config, eventlog: EventLog | None) -> ChromaStore:
 
 
 def writers(eventlog: EventLog, journal: Journal, store: ChromaStore, embedder: Embedder,
-            gate: Gate, policy: ChunkPolicy | None = None, scrub_every: float = 60.0,
+            gate: Gate, policy: ChunkPolicy | None = None, compact_every: float = 60.0,
             **pipeline_options) -> tuple[Ingest, Pipeline]:
     """Ingest (with its history and purger) and the pipeline over one event log and
     store: the part of the graph that writes. Index.open builds it here, and so do the
-    tests that build an index from parts. `scrub_every`: seconds between compactions
+    tests that build an index from parts. `compact_every`: seconds between compactions
     after redactions; `pipeline_options`: Pipeline's fields."""
     # Purges share the pipeline's lock and store (see pipeline/pipeline.py on the race), and its
     # compaction schedule: a purge compacts at once, a redaction within the interval.
     guard = WriteGuard()
-    compaction = Compaction(eventlog, store, guard, every=scrub_every)
+    compaction = Compaction(eventlog, store, guard, every=compact_every)
     history = History(eventlog)
     ingest = Ingest(gate, eventlog, journal, history=history,
                     purger=Purger(eventlog, journal, store, guard, compaction))
@@ -131,7 +131,7 @@ class Index:
         matcher = Matcher(manifest, cfg.derived)
         ingest, pipeline = writers(eventlog, journal, store, embedder, gate, cfg.index.chunk_policy,
                                    derived=DerivedFilter(matcher, eventlog, journal),
-                                   scrub_every=cfg.index.scrub_interval_seconds)
+                                   compact_every=cfg.index.compaction_interval_seconds)
         presenter = Presenter(eventlog, embedder,
                               Horizon(cfg.index.answer_horizon_hours, cfg.index.answer_horizon_messages))
         searcher = Searcher(embedder, store, cfg.search.rrf_k, lexical_max_terms=cfg.search.lexical_max_terms,

@@ -160,12 +160,20 @@ class IndexSettings(_Section):
     window_max_bytes: PositiveInt = _CHUNKS.max_bytes
     window_gap_seconds: PositiveFloat = _CHUNKS.gap_ms / 1000
     debounce_seconds: NonNegativeFloat = 1.0  # 0: no wait
-    scrub_interval_seconds: PositiveFloat = 60.0
+    compaction_interval_seconds: PositiveFloat = 60.0
     require_world_readable: bool = False  # only what the public archive would show
     backfill_days: PositiveFloat | None = None  # None: a room's whole history
     answer_horizon_hours: PositiveFloat = 24.0
     answer_horizon_messages: Annotated[int, Strict(), Field(ge=1)] = 150
     chroma: ChromaConfig = ChromaConfig()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "scrub_interval_seconds" in data:
+            raise Refused("scrub_interval_seconds", "renamed: write it as "
+                          "index.compaction_interval_seconds")
+        return data
 
     @property
     def chunk_policy(self) -> ChunkPolicy:

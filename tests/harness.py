@@ -152,7 +152,7 @@ def make_stack(root: Path, embedder: str = "all-MiniLM-L6-v2") -> Stack:
     cfg = y.load(config.read_text())
     cfg["index"]["embedder"]["model"] = embedder  # the template's backend stays
     cfg["index"]["debounce_seconds"] = 0.3
-    cfg["index"]["scrub_interval_seconds"] = 1
+    cfg["index"]["compaction_interval_seconds"] = 1
     cfg["logging"]["level"] = "DEBUG"  # the privacy tests read the logs at their loudest
     with open(config, "w") as f:
         y.dump(cfg, f)

@@ -24,7 +24,7 @@ def index(tmp_path):
     y = YAML()
     raw = y.load((data / "config.yaml").read_text())
     raw["index"]["embedder"] = "hash"
-    raw["index"]["scrub_interval_seconds"] = 7
+    raw["index"]["compaction_interval_seconds"] = 7
     with open(data / "config.yaml", "w") as f:
         y.dump(raw, f)
     index = Index.open(load_config(data / "config.yaml"), HashEmbedder())
@@ -70,7 +70,7 @@ def test_ingest_and_the_pipeline_share_a_guard_and_ingest_never_reaches_the_pipe
 
 
 def test_index_open_sets_what_the_service_used_to_patch(index):
-    assert index.pipeline.compaction.every == 7 == index.cfg.index.scrub_interval_seconds
+    assert index.pipeline.compaction.every == 7 == index.cfg.index.compaction_interval_seconds
     assert index.pipeline.derived is not None and index.pipeline.history is index.ingest.history
     assert index.answers.eventlog is index.eventlog
 

@@ -94,7 +94,7 @@ def set_key(key: str, value):
     ("index.window_gap_seconds", -5, "greater than 0"),
     ("index.debounce_seconds", -1, "at least 0, not -1"),
     ("index.debounce_seconds", "soon", "must be a number"),
-    ("index.scrub_interval_seconds", 0, "greater than 0"),
+    ("index.compaction_interval_seconds", 0, "greater than 0"),
     ("index.backfill_days", -30, "greater than 0"),
     ("index.chroma.port", 0, "from 1 to 65535"),
     ("appservice.port", 70000, "from 1 to 65535, not 70000"),
@@ -341,8 +341,8 @@ def test_the_installed_command_exits_1_without_a_traceback(misspelled):
     assert p.stderr.strip() == (f"error: {misspelled.resolve()}: index.window_max_byte: "
                                 "unknown key; did you mean window_max_bytes? the keys here are "
                                 "answer_horizon_hours, answer_horizon_messages, backfill_days, "
-                                "chroma, debounce_seconds, embedder, require_world_readable, "
-                                "scrub_interval_seconds, "
+                                "chroma, compaction_interval_seconds, debounce_seconds, "
+                                "embedder, require_world_readable, "
                                 "window_gap_seconds, window_max_bytes")
 
 
@@ -614,3 +614,10 @@ def test_registration_missing_keys_are_named(tmp_path):
     with pytest.raises(ConfigError) as info:
         load_registration(p)
     assert info.value.key == "hs_token"
+
+
+def test_the_old_name_of_the_compaction_interval_says_its_new_one(tmp_path):
+    def edit(d):
+        d["index"]["scrub_interval_seconds"] = d["index"].pop("compaction_interval_seconds")
+    e = config_error(write_config(tmp_path, edit))
+    assert "index.scrub_interval_seconds" in str(e) and "index.compaction_interval_seconds" in str(e)

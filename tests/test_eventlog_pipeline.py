@@ -343,10 +343,10 @@ class FakeSleep:
 class FakePipelineBase:
     """What the worker calls besides process_all: no edits, so no scrub is ever due."""
 
-    def scrub_history(self) -> None:
+    def run_compaction(self) -> None:
         return None
 
-    def scrub_wait(self) -> None:
+    def compaction_wait(self) -> None:
         return None
 
 

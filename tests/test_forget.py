@@ -33,7 +33,7 @@ def test_forget_removes_text_and_vectors_from_every_file(world):
     report = forgetting.forget_user(ALICE, source="cli")
     assert report.messages == 1 and report.windows == 1 and report.event_ids == ("$m2",)
     pipeline.process_all()
-    assert pipeline.scrub_history() is True
+    assert pipeline.run_compaction() is True
     assert "fz81q" not in all_text(store) and "proxy tip" in all_text(store)
     assert b"fz81q" not in db_bytes(tmp) + chroma_bytes(tmp)
     for wid, v in before.items():
@@ -98,7 +98,7 @@ def test_a_running_services_spool_applies_a_forget_request_and_answers(world):
     assert answer == served and answer["messages"] == 1 and answer["windows"] == 1
     assert list((tmp / "spool").iterdir()) == []  # request and answer both gone
     pipeline.process_all()
-    pipeline.scrub_history()
+    pipeline.run_compaction()
     assert "sp00l-canary" not in all_text(store) and "bob stays" in all_text(store)
     assert b"sp00l-canary" not in db_bytes(tmp) + chroma_bytes(tmp)
     assert apply_request(forgetting, {"op": "list"}) == {"op": "list", "users": [ALICE]}

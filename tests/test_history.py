@@ -249,7 +249,7 @@ def test_no_text_in_chroma_and_a_redacted_windows_vector_leaves_at_the_compactio
     after the re-upsert (its queue, the HNSW segment); the compaction after the run
     leaves only the live points, in a fresh collection. An edit alone asks for none:
     Matrix shows the original to the room anyway. It runs at most once per
-    `scrub_every`: a second redaction soon after waits."""
+    `compact_every`: a second redaction soon after waits."""
     ingest, pipeline, store, log, tmp = world
     clock = [T0 / 1000]
     pipeline.compaction.clock = lambda: clock[0]
@@ -257,7 +257,7 @@ def test_no_text_in_chroma_and_a_redacted_windows_vector_leaves_at_the_compactio
     pipeline.process_all()
     ingest.admit([edit(11, 10, "typo fixed")])
     pipeline.process_all()
-    assert "typo fixed" in all_text(store) and not pipeline.scrub_due
+    assert "typo fixed" in all_text(store) and not pipeline.compaction_due
     ingest.admit([msg(1, "first line stays"), msg(2, "secret canary qv47x goes"),
                   msg(3, "the backup key is edit-canary-9k2")])
     pipeline.process_all()
@@ -268,12 +268,12 @@ def test_no_text_in_chroma_and_a_redacted_windows_vector_leaves_at_the_compactio
     pipeline.process_all()
     assert "qv47x" not in all_text(store) and "9k2" not in all_text(store)
     assert files_holding(tmp / "chroma", before, n=len(before))  # superseded, still there
-    assert pipeline.scrub_due and log.get_meta("compaction_due") == "1"
-    assert pipeline.scrub_history() is True
+    assert pipeline.compaction_due and log.get_meta("compaction_due") == "1"
+    assert pipeline.run_compaction() is True
     assert files_holding(tmp, before, n=len(before)) == {}
     assert b"qv47x" not in chroma_bytes(tmp) + db_bytes(tmp)
     assert b"edit-canary-9k2" not in chroma_bytes(tmp) + db_bytes(tmp)
-    assert not pipeline.scrub_due and not log.get_meta("compaction_due")
+    assert not pipeline.compaction_due and not log.get_meta("compaction_due")
     # The collection is whole and still searchable after the compaction.
     [w] = store.get()
     assert w.event_ids == ("$m1", "$m3", "$m10") and "vault" in w.text
@@ -284,9 +284,9 @@ def test_no_text_in_chroma_and_a_redacted_windows_vector_leaves_at_the_compactio
     vectors = dict(store.vectors([w.window_id for w in store.get()]))
     ingest.admit([redact(7, 6)])
     pipeline.process_all()
-    assert pipeline.scrub_history() is None and pipeline.scrub_due  # too soon
+    assert pipeline.run_compaction() is None and pipeline.compaction_due  # too soon
     clock[0] += 61
-    assert pipeline.scrub_history() is True
+    assert pipeline.run_compaction() is True
     live = dict(store.vectors(list(vectors)))
     for wid, v in vectors.items():
         if wid not in live or live[wid] != pytest.approx(v, abs=1e-6):
@@ -301,10 +301,10 @@ def test_a_compaction_due_survives_a_restart(world):
     pipeline.process_all()
     ingest.admit([redact(3, 2)])
     pipeline.process_all()
-    assert pipeline.scrub_due
+    assert pipeline.compaction_due
     again = Pipeline(log, HashEmbedder(), store, ChunkPolicy())
-    assert again.scrub_due and again.scrub_history() is True
-    assert not Pipeline(log, HashEmbedder(), store, ChunkPolicy()).scrub_due
+    assert again.compaction_due and again.run_compaction() is True
+    assert not Pipeline(log, HashEmbedder(), store, ChunkPolicy()).compaction_due
 
 
 async def test_the_worker_runs_a_deferred_scrub_without_new_events(world):
@@ -342,14 +342,14 @@ async def test_the_worker_runs_a_deferred_scrub_without_new_events(world):
         ingest.admit([redact(3, 2)])
         worker.notify()
         await idle()  # scrubbed: the first scrub
-        assert not pipeline.scrub_due and b"hh31q" not in chroma_bytes(tmp)
+        assert not pipeline.compaction_due and b"hh31q" not in chroma_bytes(tmp)
         ingest.admit([msg(4, "second canary pp72k")])
         worker.notify()
         await idle()
         ingest.admit([redact(5, 4)])
         worker.notify()
         await idle()
-        assert pipeline.scrub_due  # too soon after the first: deferred
+        assert pipeline.compaction_due  # too soon after the first: deferred
         # The worker goes idle as it starts its timer task; the task then sleeps.
         for _ in range(200):
             if clock.sleeping_within(3.0):
@@ -359,7 +359,7 @@ async def test_the_worker_runs_a_deferred_scrub_without_new_events(world):
         await clock.advance(3.0)  # the interval passes: nothing else wakes the worker
         await clock.advance(0.01)  # the run it wakes waits out its debounce
         await idle()
-        assert not pipeline.scrub_due and b"pp72k" not in chroma_bytes(tmp)
+        assert not pipeline.compaction_due and b"pp72k" not in chroma_bytes(tmp)
     finally:
         await worker.stop()
 
@@ -375,7 +375,7 @@ def test_a_redacted_edited_message_leaves_no_text_in_the_event_log_file(world):
     assert b"ed51v" in db_bytes(tmp)  # the check can see it
     ingest.admit([redact(4, 2)])
     pipeline.process_all()
-    pipeline.scrub_history()  # the compaction also empties the event log's WAL
+    pipeline.run_compaction()  # the compaction also empties the event log's WAL
     for canary in (b"ow83n", b"ed51v"):
         assert canary not in db_bytes(tmp) + chroma_bytes(tmp)
 
@@ -417,7 +417,7 @@ async def test_new_messages_are_indexed_while_a_compaction_copies(world):
         assert log.status_of("$m4")[0] == "indexed" and not worker.idle.is_set()
         release.set()
         await asyncio.wait_for(worker.wait_idle(), 20)
-        assert not pipeline.scrub_due
+        assert not pipeline.compaction_due
         assert "written during the copy" in all_text(store)  # caught up before the swap
     finally:
         release.set()

@@ -110,7 +110,7 @@ async def test_backfill_edit_and_redaction(stack):
         # only hashes.
         wait_for(lambda: not stack.grep_data("zebra-canary-5521"),
                  what="the redacted text gone from every file in the data dir")
-        # Nor its vector: the compaction within the scrub interval copied the live
+        # Nor its vector: the compaction within the compaction interval copied the live
         # points into a fresh collection and dropped the old one's files.
         wait_for(lambda: files_holding(stack.data_dir, vector) == {}, timeout=30,
                  what="the redacted window's vector gone from every file in the data dir")

@@ -1,5 +1,5 @@
 """Room retention (issue 21): messages older than the room's max_lifetime leave the
-index, text and vectors, at the next scrub; a later change applies from then on."""
+index, text and vectors, within the compaction interval; a later change applies from then on."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def test_expired_messages_leave_text_and_vectors_and_a_later_change_applies(worl
     report = expiry.expire()
     assert report.rooms == {ROOM: 1} and report.event_ids == {"$m1"}
     pipeline.process_all()
-    assert pipeline.scrub_history() is True
+    assert pipeline.run_compaction() is True
     assert "rt11x" not in all_text(store) and "newer line stays" in all_text(store)
     assert b"rt11x" not in db_bytes(tmp) + chroma_bytes(tmp)
     for v in before.values():

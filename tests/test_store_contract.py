@@ -307,7 +307,7 @@ def test_a_purged_room_leaves_no_text_and_no_vector_in_the_persist_dir(store, re
     report = Purger(log, Journal(log.path.parent / "journal.jsonl"), store, pipeline.guard,
                     pipeline.compaction).purge(
         Refusal("join_rule_not_public", RoomID("!secret:example.org"), whole_room=True))
-    assert report.windows == len(ws) and report.scrubbed is True
+    assert report.windows == len(ws) and report.compacted is True
     assert {w.room_id for w in store.get()} == {"!clean:example.org"}
     files = [p for p in root.rglob("*") if p.is_file()]
     assert not [p for p in files if canary.encode() in p.read_bytes()]

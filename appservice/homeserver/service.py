@@ -331,13 +331,13 @@ class Service:
             await self._expire_retained()
 
     async def _expire_retained(self) -> None:
-        """Room retention (indexer/ingest/retention.py), once per scrub interval: the
+        """Room retention (indexer/ingest/retention.py), once per compaction interval: the
         expired messages take the redaction path (worker: re-chunk and compaction)."""
         from indexer.ingest.retention import Retention
 
         now = time.monotonic()
         if now - getattr(self, "_retention_last", float("-inf")) < \
-                self.cfg.index.scrub_interval_seconds:
+                self.cfg.index.compaction_interval_seconds:
             return
         self._retention_last = now
         report = await asyncio.to_thread(Retention(self.ingest).expire)

@@ -54,7 +54,7 @@ class PurgeReport:
     rule: str
     windows: int  # deleted from the collection
     messages: int  # events whose text was dropped from the event log
-    scrubbed: bool | None  # the store was compacted (no vector left); None: no store
+    compacted: bool | None  # the store was compacted (no vector left); None: no store
 
 
 @dataclass
@@ -77,7 +77,7 @@ class Purger:
     def purge(self, refusal: Refusal, source: str = "push") -> PurgeReport:
         room_id = refusal.room_id
         with self.guard.lock:
-            windows, scrubbed = [], None
+            windows, compacted = [], None
             if self.store is not None:
                 _set_pending(self.eventlog, _pending(self.eventlog) + [room_id])
             messages = self.eventlog.purge_room(room_id)
@@ -85,15 +85,15 @@ class Purger:
                 self.guard.purges[room_id] += 1  # a batch of this room in flight drops itself
                 windows = self.store.delete_room(room_id)
         if self.compaction is not None:  # outside the lock: the compaction takes it to swap
-            scrubbed = self.compaction.now("purge") if windows else True
+            compacted = self.compaction.now("purge") if windows else True
             _set_pending(self.eventlog, [r for r in _pending(self.eventlog) if r != room_id])
-        report = PurgeReport(room_id, refusal.rule, len(windows), messages, scrubbed)
-        self.journal.purge(refusal, report.windows, report.messages, source, scrubbed)
+        report = PurgeReport(room_id, refusal.rule, len(windows), messages, compacted)
+        self.journal.purge(refusal, report.windows, report.messages, source, compacted)
         log.warning("room_purged", extra={"room_id": room_id, "rule": refusal.rule,
                                           "event_id": refusal.event_id,
                                           "windows": report.windows,
                                           "messages": report.messages,
-                                          "scrubbed": scrubbed, "source": source})
+                                          "compacted": compacted, "source": source})
         return report
 
 

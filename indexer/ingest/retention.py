@@ -1,13 +1,13 @@
 """Room retention: a room's `m.room.retention` `max_lifetime` is obeyed by the index.
 
-    every index.scrub_interval_seconds (the service; an injected clock in tests)
+    every index.compaction_interval_seconds (the service; an injected clock in tests)
         -> for each admitted room whose facts carry max_lifetime: the messages sent
            before now - max_lifetime lose their text as a redaction does
            (EventLog.expire_before), their windows are re-chunked and the collection
            compacted by the pipeline, answers that quoted them edited (event_ids)
         -> journal: one `retention` line per room with expired messages (ids, counts)
 
-The lifetime in force at each scrub is the room's current one: a later change of the
+The lifetime in force at each compaction interval is the room's current one: a later change of the
 state event applies from then on (nothing expired comes back).
 """
 

@@ -119,7 +119,7 @@ class Pipeline:
         self.compaction.request(what)
 
     @property
-    def scrub_due(self) -> set:
+    def compaction_due(self) -> set:
         """What asked for the compaction that is due (empty: none is)."""
         return self.compaction.due
 
@@ -284,7 +284,7 @@ class Pipeline:
         """Stored windows whose messages were edited or redacted: upsert each as it is now
         (one window, never split), under its new id
         if its first message went; delete it if nothing is left. `redacted`: its
-        old vector is to leave the store's files too (scrub_history: a compaction).
+        old vector is to leave the store's files too (run_compaction: a compaction).
 
         All of them are embedded together in length order, then stored EMBED_BATCH at a
         time: one upsert, one delete and one event-log transaction per batch (one Chroma
@@ -327,11 +327,11 @@ class Pipeline:
         if part:
             log.info("windows_rechunked", extra={"windows": len(part), "deleted": len(gone)})
 
-    def scrub_wait(self) -> float | None:
+    def compaction_wait(self) -> float | None:
         """Seconds until the due compaction may run (0: now); None if none is due."""
         return self.compaction.wait()
 
-    def scrub_history(self) -> bool | None:
+    def run_compaction(self) -> bool | None:
         """Compact the collection (store.compact) if redactions or purges asked for it,
         unless one ran less than `compaction.every` seconds ago. None if nothing was due
         or it is too soon; else True once compacted."""

@@ -9,7 +9,7 @@ A window of a room's last block is re-embedded at most once per debounce interva
 however many messages join it. The interval runs from the first message not yet taken
 by a run: one that lands while a long run is under way is taken as soon as that run
 ends if it has waited an interval already, so under load runs follow each other with
-no idle second between them. A compaction due after redactions (Pipeline.scrub_history)
+no idle second between them. A compaction due after redactions (Pipeline.run_compaction)
 brings the worker back when it may run. A compaction runs in a task of its own beside
 the runs (it copies the whole collection: minutes at 100,000 windows, docs/storage.md),
 one at a time; the worker is idle when neither is running.
@@ -51,7 +51,7 @@ class PipelineWorker:
         self._clock = clock
         self._wake = asyncio.Event()
         self._waiting_since: float | None = None  # first notify not yet taken by a run
-        self._scrub_timer: asyncio.Task | None = None
+        self._compaction_timer: asyncio.Task | None = None
         self._run_lock = asyncio.Lock()
         self._task: asyncio.Task | None = None
         self._compaction: asyncio.Task | None = None
@@ -77,7 +77,7 @@ class PipelineWorker:
         self.notify()  # catch up on whatever a previous run left pending
 
     async def stop(self) -> None:
-        for task in (self._task, self._scrub_timer):
+        for task in (self._task, self._compaction_timer):
             if task:
                 task.cancel()
                 try:
@@ -125,23 +125,23 @@ class PipelineWorker:
     def _settle(self) -> None:
         """Idle if nothing is running or waiting; a compaction due but too soon brings
         the worker back when it may go."""
-        wait = self.pipeline.scrub_wait()
+        wait = self.pipeline.compaction_wait()
         if wait and self._compaction is None:
-            if self._scrub_timer is not None:
-                self._scrub_timer.cancel()
-            self._scrub_timer = asyncio.create_task(self._notify_after(wait),
-                                                    name="pipeline-scrub-timer")
+            if self._compaction_timer is not None:
+                self._compaction_timer.cancel()
+            self._compaction_timer = asyncio.create_task(self._notify_after(wait),
+                                                    name="pipeline-compaction-timer")
         if not self._wake.is_set() and not self._running and self._compaction is None:
             self.idle.set()
 
     def _maybe_compact(self) -> None:
         """Start the due compaction in its own task, unless one runs or it is too soon."""
-        if self._compaction is None and self.pipeline.scrub_wait() == 0:
+        if self._compaction is None and self.pipeline.compaction_wait() == 0:
             self._compaction = asyncio.create_task(self._compact(), name="compaction")
 
     async def _compact(self) -> None:
         try:
-            await asyncio.to_thread(self.pipeline.scrub_history)
+            await asyncio.to_thread(self.pipeline.run_compaction)
         except Exception:  # stays due: retried after the next run
             log.error("compaction_failed", exc_info=True)
         finally:
