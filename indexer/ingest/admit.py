@@ -60,7 +60,7 @@ class Ingest:
     journal: Journal
     facts: dict[RoomID, RoomFacts] = field(default_factory=dict)
     purger: Purger | None = None  # None: one that purges the event log only
-    history: History | None = None  # edits and redactions (history.py)
+    history: History | None = None  # edits and redactions (store/eventlog_history.py)
     # Users forgotten on request (forget.py): the time (ms) from which their messages
     # are admitted again, None while forgotten. Read from the event log at open.
     forgotten: dict[UserID, int | None] = field(default_factory=dict)
@@ -162,7 +162,7 @@ class Ingest:
                 if ev.sender != self.gate.bot_user and not (
                         isinstance(ev, EditEvent) and self.is_forgotten(ev.sender, ev.ts)) and \
                         self.gate.judge_room(room_id, self.facts.get(room_id)) is None:
-                    history.append(ev)  # applied after the append below (history.py)
+                    history.append(ev)  # applied by the append below
                 continue
             m = ev.message
             refusal = self.gate.judge_message(room_id, m.event_id, m.sender,

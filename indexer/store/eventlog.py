@@ -221,7 +221,7 @@ class EventLog:
         return n
 
     def rewindow(self, old: WindowID, new: WindowID | None) -> None:
-        """A dirty window was re-chunked (history.py): its events now sit in `new`."""
+        """A dirty window was re-chunked (eventlog_history.py): its events now sit in `new`."""
         self.rewindow_many([(old, new)])
 
     def rewindow_many(self, pairs: list[tuple[WindowID, WindowID | None]]) -> None:
