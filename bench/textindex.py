@@ -3,7 +3,7 @@
     .venv/bin/python bench/textindex.py [--windows 100000] [--reps 200]
 
 (b) postings  indexer/search/termindex.py, in memory, built at start from the event log
-              (termindex.start_term_index over EventLog.indexed_windows), as the
+              (termindex.start_term_index over EventLog.texts.indexed_windows), as the
               service runs it; queries through LexicalRanker (search._lexical_ranker)
 (a) FTS5      a contentless FTS5 table (`content=''`; a row deleted by giving its text
               again) with `secure-delete` on, one row per window (its bodies), in an SQLite of its
@@ -149,7 +149,7 @@ def fts5(log, texts: list[str], folder: Path) -> dict:
         list(db.execute(sql))
     t = time.perf_counter()
     db.execute("BEGIN")
-    for i, (wid, msgs) in enumerate(log.indexed_windows(), start=1):
+    for i, (wid, msgs) in enumerate(log.texts.indexed_windows(), start=1):
         db.execute("INSERT INTO wid (rowid, window_id) VALUES (?, ?)", (i, wid))
         db.execute("INSERT INTO w (rowid, body) VALUES (?, ?)",
                    (i, "\n".join(m.body for m in msgs)))

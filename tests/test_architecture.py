@@ -10,8 +10,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("appservice", "indexer")
 # Private attributes that belong to one object: reached only through `self`, in the
-# module that owns it. `_db` and `_lock` are the event log's (its mixins share its
-# `self`), `_col` is the Chroma store's collection.
+# module that owns it. `_db` and `_lock` are the event log's connection and lock, held by
+# its `Database` (store/eventlog_db.py), which the event log's parts are given and reach
+# them through (`locked()`, `transaction()`); `_col` is the Chroma store's collection.
 PRIVATE = ("_db", "_lock", "_col")
 
 
@@ -140,6 +141,54 @@ def test_the_foreign_import_check_can_fail(tmp_path):
                    "def f():\n    from mautrix.api import HTTPAPI\n")
     assert foreign_imports(bad, ("mautrix", "appservice")) == [
         "probe.py:1: mautrix.types", "probe.py:2: appservice.bot", "probe.py:6: mautrix.api"]
+
+
+def test_only_the_store_holds_sql():
+    """SQLite (a connection, a cursor, a statement) is the store's: in indexer/, only
+    indexer/store/ imports sqlite3. Ingest hands the event log typed operations."""
+    found = [f for p in sources("indexer") if "store" not in p.relative_to(ROOT).parts
+             for f in foreign_imports(p, ("sqlite3",))]
+    assert found == []
+
+
+def test_the_sql_check_can_fail(tmp_path):
+    bad = tmp_path / "probe.py"
+    bad.write_text("import sqlite3\ndef f(cur: 'sqlite3.Cursor'):\n    import sqlite3.dbapi2\n")
+    assert foreign_imports(bad, ("sqlite3",)) == ["probe.py:1: sqlite3", "probe.py:3: sqlite3.dbapi2"]
+
+
+MAX_PUBLIC_METHODS = 25
+
+
+def mixed_or_large_classes(path: Path) -> list[str]:
+    """Classes that inherit (a mixin, or any base but a Protocol) or have more than
+    MAX_PUBLIC_METHODS public methods."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if not isinstance(node, ast.ClassDef):
+            continue
+        bases = [ast.unparse(b) for b in node.bases if ast.unparse(b) != "Protocol"]
+        public = [f.name for f in node.body if isinstance(f, ast.FunctionDef)
+                  and not f.name.startswith("_")]
+        if bases:
+            found.append(f"{node.name}({', '.join(bases)})")
+        if len(public) > MAX_PUBLIC_METHODS:
+            found.append(f"{node.name}: {len(public)} public methods")
+    return found
+
+
+def test_the_event_log_is_composed_of_parts_not_mixins():
+    found = [f for p in sorted((ROOT / "indexer" / "store").glob("eventlog*.py"))
+             for f in mixed_or_large_classes(p)]
+    assert found == []
+
+
+def test_the_composition_check_can_fail(tmp_path):
+    bad = tmp_path / "probe.py"
+    methods = "".join(f"    def m{i}(self): pass\n" for i in range(MAX_PUBLIC_METHODS + 1))
+    bad.write_text("class Log(Reads, Writes):\n    pass\nclass Big:\n" + methods
+                   + "class Fine:\n    def _a(self): pass\n")
+    assert mixed_or_large_classes(bad) == ["Log(Reads, Writes)", "Big: 26 public methods"]
 
 
 # Top-level modules of each package; every other module sits in the subpackage of its job.

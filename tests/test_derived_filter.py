@@ -269,7 +269,7 @@ def answer_cases(reply, body: str) -> dict[str, str]:
 def outcomes(w: World, cases: dict[str, str]) -> dict[str, tuple]:
     ids = {name: w.post(body, "@carol:example.org") for name, body in cases.items()}
     w.run()
-    derived = {d.event_id: d for d in w.index.eventlog.derived_events()}
+    derived = {d.event_id: d for d in w.index.eventlog.derived.derived_events()}
     return {name: (w.status(e),) + ((derived[e].kind, derived[e].artifact,
                                      round(derived[e].score, 6), derived[e].threshold)
                                     if e in derived else ()) for name, e in ids.items()}
@@ -302,7 +302,7 @@ def test_5_every_exclusion_carries_artifact_score_and_threshold(cycle):
     assert len(entries) == 2
     thresholds = {"answer": w.cfg.derived.answer_threshold,
                   "reference": w.cfg.derived.reference_threshold}
-    logged = {d.event_id: d for d in w.index.eventlog.derived_events()}
+    logged = {d.event_id: d for d in w.index.eventlog.derived.derived_events()}
     for e in entries:
         assert e["artifact"] and e["artifact_kind"] in thresholds
         assert e["threshold"] == thresholds[e["artifact_kind"]]
@@ -376,7 +376,7 @@ def test_8_ref_rm_leaves_earlier_exclusions_unchanged(world):
     world.run()
     journal_before = world.cfg.journal_path.read_bytes()
     lines_before = [line for line in journal_before.splitlines() if JOURNAL_KIND.encode() in line]
-    logged_before = world.index.eventlog.derived_events()
+    logged_before = world.index.eventlog.derived.derived_events()
     assert len(lines_before) == 2 and [d.event_id for d in logged_before] == ids
 
     assert cli("ref", "rm", "-c", world.config, CORPUS)[0] == 0
@@ -384,7 +384,7 @@ def test_8_ref_rm_leaves_earlier_exclusions_unchanged(world):
     assert journal_after.startswith(journal_before)  # appended to, never rewritten
     assert [line for line in journal_after.splitlines()
             if JOURNAL_KIND.encode() in line] == lines_before
-    assert world.index.eventlog.derived_events() == logged_before
+    assert world.index.eventlog.derived.derived_events() == logged_before
     assert all(world.status(e) == "derived" for e in ids)
     rc, out = cli("verify", "-c", world.config, "--exclusions")
     assert rc == 0 and all(e in out for e in ids)

@@ -62,10 +62,10 @@ def test_migration_adds_the_columns_once_and_keeps_rows(tmp_path):
     db.close()
     for _ in range(2):  # idempotent
         log = EventLog(path)
-        assert log.mark_derived([("$old", "ops/a.md#A", "reference", 0.9, 0.5)]) in (0, 1)
+        assert log.derived.mark_derived([("$old", "ops/a.md#A", "reference", 0.9, 0.5)]) in (0, 1)
         log.close()
     log = EventLog(path)
-    [d] = log.derived_events()
+    [d] = log.derived.derived_events()
     assert (d.event_id, d.artifact, d.kind, d.score, d.threshold) == (
         "$old", "ops/a.md#A", "reference", 0.9, 0.5)
     with log.transaction(immediate=False) as cur:

@@ -471,8 +471,8 @@ def test_reply_relations_survive_the_event_log_and_old_logs_gain_the_column(tmp_
     store = ChromaStore(path=tmp_path / "chroma", eventlog=log)
     Pipeline(log, HashEmbedder(), store, POLICY).process_all()
     [w] = store.get()
-    assert log.window_messages(w.window_id)[1].reply_to == "$old"
-    assert log.window_messages(w.window_id)[1].mentions == ("@a:x", "@c:x")
+    assert log.texts.window_messages(w.window_id)[1].reply_to == "$old"
+    assert log.texts.window_messages(w.window_id)[1].mentions == ("@a:x", "@c:x")
     log.close()
     EventLog(tmp_path / "eventlog.sqlite3").close()  # opening again: nothing to add
 

@@ -89,7 +89,7 @@ def test_a_log_of_the_previous_release_opens_upgraded_with_its_data(tmp_path):
     # The same tables, columns (in the same order) and indexes as a log made today.
     EventLog(tmp_path / "new.sqlite3").close()
     assert layout(old) == layout(tmp_path / "new.sqlite3")
-    assert log.texts([EventID("$q")]) == {"$q": ("@a:x", 1, "how do I rotate the key")}
+    assert log.texts.event_texts([EventID("$q")]) == {"$q": ("@a:x", 1, "how do I rotate the key")}
     from indexer.store.answers import AnswerLog
     assert [a.reply_event_id for a in AnswerLog(log).quoting({EventID("$q")})] == ["$reply"]
     log.close()
@@ -111,7 +111,7 @@ def test_a_log_with_reference_text_but_no_version_opens_upgraded_with_its_text(t
     assert user_version(old) == LATEST
     EventLog(tmp_path / "new.sqlite3").close()
     assert layout(old) == layout(tmp_path / "new.sqlite3")
-    assert log.ref_texts(["r1"]) == {"r1": "rotate the key with keyctl"}
+    assert log.texts.ref_texts(["r1"]) == {"r1": "rotate the key with keyctl"}
     log.close()
 
 
@@ -156,7 +156,8 @@ def test_a_failing_migration_keeps_the_last_version_and_changes_nothing(tmp_path
     assert user_version(path) == LATEST and "half" not in layout(path)
 
 
-def test_a_transaction_commits_when_its_block_ends_and_rolls_back_if_it_raises(tmp_path):
+def test_a_transaction_commits_when_its_block_ends_and_rolls_back_if_it_raises(tmp_path,
+                                                                               monkeypatch):
     log = EventLog(tmp_path / "eventlog.sqlite3")
     msg = Message(EventID("$a"), ROOM, UserID("@a:x"), 1, "hello")
     with pytest.raises(KeyError):
@@ -168,11 +169,13 @@ def test_a_transaction_commits_when_its_block_ends_and_rolls_back_if_it_raises(t
         cur.execute("INSERT INTO meta VALUES ('k', 'v')")
     assert log.get_meta("k") == "v"
 
-    def fail(cur):
-        raise ValueError("hook failed")
+    def fail(cur, ops, applied):
+        raise ValueError("history failed")
 
+    monkeypatch.setattr(log.history, "apply", fail)  # fails after the insert
     with pytest.raises(ValueError):
-        log.append([(msg, None)], txn_key="t1", after_insert=fail)
+        log.append([(msg, None)], txn_key="t1", history=[])
+    monkeypatch.undo()
     assert log.counts() == {} and not log.has_txn("t1")  # nothing of the batch stayed
     assert log.append([(msg, None)], txn_key="t1") == 1 and log.has_txn("t1")
     log.close()

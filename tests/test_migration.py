@@ -101,7 +101,7 @@ def test_a_previous_release_data_dir_is_migrated_and_searched_without_re_embeddi
     assert b"rotate-keys job" not in after and b"canary-ref-77q" not in after
     assert not (chroma / "chroma.sqlite3").exists()
     # The reference section's text moved to the event log.
-    assert index.eventlog.ref_texts(["rlegacychunk"]) == {"rlegacychunk": REF_TEXT}
+    assert index.eventlog.texts.ref_texts(["rlegacychunk"]) == {"rlegacychunk": REF_TEXT}
 
     hits = index.searcher.search(SourceQuery.build(["rotate the signing key"], 3))
     assert hits and "rotate the signing key" in hits[0].text  # text from the event log

@@ -215,7 +215,7 @@ def test_reference_text_lives_in_the_event_log_and_leaves_with_its_chunk(store):
     [w] = store.get(["rchunk1"])
     assert w.text == "df -h shows disk" and w.ref.corpus_name == "ops"
     store.delete(["rchunk1"])
-    assert store.eventlog.ref_texts(["rchunk1"]) == {} and store.get(["rchunk1"]) == []
+    assert store.eventlog.texts.ref_texts(["rchunk1"]) == {} and store.get(["rchunk1"]) == []
 
 
 def test_compaction_copies_the_live_points_and_drops_the_old_collection(store, reopen):

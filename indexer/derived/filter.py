@@ -134,7 +134,7 @@ class DerivedFilter:
                                artifact_sha256=match.sha256, score=match.score,
                                threshold=match.threshold, shingle_size=k,
                                min_words=self.matcher.cfg.min_words)
-        self.eventlog.mark_derived([(m.event_id, match.artifact, match.kind, match.score,
+        self.eventlog.derived.mark_derived([(m.event_id, match.artifact, match.kind, match.score,
                                      match.threshold) for m, match in found])
         self.excluded += len(found)
         for _, match in found:

@@ -24,7 +24,7 @@ from .events import (MAX_TS_MS, QUARANTINED, TIMESTAMP_OUT_OF_RANGE, EditEvent,
                      EncryptedEvent, MessageEvent, RedactionEvent, Skipped, StateEvent,
                      parse_event)
 from .gate import Gate
-from .history import Applied, History
+from .history import Applied, History, operations
 from ..store.journal import Journal
 from .purge import Purger, PurgeReport
 from ..records import EventID, Message, Refusal, RoomID, UserID
@@ -60,7 +60,7 @@ class Ingest:
     journal: Journal
     facts: dict[RoomID, RoomFacts] = field(default_factory=dict)
     purger: Purger | None = None  # None: one that purges the event log only
-    history: History | None = None  # edits and redactions (history.py)
+    history: History | None = None  # edits and redactions (store/eventlog_history.py)
     # Users forgotten on request (forget.py): the time (ms) from which their messages
     # are admitted again, None while forgotten. Read from the event log at open.
     forgotten: dict[UserID, int | None] = field(default_factory=dict)
@@ -68,7 +68,7 @@ class Ingest:
     def __post_init__(self) -> None:
         if self.purger is None:
             self.purger = Purger(self.eventlog, self.journal)
-        self.forgotten.update(self.eventlog.forgotten_users())
+        self.forgotten.update(self.eventlog.history.forgotten_users())
 
     def is_forgotten(self, user: UserID, ts: int) -> bool:
         if user not in self.forgotten:
@@ -162,7 +162,7 @@ class Ingest:
                 if ev.sender != self.gate.bot_user and not (
                         isinstance(ev, EditEvent) and self.is_forgotten(ev.sender, ev.ts)) and \
                         self.gate.judge_room(room_id, self.facts.get(room_id)) is None:
-                    history.append(ev)  # applied after the append below (history.py)
+                    history.append(ev)  # applied by the append below
                 continue
             m = ev.message
             refusal = self.gate.judge_message(room_id, m.event_id, m.sender,
@@ -206,8 +206,8 @@ class Ingest:
         # Appended with the transaction id in one SQLite transaction: after a crash either
         # both are there (a replay is answered 200, not re-processed) or neither is.
         if self.history is not None:
-            before, after = self.history.hooks(history, result.history)
-            result.appended = self.eventlog.append(passed, txn_key, before, after)
+            result.appended = self.eventlog.append(passed, txn_key, operations(history),
+                                                   result.history)
             result.rooms |= result.history.rooms
         else:
             result.appended = self.eventlog.append(passed, txn_key)

@@ -47,7 +47,7 @@ class Forgetting:
 
     def forget_user(self, user_id: UserID, source: str = "cli") -> ForgetReport:
         now = int(self.clock() * 1000)
-        event_ids, windows = self.ingest.eventlog.forget_sender(user_id, now, source)
+        event_ids, windows = self.ingest.eventlog.history.forget_sender(user_id, now, source)
         self.ingest.forgotten[user_id] = None
         report = ForgetReport(user_id, len(event_ids), windows, tuple(event_ids))
         self.ingest.journal.write("forget", rule=USER_FORGOTTEN, user_id=user_id,
@@ -58,7 +58,7 @@ class Forgetting:
 
     def unforget_user(self, user_id: UserID, source: str = "cli") -> bool:
         now = int(self.clock() * 1000)
-        if not self.ingest.eventlog.readmit_sender(user_id, now):
+        if not self.ingest.eventlog.history.readmit_sender(user_id, now):
             return False
         self.ingest.forgotten[user_id] = now
         self.ingest.journal.write("unforget", rule=USER_FORGOTTEN, user_id=user_id,
@@ -68,7 +68,7 @@ class Forgetting:
 
     def forgotten(self) -> list[UserID]:
         """Users whose messages are refused now (`forget --list`)."""
-        return [u for u, r in self.ingest.eventlog.forgotten_users().items() if r is None]
+        return [u for u, r in self.ingest.eventlog.history.forgotten_users().items() if r is None]
 
 
 def apply_request(forgetting: Forgetting, request: dict, source: str = "cli") -> dict:

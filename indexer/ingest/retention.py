@@ -3,7 +3,7 @@
     every index.compaction_interval_seconds (the service; an injected clock in tests)
         -> for each admitted room whose facts carry max_lifetime: the messages sent
            before now - max_lifetime lose their text as a redaction does
-           (EventLog.expire_before), their windows are re-chunked and the collection
+           (EventLog.history.expire_before), their windows are re-chunked and the collection
            compacted by the pipeline, answers that quoted them edited (event_ids)
         -> journal: one `retention` line per room with expired messages (ids, counts)
 
@@ -43,7 +43,7 @@ class Retention:
         for room_id, facts in sorted(self.ingest.facts.items()):
             if facts.max_lifetime_ms is None:
                 continue
-            event_ids, windows = self.ingest.eventlog.expire_before(
+            event_ids, windows = self.ingest.eventlog.history.expire_before(
                 room_id, now_ms - facts.max_lifetime_ms)
             if not event_ids:
                 continue

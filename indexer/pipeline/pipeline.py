@@ -102,7 +102,8 @@ class Pipeline:
     guard: WriteGuard = field(default_factory=WriteGuard)
     # Derived text (DESIGN.md "Derived filter"): judged before chunking; None: off.
     derived: DerivedFilter | None = None
-    # Edits and redactions mark stored windows dirty (history.py); None: none tracked.
+    # Edits and redactions mark stored windows dirty (store/eventlog_history.py); None:
+    # none tracked.
     history: History | None = None
     # When the collection is compacted after redactions and purges (compaction.py):
     # shared with the purger; None: this pipeline's own, over its store and guard.
@@ -275,11 +276,6 @@ class Pipeline:
                                    if step.block_start else None)
         return [step for step, _ in kept]
 
-    def rechunk_window(self, window_id: WindowID, room_id: RoomID,
-                       redacted: bool = False) -> None:
-        """One dirty window: see rechunk_windows."""
-        self.rechunk_windows([(window_id, room_id, redacted)])
-
     def rechunk_windows(self, dirty: list[tuple[WindowID, RoomID, bool]]) -> None:
         """Stored windows whose messages were edited or redacted: upsert each as it is now
         (one window, never split), under its new id
@@ -292,7 +288,7 @@ class Pipeline:
         rebuilt: list[tuple[WindowID, bool, Window | None, int]] = []
         for window_id, room_id, redacted in dirty:
             generation = self.purges[room_id]
-            messages = self.eventlog.window_messages(window_id)
+            messages = self.eventlog.texts.window_messages(window_id)
             window = Window(chunk_window_id(room_id, messages[0].event_id), room_id,
                             tuple(messages), self.room_label(room_id)) if messages else None
             rebuilt.append((window_id, redacted, window, generation))

@@ -311,14 +311,14 @@ def matching(store: ChromaStore, regex: str, where: dict | None = None) -> list[
         form = body_form(regex)
         if form is not None:  # the same test, on the bare body, after SQLite's LIKE
             in_body = re.compile(form[0]).search
-            found |= eventlog.bodies_matching(
+            found |= eventlog.texts.bodies_matching(
                 lambda body: in_body(body) is not None, room, contains=form[1])
         else:
-            found |= eventlog.bodies_matching(
+            found |= eventlog.texts.bodies_matching(
                 lambda body: search(_LINE_HEAD + body.replace("\n", "\n  ")) is not None,
                 room)
     if corpus in (None, CORPUS_REFERENCE) and room is None:
-        found |= eventlog.refs_matching(lambda text: search(text) is not None)
+        found |= eventlog.texts.refs_matching(lambda text: search(text) is not None)
     if not found:
         return []
     # Only what the collection holds (the event log may be a step ahead).

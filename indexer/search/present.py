@@ -78,7 +78,7 @@ class Presenter:
         whose window has no message left (redacted meanwhile) is dropped; reference
         hits keep their similarity. Returns the hits, and when the floor left none, the closest."""
         queries = np.asarray(query_vectors, dtype=np.float32)
-        windows = [self.eventlog.window_messages(h.window_id) if h.corpus == CORPUS_CHAT
+        windows = [self.eventlog.texts.window_messages(h.window_id) if h.corpus == CORPUS_CHAT
                    else None for h in hits]
         flat = self._vectors([m.body for w in windows if w for m in w])
         ranked, at = [], 0
@@ -124,8 +124,8 @@ class Presenter:
         return outside, {a[0].event_id for a in linked}
 
     def _plan(self, hit: Hit, window: list[Message]) -> _Plan:
-        root = self.eventlog.thread_root_of(window[0].event_id)
-        timeline = self.eventlog.timeline_after(
+        root = self.eventlog.timeline.thread_root_of(window[0].event_id)
+        timeline = self.eventlog.timeline.timeline_after(
             hit.room_id, root, window[0].ts, window[-1].ts + self.horizon.ms,
             len(window) + 2 * self.horizon.messages,
             roots=tuple(m.event_id for m in window))

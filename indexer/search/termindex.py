@@ -435,7 +435,7 @@ def start_term_index(store: ChromaStore, eventlog: EventLog, page: int = 2000,
         parts: list[list[str]] = []
         metas: list[dict] = []
         got: list[str] = []
-        for wid, msgs in eventlog.indexed_windows():
+        for wid, msgs in eventlog.texts.indexed_windows():
             if wid not in wanted:
                 continue
             got.append(wid)
@@ -445,7 +445,7 @@ def start_term_index(store: ChromaStore, eventlog: EventLog, page: int = 2000,
                 yield got, parts, metas
                 parts, metas, got = [], [], []
         refs = [i for i in ids if i in wanted and i.startswith("r")]
-        texts = eventlog.ref_texts(refs)
+        texts = eventlog.texts.ref_texts(refs)
         for cid in refs:
             if cid in texts:
                 got.append(cid)
@@ -457,7 +457,7 @@ def start_term_index(store: ChromaStore, eventlog: EventLog, page: int = 2000,
     def build() -> None:
         started = time.monotonic()
         try:
-            complete = terms.build(sorted(eventlog.window_ids()) + eventlog.ref_chunk_ids(),
+            complete = terms.build(sorted(eventlog.window_ids()) + eventlog.texts.ref_chunk_ids(),
                                    pages)
         except Exception as e:  # the leg keeps scanning the event log; search works
             log.error("term_index_failed", exc_info=True, extra={"error": type(e).__name__})

@@ -63,7 +63,7 @@ class AnswerLog:
 
     def lines(self, event_ids: list[str]) -> dict[str, tuple[str, int, str]]:
         """event id -> (sender, ts, body) for events whose text is still there."""
-        return self.eventlog.texts(EventID(e) for e in event_ids)
+        return self.eventlog.texts.event_texts(EventID(e) for e in event_ids)
 
     def forget_quote(self, reply_event_id: str, event_ids: set[EventID]) -> None:
         """After the reply was edited: these quotes are gone from it."""

@@ -178,7 +178,7 @@ class ChromaStore(Compacting):
     def delete(self, window_ids: Sequence[WindowID]) -> None:
         """Delete points; a reference chunk's text leaves the event log first."""
         if window_ids:
-            if self.eventlog is not None and self.eventlog.drop_ref_texts(window_ids):
+            if self.eventlog is not None and self.eventlog.texts.drop_ref_texts(window_ids):
                 self.eventlog.truncate_wal()  # its page images held the text
             self._wrote(window_ids)
             self._col.delete(ids=list(window_ids))
@@ -202,7 +202,7 @@ class ChromaStore(Compacting):
         if not ids:
             return
         if self.eventlog is not None:
-            self.eventlog.put_ref_texts(
+            self.eventlog.texts.put_ref_texts(
                 (i, str(m.get("ref_corpus", "")), t) for i, t, m in zip(ids, texts, metadatas))
         self._wrote(ids)
         self._col.upsert(ids=list(ids), embeddings=[list(v) for v in vectors],

@@ -108,7 +108,7 @@ class Compacting:
                 rows = [(cid, str((m or {}).get("ref_corpus", "")), d)
                         for cid, d, m in zip(res["ids"], res["documents"], res["metadatas"])
                         if d is not None]
-                self.eventlog.put_ref_texts(rows)
+                self.eventlog.texts.put_ref_texts(rows)
                 moved += len(rows)
             self.compact()
             migrated = True

@@ -25,8 +25,8 @@ class WindowTexts:
             return [("", ())] * len(ids)
         refs = [i for i, c in zip(ids, corpora) if c == CORPUS_REFERENCE]
         chat = [i for i, c in zip(ids, corpora) if c != CORPUS_REFERENCE]
-        ref_text = self.eventlog.ref_texts(refs) if refs else {}
-        msgs = self.eventlog.windows_messages(chat) if chat else {}
+        ref_text = self.eventlog.texts.ref_texts(refs) if refs else {}
+        msgs = self.eventlog.texts.windows_messages(chat) if chat else {}
         out: list[tuple[str, tuple[Line, ...]]] = []
         for i, label in zip(ids, labels):
             if i in ref_text:

@@ -9,15 +9,15 @@ upsert. `synchronous=FULL` so that "appended" means "on disk" before Synapse get
 from __future__ import annotations
 
 import sqlite3
-import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Iterable, Iterator, Sequence
 
+from .eventlog_db import Database
 from .eventlog_derived import DerivedColumns
-from .eventlog_schema import atomic, migrate
+from .eventlog_history import Applied, Edit, HistoryTables, Redaction
 from .eventlog_texts import TextReads, _chunks
 from .eventlog_timeline import TimelineReads
 from ..records import EventID, EventStatus, Message, RoomID, UserID, WindowID
@@ -48,61 +48,57 @@ class Cursor:
     updated_at: int
 
 
-class EventLog(DerivedColumns, TimelineReads, TextReads):
+class EventLog:
+    """The core (appending, the pipeline's reads and writes, purges, meta), with its
+    parts on one `Database`: `history` (edits, redactions, dirty windows), `texts`
+    (what the store and search read), `timeline` (linkage's reads), `derived` (the
+    derived-message columns)."""
+
     def __init__(self, path: Path) -> None:
         self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # One connection shared across threads (the pipeline runs in a worker thread),
-        # serialised by a lock: SQLite writes are serial anyway.
-        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
-        self._lock = threading.RLock()
-        with self._lock:
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
-            # Freed space is zeroed, so a purged body leaves no bytes in the file's pages.
-            self._db.execute("PRAGMA secure_delete=ON")
-            # The schema, and an event log of an earlier release brought up to it.
-            migrate(self._db)
+        self.db = Database(path)
+        self.history = HistoryTables(self.db)
+        self.texts = TextReads(self.db)
+        self.timeline = TimelineReads(self.db)
+        self.derived = DerivedColumns(self.db)
 
     def close(self) -> None:
-        with self._lock:
-            self._db.close()
+        self.db.close()
 
     @contextmanager
     def transaction(self, immediate: bool = True) -> Iterator[sqlite3.Cursor]:
-        """One SQLite transaction, under the log's lock: its cursor. Committed when the
-        block ends, rolled back if it raised. `immediate=False` for a consistent read
-        that takes no write lock."""
-        with self._lock, atomic(self._db, immediate) as cur:
+        """Database.transaction: for the store's own tables (answers.py) and tests."""
+        with self.db.transaction(immediate) as cur:
             yield cur
 
     # -- appending (transaction handler, import, backfill) --------------------------
 
     def has_txn(self, txn_key: str) -> bool:
-        with self._lock:
-            row = self._db.execute("SELECT 1 FROM txns WHERE txn_key = ?", (txn_key,)).fetchone()
+        with self.db.locked() as db:
+            row = db.execute("SELECT 1 FROM txns WHERE txn_key = ?", (txn_key,)).fetchone()
         return row is not None
 
     def append(self, messages: Iterable[tuple[Message, EventID | None]],
-               txn_key: str | None = None,
-               before_insert: Callable[[sqlite3.Cursor, list[tuple]], list[tuple]] | None = None,
-               after_insert: Callable[[sqlite3.Cursor], None] | None = None) -> int:
+               txn_key: str | None = None, history: Sequence[Edit | Redaction] | None = None,
+               applied: Applied | None = None) -> int:
         """Append messages (with their thread root) and, atomically with them, mark the
         transaction handled. Events already present are left as they are. Returns how
-        many were new. The hooks run inside the same SQLite transaction (history.py:
-        redactions and edits that arrived first, then this batch's edits/redactions)."""
+        many were new. With `history` (an empty one too), in the same SQLite
+        transaction: the redactions and edits that arrived before their target are
+        applied to the messages, then the batch's edits and redactions, in order
+        (eventlog_history.py), what they changed noted in `applied`."""
         rows = [(m.event_id, m.room_id, m.sender, m.ts, m.body, EventStatus.PENDING.value,
                  root, m.reply_to, " ".join(m.mentions) or None) for m, root in messages]
         with self.transaction() as cur:
-            if before_insert is not None:
-                rows = before_insert(cur, rows)
+            if history is not None:
+                rows = self.history.filter_in(cur, rows)
             before = cur.connection.total_changes
             cur.executemany(
                 "INSERT OR IGNORE INTO events (event_id, room_id, sender, ts, body, status,"
                 " thread_root, reply_to, mentions) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
             added = cur.connection.total_changes - before
-            if after_insert is not None:
-                after_insert(cur)
+            if history is not None:
+                self.history.apply(cur, history, applied if applied is not None else Applied())
             if txn_key is not None:
                 cur.execute("INSERT OR IGNORE INTO txns (txn_key, done_at) VALUES (?, ?)",
                             (txn_key, int(time.time() * 1000)))
@@ -111,8 +107,8 @@ class EventLog(DerivedColumns, TimelineReads, TextReads):
     # -- reading (pipeline, search, status) -----------------------------------------
 
     def rooms_with_pending(self) -> list[RoomID]:
-        with self._lock:
-            rows = self._db.execute(
+        with self.db.locked() as db:
+            rows = db.execute(
                 "SELECT DISTINCT room_id FROM events WHERE status = ?",
                 (EventStatus.PENDING.value,)).fetchall()
         return [RoomID(r[0]) for r in rows]
@@ -120,8 +116,8 @@ class EventLog(DerivedColumns, TimelineReads, TextReads):
     def pending_threads(self, room_id: RoomID) -> list[EventID | None]:
         """The room's timelines with pending events: None for the main one, else the
         thread roots (a thread is its own sequence of windows)."""
-        with self._lock:
-            rows = self._db.execute(
+        with self.db.locked() as db:
+            rows = db.execute(
                 "SELECT DISTINCT thread_root FROM events WHERE room_id = ? AND status = ?",
                 (room_id, EventStatus.PENDING.value)).fetchall()
         return sorted((EventID(r[0]) if r[0] else None for r in rows),
@@ -135,20 +131,20 @@ class EventLog(DerivedColumns, TimelineReads, TextReads):
         Without a recorded start (an event log from before it was kept), the tail
         starts at the window of the timeline's latest indexed event."""
         thread = thread_root or ""
-        with self._lock:
-            row = self._db.execute(
+        with self.db.locked() as db:
+            row = db.execute(
                 "SELECT e.ts, e.seq FROM open_blocks b JOIN events e"
                 " ON e.event_id = b.first_event_id"
                 " WHERE b.room_id = ? AND b.thread_root = ?", (room_id, thread)).fetchone()
             if row is None:
-                row = self._db.execute(
+                row = db.execute(
                     "SELECT ts, seq FROM events WHERE window_id = ("
                     "SELECT window_id FROM events WHERE room_id = ? AND status = ?"
                     " AND COALESCE(thread_root, '') = ? ORDER BY ts DESC, seq DESC LIMIT 1)"
                     " ORDER BY ts, seq LIMIT 1",
                     (room_id, EventStatus.INDEXED.value, thread)).fetchone()
             start = tuple(row) if row else (2 ** 63 - 1, 0)
-            rows = self._db.execute(
+            rows = db.execute(
                 "SELECT event_id, room_id, sender, ts, body, status, reply_to, mentions,"
                 " window_id FROM events"
                 " WHERE room_id = ? AND COALESCE(thread_root, '') = ?"
@@ -189,27 +185,18 @@ class EventLog(DerivedColumns, TimelineReads, TextReads):
         with the re-chunk's stale windows, before the re-point."""
         new = set(assignments.values())
         moving: dict[str, int] = {}
-        with self._lock:
+        with self.db.locked() as db:
             ids = list(assignments)
             for part in _chunks(ids):
-                rows = self._db.execute(
+                rows = db.execute(
                     "SELECT event_id, window_id FROM events WHERE window_id IS NOT NULL"
                     f" AND window_id != '' AND event_id IN ({','.join('?' * len(part))})",
                     part).fetchall()
                 for e, w in rows:
                     if w != assignments[EventID(e)] and w not in new:
                         moving[w] = moving.get(w, 0) + 1
-            return sorted(WindowID(w) for w, n in moving.items() if self._db.execute(
+            return sorted(WindowID(w) for w, n in moving.items() if db.execute(
                 "SELECT COUNT(*) FROM events WHERE window_id = ?", (w,)).fetchone()[0] == n)
-
-    def window_messages(self, window_id: WindowID) -> list[Message]:
-        """The messages a stored window holds now (edits applied, redactions gone)."""
-        with self._lock:
-            rows = self._db.execute(
-                "SELECT event_id, room_id, sender, ts, body, reply_to, mentions FROM events"
-                " WHERE window_id = ? AND status = ? ORDER BY ts, seq",
-                (window_id, EventStatus.INDEXED.value)).fetchall()
-        return [_message(r) for r in rows]
 
     def requeue_all(self) -> int:
         """A rebuild: every indexed event back to pending, cursors and dirty marks gone."""
@@ -234,7 +221,7 @@ class EventLog(DerivedColumns, TimelineReads, TextReads):
         return n
 
     def rewindow(self, old: WindowID, new: WindowID | None) -> None:
-        """A dirty window was re-chunked (history.py): its events now sit in `new`."""
+        """A dirty window was re-chunked (eventlog_history.py): its events now sit in `new`."""
         self.rewindow_many([(old, new)])
 
     def rewindow_many(self, pairs: list[tuple[WindowID, WindowID | None]]) -> None:
@@ -249,8 +236,8 @@ class EventLog(DerivedColumns, TimelineReads, TextReads):
                 cur.execute("DELETE FROM dirty_windows WHERE window_id = ?", (old,))
 
     def cursor(self, room_id: RoomID) -> Cursor | None:
-        with self._lock:
-            row = self._db.execute("SELECT room_id, event_id, ts, updated_at FROM cursors"
+        with self.db.locked() as db:
+            row = db.execute("SELECT room_id, event_id, ts, updated_at FROM cursors"
                                    " WHERE room_id = ?", (room_id,)).fetchone()
         return Cursor(RoomID(row[0]), EventID(row[1]), row[2], row[3]) if row else None
 
@@ -260,46 +247,32 @@ class EventLog(DerivedColumns, TimelineReads, TextReads):
         if room_id is not None:
             sql += " WHERE room_id = ?"
             args = (room_id,)
-        with self._lock:
-            rows = self._db.execute(sql + " GROUP BY status", args).fetchall()
+        with self.db.locked() as db:
+            rows = db.execute(sql + " GROUP BY status", args).fetchall()
         return {status: n for status, n in rows}
 
     def window_ids(self) -> set[WindowID]:
-        with self._lock:
-            rows = self._db.execute("SELECT DISTINCT window_id FROM events"
+        with self.db.locked() as db:
+            rows = db.execute("SELECT DISTINCT window_id FROM events"
                                     " WHERE window_id IS NOT NULL AND status = ?",
                                     (EventStatus.INDEXED.value,)).fetchall()
         return {WindowID(r[0]) for r in rows}
 
-    def texts(self, event_ids: Iterable[EventID]) -> dict[EventID, tuple[UserID, int, str]]:
-        """event id -> (sender, ts, body) of those events whose text is still there (not
-        redacted nor purged)."""
-        ids = sorted(set(event_ids))
-        if not ids:
-            return {}
-        marks = ",".join("?" * len(ids))
-        with self._lock:
-            rows = self._db.execute(
-                f"SELECT event_id, sender, ts, body FROM events WHERE event_id IN ({marks})"
-                " AND body IS NOT NULL AND status NOT IN (?, ?)",
-                [*ids, EventStatus.REDACTED.value, EventStatus.PURGED.value]).fetchall()
-        return {EventID(r[0]): (UserID(r[1]), r[2], r[3]) for r in rows}
-
     def room_figures(self, room_id: RoomID) -> tuple[int, int, int]:
         """(messages indexed, windows holding them, messages pending) of one room."""
-        with self._lock:
-            indexed, windows = self._db.execute(
+        with self.db.locked() as db:
+            indexed, windows = db.execute(
                 "SELECT COUNT(*), COUNT(DISTINCT window_id) FROM events"
                 " WHERE room_id = ? AND status = ?", (room_id, EventStatus.INDEXED.value)
             ).fetchone()
-            pending = self._db.execute(
+            pending = db.execute(
                 "SELECT COUNT(*) FROM events WHERE room_id = ? AND status = ?",
                 (room_id, EventStatus.PENDING.value)).fetchone()[0]
         return indexed, windows, pending
 
     def status_of(self, event_id: EventID) -> tuple[str, WindowID | None] | None:
-        with self._lock:
-            row = self._db.execute("SELECT status, window_id FROM events WHERE event_id = ?",
+        with self.db.locked() as db:
+            row = db.execute("SELECT status, window_id FROM events WHERE event_id = ?",
                                    (event_id,)).fetchone()
         return (row[0], row[1]) if row else None
 
@@ -319,14 +292,14 @@ class EventLog(DerivedColumns, TimelineReads, TextReads):
 
     def has_text(self, room_id: RoomID) -> bool:
         """Whether any event of the room still holds its text (pending or indexed)."""
-        with self._lock:
-            row = self._db.execute("SELECT 1 FROM events WHERE room_id = ? AND status != ?"
+        with self.db.locked() as db:
+            row = db.execute("SELECT 1 FROM events WHERE room_id = ? AND status != ?"
                                    " LIMIT 1", (room_id, EventStatus.PURGED.value)).fetchone()
         return row is not None
 
     def rooms_with_text(self) -> list[RoomID]:
-        with self._lock:
-            rows = self._db.execute("SELECT DISTINCT room_id FROM events WHERE status != ?",
+        with self.db.locked() as db:
+            rows = db.execute("SELECT DISTINCT room_id FROM events WHERE status != ?",
                                     (EventStatus.PURGED.value,)).fetchall()
         return [RoomID(r[0]) for r in rows]
 
@@ -335,7 +308,7 @@ class EventLog(DerivedColumns, TimelineReads, TextReads):
         never looks at them again) and its cursor, in one transaction; then empty the
         WAL, which still holds page images with the old bodies. Returns how many events
         lost their text."""
-        with self._lock:  # the WAL emptied before anything else writes
+        with self.db.locked():  # the WAL emptied before anything else writes
             with self.transaction() as cur:
                 cur.execute("UPDATE events SET body = NULL, window_id = NULL, status = ?"
                             " WHERE room_id = ? AND status != ?",
@@ -349,84 +322,16 @@ class EventLog(DerivedColumns, TimelineReads, TextReads):
             self.truncate_wal()
         return purged
 
-    # -- forgetting a user (ingest/forget.py): the redaction path, by sender ---------
-
-    def forget_sender(self, user_id: UserID, now_ms: int, source: str
-                      ) -> tuple[list[EventID], int]:
-        """Drop the text of every stored message of `user_id` as a redaction does
-        (status `redacted`, their windows marked dirty to be re-chunked and scrubbed),
-        drop their edits' text, and record them forgotten; then empty the WAL. Returns
-        (the event ids whose text went, how many windows were marked)."""
-        with self._lock:
-            with self.transaction() as cur:
-                rows, windows = self._withdraw(cur, "sender = ?", (user_id,))
-                cur.execute("UPDATE edits SET body = NULL WHERE sender = ?", (user_id,))
-                cur.execute("INSERT INTO forgotten_users (user_id, forgotten_at, readmit_from,"
-                            " source) VALUES (?, ?, NULL, ?) ON CONFLICT(user_id) DO UPDATE"
-                            " SET forgotten_at = excluded.forgotten_at, readmit_from = NULL,"
-                            " source = excluded.source", (user_id, now_ms, source))
-            self.truncate_wal()
-        return [EventID(r[0]) for r in rows], windows
-
-    def expire_before(self, room_id: RoomID, cutoff_ts: int) -> tuple[list[EventID], int]:
-        """Room retention (ingest/retention.py): drop the text of the room's messages
-        sent before `cutoff_ts` (ms) as a redaction does, and their edits' text; then
-        empty the WAL. Returns (the event ids whose text went, windows marked)."""
-        with self._lock:
-            with self.transaction() as cur:
-                rows, windows = self._withdraw(cur, "room_id = ? AND ts < ?",
-                                               (room_id, cutoff_ts))
-                cur.executemany("UPDATE edits SET body = NULL WHERE target = ?",
-                                [(r[0],) for r in rows])
-            if rows:
-                self.truncate_wal()
-        return [EventID(r[0]) for r in rows], windows
-
-    @staticmethod
-    def _withdraw(cur: sqlite3.Cursor, where: str, args: tuple) -> tuple[list[tuple], int]:
-        """The redaction path for the events `where` selects (text NULL, status
-        `redacted`, their windows dirty with `redacted`); rows and windows marked."""
-        gone = (EventStatus.REDACTED.value, EventStatus.PURGED.value)
-        rows = cur.execute(f"SELECT event_id, room_id, window_id FROM events WHERE {where}"
-                           " AND status NOT IN (?, ?)", (*args, *gone)).fetchall()
-        cur.execute(f"UPDATE events SET body = NULL, window_id = NULL, status = ? WHERE {where}"
-                    " AND status NOT IN (?, ?)", (EventStatus.REDACTED.value, *args, *gone))
-        windows = {(w, r) for _, r, w in rows if w is not None}
-        cur.executemany("INSERT INTO dirty_windows (window_id, room_id, redacted)"
-                        " VALUES (?, ?, 1) ON CONFLICT(window_id) DO UPDATE SET"
-                        " redacted = 1", sorted(windows))
-        return rows, len(windows)
-
-    def readmit_sender(self, user_id: UserID, now_ms: int) -> bool:
-        """`forget --undo`: messages of `user_id` sent from `now_ms` on are admitted
-        again (older ones stay out). False if they were not forgotten."""
-        with self.transaction() as cur:
-            cur.execute("UPDATE forgotten_users SET readmit_from = ? WHERE user_id = ?"
-                        " AND readmit_from IS NULL", (now_ms, user_id))
-            return cur.rowcount > 0
-
-    def forgotten_users(self) -> dict[UserID, int | None]:
-        """Every user ever forgotten: the time from which their messages are admitted
-        again (None: still forgotten)."""
-        with self._lock:
-            rows = self._db.execute("SELECT user_id, readmit_from FROM forgotten_users"
-                                    " ORDER BY user_id").fetchall()
-        return {UserID(u): r for u, r in rows}
-
     def truncate_wal(self) -> bool:
-        """Checkpoint every WAL frame into the database and truncate the WAL to zero
-        bytes. False if a reader in another process kept it from completing (the frames
-        then go at the next successful checkpoint)."""
-        with self._lock:
-            busy, _, _ = self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-        return busy == 0
+        """Database.truncate_wal: after the store dropped text too (compaction)."""
+        return self.db.truncate_wal()
 
     def get_meta(self, key: str) -> str | None:
-        with self._lock:
-            row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        with self.db.locked() as db:
+            row = db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return row[0] if row else None
 
     def set_meta(self, key: str, value: str) -> None:
-        with self._lock:
-            self._db.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key)"
+        with self.db.locked() as db:
+            db.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key)"
                              " DO UPDATE SET value = excluded.value", (key, value))

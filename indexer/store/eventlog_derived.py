@@ -1,21 +1,24 @@
-"""The derived-message columns of the event log (DESIGN.md "Derived filter"): a mixin of
-`EventLog`, kept apart so the event log's core stays readable."""
+"""The derived-message columns of the event log (DESIGN.md "Derived filter"): `EventLog.derived`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Iterable
 
+from .eventlog_db import Database
 from ..records import EventID, EventStatus, RoomID
 
 
 class DerivedColumns:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
     # -- derived messages (DESIGN.md "Derived filter"; the pipeline tags them) -------
 
     def mark_derived(self, rows: Iterable[tuple[EventID, str, str, float, float]]) -> int:
         """Tag pending events derived, with (event id, artifact, kind, score, threshold)
         as judged. Their text stays; they never reach a window. Returns how many."""
-        with self.transaction() as cur:
+        with self.db.transaction() as cur:
             before = cur.connection.total_changes
             cur.executemany(
                 "UPDATE events SET status = ?, derived_artifact = ?, derived_kind = ?,"
@@ -33,8 +36,8 @@ class DerivedColumns:
         if room_id is not None:
             sql += " AND room_id = ?"
             args += (room_id,)
-        with self._lock:
-            rows = self._db.execute(sql + " ORDER BY ts, seq", args).fetchall()
+        with self.db.locked() as db:
+            rows = db.execute(sql + " ORDER BY ts, seq", args).fetchall()
         return [DerivedEvent(EventID(r[0]), RoomID(r[1]), r[2], r[3], r[4], r[5], r[6])
                 for r in rows]
 

@@ -1,5 +1,5 @@
-"""The event log as the one home of text (DESIGN.md "Stores and who writes them"): a
-mixin of `EventLog` with what the store, search and the lexical leg read.
+"""The event log as the one home of text (DESIGN.md "Stores and who writes them"):
+`EventLog.texts`, what the store, search, the lexical leg and presentation read.
 
     chat window   -> its messages, as they are now (edits applied, redactions gone),
                      read from `events` by window id; formatted by chunker.document
@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from typing import Callable, Iterable, Iterator
 
+from .eventlog_db import Database
 from ..records import CORPUS_CHAT, CORPUS_REFERENCE, EventID, EventStatus, Message, RoomID
-from ..records import UserID
+from ..records import UserID, WindowID
 
 _IN = 500  # ids per `IN (...)`: well under SQLite's variable limit
 
@@ -28,12 +29,15 @@ def _chunks(ids: list[str], n: int = _IN) -> Iterator[list[str]]:
 
 
 class TextReads:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
     # -- reference chunks ------------------------------------------------------------
 
     def put_ref_texts(self, rows: Iterable[tuple[str, str, str]]) -> None:
         """(chunk id, corpus name, text) of reference chunks about to be upserted."""
         rows = list(rows)
-        with self.transaction() as cur:
+        with self.db.transaction() as cur:
             cur.executemany("INSERT INTO ref_chunks (chunk_id, corpus, text) VALUES"
                             " (?, ?, ?) ON CONFLICT(chunk_id) DO UPDATE SET"
                             " corpus = excluded.corpus, text = excluded.text", rows)
@@ -42,9 +46,9 @@ class TextReads:
         """Delete reference chunks' text (zeroed in place: secure_delete)."""
         ids = [i for i in chunk_ids if i.startswith("r")]
         n = 0
-        with self._lock:
+        with self.db.locked() as db:
             for part in _chunks(ids):
-                n += self._db.execute(
+                n += db.execute(
                     f"DELETE FROM ref_chunks WHERE chunk_id IN ({','.join('?' * len(part))})",
                     part).rowcount
         return n
@@ -52,26 +56,50 @@ class TextReads:
     def ref_texts(self, chunk_ids: Iterable[str]) -> dict[str, str]:
         out: dict[str, str] = {}
         ids = list(chunk_ids)
-        with self._lock:
+        with self.db.locked() as db:
             for part in _chunks(ids):
-                out.update(self._db.execute(
+                out.update(db.execute(
                     "SELECT chunk_id, text FROM ref_chunks WHERE chunk_id IN"
                     f" ({','.join('?' * len(part))})", part).fetchall())
         return out
 
     def ref_chunk_ids(self) -> list[str]:
-        with self._lock:
-            return [r[0] for r in self._db.execute("SELECT chunk_id FROM ref_chunks")]
+        with self.db.locked() as db:
+            return [r[0] for r in db.execute("SELECT chunk_id FROM ref_chunks")]
 
     # -- chat windows ---------------------------------------------------------------
+
+    def window_messages(self, window_id: WindowID) -> list[Message]:
+        """The messages a stored window holds now (edits applied, redactions gone)."""
+        with self.db.locked() as db:
+            rows = db.execute(
+                "SELECT event_id, room_id, sender, ts, body, reply_to, mentions FROM events"
+                " WHERE window_id = ? AND status = ? ORDER BY ts, seq",
+                (window_id, EventStatus.INDEXED.value)).fetchall()
+        return [_msg(r) for r in rows]
+
+    def event_texts(self, event_ids: Iterable[EventID]) -> dict[EventID, tuple[UserID, int, str]]:
+        """event id -> (sender, ts, body) of those events whose text is still there (not
+        redacted nor purged)."""
+        ids = sorted(set(event_ids))
+        if not ids:
+            return {}
+        marks = ",".join("?" * len(ids))
+        with self.db.locked() as db:
+            rows = db.execute(
+                f"SELECT event_id, sender, ts, body FROM events WHERE event_id IN ({marks})"
+                " AND body IS NOT NULL AND status NOT IN (?, ?)",
+                [*ids, EventStatus.REDACTED.value, EventStatus.PURGED.value]).fetchall()
+        return {EventID(r[0]): (UserID(r[1]), r[2], r[3]) for r in rows}
+
 
     def windows_messages(self, window_ids: Iterable[str]) -> dict[str, list[Message]]:
         """Window id -> its messages now, for the windows that still hold any."""
         out: dict[str, list[Message]] = {}
         ids = list(window_ids)
-        with self._lock:
+        with self.db.locked() as db:
             for part in _chunks(ids):
-                rows = self._db.execute(
+                rows = db.execute(
                     "SELECT window_id, event_id, room_id, sender, ts, body, reply_to, mentions"
                     f" FROM events WHERE window_id IN ({','.join('?' * len(part))})"
                     " AND status = ? ORDER BY window_id, ts, seq",
@@ -85,8 +113,8 @@ class TextReads:
         about `page` events (the lexical postings' build at start)."""
         after = ""
         while True:
-            with self._lock:
-                rows = self._db.execute(
+            with self.db.locked() as db:
+                rows = db.execute(
                     "SELECT window_id, event_id, room_id, sender, ts, body, reply_to, mentions"
                     " FROM events WHERE status = ? AND window_id > ? AND window_id IN"
                     " (SELECT DISTINCT window_id FROM events WHERE status = ? AND window_id > ?"
@@ -117,15 +145,15 @@ class TextReads:
             like = contains.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
             sql, args = sql + " AND body LIKE ? ESCAPE '\\'", args + (f"%{like}%",)
         out: set[str] = set()
-        with self._lock:
-            for wid, body in self._db.execute(sql, args):
+        with self.db.locked() as db:
+            for wid, body in db.execute(sql, args):
                 if wid not in out and body and test(body):
                     out.add(wid)
         return out
 
     def refs_matching(self, test: Callable[[str], bool]) -> set[str]:
-        with self._lock:
-            return {cid for cid, text in self._db.execute("SELECT chunk_id, text FROM ref_chunks")
+        with self.db.locked() as db:
+            return {cid for cid, text in db.execute("SELECT chunk_id, text FROM ref_chunks")
                     if test(text)}
 
 

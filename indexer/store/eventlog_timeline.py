@@ -1,13 +1,16 @@
 """Reading a stretch of a timeline after a message: what question -> answer linkage
-(linkage.py) looks through. A mixin of `EventLog`, kept apart so its core stays
-readable."""
+(linkage.py) looks through. `EventLog.timeline`."""
 
 from __future__ import annotations
 
+from .eventlog_db import Database
 from ..records import EventID, EventStatus, Message, RoomID, UserID
 
 
 class TimelineReads:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
     def timeline_after(self, room_id: RoomID, thread_root: EventID | None,
                        since_ts: int, until_ts: int, limit: int,
                        roots: tuple[EventID, ...] = ()
@@ -19,8 +22,8 @@ class TimelineReads:
         with its edits applied."""
         marks = ",".join("?" * len(roots))
         threads = f" OR thread_root IN ({marks})" if roots else ""
-        with self._lock:
-            rows = self._db.execute(
+        with self.db.locked() as db:
+            rows = db.execute(
                 "SELECT event_id, room_id, sender, ts, body, reply_to, mentions, thread_root"
                 " FROM events WHERE room_id = ? AND status = ? AND ts >= ? AND ts <= ?"
                 f" AND (COALESCE(thread_root, '') = ?{threads}) ORDER BY ts, seq LIMIT ?",
@@ -32,7 +35,7 @@ class TimelineReads:
                  EventID(r[7]) if r[7] else None) for r in rows]
 
     def thread_root_of(self, event_id: EventID) -> EventID | None:
-        with self._lock:
-            row = self._db.execute("SELECT thread_root FROM events WHERE event_id = ?",
+        with self.db.locked() as db:
+            row = db.execute("SELECT thread_root FROM events WHERE event_id = ?",
                                    (event_id,)).fetchone()
         return EventID(row[0]) if row and row[0] else None

@@ -1,0 +1,209 @@
+"""Edits and redactions: the event log stays a faithful copy of the public history.
+
+    m.replace by the original sender  -> the body is replaced, by target event id;
+                                         the newest edit (origin_server_ts) wins
+    m.replace by anyone else          -> ignored
+    m.room.redaction                  -> the body is dropped, status `redacted`
+    either one before its target      -> remembered; applied when the target arrives
+                                         (a redacted event is then never stored)
+
+A changed event that sits in a stored window marks the window dirty; the pipeline
+re-chunks dirty windows without it and re-upserts them (Pipeline.process_all, first
+thing: rechunk_windows of HistoryTables.dirty). `EventLog.append` applies all of it inside its own
+transaction, so a crash never keeps half of it. The tables (edits, redactions,
+dirty_windows) are made by eventlog_schema.py.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from .eventlog_db import Database
+from ..records import EventID, EventStatus, RoomID, UserID
+
+GONE = (EventStatus.REDACTED.value, EventStatus.PURGED.value)
+
+
+@dataclass(frozen=True, slots=True)
+class Edit:
+    """An `m.replace`: `target`'s new text, by `sender`, at `ts`."""
+
+    target: EventID
+    room_id: RoomID
+    sender: UserID
+    body: str
+    ts: int
+    event_id: EventID  # the edit's own
+
+
+@dataclass(frozen=True, slots=True)
+class Redaction:
+    target: EventID
+    room_id: RoomID
+    ts: int
+    event_id: EventID  # the redaction's own
+
+
+@dataclass
+class Applied:
+    rooms: set[RoomID] = field(default_factory=set)  # rooms whose stored text changed
+    redacted: set[EventID] = field(default_factory=set)
+    edited: set[EventID] = field(default_factory=set)
+
+
+class HistoryTables:
+    """The edits, redactions and dirty_windows tables. The writes run on a cursor of a
+    transaction that `EventLog.append` holds open."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def dirty(self, room_id: RoomID | None = None) -> list[tuple[str, str, bool]]:
+        """(window id, room id, whether a redaction made it dirty) of dirty windows."""
+        sql, args = "SELECT window_id, room_id, redacted != 0 FROM dirty_windows", ()
+        if room_id is not None:
+            sql, args = sql + " WHERE room_id = ?", (room_id,)
+        with self.db.transaction(immediate=False) as cur:
+            return cur.execute(sql + " ORDER BY window_id", args).fetchall()
+
+    # -- forgetting a user (ingest/forget.py): the redaction path, by sender ---------
+
+    def forget_sender(self, user_id: UserID, now_ms: int, source: str
+                      ) -> tuple[list[EventID], int]:
+        """Drop the text of every stored message of `user_id` as a redaction does
+        (status `redacted`, their windows marked dirty to be re-chunked and scrubbed),
+        drop their edits' text, and record them forgotten; then empty the WAL. Returns
+        (the event ids whose text went, how many windows were marked)."""
+        with self.db.locked():  # the WAL emptied before anything else writes
+            with self.db.transaction() as cur:
+                rows, windows = self._withdraw(cur, "sender = ?", (user_id,))
+                cur.execute("UPDATE edits SET body = NULL WHERE sender = ?", (user_id,))
+                cur.execute("INSERT INTO forgotten_users (user_id, forgotten_at, readmit_from,"
+                            " source) VALUES (?, ?, NULL, ?) ON CONFLICT(user_id) DO UPDATE"
+                            " SET forgotten_at = excluded.forgotten_at, readmit_from = NULL,"
+                            " source = excluded.source", (user_id, now_ms, source))
+            self.db.truncate_wal()
+        return [EventID(r[0]) for r in rows], windows
+
+    def expire_before(self, room_id: RoomID, cutoff_ts: int) -> tuple[list[EventID], int]:
+        """Room retention (ingest/retention.py): drop the text of the room's messages
+        sent before `cutoff_ts` (ms) as a redaction does, and their edits' text; then
+        empty the WAL. Returns (the event ids whose text went, windows marked)."""
+        with self.db.locked():  # the WAL emptied before anything else writes
+            with self.db.transaction() as cur:
+                rows, windows = self._withdraw(cur, "room_id = ? AND ts < ?",
+                                               (room_id, cutoff_ts))
+                cur.executemany("UPDATE edits SET body = NULL WHERE target = ?",
+                                [(r[0],) for r in rows])
+            if rows:
+                self.db.truncate_wal()
+        return [EventID(r[0]) for r in rows], windows
+
+    @staticmethod
+    def _withdraw(cur: sqlite3.Cursor, where: str, args: tuple) -> tuple[list[tuple], int]:
+        """The redaction path for the events `where` selects (text NULL, status
+        `redacted`, their windows dirty with `redacted`); rows and windows marked."""
+        gone = (EventStatus.REDACTED.value, EventStatus.PURGED.value)
+        rows = cur.execute(f"SELECT event_id, room_id, window_id FROM events WHERE {where}"
+                           " AND status NOT IN (?, ?)", (*args, *gone)).fetchall()
+        cur.execute(f"UPDATE events SET body = NULL, window_id = NULL, status = ? WHERE {where}"
+                    " AND status NOT IN (?, ?)", (EventStatus.REDACTED.value, *args, *gone))
+        windows = {(w, r) for _, r, w in rows if w is not None}
+        cur.executemany("INSERT INTO dirty_windows (window_id, room_id, redacted)"
+                        " VALUES (?, ?, 1) ON CONFLICT(window_id) DO UPDATE SET"
+                        " redacted = 1", sorted(windows))
+        return rows, len(windows)
+
+    def readmit_sender(self, user_id: UserID, now_ms: int) -> bool:
+        """`forget --undo`: messages of `user_id` sent from `now_ms` on are admitted
+        again (older ones stay out). False if they were not forgotten."""
+        with self.db.transaction() as cur:
+            cur.execute("UPDATE forgotten_users SET readmit_from = ? WHERE user_id = ?"
+                        " AND readmit_from IS NULL", (now_ms, user_id))
+            return cur.rowcount > 0
+
+    def forgotten_users(self) -> dict[UserID, int | None]:
+        """Every user ever forgotten: the time from which their messages are admitted
+        again (None: still forgotten)."""
+        with self.db.locked() as db:
+            rows = db.execute("SELECT user_id, readmit_from FROM forgotten_users"
+                               " ORDER BY user_id").fetchall()
+        return {UserID(u): r for u, r in rows}
+
+    # -- inside the append's transaction ---------------------------------------------
+
+    def filter_in(self, cur: sqlite3.Cursor, rows: list[tuple]) -> list[tuple]:
+        """Rows about to be appended: drop those already redacted; give those already
+        edited (by their own sender) their newest text."""
+        out = []
+        for row in rows:
+            event_id, sender = row[0], row[2]
+            if cur.execute("SELECT 1 FROM redactions WHERE target = ?", (event_id,)).fetchone():
+                continue
+            edit = cur.execute("SELECT sender, body FROM edits WHERE target = ?",
+                               (event_id,)).fetchone()
+            if edit is not None and edit[0] == sender:
+                row = (row[0], row[1], row[2], row[3], edit[1], *row[5:])
+            out.append(row)
+        return out
+
+    def apply(self, cur: sqlite3.Cursor, ops: Sequence[Edit | Redaction],
+              applied: Applied) -> None:
+        for op in ops:
+            if isinstance(op, Redaction):
+                if self._redact(cur, op):
+                    applied.rooms.add(op.room_id)
+                    applied.redacted.add(op.target)
+            elif self._edit(cur, op):
+                applied.rooms.add(op.room_id)
+                applied.edited.add(op.target)
+
+    @staticmethod
+    def _target(cur: sqlite3.Cursor, event_id: str):
+        return cur.execute("SELECT room_id, sender, status, window_id FROM events"
+                           " WHERE event_id = ?", (event_id,)).fetchone()
+
+    def _redact(self, cur: sqlite3.Cursor, op: Redaction) -> bool:
+        cur.execute("INSERT OR IGNORE INTO redactions (target, room_id, ts, redaction_event_id)"
+                    " VALUES (?, ?, ?, ?)", (op.target, op.room_id, op.ts, op.event_id))
+        cur.execute("UPDATE edits SET body = NULL WHERE target = ?", (op.target,))
+        row = self._target(cur, op.target)
+        if row is None or row[0] != op.room_id or row[2] in GONE:
+            return False
+        cur.execute("UPDATE events SET body = NULL, status = ?, window_id = NULL"
+                    " WHERE event_id = ?", (EventStatus.REDACTED.value, op.target))
+        if row[3] is not None:
+            self._dirty(cur, row[3], op.room_id, redacted=True)
+        return True
+
+    def _edit(self, cur: sqlite3.Cursor, op: Edit) -> bool:
+        if cur.execute("SELECT 1 FROM redactions WHERE target = ?", (op.target,)).fetchone():
+            return False
+        newest = cur.execute("SELECT ts FROM edits WHERE target = ?", (op.target,)).fetchone()
+        if newest is not None and newest[0] > op.ts:
+            return False  # an edit we already applied is newer
+        row = self._target(cur, op.target)
+        if row is not None and (row[0] != op.room_id or row[1] != op.sender or row[2] in GONE):
+            return False  # edits by anyone but the original sender are ignored
+        cur.execute("INSERT OR REPLACE INTO edits (target, room_id, sender, body, ts,"
+                    " edit_event_id) VALUES (?, ?, ?, ?, ?, ?)",
+                    (op.target, op.room_id, op.sender, op.body, op.ts, op.event_id))
+        if row is None:
+            return False  # remembered until the target arrives
+        cur.execute("UPDATE events SET body = ? WHERE event_id = ?", (op.body, op.target))
+        if row[2] == EventStatus.INDEXED.value and row[3] is not None:
+            self._dirty(cur, row[3], op.room_id)
+        return True
+
+    @staticmethod
+    def _dirty(cur: sqlite3.Cursor, window_id: str, room_id: str,
+               redacted: bool = False) -> None:
+        """Mark a stored window for re-chunking; `redacted`: its old text must also be
+        scrubbed from the store's files (an edit's need not: Matrix shows the original
+        of an edited message to anyone in the room anyway)."""
+        cur.execute("INSERT INTO dirty_windows (window_id, room_id, redacted) VALUES (?, ?, ?)"
+                    " ON CONFLICT(window_id) DO UPDATE SET"
+                    " redacted = MAX(redacted, excluded.redacted)",
+                    (window_id, room_id, int(redacted)))
