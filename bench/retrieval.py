@@ -1,7 +1,7 @@
-"""Retrieval quality on real chat, judged by what a person reads: both dev sets
-(Ubuntu IRC and Gitter developer chat) through the real CLI, side by side.
+"""Retrieval quality on real chat, judged by what a person reads: the three dev sets
+(Ubuntu IRC, Gitter and Slack developer chat) through the real CLI, side by side.
 
-    .venv/bin/python bench/retrieval.py [--sets ubuntu,gitter] [--eval-root ../shared/eval]
+    .venv/bin/python bench/retrieval.py [--sets ubuntu,gitter,slack] [--eval-root ../shared/eval]
                                         [--out bench/out/retrieval.json] [--floor-cost]
 
 For each set: a fresh data dir (`matrix-sources init`), its rooms on the allowlist
@@ -41,7 +41,7 @@ import evalkit  # noqa: E402
 CLI = str(Path(sys.executable).parent / "matrix-sources")
 VARIANTS = ("query", "keywords", "query+keywords")
 OFFTOPIC = Path(__file__).resolve().parent / "offtopic-queries.jsonl"
-COLUMNS = ("success@1", "success@5", "success@10", "mrr@10", "shown@5")
+COLUMNS = ("success@1", "success@5", "success@10", "mrr@10", "shown@1", "shown@5")
 
 
 def texts_for(item: evalkit.Item, variant: str) -> list[str]:
@@ -145,12 +145,13 @@ def evaluate(items: list[evalkit.Item], hits: dict, n_relevant: dict[str, int]) 
         for item in items:
             got = hits[f"{item.id}|{v}"]
             rel = [bool(item.gold & set(h["event_ids"])) for h in got]
-            shown = any(item.gold & set(h.get("shown_event_ids", []))
-                        for h in got[:evalkit.SHOWN_AT])
+            shown = [bool(item.gold & set(h.get("shown_event_ids", []))) for h in got]
             per_item.append({"id": item.id, **evalkit.item_scores(rel, n_relevant[item.id]),
-                             "shown@5": float(shown)})
+                             "shown@1": float(any(shown[:1])),
+                             "shown@5": float(any(shown[:evalkit.SHOWN_AT]))})
         metrics = evalkit.aggregate(per_item)
-        metrics["shown@5"] = round(sum(s["shown@5"] for s in per_item) / len(per_item), 4)
+        for k in ("shown@1", "shown@5"):
+            metrics[k] = round(sum(s[k] for s in per_item) / len(per_item), 4)
         results[v] = {"metrics": metrics,
                       "first_hit": {s["id"]: s["first_hit"] for s in per_item},
                       "shown": {s["id"]: bool(s["shown@5"]) for s in per_item}}
@@ -197,7 +198,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--eval-root", default=None,
                    help="the folder holding ubuntu-irc/ and gitter/ (default: "
                         "$MATRIX_SOURCES_EVAL_ROOT or ../shared/eval)")
-    p.add_argument("--sets", default="ubuntu,gitter", help="comma-separated: ubuntu, gitter")
+    p.add_argument("--sets", default="ubuntu,gitter,slack",
+                   help="comma-separated: ubuntu, gitter, slack")
     p.add_argument("--out", default=str(evalkit.OUT_DIR / "retrieval.json"))
     p.add_argument("--work", default=str(evalkit.OUT_DIR),
                    help="data dirs go here as retrieval-<set>/ (made afresh each run)")
