@@ -3,6 +3,7 @@ import, search (single, multi-text, --json, --queries batch) and journal."""
 
 from __future__ import annotations
 
+import io
 import json
 
 import pytest
@@ -82,15 +83,38 @@ def test_search_several_texts_and_refusals(datadir, capsys):
     cfg, tmp = datadir
     main(["import", "-c", str(cfg), "-q", str(tmp / "events.jsonl")])
     capsys.readouterr()
-    assert main(["search", "-c", str(cfg), "--json", "printer cups", "wifi firmware"]) == 0
+    assert main(["search", "-c", str(cfg), "--json", "-t", "printer cups", "-t",
+                 "wifi firmware"]) == 0
     assert len(json.loads(capsys.readouterr().out)["hits"]) >= 2
-    assert main(["search", "-c", str(cfg), *[f"t{i}" for i in range(9)]]) == 2
+    nine = [a for i in range(9) for a in ("-t", f"t{i}")]
+    assert main(["search", "-c", str(cfg), *nine]) == 2
     assert "texts" in capsys.readouterr().err
-    assert main(["search", "-c", str(cfg), "ok", "a" * 1001]) == 2
+    assert main(["search", "-c", str(cfg), "-t", "ok", "-t", "a" * 1001]) == 2
     err = capsys.readouterr().err
     assert "texts[1]" in err and "1001" in err
     assert main(["search", "-c", str(cfg), "--top", "0", "ok"]) == 2
     assert "top_k" in capsys.readouterr().err
+
+
+def test_unquoted_words_are_one_question_shown_as_the_room_shows_it(datadir, capsys,
+                                                                    monkeypatch):
+    """What every newcomer types: nine words unquoted, one text (not 9 texts refused);
+    printed as the reply reads, with the room, the quoted lines and the permalinks."""
+    cfg, tmp = datadir
+    main(["import", "-c", str(cfg), "-q", str(tmp / "events.jsonl")])
+    capsys.readouterr()
+    words = "how do I mount my ntfs partition with fstab".split()
+    assert main(["search", "-c", str(cfg), "--json", *words]) == 0
+    one = json.loads(capsys.readouterr().out)["hits"]
+    assert main(["search", "-c", str(cfg), "--json", "-t", " ".join(words)]) == 0
+    assert json.loads(capsys.readouterr().out)["hits"] == one
+    assert main(["search", "-c", str(cfg), *words]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Sources for: how do I mount my ntfs partition with fstab")
+    assert "https://matrix.to/#/" in out and "> " in out and "ntfs" in out
+    monkeypatch.setattr("sys.stdin", io.StringIO("printer cups\n\nwifi firmware\n"))
+    assert main(["search", "-c", str(cfg), "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["hits"]) >= 2
 
 
 def test_search_batch_mode(datadir, capsys):

@@ -167,7 +167,9 @@ def _chat_piece(n: int, hit: Hit, query_texts: tuple[str, ...], fallback_server:
               ln.body) for ln in shown]
     head = f"{room} · {_time_range(hit)} · {senders}"
     p = [f"{n}. {head}"]
-    p += [f"   > {who}: {_clip(b)}\n     {url}" for url, who, b in lines]
+    # The plain body stays readable: each line's own link is in the HTML, the window's
+    # below (a matrix.to link is ~130 characters).
+    p += [f"   > {who}: {_clip(b)}" for url, who, b in lines]
     p.append(f"   window: {link}")
     r = (f"<li><a href=\"{html.escape(link, quote=True)}\">{html.escape(room)}</a>"
          f" · {html.escape(_time_range(hit))} · {html.escape(senders)}<blockquote>"

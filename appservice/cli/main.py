@@ -288,9 +288,14 @@ def build_parser() -> argparse.ArgumentParser:
     sp.set_defaults(func=cmd_import)
 
     sp = with_config(sub.add_parser("search", help="search the index (as !sources does)"))
-    sp.add_argument("texts", nargs="*", help="one or more texts, fused into one ranking")
+    sp.add_argument("words", nargs="*", metavar="WORDS",
+                    help="the question: every word given is one text, quoted or not")
+    sp.add_argument("-t", "--text", dest="texts", action="append", default=[],
+                    metavar="TEXT", help="a text of a multi-text query (repeat it, up to 8: "
+                    "fused into one ranking by search.rrf_k); with neither WORDS nor -t, "
+                    "standard input gives one text per line")
     sp.add_argument("--top", type=int, default=None, metavar="N",
-                    help="how many hits (default: search.top_k of the config)")
+                    help="how many hits (default: search.default_top_k of the config)")
     sp.add_argument("--room", default=None, metavar="ROOM",
                     help="only this allowlisted room: its !id, or the alias kept beside it "
                          "in allowlist.yaml")

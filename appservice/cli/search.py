@@ -1,5 +1,10 @@
 """`matrix-sources search`: one query from the arguments, or a batch from a JSONL file.
 
+The words of the command line are one text, as a newcomer types a question unquoted;
+several texts come as `-t TEXT -t TEXT`, or one per line on standard input. Hits print
+as the reply in the room reads (the matched question, the answers linked to it, the
+permalinks); `--json` prints the hits as records.
+
 Batch lines: {"id", "texts": [...], "top_k"?, "room"?, "corpus"?}; one output line per
 query, {"id", "hits": [...]} or {"id", "error"}; the model is loaded once.
 """
@@ -10,12 +15,12 @@ import json
 import sys
 from pathlib import Path
 
-from indexer.pipeline.chunker import format_ts
 from indexer.components import Index
 from indexer.config import Config
 from indexer.ingest.allowlist import load_allowlist
 from indexer.search.searcher import QueryError, SourceQuery
 
+from ..bot.replies import render_hits
 from .journal import allowlist_aliases
 from .progress import load_model
 
@@ -39,8 +44,14 @@ def run_search(cfg: Config, args) -> int:
                   "so nothing of it is indexed; `matrix-sources allowlist list` shows "
                   "the rooms", file=sys.stderr)
             return 2
+    texts = query_texts(args)
+    if not texts:
+        print("error: texts: give the question (matrix-sources search how do I ...), "
+              "-t TEXT for each of several texts, or one text per line on standard input",
+              file=sys.stderr)
+        return 2
     try:
-        query = SourceQuery.build(list(args.texts), top, room, args.corpus)
+        query = SourceQuery.build(texts, top, room, args.corpus)
     except QueryError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -50,17 +61,19 @@ def run_search(cfg: Config, args) -> int:
     if args.json:
         print(json.dumps({"hits": [h.to_json() for h in hits]}, ensure_ascii=False))
         return 0
-    if not hits:
-        print("no hits")
-    for n, h in enumerate(hits, start=1):
-        if h.ref is not None:  # a reference chunk: cited by file and heading
-            print(f"{n}. {h.ref.label}  reference {h.ref.corpus_name}  score {h.score:.4f}")
-        else:
-            print(f"{n}. {h.room_label or h.room_id}  {format_ts(h.ts_first)}–"
-                  f"{format_ts(h.ts_last)}  score {h.score:.4f}  {h.first_event_id}")
-        for line in h.text.split("\n"):
-            print(f"     {line}")
+    print(render_hits(hits, query.texts, cfg.homeserver.domain).body)
     return 0
+
+
+def query_texts(args) -> list[str]:
+    """The words as one text, the -t texts, or standard input's lines (in that order of
+    preference: a question typed after the command is what was meant)."""
+    texts = list(args.texts)
+    if args.words:
+        texts.insert(0, " ".join(args.words))
+    if not texts and not sys.stdin.isatty():
+        texts = [line.strip() for line in sys.stdin if line.strip()]
+    return texts
 
 
 def _batch(cfg: Config, path: Path, top: int) -> int:
