@@ -270,3 +270,30 @@ def test_the_layer_check_can_fail():
            "indexer.search.present -> indexer.components",
            "indexer.store.chroma -> indexer.search.termindex",
            "indexer.store.eventlog -> indexer.search.lexical"]
+
+
+# appservice/bot and appservice/homeserver meet only through each other's ports (the
+# bot's Matrix, the service's BotPort), wired in appservice/cli/main.py: neither imports
+# the other, at any depth.
+APART = (("appservice.bot", "appservice.homeserver"), ("appservice.homeserver", "appservice.bot"))
+
+
+def crossings(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{m} -> {t}" for m, targets in graph.items() for t in targets
+                  for a, b in APART
+                  if (m == a or m.startswith(a + ".")) and (t == b or t.startswith(b + ".")))
+
+
+def test_the_bot_and_the_homeserver_do_not_import_each_other():
+    graph = import_graph(nested=True)
+    assert "appservice.bot.responder" in graph["appservice.bot.bot"]  # really read
+    assert crossings(graph) == []
+
+
+def test_the_crossing_check_can_fail():
+    assert crossings({
+        "appservice.bot.responder": {"appservice.homeserver.roomstate", "indexer.records"},
+        "appservice.homeserver.service": {"appservice.bot.bot"},
+        "appservice.cli.main": {"appservice.bot.bot", "appservice.homeserver.service"},
+    }) == ["appservice.bot.responder -> appservice.homeserver.roomstate",
+           "appservice.homeserver.service -> appservice.bot.bot"]

@@ -68,10 +68,10 @@ class Env:
             raise self.fetch_errors[room_id]
         self.ingest.facts[RoomID(room_id)] = self.facts[RoomID(room_id)]
 
-    def on_admitted(self, events, result) -> None:
+    def on_admitted(self, events, result, routed) -> None:
         self.admitted.append(result)
         if self.on_commands is not None:
-            for cmd in result.commands:
+            for cmd in routed.commands:
                 self.on_commands(cmd)
 
     def journal(self) -> list[dict]:

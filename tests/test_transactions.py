@@ -41,7 +41,7 @@ class Recorder:
             raise self.fetch_error
         self.ingest.facts[RoomID(room_id)] = RoomFacts(join_rule="public")
 
-    def on_admitted(self, events, result) -> None:
+    def on_admitted(self, events, result, routed) -> None:
         self.admitted.append((events, result))
 
 

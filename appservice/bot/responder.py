@@ -24,7 +24,6 @@ from indexer.ingest.events import MessageEvent
 from indexer.records import Hit, RoomID
 from indexer.search.searcher import Searcher
 
-from ..homeserver.roomstate import is_outage
 from .commands import (HELP, CommandError, HelpCommand, StatusCommand, WhyCommand,
                        parse_command)
 from .replies import Reply, render_error, render_help, render_hits, render_why
@@ -86,6 +85,10 @@ class Responder:
         SEARCH_THREADS, thread_name_prefix="search"))
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     clock: Callable[[], float] = time.monotonic
+    # Whether a failed send means the homeserver is down (wait for it), not this reply
+    # refused: the homeserver side's judgement (roomstate.is_outage), through the Bot.
+    is_outage: Callable[[BaseException], bool] = lambda e: isinstance(
+        e, (ConnectionError, TimeoutError))
 
     async def answer(self, ev: MessageEvent) -> Reply | None:
         m = ev.message
@@ -118,7 +121,7 @@ class Responder:
             log.warning("reply_waiting_for_homeserver", exc_info=e, extra={
                 "room_id": room_id, "event_id": command_id, "retry_in": delay})
 
-        return await retrying(lambda: self.send(room_id, content), retry_if=is_outage,
+        return await retrying(lambda: self.send(room_id, content), retry_if=self.is_outage,
                               initial=1.0, maximum=SEND_RETRY_MAX,
                               give_up_after=SEND_RETRY_FOR, on_retry=waiting,
                               clock=Clock(self.clock, self.sleep))

@@ -47,9 +47,21 @@ def cmd_init(args) -> int:
     return 0
 
 
+def serve_with_bot(cfg, embedder=None):
+    """The one place the two halves meet: the service that speaks Matrix, and the bot
+    that answers in it, each through the other's port."""
+    from ..bot.bot import Bot
+    from ..homeserver.service import Service
+
+    service = Service(cfg, embedder)
+    service.attach(Bot(cfg, service.index, service,
+                       on_search_seconds=service.metrics.search_latency.observe))
+    return service
+
+
 def cmd_run(args) -> int:
     from ..logs import setup_logging
-    from ..homeserver.service import Service, StartupError
+    from ..homeserver.service import StartupError
 
     cfg = _config(args)
     setup_logging(cfg.logging.level, as_json=args.json_logs or cfg.logging.format == "json")
@@ -60,7 +72,7 @@ def cmd_run(args) -> int:
 
     async def main() -> int:
         try:
-            service = Service(cfg)
+            service = serve_with_bot(cfg)
         except sqlite3.DatabaseError as e:  # damage quick_check did not see
             from indexer.store.eventlog_check import recovery
 

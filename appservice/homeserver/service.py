@@ -16,7 +16,7 @@ import asyncio
 import logging
 import resource
 import time
-from typing import Any
+from typing import Any, Iterable, Protocol, Sequence
 
 from mautrix.api import Method, Path
 from mautrix.appservice import AppService
@@ -33,22 +33,18 @@ from indexer.components import Index
 from indexer.config import Config, ConfigError
 from indexer.datadir import load_registration
 from indexer.pipeline.embedder import Embedder
-from indexer.ingest.events import MessageEvent
 from indexer.ingest.admit import AdmitResult
+from indexer.ingest.events import MessageEvent
 from indexer.pipeline.worker import PipelineWorker
 from indexer.records import RoomID
 
-from ..bot.answer_edits import edit_content, rebuild_reply
 from .heap import release_free_memory
 from .pager import MatrixPager
 from .txngaps import TransactionGaps
-from ..bot.commandpool import CommandPool
 from .health import Health, appends_problem, pipeline_problem
 from .metrics import EventLogFigures, MetricSources, ServiceMetrics
-from ..bot.responder import RateLimiter, Responder
-from ..bot.status import may_see_status, power_from_state, render_status, status_refusal
-from .roomstate import StateRetry, fetch_room_facts
-from .transactions import TransactionHandler
+from .roomstate import StateRetry, fetch_room_facts, is_outage
+from .transactions import Routed, TransactionHandler
 
 log = logging.getLogger(f"matrix_sources.{__name__}")
 ALLOWLIST_POLL_SECONDS = 1.0
@@ -96,6 +92,15 @@ def raise_fd_limit() -> tuple[int, int]:
     return soft, hard
 
 
+class BotPort(Protocol):
+    """What the service hands the bot (appservice/bot/bot.py is one)."""
+
+    def on_commands(self, commands: Sequence[MessageEvent]) -> None: ...
+    def on_invites(self, room_ids: Sequence[str]) -> None: ...
+    def on_withdrawn(self, event_ids: Iterable[str]) -> None: ...
+    async def stop(self) -> None: ...
+
+
 class Service:
     def __init__(self, cfg: Config, embedder: Embedder | None = None) -> None:
         self.cfg = cfg
@@ -126,14 +131,7 @@ class Service:
         self.transactions = self.az.transaction_handler
         self.answers = self.index.answers
         self.metrics = ServiceMetrics()
-        self.responder = Responder(self.searcher, self._send, cfg.bot_user, cfg.search.default_top_k,
-                                   RateLimiter(cfg.search.rate_limit_per_minute), domain=cfg.homeserver.domain,
-                                   resolve_alias=self._resolve_alias, rrf_k=cfg.search.rrf_k,
-                                   status=self._status,
-                                   on_search_seconds=self.metrics.search_latency.observe,
-                                   record_answer=self.index.record_answer,
-                                   record_quotes=self._record_quotes)
-        self.commands = CommandPool(self._answer)
+        self.bot: BotPort | None = None  # attach(): the composing front wires it in
         # The store opened and the model loaded above; the homeserver is checked in start().
         self.health = Health(store=True, model=True, detail="waiting for the homeserver",
                              problems={
@@ -151,6 +149,9 @@ class Service:
         self._tasks: set[asyncio.Task] = set()
         self._backfill_lock = asyncio.Lock()
         self._allowlist_mtime = 0.0
+
+    def attach(self, bot: BotPort) -> None:
+        self.bot = bot
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -233,10 +234,10 @@ class Service:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.gaps.stop()
         await self.state_retry.stop()
-        await self.commands.stop()
+        if self.bot is not None:
+            await self.bot.stop()
         await self.worker.stop()
         await self.az.stop()
-        self.responder.executor.shutdown(wait=True, cancel_futures=True)
         await asyncio.to_thread(self.index.close)
         self.lock.release()
 
@@ -344,7 +345,7 @@ class Service:
         if report.windows:
             self.worker.notify()
         if report.event_ids:
-            self._spawn(self._edit_replies(set(report.event_ids)), "edit-replies")
+            self._withdrawn(report.event_ids)
 
     async def _serve_spool(self) -> None:
         """`matrix-sources forget` while the service runs (indexer/ingest/spool.py): the
@@ -364,80 +365,47 @@ class Service:
             if answer.get("windows"):
                 self.worker.notify()
             if answer.get("event_ids"):
-                self._spawn(self._edit_replies(set(answer["event_ids"])), "edit-replies")
+                self._withdrawn(answer["event_ids"])
 
     # -- after a transaction was stored ----------------------------------------------
 
-    def _on_admitted(self, events: list[Any], result: AdmitResult) -> None:
+    def _on_admitted(self, events: list[Any], result: AdmitResult, routed: Routed) -> None:
         self.metrics.count_events(events, result.refused)
         if result.appended or result.history.rooms:
             self.worker.notify()
-        for ev in events:
-            if (isinstance(ev, dict) and ev.get("type") == "m.room.member"
-                    and ev.get("state_key") == self.cfg.bot_user
-                    and isinstance(ev.get("content"), dict)
-                    and ev["content"].get("membership") == "invite"
-                    and isinstance(ev.get("room_id"), str)):
-                # Invited to a DM or private room: join so people can ask from there.
-                # Nothing of such a room is stored (the gate refuses it).
-                self._spawn(self._accept_invite(ev["room_id"]), "accept-invite")
-        for cmd in result.commands:
-            self.commands.submit(cmd)
-        if result.history.redacted:
-            self._spawn(self._edit_replies(set(result.history.redacted)), "edit-replies")
+        if self.bot is not None:
+            self.bot.on_commands(routed.commands)
+            self.bot.on_invites(routed.invites)  # a DM or private room: nothing stored
+            self.bot.on_withdrawn(result.history.redacted)
 
-    def _record_quotes(self, reply_event_id: str, room_id: str, command_event_id: str,
-                       thread_root: str | None, reply) -> None:
-        self.answers.record(reply_event_id, room_id, command_event_id, thread_root,
-                            list(reply.hits), [sec.shown for sec in reply.sections])
+    def _withdrawn(self, event_ids) -> None:
+        """Messages withdrawn outside a transaction (forget, retention): the bot edits
+        the answers that quoted them."""
+        if self.bot is not None and event_ids:
+            self.bot.on_withdrawn(event_ids)
 
-    async def _edit_replies(self, redacted: set) -> None:
-        """A redaction must not live on in the bot's own answers: edit every reply that
-        quoted a redacted message, and re-record what the edited reply quotes."""
-        for rec in await asyncio.to_thread(self.answers.quoting, redacted):
-            ids = [e for h in rec.hits for e in h.get("quoted", [])]
-            lines = await asyncio.to_thread(self.answers.lines, ids)
-            reply = rebuild_reply(rec, lines, self.cfg.homeserver.domain)
-            await self._send(rec.room_id, edit_content(rec.reply_event_id, reply))
-            await asyncio.to_thread(self.answers.forget_quote, rec.reply_event_id, redacted)
-            if self.index.manifest is not None:
-                name = f"answer:{rec.reply_event_id}#"
-                await asyncio.to_thread(self.index.manifest.remove,
-                                        lambda e: str(e.get("name", "")).startswith(name))
-                if reply.sections:
-                    await asyncio.to_thread(self.index.record_answer, rec.reply_event_id,
-                                            list(reply.sections))
-            log.info("reply_edited_after_redaction", extra={
-                "room_id": rec.room_id, "reply": rec.reply_event_id, "redacted": len(redacted)})
+    # -- the bot's port to Matrix (appservice/bot/bot.py: Matrix) ----------------------
 
-    async def _accept_invite(self, room_id: str) -> None:
-        try:
-            await self.az.intent.join_room_by_id(room_id)
-        except MatrixError:
-            log.warning("invite_join_failed", exc_info=True, extra={"room_id": room_id})
+    async def send(self, room_id: str, content: dict) -> str:
+        return await self.az.intent.send_message_event(room_id, EventType.ROOM_MESSAGE, content)
 
-    async def _answer(self, cmd: MessageEvent) -> None:
-        await self.responder.answer(cmd)  # failures: logged by the pool, with ids
+    async def join(self, room_id: str) -> None:
+        await self.az.intent.join_room_by_id(room_id)
 
-    async def _status(self, room_id: str, user: str):
-        if not await may_see_status(room_id, user, self.cfg.search.admins, self._power_level):
-            return status_refusal()
-        rooms = [(r, self.ingest.label(RoomID(r))) for r in sorted(self.gate.allowlist)]
-        return await asyncio.to_thread(render_status, rooms, self.eventlog, self.index.journal)
-
-    async def _power_level(self, room_id: str, user: str) -> int:
-        # Raw JSON of the whole state: room version 12 creators are not in power_levels.
+    async def room_state(self, room_id: str) -> list:
+        # Raw JSON: room version 12 creators are not in power_levels.
         state = await self.az.intent.api.request(Method.GET, Path.v3.rooms[room_id].state)
-        return power_from_state(state if isinstance(state, list) else [], user)
+        return state if isinstance(state, list) else []
 
-    async def _resolve_alias(self, alias: str) -> str | None:
+    @staticmethod
+    def is_outage(exc: BaseException) -> bool:
+        return is_outage(exc)
+
+    async def resolve_alias(self, alias: str) -> str | None:
         try:
             return (await self.az.intent.resolve_room_alias(alias)).room_id
         except MatrixError:
             return None
-
-    async def _send(self, room_id: str, content: dict) -> str:
-        return await self.az.intent.send_message_event(room_id, EventType.ROOM_MESSAGE, content)
 
     def _spawn(self, coro, name: str) -> None:
         task = asyncio.create_task(coro, name=name)

@@ -22,6 +22,8 @@ new events and must be processed, or those messages would be silently dropped.
               refused for now (journal: state_unavailable, ids only), fetched again
               later (roomstate.StateRetry; meanwhile not fetched per transaction), the
               rest goes on: one room never holds back the others
+      each event parsed once: `!sources` commands and the bot's invites routed to
+          the bot (never stored), the rest to ingest
       gate + append (one SQLite transaction with the txn id) -> 200 {} / 500
 
 Every SQLite call runs in a worker thread: the loop only moves bytes.
@@ -34,11 +36,12 @@ import hashlib
 import hmac
 import json
 import logging
+from dataclasses import dataclass
 from typing import Awaitable, Callable, Protocol
 
 from aiohttp import web
 
-from indexer.ingest.events import MessageEvent, parse_event
+from indexer.ingest.events import MessageEvent, StateEvent, parse_event
 from indexer.ingest.gate import STATE_UNAVAILABLE
 from indexer.ingest.admit import AdmitResult, Ingest
 from indexer.records import EventID, Refusal, RoomID
@@ -50,7 +53,16 @@ from .txngaps import TransactionGaps
 
 log = logging.getLogger(f"matrix_sources.{__name__}")
 
-OnAdmitted = Callable[[list[dict], AdmitResult], None]
+@dataclass(frozen=True, slots=True)
+class Routed:
+    """What of a transaction is for the bot, parsed: its commands, and the rooms the
+    bot was invited to."""
+
+    commands: tuple[MessageEvent, ...] = ()
+    invites: tuple[str, ...] = ()
+
+
+OnAdmitted = Callable[[list[dict], AdmitResult, Routed], None]
 FetchState = Callable[[str], Awaitable[None]]
 STATE_FETCH_SECONDS = 15.0  # Synapse gives a transaction 60 s
 
@@ -84,9 +96,21 @@ def _room_of(raw: object) -> str | None:
     return rid if isinstance(rid, str) else None
 
 
-def _is_command(raw: object) -> bool:
-    ev = parse_event(raw)
-    return isinstance(ev, MessageEvent) and ev.is_command
+def route(events: list, bot_user: str) -> tuple[list[tuple[object, object]], Routed]:
+    """Each event parsed once: (raw, parsed) pairs for ingest, and what the bot takes."""
+    rest: list[tuple[object, object]] = []
+    commands: list[MessageEvent] = []
+    invites: list[str] = []
+    for raw in events:
+        ev = parse_event(raw)
+        if isinstance(ev, MessageEvent) and ev.is_command:
+            commands.append(ev)  # answered wherever it comes from, never stored
+            continue
+        if (isinstance(ev, StateEvent) and ev.type == "m.room.member"
+                and ev.state_key == bot_user and ev.content.get("membership") == "invite"):
+            invites.append(ev.room_id)  # a state event too: ingest still folds it
+        rest.append((raw, ev))
+    return rest, Routed(tuple(commands), tuple(invites))
 
 
 class TransactionHandler:
@@ -154,7 +178,8 @@ class TransactionHandler:
                 unavailable = await self._learn_rooms(events, txn_id)
             except _Outage:
                 return error(503, "M_UNKNOWN", "homeserver unreachable; retry later")
-            admitted, deferred = _partition(events, unavailable)
+            rest, routed = route(events, self._ingest.gate.bot_user)
+            admitted, deferred = _partition(rest, unavailable)
             try:
                 result = await asyncio.to_thread(self._admit, admitted, deferred, txn_key)
             except Exception:
@@ -168,7 +193,8 @@ class TransactionHandler:
                                        "appended": result.appended,
                                        "refused": sum(result.refused.values()),
                                        "deferred": len(deferred)})
-        self._on_admitted(admitted, result)
+        late = {id(raw) for raw, _ in deferred}
+        self._on_admitted([raw for raw in events if id(raw) not in late], result, routed)
         if self._retry is not None:
             for room_id in sorted(unavailable):
                 self._retry.add(room_id)
@@ -200,8 +226,8 @@ class TransactionHandler:
     def _admit(self, events: list, deferred: list, txn_key: str) -> AdmitResult:
         """In a worker thread: gate and append with the transaction id, then journal the
         deferred events (ids only; once, as a replay is not processed again)."""
-        result = self._ingest.admit(events, txn_key)
-        for ev in deferred:
+        result = self._ingest.admit_parsed([ev for _, ev in events], txn_key)
+        for ev, _ in deferred:
             eid = ev.get("event_id")
             self._ingest.journal.refusal(Refusal(
                 STATE_UNAVAILABLE, RoomID(_room_of(ev) or ""),
@@ -210,14 +236,13 @@ class TransactionHandler:
 
 
 def _partition(events: list, unavailable: set[str]) -> tuple[list, list]:
-    """(events to admit now, events of rooms whose state is unavailable). A command is
-    admitted wherever it comes from: it is answered, never stored."""
+    """(events to admit now, events of rooms whose state is unavailable), as (raw,
+    parsed) pairs."""
     if not unavailable:
         return events, []
     admitted, deferred = [], []
-    for ev in events:
-        late = _room_of(ev) in unavailable and not _is_command(ev)
-        (deferred if late else admitted).append(ev)
+    for pair in events:
+        (deferred if _room_of(pair[0]) in unavailable else admitted).append(pair)
     return admitted, deferred
 
 

@@ -116,7 +116,8 @@ def _say(text: str) -> None:
 
 
 async def _demo(root: Path, serve: bool) -> int:
-    from ..homeserver.service import Service, StartupError
+    from ..cli.main import serve_with_bot
+    from ..homeserver.service import StartupError
 
     root = root.resolve()
     state_file = root / "demo.json"
@@ -139,7 +140,7 @@ async def _demo(root: Path, serve: bool) -> int:
     service = None
     try:
         _say("[2/5] starting matrix-sources (loading the model)")
-        service = Service(cfg)
+        service = serve_with_bot(cfg)
         try:
             await service.start()
         except StartupError as e:

@@ -53,10 +53,16 @@ class EmittedSection:
     shown: tuple[EventID, ...] = ()  # the events whose lines the reply showed
 
 
+def answer_prefix(reply_event_id: str) -> str:
+    """What every answer artifact of one reply is named with: `answer:$reply#n`, one a hit."""
+    return f"answer:{reply_event_id}#"
+
+
 def answer_artifacts(reply_event_id: str, sections: Sequence[EmittedSection],
                      shingle_size: int) -> list[Artifact]:
     now = utc_now_iso()
-    return [Artifact(ARTIFACT_ANSWER, f"answer:{reply_event_id}#{n}", sha256_normalised(s.text),
+    return [Artifact(ARTIFACT_ANSWER, f"{answer_prefix(reply_event_id)}{n}",
+                     sha256_normalised(s.text),
                      shingles(words(s.text), shingle_size), now, shingle_size,
                      sources=s.sources)
             for n, s in enumerate(sections, start=1) if normalise(s.text)]

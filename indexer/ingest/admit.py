@@ -37,7 +37,7 @@ class AdmitResult:
     accepted: int = 0  # passed the gate (appended now or earlier)
     refused: Counter = field(default_factory=Counter)  # by rule
     skipped: Counter = field(default_factory=Counter)  # by reason
-    commands: list[MessageEvent] = field(default_factory=list)
+    commands: int = 0  # `!sources` commands met (history, an import): never stored
     rooms: set[RoomID] = field(default_factory=set)  # rooms that got new events
     history: Applied = field(default_factory=Applied)  # edits and redactions applied
 
@@ -46,7 +46,7 @@ class AdmitResult:
         self.accepted += other.accepted
         self.refused.update(other.refused)
         self.skipped.update(other.skipped)
-        self.commands.extend(other.commands)
+        self.commands += other.commands
         self.rooms |= other.rooms
         self.history.rooms |= other.history.rooms
         self.history.redacted |= other.history.redacted
@@ -125,6 +125,12 @@ class Ingest:
 
     def admit(self, raw_events: Iterable[object], txn_key: str | None = None,
               source: str = "push") -> AdmitResult:
+        return self.admit_parsed([parse_event(raw) for raw in raw_events], txn_key, source)
+
+    def admit_parsed(self, events: Iterable[object], txn_key: str | None = None,
+                     source: str = "push") -> AdmitResult:
+        """`admit` for events parsed already (the transaction handler parses each once,
+        and routes commands to the bot before this)."""
         result = AdmitResult()
         passed: list[tuple[Message, EventID | None]] = []
         history: list[EditEvent | RedactionEvent] = []
@@ -132,10 +138,9 @@ class Ingest:
         # (it triggers the purge), and how many messages had passed by the last one.
         refused_rooms: dict[RoomID, Refusal] = {}
         cutoff: dict[RoomID, tuple[int, Refusal]] = {}
-        for raw in raw_events:
-            ev = parse_event(raw)
+        for ev in events:
             if isinstance(ev, MessageEvent) and ev.is_command:
-                result.commands.append(ev)  # answered, never stored
+                result.commands += 1  # never stored (the bot answers live ones)
                 continue
             room_id = getattr(ev, "room_id", None) or getattr(ev, "message", None) and ev.message.room_id
             if room_id is None or room_id not in self.gate.allowlist:

@@ -42,7 +42,7 @@ class ImportSummary:
         for reason, n in sorted(a.skipped.items()):
             out.append(f"skipped     {n} ({reason})")
         if a.commands:
-            out.append(f"skipped     {len(a.commands)} (!sources commands)")
+            out.append(f"skipped     {a.commands} (!sources commands)")
         if self.bad_lines:
             shown = ", ".join(map(str, self.bad_lines[:10]))
             out.append(f"bad lines   {len(self.bad_lines)} not JSON (lines {shown}"

@@ -1,0 +1,136 @@
+"""The bot: everything `!sources` does, apart from the plumbing that speaks Matrix.
+
+    transaction (appservice/homeserver) --routed, typed--> Bot
+        commands   -> a bounded pool -> Responder -> reply (m.notice)
+        invites    -> join (a DM or a private room: people ask from there; the gate
+                      stores nothing of it)
+        withdrawn  -> every reply that quoted a withdrawn message (redaction, forget,
+                      retention) edited without it, and its answer artifacts renewed
+
+The bot reaches Matrix only through `Matrix`, a port the homeserver side fills in
+(appservice/cli/main.py wires the two); neither side imports the other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Awaitable, Callable, Iterable, Protocol
+
+from indexer.components import Index
+from indexer.config import Config
+from indexer.derived.filter import answer_prefix
+from indexer.ingest.events import MessageEvent
+from indexer.records import RoomID
+
+from .answer_edits import edit_content, rebuild_reply
+from .commandpool import CommandPool
+from .responder import RateLimiter, Responder
+from .status import may_see_status, power_from_state, render_status, status_refusal
+
+log = logging.getLogger(f"matrix_sources.{__name__}")
+
+
+class Matrix(Protocol):
+    """What the bot asks of the homeserver."""
+
+    async def send(self, room_id: str, content: dict) -> str: ...
+    async def join(self, room_id: str) -> None: ...
+    async def room_state(self, room_id: str) -> list: ...
+    async def resolve_alias(self, alias: str) -> str | None: ...
+    def is_outage(self, exc: BaseException) -> bool: ...
+
+
+class Bot:
+    def __init__(self, cfg: Config, index: Index, matrix: Matrix,
+                 on_search_seconds: Callable[[float], None] | None = None) -> None:
+        self.cfg, self.index, self.matrix = cfg, index, matrix
+        self.responder = Responder(
+            index.searcher, matrix.send, cfg.bot_user, cfg.search.default_top_k,
+            RateLimiter(cfg.search.rate_limit_per_minute), domain=cfg.homeserver.domain,
+            resolve_alias=matrix.resolve_alias, rrf_k=cfg.search.rrf_k, status=self._status,
+            on_search_seconds=on_search_seconds, record_answer=index.record_answer,
+            record_quotes=self._record_quotes, is_outage=matrix.is_outage)
+        self.commands = CommandPool(self.responder.answer)
+        self._tasks: set[asyncio.Task] = set()
+
+    # -- what the homeserver side routes here ------------------------------------------
+
+    def on_commands(self, commands: Iterable[MessageEvent]) -> None:
+        for cmd in commands:
+            self.commands.submit(cmd)
+
+    def on_invites(self, room_ids: Iterable[str]) -> None:
+        for room_id in room_ids:
+            self._spawn(self._accept_invite(room_id), "accept-invite")
+
+    def on_withdrawn(self, event_ids: Iterable[str]) -> None:
+        ids = set(event_ids)
+        if ids:
+            self._spawn(self._edit_replies(ids), "edit-replies")
+
+    async def stop(self) -> None:
+        for t in list(self._tasks):
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.commands.stop()
+        self.responder.executor.shutdown(wait=True, cancel_futures=True)
+
+    # -- behaviour ---------------------------------------------------------------------
+
+    async def _accept_invite(self, room_id: str) -> None:
+        try:
+            await self.matrix.join(room_id)
+        except Exception:
+            log.warning("invite_join_failed", exc_info=True, extra={"room_id": room_id})
+
+    def _record_quotes(self, reply_event_id: str, room_id: str, command_event_id: str,
+                       thread_root: str | None, reply) -> None:
+        self.index.answers.record(reply_event_id, room_id, command_event_id, thread_root,
+                                  list(reply.hits), [sec.shown for sec in reply.sections])
+
+    async def _edit_replies(self, withdrawn: set) -> None:
+        """A withdrawn message must not live on in the bot's own answers: edit every
+        reply that quoted one, and re-record what the edited reply quotes."""
+        answers, manifest = self.index.answers, self.index.manifest
+        for rec in await asyncio.to_thread(answers.quoting, withdrawn):
+            ids = [e for h in rec.hits for e in h.get("quoted", [])]
+            lines = await asyncio.to_thread(answers.lines, ids)
+            reply = rebuild_reply(rec, lines, self.cfg.homeserver.domain)
+            await self.matrix.send(rec.room_id, edit_content(rec.reply_event_id, reply))
+            await asyncio.to_thread(answers.forget_quote, rec.reply_event_id, withdrawn)
+            if manifest is not None:
+                name = answer_prefix(rec.reply_event_id)
+                await asyncio.to_thread(manifest.remove,
+                                        lambda e: str(e.get("name", "")).startswith(name))
+                if reply.sections:
+                    await asyncio.to_thread(self.index.record_answer, rec.reply_event_id,
+                                            list(reply.sections))
+            log.info("reply_edited_after_redaction", extra={
+                "room_id": rec.room_id, "reply": rec.reply_event_id,
+                "redacted": len(withdrawn)})
+
+    async def _status(self, room_id: str, user: str):
+        if not await may_see_status(room_id, user, self.cfg.search.admins, self._power_level):
+            return status_refusal()
+        ingest = self.index.ingest
+        rooms = [(r, ingest.label(RoomID(r))) for r in sorted(self.index.gate.allowlist)]
+        return await asyncio.to_thread(render_status, rooms, self.index.eventlog,
+                                       self.index.journal)
+
+    async def _power_level(self, room_id: str, user: str) -> int:
+        # The whole state: room version 12 creators are not in power_levels.
+        state = await self.matrix.room_state(room_id)
+        return power_from_state(state if isinstance(state, list) else [], user)
+
+    def _spawn(self, coro: Awaitable, name: str) -> None:
+        task = asyncio.ensure_future(coro)
+        task.set_name(name)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("task_failed", extra={"task": task.get_name()},
+                      exc_info=task.exception())
