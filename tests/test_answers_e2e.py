@@ -175,7 +175,6 @@ async def test_three_topics_at_once_each_question_gets_its_own_answer(stack):
             assert f"{answerer}: {answer_text}" in quoted(first), (
                 f"{question!r}: the first hit does not quote {answer_text!r}:\n"
                 f"{content['body']}")
-            assert link_of(answer_id) in first, (question, content["body"])
             html_first = first_li(content["formatted_body"])
             assert link_of(answer_id) in html_first
             assert answer_text.split(";")[0].replace("'", "&#x27;") in html_first
@@ -251,7 +250,6 @@ async def test_slow_room_answer_hours_later_is_carried_and_quoted(stack):
         assert hits, body
         # "sana · 3 h later: quinn: install ..." when the question's hit carries it.
         assert any(q.startswith("sana") and q.endswith(SLOW_ANSWER) for q in quoted(hits[0])), body
-        assert link_of(answer) in hits[0], body
         assert link_of(answer) in first_li(reply["content"]["formatted_body"])
 
     search = stack.cli("search", "--json", "--room", room, SLOW_ASK.removeprefix("!sources "))

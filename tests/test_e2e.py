@@ -57,13 +57,12 @@ async def test_paraphrase_query_cites_the_message(stack):
                                 stack.bot)
         content = reply["content"]
         assert content["msgtype"] == "m.notice"
-        assert quote(ids[1], safe="") in content["formatted_body"]
-        assert quote(ids[1], safe="") in content["body"]
-        assert "via=localhost" in content["body"]
+        assert quote(ids[1], safe="") in content["formatted_body"]  # the line's own link
+        assert "via=localhost" in content["body"]  # the window's, in plain text
 
         # Asked from the private room: answered from memory, the room leaves no trace.
         reply = await alice.ask(private, "!sources signing key rotation", stack.bot)
-        assert quote(ids[1], safe="") in reply["content"]["body"]
+        assert quote(ids[1], safe="") in reply["content"]["formatted_body"]
 
     assert stack.grep_data(CANARY_OUTSIDE) == []
     assert CANARY_OUTSIDE not in stack.service.log_path.read_text(errors="replace")
@@ -151,7 +150,7 @@ async def test_two_line_query_is_fused_and_explained_and_html_escaped(stack):
             stack.bot)
         content = reply["content"]
         assert "(+1 more)" in content["body"]  # both lines were taken as query texts
-        assert quote(ids[0], safe="") in content["body"]
+        assert quote(ids[0], safe="") in content["formatted_body"]
         html = content["formatted_body"]
         for raw in ("<script", "<img", 'href="javascript:', "onerror=alert(2)>"):
             assert raw not in html
