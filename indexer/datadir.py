@@ -28,6 +28,7 @@ def _template(name: str) -> str:
 
 
 FILES = ("config.yaml", "allowlist.yaml", "registration.yaml")
+TOKEN_KEYS = ("as_token", "hs_token")
 
 
 class InitError(RuntimeError):
@@ -65,11 +66,45 @@ def registration_yaml(reg: Registration, domain: str) -> str:
     )
 
 
+def _write_registration(path: Path, text: str, synapse_group: str | None) -> None:
+    """Mode 0600 for whoever runs `init`; with a group (Synapse's), 0640 and that group,
+    so that Synapse running as its own user reads it and nobody else does."""
+    import os
+    import shutil
+
+    gid = None
+    if synapse_group is not None:
+        import grp
+
+        try:
+            gid = grp.getgrnam(synapse_group).gr_gid
+        except KeyError:
+            raise InitError(f"--synapse-group {synapse_group}: no such group (the group "
+                            "Synapse runs as, e.g. matrix-synapse)") from None
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        os.write(fd, text.encode("utf-8"))
+    finally:
+        os.close(fd)
+    if gid is not None:
+        try:
+            shutil.chown(path, group=gid)
+        except PermissionError:
+            raise InitError(f"{path}: cannot give it to group {synapse_group} (run init "
+                            f"as a member of {synapse_group}, or as root)") from None
+        path.chmod(0o640)
+
+
 def init_data_dir(data_dir: Path, homeserver_url: str = "http://127.0.0.1:8008",
                   domain: str = "localhost", force: bool = False,
-                  as_port: int | None = None) -> list[Path]:
+                  as_port: int | None = None, synapse_group: str | None = None,
+                  credentials_dir: Path | None = None) -> list[Path]:
     data_dir = Path(data_dir)
     existing = [data_dir / f for f in FILES if (data_dir / f).exists()]
+    if credentials_dir is not None:
+        existing += [Path(credentials_dir) / k for k in TOKEN_KEYS
+                     if (Path(credentials_dir) / k).exists()]
     if existing and not force:
         names = ", ".join(str(p) for p in existing)
         raise InitError(f"{names} already exist; pass --force to overwrite "
@@ -95,22 +130,39 @@ def init_data_dir(data_dir: Path, homeserver_url: str = "http://127.0.0.1:8008",
                        as_token=secrets.token_urlsafe(32), hs_token=secrets.token_urlsafe(32),
                        sender_localpart=str(asc["bot_localpart"]))
     path = data_dir / "registration.yaml"
-    path.write_text(registration_yaml(reg, domain), encoding="utf-8")
-    path.chmod(0o600)
-    return [data_dir / f for f in FILES]
+    _write_registration(path, registration_yaml(reg, domain), synapse_group)
+    written = [data_dir / f for f in FILES]
+    if credentials_dir is not None:
+        from .credentials import write_token_file
+
+        credentials_dir = Path(credentials_dir)
+        credentials_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        for key in TOKEN_KEYS:
+            write_token_file(credentials_dir / key, getattr(reg, key))
+            written.append(credentials_dir / key)
+    return written
 
 
-def load_registration(path: Path) -> Registration:
-    """Read a registration and refuse placeholder tokens, saying how to make real ones."""
+def load_registration(path: Path, optional_tokens: tuple[str, ...] = ()) -> Registration:
+    """Read a registration and refuse placeholder tokens, saying how to make real ones.
+    The tokens named in `optional_tokens` come from elsewhere (credentials.py): they may
+    be missing here (read as ""), and are not checked."""
     from .config import ConfigError, load_yaml
 
     data = load_yaml(path)
     if not isinstance(data, dict):
         raise ConfigError(path, "", "must be a YAML mapping")
+    for key in optional_tokens:
+        if not isinstance(data.get(key), str):
+            data[key] = ""
     for key in ("id", "url", "as_token", "hs_token", "sender_localpart"):
+        if key in optional_tokens:
+            continue
         if not isinstance(data.get(key), str) or not data[key]:
             raise ConfigError(path, key, "is missing")
-    for key in ("as_token", "hs_token"):
+    for key in TOKEN_KEYS:
+        if key in optional_tokens:
+            continue
         if "CHANGE_ME" in data[key] or len(data[key]) < 16:
             raise ConfigError(path, key, "is a placeholder; generate a real registration with "
                               "`matrix-sources init --data-dir DIR` and give Synapse that file")
