@@ -60,7 +60,7 @@ def test_credentials_directory_supplies_both_tokens(tmp_path):
 
 def test_without_credentials_the_registration_tokens_are_used(tmp_path):
     cfg = load_config(data_dir(tmp_path))
-    own = load_registration(cfg.registration)
+    own = load_registration(cfg.registration_path)
     assert service_registration(cfg, {}) == own
     # a credentials dir holding only one token: the other from the registration
     d = creds_dir(tmp_path, hs_token=HS_TOKEN)
@@ -72,8 +72,8 @@ def test_file_keys_win_over_the_credentials_directory(tmp_path):
     (tmp_path / "secret").mkdir()
     (tmp_path / "secret" / "as").write_text("as-from-the-file-key-0123456789\n")
     cfg = load_config(data_dir(tmp_path, {"as_token_file": "secret/as"}))
-    assert cfg.as_token_file == tmp_path.resolve() / "secret" / "as"
-    assert cfg.hs_token_file is None
+    assert cfg.appservice.as_token_file == "secret/as"
+    assert cfg.appservice.hs_token_file is None
     d = creds_dir(tmp_path, as_token=AS_TOKEN, hs_token=HS_TOKEN)
     reg = service_registration(cfg, {"CREDENTIALS_DIRECTORY": str(d)})
     assert (reg.as_token, reg.hs_token) == ("as-from-the-file-key-0123456789", HS_TOKEN)
@@ -81,8 +81,8 @@ def test_file_keys_win_over_the_credentials_directory(tmp_path):
 
 def test_registration_may_leave_out_tokens_given_as_credentials(tmp_path):
     cfg = load_config(data_dir(tmp_path))
-    text = cfg.registration.read_text()
-    cfg.registration.write_text("\n".join(line for line in text.splitlines()
+    text = cfg.registration_path.read_text()
+    cfg.registration_path.write_text("\n".join(line for line in text.splitlines()
                                           if not line.startswith(("as_token", "hs_token"))))
     with pytest.raises(ConfigError, match="as_token: is missing"):
         service_registration(cfg, {})
@@ -163,15 +163,15 @@ def test_doctor_warns_about_token_files_others_can_read(tmp_path, capsys):
     cfg = load_config(data_dir(tmp_path, {"as_token_file": "as"}))
     assert list(check_token_files(cfg)) == []
     secret.chmod(0o640)  # a token file of its own: not even its group
-    cfg.registration.chmod(0o640)  # the registration: Synapse's group may
+    cfg.registration_path.chmod(0o640)  # the registration: Synapse's group may
     warned = list(check_token_files(cfg))
     assert [c.detail for c in warned] == [f"{secret} holds a token and its group can read it"]
-    cfg.registration.chmod(0o644)
+    cfg.registration_path.chmod(0o644)
     warned = list(check_token_files(cfg))
     assert len(warned) == 2 and all(c.warning and c.ok for c in warned)
     assert print_checks(warned) == 0  # a warning, not a failure
     out = capsys.readouterr().out
-    assert f"WARN token file: {cfg.registration} holds a token and everyone can read it" in out
+    assert f"WARN token file: {cfg.registration_path} holds a token and everyone can read it" in out
     assert f"fix: chmod 0600 {secret}" in out
 
 
