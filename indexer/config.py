@@ -120,7 +120,7 @@ class AppserviceSettings(_Section):
     bot_localpart: Str = "sourcesbot"
     bot_displayname: Str = "Sources"
     # Files holding one token each (a systemd credential, a secrets mount): when set, the
-    # service reads that token there instead of from the registration (credentials.py).
+    # service reads that token there instead of from the registration (datadir.py, "the service's tokens").
     as_token_file: RelativePath | None = None
     hs_token_file: RelativePath | None = None
 

@@ -19,7 +19,7 @@ from ruamel.yaml import YAML
 from appservice.cli.doctor import check_token_files, print_checks
 from appservice.cli.main import main
 from indexer.config import ConfigError, load_config
-from indexer.credentials import service_registration
+from indexer.datadir import service_registration
 from indexer.datadir import init_data_dir, load_registration
 
 AS_TOKEN = "as-from-credential-0123456789abcdef"

@@ -14,7 +14,7 @@ from indexer.ingest.allowlist import load_allowlist
 from indexer.ingest.backfill import backfill_room
 from indexer.components import Index
 from indexer.config import Config
-from indexer.credentials import service_registration
+from indexer.datadir import service_registration
 from indexer.store.lock import WriterLock
 from indexer.records import RoomID
 

@@ -18,7 +18,7 @@ from urllib.parse import quote
 
 from indexer.ingest.allowlist import load_allowlist
 from indexer.config import Config, ConfigError, load_config
-from indexer.credentials import readable_by_others, service_registration, token_files
+from indexer.datadir import readable_by_others, service_registration, token_files
 from indexer.datadir import Registration
 from indexer.ingest.events import StateEvent, parse_event
 from indexer.ingest.gate import Gate

@@ -190,7 +190,7 @@ def cmd_allowlist(args) -> int:
 def _say_at_door(cfg: Config, added: bool, room: str, shown: str) -> None:
     """What the service will make of the room, read now from the homeserver as the bot
     (cli/door.py): a room it will refuse says so and why, not a bare `added:`."""
-    from indexer.credentials import service_registration
+    from indexer.datadir import service_registration
 
     from .door import Verdict, judge_at_door
 
@@ -215,7 +215,7 @@ def _resolve_rooms(cfg: Config, rooms: list[str]) -> list[tuple[str, str | None]
     """(room id, alias it came from) for each argument; aliases are resolved through the
     homeserver with the registration's as_token."""
     from indexer.ingest.allowlist import ROOM_ID
-    from indexer.credentials import service_registration
+    from indexer.datadir import service_registration
 
     from ..homeserver.aliases import resolve_alias
 
