@@ -149,7 +149,7 @@ def init_data_dir(data_dir: Path, homeserver_url: str = "http://127.0.0.1:8008",
 
 def load_registration(path: Path, optional_tokens: tuple[str, ...] = ()) -> Registration:
     """Read a registration and refuse placeholder tokens, saying how to make real ones.
-    The tokens named in `optional_tokens` come from elsewhere (credentials.py): they may
+    The tokens named in `optional_tokens` come from elsewhere (service_registration, below): they may
     be missing here (read as ""), and are not checked."""
     from .config import ConfigError, load_yaml
 
