@@ -119,6 +119,10 @@ class AppserviceSettings(_Section):
     registration: RelativePath = "registration.yaml"
     bot_localpart: Str = "sourcesbot"
     bot_displayname: Str = "Sources"
+    # Files holding one token each (a systemd credential, a secrets mount): when set, the
+    # service reads that token there instead of from the registration (datadir.py, "the service's tokens").
+    as_token_file: RelativePath | None = None
+    hs_token_file: RelativePath | None = None
 
     @field_validator("bot_localpart")
     @classmethod

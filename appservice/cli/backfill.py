@@ -14,7 +14,7 @@ from indexer.ingest.allowlist import load_allowlist
 from indexer.ingest.backfill import backfill_room
 from indexer.components import Index
 from indexer.config import Config
-from indexer.datadir import load_registration
+from indexer.datadir import service_registration
 from indexer.store.lock import WriterLock
 from indexer.records import RoomID
 
@@ -24,7 +24,7 @@ from ..homeserver.roomstate import fetch_room_facts
 
 
 async def _run(cfg: Config, rooms: list[str], show: bool) -> int:
-    reg = load_registration(cfg.registration_path)
+    reg = service_registration(cfg)
     listed = set(load_allowlist(cfg.allowlist_path))
     unlisted = [r for r in rooms if r not in listed]
     if unlisted:  # before the model loads: a typo should not cost 15 s

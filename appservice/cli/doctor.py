@@ -18,7 +18,8 @@ from urllib.parse import quote
 
 from indexer.ingest.allowlist import load_allowlist
 from indexer.config import Config, ConfigError, load_config
-from indexer.datadir import Registration, load_registration
+from indexer.datadir import readable_by_others, service_registration, token_files
+from indexer.datadir import Registration
 from indexer.ingest.events import StateEvent, parse_event
 from indexer.ingest.gate import Gate
 from indexer.records import RoomID, UserID
@@ -39,6 +40,20 @@ class Check:
     ok: bool
     detail: str
     fix: str = ""
+    warning: bool = False  # ok, but worth fixing: printed WARN, not counted a problem
+
+
+def check_token_files(cfg: Config) -> Iterator[Check]:
+    """A file holding a token that others can read lets them act as the bot. The
+    registration may be readable by its group (Synapse's: init --synapse-group); a token
+    file of its own, by nobody but its owner."""
+    files = [(cfg.registration_path, True, "chmod 0640 (group: Synapse's) or 0600")]
+    files += [(src.file, False, "chmod 0600") for src in token_files(cfg).values()]
+    for file, group_ok, fix in files:
+        who = readable_by_others(file, group_ok=group_ok)
+        if who is not None:
+            yield Check("token file", True, f"{file} holds a token and {who} can read it",
+                        f"{fix} {file}", warning=True)
 
 
 def _get(url: str, token: str, timeout: float = 10) -> tuple[int, object]:
@@ -171,7 +186,7 @@ def run_checks(config_path: Path) -> Iterator[Check]:
         return
     yield Check("config", True, str(cfg.file))
     try:
-        reg = load_registration(cfg.registration_path)
+        reg = service_registration(cfg)
     except ConfigError as e:
         yield Check("registration", False, str(e))
         return
@@ -181,6 +196,7 @@ def run_checks(config_path: Path) -> Iterator[Check]:
                     f"on {expected}", "make them agree, then restart the homeserver")
     else:
         yield Check("registration", True, f"{cfg.registration_path}, url {reg.url}")
+    yield from check_token_files(cfg)
     hs = check_homeserver(cfg, reg)
     yield hs
     try:
@@ -203,8 +219,9 @@ def run_checks(config_path: Path) -> Iterator[Check]:
 def print_checks(checks: Iterable[Check]) -> int:
     ok = bad = 0
     for c in checks:
-        print(f"{'ok  ' if c.ok else 'FAIL'} {c.name}: {c.detail}", flush=True)
-        if not c.ok and c.fix:
+        mark = "WARN" if c.warning else "ok  " if c.ok else "FAIL"
+        print(f"{mark} {c.name}: {c.detail}", flush=True)
+        if (not c.ok or c.warning) and c.fix:
             print(f"     fix: {c.fix}", flush=True)
         ok, bad = ok + c.ok, bad + (not c.ok)
     print(f"\n{ok} ok, {bad} problem{'s' if bad != 1 else ''}")

@@ -35,14 +35,21 @@ def cmd_init(args) -> int:
 
     try:
         paths = init_data_dir(Path(args.data_dir), args.homeserver_url, args.domain,
-                              args.force, args.port)
+                              args.force, args.port, synapse_group=args.synapse_group,
+                              credentials_dir=args.credentials_dir and Path(args.credentials_dir))
     except InitError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     for p in paths:
         print(f"wrote {p}")
     reg = paths[2].resolve()
-    print(f"\nNext: add {reg} to app_service_config_files in homeserver.yaml, restart "
+    if args.synapse_group:
+        print(f"\n{reg} is mode 0640, group {args.synapse_group}: Synapse reads it, "
+              "others cannot.")
+    else:
+        print(f"\n{reg} is mode 0600: if Synapse runs as another user, give it the file "
+              f"(chgrp SYNAPSE_GROUP {reg} && chmod 0640 {reg}; or init --synapse-group).")
+    print(f"Next: add {reg} to app_service_config_files in homeserver.yaml, restart "
           f"Synapse, then: matrix-sources run -c {paths[0]}")
     return 0
 
@@ -184,7 +191,7 @@ def cmd_allowlist(args) -> int:
             comment = " ".join(c for c in (alias, args.comment) if c) or None
             changed = add_room(cfg.allowlist_path, room, comment)
             shown = f"{room} ({alias})" if alias else room
-            print(f"{'added' if changed else 'already listed'}: {shown}")
+            _say_at_door(cfg, changed, room, shown)
         return 0
     for room in args.rooms:
         changed = remove_room(cfg.allowlist_path, room)
@@ -192,11 +199,35 @@ def cmd_allowlist(args) -> int:
     return 0
 
 
+def _say_at_door(cfg: Config, added: bool, room: str, shown: str) -> None:
+    """What the service will make of the room, read now from the homeserver as the bot
+    (cli/door.py): a room it will refuse says so and why, not a bare `added:`."""
+    from indexer.datadir import service_registration
+
+    from .door import Verdict, judge_at_door
+
+    try:
+        verdict = judge_at_door(cfg, service_registration(cfg).as_token, room, join=added)
+    except ConfigError as e:
+        verdict = Verdict("unknown", f"no token to ask the homeserver with ({e})")
+    done = "added" if added else "already listed"
+    if verdict.rule is None or verdict.rule == "unknown":
+        print(f"{done}: {shown}")
+        if verdict.rule == "unknown":
+            print(f"  not checked now: {verdict.detail}; `matrix-sources doctor` checks "
+                  "it later")
+        return
+    print(f"{done}, but it will be refused: {shown}: {verdict.detail} "
+          f"(journal rule {verdict.rule})")
+    if verdict.fix:
+        print(f"  fix: {verdict.fix}")
+
+
 def _resolve_rooms(cfg: Config, rooms: list[str]) -> list[tuple[str, str | None]]:
     """(room id, alias it came from) for each argument; aliases are resolved through the
     homeserver with the registration's as_token."""
     from indexer.ingest.allowlist import ROOM_ID
-    from indexer.datadir import load_registration
+    from indexer.datadir import service_registration
 
     from ..homeserver.aliases import resolve_alias
 
@@ -210,7 +241,7 @@ def _resolve_rooms(cfg: Config, rooms: list[str]) -> list[tuple[str, str | None]
             out.append((room, None))
             continue
         if token is None:
-            token = load_registration(cfg.registration_path).as_token
+            token = service_registration(cfg).as_token
         out.append((resolve_alias(cfg.homeserver.url, token, room), room))
     return out
 
@@ -287,6 +318,13 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--domain", default="localhost", help="the homeserver's server_name")
     sp.add_argument("--port", type=int, default=None, help="appservice port (default 29316)")
     sp.add_argument("--force", action="store_true", help="overwrite existing files")
+    sp.add_argument("--synapse-group", default=None, metavar="GROUP",
+                    help="the group Synapse runs as: registration.yaml is then mode 0640 "
+                         "in that group, so Synapse reads it and others cannot (default: "
+                         "0600 for whoever runs init)")
+    sp.add_argument("--credentials-dir", default=None, metavar="DIR",
+                    help="also write the tokens to DIR/as_token and DIR/hs_token (mode "
+                         "0600), for systemd's LoadCredential= (docs/deployment.md)")
     sp.set_defaults(func=cmd_init)
 
     sp = with_config(sub.add_parser("run", help="serve the appservice"))

@@ -31,7 +31,7 @@ from indexer.store.lock import WriterLock
 from indexer.clock import retrying
 from indexer.components import Index
 from indexer.config import Config, ConfigError
-from indexer.datadir import load_registration
+from indexer.datadir import service_registration
 from indexer.pipeline.embedder import Embedder
 from indexer.ingest.admit import AdmitResult
 from indexer.ingest.events import MessageEvent
@@ -104,7 +104,7 @@ class BotPort(Protocol):
 class Service:
     def __init__(self, cfg: Config, embedder: Embedder | None = None) -> None:
         self.cfg = cfg
-        self.registration = load_registration(cfg.registration_path)
+        self.registration = service_registration(cfg)  # tokens: datadir.py
         self.lock = WriterLock(cfg.data_dir, "matrix-sources run").acquire()
         # This process is the collection's one writer (the lock above): it keeps the
         # lexical leg's postings in memory (indexer/search/termindex.py), built in the background.
