@@ -116,7 +116,7 @@ class Bot:
         ingest = self.index.ingest
         rooms = [(r, ingest.label(RoomID(r))) for r in sorted(self.index.gate.allowlist)]
         return await asyncio.to_thread(render_status, rooms, self.index.eventlog,
-                                       self.index.journal)
+                                       self.index.journal, ingest.sent_away.rooms)
 
     async def _power_level(self, room_id: str, user: str) -> int:
         # The whole state: room version 12 creators are not in power_levels.

@@ -57,8 +57,11 @@ def power_from_state(state: list, user: str) -> int:
     return level if isinstance(level, int) and not isinstance(level, bool) else 0
 
 
-def render_status(rooms: list[tuple[str, str]], eventlog: EventLog, journal: Journal) -> Reply:
-    """rooms: (room id, label) of the allowlist."""
+def render_status(rooms: list[tuple[str, str]], eventlog: EventLog, journal: Journal,
+                  sent_away: dict | None = None) -> Reply:
+    """rooms: (room id, label) of the allowlist; sent_away: room id -> the SentAway of
+    a room whose moderators removed the bot (indexer/ingest/sentaway.py)."""
+    sent_away = sent_away or {}
     refusals: Counter = Counter()
     seen: set[tuple] = set()
     for entry in journal.read():
@@ -79,6 +82,12 @@ def render_status(rooms: list[tuple[str, str]], eventlog: EventLog, journal: Jou
         r = room_report(eventlog, room_id)
         last = format_ts(r["cursor_ts"]) if r["cursor_ts"] else "never"
         name = label or room_id
+        if room_id in sent_away:
+            why = f"not indexed: the bot was {sent_away[room_id].reason}"
+            plain.append(f"- {name}: {why}")
+            rich.append(f"<tr><td>{html.escape(name)}</td><td colspan=\"5\">"
+                        f"{html.escape(why)}</td></tr>")
+            continue
         plain.append(f"- {name}: {r['messages']} messages in {r['windows']} windows, "
                      f"{r['pending']} pending, last indexed {last}, "
                      f"{refusals[room_id]} refusals")

@@ -17,6 +17,7 @@ from typing import Iterable, Iterator
 from urllib.parse import quote
 
 from indexer.ingest.allowlist import load_allowlist
+from indexer.ingest.sentaway import sent_away_at
 from indexer.config import Config, ConfigError, load_config
 from indexer.datadir import readable_by_others, service_registration, token_files
 from indexer.datadir import Registration
@@ -204,10 +205,17 @@ def run_checks(config_path: Path) -> Iterator[Check]:
     except ConfigError as e:
         rooms = []
         yield Check("allowlist", False, str(e))
+    away = sent_away_at(cfg.eventlog_path)
+    for r in rooms:
+        if RoomID(r) in away:
+            yield Check(f"room {r}", False, f"refused (bot_removed): the bot was "
+                        f"{away[RoomID(r)].reason}", "ask the room's moderators to invite "
+                        f"{cfg.bot_user}, or remove the room from the allowlist")
     if hs.ok:
         gate = Gate(frozenset(rooms), UserID(cfg.bot_user), cfg.puppet_patterns)
         for r in rooms:
-            yield check_room(cfg, reg, gate, r)
+            if RoomID(r) not in away:
+                yield check_room(cfg, reg, gate, r)
     eventlog, store = check_eventlog_health(cfg), check_store(cfg)
     yield eventlog
     yield store

@@ -245,12 +245,22 @@ class Service:
 
     async def join_allowlisted(self) -> None:
         for room_id in sorted(self.gate.allowlist):
+            if self._sent_away(room_id):
+                continue
             try:
                 await self.az.intent.join_room_by_id(room_id)
             except MatrixError:
                 log.warning("join_failed", exc_info=True, extra={"room_id": room_id})
                 continue
             await self._learn_or_retry(room_id)
+
+    def _sent_away(self, room_id: str) -> bool:
+        """Its moderators kicked or banned the bot: not joined until invited back."""
+        away = self.ingest.sent_away.get(RoomID(room_id))
+        if away is not None:
+            log.info("room_not_joined", extra={"room_id": room_id, "rule": "bot_removed",
+                                               "by": away.by})
+        return away is not None
 
     async def backfill(self, room_id: RoomID) -> None:
         """Fetch what the room said before the bot was there (or while the service was
@@ -314,6 +324,8 @@ class Service:
             except Exception:
                 log.exception("purge_failed", extra={"rooms": len(removed)})
         for room_id in sorted(added):
+            if self._sent_away(room_id):
+                continue
             try:
                 await self.az.intent.join_room_by_id(room_id)
             except Exception:
@@ -390,7 +402,11 @@ class Service:
         return await self.az.intent.send_message_event(room_id, EventType.ROOM_MESSAGE, content)
 
     async def join(self, room_id: str) -> None:
+        """Join where invited; an allowlisted room (the bot invited back after it was
+        sent away, say) is then read from where its index stands."""
         await self.az.intent.join_room_by_id(room_id)
+        if room_id in self.gate.allowlist:
+            await self._learn_or_retry(room_id)
 
     async def room_state(self, room_id: str) -> list:
         # Raw JSON: room version 12 creators are not in power_levels.

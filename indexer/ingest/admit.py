@@ -14,6 +14,7 @@ yet is refused, but not purged.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Iterable
@@ -29,6 +30,7 @@ from ..store.journal import Journal
 from .purge import Purger, PurgeReport
 from ..records import EventID, Message, Refusal, RoomID, UserID
 from .roomfacts import RoomFacts, apply_state
+from .sentaway import SentAwayRooms
 
 
 @dataclass
@@ -64,11 +66,14 @@ class Ingest:
     # Users forgotten on request (forget.py): the time (ms) from which their messages
     # are admitted again, None while forgotten. Read from the event log at open.
     forgotten: dict[UserID, int | None] = field(default_factory=dict)
+    sent_away: SentAwayRooms = field(init=False)  # the gate reads it too
 
     def __post_init__(self) -> None:
         if self.purger is None:
             self.purger = Purger(self.eventlog, self.journal)
         self.forgotten.update(self.eventlog.history.forgotten_users())
+        self.sent_away = SentAwayRooms(self.eventlog, self.journal)
+        self.gate.sent_away = self.sent_away
 
     def is_forgotten(self, user: UserID, ts: int) -> bool:
         if user not in self.forgotten:
@@ -149,6 +154,8 @@ class Ingest:
             if isinstance(ev, StateEvent):
                 before = self.facts.get(room_id, RoomFacts())
                 self.facts[room_id] = apply_state(before, ev)
+                if ev.state_key == self.gate.bot_user:  # kicked, banned, invited back
+                    self.sent_away.fold(ev, self.gate.bot_user, int(time.time() * 1000))
                 self._note_visibility(before, self.facts[room_id], ev, source)
                 self._note_refused(self._state_refusal(ev), refused_rooms, cutoff,
                                    len(passed))

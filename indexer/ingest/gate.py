@@ -3,6 +3,8 @@
 Rules (DESIGN.md, "Rules the gate enforces"), checked in this order:
 
     room not on the allowlist  -> not_allowlisted       (never read at all)
+    the bot kicked or banned    -> bot_removed           (whole room, until invited back:
+                                                          sentaway.py)
     room state: encrypted       -> encrypted_room        (whole room)
                 bridged         -> bridged_room          (whole room)
                 a DM            -> direct_message        (whole room, even if listed)
@@ -27,7 +29,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Container, Iterable
 
 from .events import TIMESTAMP_OUT_OF_RANGE
 from ..config import DEFAULT_PUPPET_PATTERNS
@@ -43,10 +45,11 @@ BRIDGED_ROOM = "bridged_room"
 PUPPET_SENDER = "puppet_sender"
 OWN_MESSAGE = "own_message"
 STATE_UNAVAILABLE = "state_unavailable"
+BOT_REMOVED = "bot_removed"
 HISTORY_NOT_SHARED = "history_not_shared"
 USER_FORGOTTEN = "user_forgotten"  # judged by Ingest (the list lives in the event log)
 
-RULES = (NOT_ALLOWLISTED, NOT_PUBLIC, DIRECT_MESSAGE, ENCRYPTED_ROOM, ENCRYPTED_EVENT,
+RULES = (NOT_ALLOWLISTED, BOT_REMOVED, NOT_PUBLIC, DIRECT_MESSAGE, ENCRYPTED_ROOM, ENCRYPTED_EVENT,
          BRIDGED_ROOM, PUPPET_SENDER, OWN_MESSAGE, STATE_UNAVAILABLE, TIMESTAMP_OUT_OF_RANGE,
          HISTORY_NOT_SHARED, USER_FORGOTTEN)
 
@@ -58,6 +61,8 @@ class Gate:
     bot_user: UserID
     puppet_patterns: tuple[str, ...] = DEFAULT_PUPPET_PATTERNS
     require_world_readable: bool = False  # index.require_world_readable
+    # Rooms whose moderators sent the bot away (sentaway.py keeps them); shared by copies.
+    sent_away: Container[RoomID] = frozenset()
     _puppets: list[re.Pattern] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -65,7 +70,8 @@ class Gate:
 
     def with_allowlist(self, rooms: Iterable[RoomID]) -> "Gate":
         return Gate(frozenset(rooms), self.bot_user, self.puppet_patterns,
-                    require_world_readable=self.require_world_readable)
+                    require_world_readable=self.require_world_readable,
+                    sent_away=self.sent_away)
 
     def is_puppet(self, user: str) -> bool:
         return any(p.match(user) for p in self._puppets)
@@ -77,6 +83,8 @@ class Gate:
         (puppets), for callers that check the member that changed themselves."""
         if room_id not in self.allowlist:
             return Refusal(NOT_ALLOWLISTED, room_id, whole_room=True)
+        if room_id in self.sent_away:
+            return Refusal(BOT_REMOVED, room_id, whole_room=True)
         if facts is None or facts.join_rule is None:
             return Refusal(NOT_PUBLIC, room_id, detail="join rule unknown", whole_room=True)
         if facts.encrypted:

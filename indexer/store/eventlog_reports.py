@@ -44,3 +44,17 @@ def room_report(log: EventLog, room_id: str) -> dict:
     return {"messages": indexed, "windows": windows, "pending": pending,
             "cursor_ts": cursor.ts if cursor else None,
             "cursor_event_id": cursor.event_id if cursor else None}
+
+
+def meta_at(path: Path, key: str) -> str | None:
+    """One event log meta value, read-only (doctor, beside a running service)."""
+    if not path.exists():
+        return None
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        row = db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else None
+    except sqlite3.DatabaseError:  # too old to have the table, or damaged (doctor says so)
+        return None
+    finally:
+        db.close()
