@@ -21,10 +21,12 @@ from indexer.components import Index
 from indexer.config import Config
 from indexer.derived.filter import answer_prefix
 from indexer.ingest.events import MessageEvent
-from indexer.records import RoomID
+from indexer.ingest.forget import Forgetting
+from indexer.records import RoomID, UserID
 
 from .answer_edits import edit_content, rebuild_reply
 from .commandpool import CommandPool
+from .replies import Reply, render_notice
 from .responder import RateLimiter, Responder
 from .status import may_see_status, power_from_state, render_status, status_refusal
 
@@ -43,14 +45,18 @@ class Matrix(Protocol):
 
 class Bot:
     def __init__(self, cfg: Config, index: Index, matrix: Matrix,
-                 on_search_seconds: Callable[[float], None] | None = None) -> None:
+                 on_search_seconds: Callable[[float], None] | None = None,
+                 index_changed: Callable[[], None] = lambda: None) -> None:
+        """`index_changed`: windows to re-chunk (a forget): the service's worker runs."""
         self.cfg, self.index, self.matrix = cfg, index, matrix
+        self.index_changed = index_changed
         self.responder = Responder(
             index.searcher, matrix.send, cfg.bot_user, cfg.search.default_top_k,
             RateLimiter(cfg.search.rate_limit_per_minute), domain=cfg.homeserver.domain,
             resolve_alias=matrix.resolve_alias, rrf_k=cfg.search.rrf_k, status=self._status,
             on_search_seconds=on_search_seconds, record_answer=index.record_answer,
-            record_quotes=self._record_quotes, is_outage=matrix.is_outage)
+            record_quotes=self._record_quotes, is_outage=matrix.is_outage,
+            forget_me=self._forget_me)
         self.commands = CommandPool(self.responder.answer)
         self._tasks: set[asyncio.Task] = set()
 
@@ -109,6 +115,28 @@ class Bot:
             log.info("reply_edited_after_redaction", extra={
                 "room_id": rec.room_id, "reply": rec.reply_event_id,
                 "redacted": len(withdrawn)})
+
+    async def _forget_me(self, sender: str, undo: bool) -> Reply:
+        """`!sources forget me`: the sender's words leave the index by the redaction path
+        (text zeroed, windows re-chunked, compaction, answers edited) and what they send
+        from now on is refused; `index me` admits what they send from now on."""
+        forgetting = Forgetting(self.index.ingest)
+        user = UserID(sender)
+        if undo:
+            if await asyncio.to_thread(forgetting.unforget_user, user, "command"):
+                return render_notice("From now on what you say is indexed again. What was "
+                                     "removed before stays removed.")
+            return render_notice("You had not asked to be forgotten: what you say in "
+                                 "the indexed rooms is indexed.")
+        report = await asyncio.to_thread(forgetting.forget_user, user, "command")
+        self.index_changed()
+        self.on_withdrawn(report.event_ids)
+        n = report.messages
+        return render_notice(
+            f"Done: {n} message{'' if n == 1 else 's'} of yours removed from the index "
+            f"(their text now, what was computed from them within "
+            f"{self.cfg.index.compaction_interval_seconds:g} seconds), and nothing you say "
+            f"from now on will be indexed. `!sources index me` undoes the second part.")
 
     async def _status(self, room_id: str, user: str):
         if not await may_see_status(room_id, user, self.cfg.search.admins, self._power_level):

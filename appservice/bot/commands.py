@@ -28,6 +28,8 @@ Search this community's public rooms by meaning:
 Flags: --top N (1 to {MAX_TOP_K}), --room here|#alias|!roomid, --corpus chat|reference
   {COMMAND_PREFIX} why 1     why hit 1 of your last query ranked where it did
   {COMMAND_PREFIX} status    what the index holds (room moderators)
+  {COMMAND_PREFIX} forget me    remove everything you said from the index, and index
+      nothing you say from now on ({COMMAND_PREFIX} index me undoes the second part)
   {COMMAND_PREFIX} help      this text"""
 
 
@@ -56,7 +58,14 @@ class WhyCommand:
     n: int  # 1-based hit number of the asker's last query
 
 
-Command = SearchCommand | HelpCommand | WhyCommand | StatusCommand
+@dataclass(frozen=True)
+class ForgetMeCommand:
+    """The sender's own words out of the index; never anyone else's."""
+
+    undo: bool = False  # `index me`: what they send from now on is indexed again
+
+
+Command = SearchCommand | HelpCommand | WhyCommand | StatusCommand | ForgetMeCommand
 
 
 def parse_command(body: str, room_id: str, default_top_k: int = 5) -> Command:
@@ -71,6 +80,8 @@ def parse_command(body: str, room_id: str, default_top_k: int = 5) -> Command:
         return HelpCommand()
     if words == ["status"] and not more.strip():
         return StatusCommand()
+    if [w.lower() for w in words] in (["forget", "me"], ["index", "me"]) and not more.strip():
+        return ForgetMeCommand(undo=words[0].lower() == "index")
     if len(words) == 2 and words[0] == "why" and words[1].isdigit() and not more.strip():
         return WhyCommand(int(words[1]))
     top_k: object = default_top_k

@@ -216,8 +216,12 @@ def _cut_note(n: int) -> str:
     return f"({n} more hits cut to keep this reply short)"
 
 
-def render_error(message: str) -> Reply:
+def render_notice(message: str) -> Reply:
+    """A sentence or two of plain text (a refusal, a confirmation)."""
     return Reply(message, html.escape(message).replace("\n", "<br>"), ())
+
+
+render_error = render_notice
 
 
 def render_help(text: str) -> Reply:

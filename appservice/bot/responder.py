@@ -24,7 +24,8 @@ from indexer.ingest.events import MessageEvent
 from indexer.records import Hit, RoomID
 from indexer.search.searcher import Searcher
 
-from .commands import (HELP, CommandError, HelpCommand, StatusCommand, WhyCommand,
+from .commands import (HELP, CommandError, ForgetMeCommand, HelpCommand, StatusCommand,
+                       WhyCommand,
                        parse_command)
 from .replies import Reply, render_error, render_help, render_hits, render_why
 
@@ -72,6 +73,8 @@ class Responder:
     resolve_alias: ResolveAlias | None = None
     rrf_k: int = 60
     status: Status | None = None
+    # (sender, undo) -> the reply: `!sources forget me` / `index me` (bot.py)
+    forget_me: Callable[[str, bool], Awaitable[Reply]] | None = None
     on_search_seconds: Callable[[float], None] | None = None
     answered: int = 0
     # (room, user) -> (distinct texts, hits) of the last query; never written to disk.
@@ -153,6 +156,10 @@ class Responder:
             if self.status is None:
                 return render_error("Status is not available here.")
             return await self.status(m.room_id, m.sender)
+        if isinstance(cmd, ForgetMeCommand):
+            if self.forget_me is None:
+                return render_error("Forgetting is not available here.")
+            return await self.forget_me(m.sender, cmd.undo)  # the sender: nobody else
         query = cmd.query
         if cmd.room_alias is not None:
             room_id = await self.resolve_alias(cmd.room_alias) if self.resolve_alias else None

@@ -62,7 +62,8 @@ def serve_with_bot(cfg, embedder=None):
 
     service = Service(cfg, embedder)
     service.attach(Bot(cfg, service.index, service,
-                       on_search_seconds=service.metrics.search_latency.observe))
+                       on_search_seconds=service.metrics.search_latency.observe,
+                       index_changed=service.worker.notify))
     return service
 
 
