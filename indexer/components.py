@@ -124,7 +124,8 @@ class Index:
             store.enable_term_index(on_ready=on_postings_ready)
         embedder = embedder or load_embedder(cfg.embedder, cfg.embedder_backend, cfg.models_dir)
         gate = Gate(frozenset(load_allowlist(cfg.allowlist)), UserID(cfg.bot_user),
-                    cfg.puppet_patterns)
+                    cfg.puppet_patterns,
+                    cfg.bridge_servers, cfg.bridge_puppets)
         # The derived filter: one manifest, read by the pipeline, appended by replies.
         manifest = Manifest(manifest_path(cfg.data_dir), cfg.derived.shingle_size)
         matcher = Matcher(manifest, cfg.derived)

@@ -183,6 +183,8 @@ class SearchSettings(_Section):
 class GateSettings(_Section):
     puppet_patterns: tuple[Annotated[Str, AfterValidator(_regex)], ...] = DEFAULT_PUPPET_PATTERNS
     bridge_registrations: tuple[RelativePath, ...] = ()
+    # The servers whose users puppet_patterns match; empty: the homeserver's own domain.
+    bridge_servers: tuple[Str, ...] = ()
 
 
 class LoggingSettings(_Section):
@@ -246,8 +248,11 @@ class Config:
     default_top_k: int
     rrf_k: int
     rate_limit_per_minute: int
-    puppet_patterns: tuple[str, ...]  # gate.puppet_patterns + the bridges' user namespaces
+    puppet_patterns: tuple[str, ...]  # gate.puppet_patterns: users of bridge_servers only
+    bridge_servers: tuple[str, ...]  # gate.bridge_servers, else (domain,)
     bridge_registrations: tuple[Path, ...]
+    # The bridges' user namespaces, each with the server it owns users of (domain).
+    bridge_puppets: tuple[tuple[str, str], ...]
     log_level: str
     scrub_interval_seconds: float  # least seconds between two compactions
     log_format: str
@@ -336,8 +341,10 @@ def load_config(path: Path) -> Config:
         default_top_k=s.search.default_top_k,
         rrf_k=s.search.rrf_k,
         rate_limit_per_minute=s.search.rate_limit_per_minute,
-        puppet_patterns=s.gate.puppet_patterns + bridge_patterns,
+        puppet_patterns=s.gate.puppet_patterns,
+        bridge_servers=s.gate.bridge_servers or (s.homeserver.domain,),
         bridge_registrations=bridges,
+        bridge_puppets=tuple((p, s.homeserver.domain) for p in bridge_patterns),
         log_level=s.logging.level,
         log_format=s.logging.format,
         backfill_days=s.index.backfill_days,
@@ -356,7 +363,8 @@ def load_config(path: Path) -> Config:
 def _bridge_namespaces(file: Path, entries: tuple[str, ...],
                        bot_user: str) -> tuple[tuple[Path, ...], tuple[str, ...]]:
     """Other appservices' registration files (bridges): the regexes of their user
-    namespaces are puppet patterns. Synapse matches them with re.match, as the gate does."""
+    namespaces are puppet patterns, of the homeserver's users only (an appservice owns
+    no user of another server). Synapse matches them with re.match, as the gate does."""
     paths: list[Path] = []
     patterns: list[str] = []
     for i, entry in enumerate(entries):

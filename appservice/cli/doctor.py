@@ -189,7 +189,8 @@ def run_checks(config_path: Path) -> Iterator[Check]:
         rooms = []
         yield Check("allowlist", False, str(e))
     if hs.ok:
-        gate = Gate(frozenset(rooms), UserID(cfg.bot_user), cfg.puppet_patterns)
+        gate = Gate(frozenset(rooms), UserID(cfg.bot_user), cfg.puppet_patterns,
+                    cfg.bridge_servers, cfg.bridge_puppets)
         for r in rooms:
             yield check_room(cfg, reg, gate, r)
     eventlog, store = check_eventlog_health(cfg), check_store(cfg)

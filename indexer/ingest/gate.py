@@ -43,25 +43,41 @@ RULES = (NOT_ALLOWLISTED, NOT_PUBLIC, DIRECT_MESSAGE, ENCRYPTED_ROOM, ENCRYPTED_
          BRIDGED_ROOM, PUPPET_SENDER, OWN_MESSAGE, STATE_UNAVAILABLE, TIMESTAMP_OUT_OF_RANGE)
 
 # Discord bridges' puppets: mautrix-discord (@discord_123...) and matrix-appservice-discord
-# (@_discord_123...). On unless the config says otherwise.
+# (@_discord_123...). On unless the config says otherwise. They match users of the bridge
+# servers only (`bridge_servers`, by default the bot's own): anyone may register
+# `@_discord_999` on a server of their own, and one message of theirs purged a room.
 DEFAULT_PUPPET_PATTERNS = (r"^@_?discord_[^:]*:.*$",)
+
+
+def server_of(user: str) -> str:
+    """The server part of a user id (`@a:ex.org:8448` -> `ex.org:8448`)."""
+    return user.partition(":")[2]
 
 
 @dataclass
 class Gate:
     allowlist: frozenset[RoomID]
     bot_user: UserID
+    # Match only users of `bridge_servers` (empty: the bot's own server).
     puppet_patterns: tuple[str, ...] = DEFAULT_PUPPET_PATTERNS
-    _puppets: list[re.Pattern] = field(init=False, repr=False)
+    bridge_servers: tuple[str, ...] = ()
+    # (regex, server) from bridges' registration files: an appservice owns users of the
+    # homeserver it is registered with only, so each pattern matches that server's users.
+    bridge_puppets: tuple[tuple[str, str], ...] = ()
+    _puppets: list[tuple[re.Pattern, frozenset[str]]] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self._puppets = [re.compile(p) for p in self.puppet_patterns]
+        servers = frozenset(self.bridge_servers or (server_of(self.bot_user),))
+        self._puppets = [(re.compile(p), servers) for p in self.puppet_patterns] + [
+            (re.compile(p), frozenset({server})) for p, server in self.bridge_puppets]
 
     def with_allowlist(self, rooms: Iterable[RoomID]) -> "Gate":
-        return Gate(frozenset(rooms), self.bot_user, self.puppet_patterns)
+        return Gate(frozenset(rooms), self.bot_user, self.puppet_patterns,
+                    self.bridge_servers, self.bridge_puppets)
 
     def is_puppet(self, user: str) -> bool:
-        return any(p.match(user) for p in self._puppets)
+        server = server_of(user)
+        return any(server in servers and p.match(user) for p, servers in self._puppets)
 
     def judge_room(self, room_id: RoomID, facts: RoomFacts | None,
                    scan_members: bool = True) -> Refusal | None:
