@@ -125,7 +125,8 @@ class Index:
             start_term_index(store, eventlog, on_ready=on_postings_ready)
         embedder = embedder or load_embedder(cfg.index.embedder.model, cfg.index.embedder.backend, cfg.models_dir)
         gate = Gate(frozenset(load_allowlist(cfg.allowlist_path)), UserID(cfg.bot_user),
-                    cfg.puppet_patterns, require_world_readable=cfg.index.require_world_readable)
+                    cfg.puppet_patterns, cfg.bridge_servers, cfg.bridge_puppets,
+                    require_world_readable=cfg.index.require_world_readable)
         # The derived filter: one manifest, read by the pipeline, appended by replies.
         manifest = Manifest(manifest_path(cfg.data_dir), cfg.derived.shingle_size)
         matcher = Matcher(manifest, cfg.derived)

@@ -206,6 +206,8 @@ class SearchSettings(_Section):
 class GateSettings(_Section):
     puppet_patterns: tuple[Annotated[Str, AfterValidator(_regex)], ...] = DEFAULT_PUPPET_PATTERNS
     bridge_registrations: tuple[RelativePath, ...] = ()
+    # The servers whose users puppet_patterns match; empty: the homeserver's own domain.
+    bridge_servers: tuple[Str, ...] = ()
 
 
 class LoggingSettings(_Section):
@@ -276,8 +278,18 @@ class Config(_Section):
 
     @property
     def puppet_patterns(self) -> tuple[str, ...]:
-        """gate.puppet_patterns and the user namespaces of the bridges' registrations."""
-        return self.gate.puppet_patterns + self._bridge_patterns
+        """gate.puppet_patterns: they match users of `bridge_servers` only."""
+        return self.gate.puppet_patterns
+
+    @property
+    def bridge_servers(self) -> tuple[str, ...]:
+        return self.gate.bridge_servers or (self.homeserver.domain,)
+
+    @property
+    def bridge_puppets(self) -> tuple[tuple[str, str], ...]:
+        """The bridges' user namespaces, each with the server it owns users of: this
+        homeserver's (an appservice owns no other server's users)."""
+        return tuple((p, self.homeserver.domain) for p in self._bridge_patterns)
 
     @property
     def bridge_registration_paths(self) -> tuple[Path, ...]:
@@ -338,7 +350,8 @@ def load_config(path: Path) -> Config:
 def _bridge_namespaces(file: Path, entries: tuple[str, ...],
                        bot_user: str) -> tuple[tuple[Path, ...], tuple[str, ...]]:
     """Other appservices' registration files (bridges): the regexes of their user
-    namespaces are puppet patterns. Synapse matches them with re.match, as the gate does."""
+    namespaces are puppet patterns, of the homeserver's users only (an appservice owns
+    no user of another server). Synapse matches them with re.match, as the gate does."""
     paths: list[Path] = []
     patterns: list[str] = []
     for i, entry in enumerate(entries):

@@ -24,6 +24,9 @@ from indexer.ingest.gate import Gate
 from indexer.records import RoomID, UserID
 from indexer.ingest.roomfacts import RoomFacts
 
+from .test_hostile_transactions import ROOM_A, env, msg  # noqa: F401 (env: fixture)
+from .test_transactions import put
+
 TELEGRAM_REG = """\
 id: telegram
 url: http://127.0.0.1:29317
@@ -59,15 +62,33 @@ def test_bridge_user_namespaces_become_puppet_patterns(tmp_path):
     (tmp_path / "bridges" / "telegram.yaml").write_text(TELEGRAM_REG)
     cfg = load_config(data_dir(tmp_path, {"bridge_registrations": ["bridges/telegram.yaml"]}))
     assert cfg.bridge_registration_paths == (tmp_path.resolve() / "bridges" / "telegram.yaml",)
-    assert cfg.puppet_patterns == DEFAULT_PUPPET_PATTERNS + (
-        r"@telegram_.*:example\.org", r"^@telegrambot:example\.org$")
-    gate = Gate(frozenset({RoomID("!r:example.org")}), UserID(cfg.bot_user), cfg.puppet_patterns)
+    assert cfg.puppet_patterns == DEFAULT_PUPPET_PATTERNS
+    assert cfg.bridge_puppets == ((r"@telegram_.*:example\.org", "example.org"),
+                                  (r"^@telegrambot:example\.org$", "example.org"))
+    gate = Gate(frozenset({RoomID("!r:example.org")}), UserID(cfg.bot_user), cfg.puppet_patterns,
+                cfg.bridge_servers, cfg.bridge_puppets)
     facts = RoomFacts(join_rule="public", members=frozenset({"@alice:example.org"}))
-    for puppet in ("@telegram_42:example.org", "@telegrambot:example.org", "@discord_1:x"):
+    for puppet in ("@telegram_42:example.org", "@telegrambot:example.org",
+                   "@discord_1:example.org"):
         r = gate.judge_message(RoomID("!r:example.org"), "$e", UserID(puppet), facts)
         assert r is not None and r.rule == rules.PUPPET_SENDER, puppet
-    assert gate.judge_message(RoomID("!r:example.org"), "$e", UserID("@alice:example.org"),
-                              facts) is None
+    for person in ("@alice:example.org", "@discord_1:x"):
+        assert gate.judge_message(RoomID("!r:example.org"), "$e", UserID(person), facts) is None
+
+
+def test_a_registration_namespace_without_a_server_matches_the_homeservers_users_only(tmp_path):
+    (tmp_path / "slack.yaml").write_text(TELEGRAM_REG.replace(
+        "'@telegram_.*:example\\.org'", "'@slack_.*'"))
+    cfg = load_config(data_dir(tmp_path, {"bridge_registrations": ["slack.yaml"]}))
+    gate = Gate(frozenset(), UserID(cfg.bot_user), cfg.puppet_patterns, cfg.bridge_servers,
+                cfg.bridge_puppets)
+    assert gate.is_puppet("@slack_1:example.org") and not gate.is_puppet("@slack_1:ex.org")
+
+
+def test_bridge_servers_default_to_the_homeservers_domain(tmp_path):
+    assert load_config(data_dir(tmp_path / "a")).bridge_servers == ("example.org",)
+    cfg = load_config(data_dir(tmp_path / "b", {"bridge_servers": ["discord.example.org"]}))
+    assert cfg.bridge_servers == ("discord.example.org",)
 
 
 def test_without_bridge_registrations_only_the_configured_patterns(tmp_path):
@@ -224,3 +245,23 @@ def test_add_refuses_a_bad_room_id_before_writing(cfg_path, capsys):
     assert main(["allowlist", "add", "-c", str(cfg_path), "#ops:example.org", "ops"]) == 1
     assert "not a room id" in capsys.readouterr().err
     assert allowlist.read_text() == before
+
+
+# -- through the transaction endpoint (issue 26) ---------------------------------------------
+
+async def test_a_discord_like_user_of_another_server_purges_nothing(env):
+    """One message from `@_discord_999:ex.org` purged a public allowlisted room."""
+    assert (await put(env.client, "t1", {"events": [msg("$before")]}))[0] == 200
+    stranger = msg("$stranger", sender="@_discord_999:ex.org")
+    assert (await put(env.client, "t2", {"events": [stranger, msg("$after")]}))[0] == 200
+    assert [env.status(e)[0] for e in ("$before", "$stranger", "$after")] == ["pending"] * 3
+    assert [e for e in env.journal() if e.get("rule") == rules.PUPPET_SENDER] == []
+
+
+async def test_a_puppet_of_this_homeserver_still_refuses_the_room(env):
+    assert (await put(env.client, "t1", {"events": [msg("$before")]}))[0] == 200
+    puppet = msg("$puppet", sender="@_discord_999:example.org")
+    assert (await put(env.client, "t2", {"events": [puppet]}))[0] == 200
+    assert env.status("$puppet") is None and env.status("$before")[0] == "purged"
+    refusals = [e for e in env.journal() if e.get("rule") == rules.PUPPET_SENDER]
+    assert refusals and {e["room_id"] for e in refusals} == {ROOM_A}

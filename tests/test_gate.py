@@ -117,12 +117,38 @@ def test_bridged_room(bridge_type):
     assert r is not None and r.rule == rules.BRIDGED_ROOM and r.whole_room
 
 
-@pytest.mark.parametrize("sender", ["@_discord_123:x", "@discord_123:x",
-                                    "@_discord_123456789012345678:discord.example.org"])
+@pytest.mark.parametrize("sender", ["@_discord_123:example.org", "@discord_123:example.org",
+                                    "@_discord_123456789012345678:example.org"])
 def test_puppet_sender(sender):
     r = judge(PUBLIC, sender=sender)
     assert r is not None and r.rule == rules.PUPPET_SENDER and r.whole_room
     assert CANARY not in r.detail
+
+
+@pytest.mark.parametrize("sender", ["@_discord_999:ex.org", "@discord_123:x",
+                                    "@_discord_1:example.org.evil.net",
+                                    "@_discord_1:example.org:8448"])
+def test_a_discord_like_name_on_another_server_is_an_ordinary_user(sender):
+    """Anyone can register `@_discord_999` on a server of their own; one message of
+    theirs purged an allowlisted room (issue 26). The bridge runs on our server."""
+    assert judge(PUBLIC, sender=sender) is None
+    member = apply_state(PUBLIC, state("m.room.member", {"membership": "join"}, sender))
+    assert judge(member) is None
+
+
+def test_bridge_servers_name_where_the_puppets_live():
+    g = Gate(frozenset({ROOM}), BOT, bridge_servers=("discord.example.org",))
+    assert judge(PUBLIC, sender="@_discord_1:discord.example.org", g=g).rule == \
+        rules.PUPPET_SENDER
+    assert judge(PUBLIC, sender="@_discord_1:example.org", g=g) is None
+    assert judge(PUBLIC, sender="@_discord_1:ex.org", g=g) is None
+
+
+def test_a_bridge_registration_pattern_matches_its_own_server_only():
+    g = Gate(frozenset({ROOM}), BOT, bridge_puppets=((r"@telegram_.*", "example.org"),))
+    assert judge(PUBLIC, sender="@telegram_42:example.org", g=g).rule == rules.PUPPET_SENDER
+    assert judge(PUBLIC, sender="@telegram_42:ex.org", g=g) is None
+    assert g.with_allowlist({ROOM}).is_puppet("@telegram_42:example.org")
 
 
 @pytest.mark.parametrize("sender", ["@discordfan:x", "@alice_discord_1:x", "@discord:x"])
@@ -130,7 +156,7 @@ def test_people_with_discord_in_their_name_are_not_puppets(sender):
     assert judge(PUBLIC, sender=sender) is None
 
 
-@pytest.mark.parametrize("member", ["@_discord_123:x", "@discord_123:x"])
+@pytest.mark.parametrize("member", ["@_discord_123:example.org", "@discord_123:example.org"])
 def test_puppet_member_refuses_the_whole_room(member):
     facts = apply_state(PUBLIC, state("m.room.member", {"membership": "join"}, member))
     r = judge(facts, sender=ALICE)  # a real person speaking in a room with puppets
@@ -140,16 +166,16 @@ def test_puppet_member_refuses_the_whole_room(member):
 def test_puppet_who_left_no_longer_counts():
     facts = facts_from_state([
         state("m.room.join_rules", {"join_rule": "public"}),
-        state("m.room.member", {"membership": "join"}, "@discord_1:x"),
-        state("m.room.member", {"membership": "leave"}, "@discord_1:x"),
+        state("m.room.member", {"membership": "join"}, "@discord_1:example.org"),
+        state("m.room.member", {"membership": "leave"}, "@discord_1:example.org"),
     ])
     assert judge(facts) is None
 
 
 def test_puppet_patterns_are_configurable():
     g = gate(patterns=(r"^@telegram_\d+:.*$",))
-    assert judge(PUBLIC, sender="@telegram_42:x", g=g).rule == rules.PUPPET_SENDER
-    assert judge(PUBLIC, sender="@discord_42:x", g=g) is None
+    assert judge(PUBLIC, sender="@telegram_42:example.org", g=g).rule == rules.PUPPET_SENDER
+    assert judge(PUBLIC, sender="@discord_42:example.org", g=g) is None
 
 
 def test_own_message():

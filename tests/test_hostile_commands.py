@@ -8,6 +8,8 @@ import asyncio
 import threading
 import time
 
+import pytest
+
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
@@ -15,6 +17,7 @@ from appservice.bot.commandpool import CommandPool
 from appservice.homeserver.health import PIPELINE_FAILING_RUNS, Health, appends_problem, pipeline_problem
 from appservice.bot.responder import RateLimiter, Responder
 from indexer.ingest.roomfacts import RoomFacts
+from indexer.search.searcher import MAX_TEXT_BYTES
 
 from .test_hostile_transactions import BOT, ROOM_A, env, msg  # noqa: F401 (env: fixture)
 from .test_transactions import put
@@ -173,3 +176,52 @@ async def test_health_is_503_with_a_reason_while_appends_or_the_pipeline_fail(en
         assert "pipeline failing" in body["detail"] and "OSError" in body["detail"]
     finally:
         await client.close()
+
+
+# -- hostile query texts (issue 26): answered or refused, never silent -------------------------
+
+class RecordingSearcher:
+    def __init__(self) -> None:
+        self.queries: list = []
+
+    def search(self, query):
+        self.queries.append(query)
+        return []
+
+
+async def _answer_one(env, body: str) -> tuple[list[dict], RecordingSearcher]:
+    sent: list[dict] = []
+
+    async def send(room_id, content):
+        sent.append(content)
+        return "$reply"
+
+    searcher = RecordingSearcher()
+    responder = Responder(searcher, send, BOT, limiter=RateLimiter(0))
+    pool = CommandPool(responder.answer)
+    env.on_commands = pool.submit
+    ev = command(1) | {"content": {"msgtype": "m.text", "body": body}}
+    assert (await put(env.client, "t1", {"events": [ev]}))[0] == 200
+    await asyncio.wait_for(pool.join(), 10)
+    await pool.stop()
+    responder.executor.shutdown()
+    return sent, searcher
+
+
+@pytest.mark.parametrize("char", ["\x00", "\x07", "\ud800"], ids=["NUL", "BEL", "surrogate"])
+async def test_a_query_holding_a_control_character_or_lone_surrogate_is_refused(env, char):
+    """A lone surrogate made the command a skipped event (no reply at all); NUL and BEL
+    went to the search and into a reply quoting them, which could not be sent."""
+    sent, searcher = await _answer_one(env, f"!sources rotate the{char} signing key")
+    [content] = sent
+    assert f"U+{ord(char):04X}" in content["body"] and "not text" in content["body"]
+    assert char not in content["body"] and char not in content["formatted_body"]
+    assert searcher.queries == []
+    assert env.ingest.eventlog.counts() == {}  # a command is never stored
+
+
+async def test_a_query_of_400_keys_is_refused_by_its_size(env):
+    sent, searcher = await _answer_one(env, "!sources " + " ".join(["key"] * 400))
+    [content] = sent
+    assert f"at most {MAX_TEXT_BYTES} allowed" in content["body"]
+    assert searcher.queries == []

@@ -72,6 +72,10 @@ def parse_command(body: str, room_id: str, default_top_k: int = 5) -> Command:
     rest = command_rest(body.strip())
     if rest is None:
         raise CommandError(f"Commands start with {COMMAND_PREFIX}.")
+    bad = _unreadable(rest)
+    if bad is not None:
+        raise CommandError(f"Your query holds the character U+{ord(bad):04X}, which is not "
+                           "text: remove it.")
     first, _, more = rest.partition("\n")
     # Plain whitespace split: shlex would eat the apostrophes of "what's the bot's token".
     # Flag values (numbers, `here`, room ids, corpus names) never need quoting.
@@ -129,6 +133,17 @@ def parse_command(body: str, room_id: str, default_top_k: int = 5) -> Command:
         return SearchCommand(SourceQuery.build(texts, top_k, room, corpus), alias)
     except QueryError as e:
         raise CommandError(_explain(e)) from None
+
+
+def _unreadable(text: str) -> str | None:
+    """The first character of a command no search should see: a control character other
+    than newline, return and tab (NUL, BEL...), or a lone surrogate (valid JSON, not text). Such a
+    query used to get no answer at all: its reply, which quotes the query, could not be
+    sent, and a lone surrogate made the command a skipped event (issue 26)."""
+    for c in text:
+        if (c < " " and c not in "\n\r\t") or c == "\x7f" or "\ud800" <= c <= "\udfff":
+            return c
+    return None
 
 
 def _explain(e: QueryError) -> str:

@@ -212,7 +212,8 @@ def run_checks(config_path: Path) -> Iterator[Check]:
                         f"{away[RoomID(r)].reason}", "ask the room's moderators to invite "
                         f"{cfg.bot_user}, or remove the room from the allowlist")
     if hs.ok:
-        gate = Gate(frozenset(rooms), UserID(cfg.bot_user), cfg.puppet_patterns)
+        gate = Gate(frozenset(rooms), UserID(cfg.bot_user), cfg.puppet_patterns,
+                    cfg.bridge_servers, cfg.bridge_puppets)
         for r in rooms:
             if RoomID(r) not in away:
                 yield check_room(cfg, reg, gate, r)

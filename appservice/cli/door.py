@@ -81,6 +81,7 @@ def judge_at_door(cfg: Config, token: str, room_id: str, join: bool = True,
         return Verdict("unknown", f"the bot cannot read the room's state ({status})")
     facts = facts_from_state([e for e in map(parse_event, body) if isinstance(e, StateEvent)])
     gate = Gate(frozenset({RoomID(room_id)}), UserID(cfg.bot_user), cfg.puppet_patterns,
+                cfg.bridge_servers, cfg.bridge_puppets,
                 require_world_readable=cfg.index.require_world_readable)
     refusal = gate.judge_room(RoomID(room_id), facts) or gate.judge_visibility(
         RoomID(room_id), None, facts)

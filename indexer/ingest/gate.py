@@ -55,26 +55,40 @@ RULES = (NOT_ALLOWLISTED, BOT_REMOVED, NOT_PUBLIC, DIRECT_MESSAGE, ENCRYPTED_ROO
 
 
 
+def server_of(user: str) -> str:
+    """The server part of a user id (`@a:ex.org:8448` -> `ex.org:8448`)."""
+    return user.partition(":")[2]
+
+
 @dataclass
 class Gate:
     allowlist: frozenset[RoomID]
     bot_user: UserID
+    # Match only users of `bridge_servers` (empty: the bot's own server).
     puppet_patterns: tuple[str, ...] = DEFAULT_PUPPET_PATTERNS
+    bridge_servers: tuple[str, ...] = ()
+    # (regex, server) from bridges' registration files: an appservice owns users of the
+    # homeserver it is registered with only, so each pattern matches that server's users.
+    bridge_puppets: tuple[tuple[str, str], ...] = ()
     require_world_readable: bool = False  # index.require_world_readable
     # Rooms whose moderators sent the bot away (sentaway.py keeps them); shared by copies.
     sent_away: Container[RoomID] = frozenset()
-    _puppets: list[re.Pattern] = field(init=False, repr=False)
+    _puppets: list[tuple[re.Pattern, frozenset[str]]] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self._puppets = [re.compile(p) for p in self.puppet_patterns]
+        servers = frozenset(self.bridge_servers or (server_of(self.bot_user),))
+        self._puppets = [(re.compile(p), servers) for p in self.puppet_patterns] + [
+            (re.compile(p), frozenset({server})) for p, server in self.bridge_puppets]
 
     def with_allowlist(self, rooms: Iterable[RoomID]) -> "Gate":
         return Gate(frozenset(rooms), self.bot_user, self.puppet_patterns,
+                    self.bridge_servers, self.bridge_puppets,
                     require_world_readable=self.require_world_readable,
                     sent_away=self.sent_away)
 
     def is_puppet(self, user: str) -> bool:
-        return any(p.match(user) for p in self._puppets)
+        server = server_of(user)
+        return any(server in servers and p.match(user) for p, servers in self._puppets)
 
     def judge_room(self, room_id: RoomID, facts: RoomFacts | None,
                    scan_members: bool = True) -> Refusal | None:
