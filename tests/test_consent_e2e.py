@@ -1,0 +1,102 @@
+"""Consent withdrawn through a real Synapse (issue 21): the bot kicked by a moderator, the
+operator's `matrix-sources forget` with the service running, and `!sources forget me`.
+Each leaves no text of what was withdrawn in any file of the data dir within 30 s plus
+the compaction interval, and other people's messages stay searchable."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import pytest
+
+from appservice.tools.chatclient import ChatClient
+
+from .harness import Stack
+
+pytestmark = [pytest.mark.synapse, pytest.mark.model]
+
+WITHIN = 31.0  # 30 s + the harness's compaction interval (1 s)
+
+
+def journal(stack: Stack) -> list[dict]:
+    path = stack.data_dir / "journal.jsonl"
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+
+async def gone_from_every_file(stack: Stack, needle: str) -> None:
+    deadline = time.monotonic() + WITHIN
+    while time.monotonic() < deadline:
+        if stack.grep_data(needle) == []:
+            return
+        await asyncio.sleep(0.5)
+    raise AssertionError(f"{needle!r} still in {stack.grep_data(needle)}")
+
+
+def hit_ids(stack: Stack, room: str, text: str) -> set[str]:
+    res = stack.cli("search", "--json", "--room", room, text)
+    assert res.returncode == 0, res.stderr
+    return {e for h in json.loads(res.stdout)["hits"] for e in h["event_ids"]}
+
+
+async def test_a_kicked_bot_purges_stays_away_and_comes_back_when_invited(stack):
+    bot = stack.bot
+    user, token = stack.synapse.register_user("mona", "mona-password")
+    async with ChatClient(stack.synapse.url, user, token) as mona:
+        room = await mona.create_room("Moderated", public=True)
+        assert stack.cli("allowlist", "add", room).returncode == 0
+        await mona.wait_for_member(room, bot)
+        said = await mona.send(room, "the kestrel-kicked-4d1e7a backup runs at two")
+        stack.wait_indexed([said])
+
+        await mona.send_state(room, "m.room.member", {"membership": "leave"}, state_key=bot)
+        await gone_from_every_file(stack, "kestrel-kicked-4d1e7a")
+        removed = [e for e in journal(stack) if e.get("kind") == "bot_removed"]
+        assert removed and removed[-1]["by"] == user and removed[-1]["room_id"] == room
+        assert any(e.get("kind") == "purge" and e.get("room_id") == room
+                   and e.get("rule") == "bot_removed" for e in journal(stack))
+
+        stack.service.stop()
+        stack.service.start()  # ready: the allowlisted rooms were joined, but not this one
+        assert bot not in await mona.members(room)
+        doctor = stack.cli("doctor")
+        assert "bot_removed" in doctor.stdout and user in doctor.stdout
+
+        await mona.invite(room, bot)  # asked back: joined and read again
+        await mona.wait_for_member(room, bot)
+        back = await mona.send(room, "the backup kestrel-back-8c02f1 moved to three")
+        stack.wait_indexed([back])
+        assert back in hit_ids(stack, room, "when does the backup run now")
+
+
+async def test_forget_with_the_service_running_and_forget_me(stack):
+    bot = stack.bot
+    olga, olga_token = stack.synapse.register_user("olga", "olga-password")
+    pete, pete_token = stack.synapse.register_user("pete", "pete-password")
+    async with ChatClient(stack.synapse.url, olga, olga_token) as o, \
+            ChatClient(stack.synapse.url, pete, pete_token) as p:
+        room = await o.create_room("Withdrawals", public=True)
+        assert stack.cli("allowlist", "add", room).returncode == 0
+        await o.wait_for_member(room, bot)
+        await p.join(room)
+        kept = await o.send(room, "how do I rotate the proxy certificate before it expires?")
+        olga_said = await o.send(room, "olga: kestrel-olga-3f9a2b renew it with certbot")
+        pete_said = await p.send(room, "pete: kestrel-pete-a7c410 restart nginx after it")
+        stack.wait_indexed([kept, olga_said, pete_said])
+
+        # The operator forgets pete while the service runs: through its spool.
+        res = stack.cli("forget", pete)
+        assert res.returncode == 0, res.stderr
+        await gone_from_every_file(stack, "kestrel-pete-a7c410")
+        after = await p.send(room, "pete again kestrel-pete-later-55d0")
+        marker = await o.send(room, "and that is how the proxy certificate gets renewed")
+        stack.wait_indexed([marker])
+        assert stack.event_status(after) is None  # refused: user_forgotten
+        assert olga_said in hit_ids(stack, room, "how do I renew the proxy certificate")
+
+        # Olga forgets herself from the room.
+        reply = await o.ask(room, "!sources forget me", bot)
+        assert reply["content"]["body"].startswith("Done: 3 messages of yours removed")
+        await gone_from_every_file(stack, "kestrel-olga-3f9a2b")
+        assert stack.grep_data("kestrel-pete-later-55d0") == []
