@@ -100,3 +100,37 @@ async def test_forget_with_the_service_running_and_forget_me(stack):
         assert reply["content"]["body"].startswith("Done: 3 messages of yours removed")
         await gone_from_every_file(stack, "kestrel-olga-3f9a2b")
         assert stack.grep_data("kestrel-pete-later-55d0") == []
+
+
+async def test_history_for_members_only_and_retention(stack):
+    bot = stack.bot
+    rita, token = stack.synapse.register_user("rita", "rita-password")
+    async with ChatClient(stack.synapse.url, rita, token) as r:
+        joined = await r.create_room("Members only", public=True, initial_state=(
+            {"type": "m.room.history_visibility", "state_key": "",
+             "content": {"history_visibility": "joined"}},))
+        switching = await r.create_room("Switching", public=True)
+        kept = await r.create_room("Kept briefly", public=True)
+        assert stack.cli("allowlist", "add", joined, switching, kept).returncode == 0
+        for room in (joined, switching, kept):
+            await r.wait_for_member(room, bot)
+        hidden = await r.send(joined, "kestrel-members-only-61b2 is for members")
+        before = await r.send(switching, "kestrel-before-switch-0a4e was public")
+        stack.wait_indexed([before])
+        await r.send_state(switching, "m.room.history_visibility",
+                           {"history_visibility": "joined"})
+        after = await r.send(switching, "kestrel-after-switch-9d3c is for members")
+        await r.send_state(kept, "m.room.retention", {"max_lifetime": 5000})
+        brief = await r.send(kept, "kestrel-retained-2e7f lives five seconds")
+        # Pushed in order: once a later event is in, every one above was judged.
+        last = await r.send(kept, "and a message to wait for")
+        stack.wait_indexed([brief, last])
+        assert stack.event_status(hidden) is None
+        assert stack.grep_data("kestrel-members-only-61b2") == []
+        assert stack.event_status(before) == "indexed"  # sent while shared: stays
+        assert stack.event_status(after) is None
+        assert any(e.get("rule") == "history_not_shared" for e in journal(stack))
+        deadline = time.monotonic() + 5 + WITHIN
+        while time.monotonic() < deadline and stack.grep_data("kestrel-retained-2e7f"):
+            await asyncio.sleep(0.5)
+        assert stack.grep_data("kestrel-retained-2e7f") == []
