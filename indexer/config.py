@@ -111,6 +111,9 @@ _CHECKED = ConfigDict(extra="forbid")  # the sections that are also public datac
 class HomeserverSettings(_Section):
     url: Annotated[Str, AfterValidator(_http_url), AfterValidator(_not_placeholder)]
     domain: Annotated[Str, AfterValidator(_not_placeholder)]
+    # A Synapse admin's access token in a file (0600): erasures reach the index
+    # (appservice/homeserver/erasure.py). Unset: only `matrix-sources forget` does.
+    admin_token_file: RelativePath | None = None
 
 
 class AppserviceSettings(_Section):

@@ -240,6 +240,13 @@ def token_files(cfg: Config, environ: Mapping[str, str] | None = None
     return out
 
 
+def admin_token(cfg: Config) -> str:
+    """homeserver.admin_token_file's token (erasures; appservice/homeserver/erasure.py)."""
+    assert cfg.homeserver.admin_token_file is not None
+    return _read_token(cfg.data_dir / cfg.homeserver.admin_token_file, cfg.file,
+                       "homeserver.admin_token_file")
+
+
 def read_tokens(cfg: Config, environ: Mapping[str, str] | None = None) -> dict[str, str]:
     tokens = {}
     for key, src in token_files(cfg, environ).items():

@@ -134,3 +134,52 @@ async def test_history_for_members_only_and_retention(stack):
         while time.monotonic() < deadline and stack.grep_data("kestrel-retained-2e7f"):
             await asyncio.sleep(0.5)
         assert stack.grep_data("kestrel-retained-2e7f") == []
+
+
+async def test_a_synapse_erasure_reaches_the_index(stack):
+    """An admin deactivates a user with erase: true (Synapse keeps serving their old
+    messages to members, synapse#8185): with homeserver.admin_token_file set, their text
+    is in no file within a minute."""
+    import os
+    import urllib.request
+
+    from ruamel.yaml import YAML
+
+    bot = stack.bot
+    admin, admin_token = stack.synapse.register_user("root", "root-password", admin=True)
+    token_file = stack.data_dir / "synapse-admin-token"
+    token_file.write_text(admin_token)
+    os.chmod(token_file, 0o600)
+    yaml = YAML()
+    cfg = yaml.load(stack.config.read_text())
+    cfg["homeserver"]["admin_token_file"] = token_file.name
+    with open(stack.config, "w") as f:
+        yaml.dump(cfg, f)
+    stack.service.stop()
+    stack.service.start()
+
+    erin, erin_token = stack.synapse.register_user("erin", "erin-password")
+    fred, fred_token = stack.synapse.register_user("fred", "fred-password")
+    async with ChatClient(stack.synapse.url, fred, fred_token) as f, \
+            ChatClient(stack.synapse.url, erin, erin_token) as e:
+        room = await f.create_room("Erasures", public=True)
+        assert stack.cli("allowlist", "add", room).returncode == 0
+        await f.wait_for_member(room, bot)
+        await e.join(room)
+        said = await e.send(room, "erin says kestrel-erased-7b31c0 about the mirrors")
+        kept = await f.send(room, "fred keeps kestrel-fred-kept-15e9 about the mirrors")
+        stack.wait_indexed([said, kept])
+
+    req = urllib.request.Request(
+        f"{stack.synapse.url}/_synapse/admin/v1/deactivate/{erin}", method="POST",
+        data=json.dumps({"erase": True}).encode(),
+        headers={"Authorization": f"Bearer {admin_token}", "Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        assert resp.status == 200
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and stack.grep_data("kestrel-erased-7b31c0"):
+        await asyncio.sleep(0.5)
+    assert stack.grep_data("kestrel-erased-7b31c0") == []
+    assert any(x.get("kind") == "forget" and x.get("user_id") == erin
+               and x.get("source") == "synapse_erasure" for x in journal(stack))
+    assert stack.event_status(kept) == "indexed"

@@ -31,13 +31,14 @@ from indexer.store.lock import WriterLock
 from indexer.clock import retrying
 from indexer.components import Index
 from indexer.config import Config, ConfigError
-from indexer.datadir import service_registration
+from indexer.datadir import admin_token, service_registration
 from indexer.pipeline.embedder import Embedder
 from indexer.ingest.admit import AdmitResult
 from indexer.ingest.events import MessageEvent
 from indexer.pipeline.worker import PipelineWorker
-from indexer.records import RoomID
+from indexer.records import RoomID, UserID
 
+from .erasure import ErasureWatch, self_leaves
 from .heap import release_free_memory
 from .pager import MatrixPager
 from .txngaps import TransactionGaps
@@ -132,6 +133,8 @@ class Service:
         self.answers = self.index.answers
         self.metrics = ServiceMetrics()
         self.bot: BotPort | None = None  # attach(): the composing front wires it in
+        self.erasures = (ErasureWatch(cfg.homeserver.url, admin_token(cfg), self._forget_erased)
+                         if cfg.homeserver.admin_token_file else None)
         # The store opened and the model loaded above; the homeserver is checked in start().
         self.health = Health(store=True, model=True, detail="waiting for the homeserver",
                              problems={
@@ -233,6 +236,8 @@ class Service:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.gaps.stop()
+        if self.erasures is not None:
+            await self.erasures.stop()
         await self.state_retry.stop()
         if self.bot is not None:
             await self.bot.stop()
@@ -383,12 +388,24 @@ class Service:
 
     def _on_admitted(self, events: list[Any], result: AdmitResult, routed: Routed) -> None:
         self.metrics.count_events(events, result.refused)
+        if self.erasures is not None:
+            self.erasures.saw_leaves(self_leaves(events, self.cfg.bot_user))
         if result.appended or result.history.rooms:
             self.worker.notify()
         if self.bot is not None:
             self.bot.on_commands(routed.commands)
             self.bot.on_invites(routed.invites)  # a DM or private room: nothing stored
             self.bot.on_withdrawn(result.history.redacted)
+
+    async def _forget_erased(self, user: str) -> None:
+        """Synapse erased the user (erasure.py): what they said leaves the index."""
+        from indexer.ingest.forget import Forgetting
+
+        report = await asyncio.to_thread(Forgetting(self.ingest).forget_user, UserID(user),
+                                         "synapse_erasure")
+        if report.windows:
+            self.worker.notify()
+        self._withdrawn(report.event_ids)
 
     def _withdrawn(self, event_ids) -> None:
         """Messages withdrawn outside a transaction (forget, retention): the bot edits
