@@ -100,6 +100,21 @@ class Stack:
         return subprocess.run([sys.executable, "-m", "appservice.cli.main", *argv],
                               capture_output=True, text=True, timeout=300)
 
+    def allowlist_add(self, room: str) -> None:
+        """`allowlist add`, then wait until the running service has reloaded the file.
+        The door check joins the bot at once, so the bot's membership says nothing about
+        whether the service lists the room yet (it reloads within a poll interval)."""
+        def reloads() -> int:
+            return self.service.log_path.read_text(errors="replace").count("allowlist_reloaded")
+
+        before = reloads()
+        done = self.cli("allowlist", "add", room)
+        assert done.returncode == 0, done.stderr
+        deadline = time.monotonic() + 30
+        while reloads() == before:
+            assert time.monotonic() < deadline, "the service did not reload the allowlist"
+            time.sleep(0.1)
+
     def http(self, path: str) -> tuple[int, str]:
         """GET a path of the service's HTTP listener: (status, body)."""
         try:
