@@ -3,6 +3,7 @@ people at matrix-nio clients. Used by the `synapse`-marked tests."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -19,6 +20,20 @@ from ruamel.yaml import YAML
 
 from appservice.tools.localsynapse import LocalSynapse
 from indexer.datadir import init_data_dir
+
+from .vectorscan import files_holding
+
+
+# Read in a process of its own: the service holds the store open.
+_READ_VECTOR = """
+import json, sys
+from pathlib import Path
+from indexer.store.eventlog import EventLog
+from indexer.store.chroma import ChromaStore
+data = Path(sys.argv[1])
+store = ChromaStore(path=data / "chroma", eventlog=EventLog(data / "eventlog.sqlite3"))
+print(json.dumps([[w, list(map(float, v))] for w, v in store.vectors(sys.argv[2:])]))
+"""
 
 
 def free_port() -> int:
@@ -151,6 +166,28 @@ class Stack:
             time.sleep(0.2)
         states = {e: self.event_status(e) for e in event_ids}
         raise AssertionError(f"not indexed within {timeout:.0f} s: {states}")
+
+    def stored_vectors(self, window_ids: list[str]) -> dict[str, list[float]]:
+        """The windows' vectors as the store holds them, read in a process of its own."""
+        out = subprocess.run([sys.executable, "-c", _READ_VECTOR, str(self.data_dir),
+                              *window_ids], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr[-2000:]
+        return dict(json.loads(out.stdout))
+
+    def vector_of(self, event_id: str) -> list[float]:
+        """The vector of the window that holds `event_id` now."""
+        db = sqlite3.connect(f"file:{self.data_dir / 'eventlog.sqlite3'}?mode=ro", uri=True)
+        try:
+            [window] = db.execute("SELECT window_id FROM events WHERE event_id = ?",
+                                  (event_id,)).fetchone()
+        finally:
+            db.close()
+        vector = self.stored_vectors([window])[window]
+        assert files_holding(self.data_dir, vector)  # the scan can see it
+        return vector
+
+    def files_holding_vector(self, vector: list[float]) -> dict[str, int]:
+        return files_holding(self.data_dir, vector)
 
     def grep_data(self, needle: str) -> list[Path]:
         """Every file under the data dir (event log, Chroma, journal) holding `needle`."""

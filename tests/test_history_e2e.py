@@ -6,8 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-import subprocess
-import sys
 import time
 
 import pytest
@@ -32,25 +30,6 @@ def log_body(stack, event_id: str):
                           (event_id,)).fetchone()
     finally:
         db.close()
-
-
-_READ_VECTOR = """
-import json, sys
-from pathlib import Path
-from indexer.store.eventlog import EventLog
-from indexer.store.chroma import ChromaStore
-data = Path(sys.argv[1])
-store = ChromaStore(path=data / "chroma", eventlog=EventLog(data / "eventlog.sqlite3"))
-print(json.dumps([[w, list(map(float, v))] for w, v in store.vectors(sys.argv[2:])]))
-"""
-
-
-def stored_vectors(stack, window_ids: list[str]) -> dict[str, list[float]]:
-    """The windows' vectors as the store holds them, read in a process of its own."""
-    out = subprocess.run([sys.executable, "-c", _READ_VECTOR, str(stack.data_dir),
-                          *window_ids], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr[-2000:]
-    return dict(json.loads(out.stdout))
 
 
 def wait_for(predicate, timeout: float = 60, what: str = "condition"):
@@ -96,7 +75,7 @@ async def test_backfill_edit_and_redaction(stack):
         # the message, so as private as its text (embeddings can be inverted).
         [holding] = [h["window_id"] for h in search(stack, "admin password hint zebra")
                      if canary in h["event_ids"]]
-        vector = stored_vectors(stack, [holding])[holding]
+        vector = stack.stored_vectors([holding])[holding]
         assert files_holding(stack.data_dir / "chroma", vector)  # the check can see it
         await dora._client.room_redact(room, canary, reason="oops")
 
