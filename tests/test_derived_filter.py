@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -36,6 +37,8 @@ from indexer.derived.manifest import Manifest, manifest_path
 from indexer.derived.normalise import containment, text_shingles
 from indexer.records import EventID, Message, RoomID, UserID, Window
 from indexer.derived.reference import cut_sections
+
+from .vectorscan import files_holding
 
 FIXTURE = Path(__file__).parent / "fixtures" / "ops-cheatsheet.md"
 ROOM = "!ops:example.org"
@@ -388,6 +391,60 @@ def test_8_ref_rm_leaves_earlier_exclusions_unchanged(world):
     assert all(world.status(e) == "derived" for e in ids)
     rc, out = cli("verify", "-c", world.config, "--exclusions")
     assert rc == 0 and all(e in out for e in ids)
+
+
+# -- disguised quotes (issue 26): what reads the same is judged the same -----------------
+
+def _inside_words(mark: str):
+    return lambda text: re.sub(r"(\w\w)(?=\w\w)", lambda m: m.group(1) + mark, text)
+
+
+DISGUISED = {
+    "zero-width inside words": _inside_words("\u200b"),
+    "zero-width after every character": lambda text: "".join(c + "\u200b" for c in text),
+    "soft hyphens": _inside_words("\u00ad"),
+    "cyrillic lookalikes": lambda text: text.translate(
+        str.maketrans("aceopxyABCEHKMOPTX", "асеорхуАВСЕНКМОРТХ")),
+}
+
+
+def test_disguised_quotes_are_excluded_beside_the_plain_one(world):
+    """A reference section pasted with zero-width spaces (inside words, or after every
+    character), soft hyphens or Cyrillic lookalikes is the section as a reader sees it,
+    and as the model sees the first three: excluded like the plain paste, in one run
+    beside a discussion that is indexed."""
+    add_corpus(world)
+    ids = {name: world.post(disguise(VERBATIM)) for name, disguise in DISGUISED.items()}
+    discussion = world.post(DISCUSSION)
+    world.run()
+    assert {name: world.status(e) for name, e in ids.items()} == dict.fromkeys(
+        DISGUISED, "derived")
+    assert world.status(discussion) == "indexed"
+    exclusions = world.exclusions()
+    assert {exclusions[e]["artifact"] for e in ids.values()} == {SIGNING}
+    assert not set(ids.values()) & world.stored_events()
+
+
+def edit(world: World, target: str, body: str, sender: str = "@alice:example.org") -> bool:
+    """Whether the edit took: only its sender's (alice's) edits do."""
+    world.n += 1
+    event_id = f"$edit{world.n}"
+    result = world.index.ingest.admit([{
+        "type": "m.room.message", "room_id": ROOM, "sender": sender, "event_id": event_id,
+        "origin_server_ts": T0 + world.n * 60_000,
+        "content": {"msgtype": "m.text", "body": f"* {body}",
+                    "m.new_content": {"msgtype": "m.text", "body": body},
+                    "m.relates_to": {"rel_type": "m.replace", "event_id": target}}}])
+    return (target in result.history.edited) == (sender == "@alice:example.org")
+
+
+def test_an_edit_by_someone_else_changes_nothing(world):
+    add_corpus(world)
+    harmless = world.post(CHAT[0])
+    world.run()
+    assert edit(world, harmless, VERBATIM, sender="@mallory:example.org")
+    world.run()
+    assert world.status(harmless) == "indexed"
 
 
 # -- around the eight ----------------------------------------------------------------------
