@@ -438,6 +438,44 @@ def edit(world: World, target: str, body: str, sender: str = "@alice:example.org
     return (target in result.history.edited) == (sender == "@alice:example.org")
 
 
+def test_an_indexed_message_edited_into_a_quote_leaves_the_index_like_a_redaction(world):
+    """Judged again when edited: derived now, its text kept in the event log tagged
+    derived, its window re-cut without it and the old vector compacted out of Chroma's
+    files."""
+    add_corpus(world)
+    harmless = world.post(CHAT[0])
+    neighbour = world.post(CHAT[1])
+    world.run()
+    [old_window] = {w.window_id for w in world.index.store.get()
+                    if harmless in w.event_ids}
+    [(_, old_vector)] = world.index.store.vectors([old_window])
+    assert world.status(harmless) == "indexed"
+
+    assert edit(world, harmless, VERBATIM)
+    world.run()
+    assert world.status(harmless) == "derived"
+    assert world.exclusions()[harmless]["artifact"] == SIGNING
+    assert world.index.eventlog.texts.event_texts([EventID(harmless)])  # text kept
+    assert harmless not in world.stored_events()
+    assert world.status(neighbour) == "indexed" and neighbour in world.stored_events()
+    assert world.index.pipeline.compaction_due  # as a redaction asks
+    world.index.pipeline.compaction.every = 0
+    assert world.index.pipeline.run_compaction() is True
+    assert files_holding(world.cfg.data_dir, old_vector, n=len(old_vector)) == {}
+    rc, out = cli("verify", "-c", world.config, "--derived-filter")
+    assert rc == 0, out
+
+
+def test_a_derived_message_edited_into_its_own_words_is_indexed(world):
+    add_corpus(world)
+    pasted = world.post(VERBATIM)
+    world.run()
+    assert world.status(pasted) == "derived"
+    assert edit(world, pasted, DISCUSSION)
+    world.run()
+    assert world.status(pasted) == "indexed" and pasted in world.stored_events()
+
+
 def test_an_edit_by_someone_else_changes_nothing(world):
     add_corpus(world)
     harmless = world.post(CHAT[0])

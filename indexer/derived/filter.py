@@ -13,7 +13,9 @@ partially, with people's own words around it, so its threshold is lower).
 
 `DerivedFilter.screen` is the pipeline's hook, before chunking: a derived message gets a
 `derived_excluded` journal entry (ids, artifact, score, threshold; never text), is tagged
-`derived` in the event log with the same facts, and never reaches the collection.
+`derived` in the event log with the same facts, and never reaches the collection. An edit
+is judged again (`withdraw_edited`, before its window is re-cut): an indexed message
+edited into a quote leaves the collection as a redacted one does, vector and all.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from ..store.journal import Journal
 from .manifest import ArtifactInfo, Manifest, utc_now_iso
 from .normalise import normalise, sha256_normalised, shingles, words
 from ..records import (ARTIFACT_ANSWER, ARTIFACT_REFERENCE, Artifact, EventID, Message,
-                      RoomID)
+                      RoomID, WindowID)
 
 log = logging.getLogger(f"matrix_sources.{__name__}")
 JOURNAL_KIND = "derived_excluded"
@@ -118,33 +120,64 @@ class DerivedFilter:
     def screen(self, room_id: RoomID, tail: list[Message], pending: set[EventID]
                ) -> tuple[list[Message], set[EventID]]:
         """Tag the derived among the pending messages; return the tail and pending set
-        without them. Indexed messages of the tail are not judged again."""
-        self.matcher.refresh()
-        if not len(self.matcher.manifest):
-            return tail, pending
-        found: list[tuple[Message, DerivedMatch]] = []
-        for m in tail:
-            if m.event_id in pending:
-                self.judged += 1
-                match = self.matcher.match(m.body, (m.event_id,))
-                if match is not None:
-                    found.append((m, match))
+        without them. Indexed messages of the tail are not judged again here (an edit
+        judges its message again: `withdraw_edited`)."""
+        found = self._judge([m for m in tail if m.event_id in pending])
         if not found:
             return tail, pending
-        k = self.matcher.cfg.shingle_size
+        self._journal(found)
+        self.eventlog.derived.mark_derived(self._rows(found))
+        self._count(room_id, found)
+        drop = {m.event_id for m, _ in found}
+        return [m for m in tail if m.event_id not in drop], pending - drop
+
+    def withdraw_edited(self, windows: dict[WindowID, list[Message]]) -> set[WindowID]:
+        """The indexed messages of windows an edit changed, judged as they read now: the
+        derived leave the index like a redaction (tagged derived, text kept in the event
+        log; their windows re-cut without them and their old vectors compacted out of
+        the store's files). Returns the windows that lost a message."""
+        found = self._judge([m for ms in windows.values() for m in ms])
+        if not found:
+            return set()
+        self._journal(found)
+        lost = self.eventlog.derived.withdraw_derived(self._rows(found))
+        for room_id in sorted({m.room_id for m, _ in found}):
+            self._count(room_id, [f for f in found if f[0].room_id == room_id])
+        return set(lost)
+
+    def _judge(self, messages: list[Message]) -> list[tuple[Message, DerivedMatch]]:
+        if not messages:
+            return []
+        self.matcher.refresh()
+        if not len(self.matcher.manifest):
+            return []
+        found = []
+        for m in messages:
+            self.judged += 1
+            match = self.matcher.match(m.body, (m.event_id,))
+            if match is not None:
+                found.append((m, match))
+        return found
+
+    def _journal(self, found: list[tuple[Message, DerivedMatch]]) -> None:
         # Journal first: a crash before the event log is written re-judges the message
         # (a second entry), never leaves an exclusion nobody can audit.
+        k = self.matcher.cfg.shingle_size
         for m, match in found:
-            self.journal.write(JOURNAL_KIND, room_id=room_id, event_id=m.event_id,
+            self.journal.write(JOURNAL_KIND, room_id=m.room_id, event_id=m.event_id,
                                artifact=match.artifact, artifact_kind=match.kind,
                                artifact_sha256=match.sha256, score=match.score,
                                threshold=match.threshold, shingle_size=k,
                                min_words=self.matcher.cfg.min_words)
-        self.eventlog.derived.mark_derived([(m.event_id, match.artifact, match.kind, match.score,
-                                     match.threshold) for m, match in found])
+
+    @staticmethod
+    def _rows(found: list[tuple[Message, DerivedMatch]]
+              ) -> list[tuple[EventID, str, str, float, float]]:
+        return [(m.event_id, match.artifact, match.kind, match.score, match.threshold)
+                for m, match in found]
+
+    def _count(self, room_id: RoomID, found: list[tuple[Message, DerivedMatch]]) -> None:
         self.excluded += len(found)
         for _, match in found:
             self.by_kind[match.kind] = self.by_kind.get(match.kind, 0) + 1
         log.info("derived_excluded", extra={"room_id": room_id, "events": len(found)})
-        drop = {m.event_id for m, _ in found}
-        return [m for m in tail if m.event_id not in drop], pending - drop

@@ -1,7 +1,10 @@
 """Edits and redactions: the event log stays a faithful copy of the public history.
 
     m.replace by the original sender  -> the body is replaced, by target event id;
-                                         the newest edit (origin_server_ts) wins
+                                         the newest edit (origin_server_ts) wins; the
+                                         derived filter judges the new text (an indexed
+                                         message's window is re-cut, a derived message
+                                         is pending again)
     m.replace by anyone else          -> ignored
     m.room.redaction                  -> the body is dropped, status `redacted`
     either one before its target      -> remembered; applied when the target arrives
@@ -194,7 +197,11 @@ class HistoryTables:
             return False  # remembered until the target arrives
         cur.execute("UPDATE events SET body = ? WHERE event_id = ?", (op.body, op.target))
         if row[2] == EventStatus.INDEXED.value and row[3] is not None:
-            self._dirty(cur, row[3], op.room_id)
+            self._dirty(cur, row[3], op.room_id)  # re-cut, its messages judged again
+        elif row[2] == EventStatus.DERIVED.value:
+            # Judged again as it reads now: the derived filter sees it pending.
+            cur.execute("UPDATE events SET status = ? WHERE event_id = ?",
+                        (EventStatus.PENDING.value, op.target))
         return True
 
     @staticmethod
