@@ -19,6 +19,7 @@ import contextlib
 import io
 import json
 import re
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -483,6 +484,120 @@ def test_an_edit_by_someone_else_changes_nothing(world):
     assert edit(world, harmless, VERBATIM, sender="@mallory:example.org")
     world.run()
     assert world.status(harmless) == "indexed"
+
+
+# -- an artifact cannot make older text derived (issue 26 item 9) -----------------------
+
+class Matrix:
+    """The bot's homeserver: what it sent, and an event id for each."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, dict]] = []
+
+    async def send(self, room_id, content):
+        self.sent.append((room_id, content))
+        return f"$reply{len(self.sent)}"
+
+    async def join(self, room_id): ...
+    async def room_state(self, room_id): return []
+    async def resolve_alias(self, alias): return None
+
+    def is_outage(self, exc): return False
+
+
+def redact(world: World, target: str) -> set[str]:
+    world.n += 1
+    result = world.index.ingest.admit([{
+        "type": "m.room.redaction", "room_id": ROOM, "sender": "@alice:example.org",
+        "event_id": f"$redaction{world.n}", "redacts": target,
+        "origin_server_ts": T0 + world.n * 60_000, "content": {"redacts": target}}])
+    return set(result.history.redacted)
+
+
+def say(world: World, body: str, sender: str, minute: int, reply_to: str | None = None
+        ) -> str:
+    world.n += 1
+    event_id = f"$ev{world.n}"
+    content: dict = {"msgtype": "m.text", "body": body}
+    if reply_to:
+        content["m.relates_to"] = {"m.in_reply_to": {"event_id": reply_to}}
+    assert world.index.ingest.admit([{
+        "type": "m.room.message", "room_id": ROOM, "sender": sender, "event_id": event_id,
+        "origin_server_ts": T0 + minute * 60_000, "content": content}]).appended == 1
+    return event_id
+
+
+async def test_editing_and_redacting_a_quoted_message_leaves_the_audit_quiet(world):
+    """The finding: a user asked, edited a message the reply quoted, then redacted it;
+    the bot edited its reply, and `verify --derived-filter` flagged an original message
+    the reply had quoted (a later answer, linked from another window), written long
+    before the bot quoted it. It is evidence: an artifact is compared only with text
+    that arrived after it. A paste of the edited reply, made after it, is derived."""
+    from appservice.bot.bot import Bot
+
+    alice, bob = "@alice:example.org", "@bob:example.org"
+    question = say(world, "how do we stop a spam wave from new accounts on our server?",
+                   alice, 0)
+    detail = say(world, "three fresh accounts on a server with open registration, all "
+                 "posting the same link to every room", alice, 1)
+    answer = say(world, "to stop a spam wave from new accounts set the power levels so new "
+                 "members need level 10 to post, then lower them in the morning", bob, 180,
+                 reply_to=question)
+    world.run()
+    matrix = Matrix()
+    bot = Bot(world.cfg, world.index, matrix)
+    reply = await bot.responder.answer(command(
+        "!sources how do we stop a spam wave from new accounts", "$ask"))
+    [section] = [s for s in reply.sections if question in s.sources]
+    assert {detail, answer} <= set(section.shown)  # a linked answer, from its own window
+
+    assert edit(world, detail, "never mind the link, it was only one account in the end")
+    world.run()
+    assert redact(world, detail) == {detail}
+    await bot._edit_replies({detail})  # what on_withdrawn runs
+    world.run()
+    edited = matrix.sent[-1][1]
+    assert edited["m.relates_to"]["rel_type"] == "m.replace"
+    assert answer in edited["m.new_content"]["body"] or "power levels" in \
+        edited["m.new_content"]["body"]
+    assert world.status(question) == world.status(answer) == "indexed"
+    rc, out = cli("verify", "-c", world.config, "--derived-filter")
+    assert rc == 0, out
+
+    line = next(line for line in edited["m.new_content"]["body"].split("\n")
+                if "power levels" in line)
+    paste = world.post("the bot said: " + line.split(": ", 1)[1], "@carol:example.org")
+    world.run()
+    assert world.status(paste) == "derived"
+    await bot.stop()
+
+
+async def test_a_paste_dated_back_by_its_server_is_still_derived(world):
+    """When the text arrived is the service's own clock: a sender's server that dates
+    a paste before the answer (origin_server_ts) cannot make it older than it."""
+    for body in SPAM_TALK:
+        world.post(body)
+    world.run()
+    reply, _ = await ask(world, "how do we stop a spam wave from new accounts")
+    world.n += 1
+    backdated = f"$ev{world.n}"
+    world.index.ingest.admit([{
+        "type": "m.room.message", "room_id": ROOM, "sender": "@mallory:example.org",
+        "event_id": backdated, "origin_server_ts": 1_000,
+        "content": {"msgtype": "m.text", "body": "the bot said: " + reply.quoted[0]}}])
+    world.run()
+    assert world.status(backdated) == "derived"
+
+
+def test_the_matcher_holds_text_only_against_artifacts_emitted_before_it(world):
+    add_corpus(world)
+    world.index.manifest.refresh()
+    [emitted] = {a.emitted_ms for a in world.index.manifest.live(kind="reference")}
+    assert abs(emitted - time.time() * 1000) < 60_000  # to the ms, when `ref add` ran
+    matcher = world.index.matcher
+    assert matcher.match(VERBATIM) is not None
+    assert matcher.match(VERBATIM, written_ms=emitted) is not None
+    assert matcher.match(VERBATIM, written_ms=emitted - 1) is None
 
 
 # -- around the eight ----------------------------------------------------------------------

@@ -5,6 +5,11 @@
         score = |shingles(message) ∩ shingles(section)| / |shingles(message)|
         derived if score >= threshold[kind of that artifact]   (best match wins)
 
+Only artifacts emitted before the message's text arrived (appended, or last edited:
+`text_at` in the event log, on this service's clock; not origin_server_ts, which the
+sender's server sets and could date a paste back) count: a message written before the
+bot quoted it is the original, evidence.
+
 Containment of the *message* in one artifact *section* (an answer's hit, a reference
 section), not overlap with a whole document: quoting ten lines of a fifty-line section
 scores high, while the same lines are a fifth of the section. One matcher and one
@@ -28,7 +33,7 @@ from typing import Collection, Sequence
 from ..config import DerivedConfig
 from ..store.eventlog import EventLog
 from ..store.journal import Journal
-from .manifest import ArtifactInfo, Manifest, utc_now_iso
+from .manifest import ArtifactInfo, Manifest, emitted_iso
 from .normalise import normalise, sha256_normalised, shingles, words
 from ..records import (ARTIFACT_ANSWER, ARTIFACT_REFERENCE, Artifact, EventID, Message,
                       RoomID, WindowID)
@@ -61,11 +66,13 @@ def answer_prefix(reply_event_id: str) -> str:
 
 
 def answer_artifacts(reply_event_id: str, sections: Sequence[EmittedSection],
-                     shingle_size: int) -> list[Artifact]:
-    now = utc_now_iso()
+                     shingle_size: int, emitted_ms: int) -> list[Artifact]:
+    """`emitted_ms`: when the reply went out (before its send began: nobody can have
+    pasted it earlier)."""
+    emitted = emitted_iso(emitted_ms)
     return [Artifact(ARTIFACT_ANSWER, f"{answer_prefix(reply_event_id)}{n}",
                      sha256_normalised(s.text),
-                     shingles(words(s.text), shingle_size), now, shingle_size,
+                     shingles(words(s.text), shingle_size), emitted, shingle_size,
                      sources=s.sources)
             for n, s in enumerate(sections, start=1) if normalise(s.text)]
 
@@ -81,11 +88,13 @@ class Matcher:
         self.manifest.refresh()
 
     def candidates(self, text: str, exclude_sources: Collection[str] = (),
-                   min_score: float = 0.0) -> list[tuple[ArtifactInfo, float]]:
+                   min_score: float = 0.0, written_ms: int | None = None
+                   ) -> list[tuple[ArtifactInfo, float]]:
         """Artifacts sharing shingles with the text (at least min_score of them) and
         their scores, best first; none below the minimum length. Artifacts quoting one
         of `exclude_sources` are left out: an original is never derived from an answer
-        that quoted it."""
+        that quoted it. With `written_ms` (when the text arrived), so are artifacts
+        emitted after it: text older than an artifact is evidence, not derived from it."""
         ws = words(text)
         if len(ws) < self.cfg.min_words:
             return []
@@ -93,13 +102,15 @@ class Matcher:
         min_count = max(1, math.ceil(min_score * len(sh) - 1e-9))
         exclude = set(exclude_sources)
         out = [(info, n / len(sh)) for info, n in self.manifest.overlaps(sh, min_count)
-               if not (info.sources and any(s in exclude for s in info.sources))]
+               if not (info.sources and any(s in exclude for s in info.sources))
+               and (written_ms is None or info.emitted_ms <= written_ms)]
         out.sort(key=lambda c: (-c[1], c[0].kind, c[0].name))
         return out
 
-    def match(self, text: str, exclude_sources: Collection[str] = ()) -> DerivedMatch | None:
+    def match(self, text: str, exclude_sources: Collection[str] = (),
+              written_ms: int | None = None) -> DerivedMatch | None:
         lowest = min(self.thresholds.values())  # nothing below it can match any kind
-        for info, score in self.candidates(text, exclude_sources, lowest):
+        for info, score in self.candidates(text, exclude_sources, lowest, written_ms):
             threshold = self.thresholds[info.kind]
             if score >= threshold:
                 return DerivedMatch(info.name, info.kind, score, threshold, info.sha256)
@@ -151,10 +162,11 @@ class DerivedFilter:
         self.matcher.refresh()
         if not len(self.matcher.manifest):
             return []
+        written = self.eventlog.derived.text_times(m.event_id for m in messages)
         found = []
         for m in messages:
             self.judged += 1
-            match = self.matcher.match(m.body, (m.event_id,))
+            match = self.matcher.match(m.body, (m.event_id,), written.get(m.event_id))
             if match is not None:
                 found.append((m, match))
         return found

@@ -55,6 +55,18 @@ class DerivedColumns:
               status.value) for event_id, artifact, kind, score, threshold in rows])
         return cur.connection.total_changes - before
 
+    def text_times(self, event_ids: Iterable[EventID]) -> dict[EventID, int]:
+        """Event id -> when its text as it reads now arrived (ms, this service's clock:
+        appended, or its newest edit applied); its ts for a row from before that was kept."""
+        ids = sorted(set(event_ids))
+        out: dict[EventID, int] = {}
+        with self.db.locked() as db:
+            for part in (ids[i:i + 500] for i in range(0, len(ids), 500)):
+                out.update((EventID(e), t) for e, t in db.execute(
+                    "SELECT event_id, COALESCE(text_at, ts) FROM events WHERE event_id IN"
+                    f" ({','.join('?' * len(part))})", part))
+        return out
+
     def derived_events(self, room_id: RoomID | None = None) -> list[DerivedEvent]:
         sql = ("SELECT event_id, room_id, ts, derived_artifact, derived_kind, derived_score,"
                " derived_threshold FROM events WHERE status = ?")
