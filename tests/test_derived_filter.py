@@ -426,6 +426,54 @@ def test_disguised_quotes_are_excluded_beside_the_plain_one(world):
     assert not set(ids.values()) & world.stored_events()
 
 
+async def test_disguises_pushed_through_the_transaction_endpoint_are_excluded(world):
+    """What Synapse pushes (a real aiohttp server, the hs_token): a section pasted with a
+    zero-width space after every character, one with Cyrillic lookalikes, and a harmless
+    message its sender then edits into the section, in the next transaction."""
+    from aiohttp import web
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from appservice.homeserver.transactions import TransactionHandler
+
+    add_corpus(world)
+
+    async def fetch_state(room_id: str) -> None: ...
+
+    handler = TransactionHandler("hs-token-0123456789abcdef", "matrix-sources",
+                                 world.index.ingest, fetch_state, lambda *_: None)
+    app = web.Application()
+    app.router.add_put("/_matrix/app/v1/transactions/{transaction_id}", handler.handle)
+    client = TestClient(TestServer(app))
+    await client.start_server()
+
+    def message(event_id: str, body: str, **extra) -> dict:
+        return {"type": "m.room.message", "room_id": ROOM, "sender": "@mallory:example.org",
+                "event_id": event_id, "origin_server_ts": T0,
+                "content": {"msgtype": "m.text", "body": body, **extra}}
+
+    async def push(txn: str, events: list[dict]) -> None:
+        resp = await client.put(f"/_matrix/app/v1/transactions/{txn}",
+                                json={"events": events},
+                                headers={"Authorization": "Bearer hs-token-0123456789abcdef"})
+        assert resp.status == 200, await resp.text()
+
+    try:
+        await push("1", [message("$zw", DISGUISED["zero-width after every character"](VERBATIM)),
+                         message("$cyr", DISGUISED["cyrillic lookalikes"](VERBATIM)),
+                         message("$fine", CHAT[0]), message("$talk", DISCUSSION)])
+        world.run()
+        assert [world.status(e) for e in ("$zw", "$cyr", "$fine", "$talk")] == [
+            "derived", "derived", "indexed", "indexed"]
+        await push("2", [message("$edit", f"* {VERBATIM}", **{
+            "m.new_content": {"msgtype": "m.text", "body": VERBATIM},
+            "m.relates_to": {"rel_type": "m.replace", "event_id": "$fine"}})])
+        world.run()
+        assert world.status("$fine") == "derived" and world.status("$talk") == "indexed"
+        assert not {"$zw", "$cyr", "$fine"} & world.stored_events()
+    finally:
+        await client.close()
+
+
 def edit(world: World, target: str, body: str, sender: str = "@alice:example.org") -> bool:
     """Whether the edit took: only its sender's (alice's) edits do."""
     world.n += 1
