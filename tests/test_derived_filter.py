@@ -372,6 +372,43 @@ def test_7_verify_derived_filter_catches_a_hand_inserted_leak(world):
     assert out.count("window w") == 1  # the genuine window is not named
 
 
+def test_7b_a_quote_split_over_short_messages_counts_only_from_after_the_artifact(world):
+    """The audit's whole-window check: six- and seven-word pieces (too short to judge one
+    by one) that together are a section, written after the section became an artifact,
+    are a leak, also in a window that begins with older talk; the same pieces written
+    before it are evidence."""
+    pieces = ["The signing key proves to other servers",
+              "that events came from us. Rotate it",
+              "only when it leaked or its file",
+              "is lost. Generate a new key:"]
+    log = world.index.eventlog
+
+    def append(name: str, bodies: list[str]) -> list[Message]:
+        msgs = [Message(EventID(f"${name}{i}"), RoomID(ROOM), UserID("@mallory:example.org"),
+                        T0 + i, body) for i, body in enumerate(bodies)]
+        log.append([(m, None) for m in msgs])
+        return msgs
+
+    def index(name: str, msgs: list[Message]) -> None:
+        w = Window(window_id=f"w{name}", room_id=RoomID(ROOM), messages=tuple(msgs))
+        world.index.store.upsert([w], HashEmbedder().encode([m.body for m in msgs[:1]]))
+        log.mark_indexed(RoomID(ROOM), {m.event_id: w.window_id for m in msgs}, msgs[-1])
+
+    index("before", append("before", pieces))  # written before the corpus was added
+    older = append("older", ["we were talking about keys earlier today, see above"])
+    add_corpus(world)
+    world.index.manifest.refresh()
+    assert world.index.matcher.match("\n".join(pieces)) is not None  # as a whole: a quote
+    assert all(world.index.matcher.match(p) is None for p in pieces)  # one by one: nothing
+    rc, out = cli("verify", "-c", world.config, "--derived-filter")
+    assert rc == 0, out
+
+    index("after", older + append("after", pieces))
+    rc, out = cli("verify", "-c", world.config, "--derived-filter")
+    assert rc == 1
+    assert "window wafter" in out and "whole window" in out and "wbefore" not in out
+
+
 # -- 8 -------------------------------------------------------------------------------------
 
 def test_8_ref_rm_leaves_earlier_exclusions_unchanged(world):
