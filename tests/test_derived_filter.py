@@ -635,6 +635,13 @@ async def test_editing_and_redacting_a_quoted_message_leaves_the_audit_quiet(wor
         "!sources how do we stop a spam wave from new accounts", "$ask"))
     [section] = [s for s in reply.sections if question in s.sources]
     assert {detail, answer} <= set(section.shown)  # a linked answer, from its own window
+    manifest = world.index.manifest
+
+    def emitted() -> set[int]:
+        manifest.refresh()
+        return {a.emitted_ms for a in manifest.live(kind="answer")}
+
+    [sent] = emitted()
 
     assert edit(world, detail, "never mind the link, it was only one account in the end")
     world.run()
@@ -643,6 +650,7 @@ async def test_editing_and_redacting_a_quoted_message_leaves_the_audit_quiet(wor
     world.run()
     edited = matrix.sent[-1][1]
     assert edited["m.relates_to"]["rel_type"] == "m.replace"
+    assert emitted() == {sent}  # the edited reply's artifacts keep the reply's first date
     assert answer in edited["m.new_content"]["body"] or "power levels" in \
         edited["m.new_content"]["body"]
     assert world.status(question) == world.status(answer) == "indexed"
