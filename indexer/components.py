@@ -12,11 +12,13 @@ The object graph is built here, once, and nothing patches it afterwards. It is a
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Callable
 
 from .config import Config, ConfigError
-from .derived.filter import DerivedFilter, EmittedSection, Matcher, answer_artifacts
+from .derived.filter import (DerivedFilter, EmittedSection, Matcher, answer_artifacts,
+                             answer_prefix)
 from .derived.manifest import Manifest, manifest_path
 from .derived.reference import References
 from .ingest.admit import Ingest
@@ -27,7 +29,7 @@ from .ingest.purge import Purger
 from .records import ChunkPolicy
 from .pipeline.embedder import Embedder, load_embedder
 from .pipeline.pipeline import Pipeline
-from .records import UserID
+from .records import ARTIFACT_ANSWER, UserID
 from .search.abstain import Floor
 from .search.linkage import Horizon
 from .search.present import Presenter
@@ -141,12 +143,26 @@ class Index:
         return cls(cfg, eventlog, journal, store, embedder, gate, ingest, pipeline, searcher,
                    AnswerLog(eventlog), manifest, matcher)
 
-    def record_answer(self, reply_event_id: str, sections: list[EmittedSection]) -> int:
-        """Record what a `!sources` reply quoted, one answer artifact per hit. Call only
-        after the reply was sent. Blocking (fsync): run it off the event loop."""
+    def record_answer(self, reply_event_id: str, sections: list[EmittedSection],
+                      sent_ms: int) -> int:
+        """Record what a `!sources` reply quoted, one answer artifact per hit, emitted at
+        `sent_ms` (ms: when its send began). Call only after the reply was sent.
+        Blocking (fsync): run it off the event loop."""
         assert self.manifest is not None
         return self.manifest.append(answer_artifacts(reply_event_id, sections,
-                                                     self.manifest.shingle_size))
+                                                     self.manifest.shingle_size, sent_ms))
+
+    def replace_answer(self, reply_event_id: str, sections: list[EmittedSection]) -> int:
+        """A reply edited to drop a withdrawn quote: its answer artifacts become those of
+        the edited sections, emitted when the reply first was (its text has been public
+        since). Returns how many were written."""
+        assert self.manifest is not None
+        prefix = answer_prefix(reply_event_id)
+        self.manifest.refresh()
+        first = min((a.emitted_ms for a in self.manifest.live(kind=ARTIFACT_ANSWER)
+                     if a.name.startswith(prefix)), default=int(time.time() * 1000))
+        self.manifest.remove(lambda e: str(e.get("name", "")).startswith(prefix))
+        return self.record_answer(reply_event_id, sections, first) if sections else 0
 
     def ensure_meta(self, progress=None) -> bool:
         """Rebuild the collection if another model or chunker made it (rebuild.py)."""

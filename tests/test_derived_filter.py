@@ -18,6 +18,8 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -36,6 +38,8 @@ from indexer.derived.manifest import Manifest, manifest_path
 from indexer.derived.normalise import containment, text_shingles
 from indexer.records import EventID, Message, RoomID, UserID, Window
 from indexer.derived.reference import cut_sections
+
+from .vectorscan import files_holding
 
 FIXTURE = Path(__file__).parent / "fixtures" / "ops-cheatsheet.md"
 ROOM = "!ops:example.org"
@@ -368,6 +372,43 @@ def test_7_verify_derived_filter_catches_a_hand_inserted_leak(world):
     assert out.count("window w") == 1  # the genuine window is not named
 
 
+def test_7b_a_quote_split_over_short_messages_counts_only_from_after_the_artifact(world):
+    """The audit's whole-window check: six- and seven-word pieces (too short to judge one
+    by one) that together are a section, written after the section became an artifact,
+    are a leak, also in a window that begins with older talk; the same pieces written
+    before it are evidence."""
+    pieces = ["The signing key proves to other servers",
+              "that events came from us. Rotate it",
+              "only when it leaked or its file",
+              "is lost. Generate a new key:"]
+    log = world.index.eventlog
+
+    def append(name: str, bodies: list[str]) -> list[Message]:
+        msgs = [Message(EventID(f"${name}{i}"), RoomID(ROOM), UserID("@mallory:example.org"),
+                        T0 + i, body) for i, body in enumerate(bodies)]
+        log.append([(m, None) for m in msgs])
+        return msgs
+
+    def index(name: str, msgs: list[Message]) -> None:
+        w = Window(window_id=f"w{name}", room_id=RoomID(ROOM), messages=tuple(msgs))
+        world.index.store.upsert([w], HashEmbedder().encode([m.body for m in msgs[:1]]))
+        log.mark_indexed(RoomID(ROOM), {m.event_id: w.window_id for m in msgs}, msgs[-1])
+
+    index("before", append("before", pieces))  # written before the corpus was added
+    older = append("older", ["we were talking about keys earlier today, see above"])
+    add_corpus(world)
+    world.index.manifest.refresh()
+    assert world.index.matcher.match("\n".join(pieces)) is not None  # as a whole: a quote
+    assert all(world.index.matcher.match(p) is None for p in pieces)  # one by one: nothing
+    rc, out = cli("verify", "-c", world.config, "--derived-filter")
+    assert rc == 0, out
+
+    index("after", older + append("after", pieces))
+    rc, out = cli("verify", "-c", world.config, "--derived-filter")
+    assert rc == 1
+    assert "window wafter" in out and "whole window" in out and "wbefore" not in out
+
+
 # -- 8 -------------------------------------------------------------------------------------
 
 def test_8_ref_rm_leaves_earlier_exclusions_unchanged(world):
@@ -388,6 +429,268 @@ def test_8_ref_rm_leaves_earlier_exclusions_unchanged(world):
     assert all(world.status(e) == "derived" for e in ids)
     rc, out = cli("verify", "-c", world.config, "--exclusions")
     assert rc == 0 and all(e in out for e in ids)
+
+
+# -- disguised quotes (issue 26): what reads the same is judged the same -----------------
+
+def _inside_words(mark: str):
+    return lambda text: re.sub(r"(\w\w)(?=\w\w)", lambda m: m.group(1) + mark, text)
+
+
+DISGUISED = {
+    "zero-width inside words": _inside_words("\u200b"),
+    "zero-width after every character": lambda text: "".join(c + "\u200b" for c in text),
+    "soft hyphens": _inside_words("\u00ad"),
+    "cyrillic lookalikes": lambda text: text.translate(
+        str.maketrans("aceopxyABCEHKMOPTX", "асеорхуАВСЕНКМОРТХ")),
+}
+
+
+def test_disguised_quotes_are_excluded_beside_the_plain_one(world):
+    """A reference section pasted with zero-width spaces (inside words, or after every
+    character), soft hyphens or Cyrillic lookalikes is the section as a reader sees it,
+    and as the model sees the first three: excluded like the plain paste, in one run
+    beside a discussion that is indexed."""
+    add_corpus(world)
+    ids = {name: world.post(disguise(VERBATIM)) for name, disguise in DISGUISED.items()}
+    discussion = world.post(DISCUSSION)
+    world.run()
+    assert {name: world.status(e) for name, e in ids.items()} == dict.fromkeys(
+        DISGUISED, "derived")
+    assert world.status(discussion) == "indexed"
+    exclusions = world.exclusions()
+    assert {exclusions[e]["artifact"] for e in ids.values()} == {SIGNING}
+    assert not set(ids.values()) & world.stored_events()
+
+
+async def test_disguises_pushed_through_the_transaction_endpoint_are_excluded(world):
+    """What Synapse pushes (a real aiohttp server, the hs_token): a section pasted with a
+    zero-width space after every character, one with Cyrillic lookalikes, and a harmless
+    message its sender then edits into the section, in the next transaction."""
+    from aiohttp import web
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from appservice.homeserver.transactions import TransactionHandler
+
+    add_corpus(world)
+
+    async def fetch_state(room_id: str) -> None: ...
+
+    handler = TransactionHandler("hs-token-0123456789abcdef", "matrix-sources",
+                                 world.index.ingest, fetch_state, lambda *_: None)
+    app = web.Application()
+    app.router.add_put("/_matrix/app/v1/transactions/{transaction_id}", handler.handle)
+    client = TestClient(TestServer(app))
+    await client.start_server()
+
+    def message(event_id: str, body: str, **extra) -> dict:
+        return {"type": "m.room.message", "room_id": ROOM, "sender": "@mallory:example.org",
+                "event_id": event_id, "origin_server_ts": T0,
+                "content": {"msgtype": "m.text", "body": body, **extra}}
+
+    async def push(txn: str, events: list[dict]) -> None:
+        resp = await client.put(f"/_matrix/app/v1/transactions/{txn}",
+                                json={"events": events},
+                                headers={"Authorization": "Bearer hs-token-0123456789abcdef"})
+        assert resp.status == 200, await resp.text()
+
+    try:
+        await push("1", [message("$zw", DISGUISED["zero-width after every character"](VERBATIM)),
+                         message("$cyr", DISGUISED["cyrillic lookalikes"](VERBATIM)),
+                         message("$fine", CHAT[0]), message("$talk", DISCUSSION)])
+        world.run()
+        assert [world.status(e) for e in ("$zw", "$cyr", "$fine", "$talk")] == [
+            "derived", "derived", "indexed", "indexed"]
+        await push("2", [message("$edit", f"* {VERBATIM}", **{
+            "m.new_content": {"msgtype": "m.text", "body": VERBATIM},
+            "m.relates_to": {"rel_type": "m.replace", "event_id": "$fine"}})])
+        world.run()
+        assert world.status("$fine") == "derived" and world.status("$talk") == "indexed"
+        assert not {"$zw", "$cyr", "$fine"} & world.stored_events()
+    finally:
+        await client.close()
+
+
+def edit(world: World, target: str, body: str, sender: str = "@alice:example.org") -> bool:
+    """Whether the edit took: only its sender's (alice's) edits do."""
+    world.n += 1
+    event_id = f"$edit{world.n}"
+    result = world.index.ingest.admit([{
+        "type": "m.room.message", "room_id": ROOM, "sender": sender, "event_id": event_id,
+        "origin_server_ts": T0 + world.n * 60_000,
+        "content": {"msgtype": "m.text", "body": f"* {body}",
+                    "m.new_content": {"msgtype": "m.text", "body": body},
+                    "m.relates_to": {"rel_type": "m.replace", "event_id": target}}}])
+    return (target in result.history.edited) == (sender == "@alice:example.org")
+
+
+def test_an_indexed_message_edited_into_a_quote_leaves_the_index_like_a_redaction(world):
+    """Judged again when edited: derived now, its text kept in the event log tagged
+    derived, its window re-cut without it and the old vector compacted out of Chroma's
+    files."""
+    add_corpus(world)
+    harmless = world.post(CHAT[0])
+    neighbour = world.post(CHAT[1])
+    world.run()
+    [old_window] = {w.window_id for w in world.index.store.get()
+                    if harmless in w.event_ids}
+    [(_, old_vector)] = world.index.store.vectors([old_window])
+    assert world.status(harmless) == "indexed"
+
+    assert edit(world, harmless, VERBATIM)
+    world.run()
+    assert world.status(harmless) == "derived"
+    assert world.exclusions()[harmless]["artifact"] == SIGNING
+    assert world.index.eventlog.texts.event_texts([EventID(harmless)])  # text kept
+    assert harmless not in world.stored_events()
+    assert world.status(neighbour) == "indexed" and neighbour in world.stored_events()
+    assert world.index.pipeline.compaction_due  # as a redaction asks
+    world.index.pipeline.compaction.every = 0
+    assert world.index.pipeline.run_compaction() is True
+    assert files_holding(world.cfg.data_dir, old_vector, n=len(old_vector)) == {}
+    rc, out = cli("verify", "-c", world.config, "--derived-filter")
+    assert rc == 0, out
+
+
+def test_a_derived_message_edited_into_its_own_words_is_indexed(world):
+    add_corpus(world)
+    pasted = world.post(VERBATIM)
+    world.run()
+    assert world.status(pasted) == "derived"
+    assert edit(world, pasted, DISCUSSION)
+    world.run()
+    assert world.status(pasted) == "indexed" and pasted in world.stored_events()
+
+
+def test_an_edit_by_someone_else_changes_nothing(world):
+    add_corpus(world)
+    harmless = world.post(CHAT[0])
+    world.run()
+    assert edit(world, harmless, VERBATIM, sender="@mallory:example.org")
+    world.run()
+    assert world.status(harmless) == "indexed"
+
+
+# -- an artifact cannot make older text derived (issue 26 item 9) -----------------------
+
+class Matrix:
+    """The bot's homeserver: what it sent, and an event id for each."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, dict]] = []
+
+    async def send(self, room_id, content):
+        self.sent.append((room_id, content))
+        return f"$reply{len(self.sent)}"
+
+    async def join(self, room_id): ...
+    async def room_state(self, room_id): return []
+    async def resolve_alias(self, alias): return None
+
+    def is_outage(self, exc): return False
+
+
+def redact(world: World, target: str) -> set[str]:
+    world.n += 1
+    result = world.index.ingest.admit([{
+        "type": "m.room.redaction", "room_id": ROOM, "sender": "@alice:example.org",
+        "event_id": f"$redaction{world.n}", "redacts": target,
+        "origin_server_ts": T0 + world.n * 60_000, "content": {"redacts": target}}])
+    return set(result.history.redacted)
+
+
+def say(world: World, body: str, sender: str, minute: int, reply_to: str | None = None
+        ) -> str:
+    world.n += 1
+    event_id = f"$ev{world.n}"
+    content: dict = {"msgtype": "m.text", "body": body}
+    if reply_to:
+        content["m.relates_to"] = {"m.in_reply_to": {"event_id": reply_to}}
+    assert world.index.ingest.admit([{
+        "type": "m.room.message", "room_id": ROOM, "sender": sender, "event_id": event_id,
+        "origin_server_ts": T0 + minute * 60_000, "content": content}]).appended == 1
+    return event_id
+
+
+async def test_editing_and_redacting_a_quoted_message_leaves_the_audit_quiet(world):
+    """The finding: a user asked, edited a message the reply quoted, then redacted it;
+    the bot edited its reply, and `verify --derived-filter` flagged an original message
+    the reply had quoted (a later answer, linked from another window), written long
+    before the bot quoted it. It is evidence: an artifact is compared only with text
+    that arrived after it. A paste of the edited reply, made after it, is derived."""
+    from appservice.bot.bot import Bot
+
+    alice, bob = "@alice:example.org", "@bob:example.org"
+    question = say(world, "how do we stop a spam wave from new accounts on our server?",
+                   alice, 0)
+    detail = say(world, "three fresh accounts on a server with open registration, all "
+                 "posting the same link to every room", alice, 1)
+    answer = say(world, "to stop a spam wave from new accounts set the power levels so new "
+                 "members need level 10 to post, then lower them in the morning", bob, 180,
+                 reply_to=question)
+    world.run()
+    matrix = Matrix()
+    bot = Bot(world.cfg, world.index, matrix)
+    reply = await bot.responder.answer(command(
+        "!sources how do we stop a spam wave from new accounts", "$ask"))
+    [section] = [s for s in reply.sections if question in s.sources]
+    assert {detail, answer} <= set(section.shown)  # a linked answer, from its own window
+    manifest = world.index.manifest
+
+    def emitted() -> set[int]:
+        manifest.refresh()
+        return {a.emitted_ms for a in manifest.live(kind="answer")}
+
+    [sent] = emitted()
+
+    assert edit(world, detail, "never mind the link, it was only one account in the end")
+    world.run()
+    assert redact(world, detail) == {detail}
+    await bot._edit_replies({detail})  # what on_withdrawn runs
+    world.run()
+    edited = matrix.sent[-1][1]
+    assert edited["m.relates_to"]["rel_type"] == "m.replace"
+    assert emitted() == {sent}  # the edited reply's artifacts keep the reply's first date
+    assert answer in edited["m.new_content"]["body"] or "power levels" in \
+        edited["m.new_content"]["body"]
+    assert world.status(question) == world.status(answer) == "indexed"
+    rc, out = cli("verify", "-c", world.config, "--derived-filter")
+    assert rc == 0, out
+
+    line = next(line for line in edited["m.new_content"]["body"].split("\n")
+                if "power levels" in line)
+    paste = world.post("the bot said: " + line.split(": ", 1)[1], "@carol:example.org")
+    world.run()
+    assert world.status(paste) == "derived"
+    await bot.stop()
+
+
+async def test_a_paste_dated_back_by_its_server_is_still_derived(world):
+    """When the text arrived is the service's own clock: a sender's server that dates
+    a paste before the answer (origin_server_ts) cannot make it older than it."""
+    for body in SPAM_TALK:
+        world.post(body)
+    world.run()
+    reply, _ = await ask(world, "how do we stop a spam wave from new accounts")
+    world.n += 1
+    backdated = f"$ev{world.n}"
+    world.index.ingest.admit([{
+        "type": "m.room.message", "room_id": ROOM, "sender": "@mallory:example.org",
+        "event_id": backdated, "origin_server_ts": 1_000,
+        "content": {"msgtype": "m.text", "body": "the bot said: " + reply.quoted[0]}}])
+    world.run()
+    assert world.status(backdated) == "derived"
+
+
+def test_the_matcher_holds_text_only_against_artifacts_emitted_before_it(world):
+    add_corpus(world)
+    world.index.manifest.refresh()
+    [emitted] = {a.emitted_ms for a in world.index.manifest.live(kind="reference")}
+    assert abs(emitted - time.time() * 1000) < 60_000  # to the ms, when `ref add` ran
+    matcher = world.index.matcher
+    assert matcher.match(VERBATIM) is not None
+    assert matcher.match(VERBATIM, written_ms=emitted) is not None
+    assert matcher.match(VERBATIM, written_ms=emitted - 1) is None
 
 
 # -- around the eight ----------------------------------------------------------------------

@@ -5,6 +5,7 @@ recording what a reply quoted only once the reply was sent."""
 from __future__ import annotations
 
 import sqlite3
+import time
 
 import pytest
 
@@ -125,22 +126,27 @@ def command(body: str) -> MessageEvent:
 
 
 async def test_answers_are_recorded_after_the_send_returned():
+    """...dated when the send began: a paste that arrives before the record is written
+    is still later than the answer it quotes."""
     events: list[str] = []
-    recorded: list[tuple[str, list[EmittedSection]]] = []
+    recorded: list[tuple[str, list[EmittedSection], int]] = []
+    sending: list[int] = []
 
     async def send(room_id, content):
         events.append("sent")
+        sending.append(int(time.time() * 1000))
         return "$reply"
 
-    def record(event_id, sections):
+    def record(event_id, sections, sent_ms):
         events.append("recorded")
-        recorded.append((event_id, sections))
+        recorded.append((event_id, sections, sent_ms))
         return len(sections)
 
     r = Responder(OneHit(), send, "@bot:x", limiter=RateLimiter(0), record_answer=record)
     await r.answer(command("!sources journalctl"))
     assert events == ["sent", "recorded"]
     assert recorded[0][0] == "$reply" and len(recorded[0][1]) == 1
+    assert sending[0] - 5_000 < recorded[0][2] <= sending[0]
     await r.answer(command("!sources help"))  # nothing quoted, nothing recorded
     assert events[-1] == "sent" and len(recorded) == 1
 
@@ -157,7 +163,7 @@ async def test_no_artifact_when_the_send_failed_and_a_failed_record_does_not_rai
         now[0] += seconds
 
     r = Responder(OneHit(), failing_send, "@bot:x", limiter=RateLimiter(0),
-                  record_answer=lambda e, s: recorded.append(e) or 1, sleep=sleep,
+                  record_answer=lambda e, s, t: recorded.append(e) or 1, sleep=sleep,
                   clock=lambda: now[0])
     with pytest.raises(ConnectionError):
         await r.answer(command("!sources journalctl"))
@@ -166,7 +172,7 @@ async def test_no_artifact_when_the_send_failed_and_a_failed_record_does_not_rai
     async def send(room_id, content):
         return "$reply"
 
-    def broken(event_id, sections):
+    def broken(event_id, sections, sent_ms):
         raise OSError("disk full")
 
     r = Responder(OneHit(), send, "@bot:x", limiter=RateLimiter(0), record_answer=broken)

@@ -4,11 +4,16 @@ If these drift apart, overlap collapses and the derived filter silently stops fi
 
 from __future__ import annotations
 
+import re
+import unicodedata
+
 import pytest
+from hypothesis import given, strategies as st
 
 from indexer.ingest.events import parse_event
-from indexer.derived.normalise import (containment, normalise, sha256_normalised, shingles,
-                               strip_reply_fallback, text_shingles, words)
+from indexer.derived.normalise import (_markup_to_text, containment, normalise,
+                                       sha256_normalised, shingles, strip_reply_fallback,
+                                       text_shingles, words)
 
 EMITTED_MD = """## Signing keys
 
@@ -108,3 +113,95 @@ def test_shingles():
     assert shingles(ws, 5) == shingles(ws + ws[:0], 5)
     assert containment(shingles(ws, 3), shingles(ws + ["g"], 3)) == 1.0
     assert containment(shingles(ws + ["g"], 3), shingles(ws, 3)) == 4 / 5
+
+
+# -- disguises: what a reader and the model take for the same text (issue 26) -------------
+
+CYRILLIC = str.maketrans("aceopxyABCEHKMOPTX", "асеорхуАВСЕНКМОРТХ")
+
+
+def _inside_words(mark: str):
+    return lambda t: re.sub(r"(\w\w)(?=\w\w)", lambda m: m.group(1) + mark, t)
+
+
+DISGUISES = {
+    "zero-width inside words": _inside_words("\u200b"),
+    "zero-width after every character": lambda t: "".join(c + "\u200b" for c in t),
+    "soft hyphens": _inside_words("\u00ad"),
+    "cyrillic lookalikes": lambda t: t.translate(CYRILLIC),
+    "bidi isolates and marks": lambda t: re.sub(r"(\w+)", "\u2066\\1\u2069\u200e", t),
+    "variation selectors": _inside_words("\ufe0f"),
+    "word joiner and zero-width joiners": _inside_words("\u2060\u200d"),
+    "combining marks": _inside_words("\u0301"),
+    "controls": _inside_words("\x01"),
+    "html entities of invisibles": lambda t: _inside_words("&#8203;")(
+        t.replace("<", "&lt;").replace(">", "&gt;")),
+}
+
+
+@pytest.mark.parametrize("disguise", list(DISGUISES.values()), ids=list(DISGUISES))
+def test_a_disguised_paste_reduces_to_the_words_emitted(disguise):
+    pasted = disguise(PASTED_PLAIN)
+    assert pasted != PASTED_PLAIN
+    assert normalise(pasted) == normalise(EMITTED_MD)
+    assert text_shingles(pasted, 5) == text_shingles(EMITTED_MD, 5)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from tokenizers import Tokenizer
+
+    from indexer.pipeline.onnx_embedder import model_dir
+    tok = Tokenizer.from_file(str(model_dir() / "tokenizer.json"))
+    tok.no_padding()
+    return tok
+
+
+@pytest.mark.parametrize("name", ["zero-width inside words", "zero-width after every character",
+                                  "soft hyphens", "variation selectors", "combining marks",
+                                  "word joiner and zero-width joiners", "controls"])
+def test_the_invisible_disguises_are_invisible_to_the_model_too(tokenizer, name):
+    """Why they matter: the model reads these pastes as the very words of the original,
+    so their vectors are the original's (cosine 1.000)."""
+    pasted = DISGUISES[name](PASTED_PLAIN)
+    assert tokenizer.encode(pasted).ids == tokenizer.encode(PASTED_PLAIN).ids
+
+
+def test_every_character_the_model_ignores_inside_a_word_the_filter_ignores(tokenizer):
+    """The filter sees what the model sees: over the whole BMP, each character that leaves
+    `re?start` the model's `restart` leaves it the filter's `restart` too."""
+    chars = [chr(c) for c in range(0x80, 0x10000) if not 0xD800 <= c < 0xE000]
+    want = tokenizer.encode("restart").ids
+    found = tokenizer.encode_batch([f"re{c}start" for c in chars])
+    ignored = [c for c, e in zip(chars, found) if e.ids == want]
+    assert len(ignored) > 7000  # format, controls, private use, marks, unassigned...
+    missed = {f"U+{ord(c):04X}" for c in ignored if normalise(f"re{c}start") != "restart"}
+    # A spacing mark to Python 3.11's Unicode, a nonspacing one to the tokenizer's newer.
+    assert missed <= {"U+1734"}
+
+
+def test_lookalikes_fold_in_either_case_and_genuine_words_stay_apart():
+    """Upper case lookalikes are their Latin capitals, lower case ones their small
+    letters. (TR39 is case sensitive: Cyrillic `М` is an `m`, `м` a turned `w`, so a
+    non-Latin quote re-cased whole may no longer match; Latin text folds case as ever.)"""
+    assert normalise("RЕSTАRТ Тhe Іnstall ΝEW") == "restart the install new"
+    assert normalise("rеstаrt sеrνеr") == "restart server"  # Greek nu is a v
+    assert normalise("ПРИВЕТ") == normalise("привет")  # т a small capital T: a case of t
+    assert normalise("привет мир") != normalise("пока мир")
+    assert normalise("restart") != normalise("restore")
+
+
+@given(st.text(alphabet=st.characters(min_codepoint=0x20, max_codepoint=0x7E)))
+def test_plain_ascii_reduces_as_it_always_did(text):
+    """The manifest keeps the shingles of every answer already sent: plain ASCII text,
+    most of what it holds, must keep its words (TR39's ASCII folds, `rn` -> `m`, are not
+    applied: the model tells those words apart too)."""
+    before = re.findall(r"[^\W_]+", unicodedata.normalize("NFKC", _markup_to_text(
+        strip_reply_fallback(text))).casefold())
+    assert words(text) == before
+
+
+@given(st.text())
+def test_normalising_twice_changes_nothing(text):
+    once = normalise(text)
+    assert normalise(once) == once

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import shutil
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
 import urllib.request
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +23,7 @@ from indexer.store.eventlog import EventLog
 from indexer.store.generations import META_KEY
 from indexer.records import EventID, Message, RoomID, UserID
 from indexer.store.chroma import ChromaStore
-from indexer.store.server_files import ServerFiles, ServerFilesError
+from indexer.store.server_files import MARKER_PREFIX, ServerFiles, ServerFilesError
 
 
 def _free_port() -> int:
@@ -320,15 +322,32 @@ def test_a_purged_room_leaves_no_text_and_no_vector_in_the_persist_dir(store, re
 
 @pytest.mark.parametrize("store", ["server"], indirect=True)
 def test_a_persist_dir_that_is_not_the_servers_is_refused(store, tmp_path, request):
-    """index.chroma.persist_dir names the server's folder, or nothing is removed: a
-    folder without Chroma's SQLite, or one that does not hold the live collection."""
-    live = store._gens.name(store._gen)
+    """index.chroma.persist_dir names the server's own folder, or nothing is removed: not
+    a folder without Chroma's SQLite, nor a copy of the server's folder, which holds the
+    live collection by name while the server writes (and keeps dropped vectors) elsewhere.
+    The proof is a marker written through the server and found in the folder."""
+    import chromadb
+
+    server = request.getfixturevalue("chroma_server")
+    client = chromadb.HttpClient(host="127.0.0.1", port=server.port)
     with pytest.raises(ServerFilesError, match="persist_dir: .* has no chroma.sqlite3"):
-        ServerFiles(tmp_path).check(live)
-    data = request.getfixturevalue("chroma_server").data
-    with pytest.raises(ServerFilesError, match="holds no collection 'someone-else'"):
-        ServerFiles(data).check("someone-else")
-    ServerFiles(data).check(live)
+        ServerFiles(tmp_path).check(client)
+    copy = tmp_path / "copy"
+    shutil.copytree(server.data, copy)
+    live = store._gens.name(store._gen)
+    with closing(sqlite3.connect(copy / "chroma.sqlite3")) as con:  # by name it passed
+        assert live in {r[0] for r in con.execute("SELECT name FROM collections")}
+    with pytest.raises(ServerFilesError) as refused:
+        ServerFiles(copy).check(client)
+    assert "index.chroma.persist_dir" in str(refused.value)
+    assert "is not the folder of the Chroma server" in str(refused.value)
+    assert "chroma run --path DIR" in str(refused.value)  # the fix
+    with pytest.raises(ServerFilesError, match="is not the folder"):
+        ChromaStore(host="127.0.0.1", port=server.port, collection=store._gens.base,
+                    eventlog=EventLog(store.eventlog.path), server_files=ServerFiles(copy))
+    ServerFiles(server.data).check(client)  # its own folder: accepted
+    assert not [c.name for c in client.list_collections()
+                if c.name.startswith(MARKER_PREFIX)]  # the markers are dropped again
 
 
 @pytest.mark.parametrize("store", ["server"], indirect=True)

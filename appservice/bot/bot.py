@@ -19,7 +19,6 @@ from typing import Awaitable, Callable, Iterable, Protocol
 
 from indexer.components import Index
 from indexer.config import Config
-from indexer.derived.filter import answer_prefix
 from indexer.ingest.events import MessageEvent
 from indexer.ingest.forget import Forgetting
 from indexer.records import RoomID, UserID
@@ -106,12 +105,8 @@ class Bot:
             await self.matrix.send(rec.room_id, edit_content(rec.reply_event_id, reply))
             await asyncio.to_thread(answers.forget_quote, rec.reply_event_id, withdrawn)
             if manifest is not None:
-                name = answer_prefix(rec.reply_event_id)
-                await asyncio.to_thread(manifest.remove,
-                                        lambda e: str(e.get("name", "")).startswith(name))
-                if reply.sections:
-                    await asyncio.to_thread(self.index.record_answer, rec.reply_event_id,
-                                            list(reply.sections))
+                await asyncio.to_thread(self.index.replace_answer, rec.reply_event_id,
+                                        list(reply.sections))
             log.info("reply_edited_after_redaction", extra={
                 "room_id": rec.room_id, "reply": rec.reply_event_id,
                 "redacted": len(withdrawn)})

@@ -34,7 +34,8 @@ log = logging.getLogger(f"matrix_sources.{__name__}")
 Send = Callable[[str, dict], Awaitable[str]]
 ResolveAlias = Callable[[str], Awaitable[str | None]]
 Status = Callable[[str, str], Awaitable[Reply]]  # (room, asker) -> reply
-RecordAnswer = Callable[[str, list[EmittedSection]], int]
+# (reply event id, sections, ms when its send began) -> artifacts added
+RecordAnswer = Callable[[str, list[EmittedSection], int], int]
 LAST_QUERIES_KEPT = 1000  # per (room, user), in memory only, for `!sources why N`
 SEARCH_THREADS = 2  # the machine's cores; more searches at once only queue on them
 SEND_RETRY_FOR = 3600.0  # seconds a reply waits for an unreachable homeserver
@@ -103,10 +104,11 @@ class Responder:
             log.exception("answer_failed", extra={"room_id": m.room_id, "event_id": m.event_id})
             reply = render_error(FAILED)
         content = reply.content(in_reply_to=m.event_id, thread_root=ev.thread_root)
+        sent_ms = int(time.time() * 1000)  # nobody can paste the reply before this
         event_id = await self._send_when_up(m.room_id, m.event_id, content)
         self.answered += 1
         if self.record_answer is not None and reply.sections:
-            await self._record_answer(m.room_id, event_id, reply)
+            await self._record_answer(m.room_id, event_id, reply, sent_ms)
         if self.record_quotes is not None and reply.hits:
             try:
                 await asyncio.to_thread(self.record_quotes, event_id, m.room_id, m.event_id,
@@ -129,11 +131,14 @@ class Responder:
                               give_up_after=SEND_RETRY_FOR, on_retry=waiting,
                               clock=Clock(self.clock, self.sleep))
 
-    async def _record_answer(self, room_id: str, event_id: str, reply: Reply) -> None:
+    async def _record_answer(self, room_id: str, event_id: str, reply: Reply,
+                             sent_ms: int) -> None:
         """The reply is sent (committed): now what it quoted becomes answer artifacts, so
-        a paste of it back into a room is derived text, not evidence."""
+        a paste of it back into a room is derived text, not evidence. They are dated
+        when the send began, or a paste that arrived before this record could pass."""
         try:
-            added = await asyncio.to_thread(self.record_answer, event_id, list(reply.sections))
+            added = await asyncio.to_thread(self.record_answer, event_id, list(reply.sections),
+                                            sent_ms)
         except Exception:
             log.exception("answer_record_failed", extra={"room_id": room_id,
                                                          "event_id": event_id})

@@ -4,7 +4,8 @@ Each check is a function returning a `CheckResult`; the CLI runs the ones asked 
 (flags combine) and exits non-zero if any failed. Listings (`exclusions`) never fail.
 
     derived_filter   every indexed window, message by message and as a whole, against
-                     the live artifacts: a match is a leak (derived text in evidence)
+                     the live artifacts emitted before its text arrived (as the filter
+                     judges): a match is a leak (derived text in evidence)
     exclusions       the `derived_excluded` journal entries since T, for review of
                      false positives: artifact, score, threshold in force
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import Callable, Iterable, Iterator
 
 
 from ..pipeline.chunker import format_ts
@@ -23,6 +25,8 @@ from ..records import CORPUS_REFERENCE
 from ..store.chroma import ChromaStore
 
 PAGE = 500
+# Event ids -> when each one's text arrived (EventLog.derived.text_times).
+TextTimes = Callable[[list], dict]
 _RELATIVE = re.compile(r"(\d+)\s*([mhdw])")
 _UNIT_MS = {"m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 7 * 86_400_000}
 
@@ -42,32 +46,58 @@ class Leak:
     match: DerivedMatch
 
 
-def find_leaks(store: ChromaStore, matcher: Matcher) -> tuple[int, list[Leak]]:
+def find_leaks(store: ChromaStore, matcher: Matcher,
+               text_times: TextTimes | None = None) -> tuple[int, list[Leak]]:
     """(windows checked, leaks). Reference chunks are the artifacts themselves and are
-    skipped; an answer never counts against the windows it quoted."""
+    skipped; an answer never counts against the windows it quoted. With `text_times`
+    (the event log's: when each message's text arrived), a message is held only
+    against artifacts emitted before it, as the filter judged it."""
     matcher.refresh()
     checked, leaks = 0, []
-    for w in store.iter_windows(PAGE):
-        if w.corpus == CORPUS_REFERENCE:
-            continue
-        checked += 1
-        bodies = [line.body for line in w.lines]
-        found = len(leaks)
-        for i, body in enumerate(bodies):
-            m = matcher.match(body, w.event_ids)
-            if m is not None:
-                event = w.event_ids[i] if i < len(w.event_ids) else None
-                leaks.append(Leak(w.window_id, w.room_id, event, m))
-        # A quote split over several short messages shows only in the window as a whole.
-        if len(bodies) > 1 and len(leaks) == found:
-            m = matcher.match("\n".join(bodies), w.event_ids)
-            if m is not None:
-                leaks.append(Leak(w.window_id, w.room_id, None, m))
+    for page in _pages(store.iter_windows(PAGE), PAGE):
+        windows = [w for w in page if w.corpus != CORPUS_REFERENCE]
+        written = text_times([e for w in windows for e in w.event_ids]) if text_times else {}
+        for w in windows:
+            checked += 1
+            leaks += _window_leaks(w, matcher, written)
     return checked, leaks
 
 
-def check_derived_filter(store: ChromaStore, matcher: Matcher) -> CheckResult:
-    checked, leaks = find_leaks(store, matcher)
+def _window_leaks(w, matcher: Matcher, written: dict) -> list[Leak]:
+    out = []
+    lines = [(line.body, w.event_ids[i] if i < len(w.event_ids) else None)
+             for i, line in enumerate(w.lines)]
+    for body, event in lines:
+        m = matcher.match(body, w.event_ids, written.get(event))
+        if m is not None:
+            out.append(Leak(w.window_id, w.room_id, event, m))
+    if out or len(lines) < 2:
+        return out
+    # A quote split over several short messages shows only in the window as a whole:
+    # its messages from each one's arrival on, against the artifacts emitted before it.
+    times = sorted({written[e] for _, e in lines if e in written}) or [None]
+    for since in times:
+        text = "\n".join(body for body, e in lines
+                         if since is None or written.get(e, since) >= since)
+        if (m := matcher.match(text, w.event_ids, since)) is not None:
+            return [Leak(w.window_id, w.room_id, None, m)]
+    return []
+
+
+def _pages(items: Iterable, size: int) -> Iterator[list]:
+    page: list = []
+    for item in items:
+        page.append(item)
+        if len(page) == size:
+            yield page
+            page = []
+    if page:
+        yield page
+
+
+def check_derived_filter(store: ChromaStore, matcher: Matcher,
+                         text_times: TextTimes | None = None) -> CheckResult:
+    checked, leaks = find_leaks(store, matcher, text_times)
     live = len(matcher.manifest)
     if not leaks:
         return CheckResult("derived-filter", True, (

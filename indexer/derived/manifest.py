@@ -1,7 +1,7 @@
 """The artifact manifest: `artifacts.jsonl` in the data dir, what the system emitted.
 
     {"kind": "answer", "name": "answer:$reply#1", "sha256": "…", "shingles": [...],
-     "emitted_at": "2025-01-01T10:00:00Z", "k": 5, "sources": ["$quoted", ...]}
+     "emitted_at": "2025-01-01T10:00:00.250Z", "k": 5, "sources": ["$quoted", ...]}
     {"kind": "reference", "name": "ops/cheatsheet.md#Disk › Cleanup", "sha256": "…",
      "shingles": [...], "emitted_at": "…", "k": 5, "corpus": "ops"}
 
@@ -50,6 +50,22 @@ def utc_now_iso() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def emitted_iso(ms: int) -> str:
+    """An artifact's `emitted_at`, to the millisecond: the derived filter compares it with
+    when a message's text arrived (filter.py)."""
+    dt = datetime.fromtimestamp(ms / 1000, timezone.utc)
+    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+
+
+def emitted_ms(iso: str) -> int:
+    """`emitted_at` back in ms (to the second for entries written before ms were kept,
+    which errs towards judging more); 0, before everything, when it cannot be read."""
+    try:
+        return int(datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1000)
+    except ValueError:
+        return 0
+
+
 @dataclass(frozen=True, slots=True)
 class ArtifactInfo:
     """What the manifest keeps in memory of an artifact: everything but its shingles."""
@@ -63,6 +79,7 @@ class ArtifactInfo:
     size: int  # distinct shingles
     corpus: str = ""
     sources: tuple[EventID, ...] = ()
+    emitted_ms: int = 0  # emitted_at in ms
 
 
 def to_json(a: Artifact) -> str:
@@ -186,10 +203,12 @@ class Manifest:
         ordinal = self._next
         self._next += 1
         sources = e.get("sources") if isinstance(e.get("sources"), list) else []
+        emitted = sys.intern(str(e.get("emitted_at", "")))
         info = ArtifactInfo(ordinal, e["kind"], e["name"], str(e.get("sha256", "")),
-                            sys.intern(str(e.get("emitted_at", ""))), e["k"], int(sh.size),
+                            emitted, e["k"], int(sh.size),
                             sys.intern(str(e.get("corpus", ""))),
-                            tuple(EventID(s) for s in sources if isinstance(s, str)))
+                            tuple(EventID(s) for s in sources if isinstance(s, str)),
+                            emitted_ms(emitted))
         self._info[ordinal] = info
         self._by_key[key] = ordinal
         if info.kind == "answer":

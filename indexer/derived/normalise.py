@@ -9,6 +9,9 @@ back reduce to the same words whatever dressed them up on the way:
     Markdown: code fences, links (text kept, URL dropped), tables,
               list numbers, emphasis, headings, quotes              -> text
     bare URLs                                                      -> dropped
+    invisible characters, combining marks, TR39 confusables         -> as read
+      (skeleton.py: zero-width, soft hyphen, bidi controls... dropped inside words,
+       the way the model's tokenizer drops them; Cyrillic `а` -> `a`)
     Unicode NFKC, case folded, words = runs of letters and digits   -> "w1 w2 w3"
 
 Underscores split words (`_emphasis_` and `snake_case` both reduce the same on both
@@ -22,12 +25,12 @@ from __future__ import annotations
 import hashlib
 import html
 import re
-import unicodedata
 from typing import Iterable, Sequence
 
 import numpy as np
 
 from ..ingest.replyfallback import strip_reply_fallback
+from .skeleton import drop_invisible, reader_text
 
 _MX_REPLY = re.compile(r"<mx-reply>.*?</mx-reply>", re.IGNORECASE | re.DOTALL)
 _HTML_TAGS = (
@@ -67,9 +70,9 @@ def _markup_to_text(text: str) -> str:
 
 def words(text: str) -> list[str]:
     """The normalised words of a text, in order."""
-    text = strip_reply_fallback(text.replace("\r\n", "\n").replace("\r", "\n"))
-    text = unicodedata.normalize("NFKC", _markup_to_text(text)).casefold()
-    return _WORD.findall(text)
+    # Invisibles go first too: one inside a tag or a fallback's `> <@` would hide it.
+    text = drop_invisible(text.replace("\r\n", "\n").replace("\r", "\n"))
+    return _WORD.findall(reader_text(_markup_to_text(strip_reply_fallback(text))))
 
 
 def normalise(text: str) -> str:

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from ..records import ChunkPolicy
 from ..pipeline.embedder import Embedder
-from .manifest import Manifest, utc_now_iso
+from .manifest import Manifest, emitted_iso, utc_now_iso
 from .normalise import sha256_normalised, text_shingles
 from ..records import ARTIFACT_REFERENCE, CORPUS_REFERENCE, Artifact
 from ..store.chroma import ChromaStore, point_metadata
@@ -323,7 +323,7 @@ class References:
         gone = sorted(existing - {c.chunk_id for c in chunks})
         self.store.delete(gone)
         # 3. Only now, with every chunk committed, the sections become artifacts.
-        emitted = utc_now_iso()
+        emitted = emitted_iso(int(time.time() * 1000))
         added = self.manifest.append(
             [Artifact(ARTIFACT_REFERENCE, n, sha, text_shingles(s.text, k), emitted, k,
                       corpus=name)

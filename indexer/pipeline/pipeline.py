@@ -285,6 +285,12 @@ class Pipeline:
         All of them are embedded together in length order, then stored EMBED_BATCH at a
         time: one upsert, one delete and one event-log transaction per batch (one Chroma
         call per window was 13.1 of the churn test's 14.1 s)."""
+        if self.derived is not None and dirty:
+            # An edit is judged again: a message edited into a quote leaves its window
+            # as a redacted one does, its old vector compacted away.
+            lost = self.derived.withdraw_edited(
+                self.eventlog.texts.windows_messages(w for w, _, _ in dirty))
+            dirty = [(w, r, redacted or w in lost) for w, r, redacted in dirty]
         rebuilt: list[tuple[WindowID, bool, Window | None, int]] = []
         for window_id, room_id, redacted in dirty:
             generation = self.purges[room_id]

@@ -140,7 +140,7 @@ class ChromaStore(Compacting):
         self._gen = self._gens.live()
         self._client, self._col = self._gens.open(self._gen)
         if host and server_files is not None:
-            server_files.check(self._gens.name(self._gen))
+            server_files.check(self._client)
         self._written: set[str] | None = None  # while a compaction copies (compact)
         self._compacting = threading.Lock()
 

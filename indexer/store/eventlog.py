@@ -87,21 +87,24 @@ class EventLog:
         transaction: the redactions and edits that arrived before their target are
         applied to the messages, then the batch's edits and redactions, in order
         (eventlog_history.py), what they changed noted in `applied`."""
+        now = int(time.time() * 1000)
         rows = [(m.event_id, m.room_id, m.sender, m.ts, m.body, EventStatus.PENDING.value,
-                 root, m.reply_to, " ".join(m.mentions) or None) for m, root in messages]
+                 root, m.reply_to, " ".join(m.mentions) or None, now) for m, root in messages]
         with self.transaction() as cur:
             if history is not None:
                 rows = self.history.filter_in(cur, rows)
             before = cur.connection.total_changes
             cur.executemany(
                 "INSERT OR IGNORE INTO events (event_id, room_id, sender, ts, body, status,"
-                " thread_root, reply_to, mentions) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+                " thread_root, reply_to, mentions, text_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
             added = cur.connection.total_changes - before
             if history is not None:
-                self.history.apply(cur, history, applied if applied is not None else Applied())
+                self.history.apply(cur, history, applied if applied is not None else Applied(),
+                                   now)
             if txn_key is not None:
                 cur.execute("INSERT OR IGNORE INTO txns (txn_key, done_at) VALUES (?, ?)",
-                            (txn_key, int(time.time() * 1000)))
+                            (txn_key, now))
         return added
 
     # -- reading (pipeline, search, status) -----------------------------------------

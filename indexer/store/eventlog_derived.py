@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import sqlite3
 from dataclasses import dataclass
 from typing import Iterable
 
 from .eventlog_db import Database
-from ..records import EventID, EventStatus, RoomID
+from ..records import EventID, EventStatus, RoomID, WindowID
 
 
 class DerivedColumns:
@@ -19,15 +20,52 @@ class DerivedColumns:
         """Tag pending events derived, with (event id, artifact, kind, score, threshold)
         as judged. Their text stays; they never reach a window. Returns how many."""
         with self.db.transaction() as cur:
-            before = cur.connection.total_changes
-            cur.executemany(
-                "UPDATE events SET status = ?, derived_artifact = ?, derived_kind = ?,"
-                " derived_score = ?, derived_threshold = ? WHERE event_id = ? AND status = ?",
-                [(EventStatus.DERIVED.value, artifact, kind, score, threshold, event_id,
-                  EventStatus.PENDING.value)
-                 for event_id, artifact, kind, score, threshold in rows])
-            changed = cur.connection.total_changes - before
-        return changed
+            return self._mark(cur, EventStatus.PENDING, rows)
+
+    def withdraw_derived(self, rows: Iterable[tuple[EventID, str, str, float, float]]
+                         ) -> list[WindowID]:
+        """Tag indexed events derived (an edit made them so), as mark_derived does, and
+        take them out of their windows the way a redaction does: each window marked
+        dirty, its old vector to be scrubbed from the store's files by a compaction
+        (eventlog_history.py). Returns those windows."""
+        rows = list(rows)
+        with self.db.transaction() as cur:
+            windows = {}
+            for event_id, *_ in rows:
+                row = cur.execute("SELECT window_id, room_id FROM events WHERE event_id = ?"
+                                  " AND status = ?", (event_id, EventStatus.INDEXED.value)
+                                  ).fetchone()
+                if row is not None and row[0]:
+                    windows[row[0]] = row[1]
+            self._mark(cur, EventStatus.INDEXED, rows)
+            cur.executemany("INSERT INTO dirty_windows (window_id, room_id, redacted)"
+                            " VALUES (?, ?, 1) ON CONFLICT(window_id) DO UPDATE SET"
+                            " redacted = 1", sorted(windows.items()))
+        return [WindowID(w) for w in sorted(windows)]
+
+    @staticmethod
+    def _mark(cur: sqlite3.Cursor, status: EventStatus,
+              rows: Iterable[tuple[EventID, str, str, float, float]]) -> int:
+        before = cur.connection.total_changes
+        cur.executemany(
+            "UPDATE events SET status = ?, window_id = NULL, derived_artifact = ?,"
+            " derived_kind = ?, derived_score = ?, derived_threshold = ?"
+            " WHERE event_id = ? AND status = ?",
+            [(EventStatus.DERIVED.value, artifact, kind, score, threshold, event_id,
+              status.value) for event_id, artifact, kind, score, threshold in rows])
+        return cur.connection.total_changes - before
+
+    def text_times(self, event_ids: Iterable[EventID]) -> dict[EventID, int]:
+        """Event id -> when its text as it reads now arrived (ms, this service's clock:
+        appended, or its newest edit applied); its ts for a row from before that was kept."""
+        ids = sorted(set(event_ids))
+        out: dict[EventID, int] = {}
+        with self.db.locked() as db:
+            for part in (ids[i:i + 500] for i in range(0, len(ids), 500)):
+                out.update((EventID(e), t) for e, t in db.execute(
+                    "SELECT event_id, COALESCE(text_at, ts) FROM events WHERE event_id IN"
+                    f" ({','.join('?' * len(part))})", part))
+        return out
 
     def derived_events(self, room_id: RoomID | None = None) -> list[DerivedEvent]:
         sql = ("SELECT event_id, room_id, ts, derived_artifact, derived_kind, derived_score,"

@@ -1,7 +1,10 @@
 """Edits and redactions: the event log stays a faithful copy of the public history.
 
     m.replace by the original sender  -> the body is replaced, by target event id;
-                                         the newest edit (origin_server_ts) wins
+                                         the newest edit (origin_server_ts) wins; the
+                                         derived filter judges the new text (an indexed
+                                         message's window is re-cut, a derived message
+                                         is pending again)
     m.replace by anyone else          -> ignored
     m.room.redaction                  -> the body is dropped, status `redacted`
     either one before its target      -> remembered; applied when the target arrives
@@ -150,13 +153,14 @@ class HistoryTables:
         return out
 
     def apply(self, cur: sqlite3.Cursor, ops: Sequence[Edit | Redaction],
-              applied: Applied) -> None:
+              applied: Applied, now_ms: int) -> None:
+        """`now_ms`: when they arrived, the edited messages' new `text_at`."""
         for op in ops:
             if isinstance(op, Redaction):
                 if self._redact(cur, op):
                     applied.rooms.add(op.room_id)
                     applied.redacted.add(op.target)
-            elif self._edit(cur, op):
+            elif self._edit(cur, op, now_ms):
                 applied.rooms.add(op.room_id)
                 applied.edited.add(op.target)
 
@@ -178,7 +182,7 @@ class HistoryTables:
             self._dirty(cur, row[3], op.room_id, redacted=True)
         return True
 
-    def _edit(self, cur: sqlite3.Cursor, op: Edit) -> bool:
+    def _edit(self, cur: sqlite3.Cursor, op: Edit, now_ms: int) -> bool:
         if cur.execute("SELECT 1 FROM redactions WHERE target = ?", (op.target,)).fetchone():
             return False
         newest = cur.execute("SELECT ts FROM edits WHERE target = ?", (op.target,)).fetchone()
@@ -192,9 +196,14 @@ class HistoryTables:
                     (op.target, op.room_id, op.sender, op.body, op.ts, op.event_id))
         if row is None:
             return False  # remembered until the target arrives
-        cur.execute("UPDATE events SET body = ? WHERE event_id = ?", (op.body, op.target))
+        cur.execute("UPDATE events SET body = ?, text_at = ? WHERE event_id = ?",
+                    (op.body, now_ms, op.target))
         if row[2] == EventStatus.INDEXED.value and row[3] is not None:
-            self._dirty(cur, row[3], op.room_id)
+            self._dirty(cur, row[3], op.room_id)  # re-cut, its messages judged again
+        elif row[2] == EventStatus.DERIVED.value:
+            # Judged again as it reads now: the derived filter sees it pending.
+            cur.execute("UPDATE events SET status = ? WHERE event_id = ?",
+                        (EventStatus.PENDING.value, op.target))
         return True
 
     @staticmethod

@@ -115,6 +115,11 @@ MIGRATIONS: tuple[Migration, ...] = (
             source       TEXT NOT NULL
         )""",
     )),
+    # ms, this service's clock: when the message's text as it reads now arrived (appended,
+    # or its newest edit applied). The derived filter judges it only against artifacts
+    # emitted before then (derived/filter.py); NULL (a row from before): its ts.
+    Migration(9, "when each message's current text arrived (the derived filter's cutoff)",
+              _columns("events", ("text_at", "INTEGER"))),
 )
 
 LATEST = MIGRATIONS[-1].version

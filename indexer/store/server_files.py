@@ -16,8 +16,10 @@ a generation after every compaction (a redaction, a purge: generations.py), so w
    does to a stopped server's folder). SQLite's own locking keeps the server's
    connections waiting while it runs; no row changes.
 
-It writes no row of Chroma's and reads one table: the layout of Chroma's single-node
-server (one SQLite file, one folder per vector segment), checked at start (`check`).
+It writes no row of Chroma's and reads two tables: the layout of Chroma's single-node
+server (one SQLite file, one folder per vector segment). At start (`check`) it proves
+the folder is the server's own, not a copy of it nor another server's: a marker
+collection with a random name, made (and dropped) through the server, must show in it.
 Without `persist_dir`, purged vectors stay in the server's files (docs/storage.md).
 """
 
@@ -25,18 +27,24 @@ from __future__ import annotations
 
 import logging
 import re
+import secrets
 import shutil
 import sqlite3
 import time
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from chromadb.api import ClientAPI
 
 log = logging.getLogger(__name__)
 
 SQLITE = "chroma.sqlite3"
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 BUSY_TIMEOUT_S = 60  # the server's own write in progress: VACUUM waits for it
+MARKER_PREFIX = "matrix-sources-persist-dir-check-"  # never a generation's name
 
 
 class ServerFilesError(RuntimeError):
@@ -53,21 +61,32 @@ class Cleaned:
 class ServerFiles:
     root: Path
 
-    def check(self, collection: str) -> None:
-        """Refuse a folder that is not this server's: no chroma.sqlite3, or none
-        holding `collection` (the live one, just opened on the server)."""
+    def check(self, client: ClientAPI) -> None:
+        """Refuse a folder that is not this server's own. A name found in it proves
+        nothing (a copy of the folder holds the same collections): a marker collection
+        with a fresh random name is made through the server, must then be in the
+        folder's chroma.sqlite3, and is dropped again."""
         db = self.root / SQLITE
         if not db.is_file():
             raise ServerFilesError(
                 f"index.chroma.persist_dir: {self.root} has no {SQLITE}; give the folder "
                 "the Chroma server was started with (chroma run --path DIR), or leave "
                 "persist_dir out")
-        with _read_only(db) as con:
-            names = {r[0] for r in con.execute("SELECT name FROM collections")}
-        if collection not in names:
+        marker = f"{MARKER_PREFIX}{secrets.token_hex(8)}"
+        client.create_collection(marker, metadata={"purpose": "persist_dir check"})
+        try:
+            with _read_only(db) as con:
+                found = con.execute("SELECT 1 FROM collections WHERE name = ?",
+                                    (marker,)).fetchone()
+        finally:
+            client.delete_collection(marker)
+        if found is None:
             raise ServerFilesError(
-                f"index.chroma.persist_dir: {db} holds no collection {collection!r}, which "
-                "the server at index.chroma.host:port has: is it another server's folder?")
+                f"index.chroma.persist_dir: {self.root} is not the folder of the Chroma "
+                "server at index.chroma.host:port (a collection just made through that "
+                "server is not in its chroma.sqlite3: a copy of the folder, or another "
+                "server's?); give the folder that server was started with (chroma run "
+                "--path DIR), or leave persist_dir out")
 
     def clean(self) -> Cleaned:
         started = time.monotonic()
