@@ -171,6 +171,12 @@ def cmd_search(args) -> int:
     return run_search(_config(args), args)
 
 
+def cmd_mcp(args) -> int:
+    from .mcptool import run_mcp
+
+    return run_mcp(_config(args))
+
+
 def cmd_allowlist(args) -> int:
     from indexer.ingest.allowlist import add_room, load_allowlist, remove_room
 
@@ -355,6 +361,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--json", action="store_true", help="one JSON object per hit")
     sp.add_argument("--queries", default=None, help="batch mode: a JSONL file of queries")
     sp.set_defaults(func=cmd_search)
+
+    sp = with_config(sub.add_parser("mcp", help=(
+        "serve the search as a Model Context Protocol tool on stdio (for agents)")))
+    sp.set_defaults(func=cmd_mcp)
 
     al = sub.add_parser("allowlist", help="list, add or remove indexed rooms")
     alsub = al.add_subparsers(dest="action", required=True)
