@@ -46,9 +46,9 @@ class Searching:
     under a long batch, or an MCP session): the running service's API, else the data
     dir opened here (the model loaded on the first such search, then kept)."""
 
-    def __init__(self, cfg: Config, sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(self, cfg: Config, sleep: Callable[[float], None] | None = None) -> None:
         self.cfg = cfg
-        self.sleep = sleep
+        self.sleep = sleep or time.sleep  # looked up now: tests put a fake clock's there
         self._index = None
         self._said: set[str] = set()
         self.via: str = ""  # "service" or "data dir": how the last search was answered
