@@ -4,10 +4,7 @@ done by `indexer/` and `appservice/homeserver/service.py`."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
-import signal
-import sqlite3
 import sys
 from pathlib import Path
 
@@ -68,6 +65,10 @@ def serve_with_bot(cfg, embedder=None):
 
 
 def cmd_run(args) -> int:
+    import asyncio
+    import signal
+    import sqlite3
+
     from ..logs import setup_logging
     from ..homeserver.service import StartupError
 

@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Callable
 
 from indexer.config import Config, ConfigError
-from indexer.ingest.allowlist import load_allowlist
 from indexer.records import Hit
 from indexer.search.query import QueryError, SourceQuery
 
@@ -126,6 +125,8 @@ def run_search(cfg: Config, args) -> int:
         return _batch(cfg, Path(args.queries), top)
     room = args.room
     if room is not None:
+        from indexer.ingest.allowlist import load_allowlist
+
         from .journal import allowlist_aliases
 
         room = allowlist_aliases(cfg).get(room, room)
