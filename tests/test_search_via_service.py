@@ -227,3 +227,31 @@ def test_a_hit_read_back_from_its_json_renders_as_the_hit_did():
     texts = ("how do I rotate the key",)
     assert render_hits(back, texts, "example.org") == render_hits(hits, texts, "example.org")
     assert "carol" in render_hits(back, texts, "example.org").body  # an answer's sender
+
+
+def test_a_service_that_listens_but_does_not_answer_is_an_error_not_a_second_store(
+        imported, capsys, monkeypatch):
+    """The service holds the data dir and its port takes the connection but drops it
+    (crashing, or another program there): an error saying so, never the data dir opened
+    beside a live service."""
+    import socket
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    set_port(imported, listener.getsockname()[1])
+
+    def drop() -> None:
+        conn, _ = listener.accept()
+        conn.recv(65536)
+        conn.close()
+
+    threading.Thread(target=drop, daemon=True).start()
+    monkeypatch.setattr(cli_search.Searching, "_local", lambda self: pytest.fail("local"))
+    try:
+        with WriterLock(imported.parent, "matrix-sources run"):
+            code, out, err = cli(imported, ["--json", "ntfs"], capsys)
+    finally:
+        listener.close()
+    assert (code, out) == (1, "") and "no answer from http://127.0.0.1:" in err

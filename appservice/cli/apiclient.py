@@ -61,8 +61,11 @@ class ServiceClient:
                 "Authorization": f"Bearer {self.token}", "Content-Type": "application/json"})
             resp = conn.getresponse()
             raw = resp.read()
-        except (ConnectionRefusedError, ConnectionResetError) as e:
-            raise Unreachable(f"nothing answers on {self.url} ({type(e).__name__})") from None
+        except ConnectionRefusedError:
+            raise Unreachable(f"nothing answers on {self.url}") from None
+        except (OSError, http.client.HTTPException) as e:  # it listens, but did not answer
+            raise ServiceError(0, "", f"no answer from {self.url} ({type(e).__name__}: "
+                               f"{e}); is the service overloaded or stuck? its log says") from None
         finally:
             conn.close()
         try:

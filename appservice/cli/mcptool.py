@@ -75,7 +75,8 @@ def answer(cfg: Config, searching: Searching, texts: list[str], top_k: int | Non
         return CallToolResult(content=[TextContent(text=f"error: {message}")], is_error=True)
 
     try:
-        query = SourceQuery.build(texts, top_k or cfg.search.default_top_k, room, corpus)
+        query = SourceQuery.build(texts, cfg.search.default_top_k if top_k is None else top_k,
+                                  room, corpus)
     except QueryError as e:
         return failed(str(e))
     try:
