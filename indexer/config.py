@@ -206,6 +206,18 @@ class SearchSettings(_Section):
     no_shared_word_margin: Annotated[float, Strict(), Field(ge=0, le=1)] = 0.11
 
 
+class ApiSettings(_Section):
+    """The search API (appservice/homeserver/search_api.py, docs/api.md): served on the
+    appservice port, for `matrix-sources search`, `matrix-sources mcp` and programs."""
+
+    # The read token's file (relative: to the config's folder; mode 0600). `init` writes
+    # it, and so does `run` when it is missing. It must not be an appservice token.
+    token_file: RelativePath = "api_token"
+    # Searches per token: this many a minute on average, up to `burst` at once. 0: no limit.
+    requests_per_minute: NonNegativeInt = 120
+    burst: PositiveInt = 20
+
+
 class GateSettings(_Section):
     puppet_patterns: tuple[Annotated[Str, AfterValidator(_regex)], ...] = DEFAULT_PUPPET_PATTERNS
     bridge_registrations: tuple[RelativePath, ...] = ()
@@ -247,6 +259,7 @@ class Config(_Section):
     allowlist: RelativePath = "allowlist.yaml"
     index: IndexSettings = IndexSettings()
     search: SearchSettings = SearchSettings()
+    api: ApiSettings = ApiSettings()
     gate: GateSettings = GateSettings()
     logging: LoggingSettings = LoggingSettings()
     derived: DerivedConfig = DerivedConfig()
@@ -301,6 +314,10 @@ class Config(_Section):
     @property
     def bot_user(self) -> str:
         return f"@{self.appservice.bot_localpart}:{self.homeserver.domain}"
+
+    @property
+    def api_token_path(self) -> Path:
+        return self.data_dir / self.api.token_file
 
     @property
     def eventlog_path(self) -> Path:

@@ -133,11 +133,14 @@ def init_data_dir(data_dir: Path, homeserver_url: str = "http://127.0.0.1:8008",
 
     asc = config["appservice"]
     reg = Registration(id="matrix-sources", url=f"http://{asc['host']}:{asc['port']}",
-                       as_token=secrets.token_urlsafe(32), hs_token=secrets.token_urlsafe(32),
+                       as_token=new_token(), hs_token=new_token(),
                        sender_localpart=str(asc["bot_localpart"]))
     path = data_dir / "registration.yaml"
     _write_registration(path, registration_yaml(reg, domain), synapse_group)
     written = [data_dir / f for f in FILES]
+    api = data_dir / str(config["api"]["token_file"])
+    write_token_file(api, new_token())
+    written.append(api)
     if credentials_dir is not None:
         credentials_dir = Path(credentials_dir)
         credentials_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -263,6 +266,40 @@ def service_registration(cfg: Config, environ: Mapping[str, str] | None = None
     tokens = read_tokens(cfg, environ)
     reg = load_registration(cfg.registration_path, optional_tokens=tuple(tokens))
     return replace(reg, **tokens)
+
+
+def new_token() -> str:
+    return secrets.token_urlsafe(32)
+
+
+# -- the search API's read token (appservice/homeserver/search_api.py) -------------------
+#
+# Its own, in `api.token_file` (DATA_DIR/api_token by default): read by the service and
+# by the commands that ask it (`search`, `mcp`), so not a systemd credential, which
+# only the service's unit sees. Never one of the appservice tokens: a program that may
+# search must not be able to push transactions or act as the bot.
+
+def api_token(cfg: Config, create: bool = False) -> str:
+    """The search API's read token. `create` (the service at start): write a fresh one
+    (0600) when its file is missing, as `init` does."""
+    path = cfg.api_token_path
+    if create and not path.exists():
+        if not path.parent.is_dir():
+            raise _config_error(cfg.file, "api.token_file", f"{path}: its folder does not exist")
+        write_token_file(path, new_token())
+    return _read_token(path, cfg.file, "api.token_file")
+
+
+def check_api_token(cfg: Config, token: str, reg: Registration) -> None:
+    """Refuse a read token that is an appservice token: whoever holds it could push
+    transactions or act as the bot."""
+    import hmac
+
+    for key in TOKEN_KEYS:
+        if hmac.compare_digest(token.encode(), getattr(reg, key).encode()):
+            raise _config_error(cfg.file, "api.token_file", f"{cfg.api_token_path} holds the "
+                                f"appservice's {key}; the search API needs a token of its own "
+                                f"(delete the file: `run` writes a fresh one)")
 
 
 def write_token_file(path: Path, token: str) -> None:

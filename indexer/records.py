@@ -148,6 +148,9 @@ class Hit:
             "event_ids": list(self.cited_event_ids),
             "window_event_ids": list(self.event_ids),
             "answer_event_ids": [a.event_id for a in self.answers],
+            # Who answered and when (their text is in `shown` when the reply quotes it).
+            "answers": [{"event_id": a.event_id, "sender": a.sender, "ts": a.ts,
+                         "linked": a.linked} for a in self.answers],
             "shown_event_ids": [ln.event_id for ln in self.shown],
             "shown": [{"event_id": ln.event_id, "sender": ln.sender, "ts": ln.ts,
                        "body": ln.body, **({"linked": ln.linked} if ln.linked else {})}
@@ -163,6 +166,24 @@ class Hit:
             **({"ref": {"corpus_name": self.ref.corpus_name, "file": self.ref.file,
                         "heading": self.ref.heading}} if self.ref else {}),
         }
+
+    @classmethod
+    def from_search_json(cls, d: dict) -> "Hit":
+        """A hit of a search answered elsewhere (the search API), from `to_json`: whole,
+        as far as a reply renders it and `to_json` writes it again (not its ranks)."""
+        def line(x: dict, body: str) -> Line:
+            return Line(EventID(x["event_id"]), UserID(x["sender"]), int(x["ts"]), body,
+                        x.get("linked", ""))
+
+        ref = d.get("ref")
+        return cls(WindowID(d["window_id"]), RoomID(d["room_id"]), d["room_label"],
+                   d["corpus"], tuple(EventID(e) for e in d["window_event_ids"]),
+                   tuple(UserID(s) for s in d["senders"]), int(d["ts_first"]),
+                   int(d["ts_last"]), float(d["score"]), d["text"],
+                   ref=RefSource(ref["corpus_name"], ref["file"], ref["heading"]) if ref
+                   else None, similarity=d.get("similarity"),
+                   answers=tuple(line(a, "") for a in d.get("answers", [])),
+                   shown=tuple(line(s, s["body"]) for s in d.get("shown", [])))
 
     @classmethod
     def from_json(cls, d: dict, shown: tuple[Line, ...] = ()) -> "Hit":

@@ -17,6 +17,7 @@ from indexer.ingest.allowlist import add_room, load_allowlist, remove_room
 from indexer.config import ConfigError, load_config
 from indexer.datadir import (
     InitError,
+    api_token,
     Registration,
     init_data_dir,
     load_registration,
@@ -508,7 +509,7 @@ def read_yaml(p: Path):
 def test_init_writes_a_working_data_dir(tmp_path):
     d = tmp_path / "data"
     files = init_data_dir(d, "http://127.0.0.1:8008", "community.org", as_port=29999)
-    assert sorted(f.name for f in files) == ["allowlist.yaml", "config.yaml",
+    assert sorted(f.name for f in files) == ["allowlist.yaml", "api_token", "config.yaml",
                                              "registration.yaml"]
     cfg = load_config(d / "config.yaml")
     assert (cfg.homeserver.url, cfg.homeserver.domain, cfg.appservice.port) == (
@@ -518,6 +519,9 @@ def test_init_writes_a_working_data_dir(tmp_path):
     assert reg.sender_localpart == cfg.appservice.bot_localpart
     assert load_allowlist(cfg.allowlist_path) == []
     assert stat.S_IMODE((d / "registration.yaml").stat().st_mode) == 0o600
+    # The search API's read token: its own, readable by its owner only.
+    assert stat.S_IMODE(cfg.api_token_path.stat().st_mode) == 0o600
+    assert api_token(cfg) not in (reg.as_token, reg.hs_token) and len(api_token(cfg)) >= 32
     # The config keeps the example's comments, so the admin can read what each key does.
     assert "# Hits per answer" in (d / "config.yaml").read_text()
 

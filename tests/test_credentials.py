@@ -173,6 +173,16 @@ def test_doctor_warns_about_token_files_others_can_read(tmp_path, capsys):
     out = capsys.readouterr().out
     assert f"WARN token file: {cfg.registration_path} holds a token and everyone can read it" in out
     assert f"fix: chmod 0600 {secret}" in out
+    # The search API's read token too (written 0600 by init and run).
+    api = cfg.api_token_path
+    api.write_text("read-token-" + "r" * 32 + "\n")
+    api.chmod(0o600)
+    cfg.registration_path.chmod(0o600)
+    secret.chmod(0o600)
+    assert list(check_token_files(cfg)) == []
+    api.chmod(0o640)
+    assert [c.detail for c in check_token_files(cfg)] == [
+        f"{api} holds a token and its group can read it"]
 
 
 # -- allowlist add at the door ----------------------------------------------------------

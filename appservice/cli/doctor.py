@@ -50,6 +50,7 @@ def check_token_files(cfg: Config) -> Iterator[Check]:
     file of its own, by nobody but its owner."""
     files = [(cfg.registration_path, True, "chmod 0640 (group: Synapse's) or 0600")]
     files += [(src.file, False, "chmod 0600") for src in token_files(cfg).values()]
+    files.append((cfg.api_token_path, False, "chmod 0600"))  # the search API's read token
     for file, group_ok, fix in files:
         who = readable_by_others(file, group_ok=group_ok)
         if who is not None:

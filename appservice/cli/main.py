@@ -4,10 +4,7 @@ done by `indexer/` and `appservice/homeserver/service.py`."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
-import signal
-import sqlite3
 import sys
 from pathlib import Path
 
@@ -68,6 +65,10 @@ def serve_with_bot(cfg, embedder=None):
 
 
 def cmd_run(args) -> int:
+    import asyncio
+    import signal
+    import sqlite3
+
     from ..logs import setup_logging
     from ..homeserver.service import StartupError
 
@@ -169,6 +170,12 @@ def cmd_search(args) -> int:
     from .search import run_search
 
     return run_search(_config(args), args)
+
+
+def cmd_mcp(args) -> int:
+    from .mcptool import run_mcp
+
+    return run_mcp(_config(args))
 
 
 def cmd_allowlist(args) -> int:
@@ -355,6 +362,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--json", action="store_true", help="one JSON object per hit")
     sp.add_argument("--queries", default=None, help="batch mode: a JSONL file of queries")
     sp.set_defaults(func=cmd_search)
+
+    sp = with_config(sub.add_parser("mcp", help=(
+        "serve the search as a Model Context Protocol tool on stdio (for agents)")))
+    sp.set_defaults(func=cmd_mcp)
 
     al = sub.add_parser("allowlist", help="list, add or remove indexed rooms")
     alsub = al.add_subparsers(dest="action", required=True)

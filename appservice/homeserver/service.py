@@ -45,6 +45,7 @@ from .txngaps import TransactionGaps
 from .health import Health, appends_problem, pipeline_problem
 from .metrics import EventLogFigures, MetricSources, ServiceMetrics
 from .roomstate import StateRetry, fetch_room_facts, is_outage
+from .search_api import SearchAPI
 from .transactions import Routed, TransactionHandler
 
 log = logging.getLogger(f"matrix_sources.{__name__}")
@@ -149,6 +150,11 @@ class Service:
         # Routes must exist before the aiohttp runner starts in az.start().
         self.az.app.router.add_get("/health", self.health.handle)
         self.az.app.router.add_get("/metrics", self.metrics.handle_metrics)
+        # Searches for programs and `matrix-sources search|mcp`, once started (search_api.py).
+        self.search_api = SearchAPI.for_service(
+            cfg, self.registration, self.searcher.search,
+            ready=lambda: None if self.az.ready else self.health.detail)
+        self.search_api.attach(self.az.app.router)
         self._tasks: set[asyncio.Task] = set()
         self._backfill_lock = asyncio.Lock()
         self._allowlist_mtime = 0.0
@@ -243,6 +249,7 @@ class Service:
             await self.bot.stop()
         await self.worker.stop()
         await self.az.stop()
+        self.search_api.close()
         await asyncio.to_thread(self.index.close)
         self.lock.release()
 

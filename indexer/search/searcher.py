@@ -27,67 +27,20 @@ from typing import Sequence
 import numpy as np
 
 from ..pipeline.embedder import Embedder
-from ..records import CORPUS_CHAT, CORPUS_REFERENCE, Hit, RoomID
+from ..records import Hit
 from ..store.chroma import ChromaStore
 from .abstain import Floor
 from .legible import legible
 from .lexical import LEXICAL_MAX_TERMS, LexicalRanker, is_keywords, matching
 from .present import Presenter
+# The query's definition is query.py's (light: the CLI parses before it loads anything).
+from .query import (CORPORA, DEFAULT_TOP_K, MAX_TEXT_BYTES, MAX_TEXTS, MAX_TOP_K,  # noqa: F401
+                    QueryError, SourceQuery)
 from .termindex import TermIndex
 
-MAX_TEXTS = 8
-MAX_TEXT_BYTES = 1000
-MAX_TOP_K = 20
-DEFAULT_TOP_K = 5
 DEFAULT_RRF_K = 60
 RERANK_POOL = 20  # windows the presenter ranks again (docs/benchmarks.md)
-CORPORA = (CORPUS_CHAT, CORPUS_REFERENCE)
 _WORDY = re.compile(r"\w", re.UNICODE)
-
-
-class QueryError(ValueError):
-    """A query the user must fix; `field` names what is wrong (texts, texts[3], top_k)."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
-        self.message = message
-
-
-@dataclass(frozen=True, slots=True)
-class SourceQuery:
-    texts: tuple[str, ...]
-    top_k: int = DEFAULT_TOP_K
-    room_id: RoomID | None = None
-    corpus: str | None = None  # None: both
-
-    @classmethod
-    def build(cls, texts: object, top_k: object = DEFAULT_TOP_K, room_id: object = None,
-              corpus: object = None) -> "SourceQuery":
-        if not isinstance(texts, (list, tuple)):
-            raise QueryError("texts", "must be a list of 1 to 8 strings")
-        if not texts:
-            raise QueryError("texts", "give at least one text")
-        if len(texts) > MAX_TEXTS:
-            raise QueryError("texts", f"{len(texts)} texts given, at most {MAX_TEXTS} allowed")
-        clean = []
-        for i, t in enumerate(texts):
-            if not isinstance(t, str):
-                raise QueryError(f"texts[{i}]", "must be a string")
-            if not t.strip():
-                raise QueryError(f"texts[{i}]", "is empty")
-            size = len(t.encode("utf-8", "surrogatepass"))
-            if size > MAX_TEXT_BYTES:
-                raise QueryError(f"texts[{i}]",
-                                 f"is {size} bytes, at most {MAX_TEXT_BYTES} allowed")
-            clean.append(t.strip())
-        if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= MAX_TOP_K:
-            raise QueryError("top_k", f"must be a whole number from 1 to {MAX_TOP_K}")
-        if room_id is not None and (not isinstance(room_id, str) or not room_id.startswith("!")):
-            raise QueryError("room", "must be a room id starting with '!'")
-        if corpus is not None and corpus not in CORPORA:
-            raise QueryError("corpus", f"must be one of {', '.join(CORPORA)}")
-        return cls(tuple(clean), top_k, RoomID(room_id) if room_id else None, corpus)
 
 
 def rrf(lists: Sequence[Sequence[str]], k: int = DEFAULT_RRF_K) -> list[tuple[str, float]]:

@@ -64,3 +64,22 @@ class WriterLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+def holder(data_dir: Path) -> str | None:
+    """Who holds the data dir's writer lock now ("matrix-sources run (pid 12)"), or None
+    when nobody does: how `matrix-sources search` knows a service runs. Creates nothing;
+    the shared lock it tries is released at once."""
+    try:
+        fd = os.open(Path(data_dir) / "writer.lock", os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return os.read(fd, 200).decode(errors="replace").strip() or "another process"
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
