@@ -22,6 +22,7 @@ from indexer.store.generations import META_KEY
 from indexer.records import EventID, Message, RoomID, UserID
 from indexer.store.chroma import ChromaStore
 from indexer.store.server_files import ServerFiles, ServerFilesError
+from indexer.search.texts import WindowTexts
 
 
 def _free_port() -> int:
@@ -86,7 +87,7 @@ def store(request, tmp_path):
 @pytest.fixture
 def reopen(store):
     """Open the store (again) over the same event log and folder or server."""
-    g = store._gens
+    g = store.live.gens
     return lambda: ChromaStore(path=store.path, host=g.host, port=g.port, collection=g.base,
                                eventlog=EventLog(store.eventlog.path))
 
@@ -196,14 +197,16 @@ def test_chroma_holds_no_text_and_the_text_comes_from_the_event_log(store):
     raw = store.records(["documents", "metadatas"])
     assert raw["ids"] and all(d is None for d in raw["documents"])
     assert not any("message" in str(v) for m in raw["metadatas"] for v in m.values())
-    got = {w.window_id: w.text for w in store.get()}
+    texts = WindowTexts(store.eventlog)
+    got = {w.window_id: text for w, (text, _) in zip(store.get(), texts.read(store.get()))}
     assert got == {w.window_id: document(w) for w in ws}
     [res] = store.nearest(HashEmbedder().encode([ws[0].messages[0].body]), 1, records=True)
-    assert res[0].window.text == "" and store.with_texts([res[0].window])[0].text == \
-        document(ws[0])
+    [(text, lines)] = texts.read([res[0].window])
+    assert text == document(ws[0]) and [line.body for line in lines] == \
+        [m.body for m in ws[0].messages]
     # Its events no longer in the window (a redaction, a rebuild): no text is read.
     store.eventlog.requeue_windows([ws[0].window_id])
-    assert {w.window_id: w.text for w in store.get([ws[0].window_id])} == {ws[0].window_id: ""}
+    assert texts.read(store.get([ws[0].window_id])) == [("", ())]
 
 
 def test_reference_text_lives_in_the_event_log_and_leaves_with_its_chunk(store):
@@ -213,7 +216,8 @@ def test_reference_text_lives_in_the_event_log_and_leaves_with_its_chunk(store):
                             ["df -h shows disk"], [meta])
     assert store.records(["documents"])["documents"] == [None]
     [w] = store.get(["rchunk1"])
-    assert w.text == "df -h shows disk" and w.ref.corpus_name == "ops"
+    assert WindowTexts(store.eventlog).read([w]) == [("df -h shows disk", ())]
+    assert w.ref.corpus_name == "ops"
     store.delete(["rchunk1"])
     assert store.eventlog.texts.ref_texts(["rchunk1"]) == {} and store.get(["rchunk1"]) == []
 
@@ -225,9 +229,9 @@ def test_compaction_copies_the_live_points_and_drops_the_old_collection(store, r
     store.delete([ws[0].window_id])
     before = dict(store.vectors([w.window_id for w in ws]))
     metas_before = {w.window_id: w for w in store.get()}
-    first = store._gen
+    first = store.live.n
     assert store.compact() == len(ws) - 1
-    assert store._gen == first + 1
+    assert store.live.n == first + 1
     assert store.eventlog.get_meta(META_KEY) == str(first + 1)  # the swap, recorded
     after = dict(store.vectors([w.window_id for w in ws]))
     assert after.keys() == before.keys()
@@ -238,7 +242,7 @@ def test_compaction_copies_the_live_points_and_drops_the_old_collection(store, r
     [res] = store.nearest([before[ws[5].window_id]], 1)
     assert res[0].window_id == ws[5].window_id
     again = reopen()  # the event log says which generation is live
-    assert again._gen == first + 1 and again.count() == len(ws) - 1
+    assert again.live.n == first + 1 and again.count() == len(ws) - 1
     assert again.sweep() == []
     if store.path is not None:  # embedded: the old generation's folder is gone
         assert [p.name for p in store.path.iterdir()] == [f"g{first + 1}"]
@@ -260,15 +264,15 @@ store.compact(before_swap=lambda: os.kill(os.getpid(), signal.SIGKILL))
 def test_a_crash_between_copy_and_swap_keeps_the_old_collection(store, reopen):
     ws = windows(20)
     index(store, ws)
-    live = store._gen
-    gens = store._gens
+    live = store.live.n
+    gens = store.live.gens
     args = [str(store.path or ""), gens.host or "", str(gens.port or ""), gens.base,
             str(store.eventlog.path)]
     proc = subprocess.run([sys.executable, "-c", _CRASH, *args], capture_output=True,
                           cwd=Path(__file__).parent.parent)
     assert proc.returncode == -9, proc.stderr.decode()[-2000:]
     again = reopen()
-    assert again._gen == live and again.count() == len(ws)  # the old one, whole
+    assert again.live.n == live and again.count() == len(ws)  # the old one, whole
     assert again.sweep() == [live + 1]  # the half-made copy, dropped
     assert again.count() == len(ws)
     assert again.compact() == len(ws)  # and compaction works again
@@ -322,7 +326,7 @@ def test_a_purged_room_leaves_no_text_and_no_vector_in_the_persist_dir(store, re
 def test_a_persist_dir_that_is_not_the_servers_is_refused(store, tmp_path, request):
     """index.chroma.persist_dir names the server's folder, or nothing is removed: a
     folder without Chroma's SQLite, or one that does not hold the live collection."""
-    live = store._gens.name(store._gen)
+    live = store.live.gens.name(store.live.n)
     with pytest.raises(ServerFilesError, match="persist_dir: .* has no chroma.sqlite3"):
         ServerFiles(tmp_path).check(live)
     data = request.getfixturevalue("chroma_server").data

@@ -12,6 +12,7 @@ from indexer.derived.audit import CheckResult, check_derived_filter, check_exclu
 from indexer.components import open_references, open_store
 from indexer.config import Config
 from indexer.derived.filter import Matcher
+from indexer.store.eventlog import EventLog
 from indexer.store.journal import Journal
 from indexer.derived.manifest import Manifest, manifest_path
 from indexer.derived.reference import ReferenceError, References
@@ -82,7 +83,9 @@ def run_verify(cfg: Config, args) -> int:
     results: list[CheckResult] = []
     if wanted["derived-filter"]:
         manifest = Manifest(manifest_path(cfg.data_dir), cfg.derived.shingle_size)
-        results.append(check_derived_filter(open_store(cfg), Matcher(manifest, cfg.derived)))
+        eventlog = EventLog(cfg.eventlog_path)
+        results.append(check_derived_filter(open_store(cfg, eventlog), eventlog,
+                                            Matcher(manifest, cfg.derived)))
     if wanted["exclusions"]:
         results.append(check_exclusions(Journal(cfg.journal_path), since))
     if wanted["index"]:

@@ -135,7 +135,7 @@ def cmd_import(args) -> int:
     from tqdm import tqdm
 
     from indexer.components import Index
-    from indexer.ingest.importer import import_events
+    from indexer.pipeline.importer import import_events
 
     from .progress import ensure_collection, load_model, pending_total
 

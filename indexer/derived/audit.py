@@ -11,16 +11,18 @@ Each check is a function returning a `CheckResult`; the CLI runs the ones asked 
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
-
+from typing import Sequence
 
 from ..pipeline.chunker import format_ts
 from .filter import JOURNAL_KIND, DerivedMatch, Matcher
 from ..store.journal import Journal
-from ..records import CORPUS_REFERENCE
-from ..store.chroma import ChromaStore
+from ..records import CORPUS_REFERENCE, Message
+from ..store.chroma import ChromaStore, StoredWindow
+from ..store.eventlog import EventLog
 
 PAGE = 500
 _RELATIVE = re.compile(r"(\d+)\s*([mhdw])")
@@ -42,32 +44,42 @@ class Leak:
     match: DerivedMatch
 
 
-def find_leaks(store: ChromaStore, matcher: Matcher) -> tuple[int, list[Leak]]:
-    """(windows checked, leaks). Reference chunks are the artifacts themselves and are
-    skipped; an answer never counts against the windows it quoted."""
+def find_leaks(store: ChromaStore, eventlog: EventLog, matcher: Matcher
+               ) -> tuple[int, list[Leak]]:
+    """(windows checked, leaks): each indexed window's messages as the event log holds
+    them now. Reference chunks are the artifacts themselves and are skipped; an answer
+    never counts against the windows it quoted."""
     matcher.refresh()
     checked, leaks = 0, []
-    for w in store.iter_windows(PAGE):
-        if w.corpus == CORPUS_REFERENCE:
-            continue
-        checked += 1
-        bodies = [line.body for line in w.lines]
-        found = len(leaks)
-        for i, body in enumerate(bodies):
-            m = matcher.match(body, w.event_ids)
-            if m is not None:
-                event = w.event_ids[i] if i < len(w.event_ids) else None
-                leaks.append(Leak(w.window_id, w.room_id, event, m))
-        # A quote split over several short messages shows only in the window as a whole.
-        if len(bodies) > 1 and len(leaks) == found:
-            m = matcher.match("\n".join(bodies), w.event_ids)
-            if m is not None:
-                leaks.append(Leak(w.window_id, w.room_id, None, m))
+    chat = (w for w in store.iter_windows(PAGE) if w.corpus != CORPUS_REFERENCE)
+    while page := list(itertools.islice(chat, PAGE)):
+        messages = eventlog.texts.windows_messages([w.window_id for w in page])
+        for w in page:
+            checked += 1
+            leaks += _leaks(w, messages.get(w.window_id, ()), matcher)
     return checked, leaks
 
 
-def check_derived_filter(store: ChromaStore, matcher: Matcher) -> CheckResult:
-    checked, leaks = find_leaks(store, matcher)
+def _leaks(w: StoredWindow, messages: Sequence[Message], matcher: Matcher) -> list[Leak]:
+    """A window's messages matching an artifact, or else the window as a whole."""
+    leaks = []
+    bodies = [m.body for m in messages]
+    for i, body in enumerate(bodies):
+        m = matcher.match(body, w.event_ids)
+        if m is not None:
+            event = w.event_ids[i] if i < len(w.event_ids) else None
+            leaks.append(Leak(w.window_id, w.room_id, event, m))
+    # A quote split over several short messages shows only in the window as a whole.
+    if len(bodies) > 1 and not leaks:
+        m = matcher.match("\n".join(bodies), w.event_ids)
+        if m is not None:
+            leaks.append(Leak(w.window_id, w.room_id, None, m))
+    return leaks
+
+
+def check_derived_filter(store: ChromaStore, eventlog: EventLog, matcher: Matcher
+                         ) -> CheckResult:
+    checked, leaks = find_leaks(store, eventlog, matcher)
     live = len(matcher.manifest)
     if not leaks:
         return CheckResult("derived-filter", True, (
