@@ -14,8 +14,6 @@ from pathlib import Path
 from indexer.config import Config, ConfigError, load_config
 from indexer.store.lock import LockedError, WriterLock
 
-EXIT_USAGE = 2
-
 
 def _config(args) -> Config:
     from .progress import config_path
