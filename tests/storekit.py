@@ -26,6 +26,11 @@ def texts(store: ChromaStore, ids: Sequence[str] | None = None) -> dict[str, str
             for w, (text, _) in zip(windows, WindowTexts(store.eventlog).read(windows))}
 
 
+def stored_vectors(store: ChromaStore, ids: Sequence[str]) -> dict[str, list[float]]:
+    """The vector of each of the given windows that the store holds."""
+    return {w.window_id: v for w, v in store.get_with_vectors(ids)}
+
+
 def index(store: ChromaStore, windows: Sequence[Window], vectors) -> None:
     """Upsert windows and mark their events indexed in them, as the pipeline does."""
     store.upsert(windows, vectors)

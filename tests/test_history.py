@@ -20,7 +20,7 @@ from indexer.records import Hit
 from indexer.store.chroma import ChromaStore
 
 from .fakeclock import FakeClock
-from .storekit import texts
+from .storekit import stored_vectors, texts
 from .vectorscan import files_holding
 
 ROOM = "!room:example.org"
@@ -263,7 +263,8 @@ def test_no_text_in_chroma_and_a_redacted_windows_vector_leaves_at_the_compactio
                   msg(3, "the backup key is edit-canary-9k2")])
     pipeline.process_all()
     assert b"qv47x" not in chroma_bytes(tmp)  # text never reaches Chroma
-    [(wid, before)] = store.vectors([w.window_id for w in store.get()])
+    [(w, before)] = store.get_with_vectors([w.window_id for w in store.get()])
+    wid = w.window_id
     assert files_holding(tmp / "chroma", before, n=len(before))
     ingest.admit([redact(4, 2), edit(5, 3, "the backup key is in the vault")])
     pipeline.process_all()
@@ -282,13 +283,13 @@ def test_no_text_in_chroma_and_a_redacted_windows_vector_leaves_at_the_compactio
 
     ingest.admit([msg(6, "another canary wq55z here")])
     pipeline.process_all()
-    vectors = dict(store.vectors([w.window_id for w in store.get()]))
+    vectors = stored_vectors(store, [w.window_id for w in store.get()])
     ingest.admit([redact(7, 6)])
     pipeline.process_all()
     assert pipeline.run_compaction() is None and pipeline.compaction_due  # too soon
     clock[0] += 61
     assert pipeline.run_compaction() is True
-    live = dict(store.vectors(list(vectors)))
+    live = stored_vectors(store, list(vectors))
     for wid, v in vectors.items():
         if wid not in live or live[wid] != pytest.approx(v, abs=1e-6):
             assert files_holding(tmp, v, n=len(v)) == {}  # superseded or deleted: gone

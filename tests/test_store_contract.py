@@ -24,6 +24,8 @@ from indexer.store.chroma import ChromaStore
 from indexer.store.server_files import ServerFiles, ServerFilesError
 from indexer.search.texts import WindowTexts
 
+from .storekit import stored_vectors
+
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -227,13 +229,13 @@ def test_compaction_copies_the_live_points_and_drops_the_old_collection(store, r
     index(store, ws)
     store.set_meta({"embedder": "hash-bow", "dim": 64})
     store.delete([ws[0].window_id])
-    before = dict(store.vectors([w.window_id for w in ws]))
+    before = stored_vectors(store, [w.window_id for w in ws])
     metas_before = {w.window_id: w for w in store.get()}
     first = store.live.n
     assert store.compact() == len(ws) - 1
     assert store.live.n == first + 1
     assert store.eventlog.get_meta(META_KEY) == str(first + 1)  # the swap, recorded
-    after = dict(store.vectors([w.window_id for w in ws]))
+    after = stored_vectors(store, [w.window_id for w in ws])
     assert after.keys() == before.keys()
     for wid, v in before.items():  # copied as stored: nothing re-embedded
         assert after[wid] == pytest.approx(v, abs=1e-6)
@@ -303,7 +305,7 @@ def test_a_purged_room_leaves_no_text_and_no_vector_in_the_persist_dir(store, re
     ws = build_windows(secret, ChunkPolicy(max_bytes=80))
     index(store, ws)
     index(store, windows(6, "!clean:example.org"))
-    vectors = dict(store.vectors([w.window_id for w in ws]))
+    vectors = stored_vectors(store, [w.window_id for w in ws])
     root = _persist_dir(store, request)
     assert all(files_holding(root, v, n=len(v)) for v in vectors.values())  # the check can see them
     log = store.eventlog
@@ -383,6 +385,6 @@ def test_points_written_during_the_copy_are_caught_up_before_the_swap(store):
         store.delete([ws[0].window_id])
 
     assert store.compact(lock=threading.RLock(), after_copy=meanwhile) == len(ws) - 1 + len(extra)
-    got = dict(store.vectors([w.window_id for w in ws + extra]))
+    got = stored_vectors(store, [w.window_id for w in ws + extra])
     assert set(got) == {w.window_id for w in ws[1:] + extra}
     assert got[changed.window_id] == pytest.approx(new_vector[0], abs=1e-6)

@@ -306,13 +306,6 @@ class ChromaStore:
         return [(_stored(i, m), list(v))
                 for i, m, v in zip(res["ids"], res["metadatas"], res["embeddings"])]
 
-    def vectors(self, window_ids: Sequence[str]) -> list[tuple[str, list[float]]]:
-        """(id, vector) of the given windows that exist."""
-        if not window_ids:
-            return []
-        res = self._live.collection.get(ids=list(window_ids), include=["embeddings"])
-        return list(zip(res["ids"], [list(v) for v in res["embeddings"]]))
-
     def readd(self, window_ids: list) -> None:
         """Delete and add windows again as they are (chroma#7758 repair)."""
         for i in range(0, len(window_ids), 500):
