@@ -13,8 +13,8 @@ PACKAGES = ("appservice", "indexer")
 # module that owns it. `_db` and `_lock` are the event log's connection and lock, held by
 # its `Database` (store/eventlog_db.py), which the event log's parts are given and reach
 # them through (`locked()`, `transaction()`); `_live` is the Chroma store's live
-# generation (its collection), which only its compactor is given.
-PRIVATE = ("_db", "_lock", "_live")
+# generation, which only its compactor is given, and `_col` its collection.
+PRIVATE = ("_db", "_lock", "_live", "_col")
 
 
 def sources(*folders: str) -> list[Path]:
@@ -22,8 +22,8 @@ def sources(*folders: str) -> list[Path]:
 
 
 def foreign_private_access(path: Path) -> list[str]:
-    """`x._db`, `x._lock`, `x._live` where x is anything but `self`: another object's
-    private state (also `getattr(x, "_db")`)."""
+    """`x._db`, `x._lock`, `x._live`, `x._col` where x is anything but `self`: another
+    object's private state (also `getattr(x, "_db")`)."""
     found, where = [], path.relative_to(ROOT) if path.is_relative_to(ROOT) else path.name
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Attribute) and node.attr in PRIVATE:
@@ -204,7 +204,8 @@ def large_classes(path: Path) -> list[str]:
     """Classes with more than MAX_PUBLIC_METHODS public methods (properties count)."""
     found = []
     for node in classes(path):
-        public = [f.name for f in node.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+        public = [f.name for f in node.body
+                  if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
                   and not f.name.startswith("_")]
         if len(public) > MAX_PUBLIC_METHODS:
             found.append(f"{node.name}: {len(public)} public methods")

@@ -136,14 +136,19 @@ class ChromaStore:
         if host and server_files is not None:
             server_files.check(gens.name(self._live.n))
 
+    @property
+    def _col(self):
+        """The live collection, read at each call: a compaction swaps it."""
+        return self._live.collection
+
     # -- meta: what produced the vectors ---------------------------------------------
 
     def meta(self) -> dict:
-        return dict(self._live.collection.metadata or {})
+        return dict(self._col.metadata or {})
 
     def set_meta(self, meta: dict) -> None:
         merged = {**self.meta(), **meta}
-        self._live.collection.modify(metadata=merged)
+        self._col.modify(metadata=merged)
 
     def reset(self) -> None:
         """Drop every record (a rebuild: rebuild.py): a fresh, empty generation."""
@@ -183,7 +188,7 @@ class ChromaStore:
         self._live.wrote(ids)
         # One float32 array: Chroma stores float32, and checks and converts a list of
         # lists vector by vector (0.07 ms a window of CPU; bench/ingest.py).
-        self._live.collection.upsert(ids=ids, embeddings=np.asarray(vectors, dtype=np.float32),
+        self._col.upsert(ids=ids, embeddings=np.asarray(vectors, dtype=np.float32),
                          metadatas=metas)
         if self.terms is not None:
             self.terms.windows_written(windows)
@@ -194,16 +199,16 @@ class ChromaStore:
             if self.eventlog is not None and self.eventlog.texts.drop_ref_texts(window_ids):
                 self.eventlog.truncate_wal()  # its page images held the text
             self._live.wrote(window_ids)
-            self._live.collection.delete(ids=list(window_ids))
+            self._col.delete(ids=list(window_ids))
             if self.terms is not None:
                 self.terms.remove(window_ids)
 
     def delete_room(self, room_id: RoomID) -> list[WindowID]:
         """Delete every window of the room; returns their ids."""
-        ids = self._live.collection.get(where={"room_id": room_id}, include=[])["ids"]
+        ids = self._col.get(where={"room_id": room_id}, include=[])["ids"]
         if ids:
             self._live.wrote(ids)
-            self._live.collection.delete(ids=ids)
+            self._col.delete(ids=ids)
             if self.terms is not None:
                 self.terms.remove(ids)
         return [WindowID(i) for i in ids]
@@ -218,7 +223,7 @@ class ChromaStore:
             self.eventlog.texts.put_ref_texts(
                 (i, str(m.get("ref_corpus", "")), t) for i, t, m in zip(ids, texts, metadatas))
         self._live.wrote(ids)
-        self._live.collection.upsert(ids=list(ids), embeddings=[list(v) for v in vectors],
+        self._col.upsert(ids=list(ids), embeddings=[list(v) for v in vectors],
                          metadatas=list(metadatas))
         if self.terms is not None:
             self.terms.texts_written(ids, texts, metadatas)
@@ -226,19 +231,19 @@ class ChromaStore:
     # -- reading ---------------------------------------------------------------------
 
     def count(self) -> int:
-        return self._live.collection.count()
+        return self._col.count()
 
     def records(self, include: Sequence[str] = ("metadatas",),
                 ids: Sequence[str] | None = None) -> dict:
         """What Chroma itself holds of the points (all, or `ids`), as Chroma returns it:
         "ids" and the `include`d "documents", "embeddings", "metadatas". Nothing is read
         from the event log: for the checks that Chroma keeps no text."""
-        return self._live.collection.get(ids=list(ids) if ids is not None else None,
+        return self._col.get(ids=list(ids) if ids is not None else None,
                              include=list(include))
 
     def ids(self, corpus: str) -> set[str]:
         """Every record id of one corpus (doctor compares them with the event log)."""
-        return set(self._live.collection.get(where={"corpus": corpus}, include=[])["ids"])
+        return set(self._col.get(where={"corpus": corpus}, include=[])["ids"])
 
     def nearest(self, vectors: Sequence[Sequence[float]], n: int,
                 where: dict | None = None, records: bool = False
@@ -251,7 +256,7 @@ class ChromaStore:
         # No count() first: Chroma 1.5 returns what it has when asked for more (also
         # from an empty collection), and count() took 4x the query itself at 100,000
         # windows (13 ms against 3; bench/query.py).
-        res = self._live.collection.query(query_embeddings=[list(v) for v in vectors],
+        res = self._col.query(query_embeddings=[list(v) for v in vectors],
                               n_results=n, where=where or None,
                               include=["metadatas", "distances"] if records
                               else ["distances"])
@@ -263,7 +268,7 @@ class ChromaStore:
 
     def get(self, window_ids: Sequence[WindowID] | None = None, where: dict | None = None,
             limit: int | None = None, offset: int | None = None) -> list[StoredWindow]:
-        res = self._live.collection.get(ids=list(window_ids) if window_ids is not None else None,
+        res = self._col.get(ids=list(window_ids) if window_ids is not None else None,
                             where=where or None, limit=limit, offset=offset,
                             include=["metadatas"])
         return [_stored(i, m) for i, m in zip(res["ids"], res["metadatas"])]
@@ -283,12 +288,12 @@ class ChromaStore:
         """Pages of (window id, vector), over all windows or the given ids."""
         if ids is not None:
             for i in range(0, len(ids), page):
-                res = self._live.collection.get(ids=list(ids[i:i + page]), include=["embeddings"])
+                res = self._col.get(ids=list(ids[i:i + page]), include=["embeddings"])
                 yield list(zip(res["ids"], [list(v) for v in res["embeddings"]]))
             return
         offset = 0
         while True:
-            res = self._live.collection.get(limit=page, offset=offset, include=["embeddings"])
+            res = self._col.get(limit=page, offset=offset, include=["embeddings"])
             if not res["ids"]:
                 return
             yield list(zip(res["ids"], [list(v) for v in res["embeddings"]]))
@@ -302,7 +307,7 @@ class ChromaStore:
         search 1.2 ms more at 100,000 windows)."""
         if not window_ids:
             return []
-        res = self._live.collection.get(ids=list(window_ids), include=["metadatas", "embeddings"])
+        res = self._col.get(ids=list(window_ids), include=["metadatas", "embeddings"])
         return [(_stored(i, m), list(v))
                 for i, m, v in zip(res["ids"], res["metadatas"], res["embeddings"])]
 
@@ -310,10 +315,10 @@ class ChromaStore:
         """Delete and add windows again as they are (chroma#7758 repair)."""
         for i in range(0, len(window_ids), 500):
             ids = list(window_ids[i:i + 500])
-            res = self._live.collection.get(ids=ids, include=["embeddings", "metadatas"])
+            res = self._col.get(ids=ids, include=["embeddings", "metadatas"])
             if not res["ids"]:
                 continue
-            self._live.collection.delete(ids=res["ids"])
-            self._live.collection.add(ids=res["ids"], embeddings=[list(v) for v in res["embeddings"]],
+            self._col.delete(ids=res["ids"])
+            self._col.add(ids=res["ids"], embeddings=[list(v) for v in res["embeddings"]],
                           metadatas=res["metadatas"])
 
