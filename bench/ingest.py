@@ -73,7 +73,7 @@ def padded_word_pieces(model, calls: list[list[str]]) -> int:
 def run_pipeline(root: Path, splits: list[str], data_dir: Path, model) -> dict:
     from indexer.components import Index
     from indexer.config import load_config
-    from indexer.ingest.importer import import_events
+    from indexer.pipeline.importer import import_events
 
     config = perfkit.fresh_data_dir(data_dir, perfkit.eval_rooms(root, splits))
     recorder = perfkit.RecordingEmbedder(model)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field,
@@ -27,12 +27,10 @@ from ruamel.yaml.error import YAMLError
 from .config_errors import Refused, problem
 from .records import ChunkPolicy
 
-PLACEHOLDERS = ("example.com", "CHANGE_ME")
 # Discord bridges' puppets: mautrix-discord (@discord_123...) and matrix-appservice-discord
 # (@_discord_123...). On unless the config says otherwise.
 DEFAULT_PUPPET_PATTERNS = (r"^@_?discord_[^:]*:.*$",)
 EmbedderBackend = Literal["torch", "torch-bf16", "onnx", "onnx-int8"]  # embedder.BACKENDS
-EMBEDDER_BACKENDS: tuple[str, ...] = get_args(EmbedderBackend)
 
 
 def is_placeholder(value: str) -> bool:

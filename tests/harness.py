@@ -32,7 +32,8 @@ from indexer.store.eventlog import EventLog
 from indexer.store.chroma import ChromaStore
 data = Path(sys.argv[1])
 store = ChromaStore(path=data / "chroma", eventlog=EventLog(data / "eventlog.sqlite3"))
-print(json.dumps([[w, list(map(float, v))] for w, v in store.vectors(sys.argv[2:])]))
+print(json.dumps([[w.window_id, list(map(float, v))]
+                  for w, v in store.get_with_vectors(sys.argv[2:])]))
 """
 
 

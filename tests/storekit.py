@@ -1,5 +1,5 @@
 """A store over an event log, for tests that write windows straight into the store:
-the text a store returns lives in the event log, so the windows are recorded there too,
+the text search reads lives in the event log, so the windows are recorded there too,
 as the pipeline records them."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from typing import Sequence
 
 from indexer.store.eventlog import EventLog
 from indexer.records import Window
+from indexer.search.texts import WindowTexts
 from indexer.store.chroma import ChromaStore
 
 
@@ -16,6 +17,18 @@ def open_store(folder: Path, **kw) -> ChromaStore:
     folder.mkdir(parents=True, exist_ok=True)
     return ChromaStore(path=folder / "chroma",
                        eventlog=EventLog(folder / "eventlog.sqlite3"), **kw)
+
+
+def texts(store: ChromaStore, ids: Sequence[str] | None = None) -> dict[str, str]:
+    """Each stored window's (or the given ones') text, as search reads it."""
+    windows = store.get(ids)
+    return {w.window_id: text
+            for w, (text, _) in zip(windows, WindowTexts(store.eventlog).read(windows))}
+
+
+def stored_vectors(store: ChromaStore, ids: Sequence[str]) -> dict[str, list[float]]:
+    """The vector of each of the given windows that the store holds."""
+    return {w.window_id: v for w, v in store.get_with_vectors(ids)}
 
 
 def index(store: ChromaStore, windows: Sequence[Window], vectors) -> None:

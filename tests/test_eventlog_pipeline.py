@@ -341,7 +341,7 @@ class FakeSleep:
 
 
 class FakePipelineBase:
-    """What the worker calls besides process_all: no edits, so no scrub is ever due."""
+    """What the worker calls besides process_all: no edits, so no compaction is ever due."""
 
     def run_compaction(self) -> None:
         return None
@@ -460,7 +460,7 @@ def test_reply_relations_survive_the_event_log_and_old_logs_gain_the_column(tmp_
     old.close()
     log = EventLog(tmp_path / "eventlog.sqlite3")
     from indexer.ingest.history import History
-    assert History(log).dirty() == [("w-edited", ROOM, False)]  # no scrub asked for
+    assert History(log).dirty() == [("w-edited", ROOM, False)]  # no compaction asked for
     with log.transaction() as cur:
         cur.execute("DELETE FROM dirty_windows")
     log.append([(Message(EventID("$new"), ROOM, UserID("@b:x"), 2, "an answer",

@@ -15,6 +15,7 @@ from indexer.store.journal import Journal
 
 from .test_history import (ALICE, BOB, T0, all_text, chroma_bytes, db_bytes, edit, msg,
                            world)  # noqa: F401  (world: the fixture)
+from .storekit import stored_vectors
 from .vectorscan import files_holding
 
 
@@ -27,7 +28,7 @@ def test_forget_removes_text_and_vectors_from_every_file(world):
                   edit(3, 2, "alice secret canary fz81q answers, edited", ALICE),
                   msg(4, "bob thanks her for the proxy tip", BOB)])
     pipeline.process_all()
-    before = dict(store.vectors([w.window_id for w in store.get()]))
+    before = stored_vectors(store, [w.window_id for w in store.get()])
     assert "fz81q" in all_text(store) and before
 
     report = forgetting.forget_user(ALICE, source="cli")

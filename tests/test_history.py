@@ -20,6 +20,7 @@ from indexer.records import Hit
 from indexer.store.chroma import ChromaStore
 
 from .fakeclock import FakeClock
+from .storekit import stored_vectors, texts
 from .vectorscan import files_holding
 
 ROOM = "!room:example.org"
@@ -61,7 +62,7 @@ def world(tmp_path):
 
 
 def all_text(store: ChromaStore) -> str:
-    return "\n".join(w.text for w in store.get())
+    return "\n".join(texts(store).values())
 
 
 def db_bytes(tmp_path) -> bytes:
@@ -166,7 +167,7 @@ def test_replies_quoting_a_redacted_message_are_rebuilt_without_it(world):
     answers = AnswerLog(log)
     [w] = store.get()
     hit = Hit(w.window_id, w.room_id, "#ops", "chat", w.event_ids, w.senders, w.ts_first,
-              w.ts_last, 0.5, w.text)
+              w.ts_last, 0.5, texts(store)[w.window_id])
     answers.record("$reply", ROOM, "$cmd", None, [hit], [("$m1", "$m2")])
     ingest.admit([redact(3, 1)])
     [rec] = answers.quoting({"$m1"})
@@ -262,7 +263,8 @@ def test_no_text_in_chroma_and_a_redacted_windows_vector_leaves_at_the_compactio
                   msg(3, "the backup key is edit-canary-9k2")])
     pipeline.process_all()
     assert b"qv47x" not in chroma_bytes(tmp)  # text never reaches Chroma
-    [(wid, before)] = store.vectors([w.window_id for w in store.get()])
+    [(w, before)] = store.get_with_vectors([w.window_id for w in store.get()])
+    wid = w.window_id
     assert files_holding(tmp / "chroma", before, n=len(before))
     ingest.admit([redact(4, 2), edit(5, 3, "the backup key is in the vault")])
     pipeline.process_all()
@@ -276,18 +278,18 @@ def test_no_text_in_chroma_and_a_redacted_windows_vector_leaves_at_the_compactio
     assert not pipeline.compaction_due and not log.get_meta("compaction_due")
     # The collection is whole and still searchable after the compaction.
     [w] = store.get()
-    assert w.event_ids == ("$m1", "$m3", "$m10") and "vault" in w.text
+    assert w.event_ids == ("$m1", "$m3", "$m10") and "vault" in texts(store)[w.window_id]
     assert store.nearest(HashEmbedder().encode(["backup key vault"]), 3)[0]
 
     ingest.admit([msg(6, "another canary wq55z here")])
     pipeline.process_all()
-    vectors = dict(store.vectors([w.window_id for w in store.get()]))
+    vectors = stored_vectors(store, [w.window_id for w in store.get()])
     ingest.admit([redact(7, 6)])
     pipeline.process_all()
     assert pipeline.run_compaction() is None and pipeline.compaction_due  # too soon
     clock[0] += 61
     assert pipeline.run_compaction() is True
-    live = dict(store.vectors(list(vectors)))
+    live = stored_vectors(store, list(vectors))
     for wid, v in vectors.items():
         if wid not in live or live[wid] != pytest.approx(v, abs=1e-6):
             assert files_holding(tmp, v, n=len(v)) == {}  # superseded or deleted: gone

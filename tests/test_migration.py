@@ -117,6 +117,6 @@ def test_a_previous_release_data_dir_is_migrated_and_searched_without_re_embeddi
     index.close()
     again = Index.open(cfg, emb)
     batches = emb.batches
-    assert again.ensure_meta() is False and again.store._gen == 1 and emb.batches == batches
+    assert again.ensure_meta() is False and again.store.live.n == 1 and emb.batches == batches
     some = next(iter(vectors.values()))
     assert files_holding(chroma, some, n=len(some))

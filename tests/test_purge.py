@@ -20,7 +20,10 @@ from indexer.ingest.gate import Gate
 from indexer.store.journal import Journal
 from indexer.records import RoomID, UserID
 from indexer.ingest.roomfacts import RoomFacts
+from indexer.search.texts import WindowTexts
 from indexer.store.chroma import ChromaStore
+
+from .storekit import texts
 
 ROOM = RoomID("!ops:example.org")
 CLEAN = RoomID("!clean:example.org")
@@ -107,7 +110,8 @@ def assert_purged(env: Env, rule: str, event_id: str | None, source: str = "push
     disk; the clean room is untouched; one purge line names the room, rule and event, by
     id: never the room's name."""
     assert env.windows(ROOM) == []
-    assert [w.text for w in env.windows(CLEAN)] and CLEAN_WORDS in env.windows(CLEAN)[0].text
+    clean = texts(env.store, [w.window_id for w in env.windows(CLEAN)])
+    assert clean and CLEAN_WORDS in list(clean.values())[0]
     assert env.eventlog.counts(ROOM) == {"purged": 2}
     assert env.bodies(ROOM) == [None, None]
     assert env.eventlog.cursor(ROOM) is None and env.eventlog.cursor(CLEAN) is not None
@@ -150,7 +154,8 @@ def test_room_refused_after_the_fact_is_purged(env, trigger):
     assert {e["event_id"] for e in env.entries("refusal")} >= {"$later"}
     assert CANARY not in (env.root / "journal.jsonl").read_text()
     assert env.pipeline.process_all() == 0 and env.windows(ROOM) == []
-    payload = " ".join(w.text + json.dumps(w.senders) for w in env.store.get())
+    payload = " ".join(texts(env.store).values()) + " ".join(
+        json.dumps(w.senders) for w in env.store.get())
     assert not re.search(r"@_?discord_", payload)
 
 
@@ -282,15 +287,15 @@ def test_room_public_again_indexes_only_new_messages(env):
     assert env.files_with(CANARY) == []
 
 
-def test_scrub_keeps_the_other_rooms_readable_after_reopening(env):
+def test_compaction_keeps_the_other_rooms_readable_after_reopening(env):
     env.index_both_rooms()
     env.ingest.admit([TRIGGERS["turns invite-only"][1]])
     reopened = ChromaStore(path=env.root / "chroma", eventlog=env.eventlog)
     assert [w.window_id for w in reopened.get()] == [w.window_id for w in env.windows(CLEAN)]
     vec = HashEmbedder().encode([CLEAN_WORDS])
     [[hit]] = reopened.nearest(vec, 5, records=True)
-    [window] = reopened.with_texts([hit.window])
-    assert window.room_id == CLEAN and CLEAN_WORDS in window.text
+    [(text, _)] = WindowTexts(env.eventlog).read([hit.window])
+    assert hit.window.room_id == CLEAN and CLEAN_WORDS in text
 
 
 def test_journal_command_prints_purges_by_rule(tmp_path, capsys):

@@ -7,6 +7,7 @@ from indexer.ingest.retention import Retention
 
 from .test_history import (ALICE, ROOM, T0, all_text, chroma_bytes, db_bytes, msg,
                            world)  # noqa: F401  (world: the fixture)
+from .storekit import stored_vectors
 from .vectorscan import files_holding
 
 
@@ -24,7 +25,7 @@ def test_expired_messages_leave_text_and_vectors_and_a_later_change_applies(worl
     ingest.admit([retention(60_000), msg(1, "old canary rt11x line"),
                   {**msg(2, "newer line stays"), "origin_server_ts": T0 + 50_000}])
     pipeline.process_all()
-    before = dict(store.vectors([w.window_id for w in store.get()]))
+    before = stored_vectors(store, [w.window_id for w in store.get()])
     clock[0] = (T0 + 30_000) / 1000
     assert expiry.expire().rooms == {}  # nothing expired yet
     clock[0] = (T0 + 61_500) / 1000  # $m1 (T0+1 s) is 60.5 s old; $m2 is not

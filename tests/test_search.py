@@ -25,6 +25,7 @@ from indexer.search.searcher import (
     SourceQuery,
     rrf,
 )
+from indexer.search.texts import WindowTexts
 from indexer.store.chroma import ChromaStore
 
 from .storekit import edit, index, open_store
@@ -198,7 +199,7 @@ def test_one_text_gives_exactly_the_single_vector_order(indexed, text, top_k):
     assert [h.window_id for h in hits] == [nb.window_id for nb in bare]
     assert [h.ranks[0][0] for h in hits] == list(range(1, len(hits) + 1))
     assert [h.ranks[0][1] for h in hits] == pytest.approx([nb.similarity for nb in bare])
-    assert [h.text for h in hits] == [w.text for w in store.with_texts(
+    assert [h.text for h in hits] == [text for text, _ in WindowTexts(store.eventlog).read(
         [nb.window for nb in bare])]
 
 

@@ -24,6 +24,9 @@ from indexer.store.generations import META_KEY
 from indexer.records import EventID, Message, RoomID, UserID
 from indexer.store.chroma import ChromaStore
 from indexer.store.server_files import MARKER_PREFIX, ServerFiles, ServerFilesError
+from indexer.search.texts import WindowTexts
+
+from .storekit import stored_vectors
 
 
 def _free_port() -> int:
@@ -88,7 +91,7 @@ def store(request, tmp_path):
 @pytest.fixture
 def reopen(store):
     """Open the store (again) over the same event log and folder or server."""
-    g = store._gens
+    g = store.live.gens
     return lambda: ChromaStore(path=store.path, host=g.host, port=g.port, collection=g.base,
                                eventlog=EventLog(store.eventlog.path))
 
@@ -198,14 +201,16 @@ def test_chroma_holds_no_text_and_the_text_comes_from_the_event_log(store):
     raw = store.records(["documents", "metadatas"])
     assert raw["ids"] and all(d is None for d in raw["documents"])
     assert not any("message" in str(v) for m in raw["metadatas"] for v in m.values())
-    got = {w.window_id: w.text for w in store.get()}
+    texts = WindowTexts(store.eventlog)
+    got = {w.window_id: text for w, (text, _) in zip(store.get(), texts.read(store.get()))}
     assert got == {w.window_id: document(w) for w in ws}
     [res] = store.nearest(HashEmbedder().encode([ws[0].messages[0].body]), 1, records=True)
-    assert res[0].window.text == "" and store.with_texts([res[0].window])[0].text == \
-        document(ws[0])
+    [(text, lines)] = texts.read([res[0].window])
+    assert text == document(ws[0]) and [line.body for line in lines] == \
+        [m.body for m in ws[0].messages]
     # Its events no longer in the window (a redaction, a rebuild): no text is read.
     store.eventlog.requeue_windows([ws[0].window_id])
-    assert {w.window_id: w.text for w in store.get([ws[0].window_id])} == {ws[0].window_id: ""}
+    assert texts.read(store.get([ws[0].window_id])) == [("", ())]
 
 
 def test_reference_text_lives_in_the_event_log_and_leaves_with_its_chunk(store):
@@ -215,7 +220,8 @@ def test_reference_text_lives_in_the_event_log_and_leaves_with_its_chunk(store):
                             ["df -h shows disk"], [meta])
     assert store.records(["documents"])["documents"] == [None]
     [w] = store.get(["rchunk1"])
-    assert w.text == "df -h shows disk" and w.ref.corpus_name == "ops"
+    assert WindowTexts(store.eventlog).read([w]) == [("df -h shows disk", ())]
+    assert w.ref.corpus_name == "ops"
     store.delete(["rchunk1"])
     assert store.eventlog.texts.ref_texts(["rchunk1"]) == {} and store.get(["rchunk1"]) == []
 
@@ -225,13 +231,13 @@ def test_compaction_copies_the_live_points_and_drops_the_old_collection(store, r
     index(store, ws)
     store.set_meta({"embedder": "hash-bow", "dim": 64})
     store.delete([ws[0].window_id])
-    before = dict(store.vectors([w.window_id for w in ws]))
+    before = stored_vectors(store, [w.window_id for w in ws])
     metas_before = {w.window_id: w for w in store.get()}
-    first = store._gen
+    first = store.live.n
     assert store.compact() == len(ws) - 1
-    assert store._gen == first + 1
+    assert store.live.n == first + 1
     assert store.eventlog.get_meta(META_KEY) == str(first + 1)  # the swap, recorded
-    after = dict(store.vectors([w.window_id for w in ws]))
+    after = stored_vectors(store, [w.window_id for w in ws])
     assert after.keys() == before.keys()
     for wid, v in before.items():  # copied as stored: nothing re-embedded
         assert after[wid] == pytest.approx(v, abs=1e-6)
@@ -240,7 +246,7 @@ def test_compaction_copies_the_live_points_and_drops_the_old_collection(store, r
     [res] = store.nearest([before[ws[5].window_id]], 1)
     assert res[0].window_id == ws[5].window_id
     again = reopen()  # the event log says which generation is live
-    assert again._gen == first + 1 and again.count() == len(ws) - 1
+    assert again.live.n == first + 1 and again.count() == len(ws) - 1
     assert again.sweep() == []
     if store.path is not None:  # embedded: the old generation's folder is gone
         assert [p.name for p in store.path.iterdir()] == [f"g{first + 1}"]
@@ -262,15 +268,15 @@ store.compact(before_swap=lambda: os.kill(os.getpid(), signal.SIGKILL))
 def test_a_crash_between_copy_and_swap_keeps_the_old_collection(store, reopen):
     ws = windows(20)
     index(store, ws)
-    live = store._gen
-    gens = store._gens
+    live = store.live.n
+    gens = store.live.gens
     args = [str(store.path or ""), gens.host or "", str(gens.port or ""), gens.base,
             str(store.eventlog.path)]
     proc = subprocess.run([sys.executable, "-c", _CRASH, *args], capture_output=True,
                           cwd=Path(__file__).parent.parent)
     assert proc.returncode == -9, proc.stderr.decode()[-2000:]
     again = reopen()
-    assert again._gen == live and again.count() == len(ws)  # the old one, whole
+    assert again.live.n == live and again.count() == len(ws)  # the old one, whole
     assert again.sweep() == [live + 1]  # the half-made copy, dropped
     assert again.count() == len(ws)
     assert again.compact() == len(ws)  # and compaction works again
@@ -301,7 +307,7 @@ def test_a_purged_room_leaves_no_text_and_no_vector_in_the_persist_dir(store, re
     ws = build_windows(secret, ChunkPolicy(max_bytes=80))
     index(store, ws)
     index(store, windows(6, "!clean:example.org"))
-    vectors = dict(store.vectors([w.window_id for w in ws]))
+    vectors = stored_vectors(store, [w.window_id for w in ws])
     root = _persist_dir(store, request)
     assert all(files_holding(root, v, n=len(v)) for v in vectors.values())  # the check can see them
     log = store.eventlog
@@ -334,7 +340,7 @@ def test_a_persist_dir_that_is_not_the_servers_is_refused(store, tmp_path, reque
         ServerFiles(tmp_path).check(client)
     copy = tmp_path / "copy"
     shutil.copytree(server.data, copy)
-    live = store._gens.name(store._gen)
+    live = store.live.gens.name(store.live.n)
     with closing(sqlite3.connect(copy / "chroma.sqlite3")) as con:  # by name it passed
         assert live in {r[0] for r in con.execute("SELECT name FROM collections")}
     with pytest.raises(ServerFilesError) as refused:
@@ -343,7 +349,7 @@ def test_a_persist_dir_that_is_not_the_servers_is_refused(store, tmp_path, reque
     assert "is not the folder of the Chroma server" in str(refused.value)
     assert "chroma run --path DIR" in str(refused.value)  # the fix
     with pytest.raises(ServerFilesError, match="is not the folder"):
-        ChromaStore(host="127.0.0.1", port=server.port, collection=store._gens.base,
+        ChromaStore(host="127.0.0.1", port=server.port, collection=store.live.gens.base,
                     eventlog=EventLog(store.eventlog.path), server_files=ServerFiles(copy))
     ServerFiles(server.data).check(client)  # its own folder: accepted
     assert not [c.name for c in client.list_collections()
@@ -398,6 +404,6 @@ def test_points_written_during_the_copy_are_caught_up_before_the_swap(store):
         store.delete([ws[0].window_id])
 
     assert store.compact(lock=threading.RLock(), after_copy=meanwhile) == len(ws) - 1 + len(extra)
-    got = dict(store.vectors([w.window_id for w in ws + extra]))
+    got = stored_vectors(store, [w.window_id for w in ws + extra])
     assert set(got) == {w.window_id for w in ws[1:] + extra}
     assert got[changed.window_id] == pytest.approx(new_vector[0], abs=1e-6)

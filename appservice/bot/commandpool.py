@@ -3,9 +3,9 @@
     transaction handler --submit--> queue (at most `max_waiting`) --> `workers` tasks
                                                                        --> answer(cmd)
 
-A flood of commands (100 in one transaction) used to start 100 searches at once in the
-default thread pool, which `admit` shares: the next transaction's 200 came 31-36 s
-later (issue 15). Here at most `workers` answers run at a time, their searches in the
+Why a pool of its own: a flood of commands (100 in one transaction) searched at once in
+the default thread pool, which `admit` shares, delays the next transaction's 200 by
+31-36 s. Here at most `workers` answers run at a time, their searches in the
 responder's own executor; a command beyond `max_waiting` is dropped, logged by id.
 """
 

@@ -138,8 +138,8 @@ def parse_command(body: str, room_id: str, default_top_k: int = 5) -> Command:
 def _unreadable(text: str) -> str | None:
     """The first character of a command no search should see: a control character other
     than newline, return and tab (NUL, BEL...), or a lone surrogate (valid JSON, not text). Such a
-    query used to get no answer at all: its reply, which quotes the query, could not be
-    sent, and a lone surrogate made the command a skipped event (issue 26)."""
+    query is refused naming it: searched, it would get no answer at all, as its reply,
+    which quotes the query, could not be sent."""
     for c in text:
         if (c < " " and c not in "\n\r\t") or c == "\x7f" or "\ud800" <= c <= "\udfff":
             return c

@@ -85,9 +85,8 @@ def run_verify(cfg: Config, args) -> int:
         manifest = Manifest(manifest_path(cfg.data_dir), cfg.derived.shingle_size)
         eventlog = EventLog(cfg.eventlog_path)
         try:
-            results.append(check_derived_filter(open_store(cfg, eventlog),
-                                                Matcher(manifest, cfg.derived),
-                                                eventlog.derived.text_times))
+            results.append(check_derived_filter(open_store(cfg, eventlog), eventlog,
+                                                Matcher(manifest, cfg.derived)))
         finally:
             eventlog.close()
     if wanted["exclusions"]:

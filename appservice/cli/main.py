@@ -11,8 +11,6 @@ from pathlib import Path
 from indexer.config import Config, ConfigError, load_config
 from indexer.store.lock import LockedError, WriterLock
 
-EXIT_USAGE = 2
-
 
 def _config(args) -> Config:
     from .progress import config_path
@@ -136,7 +134,7 @@ def cmd_import(args) -> int:
     from tqdm import tqdm
 
     from indexer.components import Index
-    from indexer.ingest.importer import import_events
+    from indexer.pipeline.importer import import_events
 
     from .progress import ensure_collection, load_model, pending_total
 

@@ -12,21 +12,20 @@ Each check is a function returning a `CheckResult`; the CLI runs the ones asked 
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Callable, Iterable, Iterator
-
+from typing import Sequence
 
 from ..pipeline.chunker import format_ts
 from .filter import JOURNAL_KIND, DerivedMatch, Matcher
 from ..store.journal import Journal
-from ..records import CORPUS_REFERENCE
-from ..store.chroma import ChromaStore
+from ..records import CORPUS_REFERENCE, EventID, Message
+from ..store.chroma import ChromaStore, StoredWindow
+from ..store.eventlog import EventLog
 
 PAGE = 500
-# Event ids -> when each one's text arrived (EventLog.derived.text_times).
-TextTimes = Callable[[list], dict]
 _RELATIVE = re.compile(r"(\d+)\s*([mhdw])")
 _UNIT_MS = {"m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 7 * 86_400_000}
 
@@ -46,58 +45,49 @@ class Leak:
     match: DerivedMatch
 
 
-def find_leaks(store: ChromaStore, matcher: Matcher,
-               text_times: TextTimes | None = None) -> tuple[int, list[Leak]]:
-    """(windows checked, leaks). Reference chunks are the artifacts themselves and are
-    skipped; an answer never counts against the windows it quoted. With `text_times`
-    (the event log's: when each message's text arrived), a message is held only
-    against artifacts emitted before it, as the filter judged it."""
+def find_leaks(store: ChromaStore, eventlog: EventLog, matcher: Matcher
+               ) -> tuple[int, list[Leak]]:
+    """(windows checked, leaks): each indexed window's messages as the event log holds
+    them now, each held only against the artifacts emitted before its text arrived, as
+    the filter judged it. Reference chunks are the artifacts themselves and are
+    skipped; an answer never counts against the windows it quoted."""
     matcher.refresh()
     checked, leaks = 0, []
-    for page in _pages(store.iter_windows(PAGE), PAGE):
-        windows = [w for w in page if w.corpus != CORPUS_REFERENCE]
-        written = text_times([e for w in windows for e in w.event_ids]) if text_times else {}
-        for w in windows:
+    chat = (w for w in store.iter_windows(PAGE) if w.corpus != CORPUS_REFERENCE)
+    while page := list(itertools.islice(chat, PAGE)):
+        messages = eventlog.texts.windows_messages([w.window_id for w in page])
+        written = eventlog.derived.text_times(
+            m.event_id for ms in messages.values() for m in ms)
+        for w in page:
             checked += 1
-            leaks += _window_leaks(w, matcher, written)
+            leaks += _leaks(w, messages.get(w.window_id, ()), matcher, written)
     return checked, leaks
 
 
-def _window_leaks(w, matcher: Matcher, written: dict) -> list[Leak]:
-    out = []
-    lines = [(line.body, w.event_ids[i] if i < len(w.event_ids) else None)
-             for i, line in enumerate(w.lines)]
-    for body, event in lines:
-        m = matcher.match(body, w.event_ids, written.get(event))
-        if m is not None:
-            out.append(Leak(w.window_id, w.room_id, event, m))
-    if out or len(lines) < 2:
-        return out
+def _leaks(w: StoredWindow, messages: Sequence[Message], matcher: Matcher,
+           written: dict[EventID, int]) -> list[Leak]:
+    """A window's messages matching an artifact, or else the window as a whole."""
+    leaks = []
+    for m in messages:
+        match = matcher.match(m.body, w.event_ids, written.get(m.event_id))
+        if match is not None:
+            leaks.append(Leak(w.window_id, w.room_id, m.event_id, match))
+    if leaks or len(messages) < 2:
+        return leaks
     # A quote split over several short messages shows only in the window as a whole:
     # its messages from each one's arrival on, against the artifacts emitted before it.
-    times = sorted({written[e] for _, e in lines if e in written}) or [None]
+    times = sorted({written[m.event_id] for m in messages if m.event_id in written}) or [None]
     for since in times:
-        text = "\n".join(body for body, e in lines
-                         if since is None or written.get(e, since) >= since)
-        if (m := matcher.match(text, w.event_ids, since)) is not None:
-            return [Leak(w.window_id, w.room_id, None, m)]
+        text = "\n".join(m.body for m in messages
+                         if since is None or written.get(m.event_id, since) >= since)
+        if (match := matcher.match(text, w.event_ids, since)) is not None:
+            return [Leak(w.window_id, w.room_id, None, match)]
     return []
 
 
-def _pages(items: Iterable, size: int) -> Iterator[list]:
-    page: list = []
-    for item in items:
-        page.append(item)
-        if len(page) == size:
-            yield page
-            page = []
-    if page:
-        yield page
-
-
-def check_derived_filter(store: ChromaStore, matcher: Matcher,
-                         text_times: TextTimes | None = None) -> CheckResult:
-    checked, leaks = find_leaks(store, matcher, text_times)
+def check_derived_filter(store: ChromaStore, eventlog: EventLog, matcher: Matcher
+                         ) -> CheckResult:
+    checked, leaks = find_leaks(store, eventlog, matcher)
     live = len(matcher.manifest)
     if not leaks:
         return CheckResult("derived-filter", True, (

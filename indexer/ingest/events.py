@@ -168,7 +168,7 @@ def parse_event(raw: Any) -> ParsedEvent:
     if not is_utf8(body):
         if ts is not None and command_rest(body.strip()) is not None:
             # A command is never stored, so it can be answered: with a refusal naming the
-            # character (appservice/bot/commands.py), not silence (issue 26).
+            # character (appservice/bot/commands.py), not silence.
             return MessageEvent(Message(eid, rid, UserID(sender), ts, body.strip()), None, True)
         return Skipped("body_not_utf8", rid, eid)
     if isinstance(relates.get("m.in_reply_to"), dict):

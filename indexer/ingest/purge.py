@@ -33,7 +33,6 @@ from ..records import Refusal, RoomID
 from ..store.writeguard import WriteGuard
 
 if TYPE_CHECKING:
-    from ..pipeline.pipeline import Pipeline
     from ..store.chroma import ChromaStore
 
 log = logging.getLogger(f"matrix_sources.{__name__}")
@@ -97,16 +96,18 @@ class Purger:
         return report
 
 
-def finish_pending(eventlog: EventLog, pipeline: Pipeline) -> list[str]:
+def finish_pending(eventlog: EventLog, store: ChromaStore, guard: WriteGuard,
+                   compaction: Compaction) -> list[str]:
     """The writer, at start: finish purges a crash interrupted (their text is gone from
-    the event log; their points may not be): delete their windows, compact."""
+    the event log; their points may not be): delete their windows under the writers'
+    lock, compact."""
     rooms = _pending(eventlog)
     if not rooms:
         return []
-    with pipeline.lock:
+    with guard.lock:
         for room_id in rooms:
-            pipeline.store.delete_room(RoomID(room_id))
-    pipeline.compaction.now("purge")
+            store.delete_room(RoomID(room_id))
+    compaction.now("purge")
     _set_pending(eventlog, [])
     log.warning("purges_finished", extra={"rooms": len(rooms)})
     return rooms

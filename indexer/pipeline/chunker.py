@@ -39,9 +39,8 @@ one window each.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Iterable, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from .addressing import addressed, mentions, names
 from ..records import ChunkPolicy, EventID, Message, RoomID, Window, WindowID
@@ -209,7 +208,3 @@ def embed_text(window: Window) -> str:
     """What the model reads: the words, without ids and timestamps, which would spend
     the model's 256 word pieces on tokens that carry no meaning."""
     return "\n".join(m.body for m in window.messages)
-
-
-def all_event_ids(windows: Iterable[Window]) -> list[EventID]:
-    return [e for w in windows for e in w.event_ids]

@@ -177,5 +177,6 @@ def load_embedder(kind: str, backend: str = DEFAULT_BACKEND,
     if backend.startswith("onnx"):
         from .onnx_embedder import OnnxEmbedder
 
-        return OnnxEmbedder(cache_dir or default_cache_dir(), int8=backend == "onnx-int8")
+        return OnnxEmbedder(MODEL_NAME, cache_dir or default_cache_dir(),
+                            int8=backend == "onnx-int8")
     return SentenceTransformerEmbedder(bf16=backend == "torch-bf16")

@@ -176,15 +176,14 @@ class OnnxEmbedder:
 
     dim = 384
 
-    def __init__(self, cache_dir: Path, int8: bool = False,
+    def __init__(self, name: str, cache_dir: Path, int8: bool = False,
                  batch_size: int = ONNX_BATCH) -> None:
+        """`name`: the model's name as collections record it (embedder.MODEL_NAME)."""
         import numpy as np
         import onnxruntime as ort
         from tokenizers import Tokenizer
 
-        from .embedder import MODEL_NAME
-
-        self.name = MODEL_NAME
+        self.name = name
         self.backend = "onnx-int8" if int8 else "onnx"
         self.batch_size = batch_size
         self.path = ensure_model(cache_dir, int8)

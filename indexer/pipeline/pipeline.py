@@ -34,17 +34,16 @@ import threading
 from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Protocol
 
 from .chunker import build_blocks, commit_batches, document, embed_text
 from ..records import ChunkPolicy
 from .chunker import window_id as chunk_window_id
 from ..store.compaction import Compaction
-from ..derived.filter import DerivedFilter
 from ..ingest.history import History
 from .embedder import Embedder, encode_in_length_order
 from ..store.eventlog import EventLog
-from ..records import EventID, RoomID, Window, WindowID
+from ..records import EventID, Message, RoomID, Window, WindowID
 from ..store.chroma import ChromaStore
 from ..store.writeguard import WriteGuard
 
@@ -76,6 +75,17 @@ class _Step:
     block_start: EventID | None = None
 
 
+class Screen(Protocol):
+    """What the pipeline asks of the derived filter (derived/filter.py, which components
+    wires in): the pending messages to leave out of every window, and their counts."""
+
+    excluded: int  # messages left out so far
+    by_kind: dict[str, int]  # of them, per artifact kind
+
+    def screen(self, room_id: RoomID, tail: list[Message], pending: set[EventID]
+               ) -> tuple[list[Message], set[EventID]]: ...
+
+
 @dataclass
 class PipelineStats:
     messages: int = 0
@@ -101,7 +111,7 @@ class Pipeline:
     # The lock and purge counts shared with the purger: see the module docstring.
     guard: WriteGuard = field(default_factory=WriteGuard)
     # Derived text (DESIGN.md "Derived filter"): judged before chunking; None: off.
-    derived: DerivedFilter | None = None
+    derived: Screen | None = None
     # Edits and redactions mark stored windows dirty (store/eventlog_history.py); None:
     # none tracked.
     history: History | None = None

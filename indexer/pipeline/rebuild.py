@@ -19,6 +19,7 @@ import logging
 import time
 from typing import Callable
 
+from ..ingest.purge import finish_pending
 from .chunker import CHUNKER_VERSION
 from .embedder import VECTOR_CLASS, Embedder
 from ..store.eventlog import EventLog
@@ -97,11 +98,9 @@ def ensure_meta(store: ChromaStore, eventlog: EventLog, pipeline: Pipeline,
     The writer's start: first the store is made whole (generations a crashed compaction
     left swept, the previous release's text moved out of Chroma, interrupted purges
     finished), with nothing re-embedded."""
-    from ..ingest.purge import finish_pending
-
     store.sweep()
     store.migrate_text_out()
-    finish_pending(eventlog, pipeline)
+    finish_pending(eventlog, pipeline.store, pipeline.guard, pipeline.compaction)
     reason = rebuild_reason(store, eventlog, pipeline.embedder)
     if not reason:
         store.set_meta(expected_meta(pipeline.embedder))

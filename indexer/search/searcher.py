@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 import numpy as np
@@ -37,6 +37,7 @@ from .present import Presenter
 from .query import (CORPORA, DEFAULT_TOP_K, MAX_TEXT_BYTES, MAX_TEXTS, MAX_TOP_K,  # noqa: F401
                     QueryError, SourceQuery)
 from .termindex import TermIndex
+from .texts import WindowTexts
 
 DEFAULT_RRF_K = 60
 RERANK_POOL = 20  # windows the presenter ranks again (docs/benchmarks.md)
@@ -72,6 +73,11 @@ class Searcher:
     # None: every hit is kept.
     floor: Floor | None = None
     presenter: Presenter | None = None
+    # The hits' text and lines, from the event log the store was opened with.
+    texts: WindowTexts = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.texts = WindowTexts(self.store.eventlog)
 
     def search(self, query: SourceQuery) -> list[Hit]:
         return self.search_with_closest(query)[0]
@@ -158,23 +164,30 @@ class Searcher:
             # Their vectors give the keyword leg's finds a similarity.
             found = {w.window_id: v for w, v in fetched if w.window_id not in dense}
         # Texts are read for the windows kept only (0.6 ms of a 4 ms search).
-        by_id = {w.window_id: w for w in self.store.with_texts(records)}
+        by_id = {w.window_id: (w, text, lines)
+                 for w, (text, lines) in zip(records, self.texts.read(records))}
         # Per text: its dense rank and cosine similarity (None when it did not find it).
         ranks = [{wid: (r, sim) for r, (wid, sim) in enumerate(lst, 1)} for lst in per_text]
         hits = []
         for wid, score in fused:
-            w = by_id.get(wid)
-            if w is None:  # deleted between the two legs' reads
+            got = by_id.get(wid)
+            if got is None:  # deleted between the two legs' reads
                 continue
+            w, text, lines = got
             hits.append(Hit(w.window_id, w.room_id, w.room_label, w.corpus, w.event_ids,
-                            w.senders, w.ts_first, w.ts_last, score, w.text,
-                            tuple(r.get(wid) for r in ranks), ref=w.ref, lines=w.lines))
+                            w.senders, w.ts_first, w.ts_last, score, text,
+                            tuple(r.get(wid) for r in ranks), ref=w.ref, lines=lines))
         return hits, found
 
 
 def _lexical_ranker(store: ChromaStore) -> LexicalRanker:
+    texts = WindowTexts(store.eventlog)
+
     def fetch(ids: list[str]) -> dict[str, str]:
-        return {w.window_id: w.text for w in store.get(ids)} if ids else {}
+        if not ids:
+            return {}
+        windows = store.get(ids)
+        return {w.window_id: text for w, (text, _) in zip(windows, texts.read(windows))}
 
     # The store's postings once built (the service's own store; termindex.py).
     terms = store.terms if isinstance(store.terms, TermIndex) and store.terms.ready.is_set() \

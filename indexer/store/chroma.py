@@ -1,12 +1,12 @@
 """The vector store: one Chroma collection of windows (cosine), embedded or a server.
 
-The pipeline is its one writer; search reads. Chroma holds vectors, ids and the
-metadata filters and citations need: room, corpus, every event id (as a JSON list:
-Chroma metadata values are scalars), first and last event id and timestamps,
-senders. No text: a window's text is rebuilt from the event log (its messages now,
-formatted by chunker.document), a reference chunk's is in the event log's
-`ref_chunks` (eventlog_texts.py). A store opened without an event log returns
-windows with empty text.
+A vectors-and-metadata adapter: upsert, delete, one nearest query, get by ids, and its
+generations. The pipeline is its one writer; search reads. Chroma holds vectors, ids
+and the metadata filters and citations need: room, corpus, every event id (as a JSON
+list: Chroma metadata values are scalars), first and last event id and timestamps,
+senders. No text: a window's text is the event log's (search reads it for the hits it
+keeps, search/texts.py); a reference chunk's is in the event log's `ref_chunks`
+(eventlog_texts.py), written and dropped with its point here.
 
 After redactions and purges, `compact` (chroma_compaction.py) copies the live points
 into a fresh collection and drops the old one, so no deleted vector stays in any file
@@ -17,16 +17,14 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Iterable, Protocol, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Iterable, Protocol, Sequence
 
 import numpy as np
 
-from ..records import EventID, Line, RefSource, RoomID, UserID, Window, WindowID
-from .chroma_compaction import Compacting
-from .chroma_texts import WindowTexts
-from .generations import Generations, MemoryCatalog
+from ..records import EventID, RefSource, RoomID, UserID, Window, WindowID
+from .chroma_compaction import Compactor
+from .generations import Generations, Live, MemoryCatalog
 from .server_files import ServerFiles
 
 if TYPE_CHECKING:
@@ -54,6 +52,7 @@ class WriteFollower(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class StoredWindow:
+    """A point's metadata as Chroma holds it: no text (the event log's)."""
     window_id: WindowID
     room_id: RoomID
     room_label: str
@@ -62,17 +61,14 @@ class StoredWindow:
     senders: tuple[UserID, ...]
     ts_first: int
     ts_last: int
-    text: str  # read from the event log, never from Chroma
     ref: RefSource | None = None  # corpus reference: corpus name, file, heading path
-    # A chat window's messages, read with its text (`text` is their document).
-    lines: tuple[Line, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class Neighbour:
     window_id: WindowID
     similarity: float  # cosine similarity, 1 - cosine distance
-    window: StoredWindow | None = None  # its record (no text), when asked for
+    window: StoredWindow | None = None  # its record, when asked for
 
 
 def point_metadata(room_id: str, room_label: str, corpus: str, event_ids: Sequence[str],
@@ -100,7 +96,7 @@ def window_metadata(w: Window) -> dict:
                           w.ts_first, w.ts_last)
 
 
-def _stored(wid: str, text: str, meta: dict | None) -> StoredWindow:
+def _stored(wid: str, meta: dict | None) -> StoredWindow:
     meta = meta or {}
     return StoredWindow(
         window_id=WindowID(wid),
@@ -111,15 +107,15 @@ def _stored(wid: str, text: str, meta: dict | None) -> StoredWindow:
         senders=tuple(json.loads(meta.get("senders", "[]"))),
         ts_first=int(meta.get("ts_first", 0)),
         ts_last=int(meta.get("ts_last", 0)),
-        text=text,
         ref=(RefSource(str(meta["ref_corpus"]), str(meta.get("ref_file", "")),
                        str(meta.get("ref_heading", ""))) if meta.get("ref_corpus") else None),
     )
 
 
-class ChromaStore(Compacting):
-    """Embedded (`path`) or server (`host`, `port`) Chroma behind one interface; text
-    from `eventlog`."""
+class ChromaStore:
+    """Embedded (`path`) or server (`host`, `port`) Chroma behind one interface. The
+    event log, when given, records the live generation and holds reference chunks'
+    text; without one (tests, benchmarks) the generation is kept in memory."""
 
     def __init__(self, path: Path | None = None, host: str | None = None,
                  port: int | None = None, collection: str = COLLECTION,
@@ -129,20 +125,21 @@ class ChromaStore(Compacting):
         dropped generation (server_files.py)."""
         self.path = None if host else path  # the embedded folder (its generations)
         self.eventlog = eventlog
-        self._texts = WindowTexts(eventlog)
         # The lexical leg's postings (search/termindex.py), only in the one writer process.
         self.terms: WriteFollower | None = None
         if path is not None and not host:
             path.mkdir(parents=True, exist_ok=True)
-        self._gens = Generations(path, host, port, collection,
-                                 eventlog if eventlog is not None else MemoryCatalog(),
-                                 server_files)
-        self._gen = self._gens.live()
-        self._client, self._col = self._gens.open(self._gen)
+        gens = Generations(path, host, port, collection,
+                           eventlog if eventlog is not None else MemoryCatalog(), server_files)
+        self._live = Live(gens, eventlog.truncate_wal if eventlog is not None else None)
+        self._compactor = Compactor(gens, self._live, eventlog)
         if host and server_files is not None:
-            server_files.check(self._client)
-        self._written: set[str] | None = None  # while a compaction copies (compact)
-        self._compacting = threading.Lock()
+            server_files.check(self._live.client)
+
+    @property
+    def _col(self):
+        """The live collection, read at each call: a compaction swaps it."""
+        return self._live.collection
 
     # -- meta: what produced the vectors ---------------------------------------------
 
@@ -155,10 +152,31 @@ class ChromaStore(Compacting):
 
     def reset(self) -> None:
         """Drop every record (a rebuild: rebuild.py): a fresh, empty generation."""
-        n, client, col = self._gens.fresh()
-        self._swap(n, client, col)
+        self._live.swap(*self._live.gens.fresh())
         if self.terms is not None:
             self.terms.clear()
+
+    # -- generations (chroma_compaction.py) --------------------------------------------
+
+    @property
+    def live(self) -> Live:
+        """The live generation (its number, collection, and where generations are)."""
+        return self._live
+
+    def compact(self, lock=None, after_copy: Callable[[], None] | None = None,
+                before_swap: Callable[[], None] | None = None) -> int:
+        """Copy the live points into a fresh generation and drop the old one
+        (Compactor.compact); returns how many points were copied."""
+        return self._compactor.compact(lock, after_copy, before_swap)
+
+    def sweep(self) -> list[int]:
+        """The writer, at start: drop generations a crashed compaction left."""
+        return self._compactor.sweep()
+
+    def migrate_text_out(self) -> bool:
+        """The writer, at start: a previous release's documents out of Chroma
+        (Compactor.migrate_text_out); True if it migrated."""
+        return self._compactor.migrate_text_out()
 
     # -- writing (the pipeline only) -------------------------------------------------
 
@@ -167,7 +185,7 @@ class ChromaStore(Compacting):
             return
         ids = [w.window_id for w in windows]
         metas = [window_metadata(w) for w in windows]
-        self._wrote(ids)
+        self._live.wrote(ids)
         # One float32 array: Chroma stores float32, and checks and converts a list of
         # lists vector by vector (0.07 ms a window of CPU; bench/ingest.py).
         self._col.upsert(ids=ids, embeddings=np.asarray(vectors, dtype=np.float32),
@@ -180,7 +198,7 @@ class ChromaStore(Compacting):
         if window_ids:
             if self.eventlog is not None and self.eventlog.texts.drop_ref_texts(window_ids):
                 self.eventlog.truncate_wal()  # its page images held the text
-            self._wrote(window_ids)
+            self._live.wrote(window_ids)
             self._col.delete(ids=list(window_ids))
             if self.terms is not None:
                 self.terms.remove(window_ids)
@@ -189,7 +207,7 @@ class ChromaStore(Compacting):
         """Delete every window of the room; returns their ids."""
         ids = self._col.get(where={"room_id": room_id}, include=[])["ids"]
         if ids:
-            self._wrote(ids)
+            self._live.wrote(ids)
             self._col.delete(ids=ids)
             if self.terms is not None:
                 self.terms.remove(ids)
@@ -204,7 +222,7 @@ class ChromaStore(Compacting):
         if self.eventlog is not None:
             self.eventlog.texts.put_ref_texts(
                 (i, str(m.get("ref_corpus", "")), t) for i, t, m in zip(ids, texts, metadatas))
-        self._wrote(ids)
+        self._live.wrote(ids)
         self._col.upsert(ids=list(ids), embeddings=[list(v) for v in vectors],
                          metadatas=list(metadatas))
         if self.terms is not None:
@@ -231,9 +249,8 @@ class ChromaStore(Compacting):
                 where: dict | None = None, records: bool = False
                 ) -> list[list[Neighbour]]:
         """The n nearest records per vector, with their cosine similarities; `records`:
-        with each one's metadata as a StoredWindow without text (`with_texts` reads it
-        for the few a caller keeps). Without, Chroma reads no metadata (1.3 ms of a 4 ms
-        search for 20 results a list at 100,000 windows; bench/query.py)."""
+        with each one's metadata as a StoredWindow. Without, Chroma reads no metadata
+        (1.3 ms of a 4 ms search for 20 results a list at 100,000 windows; bench/query.py)."""
         if not vectors:
             return []
         # No count() first: Chroma 1.5 returns what it has when asked for more (also
@@ -245,7 +262,7 @@ class ChromaStore(Compacting):
                               else ["distances"])
         metas = res["metadatas"] if records else [[None] * len(ids) for ids in res["ids"]]
         return [[Neighbour(WindowID(i), 1.0 - float(d),
-                           _stored(i, "", m) if records else None)
+                           _stored(i, m) if records else None)
                  for i, m, d in zip(ids, ms, dists)]
                 for ids, ms, dists in zip(res["ids"], metas, res["distances"])]
 
@@ -254,15 +271,7 @@ class ChromaStore(Compacting):
         res = self._col.get(ids=list(window_ids) if window_ids is not None else None,
                             where=where or None, limit=limit, offset=offset,
                             include=["metadatas"])
-        return self.with_texts([_stored(i, "", m)
-                                for i, m in zip(res["ids"], res["metadatas"])])
-
-    def with_texts(self, windows: Sequence[StoredWindow]) -> list[StoredWindow]:
-        """The windows with their texts and lines, read from the event log in one go
-        (search reads them only for the hits it keeps)."""
-        read = self._texts.read([w.window_id for w in windows], [w.corpus for w in windows],
-                                [w.room_label for w in windows])
-        return [replace(w, text=t, lines=lines) for w, (t, lines) in zip(windows, read)]
+        return [_stored(i, m) for i, m in zip(res["ids"], res["metadatas"])]
 
     # -- for verify --index ------------------------------------------------------------
 
@@ -294,20 +303,13 @@ class ChromaStore(Compacting):
 
     def get_with_vectors(self, window_ids: Sequence[str]
                          ) -> list[tuple[StoredWindow, list[float]]]:
-        """The given windows that exist, without their texts, each with its vector: one
-        Chroma call (two cost search 1.2 ms more at 100,000 windows)."""
+        """The given windows that exist, each with its vector: one Chroma call (two cost
+        search 1.2 ms more at 100,000 windows)."""
         if not window_ids:
             return []
         res = self._col.get(ids=list(window_ids), include=["metadatas", "embeddings"])
-        return [(_stored(i, "", m), list(v))
+        return [(_stored(i, m), list(v))
                 for i, m, v in zip(res["ids"], res["metadatas"], res["embeddings"])]
-
-    def vectors(self, window_ids: Sequence[str]) -> list[tuple[str, list[float]]]:
-        """(id, vector) of the given windows that exist."""
-        if not window_ids:
-            return []
-        res = self._col.get(ids=list(window_ids), include=["embeddings"])
-        return list(zip(res["ids"], [list(v) for v in res["embeddings"]]))
 
     def readd(self, window_ids: list) -> None:
         """Delete and add windows again as they are (chroma#7758 repair)."""

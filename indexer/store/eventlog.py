@@ -223,12 +223,9 @@ class EventLog:
                 n += cur.rowcount
         return n
 
-    def rewindow(self, old: WindowID, new: WindowID | None) -> None:
-        """A dirty window was re-chunked (eventlog_history.py): its events now sit in `new`."""
-        self.rewindow_many([(old, new)])
-
     def rewindow_many(self, pairs: list[tuple[WindowID, WindowID | None]]) -> None:
-        """rewindow for many windows, in one transaction."""
+        """Dirty windows were re-chunked (eventlog_history.py): each old window's events
+        now sit in its new one; in one transaction."""
         if not pairs:
             return
         with self.transaction() as cur:

@@ -76,7 +76,7 @@ class HistoryTables:
     def forget_sender(self, user_id: UserID, now_ms: int, source: str
                       ) -> tuple[list[EventID], int]:
         """Drop the text of every stored message of `user_id` as a redaction does
-        (status `redacted`, their windows marked dirty to be re-chunked and scrubbed),
+        (status `redacted`, their windows marked dirty to be re-chunked and compacted away),
         drop their edits' text, and record them forgotten; then empty the WAL. Returns
         (the event ids whose text went, how many windows were marked)."""
         with self.db.locked():  # the WAL emptied before anything else writes
@@ -209,8 +209,8 @@ class HistoryTables:
     @staticmethod
     def _dirty(cur: sqlite3.Cursor, window_id: str, room_id: str,
                redacted: bool = False) -> None:
-        """Mark a stored window for re-chunking; `redacted`: its old text must also be
-        scrubbed from the store's files (an edit's need not: Matrix shows the original
+        """Mark a stored window for re-chunking; `redacted`: its old vector must also
+        leave the store's files by a compaction (an edit's need not: Matrix shows the original
         of an edited message to anyone in the room anyway)."""
         cur.execute("INSERT INTO dirty_windows (window_id, room_id, redacted) VALUES (?, ?, ?)"
                     " ON CONFLICT(window_id) DO UPDATE SET"

@@ -29,7 +29,7 @@ import os
 import re
 import shutil
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Callable, Protocol
 
 from .server_files import ServerFiles
 
@@ -190,6 +190,38 @@ class Generations:
             self.drop(n)
             log.warning("chroma_generation_swept", extra={"generation": n})
         return gone
+
+
+class Live:
+    """The generation a store reads and writes: its number, client and collection, and,
+    while a compaction copies it, the ids written meanwhile (the copy catches them up
+    before the swap). One per store, shared with its compactor (chroma_compaction.py);
+    a swap replaces the collection every later call of the store reads."""
+
+    def __init__(self, gens: Generations, after_swap: Callable[[], None] | None = None) -> None:
+        """`after_swap`: called once the old generation is dropped (the event log's WAL
+        truncated: its pages held the old generation's record)."""
+        self.gens = gens
+        self.after_swap = after_swap
+        self.n = gens.live()
+        self.client, self.collection = gens.open(self.n)
+        self.written: set[str] | None = None
+
+    def wrote(self, ids) -> None:
+        """Ids written while a compaction copies (caught up before its swap)."""
+        written = self.written
+        if written is not None:
+            written.update(ids)
+
+    def swap(self, n: int, client: Any, collection: Any) -> None:
+        """Make generation n live (one row of the event log: the atomic step), then drop
+        the one it replaces."""
+        old_n, old_client = self.n, self.client
+        self.gens.swap(n)
+        self.n, self.client, self.collection = n, client, collection
+        self.gens.drop(old_n, old_client)
+        if self.after_swap is not None:
+            self.after_swap()
 
 
 def _stop(client) -> None:

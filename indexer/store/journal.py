@@ -69,7 +69,7 @@ class Journal:
     def purge(self, refusal: Refusal, windows: int = 0,
               messages: int = 0, source: str = "push", compacted: bool | None = None) -> None:
         """A room purged after the fact: the rule, the event that showed it (if any), how
-        much was dropped, and whether the store's files were scrubbed of it too."""
+        much was dropped, and whether the store's files were compacted after it too."""
         self.write("purge", rule=refusal.rule, room_id=refusal.room_id,
                    event_id=refusal.event_id,
                    detail=refusal.detail or None, windows=windows, messages=messages,

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
-from .admit import AdmitResult, Ingest
-from ..pipeline.pipeline import Pipeline
+from ..ingest.admit import AdmitResult, Ingest
+from .pipeline import Pipeline
 
 ADMIT_BATCH = 2000
 
