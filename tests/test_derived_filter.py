@@ -40,6 +40,7 @@ from indexer.records import EventID, Message, RoomID, UserID, Window
 from indexer.derived.reference import cut_sections
 
 from .vectorscan import files_holding
+from .storekit import stored_vectors
 
 FIXTURE = Path(__file__).parent / "fixtures" / "ops-cheatsheet.md"
 ROOM = "!ops:example.org"
@@ -534,7 +535,7 @@ def test_an_indexed_message_edited_into_a_quote_leaves_the_index_like_a_redactio
     world.run()
     [old_window] = {w.window_id for w in world.index.store.get()
                     if harmless in w.event_ids}
-    [(_, old_vector)] = world.index.store.vectors([old_window])
+    old_vector = stored_vectors(world.index.store, [old_window])[old_window]
     assert world.status(harmless) == "indexed"
 
     assert edit(world, harmless, VERBATIM)
