@@ -8,7 +8,7 @@
                       retention) edited without it, and its answer artifacts renewed
 
 The bot reaches Matrix only through `Matrix`, a port the homeserver side fills in
-(appservice/cli/main.py wires the two); neither side imports the other.
+(appservice/cli/serve.py wires the two); neither side imports the other.
 """
 
 from __future__ import annotations

@@ -49,19 +49,6 @@ def cmd_init(args) -> int:
     return 0
 
 
-def serve_with_bot(cfg, embedder=None):
-    """The one place the two halves meet: the service that speaks Matrix, and the bot
-    that answers in it, each through the other's port."""
-    from ..bot.bot import Bot
-    from ..homeserver.service import Service
-
-    service = Service(cfg, embedder)
-    service.attach(Bot(cfg, service.index, service,
-                       on_search_seconds=service.metrics.search_latency.observe,
-                       index_changed=service.worker.notify))
-    return service
-
-
 def cmd_run(args) -> int:
     import asyncio
     import signal
@@ -69,6 +56,7 @@ def cmd_run(args) -> int:
 
     from ..logs import setup_logging
     from ..homeserver.service import StartupError
+    from .serve import serve_with_bot
 
     cfg = _config(args)
     setup_logging(cfg.logging.level, as_json=args.json_logs or cfg.logging.format == "json")
