@@ -51,9 +51,9 @@ def open_store(cfg: Config, eventlog: EventLog | None = None,
     if eventlog is None and inspect:
         from .store.eventlog_check import check_eventlog
 
-        if check_eventlog(cfg.eventlog_path).state != "ok":
+        if check_eventlog(cfg.database).state != "ok":
             return _chroma(cfg, None)
-    eventlog = eventlog if eventlog is not None else EventLog(cfg.eventlog_path)
+    eventlog = eventlog if eventlog is not None else EventLog(cfg.database)
     return _chroma(cfg, eventlog)
 
 
@@ -118,7 +118,7 @@ class Index:
         """`postings`: keep the lexical leg's postings in memory (termindex.py), built in
         the background, then `on_postings_ready` runs; only for the process that is the
         collection's one writer (the service, holding the data dir's lock)."""
-        eventlog = EventLog(cfg.eventlog_path)
+        eventlog = EventLog(cfg.database)
         journal = Journal(cfg.journal_path)
         store = open_store(cfg, eventlog)
         if postings and cfg.search.lexical_max_terms:  # 0: no keyword leg, no postings

@@ -84,8 +84,8 @@ def cmd_run(args) -> int:
         except sqlite3.DatabaseError as e:  # damage quick_check did not see
             from indexer.store.eventlog_check import recovery
 
-            print(f"error: the event log {cfg.eventlog_path} cannot be used ({e}). To "
-                  f"recover: {recovery(cfg.eventlog_path)}", file=sys.stderr)
+            print(f"error: the event log {cfg.database} cannot be used ({e}). To "
+                  f"recover: {recovery(cfg.database)}", file=sys.stderr)
             return 1
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -128,7 +128,7 @@ def _start_refusal(cfg: Config) -> str:
         except Exception:  # a Chroma server not up yet: the service's start says so
             return 0
 
-    return start_refusal(cfg.eventlog_path, windows)
+    return start_refusal(cfg.database, windows)
 
 
 def cmd_import(args) -> int:

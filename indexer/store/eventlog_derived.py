@@ -18,15 +18,14 @@ class DerivedColumns:
     def mark_derived(self, rows: Iterable[tuple[EventID, str, str, float, float]]) -> int:
         """Tag pending events derived, with (event id, artifact, kind, score, threshold)
         as judged. Their text stays; they never reach a window. Returns how many."""
+        rows = list(rows)
         with self.db.transaction() as cur:
-            before = cur.connection.total_changes
-            cur.executemany(
+            changed = cur.executemany(
                 "UPDATE events SET status = ?, derived_artifact = ?, derived_kind = ?,"
                 " derived_score = ?, derived_threshold = ? WHERE event_id = ? AND status = ?",
                 [(EventStatus.DERIVED.value, artifact, kind, score, threshold, event_id,
                   EventStatus.PENDING.value)
-                 for event_id, artifact, kind, score, threshold in rows])
-            changed = cur.connection.total_changes - before
+                 for event_id, artifact, kind, score, threshold in rows]).rowcount if rows else 0
         return changed
 
     def derived_events(self, room_id: RoomID | None = None) -> list[DerivedEvent]:
