@@ -106,6 +106,12 @@ def is_utf8(s: str) -> bool:
     return True
 
 
+def no_nul(body: str) -> str:
+    """A NUL character as U+FFFD: PostgreSQL's text refuses NUL, and a body that can never
+    be appended would stall its room (store/sqldialect.py). Both event logs keep the same."""
+    return body.replace("\x00", "\ufffd") if "\x00" in body else body
+
+
 def _str(d: dict, key: str) -> str | None:
     v = d.get(key)
     return v if isinstance(v, str) and v and is_utf8(v) else None
@@ -173,7 +179,7 @@ def parse_event(raw: Any) -> ParsedEvent:
         return Skipped("body_not_utf8", rid, eid)
     if isinstance(relates.get("m.in_reply_to"), dict):
         body = strip_reply_fallback(body)
-    body = body.strip()
+    body = no_nul(body).strip()
     is_command = command_rest(body) is not None
     if not body:
         return Skipped("empty_body", rid, eid)
@@ -226,7 +232,7 @@ def _edit(rid: RoomID, eid: EventID, sender: UserID, relates: dict, content: dic
         return Skipped("edit_not_text", rid, eid)
     if len(body.encode("utf-8", "surrogatepass")) > MAX_BODY_BYTES or not is_utf8(body):
         return Skipped("edit_body_invalid", rid, eid)
-    body = body.strip()
+    body = no_nul(body).strip()
     if not body:
         return Skipped("empty_body", rid, eid)
     return EditEvent(rid, eid, sender, EventID(target), body, ts)
