@@ -117,3 +117,124 @@ def test_lag_figures_and_meta_are_read_on_a_connection_of_their_own(eventlog_db)
     assert (pending, oldest, lags) == (2, 2_000, {ROOM: 2_000})
     assert meta_at(eventlog_db, "k") == "v" and meta_at(eventlog_db, "nope") is None
     log.close()
+
+
+# -- matrix-sources eventlog migrate ------------------------------------------------------
+
+
+def test_migrate_moves_the_sqlite_log_and_search_answers_the_same_without_reembedding(
+        tmp_path, capsys):
+    import json
+
+    from appservice.cli.main import main
+    from indexer.config import load_config
+    from indexer.components import open_store
+
+    from .test_cli import datadir as make_datadir
+
+    cfg_path, tmp = make_datadir.__wrapped__(tmp_path, capsys)
+    assert main(["import", "-q", "-c", str(cfg_path), str(tmp / "events.jsonl")]) == 0
+    capsys.readouterr()
+
+    def hits():
+        assert main(["search", "--json", "-c", str(cfg_path), "ntfs", "partition"]) == 0
+        return [(h["window_id"], round(h["score"], 6))
+                for h in json.loads(capsys.readouterr().out)["hits"]]
+
+    before = hits()
+    store = open_store(load_config(cfg_path))
+    vectors = dict(store.vectors(sorted(store.ids("chat"))))
+    assert before and vectors
+    with fresh_schema() as dsn:
+        assert main(["eventlog", "migrate", "-q", "-c", str(cfg_path), "--to", dsn]) == 0
+        out = capsys.readouterr().out
+        assert "verified" in out and "still holds every message's text" in out
+        cfg = load_config(cfg_path)
+        assert cfg.database.kind == "postgresql" and cfg.store.database == dsn
+        assert "# The event log:" in cfg_path.read_text()  # comments kept
+        assert hits() == before
+        store = open_store(cfg)  # the same generation, the same vectors: none re-made
+        assert dict(store.vectors(sorted(vectors))) == vectors
+        log = EventLog(dsn)
+        assert log.counts() == {"indexed": 6}
+        # New events continue the sequence past the copied ones.
+        log.append([(Message(EventID("$new"), ROOM, UserID("@a:x"), 2_000_000_000_000,
+                             "after the move"), None)])
+        with log.transaction(immediate=False) as cur:
+            seqs = [r[0] for r in cur.execute("SELECT seq FROM events ORDER BY seq")]
+        assert len(seqs) == len(set(seqs)) == 7 and seqs[-1] > max(seqs[:-1])
+        log.close()
+        # Run again: it says so and changes nothing.
+        assert main(["eventlog", "migrate", "-q", "-c", str(cfg_path), "--to", dsn]) == 0
+        assert "already" in capsys.readouterr().out
+
+
+def test_an_interrupted_move_resumes_and_a_foreign_target_is_refused(tmp_path, monkeypatch):
+    from indexer.store import eventlog_move
+    from indexer.store.eventlog_move import move_eventlog
+
+    source = tmp_path / "eventlog.sqlite3"
+    log = EventLog(source)
+    log.append([(Message(EventID(f"$m{i}"), ROOM, UserID("@a:x"), 1_000 + i, f"m{i}"), None)
+                for i in range(25)])
+    log.set_meta("chroma_generation", "3")
+    log.close()
+    monkeypatch.setattr(eventlog_move, "PAGE", 10)
+    with fresh_schema() as dsn:
+        def stop_after_two_pages(n, seen=[]):
+            seen.append(n)
+            if len(seen) == 2:
+                raise KeyboardInterrupt
+        with pytest.raises(KeyboardInterrupt):
+            move_eventlog(source, dsn, stop_after_two_pages)
+        moved = []
+        report = move_eventlog(source, dsn, moved.append)
+        assert report.ok and report.tables["events"] == 25
+        assert report.copied == 26 - 20  # the rest of the events, and the meta row
+        target = EventLog(dsn)
+        assert target.counts() == {"pending": 25} and target.get_meta("chroma_generation") == "3"
+        target.append([(Message(EventID("$other"), ROOM, UserID("@a:x"), 9, "x"), None)])
+        target.close()
+        refused = move_eventlog(source, dsn)
+        assert not refused.ok and refused.mismatched == {"events": (25, 26)}
+
+
+def test_doctor_checks_the_database_and_the_sqlite_file_left_behind(tmp_path):
+    from appservice.cli.doctor import check_eventlog_health, check_sqlite_left_behind
+
+    with fresh_schema() as dsn:
+        EventLog(dsn).close()
+        cfg = config(tmp_path, dsn)
+        health = check_eventlog_health(cfg)
+        assert health.ok and f"schema version {LATEST}" in health.detail
+        assert check_sqlite_left_behind(cfg) is None
+        EventLog(tmp_path / "eventlog.sqlite3").close()  # what the move left
+        left = check_sqlite_left_behind(cfg)
+        assert not left.ok and "shred -u" in left.fix
+    down = check_eventlog_health(config(tmp_path, "postgresql://ms@127.0.0.1:1/ms"))
+    assert not down.ok and "cannot connect" in down.detail and "pgpass" in down.fix
+
+
+def test_analyze_keeps_no_sample_of_message_text():
+    """PostgreSQL's planner statistics (pg_statistic) would hold sample values of a
+    column: message text that no redaction reaches. Migration 9 turns them off."""
+    import psycopg
+
+    with fresh_schema() as dsn:
+        log = EventLog(dsn)
+        log.append([(Message(EventID(f"$m{i}"), ROOM, UserID("@a:x"), i, "stat-canary-4f"),
+                     None) for i in range(50)])
+        log.close()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("ANALYZE events")
+            targets = dict(conn.execute(
+                "SELECT attname, attstattarget FROM pg_attribute WHERE attrelid ="
+                " 'events'::regclass AND attname IN ('body', 'room_id')").fetchall())
+            sampled = conn.execute(
+                "SELECT count(*) FROM pg_stats WHERE schemaname = current_schema() AND"
+                " tablename = 'events' AND attname = 'body'").fetchone()[0]
+            room_sampled = conn.execute(
+                "SELECT count(*) FROM pg_stats WHERE schemaname = current_schema() AND"
+                " tablename = 'events' AND attname = 'room_id'").fetchone()[0]
+        assert targets["body"] == 0 and sampled == 0
+        assert room_sampled == 1  # the check can see statistics where they are kept

@@ -140,6 +140,19 @@ def check_eventlog_health(cfg: Config) -> Check:
     return Check("event log", True, health.detail)
 
 
+def check_sqlite_left_behind(cfg: Config) -> Check | None:
+    """On PostgreSQL, the data dir's SQLite event log from before the move still holds
+    every message's text, and no redaction or purge reaches it any more."""
+    old = cfg.default_eventlog_path
+    if cfg.database.kind != "postgresql" or not old.exists():
+        return None
+    return Check("old event log", False, f"{old} is still there beside store.database "
+                 f"{cfg.database}: it holds the text of every message it had, and no "
+                 "redaction, purge or forget reaches it now",
+                 f"once the service runs on PostgreSQL: shred -u {old} {old}-wal {old}-shm "
+                 "(and remove it from backups)")
+
+
 def check_collection(cfg: Config) -> Check:
     """The collection holds every window the event log says is indexed."""
     from indexer.components import open_store
@@ -228,6 +241,9 @@ def run_checks(config_path: Path) -> Iterator[Check]:
                 yield check_room(cfg, reg, gate, r)
     eventlog, store = check_eventlog_health(cfg), check_store(cfg)
     yield eventlog
+    left = check_sqlite_left_behind(cfg)
+    if left is not None:
+        yield left
     yield store
     if eventlog.ok and store.ok:
         yield check_collection(cfg)

@@ -268,6 +268,12 @@ def cmd_forget(args) -> int:
     return run_forget(_config(args), args.user, args.list, args.undo)
 
 
+def cmd_eventlog(args) -> int:
+    from .eventlog import run_migrate
+
+    return run_migrate(_config(args), args.to, args.quiet)
+
+
 def cmd_doctor(args) -> int:
     from .doctor import print_checks, run_checks
     from .progress import config_path
@@ -394,6 +400,16 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--undo", metavar="USER_ID",
                     help="index what USER_ID sends from now on (the old is not restored)")
     sp.set_defaults(func=cmd_forget)
+
+    ev = sub.add_parser("eventlog", help="the event log's database")
+    evsub = ev.add_subparsers(dest="action", required=True)
+    sp = with_config(evsub.add_parser("migrate", help=(
+        "move this data dir's SQLite event log to PostgreSQL, then point store.database "
+        "at it (service stopped; nothing re-embedded; run again to resume)")))
+    sp.add_argument("--to", required=True, metavar="postgresql://USER@HOST/DB",
+                    help="the target database (no password in it: ~/.pgpass or PGPASSFILE)")
+    sp.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    sp.set_defaults(func=cmd_eventlog)
 
     sp = with_config(sub.add_parser("doctor", help="check the deployment, say how to fix it"))
     sp.set_defaults(func=cmd_doctor)

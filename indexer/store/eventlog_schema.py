@@ -49,6 +49,15 @@ def _columns(table: str, *columns: tuple[str, str]) -> Callable[[Cursor, Dialect
     return run
 
 
+def _postgresql(*statements: str) -> Callable[[Cursor, Dialect], None]:
+    """Statements for PostgreSQL only (SQLite has nothing to change: the version moves)."""
+    def run(cur: Cursor, dialect: Dialect) -> None:
+        if dialect.postgresql:
+            for statement in statements:
+                cur.execute(statement)
+    return run
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "events, transactions, cursors, edits, redactions, dirty windows, meta", _sql(
         """CREATE TABLE IF NOT EXISTS events (
@@ -120,6 +129,10 @@ MIGRATIONS: tuple[Migration, ...] = (
             source       TEXT NOT NULL
         )""",
     )),
+    Migration(9, "PostgreSQL: ANALYZE keeps no sample of message text (docs/storage.md)",
+              _postgresql(*(f"ALTER TABLE {t} ALTER COLUMN {c} SET STATISTICS 0"
+                            for t, c in (("events", "body"), ("edits", "body"),
+                                         ("ref_chunks", "text"))))),
 )
 
 LATEST = MIGRATIONS[-1].version
