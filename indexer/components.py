@@ -26,7 +26,9 @@ from .ingest.history import History
 from .ingest.purge import Purger
 from .records import ChunkPolicy
 from .pipeline.embedder import Embedder, load_embedder
-from .pipeline.pipeline import Pipeline
+from .pipeline.claims import RoomClaims
+from .pipeline.pipeline import EMBED_CALL, Pipeline
+from .pipeline.standalone import Worker
 from .records import UserID
 from .search.abstain import Floor
 from .search.linkage import Horizon
@@ -79,7 +81,9 @@ def writers(eventlog: EventLog, journal: Journal, store: ChromaStore, embedder: 
     # Purges share the pipeline's lock and store (see pipeline/pipeline.py on the race), and its
     # compaction schedule: a purge compacts at once, a redaction within the interval.
     guard = WriteGuard()
-    compaction = Compaction(eventlog, store, guard, every=compact_every)
+    # With claims, workers in other processes write the collection too (compaction.py).
+    compaction = Compaction(eventlog, store, guard, every=compact_every,
+                            fenced=pipeline_options.get("claims") is not None)
     history = History(eventlog)
     ingest = Ingest(gate, eventlog, journal, history=history,
                     purger=Purger(eventlog, journal, store, guard, compaction))
@@ -130,9 +134,13 @@ class Index:
         # The derived filter: one manifest, read by the pipeline, appended by replies.
         manifest = Manifest(manifest_path(cfg.data_dir), cfg.derived.shingle_size)
         matcher = Matcher(manifest, cfg.derived)
+        # External: workers embed; this process claims rooms like them, for a rebuild.
+        claims = (RoomClaims(eventlog, cfg.index.claim_lease_seconds)
+                  if cfg.index.pipeline == "external" else None)
         ingest, pipeline = writers(eventlog, journal, store, embedder, gate, cfg.index.chunk_policy,
                                    derived=DerivedFilter(matcher, eventlog, journal),
-                                   compact_every=cfg.index.compaction_interval_seconds)
+                                   compact_every=cfg.index.compaction_interval_seconds,
+                                   claims=claims)
         presenter = Presenter(eventlog, embedder,
                               Horizon(cfg.index.answer_horizon_hours, cfg.index.answer_horizon_messages))
         searcher = Searcher(embedder, store, cfg.search.rrf_k, lexical_max_terms=cfg.search.lexical_max_terms,
@@ -162,3 +170,25 @@ class Index:
 
     def close(self) -> None:
         self.eventlog.close()
+
+
+def open_worker(cfg: Config, embedder: Embedder | None = None) -> Worker:
+    """An embedding worker's part of the graph (`matrix-sources worker`): the pipeline
+    over the event log and the store, claiming rooms, committing fenced, never
+    compacting (pipeline/standalone.py). The derived filter reads the data dir's
+    artifacts.jsonl, its exclusions go to its journal.jsonl: the service's data dir."""
+    eventlog = EventLog(cfg.database)
+    store = open_store(cfg, eventlog)
+    embedder = embedder or load_embedder(cfg.index.embedder.model, cfg.index.embedder.backend,
+                                         cfg.models_dir)
+    journal = Journal(cfg.journal_path)
+    manifest = Manifest(manifest_path(cfg.data_dir), cfg.derived.shingle_size)
+    labels: dict = {}
+    pipeline = Pipeline(eventlog, embedder, store, cfg.index.chunk_policy,
+                        room_label=lambda room: labels.get(room, ""),
+                        history=History(eventlog),
+                        derived=DerivedFilter(Matcher(manifest, cfg.derived), eventlog, journal),
+                        compaction=Compaction(eventlog, store, fenced=True),
+                        claims=RoomClaims(eventlog, cfg.index.claim_lease_seconds),
+                        embed_group=EMBED_CALL)
+    return Worker(eventlog, store, pipeline, labels)

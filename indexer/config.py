@@ -173,6 +173,12 @@ class IndexSettings(_Section):
     answer_horizon_hours: PositiveFloat = 24.0
     answer_horizon_messages: Annotated[int, Strict(), Field(ge=1)] = 150
     chroma: ChromaConfig = ChromaConfig()
+    # internal: the service embeds; external: `matrix-sources worker` processes do
+    # (docs/deployment.md, "Embedding workers").
+    pipeline: Literal["internal", "external"] = "internal"
+    # A worker's claim on a room lasts this long unless renewed (it renews while it
+    # works): a worker killed holds its rooms this long before another takes them.
+    claim_lease_seconds: Annotated[float, Strict(), Field(ge=1)] = 60.0
 
     @model_validator(mode="before")
     @classmethod

@@ -268,6 +268,12 @@ def cmd_forget(args) -> int:
     return run_forget(_config(args), args.user, args.list, args.undo)
 
 
+def cmd_worker(args) -> int:
+    from .worker import run_worker
+
+    return run_worker(_config(args), args.quiet)
+
+
 def cmd_eventlog(args) -> int:
     from .eventlog import run_migrate
 
@@ -401,6 +407,12 @@ def build_parser() -> argparse.ArgumentParser:
                     help="index what USER_ID sends from now on (the old is not restored)")
     sp.set_defaults(func=cmd_forget)
 
+    sp = with_config(sub.add_parser("worker", help=(
+        "embed for the service (index.pipeline: external), here or on another machine "
+        "that reaches its database and Chroma server")))
+    sp.add_argument("-q", "--quiet", action="store_true", help="no start and stop lines")
+    sp.set_defaults(func=cmd_worker)
+
     ev = sub.add_parser("eventlog", help="the event log's database")
     evsub = ev.add_subparsers(dest="action", required=True)
     sp = with_config(evsub.add_parser("migrate", help=(
@@ -456,7 +468,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     _quiet_libraries()
     args = build_parser().parse_args(argv)
-    if argv is None and args.command in ("run", "import", "demo"):
+    if argv is None and args.command in ("run", "import", "demo", "worker"):
         # This process is the command: re-execute it with a clean heap (heap.py). Not
         # when called with arguments (tests): that would restart the caller.
         from ..homeserver.heap import ensure_heap_hygiene

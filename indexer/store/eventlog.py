@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
 from ..config import Database as Location
+from .eventlog_claims import ClaimTables
 from .eventlog_db import Database
 from .sqldialect import Cursor
 from .eventlog_derived import DerivedColumns
@@ -55,7 +56,7 @@ class EventLog:
     """The core (appending, the pipeline's reads and writes, purges, meta), with its
     parts on one `Database`: `history` (edits, redactions, dirty windows), `texts`
     (what the store and search read), `timeline` (linkage's reads), `derived` (the
-    derived-message columns)."""
+    derived-message columns), `claims` (embedding workers' claims on rooms)."""
 
     def __init__(self, where: Location | Path | str, read_only: bool = False) -> None:
         """`where`: store.database (config.Database), or an SQLite file's path, or a
@@ -67,6 +68,7 @@ class EventLog:
         self.texts = TextReads(self.db)
         self.timeline = TimelineReads(self.db)
         self.derived = DerivedColumns(self.db)
+        self.claims = ClaimTables(self.db)
 
     def close(self) -> None:
         self.db.close()
@@ -335,6 +337,8 @@ class EventLog:
         lost their text."""
         with self.db.locked():  # the WAL emptied before anything else writes
             with self.transaction() as cur:
+                # A worker's batch of the room in flight lands before this, or never.
+                self.claims.revoke(cur, room_id)
                 cur.execute("UPDATE events SET body = NULL, window_id = NULL, status = ?"
                             " WHERE room_id = ? AND status != ?",
                             (EventStatus.PURGED.value, room_id, EventStatus.PURGED.value))

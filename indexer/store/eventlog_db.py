@@ -156,10 +156,13 @@ class Database:
     def truncate_wal(self) -> bool:
         """SQLite: checkpoint every WAL frame into the database and truncate the WAL to
         zero bytes; False if a reader in another process kept it from completing (the
-        frames then go at the next successful checkpoint). PostgreSQL: nothing to do
+        frames then go at the next successful checkpoint; also False inside a transaction
+        of this thread, which must end first). PostgreSQL: nothing to do
         here; what its WAL and dead rows keep, and until when, is docs/storage.md's."""
         if self.location.kind != "sqlite" or self.read_only:
             return True
+        if getattr(self._local, "depth", 0):
+            return False  # inside a transaction SQLite cannot: the caller's next one will
         with self._lock:
             busy, _, _ = self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
         return busy == 0

@@ -133,6 +133,18 @@ MIGRATIONS: tuple[Migration, ...] = (
               _postgresql(*(f"ALTER TABLE {t} ALTER COLUMN {c} SET STATISTICS 0"
                             for t, c in (("events", "body"), ("edits", "body"),
                                          ("ref_chunks", "text"))))),
+    Migration(10, "embedding workers: claims on rooms, room labels, the collection's fence"
+                  " (eventlog_claims.py)", _sql(
+        """CREATE TABLE IF NOT EXISTS claims (
+            room_id  TEXT PRIMARY KEY,
+            worker   TEXT NOT NULL,     -- who holds it ('' once released or revoked)
+            token    INTEGER NOT NULL,  -- grows at every claim and revocation: a fence
+            until_ms INTEGER NOT NULL   -- the lease's end, wall clock ms
+        )""",
+        "CREATE TABLE IF NOT EXISTS room_labels (room_id TEXT PRIMARY KEY, label TEXT NOT NULL)",
+        "CREATE TABLE IF NOT EXISTS collection_fence (id INTEGER PRIMARY KEY)",
+        "INSERT INTO collection_fence (id) VALUES (1) ON CONFLICT DO NOTHING",
+    )),
 )
 
 LATEST = MIGRATIONS[-1].version

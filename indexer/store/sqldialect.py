@@ -60,6 +60,7 @@ class Dialect:
     # Row locks where the database has them; SQLite's write lock is the whole
     # database's, taken at BEGIN IMMEDIATE.
     for_update: str
+    for_share: str
 
     @property
     def postgresql(self) -> bool:
@@ -111,8 +112,9 @@ class Dialect:
             " WHERE table_schema = current_schema()")}
 
 
-SQLITE = Dialect("sqlite", greatest="MAX", ilike="LIKE", for_update="")
-POSTGRESQL = Dialect("postgresql", greatest="GREATEST", ilike="ILIKE", for_update=" FOR UPDATE")
+SQLITE = Dialect("sqlite", greatest="MAX", ilike="LIKE", for_update="", for_share="")
+POSTGRESQL = Dialect("postgresql", greatest="GREATEST", ilike="ILIKE",
+                     for_update=" FOR UPDATE", for_share=" FOR SHARE")
 
 
 @lru_cache(maxsize=512)
