@@ -221,8 +221,8 @@ def worker_main(args) -> int:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--workers", default="1,2,4")
-    p.add_argument("--rooms", type=int, default=32)
-    p.add_argument("--messages", type=int, default=9600)
+    p.add_argument("--rooms", type=int, default=64)
+    p.add_argument("--messages", type=int, default=19200)
     p.add_argument("--batch-seconds", type=float, default=2.0,
                    help="the stand-in embedder's cost per encode call (64 windows at most)")
     p.add_argument("--real", action="store_true", help="the configured model instead")
@@ -235,7 +235,7 @@ def main() -> int:
         return worker_main(args)
     os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
     workdir = Path(tempfile.mkdtemp(prefix="bench-workers-"))
-    pgdir = workdir / "pg"
+    pgdir = Path(tempfile.mkdtemp(prefix="bench-workers-pg-"))  # its owner: postgres
     dsn = args.database
     try:
         if dsn is None:
@@ -246,6 +246,7 @@ def main() -> int:
         if args.database is None:
             subprocess.run([str(ROOT / "scripts" / "pg-server"), "stop", str(pgdir)])
         shutil.rmtree(workdir, ignore_errors=True)
+        shutil.rmtree(pgdir, ignore_errors=True)
     base = results[0]["messages_per_second"]
     embedder = "the configured model" if args.real else \
         f"stand-in, {args.batch_seconds} s per encode call"

@@ -190,11 +190,18 @@ class Pipeline:
                 planned = len(group)
                 for thread in self.eventlog.pending_threads(room_id):
                     group += self._plan_isolated(room_id, thread)
-                if self.claims is not None and len(group) == planned:
-                    self.claims.release([room_id])  # nothing to do after all
-                if sum(len(step.batch) for step in group) >= self.embed_group:
-                    flush()
-                    group = []
+                    # Under claims a room's steps stay in one group: its claim goes
+                    # when that group is committed.
+                    if self.claims is None and \
+                            sum(len(step.batch) for step in group) >= self.embed_group:
+                        flush()
+                        group = []
+                if self.claims is not None:
+                    if len(group) == planned:
+                        self.claims.release([room_id])  # nothing to do after all
+                    elif sum(len(step.batch) for step in group) >= self.embed_group:
+                        flush()
+                        group = []
             if group:
                 flush()
         finally:
