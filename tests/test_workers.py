@@ -246,3 +246,21 @@ def test_the_loop_waits_when_idle_and_backs_off_on_failure(world):
     loop.wait = stop_after_three
     loop.run()
     assert waits == [1.0, 2.0, 4.0] and loop.failures == 3
+
+
+@pytest.mark.parametrize("index, says", [
+    ({}, "index.pipeline is internal: the service embeds itself"),
+    ({"pipeline": "external"}, "workers need Chroma as a server"),
+])
+def test_the_worker_command_refuses_a_config_it_cannot_work_with(tmp_path, capsys, index,
+                                                                 says):
+    import json
+
+    from appservice.cli.main import main
+
+    (tmp_path / "config.yaml").write_text(
+        "homeserver: {url: 'http://127.0.0.1:8008', domain: example.org}\n"
+        f"index: {json.dumps(index)}\n")
+    assert main(["worker", "-c", str(tmp_path / "config.yaml")]) == 1
+    assert says in capsys.readouterr().err
+    assert not (tmp_path / "eventlog.sqlite3").exists()  # refused before opening anything
