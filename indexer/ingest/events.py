@@ -179,8 +179,10 @@ def parse_event(raw: Any) -> ParsedEvent:
         return Skipped("body_not_utf8", rid, eid)
     if isinstance(relates.get("m.in_reply_to"), dict):
         body = strip_reply_fallback(body)
-    body = no_nul(body).strip()
+    body = body.strip()
     is_command = command_rest(body) is not None
+    if not is_command:  # a command holding one is refused by the bot, naming it
+        body = no_nul(body)
     if not body:
         return Skipped("empty_body", rid, eid)
     if ts is None:
