@@ -28,7 +28,9 @@ from .ingest.history import History
 from .ingest.purge import Purger
 from .records import ChunkPolicy
 from .pipeline.embedder import Embedder, load_embedder
-from .pipeline.pipeline import Pipeline
+from .pipeline.claims import RoomClaims
+from .pipeline.pipeline import EMBED_CALL, Pipeline
+from .pipeline.standalone import Worker
 from .records import ARTIFACT_ANSWER, UserID
 from .search.abstain import Floor
 from .search.linkage import Horizon
@@ -53,9 +55,9 @@ def open_store(cfg: Config, eventlog: EventLog | None = None,
     if eventlog is None and inspect:
         from .store.eventlog_check import check_eventlog
 
-        if check_eventlog(cfg.eventlog_path).state != "ok":
+        if check_eventlog(cfg.database).state != "ok":
             return _chroma(cfg, None)
-    eventlog = eventlog if eventlog is not None else EventLog(cfg.eventlog_path)
+    eventlog = eventlog if eventlog is not None else EventLog(cfg.database)
     return _chroma(cfg, eventlog)
 
 
@@ -81,7 +83,9 @@ def writers(eventlog: EventLog, journal: Journal, store: ChromaStore, embedder: 
     # Purges share the pipeline's lock and store (see pipeline/pipeline.py on the race), and its
     # compaction schedule: a purge compacts at once, a redaction within the interval.
     guard = WriteGuard()
-    compaction = Compaction(eventlog, store, guard, every=compact_every)
+    # With claims, workers in other processes write the collection too (compaction.py).
+    compaction = Compaction(eventlog, store, guard, every=compact_every,
+                            fenced=pipeline_options.get("claims") is not None)
     history = History(eventlog)
     ingest = Ingest(gate, eventlog, journal, history=history,
                     purger=Purger(eventlog, journal, store, guard, compaction))
@@ -120,7 +124,7 @@ class Index:
         """`postings`: keep the lexical leg's postings in memory (termindex.py), built in
         the background, then `on_postings_ready` runs; only for the process that is the
         collection's one writer (the service, holding the data dir's lock)."""
-        eventlog = EventLog(cfg.eventlog_path)
+        eventlog = EventLog(cfg.database)
         journal = Journal(cfg.journal_path)
         store = open_store(cfg, eventlog)
         if postings and cfg.search.lexical_max_terms:  # 0: no keyword leg, no postings
@@ -132,9 +136,13 @@ class Index:
         # The derived filter: one manifest, read by the pipeline, appended by replies.
         manifest = Manifest(manifest_path(cfg.data_dir), cfg.derived.shingle_size)
         matcher = Matcher(manifest, cfg.derived)
+        # External: workers embed; this process claims rooms like them, for a rebuild.
+        claims = (RoomClaims(eventlog, cfg.index.claim_lease_seconds)
+                  if cfg.index.pipeline == "external" else None)
         ingest, pipeline = writers(eventlog, journal, store, embedder, gate, cfg.index.chunk_policy,
                                    derived=DerivedFilter(matcher, eventlog, journal),
-                                   compact_every=cfg.index.compaction_interval_seconds)
+                                   compact_every=cfg.index.compaction_interval_seconds,
+                                   claims=claims)
         presenter = Presenter(eventlog, embedder,
                               Horizon(cfg.index.answer_horizon_hours, cfg.index.answer_horizon_messages))
         searcher = Searcher(embedder, store, cfg.search.rrf_k, lexical_max_terms=cfg.search.lexical_max_terms,
@@ -178,3 +186,25 @@ class Index:
 
     def close(self) -> None:
         self.eventlog.close()
+
+
+def open_worker(cfg: Config, embedder: Embedder | None = None) -> Worker:
+    """An embedding worker's part of the graph (`matrix-sources worker`): the pipeline
+    over the event log and the store, claiming rooms, committing fenced, never
+    compacting (pipeline/standalone.py). The derived filter reads the data dir's
+    artifacts.jsonl, its exclusions go to its journal.jsonl: the service's data dir."""
+    eventlog = EventLog(cfg.database)
+    store = open_store(cfg, eventlog)
+    embedder = embedder or load_embedder(cfg.index.embedder.model, cfg.index.embedder.backend,
+                                         cfg.models_dir)
+    journal = Journal(cfg.journal_path)
+    manifest = Manifest(manifest_path(cfg.data_dir), cfg.derived.shingle_size)
+    labels: dict = {}
+    pipeline = Pipeline(eventlog, embedder, store, cfg.index.chunk_policy,
+                        room_label=lambda room: labels.get(room, ""),
+                        history=History(eventlog),
+                        derived=DerivedFilter(Matcher(manifest, cfg.derived), eventlog, journal),
+                        compaction=Compaction(eventlog, store, fenced=True),
+                        claims=RoomClaims(eventlog, cfg.index.claim_lease_seconds),
+                        embed_group=EMBED_CALL)
+    return Worker(eventlog, store, pipeline, labels)

@@ -12,7 +12,7 @@ error reads `<file>: <dotted.key>: <message>` and says what would be accepted.
 from __future__ import annotations
 
 import re
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
@@ -171,6 +171,12 @@ class IndexSettings(_Section):
     answer_horizon_hours: PositiveFloat = 24.0
     answer_horizon_messages: Annotated[int, Strict(), Field(ge=1)] = 150
     chroma: ChromaConfig = ChromaConfig()
+    # internal: the service embeds; external: `matrix-sources worker` processes do
+    # (docs/deployment.md, "Embedding workers").
+    pipeline: Literal["internal", "external"] = "internal"
+    # A worker's claim on a room lasts this long unless renewed (it renews while it
+    # works): a worker killed holds its rooms this long before another takes them.
+    claim_lease_seconds: Annotated[float, Strict(), Field(ge=1)] = 60.0
 
     @model_validator(mode="before")
     @classmethod
@@ -223,6 +229,56 @@ class GateSettings(_Section):
     bridge_servers: tuple[Str, ...] = ()
 
 
+@dataclass(frozen=True)
+class Database:
+    """Where the event log lives (`store.database`): an SQLite file, or a PostgreSQL
+    database given as libpq reads it. A password never sits in the DSN, so never in
+    config.yaml nor in a log line: libpq reads it from ~/.pgpass, from the file named
+    by PGPASSFILE or by `passfile=` in the DSN, or from PGPASSWORD."""
+
+    kind: Literal["sqlite", "postgresql"]
+    path: Path | None = None  # sqlite
+    dsn: str | None = None  # postgresql
+
+    def __str__(self) -> str:
+        return f"sqlite:{self.path}" if self.kind == "sqlite" else str(self.dsn)
+
+
+def parse_database(value: str, base: Path) -> Database:
+    """`sqlite:PATH` (relative: to `base`, the config's folder) or a `postgresql://`
+    URL. Raises ValueError saying what is accepted."""
+    if value.startswith("sqlite:"):
+        path = Path(value[len("sqlite:"):])
+        if not str(path) or str(path) == ".":
+            raise ValueError("sqlite: needs a file, as in sqlite:eventlog.sqlite3")
+        return Database("sqlite", path=path if path.is_absolute() else base / path)
+    if value.startswith(("postgresql://", "postgres://")):
+        from psycopg.conninfo import conninfo_to_dict
+
+        try:
+            parts = conninfo_to_dict(value)
+        except Exception as e:  # libpq's own parse: its message names what is wrong
+            raise ValueError(f"not a PostgreSQL URL libpq accepts: "
+                             f"{str(e).splitlines()[0][:200]}") from None
+        if parts.get("password"):
+            raise ValueError("holds a password: leave it out of the URL and give it in "
+                             "~/.pgpass, a file named by passfile= in the URL or by "
+                             "PGPASSFILE, or PGPASSWORD (docs/deployment.md)")
+        return Database("postgresql", dsn=value)
+    raise ValueError(f"{value!r} is neither sqlite:PATH nor a postgresql:// URL")
+
+
+def _database(value: str) -> str:
+    parse_database(value, Path("."))  # checked here, resolved against the file by Config
+    return value
+
+
+class StoreSettings(_Section):
+    # The event log (every message's text, the pipeline's state): an SQLite file in the
+    # data dir, or PostgreSQL (docs/deployment.md, "PostgreSQL").
+    database: Annotated[Str, AfterValidator(_database)] = "sqlite:eventlog.sqlite3"
+
+
 class LoggingSettings(_Section):
     level: Annotated[Literal["DEBUG", "INFO", "WARNING", "ERROR"],
                      BeforeValidator(lambda v: v.upper() if isinstance(v, str) else v)] = "INFO"
@@ -261,6 +317,7 @@ class Config(_Section):
     gate: GateSettings = GateSettings()
     logging: LoggingSettings = LoggingSettings()
     derived: DerivedConfig = DerivedConfig()
+    store: StoreSettings = StoreSettings()
     _file: Path = PrivateAttr(Path("config.yaml"))
     _bridges: tuple[Path, ...] = PrivateAttr(())
     _bridge_patterns: tuple[str, ...] = PrivateAttr(())
@@ -318,7 +375,14 @@ class Config(_Section):
         return self.data_dir / self.api.token_file
 
     @property
-    def eventlog_path(self) -> Path:
+    def database(self) -> Database:
+        """store.database, a relative SQLite path resolved against the data dir."""
+        return parse_database(self.store.database, self.data_dir)
+
+    @property
+    def default_eventlog_path(self) -> Path:
+        """The data dir's SQLite event log where store.database is unset: what
+        `eventlog migrate` moves to PostgreSQL."""
         return self.data_dir / "eventlog.sqlite3"
 
     @property

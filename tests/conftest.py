@@ -1,6 +1,7 @@
 import pytest
 
 from .harness import Stack, make_stack
+from .pgkit import fresh_schema
 
 
 def pytest_collection_modifyitems(config, items):
@@ -27,6 +28,17 @@ def stack(tmp_path_factory) -> Stack:
     finally:
         s.service.stop()
         s.synapse.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def eventlog_db(request, tmp_path):
+    """Where a test's event log lives, once on each database: an SQLite file in the
+    test's folder, and an empty schema of the PostgreSQL server CI starts (pgkit.py)."""
+    if request.param == "sqlite":
+        yield tmp_path / "eventlog.sqlite3"
+        return
+    with fresh_schema() as dsn:
+        yield dsn
 
 
 # -- the fast suite waits for no real time ------------------------------------------------

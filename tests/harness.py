@@ -1,5 +1,9 @@
 """End-to-end harness: a real Synapse, `matrix-sources run` as a real process, and
-people at matrix-nio clients. Used by the `synapse`-marked tests."""
+people at matrix-nio clients. Used by the `synapse`-marked tests.
+
+The stack's event log is the data dir's SQLite file, or, with
+MATRIX_SOURCES_TEST_STACK_DATABASE=postgresql, a schema of its own on the PostgreSQL
+server of tests/pgkit.py (CI runs a share of the end-to-end tests so: .ci/run)."""
 
 from __future__ import annotations
 
@@ -7,7 +11,6 @@ import json
 import os
 import signal
 import socket
-import sqlite3
 import subprocess
 import sys
 import time
@@ -20,8 +23,11 @@ from ruamel.yaml import YAML
 
 from appservice.tools.localsynapse import LocalSynapse
 from indexer.datadir import init_data_dir
+from indexer.store.eventlog_db import reader
 
 from .vectorscan import files_holding
+
+STACK_DATABASE = "MATRIX_SOURCES_TEST_STACK_DATABASE"  # "postgresql": the stack's event log there
 
 
 # Read in a process of its own: the service holds the store open.
@@ -31,9 +37,9 @@ from pathlib import Path
 from indexer.store.eventlog import EventLog
 from indexer.store.chroma import ChromaStore
 data = Path(sys.argv[1])
-store = ChromaStore(path=data / "chroma", eventlog=EventLog(data / "eventlog.sqlite3"))
+store = ChromaStore(path=data / "chroma", eventlog=EventLog(sys.argv[2], read_only=True))
 print(json.dumps([[w.window_id, list(map(float, v))]
-                  for w, v in store.get_with_vectors(sys.argv[2:])]))
+                  for w, v in store.get_with_vectors(sys.argv[3:])]))
 """
 
 
@@ -105,6 +111,7 @@ class Stack:
     service: ServiceProcess
     bot: str
     hs_token: str
+    database: str  # store.database: the data dir's SQLite file, or a postgresql:// URL
 
     def cli(self, *args: str) -> subprocess.CompletedProcess:
         """Run `matrix-sources SUBCOMMAND -c config ARGS...`."""
@@ -141,23 +148,38 @@ class Stack:
             return e.code, e.read().decode()
 
     def event_status(self, event_id: str) -> str | None:
-        db = sqlite3.connect(f"file:{self.data_dir / 'eventlog.sqlite3'}?mode=ro", uri=True)
         try:
-            row = db.execute("SELECT status FROM events WHERE event_id = ?",
-                             (event_id,)).fetchone()
-        finally:
-            db.close()
+            with reader(self.database) as db:
+                row = db.execute("SELECT status FROM events WHERE event_id = ?",
+                                 (event_id,)).fetchone()
+        except FileNotFoundError:
+            return None
         return row[0] if row else None
 
     def count_indexed(self, event_ids: list[str]) -> int:
-        db = sqlite3.connect(f"file:{self.data_dir / 'eventlog.sqlite3'}?mode=ro", uri=True)
-        try:
-            db.execute("CREATE TEMP TABLE want (id TEXT PRIMARY KEY)")
-            db.executemany("INSERT OR IGNORE INTO want VALUES (?)", [(e,) for e in event_ids])
-            return db.execute("SELECT COUNT(*) FROM events JOIN want ON want.id = event_id"
-                              " WHERE status = 'indexed'").fetchone()[0]
-        finally:
-            db.close()
+        ids = sorted(set(event_ids))
+        n = 0
+        with reader(self.database) as db:
+            for i in range(0, len(ids), 500):
+                part = ids[i:i + 500]
+                n += db.execute(f"SELECT COUNT(*) FROM events WHERE event_id IN"
+                                f" ({','.join('?' * len(part))}) AND status = 'indexed'",
+                                part).fetchone()[0]
+        return n
+
+    def database_rows(self) -> bytes:
+        """PostgreSQL: every row of every table of the stack's event log (what SQLite
+        keeps in the data dir's files, which grep_data reads); b"" on SQLite."""
+        if not self.database.startswith("postgresql"):
+            return b""
+        out = b""
+        with reader(self.database) as db:
+            tables = [r[0] for r in db.execute(
+                "SELECT table_name FROM information_schema.tables"
+                " WHERE table_schema = current_schema()")]
+            for t in sorted(tables):
+                out += repr(db.execute(f"SELECT * FROM {t}").fetchall()).encode()
+        return out
 
     def wait_indexed(self, event_ids: list[str], timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
@@ -171,18 +193,16 @@ class Stack:
     def stored_vectors(self, window_ids: list[str]) -> dict[str, list[float]]:
         """The windows' vectors as the store holds them, read in a process of its own."""
         out = subprocess.run([sys.executable, "-c", _READ_VECTOR, str(self.data_dir),
-                              *window_ids], capture_output=True, text=True, timeout=120)
+                              self.database, *window_ids], capture_output=True, text=True,
+                             timeout=120)
         assert out.returncode == 0, out.stderr[-2000:]
         return dict(json.loads(out.stdout))
 
     def vector_of(self, event_id: str) -> list[float]:
         """The vector of the window that holds `event_id` now."""
-        db = sqlite3.connect(f"file:{self.data_dir / 'eventlog.sqlite3'}?mode=ro", uri=True)
-        try:
+        with reader(self.database) as db:
             [window] = db.execute("SELECT window_id FROM events WHERE event_id = ?",
                                   (event_id,)).fetchone()
-        finally:
-            db.close()
         vector = self.stored_vectors([window])[window]
         assert files_holding(self.data_dir, vector)  # the scan can see it
         return vector
@@ -191,9 +211,13 @@ class Stack:
         return files_holding(self.data_dir, vector)
 
     def grep_data(self, needle: str) -> list[Path]:
-        """Every file under the data dir (event log, Chroma, journal) holding `needle`."""
+        """Every file under the data dir (event log, Chroma, journal) holding `needle`;
+        on PostgreSQL also the event log's rows, as the path `postgresql:rows`."""
         raw = needle.encode()
-        return [p for p in self.data_dir.rglob("*") if p.is_file() and raw in p.read_bytes()]
+        found = [p for p in self.data_dir.rglob("*") if p.is_file() and raw in p.read_bytes()]
+        if raw in self.database_rows():
+            found.append(Path("postgresql:rows"))
+        return found
 
 
 def make_stack(root: Path, embedder: str = "all-MiniLM-L6-v2") -> Stack:
@@ -207,6 +231,10 @@ def make_stack(root: Path, embedder: str = "all-MiniLM-L6-v2") -> Stack:
     cfg["index"]["debounce_seconds"] = 0.3
     cfg["index"]["compaction_interval_seconds"] = 1
     cfg["logging"]["level"] = "DEBUG"  # the privacy tests read the logs at their loudest
+    database = str(data_dir / "eventlog.sqlite3")
+    if os.environ.get(STACK_DATABASE) == "postgresql":
+        database = stack_schema()
+        cfg["store"]["database"] = database
     with open(config, "w") as f:
         y.dump(cfg, f)
     reg = YAML(typ="safe").load((data_dir / "registration.yaml").read_text())
@@ -214,4 +242,16 @@ def make_stack(root: Path, embedder: str = "all-MiniLM-L6-v2") -> Stack:
                            appservice_registrations=[data_dir / "registration.yaml"])
     service = ServiceProcess(config, as_port, root / "service.log")
     return Stack(root, data_dir, config, synapse, service, "@sourcesbot:localhost",
-                 reg["hs_token"])
+                 reg["hs_token"], database)
+
+
+def stack_schema() -> str:
+    """A DSN on a fresh schema of the tests' PostgreSQL server, for one stack. Left in
+    place afterwards: the server is a throwaway one (scripts/pg-server)."""
+    import uuid
+
+    from .pgkit import admin, base_dsn, with_schema
+
+    schema = f"stack_{uuid.uuid4().hex[:12]}"
+    admin(base_dsn(), f"CREATE SCHEMA {schema}")
+    return with_schema(base_dsn(), schema)

@@ -56,8 +56,8 @@ class FlakyStore:
 
 
 @pytest.fixture
-def log(tmp_path):
-    el = EventLog(tmp_path / "eventlog.sqlite3")
+def log(eventlog_db):
+    el = EventLog(eventlog_db)
     yield el
     el.close()
 
@@ -493,3 +493,32 @@ def test_a_window_whose_every_event_is_re_pointed_is_found_emptied(log):
     assert log.windows_emptied_by({e[0]: wa, e[2]: wc, e[3]: wc}) == [wb]
     assert log.windows_emptied_by({e[0]: wb, e[1]: wb}) == [wa]  # wb: used by the re-point
     assert log.windows_emptied_by({e[2]: wa, e[3]: wa}) == [wb]  # into a window that stays
+
+
+def test_a_message_redacted_while_its_window_is_embedded_is_not_indexed_and_is_scrubbed(
+        log, store):
+    """A redaction lands between reading the tail and committing the window that holds
+    the message: the message stays redacted (never `indexed` with no text), and the
+    window made from its text is re-chunked without it and asks for a compaction."""
+    from indexer.ingest.history import History
+    from indexer.store.eventlog_history import Redaction
+
+    log.append(msgs(ROOM, 0, 3))
+    target = EventID(f"${ROOM[1:4]}0001")
+
+    class RedactingEmbedder(HashEmbedder):
+        def encode(self, texts):
+            if self.batches == 0:  # during the first run's embedding
+                log.append([], history=[Redaction(target, ROOM, T0 + 10 * MINUTE,
+                                                  EventID("$redaction"))])
+            return super().encode(texts)
+
+    pipeline = Pipeline(log, RedactingEmbedder(), store, POLICY, history=History(log))
+    pipeline.process_all()
+    assert log.status_of(target) == ("redacted", None)
+    assert [w for w, _, red in log.history.dirty() if red]  # the stored window: to re-cut
+    pipeline.process_all()
+    assert target not in stored_event_ids(store)
+    assert_each_message_in_exactly_one_window(
+        store, log, [f"${ROOM[1:4]}0000", f"${ROOM[1:4]}0002"])
+    assert pipeline.compaction_due  # its old vector leaves the files at the next compaction

@@ -1,5 +1,5 @@
 """The event log's schema: numbered migrations with a stored version, old logs upgraded,
-and one transaction context manager."""
+one schema on SQLite and PostgreSQL, and one transaction context manager."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import pytest
 
 from indexer.store import eventlog_schema
 from indexer.store.eventlog import EventLog
+from indexer.store.eventlog_db import Database
 from indexer.store.eventlog_schema import LATEST, MIGRATIONS, Migration, migrate, version
 from indexer.records import EventID, Message, RoomID, UserID
 
@@ -67,15 +68,49 @@ def layout(path) -> dict[str, list[tuple]]:
 def user_version(path) -> int:
     db = sqlite3.connect(path)
     try:
-        return version(db)
+        return db.execute("PRAGMA user_version").fetchone()[0]
     finally:
         db.close()
 
 
-def test_migrations_are_numbered_from_one_and_a_fresh_log_is_at_the_latest(tmp_path):
+def tables(db: Database) -> set[str]:
+    with db.transaction(immediate=False) as cur:
+        return db.dialect.tables(cur)
+
+
+def test_migrations_are_numbered_from_one_and_a_fresh_log_is_at_the_latest(eventlog_db):
     assert [m.version for m in MIGRATIONS] == list(range(1, LATEST + 1))
-    EventLog(tmp_path / "new.sqlite3").close()
-    assert user_version(tmp_path / "new.sqlite3") == LATEST
+    log = EventLog(eventlog_db)
+    assert version(log.db) == LATEST
+    log.close()
+    if log.path is not None:
+        assert user_version(log.path) == LATEST  # SQLite keeps it in the file's header
+
+
+def pg_layout(dsn: str) -> dict[str, list[str]]:
+    import psycopg
+
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute("SELECT table_name, column_name FROM information_schema.columns"
+                            " WHERE table_schema = current_schema()"
+                            " ORDER BY table_name, ordinal_position").fetchall()
+    out: dict[str, list[str]] = {}
+    for table, column in rows:
+        out.setdefault(table, []).append(column)
+    return out
+
+
+def test_postgresql_gets_the_same_tables_and_columns_as_sqlite(tmp_path):
+    from .pgkit import fresh_schema
+
+    EventLog(tmp_path / "eventlog.sqlite3").close()
+    sqlite_tables = {t: [c[0] for c in cols] for t, cols in layout(tmp_path / "eventlog.sqlite3").items()
+                     if t != "(indexes)"}
+    with fresh_schema() as dsn:
+        EventLog(dsn).close()
+        got = pg_layout(dsn)
+    assert got.pop("schema_version") == ["version"]  # PostgreSQL's PRAGMA user_version
+    assert got == sqlite_tables
 
 
 def test_a_log_of_the_previous_release_opens_upgraded_with_its_data(tmp_path):
@@ -131,34 +166,44 @@ def test_a_log_older_still_gains_each_column_and_table(tmp_path):
     assert layout(old) == layout(tmp_path / "new.sqlite3")
 
 
-def test_only_the_missing_migrations_run_and_reopening_runs_none(tmp_path):
-    path = tmp_path / "eventlog.sqlite3"
-    db = sqlite3.connect(path, isolation_level=None)
+def test_only_the_missing_migrations_run_and_reopening_runs_none(eventlog_db):
+    db = Database(eventlog_db, upgrade=False)
+    assert version(db) == 0
     assert migrate(db) == list(range(1, LATEST + 1))
     assert migrate(db) == []
-    db.execute("ALTER TABLE events DROP COLUMN text_at")  # as if made at version LATEST - 1
-    db.execute(f"PRAGMA user_version = {LATEST - 1}")
-    assert migrate(db) == [LATEST]
-    assert "text_at" in [c[0] for c in layout(path)["events"]]
+    with db.transaction() as cur:
+        cur.execute("DROP TABLE forgotten_users")  # as if made at version 7
+        db.dialect.set_version(cur, 7)
+    assert migrate(db) == list(range(8, LATEST + 1))
+    assert "forgotten_users" in tables(db) and version(db) == LATEST
+    with db.transaction() as cur:
+        cur.execute("ALTER TABLE events DROP COLUMN text_at")  # as if made before 9
+        db.dialect.set_version(cur, 8)
+    assert migrate(db) == list(range(9, LATEST + 1))
+    with db.transaction(immediate=False) as cur:
+        assert "text_at" in db.dialect.columns(cur, "events")
     db.close()
 
 
-def test_a_failing_migration_keeps_the_last_version_and_changes_nothing(tmp_path, monkeypatch):
-    def broken(cur):
-        cur.execute("CREATE TABLE half (x)")
+def test_a_failing_migration_keeps_the_last_version_and_changes_nothing(eventlog_db,
+                                                                        monkeypatch):
+    def broken(cur, dialect):
+        cur.execute("CREATE TABLE half (x TEXT)")
         raise RuntimeError("disk on fire")
 
+    EventLog(eventlog_db).close()
     monkeypatch.setattr(eventlog_schema, "MIGRATIONS",
                         MIGRATIONS + (Migration(LATEST + 1, "broken", broken),))
-    path = tmp_path / "eventlog.sqlite3"
     with pytest.raises(RuntimeError, match="disk on fire"):
-        EventLog(path)
-    assert user_version(path) == LATEST and "half" not in layout(path)
+        EventLog(eventlog_db)
+    db = Database(eventlog_db, read_only=True)
+    assert version(db) == LATEST and "half" not in tables(db)
+    db.close()
 
 
-def test_a_transaction_commits_when_its_block_ends_and_rolls_back_if_it_raises(tmp_path,
+def test_a_transaction_commits_when_its_block_ends_and_rolls_back_if_it_raises(eventlog_db,
                                                                                monkeypatch):
-    log = EventLog(tmp_path / "eventlog.sqlite3")
+    log = EventLog(eventlog_db)
     msg = Message(EventID("$a"), ROOM, UserID("@a:x"), 1, "hello")
     with pytest.raises(KeyError):
         with log.transaction() as cur:

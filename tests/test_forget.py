@@ -36,7 +36,7 @@ def test_forget_removes_text_and_vectors_from_every_file(world):
     pipeline.process_all()
     assert pipeline.run_compaction() is True
     assert "fz81q" not in all_text(store) and "proxy tip" in all_text(store)
-    assert b"fz81q" not in db_bytes(tmp) + chroma_bytes(tmp)
+    assert b"fz81q" not in db_bytes(tmp, log) + chroma_bytes(tmp)
     for wid, v in before.items():
         assert files_holding(tmp, v, n=len(v)) == {}  # every vector made from her words
     entry = [json.loads(x) for x in (tmp / "journal.jsonl").read_text().splitlines()][-1]
@@ -67,9 +67,9 @@ def test_a_forgotten_users_messages_are_refused_until_undo(world):
     assert not forgetting.unforget_user(BOB)  # never forgotten
 
 
-def test_forget_survives_without_a_store(tmp_path):
+def test_forget_survives_without_a_store(tmp_path, eventlog_db):
     """The event log path alone (the CLI with the service stopped opens the same)."""
-    log = EventLog(tmp_path / "eventlog.sqlite3")
+    log = EventLog(eventlog_db)
     ingest = Ingest(Gate(frozenset({"!room:example.org"}), "@bot:example.org"), log,
                     Journal(tmp_path / "journal.jsonl"))
     ingest.admit([{"type": "m.room.join_rules", "room_id": "!room:example.org",
@@ -78,7 +78,7 @@ def test_forget_survives_without_a_store(tmp_path):
                   msg(1, "zz-canary-31 said once")])
     assert Forgetting(ingest).forget_user(ALICE).messages == 1
     assert log.counts() == {"redacted": 1}
-    assert b"zz-canary-31" not in db_bytes(tmp_path)
+    assert b"zz-canary-31" not in db_bytes(tmp_path, log)
     log.close()
 
 
@@ -101,6 +101,6 @@ def test_a_running_services_spool_applies_a_forget_request_and_answers(world):
     pipeline.process_all()
     pipeline.run_compaction()
     assert "sp00l-canary" not in all_text(store) and "bob stays" in all_text(store)
-    assert b"sp00l-canary" not in db_bytes(tmp) + chroma_bytes(tmp)
+    assert b"sp00l-canary" not in db_bytes(tmp, log) + chroma_bytes(tmp)
     assert apply_request(forgetting, {"op": "list"}) == {"op": "list", "users": [ALICE]}
     assert "error" in apply_request(forgetting, {"op": "forget", "user_id": "alice"})

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sqlite3
 import time
 
 import pytest
 
 from appservice.tools.chatclient import ChatClient
+from indexer.store.eventlog_db import reader
 
 from .vectorscan import files_holding
 
@@ -24,12 +24,10 @@ def search(stack, *texts: str) -> list[dict]:
 
 
 def log_body(stack, event_id: str):
-    db = sqlite3.connect(f"file:{stack.data_dir / 'eventlog.sqlite3'}?mode=ro", uri=True)
-    try:
-        return db.execute("SELECT status, body FROM events WHERE event_id = ?",
-                          (event_id,)).fetchone()
-    finally:
-        db.close()
+    with reader(stack.database) as db:
+        row = db.execute("SELECT status, body FROM events WHERE event_id = ?",
+                         (event_id,)).fetchone()
+    return tuple(row) if row else None
 
 
 def wait_for(predicate, timeout: float = 60, what: str = "condition"):

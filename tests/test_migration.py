@@ -53,7 +53,7 @@ def previous_release_data_dir(root: Path):
     msgs = [Message(EventID(f"$l{i}"), ROOM, UserID(f"@u{i % 2}:example.org"),
                     1_700_000_000_000 + i * 60_000, body) for i, body in enumerate(LINES)]
     windows = build_windows(msgs, ChunkPolicy(max_bytes=80))
-    log = EventLog(cfg.eventlog_path)
+    log = EventLog(cfg.database)
     log.append([(m, None) for m in msgs])
     for w in windows:
         log.mark_indexed(ROOM, {m.event_id: w.window_id for m in w.messages}, w.messages[-1])

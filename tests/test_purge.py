@@ -24,6 +24,7 @@ from indexer.search.texts import WindowTexts
 from indexer.store.chroma import ChromaStore
 
 from .storekit import texts
+from .test_history import db_bytes
 
 ROOM = RoomID("!ops:example.org")
 CLEAN = RoomID("!clean:example.org")
@@ -59,10 +60,11 @@ def msg(event_id: str, body: str, room: str = ROOM, sender: str = ALICE, i: int 
               ts=T0 + i * 1000)
 
 
+
 class Env:
-    def __init__(self, root: Path, embedder=None) -> None:
+    def __init__(self, root: Path, embedder=None, where=None) -> None:
         self.root = root
-        self.eventlog = EventLog(root / "eventlog.sqlite3")
+        self.eventlog = EventLog(where or root / "eventlog.sqlite3")
         self.journal = Journal(root / "journal.jsonl")
         self.store = ChromaStore(path=root / "chroma", eventlog=self.eventlog)
         self.gate = Gate(frozenset({ROOM, CLEAN}), BOT)
@@ -86,8 +88,11 @@ class Env:
         SQLite file. Not Chroma's HNSW buffers (*.bin): what they leak comes from this
         process's heap, which `run` and `import` keep clean (test_heap.py)."""
         raw = needle.encode()
-        return sorted(str(p.relative_to(self.root)) for p in self.root.rglob("*")
-                      if p.is_file() and p.suffix != ".bin" and raw in p.read_bytes())
+        found = sorted(str(p.relative_to(self.root)) for p in self.root.rglob("*")
+                       if p.is_file() and p.suffix != ".bin" and raw in p.read_bytes())
+        if self.eventlog.path is None and raw in db_bytes(self.root, self.eventlog):
+            found.append("the PostgreSQL event log's rows")
+        return found
 
     def entries(self, kind: str | None = None) -> list[dict]:
         return list(self.journal.read(kind=kind))
@@ -99,8 +104,8 @@ class Env:
 
 
 @pytest.fixture
-def env(tmp_path):
-    e = Env(tmp_path)
+def env(tmp_path, eventlog_db):
+    e = Env(tmp_path, where=eventlog_db)
     yield e
     e.eventlog.close()
 

@@ -1,8 +1,11 @@
 """One contract for every store: embedded Chroma in a temp dir and a Chroma server
-(`chroma run` on 127.0.0.1, started here). The same behaviour is required of both."""
+(`chroma run` on 127.0.0.1, started here), each over an SQLite event log and over a
+PostgreSQL one (tests/pgkit.py). The same behaviour is required of all four."""
 
 from __future__ import annotations
 
+import hashlib
+import re
 import shutil
 import socket
 import sqlite3
@@ -27,6 +30,8 @@ from indexer.store.server_files import MARKER_PREFIX, ServerFiles, ServerFilesEr
 from indexer.search.texts import WindowTexts
 
 from .storekit import stored_vectors
+
+from .pgkit import fresh_schema
 
 
 def _free_port() -> int:
@@ -74,8 +79,11 @@ def chroma_server(tmp_path_factory):
 
 
 def _open(request, tmp_path, eventlog=None) -> ChromaStore:
-    name = f"contract_{request.node.name.replace('[', '_').replace(']', '')}"[:60]
-    if request.param == "embedded":
+    # Unique per test and variant (a long name cut short would be shared between them).
+    digest = hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:10]
+    name = f"contract_{digest}_{re.sub(r'[^A-Za-z0-9]+', '_', request.node.name)}"[:60]
+    name = name.rstrip("_")
+    if request.param.startswith("embedded"):
         return ChromaStore(path=tmp_path / "chroma", collection=name, eventlog=eventlog)
     server = request.getfixturevalue("chroma_server")
     # The server's folder is reachable here, as with index.chroma.persist_dir set.
@@ -83,9 +91,15 @@ def _open(request, tmp_path, eventlog=None) -> ChromaStore:
                        server_files=ServerFiles(server.data))
 
 
-@pytest.fixture(params=["embedded", "server"])
+@pytest.fixture(params=["embedded", "server", "embedded-postgresql", "server-postgresql"])
 def store(request, tmp_path):
-    return _open(request, tmp_path, EventLog(tmp_path / "eventlog.sqlite3"))
+    if not request.param.endswith("-postgresql"):
+        yield _open(request, tmp_path, EventLog(tmp_path / "eventlog.sqlite3"))
+        return
+    with fresh_schema() as dsn:
+        s = _open(request, tmp_path, EventLog(dsn))
+        yield s
+        s.eventlog.close()
 
 
 @pytest.fixture
@@ -93,7 +107,7 @@ def reopen(store):
     """Open the store (again) over the same event log and folder or server."""
     g = store.live.gens
     return lambda: ChromaStore(path=store.path, host=g.host, port=g.port, collection=g.base,
-                               eventlog=EventLog(store.eventlog.path))
+                               eventlog=EventLog(store.eventlog.location))
 
 
 def index(store: ChromaStore, ws) -> None:
@@ -260,7 +274,7 @@ from indexer.store.chroma import ChromaStore
 path, host, port, name, log = sys.argv[1:6]
 store = ChromaStore(path=Path(path) if path else None, host=host or None,
                     port=int(port) if port else None, collection=name,
-                    eventlog=EventLog(Path(log)))
+                    eventlog=EventLog(log))
 store.compact(before_swap=lambda: os.kill(os.getpid(), signal.SIGKILL))
 """
 
@@ -271,7 +285,7 @@ def test_a_crash_between_copy_and_swap_keeps_the_old_collection(store, reopen):
     live = store.live.n
     gens = store.live.gens
     args = [str(store.path or ""), gens.host or "", str(gens.port or ""), gens.base,
-            str(store.eventlog.path)]
+            str(store.eventlog.location)]
     proc = subprocess.run([sys.executable, "-c", _CRASH, *args], capture_output=True,
                           cwd=Path(__file__).parent.parent)
     assert proc.returncode == -9, proc.stderr.decode()[-2000:]
@@ -289,7 +303,7 @@ def _persist_dir(store: ChromaStore, request) -> Path:
 # slow (10 s embedded, 40 s server): every file of the persist dir is scanned for each
 # vector at every byte alignment, and the server's dir holds the whole session's data.
 @pytest.mark.slow
-def test_a_purged_room_leaves_no_text_and_no_vector_in_the_persist_dir(store, request):
+def test_a_purged_room_leaves_no_text_and_no_vector_in_the_persist_dir(store, request, tmp_path):
     """Purge (purge.py): the event log zeroes the room's text, its points are deleted,
     the collection is compacted. No file of Chroma's folder, or of the server's
     persist dir, holds the room's text (Chroma never had it) or its vectors."""
@@ -312,14 +326,14 @@ def test_a_purged_room_leaves_no_text_and_no_vector_in_the_persist_dir(store, re
     assert all(files_holding(root, v, n=len(v)) for v in vectors.values())  # the check can see them
     log = store.eventlog
     pipeline = Pipeline(log, HashEmbedder(), store)
-    report = Purger(log, Journal(log.path.parent / "journal.jsonl"), store, pipeline.guard,
+    report = Purger(log, Journal(tmp_path / "journal.jsonl"), store, pipeline.guard,
                     pipeline.compaction).purge(
         Refusal("join_rule_not_public", RoomID("!secret:example.org"), whole_room=True))
     assert report.windows == len(ws) and report.compacted is True
     assert {w.room_id for w in store.get()} == {"!clean:example.org"}
     files = [p for p in root.rglob("*") if p.is_file()]
     assert not [p for p in files if canary.encode() in p.read_bytes()]
-    assert not [p for p in log.path.parent.glob("eventlog.sqlite3*")
+    assert not [p for p in tmp_path.glob("eventlog.sqlite3*")
                 if canary.encode() in p.read_bytes()]
     # A server keeps a dropped collection's segment folder (chroma#5520) and its SQLite
     # free pages; with its folder reachable the store removes both (server_files.py).

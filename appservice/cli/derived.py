@@ -83,7 +83,7 @@ def run_verify(cfg: Config, args) -> int:
     results: list[CheckResult] = []
     if wanted["derived-filter"]:
         manifest = Manifest(manifest_path(cfg.data_dir), cfg.derived.shingle_size)
-        eventlog = EventLog(cfg.eventlog_path)
+        eventlog = EventLog(cfg.database)
         try:
             results.append(check_derived_filter(open_store(cfg, eventlog), eventlog,
                                                 Matcher(manifest, cfg.derived)))
@@ -108,16 +108,16 @@ def check_index(cfg: Config, dry_run: bool = False) -> CheckResult:
     from indexer.store.eventlog_check import check_eventlog, recovery
     from indexer.pipeline.verify_index import verify_index
 
-    health = check_eventlog(cfg.eventlog_path)
+    health = check_eventlog(cfg.database)
     if health.state != "ok":
         return CheckResult("index", False, (
             f"FAIL the event log is {health.state}: {health.detail}",
             "  nothing checked or repaired: the event log says what the collection must "
             "hold, and without it every window would look orphaned",
-            f"  fix: {recovery(cfg.eventlog_path)}"))
+            f"  fix: {recovery(cfg.database)}"))
     lock = None if dry_run else WriterLock(cfg.data_dir, "matrix-sources verify --index").acquire()
     store = open_store(cfg)
-    eventlog = EventLog(cfg.eventlog_path)
+    eventlog = EventLog(cfg.database)
     try:
         with tqdm(total=store.count(), desc="probing windows", unit="win",
                   disable=not sys.stderr.isatty()) as bar:

@@ -127,13 +127,31 @@ def check_store(cfg: Config) -> Check:
 def check_eventlog_health(cfg: Config) -> Check:
     from indexer.store.eventlog_check import check_eventlog, recovery
 
-    health = check_eventlog(cfg.eventlog_path)
+    health = check_eventlog(cfg.database)
     if health.damaged:
-        return Check("event log", False, health.detail, recovery(cfg.eventlog_path))
+        return Check("event log", False, health.detail, recovery(cfg.database))
+    if health.state == "unreachable":
+        return Check("event log", False, health.detail,
+                     "check store.database: is the PostgreSQL server up and reachable from "
+                     "here, and is its password in ~/.pgpass or the file PGPASSFILE or "
+                     "passfile= names? (docs/deployment.md, PostgreSQL)")
     if health.state == "missing":
-        return Check("event log", True, f"{cfg.eventlog_path} not created yet (the first "
+        return Check("event log", True, f"{cfg.database} not created yet (the first "
                      "start creates it)")
     return Check("event log", True, health.detail)
+
+
+def check_sqlite_left_behind(cfg: Config) -> Check | None:
+    """On PostgreSQL, the data dir's SQLite event log from before the move still holds
+    every message's text, and no redaction or purge reaches it any more."""
+    old = cfg.default_eventlog_path
+    if cfg.database.kind != "postgresql" or not old.exists():
+        return None
+    return Check("old event log", False, f"{old} is still there beside store.database "
+                 f"{cfg.database}: it holds the text of every message it had, and no "
+                 "redaction, purge or forget reaches it now",
+                 f"once the service runs on PostgreSQL: shred -u {old} {old}-wal {old}-shm "
+                 "(and remove it from backups)")
 
 
 def check_collection(cfg: Config) -> Check:
@@ -141,13 +159,17 @@ def check_collection(cfg: Config) -> Check:
     from indexer.components import open_store
     from indexer.store.eventlog import EventLog
     from indexer.records import CORPUS_CHAT
+    from indexer.store.eventlog_check import check_eventlog
 
-    if not cfg.eventlog_path.exists():
+    state = check_eventlog(cfg.database).state
+    if state in ("damaged", "unreachable"):  # said by the event log's own check
+        return Check("index", False, "not compared: the event log cannot be read")
+    if state == "missing":
         n = open_store(cfg, inspect=True).count()
         return Check("index", n == 0, f"no event log, {n} windows in the collection",
                      "" if n == 0 else "the event log is missing: restore it from a backup "
                      "(docs/deployment.md), or move the Chroma folder aside to start over")
-    eventlog = EventLog(cfg.eventlog_path)
+    eventlog = EventLog(cfg.database, read_only=True)
     try:
         logged = eventlog.window_ids()
     finally:
@@ -206,7 +228,7 @@ def run_checks(config_path: Path) -> Iterator[Check]:
     except ConfigError as e:
         rooms = []
         yield Check("allowlist", False, str(e))
-    away = sent_away_at(cfg.eventlog_path)
+    away = sent_away_at(cfg.database)
     for r in rooms:
         if RoomID(r) in away:
             yield Check(f"room {r}", False, f"refused (bot_removed): the bot was "
@@ -220,6 +242,9 @@ def run_checks(config_path: Path) -> Iterator[Check]:
                 yield check_room(cfg, reg, gate, r)
     eventlog, store = check_eventlog_health(cfg), check_store(cfg)
     yield eventlog
+    left = check_sqlite_left_behind(cfg)
+    if left is not None:
+        yield left
     yield store
     if eventlog.ok and store.ok:
         yield check_collection(cfg)

@@ -44,7 +44,7 @@ def _apply_here(cfg: Config, request: dict) -> dict:
         from indexer.store.eventlog import EventLog
         from indexer.store.journal import Journal
 
-        eventlog = EventLog(cfg.eventlog_path)
+        eventlog = EventLog(cfg.database)
         try:
             ingest = Ingest(Gate(frozenset(), cfg.bot_user), eventlog, Journal(cfg.journal_path))
             return apply_request(Forgetting(ingest), request)

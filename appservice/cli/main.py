@@ -71,8 +71,8 @@ def cmd_run(args) -> int:
         except sqlite3.DatabaseError as e:  # damage quick_check did not see
             from indexer.store.eventlog_check import recovery
 
-            print(f"error: the event log {cfg.eventlog_path} cannot be used ({e}). To "
-                  f"recover: {recovery(cfg.eventlog_path)}", file=sys.stderr)
+            print(f"error: the event log {cfg.database} cannot be used ({e}). To "
+                  f"recover: {recovery(cfg.database)}", file=sys.stderr)
             return 1
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -115,7 +115,7 @@ def _start_refusal(cfg: Config) -> str:
         except Exception:  # a Chroma server not up yet: the service's start says so
             return 0
 
-    return start_refusal(cfg.eventlog_path, windows)
+    return start_refusal(cfg.database, windows)
 
 
 def cmd_import(args) -> int:
@@ -261,6 +261,18 @@ def cmd_forget(args) -> int:
     return run_forget(_config(args), args.user, args.list, args.undo)
 
 
+def cmd_worker(args) -> int:
+    from .worker import run_worker
+
+    return run_worker(_config(args), args.quiet)
+
+
+def cmd_eventlog(args) -> int:
+    from .eventlog import run_migrate
+
+    return run_migrate(_config(args), args.to, args.quiet)
+
+
 def cmd_doctor(args) -> int:
     from .doctor import print_checks, run_checks
     from .progress import config_path
@@ -392,6 +404,22 @@ def build_parser() -> argparse.ArgumentParser:
                     help="index what USER_ID sends from now on (the old is not restored)")
     sp.set_defaults(func=cmd_forget)
 
+    sp = with_config(sub.add_parser("worker", help=(
+        "embed for the service (index.pipeline: external), here or on another machine "
+        "that reaches its database and Chroma server")))
+    sp.add_argument("-q", "--quiet", action="store_true", help="no start and stop lines")
+    sp.set_defaults(func=cmd_worker)
+
+    ev = sub.add_parser("eventlog", help="the event log's database")
+    evsub = ev.add_subparsers(dest="action", required=True)
+    sp = with_config(evsub.add_parser("migrate", help=(
+        "move this data dir's SQLite event log to PostgreSQL, then point store.database "
+        "at it (service stopped; nothing re-embedded; run again to resume)")))
+    sp.add_argument("--to", required=True, metavar="postgresql://USER@HOST/DB",
+                    help="the target database (no password in it: ~/.pgpass or PGPASSFILE)")
+    sp.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    sp.set_defaults(func=cmd_eventlog)
+
     sp = with_config(sub.add_parser("doctor", help="check the deployment, say how to fix it"))
     sp.set_defaults(func=cmd_doctor)
 
@@ -437,7 +465,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     _quiet_libraries()
     args = build_parser().parse_args(argv)
-    if argv is None and args.command in ("run", "import", "demo"):
+    if argv is None and args.command in ("run", "import", "demo", "worker"):
         # This process is the command: re-execute it with a clean heap (heap.py). Not
         # when called with arguments (tests): that would restart the caller.
         from ..homeserver.heap import ensure_heap_hygiene

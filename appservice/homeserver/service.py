@@ -109,8 +109,11 @@ class Service:
         self.registration = service_registration(cfg)  # tokens: datadir.py
         self.lock = WriterLock(cfg.data_dir, "matrix-sources run").acquire()
         # This process is the collection's one writer (the lock above): it keeps the
-        # lexical leg's postings in memory (indexer/search/termindex.py), built in the background.
-        self.index = Index.open(cfg, embedder, postings=True,
+        # lexical leg's postings in memory (indexer/search/termindex.py), built in the
+        # background. Not when workers write it (index.pipeline external): the postings
+        # would miss their windows, and the keyword leg scans the event log instead.
+        self.external = cfg.index.pipeline == "external"
+        self.index = Index.open(cfg, embedder, postings=not self.external,
                                 on_postings_ready=release_free_memory)
         self.eventlog, self.store = self.index.eventlog, self.index.store
         self.embedder, self.gate = self.index.embedder, self.index.gate
@@ -186,7 +189,8 @@ class Service:
         if quarantined:
             log.warning("events_quarantined", extra={"events": quarantined,
                                                      "rule": "timestamp_out_of_range"})
-        self.worker.start()
+        if not self.external:  # else `matrix-sources worker` processes embed
+            self.worker.start()
         self._spawn(self._watch_allowlist(), "allowlist-watch")
         self.az.ready = True
         self.health.homeserver = True
@@ -354,6 +358,8 @@ class Service:
                 await self.reload_allowlist()
             await self._serve_spool()
             await self._expire_retained()
+            if self.external:
+                await self._compact_for_workers()
 
     async def _expire_retained(self) -> None:
         """Room retention (indexer/ingest/retention.py), once per compaction interval: the
@@ -370,6 +376,17 @@ class Service:
             self.worker.notify()
         if report.event_ids:
             self._withdrawn(report.event_ids)
+
+    async def _compact_for_workers(self) -> None:
+        """External pipeline: the workers' redactions ask for a compaction through the
+        event log; this process, the data dir's one holder, runs it (compaction.py)."""
+        compaction = self.pipeline.compaction
+        due = await asyncio.to_thread(compaction.refresh_due)
+        if due and compaction.wait() == 0:
+            try:
+                await asyncio.to_thread(compaction.run)
+            except Exception:  # stays due: tried again at the next look
+                log.error("compaction_failed", exc_info=True)
 
     async def _serve_spool(self) -> None:
         """`matrix-sources forget` while the service runs (indexer/ingest/spool.py): the

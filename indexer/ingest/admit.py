@@ -67,6 +67,9 @@ class Ingest:
     # are admitted again, None while forgotten. Read from the event log at open.
     forgotten: dict[UserID, int | None] = field(default_factory=dict)
     sent_away: SentAwayRooms = field(init=False)  # the gate reads it too
+    # Room labels as last written to the event log, where embedding workers in other
+    # processes read them for their windows (store/eventlog_claims.py).
+    _labels: dict[RoomID, str] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
         if self.purger is None:
@@ -84,6 +87,12 @@ class Ingest:
     def label(self, room_id: RoomID) -> str:
         f = self.facts.get(room_id)
         return f.label if f else ""
+
+    def _note_label(self, room_id: RoomID) -> None:
+        label = self.label(room_id)
+        if label and self._labels.get(room_id) != label:
+            self.eventlog.claims.set_label(room_id, label)
+            self._labels[room_id] = label
 
     def admits(self, room_id: RoomID) -> bool:
         """Whether the gate lets the room in now (the pipeline asks before indexing)."""
@@ -103,6 +112,7 @@ class Ingest:
         """Replace what we know of a room (its state fetched from the homeserver); a room
         that turned out refused while its text is stored is purged."""
         self.facts[room_id] = facts
+        self._note_label(room_id)
         refusal = self._settled_refusal(room_id)
         if refusal is not None:
             self._purge_if_stored(refusal, source)
@@ -154,6 +164,7 @@ class Ingest:
             if isinstance(ev, StateEvent):
                 before = self.facts.get(room_id, RoomFacts())
                 self.facts[room_id] = apply_state(before, ev)
+                self._note_label(room_id)
                 if ev.state_key == self.gate.bot_user:  # kicked, banned, invited back
                     self.sent_away.fold(ev, self.gate.bot_user, int(time.time() * 1000))
                 self._note_visibility(before, self.facts[room_id], ev, source)

@@ -106,6 +106,12 @@ def is_utf8(s: str) -> bool:
     return True
 
 
+def no_nul(body: str) -> str:
+    """A NUL character as U+FFFD: PostgreSQL's text refuses NUL, and a body that can never
+    be appended would stall its room (store/sqldialect.py). Both event logs keep the same."""
+    return body.replace("\x00", "\ufffd") if "\x00" in body else body
+
+
 def _str(d: dict, key: str) -> str | None:
     v = d.get(key)
     return v if isinstance(v, str) and v and is_utf8(v) else None
@@ -175,6 +181,8 @@ def parse_event(raw: Any) -> ParsedEvent:
         body = strip_reply_fallback(body)
     body = body.strip()
     is_command = command_rest(body) is not None
+    if not is_command:  # a command holding one is refused by the bot, naming it
+        body = no_nul(body)
     if not body:
         return Skipped("empty_body", rid, eid)
     if ts is None:
@@ -226,7 +234,7 @@ def _edit(rid: RoomID, eid: EventID, sender: UserID, relates: dict, content: dic
         return Skipped("edit_not_text", rid, eid)
     if len(body.encode("utf-8", "surrogatepass")) > MAX_BODY_BYTES or not is_utf8(body):
         return Skipped("edit_body_invalid", rid, eid)
-    body = body.strip()
+    body = no_nul(body).strip()
     if not body:
         return Skipped("empty_body", rid, eid)
     return EditEvent(rid, eid, sender, EventID(target), body, ts)

@@ -20,6 +20,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..config import Database as Location
 from ..records import RoomID, UserID
 from ..store.eventlog import EventLog
 from ..store.eventlog_reports import meta_at
@@ -48,9 +49,9 @@ def _parse(raw: str | None) -> dict[RoomID, SentAway]:
             for r, v in json.loads(raw or "{}").items()}
 
 
-def sent_away_at(eventlog_path: Path) -> dict[RoomID, SentAway]:
+def sent_away_at(eventlog: "Location | Path") -> dict[RoomID, SentAway]:
     """The rooms the bot was sent away from, read-only (doctor)."""
-    return _parse(meta_at(eventlog_path, META_KEY))
+    return _parse(meta_at(eventlog, META_KEY))
 
 
 class SentAwayRooms:

@@ -25,6 +25,12 @@ holds too, after re-checking that the gate still admits the room and that no pur
 it happened since its tail was read (`purges`). So a batch either lands before the
 purge (which then deletes it) or is dropped: a racing upsert cannot bring back a
 purged room's windows, nor text read before the purge once the room is public again.
+
+With `claims` (several processes run the pipeline: `matrix-sources worker`), a room is
+planned only under this process's claim on it, and each upsert and commit runs in a
+fenced transaction of the event log (claims.py, store/eventlog_claims.py), which a purge
+in another process waits for and which a revoked or taken-over claim fails: the
+cross-process form of the lock above. A room's claim is released once its steps are in.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter
+from contextlib import contextmanager, nullcontext
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
@@ -43,6 +50,7 @@ from ..store.compaction import Compaction
 from ..ingest.history import History
 from .embedder import Embedder, encode_in_length_order
 from ..store.eventlog import EventLog
+from .claims import RoomClaims
 from ..records import EventID, Message, RoomID, Window, WindowID
 from ..store.chroma import ChromaStore
 from ..store.writeguard import WriteGuard
@@ -120,6 +128,11 @@ class Pipeline:
     compaction: Compaction | None = None
     # Timelines whose planning failed at the last run that reached them -> error type.
     failing: dict = field(default_factory=dict)
+    # Several processes run the pipeline: rooms claimed, commits fenced (module docstring).
+    claims: RoomClaims | None = None
+    # Windows gathered before they are embedded together (EMBED_GROUP); a worker among
+    # others gathers fewer, so that it does not claim every room with work at once.
+    embed_group: int = EMBED_GROUP
 
     def __post_init__(self) -> None:
         if self.compaction is None:
@@ -149,10 +162,12 @@ class Pipeline:
         together in length order (embedder.encode_in_length_order), then upserted and
         committed step by step, each step (EMBED_BATCH windows at most) of one timeline,
         in timeline order."""
+        if self.claims is not None:
+            self.claims.renew()
         if self.history is not None:
             self.rechunk_windows([(WindowID(w), RoomID(r), bool(red))
                                   for w, r, red in self.history.dirty()
-                                  if self.admits(RoomID(r))])
+                                  if self.admits(RoomID(r)) and self._claimed(RoomID(r))])
         done = 0
         group: list[_Step] = []
         dropped: set[tuple[RoomID, EventID | None]] = set()
@@ -166,6 +181,8 @@ class Pipeline:
 
         def flush() -> None:
             nonlocal done, pool, committing
+            if self.claims is not None:
+                self.claims.renew()
             vectors = self._embed(group)
             if committing is not None:
                 done += committing.result()
@@ -178,9 +195,21 @@ class Pipeline:
                 if not self.admits(room_id):
                     log.debug("room_skipped_refused", extra={"room_id": room_id})
                     continue
+                if not self._claimed(room_id):
+                    continue  # another worker builds it
+                planned = len(group)
                 for thread in self.eventlog.pending_threads(room_id):
                     group += self._plan_isolated(room_id, thread)
-                    if sum(len(step.batch) for step in group) >= EMBED_GROUP:
+                    # Under claims a room's steps stay in one group: its claim goes
+                    # when that group is committed.
+                    if self.claims is None and \
+                            sum(len(step.batch) for step in group) >= self.embed_group:
+                        flush()
+                        group = []
+                if self.claims is not None:
+                    if len(group) == planned:
+                        self.claims.release([room_id])  # nothing to do after all
+                    elif sum(len(step.batch) for step in group) >= self.embed_group:
                         flush()
                         group = []
             if group:
@@ -188,7 +217,12 @@ class Pipeline:
         finally:
             if pool is not None:
                 pool.shutdown(wait=True)
+            if self.claims is not None:
+                self.claims.release()
         return done + (committing.result() if committing is not None else 0)
+
+    def _claimed(self, room_id: RoomID) -> bool:
+        return self.claims is None or self.claims.take(room_id)
 
     def _plan_isolated(self, room_id: RoomID, thread_root: EventID | None) -> list[_Step]:
         """_plan_timeline, a failure of it kept to its timeline (the module docstring)."""
@@ -260,19 +294,23 @@ class Pipeline:
                     if progress:
                         progress(committed.messages)
                 part = []
+        if self.claims is not None:  # every step of these rooms is in: others may go on
+            self.claims.release({step.room_id for step in group})
         return done
 
     def _commit(self, part: list[tuple[_Step, list]],
                 dropped: set[tuple[RoomID, EventID | None]]) -> list[_Step]:
         """Upsert the windows of the steps whose rooms are still admitted and unpurged,
         in one Chroma call, then commit those steps to the event log in order; return
-        them. Under the lock: no purge or refusal lands in between."""
-        with self.lock:
+        them. Under the lock (and the claims' fence): no purge or refusal lands in
+        between."""
+        with self.lock, self._fence({step.room_id for step, _ in part}) as lost:
             kept: list[tuple[_Step, list]] = []
             for step, vectors in part:
                 key = (step.room_id, step.thread_root)
                 if key not in dropped and (self.purges[step.room_id] != step.generation
-                                           or not self.admits(step.room_id)):
+                                           or not self.admits(step.room_id)
+                                           or step.room_id in lost):
                     log.info("windows_dropped_room_refused", extra={
                         "room_id": step.room_id, "windows": len(step.batch)})
                     dropped.add(key)
@@ -312,15 +350,31 @@ class Pipeline:
         vectors = iter(encode_in_length_order(self.embedder, texts, EMBED_CALL) if texts else [])
         paired = [(old, red, w, gen, next(vectors) if w is not None else None)
                   for old, red, w, gen in rebuilt]
+        rooms = {window_id: room_id for window_id, room_id, _ in dirty}
         for start in range(0, len(paired), EMBED_BATCH):
-            self._store_rechunked(paired[start:start + EMBED_BATCH])
+            self._store_rechunked(paired[start:start + EMBED_BATCH], rooms)
 
-    def _store_rechunked(self, part: list[tuple]) -> None:
-        with self.lock:
+    def _fence(self, rooms: set[RoomID]):
+        """The claims' fenced transaction (its lost rooms), or nothing to fence."""
+        if self.claims is None:
+            return nullcontext(set())
+        return self._fenced(rooms)
+
+    @contextmanager
+    def _fenced(self, rooms: set[RoomID]):
+        assert self.claims is not None
+        self.claims.renew()
+        with self.claims.commit(rooms) as lost:
+            self.store.follow_live()  # a compaction swapped generations meanwhile
+            yield lost
+
+    def _store_rechunked(self, part: list[tuple], rooms: dict[WindowID, RoomID]) -> None:
+        with self.lock, self._fence({rooms[p[0]] for p in part}) as lost:
             # A room purged or refused since its windows were read: left dirty, and a
-            # purge drops its dirty marks with its windows.
-            part = [p for p in part if p[2] is None or (
-                self.purges[p[2].room_id] == p[3] and self.admits(p[2].room_id))]
+            # purge drops its dirty marks with its windows. One whose claim this worker
+            # lost: left dirty for the claim's holder.
+            part = [p for p in part if rooms[p[0]] not in lost and (p[2] is None or (
+                self.purges[p[2].room_id] == p[3] and self.admits(p[2].room_id)))]
             upserts = [(w, v) for _, _, w, _, v in part if w is not None]
             if upserts:
                 self.store.upsert([w for w, _ in upserts], [v for _, v in upserts])

@@ -42,10 +42,16 @@ class AnswerLog:
             entries.append(entry)
         ids = {e for q in quoted for e in q}
         with self.eventlog.transaction() as cur:
-            cur.execute("INSERT OR REPLACE INTO answers VALUES (?, ?, ?, ?, ?, ?)",
+            cur.execute("INSERT INTO answers (reply_event_id, room_id, in_reply_to,"
+                        " thread_root, hits, created_at) VALUES (?, ?, ?, ?, ?, ?)"
+                        " ON CONFLICT (reply_event_id) DO UPDATE SET"
+                        " room_id = excluded.room_id, in_reply_to = excluded.in_reply_to,"
+                        " thread_root = excluded.thread_root, hits = excluded.hits,"
+                        " created_at = excluded.created_at",
                         (reply_event_id, room_id, in_reply_to, thread_root,
                          json.dumps(entries), int(time.time() * 1000)))
-            cur.executemany("INSERT OR IGNORE INTO answer_quotes VALUES (?, ?)",
+            cur.executemany("INSERT INTO answer_quotes (event_id, reply_event_id)"
+                            " VALUES (?, ?) ON CONFLICT DO NOTHING",
                             [(e, reply_event_id) for e in sorted(ids)])
 
     def quoting(self, event_ids: set[EventID]) -> list[RecordedAnswer]:
@@ -55,9 +61,9 @@ class AnswerLog:
         marks = ",".join("?" * len(event_ids))
         with self.eventlog.transaction(immediate=False) as cur:
             rows = cur.execute(
-                "SELECT DISTINCT a.reply_event_id, a.room_id, a.in_reply_to, a.thread_root,"
-                f" a.hits FROM answers a JOIN answer_quotes q USING (reply_event_id)"
-                f" WHERE q.event_id IN ({marks}) ORDER BY a.created_at",
+                "SELECT reply_event_id, room_id, in_reply_to, thread_root, hits FROM answers"
+                " WHERE reply_event_id IN (SELECT reply_event_id FROM answer_quotes"
+                f" WHERE event_id IN ({marks})) ORDER BY created_at, reply_event_id",
                 sorted(event_ids)).fetchall()
         return [RecordedAnswer(r[0], r[1], r[2], r[3], json.loads(r[4])) for r in rows]
 

@@ -141,6 +141,17 @@ class ChromaStore:
         """The live collection, read at each call: a compaction swaps it."""
         return self._live.collection
 
+    def follow_live(self) -> bool:
+        """Open the generation the event log names now, if another process compacted
+        meanwhile (an embedding worker's store: index.pipeline external). True if it
+        moved. The worker asks inside its fenced commit, which no swap runs beside."""
+        n = self._gens.live()
+        if n == self._gen:
+            return False
+        self._gen = n
+        self._client, self._col = self._gens.open(n)
+        return True
+
     # -- meta: what produced the vectors ---------------------------------------------
 
     def meta(self) -> dict:

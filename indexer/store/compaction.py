@@ -12,12 +12,19 @@ fresh collection and drops the old one.
 Due is recorded in the event log (COMPACTION_DUE_KEY), so a restart still compacts. A
 compaction asked for while one copies stays due after it. Edits ask for none: Matrix
 keeps showing an edited message's original to the room.
+
+With embedding workers (`index.pipeline: external`) the service alone compacts: the
+workers' redactions ask through the event log (`refresh_due` reads it), and a
+compaction runs `fenced`, in the event log's exclusive transaction (eventlog_claims.py),
+so no worker's commit writes the collection while it is copied and swapped; each
+worker's next commit opens the new generation (ChromaStore.follow_live).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
@@ -42,6 +49,8 @@ class Compaction:
     due: set = field(default_factory=set)  # what asked since the last compaction
     last: float = float("-inf")  # when the last compaction ended
     _requests: int = 0  # compactions asked for so far (one asked during a copy: due again)
+    # Other processes write the collection (embedding workers): see the module docstring.
+    fenced: bool = False
 
     def __post_init__(self) -> None:
         if self.eventlog.get_meta(COMPACTION_DUE_KEY):
@@ -66,16 +75,25 @@ class Compaction:
         if not self.due or self.wait():
             return None
         due, asked = set(self.due), self._requests
-        # The copy goes on beside the pipeline's runs; the swap takes the lock.
-        self.store.compact(lock=self.guard.lock)
-        with self.guard.lock:
+        with self.eventlog.claims.exclusive() if self.fenced else nullcontext():
+            # The copy goes on beside the pipeline's runs; the swap takes the lock.
+            self.store.compact(lock=self.guard.lock)
+            with self.guard.lock:
+                self.eventlog.truncate_wal()
+                self.last = self.clock()
+                if self._requests == asked:  # else a redaction during the copy: due again
+                    self.due.difference_update(due)
+                if not self.due:
+                    self.eventlog.set_meta(COMPACTION_DUE_KEY, "")
+        if self.fenced:  # SQLite checkpoints only outside the transaction that just ended
             self.eventlog.truncate_wal()
-            self.last = self.clock()
-            if self._requests == asked:  # else a redaction during the copy: due again
-                self.due.difference_update(due)
-            if not self.due:
-                self.eventlog.set_meta(COMPACTION_DUE_KEY, "")
         return True
+
+    def refresh_due(self) -> bool:
+        """Another process (a worker) asked for a compaction through the event log."""
+        if self.eventlog.get_meta(COMPACTION_DUE_KEY):
+            self.due.add(COMPACTION_DUE_KEY)
+        return bool(self.due)
 
     def now(self, what: str = "purge") -> bool:
         """Compact at once, whatever the interval (a purge), not holding the writers'

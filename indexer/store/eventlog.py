@@ -1,21 +1,25 @@
-"""The event log: SQLite, the durable record of every event that passed the gate.
+"""The event log: the durable record of every event that passed the gate, in SQLite
+(the embedded default) or PostgreSQL (`store.database`; eventlog_db.py).
 
 One writer per table (DESIGN.md): the transaction handler, import and backfill append
 events and seen transaction ids; the pipeline assigns events to windows and advances
-room cursors, in the same SQLite transaction, only after the store acknowledged the
-upsert. `synchronous=FULL` so that "appended" means "on disk" before Synapse gets 200.
+room cursors, in the same transaction, only after the store acknowledged the upsert.
+SQLite runs `synchronous=FULL` and PostgreSQL commits durably, so that "appended" means
+"on disk" before Synapse gets 200.
 """
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
+from ..config import Database as Location
+from .eventlog_claims import ClaimTables
 from .eventlog_db import Database
+from .sqldialect import Cursor
 from .eventlog_derived import DerivedColumns
 from .eventlog_history import Applied, Edit, HistoryTables, Redaction
 from .eventlog_texts import TextReads, _chunks
@@ -52,21 +56,25 @@ class EventLog:
     """The core (appending, the pipeline's reads and writes, purges, meta), with its
     parts on one `Database`: `history` (edits, redactions, dirty windows), `texts`
     (what the store and search read), `timeline` (linkage's reads), `derived` (the
-    derived-message columns)."""
+    derived-message columns), `claims` (embedding workers' claims on rooms)."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.db = Database(path)
+    def __init__(self, where: Location | Path | str, read_only: bool = False) -> None:
+        """`where`: store.database (config.Database), or an SQLite file's path, or a
+        postgresql:// URL. `read_only`: a reader beside a running writer."""
+        self.db = Database(where, read_only)
+        self.location = self.db.location
+        self.path = self.db.path  # the SQLite file; None on PostgreSQL
         self.history = HistoryTables(self.db)
         self.texts = TextReads(self.db)
         self.timeline = TimelineReads(self.db)
         self.derived = DerivedColumns(self.db)
+        self.claims = ClaimTables(self.db)
 
     def close(self) -> None:
         self.db.close()
 
     @contextmanager
-    def transaction(self, immediate: bool = True) -> Iterator[sqlite3.Cursor]:
+    def transaction(self, immediate: bool = True) -> Iterator[Cursor]:
         """Database.transaction: for the store's own tables (answers.py) and tests."""
         with self.db.transaction(immediate) as cur:
             yield cur
@@ -93,18 +101,17 @@ class EventLog:
         with self.transaction() as cur:
             if history is not None:
                 rows = self.history.filter_in(cur, rows)
-            before = cur.connection.total_changes
-            cur.executemany(
-                "INSERT OR IGNORE INTO events (event_id, room_id, sender, ts, body, status,"
+            added = cur.executemany(
+                "INSERT INTO events (event_id, room_id, sender, ts, body, status,"
                 " thread_root, reply_to, mentions, text_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
-            added = cur.connection.total_changes - before
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT DO NOTHING", rows).rowcount if rows else 0
             if history is not None:
                 self.history.apply(cur, history, applied if applied is not None else Applied(),
                                    now)
             if txn_key is not None:
-                cur.execute("INSERT OR IGNORE INTO txns (txn_key, done_at) VALUES (?, ?)",
-                            (txn_key, now))
+                cur.execute("INSERT INTO txns (txn_key, done_at) VALUES (?, ?)"
+                            " ON CONFLICT DO NOTHING", (txn_key, now))
         return added
 
     # -- reading (pipeline, search, status) -----------------------------------------
@@ -168,10 +175,13 @@ class EventLog:
         root, first event) of the timeline's last block, where its next re-chunk
         starts (room_tail)."""
         now = int(time.time() * 1000)
+        live = (EventStatus.PENDING.value, EventStatus.INDEXED.value)
         with self.transaction() as cur:
             cur.executemany(
-                "UPDATE events SET status = ?, window_id = ? WHERE event_id = ?",
-                [(EventStatus.INDEXED.value, w, e) for e, w in assignments.items()])
+                "UPDATE events SET status = ?, window_id = ? WHERE event_id = ?"
+                " AND status IN (?, ?)",
+                [(EventStatus.INDEXED.value, w, e, *live) for e, w in assignments.items()])
+            self._withdrawn_meanwhile(cur, assignments)
             cur.execute(
                 "INSERT INTO cursors (room_id, event_id, ts, updated_at) VALUES (?, ?, ?, ?)"
                 " ON CONFLICT(room_id) DO UPDATE SET event_id = excluded.event_id,"
@@ -179,8 +189,25 @@ class EventLog:
                 " WHERE excluded.ts >= cursors.ts",
                 (room_id, last.event_id, last.ts, now))
             if block_start is not None:
-                cur.execute("INSERT OR REPLACE INTO open_blocks VALUES (?, ?, ?)",
+                cur.execute("INSERT INTO open_blocks (room_id, thread_root, first_event_id)"
+                            " VALUES (?, ?, ?) ON CONFLICT (room_id, thread_root) DO UPDATE"
+                            " SET first_event_id = excluded.first_event_id",
                             (room_id, block_start[0] or "", block_start[1]))
+
+    def _withdrawn_meanwhile(self, cur: Cursor, assignments: dict[EventID, WindowID]) -> None:
+        """Events redacted (or forgotten, or expired) while their window was embedded:
+        the window just stored was made from their text. It is marked dirty as a
+        redaction marks it, so it is re-chunked without them and its old vector
+        scrubbed (eventlog_history.py)."""
+        ids = list(assignments)
+        for part in _chunks(ids):
+            rows = cur.execute(
+                f"SELECT event_id, room_id FROM events WHERE event_id IN"
+                f" ({','.join('?' * len(part))}) AND status = ?",
+                (*part, EventStatus.REDACTED.value)).fetchall()
+            for event_id, room in rows:
+                self.history.mark_dirty(cur, assignments[EventID(event_id)], room,
+                                        redacted=True)
 
     def windows_emptied_by(self, assignments: dict[EventID, WindowID]) -> list[WindowID]:
         """The windows that would hold no event once `assignments` re-points its events:
@@ -310,6 +337,8 @@ class EventLog:
         lost their text."""
         with self.db.locked():  # the WAL emptied before anything else writes
             with self.transaction() as cur:
+                # A worker's batch of the room in flight lands before this, or never.
+                self.claims.revoke(cur, room_id)
                 cur.execute("UPDATE events SET body = NULL, window_id = NULL, status = ?"
                             " WHERE room_id = ? AND status != ?",
                             (EventStatus.PURGED.value, room_id, EventStatus.PURGED.value))

@@ -8,6 +8,10 @@ damaged one must stop the service with how to recover, not crash it in a restart
                         windows (the text they cite is gone)
     zero length         damage: EventLog writes its schema at once, so a real one never is
     not a database, or PRAGMA quick_check finds anything -> damage
+
+On PostgreSQL (store.database): the server reached and the schema's version read;
+no `events` table is a database the service has not used yet (missing); a server that
+cannot be reached is `unreachable`, which stops the service with the error libpq gave.
 """
 
 from __future__ import annotations
@@ -16,6 +20,11 @@ import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
+
+from ..config import Database as Location
+from .eventlog_db import location_of, reader
+from .sqldialect import POSTGRESQL
+from .eventlog_schema import LATEST
 
 # What to do about a damaged event log; `run` and `doctor` print it.
 RECOVER = ("stop the service and restore {path} from a backup (docs/deployment.md); or "
@@ -27,16 +36,20 @@ RECOVER = ("stop the service and restore {path} from a backup (docs/deployment.m
 
 @dataclass(frozen=True)
 class LogHealth:
-    state: str  # "ok", "missing", "damaged"
+    state: str  # "ok", "missing", "damaged", "unreachable" (PostgreSQL)
     detail: str
+    version: int | None = None  # the schema's, where it could be read
 
     @property
     def damaged(self) -> bool:
         return self.state == "damaged"
 
 
-def check_eventlog(path: Path, max_errors: int = 5) -> LogHealth:
-    path = Path(path)
+def check_eventlog(where: Location | Path | str, max_errors: int = 5) -> LogHealth:
+    location = location_of(where)
+    if location.kind == "postgresql":
+        return _check_postgresql(location)
+    path = Path(location.path)
     if not path.exists():
         return LogHealth("missing", f"{path} does not exist")
     if path.is_dir():
@@ -61,17 +74,51 @@ def check_eventlog(path: Path, max_errors: int = 5) -> LogHealth:
     return LogHealth("ok", f"{path}: quick_check ok")
 
 
-def recovery(path: Path) -> str:
-    return RECOVER.format(path=path)
+def _check_postgresql(location: Location) -> LogHealth:
+    try:
+        with reader(location) as db:
+            cur = db.cursor()
+            tables = POSTGRESQL.tables(cur)
+            version = POSTGRESQL.version(cur) if "events" in tables else 0
+            server = cur.execute("SHOW server_version").fetchone()[0]
+    except Exception as e:  # libpq's message names the host and what failed; no password
+        first = " ".join(str(e).split())[:300]
+        return LogHealth("unreachable", f"{location}: cannot connect ({type(e).__name__}: "
+                         f"{first})")
+    if "events" not in tables:
+        return LogHealth("missing", f"{location}: PostgreSQL {server}, no event log yet "
+                         "(the service makes its tables when it first starts)", 0)
+    if version > LATEST:
+        return LogHealth("ok", f"{location}: PostgreSQL {server}, schema version {version},"
+                         f" newer than this release's {LATEST} (written by a newer "
+                         "release: upgrade matrix-sources)", version)
+    note = "" if version == LATEST else f" (brought to {LATEST} when the service starts)"
+    return LogHealth("ok", f"{location}: PostgreSQL {server}, schema version {version}"
+                     f"{note}", version)
 
 
-def start_refusal(path: Path, windows: Callable[[], int]) -> str:
+def recovery(where: Location | Path | str) -> str:
+    location = location_of(where)
+    if location.kind == "postgresql":
+        return (f"restore the database of {location} from its backup (pg_dump or the "
+                "server's own), or check that the server is up and the credentials work "
+                "(`psql` with the same URL)")
+    return RECOVER.format(path=location.path)
+
+
+def start_refusal(where: Location | Path | str, windows: Callable[[], int]) -> str:
     """Why the service must not start on this event log ('' if it may). `windows`
     counts the collection, asked only when the event log is missing."""
-    health = check_eventlog(path)
+    location = location_of(where)
+    health = check_eventlog(location)
+    if health.state == "unreachable":
+        return (f"the event log's database cannot be reached: {health.detail}. Is the "
+                "server up, and is its password in ~/.pgpass or the file PGPASSFILE "
+                "names (docs/deployment.md, PostgreSQL)?")
+    path = location.path if location.kind == "sqlite" else location
     if health.damaged:
         return (f"the event log is damaged ({health.detail}); matrix-sources will not "
-                f"start on it. To recover: {recovery(path)}")
+                f"start on it. To recover: {recovery(location)}")
     if health.state == "missing":
         n = windows()
         if n:

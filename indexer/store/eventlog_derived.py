@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass
 from typing import Iterable
 
 from .eventlog_db import Database
+from .sqldialect import Cursor
 from ..records import EventID, EventStatus, RoomID, WindowID
 
 
@@ -19,6 +19,7 @@ class DerivedColumns:
     def mark_derived(self, rows: Iterable[tuple[EventID, str, str, float, float]]) -> int:
         """Tag pending events derived, with (event id, artifact, kind, score, threshold)
         as judged. Their text stays; they never reach a window. Returns how many."""
+        rows = list(rows)
         with self.db.transaction() as cur:
             return self._mark(cur, EventStatus.PENDING, rows)
 
@@ -44,16 +45,17 @@ class DerivedColumns:
         return [WindowID(w) for w in sorted(windows)]
 
     @staticmethod
-    def _mark(cur: sqlite3.Cursor, status: EventStatus,
+    def _mark(cur: Cursor, status: EventStatus,
               rows: Iterable[tuple[EventID, str, str, float, float]]) -> int:
-        before = cur.connection.total_changes
-        cur.executemany(
+        rows = list(rows)
+        if not rows:
+            return 0
+        return cur.executemany(
             "UPDATE events SET status = ?, window_id = NULL, derived_artifact = ?,"
             " derived_kind = ?, derived_score = ?, derived_threshold = ?"
             " WHERE event_id = ? AND status = ?",
             [(EventStatus.DERIVED.value, artifact, kind, score, threshold, event_id,
-              status.value) for event_id, artifact, kind, score, threshold in rows])
-        return cur.connection.total_changes - before
+              status.value) for event_id, artifact, kind, score, threshold in rows]).rowcount
 
     def text_times(self, event_ids: Iterable[EventID]) -> dict[EventID, int]:
         """Event id -> when its text as it reads now arrived (ms, this service's clock:

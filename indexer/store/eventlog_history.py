@@ -19,11 +19,11 @@ dirty_windows) are made by eventlog_schema.py.
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass, field
 from typing import Sequence
 
 from .eventlog_db import Database
+from .sqldialect import Cursor
 from ..records import EventID, EventStatus, RoomID, UserID
 
 GONE = (EventStatus.REDACTED.value, EventStatus.PURGED.value)
@@ -105,7 +105,7 @@ class HistoryTables:
         return [EventID(r[0]) for r in rows], windows
 
     @staticmethod
-    def _withdraw(cur: sqlite3.Cursor, where: str, args: tuple) -> tuple[list[tuple], int]:
+    def _withdraw(cur: Cursor, where: str, args: tuple) -> tuple[list[tuple], int]:
         """The redaction path for the events `where` selects (text NULL, status
         `redacted`, their windows dirty with `redacted`); rows and windows marked."""
         gone = (EventStatus.REDACTED.value, EventStatus.PURGED.value)
@@ -137,7 +137,7 @@ class HistoryTables:
 
     # -- inside the append's transaction ---------------------------------------------
 
-    def filter_in(self, cur: sqlite3.Cursor, rows: list[tuple]) -> list[tuple]:
+    def filter_in(self, cur: Cursor, rows: list[tuple]) -> list[tuple]:
         """Rows about to be appended: drop those already redacted; give those already
         edited (by their own sender) their newest text."""
         out = []
@@ -152,7 +152,7 @@ class HistoryTables:
             out.append(row)
         return out
 
-    def apply(self, cur: sqlite3.Cursor, ops: Sequence[Edit | Redaction],
+    def apply(self, cur: Cursor, ops: Sequence[Edit | Redaction],
               applied: Applied, now_ms: int) -> None:
         """`now_ms`: when they arrived, the edited messages' new `text_at`."""
         for op in ops:
@@ -165,13 +165,14 @@ class HistoryTables:
                 applied.edited.add(op.target)
 
     @staticmethod
-    def _target(cur: sqlite3.Cursor, event_id: str):
+    def _target(cur: Cursor, event_id: str):
         return cur.execute("SELECT room_id, sender, status, window_id FROM events"
                            " WHERE event_id = ?", (event_id,)).fetchone()
 
-    def _redact(self, cur: sqlite3.Cursor, op: Redaction) -> bool:
-        cur.execute("INSERT OR IGNORE INTO redactions (target, room_id, ts, redaction_event_id)"
-                    " VALUES (?, ?, ?, ?)", (op.target, op.room_id, op.ts, op.event_id))
+    def _redact(self, cur: Cursor, op: Redaction) -> bool:
+        cur.execute("INSERT INTO redactions (target, room_id, ts, redaction_event_id)"
+                    " VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                    (op.target, op.room_id, op.ts, op.event_id))
         cur.execute("UPDATE edits SET body = NULL WHERE target = ?", (op.target,))
         row = self._target(cur, op.target)
         if row is None or row[0] != op.room_id or row[2] in GONE:
@@ -179,10 +180,10 @@ class HistoryTables:
         cur.execute("UPDATE events SET body = NULL, status = ?, window_id = NULL"
                     " WHERE event_id = ?", (EventStatus.REDACTED.value, op.target))
         if row[3] is not None:
-            self._dirty(cur, row[3], op.room_id, redacted=True)
+            self.mark_dirty(cur, row[3], op.room_id, redacted=True)
         return True
 
-    def _edit(self, cur: sqlite3.Cursor, op: Edit, now_ms: int) -> bool:
+    def _edit(self, cur: Cursor, op: Edit, now_ms: int) -> bool:
         if cur.execute("SELECT 1 FROM redactions WHERE target = ?", (op.target,)).fetchone():
             return False
         newest = cur.execute("SELECT ts FROM edits WHERE target = ?", (op.target,)).fetchone()
@@ -191,28 +192,30 @@ class HistoryTables:
         row = self._target(cur, op.target)
         if row is not None and (row[0] != op.room_id or row[1] != op.sender or row[2] in GONE):
             return False  # edits by anyone but the original sender are ignored
-        cur.execute("INSERT OR REPLACE INTO edits (target, room_id, sender, body, ts,"
-                    " edit_event_id) VALUES (?, ?, ?, ?, ?, ?)",
+        cur.execute("INSERT INTO edits (target, room_id, sender, body, ts, edit_event_id)"
+                    " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (target) DO UPDATE SET"
+                    " room_id = excluded.room_id, sender = excluded.sender,"
+                    " body = excluded.body, ts = excluded.ts,"
+                    " edit_event_id = excluded.edit_event_id",
                     (op.target, op.room_id, op.sender, op.body, op.ts, op.event_id))
         if row is None:
             return False  # remembered until the target arrives
         cur.execute("UPDATE events SET body = ?, text_at = ? WHERE event_id = ?",
                     (op.body, now_ms, op.target))
         if row[2] == EventStatus.INDEXED.value and row[3] is not None:
-            self._dirty(cur, row[3], op.room_id)  # re-cut, its messages judged again
+            self.mark_dirty(cur, row[3], op.room_id)  # re-cut, its messages judged again
         elif row[2] == EventStatus.DERIVED.value:
             # Judged again as it reads now: the derived filter sees it pending.
             cur.execute("UPDATE events SET status = ? WHERE event_id = ?",
                         (EventStatus.PENDING.value, op.target))
         return True
 
-    @staticmethod
-    def _dirty(cur: sqlite3.Cursor, window_id: str, room_id: str,
-               redacted: bool = False) -> None:
+    def mark_dirty(self, cur: Cursor, window_id: str, room_id: str,
+                   redacted: bool = False) -> None:
         """Mark a stored window for re-chunking; `redacted`: its old vector must also
         leave the store's files by a compaction (an edit's need not: Matrix shows the original
         of an edited message to anyone in the room anyway)."""
         cur.execute("INSERT INTO dirty_windows (window_id, room_id, redacted) VALUES (?, ?, ?)"
-                    " ON CONFLICT(window_id) DO UPDATE SET"
-                    " redacted = MAX(redacted, excluded.redacted)",
+                    " ON CONFLICT(window_id) DO UPDATE SET redacted ="
+                    f" {self.db.dialect.greatest}(dirty_windows.redacted, excluded.redacted)",
                     (window_id, room_id, int(redacted)))

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
+from typing import Any
 
+from ..config import Database as Location
 from .eventlog import EventLog
+from .eventlog_db import reader
 from ..records import EventStatus, RoomID
 
 LagReport = tuple[int, "int | None", dict[str, int]]
 
 
-def lag_figures(db: sqlite3.Connection) -> LagReport:
+def lag_figures(db: Any) -> LagReport:
     """(pending events, ts of the oldest pending event, per-room lag in ms between the
     newest event in the log and the room's cursor). Two scans of the events table:
     about 350 ms at 1M events, so never on the event loop nor under the log's lock."""
@@ -21,19 +23,15 @@ def lag_figures(db: sqlite3.Connection) -> LagReport:
     rows = db.execute(
         "SELECT e.room_id, MAX(e.ts) - COALESCE(c.ts, MIN(e.ts)) FROM events e"
         " LEFT JOIN cursors c ON c.room_id = e.room_id"
-        " WHERE e.status IN (?, ?) GROUP BY e.room_id",
+        " WHERE e.status IN (?, ?) GROUP BY e.room_id, c.ts",
         (EventStatus.PENDING.value, EventStatus.INDEXED.value)).fetchall()
     return pending, oldest, {room: max(0, lag or 0) for room, lag in rows}
 
 
-def lag_report_at(path: Path) -> LagReport:
-    """lag_figures on a read-only connection of its own (WAL: it waits for no writer and
-    holds up none), opened and closed in the calling thread."""
-    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
+def lag_report_at(where: Location | Path | str) -> LagReport:
+    """lag_figures on a read-only connection of its own (eventlog_db.reader)."""
+    with reader(where) as db:
         return lag_figures(db)
-    finally:
-        db.close()
 
 
 def room_report(log: EventLog, room_id: str) -> dict:
@@ -46,15 +44,14 @@ def room_report(log: EventLog, room_id: str) -> dict:
             "cursor_event_id": cursor.event_id if cursor else None}
 
 
-def meta_at(path: Path, key: str) -> str | None:
-    """One event log meta value, read-only (doctor, beside a running service)."""
-    if not path.exists():
-        return None
-    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+def meta_at(where: Location | Path | str, key: str) -> str | None:
+    """One event log meta value, read-only (doctor, beside a running service); None
+    where there is no event log, or none this can read (doctor says why apart)."""
     try:
-        row = db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-        return row[0] if row else None
-    except sqlite3.DatabaseError:  # too old to have the table, or damaged (doctor says so)
+        with reader(where) as db:
+            row = db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+            return row[0] if row else None
+    except FileNotFoundError:
         return None
-    finally:
-        db.close()
+    except Exception:  # too old to have the table, damaged, unreachable
+        return None

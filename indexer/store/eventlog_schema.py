@@ -1,4 +1,6 @@
-"""The event log's schema, as numbered migrations; the version is `PRAGMA user_version`.
+"""The event log's schema, as numbered migrations, one list for SQLite and PostgreSQL
+(the dialect maps the few types that differ: sqldialect.py). The version is SQLite's
+`PRAGMA user_version`, or PostgreSQL's one-row `schema_version` table.
 
     version 0          a new file, or an event log made before versions were kept:
                        every migration runs, each one idempotent (CREATE ... IF NOT
@@ -14,33 +16,45 @@ by a newer release (version above the last migration here) is left as it is.
 
 from __future__ import annotations
 
-import sqlite3
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable
+
+from .sqldialect import Cursor, Dialect
+
+if TYPE_CHECKING:
+    from .eventlog_db import Database
 
 
 @dataclass(frozen=True, slots=True)
 class Migration:
     version: int
     what: str
-    apply: Callable[[sqlite3.Cursor], None]
+    apply: Callable[[Cursor, Dialect], None]
 
 
-def _sql(*statements: str) -> Callable[[sqlite3.Cursor], None]:
-    def run(cur: sqlite3.Cursor) -> None:
+def _sql(*statements: str) -> Callable[[Cursor, Dialect], None]:
+    def run(cur: Cursor, dialect: Dialect) -> None:
         for statement in statements:
-            cur.execute(statement)
+            cur.execute(dialect.ddl(statement))
     return run
 
 
-def _columns(table: str, *columns: tuple[str, str]) -> Callable[[sqlite3.Cursor], None]:
+def _columns(table: str, *columns: tuple[str, str]) -> Callable[[Cursor, Dialect], None]:
     """Add what `table` lacks of (name, type) columns."""
-    def run(cur: sqlite3.Cursor) -> None:
-        have = {r[1] for r in cur.execute(f"PRAGMA table_info({table})")}
+    def run(cur: Cursor, dialect: Dialect) -> None:
+        have = dialect.columns(cur, table)
         for name, kind in columns:
             if name not in have:
-                cur.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
+                cur.execute(dialect.ddl(f"ALTER TABLE {table} ADD COLUMN {name} {kind}"))
+    return run
+
+
+def _postgresql(*statements: str) -> Callable[[Cursor, Dialect], None]:
+    """Statements for PostgreSQL only (SQLite has nothing to change: the version moves)."""
+    def run(cur: Cursor, dialect: Dialect) -> None:
+        if dialect.postgresql:
+            for statement in statements:
+                cur.execute(statement)
     return run
 
 
@@ -120,42 +134,47 @@ MIGRATIONS: tuple[Migration, ...] = (
     # emitted before then (derived/filter.py); NULL (a row from before): its ts.
     Migration(9, "when each message's current text arrived (the derived filter's cutoff)",
               _columns("events", ("text_at", "INTEGER"))),
+    Migration(10, "PostgreSQL: ANALYZE keeps no sample of message text (docs/storage.md)",
+              _postgresql(*(f"ALTER TABLE {t} ALTER COLUMN {c} SET STATISTICS 0"
+                            for t, c in (("events", "body"), ("edits", "body"),
+                                         ("ref_chunks", "text"))))),
+    Migration(11, "embedding workers: claims on rooms, room labels, the collection's fence"
+                  " (eventlog_claims.py)", _sql(
+        """CREATE TABLE IF NOT EXISTS claims (
+            room_id  TEXT PRIMARY KEY,
+            worker   TEXT NOT NULL,     -- who holds it ('' once released or revoked)
+            token    INTEGER NOT NULL,  -- grows at every claim and revocation: a fence
+            until_ms INTEGER NOT NULL   -- the lease's end, wall clock ms
+        )""",
+        "CREATE TABLE IF NOT EXISTS room_labels (room_id TEXT PRIMARY KEY, label TEXT NOT NULL)",
+        "CREATE TABLE IF NOT EXISTS collection_fence (id INTEGER PRIMARY KEY)",
+        "INSERT INTO collection_fence (id) VALUES (1) ON CONFLICT DO NOTHING",
+    )),
 )
 
 LATEST = MIGRATIONS[-1].version
 assert [m.version for m in MIGRATIONS] == list(range(1, LATEST + 1)), "numbered 1, 2, 3..."
 
 
-@contextmanager
-def atomic(db: sqlite3.Connection, immediate: bool = True) -> Iterator[sqlite3.Cursor]:
-    """One SQLite transaction on a connection in autocommit mode: BEGIN IMMEDIATE (the
-    write lock taken up front; `immediate=False`: BEGIN, for a consistent read), COMMIT
-    when the block ends, ROLLBACK if it raised, or if the COMMIT itself failed."""
-    cur = db.cursor()
-    cur.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
-    try:
-        yield cur
-        cur.execute("COMMIT")
-    except BaseException:
-        cur.execute("ROLLBACK")
-        raise
+def version(db: Database) -> int:
+    with db.transaction(immediate=False) as cur:
+        return db.dialect.version(cur)
 
 
-def version(db: sqlite3.Connection | sqlite3.Cursor) -> int:
-    return db.execute("PRAGMA user_version").fetchone()[0]
-
-
-def migrate(db: sqlite3.Connection) -> list[int]:
-    """Bring the event log (a connection in autocommit mode) up to LATEST; return the
-    versions applied. Safe when two processes open an old log at once: each migration
-    runs under BEGIN IMMEDIATE and re-reads the version first."""
+def migrate(db: Database) -> list[int]:
+    """Bring the event log up to LATEST; return the versions applied. Safe when two
+    processes open an old log at once: each migration runs in a transaction that holds
+    the migrations' lock (SQLite: BEGIN IMMEDIATE; PostgreSQL: an advisory lock) and
+    re-reads the version first."""
     applied = []
+    dialect = db.dialect
     for m in MIGRATIONS:
         if version(db) >= m.version:
             continue
-        with atomic(db) as cur:
-            if version(cur) < m.version:  # another process may have got here first
-                m.apply(cur)
-                cur.execute(f"PRAGMA user_version = {m.version}")
+        with db.transaction() as cur:
+            dialect.lock_migrations(cur)
+            if dialect.version(cur) < m.version:  # another process may have got here first
+                m.apply(cur, dialect)
+                dialect.set_version(cur, m.version)
                 applied.append(m.version)
     return applied

@@ -8,8 +8,9 @@
                      and deletes it before the vector)
 
 Chroma keeps vectors, ids and filter metadata only. Deleting a chunk's row or
-zeroing an event's body leaves no bytes behind: the event log runs with
-`secure_delete=ON`, and the WAL is truncated after purges and compactions.
+zeroing an event's body leaves no bytes behind in SQLite: the event log runs with
+`secure_delete=ON`, and the WAL is truncated after purges and compactions. PostgreSQL
+keeps dead row versions until VACUUM: docs/storage.md says what to run.
 """
 
 from __future__ import annotations
@@ -136,14 +137,16 @@ class TextReads:
                         contains: str | None = None) -> set[str]:
         """Ids of the indexed windows one of whose message bodies passes `test`: the
         lexical leg's scan when its postings cannot answer. `contains`: a lowercase
-        literal every passing body holds, which SQLite checks first (LIKE, for ASCII)."""
+        literal every passing body holds, which the database checks first (a LIKE blind
+        to ASCII case)."""
         sql = "SELECT window_id, body FROM events WHERE status = ? AND window_id IS NOT NULL"
         args: tuple = (EventStatus.INDEXED.value,)
         if room_id is not None:
             sql, args = sql + " AND room_id = ?", args + (room_id,)
         if contains and contains.isascii():
             like = contains.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-            sql, args = sql + " AND body LIKE ? ESCAPE '\\'", args + (f"%{like}%",)
+            sql += f" AND body {self.db.dialect.ilike} ? ESCAPE '\\'"
+            args += (f"%{like}%",)
         out: set[str] = set()
         with self.db.locked() as db:
             for wid, body in db.execute(sql, args):
