@@ -14,6 +14,7 @@ from indexer.store.eventlog_check import check_eventlog
 from indexer.store.eventlog_schema import LATEST
 
 from .pgkit import base_dsn, fresh_schema
+from .storekit import stored_vectors
 
 ROOM = RoomID("!r:example.org")
 
@@ -143,7 +144,7 @@ def test_migrate_moves_the_sqlite_log_and_search_answers_the_same_without_reembe
 
     before = hits()
     store = open_store(load_config(cfg_path))
-    vectors = dict(store.vectors(sorted(store.ids("chat"))))
+    vectors = stored_vectors(store, sorted(store.ids("chat")))
     assert before and vectors
     with fresh_schema() as dsn:
         assert main(["eventlog", "migrate", "-q", "-c", str(cfg_path), "--to", dsn]) == 0
@@ -154,7 +155,7 @@ def test_migrate_moves_the_sqlite_log_and_search_answers_the_same_without_reembe
         assert "# The event log:" in cfg_path.read_text()  # comments kept
         assert hits() == before
         store = open_store(cfg)  # the same generation, the same vectors: none re-made
-        assert dict(store.vectors(sorted(vectors))) == vectors
+        assert stored_vectors(store, sorted(vectors)) == vectors
         log = EventLog(dsn)
         assert log.counts() == {"indexed": 6}
         # New events continue the sequence past the copied ones.

@@ -145,12 +145,7 @@ class ChromaStore:
         """Open the generation the event log names now, if another process compacted
         meanwhile (an embedding worker's store: index.pipeline external). True if it
         moved. The worker asks inside its fenced commit, which no swap runs beside."""
-        n = self._gens.live()
-        if n == self._gen:
-            return False
-        self._gen = n
-        self._client, self._col = self._gens.open(n)
-        return True
+        return self._live.follow()
 
     # -- meta: what produced the vectors ---------------------------------------------
 

@@ -16,13 +16,19 @@ by a newer release (version above the last migration here) is left as it is.
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import Callable, Protocol
 
 from .sqldialect import Cursor, Dialect
 
-if TYPE_CHECKING:
-    from .eventlog_db import Database
+
+class Database(Protocol):
+    """What migrations need of the event log's database (eventlog_db.Database)."""
+
+    dialect: Dialect
+
+    def transaction(self, immediate: bool = True) -> AbstractContextManager[Cursor]: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -207,6 +207,15 @@ class Live:
         self.client, self.collection = gens.open(self.n)
         self.written: set[str] | None = None
 
+    def follow(self) -> bool:
+        """Open the generation the catalog names now, if another process swapped it."""
+        n = self.gens.live()
+        if n == self.n:
+            return False
+        self.n = n
+        self.client, self.collection = self.gens.open(n)
+        return True
+
     def wrote(self, ids) -> None:
         """Ids written while a compaction copies (caught up before its swap)."""
         written = self.written
