@@ -263,6 +263,68 @@ def test_backfilled_older_messages_still_land_in_exactly_one_window(log, store):
     assert_each_message_in_exactly_one_window(store, log, ids)
 
 
+def _talk(i: int, minute: int, sender: str) -> tuple[Message, None]:
+    return (Message(EventID(f"$t{i:03d}"), ROOM, UserID(f"@{sender}:example.org"),
+                    T0 + minute * MINUTE, f"line {i:03d} of the talk".ljust(30, ".")), None)
+
+
+# Two people in turn, 30-byte lines, blocks of 200 bytes: six messages a block, and
+# windows that interleave (each person's own conversation) inside a block.
+TALK_POLICY = ChunkPolicy(max_bytes=100, gap_ms=30 * MINUTE, block_windows=2)
+
+
+def test_history_older_than_the_open_block_leaves_no_event_in_a_deleted_window(log, store):
+    """Issue 26 item 8, the crash test's `missing 1`: a message older than the open
+    block's start (a backfill page landing after live events were indexed) joined the
+    open block and moved its recorded start into the middle of stored windows. The next
+    re-chunk took those windows for stale and deleted them whole, though their earlier
+    events were never re-pointed: indexed in the event log, in no Chroma record."""
+    p = Pipeline(log, HashEmbedder(), store, TALK_POLICY)
+    live = [_talk(i, 2 * i, "ab"[i % 3 == 0]) for i in range(11)]  # blocks 0-5, 6-10
+    log.append(live)
+    p.process_all()
+    late = [_talk(100, 9, "a")]  # between t004 (minute 8) and t005 (minute 10)
+    log.append(late)
+    p.process_all()
+    later = [_talk(11, 24, "b")]
+    log.append(later)
+    p.process_all()
+    assert_each_message_in_exactly_one_window(
+        store, log, [m.event_id for m, _ in live + late + later])
+
+
+class Killed(Exception):
+    """A SIGKILL at that point: nothing after it runs."""
+
+
+@pytest.mark.parametrize("point", ["upsert", "delete", "mark_indexed"])
+def test_a_crash_at_any_step_of_a_rechunk_loses_nothing_after_restart(
+        log, store, monkeypatch, point):
+    """Fault injection into a re-chunk that moves stored events between windows (late
+    history re-cutting the open block): the run dies after the named call returned;
+    a new pipeline (the restart) then leaves every message in exactly one window."""
+    first = Pipeline(log, HashEmbedder(), store, TALK_POLICY)
+    live = [_talk(i, 2 * i, "ab"[i % 3 == 0]) for i in range(11)]
+    log.append(live)
+    first.process_all()
+    late = [_talk(100, 13, "b"), _talk(101, 15, "a")]  # inside the open block
+    log.append(late)
+    target = log if point == "mark_indexed" else store
+    real = getattr(target, point)
+
+    def then_die(*args, **kwargs):
+        real(*args, **kwargs)
+        raise Killed(point)
+
+    monkeypatch.setattr(target, point, then_die)
+    with pytest.raises(Killed):
+        Pipeline(log, HashEmbedder(), store, TALK_POLICY).process_all()
+    monkeypatch.undo()
+    Pipeline(log, HashEmbedder(), store, TALK_POLICY).process_all()
+    assert_each_message_in_exactly_one_window(store, log,
+                                              [m.event_id for m, _ in live + late])
+
+
 # -- windows that follow conversations (indexer/pipeline/chunker.py) --------------------------------
 
 # Two questions interleaved with their answers: two conversations in one block.

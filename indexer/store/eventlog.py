@@ -40,6 +40,26 @@ class Tail:
     held: dict[EventID, WindowID]  # the indexed ones, and the window each is in
 
 
+def _unsplit(db: sqlite3.Connection, room_id: RoomID, thread: str,
+             start: tuple[int, int]) -> tuple[int, int]:
+    """`start` moved back until no stored window of the timeline holds indexed events on
+    both sides of it. A tail starting inside a window would re-point only the window's
+    later events and delete it whole as stale, leaving its earlier events indexed in no
+    window; history older than the open block (a backfill racing live events) moves the
+    recorded start there, and windows follow conversations, so they interleave."""
+    while True:
+        row = db.execute(
+            "SELECT ts, seq FROM events WHERE status = ? AND window_id IN ("
+            "SELECT window_id FROM events WHERE room_id = ? AND status = ?"
+            " AND COALESCE(thread_root, '') = ? AND (ts, seq) >= (?, ?)"
+            " AND window_id IS NOT NULL) ORDER BY ts, seq LIMIT 1",
+            (EventStatus.INDEXED.value, room_id, EventStatus.INDEXED.value, thread,
+             *start)).fetchone()
+        if row is None or tuple(row) >= start:
+            return start
+        start = tuple(row)
+
+
 @dataclass(frozen=True, slots=True)
 class Cursor:
     room_id: RoomID
@@ -143,7 +163,7 @@ class EventLog:
                     " AND COALESCE(thread_root, '') = ? ORDER BY ts DESC, seq DESC LIMIT 1)"
                     " ORDER BY ts, seq LIMIT 1",
                     (room_id, EventStatus.INDEXED.value, thread)).fetchone()
-            start = tuple(row) if row else (2 ** 63 - 1, 0)
+            start = _unsplit(db, room_id, thread, tuple(row)) if row else (2 ** 63 - 1, 0)
             rows = db.execute(
                 "SELECT event_id, room_id, sender, ts, body, status, reply_to, mentions,"
                 " window_id FROM events"
