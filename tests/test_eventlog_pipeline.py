@@ -117,6 +117,31 @@ def test_append_twice_adds_once_and_keeps_status(log, store):
     assert log.counts() == {"indexed": 2}
 
 
+def test_the_backlog_counts_pending_events_and_when_the_oldest_was_appended(
+        log, store, monkeypatch):
+    """How far indexing is behind (/health, /metrics, the transaction bound): the
+    pending events, and how long the oldest has waited since it was appended (or set
+    pending again), whatever its own timestamp says (backfilled history is old)."""
+    from indexer.store import eventlog as eventlog_mod
+    from indexer.store.eventlog_status import Backlog
+
+    now = [1_000.0]
+    monkeypatch.setattr(eventlog_mod.time, "time", lambda: now[0])
+    assert log.status.backlog().pending == 0
+    assert log.status.backlog().oldest_age(1_000_000) == 0.0
+    log.append(msgs(ROOM, 0, 3, ts0=1))  # sent in 1970, appended now
+    now[0] = 1_030.0
+    log.append(msgs(ROOM2, 0, 2))
+    b = log.status.backlog()
+    assert (b.pending, b.oldest_received_ms) == (5, 1_000_000)
+    assert b.oldest_age(int(now[0] * 1000)) == 30.0
+    Pipeline(log, HashEmbedder(), store, POLICY).process_all()
+    assert log.status.backlog() == Backlog(0, None)
+    now[0] = 2_000.0
+    log.requeue_windows([window_id(ROOM, EventID("$ops0000"))])
+    assert log.status.backlog() == Backlog(3, 2_000_000)
+
+
 # -- Pipeline ---------------------------------------------------------------------------
 
 

@@ -19,6 +19,7 @@ from .eventlog_db import Database
 from .eventlog_derived import DerivedColumns
 from .eventlog_history import Applied, Edit, HistoryTables, Redaction
 from .eventlog_texts import TextReads, _chunks
+from .eventlog_status import StatusReads
 from .eventlog_timeline import TimelineReads
 from ..records import EventID, EventStatus, Message, RoomID, UserID, WindowID
 
@@ -72,7 +73,7 @@ class EventLog:
     """The core (appending, the pipeline's reads and writes, purges, meta), with its
     parts on one `Database`: `history` (edits, redactions, dirty windows), `texts`
     (what the store and search read), `timeline` (linkage's reads), `derived` (the
-    derived-message columns)."""
+    derived-message columns), `status` (the backlog, and what is indexed where)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -81,6 +82,7 @@ class EventLog:
         self.texts = TextReads(self.db)
         self.timeline = TimelineReads(self.db)
         self.derived = DerivedColumns(self.db)
+        self.status = StatusReads(self.db)
 
     def close(self) -> None:
         self.db.close()
@@ -107,21 +109,24 @@ class EventLog:
         transaction: the redactions and edits that arrived before their target are
         applied to the messages, then the batch's edits and redactions, in order
         (eventlog_history.py), what they changed noted in `applied`."""
+        now = int(time.time() * 1000)
         rows = [(m.event_id, m.room_id, m.sender, m.ts, m.body, EventStatus.PENDING.value,
-                 root, m.reply_to, " ".join(m.mentions) or None) for m, root in messages]
+                 root, m.reply_to, " ".join(m.mentions) or None, now)
+                for m, root in messages]
         with self.transaction() as cur:
             if history is not None:
                 rows = self.history.filter_in(cur, rows)
             before = cur.connection.total_changes
             cur.executemany(
                 "INSERT OR IGNORE INTO events (event_id, room_id, sender, ts, body, status,"
-                " thread_root, reply_to, mentions) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+                " thread_root, reply_to, mentions, received_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
             added = cur.connection.total_changes - before
             if history is not None:
                 self.history.apply(cur, history, applied if applied is not None else Applied())
             if txn_key is not None:
                 cur.execute("INSERT OR IGNORE INTO txns (txn_key, done_at) VALUES (?, ?)",
-                            (txn_key, int(time.time() * 1000)))
+                            (txn_key, now))
         return added
 
     # -- reading (pipeline, search, status) -----------------------------------------
@@ -221,8 +226,11 @@ class EventLog:
     def requeue_all(self) -> int:
         """A rebuild: every indexed event back to pending, cursors and dirty marks gone."""
         with self.transaction() as cur:
-            cur.execute("UPDATE events SET status = ?, window_id = NULL WHERE status = ?",
-                        (EventStatus.PENDING.value, EventStatus.INDEXED.value))
+            # Waiting since now (eventlog_status.Backlog), not since first appended.
+            cur.execute("UPDATE events SET status = ?, window_id = NULL, received_at = ?"
+                        " WHERE status = ?", (EventStatus.PENDING.value,
+                                              int(time.time() * 1000),
+                                              EventStatus.INDEXED.value))
             n = cur.rowcount
             cur.execute("DELETE FROM cursors")
             cur.execute("DELETE FROM open_blocks")
@@ -234,9 +242,10 @@ class EventLog:
         with self.transaction() as cur:
             n = 0
             for w in window_ids:
-                cur.execute("UPDATE events SET status = ?, window_id = NULL"
+                cur.execute("UPDATE events SET status = ?, window_id = NULL, received_at = ?"
                             " WHERE window_id = ? AND status = ?",
-                            (EventStatus.PENDING.value, w, EventStatus.INDEXED.value))
+                            (EventStatus.PENDING.value, int(time.time() * 1000), w,
+                             EventStatus.INDEXED.value))
                 n += cur.rowcount
         return n
 

@@ -115,6 +115,11 @@ MIGRATIONS: tuple[Migration, ...] = (
             source       TEXT NOT NULL
         )""",
     )),
+    Migration(9, "when each event was appended, and the pending ones indexed by it: how "
+                 "far indexing is behind (eventlog_status.py)", lambda cur: (
+        _columns("events", ("received_at", "INTEGER"))(cur),
+        cur.execute("CREATE INDEX IF NOT EXISTS events_pending ON events (received_at)"
+                    " WHERE status = 'pending'"))),
 )
 
 LATEST = MIGRATIONS[-1].version
