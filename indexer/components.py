@@ -34,6 +34,7 @@ from .search.present import Presenter
 from .search.searcher import Searcher
 from .search.termindex import start_term_index
 from .store.answers import AnswerLog
+from .store.commands import CommandLog
 from .store.chroma import ChromaStore
 from .store.compaction import Compaction
 from .store.eventlog import EventLog
@@ -109,6 +110,7 @@ class Index:
     pipeline: Pipeline
     searcher: Searcher
     answers: AnswerLog  # the bot's replies, by what they quoted
+    commands: CommandLog  # `!sources` commands taken and not answered yet
     manifest: Manifest | None = None  # artifacts: loaded on first use, not at open
     matcher: Matcher | None = None
 
@@ -139,7 +141,7 @@ class Index:
                             floor=Floor(cfg.search.min_similarity, cfg.search.no_shared_word_margin),
                             presenter=presenter)
         return cls(cfg, eventlog, journal, store, embedder, gate, ingest, pipeline, searcher,
-                   AnswerLog(eventlog), manifest, matcher)
+                   AnswerLog(eventlog), CommandLog(eventlog), manifest, matcher)
 
     def record_answer(self, reply_event_id: str, sections: list[EmittedSection]) -> int:
         """Record what a `!sources` reply quoted, one answer artifact per hit. Call only

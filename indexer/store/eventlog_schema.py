@@ -115,11 +115,23 @@ MIGRATIONS: tuple[Migration, ...] = (
             source       TEXT NOT NULL
         )""",
     )),
-    Migration(9, "when each event was appended, and the pending ones indexed by it: how "
-                 "far indexing is behind (eventlog_status.py)", lambda cur: (
+    Migration(9, "when each event was appended, the pending ones indexed by it (how far "
+                 "indexing is behind: eventlog_status.py); `!sources` commands taken and "
+                 "not answered yet (commands.py)", lambda cur: (
         _columns("events", ("received_at", "INTEGER"))(cur),
         cur.execute("CREATE INDEX IF NOT EXISTS events_pending ON events (received_at)"
-                    " WHERE status = 'pending'"))),
+                    " WHERE status = 'pending'"),
+        cur.execute("""CREATE TABLE IF NOT EXISTS commands (
+            event_id    TEXT PRIMARY KEY,
+            room_id     TEXT NOT NULL,
+            sender      TEXT NOT NULL,
+            ts          INTEGER NOT NULL,
+            body        TEXT,              -- NULL once answered: a query is kept no longer
+            thread_root TEXT,
+            reply_to    TEXT,
+            received_at INTEGER NOT NULL,  -- ms, wall clock
+            answered_at INTEGER            -- ms; the row stays a day: a retry is not new
+        )"""))),
 )
 
 LATEST = MIGRATIONS[-1].version
