@@ -27,6 +27,7 @@ from .ingest.purge import Purger
 from .records import ChunkPolicy
 from .pipeline.embedder import Embedder, load_embedder
 from .pipeline.pipeline import Pipeline
+from .pipeline.priority import ModelTurns
 from .records import UserID
 from .search.abstain import Floor
 from .search.linkage import Horizon
@@ -132,14 +133,16 @@ class Index:
         # The derived filter: one manifest, read by the pipeline, appended by replies.
         manifest = Manifest(manifest_path(cfg.data_dir), cfg.derived.shingle_size)
         matcher = Matcher(manifest, cfg.derived)
+        turns = ModelTurns()  # the model: searches first, the pipeline between them
         ingest, pipeline = writers(eventlog, journal, store, embedder, gate, cfg.index.chunk_policy,
                                    derived=DerivedFilter(matcher, eventlog, journal),
-                                   compact_every=cfg.index.compaction_interval_seconds)
+                                   compact_every=cfg.index.compaction_interval_seconds,
+                                   turns=turns)
         presenter = Presenter(eventlog, embedder,
                               Horizon(cfg.index.answer_horizon_hours, cfg.index.answer_horizon_messages))
         searcher = Searcher(embedder, store, cfg.search.rrf_k, lexical_max_terms=cfg.search.lexical_max_terms,
                             floor=Floor(cfg.search.min_similarity, cfg.search.no_shared_word_margin),
-                            presenter=presenter)
+                            presenter=presenter, turns=turns)
         return cls(cfg, eventlog, journal, store, embedder, gate, ingest, pipeline, searcher,
                    AnswerLog(eventlog), CommandLog(eventlog), manifest, matcher)
 
