@@ -157,7 +157,7 @@ class Generations:
                     self.server_files.clean()
             return
         if client is not None:
-            _stop(client)
+            stop_client(client)
         folder = self.folder(n)
         if n == 0:  # the previous release's files, beside the generation folders
             for f in LEGACY_FILES:
@@ -192,7 +192,7 @@ class Generations:
         return gone
 
 
-def _stop(client) -> None:
+def stop_client(client) -> None:
     """Stop an embedded client so that nothing of it writes its folder again. chromadb
     caches one system per path; stopping it closes its files."""
     from chromadb.api.client import SharedSystemClient
