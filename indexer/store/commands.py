@@ -5,7 +5,8 @@
     start --unanswered()--> answered now, or told "sorry, I restarted" (bot.py)
 
 A command's text is kept from its transaction's acknowledgement until it is answered
-(seconds), in the event log with `secure_delete` on, so dropping it zeroes it in place.
+(seconds), in the event log, then dropped (`secure_delete` zeroes it in the database
+file; the WAL's older frames are overwritten as it is reused).
 The row itself stays KEEP_ANSWERED_MS: a transaction sent again (Synapse retries after a
 non-200, the backlog bound answers 503) carries the same commands, and `keep` returns
 only the ones never seen, so nobody is answered twice.
