@@ -222,3 +222,33 @@ async def test_a_command_is_kept_before_the_200(tmp_path, monkeypatch):
 async def _until(cond) -> None:
     while not cond():  # threads finish in real time; the test sleeps none
         await asyncio.sleep(0)
+
+
+async def test_the_bound_reads_the_backlog_every_second_and_faster_while_refusing():
+    """On a fake clock: a read a second; once refusing, four a second, so the homeserver
+    is asked back within a quarter second of the backlog falling below the bound."""
+    from indexer.clock import Clock
+    from indexer.store.eventlog_status import Backlog
+
+    from .fakeclock import FakeClock
+
+    clock = FakeClock(0.0)
+    pending = [5]
+    drained: list[float] = []
+    bound = BacklogBound(lambda: Backlog(pending[0], 0), 5,
+                         on_drained=lambda: drained.append(clock.now),
+                         clock=Clock(clock, clock.sleep))
+    bound.start()
+    await _until(lambda: clock.sleeping)
+    assert bound.full and clock.sleeps == [1.0]
+    bound.refuse()
+    await clock.advance(1.0)
+    await _until(lambda: len(clock.sleeps) == 2)
+    assert clock.sleeps == [1.0, 0.25]
+    pending[0] = 4
+    await clock.advance(0.25)
+    await _until(lambda: drained)
+    assert drained == [1.25] and not bound.full
+    await _until(lambda: len(clock.sleeps) == 3)
+    assert clock.sleeps[-1] == 1.0  # no longer refusing
+    await bound.stop()
