@@ -38,7 +38,8 @@ class World:
     """One service's transaction endpoint over an event log in `path`: a restart is a
     new World on the same folder."""
 
-    def __init__(self, path, max_pending: int = 1000, wall=lambda: 1_000.0) -> None:
+    def __init__(self, path, max_pending: int = 1000, wall=lambda: 1_000.0,
+                 policy: ChunkPolicy = ChunkPolicy()) -> None:
         self.log = EventLog(path / "eventlog.sqlite3")
         self.ingest = Ingest(Gate(frozenset({ROOM}), BOT), self.log,
                              Journal(path / "journal.jsonl"))
@@ -52,7 +53,7 @@ class World:
             HS_TOKEN, "matrix-sources", self.ingest, self.fetch_state, self.on_admitted,
             commands=self.commands, backlog=self.backlog, wall=wall)
         self.store = ChromaStore(path=path / "chroma", eventlog=self.log)
-        self.pipeline = Pipeline(self.log, HashEmbedder(), self.store, ChunkPolicy())
+        self.pipeline = Pipeline(self.log, HashEmbedder(), self.store, policy)
 
     async def fetch_state(self, room_id: str) -> None:
         raise AssertionError("the room is known")
