@@ -220,6 +220,27 @@ async def test_a_command_is_kept_before_the_200(tmp_path, monkeypatch):
         assert status == 500 and w.routed == [] and w.log.counts() == {}
 
 
+async def test_a_command_in_a_transaction_whose_append_fails_is_answered_once(
+        tmp_path, monkeypatch):
+    """The command is kept before the append; the append fails (500, Synapse retries):
+    the command is routed all the same, and not again when the retry succeeds."""
+    async with World(tmp_path) as w:
+        real = w.ingest.admit_parsed
+        failing = [1]
+
+        def flaky(*a, **kw):
+            if failing[0]:
+                failing[0] -= 1
+                raise OSError("disk full")
+            return real(*a, **kw)
+        monkeypatch.setattr(w.ingest, "admit_parsed", flaky)
+        body = {"events": [command("$c")] + texts(1)}
+        assert (await put(w.client, "1", body))[0] == 500
+        assert w.routed == ["$c"] and w.log.counts() == {}
+        assert (await put(w.client, "1", body))[0] == 200
+        assert w.routed == ["$c"] and w.log.counts() == {"pending": 1}
+
+
 async def _until(cond) -> None:
     while not cond():  # threads finish in real time; the test sleeps none
         await asyncio.sleep(0)

@@ -213,6 +213,8 @@ class TransactionHandler:
             except Exception:
                 self.append_failures += 1
                 log.exception("append_failed", extra={"txn": txn_id, "events": len(events)})
+                # Kept already: the retry will not route them again.
+                self._on_admitted([], AdmitResult(), Routed(commands=routed.commands))
                 return error(500, "M_UNKNOWN", "could not store the transaction; retry")
             self.append_failures = 0
             if self._backlog is not None:
