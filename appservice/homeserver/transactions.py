@@ -202,8 +202,7 @@ class TransactionHandler:
                     return error(500, "M_UNKNOWN", "could not store the transaction; retry")
             if self._backlog is not None and self._backlog.full:
                 self._backlog.refuse()
-                # Synapse sends it all again; the commands are answered now, once.
-                self._on_admitted([], AdmitResult(), Routed(commands=routed.commands))
+                self._route_commands(routed)
                 return error(503, "M_LIMIT_EXCEEDED",
                              f"indexing is {self._backlog.latest.pending} messages behind; "
                              "retry later", retry_after_ms=5000)
@@ -213,8 +212,7 @@ class TransactionHandler:
             except Exception:
                 self.append_failures += 1
                 log.exception("append_failed", extra={"txn": txn_id, "events": len(events)})
-                # Kept already: the retry will not route them again.
-                self._on_admitted([], AdmitResult(), Routed(commands=routed.commands))
+                self._route_commands(routed)
                 return error(500, "M_UNKNOWN", "could not store the transaction; retry")
             self.append_failures = 0
             if self._backlog is not None:
@@ -254,6 +252,11 @@ class TransactionHandler:
                           extra={"txn": txn_id, "room_id": room_id})
                 unavailable.add(room_id)
         return unavailable
+
+    def _route_commands(self, routed: Routed) -> None:
+        """A transaction not taken (503, 500): its kept commands are answered now, once."""
+        if routed.commands and self._commands is not None:
+            self._on_admitted([], AdmitResult(), Routed(commands=routed.commands))
 
     def _keep_commands(self, routed: Routed) -> Routed:
         """In a worker thread: the commands kept before the answer; those kept before
