@@ -30,6 +30,7 @@ from .records import ChunkPolicy
 from .pipeline.embedder import Embedder, load_embedder
 from .pipeline.claims import RoomClaims
 from .pipeline.pipeline import EMBED_CALL, Pipeline
+from .pipeline.priority import ModelTurns
 from .pipeline.standalone import Worker
 from .records import ARTIFACT_ANSWER, UserID
 from .search.abstain import Floor
@@ -38,6 +39,7 @@ from .search.present import Presenter
 from .search.searcher import Searcher
 from .search.termindex import start_term_index
 from .store.answers import AnswerLog
+from .store.commands import CommandLog
 from .store.chroma import ChromaStore
 from .store.compaction import Compaction
 from .store.eventlog import EventLog
@@ -115,6 +117,7 @@ class Index:
     pipeline: Pipeline
     searcher: Searcher
     answers: AnswerLog  # the bot's replies, by what they quoted
+    commands: CommandLog  # `!sources` commands taken and not answered yet
     manifest: Manifest | None = None  # artifacts: loaded on first use, not at open
     matcher: Matcher | None = None
 
@@ -139,17 +142,18 @@ class Index:
         # External: workers embed; this process claims rooms like them, for a rebuild.
         claims = (RoomClaims(eventlog, cfg.index.claim_lease_seconds)
                   if cfg.index.pipeline == "external" else None)
+        turns = ModelTurns()  # the model: searches first, the pipeline between them
         ingest, pipeline = writers(eventlog, journal, store, embedder, gate, cfg.index.chunk_policy,
                                    derived=DerivedFilter(matcher, eventlog, journal),
                                    compact_every=cfg.index.compaction_interval_seconds,
-                                   claims=claims)
+                                   claims=claims, turns=turns)
         presenter = Presenter(eventlog, embedder,
                               Horizon(cfg.index.answer_horizon_hours, cfg.index.answer_horizon_messages))
         searcher = Searcher(embedder, store, cfg.search.rrf_k, lexical_max_terms=cfg.search.lexical_max_terms,
                             floor=Floor(cfg.search.min_similarity, cfg.search.no_shared_word_margin),
-                            presenter=presenter)
+                            presenter=presenter, turns=turns)
         return cls(cfg, eventlog, journal, store, embedder, gate, ingest, pipeline, searcher,
-                   AnswerLog(eventlog), manifest, matcher)
+                   AnswerLog(eventlog), CommandLog(eventlog), manifest, matcher)
 
     def record_answer(self, reply_event_id: str, sections: list[EmittedSection],
                       sent_ms: int) -> int:

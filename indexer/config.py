@@ -166,6 +166,9 @@ class IndexSettings(_Section):
     window_gap_seconds: PositiveFloat = _CHUNKS.gap_ms / 1000
     debounce_seconds: NonNegativeFloat = 1.0  # 0: no wait
     compaction_interval_seconds: PositiveFloat = 60.0
+    # Pending messages at most: past it, transactions are answered 503 and Synapse
+    # keeps them and retries (appservice/homeserver/backlog.py).
+    max_pending: PositiveInt = 10_000
     require_world_readable: bool = False  # only what the public archive would show
     backfill_days: PositiveFloat | None = None  # None: a room's whole history
     answer_horizon_hours: PositiveFloat = 24.0

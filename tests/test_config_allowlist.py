@@ -343,7 +343,8 @@ def test_the_installed_command_exits_1_without_a_traceback(misspelled):
                                 "unknown key; did you mean window_max_bytes? the keys here are "
                                 "answer_horizon_hours, answer_horizon_messages, backfill_days, "
                                 "chroma, claim_lease_seconds, compaction_interval_seconds, "
-                                "debounce_seconds, embedder, pipeline, require_world_readable, "
+                                "debounce_seconds, embedder, max_pending, pipeline, "
+                                "require_world_readable, "
                                 "window_gap_seconds, window_max_bytes")
 
 

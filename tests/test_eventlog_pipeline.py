@@ -117,6 +117,31 @@ def test_append_twice_adds_once_and_keeps_status(log, store):
     assert log.counts() == {"indexed": 2}
 
 
+def test_the_backlog_counts_pending_events_and_when_the_oldest_was_appended(
+        log, store, monkeypatch):
+    """How far indexing is behind (/health, /metrics, the transaction bound): the
+    pending events, and how long the oldest has waited since it was appended (or set
+    pending again), whatever its own timestamp says (backfilled history is old)."""
+    from indexer.store import eventlog as eventlog_mod
+    from indexer.store.eventlog_status import Backlog
+
+    now = [1_000.0]
+    monkeypatch.setattr(eventlog_mod.time, "time", lambda: now[0])
+    assert log.status.backlog().pending == 0
+    assert log.status.backlog().oldest_age(1_000_000) == 0.0
+    log.append(msgs(ROOM, 0, 3, ts0=1))  # sent in 1970, appended now
+    now[0] = 1_030.0
+    log.append(msgs(ROOM2, 0, 2))
+    b = log.status.backlog()
+    assert (b.pending, b.oldest_received_ms) == (5, 1_000_000)
+    assert b.oldest_age(int(now[0] * 1000)) == 30.0
+    Pipeline(log, HashEmbedder(), store, POLICY).process_all()
+    assert log.status.backlog() == Backlog(0, None)
+    now[0] = 2_000.0
+    log.requeue_windows([window_id(ROOM, EventID("$ops0000"))])
+    assert log.status.backlog() == Backlog(3, 2_000_000)
+
+
 # -- Pipeline ---------------------------------------------------------------------------
 
 
@@ -261,6 +286,68 @@ def test_backfilled_older_messages_still_land_in_exactly_one_window(log, store):
     p.process_all()
     ids = [m.event_id for m, _ in history + live]
     assert_each_message_in_exactly_one_window(store, log, ids)
+
+
+def _talk(i: int, minute: int, sender: str) -> tuple[Message, None]:
+    return (Message(EventID(f"$t{i:03d}"), ROOM, UserID(f"@{sender}:example.org"),
+                    T0 + minute * MINUTE, f"line {i:03d} of the talk".ljust(30, ".")), None)
+
+
+# Two people in turn, 30-byte lines, blocks of 200 bytes: six messages a block, and
+# windows that interleave (each person's own conversation) inside a block.
+TALK_POLICY = ChunkPolicy(max_bytes=100, gap_ms=30 * MINUTE, block_windows=2)
+
+
+def test_history_older_than_the_open_block_leaves_no_event_in_a_deleted_window(log, store):
+    """Issue 26 item 8, the crash test's `missing 1`: a message older than the open
+    block's start (a backfill page landing after live events were indexed) joined the
+    open block and moved its recorded start into the middle of stored windows. The next
+    re-chunk took those windows for stale and deleted them whole, though their earlier
+    events were never re-pointed: indexed in the event log, in no Chroma record."""
+    p = Pipeline(log, HashEmbedder(), store, TALK_POLICY)
+    live = [_talk(i, 2 * i, "ab"[i % 3 == 0]) for i in range(11)]  # blocks 0-5, 6-10
+    log.append(live)
+    p.process_all()
+    late = [_talk(100, 9, "a")]  # between t004 (minute 8) and t005 (minute 10)
+    log.append(late)
+    p.process_all()
+    later = [_talk(11, 24, "b")]
+    log.append(later)
+    p.process_all()
+    assert_each_message_in_exactly_one_window(
+        store, log, [m.event_id for m, _ in live + late + later])
+
+
+class Killed(Exception):
+    """A SIGKILL at that point: nothing after it runs."""
+
+
+@pytest.mark.parametrize("point", ["upsert", "delete", "mark_indexed"])
+def test_a_crash_at_any_step_of_a_rechunk_loses_nothing_after_restart(
+        log, store, monkeypatch, point):
+    """Fault injection into a re-chunk that moves stored events between windows (late
+    history re-cutting the open block): the run dies after the named call returned;
+    a new pipeline (the restart) then leaves every message in exactly one window."""
+    first = Pipeline(log, HashEmbedder(), store, TALK_POLICY)
+    live = [_talk(i, 2 * i, "ab"[i % 3 == 0]) for i in range(11)]
+    log.append(live)
+    first.process_all()
+    late = [_talk(100, 13, "b"), _talk(101, 15, "a")]  # inside the open block
+    log.append(late)
+    target = log if point == "mark_indexed" else store
+    real = getattr(target, point)
+
+    def then_die(*args, **kwargs):
+        real(*args, **kwargs)
+        raise Killed(point)
+
+    monkeypatch.setattr(target, point, then_die)
+    with pytest.raises(Killed):
+        Pipeline(log, HashEmbedder(), store, TALK_POLICY).process_all()
+    monkeypatch.undo()
+    Pipeline(log, HashEmbedder(), store, TALK_POLICY).process_all()
+    assert_each_message_in_exactly_one_window(store, log,
+                                              [m.event_id for m, _ in live + late])
 
 
 # -- windows that follow conversations (indexer/pipeline/chunker.py) --------------------------------

@@ -182,6 +182,13 @@ def test_only_the_missing_migrations_run_and_reopening_runs_none(eventlog_db):
     assert migrate(db) == list(range(9, LATEST + 1))
     with db.transaction(immediate=False) as cur:
         assert "text_at" in db.dialect.columns(cur, "events")
+    with db.transaction() as cur:
+        cur.execute("DROP INDEX events_pending")  # as if made at version LATEST - 1
+        cur.execute("ALTER TABLE events DROP COLUMN received_at")
+        db.dialect.set_version(cur, LATEST - 1)
+    assert migrate(db) == [LATEST]
+    with db.transaction(immediate=False) as cur:
+        assert "received_at" in db.dialect.columns(cur, "events")
     db.close()
 
 

@@ -136,6 +136,73 @@ def test_doctor_passes_a_whole_store_and_finds_lost_windows(indexed, capsys):
     assert "FAIL index:" in out and "3 missing from the collection" in out
 
 
+def held_events(cfg) -> list[str]:
+    from chromadb.api.client import SharedSystemClient
+
+    SharedSystemClient.clear_system_cache()  # what another process wrote, read fresh
+    return sorted(e for w in ChromaStore(path=cfg.parent / "chroma").iter_windows()
+                  for e in w.event_ids)
+
+
+def test_a_writers_start_repairs_events_marked_indexed_in_no_window(indexed, capsys):
+    """Issue 26 item 8: the crash race's trace (events the event log says are indexed,
+    their window in no Chroma record; a window no indexed event is in) is named by
+    doctor and repaired from the event log at a writer's start: the lost window's events
+    set pending and indexed again, the orphan deleted. `run` starts the same way
+    (Service.start -> Index.ensure_meta); `import` is the writer that needs no
+    homeserver."""
+    cfg, tmp = indexed
+    store = ChromaStore(path=cfg.parent / "chroma")
+    lost = list(store.iter_windows())[4]
+    store.delete([lost.window_id])
+    from indexer.store.chroma import window_metadata
+    from indexer.records import Message, Window, EventID, RoomID, UserID
+
+    ghost = Window("w" + "0" * 31, RoomID(ROOM), (Message(
+        EventID("$m0"), RoomID(ROOM), UserID("@u0:example.org"), 1, "x"),))
+    store.upsert([ghost], [[1.0] + [0.0] * 63])
+    assert main(["doctor", "-c", str(cfg)]) == 1
+    out = capsys.readouterr().out
+    n = len(lost.event_ids)
+    assert (f"1 missing from the collection, {n} message{'' if n == 1 else 's'} marked "
+            "indexed in no window of it") in out
+    assert main(["import", "-c", str(cfg), "-q", str(tmp / "events.jsonl")]) == 0
+    assert held_events(cfg) == sorted(f"$m{i}" for i in range(N))  # each once
+    main(["doctor", "-c", str(cfg)])
+    out = capsys.readouterr().out
+    assert "ok   index:" in out and "not in the event log" not in out
+
+
+def _messages(cfg, window_id):
+    from indexer.store.eventlog import EventLog
+
+    log = EventLog(eventlog(cfg))
+    try:
+        return log.texts.window_messages(window_id)
+    finally:
+        log.close()
+
+
+def test_doctor_names_an_event_its_window_does_not_list(indexed, capsys):
+    """The window is there, but its record lost one of its events: still a gap."""
+    cfg, tmp = indexed
+    from indexer.records import Window
+
+    store = ChromaStore(path=cfg.parent / "chroma")
+    w = next(w for w in store.iter_windows() if len(w.event_ids) > 1)
+    (_, vector), = store.vectors([w.window_id])
+    # Its record rewritten without its first event, under the same id.
+    store.upsert([Window(w.window_id, w.room_id, tuple(_messages(cfg, w.window_id)[1:]))],
+                 [vector])
+    assert main(["doctor", "-c", str(cfg)]) == 1
+    assert ("0 missing from the collection, 1 message marked indexed in no window"
+            in capsys.readouterr().out)
+    assert main(["verify", "-c", str(cfg), "--index"]) == 0
+    assert "messages their window does not list: 1 (windows deleted, events set pending)" in capsys.readouterr().out
+    assert main(["import", "-c", str(cfg), "-q", str(tmp / "events.jsonl")]) == 0
+    assert held_events(cfg) == sorted(f"$m{i}" for i in range(N))
+
+
 def test_verify_index_refuses_with_the_event_log_missing(indexed, capsys):
     cfg, tmp = indexed
     before = windows(cfg)

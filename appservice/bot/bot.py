@@ -1,7 +1,10 @@
 """The bot: everything `!sources` does, apart from the plumbing that speaks Matrix.
 
     transaction (appservice/homeserver) --routed, typed--> Bot
-        commands   -> a bounded pool -> Responder -> reply (m.notice)
+        commands   -> a bounded pool -> Responder -> reply (m.notice) -> its text
+                      dropped from the event log (kept there from the transaction on:
+                      indexer/store/commands.py); at start, one a crash left unanswered
+                      is answered, or, taken over RESTARTED_AFTER_S ago, told so
         invites    -> join (a DM or a private room: people ask from there; the gate
                       stores nothing of it)
         withdrawn  -> every reply that quoted a withdrawn message (redaction, forget,
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Awaitable, Callable, Iterable, Protocol
 
 from indexer.components import Index
@@ -31,6 +35,12 @@ from .status import may_see_status, power_from_state, render_status, status_refu
 
 log = logging.getLogger(f"matrix_sources.{__name__}")
 
+# A command a crash left unanswered for longer than this is not answered after the
+# restart (the asker has moved on, or asked again): the bot says it restarted.
+RESTARTED_AFTER_S = 60.0
+RESTARTED = ("Sorry, I restarted before I could answer this. Please ask again if you "
+             "still need it.")
+
 
 class Matrix(Protocol):
     """What the bot asks of the homeserver."""
@@ -45,10 +55,14 @@ class Matrix(Protocol):
 class Bot:
     def __init__(self, cfg: Config, index: Index, matrix: Matrix,
                  on_search_seconds: Callable[[float], None] | None = None,
-                 index_changed: Callable[[], None] = lambda: None) -> None:
-        """`index_changed`: windows to re-chunk (a forget): the service's worker runs."""
+                 index_changed: Callable[[], None] = lambda: None,
+                 wall: Callable[[], float] = time.time) -> None:
+        """`index_changed`: windows to re-chunk (a forget): the service's worker runs;
+        `wall`: the clock kept commands were stamped with (their age at a restart)."""
         self.cfg, self.index, self.matrix = cfg, index, matrix
         self.index_changed = index_changed
+        self.kept = getattr(index, "commands", None)  # CommandLog; None: not kept
+        self._wall = wall
         self.responder = Responder(
             index.searcher, matrix.send, cfg.bot_user, cfg.search.default_top_k,
             RateLimiter(cfg.search.rate_limit_per_minute), domain=cfg.homeserver.domain,
@@ -56,14 +70,20 @@ class Bot:
             on_search_seconds=on_search_seconds, record_answer=index.record_answer,
             record_quotes=self._record_quotes, is_outage=matrix.is_outage,
             forget_me=self._forget_me)
-        self.commands = CommandPool(self.responder.answer)
+        self.commands = CommandPool(self._answer)
         self._tasks: set[asyncio.Task] = set()
 
     # -- what the homeserver side routes here ------------------------------------------
 
     def on_commands(self, commands: Iterable[MessageEvent]) -> None:
         for cmd in commands:
-            self.commands.submit(cmd)
+            if not self.commands.submit(cmd):  # dropped (logged): not kept either
+                self._spawn(self._answered(cmd), "command-dropped")
+
+    def resume(self) -> None:
+        """At start: the commands a crash left unanswered."""
+        if self.kept is not None:
+            self._spawn(self._resume(), "commands-resume")
 
     def on_invites(self, room_ids: Iterable[str]) -> None:
         for room_id in room_ids:
@@ -82,6 +102,32 @@ class Bot:
         self.responder.executor.shutdown(wait=True, cancel_futures=True)
 
     # -- behaviour ---------------------------------------------------------------------
+
+    async def _answer(self, cmd: MessageEvent) -> None:
+        try:
+            await self.responder.answer(cmd)
+        finally:  # answered, or failed and said so; not when the service stops
+            if not _cancelling():
+                await self._answered(cmd)
+
+    async def _answered(self, cmd: MessageEvent) -> None:
+        if self.kept is not None:
+            await asyncio.to_thread(self.kept.answered, cmd.message.event_id,
+                                    int(self._wall() * 1000))
+
+    async def _resume(self) -> None:
+        now_ms = int(self._wall() * 1000)
+        left = await asyncio.to_thread(self.kept.unanswered, now_ms)
+        stale = [c for c in left if now_ms - c.received_at > RESTARTED_AFTER_S * 1000]
+        log.info("commands_resumed", extra={"answered_now": len(left) - len(stale),
+                                            "too_old": len(stale)})
+        for c in left:
+            cmd = MessageEvent(c.message, c.thread_root, is_command=True)
+            if c in stale:
+                await self.responder.say(cmd, render_notice(RESTARTED))
+                await self._answered(cmd)
+            else:
+                self.on_commands([cmd])
 
     async def _accept_invite(self, room_id: str) -> None:
         try:
@@ -157,3 +203,8 @@ class Bot:
         if not task.cancelled() and task.exception() is not None:
             log.error("task_failed", extra={"task": task.get_name()},
                       exc_info=task.exception())
+
+
+def _cancelling() -> bool:
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0

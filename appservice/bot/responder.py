@@ -118,6 +118,13 @@ class Responder:
                                                              "event_id": event_id})
         return reply
 
+    async def say(self, ev: MessageEvent, reply: Reply) -> str:
+        """Reply to a command with `reply` as it is (no search)."""
+        m = ev.message
+        return await self._send_when_up(
+            m.room_id, m.event_id, reply.content(in_reply_to=m.event_id,
+                                                 thread_root=ev.thread_root))
+
     async def _send_when_up(self, room_id: str, command_id: str, content: dict) -> str:
         """Send, and while the homeserver is unreachable keep trying (backoff doubling,
         capped) for SEND_RETRY_FOR seconds: a command that came just before an outage

@@ -155,8 +155,10 @@ def check_sqlite_left_behind(cfg: Config) -> Check | None:
 
 
 def check_collection(cfg: Config) -> Check:
-    """The collection holds every window the event log says is indexed."""
+    """The collection holds every window the event log says is indexed, and each
+    window's record lists every event the event log puts in it."""
     from indexer.components import open_store
+    from indexer.pipeline.verify_index import events_outside_windows
     from indexer.store.eventlog import EventLog
     from indexer.records import CORPUS_CHAT
     from indexer.store.eventlog_check import check_eventlog
@@ -170,21 +172,28 @@ def check_collection(cfg: Config) -> Check:
                      "" if n == 0 else "the event log is missing: restore it from a backup "
                      "(docs/deployment.md), or move the Chroma folder aside to start over")
     eventlog = EventLog(cfg.database, read_only=True)
+    store = open_store(cfg, eventlog, inspect=True)
     try:
         logged = eventlog.window_ids()
+        held = store.ids(CORPUS_CHAT)
+        outside = events_outside_windows(store, eventlog)
     finally:
         eventlog.close()
-    held = open_store(cfg, inspect=True).ids(CORPUS_CHAT)
     missing, extra = len(logged - held), len(held - logged)
     detail = (f"the event log has {len(logged)} indexed windows, the collection "
               f"{len(held)} chat windows")
-    if missing:
-        return Check("index", False, f"{detail}: {missing} missing from the collection",
-                     "start the service: a collection holding less than half is rebuilt "
-                     "from the event log at start; otherwise `matrix-sources verify "
-                     "--index --dry-run`, then without --dry-run, requeues the missing ones")
+    if missing or outside:
+        return Check("index", False, f"{detail}: {missing} missing from the collection, "
+                     f"{len(outside)} message{'' if len(outside) == 1 else 's'} marked indexed "
+                     "in no window of it",
+                     "start the service (or `import`, `backfill`): a writer's start sets "
+                     "the missing windows' messages pending and indexes them again (a "
+                     "collection holding less than half is rebuilt); with the service "
+                     "stopped, `matrix-sources verify --index` also repairs messages "
+                     "their window does not list (--dry-run: only show)")
     if extra:
-        detail += f" ({extra} not in the event log: `matrix-sources verify --index` removes them)"
+        detail += (f" ({extra} not in the event log: the service's start, or "
+                   "`matrix-sources verify --index`, removes them)")
     return Check("index", True, detail)
 
 

@@ -5,6 +5,10 @@
               PIPELINE_FAILING_RUNS runs in a row (detail: which, with the error type)
     ready:    everything else
 
+Every answer also says how far indexing is behind (`backlog`: pending messages, the
+oldest one's wait, the bound, whether transactions are refused for it: backlog.py);
+being behind is not failing.
+
 Failures are read from the parts that see them (the transaction handler, the pipeline
 worker) through `problems`, callables that return a reason or None.
 """
@@ -47,6 +51,7 @@ class Health:
     homeserver: bool = False
     detail: str = "starting"
     problems: dict[str, Problem] = field(default_factory=dict)  # check name -> probe
+    backlog: Callable[[], dict] | None = None  # BacklogBound.report
 
     def failures(self) -> dict[str, str]:
         return {name: reason for name, probe in self.problems.items()
@@ -63,5 +68,12 @@ class Health:
         checks = {"store": self.store, "model": self.model, "homeserver": self.homeserver}
         checks.update({name: name not in failures for name in self.problems})
         detail = "; ".join(failures.values()) if started else self.detail
-        return web.json_response({"status": status, "checks": checks, "detail": detail},
-                                 status=200 if status == "ready" else 503)
+        body = {"status": status, "checks": checks, "detail": detail}
+        if self.backlog is not None:
+            body["backlog"] = backlog = self.backlog()
+            if backlog["full"] and started:
+                body["detail"] = "; ".join(filter(None, (detail, (
+                    f"indexing {backlog['pending']} messages behind, the oldest waiting "
+                    f"{backlog['oldest_pending_seconds']:g} s: transactions refused "
+                    "(Synapse keeps them) until it catches up"))))
+        return web.json_response(body, status=200 if status == "ready" else 503)

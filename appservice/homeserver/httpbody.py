@@ -30,8 +30,8 @@ MAX_PING_BYTES = 64 * 1024
 PARSE_IN_THREAD_BYTES = 256 * 1024
 
 
-def error(status: int, errcode: str, message: str) -> web.Response:
-    return web.json_response({"errcode": errcode, "error": message}, status=status)
+def error(status: int, errcode: str, message: str, **fields) -> web.Response:
+    return web.json_response({"errcode": errcode, "error": message, **fields}, status=status)
 
 
 class BodyError(Exception):

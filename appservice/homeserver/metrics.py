@@ -75,6 +75,7 @@ class MetricSources:
     store: Any  # indexer.store.chroma.ChromaStore: terms
     figures: EventLogFigures
     ready: Callable[[], bool]
+    backlog: Any = None  # .backlog.BacklogBound: pending, oldest wait, bound, refusals
 
 
 class _IndexCollector:
@@ -113,23 +114,46 @@ class _IndexCollector:
         g.add_metric([], 1.0 if s.ready() else 0.0)
         yield g
         yield from self._terms()
+        yield from self._backlog()
         if s.figures.figures is None:
             return  # not read yet: the scrape started the first read
         pending, oldest, lags = s.figures.figures
-        g = GaugeMetricFamily("matrix_sources_pipeline_queue_depth",
-                              "Events in the event log waiting for the pipeline")
-        g.add_metric([], pending)
-        yield g
-        g = GaugeMetricFamily("matrix_sources_pipeline_lag_seconds",
-                              "Age of the oldest event waiting for the pipeline")
-        g.add_metric([], max(0.0, time.time() - oldest / 1000) if oldest else 0.0)
-        yield g
+        if s.backlog is None:
+            g = GaugeMetricFamily("matrix_sources_pipeline_queue_depth",
+                                  "Events in the event log waiting for the pipeline")
+            g.add_metric([], pending)
+            yield g
+            g = GaugeMetricFamily("matrix_sources_pipeline_lag_seconds",
+                                  "How long the oldest event waiting for the pipeline has "
+                                  "waited since it was appended")
+            g.add_metric([], max(0.0, time.time() - oldest / 1000) if oldest else 0.0)
+            yield g
         g = GaugeMetricFamily("matrix_sources_cursor_lag_seconds",
                               "Per room: newest event in the log minus the room cursor",
                               labels=["room_id"])
         for room, lag_ms in sorted(lags.items()):
             g.add_metric([room], lag_ms / 1000)
         yield g
+
+    def _backlog(self):
+        """The backlog as the bound sees it (read every second: backlog.py)."""
+        b = self.sources.backlog
+        if b is None:
+            return
+        for name, doc, value in (
+                ("pipeline_queue_depth", "Events in the event log waiting for the pipeline",
+                 b.latest.pending),
+                ("pipeline_lag_seconds", "How long the oldest event waiting for the pipeline "
+                 "has waited since it was appended", b.oldest_seconds),
+                ("pipeline_queue_limit", "index.max_pending: past it transactions are "
+                 "refused (503) and Synapse keeps them", b.limit)):
+            g = GaugeMetricFamily(f"matrix_sources_{name}", doc)
+            g.add_metric([], value)
+            yield g
+        c = CounterMetricFamily("matrix_sources_transactions_refused_backlog",
+                                "Transactions answered 503 because the backlog was full")
+        c.add_metric([], b.refused)
+        yield c
 
     def _terms(self):
         terms = self.sources.store.terms

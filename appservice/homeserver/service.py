@@ -41,6 +41,7 @@ from indexer.records import RoomID, UserID
 from .erasure import ErasureWatch, self_leaves
 from .heap import release_free_memory
 from .pager import MatrixPager
+from .backlog import BacklogBound
 from .txngaps import TransactionGaps
 from .health import Health, appends_problem, pipeline_problem
 from .metrics import EventLogFigures, MetricSources, ServiceMetrics
@@ -99,6 +100,7 @@ class BotPort(Protocol):
 
     def on_commands(self, commands: Sequence[MessageEvent]) -> None: ...
     def on_invites(self, room_ids: Sequence[str]) -> None: ...
+    def resume(self) -> None: ...
     def on_withdrawn(self, event_ids: Iterable[str]) -> None: ...
     async def stop(self) -> None: ...
 
@@ -130,9 +132,14 @@ class Service:
             state_store=_StateStore(), log=logging.getLogger("mau.as"))
         self.state_retry = StateRetry(self._learn_room, self._state_known)
         self.gaps = TransactionGaps(self._on_transaction_gap)
+        # Past index.max_pending, Synapse keeps the events; pinged when there is room.
+        self.backlog = BacklogBound(self.eventlog.status.backlog, cfg.index.max_pending,
+                                    on_drained=lambda: self._spawn(self._ping_homeserver(),
+                                                                   "homeserver-ping"))
         self.az.transaction_handler = TransactionHandler(
             self.registration.hs_token, self.registration.id, self.ingest,
-            self._learn_room, self._on_admitted, self.state_retry, self.gaps)
+            self._learn_room, self._on_admitted, self.state_retry, self.gaps,
+            commands=self.index.commands, backlog=self.backlog)
         self.transactions = self.az.transaction_handler
         self.answers = self.index.answers
         self.metrics = ServiceMetrics()
@@ -141,6 +148,7 @@ class Service:
                          if cfg.homeserver.admin_token_file else None)
         # The store opened and the model loaded above; the homeserver is checked in start().
         self.health = Health(store=True, model=True, detail="waiting for the homeserver",
+                             backlog=self.backlog.report,
                              problems={
                                  "appends": appends_problem(
                                      lambda: self.transactions.append_failures),
@@ -149,7 +157,7 @@ class Service:
                                      lambda: self.worker.last_error)})
         self.metrics.attach(MetricSources(
             self.pipeline, self.transactions, self.worker, self.store,
-            EventLogFigures(self.eventlog.path), lambda: self.health.ready))
+            EventLogFigures(self.eventlog.path), lambda: self.health.ready, self.backlog))
         # Routes must exist before the aiohttp runner starts in az.start().
         self.az.app.router.add_get("/health", self.health.handle)
         self.az.app.router.add_get("/metrics", self.metrics.handle_metrics)
@@ -191,8 +199,11 @@ class Service:
                                                      "rule": "timestamp_out_of_range"})
         if not self.external:  # else `matrix-sources worker` processes embed
             self.worker.start()
+        self.backlog.start()
         self._spawn(self._watch_allowlist(), "allowlist-watch")
         self.az.ready = True
+        if self.bot is not None:
+            self.bot.resume()  # the commands a crash left unanswered
         self.health.homeserver = True
         self._spawn(self._ping_homeserver(), "homeserver-ping")
         log.info("started", extra={"bot": self.cfg.bot_user, "rooms": len(self.gate.allowlist),
@@ -246,6 +257,7 @@ class Service:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.gaps.stop()
+        await self.backlog.stop()
         if self.erasures is not None:
             await self.erasures.stop()
         await self.state_retry.stop()

@@ -23,7 +23,11 @@ new events and must be processed, or those messages would be silently dropped.
               later (roomstate.StateRetry; meanwhile not fetched per transaction), the
               rest goes on: one room never holds back the others
       each event parsed once: `!sources` commands and the bot's invites routed to
-          the bot (never stored), the rest to ingest
+          the bot, the rest to ingest; commands kept in the event log until answered
+          (indexer/store/commands.py), so a crash loses none; one seen before is not
+          routed again
+      the backlog at index.max_pending (backlog.py) -> 503 M_LIMIT_EXCEEDED: Synapse
+          keeps the events and retries; the commands are taken all the same
       gate + append (one SQLite transaction with the txn id) -> 200 {} / 500
 
 Every SQLite call runs in a worker thread: the loop only moves bytes.
@@ -36,7 +40,8 @@ import hashlib
 import hmac
 import json
 import logging
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, replace
 from typing import Awaitable, Callable, Protocol
 
 from aiohttp import web
@@ -46,6 +51,9 @@ from indexer.ingest.gate import STATE_UNAVAILABLE
 from indexer.ingest.admit import AdmitResult, Ingest
 from indexer.records import EventID, Refusal, RoomID
 
+from indexer.store.commands import CommandLog
+
+from .backlog import BacklogBound
 from .httpbody import (MAX_PING_BYTES, MAX_TRANSACTION_BYTES, BodyError, error,
                        read_json_object)
 from .roomstate import is_outage
@@ -116,7 +124,12 @@ def route(events: list, bot_user: str) -> tuple[list[tuple[object, object]], Rou
 class TransactionHandler:
     def __init__(self, hs_token: str, registration_id: str, ingest: Ingest,
                  fetch_state: FetchState, on_admitted: OnAdmitted,
-                 retry: Retry | None = None, gaps: TransactionGaps | None = None) -> None:
+                 retry: Retry | None = None, gaps: TransactionGaps | None = None,
+                 commands: CommandLog | None = None, backlog: BacklogBound | None = None,
+                 wall: Callable[[], float] = time.time) -> None:
+        """`commands`: where commands are kept until answered (None: in memory only);
+        `backlog`: the bound on pending events (None: none); `wall`: the clock kept
+        commands are stamped with."""
         self._hs_token = hs_token.encode()
         self._registration_id = registration_id
         self._ingest = ingest
@@ -124,6 +137,7 @@ class TransactionHandler:
         self._on_admitted = on_admitted
         self._retry = retry
         self._gaps = gaps  # a numbered transaction that never comes (txngaps.py)
+        self._commands, self._backlog, self._wall = commands, backlog, wall
         # Synapse sends one transaction at a time; a lock keeps it so for anyone else.
         self._lock = asyncio.Lock()
         self.received = 0
@@ -179,14 +193,30 @@ class TransactionHandler:
             except _Outage:
                 return error(503, "M_UNKNOWN", "homeserver unreachable; retry later")
             rest, routed = route(events, self._ingest.gate.bot_user)
+            if routed.commands and self._commands is not None:
+                try:
+                    routed = await asyncio.to_thread(self._keep_commands, routed)
+                except Exception:
+                    self.append_failures += 1
+                    log.exception("commands_keep_failed", extra={"txn": txn_id})
+                    return error(500, "M_UNKNOWN", "could not store the transaction; retry")
+            if self._backlog is not None and self._backlog.full:
+                self._backlog.refuse()
+                self._route_commands(routed)
+                return error(503, "M_LIMIT_EXCEEDED",
+                             f"indexing is {self._backlog.latest.pending} messages behind; "
+                             "retry later", retry_after_ms=5000)
             admitted, deferred = _partition(rest, unavailable)
             try:
                 result = await asyncio.to_thread(self._admit, admitted, deferred, txn_key)
             except Exception:
                 self.append_failures += 1
                 log.exception("append_failed", extra={"txn": txn_id, "events": len(events)})
+                self._route_commands(routed)
                 return error(500, "M_UNKNOWN", "could not store the transaction; retry")
             self.append_failures = 0
+            if self._backlog is not None:
+                self._backlog.appended(result.appended)
             if self._gaps is not None:
                 self._gaps.answered(txn_id)
         log.info("transaction", extra={"txn": txn_id, "events": len(events),
@@ -222,6 +252,20 @@ class TransactionHandler:
                           extra={"txn": txn_id, "room_id": room_id})
                 unavailable.add(room_id)
         return unavailable
+
+    def _route_commands(self, routed: Routed) -> None:
+        """A transaction not taken (503, 500): its kept commands are answered now, once."""
+        if routed.commands and self._commands is not None:
+            self._on_admitted([], AdmitResult(), Routed(commands=routed.commands))
+
+    def _keep_commands(self, routed: Routed) -> Routed:
+        """In a worker thread: the commands kept before the answer; those kept before
+        (the transaction sent again) are not routed again."""
+        assert self._commands is not None
+        new = self._commands.keep([(c.message, c.thread_root) for c in routed.commands],
+                                  int(self._wall() * 1000))
+        return replace(routed, commands=tuple(c for c in routed.commands
+                                              if c.message.event_id in new))
 
     def _admit(self, events: list, deferred: list, txn_key: str) -> AdmitResult:
         """In a worker thread: gate and append with the transaction id, then journal the

@@ -11,8 +11,12 @@ import math
 import os
 import re
 import threading
+from contextlib import nullcontext
 from pathlib import Path
-from typing import Protocol, Sequence
+from typing import TYPE_CHECKING, Protocol, Sequence
+
+if TYPE_CHECKING:
+    from .priority import ModelTurns
 
 MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -113,20 +117,23 @@ def bf16_supported() -> bool:
 
 
 def encode_in_length_order(embedder: Embedder, texts: Sequence[str],
-                           call_size: int) -> list[list[float]]:
+                           call_size: int, turns: "ModelTurns | None" = None
+                           ) -> list[list[float]]:
     """Embed many texts in calls of at most `call_size`, longest first; the vectors come
     back in the order of `texts`.
 
     The model pads every batch to its longest text and sorts only the texts of one
     call: cut a room's windows into calls first and each call mixes long and short
     ones (on the eval chat, 1.6x the word pieces of a global sort). Sorted first, the
-    calls hold texts of like length. Short calls keep the model lock free between them,
-    so a query's encode waits for one call at most."""
+    calls hold texts of like length. Each call is one background turn of `turns`
+    (priority.py): a query waits for one call at most, then goes first."""
     order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
     out: list[list[float]] = [[] for _ in texts]
     for start in range(0, len(order), call_size):
         part = order[start:start + call_size]
-        for i, vector in zip(part, embedder.encode([texts[i] for i in part])):
+        with turns.background() if turns is not None else nullcontext():
+            vectors = embedder.encode([texts[i] for i in part])
+        for i, vector in zip(part, vectors):
             out[i] = vector
     return out
 

@@ -11,6 +11,8 @@
     collection lost (it holds less than half the windows the event log says it indexed:
         a Chroma folder deleted or restored from an old backup) -> the same rebuild. An
         empty store is not taken for a new one while the event log says otherwise.
+    else, gaps (verify_index.repair_gaps) -> a window of indexed events the collection
+        lacks: its events set pending again; a chat window no indexed event is in: deleted
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from ..store.eventlog import EventLog
 from .pipeline import Pipeline
 from ..records import CORPUS_CHAT, CORPUS_REFERENCE
 from ..store.chroma import ChromaStore
+from .verify_index import repair_gaps
 
 log = logging.getLogger(f"matrix_sources.{__name__}")
 CORPORA = ",".join(sorted((CORPUS_CHAT, CORPUS_REFERENCE)))
@@ -104,6 +107,8 @@ def ensure_meta(store: ChromaStore, eventlog: EventLog, pipeline: Pipeline,
     reason = rebuild_reason(store, eventlog, pipeline.embedder)
     if not reason:
         store.set_meta(expected_meta(pipeline.embedder))
+        with pipeline.lock:
+            repair_gaps(store, eventlog)
         return False
     log.warning("collection_rebuild", extra={"reason": reason, "windows": store.count()})
     with pipeline.lock:

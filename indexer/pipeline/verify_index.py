@@ -6,6 +6,8 @@ coming back from query() while get() still has them; edits and redactions are ex
 that churn. Repairs:
     unreachable window          -> deleted and added again (same id, vector, document)
     in the event log, not store -> its events set pending: the pipeline rebuilds it
+    an event its window's record does not list -> the window deleted, its events set
+                                   pending
     in the store, not the log   -> deleted (chat windows only; reference sections are
                                    the reference corpora's)
 After repairs, every window is checked again; anything still unreachable fails.
@@ -19,12 +21,16 @@ refuses outright when the event log is missing or damaged (eventlog_check.py).
 
 from __future__ import annotations
 
+import json
+import logging
 from dataclasses import dataclass, field
 from typing import Callable
 
 from ..store.eventlog import EventLog
-from ..records import CORPUS_REFERENCE, WindowID
+from ..records import CORPUS_CHAT, CORPUS_REFERENCE, EventID, WindowID
 from ..store.chroma import ChromaStore
+
+log = logging.getLogger(f"matrix_sources.{__name__}")
 
 PAGE = 500
 PROBE_K = 10  # a window must be among the nearest PROBE_K of its own vector
@@ -37,6 +43,8 @@ class IndexReport:
     unreachable: list[WindowID] = field(default_factory=list)
     missing: list[WindowID] = field(default_factory=list)  # in the log, not the store
     orphans: list[WindowID] = field(default_factory=list)  # in the store, not the log
+    # Indexed events their window's record does not list (their windows redone).
+    outside: list[EventID] = field(default_factory=list)
     still_unreachable: list[WindowID] = field(default_factory=list)
     dry_run: bool = False
     refused: str = ""  # why the orphans were not deleted
@@ -44,7 +52,7 @@ class IndexReport:
     @property
     def ok(self) -> bool:
         if self.dry_run:
-            return not (self.unreachable or self.missing or self.orphans)
+            return not (self.unreachable or self.missing or self.orphans or self.outside)
         return not self.still_unreachable and not self.refused
 
     def lines(self) -> list[str]:
@@ -56,6 +64,8 @@ class IndexReport:
                + (f" ({would}repaired)" if self.unreachable and (
                    self.dry_run or not self.still_unreachable) else ""),
                f"  missing from the store: {len(self.missing)} (events {would}set pending)",
+               f"  messages their window does not list: {len(self.outside)} "
+               f"(windows {would}deleted, events {would}set pending)",
                f"  orphaned in the store: {len(self.orphans)} ({deleted})"]
         if self.refused:
             out.append(f"FAIL deleting refused: {self.refused}")
@@ -106,6 +116,7 @@ def verify_index(store: ChromaStore, eventlog: EventLog, repair: bool = True,
     report.windows, report.log_windows = len(stored), len(logged)
     report.missing = sorted(logged - set(stored))
     report.orphans = sorted(chat - logged)
+    report.outside = events_outside_windows(store, eventlog)
     report.unreachable = unreachable_windows(store, None, progress)
     report.refused = deletion_refusal(len(chat), len(logged), len(report.orphans))
     if not repair:
@@ -116,8 +127,63 @@ def verify_index(store: ChromaStore, eventlog: EventLog, repair: bool = True,
         store.delete(report.orphans)
     if report.missing:
         eventlog.requeue_windows(report.missing)
+    if report.outside:
+        # Their whole windows: a pending event that starts a window still stored would
+        # be re-cut into a window of the same id, overwriting the record of the others.
+        redo = sorted(eventlog.status.windows_of(report.outside))
+        store.delete(redo)
+        eventlog.requeue_windows(redo)
     if report.unreachable:
         store.readd([w for w in report.unreachable if w not in set(report.orphans)])
         report.still_unreachable = unreachable_windows(
             store, [w for w in report.unreachable if w not in set(report.orphans)])
     return report
+
+
+@dataclass(frozen=True)
+class Gaps:
+    """Where the collection and the event log disagree on chat windows."""
+
+    missing: list[WindowID]  # events marked indexed in them; not in the collection
+    orphans: list[WindowID]  # in the collection; no indexed event is in them
+    refused: str = ""  # why the orphans are kept (deletion_refusal)
+
+
+def index_gaps(store: ChromaStore, eventlog: EventLog) -> Gaps:
+    """Window ids only: cheap enough for every writer's start (rebuild.ensure_meta)."""
+    logged, held = eventlog.window_ids(), store.ids(CORPUS_CHAT)
+    orphans = sorted(held - logged)
+    return Gaps(sorted(logged - held), orphans,
+                deletion_refusal(len(held), len(logged), len(orphans)))
+
+
+def repair_gaps(store: ChromaStore, eventlog: EventLog) -> tuple[Gaps, int]:
+    """The start-up check: a window the event log holds indexed events in but the
+    collection lacks (a crash between a re-chunk's delete and its re-point, a lost
+    write) has its events set pending, so the pipeline indexes them again; a window no
+    indexed event is in (a crash after an upsert whose re-point never came, then a
+    re-chunk cutting otherwise) is deleted, unless the event log cannot judge. Returns
+    the gaps and how many events were set pending. Call it before the pipeline runs."""
+    gaps = index_gaps(store, eventlog)
+    requeued = eventlog.requeue_windows(gaps.missing) if gaps.missing else 0
+    if gaps.orphans and not gaps.refused:
+        store.delete(gaps.orphans)
+    if gaps.missing or gaps.orphans:
+        log.warning("index_gaps_repaired", extra={
+            "missing_windows": len(gaps.missing), "events_requeued": requeued,
+            "orphans": len(gaps.orphans), "orphans_deleted": not gaps.refused})
+    return gaps, requeued
+
+
+def events_outside_windows(store: ChromaStore, eventlog: EventLog,
+                           page: int = PAGE) -> list[EventID]:
+    """Events marked indexed that the record of their window does not list (or whose
+    window is not in the collection): doctor's check, every record's metadata read."""
+    assigned = eventlog.status.indexed_events()
+    held: dict[str, set[str]] = {}
+    ids = sorted(set(assigned.values()))
+    for i in range(0, len(ids), page):
+        res = store.records(("metadatas",), ids[i:i + page])
+        for wid, meta in zip(res["ids"], res["metadatas"]):
+            held[wid] = set(json.loads((meta or {}).get("event_ids", "[]")))
+    return sorted(e for e, w in assigned.items() if e not in held.get(w, ()))

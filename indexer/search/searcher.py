@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import math
 import re
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 import numpy as np
 
 from ..pipeline.embedder import Embedder
+from ..pipeline.priority import ModelTurns
 from ..records import Hit
 from ..store.chroma import ChromaStore
 from .abstain import Floor
@@ -78,13 +80,20 @@ class Searcher:
 
     def __post_init__(self) -> None:
         self.texts = WindowTexts(self.store.eventlog)
+    # The model shared with the pipeline: a search goes first (pipeline/priority.py).
+    turns: ModelTurns | None = None
 
     def search(self, query: SourceQuery) -> list[Hit]:
         return self.search_with_closest(query)[0]
 
     def search_with_closest(self, query: SourceQuery) -> tuple[list[Hit], Hit | None]:
         """The hits, and when the floor left none, the closest one below it (what
-        `!sources why 1` explains after a "nothing matches")."""
+        `!sources why 1` explains after a "nothing matches"). One query turn of the
+        model: indexing waits meanwhile."""
+        with self.turns.query() if self.turns is not None else nullcontext():
+            return self._search(query)
+
+    def _search(self, query: SourceQuery) -> tuple[list[Hit], Hit | None]:
         # A duplicated text must not count twice: query each distinct text once.
         texts = list(dict.fromkeys(query.texts))
         if not any(_WORDY.search(t) for t in texts):

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterable, Protocol, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Protocol, Sequence, TypeVar
 
 import numpy as np
 
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from .eventlog import EventLog
 
 COLLECTION = "matrix_sources"
+T = TypeVar("T")
 log = logging.getLogger(f"matrix_sources.{__name__}")
 
 
@@ -147,6 +148,21 @@ class ChromaStore:
         moved. The worker asks inside its fenced commit, which no swap runs beside."""
         return self._live.follow()
 
+    def _read(self, call: Callable[[], T]) -> T:
+        """A read of vectors, or filtered by metadata. Embedded Chroma loads a folder's
+        vector index once per process: a process that opened it before another wrote
+        (a CLI beside the service, a checker after a restart) finds the new records'
+        metadata but not their vectors, and Chroma raises "Error finding id". The
+        folder is then opened afresh and the read tried once more."""
+        try:
+            return call()
+        except Exception as e:  # chromadb.errors.InternalError, not imported up front
+            if "Error finding id" not in str(e) or self.path is None:
+                raise
+        log.warning("chroma_reopened_stale_vectors", extra={"generation": self._live.n})
+        self._live.reopen()
+        return call()
+
     # -- meta: what produced the vectors ---------------------------------------------
 
     def meta(self) -> dict:
@@ -244,8 +260,8 @@ class ChromaStore:
         """What Chroma itself holds of the points (all, or `ids`), as Chroma returns it:
         "ids" and the `include`d "documents", "embeddings", "metadatas". Nothing is read
         from the event log: for the checks that Chroma keeps no text."""
-        return self._col.get(ids=list(ids) if ids is not None else None,
-                             include=list(include))
+        return self._read(lambda: self._col.get(ids=list(ids) if ids is not None else None,
+                                                include=list(include)))
 
     def ids(self, corpus: str) -> set[str]:
         """Every record id of one corpus (doctor compares them with the event log)."""
@@ -262,10 +278,9 @@ class ChromaStore:
         # No count() first: Chroma 1.5 returns what it has when asked for more (also
         # from an empty collection), and count() took 4x the query itself at 100,000
         # windows (13 ms against 3; bench/query.py).
-        res = self._col.query(query_embeddings=[list(v) for v in vectors],
-                              n_results=n, where=where or None,
-                              include=["metadatas", "distances"] if records
-                              else ["distances"])
+        res = self._read(lambda: self._col.query(
+            query_embeddings=[list(v) for v in vectors], n_results=n, where=where or None,
+            include=["metadatas", "distances"] if records else ["distances"]))
         metas = res["metadatas"] if records else [[None] * len(ids) for ids in res["ids"]]
         return [[Neighbour(WindowID(i), 1.0 - float(d),
                            _stored(i, m) if records else None)
@@ -294,12 +309,14 @@ class ChromaStore:
         """Pages of (window id, vector), over all windows or the given ids."""
         if ids is not None:
             for i in range(0, len(ids), page):
-                res = self._col.get(ids=list(ids[i:i + page]), include=["embeddings"])
+                res = self._read(lambda: self._col.get(ids=list(ids[i:i + page]),
+                                                       include=["embeddings"]))
                 yield list(zip(res["ids"], [list(v) for v in res["embeddings"]]))
             return
         offset = 0
         while True:
-            res = self._col.get(limit=page, offset=offset, include=["embeddings"])
+            res = self._read(lambda: self._col.get(limit=page, offset=offset,
+                                                   include=["embeddings"]))
             if not res["ids"]:
                 return
             yield list(zip(res["ids"], [list(v) for v in res["embeddings"]]))
@@ -313,7 +330,8 @@ class ChromaStore:
         search 1.2 ms more at 100,000 windows)."""
         if not window_ids:
             return []
-        res = self._col.get(ids=list(window_ids), include=["metadatas", "embeddings"])
+        res = self._read(lambda: self._col.get(ids=list(window_ids),
+                                               include=["metadatas", "embeddings"]))
         return [(_stored(i, m), list(v))
                 for i, m, v in zip(res["ids"], res["metadatas"], res["embeddings"])]
 

@@ -14,15 +14,16 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 from ..config import Database as Location
 from .eventlog_claims import ClaimTables
 from .eventlog_db import Database
-from .sqldialect import Cursor
+from .sqldialect import Cursor as SqlCursor
 from .eventlog_derived import DerivedColumns
 from .eventlog_history import Applied, Edit, HistoryTables, Redaction
 from .eventlog_texts import TextReads, _chunks
+from .eventlog_status import StatusReads
 from .eventlog_timeline import TimelineReads
 from ..records import EventID, EventStatus, Message, RoomID, UserID, WindowID
 
@@ -44,6 +45,26 @@ class Tail:
     held: dict[EventID, WindowID]  # the indexed ones, and the window each is in
 
 
+def _unsplit(db: Any, room_id: RoomID, thread: str,
+             start: tuple[int, int]) -> tuple[int, int]:
+    """`start` moved back until no stored window of the timeline holds indexed events on
+    both sides of it. A tail starting inside a window would re-point only the window's
+    later events and delete it whole as stale, leaving its earlier events indexed in no
+    window; history older than the open block (a backfill racing live events) moves the
+    recorded start there, and windows follow conversations, so they interleave."""
+    while True:
+        row = db.execute(
+            "SELECT ts, seq FROM events WHERE status = ? AND window_id IN ("
+            "SELECT window_id FROM events WHERE room_id = ? AND status = ?"
+            " AND COALESCE(thread_root, '') = ? AND (ts, seq) >= (?, ?)"
+            " AND window_id IS NOT NULL) ORDER BY ts, seq LIMIT 1",
+            (EventStatus.INDEXED.value, room_id, EventStatus.INDEXED.value, thread,
+             *start)).fetchone()
+        if row is None or tuple(row) >= start:
+            return start
+        start = tuple(row)
+
+
 @dataclass(frozen=True, slots=True)
 class Cursor:
     room_id: RoomID
@@ -56,7 +77,8 @@ class EventLog:
     """The core (appending, the pipeline's reads and writes, purges, meta), with its
     parts on one `Database`: `history` (edits, redactions, dirty windows), `texts`
     (what the store and search read), `timeline` (linkage's reads), `derived` (the
-    derived-message columns), `claims` (embedding workers' claims on rooms)."""
+    derived-message columns), `claims` (embedding workers' claims on rooms), `status`
+    (the backlog, and what is indexed where)."""
 
     def __init__(self, where: Location | Path | str, read_only: bool = False) -> None:
         """`where`: store.database (config.Database), or an SQLite file's path, or a
@@ -69,12 +91,13 @@ class EventLog:
         self.timeline = TimelineReads(self.db)
         self.derived = DerivedColumns(self.db)
         self.claims = ClaimTables(self.db)
+        self.status = StatusReads(self.db)
 
     def close(self) -> None:
         self.db.close()
 
     @contextmanager
-    def transaction(self, immediate: bool = True) -> Iterator[Cursor]:
+    def transaction(self, immediate: bool = True) -> Iterator[SqlCursor]:
         """Database.transaction: for the store's own tables (answers.py) and tests."""
         with self.db.transaction(immediate) as cur:
             yield cur
@@ -97,14 +120,15 @@ class EventLog:
         (eventlog_history.py), what they changed noted in `applied`."""
         now = int(time.time() * 1000)
         rows = [(m.event_id, m.room_id, m.sender, m.ts, m.body, EventStatus.PENDING.value,
-                 root, m.reply_to, " ".join(m.mentions) or None, now) for m, root in messages]
+                 root, m.reply_to, " ".join(m.mentions) or None, now, now)
+                for m, root in messages]
         with self.transaction() as cur:
             if history is not None:
                 rows = self.history.filter_in(cur, rows)
             added = cur.executemany(
                 "INSERT INTO events (event_id, room_id, sender, ts, body, status,"
-                " thread_root, reply_to, mentions, text_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " thread_root, reply_to, mentions, text_at, received_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                 " ON CONFLICT DO NOTHING", rows).rowcount if rows else 0
             if history is not None:
                 self.history.apply(cur, history, applied if applied is not None else Applied(),
@@ -153,7 +177,7 @@ class EventLog:
                     " AND COALESCE(thread_root, '') = ? ORDER BY ts DESC, seq DESC LIMIT 1)"
                     " ORDER BY ts, seq LIMIT 1",
                     (room_id, EventStatus.INDEXED.value, thread)).fetchone()
-            start = tuple(row) if row else (2 ** 63 - 1, 0)
+            start = _unsplit(db, room_id, thread, tuple(row)) if row else (2 ** 63 - 1, 0)
             rows = db.execute(
                 "SELECT event_id, room_id, sender, ts, body, status, reply_to, mentions,"
                 " window_id FROM events"
@@ -194,7 +218,7 @@ class EventLog:
                             " SET first_event_id = excluded.first_event_id",
                             (room_id, block_start[0] or "", block_start[1]))
 
-    def _withdrawn_meanwhile(self, cur: Cursor, assignments: dict[EventID, WindowID]) -> None:
+    def _withdrawn_meanwhile(self, cur: SqlCursor, assignments: dict[EventID, WindowID]) -> None:
         """Events redacted (or forgotten, or expired) while their window was embedded:
         the window just stored was made from their text. It is marked dirty as a
         redaction marks it, so it is re-chunked without them and its old vector
@@ -231,8 +255,11 @@ class EventLog:
     def requeue_all(self) -> int:
         """A rebuild: every indexed event back to pending, cursors and dirty marks gone."""
         with self.transaction() as cur:
-            cur.execute("UPDATE events SET status = ?, window_id = NULL WHERE status = ?",
-                        (EventStatus.PENDING.value, EventStatus.INDEXED.value))
+            # Waiting since now (eventlog_status.Backlog), not since first appended.
+            cur.execute("UPDATE events SET status = ?, window_id = NULL, received_at = ?"
+                        " WHERE status = ?", (EventStatus.PENDING.value,
+                                              int(time.time() * 1000),
+                                              EventStatus.INDEXED.value))
             n = cur.rowcount
             cur.execute("DELETE FROM cursors")
             cur.execute("DELETE FROM open_blocks")
@@ -244,9 +271,10 @@ class EventLog:
         with self.transaction() as cur:
             n = 0
             for w in window_ids:
-                cur.execute("UPDATE events SET status = ?, window_id = NULL"
+                cur.execute("UPDATE events SET status = ?, window_id = NULL, received_at = ?"
                             " WHERE window_id = ? AND status = ?",
-                            (EventStatus.PENDING.value, w, EventStatus.INDEXED.value))
+                            (EventStatus.PENDING.value, int(time.time() * 1000), w,
+                             EventStatus.INDEXED.value))
                 n += cur.rowcount
         return n
 

@@ -14,11 +14,12 @@ LagReport = tuple[int, "int | None", dict[str, int]]
 
 
 def lag_figures(db: Any) -> LagReport:
-    """(pending events, ts of the oldest pending event, per-room lag in ms between the
-    newest event in the log and the room's cursor). Two scans of the events table:
-    about 350 ms at 1M events, so never on the event loop nor under the log's lock."""
+    """(pending events, when the oldest pending event was appended (ms), per-room lag in
+    ms between the newest event in the log and the room's cursor). The first over the
+    partial index of pending events; the second scans the events table: about 350 ms at
+    1M events, so never on the event loop nor under the log's lock."""
     pending, oldest = db.execute(
-        "SELECT COUNT(*), MIN(ts) FROM events WHERE status = ?",
+        "SELECT COUNT(*), MIN(received_at) FROM events WHERE status = ?",
         (EventStatus.PENDING.value,)).fetchone()
     rows = db.execute(
         "SELECT e.room_id, MAX(e.ts) - COALESCE(c.ts, MIN(e.ts)) FROM events e"

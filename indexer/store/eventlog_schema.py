@@ -45,6 +45,13 @@ def _sql(*statements: str) -> Callable[[Cursor, Dialect], None]:
     return run
 
 
+def _steps(*steps: Callable[[Cursor, Dialect], None]) -> Callable[[Cursor, Dialect], None]:
+    def run(cur: Cursor, dialect: Dialect) -> None:
+        for step in steps:
+            step(cur, dialect)
+    return run
+
+
 def _columns(table: str, *columns: tuple[str, str]) -> Callable[[Cursor, Dialect], None]:
     """Add what `table` lacks of (name, type) columns."""
     def run(cur: Cursor, dialect: Dialect) -> None:
@@ -156,6 +163,23 @@ MIGRATIONS: tuple[Migration, ...] = (
         "CREATE TABLE IF NOT EXISTS collection_fence (id INTEGER PRIMARY KEY)",
         "INSERT INTO collection_fence (id) VALUES (1) ON CONFLICT DO NOTHING",
     )),
+    Migration(12, "when each event was appended, the pending ones indexed by it (how far "
+                  "indexing is behind: eventlog_status.py); `!sources` commands taken and "
+                  "not answered yet (commands.py)", _steps(
+        _columns("events", ("received_at", "INTEGER")),
+        _sql("CREATE INDEX IF NOT EXISTS events_pending ON events (received_at)"
+             " WHERE status = 'pending'",
+             """CREATE TABLE IF NOT EXISTS commands (
+            event_id    TEXT PRIMARY KEY,
+            room_id     TEXT NOT NULL,
+            sender      TEXT NOT NULL,
+            ts          INTEGER NOT NULL,
+            body        TEXT,              -- NULL once answered: a query is kept no longer
+            thread_root TEXT,
+            reply_to    TEXT,
+            received_at INTEGER NOT NULL,  -- ms, wall clock
+            answered_at INTEGER            -- ms; the row stays a day: a retry is not new
+        )"""))),
 )
 
 LATEST = MIGRATIONS[-1].version

@@ -157,7 +157,7 @@ class Generations:
                     self.server_files.clean()
             return
         if client is not None:
-            _stop(client)
+            stop_client(client)
         folder = self.folder(n)
         if n == 0:  # the previous release's files, beside the generation folders
             for f in LEGACY_FILES:
@@ -216,6 +216,11 @@ class Live:
         self.client, self.collection = self.gens.open(n)
         return True
 
+    def reopen(self) -> None:
+        """Open the live generation's folder afresh (embedded: a stale vector index)."""
+        stop_client(self.client)
+        self.client, self.collection = self.gens.open(self.n)
+
     def wrote(self, ids) -> None:
         """Ids written while a compaction copies (caught up before its swap)."""
         written = self.written
@@ -233,7 +238,7 @@ class Live:
             self.after_swap()
 
 
-def _stop(client) -> None:
+def stop_client(client) -> None:
     """Stop an embedded client so that nothing of it writes its folder again. chromadb
     caches one system per path; stopping it closes its files."""
     from chromadb.api.client import SharedSystemClient
