@@ -190,7 +190,7 @@ def test_doctor_names_an_event_its_window_does_not_list(indexed, capsys):
 
     store = ChromaStore(path=cfg.parent / "chroma")
     w = next(w for w in store.iter_windows() if len(w.event_ids) > 1)
-    (_, vector), = store.vectors([w.window_id])
+    (_, vector), = store.get_with_vectors([w.window_id])
     # Its record rewritten without its first event, under the same id.
     store.upsert([Window(w.window_id, w.room_id, tuple(_messages(cfg, w.window_id)[1:]))],
                  [vector])

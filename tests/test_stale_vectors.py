@@ -33,11 +33,11 @@ store.upsert([window(i) for i in range(1, 40)], [[1.0, float(i)] + [0.0] * 6 for
 def test_vectors_written_by_another_process_are_read_not_raised(tmp_path):
     reader = ChromaStore(path=tmp_path / "chroma")
     reader.upsert([window(0)], [[1.0] + [0.0] * 7])
-    assert [i for i, _ in reader.vectors([window(0).window_id])] == [window(0).window_id]
+    assert [w.window_id for w, _ in reader.get_with_vectors([window(0).window_id])] == [window(0).window_id]
     subprocess.run([sys.executable, "-c", WRITER, str(tmp_path / "chroma")], check=True,
                    cwd=__file__.rsplit("/tests/", 1)[0], timeout=120)
     ids = [window(i).window_id for i in range(40)]
-    assert [i for i, _ in reader.vectors(ids)] == ids  # was: InternalError
+    assert [w.window_id for w, _ in reader.get_with_vectors(ids)] == ids  # was: InternalError
     [near] = reader.nearest([[1.0, 39.0] + [0.0] * 6], 1, where={"room_id": ROOM})
     assert near[0].window_id == window(39).window_id
     assert len(reader.get_with_vectors(ids)) == 40
