@@ -226,7 +226,7 @@ def _lexical_ranker(store: ChromaStore) -> LexicalRanker:
     # The store's postings once built (the service's own store; termindex.py).
     terms = store.terms if isinstance(store.terms, TermIndex) and store.terms.ready.is_set() \
         else None
-    return LexicalRanker(lambda regex, where: matching(store, regex, where), fetch,
+    return LexicalRanker(lambda base, prefix, where: matching(store, base, prefix, where), fetch,
                          store.count, terms)
 
 

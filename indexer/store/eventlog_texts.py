@@ -135,15 +135,18 @@ class TextReads:
     def bodies_matching(self, test: Callable[[str], bool], room_id: str | None = None,
                         contains: str | None = None) -> set[str]:
         """Ids of the indexed windows one of whose message bodies passes `test`: the
-        lexical leg's scan when its postings cannot answer. `contains`: a lowercase
-        literal every passing body holds, which SQLite checks first (LIKE, for ASCII)."""
+        lexical leg's scan when its postings cannot answer. `contains`: an ASCII
+        literal every passing body holds once normalised (NFKC, casefold), which SQLite
+        checks first (LIKE, ASCII case-insensitive; a body with any other character is
+        always tested, as normalising it may make the literal: "ＡＢＣ" is "abc")."""
         sql = "SELECT window_id, body FROM events WHERE status = ? AND window_id IS NOT NULL"
         args: tuple = (EventStatus.INDEXED.value,)
         if room_id is not None:
             sql, args = sql + " AND room_id = ?", args + (room_id,)
         if contains and contains.isascii():
             like = contains.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-            sql, args = sql + " AND body LIKE ? ESCAPE '\\'", args + (f"%{like}%",)
+            sql += " AND (body LIKE ? ESCAPE '\\' OR body GLOB ?)"
+            args += (f"%{like}%", "*[^\x01-\x7f]*")
         out: set[str] = set()
         with self.db.locked() as db:
             for wid, body in db.execute(sql, args):
