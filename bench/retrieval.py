@@ -22,6 +22,11 @@ each index too: the share that gets no hit ("nothing matches") is reported.
 show what the floor costs answerable questions. `--set KEY=VALUE` edits the fresh
 data dirs' config.yaml. Prints the table and the data's attribution, writes the
 figures (and every item's first-hit rank) as JSON.
+
+To iterate on search (not on indexing): `--reuse-index --in-process` keeps the data
+dirs of a previous run and asks the same searcher the CLI builds (Index.open) in this
+process, the model loaded once; `--patch module.NAME=VALUE` sets a constant of an
+indexer module first (e.g. `--patch indexer.search.present.LINE_WEIGHT=0.6`).
 """
 
 from __future__ import annotations
@@ -92,8 +97,34 @@ def build_index(ds: evalkit.Dataset, data_dir: Path, settings: list[str]) -> dic
             "import_summary": res.stdout.strip().splitlines(), "settings": applied}
 
 
-def search_batch(queries: list[tuple[str, list[str]]], config: Path, work: Path
-                 ) -> tuple[dict, float]:
+_MODEL: list = []  # the in-process embedder, loaded once for every set
+
+
+def search_in_process(queries: list[tuple[str, list[str]]], config: Path) -> tuple[dict, float]:
+    """What search_batch gets from the CLI, from the searcher Index.open builds here."""
+    from indexer.components import Index
+    from indexer.config import load_config
+    from indexer.pipeline.embedder import load_embedder
+    from indexer.search.searcher import SourceQuery
+
+    cfg = load_config(config)
+    if not _MODEL:
+        _MODEL.append(load_embedder(cfg.index.embedder.model, cfg.index.embedder.backend,
+                                    cfg.models_dir))
+    index = Index.open(cfg, _MODEL[0])
+    t = time.perf_counter()
+    try:
+        out = {qid: [h.to_json() for h in index.searcher.search(
+            SourceQuery.build(texts, evalkit.DEPTH))] for qid, texts in queries}
+    finally:
+        index.close()
+    return out, time.perf_counter() - t
+
+
+def search_batch(queries: list[tuple[str, list[str]]], config: Path, work: Path,
+                 in_process: bool = False) -> tuple[dict, float]:
+    if in_process:
+        return search_in_process(queries, config)
     qfile = work / "queries.jsonl"
     with open(qfile, "w", encoding="utf-8") as f:
         for qid, texts in queries:
@@ -172,7 +203,7 @@ def run_set(ds: evalkit.Dataset, data_dir: Path, args) -> dict:
     config = data_dir / "config.yaml"
     asked = [(f"{i.id}|{v}", texts_for(i, v)) for i in items for v in VARIANTS]
     off = offtopic_queries()
-    hits, seconds = search_batch(asked + off, config, data_dir)
+    hits, seconds = search_batch(asked + off, config, data_dir, args.in_process)
     n_relevant = windows_holding(data_dir, items)
     results = evaluate(items, hits, n_relevant)
     abstained = [qid for qid, _ in off if not hits[qid]]
@@ -185,7 +216,7 @@ def run_set(ds: evalkit.Dataset, data_dir: Path, args) -> dict:
     if args.floor_cost:
         set_config(config, ["search.min_similarity=-1"])
         try:
-            unfloored, _ = search_batch(asked, config, data_dir)
+            unfloored, _ = search_batch(asked, config, data_dir, args.in_process)
         finally:
             set_config(config, [f"search.min_similarity={report['settings']['min_similarity']}"])
         report["without_floor"] = {v: r["metrics"] for v, r in
@@ -209,7 +240,20 @@ def main(argv: list[str] | None = None) -> int:
                    help="keep the data dirs' index from a previous run; only search again")
     p.add_argument("--floor-cost", action="store_true",
                    help="ask again with search.min_similarity -1 to show what the floor costs")
+    p.add_argument("--in-process", action="store_true",
+                   help="search in this process (the model loaded once), not through the CLI")
+    p.add_argument("--patch", action="append", default=[], metavar="MODULE.NAME=VALUE",
+                   help="set a module constant before searching (repeatable; in-process)")
     args = p.parse_args(argv)
+    for spec in args.patch:
+        import importlib
+
+        target, _, raw = spec.partition("=")
+        module, _, name = target.rpartition(".")
+        mod = importlib.import_module(module)
+        if not hasattr(mod, name):
+            raise SystemExit(f"error: --patch: {module} has no {name}")
+        setattr(mod, name, json.loads(raw))
 
     sets = evalkit.datasets(Path(args.eval_root) if args.eval_root else None)
     names = [n.strip() for n in args.sets.split(",") if n.strip()]

@@ -88,6 +88,14 @@ class LexicalRanker:
         got = self._from_index(words, where) if self.index is not None else None
         return (got if got is not None else self._from_scan(words, where))[:n]
 
+    def df(self, term: str, where: dict | None = None) -> int:
+        """How many stored windows hold the term (from the postings, else a scan)."""
+        if self.index is not None:
+            got = self.index.slot_postings(*base_of(term), where=where)
+            if got is not None:
+                return len(got[0])
+        return len(self.match(*base_of(term), where))
+
     def _from_index(self, words: list[str], where: dict | None) -> list[str] | None:
         """_prefilter and _bm25 on the postings' arrays: the same pool in the same order
         (ties by window id), without a Python loop over every matching window."""

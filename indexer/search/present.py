@@ -35,6 +35,7 @@ from ..pipeline.embedder import Embedder
 from ..records import CORPUS_CHAT, EventID, Hit, Line, Message, Window, WindowID
 from ..store.eventlog import EventLog
 from .abstain import QueryFloor
+from .evidence import NO_EVIDENCE, Evidence
 from .linkage import Horizon, responses
 
 MAX_ANSWERS = 12  # linked answers carried (and cited) per hit
@@ -43,6 +44,11 @@ MIN_LINE_CHARS = 12  # shorter lines are quoted only when nothing longer respond
 # How much the matched question's similarity counts against the window's when the hits
 # are ranked again (docs/benchmarks.md: 0.5 gave the best success@5 on both dev sets).
 LINE_WEIGHT = 0.5
+# How much the share of the query's words a window holds (evidence.py) adds to that
+# score: for a sentence, a nudge; for search-box words, enough that the windows holding
+# them come first (docs/benchmarks.md).
+WORD_WEIGHT = 0.1
+WORD_WEIGHT_KEYWORDS = 1.0
 CACHE_LINES = 8192  # line vectors kept in memory (about 12 MiB at 384 dimensions)
 _WORDY = re.compile(r"\w", re.UNICODE)
 
@@ -68,24 +74,28 @@ class Presenter:
         return self.present_above(hits, query_vectors, top_k)[0]
 
     def present_above(self, hits: Sequence[Hit], query_vectors: Sequence[Sequence[float]],
-                      top_k: int | None = None, floor: QueryFloor | None = None
-                      ) -> tuple[list[Hit], Hit | None]:
+                      top_k: int | None = None, floor: QueryFloor | None = None,
+                      evidence: Evidence = NO_EVIDENCE) -> tuple[list[Hit], Hit | None]:
         """The best `top_k` of the hits, with their answers and quoted lines. The hits
         are ranked again by what a person would read first: the window's similarity
-        to the query and its matched question's (`LINE_WEIGHT`); that score, kept as
-        the hit's `similarity`, is what the floor compares (abstain.py; a window that
-        mixes topics is not dropped when one of its lines is the question). A chat hit
+        to the query and its matched question's (`LINE_WEIGHT`), plus the share of the
+        query's words it holds (evidence.py; `WORD_WEIGHT`, more for search-box words).
+        The first part, kept as the hit's `similarity`, is what the floor compares
+        (abstain.py; a window that mixes topics is not dropped when one of its lines is
+        the question). A chat hit
         whose window has no message left (redacted meanwhile) is dropped; reference
         hits keep their similarity. Returns the hits, and when the floor left none, the closest."""
         queries = np.asarray(query_vectors, dtype=np.float32)
         windows = [self.eventlog.texts.window_messages(h.window_id) if h.corpus == CORPUS_CHAT
                    else None for h in hits]
         flat = self._vectors([m.body for w in windows if w for m in w])
+        words = WORD_WEIGHT_KEYWORDS if evidence.keywords else WORD_WEIGHT
         ranked, at = [], 0
         for rank, (h, w) in enumerate(zip(hits, windows)):
             sim = h.similarity if h.similarity is not None else -1.0
+            bonus = words * evidence.share(h.text)
             if w is None:  # reference: no lines of its own to match
-                ranked.append((sim, rank, h, None))
+                ranked.append((sim + bonus, rank, h, None, sim))
                 continue
             if not w:
                 continue
@@ -94,18 +104,18 @@ class Presenter:
             line_sims = (vecs @ queries.T).max(axis=1)
             anchor = int(np.argmax(line_sims))  # first of equals: the earliest line
             key = (1 - LINE_WEIGHT) * sim + LINE_WEIGHT * float(line_sims[anchor])
-            ranked.append((key, rank, h, (w, vecs, anchor)))
+            ranked.append((key + bonus, rank, h, (w, vecs, anchor), key))
         ranked.sort(key=lambda r: (-r[0], r[1]))
-        above = [r for r in ranked if floor is None or r[0] >= floor.needed(r[2].text)]
-        closest = None if above or not ranked else replace(ranked[0][2], similarity=ranked[0][0])
+        above = [r for r in ranked if floor is None or r[4] >= floor.needed(r[2].text)]
+        closest = None if above or not ranked else replace(ranked[0][2], similarity=ranked[0][4])
         kept = above[:top_k] if top_k is not None else above
         plans = [(h, self._plan(h, found[0]), found[1], found[2]) if found else (h, None, None, 0)
-                 for _, _, h, found in kept]
+                 for _, _, h, found, _ in kept]
         answers = [self._answers(p, anchor) if p else ([], set())
                    for _, p, _, anchor in plans]
         answer_vecs = self._vectors([m.body for a, _ in answers for m, _ in a])
         out, at = [], 0
-        for (h, p, vecs, anchor), ans, (key, *_) in zip(plans, answers, kept):
+        for (h, p, vecs, anchor), ans, (*_, key) in zip(plans, answers, kept):
             if p is None:
                 out.append(h)
                 continue
