@@ -182,3 +182,33 @@ def test_a_reply_to_another_of_the_askers_messages_is_not_this_questions_answer(
                     EventID("$q2"), (UserID(ALICE),))
     assert [l.answer.event_id for l in responses(q, [other, reply], Horizon())] == []
     assert [l.rule for l in responses(other, [reply], Horizon())] == ["reply"]
+
+
+def test_shortened_names_glued_forms_and_pills_link_answers():
+    """Issue 22: "dana:" answers dana-7f3, Slack's "@Delmy" answers slack-delmy, and a
+    pill in formatted_body (no m.mentions) is a mention."""
+    from indexer.ingest.events import parse_event
+    from indexer.search.linkage import Horizon, responses
+    from indexer.records import EventID, Message, RoomID, UserID
+
+    room = RoomID(ROOM)
+    dana, delmy = UserID("@dana-7f3:example.org"), UserID("@slack-delmy:example.org")
+    q = Message(EventID("$q"), room, dana, T0, "how do I rotate the signing key?")
+    noise = Message(EventID("$n"), room, UserID(CAROL), T0 + 1000, "lunch anyone?")
+    ans = Message(EventID("$a"), room, UserID(BOB), T0 + 2000,
+                  "dana: it is in the vault, rotate it yearly")
+    assert ("$a", "address") in [(l.answer.event_id, l.rule)
+                                 for l in responses(q, [noise, ans], Horizon())]
+    q2 = Message(EventID("$q2"), room, delmy, T0, "how do I put a nbsp in my view?")
+    ans2 = Message(EventID("$a2"), room, UserID(BOB), T0 + 2000, "@Delmy use \\u00a0 in text")
+    assert ("$a2", "address") in [(l.answer.event_id, l.rule)
+                                  for l in responses(q2, [noise, ans2], Horizon())]
+    pill = parse_event(event("$p", BOB, T0 + 3000, "dana-7f3: in the vault", **{
+        "format": "org.matrix.custom.html",
+        "formatted_body": '<a href="https://matrix.to/#/@dana-7f3:example.org">dana</a>: '
+                          'in the vault'})).message
+    assert pill.mentions == (dana,)
+    later = [noise, Message(pill.event_id, room, pill.sender, pill.ts, "in the vault",
+                            None, pill.mentions)]
+    assert ("$p", "mention") in [(l.answer.event_id, l.rule)
+                                 for l in responses(q, later, Horizon())]
