@@ -36,6 +36,7 @@ from ..records import CORPUS_CHAT, EventID, Hit, Line, Message, Window, WindowID
 from ..store.eventlog import EventLog
 from .abstain import QueryFloor
 from .evidence import NO_EVIDENCE, Evidence
+from .tokens import is_word, keys, tokens
 from .linkage import Horizon, responses
 
 MAX_ANSWERS = 12  # linked answers carried (and cited) per hit
@@ -49,6 +50,18 @@ LINE_WEIGHT = 0.5
 # them come first (docs/benchmarks.md).
 WORD_WEIGHT = 0.1
 WORD_WEIGHT_KEYWORDS = 1.0
+# A response quoted or carried must come this close (cosine) to the query or to the
+# matched question (issue 26: a line addressed to the asker is not an answer by that
+# alone); calibrated on the three dev sets (docs/benchmarks.md).
+ANSWER_FLOOR = 0.15
+# A window line that is no response is quoted only this close to the query: else fewer
+# lines are quoted.
+LINE_FLOOR = 0.3
+NOVELTY_FLOOR = 0.5  # the weight left to a line made only of the query's words
+# A line whose own words are at most this share of it echoes the question: it is quoted
+# only when nothing else responds, like "yes".
+ECHO = NOVELTY_FLOOR + (1 - NOVELTY_FLOOR) * 0.34
+STUFFED_WORDS, STUFFED_DISTINCT = 6, 0.5  # 6+ words, under half of them distinct
 CACHE_LINES = 8192  # line vectors kept in memory (about 12 MiB at 384 dimensions)
 _WORDY = re.compile(r"\w", re.UNICODE)
 
@@ -102,7 +115,11 @@ class Presenter:
             vecs = flat[at:at + len(w)]
             at += len(w)
             line_sims = (vecs @ queries.T).max(axis=1)
-            anchor = int(np.argmax(line_sims))  # first of equals: the earliest line
+            # The matched question: the line closest to the query (the first of equals),
+            # not one stuffed with its words over and over.
+            fair = np.array([not _stuffed(m.body) for m in w])
+            anchor = int(np.argmax(np.where(fair, line_sims, -2.0) if fair.any()
+                                   else line_sims))
             key = (1 - LINE_WEIGHT) * sim + LINE_WEIGHT * float(line_sims[anchor])
             ranked.append((key + bonus, rank, h, (w, vecs, anchor), key))
         ranked.sort(key=lambda r: (-r[0], r[1]))
@@ -111,8 +128,9 @@ class Presenter:
         kept = above[:top_k] if top_k is not None else above
         plans = [(h, self._plan(h, found[0]), found[1], found[2]) if found else (h, None, None, 0)
                  for _, _, h, found, _ in kept]
-        answers = [self._answers(p, anchor) if p else ([], set())
-                   for _, p, _, anchor in plans]
+        answers = _once([self._answers(p, anchor) if p else ([], set())
+                         for _, p, _, anchor in plans],
+                        [p.window[anchor] if p else None for _, p, _, anchor in plans])
         answer_vecs = self._vectors([m.body for a, _ in answers for m, _ in a])
         out, at = [], 0
         for (h, p, vecs, anchor), ans, (*_, key) in zip(plans, answers, kept):
@@ -121,7 +139,7 @@ class Presenter:
                 continue
             avecs = answer_vecs[at:at + len(ans[0])]
             at += len(ans[0])
-            out.append(replace(self._choose(p, vecs, anchor, ans, avecs, queries),
+            out.append(replace(self._choose(p, vecs, anchor, ans, avecs, queries, evidence),
                                similarity=key))
         return out, closest
 
@@ -159,24 +177,33 @@ class Presenter:
 
     def _choose(self, p: _Plan, vecs: np.ndarray, anchor: int,
                 found: tuple[list[tuple[Message, str]], set], avecs: np.ndarray,
-                queries: np.ndarray) -> Hit:
+                queries: np.ndarray, evidence: Evidence = NO_EVIDENCE) -> Hit:
         answers, linked = found
         window = p.window
         question = window[anchor]
         # Responses: the window's later lines that respond to the asker, and the
-        # linked answers from other windows.
+        # linked answers from other windows; each must speak to the query or the
+        # matched question (ANSWER_FLOOR), or it is neither carried nor quoted.
         cands = [(m, "", vecs[i]) for i, m in enumerate(window)
                  if i > anchor and m.event_id in linked]
         cands += [(m, rule, avecs[j]) for j, (m, rule) in enumerate(answers)]
-        scores = [float((v @ queries.T).max() + v @ vecs[anchor]) for _, _, v in cands]
-        ranked = sorted(range(len(cands)),
-                        key=lambda i: (not _says_something(cands[i][0]), -scores[i], i))
-        picked = [(cands[i][0], cands[i][1]) for i in ranked[:self.shown_lines - 1]]
-        if len(picked) < self.shown_lines - 1:  # few responses: the window's best lines
-            sims = (vecs @ queries.T).max(axis=1)
+        asked = set(evidence.weights) | set(tokens(question.body))
+        scored = []
+        for m, rule, v in cands:
+            to_query, to_question = float((v @ queries.T).max()), float(v @ vecs[anchor])
+            if max(to_query, to_question) < ANSWER_FLOOR:
+                continue
+            scored.append((m, rule, (to_query + to_question) * _novelty(m.body, asked)))
+        answers = [(m, rule) for m, rule, _ in scored if rule]
+        ranked = sorted(range(len(scored)), key=lambda i: (
+            not _says_something(scored[i][0], asked), -scored[i][2], i))
+        picked = [(scored[i][0], scored[i][1]) for i in ranked[:self.shown_lines - 1]]
+        if len(picked) < self.shown_lines - 1:  # few responses: the window's lines that
+            sims = (vecs @ queries.T).max(axis=1)  # speak to the query, if any
             others = sorted((i for i in range(len(window)) if i != anchor
+                             and sims[i] >= LINE_FLOOR and _says_something(window[i])
                              and all(window[i].event_id != m.event_id for m, _ in picked)),
-                            key=lambda i: (not _says_something(window[i]), -sims[i], i))
+                            key=lambda i: (-sims[i], i))
             picked += [(window[i], "") for i in others[:self.shown_lines - 1 - len(picked)]]
         shown = sorted([(question, "")] + picked, key=lambda ml: (ml[0].ts, ml[0].event_id))
         return replace(
@@ -208,9 +235,43 @@ class Presenter:
         return np.stack([found[k] for k in keys])
 
 
-def _says_something(m: Message) -> bool:
+def _once(answers: list[tuple[list[tuple[Message, str]], set]],
+          questions: list[Message | None]) -> list[tuple[list[tuple[Message, str]], set]]:
+    """Each linked answer under one hit only: the one whose matched question it came
+    soonest after (an answer addressed to a person links to all their questions; one
+    line must not land under every one of them). The first hit wins a tie."""
+    owner: dict[EventID, tuple[int, int]] = {}
+    for i, ((found, _), q) in enumerate(zip(answers, questions)):
+        for m, _ in found:
+            if q is not None:
+                owner[m.event_id] = min(owner.get(m.event_id, (m.ts - q.ts, i)),
+                                        (m.ts - q.ts, i))
+    return [([a for a in found if owner[a[0].event_id][1] == i], ids)
+            for i, (found, ids) in enumerate(answers)]
+
+
+def _novelty(body: str, asked: set[str]) -> float:
+    """1 for a line of its own words, down to NOVELTY_FLOOR for one that only repeats
+    the query's and the question's: repeating the words asked is not answering them
+    (a keyword-stuffed line scores high on meaning alone)."""
+    own = tokens(body)
+    if not own:
+        return 1.0
+    new = sum(1 for t in own if t not in asked) / len(own)
+    return NOVELTY_FLOOR + (1 - NOVELTY_FLOOR) * new
+
+
+def _says_something(m: Message, asked: set[str] = frozenset()) -> bool:
+    """Long enough to say something, and not an echo of the words asked."""
     body = m.body.strip()
-    return len(body) >= MIN_LINE_CHARS and bool(_WORDY.search(body))
+    return len(body) >= MIN_LINE_CHARS and bool(_WORDY.search(body)) and not (
+        _stuffed(body) or asked and _novelty(body, asked) <= ECHO)
+
+
+def _stuffed(body: str) -> bool:
+    """The same few words over and over: written for a search engine, not a person."""
+    words = [k for k in keys(body) if is_word(k)]
+    return len(words) >= STUFFED_WORDS and len(set(words)) / len(words) < STUFFED_DISTINCT
 
 
 def _line(m: Message, linked: str) -> Line:
