@@ -286,5 +286,5 @@ async def test_off_topic_gets_nothing_matches_and_why_explains_the_closest(stack
         why = (await pat.ask(room, "!sources why 1", stack.bot))["content"]["body"]
         # Nothing about baking shares a word with it: the floor plus the margin.
         assert "below the floor 0.45 for a hit sharing no word with the question" in why, why
-        sim = float(re.search(r"its similarity (-?\d\.\d+)", why).group(1))
+        sim = float(re.search(r"its score (-?\d\.\d+)", why).group(1))
         assert sim < 0.45, why
