@@ -169,9 +169,10 @@ def effective_settings(data_dir: Path) -> dict:
             "answer_horizon_messages": cfg.index.answer_horizon_messages}
 
 
-def evaluate(items: list[evalkit.Item], hits: dict, n_relevant: dict[str, int]) -> dict:
+def evaluate(items: list[evalkit.Item], hits: dict, n_relevant: dict[str, int],
+             variants: tuple[str, ...] = VARIANTS) -> dict:
     results = {}
-    for v in VARIANTS:
+    for v in variants:
         per_item = []
         for item in items:
             got = hits[f"{item.id}|{v}"]
@@ -201,11 +202,11 @@ def run_set(ds: evalkit.Dataset, data_dir: Path, args) -> dict:
     else:
         built = build_index(ds, data_dir, args.set)
     config = data_dir / "config.yaml"
-    asked = [(f"{i.id}|{v}", texts_for(i, v)) for i in items for v in VARIANTS]
+    asked = [(f"{i.id}|{v}", texts_for(i, v)) for i in items for v in args.variants]
     off = offtopic_queries()
     hits, seconds = search_batch(asked + off, config, data_dir, args.in_process)
     n_relevant = windows_holding(data_dir, items)
-    results = evaluate(items, hits, n_relevant)
+    results = evaluate(items, hits, n_relevant, args.variants)
     abstained = [qid for qid, _ in off if not hits[qid]]
     report = {"items": len(items), "eval_root": str(ds.root), **built,
               "settings": effective_settings(data_dir),
@@ -220,7 +221,8 @@ def run_set(ds: evalkit.Dataset, data_dir: Path, args) -> dict:
         finally:
             set_config(config, [f"search.min_similarity={report['settings']['min_similarity']}"])
         report["without_floor"] = {v: r["metrics"] for v, r in
-                                   evaluate(items, unfloored, n_relevant).items()}
+                                   evaluate(items, unfloored, n_relevant,
+                                            args.variants).items()}
     return report
 
 
@@ -244,7 +246,12 @@ def main(argv: list[str] | None = None) -> int:
                    help="search in this process (the model loaded once), not through the CLI")
     p.add_argument("--patch", action="append", default=[], metavar="MODULE.NAME=VALUE",
                    help="set a module constant before searching (repeatable; in-process)")
+    p.add_argument("--variants", default=",".join(VARIANTS),
+                   help="comma-separated, of: " + ", ".join(VARIANTS))
     args = p.parse_args(argv)
+    args.variants = tuple(v for v in args.variants.split(",") if v)
+    if not set(args.variants) <= set(VARIANTS):
+        raise SystemExit(f"error: --variants: known are {', '.join(VARIANTS)}")
     for spec in args.patch:
         import importlib
 
@@ -271,10 +278,11 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "retrieval", "chunker_version": CHUNKER_VERSION,
         "total_seconds": round(time.perf_counter() - started, 1),
         "machine": evalkit.machine(), "sets": reports})
-    rows = [(f"{n} {v}", reports[n]["variants"][v]["metrics"]) for v in VARIANTS for n in names]
+    rows = [(f"{n} {v}", reports[n]["variants"][v]["metrics"])
+            for v in args.variants for n in names]
     if args.floor_cost:
         rows += [(f"{n} {v} (no floor)", reports[n]["without_floor"][v])
-                 for v in VARIANTS for n in names]
+                 for v in args.variants for n in names]
     s = next(iter(reports.values()))["settings"]
     print(evalkit.table(rows, f"Retrieval on the dev sets, chunker {CHUNKER_VERSION}, windows "
                               f"of {s['window_max_bytes']} bytes, floor {s['min_similarity']} "
