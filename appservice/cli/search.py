@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 from pathlib import Path
 
 from indexer.components import Index
@@ -80,7 +81,15 @@ def _batch(cfg: Config, path: Path, top: int) -> int:
     if not path.is_file():
         print(f"error: {path}: no such file", file=sys.stderr)
         return 1
-    index = Index.open(cfg, load_model(cfg))
+    # A batch builds the keyword leg's postings first (seconds for thousands of windows),
+    # as the service does: each query then matches its words in memory instead of
+    # scanning the event log once per word. A snapshot: writes made meanwhile by a
+    # running service are not followed.
+    index = Index.open(cfg, load_model(cfg), postings=True)
+    terms = index.store.terms
+    while terms is not None and not terms.ready.wait(0.5):
+        if not any(t.name == "term-index" for t in threading.enumerate()):
+            break  # the build failed (logged): the leg scans the event log instead
     errors = 0
     with open(path, encoding="utf-8") as f:
         for n, line in enumerate(f, start=1):
