@@ -53,7 +53,8 @@ WORD_WEIGHT_KEYWORDS = 1.0
 # A response quoted or carried must come this close (cosine) to the query or to the
 # matched question (issue 26: a line addressed to the asker is not an answer by that
 # alone); calibrated on the three dev sets (docs/benchmarks.md).
-ANSWER_FLOOR = 0.15
+ANSWER_FLOOR = 0.15  # a linked answer, from another window
+RESPONSE_FLOOR = 0.05  # a response inside the window (the conversation it is in)
 # A window line that is no response is quoted only this close to the query: else fewer
 # lines are quoted.
 LINE_FLOOR = 0.3
@@ -183,7 +184,9 @@ class Presenter:
         question = window[anchor]
         # Responses: the window's later lines that respond to the asker, and the
         # linked answers from other windows; each must speak to the query or the
-        # matched question (ANSWER_FLOOR), or it is neither carried nor quoted.
+        # matched question (ANSWER_FLOOR; RESPONSE_FLOOR inside the window, where the
+        # chunker already put it in the question's conversation), or it is neither
+        # carried nor quoted.
         cands = [(m, "", vecs[i]) for i, m in enumerate(window)
                  if i > anchor and m.event_id in linked]
         cands += [(m, rule, avecs[j]) for j, (m, rule) in enumerate(answers)]
@@ -191,7 +194,7 @@ class Presenter:
         scored = []
         for m, rule, v in cands:
             to_query, to_question = float((v @ queries.T).max()), float(v @ vecs[anchor])
-            if max(to_query, to_question) < ANSWER_FLOOR:
+            if max(to_query, to_question) < (ANSWER_FLOOR if rule else RESPONSE_FLOOR):
                 continue
             scored.append((m, rule, (to_query + to_question) * _novelty(m.body, asked)))
         answers = [(m, rule) for m, rule, _ in scored if rule]
