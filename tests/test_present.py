@@ -64,11 +64,22 @@ UNLINKED = event("$a", BOB, T0 + 2 * HOUR, ANSWER)
 
 @pytest.fixture
 def world(tmp_path):
+    yield from make_world(tmp_path)
+
+
+@pytest.fixture
+def wide_world(tmp_path):
+    """The fake embedder at 1,024 dimensions: texts sharing no word come out near 0
+    (at 64, hashing noise puts them up to 0.2 apart, above a relevance floor)."""
+    yield from make_world(tmp_path, 1024)
+
+
+def make_world(tmp_path, dim: int = 64):
     log = EventLog(tmp_path / "eventlog.sqlite3")
     store = ChromaStore(path=tmp_path / "chroma")
     ingest = Ingest(Gate(frozenset({ROOM}), "@bot:example.org"), log,
                     Journal(tmp_path / "journal.jsonl"), history=History(log))
-    embedder = HashEmbedder()
+    embedder = HashEmbedder(dim)
     pipeline = Pipeline(log, embedder, store, ChunkPolicy(), admits=ingest.admits,
                         history=ingest.history)
     ingest.admit([{"type": "m.room.join_rules", "room_id": ROOM, "sender": ALICE,
@@ -216,7 +227,7 @@ def test_shortened_names_glued_forms_and_pills_link_answers():
                                  for l in responses(q, later, Horizon())]
 
 
-def test_spam_addressed_to_the_asker_and_stuffed_lines_earn_no_place(world):
+def test_spam_addressed_to_the_asker_and_stuffed_lines_earn_no_place(wide_world):
     """Issue 26: alice asks three questions hours apart and bob answers each; hours
     later mallory addresses @alice, mentions her, replies to her first question. None
     of it is carried (it speaks to no question), and a line stuffed with the query's
@@ -238,8 +249,8 @@ def test_spam_addressed_to_the_asker_and_stuffed_lines_earn_no_place(world):
                      **{"m.relates_to": {"m.in_reply_to": {"event_id": "$q0"}}}),
                event("$s3", mallory, late + 2000, "buy cheap watches today",
                      **{"m.mentions": {"user_ids": [ALICE]}})]
-    admit(world, events)
-    _, _, searcher, _ = world
+    admit(wide_world, events)
+    _, _, searcher, _ = wide_world
     for q, a in zip(qs, ("$a0", "$a1", "$a2")):
         hits = searcher.search(SourceQuery.build([q], top_k=5))
         for h in hits:
@@ -249,7 +260,7 @@ def test_spam_addressed_to_the_asker_and_stuffed_lines_earn_no_place(world):
                     "$s1", "$s2", "$s3"}, q
         assert a in hits[0].to_json()["shown_event_ids"], q
     # Stuffed: the query's words over and over, beside bob's real answer.
-    admit(world, [event("$q9", ALICE, late + 5 * HOUR, "how do I purge old remote media"),
+    admit(wide_world, [event("$q9", ALICE, late + 5 * HOUR, "how do I purge old remote media"),
                   event("$x", mallory, late + 5 * HOUR + 1000,
                         "purge old remote media purge remote media old media purge"),
                   event("$a9", BOB, late + 5 * HOUR + 2000,
