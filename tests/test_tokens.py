@@ -181,3 +181,13 @@ def test_every_word_of_500_eval_messages_searched_alone(tmp_path):
                     failures.append((term, "its message not in the top 10"))
     assert asked > 2000
     assert not failures, f"{len(failures)} of {asked}: {failures[:20]}"
+
+
+@pytest.mark.parametrize("word, text", [
+    ("filled", "the disk filled up"), ("missing", "a missing library"),
+    ("mapping", "the port mapping is wrong"), ("called", "it is called twice"),
+    ("spinning", "the fan keeps spinning"), ("stopped", "the service stopped")])
+def test_a_stemmed_word_still_finds_itself(word, text):
+    """Found by the 500-message test: undoubling "filled" to "fil" left a stem too short
+    to be a prefix, which then matched no word at all."""
+    assert findable(tokens(word)[0], text)

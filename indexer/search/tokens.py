@@ -120,8 +120,11 @@ def stem(word: str) -> str:
     for end in _ENDINGS:
         if word.endswith(end) and len(word) - len(end) >= MIN_STEM - 1:
             base = word[:-len(end)]
-            if end in ("ing", "ings", "ed") and len(base) > 3 and base[-1] == base[-2]:
-                base = base[:-1]  # spinning -> spin, stopped -> stop
+            if end in ("ing", "ings", "ed") and len(base) > MIN_STEM - 1 and \
+                    base[-1] == base[-2]:
+                base = base[:-1]  # spinning -> spin, stopped -> stop; not filled -> fil
+            # The stem stays a prefix (MIN_STEM - 1 letters or more): a shorter one
+            # matches whole words only and would find nothing ("missing" -> "mis").
             return base
     return word
 
