@@ -48,7 +48,7 @@ LINE_WEIGHT = 0.5
 # How much the share of the query's words a window holds (evidence.py) adds to that
 # score: for a sentence, a nudge; for search-box words, enough that the windows holding
 # them come first (docs/benchmarks.md).
-WORD_WEIGHT = 0.1
+WORD_WEIGHT = 0.05
 WORD_WEIGHT_KEYWORDS = 1.0
 # A response quoted or carried must come this close (cosine) to the query or to the
 # matched question (issue 26: a line addressed to the asker is not an answer by that
