@@ -189,15 +189,16 @@ async def test_three_topics_at_once_each_question_gets_its_own_answer(stack):
 
 # Addressed by the start of a name ("dana:" for dana-7f3, "rich," for richvdh), never sent
 # as Matrix replies; the three askers ask one after another before any answer comes.
+# (Names apart from the module's other tests: they share one Synapse.)
 SHORT_TOPICS = [
     ("dana-7f3", "How do I rotate the signing key of our homeserver?"),
     ("richvdh", "When is the community meetup this month?"),
     ("samira_k", "Which tool should we use to back up the media store?"),
-    ("bob", "dana: the signing key backup is in the vault, rotate it yearly with the "
+    ("ben", "dana: the signing key backup is in the vault, rotate it yearly with the "
             "admin script"),
-    ("erin", "rich, second Saturday at 2pm, in the usual cafe"),
-    ("frank", "samira: rsync the media_store folder nightly, then snapshot it"),
-    ("dana-7f3", "bob: thanks!"),
+    ("eva", "rich, second Saturday at 2pm, in the usual cafe"),
+    ("fred", "samira: rsync the media_store folder nightly, then snapshot it"),
+    ("dana-7f3", "ben: thanks!"),
 ]
 SHORT_QUESTIONS = [
     ("how do we replace the server's signing key?", "dana-7f3", 3),
