@@ -22,6 +22,11 @@ each index too: the share that gets no hit ("nothing matches") is reported.
 show what the floor costs answerable questions. `--set KEY=VALUE` edits the fresh
 data dirs' config.yaml. Prints the table and the data's attribution, writes the
 figures (and every item's first-hit rank) as JSON.
+
+To iterate on search (not on indexing): `--reuse-index --in-process` keeps the data
+dirs of a previous run and asks the same searcher the CLI builds (Index.open) in this
+process, the model loaded once; `--patch module.NAME=VALUE` sets a constant of an
+indexer module first (e.g. `--patch indexer.search.present.LINE_WEIGHT=0.6`).
 """
 
 from __future__ import annotations
@@ -92,8 +97,34 @@ def build_index(ds: evalkit.Dataset, data_dir: Path, settings: list[str]) -> dic
             "import_summary": res.stdout.strip().splitlines(), "settings": applied}
 
 
-def search_batch(queries: list[tuple[str, list[str]]], config: Path, work: Path
-                 ) -> tuple[dict, float]:
+_MODEL: list = []  # the in-process embedder, loaded once for every set
+
+
+def search_in_process(queries: list[tuple[str, list[str]]], config: Path) -> tuple[dict, float]:
+    """What search_batch gets from the CLI, from the searcher Index.open builds here."""
+    from indexer.components import Index
+    from indexer.config import load_config
+    from indexer.pipeline.embedder import load_embedder
+    from indexer.search.searcher import SourceQuery
+
+    cfg = load_config(config)
+    if not _MODEL:
+        _MODEL.append(load_embedder(cfg.index.embedder.model, cfg.index.embedder.backend,
+                                    cfg.models_dir))
+    index = Index.open(cfg, _MODEL[0])
+    t = time.perf_counter()
+    try:
+        out = {qid: [h.to_json() for h in index.searcher.search(
+            SourceQuery.build(texts, evalkit.DEPTH))] for qid, texts in queries}
+    finally:
+        index.close()
+    return out, time.perf_counter() - t
+
+
+def search_batch(queries: list[tuple[str, list[str]]], config: Path, work: Path,
+                 in_process: bool = False) -> tuple[dict, float]:
+    if in_process:
+        return search_in_process(queries, config)
     qfile = work / "queries.jsonl"
     with open(qfile, "w", encoding="utf-8") as f:
         for qid, texts in queries:
@@ -138,9 +169,10 @@ def effective_settings(data_dir: Path) -> dict:
             "answer_horizon_messages": cfg.index.answer_horizon_messages}
 
 
-def evaluate(items: list[evalkit.Item], hits: dict, n_relevant: dict[str, int]) -> dict:
+def evaluate(items: list[evalkit.Item], hits: dict, n_relevant: dict[str, int],
+             variants: tuple[str, ...] = VARIANTS) -> dict:
     results = {}
-    for v in VARIANTS:
+    for v in variants:
         per_item = []
         for item in items:
             got = hits[f"{item.id}|{v}"]
@@ -170,11 +202,11 @@ def run_set(ds: evalkit.Dataset, data_dir: Path, args) -> dict:
     else:
         built = build_index(ds, data_dir, args.set)
     config = data_dir / "config.yaml"
-    asked = [(f"{i.id}|{v}", texts_for(i, v)) for i in items for v in VARIANTS]
+    asked = [(f"{i.id}|{v}", texts_for(i, v)) for i in items for v in args.variants]
     off = offtopic_queries()
-    hits, seconds = search_batch(asked + off, config, data_dir)
+    hits, seconds = search_batch(asked + off, config, data_dir, args.in_process)
     n_relevant = windows_holding(data_dir, items)
-    results = evaluate(items, hits, n_relevant)
+    results = evaluate(items, hits, n_relevant, args.variants)
     abstained = [qid for qid, _ in off if not hits[qid]]
     report = {"items": len(items), "eval_root": str(ds.root), **built,
               "settings": effective_settings(data_dir),
@@ -185,11 +217,12 @@ def run_set(ds: evalkit.Dataset, data_dir: Path, args) -> dict:
     if args.floor_cost:
         set_config(config, ["search.min_similarity=-1"])
         try:
-            unfloored, _ = search_batch(asked, config, data_dir)
+            unfloored, _ = search_batch(asked, config, data_dir, args.in_process)
         finally:
             set_config(config, [f"search.min_similarity={report['settings']['min_similarity']}"])
         report["without_floor"] = {v: r["metrics"] for v, r in
-                                   evaluate(items, unfloored, n_relevant).items()}
+                                   evaluate(items, unfloored, n_relevant,
+                                            args.variants).items()}
     return report
 
 
@@ -209,7 +242,25 @@ def main(argv: list[str] | None = None) -> int:
                    help="keep the data dirs' index from a previous run; only search again")
     p.add_argument("--floor-cost", action="store_true",
                    help="ask again with search.min_similarity -1 to show what the floor costs")
+    p.add_argument("--in-process", action="store_true",
+                   help="search in this process (the model loaded once), not through the CLI")
+    p.add_argument("--patch", action="append", default=[], metavar="MODULE.NAME=VALUE",
+                   help="set a module constant before searching (repeatable; in-process)")
+    p.add_argument("--variants", default=",".join(VARIANTS),
+                   help="comma-separated, of: " + ", ".join(VARIANTS))
     args = p.parse_args(argv)
+    args.variants = tuple(v for v in args.variants.split(",") if v)
+    if not set(args.variants) <= set(VARIANTS):
+        raise SystemExit(f"error: --variants: known are {', '.join(VARIANTS)}")
+    for spec in args.patch:
+        import importlib
+
+        target, _, raw = spec.partition("=")
+        module, _, name = target.rpartition(".")
+        mod = importlib.import_module(module)
+        if not hasattr(mod, name):
+            raise SystemExit(f"error: --patch: {module} has no {name}")
+        setattr(mod, name, json.loads(raw))
 
     sets = evalkit.datasets(Path(args.eval_root) if args.eval_root else None)
     names = [n.strip() for n in args.sets.split(",") if n.strip()]
@@ -227,10 +278,11 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "retrieval", "chunker_version": CHUNKER_VERSION,
         "total_seconds": round(time.perf_counter() - started, 1),
         "machine": evalkit.machine(), "sets": reports})
-    rows = [(f"{n} {v}", reports[n]["variants"][v]["metrics"]) for v in VARIANTS for n in names]
+    rows = [(f"{n} {v}", reports[n]["variants"][v]["metrics"])
+            for v in args.variants for n in names]
     if args.floor_cost:
         rows += [(f"{n} {v} (no floor)", reports[n]["without_floor"][v])
-                 for v in VARIANTS for n in names]
+                 for v in args.variants for n in names]
     s = next(iter(reports.values()))["settings"]
     print(evalkit.table(rows, f"Retrieval on the dev sets, chunker {CHUNKER_VERSION}, windows "
                               f"of {s['window_max_bytes']} bytes, floor {s['min_similarity']} "

@@ -327,3 +327,38 @@ def test_document_and_embed_text_hold_every_message(messages, policy):
         heads = [ln for ln in document(w).split("\n") if not ln.startswith("  ")]
         assert len(heads) == len(w.messages)
         assert embed_text(w) == "\n".join(m.body for m in w.messages)
+
+
+def test_shortened_names_and_bridge_prefixes_are_followed():
+    """Issue 22: people address each other by the start of a name ("dana:" for
+    dana-7f3) and Slack's bridge writes `@slack-delmy` for "@Delmy"; a prefix that
+    fits two speakers addresses no one."""
+    assert "delmy" in names("@slack-delmy:eval.local")
+    timeline = [
+        say(0, "@dana-7f3:x", "how do I rotate the signing key?"),
+        say(1, "@richvdh:x", "is the meetup on saturday?"),
+        say(2, "@sam:x", "my wifi drops every few minutes"),
+        say(3, "@bob:x", "dana: it lives in the vault, rotate it yearly"),
+        say(4, "@erin:x", "rich, second saturday, 2pm"),
+        say(5, "@zoe:x", "sam: which card is it?"),
+    ]
+    ids = lambda ws: [[m.event_id for m in w] for w in ws]  # noqa: E731
+    assert ids(chunk(timeline, ChunkPolicy())) == [
+        ["$m0", "$m3"], ["$m1", "$m4"], ["$m2", "$m5"]]
+    # "r" fits richvdh alone, but is shorter than any name anyone shortens to.
+    short = timeline[:4] + [say(4, "@erin:x", "r, second saturday, 2pm")] + timeline[5:]
+    assert ["$m1", "$m4"] not in ids(chunk(short, ChunkPolicy()))
+    # With a second "ri..." talking, "rich," is ambiguous: it joins neither.
+    two = timeline[:2] + [say(2, "@richard:x", "anyone seen the new release?")] + timeline[3:]
+    assert all(not {"$m1", "$m4"} <= set(w) for w in ids(chunk(two, ChunkPolicy())))
+
+
+def test_resolve_finds_one_person_by_a_whole_or_shortened_name():
+    from indexer.pipeline.addressing import resolve
+
+    people = [names("@dana-7f3:x"), names("@daniel:x"), names("@slack-delmy:x")]
+    assert resolve("dana", people) == names("@dana-7f3:x")  # unique prefix
+    assert resolve("dan", people) == frozenset()  # dana-7f3 and daniel
+    assert resolve("delmy", people) == names("@slack-delmy:x")  # bridge prefix dropped
+    assert resolve("DELMY".lower(), people) == names("@slack-delmy:x")
+    assert resolve("zed", people) == frozenset()

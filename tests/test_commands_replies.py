@@ -255,6 +255,13 @@ def test_no_hits():
     reply = render_hits([], ("anything",))
     assert "Nothing in the index answers that" in reply.body and reply.quoted == ()
     assert "--room" in reply.body and "why 1" in reply.body
+    # Asked of one room: no advice to narrow it to a room; without --room instead.
+    in_room = render_hits([], ("anything",), room=True).body
+    assert "narrow it" not in in_room and "without --room" in in_room
+    # A room still being indexed says so rather than only "nothing".
+    busy = render_hits([], ("anything",), pending=1).body
+    assert busy.startswith("1 message is still being indexed") and "again" in busy
+    assert render_hits([], ("x",), pending=40).body.startswith("40 messages are still")
 
 
 def test_reply_cites_room_time_sender_and_best_lines():
@@ -441,6 +448,7 @@ async def test_why_explains_ranks_similarities_and_fused_score(responder):
     assert "Hit 1" in body and "rank 1" in body and "rank 3" in body
     assert "0.812" in body and "0.654" in body and f"{1 / 61 + 1 / 63:.4f}" in body
     assert "1/(60+1) + 1/(60+3)" in body
+    assert "UTC" in body  # times say their zone
     await r.answer(command("!sources why 2", event_id="$why2"))
     body = sent[-1][1]["body"]
     assert "rank 2" in body and "not in its top results" in body
@@ -453,7 +461,8 @@ async def test_why_without_a_query_or_out_of_range(responder):
     assert "Ask something first" in sent[-1][1]["body"]
     await r.answer(command("!sources key"))
     await r.answer(command("!sources why 5"))
-    assert "1 to 1" in sent[-1][1]["body"]
+    body = sent[-1][1]["body"]  # one hit: said as one, not "1 hits", "ask about 1 to 1"
+    assert "had 1 hit;" in body and "1 to 1" not in body and "why 1` explains it" in body
 
 
 async def test_why_is_per_asker(responder):
@@ -544,6 +553,13 @@ async def test_why_after_nothing_matches_explains_the_closest_below_the_floor(re
     await r.answer(command("!sources banana bread"))
     await r.answer(command("!sources why 1", event_id="$why3"))
     assert "no hits to explain" in sent[-1][1]["body"]
+    # Messages of the room not indexed yet: "nothing matches" says so, for that room.
+    asked = []
+    r.pending = lambda room: asked.append(room) or 12
+    r.limiter = RateLimiter(0)
+    await r.answer(command("!sources --room !ops:example.org banana bread"))
+    assert sent[-1][1]["body"].startswith("12 messages are still being indexed")
+    assert asked == ["!ops:example.org"] and "without --room" in sent[-1][1]["body"]
 
 
 async def test_why_names_the_plain_floor_when_the_closest_shares_a_word(responder):
@@ -555,7 +571,10 @@ async def test_why_names_the_plain_floor_when_the_closest_shares_a_word(responde
     await r.answer(command("!sources which key signs events"))
     await r.answer(command("!sources why 1", event_id="$why"))
     body = sent[-1][1]["body"]
-    assert "its similarity 0.210 is below the floor search.min_similarity = 0.30, so" in body
+    assert "its score 0.210 (half the window's cosine similarity to the question, half " \
+        "its closest line's) is below the floor search.min_similarity = 0.30, so" in body
+    # One number per meaning: the window's cosine under the text, the score the floor saw.
+    assert "the window's cosine similarity 0.210" in body
     assert "no_shared_word_margin" not in body
 
 

@@ -31,7 +31,9 @@ ALICE, BOB, CAROL, DAVE = (f"@{n}:example.org" for n in ("alice", "bob", "carol"
 T0 = 1_700_000_000_000
 HOUR = 3600 * 1000
 QUESTION = "how do I raise the cache factor of the state cache on a small server"
-ANSWER = "set caches.global_factor to 2.0 in homeserver.yaml and restart synapse"
+# It shares "cache factor" with the question: the fake embedder then puts it near it, as
+# the model puts an answer near its question (a response must speak to it: ANSWER_FLOOR).
+ANSWER = "raise the cache factor: set caches.global_factor to 2.0 in homeserver.yaml"
 
 
 def event(eid: str, sender: str, ts: int, body: str, **content) -> dict:
@@ -62,11 +64,22 @@ UNLINKED = event("$a", BOB, T0 + 2 * HOUR, ANSWER)
 
 @pytest.fixture
 def world(tmp_path):
+    yield from make_world(tmp_path)
+
+
+@pytest.fixture
+def wide_world(tmp_path):
+    """The fake embedder at 1,024 dimensions: texts sharing no word come out near 0
+    (at 64, hashing noise puts them up to 0.2 apart, above a relevance floor)."""
+    yield from make_world(tmp_path, 1024)
+
+
+def make_world(tmp_path, dim: int = 64):
     log = EventLog(tmp_path / "eventlog.sqlite3")
     store = ChromaStore(path=tmp_path / "chroma")
     ingest = Ingest(Gate(frozenset({ROOM}), "@bot:example.org"), log,
                     Journal(tmp_path / "journal.jsonl"), history=History(log))
-    embedder = HashEmbedder()
+    embedder = HashEmbedder(dim)
     pipeline = Pipeline(log, embedder, store, ChunkPolicy(), admits=ingest.admits,
                         history=ingest.history)
     ingest.admit([{"type": "m.room.join_rules", "room_id": ROOM, "sender": ALICE,
@@ -135,7 +148,7 @@ def test_an_address_to_someone_who_spoke_before_the_question_is_not_an_answer(wo
 
 def test_an_edit_of_a_linked_answer_shows_its_new_text(world):
     admit(world, question_and_chat() + [ANSWERS["address"]])
-    new = "alice: set caches.global_factor to 4.0 instead, 2.0 was not enough here"
+    new = "alice: raise the cache factor to 4.0 instead, 2.0 was not enough here"
     admit(world, [event("$e", BOB, T0 + 3 * HOUR, f"* {new}",
                         **{"m.new_content": {"msgtype": "m.text", "body": new},
                            "m.relates_to": {"rel_type": "m.replace", "event_id": "$a"}})])
@@ -182,3 +195,77 @@ def test_a_reply_to_another_of_the_askers_messages_is_not_this_questions_answer(
                     EventID("$q2"), (UserID(ALICE),))
     assert [l.answer.event_id for l in responses(q, [other, reply], Horizon())] == []
     assert [l.rule for l in responses(other, [reply], Horizon())] == ["reply"]
+
+
+def test_shortened_names_glued_forms_and_pills_link_answers():
+    """Issue 22: "dana:" answers dana-7f3, Slack's "@Delmy" answers slack-delmy, and a
+    pill in formatted_body (no m.mentions) is a mention."""
+    from indexer.ingest.events import parse_event
+    from indexer.search.linkage import Horizon, responses
+    from indexer.records import EventID, Message, RoomID, UserID
+
+    room = RoomID(ROOM)
+    dana, delmy = UserID("@dana-7f3:example.org"), UserID("@slack-delmy:example.org")
+    q = Message(EventID("$q"), room, dana, T0, "how do I rotate the signing key?")
+    noise = Message(EventID("$n"), room, UserID(CAROL), T0 + 1000, "lunch anyone?")
+    ans = Message(EventID("$a"), room, UserID(BOB), T0 + 2000,
+                  "dana: it is in the vault, rotate it yearly")
+    assert ("$a", "address") in [(l.answer.event_id, l.rule)
+                                 for l in responses(q, [noise, ans], Horizon())]
+    q2 = Message(EventID("$q2"), room, delmy, T0, "how do I put a nbsp in my view?")
+    ans2 = Message(EventID("$a2"), room, UserID(BOB), T0 + 2000, "@Delmy use \\u00a0 in text")
+    assert ("$a2", "address") in [(l.answer.event_id, l.rule)
+                                  for l in responses(q2, [noise, ans2], Horizon())]
+    pill = parse_event(event("$p", BOB, T0 + 3000, "dana-7f3: in the vault", **{
+        "format": "org.matrix.custom.html",
+        "formatted_body": '<a href="https://matrix.to/#/@dana-7f3:example.org">dana</a>: '
+                          'in the vault'})).message
+    assert pill.mentions == (dana,)
+    later = [noise, Message(pill.event_id, room, pill.sender, pill.ts, "in the vault",
+                            None, pill.mentions)]
+    assert ("$p", "mention") in [(l.answer.event_id, l.rule)
+                                 for l in responses(q, later, Horizon())]
+
+
+def test_spam_addressed_to_the_asker_and_stuffed_lines_earn_no_place(wide_world):
+    """Issue 26: alice asks three questions hours apart and bob answers each; hours
+    later mallory addresses @alice, mentions her, replies to her first question. None
+    of it is carried (it speaks to no question), and a line stuffed with the query's
+    words is not quoted before the real answer."""
+    mallory = "@mallory:example.org"
+    qs = ["how do I raise the cache factor of the state cache",
+          "how do I rotate the signing key of the homeserver",
+          "when is the community meetup this month"]
+    ans = ["alice: raise the cache factor with caches.global_factor in homeserver.yaml",
+           "alice: the signing key backup is in the vault, rotate it yearly",
+           "alice: the meetup is the second saturday, 2pm"]
+    events = []
+    for i, (q, a) in enumerate(zip(qs, ans)):
+        events += [event(f"$q{i}", ALICE, T0 + i * 5 * HOUR, q),
+                   event(f"$a{i}", BOB, T0 + i * 5 * HOUR + 60_000, a)]
+    late = T0 + 12 * HOUR
+    events += [event("$s1", mallory, late, "@alice cheap watches at spam.example, buy now"),
+               event("$s2", mallory, late + 1000, "cheap watches at spam.example",
+                     **{"m.relates_to": {"m.in_reply_to": {"event_id": "$q0"}}}),
+               event("$s3", mallory, late + 2000, "buy cheap watches today",
+                     **{"m.mentions": {"user_ids": [ALICE]}})]
+    admit(wide_world, events)
+    _, _, searcher, _ = wide_world
+    for q, a in zip(qs, ("$a0", "$a1", "$a2")):
+        hits = searcher.search(SourceQuery.build([q], top_k=5))
+        for h in hits:
+            if h.event_ids[0].startswith("$q"):  # alice's: carries no spam, quotes none
+                j = h.to_json()
+                assert not set(j["answer_event_ids"] + j["shown_event_ids"]) & {
+                    "$s1", "$s2", "$s3"}, q
+        assert a in hits[0].to_json()["shown_event_ids"], q
+    # Stuffed: the query's words over and over, beside bob's real answer.
+    admit(wide_world, [event("$q9", ALICE, late + 5 * HOUR, "how do I purge old remote media"),
+                  event("$x", mallory, late + 5 * HOUR + 1000,
+                        "purge old remote media purge remote media old media purge"),
+                  event("$a9", BOB, late + 5 * HOUR + 2000,
+                        "alice: for old remote media, call the purge_media_cache api"),
+                  event("$y", CAROL, late + 5 * HOUR + 3000, "lunch anyone? pizza place")])
+    searcher.presenter.shown_lines = 2  # the question and one more line: which one
+    [hit, *_] = searcher.search(SourceQuery.build(["purge old remote media"], top_k=5))
+    assert [ln.event_id for ln in hit.shown] == ["$q9", "$a9"]

@@ -69,7 +69,8 @@ class Bot:
             resolve_alias=matrix.resolve_alias, rrf_k=cfg.search.rrf_k, status=self._status,
             on_search_seconds=on_search_seconds, record_answer=index.record_answer,
             record_quotes=self._record_quotes, is_outage=matrix.is_outage,
-            forget_me=self._forget_me)
+            forget_me=self._forget_me,
+            pending=lambda room: index.eventlog.counts(room).get("pending", 0))
         self.commands = CommandPool(self._answer)
         self._tasks: set[asyncio.Task] = set()
 

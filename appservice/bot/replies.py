@@ -94,10 +94,11 @@ def _later(hit: Hit, line: Line) -> str:
 
 
 def _time_range(hit: Hit) -> str:
+    """When the hit was said, in UTC (said so: readers are in every zone)."""
     a, b = format_ts(hit.ts_first), format_ts(hit.ts_last)
     if a == b:
-        return a
-    return f"{a}–{b[11:]}" if a[:10] == b[:10] else f"{a} – {b}"
+        return f"{a} UTC"
+    return f"{a}–{b[11:]} UTC" if a[:10] == b[:10] else f"{a} – {b} UTC"
 
 
 def _localpart(mxid: str) -> str:
@@ -110,12 +111,32 @@ def _localpart(mxid: str) -> str:
 NOTHING_MATCHES = ("Nothing in the index answers that. Try asking it another way, or "
                    "narrow it to a room with --room #room:server. "
                    "`!sources why 1` shows the closest message and how far off it was.")
+NOTHING_IN_ROOM = ("Nothing in that room answers that. Try asking it another way, or "
+                   "without --room to search every room. "
+                   "`!sources why 1` shows the closest message and how far off it was.")
+
+
+def nothing_matches(room: bool = False, pending: int = 0) -> str:
+    """The reply when no hit clears the floor: it says what was searched, and that
+    messages are still being indexed when they are (they may hold the answer)."""
+    text = NOTHING_IN_ROOM if room else NOTHING_MATCHES
+    if pending:
+        text = (f"{pending} message{_s(pending)} {'is' if pending == 1 else 'are'} still "
+                f"being indexed, so the answer may not be searchable yet: ask again in a "
+                f"minute. {text}")
+    return text
+
+
+def _s(n: int) -> str:
+    return "" if n == 1 else "s"
 
 
 def render_hits(hits: list[Hit], query_texts: tuple[str, ...], fallback_server: str | None = None,
-                header: str | None = None) -> Reply:
+                header: str | None = None, room: bool = False, pending: int = 0) -> Reply:
+    """`room`: the query was narrowed to a room; `pending`: messages not indexed yet."""
     if not hits:
-        return Reply(NOTHING_MATCHES, html.escape(NOTHING_MATCHES), ())
+        text = nothing_matches(room, pending)
+        return Reply(text, html.escape(text), ())
     if header is not None:
         plain, rich = [header], [f"<p>{html.escape(header)}</p><ol>"]
     else:
@@ -213,7 +234,7 @@ def _reference_piece(n: int, hit: Hit, query_texts: tuple[str, ...]
 
 
 def _cut_note(n: int) -> str:
-    return f"({n} more hits cut to keep this reply short)"
+    return f"({n} more hit{_s(n)} cut to keep this reply short)"
 
 
 def render_notice(message: str) -> Reply:
@@ -235,8 +256,12 @@ def render_why(n: int, hit: Hit, texts: tuple[str, ...], rrf_k: int,
     one of a query that got "nothing matches": say which floor it was below."""
     room = hit.room_label or hit.room_id
     head = f"Hit {n}: {room} · {_time_range(hit)}, fused score {hit.score:.4f}"
+    score = "unknown" if hit.similarity is None else f"{hit.similarity:.3f}"
+    if floor is None:
+        head += (f"; its score {score} (half the window's cosine similarity to the "
+                 "question, half its closest line's)")
     if floor is not None:
-        sim = "unknown" if hit.similarity is None else f"{hit.similarity:.3f}"
+        sim = score
         f = floor.floor
         rule = (f"the floor search.min_similarity = {f.min_similarity:.2f}"
                 if floor.shares_word(hit.text) or not f.no_shared_word_margin else
@@ -244,7 +269,8 @@ def render_why(n: int, hit: Hit, texts: tuple[str, ...], rrf_k: int,
                 f"question (search.min_similarity {f.min_similarity:.2f} + "
                 f"search.no_shared_word_margin {f.no_shared_word_margin:.2f})")
         head = (f"Nothing matched; the closest was {room} · {_time_range(hit)}: its "
-                f"similarity {sim} is below {rule}, so it was not shown. "
+                f"score {sim} (half the window's cosine similarity to the question, half "
+                f"its closest line's) is below {rule}, so it was not shown. "
                 f"Fused score {hit.score:.4f}")
     parts, terms = [], []
     for i, text in enumerate(texts):
@@ -254,7 +280,7 @@ def render_why(n: int, hit: Hit, texts: tuple[str, ...], rrf_k: int,
             parts.append(f"{label}: not in its top results (adds 0)")
         else:
             rank, sim = r
-            parts.append(f"{label}: rank {rank}, cosine similarity {sim:.3f}")
+            parts.append(f"{label}: rank {rank}, the window's cosine similarity {sim:.3f}")
             terms.append(f"1/({rrf_k}+{rank})")
     # The rest of the score, if any, came from the keyword (lexical) leg of the search.
     lexical = hit.score - sum(1 / (rrf_k + r[0]) for r in hit.ranks if r is not None)

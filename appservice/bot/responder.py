@@ -77,6 +77,8 @@ class Responder:
     # (sender, undo) -> the reply: `!sources forget me` / `index me` (bot.py)
     forget_me: Callable[[str, bool], Awaitable[Reply]] | None = None
     on_search_seconds: Callable[[float], None] | None = None
+    # room (None: all) -> messages stored but not indexed yet: "nothing matches" says so
+    pending: Callable[[str | None], int] | None = None
     answered: int = 0
     # (room, user) -> (distinct texts, hits) of the last query; never written to disk.
     _last: OrderedDict = field(default_factory=OrderedDict)
@@ -192,7 +194,9 @@ class Responder:
                                           "texts": len(query.texts), "hits": len(hits),
                                           "ms": int((time.monotonic() - started) * 1000)})
         self._remember(m.room_id, m.sender, tuple(dict.fromkeys(query.texts)), hits, closest)
-        return render_hits(hits, query.texts, self.domain)
+        pending = 0 if hits or self.pending is None else self.pending(query.room_id)
+        return render_hits(hits, query.texts, self.domain, room=query.room_id is not None,
+                           pending=pending)
 
     def _remember(self, room_id: str, user: str, texts: tuple[str, ...], hits: list[Hit],
                   closest: Hit | None = None) -> None:
@@ -215,8 +219,10 @@ class Responder:
             return render_why(1, closest, texts, self.rrf_k,
                               floor=floor.for_query(texts) if floor is not None else None)
         if not 1 <= n <= len(hits):
-            return render_error(f"Your last query had {len(hits)} hits; "
-                                f"ask about 1 to {len(hits)}." if hits else
+            return render_error(("Your last query had 1 hit; `!sources why 1` explains it."
+                                 if len(hits) == 1 else
+                                 f"Your last query had {len(hits)} hits; "
+                                 f"ask about 1 to {len(hits)}.") if hits else
                                 "Your last query had no hits to explain.")
         return render_why(n, hits[n - 1], texts, self.rrf_k)
 

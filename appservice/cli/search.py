@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Callable
@@ -45,8 +46,14 @@ class Searching:
     under a long batch, or an MCP session): the running service's API, else the data
     dir opened here (the model loaded on the first such search, then kept)."""
 
-    def __init__(self, cfg: Config, sleep: Callable[[float], None] | None = None) -> None:
+    def __init__(self, cfg: Config, sleep: Callable[[float], None] | None = None,
+                 postings: bool = False) -> None:
+        """`postings`: a batch builds the keyword leg's postings first (seconds for
+        thousands of windows), as the service does, so that each query matches its
+        words in memory instead of scanning the event log once per word (a snapshot:
+        what a service writes meanwhile is not followed)."""
         self.cfg = cfg
+        self.postings = postings
         self.sleep = sleep or time.sleep  # looked up now: tests put a fake clock's there
         self._index = None
         self._said: set[str] = set()
@@ -101,7 +108,11 @@ class Searching:
 
             from .progress import load_model
 
-            self._index = Index.open(self.cfg, load_model(self.cfg))
+            self._index = Index.open(self.cfg, load_model(self.cfg), postings=self.postings)
+            terms = self._index.store.terms
+            while terms is not None and not terms.ready.wait(0.5):
+                if not any(t.name == "term-index" for t in threading.enumerate()):
+                    break  # the build failed (logged): the leg scans the event log instead
         return self._index
 
     def close(self) -> None:
@@ -177,7 +188,7 @@ def _batch(cfg: Config, path: Path, top: int) -> int:
     if not path.is_file():
         print(f"error: {path}: no such file", file=sys.stderr)
         return 1
-    searching = Searching(cfg)
+    searching = Searching(cfg, postings=True)
     errors = 0
     try:
         with open(path, encoding="utf-8") as f:

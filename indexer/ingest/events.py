@@ -13,8 +13,10 @@ range is quarantined by id (admit.py journals it), never stored to stall the pip
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote
 
 from ..records import EventID, Message, RoomID, UserID
 from .replyfallback import strip_reply_fallback
@@ -211,12 +213,21 @@ def _reply_to(relates: dict) -> EventID | None:
 MAX_MENTIONS = 20  # more is a ping-all, not a conversation
 
 
+# A pill: a link to a user in the HTML body (clients send `m.mentions` too, older ones
+# and bridges only the link).
+_PILL = re.compile(r"""href\s*=\s*["']https://matrix\.to/#/(@[^"'/?]+|%40[^"'/?]+)""", re.I)
+
+
 def _mentions(content: dict, sender: str) -> tuple[UserID, ...]:
-    """The user ids of `m.mentions` other than the sender's, in order, once each; none
-    if malformed or too many."""
+    """The user ids of `m.mentions` and of the pills in `formatted_body`, other than
+    the sender's, in order, once each; none if malformed or too many."""
     mentions = content.get("m.mentions")
     ids = mentions.get("user_ids") if isinstance(mentions, dict) else None
-    if not isinstance(ids, list) or len(ids) > MAX_MENTIONS:
+    ids = list(ids) if isinstance(ids, list) else []
+    html = content.get("formatted_body")
+    if isinstance(html, str) and content.get("format") == "org.matrix.custom.html":
+        ids += [unquote(u) for u in _PILL.findall(html[:MAX_BODY_BYTES])]
+    if len(ids) > MAX_MENTIONS:
         return ()
     ok = [u for u in ids if isinstance(u, str) and u.startswith("@") and ":" in u
           and is_clean_id(u) and is_utf8(u) and u != sender]

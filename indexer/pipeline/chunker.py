@@ -9,9 +9,11 @@ mixes them and parts a question from its answers. So the timeline is cut in two 
 A block closes when the next message would push it past `block_bytes` of message text
 or arrives more than `gap_ms` after the previous one. Inside a block a message joins
 the conversation of the message it replies to (`m.in_reply_to`, when that is in the
-block), else of the person it addresses ("nick: ...", a reply fallback, a user in its
-`m.mentions`), else that of someone its text mentions, else its sender's own last one,
-else, when only two people talk, the other's; else it starts one
+block), else of the person it addresses ("nick: ...", a shortened "dana:" for the one
+recent speaker named so, a reply fallback, a user in its `m.mentions`), else that of
+someone its text mentions, else its sender's own last one,
+else, when only two people talk, the other's (unless it is a question right after the
+other's question: a second topic); else it starts one
 (indexer/pipeline/addressing.py). A conversation past `max_bytes` goes on in a new window. All
 of it looks back at most `gap_ms`, and never before the block's start.
 
@@ -42,10 +44,10 @@ import hashlib
 from datetime import datetime, timezone
 from typing import Mapping, Sequence
 
-from .addressing import addressed, mentions, names
+from .addressing import addressed, mentions, names, resolve
 from ..records import ChunkPolicy, EventID, Message, RoomID, Window, WindowID
 
-CHUNKER_VERSION = "3"  # 3: the open block is cut into conversations too
+CHUNKER_VERSION = "4"  # 4: shortened names and "-" bridge prefixes are followed
 DIALOGUE = 2  # this few people talking within the gap: they talk to each other
 
 
@@ -93,6 +95,7 @@ def conversations(block: Sequence[Message], policy: ChunkPolicy) -> list[tuple[M
     by_sender: dict[str, int] = {}  # sender -> ts of their last message
     by_event: dict[str, int] = {}  # event id -> its conversation
     previous: int | None = None  # conversation of the previous message
+    last: Message | None = None  # the previous message
 
     def recent(name: str, m: Message) -> int | None:
         seen = by_name.get(name)
@@ -104,6 +107,13 @@ def conversations(block: Sequence[Message], policy: ChunkPolicy) -> list[tuple[M
         for n in addressed(m.body):  # "nick: ..." or a reply fallback
             if n not in own and (c := recent(n, m)) is not None:
                 return c
+            # A shortened name ("dana:" for dana-7f3): the one recent speaker it fits.
+            talking = [names(u) for u, ts in by_sender.items() if m.ts - ts <= policy.gap_ms]
+            whole = resolve(n, talking)
+            if whole and not whole & own:
+                for full in sorted(whole):
+                    if (c := recent(full, m)) is not None:
+                        return c
         for user in m.mentions:  # m.mentions: a pill, or a reply's target sender
             for n in sorted(names(user)):
                 if n not in own and (c := recent(n, m)) is not None:
@@ -115,8 +125,11 @@ def conversations(block: Sequence[Message], policy: ChunkPolicy) -> list[tuple[M
             if (c := recent(n, m)) is not None:
                 return c
         talking = {u for u, ts in by_sender.items() if m.ts - ts <= policy.gap_ms}
-        if previous is not None and len(talking | {m.sender}) <= DIALOGUE:
-            return previous  # two people alone in the room talk to each other
+        if previous is not None and len(talking | {m.sender}) <= DIALOGUE and not (
+                _asks(m) and last is not None and _asks(last)):
+            # Two people alone in the room talk to each other; but a question right
+            # after someone else's question is a second topic, not an answer.
+            return previous
         return None
 
     for m in block:
@@ -137,8 +150,12 @@ def conversations(block: Sequence[Message], policy: ChunkPolicy) -> list[tuple[M
             by_name[n] = (conv, m.ts)
         by_sender[m.sender] = m.ts
         by_event[m.event_id] = conv
-        previous = conv
+        previous, last = conv, m
     return [tuple(w) for w in windows]
+
+
+def _asks(m: Message) -> bool:
+    return m.body.rstrip().endswith("?")
 
 
 def chunk_blocks(messages: Sequence[Message], policy: ChunkPolicy

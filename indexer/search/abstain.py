@@ -7,16 +7,22 @@ it shares none, reaches the floor plus `search.no_shared_word_margin`. Meaning a
 must be stronger than meaning with a word in common: a question about banana bread or
 golf lands near some chat at about 0.35 by the model's general sense of "a question",
 while an answer phrased in other words than the question ("disk" in both, or neither)
-is what dense retrieval is for. Calibrated on both dev sets and the off-topic questions
-(docs/benchmarks.md, "Abstain").
+is what dense retrieval is for. A window that holds most of the query's weight in words
+(rare words weighing more) or one of its exact tokens (`ECONNREFUSED`, `max_bytes`) is
+never refused: the words are what was asked for (evidence.py). Calibrated on the three
+dev sets and the off-topic questions (docs/benchmarks.md, "Abstain").
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Iterable
 
+from .evidence import NO_EVIDENCE, Evidence
 from .lexical import stem, words
+
+NO_FLOOR = -1.0  # what a window holding the query's words needs: any similarity
 
 
 def words_of(text: str) -> frozenset[str]:
@@ -29,8 +35,10 @@ class Floor:
     min_similarity: float
     no_shared_word_margin: float = 0.0
 
-    def for_query(self, texts: Iterable[str]) -> QueryFloor:
-        return QueryFloor(self, frozenset().union(*(words_of(t) for t in texts)))
+    def for_query(self, texts: Iterable[str], evidence: Evidence = NO_EVIDENCE,
+                  words_only: bool = False) -> QueryFloor:
+        return QueryFloor(self, frozenset().union(*(words_of(t) for t in texts)), evidence,
+                          words_only)
 
 
 @dataclass(frozen=True)
@@ -39,11 +47,22 @@ class QueryFloor:
 
     floor: Floor
     words: frozenset[str]
+    evidence: Evidence = NO_EVIDENCE
+    # The model cannot read the query (legible.py): only windows holding its words.
+    words_only: bool = False
 
     def shares_word(self, text: str) -> bool:
         return bool(self.words & words_of(text))
 
+    def held(self, text: str) -> bool:
+        """Whether the text holds the query's words (evidence.answers): never refused."""
+        return self.evidence.answers(text)
+
     def needed(self, text: str) -> float:
         """The score a hit whose text is `text` must reach to be shown."""
+        if self.held(text):
+            return NO_FLOOR
+        if self.words_only:
+            return math.inf
         f = self.floor
         return f.min_similarity + (0.0 if self.shares_word(text) else f.no_shared_word_margin)

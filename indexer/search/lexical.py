@@ -1,16 +1,16 @@
 """The lexical leg of search: BM25 over the message bodies of the stored windows.
 
-Each query term is a case-insensitive pattern over the message bodies of the stored
-windows' text (`pattern`, over chunker.document), which lives in the event log only.
-The service answers it from in-memory postings (termindex.py: built from the event log
-at start, kept in step by the store's writes, never written to disk); anything else
-(the CLI, a term like "2.6", the postings still being built) scans the event log's
-text (lexical.matching). Either way the leg sees exactly what the collection holds (a
-redacted word stops matching as soon as its window is re-upserted). Per query text:
+Text is cut into keys and query terms by one tokenizer (tokens.py): words, compounds
+(`max_bytes`, `nginx.conf`, `2.6.8`), character bigrams of Chinese, Japanese and Korean.
+The service answers a term from in-memory postings (termindex.py: built from the event
+log at start, kept in step by the store's writes, never written to disk); anything else
+(the CLI, the postings still being built) scans the event log's bodies with the same
+tokenizer (lexical.matching). Either way the leg sees exactly what the collection holds
+(a redacted word stops matching as soon as its window is re-upserted). Per query text:
 
-    terms     lowercase words, stop words dropped; a word of 5 or more letters loses a
-              plural or verb ending and matches as a word prefix ("partitions" finds
-              "partition", "partitioning")
+    terms     tokens.tokens: words and compounds whole, bigrams, stop words dropped; an
+              alphabetic word of 5 or more letters loses a plural or verb ending and
+              matches as a word prefix ("partitions" finds "partition", "partitioning")
     df, N     windows matching a term (ids only), windows in the collection
     prefilter sum of idf(t) over matching terms ranks every candidate; the best
               PREFILTER are scored with full BM25 (k1 = 1.2, b = 0.75, term frequency
@@ -23,17 +23,20 @@ from __future__ import annotations
 
 import heapq
 import math
-import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
 from ..records import CORPUS_CHAT, CORPUS_REFERENCE
-from .termindex import TermIndex, bodies
+from .termindex import TermIndex, bodies, doc_stats
+from .tokens import STOP_WORDS, base_of, keys, matches, stem, tokens
 
 if TYPE_CHECKING:
     from ..store.chroma import ChromaStore
+
+__all__ = ["STOP_WORDS", "LexicalRanker", "base_of", "is_keywords", "matching", "stem",
+           "terms", "words"]
 
 K1 = 1.2
 B = 0.75
@@ -43,45 +46,16 @@ MAX_TERMS = 16
 # question only added noise to its vector's ranking.
 LEXICAL_MAX_TERMS = 5
 PREFILTER = 200
-MIN_STEM = 5  # words shorter than this match whole ("rar" must not find "rare")
-
-# Function words of questions and chat; they carry no topic. Short on purpose: a
-# domain word ("file", "install") must stay, idf weighs it.
-STOP_WORDS = frozenset("""
-a about after again all also am an and any are as at be because been before being
-but by can could did do does doing don done for from get gets getting got had has
-have having he her here hers him his how i if im in into is it its itself just let
-lets like me might more most much must my no nor not now of off on once only or other
-our out over own same she should so some such than that the their them then there
-these they this those through to too under until up very was way we were what when
-where which while who whom why will with would you your yours anyone anybody someone
-something thing things there's it's i'm can't don't doesn't isn't won't please thanks
-hi hello hey yes yeah ok okay still really need want try trying tried know use using
-used make makes made way one ones instead even ever every without
-""".split())
-
-_WORD = re.compile(r"[^\W_][\w+#]*(?:[.'][^\W_]+)*")  # ext3, c++, 2.6.8, don't, café
-# A chat document line is "[time] sender: body", a body's further lines start with two
-# spaces; a reference document's lines are all text (one starting with "[" is skipped).
-_BODY_START = r"(?:^\[[^\]\n]*\] \S+: .*?|^  .*?|^(?:[^\[\n].*?)?)"
-_LINE_HEAD = "[] x: "  # a message's first line as chunker.document writes it, minus ids
-_ENDINGS = ("ings", "ing", "ies", "es", "ed", "s")
 
 
 def terms(text: str) -> list[str]:
-    """The words of a query text worth matching, lowercased, in order, once each."""
+    """The words of a query text worth matching, normalised, in order, once each."""
     return words(text)[:MAX_TERMS]
 
 
 def words(text: str) -> list[str]:
-    """Every word of a text worth matching (stop words aside), in order, once each."""
-    out = []
-    for w in _WORD.findall(text.lower()):
-        w = w.strip(".'")
-        if len(w) < 2 or w in STOP_WORDS or w.replace("'", "") in STOP_WORDS:
-            continue
-        out.append(w)
-    return list(dict.fromkeys(out))
+    """Every term of a text worth matching (stop words aside), in order, once each."""
+    return tokens(text)
 
 
 def is_keywords(text: str, max_terms: int = LEXICAL_MAX_TERMS) -> bool:
@@ -89,62 +63,8 @@ def is_keywords(text: str, max_terms: int = LEXICAL_MAX_TERMS) -> bool:
     return 0 < len(terms(text)) <= max_terms
 
 
-def stem(word: str) -> str:
-    """A light suffix strip: enough that plural and -ing/-ed forms meet."""
-    if len(word) < MIN_STEM or not word.isalpha():
-        return word
-    for end in _ENDINGS:
-        if word.endswith(end) and len(word) - len(end) >= MIN_STEM - 1:
-            base = word[:-len(end)]
-            if end in ("ing", "ings", "ed") and len(base) > 3 and base[-1] == base[-2]:
-                base = base[:-1]  # spinning -> spin, stopped -> stop
-            return base
-    return word
-
-
-def base_of(term: str) -> tuple[str, bool]:
-    """The term's stem, and whether it matches as a word prefix (else as a whole word)."""
-    base = stem(term)
-    return base, len(base) >= MIN_STEM - 1 and base.isalpha()
-
-
-def word_regex(term: str) -> str:
-    """The term as a word (short or not alphabetic) or a word prefix (its stem)."""
-    base, prefix = base_of(term)
-    return rf"\b{re.escape(base)}" + ("" if prefix else r"(?:\W|$)")
-
-
-def count_regex(term: str) -> str:
-    """Zero-width at each place the term matches: its term frequency is the count of
-    places, overlapping ones included ("a.a" twice in "a.a.a"), as the postings count."""
-    base, prefix = base_of(term)
-    return rf"\b(?={re.escape(base)}" + (")" if prefix else r"(?:\W|$))")
-
-
-def pattern(term: str) -> str:
-    """Case-insensitive, multi-line regex matching the term inside a message body of a
-    stored document (not in its sender ids or timestamps)."""
-    return rf"(?im){_BODY_START}{word_regex(term)}"
-
-
-def body_form(regex: str) -> tuple[str, str] | None:
-    """For a regex `pattern` made: (the same test over one message body, searched
-    anywhere in it; a literal every match contains, lowercased) - what a scan of the
-    event log's bodies needs. None for any other regex. A body's first line follows
-    its sender in the document and its further lines are indented, so the document
-    pattern matches a body's line exactly where the bare word regex does."""
-    head = rf"(?im){_BODY_START}"
-    if not regex.startswith(head):
-        return None
-    word = regex[len(head):]
-    m = re.fullmatch(r"\\b((?:\\.|[^\\(])+)(\(\?:\\W\|\$\))?", word)
-    if m is None:
-        return None
-    return rf"(?i){word}", re.sub(r"\\(.)", r"\1", m.group(1)).lower()
-
-
-# (pattern, where) -> ids of the windows whose document matches
-Matcher = Callable[[str, dict | None], list[str]]
+# (term base, prefix, where) -> ids of the windows whose bodies hold a matching key
+Matcher = Callable[[str, bool, dict | None], list[str]]
 # ids -> {id: document}
 Fetcher = Callable[[list[str]], dict[str, str]]
 
@@ -166,7 +86,15 @@ class LexicalRanker:
         if not words:
             return []
         got = self._from_index(words, where) if self.index is not None else None
-        return (got if got is not None else self._from_chroma(words, where))[:n]
+        return (got if got is not None else self._from_scan(words, where))[:n]
+
+    def df(self, term: str, where: dict | None = None) -> int:
+        """How many stored windows hold the term (from the postings, else a scan)."""
+        if self.index is not None:
+            got = self.index.slot_postings(*base_of(term), where=where)
+            if got is not None:
+                return len(got[0])
+        return len(self.match(*base_of(term), where))
 
     def _from_index(self, words: list[str], where: dict | None) -> list[str] | None:
         """_prefilter and _bm25 on the postings' arrays: the same pool in the same order
@@ -178,7 +106,7 @@ class LexicalRanker:
             for t in words:
                 got = index.slot_postings(*base_of(t), where=where)
                 if got is None:
-                    return None  # not ready, or a term of other characters: ask Chroma
+                    return None  # not ready: scan
                 if len(got[0]):
                     hits[t] = got
             if not hits:
@@ -199,23 +127,26 @@ class LexicalRanker:
                 tfs.append(np.where(found, tf[np.minimum(at, len(slots) - 1)], 0))
         return _bm25_arrays(pool, list(idf.values()), tfs, lengths)
 
-    def _from_chroma(self, words: list[str], where: dict | None) -> list[str]:
+    def _from_scan(self, words: list[str], where: dict | None) -> list[str]:
         hits: dict[str, dict[str, int]] = {}
         for t in words:
-            ids = self.match(pattern(t), where)
+            ids = self.match(*base_of(t), where)
             if ids:
                 hits[t] = dict.fromkeys(ids, 1)
         if not hits:
             return []
         idf, pool = _prefilter(hits, max(self.total(), 1))
         docs = self.fetch(pool)
-        texts = {w: "\n".join(bodies(docs.get(w, ""))) for w in pool}
-        regexes = {t: re.compile(count_regex(t), re.I) for t in hits}
+        parts = {w: bodies(docs.get(w, "")) for w in pool}
+        counts = {w: doc_stats(parts[w]) for w in pool}
 
         def tf(w: str, t: str) -> int:
-            return (len(regexes[t].findall(texts[w])) or 1) if w in hits[t] else 0
+            if w not in hits[t]:
+                return 0
+            base, prefix = base_of(t)
+            return sum(c for k, c in counts[w][1].items() if matches(base, prefix, k)) or 1
 
-        return _bm25(pool, idf, tf, lambda w: len(texts[w].split()))
+        return _bm25(pool, idf, tf, lambda w: counts[w][0])
 
 
 def _idf(total: int, df: int) -> float:
@@ -295,30 +226,26 @@ def _bm25(pool: list[str], idf: dict[str, float], tf: Callable[[str, str], int],
     return sorted(scores, key=lambda w: (-scores[w], w))
 
 
-def matching(store: ChromaStore, regex: str, where: dict | None = None) -> list[str]:
-    """Ids of the stored windows whose text (chunker.document) matches the lexical
-    leg's line-anchored regex (`pattern`), scanning the store's event log: the leg asks
-    this only when its postings cannot answer. Each message is tested as its own lines
-    of the document, which is the same as testing the whole document. `where`: the
-    room and corpus filters search uses."""
+def matching(store: ChromaStore, base: str, prefix: bool = False,
+             where: dict | None = None) -> list[str]:
+    """Ids of the stored windows one of whose bodies holds a key the term (its
+    `base_of`) matches, scanning the store's event log with the tokenizer the postings
+    use: the leg asks this only when its postings cannot answer. `where`: the room and
+    corpus filters search uses."""
     eventlog = store.eventlog
     if eventlog is None:
         return []
-    search = re.compile(regex).search
+
+    def holds(text: str) -> bool:
+        return any(matches(base, prefix, k) for k in keys(text))
+
     room, corpus = _room_corpus(where)
     found: set[str] = set()
     if corpus in (None, CORPUS_CHAT):
-        form = body_form(regex)
-        if form is not None:  # the same test, on the bare body, after SQLite's LIKE
-            in_body = re.compile(form[0]).search
-            found |= eventlog.texts.bodies_matching(
-                lambda body: in_body(body) is not None, room, contains=form[1])
-        else:
-            found |= eventlog.texts.bodies_matching(
-                lambda body: search(_LINE_HEAD + body.replace("\n", "\n  ")) is not None,
-                room)
+        found |= eventlog.texts.bodies_matching(holds, room, contains=base)
     if corpus in (None, CORPUS_REFERENCE) and room is None:
-        found |= eventlog.texts.refs_matching(lambda text: search(text) is not None)
+        found |= eventlog.texts.refs_matching(
+            lambda text: any(holds(part) for part in bodies(text)))
     if not found:
         return []
     # Only what the collection holds (the event log may be a step ahead).

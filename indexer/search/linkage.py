@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..pipeline.addressing import addressed, names, norm
+from ..pipeline.addressing import addressed, names, norm, resolve
 from ..records import EventID, Message, UserID
 
 # "@name" anywhere in a message: Gitter's bridge glued it to the words around it
@@ -56,15 +56,20 @@ class Link:
     rule: str  # reply | thread | mention | address | next | more
 
 
-def addressees(m: Message, known: frozenset[str]) -> frozenset[str]:
-    """The names of `known` (normalised names of the people in the room) that a
-    message is addressed to by its text: a leading `name:` / `@name` / reply fallback,
-    and every `@name` in it, glued or not. Only known names count: "hmmm, you could"
-    addresses no one."""
-    out = {n for n in addressed(m.body) if n in known}
+def addressees(m: Message, known: frozenset[str],
+               people: Sequence[frozenset[str]] = ()) -> frozenset[str]:
+    """The names of `known` (normalised names of the people in the room; `people`:
+    the same, per person) that a message is addressed to by its text: a leading
+    `name:` / `@name` / reply fallback, and every `@name` in it, glued or not, whole or
+    shortened to the start of one person's name ("dana:" for dana-7f3; addressing.resolve).
+    Only known names count: "hmmm, you could" addresses no one."""
+    out: set[str] = set()
+    for n in addressed(m.body):
+        out.update({n} & known or resolve(n, people))
     for t in _AT.findall(m.body):
         n = norm(t)
-        out.update(x for x in known if n == x or (len(x) >= MIN_GLUED and n.startswith(x)))
+        glued = {x for x in known if n == x or (len(x) >= MIN_GLUED and n.startswith(x))}
+        out.update(glued or resolve(n, people))
     return frozenset(out)
 
 
@@ -86,8 +91,9 @@ def responses(question: Message, later: Sequence[Message], horizon: Horizon,
     asker = question.sender
     mine = names(asker)
     until = question.ts + horizon.ms
-    known = known | frozenset(
-        n for m in (question, *later[:horizon.messages]) for n in names(m.sender))
+    senders = {m.sender for m in (question, *later[:horizon.messages])}
+    known = known | frozenset(n for u in senders for n in names(u))
+    people = [names(u) for u in sorted(senders)]
     out: list[Link] = []
     first_other = True  # no message by anyone else yet since the question
     burst: UserID | None = None  # a responder whose messages go on answering
@@ -96,7 +102,7 @@ def responses(question: Message, later: Sequence[Message], horizon: Horizon,
             break
         if m.sender == asker:
             continue  # the asker's own follow-ups neither answer nor break a burst
-        to = addressees(m, known)
+        to = addressees(m, known, people)
         rule = None
         if m.reply_to == question.event_id:
             rule = "reply"

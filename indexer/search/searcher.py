@@ -31,7 +31,8 @@ from ..pipeline.embedder import Embedder
 from ..pipeline.priority import ModelTurns
 from ..records import Hit
 from ..store.chroma import ChromaStore
-from .abstain import Floor
+from .abstain import NO_FLOOR, Floor
+from .evidence import NO_EVIDENCE, Evidence
 from .legible import legible
 from .lexical import LEXICAL_MAX_TERMS, LexicalRanker, is_keywords, matching
 from .present import Presenter
@@ -98,8 +99,12 @@ class Searcher:
         texts = list(dict.fromkeys(query.texts))
         if not any(_WORDY.search(t) for t in texts):
             return [], None  # "?", "!!!", emoji only: nothing to look for
-        if not legible(texts, getattr(self.embedder, "tokenize", None)):
-            return [], None  # a script the model only spells out (indexer/search/legible.py)
+        evidence = self._evidence(texts)
+        # A script the model only spells out (indexer/search/legible.py): its vector says
+        # nothing, so only windows holding the query's words may answer.
+        words_only = not legible(texts, getattr(self.embedder, "tokenize", None))
+        if words_only and not evidence.held_anywhere:
+            return [], None
         # The presenter ranks a pool again by the windows' matched questions.
         depth = max(query.top_k, RERANK_POOL) if self.presenter is not None else query.top_k
         # Ask for more than depth per list so fusion can promote agreement.
@@ -108,14 +113,24 @@ class Searcher:
         vectors = self.embedder.encode(texts)
         scored = self._with_similarity(*self._retrieve(query, texts, vectors, depth, n),
                                        vectors)
-        floor = self.floor.for_query(texts) if self.floor is not None else None
+        floor = (self.floor or Floor(NO_FLOOR)).for_query(texts, evidence, words_only) \
+            if self.floor is not None or words_only else None
         if self.presenter is not None:  # the floor compares what the presenter ranks by
-            return self.presenter.present_above(scored, vectors, query.top_k, floor)
+            return self.presenter.present_above(scored, vectors, query.top_k, floor,
+                                                evidence)
         hits = [h for h in scored if floor is None
                 or (h.similarity is not None and h.similarity >= floor.needed(h.text))]
         closest = None if hits or not scored else max(
             scored, key=lambda h: h.similarity if h.similarity is not None else -2.0)
         return hits[:query.top_k], closest
+
+    def _evidence(self, texts: list[str]) -> Evidence:
+        """The query's terms weighed by rarity (evidence.py); none without a keyword leg."""
+        if not self.lexical_max_terms:
+            return NO_EVIDENCE
+        ranker = _lexical_ranker(self.store)
+        return Evidence.of(texts, ranker.df, ranker.total(),
+                           any(is_keywords(t, self.lexical_max_terms) for t in texts))
 
     @staticmethod
     def _with_similarity(hits: list[Hit], found: dict[str, list[float]],
@@ -166,7 +181,10 @@ class Searcher:
                          for r, wid in enumerate(lists[0], start=1)]
             else:
                 fused = rrf(lists, self.rrf_k)
-            fused = fused[:depth]
+            # The keyword leg's best stay in the pool whatever the vectors think: a
+            # window holding a pasted token is what its searcher wants (evidence.py).
+            keep = {wid for lst in lists[len(per_text):] for wid in lst[:depth]}
+            fused = fused[:depth] + [f for f in fused[depth:] if f[0] in keep]
             dense = {wid for lst in per_text for wid, _ in lst}
             fetched = self.store.get_with_vectors([wid for wid, _ in fused])
             records = [w for w, _ in fetched]
@@ -201,7 +219,7 @@ def _lexical_ranker(store: ChromaStore) -> LexicalRanker:
     # The store's postings once built (the service's own store; termindex.py).
     terms = store.terms if isinstance(store.terms, TermIndex) and store.terms.ready.is_set() \
         else None
-    return LexicalRanker(lambda regex, where: matching(store, regex, where), fetch,
+    return LexicalRanker(lambda base, prefix, where: matching(store, base, prefix, where), fetch,
                          store.count, terms)
 
 

@@ -9,15 +9,14 @@ the leg scans the event log) and the store keeps it in step with every write it 
 (store/chroma.py), so a redacted word stops matching when its window is re-upserted.
 docs/storage.md compares it with SQLite FTS5 in the event log.
 
-It matches exactly what the lexical pattern (lexical.pattern) matches in a document:
+It matches exactly what the event log's scan (lexical.matching) matches, by the same
+tokenizer (tokens.py):
 
-- only message bodies: a chat line "[time] @sender: body" contributes its body, a
-  continuation line ("  more") and a reference document's line all of it, any other
-  line starting with "[" nothing;
-- its keys are the bodies' maximal runs of word characters (`\\w+`), lowercased, and the
-  compounds a term like "2.6", "c++" or "menu.lst" can match (keys_of). A term matches
-  a key equal to it (`\\bterm(?:\\W|$)`), or, as a prefix stem, a run starting with it
-  (`\\bstem`). A term spanning more than MAX_PARTS runs asks Chroma.
+- only message bodies: a chat window's bodies; of a reference chunk's text, a line that
+  looks like a chat line "[time] @sender: body" contributes its body, any other line
+  starting with "[" nothing, every other line all of it;
+- its keys are tokens.keys of the bodies: words, compounds and their parts, bigrams. A
+  term matches a key equal to it, or, as a prefix stem, a word starting with it.
 
 Layout, for memory (a few tens of MB at 100,000 windows): each window has a slot
 number; a key's postings are one int (a single slot) or an array of
@@ -38,6 +37,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence
 import numpy as np
 
 from ..records import CORPUS_CHAT, CORPUS_REFERENCE, Window
+from .tokens import is_word, keys, matches
 
 if TYPE_CHECKING:
     from ..store.chroma import ChromaStore
@@ -45,9 +45,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(f"matrix_sources.{__name__}")
 
-RUN = re.compile(r"\w+")
-SEGMENT = re.compile(r"[\w+#.']+")  # the characters query terms are made of (lexical._WORD)
-MAX_PARTS = 6  # word runs in a compound term ("1.2.3.4" has 4)
 _CHAT_HEAD = re.compile(r"\[[^\]\n]*\] \S+: ")
 TF_BITS = 6
 TF_MAX = (1 << TF_BITS) - 1  # a word's count in one window, capped (BM25 saturates)
@@ -55,7 +52,7 @@ HEAD = 3  # prefix lookups go through the keys sharing their first HEAD characte
 
 
 def bodies(doc: str) -> list[str]:
-    """The parts of a reference chunk's text the lexical pattern can match in, per line
+    """The parts of a reference chunk's text the lexical leg can match in, per line
     (a line that looks like a chat line's head matches only after it, as in a window)."""
     out = []
     for line in doc.split("\n"):
@@ -68,43 +65,14 @@ def bodies(doc: str) -> list[str]:
     return out
 
 
-def keys_of(text: str) -> Iterator[str]:
-    """Every place in a lowercased body where a query term can match, as the term: each
-    word run, and each compound ("2.6", "c++", "menu.lst") that starts at a run and ends
-    before a non-word character or the end of its segment (the characters query terms
-    are made of), spanning at most MAX_PARTS runs."""
-    for seg in SEGMENT.finditer(text):
-        s = seg.group()
-        runs = [(m.start(), m.end()) for m in RUN.finditer(s)]
-        if len(runs) == 1 and runs[0] == (0, len(s)):
-            yield s
-            continue
-        for a, (start, end) in enumerate(runs):
-            yield s[start:end]
-            for b in range(a, min(a + MAX_PARTS, len(runs))):
-                last = len(s) if b + 1 == len(runs) else runs[b + 1][0] - 1
-                for j in range(runs[b][1] + (b == a), last + 1):
-                    if s[j - 1] not in ".'":  # a query term never ends with those
-                        yield s[start:j]
-
-
 def window_bodies(window: Window) -> list[str]:
-    """A chat window's parts the lexical pattern can match in: its bodies' lines."""
+    """A chat window's parts the lexical leg can match in: its bodies' lines."""
     return [line for m in window.messages for line in m.body.split("\n")]
 
 
 def doc_stats(parts: Sequence[str]) -> tuple[int, Counter]:
-    """(length in whitespace words, count of each place a term can match) of the bodies."""
-    return (sum(len(p.split()) for p in parts),
-            Counter(k for p in parts for k in keys_of(p.lower())))
-
-
-def answerable(base: str) -> bool:
-    """Whether the postings can answer a term's base (else: ask Chroma)."""
-    if RUN.fullmatch(base):
-        return True
-    return (SEGMENT.fullmatch(base) is not None and RUN.match(base) is not None
-            and base[-1] not in ".'" and len(RUN.findall(base)) <= MAX_PARTS)
+    """(length in whitespace words, count of each key: tokens.keys) of the bodies."""
+    return (sum(len(p.split()) for p in parts), Counter(k for p in parts for k in keys(p)))
 
 
 def id_key(wid: str) -> int:
@@ -215,7 +183,7 @@ class TermIndex:
             got = self._post.get(key)
             if got is None:
                 self._post[key] = value
-                if RUN.fullmatch(key):  # prefix lookups are of word runs only
+                if is_word(key):  # prefix lookups are of words only
                     self._heads.setdefault(key[:HEAD], set()).add(key)
             elif isinstance(got, int):
                 self._post[key] = array("I", (got, value))
@@ -340,21 +308,20 @@ class TermIndex:
         slots ascending; None if not answerable here. Vectorised: a common word's
         postings at 100,000 windows are tens of thousands of entries."""
         want = _wanted(where)
-        if want is None or not answerable(base) or not self.ready.is_set():
+        if want is None or not self.ready.is_set():
             return None
-        base = base.lower()
         with self._lock:
             if prefix and len(base) >= HEAD:
-                keys: list[str] = [k for k in self._heads.get(base[:HEAD], ())
-                                   if k.startswith(base)]
+                found: list[str] = [k for k in self._heads.get(base[:HEAD], ())
+                                    if matches(base, prefix, k)]
             elif prefix:
-                keys = [k for k in self._post if k.startswith(base) and RUN.fullmatch(k)]
+                found = [k for k in self._post if matches(base, prefix, k)]
             else:
-                keys = [base] if base in self._post else []
-            if not keys:
+                found = [base] if base in self._post else []
+            if not found:
                 return EMPTY, EMPTY
             parts = [np.array([got] if isinstance(got, int) else got, dtype=np.int64)
-                     for got in (self._post[k] for k in keys)]
+                     for got in (self._post[k] for k in found)]
             values = parts[0] if len(parts) == 1 else np.concatenate(parts)
             slots, tfs = values >> TF_BITS, values & TF_MAX
             keep = self._live.data[slots]

@@ -136,17 +136,20 @@ class TextReads:
     def bodies_matching(self, test: Callable[[str], bool], room_id: str | None = None,
                         contains: str | None = None) -> set[str]:
         """Ids of the indexed windows one of whose message bodies passes `test`: the
-        lexical leg's scan when its postings cannot answer. `contains`: a lowercase
-        literal every passing body holds, which the database checks first (a LIKE blind
-        to ASCII case)."""
+        lexical leg's scan when its postings cannot answer. `contains`: an ASCII
+        literal every passing body holds once normalised (NFKC, casefold), which the
+        database checks first (a LIKE blind to ASCII case; a body with any other
+        character is always tested, as normalising it may make the literal: "ＡＢＣ" is
+        "abc")."""
         sql = "SELECT window_id, body FROM events WHERE status = ? AND window_id IS NOT NULL"
         args: tuple = (EventStatus.INDEXED.value,)
         if room_id is not None:
             sql, args = sql + " AND room_id = ?", args + (room_id,)
         if contains and contains.isascii():
             like = contains.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-            sql += f" AND body {self.db.dialect.ilike} ? ESCAPE '\\'"
-            args += (f"%{like}%",)
+            non_ascii, pattern = self.db.dialect.non_ascii("body")
+            sql += f" AND (body {self.db.dialect.ilike} ? ESCAPE '\\' OR {non_ascii})"
+            args += (f"%{like}%", pattern)
         out: set[str] = set()
         with self.db.locked() as db:
             for wid, body in db.execute(sql, args):

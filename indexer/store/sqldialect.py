@@ -66,6 +66,12 @@ class Dialect:
     def postgresql(self) -> bool:
         return self.name == "postgresql"
 
+    def non_ascii(self, column: str) -> tuple[str, str]:
+        """(condition, argument): `column` holds a character outside ASCII."""
+        if self.postgresql:
+            return f"{column} ~ ?", "[^\x01-\x7f]"
+        return f"{column} GLOB ?", "*[^\x01-\x7f]*"
+
     def begin(self, immediate: bool) -> str:
         return "BEGIN IMMEDIATE" if immediate and not self.postgresql else "BEGIN"
 

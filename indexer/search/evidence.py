@@ -1,0 +1,106 @@
+"""Word evidence: how much of a query's words a window holds, rare words weighing more.
+
+    weight(t)  idf of the query term t in the collection (a term no window holds
+               weighs most: "sourdough starter" is not answered by a window that
+               holds "starter" alone)
+    share(w)   sum of weight(t) over the terms window w holds / sum over all terms
+
+A pasted error code, an identifier or a rare name is what a person searches for when
+they type it; a window holding it is evidence whatever the model makes of it (the model
+reads `ECONNREFUSED` as a few word pieces of no meaning: cosine 0.30 to the stack trace
+that carries it). So the presenter ranks by meaning plus share (present.py), and the
+abstain rule does not refuse a window that holds most of the query's weight or an
+exact token of it (abstain.py). Terms and keys come from the one tokenizer (tokens.py).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+from .termindex import bodies
+from .tokens import base_of, keys, matches, tokens
+
+MAX_TERMS = 16
+# An identifier typed in capitals ("ECONNREFUSED", "EACCES", "HTTP"): an exact token.
+_CAPS = re.compile(r"(?<![\w])[A-Z][A-Z0-9_]{2,}(?![\w])")
+# A share at least this much: the window holds what the query asks for (most of its
+# weight), not one word of a sentence.
+MOST = 0.6
+
+
+def idf(total: int, df: int) -> float:
+    return math.log(1 + (total - df + 0.5) / (df + 0.5))
+
+
+def exact_tokens(texts: Iterable[str]) -> frozenset[str]:
+    """The query's terms that are identifiers rather than words: made of letters and
+    digits or joined by connectors (`ext4`, `max_bytes`, `nginx.conf`, `2.6.8`), or
+    typed in capitals (`ECONNREFUSED`)."""
+    out: set[str] = set()
+    for t in texts:
+        found = tokens(t)
+        out.update(w for w in found if not w.isalpha())
+        for m in _CAPS.finditer(t):
+            out.update(tokens(m.group()))
+    return frozenset(out)
+
+
+@dataclass(eq=False)  # holds a cache: compared and hashed by identity
+class Evidence:
+    """The query's terms with their weights; `share` and `holds_exact` of a window."""
+
+    weights: dict[str, float]
+    exact: frozenset[str] = frozenset()
+    keywords: bool = False  # search-box words, not a sentence (lexical.is_keywords)
+    present: bool = False  # some window holds one of the terms
+    _cache: dict[str, tuple[float, bool]] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def of(cls, texts: Iterable[str], df: Callable[[str], int], total: int,
+           keywords: bool = False) -> "Evidence":
+        texts = list(texts)
+        terms = list(dict.fromkeys(t for text in texts for t in tokens(text)))[:MAX_TERMS]
+        weights, present = {}, False
+        for t in terms:
+            n = df(t)
+            weights[t] = idf(max(total, n), n)
+            present = present or n > 0
+        return cls(weights, exact_tokens(texts) & set(weights), keywords, present)
+
+    @property
+    def held_anywhere(self) -> bool:
+        """Whether some stored window holds one of the query's terms."""
+        return self.present
+
+    def _judge(self, text: str) -> tuple[float, bool]:
+        got = self._cache.get(text)
+        if got is None:
+            found = {k for part in bodies(text) for k in keys(part)}
+            held = [t for t in self.weights
+                    if any(matches(*base_of(t), k) for k in found)]
+            total = sum(self.weights.values())
+            got = (sum(self.weights[t] for t in held) / total if total else 0.0,
+                   any(t in self.exact for t in held))
+            self._cache[text] = got
+        return got
+
+    def share(self, text: str) -> float:
+        """Of the query's weight, the part the text (a window's document or a line)
+        holds: 0 to 1."""
+        return self._judge(text)[0]
+
+    def holds_exact(self, text: str) -> bool:
+        """Whether the text holds one of the query's exact tokens."""
+        return self._judge(text)[1]
+
+    def answers(self, text: str) -> bool:
+        """A window the abstain rule must not refuse: it holds most of the query's
+        weight, or an exact token of it."""
+        share, exact = self._judge(text)
+        return exact or share >= MOST
+
+
+NO_EVIDENCE = Evidence({})
