@@ -25,7 +25,7 @@ from .ingest.gate import Gate
 from .ingest.history import History
 from .ingest.purge import Purger
 from .records import ChunkPolicy
-from .pipeline.embedder import Embedder, load_embedder
+from .pipeline.embedder import Embedder, load_embedder, query_side
 from .pipeline.pipeline import Pipeline
 from .records import UserID
 from .search.abstain import Floor
@@ -135,7 +135,8 @@ class Index:
                                    compact_every=cfg.index.compaction_interval_seconds)
         presenter = Presenter(eventlog, embedder,
                               Horizon(cfg.index.answer_horizon_hours, cfg.index.answer_horizon_messages))
-        searcher = Searcher(embedder, store, cfg.search.rrf_k, lexical_max_terms=cfg.search.lexical_max_terms,
+        # The searcher embeds questions: the model's query side (E5's "query: ").
+        searcher = Searcher(query_side(embedder), store, cfg.search.rrf_k, lexical_max_terms=cfg.search.lexical_max_terms,
                             floor=Floor(cfg.search.min_similarity, cfg.search.no_shared_word_margin),
                             presenter=presenter)
         return cls(cfg, eventlog, journal, store, embedder, gate, ingest, pipeline, searcher,
