@@ -76,7 +76,7 @@ def test_the_config_runs_the_multilingual_model_with_its_floor(index):
     assert (cfg.index.embedder.model, cfg.index.embedder.backend) == ("multilingual-e5-small", "q4")
     assert index.embedder.name == "intfloat/multilingual-e5-small"
     assert isinstance(index.searcher.embedder, QuerySide)  # questions get "query: "
-    assert index.searcher.floor.min_similarity == cfg.search.min_similarity == 0.80
+    assert index.searcher.floor.min_similarity == cfg.search.min_similarity == 0.84
 
 
 @pytest.mark.model
@@ -98,3 +98,21 @@ def test_a_question_in_the_rooms_language_finds_its_answer_first(index, lang):
 @pytest.mark.parametrize("lang", ["zh", "ru", "ar"])
 def test_an_off_topic_question_in_the_rooms_language_gets_nothing(index, lang):
     assert index.searcher.search(SourceQuery.build([room(lang)["offtopic"]], 5)) == []
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("lang", ["zh", "ru", "ar"])
+def test_the_reply_speaks_english_and_quotes_the_answer_as_written(index, lang):
+    """The reply's own sentences are English; the matched lines are the room's own
+    words, clipped by characters (never inside a character) like any line."""
+    import html
+
+    from appservice.bot.replies import MAX_LINE_CHARS, render_hits
+
+    data = room(lang)
+    reply = render_hits(index.searcher.search(SourceQuery.build([data["ask"]], 5)),
+                        (data["ask"],))
+    assert reply.body.startswith(f"Sources for: {data['ask']}")
+    answer = data["messages"][data["answer"]][1]
+    shown = answer if len(answer) <= MAX_LINE_CHARS else answer[:MAX_LINE_CHARS - 1].rstrip()
+    assert shown in reply.body and html.escape(shown) in reply.formatted_body
