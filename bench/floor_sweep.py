@@ -89,6 +89,8 @@ def main() -> int:
     p.add_argument("--floors", default="0.34")
     p.add_argument("--margins", default="0.11")
     p.add_argument("--variants", default="query,keywords,query+keywords")
+    p.add_argument("--langs", default=None,
+                   help="comma-separated: which question languages (en, de, es, ru, zh); all by default")
     p.add_argument("--out", default=None)
     args = p.parse_args()
     sets = evalkit.datasets()
@@ -100,6 +102,8 @@ def main() -> int:
         ds = sets[name]
         data_dir = Path(args.work).resolve() / f"retrieval-{name}"
         groups = {"en": evalkit.load_items(ds.root, ds.queries), **retrieval.xl_items(ds)}
+        if args.langs:
+            groups = {k: v for k, v in groups.items() if k in args.langs.split(",")}
         off = retrieval.offtopic_queries()
         asked = [(f"{i.id}|{v}", retrieval.texts_for(i, v)) for items in groups.values()
                  for i in items for v in variants] + off

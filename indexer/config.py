@@ -279,6 +279,7 @@ class Config(_Section):
     derived: DerivedConfig = DerivedConfig()
     _file: Path = PrivateAttr(Path("config.yaml"))
     _bridges: tuple[Path, ...] = PrivateAttr(())
+    _bridge_patterns: tuple[str, ...] = PrivateAttr(())
 
     @model_validator(mode="before")
     @classmethod
@@ -297,7 +298,6 @@ class Config(_Section):
         unset = {k: v for k, v in zip(("min_similarity", "no_shared_word_margin"), floor)
                  if search.get(k) is None}
         return {**data, "search": {**search, **unset}} if unset else data
-    _bridge_patterns: tuple[str, ...] = PrivateAttr(())
 
     @property
     def file(self) -> Path:
