@@ -16,8 +16,13 @@ A hit counts when the events it cites (`event_ids`: its window's and the answers
 linked to it from later windows) hold a gold answer event. "answer shown@5" asks more:
 a gold answer is among the lines the reply quotes (`shown_event_ids`) for one of the
 first 5 hits. The off-topic questions of bench/offtopic-queries.jsonl (cooking,
-sports, travel, "?", emoji, Arabic, Hebrew; written for this benchmark) are asked of
+sports, travel, "?", emoji, Arabic, Hebrew, and eight each in German, Spanish, Russian
+and Chinese; written for this benchmark) are asked of
 each index too: the share that gets no hit ("nothing matches") is reported.
+For a set with translated questions beside its own (Gitter's `dev-queries-xl.jsonl`: the
+same items asked in German, Spanish, Russian and Chinese, technical terms kept in
+English), each language's items are asked the same three ways of the same English
+index and reported as a cross-lingual table, with how many got "nothing matches".
 `--floor-cost` asks every item again with the floor off (search.min_similarity -1) to
 show what the floor costs answerable questions. `--set KEY=VALUE` edits the fresh
 data dirs' config.yaml. Prints the table and the data's attribution, writes the
@@ -47,6 +52,10 @@ CLI = str(Path(sys.executable).parent / "matrix-sources")
 VARIANTS = ("query", "keywords", "query+keywords")
 OFFTOPIC = Path(__file__).resolve().parent / "offtopic-queries.jsonl"
 COLUMNS = ("success@1", "success@5", "success@10", "mrr@10", "shown@1", "shown@5")
+# Questions in other languages beside a set's own: file name, and the order of the rows.
+XL_QUERIES = "dev-queries-xl.jsonl"
+XL_LANGS = ("de", "es", "ru", "zh")
+XL_COLUMNS = ("success@1", "success@5", "success@10", "mrr@10", "shown@5", "abstained")
 
 
 def texts_for(item: evalkit.Item, variant: str) -> list[str]:
@@ -161,7 +170,8 @@ def effective_settings(data_dir: Path) -> dict:
 
     cfg = load_config(data_dir / "config.yaml")
     p = cfg.index.chunk_policy
-    return {"window_max_bytes": p.max_bytes, "window_gap_seconds": p.gap_ms / 1000,
+    return {"embedder": cfg.index.embedder.model, "backend": cfg.index.embedder.backend,
+            "window_max_bytes": p.max_bytes, "window_gap_seconds": p.gap_ms / 1000,
             "block_windows": p.block_windows, "follow_replies": p.follow_replies,
             "min_similarity": cfg.search.min_similarity,
             "no_shared_word_margin": cfg.search.no_shared_word_margin,
@@ -190,9 +200,46 @@ def evaluate(items: list[evalkit.Item], hits: dict, n_relevant: dict[str, int],
     return results
 
 
+def xl_items(ds: evalkit.Dataset) -> dict[str, list[evalkit.Item]]:
+    """The set's translated items by language ({} if it has none)."""
+    path = ds.queries.parent / XL_QUERIES
+    if not path.is_file():
+        return {}
+    langs = {}
+    with open(path, encoding="utf-8") as f:
+        for o in map(json.loads, filter(str.strip, f)):
+            langs[o["id"]] = o["lang"]
+    by_lang: dict[str, list[evalkit.Item]] = {}
+    for item in evalkit.load_items(ds.root, path):
+        by_lang.setdefault(langs[item.id], []).append(item)
+    return dict(sorted(by_lang.items(), key=lambda kv: (
+        XL_LANGS.index(kv[0]) if kv[0] in XL_LANGS else len(XL_LANGS), kv[0])))
+
+
+def evaluate_xl(by_lang: dict[str, list[evalkit.Item]], hits: dict,
+                n_relevant: dict[str, int], variants: tuple[str, ...] = VARIANTS) -> dict:
+    """Per language and variant: the metrics, and how many items got no hit at all."""
+    out = {}
+    for lang, items in by_lang.items():
+        results = evaluate(items, hits, n_relevant, variants)
+        for v in variants:
+            none = sum(1 for i in items if not hits[f"{i.id}|{v}"])
+            results[v]["metrics"]["abstained"] = round(none / len(items), 4)
+            results[v]["abstained_items"] = none
+        out[lang] = {"items": len(items), "variants": results}
+    return out
+
+
 def offtopic_queries() -> list[tuple[str, list[str]]]:
     with open(OFFTOPIC, encoding="utf-8") as f:
         return [(o["id"], [o["query"]]) for o in map(json.loads, filter(str.strip, f))]
+
+
+def offtopic_lang(qid: str) -> str:
+    """offtopic-de-3 -> de; the first 38 (English, and four that are no language or
+    another script) -> en."""
+    part = qid.split("-")[1]
+    return part if not part.isdigit() else "en"
 
 
 def run_set(ds: evalkit.Dataset, data_dir: Path, args) -> dict:
@@ -204,16 +251,25 @@ def run_set(ds: evalkit.Dataset, data_dir: Path, args) -> dict:
     config = data_dir / "config.yaml"
     asked = [(f"{i.id}|{v}", texts_for(i, v)) for i in items for v in args.variants]
     off = offtopic_queries()
-    hits, seconds = search_batch(asked + off, config, data_dir, args.in_process)
-    n_relevant = windows_holding(data_dir, items)
+    by_lang = xl_items(ds)
+    xl = [(f"{i.id}|{v}", texts_for(i, v)) for lang in by_lang.values() for i in lang
+          for v in args.variants]
+    hits, seconds = search_batch(asked + off + xl, config, data_dir, args.in_process)
+    n_relevant = windows_holding(data_dir, items + [i for lang in by_lang.values()
+                                                    for i in lang])
     results = evaluate(items, hits, n_relevant, args.variants)
     abstained = [qid for qid, _ in off if not hits[qid]]
     report = {"items": len(items), "eval_root": str(ds.root), **built,
               "settings": effective_settings(data_dir),
-              "search_seconds": round(seconds, 1), "queries": len(asked) + len(off),
+              "search_seconds": round(seconds, 1), "queries": len(asked) + len(off) + len(xl),
               "variants": results,
+              "crosslingual": evaluate_xl(by_lang, hits, n_relevant, args.variants),
               "offtopic": {"asked": len(off), "abstained": len(abstained),
-                           "answered": [qid for qid, _ in off if hits[qid]]}}
+                           "answered": [qid for qid, _ in off if hits[qid]],
+                           "by_lang": {lang: [sum(1 for q, _ in off if offtopic_lang(q) == lang
+                                                  and not hits[q]),
+                                              sum(1 for q, _ in off if offtopic_lang(q) == lang)]
+                                       for lang in dict.fromkeys(offtopic_lang(q) for q, _ in off)}}}
     if args.floor_cost:
         set_config(config, ["search.min_similarity=-1"])
         try:
@@ -283,17 +339,25 @@ def main(argv: list[str] | None = None) -> int:
     if args.floor_cost:
         rows += [(f"{n} {v} (no floor)", reports[n]["without_floor"][v])
                  for v in args.variants for n in names]
+    xl_rows = [(f"{n} {lang} {v}", r["crosslingual"][lang]["variants"][v]["metrics"])
+               for v in args.variants for n, r in reports.items() for lang in r["crosslingual"]]
     s = next(iter(reports.values()))["settings"]
-    print(evalkit.table(rows, f"Retrieval on the dev sets, chunker {CHUNKER_VERSION}, windows "
+    print(evalkit.table(rows, f"Retrieval on the dev sets, {s['embedder']}, chunker {CHUNKER_VERSION}, windows "
                               f"of {s['window_max_bytes']} bytes, floor {s['min_similarity']} "
                               f"(+{s['no_shared_word_margin']} sharing no word), "
                               f"answers within {s['answer_horizon_hours']:g} h / "
                               f"{s['answer_horizon_messages']} messages", COLUMNS))
+    if xl_rows:
+        print("\n" + evalkit.table(
+            xl_rows, f"Cross-lingual: the same items asked in other languages of the same "
+                     f"chat, embedder {s['embedder']} (abstained: the share of items that got "
+                     f"no hit)", XL_COLUMNS))
     for n in names:
         r = reports[n]
         o = r["offtopic"]
         print(f"\n{n}: {r['items']} items; off-topic questions with no hit: "
-              f"{o['abstained']}/{o['asked']}"
+              f"{o['abstained']}/{o['asked']} ("
+              + ", ".join(f"{lang} {a}/{b}" for lang, (a, b) in o["by_lang"].items()) + ")"
               + (f" (answered: {', '.join(o['answered'])})" if o["answered"] else ""))
         for line in r.get("import_summary", []):
             print("  import: " + line)

@@ -27,7 +27,7 @@ from .ingest.gate import Gate
 from .ingest.history import History
 from .ingest.purge import Purger
 from .records import ChunkPolicy
-from .pipeline.embedder import Embedder, load_embedder
+from .pipeline.embedder import Embedder, load_embedder, query_side
 from .pipeline.claims import RoomClaims
 from .pipeline.pipeline import EMBED_CALL, Pipeline
 from .pipeline.priority import ModelTurns
@@ -149,7 +149,8 @@ class Index:
                                    claims=claims, turns=turns)
         presenter = Presenter(eventlog, embedder,
                               Horizon(cfg.index.answer_horizon_hours, cfg.index.answer_horizon_messages))
-        searcher = Searcher(embedder, store, cfg.search.rrf_k, lexical_max_terms=cfg.search.lexical_max_terms,
+        # The searcher embeds questions: the model's query side (E5's "query: ").
+        searcher = Searcher(query_side(embedder), store, cfg.search.rrf_k, lexical_max_terms=cfg.search.lexical_max_terms,
                             floor=Floor(cfg.search.min_similarity, cfg.search.no_shared_word_margin),
                             presenter=presenter, turns=turns)
         return cls(cfg, eventlog, journal, store, embedder, gate, ingest, pipeline, searcher,

