@@ -57,7 +57,16 @@ something thing things there's it's i'm can't don't doesn't isn't won't please t
 hi hello hey yes yeah ok okay still really need want try trying tried know use using
 used make makes made way one ones instead even ever every without
 s t
-""".split())
+""".split()) | frozenset(
+    # Chinese, as bigrams: question and function words ("how", "what", "time", "can",
+    # "we", "this", "not have"...), which a cooking question shares with any chat.
+    """怎么 什么 为什么 如何 怎样 时间 可以 需要 我们 你们 他们 这个 那个 这样 那样 没有
+    一下 一个 就是 还是 已经 应该 因为 所以 但是 如果 现在 知道 觉得 大家 多少 请问 谢谢
+    的话 不是 是不 有没 能不""".split()) | frozenset(
+    # Russian: the same kind of words ("how", "what", "this", "can", "need"...).
+    """и в во на не с со по для у же ли мы вы я он она они оно так а но или то бы как
+    что это этот эта эти где когда почему зачем можно нужно надо если уже ещё еще есть
+    был была было были быть мне меня нас вас их его её ее кто какой какая какие""".split())
 
 
 def normalise(text: str) -> str:
