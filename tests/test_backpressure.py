@@ -29,6 +29,7 @@ from indexer.store.eventlog import EventLog
 from indexer.store.journal import Journal
 
 from .test_transactions import HS_TOKEN, message, put
+from .botkit import RecordingMatrix as Matrix
 
 ROOM = RoomID("!a-first:example.org")
 BOT = UserID("@sourcesbot:example.org")
@@ -136,21 +137,6 @@ async def test_health_and_metrics_say_how_far_behind_indexing_is(tmp_path):
         report = json.loads((await health.handle(None)).body)
         assert report["backlog"] == {"pending": 0, "max_pending": 2,
                                      "oldest_pending_seconds": 0.0, "full": False}
-
-
-class Matrix:
-    def __init__(self) -> None:
-        self.sent: list[tuple[str, dict]] = []
-
-    async def send(self, room_id, content):
-        self.sent.append((room_id, content))
-        return f"$reply{len(self.sent)}"
-
-    async def join(self, room_id): ...
-    async def room_state(self, room_id): return []
-    async def resolve_alias(self, alias): return None
-
-    def is_outage(self, exc): return False
 
 
 class Searcher:

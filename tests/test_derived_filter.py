@@ -41,6 +41,7 @@ from indexer.derived.reference import cut_sections
 
 from .vectorscan import files_holding
 from .storekit import stored_vectors
+from .botkit import RecordingMatrix as Matrix
 
 FIXTURE = Path(__file__).parent / "fixtures" / "ops-cheatsheet.md"
 ROOM = "!ops:example.org"
@@ -573,23 +574,6 @@ def test_an_edit_by_someone_else_changes_nothing(world):
 
 
 # -- an artifact cannot make older text derived (issue 26 item 9) -----------------------
-
-class Matrix:
-    """The bot's homeserver: what it sent, and an event id for each."""
-
-    def __init__(self) -> None:
-        self.sent: list[tuple[str, dict]] = []
-
-    async def send(self, room_id, content):
-        self.sent.append((room_id, content))
-        return f"$reply{len(self.sent)}"
-
-    async def join(self, room_id): ...
-    async def room_state(self, room_id): return []
-    async def resolve_alias(self, alias): return None
-
-    def is_outage(self, exc): return False
-
 
 def redact(world: World, target: str) -> set[str]:
     world.n += 1

@@ -13,21 +13,7 @@ from indexer.ingest.events import MessageEvent
 from indexer.records import EventID, Message, RoomID, UserID
 
 from .test_history import ALICE, BOB, T0, all_text, msg, world  # noqa: F401 (world: fixture)
-
-
-class Matrix:
-    def __init__(self) -> None:
-        self.sent: list[tuple[str, dict]] = []
-
-    async def send(self, room_id, content):
-        self.sent.append((room_id, content))
-        return f"$reply{len(self.sent)}"
-
-    async def join(self, room_id): ...
-    async def room_state(self, room_id): return []
-    async def resolve_alias(self, alias): return None
-
-    def is_outage(self, exc): return False
+from .botkit import RecordingMatrix as Matrix
 
 
 def test_forget_me_and_index_me_parse_and_nothing_else_does():
