@@ -53,7 +53,7 @@ def ask_all(data_dir: Path, asked: list[tuple[str, list[str]]]) -> dict:
             for n, (qid, texts) in enumerate(todo, 1):
                 words = Floor(0.0).for_query(texts)
                 hits = index.searcher.search(SourceQuery.build(texts, TOP))
-                out[qid] = [[h.similarity, words.shares_word(h.text), list(h.cited_event_ids),
+                out[qid] = [[h.similarity, words.shares_word(h.bodies), list(h.cited_event_ids),
                              [ln.event_id for ln in h.shown]] for h in hits]
                 if n % 50 == 0:
                     cache.write_text(json.dumps(out))

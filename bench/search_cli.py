@@ -60,6 +60,21 @@ def timed_search(config: Path, question: str) -> tuple[float, list[dict], str]:
     return seconds, json.loads(res.stdout)["hits"], res.stderr
 
 
+def first_difference(a: object, b: object, path: str = "hits") -> str:
+    """Where two JSON values first differ, as a path and the two values there."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in sorted(set(a) | set(b)):
+            if a.get(k) != b.get(k):
+                return first_difference(a.get(k), b.get(k), f"{path}.{k}")
+    if isinstance(a, list) and isinstance(b, list):
+        for i, (x, y) in enumerate(zip(a, b)):
+            if x != y:
+                return first_difference(x, y, f"{path}[{i}]")
+        if len(a) != len(b):
+            return f"{path}: {len(a)} items through the API, {len(b)} stopped"
+    return f"{path}: {str(a)[:80]!r} through the API, {str(b)[:80]!r} stopped"
+
+
 def import_profile(config: Path, question: str) -> dict:
     """`python -X importtime` of the API path: total and the five largest top-level
     imports (cumulative microseconds, as the flag prints them)."""
@@ -147,6 +162,9 @@ def main(argv: list[str] | None = None) -> int:
         stopped, stopped_hits, _ = rows(stack.config, questions)
         windows = collection_size(stack.config)
     same = sum(a == b for a, b in zip(api_hits, stopped_hits))
+    for q, a, b in zip(questions, api_hits, stopped_hits):
+        if a != b:
+            print(f"  differs: {q[:60]!r}: {first_difference(a, b)}", flush=True)
     report = {"machine": perfkit.machine(), "load_average": perfkit.load_average(),
               "windows": windows, "questions": len(questions),
               "api_s": [round(s, 3) for s in api], "stopped_s": [round(s, 3) for s in stopped],

@@ -97,6 +97,12 @@ class Line:
     linked: str = ""
 
 
+def bodies_of(corpus: str, text: str, lines: tuple[Line, ...]) -> tuple[str, ...]:
+    """What a query's words are matched in: a chat window's message bodies, a reference
+    chunk's text; never a document's sender ids and times."""
+    return (text,) if corpus == CORPUS_REFERENCE else tuple(line.body for line in lines)
+
+
 @dataclass(frozen=True, slots=True)
 class Hit:
     """One search result: a stored window with its fused score, and once presented
@@ -124,6 +130,12 @@ class Hit:
     # A chat window's messages as the event log holds them now (`text` is their
     # document, which nothing reads back).
     lines: tuple[Line, ...] = ()
+
+    @property
+    def bodies(self) -> tuple[str, ...]:
+        """What the query's words are matched in: a chat window's message bodies, a
+        reference chunk's text (never the document's sender ids and times)."""
+        return bodies_of(self.corpus, self.text, self.lines)
 
     @property
     def cited_event_ids(self) -> tuple[EventID, ...]:

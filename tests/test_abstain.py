@@ -36,15 +36,22 @@ def test_words_are_stems_without_stop_words():
     assert words_of("What can we clean up on the disks?") == words_of("clean disk")
     assert words_of("what is it and how do I do it") == frozenset()
     q = Floor(0.34, 0.04).for_query(["the disk is full", "media cache"])
-    assert q.shares_word("[12:00] @bob:x: purge the remote MEDIA store")
-    assert not q.shares_word("the is it and of")  # stop words alone share nothing
-    assert q.needed("disks filled overnight") == pytest.approx(0.34)
-    assert q.needed("quokkas live on an island") == pytest.approx(0.38)
+    assert q.shares_word(["purge the remote MEDIA store"])
+    assert not q.shares_word(["the is it and of"])  # stop words alone share nothing
+    assert q.needed(["disks filled overnight"]) == pytest.approx(0.34)
+    assert q.needed(["quokkas live on an island"]) == pytest.approx(0.38)
+
+
+def test_only_bodies_are_matched_never_a_sender_id():
+    q = Floor(0.34, 0.04).for_query(["media cache on disk"])
+    assert not q.shares_word(["quokkas live on an island"])
+    assert q.needed(["quokkas live on an island", "they swim"]) == pytest.approx(0.38)
+    assert q.shares_word(["quokkas live on an island", "the media cache"])
 
 
 def test_a_question_of_stop_words_only_needs_the_margin_everywhere():
     q = Floor(0.30, 0.05).for_query(["how do I do it?"])
-    assert q.needed("how do I do it?") == pytest.approx(0.35)
+    assert q.needed(["how do I do it?"]) == pytest.approx(0.35)
 
 
 def test_the_shipped_defaults_are_the_calibrated_ones():

@@ -356,3 +356,41 @@ def test_the_crossing_check_can_fail():
         "appservice.cli.main": {"appservice.bot.bot", "appservice.homeserver.service"},
     }) == ["appservice.bot.responder -> appservice.homeserver.roomstate",
            "appservice.homeserver.service -> appservice.bot.bot"]
+
+
+# A line of the window document (pipeline.chunker.document), which the store and search
+# never read back: hits carry typed lines.
+DOCUMENT_LINE = "[2024-01-02 10:00] @alice:example.org: grub rescue"
+
+
+def document_parsers(path: Path) -> list[str]:
+    """Regular expressions in a module that would take a document line apart: every
+    string literal given to `re`/`regex` that matches up to the body's start."""
+    import re
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id in ("re", "regex") and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and isinstance(node.args[0].value, str)):
+            continue
+        try:
+            m = re.compile(node.args[0].value).match(DOCUMENT_LINE)
+        except re.error:
+            continue
+        if m and m.end() >= DOCUMENT_LINE.index("grub"):
+            found.append(f"{path.name}:{node.lineno}")
+    return found
+
+
+def test_no_module_parses_the_window_document():
+    assert [f for p in sources(*PACKAGES) for f in document_parsers(p)] == []
+
+
+def test_the_document_parser_check_can_fail(tmp_path):
+    bad = tmp_path / "probe.py"
+    bad.write_text('import re\nHEAD = re.compile(r"\\[[^\\]\\n]*\\] \\S+: ")\n'
+                   'WORD = re.compile(r"\\w+")\n')
+    assert document_parsers(bad) == ["probe.py:2"]

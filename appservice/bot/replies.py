@@ -264,8 +264,8 @@ def render_why(n: int, hit: Hit, texts: tuple[str, ...], rrf_k: int,
         sim = score
         f = floor.floor
         rule = (f"the floor search.min_similarity = {f.min_similarity:.2f}"
-                if floor.shares_word(hit.text) or not f.no_shared_word_margin else
-                f"the floor {floor.needed(hit.text):.2f} for a hit sharing no word with the "
+                if floor.shares_word(hit.bodies) or not f.no_shared_word_margin else
+                f"the floor {floor.needed(hit.bodies):.2f} for a hit sharing no word with the "
                 f"question (search.min_similarity {f.min_similarity:.2f} + "
                 f"search.no_shared_word_margin {f.no_shared_word_margin:.2f})")
         head = (f"Nothing matched; the closest was {room} · {_time_range(hit)}: its "

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, Sequence
 
 from .evidence import NO_EVIDENCE, Evidence
 from .lexical import stem, words
@@ -51,18 +51,18 @@ class QueryFloor:
     # The model cannot read the query (legible.py): only windows holding its words.
     words_only: bool = False
 
-    def shares_word(self, text: str) -> bool:
-        return bool(self.words & words_of(text))
+    def shares_word(self, bodies: Sequence[str]) -> bool:
+        return bool(self.words & words_of("\n".join(bodies)))
 
-    def held(self, text: str) -> bool:
-        """Whether the text holds the query's words (evidence.answers): never refused."""
-        return self.evidence.answers(text)
+    def held(self, bodies: Sequence[str]) -> bool:
+        """Whether the bodies hold the query's words (evidence.answers): never refused."""
+        return self.evidence.answers(bodies)
 
-    def needed(self, text: str) -> float:
-        """The score a hit whose text is `text` must reach to be shown."""
-        if self.held(text):
+    def needed(self, bodies: Sequence[str]) -> float:
+        """The score a hit whose bodies (Hit.bodies) are these must reach to be shown."""
+        if self.held(bodies):
             return NO_FLOOR
         if self.words_only:
             return math.inf
         f = self.floor
-        return f.min_similarity + (0.0 if self.shares_word(text) else f.no_shared_word_margin)
+        return f.min_similarity + (0.0 if self.shares_word(bodies) else f.no_shared_word_margin)

@@ -18,9 +18,9 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Sequence
 
-from .termindex import bodies
+from .termindex import matchable
 from .tokens import base_of, keys, matches, tokens
 
 MAX_TERMS = 16
@@ -56,7 +56,7 @@ class Evidence:
     exact: frozenset[str] = frozenset()
     keywords: bool = False  # search-box words, not a sentence (lexical.is_keywords)
     present: bool = False  # some window holds one of the terms
-    _cache: dict[str, tuple[float, bool]] = field(default_factory=dict, repr=False)
+    _cache: dict[tuple[str, ...], tuple[float, bool]] = field(default_factory=dict, repr=False)
 
     @classmethod
     def of(cls, texts: Iterable[str], df: Callable[[str], int], total: int,
@@ -75,31 +75,32 @@ class Evidence:
         """Whether some stored window holds one of the query's terms."""
         return self.present
 
-    def _judge(self, text: str) -> tuple[float, bool]:
-        got = self._cache.get(text)
+    def _judge(self, bodies: Sequence[str]) -> tuple[float, bool]:
+        key = tuple(bodies)
+        got = self._cache.get(key)
         if got is None:
-            found = {k for part in bodies(text) for k in keys(part)}
+            found = {k for part in matchable(key) for k in keys(part)}
             held = [t for t in self.weights
                     if any(matches(*base_of(t), k) for k in found)]
             total = sum(self.weights.values())
             got = (sum(self.weights[t] for t in held) / total if total else 0.0,
                    any(t in self.exact for t in held))
-            self._cache[text] = got
+            self._cache[key] = got
         return got
 
-    def share(self, text: str) -> float:
-        """Of the query's weight, the part the text (a window's document or a line)
-        holds: 0 to 1."""
-        return self._judge(text)[0]
+    def share(self, bodies: Sequence[str]) -> float:
+        """Of the query's weight, the part a window's bodies (Hit.bodies, or one line's)
+        hold: 0 to 1."""
+        return self._judge(bodies)[0]
 
-    def holds_exact(self, text: str) -> bool:
-        """Whether the text holds one of the query's exact tokens."""
-        return self._judge(text)[1]
+    def holds_exact(self, bodies: Sequence[str]) -> bool:
+        """Whether the bodies hold one of the query's exact tokens."""
+        return self._judge(bodies)[1]
 
-    def answers(self, text: str) -> bool:
+    def answers(self, bodies: Sequence[str]) -> bool:
         """A window the abstain rule must not refuse: it holds most of the query's
         weight, or an exact token of it."""
-        share, exact = self._judge(text)
+        share, exact = self._judge(bodies)
         return exact or share >= MOST
 
 

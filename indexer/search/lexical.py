@@ -16,7 +16,7 @@ tokenizer (lexical.matching). Either way the leg sees exactly what the collectio
               PREFILTER are scored with full BM25 (k1 = 1.2, b = 0.75, term frequency
               and length in words of the bodies), which gives the leg's order.
 
-Sender ids and timestamps of the document lines are not matched: only bodies are.
+Only bodies are matched, never sender ids or times.
 """
 
 from __future__ import annotations
@@ -24,12 +24,12 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
 from ..records import CORPUS_CHAT, CORPUS_REFERENCE
-from .termindex import TermIndex, bodies, doc_stats
+from .termindex import TermIndex, doc_stats, matchable
 from .tokens import STOP_WORDS, base_of, keys, matches, stem, tokens
 
 if TYPE_CHECKING:
@@ -65,8 +65,8 @@ def is_keywords(text: str, max_terms: int = LEXICAL_MAX_TERMS) -> bool:
 
 # (term base, prefix, where) -> ids of the windows whose bodies hold a matching key
 Matcher = Callable[[str, bool, dict | None], list[str]]
-# ids -> {id: document}
-Fetcher = Callable[[list[str]], dict[str, str]]
+# ids -> {id: the bodies it holds (Hit.bodies)}
+Fetcher = Callable[[list[str]], dict[str, Sequence[str]]]
 
 
 @dataclass
@@ -137,7 +137,7 @@ class LexicalRanker:
             return []
         idf, pool = _prefilter(hits, max(self.total(), 1))
         docs = self.fetch(pool)
-        parts = {w: bodies(docs.get(w, "")) for w in pool}
+        parts = {w: matchable(docs.get(w, ())) for w in pool}
         counts = {w: doc_stats(parts[w]) for w in pool}
 
         def tf(w: str, t: str) -> int:
@@ -245,7 +245,7 @@ def matching(store: ChromaStore, base: str, prefix: bool = False,
         found |= eventlog.texts.bodies_matching(holds, room, contains=base)
     if corpus in (None, CORPUS_REFERENCE) and room is None:
         found |= eventlog.texts.refs_matching(
-            lambda text: any(holds(part) for part in bodies(text)))
+            lambda text: any(holds(part) for part in matchable([text])))
     if not found:
         return []
     # Only what the collection holds (the event log may be a step ahead).

@@ -108,7 +108,7 @@ class Presenter:
         ranked, at = [], 0
         for rank, (h, w) in enumerate(zip(hits, windows)):
             sim = h.similarity if h.similarity is not None else -1.0
-            bonus = words * evidence.share(h.text)
+            bonus = words * evidence.share(h.bodies)
             if w is None:  # reference: no lines of its own to match
                 ranked.append((sim + bonus, rank, h, None, sim))
                 continue
@@ -125,7 +125,7 @@ class Presenter:
             key = (1 - LINE_WEIGHT) * sim + LINE_WEIGHT * float(line_sims[anchor])
             ranked.append((key + bonus, rank, h, (w, vecs, anchor), key))
         ranked.sort(key=lambda r: (-r[0], r[1]))
-        above = [r for r in ranked if floor is None or r[4] >= floor.needed(r[2].text)]
+        above = [r for r in ranked if floor is None or r[4] >= floor.needed(r[2].bodies)]
         closest = None if above or not ranked else replace(ranked[0][2], similarity=ranked[0][4])
         kept = above[:top_k] if top_k is not None else above
         plans = [(h, self._plan(h, found[0]), found[1], found[2]) if found else (h, None, None, 0)

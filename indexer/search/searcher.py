@@ -29,7 +29,7 @@ import numpy as np
 
 from ..pipeline.embedder import Embedder
 from ..pipeline.priority import ModelTurns
-from ..records import Hit
+from ..records import Hit, bodies_of
 from ..store.chroma import ChromaStore
 from .abstain import NO_FLOOR, Floor
 from .evidence import NO_EVIDENCE, Evidence
@@ -119,7 +119,7 @@ class Searcher:
             return self.presenter.present_above(scored, vectors, query.top_k, floor,
                                                 evidence)
         hits = [h for h in scored if floor is None
-                or (h.similarity is not None and h.similarity >= floor.needed(h.text))]
+                or (h.similarity is not None and h.similarity >= floor.needed(h.bodies))]
         closest = None if hits or not scored else max(
             scored, key=lambda h: h.similarity if h.similarity is not None else -2.0)
         return hits[:query.top_k], closest
@@ -210,11 +210,12 @@ class Searcher:
 def _lexical_ranker(store: ChromaStore) -> LexicalRanker:
     texts = WindowTexts(store.eventlog)
 
-    def fetch(ids: list[str]) -> dict[str, str]:
+    def fetch(ids: list[str]) -> dict[str, tuple[str, ...]]:
         if not ids:
             return {}
         windows = store.get(ids)
-        return {w.window_id: text for w, (text, _) in zip(windows, texts.read(windows))}
+        return {w.window_id: bodies_of(w.corpus, text, lines)
+                for w, (text, lines) in zip(windows, texts.read(windows))}
 
     # The store's postings once built (the service's own store; termindex.py).
     terms = store.terms if isinstance(store.terms, TermIndex) and store.terms.ready.is_set() \

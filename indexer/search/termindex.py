@@ -12,9 +12,8 @@ docs/storage.md compares it with SQLite FTS5 in the event log.
 It matches exactly what the event log's scan (lexical.matching) matches, by the same
 tokenizer (tokens.py):
 
-- only message bodies: a chat window's bodies; of a reference chunk's text, a line that
-  looks like a chat line "[time] @sender: body" contributes its body, any other line
-  starting with "[" nothing, every other line all of it;
+- only what people wrote: a chat window's message bodies (typed, from the event log),
+  a reference chunk's text; never sender ids or times;
 - its keys are tokens.keys of the bodies: words, compounds and their parts, bigrams. A
   term matches a key equal to it, or, as a prefix stem, a word starting with it.
 
@@ -27,7 +26,6 @@ one is marked dead; dead postings are dropped when they outnumber the live ones.
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import time
 from array import array
@@ -45,29 +43,20 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(f"matrix_sources.{__name__}")
 
-_CHAT_HEAD = re.compile(r"\[[^\]\n]*\] \S+: ")
 TF_BITS = 6
 TF_MAX = (1 << TF_BITS) - 1  # a word's count in one window, capped (BM25 saturates)
 HEAD = 3  # prefix lookups go through the keys sharing their first HEAD characters
 
 
-def bodies(doc: str) -> list[str]:
-    """The parts of a reference chunk's text the lexical leg can match in, per line
-    (a line that looks like a chat line's head matches only after it, as in a window)."""
-    out = []
-    for line in doc.split("\n"):
-        if line.startswith("["):
-            m = _CHAT_HEAD.match(line)
-            if m:
-                out.append(line[m.end():])
-        else:
-            out.append(line)
-    return out
+def matchable(texts: Iterable[str]) -> list[str]:
+    """The parts the lexical leg matches in, one per line (keys never span a line
+    break): of a chat window, its message bodies; of a reference chunk, its text."""
+    return [line for text in texts for line in text.split("\n")]
 
 
 def window_bodies(window: Window) -> list[str]:
     """A chat window's parts the lexical leg can match in: its bodies' lines."""
-    return [line for m in window.messages for line in m.body.split("\n")]
+    return matchable(m.body for m in window.messages)
 
 
 def doc_stats(parts: Sequence[str]) -> tuple[int, Counter]:
@@ -130,7 +119,7 @@ class TermIndex:
 
     def texts_written(self, ids: Sequence[str], texts: Sequence[str],
                       metas: Sequence[dict]) -> None:
-        self._add(ids, [bodies(t or "") for t in texts], metas)
+        self._add(ids, [matchable([t or ""]) for t in texts], metas)
 
     def _add(self, ids: Iterable[str], parts: Iterable[list[str]],
              metas: Iterable[dict]) -> None:
@@ -406,7 +395,7 @@ def start_term_index(store: ChromaStore, eventlog: EventLog, page: int = 2000,
             if wid not in wanted:
                 continue
             got.append(wid)
-            parts.append([line for m in msgs for line in m.body.split("\n")])
+            parts.append(matchable(m.body for m in msgs))
             metas.append({"room_id": msgs[0].room_id, "corpus": CORPUS_CHAT})
             if len(got) >= page:
                 yield got, parts, metas
@@ -416,7 +405,7 @@ def start_term_index(store: ChromaStore, eventlog: EventLog, page: int = 2000,
         for cid in refs:
             if cid in texts:
                 got.append(cid)
-                parts.append(bodies(texts[cid]))
+                parts.append(matchable([texts[cid]]))
                 metas.append({"room_id": "", "corpus": CORPUS_REFERENCE})
         if got:
             yield got, parts, metas
