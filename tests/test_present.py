@@ -269,3 +269,26 @@ def test_spam_addressed_to_the_asker_and_stuffed_lines_earn_no_place(wide_world)
     searcher.presenter.shown_lines = 2  # the question and one more line: which one
     [hit, *_] = searcher.search(SourceQuery.build(["purge old remote media"], top_k=5))
     assert [ln.event_id for ln in hit.shown] == ["$q9", "$a9"]
+
+
+class CompanyEmbedder(HashEmbedder):
+    """Like the int8 model, a text's vector moves with the other texts of its call."""
+
+    def encode(self, texts):
+        out = super().encode(texts)
+        shift = 0.3 * (len(texts) - 1)
+        return [[x + shift for x in v] for v in out]
+
+
+def test_a_lines_vector_does_not_depend_on_the_cache_or_the_texts_beside_it(tmp_path):
+    """The service's warm cache and a fresh CLI process must rank lines alike (the
+    search API and `matrix-sources search` give the same hits)."""
+    emb = CompanyEmbedder()
+    warm = Presenter(None, emb)
+    warm._vectors(["gparted resizes it", "unrelated chatter"])
+    got = warm._vectors(["unrelated chatter", "reboot into the live usb", "gparted resizes it"])
+    fresh = Presenter(None, CompanyEmbedder())._vectors(
+        ["unrelated chatter", "reboot into the live usb", "gparted resizes it"])
+    assert (got == fresh).all()
+    alone = Presenter(None, CompanyEmbedder())._vectors(["reboot into the live usb"])
+    assert (got[1] == alone[0]).all()
