@@ -79,6 +79,9 @@ class IndexedWatcher(threading.Thread):
         self.eventlog, self.every = eventlog, every
         self.sent: dict[str, float] = {}  # event id -> time.monotonic() when sent
         self.indexed: dict[str, float] = {}
+        # Settled without a window: the derived filter's (text the bot emitted, pasted
+        # back), never indexed by design.
+        self.derived: set[str] = set()
         self._halt = threading.Event()
         self._lock = threading.Lock()
 
@@ -98,17 +101,19 @@ class IndexedWatcher(threading.Thread):
                 # before the read of indexed rows below, so none is skipped.
                 pending = db.execute("SELECT MIN(seq) FROM events WHERE status = 'pending'"
                                      " AND seq >= ?", (low,)).fetchone()[0]
-                rows = db.execute("SELECT seq, event_id FROM events WHERE seq >= ?"
-                                  " AND status = 'indexed'", (low,)).fetchall()
+                rows = db.execute("SELECT seq, event_id, status FROM events WHERE seq >= ?"
+                                  " AND status IN ('indexed', 'derived')", (low,)).fetchall()
                 now = time.monotonic()
                 with self._lock:
-                    for _, eid in rows:
-                        if eid in self.sent and eid not in self.indexed:
+                    for _, eid, status in rows:
+                        if status == "derived":
+                            self.derived.add(eid)
+                        elif eid in self.sent and eid not in self.indexed:
                             self.indexed[eid] = now
                 if pending is not None:
                     low = pending
                 elif rows:
-                    low = max(low, max(s for s, _ in rows))
+                    low = max(low, max(r[0] for r in rows))
             except sqlite3.Error:
                 db = None  # the file is not there yet, or busy: try again
             self._halt.wait(self.every)
@@ -119,11 +124,16 @@ class IndexedWatcher(threading.Thread):
         self._halt.set()
         self.join(10)
 
+    def settled(self, ids: list[str]) -> bool:
+        """Whether every one of `ids` was indexed or judged derived."""
+        with self._lock:
+            return all(e in self.indexed or e in self.derived for e in ids)
+
     def wait_all(self, ids: list[str], timeout: float) -> bool:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with self._lock:
-                if all(e in self.indexed for e in ids):
+                if all(e in self.indexed or e in self.derived for e in ids):
                     return True
             time.sleep(0.2)
         return False

@@ -106,6 +106,29 @@ async def test_a_full_backlog_is_answered_503_and_nothing_is_lost(tmp_path):
         assert w.routed == ["$c1"]
 
 
+async def test_a_full_backlog_takes_what_adds_nothing_to_it(tmp_path):
+    """The bot's own replies and state refused would hold back, in Synapse's queue, the
+    transaction with the next `!sources` behind them (bench/live.py --parts mixed: p95
+    14 s before)."""
+    async with World(tmp_path, max_pending=3) as w:
+        assert (await put(w.client, "1", {"events": texts(3)}))[0] == 200
+        assert w.backlog.full
+        own = message("$own", "Sources for: how do I rotate the key", room=ROOM) | {
+            "sender": BOT}
+        topic = {"type": "m.room.topic", "room_id": ROOM, "sender": "@mod:example.org",
+                 "event_id": "$topic", "state_key": "", "origin_server_ts": 1,
+                 "content": {"topic": "backups"}}
+        status, _ = await put(w.client, "2", {"events": [own, topic, command("$c2")]})
+        assert status == 200 and w.routed == ["$c2"] and w.backlog.refused == 0
+        assert w.log.counts() == {"pending": 3}
+        redaction = {"type": "m.room.redaction", "room_id": ROOM, "sender": "@a:example.org",
+                     "event_id": "$r1", "redacts": "$m0", "origin_server_ts": 2,
+                     "content": {}}
+        assert (await put(w.client, "3", {"events": [redaction]}))[0] == 503
+        assert (await put(w.client, "4", {"events": texts(1, 3)}))[0] == 503
+        assert w.backlog.refused == 2
+
+
 async def test_health_and_metrics_say_how_far_behind_indexing_is(tmp_path):
     import time
 

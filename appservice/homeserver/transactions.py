@@ -26,7 +26,8 @@ new events and must be processed, or those messages would be silently dropped.
           the bot, the rest to ingest; commands kept in the event log until answered
           (indexer/store/commands.py), so a crash loses none; one seen before is not
           routed again
-      the backlog at index.max_pending (backlog.py) -> 503 M_LIMIT_EXCEEDED: Synapse
+      the backlog at index.max_pending (backlog.py) and the transaction adds to it
+          (a message, edit or redaction not the bot's) -> 503 M_LIMIT_EXCEEDED: Synapse
           keeps the events and retries; the commands are taken all the same
       gate + append (one SQLite transaction with the txn id) -> 200 {} / 500
 
@@ -46,7 +47,8 @@ from typing import Awaitable, Callable, Protocol
 
 from aiohttp import web
 
-from indexer.ingest.events import MessageEvent, StateEvent, parse_event
+from indexer.ingest.events import (EditEvent, MessageEvent, RedactionEvent, StateEvent,
+                                   parse_event)
 from indexer.ingest.gate import STATE_UNAVAILABLE
 from indexer.ingest.admit import AdmitResult, Ingest
 from indexer.records import EventID, Refusal, RoomID
@@ -119,6 +121,19 @@ def route(events: list, bot_user: str) -> tuple[list[tuple[object, object]], Rou
             invites.append(ev.room_id)  # a state event too: ingest still folds it
         rest.append((raw, ev))
     return rest, Routed(tuple(commands), tuple(invites))
+
+
+def adds_work(rest: list[tuple[object, object]], bot_user: str) -> bool:
+    """Whether admitting these events could add to the indexing backlog: a message, an
+    edit or a redaction from anyone but the bot. The rest (the bot's own replies, state,
+    commands) is taken even when the backlog is full: refused, it would hold back in
+    Synapse's queue the transactions behind it, and with them the next `!sources`."""
+    for _, ev in rest:
+        if isinstance(ev, MessageEvent) and ev.message.sender != bot_user:
+            return True
+        if isinstance(ev, (EditEvent, RedactionEvent)) and ev.sender != bot_user:
+            return True
+    return False
 
 
 class TransactionHandler:
@@ -200,7 +215,8 @@ class TransactionHandler:
                     self.append_failures += 1
                     log.exception("commands_keep_failed", extra={"txn": txn_id})
                     return error(500, "M_UNKNOWN", "could not store the transaction; retry")
-            if self._backlog is not None and self._backlog.full:
+            if (self._backlog is not None and self._backlog.full
+                    and adds_work(rest, self._ingest.gate.bot_user)):
                 self._backlog.refuse()
                 self._route_commands(routed)
                 return error(503, "M_LIMIT_EXCEEDED",
