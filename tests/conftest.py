@@ -4,11 +4,22 @@ from .harness import Stack, make_stack
 from .pgkit import fresh_schema
 
 
+def full_strength(config) -> bool:
+    """The full run (no -m) and any -m naming `slow`; the fast suite is another -m."""
+    expr = config.option.markexpr
+    return not expr or "slow" in expr
+
+
+def pytest_configure(config):
+    from . import strength
+
+    strength.FULL = full_strength(config)  # before any test module reads it
+
+
 def pytest_collection_modifyitems(config, items):
     """`slow` tests run in the full run (no -m) and when -m names them; a run picked by
     another marker expression (`-m "not synapse"`, the fast suite) leaves them out."""
-    expr = config.option.markexpr
-    if not expr or "slow" in expr:
+    if full_strength(config):
         return
     slow = [i for i in items if i.get_closest_marker("slow")]
     if slow:

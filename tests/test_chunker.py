@@ -21,6 +21,8 @@ from indexer.pipeline.chunker import (
 )
 from indexer.records import EventID, Message, RoomID, UserID
 
+from .strength import examples
+
 ROOM = RoomID("!room:example.org")
 SENDERS = [UserID("@alice:example.org"), UserID("@bob:example.org"), UserID("@żółw:x"),
            UserID("@irc_stig_5f:eval.local")]
@@ -61,7 +63,7 @@ def timelines(draw, max_messages: int = 40) -> list[Message]:
 policies = st.builds(ChunkPolicy, max_bytes=st.integers(1, 300),
                      gap_ms=st.integers(0, 3_600_000), block_windows=st.integers(1, 6),
                      follow_replies=st.booleans())
-SETTINGS = settings(max_examples=100, deadline=None, database=None)
+SETTINGS = settings(max_examples=examples(100), deadline=None, database=None)
 
 
 def window_bytes(w) -> int:

@@ -15,6 +15,8 @@ from indexer.derived.manifest import Manifest
 from indexer.records import Artifact, EventID
 from indexer.derived.shingleindex import ShingleIndex
 
+from .strength import examples
+
 # -- the inverted index, against brute force -------------------------------------------------
 
 shingle_sets = st.frozensets(st.integers(0, 40) | st.integers(2 ** 63, 2 ** 64 - 1),
@@ -26,7 +28,7 @@ ops = st.lists(st.one_of(
     st.tuples(st.just("merge"), st.none())), max_size=40)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(ops=ops, query=shingle_sets)
 def test_overlaps_equal_a_scan(ops, query):
     old = shingleindex.MIN_MERGE

@@ -28,6 +28,8 @@ from indexer.pipeline.pipeline import Pipeline
 from indexer.records import EventID, Message, RoomID, UserID
 from indexer.store.chroma import ChromaStore
 
+from .strength import examples
+
 ROOM = RoomID("!live:example.org")
 T0 = 1_700_000_000_000
 PEOPLE = [UserID(f"@{n}:example.org") for n in ("alice", "bob", "carol", "dave")]
@@ -76,7 +78,7 @@ def live_room(draw):
     return msgs, cuts, fails
 
 
-@settings(max_examples=40, deadline=None, database=None)
+@settings(max_examples=examples(40), deadline=None, database=None)
 @given(live_room(), st.integers(60, 400))
 def test_live_pipeline_guarantees(room, max_bytes):
     msgs, cuts, fails = room

@@ -29,6 +29,7 @@ from indexer.search.texts import WindowTexts
 from indexer.store.chroma import ChromaStore
 
 from .storekit import edit, index, open_store
+from .strength import examples
 
 # -- SourceQuery.build ------------------------------------------------------------------
 
@@ -98,7 +99,7 @@ def test_bad_room_and_corpus_name_their_field():
 
 ids = st.sampled_from([f"w{i}" for i in range(12)])
 id_lists = st.lists(st.lists(ids, max_size=12), min_size=0, max_size=6)
-RRF_SETTINGS = settings(max_examples=300, deadline=None, database=None)
+RRF_SETTINGS = settings(max_examples=examples(300), deadline=None, database=None)
 
 
 @RRF_SETTINGS

@@ -15,6 +15,7 @@ from indexer.records import EventID, Message, RoomID, UserID, Window, WindowID
 from indexer.store.chroma import ChromaStore
 
 from .storekit import index, open_store
+from .strength import examples
 from indexer.search.termindex import TermIndex, matchable, start_term_index
 
 # Words that meet as stems and prefixes, a short one, digits, odd characters, scripts.
@@ -48,7 +49,7 @@ def indexed(docs: dict[str, str], metas: dict[str, dict] | None = None) -> TermI
 
 
 @pytest.mark.slow  # property test at full strength: in the full run
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.dictionaries(st.text("abcdef", min_size=1, max_size=4), document_text,
                        min_size=1, max_size=8),
        st.lists(query_word, min_size=1, max_size=6))
@@ -75,7 +76,7 @@ def python_ranker(docs: dict[str, str], index: TermIndex | None) -> LexicalRanke
 
 
 @pytest.mark.slow  # property test at full strength: in the full run
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.dictionaries(st.text("abcdef", min_size=1, max_size=4), document_text,
                        min_size=1, max_size=12),
        st.lists(query_word, min_size=1, max_size=4).map(" ".join))
@@ -90,7 +91,7 @@ tied_id = st.tuples(st.sampled_from(["w", "wabcdefg", "wabcdefgh", "r", "w\u00e9
                     st.text("0a\u00e9", max_size=3)).map("".join)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.dictionaries(tied_id, st.sampled_from(["grub grub", "grub", "wifi grub", "x"]),
                        min_size=1, max_size=12),
        st.sampled_from(["grub", "wifi grub", "grub x"]), st.integers(1, 4))

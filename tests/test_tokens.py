@@ -20,6 +20,7 @@ from indexer.search.searcher import Searcher, SourceQuery
 from indexer.search.tokens import STOP_WORDS, base_of, keys, matches, tokens
 
 from .storekit import index, open_store
+from .strength import examples
 
 ROOM = RoomID("!r:example.org")
 
@@ -40,7 +41,7 @@ piece = st.sampled_from([
 message_text = st.lists(piece, min_size=1, max_size=8).map(" ".join)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(message_text)
 def test_every_token_of_a_message_is_found_by_itself(text):
     for key in keys(text):
