@@ -10,7 +10,8 @@ import pytest
 
 from indexer.config import ConfigError, load_config
 from indexer.datadir import init_data_dir
-from indexer.pipeline.embedder import VECTOR_CLASS, HashEmbedder, bf16_supported, load_embedder
+from indexer.pipeline.embedder import (VECTOR_CLASS, HashEmbedder, bf16_supported, encode_each,
+                                       load_embedder)
 from indexer.store.eventlog import EventLog
 from indexer.pipeline.pipeline import Pipeline
 from indexer.pipeline.rebuild import ensure_meta, expected_meta
@@ -70,6 +71,24 @@ def test_int8_is_close_but_its_own_class(torch_vectors, cache):
     sims = cosines(emb.encode(TEXTS), torch_vectors)
     assert min(sims) >= 0.9 and sum(sims) / len(sims) >= 0.97
     assert VECTOR_CLASS["onnx-int8"] != VECTOR_CLASS["torch"]
+
+
+@pytest.mark.model
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["onnx-int8", "onnx"])
+def test_each_text_on_its_own_is_what_a_call_of_one_gives(backend, cache):
+    """encode_each (the presenter's lines) runs passes of one text on other threads and
+    another session: the vectors must be those of encode([text]), to the last bit, or a
+    line would rank otherwise in the service than in the stopped CLI."""
+    emb = load_embedder("all-MiniLM-L6-v2", backend, cache)
+    texts = TEXTS * 3  # more passes than threads
+    each = emb.encode_each(texts)
+    assert each == [emb.encode([t])[0] for t in texts]
+    batched = emb.encode(texts)
+    if backend == "onnx-int8":  # what one pass per text is for
+        assert any(a != b for a, b in zip(each, batched))
+    assert encode_each(HashEmbedder(), ["a b", "c"]) == [HashEmbedder().encode([t])[0]
+                                                         for t in ("a b", "c")]
 
 
 @pytest.mark.model

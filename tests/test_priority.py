@@ -79,3 +79,38 @@ def test_a_search_goes_before_the_pipelines_next_embedding_call(tmp_path, monkey
     assert searched and emb.calls[:3] == ["pipeline", "query", "pipeline"]
     assert log.counts() == {"indexed": 4}
     log.close()
+
+
+def test_a_search_waits_for_one_forward_pass_not_a_whole_call(tmp_path, monkeypatch):
+    """The pipeline's call of four windows is taken a forward pass (the model's
+    `batch_size`, one text here) a turn: the search goes after the first pass. (Taken a
+    call a turn, the search came after all four windows: calls[:2] == pipeline, pipeline.)"""
+    emb, turns = HeldEmbedder(), ModelTurns()
+    emb.batch_size = 1
+    sizes: list[int] = []
+    encode = emb.encode
+
+    def counted(texts):
+        sizes.append(len(texts))
+        return encode(texts)
+
+    emb.encode = counted
+    log, store, indexing = _indexing(tmp_path, emb, turns, monkeypatch)
+    monkeypatch.setattr(pipeline_mod, "EMBED_CALL", 4)  # the four windows in one call
+    indexing.start()
+    assert emb.in_call.wait(30)
+    asking = _ask(emb, store, turns)
+    asking.start()
+    while not turns.queries_waiting:
+        threading.Event().wait(0.001)
+    emb.go.release()  # the first pass ends
+    asking.join(3)
+    searched = not asking.is_alive()
+    for _ in range(3):
+        emb.go.release()
+    asking.join(30)
+    indexing.join(30)
+    assert searched and emb.calls[:3] == ["pipeline", "query", "pipeline"]
+    assert sizes.count(1) == len(sizes)  # every call one text: no call held the model long
+    assert log.counts() == {"indexed": 4}
+    log.close()

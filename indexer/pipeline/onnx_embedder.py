@@ -29,6 +29,7 @@ import os
 import subprocess
 import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Sequence
 
@@ -43,6 +44,11 @@ HEADS, HIDDEN = 12, 384  # BertConfig of all-MiniLM-L6-v2, for the attention fus
 # pipeline's calls, in 8.7 s at 4, 9.1 at 2 and at 8, 10.5 at 16 (bare torch: 26).
 # docs/benchmarks.md, "Embedder backends".
 ONNX_BATCH = 4
+# encode_each: texts in passes of their own, spread over this many threads, each pass on
+# a session of one thread. 116 dev chat lines (a search's quoted-line candidates) took
+# 251 ms against 324 ms one after another on the 2-thread session, median of 9, alone on
+# 2 cores; the vectors are the same (tests/test_embedder_backends.py).
+EACH_THREADS = 2
 
 
 def model_dir() -> Path:
@@ -192,18 +198,25 @@ class OnnxEmbedder:
         tok.enable_truncation(MAX_WORD_PIECES)
         tok.no_padding()  # tokenizer.json pads to 128; encode pads each batch to its longest
         self._tokenizer = tok
-        options = ort.SessionOptions()
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        self._session = ort.InferenceSession(str(self.path), options,
-                                             providers=["CPUExecutionProvider"])
+        self._ort = ort
+        self._session = self._new_session(threads=0)  # 0: ORT's choice, a thread a core
+        self._single = None  # encode_each's session, made at its first call
+        self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()  # one encode at a time, as with torch
         self.batches = 0
+
+    def _new_session(self, threads: int):  # type: ignore[no-untyped-def]
+        options = self._ort.SessionOptions()
+        options.graph_optimization_level = self._ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.intra_op_num_threads = threads
+        return self._ort.InferenceSession(str(self.path), options,
+                                          providers=["CPUExecutionProvider"])
 
     def tokenize(self, text: str) -> list[str]:
         """The model's word pieces of a text, without [CLS]/[SEP] (indexer/search/legible.py)."""
         return [t for t in self._tokenizer.encode(text).tokens if t not in ("[CLS]", "[SEP]")]
 
-    def _run(self, pieces: list[list[int]]):  # type: ignore[no-untyped-def]
+    def _run(self, pieces: list[list[int]], session=None):  # type: ignore[no-untyped-def]
         """One forward pass over word-piece ids, padded (id 0, mask 0) to the longest."""
         np = self._np
         ids = np.zeros((len(pieces), max(map(len, pieces))), dtype=np.int64)  # 0: [PAD]
@@ -211,8 +224,9 @@ class OnnxEmbedder:
         for row, p in enumerate(pieces):
             ids[row, :len(p)] = p
             mask[row, :len(p)] = 1
-        return self._session.run(None, {"input_ids": ids, "attention_mask": mask,
-                                        "token_type_ids": np.zeros_like(ids)})[0]
+        return (session or self._session).run(
+            None, {"input_ids": ids, "attention_mask": mask,
+                   "token_type_ids": np.zeros_like(ids)})[0]
 
     def encode(self, texts: Sequence[str]) -> list[list[float]]:
         if not texts:
@@ -230,6 +244,20 @@ class OnnxEmbedder:
                 for i, vector in zip(part, self._run([pieces[i] for i in part]).tolist()):
                     out[i] = vector
         return out
+
+    def encode_each(self, texts: Sequence[str]) -> list[list[float]]:
+        """Each text in a forward pass of its own, so that its vector does not depend on
+        the texts beside it: the int8 model quantises a pass's activations together."""
+        if not texts:
+            return []
+        pieces = [e.ids for e in self._tokenizer.encode_batch(list(texts))]
+        with self._lock:
+            if self._pool is None:
+                self._single = self._new_session(threads=1)
+                self._pool = ThreadPoolExecutor(EACH_THREADS, thread_name_prefix="encode-each")
+            self.batches += 1
+            return [row[0] for row in self._pool.map(
+                lambda p: self._run([p], self._single).tolist(), pieces)]
 
 
 if __name__ == "__main__":  # ensure_model's child: python -m indexer.pipeline.onnx_embedder DIR [--int8]

@@ -31,7 +31,7 @@ import numpy as np
 
 from ..pipeline.addressing import names
 from ..pipeline.chunker import document
-from ..pipeline.embedder import Embedder
+from ..pipeline.embedder import Embedder, encode_each
 from ..records import CORPUS_CHAT, EventID, Hit, Line, Message, Window, WindowID
 from ..store.eventlog import EventLog
 from .abstain import QueryFloor
@@ -227,15 +227,16 @@ class Presenter:
         vector moved with the lines beside it in the call (cosine down to 0.96 on the
         Ubuntu chat), and a warm cache then ranked lines otherwise than a fresh process.
         One by one, the API, the CLI and `!sources` agree, at no measured cost (a
-        cold-cache search of an Ubuntu dev question: 488 ms median, 508 batched)."""
+        cold-cache search of an Ubuntu dev question: 488 ms median, 508 batched); the
+        ONNX embedder runs them on both cores (onnx_embedder.EACH_THREADS)."""
         keys = [hashlib.blake2b(t.encode("utf-8", "surrogatepass"), digest_size=16).digest()
                 for t in texts]
         found = {k: self._cache[k] for k in keys if k in self._cache}
         todo = list(dict.fromkeys(k for k in keys if k not in found))
         if todo:
             text_of = dict(zip(keys, texts))
-            for k in todo:
-                found[k] = np.asarray(self.embedder.encode([text_of[k]])[0], dtype=np.float32)
+            for k, v in zip(todo, encode_each(self.embedder, [text_of[k] for k in todo])):
+                found[k] = np.asarray(v, dtype=np.float32)
         for k, v in found.items():
             self._cache[k] = v
             self._cache.move_to_end(k)
