@@ -66,8 +66,8 @@ EMBED_GROUP = 1024
 # Windows per Chroma upsert when committing a group's steps: Chroma's upsert costs
 # 0.46 ms of CPU a window in calls of 64, 0.36 in calls of 256 or more.
 UPSERT_BATCH = 256
-# Texts per encode call, one background turn of the model each (priority.py): a query
-# waits for one call at most, a quarter of what 64 made it wait. Length-sorted, calls
+# Texts per encode call, taken a forward pass a background turn (priority.py,
+# embedder.encode_in_length_order): a query waits for one pass at most. Length-sorted, calls
 # of 16 embed as fast: 800 dev windows on onnx-int8 took 70.9-76.9 s in calls of 16
 # and 64.4-78.8 s in calls of 64, interleaved on 2 cores at load 15-18.
 EMBED_CALL = 16

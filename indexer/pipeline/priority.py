@@ -1,8 +1,8 @@
 """The model taken in turns, people first: a `!sources` never queues behind indexing.
 
-    search (query turn)     waits only for the call running now, then goes first
-    pipeline (background)   one embedding call of EMBED_CALL texts per turn, taken only
-                            while no query waits or runs
+    search (query turn)     waits only for the forward pass running now, then goes first
+    pipeline (background)   one forward pass of the model (its batch_size texts) per
+                            turn, taken only while no query waits or runs
 
 A plain lock does not do it: the pipeline releases it between calls and takes it again
 at once, before the query's thread wakes, so under a steady ingest a query waited for
