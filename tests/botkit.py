@@ -7,6 +7,7 @@ from __future__ import annotations
 class RecordingMatrix:
     def __init__(self) -> None:
         self.sent: list[tuple[str, dict]] = []
+        self.bodies: dict[str, str] = {}  # event id -> body, what event_body reads
 
     async def send(self, room_id, content):
         self.sent.append((room_id, content))
@@ -15,5 +16,8 @@ class RecordingMatrix:
     async def join(self, room_id): ...
     async def room_state(self, room_id): return []
     async def resolve_alias(self, alias): return None
+
+    async def event_body(self, room_id, event_id):
+        return self.bodies.get(event_id)
 
     def is_outage(self, exc): return False

@@ -616,9 +616,9 @@ async def test_editing_and_redacting_a_quoted_message_leaves_the_audit_quiet(wor
                  reply_to=question)
     world.run()
     matrix = Matrix()
+    matrix.bodies["$ask"] = "!sources how do we stop a spam wave from new accounts"
     bot = Bot(world.cfg, world.index, matrix)
-    reply = await bot.responder.answer(command(
-        "!sources how do we stop a spam wave from new accounts", "$ask"))
+    reply = await bot.responder.answer(command(matrix.bodies["$ask"], "$ask"))
     [section] = [s for s in reply.sections if question in s.sources]
     assert {detail, answer} <= set(section.shown)  # a linked answer, from its own window
     manifest = world.index.manifest
@@ -636,6 +636,10 @@ async def test_editing_and_redacting_a_quoted_message_leaves_the_audit_quiet(wor
     world.run()
     edited = matrix.sent[-1][1]
     assert edited["m.relates_to"]["rel_type"] == "m.replace"
+    # The edit keeps the question it answers (read back from the homeserver).
+    assert edited["m.new_content"]["body"].startswith(
+        "Sources for: how do we stop a spam wave from new accounts (edited: a message "
+        "quoted here was deleted)")
     assert emitted() == {sent}  # the edited reply's artifacts keep the reply's first date
     assert answer in edited["m.new_content"]["body"] or "power levels" in \
         edited["m.new_content"]["body"]

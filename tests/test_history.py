@@ -181,7 +181,11 @@ def test_replies_quoting_a_redacted_message_are_rebuilt_without_it(world):
     lines = answers.lines([e for h in rec.hits for e in h["quoted"]])
     assert set(lines) == {"$m2"}
     reply = rebuild_reply(rec, lines, "example.org")
-    assert reply.body.startswith(EDIT_HEADER)
+    assert reply.body.startswith(EDIT_HEADER)  # the question could not be read back
+    asked = rebuild_reply(rec, lines, "example.org", ("how do I fix the bridge?",))
+    assert asked.body.startswith("Sources for: how do I fix the bridge? (edited: a "
+                                 "message quoted here was deleted)")
+    assert "<em>how do I fix the bridge?</em>" in asked.formatted_body
     assert "restart the bridge" not in reply.body and "reboot the box" in reply.body
     content = edit_content("$reply", reply)
     assert content["m.relates_to"] == {"rel_type": "m.replace", "event_id": "$reply"}

@@ -12,12 +12,16 @@ from indexer.records import EventID, Hit, Line, UserID
 
 from .replies import Reply, render_hits
 
-EDIT_HEADER = "Sources (edited: a message quoted here was deleted)"
+EDITED = "edited: a message quoted here was deleted"
+EDIT_HEADER = f"Sources ({EDITED})"  # when the question can no longer be read
 
 
 def rebuild_reply(rec: RecordedAnswer, lines: dict[str, tuple[str, int, str]],
-                  fallback_server: str | None = None) -> Reply:
-    """lines: event id -> (sender, ts, body) of the events whose text is still there."""
+                  fallback_server: str | None = None,
+                  question: tuple[str, ...] = ()) -> Reply:
+    """lines: event id -> (sender, ts, body) of the events whose text is still there;
+    question: the texts of the command answered (read back from the homeserver, never
+    stored here), for the "Sources for" line the reply had."""
     hits = []
     for h in rec.hits:
         kept = [e for e in h.get("quoted", []) if e in lines]
@@ -25,6 +29,8 @@ def rebuild_reply(rec: RecordedAnswer, lines: dict[str, tuple[str, int, str]],
                            "linked" if e in h.get("answer_event_ids", ()) else "")
                       for e in kept)
         hits.append(Hit.from_json(h, shown=shown))
+    if question:
+        return render_hits(hits, question, fallback_server, note=EDITED)
     return render_hits(hits, ("",), fallback_server, header=EDIT_HEADER)
 
 

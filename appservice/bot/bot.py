@@ -29,6 +29,7 @@ from indexer.records import RoomID, UserID
 
 from .answer_edits import edit_content, rebuild_reply
 from .commandpool import CommandPool
+from .commands import CommandError, SearchCommand, parse_command
 from .replies import Reply, render_notice
 from .responder import RateLimiter, Responder
 from .status import may_see_status, power_from_state, render_status, status_refusal
@@ -49,6 +50,7 @@ class Matrix(Protocol):
     async def join(self, room_id: str) -> None: ...
     async def room_state(self, room_id: str) -> list: ...
     async def resolve_alias(self, alias: str) -> str | None: ...
+    async def event_body(self, room_id: str, event_id: str) -> str | None: ...
     def is_outage(self, exc: BaseException) -> bool: ...
 
 
@@ -148,7 +150,8 @@ class Bot:
         for rec in await asyncio.to_thread(answers.quoting, withdrawn):
             ids = [e for h in rec.hits for e in h.get("quoted", [])]
             lines = await asyncio.to_thread(answers.lines, ids)
-            reply = rebuild_reply(rec, lines, self.cfg.homeserver.domain)
+            reply = rebuild_reply(rec, lines, self.cfg.homeserver.domain,
+                                  await self._question(rec.room_id, rec.in_reply_to))
             await self.matrix.send(rec.room_id, edit_content(rec.reply_event_id, reply))
             await asyncio.to_thread(answers.forget_quote, rec.reply_event_id, withdrawn)
             if manifest is not None:
@@ -157,6 +160,24 @@ class Bot:
             log.info("reply_edited_after_redaction", extra={
                 "room_id": rec.room_id, "reply": rec.reply_event_id,
                 "redacted": len(withdrawn)})
+
+    async def _question(self, room_id: str, command_id: str | None) -> tuple[str, ...]:
+        """The texts a command asked, read from the homeserver (the event log drops a
+        command's text once it is answered); () when it is gone or unreadable."""
+        if command_id is None:
+            return ()
+        try:
+            body = await self.matrix.event_body(room_id, command_id)
+        except Exception as e:
+            if not self.matrix.is_outage(e):
+                log.warning("command_unreadable", extra={"room_id": room_id,
+                                                         "event_id": command_id})
+            return ()
+        try:
+            cmd = parse_command(body, room_id) if body else None
+        except CommandError:
+            return ()
+        return cmd.query.texts if isinstance(cmd, SearchCommand) else ()
 
     async def _forget_me(self, sender: str, undo: bool) -> Reply:
         """`!sources forget me`: the sender's words leave the index by the redaction path

@@ -132,8 +132,10 @@ def _s(n: int) -> str:
 
 
 def render_hits(hits: list[Hit], query_texts: tuple[str, ...], fallback_server: str | None = None,
-                header: str | None = None, room: bool = False, pending: int = 0) -> Reply:
-    """`room`: the query was narrowed to a room; `pending`: messages not indexed yet."""
+                header: str | None = None, room: bool = False, pending: int = 0,
+                note: str = "") -> Reply:
+    """`room`: the query was narrowed to a room; `pending`: messages not indexed yet;
+    `note`: said after the "Sources for" line (an edited reply says why)."""
     if not hits:
         text = nothing_matches(room, pending)
         return Reply(text, html.escape(text), ())
@@ -141,9 +143,10 @@ def render_hits(hits: list[Hit], query_texts: tuple[str, ...], fallback_server: 
         plain, rich = [header], [f"<p>{html.escape(header)}</p><ol>"]
     else:
         more = f" (+{len(query_texts) - 1} more)" if len(query_texts) > 1 else ""
+        more += f" ({note})" if note else ""
         plain = [f"Sources for: {_clip(query_texts[0], 120)}{more}"]
-        rich = [f"<p>Sources for: <em>{html.escape(_clip(query_texts[0], 120))}</em>{more}"
-                "</p><ol>"]
+        rich = [f"<p>Sources for: <em>{html.escape(_clip(query_texts[0], 120))}</em>"
+                f"{html.escape(more)}</p><ol>"]
     quoted: list[str] = []
     size = len(plain[0]) + len(rich[0]) + len("</ol>")
     # Room kept for the note that says how many hits were cut (it replaces "</ol>").

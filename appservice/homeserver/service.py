@@ -470,6 +470,16 @@ class Service:
     def is_outage(exc: BaseException) -> bool:
         return is_outage(exc)
 
+    async def event_body(self, room_id: str, event_id: str) -> str | None:
+        """An event's body as the homeserver serves it (None: redacted, or no text)."""
+        try:
+            ev = await self.az.intent.api.request(
+                Method.GET, Path.v3.rooms[room_id].event[event_id])
+        except MatrixRequestError:  # not found, or not visible to the bot any more
+            return None
+        body = ((ev or {}).get("content") or {}).get("body") if isinstance(ev, dict) else None
+        return body if isinstance(body, str) else None
+
     async def resolve_alias(self, alias: str) -> str | None:
         try:
             return (await self.az.intent.resolve_room_alias(alias)).room_id
