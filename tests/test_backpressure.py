@@ -250,6 +250,32 @@ async def test_a_command_in_a_transaction_whose_append_fails_is_answered_once(
         assert w.routed == ["$c"] and w.log.counts() == {"pending": 1}
 
 
+async def test_a_command_does_not_wait_for_the_transaction_ahead_of_it(tmp_path, monkeypatch):
+    """A transaction's ingest is slow (a busy event log): the next transaction's
+    `!sources` reaches the bot meanwhile, before the first is answered. (Routed after
+    the lock, it waited for the whole ingest ahead of it: bench/live.py --parts mixed.)"""
+    import threading
+
+    async with World(tmp_path) as w:
+        real, entered, go = w.ingest.admit_parsed, threading.Event(), threading.Event()
+
+        def slow(*a, **kw):
+            entered.set()
+            assert go.wait(30)
+            return real(*a, **kw)
+        monkeypatch.setattr(w.ingest, "admit_parsed", slow)
+        first = asyncio.ensure_future(put(w.client, "1", {"events": texts(50)}))
+        await _until(entered.is_set)
+        second = asyncio.ensure_future(put(w.client, "2", {"events": [command("$c")]}))
+        try:  # a bound for the old code, which waits here for ever; no sleep
+            await asyncio.wait_for(_until(lambda: w.routed == ["$c"]), 30)
+        finally:
+            go.set()
+        assert not first.done()  # the first was still ingesting
+        assert (await first)[0] == 200 and (await second)[0] == 200
+        assert w.routed == ["$c"] and w.log.counts() == {"pending": 50}
+
+
 async def _until(cond) -> None:
     while not cond():  # threads finish in real time; the test sleeps none
         await asyncio.sleep(0)

@@ -24,8 +24,9 @@ new events and must be processed, or those messages would be silently dropped.
               rest goes on: one room never holds back the others
       each event parsed once: `!sources` commands and the bot's invites routed to
           the bot, the rest to ingest; commands kept in the event log until answered
-          (indexer/store/commands.py), so a crash loses none; one seen before is not
-          routed again
+          (indexer/store/commands.py), so a crash loses none, and handed to the bot
+          at once, before the transaction waits for the one ahead of it; one seen
+          before is not routed again
       the backlog at index.max_pending (backlog.py) and the transaction adds to it
           (a message, edit or redaction not the bot's) -> 503 M_LIMIT_EXCEEDED: Synapse
           keeps the events and retries; the commands are taken all the same
@@ -196,6 +197,19 @@ class TransactionHandler:
         if not isinstance(events, list):
             return error(400, "M_BAD_JSON", "events must be a list")
         txn_key = f"{self._registration_id}:{txn_id}:{fingerprint(events)}"
+        rest, routed = route(events, self._ingest.gate.bot_user)
+        if routed.commands and self._commands is not None:
+            # Kept (once: a transaction sent again keeps none) and answered at once,
+            # before the lock: a `!sources` does not wait for other transactions' ingest
+            # (issue 26: people before the indexer), and a crash after keeping loses none.
+            try:
+                routed = await asyncio.to_thread(self._keep_commands, routed)
+            except Exception:
+                self.append_failures += 1
+                log.exception("commands_keep_failed", extra={"txn": txn_id})
+                return error(500, "M_UNKNOWN", "could not store the transaction; retry")
+            self._route_commands(routed)
+            routed = replace(routed, commands=())
         async with self._lock:
             self.received += 1
             if await asyncio.to_thread(self._ingest.eventlog.has_txn, txn_key):
@@ -207,18 +221,9 @@ class TransactionHandler:
                 unavailable = await self._learn_rooms(events, txn_id)
             except _Outage:
                 return error(503, "M_UNKNOWN", "homeserver unreachable; retry later")
-            rest, routed = route(events, self._ingest.gate.bot_user)
-            if routed.commands and self._commands is not None:
-                try:
-                    routed = await asyncio.to_thread(self._keep_commands, routed)
-                except Exception:
-                    self.append_failures += 1
-                    log.exception("commands_keep_failed", extra={"txn": txn_id})
-                    return error(500, "M_UNKNOWN", "could not store the transaction; retry")
             if (self._backlog is not None and self._backlog.full
                     and adds_work(rest, self._ingest.gate.bot_user)):
                 self._backlog.refuse()
-                self._route_commands(routed)
                 return error(503, "M_LIMIT_EXCEEDED",
                              f"indexing is {self._backlog.latest.pending} messages behind; "
                              "retry later", retry_after_ms=5000)
@@ -228,7 +233,6 @@ class TransactionHandler:
             except Exception:
                 self.append_failures += 1
                 log.exception("append_failed", extra={"txn": txn_id, "events": len(events)})
-                self._route_commands(routed)
                 return error(500, "M_UNKNOWN", "could not store the transaction; retry")
             self.append_failures = 0
             if self._backlog is not None:
@@ -270,7 +274,7 @@ class TransactionHandler:
         return unavailable
 
     def _route_commands(self, routed: Routed) -> None:
-        """A transaction not taken (503, 500): its kept commands are answered now, once."""
+        """Kept commands go to the bot now, once, whatever becomes of the transaction."""
         if routed.commands and self._commands is not None:
             self._on_admitted([], AdmitResult(), Routed(commands=routed.commands))
 
