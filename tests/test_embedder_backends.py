@@ -93,6 +93,26 @@ def test_each_text_on_its_own_is_what_a_call_of_one_gives(backend, cache):
 
 @pytest.mark.model
 @pytest.mark.slow
+def test_the_pipeline_taken_a_pass_a_turn_embeds_as_in_one_call(cache):
+    """The service's pipeline lets searches in between forward passes (priority.py):
+    its windows' vectors must be those of whole calls, pass for pass."""
+    from indexer.pipeline.embedder import encode_in_length_order
+    from indexer.pipeline.priority import ModelTurns
+
+    emb = load_embedder("all-MiniLM-L6-v2", "onnx-int8", cache)
+    texts = TEXTS * 5  # several calls of 16
+    order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+    calls: dict[int, list[float]] = {}
+    for start in range(0, len(order), 16):  # what one encode call per 16 texts gives
+        part = order[start:start + 16]
+        calls.update(zip(part, emb.encode([texts[i] for i in part])))
+    expected = [calls[i] for i in range(len(texts))]
+    assert encode_in_length_order(emb, texts, 16) == expected
+    assert encode_in_length_order(emb, texts, 16, ModelTurns()) == expected
+
+
+@pytest.mark.model
+@pytest.mark.slow
 def test_the_export_is_fused_and_int8_quantises_the_attention(cache):
     """What makes onnx-int8 fast (docs/benchmarks.md, "Embedder backends"): the six
     attention blocks fused (an export with torch's SDPA attention fuses none), and their

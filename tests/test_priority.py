@@ -82,19 +82,18 @@ def test_a_search_goes_before_the_pipelines_next_embedding_call(tmp_path, monkey
 
 
 def test_a_search_waits_for_one_forward_pass_not_a_whole_call(tmp_path, monkeypatch):
-    """The pipeline's call of four windows is taken a forward pass (the model's
-    `batch_size`, one text here) a turn: the search goes after the first pass. (Taken a
-    call a turn, the search came after all four windows: calls[:2] == pipeline, pipeline.)"""
+    """The pipeline's call of four windows is taken a forward pass (one text here) a
+    turn: the search goes after the first pass. (Taken a call a turn, the search came
+    after all four windows: calls[:2] == pipeline, pipeline.)"""
     emb, turns = HeldEmbedder(), ModelTurns()
-    emb.batch_size = 1
     sizes: list[int] = []
-    encode = emb.encode
 
-    def counted(texts):
-        sizes.append(len(texts))
-        return encode(texts)
+    def passes(texts):  # as the ONNX embedder runs a call: a pass at a time, here of one
+        for i, text in enumerate(texts):
+            sizes.append(1)
+            yield [i], emb.encode([text])
 
-    emb.encode = counted
+    emb.passes = passes
     log, store, indexing = _indexing(tmp_path, emb, turns, monkeypatch)
     monkeypatch.setattr(pipeline_mod, "EMBED_CALL", 4)  # the four windows in one call
     indexing.start()
@@ -111,6 +110,6 @@ def test_a_search_waits_for_one_forward_pass_not_a_whole_call(tmp_path, monkeypa
     asking.join(30)
     indexing.join(30)
     assert searched and emb.calls[:3] == ["pipeline", "query", "pipeline"]
-    assert sizes.count(1) == len(sizes)  # every call one text: no call held the model long
+    assert len(sizes) == 4  # every window in a pass of its own
     assert log.counts() == {"indexed": 4}
     log.close()

@@ -174,18 +174,30 @@ def encode_in_length_order(embedder: Embedder, texts: Sequence[str],
     The model pads every batch to its longest text and sorts only the texts of one
     call: cut a room's windows into calls first and each call mixes long and short
     ones (on the eval chat, 1.6x the word pieces of a global sort). Sorted first, the
-    calls hold texts of like length. With `turns` (priority.py), each forward pass of
-    the model (its `batch_size` texts) is one background turn: a query waits for one
-    pass at most, then goes first (a call of 16 windows made it wait up to 225 ms on
-    2 cores, a pass of 4 about a quarter of that)."""
+    calls hold texts of like length. With `turns` (priority.py), each call is a
+    background turn, or each of its forward passes where the embedder runs them one by
+    one (`passes`, the ONNX embedder: the same passes, so the same vectors): a query
+    waits for one pass at most, then goes first (a call of 16 windows made it wait up
+    to 225 ms on 2 cores, a pass of 4 about a quarter of that)."""
     order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
     out: list[list[float]] = [[] for _ in texts]
-    step = call_size if turns is None else max(1, min(call_size, getattr(
-        embedder, "batch_size", call_size)))
-    for start in range(0, len(order), step):
-        part = order[start:start + step]
-        with turns.background() if turns is not None else nullcontext():
-            vectors = embedder.encode([texts[i] for i in part])
+    by_pass = getattr(embedder, "passes", None) if turns is not None else None
+    for start in range(0, len(order), call_size):
+        part = order[start:start + call_size]
+        call = [texts[i] for i in part]
+        if by_pass is None:
+            with turns.background() if turns is not None else nullcontext():
+                vectors = embedder.encode(call)
+        else:
+            vectors = [[] for _ in call]
+            run = by_pass(call)
+            while True:
+                with turns.background():  # type: ignore[union-attr]
+                    step = next(run, None)
+                if step is None:
+                    break
+                for j, vector in zip(*step):
+                    vectors[j] = vector
         for i, vector in zip(part, vectors):
             out[i] = vector
     return out

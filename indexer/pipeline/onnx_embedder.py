@@ -31,7 +31,7 @@ import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 log = logging.getLogger(__name__)
 
@@ -229,21 +229,30 @@ class OnnxEmbedder:
                    "token_type_ids": np.zeros_like(ids)})[0]
 
     def encode(self, texts: Sequence[str]) -> list[list[float]]:
+        out: list[list[float]] = [[] for _ in texts]
+        for part, vectors in self.passes(texts):
+            for i, vector in zip(part, vectors):
+                out[i] = vector
+        return out
+
+    def passes(self, texts: Sequence[str]) -> Iterator[tuple[list[int], list[list[float]]]]:
+        """encode's forward passes one at a time, as (indices into texts, their vectors):
+        between two, the caller may let a search use the model (embedder.py,
+        encode_in_length_order). Each pass holds the model alone."""
         if not texts:
-            return []
+            return
         pieces = [e.ids for e in self._tokenizer.encode_batch(list(texts))]
         # Batches of like token counts, longest first: each pads to its longest, and
         # sorting by word pieces rather than characters (as sentence-transformers does)
         # pads less: 1,000 eval windows in 3.4 s against 4.2 s.
         order = sorted(range(len(texts)), key=lambda i: -len(pieces[i]))
-        out: list[list[float]] = [[] for _ in texts]
         with self._lock:
             self.batches += 1
-            for start in range(0, len(order), self.batch_size):
-                part = order[start:start + self.batch_size]
-                for i, vector in zip(part, self._run([pieces[i] for i in part]).tolist()):
-                    out[i] = vector
-        return out
+        for start in range(0, len(order), self.batch_size):
+            part = order[start:start + self.batch_size]
+            with self._lock:
+                vectors = self._run([pieces[i] for i in part]).tolist()
+            yield part, vectors
 
     def encode_each(self, texts: Sequence[str]) -> list[list[float]]:
         """Each text in a forward pass of its own, so that its vector does not depend on
