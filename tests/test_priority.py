@@ -55,14 +55,10 @@ def _ask(emb, store, turns):
                             args=(SourceQuery.build(["where is the backup"]),))
 
 
-def test_a_search_goes_before_the_pipelines_next_embedding_call(tmp_path, monkeypatch):
-    """The search waits for the call running when it came, and no longer: one call is
-    let go, and the search runs to its end while the pipeline's next call waits. (On a
-    plain lock the pipeline's thread takes the model back first and its next call,
-    held, keeps the search waiting: the join below times out.)"""
-    emb, turns = HeldEmbedder(), ModelTurns()
-    log, store, indexing = _indexing(tmp_path, emb, turns, monkeypatch)
-    indexing.start()
+def _search_meanwhile(emb, store, turns, indexing) -> bool:
+    """While the pipeline's first model call (or pass) is held, ask; let that one call
+    go. True if the search then ran to its end before the pipeline's next call was let
+    go; then let the pipeline finish."""
     assert emb.in_call.wait(30)  # the pipeline's first call holds the model
     asking = _ask(emb, store, turns)
     asking.start()
@@ -76,7 +72,19 @@ def test_a_search_goes_before_the_pipelines_next_embedding_call(tmp_path, monkey
         emb.go.release()
     asking.join(30)
     indexing.join(30)
-    assert searched and emb.calls[:3] == ["pipeline", "query", "pipeline"]
+    return searched
+
+
+def test_a_search_goes_before_the_pipelines_next_embedding_call(tmp_path, monkeypatch):
+    """The search waits for the call running when it came, and no longer: one call is
+    let go, and the search runs to its end while the pipeline's next call waits. (On a
+    plain lock the pipeline's thread takes the model back first and its next call,
+    held, keeps the search waiting: the join below times out.)"""
+    emb, turns = HeldEmbedder(), ModelTurns()
+    log, store, indexing = _indexing(tmp_path, emb, turns, monkeypatch)
+    indexing.start()
+    assert _search_meanwhile(emb, store, turns, indexing)
+    assert emb.calls[:3] == ["pipeline", "query", "pipeline"]
     assert log.counts() == {"indexed": 4}
     log.close()
 
@@ -97,19 +105,8 @@ def test_a_search_waits_for_one_forward_pass_not_a_whole_call(tmp_path, monkeypa
     log, store, indexing = _indexing(tmp_path, emb, turns, monkeypatch)
     monkeypatch.setattr(pipeline_mod, "EMBED_CALL", 4)  # the four windows in one call
     indexing.start()
-    assert emb.in_call.wait(30)
-    asking = _ask(emb, store, turns)
-    asking.start()
-    while not turns.queries_waiting:
-        threading.Event().wait(0.001)
-    emb.go.release()  # the first pass ends
-    asking.join(3)
-    searched = not asking.is_alive()
-    for _ in range(3):
-        emb.go.release()
-    asking.join(30)
-    indexing.join(30)
-    assert searched and emb.calls[:3] == ["pipeline", "query", "pipeline"]
+    assert _search_meanwhile(emb, store, turns, indexing)
+    assert emb.calls[:3] == ["pipeline", "query", "pipeline"]
     assert len(sizes) == 4  # every window in a pass of its own
     assert log.counts() == {"indexed": 4}
     log.close()
