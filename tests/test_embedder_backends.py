@@ -300,6 +300,7 @@ def e5():
 
 
 @pytest.mark.model
+@pytest.mark.slow  # loads the multilingual model: in the full run
 def test_e5_loads_offline_from_its_package_and_reads_other_languages(e5, monkeypatch):
     """The packaged 4-bit weights, no network: a question in German, Russian or Chinese
     lands nearest the English message that answers it."""
@@ -321,6 +322,7 @@ def test_e5_loads_offline_from_its_package_and_reads_other_languages(e5, monkeyp
 
 
 @pytest.mark.model
+@pytest.mark.slow  # loads the multilingual model: in the full run
 def test_e5_embeds_a_question_and_a_passage_each_with_its_prefix(e5):
     from indexer.pipeline.embedder import query_side
 
@@ -331,6 +333,7 @@ def test_e5_embeds_a_question_and_a_passage_each_with_its_prefix(e5):
 
 
 @pytest.mark.model
+@pytest.mark.slow  # loads the multilingual model: in the full run
 def test_e5_reads_a_long_text_as_its_first_word_pieces_and_batches_agree(e5):
     from indexer.pipeline.e5_embedder import MAX_WORD_PIECES
 

@@ -22,6 +22,10 @@ from indexer.datadir import init_data_dir
 from indexer.pipeline.embedder import QuerySide
 from indexer.search.searcher import SourceQuery
 
+# Each loads the multilingual model and indexes the rooms with it (about 10 s of CPU):
+# in the full run and `-m slow`, as the other real-model backend tests.
+pytestmark = pytest.mark.slow
+
 ROOMS = Path(__file__).resolve().parent / "fixtures" / "rooms"
 T0 = 1_700_000_000_000
 ADMIN = "@admin:example.org"
