@@ -132,9 +132,8 @@ class IndexedWatcher(threading.Thread):
     def wait_all(self, ids: list[str], timeout: float) -> bool:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            with self._lock:
-                if all(e in self.indexed or e in self.derived for e in ids):
-                    return True
+            if self.settled(ids):
+                return True
             time.sleep(0.2)
         return False
 

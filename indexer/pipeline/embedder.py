@@ -80,8 +80,11 @@ class QuerySide:
     def encode(self, texts: Sequence[str]) -> list[list[float]]:
         return self.inner.encode_queries(texts)  # type: ignore[attr-defined]
 
+    # The passages' own ways of encoding are not the query side's: not forwarded.
+    passes = None
+
     def encode_each(self, texts: Sequence[str]) -> list[list[float]]:
-        return [self.encode([t])[0] for t in texts]  # the query side, never the passages'
+        return [self.encode([t])[0] for t in texts]
 
     def __getattr__(self, attr: str):  # tokenize, batches...: the model's own
         return getattr(self.inner, attr)
