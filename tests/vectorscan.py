@@ -30,10 +30,14 @@ def files_holding(root: Path, vector: Sequence[float], n: int = 16,
                 continue
             a = np.frombuffer(data, dtype="<f4", count=count, offset=align)
             with np.errstate(invalid="ignore"):
-                first = np.nonzero(np.abs(a[:count - n + 1] - want[0]) < tol)[0]
-                for i in first:
-                    if np.all(np.abs(a[i:i + n] - want) < tol):
-                        found += 1
+                # Narrow the candidate starts one component at a time, so each
+                # step is one vectorised comparison over the survivors.
+                starts = np.arange(count - n + 1)
+                for k in np.argsort(-np.abs(want)):  # the rarest values first
+                    starts = starts[np.abs(a[starts + k] - want[k]) < tol]
+                    if not len(starts):
+                        break
+                found += len(starts)
         if found:
             out[str(path.relative_to(root))] = found
     return out
