@@ -1,5 +1,6 @@
 import pytest
 
+from .chromaserver import ChromaServer, chroma_server_in
 from .harness import Stack, make_stack
 from .pgkit import fresh_schema
 
@@ -39,6 +40,14 @@ def stack(tmp_path_factory) -> Stack:
     finally:
         s.service.stop()
         s.synapse.stop()
+
+
+@pytest.fixture(scope="session")
+def chroma_server(tmp_path_factory) -> ChromaServer:
+    """A Chroma server on 127.0.0.1, one per test process; each test names its own
+    collection in it."""
+    with chroma_server_in(tmp_path_factory.mktemp("chroma-server")) as server:
+        yield server
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

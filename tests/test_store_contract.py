@@ -1,20 +1,16 @@
 """One contract for every store: embedded Chroma in a temp dir and a Chroma server
-(`chroma run` on 127.0.0.1, started here), each over an SQLite event log and over a
+(`chroma run` on 127.0.0.1: tests/chromaserver.py), each over an SQLite event log and over a
 PostgreSQL one (tests/pgkit.py). The same behaviour is required of all four."""
 
 from __future__ import annotations
 
 import hashlib
 import re
-import shutil
-import socket
 import sqlite3
+import shutil
 import subprocess
 import sys
-import time
-import urllib.request
 from contextlib import closing
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -32,50 +28,6 @@ from indexer.search.texts import WindowTexts
 from .storekit import stored_vectors
 
 from .pgkit import fresh_schema
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@dataclass(frozen=True)
-class _Server:
-    port: int
-    data: Path  # its persist dir
-
-
-@pytest.fixture(scope="module")
-def chroma_server(tmp_path_factory):
-    exe = shutil.which("chroma") or str(Path(sys.executable).parent / "chroma")
-    port = _free_port()
-    path = tmp_path_factory.mktemp("chroma-server")
-    log = open(path / "server.log", "wb")
-    proc = subprocess.Popen([exe, "run", "--path", str(path / "data"), "--host", "127.0.0.1",
-                             "--port", str(port)], stdout=log, stderr=log)
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v2/heartbeat",
-                                        timeout=1) as r:
-                if r.status == 200:
-                    break
-        except OSError:
-            pass
-        if time.monotonic() > deadline:
-            proc.kill()
-        try:  # until it listens, or exits
-            proc.wait(0.2)
-        except subprocess.TimeoutExpired:
-            continue
-        pytest.fail("chroma run did not start:\n" + (path / "server.log").read_text())
-    yield _Server(port, path / "data")
-    proc.terminate()
-    try:
-        proc.wait(20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
 
 
 def _open(request, tmp_path, eventlog=None) -> ChromaStore:
@@ -298,9 +250,6 @@ def _persist_dir(store: ChromaStore, request) -> Path:
     return store.path if store.path is not None else request.getfixturevalue("chroma_server").data
 
 
-# slow (10 s embedded, 40 s server): every file of the persist dir is scanned for each
-# vector at every byte alignment, and the server's dir holds the whole session's data.
-@pytest.mark.slow
 def test_a_purged_room_leaves_no_text_and_no_vector_in_the_persist_dir(store, request, tmp_path):
     """Purge (purge.py): the event log zeroes the room's text, its points are deleted,
     the collection is compacted. No file of Chroma's folder, or of the server's

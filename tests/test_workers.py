@@ -22,7 +22,6 @@ from indexer.store.compaction import Compaction
 from indexer.store.eventlog import EventLog
 from indexer.store.journal import Journal
 
-from .test_store_contract import chroma_server  # noqa: F401 (a fixture)
 
 ROOMS = [RoomID(f"!room{i}:example.org") for i in range(4)]
 T0 = 1_700_000_000_000

@@ -25,7 +25,6 @@ from indexer.store.eventlog import EventLog
 
 from .harness import make_stack
 from .pgkit import fresh_schema
-from .test_store_contract import chroma_server  # noqa: F401 (a fixture)
 
 pytestmark = [pytest.mark.synapse, pytest.mark.model]
 
@@ -63,7 +62,7 @@ class WorkerProcess:
 
 
 @pytest.fixture(scope="module")
-def workers_stack(tmp_path_factory, chroma_server):  # noqa: F811
+def workers_stack(tmp_path_factory, chroma_server):
     with fresh_schema("workers") as dsn:
         root = tmp_path_factory.mktemp("workers")
         stack = make_stack(root)
