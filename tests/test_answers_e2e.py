@@ -243,6 +243,66 @@ async def test_short_names_without_replies_become_conversations_within_seconds(s
             await c.__aexit__(None, None, None)
 
 
+# -- 1c. the same by display names the user ids do not share (issue 22) ------------------
+
+# Localparts that share nothing with the names people address each other by.
+DISPLAY = {"k7q2a": "Dana Whitfield", "m3x8r": "Richard van der Hoff", "p9c4w": "Samira K",
+           "b2n6t": "Ben", "e5h1z": "Eva", "f4j8v": "Fred"}
+# Other subjects than the tests above: the bot quoted their lines, and text it emitted
+# never comes back in as evidence.
+DISPLAY_TOPICS = [
+    ("k7q2a", "How do I renew the TLS certificate on our reverse proxy?"),
+    ("m3x8r", "Where is the board game night happening this week?"),
+    ("p9c4w", "What should we use to monitor disk usage on the servers?"),
+    ("b2n6t", "dana: certbot renew runs from cron, then reload nginx so it picks it up"),
+    ("e5h1z", "rich, at the library annex on Thursday from 7pm"),
+    ("f4j8v", "samira: node exporter with a Grafana dashboard, alerting at 90 percent full"),
+    ("k7q2a", "ben: cheers, that worked"),
+]
+DISPLAY_QUESTIONS = [
+    ("how do we refresh the https cert on the proxy?", "k7q2a", 3),
+    ("what is the venue of the boardgames evening?", "m3x8r", 4),
+    ("which tool watches how full the server disks get?", "p9c4w", 5),
+]
+
+
+async def test_display_names_without_replies_become_conversations_within_seconds(stack):
+    people = {name: stack.synapse.register_user(name, f"{name}-password") for name in DISPLAY}
+    clients = {name: ChatClient(stack.synapse.url, uid, tok)
+               for name, (uid, tok) in people.items()}
+    for name, c in clients.items():
+        await c.__aenter__()
+        await c.set_displayname(DISPLAY[name])  # before joining: the join carries it
+    try:
+        first = clients["k7q2a"]
+        room = await first.create_room("Names", public=True)
+        assert stack.cli("allowlist", "add", room).returncode == 0
+        await first.wait_for_member(room, stack.bot)
+        for name, c in clients.items():
+            if name != "k7q2a":
+                await c.join(room)
+        ids = [await clients[who].send(room, text) for who, text in DISPLAY_TOPICS]
+        last_sent = time.monotonic()
+        stack.wait_indexed(ids, timeout=8)
+        asked = [await clients[who].send(room, f"!sources {q}")
+                 for q, who, _ in DISPLAY_QUESTIONS]
+        assert time.monotonic() - last_sent < 10
+        for (question, who, answer), command in zip(DISPLAY_QUESTIONS, asked):
+            reply = await clients[who].wait_for_reply(room, command, stack.bot)
+            hits = sections(reply["content"]["body"])
+            assert hits, f"no hits for {question!r}:\n{reply['content']['body']}"
+            answerer, text = DISPLAY_TOPICS[answer]
+            assert f"{answerer}: {text}" in quoted(hits[0]), (
+                f"{question!r}: the first hit does not quote {text!r}:\n"
+                f"{reply['content']['body']}")
+            others = [DISPLAY_TOPICS[i][1] for i in (0, 1, 2) if DISPLAY_TOPICS[i][0] != who]
+            assert not any(o in hits[0] for o in others), (
+                f"{question!r}: the first hit mixes in another asker's question:\n{hits[0]}")
+    finally:
+        for c in clients.values():
+            await c.__aexit__(None, None, None)
+
+
 # -- 2. a slow room: the answer hours later, in another block ----------------------------
 
 def _as_request(stack: Stack, method: str, path: str, body: dict | None = None) -> dict:

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from indexer.pipeline.addressing import addressed, names
+from indexer.ingest.addressing import addressed, names
 from indexer.pipeline.chunker import (
     ChunkPolicy,
     blocks,
@@ -356,7 +356,7 @@ def test_shortened_names_and_bridge_prefixes_are_followed():
 
 
 def test_resolve_finds_one_person_by_a_whole_or_shortened_name():
-    from indexer.pipeline.addressing import resolve
+    from indexer.ingest.addressing import resolve
 
     people = [names("@dana-7f3:x"), names("@daniel:x"), names("@slack-delmy:x")]
     assert resolve("dana", people) == names("@dana-7f3:x")  # unique prefix

@@ -70,6 +70,9 @@ class ChatClient:
                    f"send {event_type} to {room_id}")
         return resp.event_id
 
+    async def set_displayname(self, name: str) -> None:
+        _ok(await self._client.set_displayname(name), f"display name {name}")
+
     async def join(self, room_id: str) -> None:
         _ok(await self._client.join(room_id), f"join {room_id}")
 

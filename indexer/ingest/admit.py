@@ -29,6 +29,7 @@ from .history import Applied, History, operations
 from ..store.journal import Journal
 from .purge import Purger, PurgeReport
 from ..records import EventID, Message, Refusal, RoomID, UserID
+from .members import Addressees
 from .roomfacts import RoomFacts, apply_state
 from .sentaway import SentAwayRooms
 
@@ -67,6 +68,8 @@ class Ingest:
     # are admitted again, None while forgotten. Read from the event log at open.
     forgotten: dict[UserID, int | None] = field(default_factory=dict)
     sent_away: SentAwayRooms = field(init=False)  # the gate reads it too
+    # Names addressed by display name -> members' user ids, at admission (members.py).
+    addressees: Addressees = field(default_factory=Addressees, init=False)
     # Room labels as last written to the event log, where embedding workers in other
     # processes read them for their windows (store/eventlog_claims.py).
     _labels: dict[RoomID, str] = field(default_factory=dict, init=False)
@@ -136,6 +139,7 @@ class Ingest:
             refusal = Refusal(rules.NOT_ALLOWLISTED, room_id, whole_room=True)
             reports.append(self.purger.purge(refusal, source))
             self.facts.pop(room_id, None)  # not read any more
+            self.addressees.forget_room(room_id)
         return reports
 
     def admit(self, raw_events: Iterable[object], txn_key: str | None = None,
@@ -207,7 +211,8 @@ class Ingest:
             if self.is_forgotten(m.sender, m.ts):
                 self._refuse(result, Refusal(rules.USER_FORGOTTEN, room_id, m.event_id), source)
                 continue
-            passed.append((m, ev.thread_root))
+            passed.append((self.addressees.resolve(m, self.facts.get(room_id)),
+                           ev.thread_root))
         # Messages that passed before their room turned refused later in this batch are
         # dropped (journalled as refused): they would only be written to be erased. The
         # purge runs before the append, so it covers what earlier batches stored, and

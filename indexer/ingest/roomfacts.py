@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 from .events import StateEvent, is_utf8
 from ..records import UserID
 
+MAX_DISPLAY_NAME = 256  # characters; a longer one is not a name anybody types
 BRIDGE_STATE_TYPES = frozenset({"m.bridge", "uk.half-shot.bridge"})
 HISTORY_VISIBILITIES = frozenset({"world_readable", "shared", "invited", "joined"})
 
@@ -18,6 +19,9 @@ class RoomFacts:
     bridged: bool = False
     direct: bool = False  # some member event carried is_direct
     members: frozenset[UserID] = field(default_factory=frozenset)
+    # Members' display names, to resolve the names people address each other by
+    # (members.py). Replaced, never changed in place: the facts are a value.
+    display_names: dict[UserID, str] = field(default_factory=dict)
     name: str | None = None
     canonical_alias: str | None = None
     # m.room.history_visibility: "shared" without the state event (the spec's default);
@@ -62,19 +66,41 @@ def apply_state(facts: RoomFacts, ev: StateEvent) -> RoomFacts:
         return replace(facts, canonical_alias=alias if isinstance(alias, str) and alias
                        and is_utf8(alias) else None)
     if ev.type == "m.room.member":
-        user = UserID(ev.state_key)
-        members = set(facts.members)
-        if c.get("membership") in ("join", "invite"):
-            members.add(user)
-        else:
-            members.discard(user)
+        members, display = set(facts.members), dict(facts.display_names)
+        _fold_member(members, display, ev)
         direct = facts.direct or c.get("is_direct") is True
-        return replace(facts, members=frozenset(members), direct=direct)
+        return replace(facts, members=frozenset(members), display_names=display,
+                       direct=direct)
     return facts
+
+
+def _fold_member(members: set[UserID], display: dict[UserID, str], ev: StateEvent) -> None:
+    user = UserID(ev.state_key)
+    name = ev.content.get("displayname")
+    if ev.content.get("membership") in ("join", "invite"):
+        members.add(user)
+        if isinstance(name, str) and name.strip() and len(name) <= MAX_DISPLAY_NAME \
+                and is_utf8(name):
+            display[user] = name.strip()
+        else:
+            display.pop(user, None)
+    else:
+        members.discard(user)
+        display.pop(user, None)
 
 
 def facts_from_state(events: list[StateEvent]) -> RoomFacts:
+    """The facts of a room's whole state; its member events folded in one pass (a room
+    of 10,000 members would copy the member set 10,000 times event by event)."""
     facts = RoomFacts()
+    members: set[UserID] = set()
+    display: dict[UserID, str] = {}
+    direct = False
     for ev in events:
-        facts = apply_state(facts, ev)
-    return facts
+        if ev.type == "m.room.member":
+            _fold_member(members, display, ev)
+            direct = direct or ev.content.get("is_direct") is True
+        else:
+            facts = apply_state(facts, ev)
+    return replace(facts, members=frozenset(members), display_names=display,
+                   direct=facts.direct or direct)

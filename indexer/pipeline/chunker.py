@@ -14,7 +14,7 @@ recent speaker named so, a reply fallback, a user in its `m.mentions`), else tha
 someone its text mentions, else its sender's own last one,
 else, when only two people talk, the other's (unless it is a question right after the
 other's question: a second topic); else it starts one
-(indexer/pipeline/addressing.py). A conversation past `max_bytes` goes on in a new window. All
+(indexer/ingest/addressing.py). A conversation past `max_bytes` goes on in a new window. All
 of it looks back at most `gap_ms`, and never before the block's start.
 
 The room's last block (still growing) is cut the same way as a closed one, so a live
@@ -44,7 +44,7 @@ import hashlib
 from datetime import datetime, timezone
 from typing import Mapping, Sequence
 
-from .addressing import addressed, mentions, names, resolve
+from ..ingest.addressing import addressed, mentions, names, resolve
 from ..records import ChunkPolicy, EventID, Message, RoomID, Window, WindowID
 
 CHUNKER_VERSION = "4"  # 4: shortened names and "-" bridge prefixes are followed

@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..pipeline.addressing import addressed, names, norm, resolve
+from ..ingest.addressing import addressed, names, norm, resolve
 from ..records import EventID, Message, UserID
 
 # "@name" anywhere in a message: Gitter's bridge glued it to the words around it

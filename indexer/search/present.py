@@ -29,7 +29,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..pipeline.addressing import names
+from ..ingest.addressing import names
 from ..pipeline.chunker import document
 from ..pipeline.embedder import Embedder, encode_each
 from ..records import CORPUS_CHAT, EventID, Hit, Line, Message, Window, WindowID

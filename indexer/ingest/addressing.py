@@ -14,11 +14,19 @@ lowercased with everything but letters and digits dropped, so "Stig_," and
 People shorten names: `dana:` for `@dana-7f3`, `rich` for `@richvdh`. A name that is
 no one's resolves to the one person among those talking (`resolve`) whose name starts
 with it, when it is at least MIN_PREFIX long and only one person's does.
+
+People also address each other by display name, which the user id need not share
+(`dana:` for `@u8f3k2` named "Dana Whitfield"). Those are resolved when the message is
+admitted, against the room's members and their display names at that moment
+(`MemberIndex`, ingest/members.py), and the user found joins the message's mentions.
+A display name is read whole and by its first word, folded (`fold`) so that any
+script's letters count: "Jürgen", "王伟".
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 from functools import lru_cache
 from typing import Iterable
 
@@ -32,10 +40,36 @@ _NOT_ALNUM = re.compile(r"[^a-z0-9]+")
 _ADDRESS = re.compile(r"^\s*@?([^\s:,>]{1,64})\s*[:,>]\s")
 _REPLY_FALLBACK = re.compile(r"^> <(@[^>\s]+)>")
 _TOKEN = re.compile(r"[^\s,.:;!?()\"'<>]+")
+_AT_NAME = re.compile(r"(?:^|(?<=\s))@(\w[\w.\-]{0,63})")
 
 
 def norm(name: str) -> str:
     return _NOT_ALNUM.sub("", name.lower())
+
+
+def fold(name: str) -> str:
+    """A name compared across scripts: NFKC, case-folded, letters and digits only. The
+    same as `norm` for ASCII."""
+    return "".join(c for c in unicodedata.normalize("NFKC", name).casefold() if c.isalnum())
+
+
+def display_forms(display: str) -> frozenset[str]:
+    """The names a display name may be addressed by, folded: all of it and its first
+    word ("Richard van der Hoff": richardvanderhoff, richard)."""
+    words = display.split()
+    out = {fold(display), fold(words[0])} if words else set()
+    return frozenset(n for n in out if len(n) >= MIN_NAME)
+
+
+def address_words(body: str, most: int = 4) -> list[str]:
+    """The folded names a message names people by in its text: a leading "name:" and
+    each "@name" (at most `most` in all), for resolving against display names."""
+    out = []
+    m = _ADDRESS.match(body)
+    if m and not _REPLY_FALLBACK.match(body):
+        out.append(fold(m.group(1)))
+    out += [fold(t) for t in _AT_NAME.findall(body[:4096])]
+    return [n for n in dict.fromkeys(out) if len(n) >= MIN_NAME][:most]
 
 
 @lru_cache(maxsize=65536)
