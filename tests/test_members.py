@@ -171,3 +171,15 @@ def test_interleaved_topics_addressed_by_display_names_become_their_conversation
     if log.path is not None:
         kept = b"".join(p.read_bytes() for p in tmp_path.glob("eventlog.sqlite3*"))
         assert b"Whitfield" not in kept
+
+
+def test_a_name_the_user_id_already_says_adds_no_mention():
+    """`quinn:` to `@quinn` (Synapse's default display name is the localpart) or `dana`
+    to `@dana-7f3`: the chunker and the linkage read it from the text, as an address."""
+    quinn, dana = UserID("@quinn:example.org"), UserID("@dana-7f3:example.org")
+    facts = room({quinn: "quinn", dana: "Dana Whitfield", BEN: "Ben"})
+    a = Addressees()
+    assert a.resolve(said(BEN, "quinn: install it"), facts).mentions == ()
+    assert a.resolve(said(BEN, "dana: the vault"), facts).mentions == ()
+    assert a.resolve(said(BEN, "whitfield: the vault"), facts).mentions == ()  # not a first word
+    assert a.resolve(said(BEN, "danawhit: the vault"), facts).mentions == (dana,)

@@ -4,7 +4,10 @@ A message addressed "dana: ..." to `@u8f3k2` named "Dana Whitfield" says so only
 through a display name, which neither the event log nor the chunker keeps. So it is
 resolved here, while the room's member list is the one the message was sent into, and
 the user found is added to the message's mentions (stored with it; the chunker and the
-answer linkage follow mentions). Only the user id is kept, never the display name.
+answer linkage follow mentions). Only the user id is kept, never the display name. A
+name that is, or starts, the user id's own (`quinn:` for `@quinn`, whatever their
+display name) adds nothing: the text says it already, and the linkage calls it an
+address.
 
 A name resolves to the one member whose localpart names (addressing.names) or display
 name (whole or its first word) it is, else whose one of those starts with it
@@ -25,6 +28,12 @@ from .roomfacts import RoomFacts
 
 RECENT_MS = 30 * 60 * 1000  # as the chunker's default gap: who is talking now
 SPEAKERS_KEPT = 64  # per room, the most recent senders
+
+
+def _by_localpart(name: str, user: UserID) -> bool:
+    """Whether `name` is, or starts, one of the user id's own names: the chunker and
+    the linkage read those from the text themselves (as an address, not a mention)."""
+    return any(n.startswith(name) for n in map(fold, names(user)))
 
 
 class MemberIndex:
@@ -76,7 +85,8 @@ class Addressees:
                 fits = index.fitting(w)
                 if len(fits) > 1:
                     fits &= recent
-                if len(fits) == 1 and (u := fits.pop()) != m.sender:
+                if len(fits) == 1 and (u := fits.pop()) != m.sender \
+                        and not _by_localpart(w, u):
                     found.append(u)
         self._spoke(m.room_id, m.sender, m.ts)
         if not found:
