@@ -207,40 +207,51 @@ SHORT_QUESTIONS = [
 ]
 
 
-async def test_short_names_without_replies_become_conversations_within_seconds(stack):
+async def _three_askers_answered(stack, topics, questions, room_name: str,
+                                 display: dict[str, str] | None = None) -> None:
+    """Each asker's first hit quotes its answer and no other asker's question: the room
+    `topics` made of (localpart, text), sent as plain messages by users registered with
+    those localparts (and `display` names, set before they join), the `questions` of
+    (question, asker, index of its answer in topics) asked within 10 s."""
     people = {name: stack.synapse.register_user(name, f"{name}-password")
-              for name in sorted({who for who, _ in SHORT_TOPICS})}
+              for name in sorted({who for who, _ in topics})}
     clients = {name: ChatClient(stack.synapse.url, uid, tok)
                for name, (uid, tok) in people.items()}
-    for c in clients.values():
+    for name, c in clients.items():
         await c.__aenter__()
+        if display:
+            await c.set_displayname(display[name])  # before joining: the join carries it
     try:
-        first = clients["dana-7f3"]
-        room = await first.create_room("Community", public=True)
+        creator = topics[0][0]
+        room = await clients[creator].create_room(room_name, public=True)
         assert stack.cli("allowlist", "add", room).returncode == 0
-        await first.wait_for_member(room, stack.bot)
+        await clients[creator].wait_for_member(room, stack.bot)
         for name, c in clients.items():
-            if name != "dana-7f3":
+            if name != creator:
                 await c.join(room)
-        ids = [await clients[who].send(room, text) for who, text in SHORT_TOPICS]
+        ids = [await clients[who].send(room, text) for who, text in topics]
         last_sent = time.monotonic()
         stack.wait_indexed(ids, timeout=8)
-        asked = [await clients[who].send(room, f"!sources {q}") for q, who, _ in SHORT_QUESTIONS]
+        asked = [await clients[who].send(room, f"!sources {q}") for q, who, _ in questions]
         assert time.monotonic() - last_sent < 10
-        for (question, who, answer), command in zip(SHORT_QUESTIONS, asked):
+        for (question, who, answer), command in zip(questions, asked):
             reply = await clients[who].wait_for_reply(room, command, stack.bot)
             hits = sections(reply["content"]["body"])
             assert hits, f"no hits for {question!r}:\n{reply['content']['body']}"
-            answerer, text = SHORT_TOPICS[answer]
+            answerer, text = topics[answer]
             assert f"{answerer}: {text}" in quoted(hits[0]), (
                 f"{question!r}: the first hit does not quote {text!r}:\n"
                 f"{reply['content']['body']}")
-            others = [SHORT_TOPICS[i][1] for i in (0, 1, 2) if SHORT_TOPICS[i][0] != who]
+            others = [topics[i][1] for i in (0, 1, 2) if topics[i][0] != who]
             assert not any(o in hits[0] for o in others), (
                 f"{question!r}: the first hit mixes in another asker's question:\n{hits[0]}")
     finally:
         for c in clients.values():
             await c.__aexit__(None, None, None)
+
+
+async def test_short_names_without_replies_become_conversations_within_seconds(stack):
+    await _three_askers_answered(stack, SHORT_TOPICS, SHORT_QUESTIONS, "Community")
 
 
 # -- 1c. the same by display names the user ids do not share (issue 22) ------------------
@@ -267,40 +278,7 @@ DISPLAY_QUESTIONS = [
 
 
 async def test_display_names_without_replies_become_conversations_within_seconds(stack):
-    people = {name: stack.synapse.register_user(name, f"{name}-password") for name in DISPLAY}
-    clients = {name: ChatClient(stack.synapse.url, uid, tok)
-               for name, (uid, tok) in people.items()}
-    for name, c in clients.items():
-        await c.__aenter__()
-        await c.set_displayname(DISPLAY[name])  # before joining: the join carries it
-    try:
-        first = clients["k7q2a"]
-        room = await first.create_room("Names", public=True)
-        assert stack.cli("allowlist", "add", room).returncode == 0
-        await first.wait_for_member(room, stack.bot)
-        for name, c in clients.items():
-            if name != "k7q2a":
-                await c.join(room)
-        ids = [await clients[who].send(room, text) for who, text in DISPLAY_TOPICS]
-        last_sent = time.monotonic()
-        stack.wait_indexed(ids, timeout=8)
-        asked = [await clients[who].send(room, f"!sources {q}")
-                 for q, who, _ in DISPLAY_QUESTIONS]
-        assert time.monotonic() - last_sent < 10
-        for (question, who, answer), command in zip(DISPLAY_QUESTIONS, asked):
-            reply = await clients[who].wait_for_reply(room, command, stack.bot)
-            hits = sections(reply["content"]["body"])
-            assert hits, f"no hits for {question!r}:\n{reply['content']['body']}"
-            answerer, text = DISPLAY_TOPICS[answer]
-            assert f"{answerer}: {text}" in quoted(hits[0]), (
-                f"{question!r}: the first hit does not quote {text!r}:\n"
-                f"{reply['content']['body']}")
-            others = [DISPLAY_TOPICS[i][1] for i in (0, 1, 2) if DISPLAY_TOPICS[i][0] != who]
-            assert not any(o in hits[0] for o in others), (
-                f"{question!r}: the first hit mixes in another asker's question:\n{hits[0]}")
-    finally:
-        for c in clients.values():
-            await c.__aexit__(None, None, None)
+    await _three_askers_answered(stack, DISPLAY_TOPICS, DISPLAY_QUESTIONS, "Names", DISPLAY)
 
 
 # -- 2. a slow room: the answer hours later, in another block ----------------------------
