@@ -108,7 +108,7 @@ def test_a_display_name_that_is_no_name_is_ignored(bad):
     assert Addressees().resolve(said(BEN, "dana: hi"), facts).mentions == ()
 
 
-def test_a_huge_room_folds_its_state_in_one_pass():
+def test_in_a_room_of_20000_members_a_unique_name_resolves_and_a_shared_one_does_not():
     users = [UserID(f"@p{i}:example.org") for i in range(20_000)]
     facts = facts_from_state([member(u, f"Person {i}") for i, u in enumerate(users)]
                              + [member(DANA, "Dana Whitfield")])

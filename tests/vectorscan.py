@@ -30,13 +30,16 @@ def files_holding(root: Path, vector: Sequence[float], n: int = 16,
                 continue
             a = np.frombuffer(data, dtype="<f4", count=count, offset=align)
             with np.errstate(invalid="ignore"):
-                # Narrow the candidate starts one component at a time, so each
-                # step is one vectorised comparison over the survivors.
-                starts = np.arange(count - n + 1)
-                for k in np.argsort(-np.abs(want)):  # the rarest values first
-                    starts = starts[np.abs(a[starts + k] - want[k]) < tol]
+                # Narrow the candidate starts one component at a time, each step one
+                # vectorised comparison over the survivors; the largest components
+                # first, as zeros and small values abound in any file.
+                order = np.argsort(-np.abs(want))
+                k = order[0]
+                starts = np.nonzero(np.abs(a[k:k + count - n + 1] - want[k]) < tol)[0]
+                for k in order[1:]:
                     if not len(starts):
                         break
+                    starts = starts[np.abs(a[starts + k] - want[k]) < tol]
                 found += len(starts)
         if found:
             out[str(path.relative_to(root))] = found

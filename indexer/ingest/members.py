@@ -22,7 +22,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 
 from ..records import Message, RoomID, UserID
-from .addressing import MIN_PREFIX, address_words, display_forms, fold, names
+from .addressing import MIN_PREFIX, address_words, display_forms, names
 from .events import MAX_MENTIONS
 from .roomfacts import RoomFacts
 
@@ -33,7 +33,7 @@ SPEAKERS_KEPT = 64  # per room, the most recent senders
 def _by_localpart(name: str, user: UserID) -> bool:
     """Whether `name` is, or starts, one of the user id's own names: the chunker and
     the linkage read those from the text themselves (as an address, not a mention)."""
-    return any(n.startswith(name) for n in map(fold, names(user)))
+    return any(n.startswith(name) for n in names(user))
 
 
 class MemberIndex:
@@ -42,7 +42,7 @@ class MemberIndex:
     def __init__(self, facts: RoomFacts) -> None:
         by_name: dict[str, set[UserID]] = {}
         for user in facts.members:
-            forms = {fold(n) for n in names(user)}
+            forms = set(names(user))  # ASCII already: folded as they are
             display = facts.display_names.get(user)
             if display:
                 forms |= display_forms(display)
