@@ -21,6 +21,7 @@ from indexer.ingest.history import History
 from indexer.ingest.admit import Ingest
 from indexer.store.journal import Journal
 from indexer.pipeline.pipeline import Pipeline
+from indexer.search import present
 from indexer.search.present import Presenter
 from indexer.records import Hit
 from indexer.search.searcher import Searcher, SourceQuery
@@ -269,6 +270,28 @@ def test_spam_addressed_to_the_asker_and_stuffed_lines_earn_no_place(wide_world)
     searcher.presenter.shown_lines = 2  # the question and one more line: which one
     [hit, *_] = searcher.search(SourceQuery.build(["purge old remote media"], top_k=5))
     assert [ln.event_id for ln in hit.shown] == ["$q9", "$a9"]
+
+
+def test_the_question_that_was_answered_comes_before_the_same_question_unanswered(
+        wide_world, monkeypatch):
+    """Issue 22: carol later asks exactly what is searched and nobody answers; alice
+    asked it in other words and bob answered. The first hit is alice's, carrying the
+    answer: the order counts the closest response (`RANK_ANSWER`), not only how near
+    the question is. Without that weight carol's unanswered question comes first."""
+    q = "how do I raise the cache factor on a small server"
+    answered = "so how do I raise the cache factor on a small server"
+    answer = "alice: raise the cache factor on a small server with caches.global_factor: 2.0"
+    admit(wide_world, [
+        event("$q", ALICE, T0, answered),
+        event("$a", BOB, T0 + 2 * HOUR, answer,
+              **{"m.relates_to": {"m.in_reply_to": {"event_id": "$q"}}}),
+        event("$u", CAROL, T0 + 10 * HOUR, q)])
+    _, _, searcher, _ = wide_world
+    [first, second, *_] = searcher.search(SourceQuery.build([q], top_k=5))
+    assert first.event_ids == ("$q",) and [a.event_id for a in first.answers] == ["$a"]
+    assert second.event_ids == ("$u",) and first.similarity < second.similarity
+    monkeypatch.setattr(present, "RANK_ANSWER", 0.0)
+    assert searcher.search(SourceQuery.build([q], top_k=5))[0].event_ids == ("$u",)
 
 
 class CompanyEmbedder(HashEmbedder):

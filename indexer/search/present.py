@@ -42,13 +42,19 @@ from .linkage import Horizon, responses
 MAX_ANSWERS = 12  # linked answers carried (and cited) per hit
 SHOWN_LINES = 3  # lines quoted per hit: the matched question and the best responses
 MIN_LINE_CHARS = 12  # shorter lines are quoted only when nothing longer responds
-# How much the matched question's similarity counts against the window's when the hits
-# are ranked again (docs/benchmarks.md: 0.5 gave the best success@5 on both dev sets).
+# A hit's `similarity`, which the floor compares (abstain.py): half the window's cosine
+# to the query, half its matched question's (a window mixing topics is not refused when
+# one of its lines is the question).
 LINE_WEIGHT = 0.5
+# The order, what a person reads first: the window, its matched question, and the
+# closest of the responses to it, each by cosine to the query. The conversation that
+# answers comes before one that only asks the same (docs/benchmarks.md: success@1 on
+# all three dev sets; 0.1 to 0.2 for the responses gave the same).
+RANK_WINDOW, RANK_LINE, RANK_ANSWER = 0.4, 0.45, 0.15
 # How much the share of the query's words a window holds (evidence.py) adds to that
-# score: for a sentence, a nudge; for search-box words, enough that the windows holding
+# order: for a sentence, a nudge; for search-box words, enough that the windows holding
 # them come first (docs/benchmarks.md).
-WORD_WEIGHT = 0.05
+WORD_WEIGHT = 0.1
 WORD_WEIGHT_KEYWORDS = 1.0
 # A response quoted or carried must come this close (cosine) to the query or to the
 # matched question (issue 26: a line addressed to the asker is not an answer by that
@@ -76,6 +82,16 @@ class _Plan:
     thread_of: dict[EventID, EventID]
 
 
+@dataclass(slots=True)
+class _Candidate:
+    hit: Hit
+    rank: int  # in the pool as found
+    key: float  # the similarity the floor compares
+    bonus: float  # for the words it holds
+    order: float  # meaning, for the order (the responses are added once the floor kept it)
+    found: tuple[list[Message], np.ndarray, int] | None = None  # lines, vectors, anchor
+
+
 @dataclass
 class Presenter:
     eventlog: EventLog
@@ -92,25 +108,24 @@ class Presenter:
                       top_k: int | None = None, floor: QueryFloor | None = None,
                       evidence: Evidence = NO_EVIDENCE) -> tuple[list[Hit], Hit | None]:
         """The best `top_k` of the hits, with their answers and quoted lines. The hits
-        are ranked again by what a person would read first: the window's similarity
-        to the query and its matched question's (`LINE_WEIGHT`), plus the share of the
-        query's words it holds (evidence.py; `WORD_WEIGHT`, more for search-box words).
-        The first part, kept as the hit's `similarity`, is what the floor compares
-        (abstain.py; a window that mixes topics is not dropped when one of its lines is
-        the question). A chat hit
-        whose window has no message left (redacted meanwhile) is dropped; reference
-        hits keep their similarity. Returns the hits, and when the floor left none, the closest."""
+        the floor keeps (on `similarity`: the window's and its matched question's cosine
+        to the query, `LINE_WEIGHT`) are ranked again by what a person would read first:
+        the window, its matched question and its closest response (`RANK_*`), plus the
+        share of the query's words it holds (evidence.py; `WORD_WEIGHT`, more for
+        search-box words). A chat hit whose window has no message left (redacted
+        meanwhile) is dropped; reference hits keep their similarity. Returns the hits,
+        and when the floor left none, the closest."""
         queries = np.asarray(query_vectors, dtype=np.float32)
         windows = [self.eventlog.texts.window_messages(h.window_id) if h.corpus == CORPUS_CHAT
                    else None for h in hits]
         flat = self._vectors([m.body for w in windows if w for m in w])
         words = WORD_WEIGHT_KEYWORDS if evidence.keywords else WORD_WEIGHT
-        ranked, at = [], 0
+        cands, at = [], 0
         for rank, (h, w) in enumerate(zip(hits, windows)):
             sim = h.similarity if h.similarity is not None else -1.0
             bonus = words * evidence.share(h.bodies)
             if w is None:  # reference: no lines of its own to match
-                ranked.append((sim + bonus, rank, h, None, sim))
+                cands.append(_Candidate(h, rank, sim, bonus, sim))
                 continue
             if not w:
                 continue
@@ -122,29 +137,51 @@ class Presenter:
             fair = np.array([not _stuffed(m.body) for m in w])
             anchor = int(np.argmax(np.where(fair, line_sims, -2.0) if fair.any()
                                    else line_sims))
-            key = (1 - LINE_WEIGHT) * sim + LINE_WEIGHT * float(line_sims[anchor])
-            ranked.append((key + bonus, rank, h, (w, vecs, anchor), key))
-        ranked.sort(key=lambda r: (-r[0], r[1]))
-        above = [r for r in ranked if floor is None or r[4] >= floor.needed(r[2].bodies)]
-        closest = None if above or not ranked else replace(ranked[0][2], similarity=ranked[0][4])
-        kept = above[:top_k] if top_k is not None else above
-        plans = [(h, self._plan(h, found[0]), found[1], found[2]) if found else (h, None, None, 0)
-                 for _, _, h, found, _ in kept]
-        answers = [self._answers(p, anchor) if p else ([], set())
-                   for _, p, _, anchor in plans]
-        answers = _once(answers, [vecs[anchor] if p else None for _, p, vecs, anchor in plans],
-                        self._vectors([m.body for a, _ in answers for m, _ in a]),
-                        [p.window[anchor] if p else None for _, p, _, anchor in plans])
+            line = float(line_sims[anchor])
+            cands.append(_Candidate(h, rank, (1 - LINE_WEIGHT) * sim + LINE_WEIGHT * line,
+                                    bonus, RANK_WINDOW * sim + RANK_LINE * line,
+                                    (w, vecs, anchor)))
+        above = [c for c in cands if floor is None or c.key >= floor.needed(c.hit.bodies)]
+        closest = None
+        if not above and cands:
+            best = min(cands, key=lambda c: (-(c.key + c.bonus), c.rank))
+            closest = replace(best.hit, similarity=best.key)
+        # The responses of every hit kept, for the order and then for the reply.
+        plans = [self._plan(c.hit, c.found[0]) if c.found else None for c in above]
+        answers = [self._answers(p, c.found[2]) if p else ([], set())
+                   for c, p in zip(above, plans)]
         answer_vecs = self._vectors([m.body for a, _ in answers for m, _ in a])
-        out, at = [], 0
-        for (h, p, vecs, anchor), ans, (*_, key) in zip(plans, answers, kept):
+        at = 0
+        for c, p, (outside, linked) in zip(above, plans, answers):
+            avecs = answer_vecs[at:at + len(outside)]
+            at += len(outside)
             if p is None:
-                out.append(h)
                 continue
-            avecs = answer_vecs[at:at + len(ans[0])]
+            w, vecs, anchor = c.found
+            inside = [vecs[i] for i in range(anchor + 1, len(w)) if w[i].event_id in linked]
+            resp = np.vstack([np.asarray(inside).reshape(-1, vecs.shape[1]), avecs])
+            c.order += RANK_ANSWER * (float((resp @ queries.T).max()) if len(resp) else 0.0)
+        order = sorted(range(len(above)), key=lambda i: (-(above[i].order + above[i].bonus),
+                                                         above[i].rank))
+        kept = order[:top_k] if top_k is not None else order
+        kept_answers = _once([answers[i] for i in kept],
+                             [above[i].found[1][above[i].found[2]] if plans[i] else None
+                              for i in kept],
+                             self._vectors([m.body for i in kept for m, _ in answers[i][0]]),
+                             [above[i].found[0][above[i].found[2]] if plans[i] else None
+                              for i in kept])
+        kept_vecs = self._vectors([m.body for a, _ in kept_answers for m, _ in a])
+        out, at = [], 0
+        for i, ans in zip(kept, kept_answers):
+            c, p = above[i], plans[i]
+            if p is None:
+                out.append(c.hit)
+                continue
+            avecs = kept_vecs[at:at + len(ans[0])]
             at += len(ans[0])
+            _, vecs, anchor = c.found
             out.append(replace(self._choose(p, vecs, anchor, ans, avecs, queries, evidence),
-                               similarity=key))
+                               similarity=c.key))
         return out, closest
 
     def _answers(self, p: _Plan, anchor: int) -> tuple[list[tuple[Message, str]], set]:
