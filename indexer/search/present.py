@@ -146,8 +146,15 @@ class Presenter:
         if not above and cands:
             best = min(cands, key=lambda c: (-(c.key + c.bonus), c.rank))
             closest = replace(best.hit, similarity=best.key)
-        # The responses of every hit kept, for the order and then for the reply.
-        plans = [self._plan(c.hit, c.found[0]) if c.found else None for c in above]
+        # The responses of every hit that could still reach the first top_k: a response
+        # adds at most RANK_ANSWER, so a hit further than that below the top_k-th can
+        # not (and is not read: planning and encoding responses is most of a search).
+        reach = -np.inf
+        if top_k is not None and len(above) > top_k:
+            reach = sorted((c.order + c.bonus for c in above), reverse=True)[top_k - 1] \
+                - RANK_ANSWER
+        plans = [self._plan(c.hit, c.found[0]) if c.found and c.order + c.bonus >= reach
+                 else None for c in above]
         answers = [self._answers(p, c.found[2]) if p else ([], set())
                    for c, p in zip(above, plans)]
         answer_vecs = self._vectors([m.body for a, _ in answers for m, _ in a])
@@ -160,7 +167,8 @@ class Presenter:
             w, vecs, anchor = c.found
             inside = [vecs[i] for i in range(anchor + 1, len(w)) if w[i].event_id in linked]
             resp = np.vstack([np.asarray(inside).reshape(-1, vecs.shape[1]), avecs])
-            c.order += RANK_ANSWER * (float((resp @ queries.T).max()) if len(resp) else 0.0)
+            best = float((resp @ queries.T).max()) if len(resp) else 0.0
+            c.order += RANK_ANSWER * min(max(best, 0.0), 1.0)
         order = sorted(range(len(above)), key=lambda i: (-(above[i].order + above[i].bonus),
                                                          above[i].rank))
         kept = order[:top_k] if top_k is not None else order
