@@ -290,8 +290,33 @@ def test_the_question_that_was_answered_comes_before_the_same_question_unanswere
     [first, second, *_] = searcher.search(SourceQuery.build([q], top_k=5))
     assert first.event_ids == ("$q",) and [a.event_id for a in first.answers] == ["$a"]
     assert second.event_ids == ("$u",) and first.similarity < second.similarity
+    # Asked for one hit: alice's is still read (it could reach the first place).
+    assert searcher.search(SourceQuery.build([q], top_k=1))[0].event_ids == ("$q",)
     monkeypatch.setattr(present, "RANK_ANSWER", 0.0)
     assert searcher.search(SourceQuery.build([q], top_k=5))[0].event_ids == ("$u",)
+
+
+def test_the_first_hits_are_the_same_whether_few_or_all_are_asked_for(wide_world):
+    """The presenter reads the responses only of the hits that could still reach the
+    first top_k (a response adds at most RANK_ANSWER); the first three are the same,
+    answers and quoted lines too, as when every hit is read."""
+    topics = ["cache factor of the state cache", "signing key of the homeserver",
+              "purge of old remote media", "federation of a new server",
+              "bridge to the irc network", "retention of old room history"]
+    events = []
+    for i, t in enumerate(topics):
+        events += [event(f"$q{i}", ALICE, T0 + i * 5 * HOUR, f"how do I set up the {t}"),
+                   event(f"$a{i}", BOB, T0 + i * 5 * HOUR + 2 * HOUR, f"alice: the {t} is "
+                         "in homeserver.yaml", **{"m.relates_to": {"m.in_reply_to": {
+                             "event_id": f"$q{i}"}}})]
+    admit(wide_world, events)
+    _, _, searcher, _ = wide_world
+    for q in ["how do I set up the cache of the homeserver", "old media and old history",
+              "the irc bridge on a new server"]:
+        few = searcher.search(SourceQuery.build([q], top_k=3))
+        every = searcher.search(SourceQuery.build([q], top_k=20))[:3]
+        assert len(few) == 3
+        assert [h.to_json() for h in few] == [h.to_json() for h in every], q
 
 
 class CompanyEmbedder(HashEmbedder):
