@@ -158,9 +158,10 @@ class Presenter:
         answers = [self._answers(p, c.found[2]) if p else ([], set())
                    for c, p in zip(above, plans)]
         answer_vecs = self._vectors([m.body for a, _ in answers for m, _ in a])
-        at = 0
+        outside_vecs, at = [], 0  # per hit, its linked answers' vectors
         for c, p, (outside, linked) in zip(above, plans, answers):
             avecs = answer_vecs[at:at + len(outside)]
+            outside_vecs.append(avecs)
             at += len(outside)
             if p is None:
                 continue
@@ -175,18 +176,18 @@ class Presenter:
         kept_answers = _once([answers[i] for i in kept],
                              [above[i].found[1][above[i].found[2]] if plans[i] else None
                               for i in kept],
-                             self._vectors([m.body for i in kept for m, _ in answers[i][0]]),
+                             np.concatenate([outside_vecs[i] for i in kept] or [answer_vecs[:0]]),
                              [above[i].found[0][above[i].found[2]] if plans[i] else None
                               for i in kept])
-        kept_vecs = self._vectors([m.body for a, _ in kept_answers for m, _ in a])
-        out, at = [], 0
+        out = []
         for i, ans in zip(kept, kept_answers):
             c, p = above[i], plans[i]
             if p is None:
                 out.append(c.hit)
                 continue
-            avecs = kept_vecs[at:at + len(ans[0])]
-            at += len(ans[0])
+            # _once keeps a hit's answers in their order: their vectors are those kept.
+            stays = {m.event_id for m, _ in ans[0]}
+            avecs = outside_vecs[i][[m.event_id in stays for m, _ in answers[i][0]]]
             _, vecs, anchor = c.found
             out.append(replace(self._choose(p, vecs, anchor, ans, avecs, queries, evidence),
                                similarity=c.key))
