@@ -42,6 +42,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -120,7 +121,13 @@ def search_in_process(queries: list[tuple[str, list[str]]], config: Path) -> tup
     if not _MODEL:
         _MODEL.append(load_embedder(cfg.index.embedder.model, cfg.index.embedder.backend,
                                     cfg.models_dir))
-    index = Index.open(cfg, _MODEL[0])
+    # With the postings, as the service opens it: the keyword leg and the word evidence
+    # answer from them (the same windows as the event log's scan, which took minutes
+    # for questions of many terms, as in Chinese).
+    ready = threading.Event()
+    index = Index.open(cfg, _MODEL[0], postings=True, on_postings_ready=ready.set)
+    if cfg.search.lexical_max_terms and not ready.wait(600):
+        raise SystemExit("error: the keyword postings were not built within 10 minutes")
     t = time.perf_counter()
     try:
         out = {qid: [h.to_json() for h in index.searcher.search(

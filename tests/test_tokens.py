@@ -17,7 +17,8 @@ from indexer.records import ChunkPolicy, EventID, Message, RoomID, UserID
 from indexer.search.abstain import Floor
 from indexer.search.present import Presenter
 from indexer.search.searcher import Searcher, SourceQuery
-from indexer.search.tokens import STOP_WORDS, base_of, keys, matches, tokens
+from indexer.search.lexical import lexical_text
+from indexer.search.tokens import STOP_WORDS, base_of, borrowed, keys, matches, tokens
 
 from .storekit import index, open_store
 from .strength import examples
@@ -192,3 +193,44 @@ def test_a_stemmed_word_still_finds_itself(word, text):
     """Found by the 500-message test: undoubling "filled" to "fil" left a stem too short
     to be a prefix, which then matched no word at all."""
     assert findable(tokens(word)[0], text)
+
+
+@pytest.mark.parametrize("text, kept", [
+    ("能不能用 docker-machine 自动创建 Docker 虚拟机主机，而不用每次都手动敲命令？",
+     ["docker-machine", "docker"]),
+    ("Caddy 放在 PHP-FPM 容器前面时报 502 Bad Gateway 是什么意思？",
+     ["caddy", "php-fpm", "502", "bad", "gateway"]),
+    ("Можно ли автоматизировать создание VM-хостов для Docker через docker-machine, "
+     "чтобы не вбивать команды каждый раз вручную?", ["docker", "docker-machine"]),
+    ("Kann ich das Anlegen meiner Docker-VM-Hosts mit docker-machine automatisieren?", []),
+    ("how do I rotate the signing key of the homeserver before the yearly audit", []),
+    ("сервер опять упал ночью, диск заполнен логами, что можно почистить", []),
+])
+def test_a_question_in_another_script_is_searched_by_the_terms_it_keeps_in_english(
+        text, kept):
+    """The Latin-script terms of a question written mostly in another script are what it
+    shares word for word with English chat (lexical.lexical_text gives them a keyword
+    leg); a sentence in a Latin script, or with no such term, has none."""
+    assert borrowed(text) == kept
+    assert lexical_text(text) == (" ".join(kept) if kept else None)
+
+
+@pytest.mark.parametrize("question", [
+    "能不能用 docker-machine 自动创建 Docker 虚拟机主机，而不用每次都手动敲命令？",
+    "Можно ли автоматизировать создание хостов через docker-machine, чтобы не вбивать "
+    "команды каждый раз вручную?",
+])
+def test_a_question_in_another_script_finds_the_english_window_holding_its_terms(
+        tmp_path, question):
+    """Its own words are held by no window of an English room and weighed most; its
+    English terms carry it (lexical.lexical_text, weighed_text): the window holding
+    them comes first and is not refused. Before, a sentence got no keyword leg and its
+    own words left `docker-machine` a sliver of the weight: windows of the words docker
+    and machine came first (Chinese), or none cleared the floor (Russian)."""
+    target = "automate it: docker-machine create --driver virtualbox, then docker-machine env"
+    # Windows the vectors like as much (the words docker and machine, apart), and more.
+    alike = [f"the docker build machine {n} is slow again" for n in range(40)]
+    bodies = alike[:20] + [target] + alike[20:]
+    searcher, _ = _world(tmp_path, bodies)
+    hits = searcher.search(SourceQuery.build([question], 5))
+    assert hits and "docker-machine create" in hits[0].text, [h.text for h in hits]

@@ -30,7 +30,7 @@ import numpy as np
 
 from ..records import CORPUS_CHAT, CORPUS_REFERENCE
 from .termindex import TermIndex, doc_stats, matchable
-from .tokens import STOP_WORDS, base_of, keys, matches, stem, tokens
+from .tokens import STOP_WORDS, base_of, borrowed, keys, matches, stem, tokens
 
 if TYPE_CHECKING:
     from ..store.chroma import ChromaStore
@@ -61,6 +61,34 @@ def words(text: str) -> list[str]:
 def is_keywords(text: str, max_terms: int = LEXICAL_MAX_TERMS) -> bool:
     """Whether a query text is a handful of search words (gets a lexical leg)."""
     return 0 < len(terms(text)) <= max_terms
+
+
+def lexical_text(text: str, max_terms: int = LEXICAL_MAX_TERMS) -> str | None:
+    """What a query text is searched by word for word, if anything: a handful of search
+    words as typed; of a sentence written mostly in another script than Latin, its
+    Latin-script terms (tokens.borrowed: what a Chinese or Russian question shares with
+    English chat, which the vector alone finds poorly across languages:
+    docs/multilingual.md). A sentence otherwise is searched by meaning only."""
+    if not max_terms:
+        return None
+    if is_keywords(text, max_terms):
+        return text
+    kept = borrowed(text)
+    return " ".join(kept) if kept else None
+
+
+def weighed_text(text: str, max_terms: int = LEXICAL_MAX_TERMS) -> str:
+    """What a query text's word evidence (evidence.py) is weighed on: the text itself;
+    of a sentence written mostly in another script than Latin, the terms it keeps in
+    Latin script. A term no window holds weighs most ("sourdough starter" is not
+    answered by "starter" alone), and one few windows hold weighs almost as much: a
+    Chinese or Russian question's own words are held by no window of a room that
+    speaks English, or by a few stray lines in its language, and would leave the
+    technical terms it names there almost no weight (Gitter dev questions against the
+    English chat, multilingual-e5-small, success@5: Chinese 0.523 -> 0.677, Russian
+    0.646 -> 0.662; docs/multilingual.md). A question with no such term is weighed on
+    its own words, as in a room written in its language."""
+    return lexical_text(text, max_terms) or text
 
 
 # (term base, prefix, where) -> ids of the windows whose bodies hold a matching key

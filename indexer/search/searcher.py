@@ -34,7 +34,8 @@ from ..store.chroma import ChromaStore
 from .abstain import NO_FLOOR, Floor
 from .evidence import NO_EVIDENCE, Evidence
 from .legible import legible
-from .lexical import LEXICAL_MAX_TERMS, LexicalRanker, is_keywords, matching
+from .lexical import (LEXICAL_MAX_TERMS, LexicalRanker, is_keywords, lexical_text, matching,
+                      weighed_text)
 from .present import Presenter
 # The query's definition is query.py's (light: the CLI parses before it loads anything).
 from .query import (CORPORA, DEFAULT_TOP_K, MAX_TEXT_BYTES, MAX_TEXTS, MAX_TOP_K,  # noqa: F401
@@ -108,7 +109,7 @@ class Searcher:
         # The presenter ranks a pool again by the windows' matched questions.
         depth = max(query.top_k, RERANK_POOL) if self.presenter is not None else query.top_k
         # Ask for more than depth per list so fusion can promote agreement.
-        fusing = len(texts) > 1 or any(is_keywords(t, self.lexical_max_terms) for t in texts)
+        fusing = len(texts) > 1 or any(lexical_text(t, self.lexical_max_terms) for t in texts)
         n = max(depth * 4, 20) if fusing else depth
         vectors = self.embedder.encode(texts)
         scored = self._with_similarity(*self._retrieve(query, texts, vectors, depth, n),
@@ -125,12 +126,14 @@ class Searcher:
         return hits[:query.top_k], closest
 
     def _evidence(self, texts: list[str]) -> Evidence:
-        """The query's terms weighed by rarity (evidence.py); none without a keyword leg."""
+        """The query's terms weighed by rarity (evidence.py; for a question in another
+        script, lexical.weighed_text); none without a keyword leg."""
         if not self.lexical_max_terms:
             return NO_EVIDENCE
         ranker = _lexical_ranker(self.store)
-        return Evidence.of(texts, ranker.df, ranker.total(),
-                           any(is_keywords(t, self.lexical_max_terms) for t in texts))
+        asked = [weighed_text(t, self.lexical_max_terms) for t in texts]
+        return Evidence.of(asked, ranker.df, ranker.total(),
+                           any(is_keywords(t, self.lexical_max_terms) for t in asked))
 
     @staticmethod
     def _with_similarity(hits: list[Hit], found: dict[str, list[float]],
@@ -147,10 +150,10 @@ class Searcher:
         return out
 
     def _lexical_lists(self, texts: list[str], n: int, where: dict | None) -> list[list[str]]:
-        """The keyword leg's ranked ids, one list per text of a few search words."""
+        """The keyword leg's ranked ids, one list per text it searches (lexical_text)."""
         ranker = _lexical_ranker(self.store)
-        return [ids for ids in (ranker.rank(t, n, where) for t in texts
-                                if is_keywords(t, self.lexical_max_terms)) if ids]
+        asked = [lexical_text(t, self.lexical_max_terms) for t in texts]
+        return [ids for ids in (ranker.rank(t, n, where) for t in asked if t) if ids]
 
     def _retrieve(self, query: SourceQuery, texts: list[str], vectors: list, depth: int,
                   n: int) -> tuple[list[Hit], dict[str, list[float]]]:

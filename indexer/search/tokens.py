@@ -117,6 +117,21 @@ def tokens(text: str) -> list[str]:
             and t.replace("'", "") not in STOP_WORDS]
 
 
+def _latin(term: str) -> bool:
+    return all(c.isascii() or "LATIN" in unicodedata.name(c, "") for c in term if c.isalpha())
+
+
+def borrowed(text: str) -> list[str]:
+    """The Latin-script terms of a text written mostly in another script: the names and
+    technical terms a Chinese or Russian question keeps in English (`docker-machine`,
+    `502`), which are what it shares word for word with a room that speaks English.
+    [] when most of its terms are Latin script (a German question is searched as
+    itself)."""
+    found = tokens(text)
+    latin = [t for t in found if _latin(t)]
+    return latin if 2 * len(latin) < len(found) else []
+
+
 def is_word(key: str) -> bool:
     """One run of letters and digits (no connector): what a stem prefix can match."""
     return _RUN_RE.fullmatch(key) is not None
