@@ -5,9 +5,10 @@ Chroma's HNSW index (hnswlib) allocates its vector array for a capacity (100 slo
 a new collection, then 1.2 times more at each resize) with malloc, and writes the whole
 array to `data_level0.bin`, unused slots included. What those slots held is whatever
 this process freed there before: a loop of copies like a compaction's (a collection
-written, a point deleted, the rest copied into a new collection) found a deleted vector
-of an earlier collection in a new collection's `data_level0.bin` in 33 of 100 rounds
-here, none of 100 with this on (tests/test_heapscrub.py). SQLite writes its page
+written, a point deleted, the rest copied into a new collection) finds a deleted vector
+of an earlier collection in a new collection's `data_level0.bin` in some rounds (6 of
+400 on 2026-12-04, 33 of 100 under other load), none of 400 with this on
+(bench/heapscrub.py; tests/test_heapscrub.py). SQLite writes its page
 buffers whole too. That was the rare privacy flake of earlier sessions: a new
 generation's files holding a superseded vector, or text, of an old one.
 
