@@ -151,7 +151,8 @@ class Index:
                               Horizon(cfg.index.answer_horizon_hours, cfg.index.answer_horizon_messages))
         # The searcher embeds questions: the model's query side (E5's "query: ").
         searcher = Searcher(query_side(embedder), store, cfg.search.rrf_k, lexical_max_terms=cfg.search.lexical_max_terms,
-                            floor=Floor(cfg.search.min_similarity, cfg.search.no_shared_word_margin),
+                            floor=Floor(cfg.search.min_similarity, cfg.search.no_shared_word_margin,
+                                        cfg.search.no_shared_word_margin_by_script),
                             presenter=presenter, turns=turns)
         return cls(cfg, eventlog, journal, store, embedder, gate, ingest, pipeline, searcher,
                    AnswerLog(eventlog), CommandLog(eventlog), manifest, matcher)

@@ -40,6 +40,13 @@ ONE_BACKEND = {"multilingual-e5-small": "q4", "intfloat/multilingual-e5-small": 
 # "Abstain"; docs/multilingual.md for multilingual-e5-small, whose cosines run higher).
 MODEL_FLOORS = {"all-MiniLM-L6-v2": (0.34, 0.11), "multilingual-e5-small": (0.84, 0.03)}
 MODEL_FLOORS["intfloat/multilingual-e5-small"] = MODEL_FLOORS["multilingual-e5-small"]
+# search.no_shared_word_margin_by_script where config.yaml leaves it unset, per model:
+# multilingual-e5-small puts an off-topic question in Cyrillic well under its floor, and a
+# real one often shares no word with its English answer (docs/multilingual.md, "Abstain
+# per language").
+MODEL_SCRIPT_MARGINS: dict[str, dict[str, float]] = {
+    "all-MiniLM-L6-v2": {}, "multilingual-e5-small": {"cyrillic": 0.0}}
+MODEL_SCRIPT_MARGINS["intfloat/multilingual-e5-small"] = MODEL_SCRIPT_MARGINS["multilingual-e5-small"]
 
 
 def is_placeholder(value: str) -> bool:
@@ -97,6 +104,19 @@ def _http_url(value: str) -> str:
     if not re.match(r"^https?://[^/\s]+", value):
         raise ValueError(f"must be an http(s) URL, not {value!r}")
     return value.rstrip("/")
+
+
+def _script(value: str) -> str:
+    """A script as indexer.search.tokens.script names it: the first word of its letters'
+    Unicode names, lower case."""
+    import unicodedata
+
+    if not re.fullmatch(r"[a-z]+", value) or not any(
+            unicodedata.name(chr(c), "").lower().startswith(value + " ")
+            for c in range(0x41, 0x3134F) if chr(c).isalpha()):
+        raise ValueError(f"{value!r} is not a script's name as Unicode names its letters, "
+                         "lower case (latin, cyrillic, greek, arabic, hebrew, cjk, hangul...)")
+    return value
 
 
 def _empty_is_unset(cls: type, data: Any) -> Any:
@@ -239,6 +259,10 @@ class SearchSettings(_Section):
     min_similarity: Annotated[float, Strict(), Field(ge=-1, le=1)] = 0.34  # cosine
     # What a hit sharing no word with the question needs above it (indexer/search/abstain.py).
     no_shared_word_margin: Annotated[float, Strict(), Field(ge=0, le=1)] = 0.11
+    # That margin for a question written mostly in one script (`cyrillic: 0.0`), instead.
+    # Unset: the model's (MODEL_SCRIPT_MARGINS).
+    no_shared_word_margin_by_script: dict[Annotated[Str, AfterValidator(_script)],
+                                          Annotated[float, Strict(), Field(ge=0, le=1)]] = {}
 
 
 class ApiSettings(_Section):
@@ -356,8 +380,9 @@ class Config(_Section):
     @model_validator(mode="before")
     @classmethod
     def _the_models_floor(cls, data: Any) -> Any:
-        """An unset search.min_similarity or no_shared_word_margin is the embedder
-        model's calibrated one (MODEL_FLOORS); an unknown model is refused elsewhere."""
+        """An unset search.min_similarity, no_shared_word_margin or
+        no_shared_word_margin_by_script is the embedder model's calibrated one
+        (MODEL_FLOORS, MODEL_SCRIPT_MARGINS); an unknown model is refused elsewhere."""
         if not isinstance(data, dict):
             return data
         index, search = data.get("index") or {}, data.get("search") or {}
@@ -369,6 +394,9 @@ class Config(_Section):
             return data
         unset = {k: v for k, v in zip(("min_similarity", "no_shared_word_margin"), floor)
                  if search.get(k) is None}
+        if search.get("no_shared_word_margin_by_script") is None:
+            unset["no_shared_word_margin_by_script"] = dict(MODEL_SCRIPT_MARGINS.get(
+                model if isinstance(model, str) else "", {}))
         return {**data, "search": {**search, **unset}} if unset else data
 
     @property

@@ -54,6 +54,23 @@ def test_a_question_of_stop_words_only_needs_the_margin_everywhere():
     assert q.needed(["how do I do it?"]) == pytest.approx(0.35)
 
 
+def test_a_question_gets_the_margin_of_the_script_it_is_written_in():
+    """search.no_shared_word_margin_by_script: a Russian question keeping one English term
+    is Cyrillic (its terms, not its letters, decide), and needs only its script's margin
+    from a window sharing no word; every other script keeps the general one."""
+    floor = Floor(0.84, 0.03, {"cyrillic": 0.0})
+    ru = floor.for_query(["Как автоматизировать создание хостов через docker-machine?"])
+    en = floor.for_query(["How do I automate creating hosts with docker-machine?"])
+    zh = floor.for_query(["如何用 docker-machine 自动创建主机?"])
+    elsewhere = ["you can script it, a loop over create"]
+    assert ru.needed(elsewhere) == pytest.approx(0.84)
+    assert en.needed(elsewhere) == pytest.approx(0.87)
+    assert zh.needed(elsewhere) == pytest.approx(0.87)
+    assert ru.needed(["docker-machine create in a loop"]) == pytest.approx(0.84)
+    assert Floor(0.84, 0.03).for_query(["Как это сделать?"]).needed(elsewhere) == \
+        pytest.approx(0.87)  # no per-script margin: the general one
+
+
 def test_the_shipped_defaults_are_the_calibrated_ones():
     s = SearchSettings()  # docs/benchmarks.md, "Abstain": both dev sets, 38 off-topic
     assert (s.min_similarity, s.no_shared_word_margin) == (0.34, 0.11)

@@ -265,6 +265,19 @@ def test_an_unset_floor_is_the_models_and_a_written_one_is_kept(tmp_path):
                         {"min_similarity": 0.5})
     assert (mine.search.min_similarity, mine.search.no_shared_word_margin) == \
         (0.5, MODEL_FLOORS["multilingual-e5-small"][1])
+    # The margin per script of the question: e5's Cyrillic one (docs/multilingual.md).
+    assert minilm.search.no_shared_word_margin_by_script == {}
+    assert e5.search.no_shared_word_margin_by_script == {"cyrillic": 0.0}
+    written = _config_with(tmp_path / "d", {"model": "multilingual-e5-small"},
+                           {"no_shared_word_margin_by_script": {"cjk": 0.05}})
+    assert written.search.no_shared_word_margin_by_script == {"cjk": 0.05}
+
+
+def test_a_margin_for_a_script_that_does_not_exist_names_the_key(tmp_path):
+    with pytest.raises(ConfigError, match="search.no_shared_word_margin_by_script.*"
+                                          "'russian' is not a script's name"):
+        _config_with(tmp_path, {"model": "multilingual-e5-small"},
+                     {"no_shared_word_margin_by_script": {"russian": 0.0}})
 
 
 def test_the_configs_models_are_the_embedders():

@@ -18,7 +18,8 @@ from indexer.search.abstain import Floor
 from indexer.search.present import Presenter
 from indexer.search.searcher import Searcher, SourceQuery
 from indexer.search.lexical import lexical_text
-from indexer.search.tokens import STOP_WORDS, base_of, borrowed, keys, matches, tokens
+from indexer.search.tokens import (STOP_WORDS, base_of, borrowed, keys, matches, script,
+                                   tokens)
 
 from .storekit import index, open_store
 from .strength import examples
@@ -234,3 +235,18 @@ def test_a_question_in_another_script_finds_the_english_window_holding_its_terms
     searcher, _ = _world(tmp_path, bodies)
     hits = searcher.search(SourceQuery.build([question], 5))
     assert hits and "docker-machine create" in hits[0].text, [h.text for h in hits]
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("Почему nginx возвращает 502 после деплоя?", "cyrillic"),
+    ("Как настроить docker-machine?", "cyrillic"),  # more Latin letters, fewer terms
+    ("为什么 docker-compose 启动失败", "cjk"),
+    ("Wie konfiguriere ich docker-machine?", "latin"),
+    ("Πώς ρυθμίζω το nginx;", "greek"),
+    ("كيف أضبط nginx على الخادم؟", "arabic"),
+    ("서버가 멈췄어요", "hangul"),
+    ("2.6.8 -> 3.0", None),
+    ("", None),
+])
+def test_a_texts_script_is_the_one_most_of_its_terms_are_written_in(text, expected):
+    assert script(text) == expected

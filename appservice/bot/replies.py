@@ -266,11 +266,13 @@ def render_why(n: int, hit: Hit, texts: tuple[str, ...], rrf_k: int,
     if floor is not None:
         sim = score
         f = floor.floor
+        margin_key = ("search.no_shared_word_margin" if floor.margin == f.no_shared_word_margin
+                      else "its script's search.no_shared_word_margin_by_script")
         rule = (f"the floor search.min_similarity = {f.min_similarity:.2f}"
-                if floor.shares_word(hit.bodies) or not f.no_shared_word_margin else
+                if floor.shares_word(hit.bodies) or not floor.margin else
                 f"the floor {floor.needed(hit.bodies):.2f} for a hit sharing no word with the "
                 f"question (search.min_similarity {f.min_similarity:.2f} + "
-                f"search.no_shared_word_margin {f.no_shared_word_margin:.2f})")
+                f"{margin_key} {floor.margin:.2f})")
         head = (f"Nothing matched; the closest was {room} · {_time_range(hit)}: its "
                 f"score {sim} (half the window's cosine similarity to the question, half "
                 f"its closest line's) is below {rule}, so it was not shown. "

@@ -3,7 +3,8 @@
 A hit is shown when its score (the presenter's: half the window's similarity to the
 query, half its matched line's) reaches `search.min_similarity` and the window shares a
 word with the question (the keyword leg's terms and stems, stop words aside), or, when
-it shares none, reaches the floor plus `search.no_shared_word_margin`. Meaning alone
+it shares none, reaches the floor plus `search.no_shared_word_margin` (or the margin
+`search.no_shared_word_margin_by_script` sets for the question's script). Meaning alone
 must be stronger than meaning with a word in common: a question about banana bread or
 golf lands near some chat at about 0.35 by the model's general sense of "a question",
 while an answer phrased in other words than the question ("disk" in both, or neither)
@@ -11,16 +12,23 @@ is what dense retrieval is for. A window that holds most of the query's weight i
 (rare words weighing more) or one of its exact tokens (`ECONNREFUSED`, `max_bytes`) is
 never refused: the words are what was asked for (evidence.py). Calibrated on the three
 dev sets and the off-topic questions (docs/benchmarks.md, "Abstain").
+
+The margin is per script because a model's sense of "a question" is not the same in
+every script: multilingual-e5-small puts an off-topic question in Chinese as near to
+English chat (0.84 to 0.86) as a real one, but one in Russian well below the floor
+(0.77 to 0.80), while a real Russian question often names the thing in Russian and so
+shares no word with its English answer (docs/multilingual.md, "Abstain per language").
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Sequence
 
 from .evidence import NO_EVIDENCE, Evidence
 from .lexical import stem, words
+from .tokens import script
 
 NO_FLOOR = -1.0  # what a window holding the query's words needs: any similarity
 
@@ -34,11 +42,16 @@ def words_of(text: str) -> frozenset[str]:
 class Floor:
     min_similarity: float
     no_shared_word_margin: float = 0.0
+    # The margin for a question written mostly in this script (tokens.script), instead.
+    margin_by_script: Mapping[str, float] = field(default_factory=dict, hash=False)
 
     def for_query(self, texts: Iterable[str], evidence: Evidence = NO_EVIDENCE,
                   words_only: bool = False) -> QueryFloor:
+        texts = list(texts)
+        margin = self.margin_by_script.get(script("\n".join(texts)) or "",
+                                           self.no_shared_word_margin)
         return QueryFloor(self, frozenset().union(*(words_of(t) for t in texts)), evidence,
-                          words_only)
+                          words_only, margin)
 
 
 @dataclass(frozen=True)
@@ -50,6 +63,7 @@ class QueryFloor:
     evidence: Evidence = NO_EVIDENCE
     # The model cannot read the query (legible.py): only windows holding its words.
     words_only: bool = False
+    margin: float = 0.0  # above the floor for a hit sharing no word (Floor.for_query)
 
     def shares_word(self, bodies: Sequence[str]) -> bool:
         return bool(self.words & words_of("\n".join(bodies)))
@@ -64,5 +78,4 @@ class QueryFloor:
             return NO_FLOOR
         if self.words_only:
             return math.inf
-        f = self.floor
-        return f.min_similarity + (0.0 if self.shares_word(bodies) else f.no_shared_word_margin)
+        return self.floor.min_similarity + (0.0 if self.shares_word(bodies) else self.margin)

@@ -132,6 +132,22 @@ def borrowed(text: str) -> list[str]:
     return latin if 2 * len(latin) < len(found) else []
 
 
+def script(text: str) -> str | None:
+    """The script most of a text's terms (tokens()) are written in, by the first word of
+    their letters' Unicode names, lower case: "latin", "cyrillic", "greek", "arabic",
+    "hebrew", "cjk" (Han), "hiragana", "hangul"...; None for a text without letters.
+    Terms, not letters: a Russian question is Cyrillic although its one English term
+    (`docker-machine`) has more letters than its Russian words."""
+    counts: dict[str, int] = {}
+    for term in tokens(text):
+        first = next((c for c in term if c.isalpha()), None)
+        if first is not None:
+            name = unicodedata.name(first, "").split(" ", 1)[0].lower()
+            if name:
+                counts[name] = counts.get(name, 0) + 1
+    return max(counts, key=counts.__getitem__) if counts else None
+
+
 def is_word(key: str) -> bool:
     """One run of letters and digits (no connector): what a stem prefix can match."""
     return _RUN_RE.fullmatch(key) is not None
