@@ -530,6 +530,22 @@ class FlooredSearcher(FakeSearcher):
         return [], self.closest
 
 
+async def test_why_names_the_margin_of_the_questions_script(responder):
+    """search.no_shared_word_margin_by_script: `why` names the margin the question got."""
+    from dataclasses import replace
+
+    r, sent, _, _ = responder
+    closest = replace(ranked_hit(0, ((1, 0.12),), 1 / 61), similarity=0.12)
+    r.searcher = FlooredSearcher(closest)
+    r.searcher.floor = Floor(0.30, 0.04, {"cyrillic": 0.02})
+    await r.answer(command("!sources рецепт бананового хлеба"))
+    await r.answer(command("!sources why 1", event_id="$why"))
+    body = sent[-1][1]["body"]
+    assert "below the floor 0.32 for a hit sharing no word with the question" in body
+    assert ("search.min_similarity 0.30 + its script's "
+            "search.no_shared_word_margin_by_script 0.02") in body
+
+
 async def test_why_after_nothing_matches_explains_the_closest_below_the_floor(responder):
     from dataclasses import replace
 
