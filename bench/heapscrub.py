@@ -26,8 +26,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def rounds(scrub: bool, n: int) -> tuple[int, int]:
-    """(rounds whose new collection held a deleted vector, rounds run), this process."""
+def rounds(scrub: bool, n: int) -> int:
+    """The rounds whose new collection held a deleted vector, in this process."""
     import shutil
     import tempfile
 
@@ -72,7 +72,7 @@ def rounds(scrub: bool, n: int) -> tuple[int, int]:
         if (i + 1) % 50 == 0:
             print(f"  {'scrub' if scrub else 'plain'}: {i + 1}/{n} rounds, {leaks} leaked",
                   file=sys.stderr, flush=True)
-    return leaks, n
+    return leaks
 
 
 def child(side: str, n: int, timeout: float | None = None) -> int:
@@ -89,7 +89,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.child:
         side, n = args.child
-        print(rounds(side == "scrub", int(n))[0])
+        print(rounds(side == "scrub", int(n)))
         return
     for side in ("plain", "scrub"):
         t = time.perf_counter()

@@ -48,8 +48,9 @@ class Floor:
     def for_query(self, texts: Iterable[str], evidence: Evidence = NO_EVIDENCE,
                   words_only: bool = False) -> QueryFloor:
         texts = list(texts)
-        margin = self.margin_by_script.get(script("\n".join(texts)) or "",
-                                           self.no_shared_word_margin)
+        margin = self.no_shared_word_margin
+        if self.margin_by_script:  # the question's script is read only when it matters
+            margin = self.margin_by_script.get(script("\n".join(texts)) or "", margin)
         return QueryFloor(self, frozenset().union(*(words_of(t) for t in texts)), evidence,
                           words_only, margin)
 
