@@ -8,6 +8,7 @@ folder itself, written with chromadb directly, documents included."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from indexer.config import load_config
 from indexer.datadir import init_data_dir
 from indexer.pipeline.embedder import HashEmbedder
 from indexer.store.eventlog import EventLog
-from indexer.store.generations import META_KEY
+from indexer.store.generations import SEGMENTS_KEY
 from indexer.pipeline.rebuild import expected_meta
 from indexer.records import EventID, Message, RoomID, UserID
 from indexer.search.searcher import SourceQuery
@@ -90,7 +91,7 @@ def test_a_previous_release_data_dir_is_migrated_and_searched_without_re_embeddi
     assert index.ensure_meta() is False  # same model and chunker: no rebuild
     assert emb.batches == 0  # migrated without embedding anything
     store = index.store
-    assert index.eventlog.get_meta(META_KEY) == "1"
+    assert json.loads(index.eventlog.get_meta(SEGMENTS_KEY)) == [{"g": 1, "dirty": False}]
     assert store.count() == len(windows) + 1
     raw = store.records(["documents", "embeddings"])
     assert all(d is None for d in raw["documents"])
@@ -117,6 +118,7 @@ def test_a_previous_release_data_dir_is_migrated_and_searched_without_re_embeddi
     index.close()
     again = Index.open(cfg, emb)
     batches = emb.batches
-    assert again.ensure_meta() is False and again.store.live.n == 1 and emb.batches == batches
+    assert again.ensure_meta() is False and emb.batches == batches
+    assert [s.n for s in again.store.segments.list] == [1]
     some = next(iter(vectors.values()))
     assert files_holding(chroma, some, n=len(some))
