@@ -134,7 +134,7 @@ def unsegmented_release_data_dir(root: Path, generation: int = 3):
     raw = y.load((data / "config.yaml").read_text())
     raw["index"]["embedder"] = "hash"
     # Small segments, so that the first compaction visibly splits the old collection.
-    raw["index"]["chroma"]["segments"] = {"hot_windows": 1, "max_windows": 2}
+    raw["index"]["chroma"]["segments"] = {"hot_windows": 2, "max_windows": 2}
     with open(data / "config.yaml", "w") as f:
         y.dump(raw, f)
     cfg = load_config(data / "config.yaml")

@@ -95,7 +95,7 @@ def store(request, tmp_path):
     return _open(request, tmp_path, EventLog(tmp_path / "eventlog.sqlite3"))
 
 
-SMALL = SegmentPolicy(hot=6, fanout=4, cap=24)  # a segment every 6 points
+SMALL = SegmentPolicy(hot=6, fanout=4, cap=24, share=1)  # a segment every 6 points
 
 
 @pytest.fixture(params=["embedded", "server"])
@@ -291,7 +291,7 @@ from indexer.store.segments import SegmentPolicy
 path, host, port, name, log = sys.argv[1:6]
 store = ChromaStore(path=Path(path) if path else None, host=host or None,
                     port=int(port) if port else None, collection=name,
-                    eventlog=EventLog(Path(log)), policy=SegmentPolicy(6, 4, 24))
+                    eventlog=EventLog(Path(log)), policy=SegmentPolicy(6, 4, 24, share=1))
 swaps = []
 store.compact(before_swap=lambda: swaps.append(1) if not swaps
               else os.kill(os.getpid(), signal.SIGKILL))

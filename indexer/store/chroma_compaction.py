@@ -89,7 +89,8 @@ class Compactor:
             sources = [(s, s.collection.get(include=[])["ids"]) for s in run]
             total = sum(len(ids) for _, ids in sources)
             has_hot = run[-1] is segs.hot
-            parts = math.ceil(total / segs.policy.cap) or (1 if has_hot else 0)
+            limit = segs.policy.merge_cap(segs.count())
+            parts = math.ceil(total / limit) or (1 if has_hot else 0)
             meta = dict(run[-1].collection.metadata or {})
             for _ in range(parts):
                 n, client, col = self.gens.fresh(meta)

@@ -7,13 +7,15 @@ A compaction copies a collection to leave no deleted vector in any file
     [sealed ...................................................] [hot]
      a point stays in the segment it was first written to     new points; sealed
      (its updates and deletes go there: IdMap says which)     when it holds `hot`
+                                                              (a small index: less)
 
     dirty      a segment where a point was deleted or overwritten: its files hold the
                old vector. A compaction copies the dirty segments only (the catalog
                records the flag, so a restart still knows).
     merge      `fanout` adjacent sealed segments of one size class (hot, hot*fanout,
-               hot*fanout^2 ...) are copied into one, never past `cap`; an empty sealed
-               segment is dropped, and one shrunk below hot/2 joins a neighbour.
+               hot*fanout^2 ...) are copied into one, never past `cap` (nor, in a
+               small index, past a tenth of it); an empty sealed segment is dropped,
+               and one shrunk below half the hot size joins a neighbour.
     split      a copy of more than `cap` points (a collection of the release before
                segments) writes ceil(points / cap) segments.
 
@@ -45,11 +47,18 @@ QUERY_THREADS = 4  # segments queried at once (Chroma releases the GIL in a quer
 DROP_WAIT_S = 30.0  # a search still reading a swapped-out segment: its folder waits
 
 
+MIN_HOT = 500  # the hot segment's size in an index too small for `hot`
+
+
 @dataclass(frozen=True, slots=True)
 class SegmentPolicy:
     hot: int = 2_500  # points in the hot segment before it is sealed
     fanout: int = 4  # sealed segments of one size class merged into one
     cap: int = 40_000  # no merge makes a segment larger; a larger copy is split
+    # In a small index no segment is made larger than 1/share of it (a merge) and the
+    # hot one holds at most 1/(2 share): a redaction then copies a few tenths of it at
+    # most, not all of it (at 10,000 windows, segments of 500). 1: no such bound.
+    share: int = 10
 
     def level(self, count: int) -> int:
         """A sealed segment's size class: 0 up to `hot`, 1 up to hot*fanout, ..."""
@@ -57,23 +66,33 @@ class SegmentPolicy:
             return 0
         return max(1, math.ceil(math.log(count / self.hot, self.fanout) - 1e-9))
 
+    def hot_cap(self, total: int) -> int:
+        """Points the hot segment takes before it is sealed, in an index of `total`."""
+        return min(self.hot, max(MIN_HOT, total // (2 * self.share)))
+
+    def merge_cap(self, total: int) -> int:
+        """The largest segment a merge may make in an index of `total` points."""
+        return min(self.cap, max(self.hot_cap(total), total // self.share))
+
 
 def plan_merge(counts: Sequence[int], policy: SegmentPolicy) -> tuple[int, int] | None:
     """The next run [start, end) of sealed segments to copy into one, or None. `counts`:
     the live points of every segment in catalog order, the hot one last."""
     sealed = list(counts[:-1])
+    limit = policy.merge_cap(sum(counts))
     for i, c in enumerate(sealed):
         if c == 0:
             return i, i + 1
     f = policy.fanout
     levels = [policy.level(c) for c in sealed]
     for i in range(len(sealed) - f + 1):
-        if len(set(levels[i:i + f])) == 1 and sum(sealed[i:i + f]) <= policy.cap:
+        if len(set(levels[i:i + f])) == 1 and sum(sealed[i:i + f]) <= limit:
             return i, i + f
+    small = policy.hot_cap(sum(counts)) // 2
     for i, c in enumerate(sealed):
-        if c < policy.hot // 2:
+        if c < small:
             fits = [j for j in (i - 1, i + 1)
-                    if 0 <= j < len(sealed) and sealed[j] + c <= policy.cap]
+                    if 0 <= j < len(sealed) and sealed[j] + c <= limit]
             if fits:
                 j = min(fits, key=lambda k: sealed[k])
                 return min(i, j), max(i, j) + 1
@@ -193,7 +212,8 @@ class Segments:
             self.mark_dirty(held)
             out = [(s, part) for s, part in held.items()]
             while new:
-                room = self.policy.hot - self.idmap().counts[self.hot.key]
+                m = self.idmap()
+                room = self.policy.hot_cap(len(m)) - m.counts[self.hot.key]
                 if room <= 0:
                     self.seal(meta)
                     continue
