@@ -304,7 +304,7 @@ def test_a_redacted_windows_vector_leaves_its_sealed_segment_and_only_it_is_copi
 
     log = EventLog(tmp_path / "eventlog.sqlite3")
     store = ChromaStore(path=tmp_path / "chroma", eventlog=log,
-                        policy=SegmentPolicy(hot=2, fanout=8, cap=16, share=1))
+                        policy=SegmentPolicy(hot=2, fanout=8, cap=16, share=None))
     ingest, pipeline = writers(log, Journal(tmp_path / "journal.jsonl"), store,
                                HashEmbedder(), Gate(frozenset({ROOM}), "@bot:example.org"),
                                ChunkPolicy(max_bytes=80))

@@ -79,7 +79,7 @@ def folder_digest(path: Path) -> str:
 
 # -- the policy ------------------------------------------------------------------------
 
-P = SegmentPolicy(hot=10, fanout=4, cap=160, share=1)
+P = SegmentPolicy(hot=10, fanout=4, cap=160, share=None)
 
 
 def test_size_classes_grow_by_the_fanout():
@@ -130,7 +130,7 @@ def test_the_id_map_follows_sets_deletes_merges_and_drops():
 # -- placing points -------------------------------------------------------------------
 
 def test_new_points_fill_the_hot_segment_which_is_sealed_when_full(tmp_path):
-    store = open_store(tmp_path, SegmentPolicy(hot=4, fanout=4, cap=16, share=1))
+    store = open_store(tmp_path, SegmentPolicy(hot=4, fanout=4, cap=16, share=None))
     fill(store, 10, batch=3)  # a batch that overfills the hot segment is cut where it fills
     assert [c for _, c, _ in layout(store)] == [4, 4, 2]
     assert not any(d for _, _, d in layout(store))  # nothing deleted or overwritten
@@ -140,7 +140,7 @@ def test_new_points_fill_the_hot_segment_which_is_sealed_when_full(tmp_path):
 
 
 def test_a_point_is_updated_and_deleted_in_its_own_segment_which_becomes_dirty(tmp_path):
-    store = open_store(tmp_path, SegmentPolicy(hot=4, fanout=4, cap=16, share=1))
+    store = open_store(tmp_path, SegmentPolicy(hot=4, fanout=4, cap=16, share=None))
     first = fill(store, 10)
     old = window(1)  # in the first segment
     new_vector = vectors(1, seed=99)
@@ -151,7 +151,7 @@ def test_a_point_is_updated_and_deleted_in_its_own_segment_which_becomes_dirty(t
     assert [d for _, _, d in layout(store)] == [True, False, False]
     store.delete([window(5).window_id])  # the second segment
     assert [(c, d) for _, c, d in layout(store)] == [(4, True), (3, True), (2, False)]
-    again = open_store(tmp_path, SegmentPolicy(hot=4, fanout=4, cap=16, share=1))  # a restart
+    again = open_store(tmp_path, SegmentPolicy(hot=4, fanout=4, cap=16, share=None))  # a restart
     assert layout(again) == layout(store)  # the dirty marks are in the catalog
     assert set(stored_vectors(again, list(first))) == set(first) - {window(5).window_id}
 
@@ -161,7 +161,7 @@ def test_a_point_is_updated_and_deleted_in_its_own_segment_which_becomes_dirty(t
 def test_a_compaction_copies_only_the_dirty_segments_and_leaves_no_deleted_vector(tmp_path):
     """The deleted point's vector is gone from every file; the clean segments' files
     are not touched, byte for byte."""
-    store = open_store(tmp_path, SegmentPolicy(hot=6, fanout=4, cap=24, share=1))
+    store = open_store(tmp_path, SegmentPolicy(hot=6, fanout=4, cap=24, share=None))
     vs = fill(store, 16)
     gone = window(8).window_id  # the second segment
     store.delete([gone])
@@ -182,7 +182,7 @@ def test_a_compaction_copies_only_the_dirty_segments_and_leaves_no_deleted_vecto
 
 
 def test_small_sealed_segments_merge_and_answer_as_before(tmp_path):
-    store = open_store(tmp_path, SegmentPolicy(hot=3, fanout=2, cap=12, share=1))
+    store = open_store(tmp_path, SegmentPolicy(hot=3, fanout=2, cap=12, share=None))
     vs = fill(store, 14)
     assert [c for _, c, _ in layout(store)] == [3, 3, 3, 3, 2]
     q = vectors(3, seed=5)
@@ -202,11 +202,11 @@ def test_small_sealed_segments_merge_and_answer_as_before(tmp_path):
 def test_a_segment_larger_than_the_cap_is_split_when_copied(tmp_path):
     """The one collection of the release before segments is a segment past the cap:
     its first compaction writes it as several."""
-    big = open_store(tmp_path, SegmentPolicy(hot=100, fanout=4, cap=400, share=1))
+    big = open_store(tmp_path, SegmentPolicy(hot=100, fanout=4, cap=400, share=None))
     vs = fill(big, 10)
     q = vectors(2, seed=3)
     before = big.nearest(q, 10)
-    store = open_store(tmp_path, SegmentPolicy(hot=2, fanout=2, cap=4, share=1))
+    store = open_store(tmp_path, SegmentPolicy(hot=2, fanout=2, cap=4, share=None))
     store.delete([window(0).window_id])
     assert store.compact() == 9
     assert [c for _, c, _ in layout(store)] == [3, 3, 3]
@@ -218,9 +218,9 @@ def test_a_segment_larger_than_the_cap_is_split_when_copied(tmp_path):
 
 
 def test_a_store_without_an_event_log_finds_its_segments_on_disk(tmp_path):
-    store = open_store(tmp_path, SegmentPolicy(hot=4, fanout=4, cap=16, share=1), log=False)
+    store = open_store(tmp_path, SegmentPolicy(hot=4, fanout=4, cap=16, share=None), log=False)
     vs = fill(store, 9)
-    again = open_store(tmp_path, SegmentPolicy(hot=4, fanout=4, cap=16, share=1), log=False)
+    again = open_store(tmp_path, SegmentPolicy(hot=4, fanout=4, cap=16, share=None), log=False)
     assert [c for _, c, _ in layout(again)] == [4, 4, 1]
     assert set(stored_vectors(again, list(vs))) == set(vs)
 
@@ -248,9 +248,9 @@ def test_segments_answer_as_one_collection(tmp_path_factory, ops, hot, fanout, s
     query gets the same nearest points and similarities from the segments as from one
     collection holding the same points, and the same records."""
     tmp = tmp_path_factory.mktemp("prop")
-    one = open_store(tmp, SegmentPolicy(hot=10**6, fanout=2, cap=10**6, share=1), log=False,
+    one = open_store(tmp, SegmentPolicy(hot=10**6, fanout=2, cap=10**6, share=None), log=False,
                      folder="one")
-    policy = SegmentPolicy(hot=hot, fanout=fanout, cap=hot * fanout ** 2, share=1)
+    policy = SegmentPolicy(hot=hot, fanout=fanout, cap=hot * fanout ** 2, share=None)
     many = open_store(tmp, policy, log=False, folder="many")
     rng = np.random.default_rng(seed)
     for op, keys, vseed in ops:
@@ -294,7 +294,7 @@ def test_the_schedule_merges_when_no_compaction_may_run_and_waits_after_a_failed
         tmp_path):
     from indexer.store.compaction import Compaction
 
-    store = open_store(tmp_path, SegmentPolicy(hot=3, fanout=2, cap=12, share=1))
+    store = open_store(tmp_path, SegmentPolicy(hot=3, fanout=2, cap=12, share=None))
     fill(store, 8)  # sealed 3, 3 and a hot 2: a merge is due
     now = [1000.0]
     comp = Compaction(store.eventlog, store, every=60.0, clock=lambda: now[0])

@@ -95,7 +95,7 @@ def store(request, tmp_path):
     return _open(request, tmp_path, EventLog(tmp_path / "eventlog.sqlite3"))
 
 
-SMALL = SegmentPolicy(hot=6, fanout=4, cap=24, share=1)  # a segment every 6 points
+SMALL = SegmentPolicy(hot=6, fanout=4, cap=24, share=None)  # a segment every 6 points
 
 
 @pytest.fixture(params=["embedded", "server"])
@@ -291,7 +291,7 @@ from indexer.store.segments import SegmentPolicy
 path, host, port, name, log = sys.argv[1:6]
 store = ChromaStore(path=Path(path) if path else None, host=host or None,
                     port=int(port) if port else None, collection=name,
-                    eventlog=EventLog(Path(log)), policy=SegmentPolicy(6, 4, 24, share=1))
+                    eventlog=EventLog(Path(log)), policy=SegmentPolicy(6, 4, 24, share=None))
 swaps = []
 store.compact(before_swap=lambda: swaps.append(1) if not swaps
               else os.kill(os.getpid(), signal.SIGKILL))
@@ -439,7 +439,8 @@ def test_points_written_during_the_copy_are_caught_up_before_the_swap(store):
         store.upsert([changed], new_vector)
         store.delete([ws[0].window_id])
 
-    assert store.compact(lock=threading.RLock(), after_copy=meanwhile) == len(ws) - 2 + len(extra)
+    copied = store.compact(lock=threading.RLock(), after_copy=meanwhile)
+    assert copied == len(ws) - 2 + len(extra)
     got = stored_vectors(store, [w.window_id for w in ws + extra])
     assert set(got) == {w.window_id for w in ws[2:] + extra}
     assert got[changed.window_id] == pytest.approx(new_vector[0], abs=1e-6)

@@ -1,11 +1,12 @@
 """The vector store: Chroma collections of windows (cosine), embedded or a server.
 
 A vectors-and-metadata adapter: upsert, delete, one nearest query, get by ids, and its
-segments (segments.py: bounded collections in write order, each copied on its own). The pipeline is its one writer; search reads. Chroma holds vectors, ids
-and the metadata filters and citations need: room, corpus, every event id (as a JSON
-list: Chroma metadata values are scalars), first and last event id and timestamps,
-senders. No text: a window's text is the event log's (search reads it for the hits it
-keeps, search/texts.py); a reference chunk's is in the event log's `ref_chunks`
+segments (segments.py: bounded collections in write order, each copied on its own).
+The pipeline is its one writer; search reads. Chroma holds vectors, ids and the
+metadata filters and citations need: room, corpus, every event id (as a JSON list:
+Chroma metadata values are scalars), first and last event id and timestamps, senders.
+No text: a window's text is the event log's (search reads it for the hits it keeps,
+search/texts.py); a reference chunk's is in the event log's `ref_chunks`
 (eventlog_texts.py), written and dropped with its point here.
 
 After redactions and purges, `compact` (chroma_compaction.py) copies each segment

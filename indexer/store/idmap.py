@@ -23,7 +23,7 @@ _SEG = np.uint16
 DEAD = np.iinfo(_SEG).max  # a deleted id's slot in the arrays, until the next fold
 FOLD_AT = 65_536
 _NIBBLE = np.full(256, 255, dtype=np.uint8)  # ASCII -> hex digit value (255: not one)
-_NIBBLE[np.frombuffer(b"0123456789abcdef", dtype=np.uint8)] = np.arange(16, dtype=np.uint8)  # recent ids kept in the dict before they are folded into the arrays
+_NIBBLE[np.frombuffer(b"0123456789abcdef", dtype=np.uint8)] = np.arange(16, dtype=np.uint8)
 
 
 def _packed(wid: str) -> bytes | None:

@@ -57,8 +57,8 @@ class SegmentPolicy:
     cap: int = 40_000  # no merge makes a segment larger; a larger copy is split
     # In a small index no segment is made larger than 1/share of it (a merge) and the
     # hot one holds at most 1/(2 share): a redaction then copies a few tenths of it at
-    # most, not all of it (at 10,000 windows, segments of 500). 1: no such bound.
-    share: int = 10
+    # most, not all of it (at 10,000 windows, segments of 500). None: no such bound.
+    share: int | None = 10
 
     def level(self, count: int) -> int:
         """A sealed segment's size class: 0 up to `hot`, 1 up to hot*fanout, ..."""
@@ -68,10 +68,14 @@ class SegmentPolicy:
 
     def hot_cap(self, total: int) -> int:
         """Points the hot segment takes before it is sealed, in an index of `total`."""
+        if self.share is None:
+            return self.hot
         return min(self.hot, max(MIN_HOT, total // (2 * self.share)))
 
     def merge_cap(self, total: int) -> int:
         """The largest segment a merge may make in an index of `total` points."""
+        if self.share is None:
+            return self.cap
         return min(self.cap, max(self.hot_cap(total), total // self.share))
 
 
@@ -192,7 +196,6 @@ class Segments:
     def locate(self, ids: Sequence[str]) -> list[tuple[Segment, list[str]]]:
         """The ids each segment holds, in segment order (ids none holds are left out)."""
         with self._lock:
-            by_key = {s.key: s for s in self.list}
             groups: dict[int, list[str]] = {}
             for wid, key in zip(ids, self.idmap().get(ids)):
                 if key >= 0:
