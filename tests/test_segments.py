@@ -102,15 +102,15 @@ def test_an_empty_sealed_segment_goes_and_a_shrunk_one_joins_its_smaller_neighbo
 
 
 def test_a_small_index_has_small_segments_and_a_large_one_segments_up_to_the_cap():
-    """The shipped policy: at 10,000 windows a hot segment of 500 and merges up to
-    1,000 (a redaction copies a tenth or two of the index, not all of it); from
-    50,000 on a hot segment of 2,500; at 1,000,000 segments of 40,000 (4%)."""
+    """The shipped policy: at 10,000 windows a hot segment of 1,000 and merges up to
+    1,250 (a redaction copies a fifth of the index at most, not all of it); from
+    40,000 on a hot segment of 2,500; at 1,000,000 segments of 40,000 (4%)."""
     p = SegmentPolicy()
     assert [(p.hot_cap(t), p.merge_cap(t)) for t in (0, 10_000, 100_000, 1_000_000)] == [
-        (500, 500), (500, 1_000), (2_500, 10_000), (2_500, 40_000)]
-    assert plan_merge([500] * 19 + [100], p) is None  # four of 500 would be 2,000 > 1,000
-    assert plan_merge([2_500] * 39 + [100], p) is None  # 97,600: a merge up to 9,760
-    assert plan_merge([2_500] * 41 + [100], p) == (0, 4)  # 102,600: up to 10,260
+        (1_000, 1_000), (1_000, 1_250), (2_500, 12_500), (2_500, 40_000)]
+    assert plan_merge([1_000] * 9 + [500], p) is None  # four of 1,000 would be past 1,187
+    assert plan_merge([2_500] * 31 + [100], p) is None  # 77,600: a merge up to 9,700
+    assert plan_merge([2_500] * 33 + [100], p) == (0, 4)  # 82,600: up to 10,325
 
 
 def test_the_id_map_follows_sets_deletes_merges_and_drops():

@@ -296,30 +296,42 @@ class ChromaStore:
         """The n nearest records per vector, with their cosine similarities; `records`:
         with each one's metadata as a StoredWindow. Without, Chroma reads no metadata
         (1.3 ms of a 4 ms search for 20 results a list at 100,000 windows; bench/query.py).
-        Every segment is asked for n (at once) and the n nearest of all are kept: the
-        same as one collection holding every point."""
+        Every segment is asked for its n nearest ids (at once), the n nearest of all are
+        kept, the same as one collection holding every point, and only their metadata is
+        read (each segment's for its 20 took 2 to 3 ms of a 4 ms query here)."""
         if len(vectors) == 0:
             return []
         queries = np.asarray(vectors, dtype=np.float32)
-        include = ["metadatas", "distances"] if records else ["distances"]
-        # No count() first: Chroma 1.5 returns what it has when asked for more (also
-        # from an empty collection), and count() took 4x the query itself at 100,000
-        # windows (13 ms against 3; bench/query.py).
-        answers = self._each(lambda s: s.collection.query(
-            query_embeddings=queries, n_results=n, where=where or None, include=include))
-        out = []
-        for q in range(len(queries)):
-            found = [(d, i, m)
-                     for res in answers
-                     for i, d, m in zip(res["ids"][q], res["distances"][q],
-                                        res["metadatas"][q] if records
-                                        else [None] * len(res["ids"][q]))]
-            nearest = heapq.nsmallest(n, found, key=lambda x: x[0]) if len(answers) > 1 \
-                else found[:n]
-            out.append([Neighbour(WindowID(i), 1.0 - float(d),
-                                  _stored(i, m) if records else None)
-                        for d, i, m in nearest])
-        return out
+        with self._segs.reading() as segs:
+            one = len(segs) == 1
+            include = ["metadatas", "distances"] if records and one else ["distances"]
+            # No count() first: Chroma 1.5 returns what it has when asked for more (also
+            # from an empty collection), and count() took 4x the query itself at 100,000
+            # windows (13 ms against 3; bench/query.py).
+            answers = self._segs.each(segs, lambda s: s.collection.query(
+                query_embeddings=queries, n_results=n, where=where or None,
+                include=include))
+            lists = []
+            for q in range(len(queries)):
+                found = [(d, i, k, m) for k, res in enumerate(answers)
+                         for i, d, m in zip(res["ids"][q], res["distances"][q],
+                                            res["metadatas"][q] if records and one
+                                            else [None] * len(res["ids"][q]))]
+                lists.append(found[:n] if one else heapq.nsmallest(n, found,
+                                                                    key=lambda x: x[0]))
+            metas: dict[str, dict] = {}
+            if records and not one:
+                wanted: dict[int, set[str]] = {}
+                for lst in lists:
+                    for _, i, k, _ in lst:
+                        wanted.setdefault(k, set()).add(i)
+                got = self._segs.each(
+                    [(segs[k], sorted(ids)) for k, ids in wanted.items()],
+                    lambda job: job[0].collection.get(ids=job[1], include=["metadatas"]))
+                metas = {i: m for res in got for i, m in zip(res["ids"], res["metadatas"])}
+        return [[Neighbour(WindowID(i), 1.0 - float(d),
+                           _stored(i, m if one else metas.get(i)) if records else None)
+                 for d, i, _, m in lst] for lst in lists]
 
     def get(self, window_ids: Sequence[WindowID] | None = None, where: dict | None = None,
             limit: int | None = None, offset: int | None = None) -> list[StoredWindow]:

@@ -11,12 +11,20 @@ here, none of 100 with this on (tests/test_heapscrub.py). SQLite writes its page
 buffers whole too. That was the rare privacy flake of earlier sessions: a new
 generation's files holding a superseded vector, or text, of an old one.
 
+`matrix-sources run` and `import` re-execute themselves with glibc's perturb tunable
+(appservice/homeserver/heap.py, which also turns off the per-thread cache and caps the
+arenas), but nothing else did: the tests, which build stores in their own process (that
+is where the flake showed), and `backfill`, `ref`, `forget`, `verify --index`.
+
 glibc's M_PERTURB (mallopt) makes every free() fill the block with one byte and every
 malloc() hand out a block filled with its complement: with 0xFF, freed blocks hold 0xFF
-and new ones 0x00, whatever they held before. Python's small objects live in its own
-arenas, which no C library is given. It is set when indexer.store is first imported,
-before any Chroma client exists. Measured: no change in Chroma's insert or query times
-within the noise of this machine (bench figures in docs/storage.md).
+and new ones 0x00, whatever they held before. It is set when indexer.store is first
+imported, before any Chroma client exists, in every process that opens the store. The
+per-thread cache's chunks (up to 1,032 bytes) are not overwritten by it and mallopt
+cannot turn that cache off; they are only ever handed out again for allocations as
+small, never inside the large arrays and pages that are written whole. Python's small
+objects live in its own arenas, which no C library is given. Measured: no change in
+Chroma's insert or query times beyond this machine's noise (docs/storage.md).
 """
 
 from __future__ import annotations
