@@ -9,7 +9,10 @@ into a fresh generation, the old one's folder removed. Reports the time of the c
 and swap, this process's RSS growth, the folder's size before and after, and how many
 of the deleted vectors' first 16 float32 components are still found in any file
 (tests/vectorscan.py), before and after. The points are not the eval chat: a
-compaction copies vectors and metadata and never looks at text.
+compaction copies vectors and metadata and never looks at text. The deleted points are
+spread over the whole collection, so every segment is dirty and copied: the cost of a
+copy of everything, as every compaction was before segments (bench/scale.py measures
+what one redaction copies).
 """
 
 from __future__ import annotations
@@ -76,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         report["write_s"] = round(time.perf_counter() - t, 1)
         store.delete(sorted(deleted))
         report["count"] = store.count()
+        report["segments"] = store.segments.counts()
         report["folder_before_mib"] = folder_mib(root / "chroma")
         checked = list(deleted.values())[:args.checked]
         report["deleted_found_before"] = sum(1 for v in checked

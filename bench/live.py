@@ -161,7 +161,9 @@ def state_events(room_id: str, creator: str, n: int) -> list[dict]:
                 ("m.room.name", {"name": f"Push bench {n}"})))]
 
 
-async def push(stack, bodies, rate: int, seconds: float) -> dict:
+async def push(stack, bodies, rate: int, seconds: float, redact_every: float = 0.0) -> dict:
+    """`redact_every`: also push a redaction of a message pushed 20 s before (indexed
+    by then), every that many seconds (0: none), so compactions run during the push."""
     import aiohttp
 
     rooms = push_room_ids(rate)
@@ -181,6 +183,7 @@ async def push(stack, bodies, rate: int, seconds: float) -> dict:
     txn_seconds: list[float] = []
     retries = 0
     producing = True
+    redacted: list[str] = []
 
     async def produce() -> None:
         nonlocal producing
@@ -198,6 +201,14 @@ async def push(stack, bodies, rate: int, seconds: float) -> dict:
                           "content": {"msgtype": "m.text", "body": body}})
             watcher.watch(eid, time.monotonic())
             ids.append(eid)
+            if redact_every and time.monotonic() - start >= (len(redacted) + 1) * redact_every:
+                target = ids[max(0, len(ids) - 1 - 20 * rate)]
+                queue.append({"type": "m.room.redaction",
+                              "room_id": rooms[ids.index(target) % PUSH_ROOMS],
+                              "sender": "@pushbench:localhost", "redacts": target,
+                              "event_id": f"$push{rate}-redaction-{len(redacted)}",
+                              "origin_server_ts": int(time.time() * 1000), "content": {}})
+                redacted.append(target)
             more.set()
         producing = False
         more.set()
@@ -241,8 +252,9 @@ async def push(stack, bodies, rate: int, seconds: float) -> dict:
     await asyncio.sleep(1.5)
     after = stackkit.metrics(stack)
     watcher.stop()
-    out = summarise(watcher, ids, start, before, after)
-    out.update(offered_per_s=rate, seconds=round(sent_seconds, 1),
+    fresh_ids = [e for e in ids if e not in set(redacted)]  # never indexed if redacted first
+    out = summarise(watcher, fresh_ids, start, before, after)
+    out.update(offered_per_s=rate, redactions=len(redacted), seconds=round(sent_seconds, 1),
                sent_per_s=round(len(ids) / sent_seconds, 1), drained=drained,
                transactions=len(txn_sizes), retried=retries,
                events_per_txn_mean=round(sum(txn_sizes) / max(len(txn_sizes), 1), 1),

@@ -44,6 +44,7 @@ from .store.chroma import ChromaStore
 from .store.compaction import Compaction
 from .store.eventlog import EventLog
 from .store.journal import Journal
+from .store.segments import SegmentPolicy
 from .store.server_files import ServerFiles, ServerFilesError
 from .store.writeguard import WriteGuard
 
@@ -64,15 +65,18 @@ def open_store(cfg: Config, eventlog: EventLog | None = None,
 
 
 def _chroma(cfg: Config, eventlog: EventLog | None) -> ChromaStore:
+    seg = cfg.chroma.segments
+    policy = SegmentPolicy(seg.hot_windows, seg.merge_fanout, seg.max_windows)
+    shared = cfg.index.pipeline == "external"  # workers write it too (segments.Segments)
     if cfg.chroma.mode == "server":
         files = ServerFiles(cfg.chroma.persist_dir) if cfg.chroma.persist_dir else None
         try:
             return ChromaStore(host=cfg.chroma.host, port=cfg.chroma.port, eventlog=eventlog,
-                               server_files=files)
+                               server_files=files, policy=policy, shared=shared)
         except ServerFilesError as e:  # said as a config error: the key and the file
             key, _, message = str(e).partition(": ")
             raise ConfigError(cfg.file, key, message) from None
-    return ChromaStore(path=cfg.chroma.path, eventlog=eventlog)
+    return ChromaStore(path=cfg.chroma.path, eventlog=eventlog, policy=policy, shared=shared)
 
 
 def writers(eventlog: EventLog, journal: Journal, store: ChromaStore, embedder: Embedder,

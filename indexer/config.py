@@ -162,6 +162,21 @@ class AppserviceSettings(_Section):
         return v
 
 
+class SegmentSettings(_Section):
+    """The collection's segments (store/segments.py): a compaction copies only those
+    holding a deleted or overwritten point."""
+    hot_windows: Annotated[int, Strict(), Field(ge=1)] = 2_500
+    merge_fanout: Annotated[int, Strict(), Field(ge=2)] = 4
+    max_windows: Annotated[int, Strict(), Field(ge=1)] = 40_000
+
+    @model_validator(mode="after")
+    def _hot_fits(self) -> "SegmentSettings":
+        if self.max_windows < self.hot_windows:
+            raise ValueError(f"max_windows ({self.max_windows}) is below hot_windows "
+                             f"({self.hot_windows}): a sealed segment could not be merged")
+        return self
+
+
 @checked_dataclass(frozen=True, config=_CHECKED)
 class ChromaConfig:
     mode: Literal["embedded", "server"] = "embedded"
@@ -171,6 +186,7 @@ class ChromaConfig:
     # Server mode: the server's --path, if this host reaches it: what the server keeps
     # of dropped collections is removed after each compaction (store/server_files.py).
     persist_dir: Annotated[Path, Strict(False)] | None = None
+    segments: SegmentSettings = SegmentSettings()
     _unset = model_validator(mode="before")(_empty_is_unset)
 
     @model_validator(mode="after")

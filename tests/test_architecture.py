@@ -12,9 +12,9 @@ PACKAGES = ("appservice", "indexer")
 # Private attributes that belong to one object: reached only through `self`, in the
 # module that owns it. `_db` and `_lock` are the event log's connection and lock, held by
 # its `Database` (store/eventlog_db.py), which the event log's parts are given and reach
-# them through (`locked()`, `transaction()`); `_live` is the Chroma store's live
-# generation, which only its compactor is given, and `_col` its collection.
-PRIVATE = ("_db", "_lock", "_live", "_col")
+# them through (`locked()`, `transaction()`); `_segs` is the Chroma store's live
+# segments, which only its compactor is given.
+PRIVATE = ("_db", "_lock", "_segs")
 
 
 def sources(*folders: str) -> list[Path]:
@@ -22,7 +22,7 @@ def sources(*folders: str) -> list[Path]:
 
 
 def foreign_private_access(path: Path) -> list[str]:
-    """`x._db`, `x._lock`, `x._live`, `x._col` where x is anything but `self`: another
+    """`x._db`, `x._lock`, `x._segs` where x is anything but `self`: another
     object's private state (also `getattr(x, "_db")`)."""
     found, where = [], path.relative_to(ROOT) if path.is_relative_to(ROOT) else path.name
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -44,10 +44,10 @@ def test_no_module_reaches_into_another_objects_db_lock_or_collection():
 def test_the_private_access_check_can_fail(tmp_path):
     bad = tmp_path / "probe.py"
     bad.write_text("class A:\n    def f(self, log, store):\n        self._db = log._db\n"
-                   "        with self.log._lock:\n            store._live.collection.add()\n"
+                   "        with self.log._lock:\n            store._segs.hot.collection.add()\n"
                    "        getattr(log, '_db')\n        self._lock = None\n")
     assert sorted(f.split(": ")[1] for f in foreign_private_access(bad)) == [
-        "getattr(log, '_db')", "log._db", "self.log._lock", "store._live"]
+        "getattr(log, '_db')", "log._db", "self.log._lock", "store._segs"]
 
 
 def module_name(path: Path, root: Path = ROOT) -> str:
@@ -221,7 +221,7 @@ def large_classes(path: Path) -> list[str]:
 
 def test_the_store_is_composed_of_parts_not_mixins():
     """The event log and the Chroma store are parts given their dependencies (the
-    event log's Database, the store's Live generation), never mixins sharing `self`."""
+    event log's Database, the store's Segments), never mixins sharing `self`."""
     assert "ChromaStore" in {c.name for c in classes(ROOT / "indexer/store/chroma.py")}  # read
     found = [f for p in sources("indexer/store") for f in mixed_classes(p)]
     assert found == []

@@ -306,6 +306,43 @@ def test_no_text_in_chroma_and_a_redacted_windows_vector_leaves_at_the_compactio
             assert files_holding(tmp, v, n=len(v)) == {}  # superseded or deleted: gone
 
 
+def test_a_redacted_windows_vector_leaves_its_sealed_segment_and_only_it_is_copied(tmp_path):
+    """Segments of two windows: a message redacted in an old, sealed segment. The
+    compaction copies the segments holding a deleted or overwritten point, not the
+    others (their generations stay), and the window's old vector and the message's
+    text are in no file afterwards."""
+    from indexer.store.segments import SegmentPolicy
+
+    log = EventLog(tmp_path / "eventlog.sqlite3")
+    store = ChromaStore(path=tmp_path / "chroma", eventlog=log,
+                        policy=SegmentPolicy(hot=2, fanout=8, cap=16, share=None))
+    ingest, pipeline = writers(log, Journal(tmp_path / "journal.jsonl"), store,
+                               HashEmbedder(), Gate(frozenset({ROOM}), "@bot:example.org"),
+                               ChunkPolicy(max_bytes=80))
+    ingest.admit([join_rules()])
+    ingest.admit([msg(i, f"line {i} of the talk, canary sg{i}x kept here") for i in range(1, 17)])
+    pipeline.process_all()
+    segs = store.segments
+    assert len(segs.list) >= 4
+    [target] = [w for w in store.get() if "$m3" in w.event_ids]
+    [(_, before)] = store.get_with_vectors([target.window_id])
+    held = {s.n for s in segs.list if target.window_id in
+            {i for i in s.collection.get(include=[])["ids"]}}
+    generations = [s.n for s in segs.list]
+    clean = {s.n for s in segs.list if not s.dirty}
+    assert held <= clean and files_holding(tmp_path / "chroma", before, n=len(before))
+    ingest.admit([redact(40, 3)])
+    pipeline.process_all()
+    assert pipeline.compaction_due and pipeline.run_compaction() is True
+    after = [s.n for s in store.segments.list]
+    assert not held & set(after)  # its segment was copied
+    assert set(generations) & set(after) >= clean - held  # clean ones were not
+    assert files_holding(tmp_path, before, n=len(before)) == {}
+    log.truncate_wal()
+    assert b"sg3x" not in chroma_bytes(tmp_path) + db_bytes(tmp_path)
+    assert "sg3x" not in all_text(store) and "sg4x" in all_text(store)
+
+
 def test_a_compaction_due_survives_a_restart(world):
     """The redaction's points were deleted, then the process stopped before the
     compaction: the pipeline opened on the same event log still owes it."""

@@ -8,6 +8,7 @@ folder itself, written with chromadb directly, documents included."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from indexer.config import load_config
 from indexer.datadir import init_data_dir
 from indexer.pipeline.embedder import HashEmbedder
 from indexer.store.eventlog import EventLog
-from indexer.store.generations import META_KEY
+from indexer.store.generations import SEGMENTS_KEY
 from indexer.pipeline.rebuild import expected_meta
 from indexer.records import EventID, Message, RoomID, UserID
 from indexer.search.searcher import SourceQuery
@@ -90,7 +91,7 @@ def test_a_previous_release_data_dir_is_migrated_and_searched_without_re_embeddi
     assert index.ensure_meta() is False  # same model and chunker: no rebuild
     assert emb.batches == 0  # migrated without embedding anything
     store = index.store
-    assert index.eventlog.get_meta(META_KEY) == "1"
+    assert json.loads(index.eventlog.get_meta(SEGMENTS_KEY)) == [{"g": 1, "dirty": False}]
     assert store.count() == len(windows) + 1
     raw = store.records(["documents", "embeddings"])
     assert all(d is None for d in raw["documents"])
@@ -117,6 +118,87 @@ def test_a_previous_release_data_dir_is_migrated_and_searched_without_re_embeddi
     index.close()
     again = Index.open(cfg, emb)
     batches = emb.batches
-    assert again.ensure_meta() is False and again.store.live.n == 1 and emb.batches == batches
+    assert again.ensure_meta() is False and emb.batches == batches
+    assert [s.n for s in again.store.segments.list] == [1]
     some = next(iter(vectors.values()))
     assert files_holding(chroma, some, n=len(some))
+
+
+def unsegmented_release_data_dir(root: Path, generation: int = 3):
+    """A data dir as the release before segments wrote it: text in the event log only
+    (reference sections in `ref_chunks`), one live collection `matrix_sources-g<n>` in
+    the folder chroma/g<n>, its number in the event log's meta (`chroma_generation`)."""
+    data = root / "data"
+    init_data_dir(data, "http://127.0.0.1:8008", "example.org")
+    y = YAML()
+    raw = y.load((data / "config.yaml").read_text())
+    raw["index"]["embedder"] = "hash"
+    # Small segments, so that the first compaction visibly splits the old collection.
+    raw["index"]["chroma"]["segments"] = {"hot_windows": 2, "max_windows": 2}
+    with open(data / "config.yaml", "w") as f:
+        y.dump(raw, f)
+    cfg = load_config(data / "config.yaml")
+    msgs = [Message(EventID(f"$l{i}"), ROOM, UserID(f"@u{i % 2}:example.org"),
+                    1_700_000_000_000 + i * 60_000, body) for i, body in enumerate(LINES)]
+    windows = build_windows(msgs, ChunkPolicy(max_bytes=80))
+    log = EventLog(cfg.database)
+    log.append([(m, None) for m in msgs])
+    for w in windows:
+        log.mark_indexed(ROOM, {m.event_id: w.window_id for m in w.messages}, w.messages[-1])
+    log.texts.put_ref_texts([("rlegacychunk", "ops", REF_TEXT)])
+    log.set_meta("chroma_generation", str(generation))
+    log.set_meta("text_home", "eventlog")
+    log.close()
+    emb = HashEmbedder()
+    os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
+    import chromadb
+    from chromadb.config import Settings
+
+    client = chromadb.PersistentClient(path=str(cfg.chroma.path / f"g{generation}"),
+                                       settings=Settings(anonymized_telemetry=False))
+    col = client.get_or_create_collection(f"matrix_sources-g{generation}",
+                                          embedding_function=None,
+                                          configuration={"hnsw": {"space": "cosine"}})
+    col.modify(metadata=expected_meta(emb))
+    ids = [w.window_id for w in windows] + ["rlegacychunk"]
+    vectors = emb.encode([embed_text(w) for w in windows] + [REF_TEXT])
+    col.upsert(ids=ids, embeddings=vectors,
+               metadatas=[window_metadata(w) for w in windows] + [REF_META])
+    return cfg, windows, dict(zip(ids, vectors))
+
+
+def test_an_unsegmented_data_dir_opens_as_one_segment_and_its_first_compaction_splits_it(
+        tmp_path):
+    """The collection of the release before segments is kept as it is (no copy, no
+    re-embedding) as one segment, marked dirty: its deleted points were never tracked.
+    The first compaction copies it into segments of at most max_windows; every vector is
+    the one stored, and the old folder goes."""
+    cfg, windows, vectors = unsegmented_release_data_dir(tmp_path)
+    chroma = cfg.chroma.path
+    emb = HashEmbedder()
+    index = Index.open(cfg, emb)
+    assert index.ensure_meta() is False and emb.batches == 0
+    store = index.store
+    assert json.loads(index.eventlog.get_meta(SEGMENTS_KEY)) == [{"g": 3, "dirty": True}]
+    assert not index.eventlog.get_meta("chroma_generation")  # one record of what is live
+    assert store.count() == len(windows) + 1
+    hits = index.searcher.search(SourceQuery.build(["rotate the signing key"], 3))
+    assert hits and "rotate the signing key" in hits[0].text
+    before = [h.window_id for h in hits]
+
+    gone = windows[-1].window_id
+    store.delete([gone])
+    batches = emb.batches
+    assert store.compact() == len(windows)
+    assert emb.batches == batches  # copied, not embedded
+    segs = store.segments
+    assert segs.counts() == [2] * (len(windows) // 2) + [1] * (len(windows) % 2)
+    assert not (chroma / "g3").exists()
+    assert sorted(p.name for p in chroma.iterdir()) == sorted(f"g{s.n}" for s in segs.list)
+    raw = store.records(["embeddings"])
+    assert sorted(raw["ids"]) == sorted(set(vectors) - {gone})
+    for wid, v in zip(raw["ids"], raw["embeddings"]):
+        assert list(v) == pytest.approx(vectors[wid], abs=1e-6)  # nothing re-embedded
+    again = index.searcher.search(SourceQuery.build(["rotate the signing key"], 3))
+    assert [h.window_id for h in again] == [w for w in before if w != gone][:len(again)]
+    assert files_holding(tmp_path, vectors[gone], n=len(vectors[gone])) == {}

@@ -5,6 +5,7 @@ PostgreSQL one (tests/pgkit.py). The same behaviour is required of all four."""
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import sqlite3
 import shutil
@@ -19,9 +20,10 @@ from indexer.pipeline.chunker import build_windows, document
 from indexer.records import ChunkPolicy
 from indexer.pipeline.embedder import HashEmbedder
 from indexer.store.eventlog import EventLog
-from indexer.store.generations import META_KEY
+from indexer.store.generations import SEGMENTS_KEY
 from indexer.records import EventID, Message, RoomID, UserID
 from indexer.store.chroma import ChromaStore
+from indexer.store.segments import SegmentPolicy
 from indexer.store.server_files import MARKER_PREFIX, ServerFiles, ServerFilesError
 from indexer.search.texts import WindowTexts
 
@@ -30,17 +32,18 @@ from .storekit import stored_vectors
 from .pgkit import fresh_schema
 
 
-def _open(request, tmp_path, eventlog=None) -> ChromaStore:
+def _open(request, tmp_path, eventlog=None, policy=None) -> ChromaStore:
     # Unique per test and variant (a long name cut short would be shared between them).
     digest = hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:10]
     name = f"contract_{digest}_{re.sub(r'[^A-Za-z0-9]+', '_', request.node.name)}"[:60]
     name = name.rstrip("_")
     if request.param.startswith("embedded"):
-        return ChromaStore(path=tmp_path / "chroma", collection=name, eventlog=eventlog)
+        return ChromaStore(path=tmp_path / "chroma", collection=name, eventlog=eventlog,
+                           policy=policy)
     server = request.getfixturevalue("chroma_server")
     # The server's folder is reachable here, as with index.chroma.persist_dir set.
     return ChromaStore(host="127.0.0.1", port=server.port, collection=name, eventlog=eventlog,
-                       server_files=ServerFiles(server.data))
+                       server_files=ServerFiles(server.data), policy=policy)
 
 
 @pytest.fixture(params=["embedded", "server", "embedded-postgresql", "server-postgresql"])
@@ -54,10 +57,19 @@ def store(request, tmp_path):
         s.eventlog.close()
 
 
+SMALL = SegmentPolicy(hot=6, fanout=4, cap=24, share=None)  # a segment every 6 points
+
+
+@pytest.fixture(params=["embedded", "server"])
+def segmented(request, tmp_path):
+    """The store with small segments: the guarantees hold per segment."""
+    return _open(request, tmp_path, EventLog(tmp_path / "eventlog.sqlite3"), SMALL)
+
+
 @pytest.fixture
 def reopen(store):
     """Open the store (again) over the same event log and folder or server."""
-    g = store.live.gens
+    g = store.segments.gens
     return lambda: ChromaStore(path=store.path, host=g.host, port=g.port, collection=g.base,
                                eventlog=EventLog(store.eventlog.location))
 
@@ -197,10 +209,11 @@ def test_compaction_copies_the_live_points_and_drops_the_old_collection(store, r
     store.delete([ws[0].window_id])
     before = stored_vectors(store, [w.window_id for w in ws])
     metas_before = {w.window_id: w for w in store.get()}
-    first = store.live.n
+    first = store.segments.hot.n
     assert store.compact() == len(ws) - 1
-    assert store.live.n == first + 1
-    assert store.eventlog.get_meta(META_KEY) == str(first + 1)  # the swap, recorded
+    assert store.segments.hot.n == first + 1
+    assert json.loads(store.eventlog.get_meta(SEGMENTS_KEY)) == [  # the swap, recorded
+        {"g": first + 1, "dirty": False}]
     after = stored_vectors(store, [w.window_id for w in ws])
     assert after.keys() == before.keys()
     for wid, v in before.items():  # copied as stored: nothing re-embedded
@@ -210,7 +223,7 @@ def test_compaction_copies_the_live_points_and_drops_the_old_collection(store, r
     [res] = store.nearest([before[ws[5].window_id]], 1)
     assert res[0].window_id == ws[5].window_id
     again = reopen()  # the event log says which generation is live
-    assert again.live.n == first + 1 and again.count() == len(ws) - 1
+    assert again.segments.hot.n == first + 1 and again.count() == len(ws) - 1
     assert again.sweep() == []
     if store.path is not None:  # embedded: the old generation's folder is gone
         assert [p.name for p in store.path.iterdir()] == [f"g{first + 1}"]
@@ -221,6 +234,7 @@ import os, signal, sys
 from pathlib import Path
 from indexer.store.eventlog import EventLog
 from indexer.store.chroma import ChromaStore
+from indexer.store.segments import SegmentPolicy
 path, host, port, name, log = sys.argv[1:6]
 store = ChromaStore(path=Path(path) if path else None, host=host or None,
                     port=int(port) if port else None, collection=name,
@@ -228,22 +242,39 @@ store = ChromaStore(path=Path(path) if path else None, host=host or None,
 store.compact(before_swap=lambda: os.kill(os.getpid(), signal.SIGKILL))
 """
 
+_CRASH_SECOND = """
+import os, signal, sys
+from pathlib import Path
+from indexer.store.eventlog import EventLog
+from indexer.store.chroma import ChromaStore
+from indexer.store.segments import SegmentPolicy
+path, host, port, name, log = sys.argv[1:6]
+store = ChromaStore(path=Path(path) if path else None, host=host or None,
+                    port=int(port) if port else None, collection=name,
+                    eventlog=EventLog(Path(log)), policy=SegmentPolicy(6, 4, 24, share=None))
+swaps = []
+store.compact(before_swap=lambda: swaps.append(1) if not swaps
+              else os.kill(os.getpid(), signal.SIGKILL))
+"""
+
 
 def test_a_crash_between_copy_and_swap_keeps_the_old_collection(store, reopen):
     ws = windows(20)
     index(store, ws)
-    live = store.live.n
-    gens = store.live.gens
+    store.delete([ws[0].window_id])  # its segment holds a deleted point: copied
+    live = store.segments.hot.n
+    gens = store.segments.gens
     args = [str(store.path or ""), gens.host or "", str(gens.port or ""), gens.base,
             str(store.eventlog.location)]
     proc = subprocess.run([sys.executable, "-c", _CRASH, *args], capture_output=True,
                           cwd=Path(__file__).parent.parent)
     assert proc.returncode == -9, proc.stderr.decode()[-2000:]
     again = reopen()
-    assert again.live.n == live and again.count() == len(ws)  # the old one, whole
+    assert again.segments.hot.n == live and again.count() == len(ws) - 1  # the old one, whole
+    assert again.segments.hot.dirty  # and still to be copied
     assert again.sweep() == [live + 1]  # the half-made copy, dropped
-    assert again.count() == len(ws)
-    assert again.compact() == len(ws)  # and compaction works again
+    assert again.count() == len(ws) - 1
+    assert again.compact() == len(ws) - 1  # and compaction works again
 
 
 def _persist_dir(store: ChromaStore, request) -> Path:
@@ -301,7 +332,7 @@ def test_a_persist_dir_that_is_not_the_servers_is_refused(store, tmp_path, reque
         ServerFiles(tmp_path).check(client)
     copy = tmp_path / "copy"
     shutil.copytree(server.data, copy)
-    live = store.live.gens.name(store.live.n)
+    live = store.segments.gens.name(store.segments.hot.n)
     with closing(sqlite3.connect(copy / "chroma.sqlite3")) as con:  # by name it passed
         assert live in {r[0] for r in con.execute("SELECT name FROM collections")}
     with pytest.raises(ServerFilesError) as refused:
@@ -310,7 +341,7 @@ def test_a_persist_dir_that_is_not_the_servers_is_refused(store, tmp_path, reque
     assert "is not the folder of the Chroma server" in str(refused.value)
     assert "chroma run --path DIR" in str(refused.value)  # the fix
     with pytest.raises(ServerFilesError, match="is not the folder"):
-        ChromaStore(host="127.0.0.1", port=server.port, collection=store.live.gens.base,
+        ChromaStore(host="127.0.0.1", port=server.port, collection=store.segments.gens.base,
                     eventlog=EventLog(store.eventlog.path), server_files=ServerFiles(copy))
     ServerFiles(server.data).check(client)  # its own folder: accepted
     assert not [c.name for c in client.list_collections()
@@ -355,6 +386,7 @@ def test_points_written_during_the_copy_are_caught_up_before_the_swap(store):
     emb = HashEmbedder()
     ws = windows(20)
     index(store, ws)
+    store.delete([ws[1].window_id])  # its segment holds a deleted point: copied
     extra = windows(4, "!late:example.org", offset=500)
     changed = ws[3]
     new_vector = emb.encode(["a brand new vector for this window"])
@@ -364,7 +396,92 @@ def test_points_written_during_the_copy_are_caught_up_before_the_swap(store):
         store.upsert([changed], new_vector)
         store.delete([ws[0].window_id])
 
-    assert store.compact(lock=threading.RLock(), after_copy=meanwhile) == len(ws) - 1 + len(extra)
+    copied = store.compact(lock=threading.RLock(), after_copy=meanwhile)
+    assert copied == len(ws) - 2 + len(extra)
     got = stored_vectors(store, [w.window_id for w in ws + extra])
-    assert set(got) == {w.window_id for w in ws[1:] + extra}
+    assert set(got) == {w.window_id for w in ws[2:] + extra}
     assert got[changed.window_id] == pytest.approx(new_vector[0], abs=1e-6)
+
+
+def _layout(store: ChromaStore) -> list[tuple[int, int, bool]]:
+    segs = store.segments
+    return [(s.n, c, s.dirty) for s, c in zip(segs.list, segs.counts())]
+
+
+def test_a_crash_between_two_segments_swaps_keeps_the_first_copied_and_the_second_old(
+        segmented, request):
+    """Two dirty segments: the process is killed after the first one's swap, before
+    the second's. At the restart the first is its copy, the second its old generation
+    (still dirty), the half-made copy is swept, and every point is there."""
+    store = segmented
+    ws = windows(30)  # 16 windows: segments of 6, 6 and 4
+    index(store, ws)
+    before = _layout(store)
+    assert len(before) >= 3 and [c for _, c, _ in before][:2] == [6, 6]
+    first, second = store.get()[0].window_id, store.get()[7].window_id
+    store.delete([first, second])
+    g = store.segments.gens
+    args = [str(store.path or ""), g.host or "", str(g.port or ""), g.base,
+            str(store.eventlog.path)]
+    proc = subprocess.run([sys.executable, "-c", _CRASH_SECOND, *args], capture_output=True,
+                          cwd=Path(__file__).parent.parent)
+    assert proc.returncode == -9, proc.stderr.decode()[-2000:]
+    again = ChromaStore(path=store.path, host=g.host, port=g.port, collection=g.base,
+                        eventlog=EventLog(store.eventlog.path), policy=SMALL)
+    after = _layout(again)
+    assert after[0][0] > before[-1][0] and not after[0][2]  # the first: swapped
+    assert after[1] == (before[1][0], 5, True)  # the second: old, whole, still dirty
+    assert after[2:] == before[2:]
+    assert len(again.sweep()) == 1  # the second's half-made copy
+    assert again.count() == len(ws) - 2
+    assert again.compact() == 5 and not any(d for _, _, d in _layout(again))
+
+
+def test_writes_to_a_segment_during_its_copy_are_caught_up_before_its_swap(segmented):
+    """A sealed segment is copied while the pipeline writes to it (an update, a
+    delete) and to the hot segment (new points): all of it is in the store after the
+    swap, and the copy, which held the updated point's old vector, is dirty."""
+    import threading
+
+    store, emb = segmented, HashEmbedder()
+    ws = windows(30)  # 16 windows: segments of 6, 6 and 4
+    index(store, ws)
+    in_first = [w for w in store.get() if w.window_id in {x.window_id for x in ws}][:6]
+    store.delete([in_first[0].window_id])  # the first segment is dirty
+    changed = next(w for w in ws if w.window_id == in_first[1].window_id)
+    new_vector = emb.encode(["a brand new vector for this window"])
+    extra = windows(3, "!late:example.org", offset=500)
+
+    def meanwhile():
+        store.upsert([changed], new_vector)
+        store.delete([in_first[2].window_id])
+        store.upsert(extra, emb.encode([w.messages[0].body for w in extra]))
+
+    assert store.compact(lock=threading.RLock(), after_copy=meanwhile) == 4
+    got = stored_vectors(store, [w.window_id for w in ws + extra])
+    want = {w.window_id for w in ws + extra} - {in_first[0].window_id, in_first[2].window_id}
+    assert set(got) == want and store.count() == len(want)
+    assert got[changed.window_id] == pytest.approx(new_vector[0], abs=1e-6)
+    assert _layout(store)[0][1:] == (4, True)  # the caught-up copy holds an old vector
+
+
+def test_a_deleted_point_of_a_sealed_segment_leaves_every_file(segmented, request):
+    """Per segment: the deleted point's vector is in no file of the folder (embedded)
+    or of the server's persist dir after the compaction, which copied its segment
+    only."""
+    from .vectorscan import files_holding
+
+    store = segmented
+    # Bodies no other test writes: the server's files hold every test's collections.
+    ws = windows(30, "!sealed:example.org", offset=7000)
+    index(store, ws)
+    victim = store.get()[3].window_id  # the first, sealed segment
+    vector = stored_vectors(store, [victim])[victim]
+    root = _persist_dir(store, request)
+    assert files_holding(root, vector, n=len(vector))
+    store.delete([victim])
+    before = _layout(store)
+    assert store.compact() == 5
+    after = _layout(store)
+    assert after[1:] == before[1:] and after[0][0] != before[0][0]  # only it was copied
+    assert files_holding(root, vector, n=len(vector)) == {}

@@ -3,11 +3,13 @@ purger share (built in components.writers, handed to both, so neither holds the 
 
 A redaction (the pipeline re-chunks the window) or a purge (purge.py) deleted points
 whose vectors Chroma still keeps in its files (a deleted id's slot in the HNSW segment,
-its queue, free pages). A compaction (store.compact) copies the live points into a
-fresh collection and drops the old one.
+its queue, free pages). A compaction (store.compact) copies each segment that holds a
+deleted or overwritten point into a fresh collection and drops the old one.
 
     redaction  -> request(ids): due; run by the worker at most once per `every` seconds
     purge      -> now(): due, and run at once (the interval does not apply)
+    merge      -> small sealed segments copied into one (segments.plan_merge), run by
+                  the worker when no compaction is ready to run, one run at a time
 
 Due is recorded in the event log (COMPACTION_DUE_KEY), so a restart still compacts. A
 compaction asked for while one copies stays due after it. Edits ask for none: Matrix
@@ -48,6 +50,7 @@ class Compaction:
     clock: Callable[[], float] = time.time  # wall clock (seconds)
     due: set = field(default_factory=set)  # what asked since the last compaction
     last: float = float("-inf")  # when the last compaction ended
+    merge_failed: float = float("-inf")  # when a merge last failed
     _requests: int = 0  # compactions asked for so far (one asked during a copy: due again)
     # Other processes write the collection (embedding workers): see the module docstring.
     fenced: bool = False
@@ -63,21 +66,40 @@ class Compaction:
             self._requests += 1
             self.due.update(what)
 
+    def _merge_due(self) -> bool:
+        return self.clock() >= self.merge_failed + self.every and self.store.merge_due()
+
     def wait(self) -> float | None:
-        """Seconds until the due compaction may run (0: now); None if none is due."""
-        if not self.due:
-            return None
-        return max(0.0, self.last + self.every - self.clock())
+        """Seconds until the due compaction, or a merge, may run (0: now); None if
+        neither is due."""
+        if self.due:
+            left = max(0.0, self.last + self.every - self.clock())
+            return 0.0 if left and self._merge_due() else left
+        return 0.0 if self._merge_due() else None
 
     def run(self) -> bool | None:
         """Compact if something asked for it, unless one ran less than `every` seconds
-        ago. None if nothing was due or it is too soon; else True once compacted."""
-        if not self.due or self.wait():
+        ago; else merge small segments if a merge is due. None if nothing was done;
+        else True once compacted (or merged). A merge that failed is tried again after
+        `every` seconds, not at once."""
+        if self.due and not max(0.0, self.last + self.every - self.clock()):
+            return self._compact()
+        if not self._merge_due():
             return None
+        try:
+            self.store.merge(lock=self.guard.lock)
+        except Exception:
+            self.merge_failed = self.clock()
+            raise
+        return True
+
+    def _compact(self) -> bool:
         due, asked = set(self.due), self._requests
         with self.eventlog.claims.exclusive() if self.fenced else nullcontext():
             # The copy goes on beside the pipeline's runs; the swap takes the lock.
-            self.store.compact(lock=self.guard.lock)
+            # Fenced, each process's map of ids misses the others' points: every
+            # segment is copied, not only those this process saw written.
+            self.store.compact(lock=self.guard.lock, everything=self.fenced)
             with self.guard.lock:
                 self.eventlog.truncate_wal()
                 self.last = self.clock()

@@ -1,41 +1,50 @@
-"""Which Chroma collection is live, and how a compaction replaces it.
+"""Where Chroma's collections are, and which are live: the segments' catalog.
 
-A redaction or a purge deletes points, but Chroma 1.5 keeps what it deleted in its
-files: a deleted id's vector stays in the HNSW segment's `data_level0.bin` until its
-slot is reused, queued upserts sit in `embeddings_queue`, and Chroma's SQLite runs
-without `secure_delete`, so freed pages keep their bytes. `delete_collection` does not
-even remove the segment's folder (chroma#5520). So a compaction (store.compact) copies
-the live points, vectors and metadata as they are, into a fresh *generation*, records
-it as live in the event log (one row of its `meta` table: the atomic swap), and drops
-the old one:
+The collection is split into segments (segments.py), each one Chroma collection of its
+own *generation*. A redaction or a purge deletes points, but Chroma 1.5 keeps what it
+deleted in its files: a deleted id's vector stays in the HNSW segment's
+`data_level0.bin` until its slot is reused, queued upserts sit in `embeddings_queue`,
+and Chroma's SQLite runs without `secure_delete`, so freed pages keep their bytes.
+`delete_collection` does not even remove the segment's folder (chroma#5520). So a
+compaction (chroma_compaction.py) copies a segment's live points, vectors and metadata
+as they are, into a fresh generation, records it live in the event log (one row of its
+`meta` table, the catalog: the atomic swap), and drops the old one:
 
     generation n        embedded: folder ROOT/g<n> (a client of its own), collection BASE-g<n>
                         server:   collection BASE-g<n> on the server
-    generation 0        what the previous release wrote: ROOT itself, collection BASE
+    generation 0        what the release before generations wrote: ROOT itself, collection BASE
+    catalog             event log meta SEGMENTS_KEY: the live generations in write order,
+                        oldest first (the last is the hot segment), each marked dirty once
+                        it holds a deleted or overwritten point
     drop (embedded)     the old client is stopped and its folder deleted: every byte goes
     drop (server)       delete_collection: the points leave every query; what the server
                         keeps of them in its own files is removed when its folder is
                         reachable (server_files.py; else see docs/storage.md)
 
-A crash before the swap keeps the old generation live; the half-made one is swept the
-next time the writer opens the store (`sweep`). Nothing here reads or writes Chroma's
-private tables.
+Generation numbers are never reused while a folder or collection of that number is
+there. A crash before a swap keeps the old generations live; whatever the catalog does
+not name is swept the next time the writer opens the store (`sweep`). The release
+before segments recorded one live generation (LEGACY_KEY): it is read as a catalog of
+one segment. Nothing here reads or writes Chroma's private tables.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Iterable, Protocol
 
 from .server_files import ServerFiles
 
 log = logging.getLogger(__name__)
 
-META_KEY = "chroma_generation"
+SEGMENTS_KEY = "chroma_segments"
+LEGACY_KEY = "chroma_generation"  # the one live generation, before segments
 _GEN_DIR = re.compile(r"g(\d+)")
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 LEGACY_FILES = ("chroma.sqlite3", "chroma.sqlite3-wal", "chroma.sqlite3-shm",
@@ -43,7 +52,7 @@ LEGACY_FILES = ("chroma.sqlite3", "chroma.sqlite3-wal", "chroma.sqlite3-shm",
 
 
 class Catalog(Protocol):
-    """Where the live generation is recorded: the event log's meta table."""
+    """Where the live generations are recorded: the event log's meta table."""
 
     def get_meta(self, key: str) -> str | None: ...
 
@@ -63,6 +72,13 @@ class MemoryCatalog:
         self._meta[key] = value
 
 
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One segment as the catalog records it."""
+    n: int  # its live generation
+    dirty: bool  # it holds a deleted or overwritten point (in its files): copy it
+
+
 def _settings():
     os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
     from chromadb.config import Settings
@@ -77,6 +93,7 @@ class Generations:
         self.host, self.port, self.base, self.catalog = host, port, base, catalog
         self.server_files = server_files if host else None
         self._server = None
+        self._made = 0  # the highest generation made by this process
 
     # -- naming ---------------------------------------------------------------------
 
@@ -87,25 +104,29 @@ class Generations:
         assert self.root is not None
         return self.root if n == 0 else self.root / f"g{n}"
 
-    def live(self) -> int:
-        got = self.catalog.get_meta(META_KEY)
-        if got is not None:
-            return int(got)
-        n = self._discover()
-        self.catalog.set_meta(META_KEY, str(n))
-        return n
+    # -- the catalog ----------------------------------------------------------------
 
-    def _discover(self) -> int:
-        """No record yet: a data dir of the previous release (generation 0), else the
-        newest generation there is (a store reopened without an event log), else 1."""
-        if self.root is None:
-            names = {c.name for c in self._server_client().list_collections()}
-            return 0 if self.base in names else 1
-        if (self.root / LEGACY_FILES[0]).exists():
-            return 0
-        found = [int(m.group(1)) for p in self.root.glob("g*")
-                 if (m := _GEN_DIR.fullmatch(p.name)) and p.is_dir()]
-        return max(found, default=1)
+    def entries(self) -> list[Entry]:
+        """The live segments, oldest first. No catalog yet: the unsegmented release's
+        one generation (dirty: its deleted points were never tracked), else what is
+        there (a store reopened without an event log), else one empty segment."""
+        got = self.catalog.get_meta(SEGMENTS_KEY)
+        if got:
+            return [Entry(int(e["g"]), bool(e["dirty"])) for e in json.loads(got)]
+        legacy = self.catalog.get_meta(LEGACY_KEY)
+        if legacy:
+            found = [Entry(int(legacy), True)]
+        else:
+            found = [Entry(n, True) for n in self.present()] or [Entry(1, False)]
+        self.record(found)
+        return found
+
+    def record(self, entries: Iterable[Entry]) -> None:
+        """The swap: one write of the event log's meta table."""
+        self.catalog.set_meta(SEGMENTS_KEY, json.dumps(
+            [{"g": e.n, "dirty": e.dirty} for e in entries]))
+        if self.catalog.get_meta(LEGACY_KEY):
+            self.catalog.set_meta(LEGACY_KEY, "")  # one record of what is live
 
     # -- clients and collections ------------------------------------------------------
 
@@ -137,15 +158,28 @@ class Generations:
 
     def fresh(self, metadata: dict | None = None):
         """(n, client, collection): an empty generation after every one there is."""
-        n = max([self.live(), *self._others()]) + 1
+        recorded = [e.n for e in self.entries()]
+        n = max([self._made, *recorded, *self.present()]) + 1
+        self._made = n
         self.drop(n)  # nothing should be there; never build on leftovers
         client, col = self.open(n, metadata)
         return n, client, col
 
-    def swap(self, n: int) -> None:
-        self.catalog.set_meta(META_KEY, str(n))
+    # -- what is there, and dropping ------------------------------------------------
 
-    # -- dropping -------------------------------------------------------------------
+    def present(self) -> list[int]:
+        """Every generation there is, live or not, in order."""
+        if self.root is None:
+            pat = re.compile(re.escape(self.base) + r"-g(\d+)")
+            names = [c.name for c in self._server_client().list_collections()]
+            found = [int(m.group(1)) for x in names if (m := pat.fullmatch(x))]
+            found += [0] if self.base in names else []
+        else:
+            found = [int(m.group(1)) for p in (self.root.glob("g*") if self.root.exists()
+                                                else ())
+                     if (m := _GEN_DIR.fullmatch(p.name)) and p.is_dir()]
+            found += [0] if (self.root / LEGACY_FILES[0]).exists() else []
+        return sorted(set(found))
 
     def drop(self, n: int, client=None) -> None:
         """Remove generation n entirely (embedded: its folder; server: its collection)."""
@@ -159,7 +193,7 @@ class Generations:
         if client is not None:
             stop_client(client)
         folder = self.folder(n)
-        if n == 0:  # the previous release's files, beside the generation folders
+        if n == 0:  # the first release's files, beside the generation folders
             for f in LEGACY_FILES:
                 (folder / f).unlink(missing_ok=True)
             for p in folder.iterdir() if folder.exists() else ():
@@ -168,74 +202,14 @@ class Generations:
         elif folder.exists():
             shutil.rmtree(folder)
 
-    def _others(self) -> list[int]:
-        """Generations present besides the live one (leftovers of a crash)."""
-        live = self.live()
-        if self.root is None:
-            pat = re.compile(re.escape(self.base) + r"-g(\d+)")
-            names = [c.name for c in self._server_client().list_collections()]
-            found = [int(m.group(1)) for x in names if (m := pat.fullmatch(x))]
-            found += [0] if self.base in names else []
-        else:
-            found = [int(m.group(1)) for p in (self.root.glob("g*") if self.root.exists()
-                                                else ())
-                     if (m := _GEN_DIR.fullmatch(p.name)) and p.is_dir()]
-            found += [0] if (self.root / LEGACY_FILES[0]).exists() else []
-        return sorted(n for n in set(found) if n != live)
-
     def sweep(self) -> list[int]:
-        """Drop every generation but the live one (a compaction that crashed)."""
-        gone = self._others()
+        """Drop every generation the catalog does not name (a compaction that crashed)."""
+        live = {e.n for e in self.entries()}
+        gone = [n for n in self.present() if n not in live]
         for n in gone:
             self.drop(n)
             log.warning("chroma_generation_swept", extra={"generation": n})
         return gone
-
-
-class Live:
-    """The generation a store reads and writes: its number, client and collection, and,
-    while a compaction copies it, the ids written meanwhile (the copy catches them up
-    before the swap). One per store, shared with its compactor (chroma_compaction.py);
-    a swap replaces the collection every later call of the store reads."""
-
-    def __init__(self, gens: Generations, after_swap: Callable[[], None] | None = None) -> None:
-        """`after_swap`: called once the old generation is dropped (the event log's WAL
-        truncated: its pages held the old generation's record)."""
-        self.gens = gens
-        self.after_swap = after_swap
-        self.n = gens.live()
-        self.client, self.collection = gens.open(self.n)
-        self.written: set[str] | None = None
-
-    def follow(self) -> bool:
-        """Open the generation the catalog names now, if another process swapped it."""
-        n = self.gens.live()
-        if n == self.n:
-            return False
-        self.n = n
-        self.client, self.collection = self.gens.open(n)
-        return True
-
-    def reopen(self) -> None:
-        """Open the live generation's folder afresh (embedded: a stale vector index)."""
-        stop_client(self.client)
-        self.client, self.collection = self.gens.open(self.n)
-
-    def wrote(self, ids) -> None:
-        """Ids written while a compaction copies (caught up before its swap)."""
-        written = self.written
-        if written is not None:
-            written.update(ids)
-
-    def swap(self, n: int, client: Any, collection: Any) -> None:
-        """Make generation n live (one row of the event log: the atomic step), then drop
-        the one it replaces."""
-        old_n, old_client = self.n, self.client
-        self.gens.swap(n)
-        self.n, self.client, self.collection = n, client, collection
-        self.gens.drop(old_n, old_client)
-        if self.after_swap is not None:
-            self.after_swap()
 
 
 def stop_client(client) -> None:

@@ -1,0 +1,410 @@
+"""How the service grows with the index: 10,000, 100,000 and 1,000,000 windows.
+
+    .venv/bin/python bench/scale.py --windows 10000 [--parts inproc,service,redact]
+
+On the collection of bench/corpus_scale.py (built first if it is not there: resumable;
+segments as the service leaves them; each window's messages in the event log):
+
+inproc   in this process, `Searcher.search` (the path `!sources` takes) with 1 and 8
+         texts (the dev questions) and 1 text of search words, `--reps` each: p50/p95;
+         the keyword postings built from the event log first (time, RSS growth).
+service  a copy of the cache as the data dir of `matrix-sources run` beside a local
+         Synapse (bench/stackkit.py), the model's ONNX export in it as a deployment
+         has it: start-up to the first answered query (a search API request sent every
+         0.2 s from the moment the process is spawned, until one is answered), `!sources` round trips through Synapse (1 and 8 texts,
+         `--asks` each), the service's resident memory (VmRSS, VmHWM) after them; then
+         200 messages/s pushed to its transaction endpoint for `--push-seconds`, with a
+         redaction every `--redact-every` s and index.compaction_interval_seconds set to
+         that, so compactions run during the push: freshness p50/p95 and the
+         compactions' log lines.
+redact   the service stopped, in this process on the same data dir: a live room of
+         `--live` messages indexed through the pipeline (its windows in the hot
+         segment), then `--rounds` redactions of a recent message, each followed by its
+         compaction (the worker's run_compaction): the CPU seconds the compaction took
+         (this process's, all threads), wall seconds from the redaction to the old
+         vector's last file gone, points and HNSW bytes rewritten against the whole
+         index; one more of an old message (a sealed segment). At one redaction a
+         minute the share of a core is CPU / 60 s. At the end every file of the data
+         dir is scanned for every redacted window's old vector (none may be left).
+
+Figures are printed and written to bench/out/scale-N.json. Unattended: every step
+prints progress; a part needs no answer. Times here (2 shared cores, load 6 to 12):
+10,000 windows about 12 minutes for the build and all parts; 100,000 and 1,000,000
+windows: the build grows with the windows (about 1 ms of CPU a window), the parts by
+the copy of the cache (GBs at 1,000,000) and the term index build.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import shutil
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import corpus_scale  # noqa: E402
+import evalkit  # noqa: E402
+import perfkit  # noqa: E402
+
+LIVE_ROOM = "!scale-live:bench.local"
+T0 = 1_800_000_000_000  # after every generated room: the live room is the newest talk
+
+
+def step(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+# -- in process ---------------------------------------------------------------------------
+
+def inproc(windows: int, items, reps: int) -> dict:
+    import query
+    from indexer.pipeline.embedder import DEFAULT_BACKEND, load_embedder
+    from indexer.search.searcher import Searcher, SourceQuery
+    from indexer.search.termindex import start_term_index
+
+    model = load_embedder("all-MiniLM-L6-v2", DEFAULT_BACKEND, evalkit.OUT_DIR / "models")
+    t = time.perf_counter()
+    store = corpus_scale.open_store(corpus_scale.cache_dir(windows), windows, bulk=False)
+    opened = time.perf_counter() - t
+    searcher = Searcher(model, store)
+    t = time.perf_counter()
+    searcher.search(SourceQuery.build([items[0].query]))
+    cold = time.perf_counter() - t
+    out: dict = {"count": store.count(), "segments": store.segments.counts(),
+                 "open_s": round(opened, 2), "cold_first_search_ms": round(cold * 1000)}
+    step(f"in process: {out['count']} windows in {len(out['segments'])} segments; "
+         "building the keyword postings")
+    rss = perfkit.proc_status(os.getpid())["VmRSS"]
+    t = time.perf_counter()
+    terms = start_term_index(store, store.eventlog)
+    if not terms.ready.wait(3600):
+        raise SystemExit("error: the term index was not built in an hour")
+    out["term_index"] = {**terms.stats(), "build_s": round(time.perf_counter() - t, 1),
+                         "rss_growth_mib": round(
+                             (perfkit.proc_status(os.getpid())["VmRSS"] - rss) / 1024)}
+    step(f"postings built in {out['term_index']['build_s']} s; searching")
+    for texts in query.text_sets(items, "sentences", 8, 3):  # warm up
+        searcher.search(SourceQuery.build(texts))
+    out.update(query.rows(searcher, store, model, items, reps,
+                          [("sentences", 1), ("sentences", 8), ("keywords", 1)]))
+    out["vm_rss_mib"] = round(perfkit.proc_status(os.getpid())["VmRSS"] / 1024)
+    return out
+
+
+# -- the service ------------------------------------------------------------------------
+
+def _first_answer(port: int, token: str, spawned: float, found: dict, stop: threading.Event
+                  ) -> None:
+    body = json.dumps({"texts": ["how do I mount an nfs share"], "top_k": 3}).encode()
+    while not stop.is_set():
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{port}/_matrix_sources/v1/search", data=body, method="POST",
+            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=5) as r:
+                if r.status == 200:
+                    found["first_answer_s"] = round(time.monotonic() - spawned, 1)
+                    return
+        except OSError:
+            pass
+        time.sleep(0.2)
+
+
+def service(windows: int, items, asks: int, push_seconds: float, redact_every: float,
+            work: Path) -> dict:
+    import live
+    import query
+    import stackkit
+    from tests.harness import make_stack
+
+    cache = corpus_scale.cache_dir(windows)
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    stack = make_stack(work)
+    perfkit.apply_settings(stack.config, {
+        **stackkit.BENCH_SETTINGS, "index.compaction_interval_seconds": redact_every})
+    stackkit.write_allowlist(stack, corpus_scale.room_ids(windows) + live.push_room_ids(200))
+    step(f"copying the cache into {stack.data_dir}")
+    shutil.copytree(cache / "chroma", stack.data_dir / "chroma")
+    shutil.copy2(cache / "eventlog.sqlite3", stack.data_dir / "eventlog.sqlite3")
+    # The model's ONNX export, as a running deployment has it (made once per data dir).
+    shutil.copytree(evalkit.OUT_DIR / "models", stack.data_dir / "models", dirs_exist_ok=True)
+    token = (stack.data_dir / "api_token").read_text().strip()
+    out: dict = {}
+    stack.synapse.start()
+    try:
+        found: dict = {}
+        stop = threading.Event()
+        spawned = time.monotonic()
+        poller = threading.Thread(target=_first_answer,
+                                  args=(stack.service.port, token, spawned, found, stop))
+        poller.start()
+        step("starting the service")
+        stack.service.start(timeout=1800)
+        out["start_to_ready_s"] = round(time.monotonic() - spawned, 1)
+        poller.join(600)
+        stop.set()
+        out["start_to_first_answer_s"] = found.get("first_answer_s")
+        pid = stack.service.proc.pid
+        out["rss_after_start_mib"] = round(perfkit.proc_status(pid)["VmRSS"] / 1024)
+        step(f"first answer {out['start_to_first_answer_s']} s after the spawn; asking "
+             "!sources through Synapse")
+        trips = asyncio.run(query.ask_loop(stack, items, asks))
+        out["round_trip"] = {k: v for k, v in trips.items()
+                             if k in ("sentences_1", "sentences_8", "keywords_1")}
+        status = perfkit.proc_status(pid)
+        out["vm_rss_mib"], out["vm_hwm_mib"] = (round(status["VmRSS"] / 1024),
+                                                round(status["VmHWM"] / 1024))
+        step(f"pushing 200 messages/s for {push_seconds} s, a redaction every "
+             f"{redact_every} s")
+        log_at = stack.service.log_path.stat().st_size
+        bodies = live.eval_bodies(evalkit.eval_dir(None))
+        out["push_200"] = asyncio.run(live.push(stack, bodies, 200, push_seconds,
+                                                redact_every=redact_every))
+        copies = _log_lines(stack.service.log_path, log_at, "chroma_segments_copied")
+        out["push_200"]["copies"] = [{"points": int(c["points"]),
+                                      "seconds": float(c["seconds"])} for c in copies]
+        status = perfkit.proc_status(pid)
+        out["vm_hwm_after_push_mib"] = round(status["VmHWM"] / 1024)
+    finally:
+        stack.service.stop()
+        stack.synapse.stop()
+    out["data_dir"] = str(stack.data_dir)
+    return out
+
+
+def _log_lines(path: Path, offset: int, event: str) -> list[dict]:
+    """The `event` lines of the service's log after `offset`, as key=value dicts."""
+    import re
+
+    with open(path, "rb") as f:
+        f.seek(offset)
+        text = f.read().decode(errors="replace")
+    return [dict(re.findall(r"(\w+)=(\S+)", line)) for line in text.splitlines()
+            if f" {event} " in line]
+
+
+# -- redactions, in process ---------------------------------------------------------------
+
+def _hnsw_bytes(root: Path) -> dict[int, int]:
+    """Generation -> bytes of its HNSW files (data_level0.bin and its three others)."""
+    out: dict[int, int] = {}
+    for p in root.glob("g*/*/*.bin"):
+        n = int(p.parent.parent.name[1:])
+        out[n] = out.get(n, 0) + p.stat().st_size
+    return out
+
+
+def _scan(root: Path, vectors: dict[str, list[float]], n: int = 16, tol: float = 1e-5
+          ) -> dict[str, list[str]]:
+    """Each vector -> the files (under root) holding its first n components, in one
+    pass over the files (tests/vectorscan.py does one vector at a time)."""
+    import numpy as np
+
+    want = {k: np.asarray(v[:n], dtype=np.float32) for k, v in vectors.items()}
+    found: dict[str, list[str]] = {k: [] for k in vectors}
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        data = path.read_bytes()
+        for align in range(4):
+            count = (len(data) - align) // 4
+            if count < n:
+                continue
+            a = np.frombuffer(data, dtype="<f4", count=count, offset=align)
+            for k, w in want.items():
+                with np.errstate(invalid="ignore"):
+                    for i in np.flatnonzero(np.abs(a[:count - n + 1] - w[0]) < tol):
+                        if np.all(np.abs(a[i:i + n] - w) < tol):
+                            found[k].append(str(path.relative_to(root)))
+                            break
+    return {k: sorted(set(v)) for k, v in found.items()}
+
+
+def redact(data_dir: Path, rounds: int, live_messages: int) -> dict:
+    from indexer.components import open_store, writers
+    from indexer.config import load_config
+    from indexer.ingest.gate import Gate
+    from indexer.pipeline.embedder import DEFAULT_BACKEND, load_embedder
+    from indexer.store.journal import Journal
+
+    cfg = load_config(data_dir / "config.yaml")
+    model = load_embedder("all-MiniLM-L6-v2", DEFAULT_BACKEND, evalkit.OUT_DIR / "models")
+    store = open_store(cfg)
+    log = store.eventlog
+    old_event = _old_event(data_dir)
+    old_room = _room_of(data_dir, old_event)
+    gate = Gate(frozenset({LIVE_ROOM, old_room}), "@sourcesbot:localhost")
+    ingest, pipeline = writers(log, Journal(data_dir / "journal.jsonl"), store, model, gate,
+                               cfg.index.chunk_policy, compact_every=0.0)
+    pipeline.compaction.merge_due = lambda: False  # only the redactions' copies are timed
+    rooms = corpus_scale.corpus100k.eval_messages(evalkit.eval_dir(None))
+    lines = [b for room in rooms[:4] for _, b in room][:live_messages]
+    ingest.admit([{"type": "m.room.join_rules", "room_id": r, "state_key": "",
+                   "sender": "@a:bench.local", "event_id": f"$scale-jr-{k}",
+                   "origin_server_ts": T0, "content": {"join_rule": "public"}}
+                  for k, r in enumerate((LIVE_ROOM, old_room))])
+    step(f"indexing a live room of {len(lines)} messages")
+    for i in range(0, len(lines), 200):
+        ingest.admit([{"type": "m.room.message", "room_id": LIVE_ROOM,
+                       "sender": f"@p{k % 7}:bench.local", "event_id": f"$scale-live-{k}",
+                       "origin_server_ts": T0 + k * 20_000,
+                       "content": {"msgtype": "m.text", "body": body}}
+                      for k, body in enumerate(lines[i:i + 200], start=i)])
+        pipeline.process_all()
+    pipeline.compaction.request({"before the rounds"})
+    pipeline.run_compaction()  # nothing of before the rounds is left to copy
+    total = store.count()
+    rng = random.Random(24)
+    recent = list(range(max(0, len(lines) - 150), len(lines)))
+    targets = [("recent", f"$scale-live-{k}", LIVE_ROOM) for k in rng.sample(recent, rounds)]
+    targets.append(("old", old_event, old_room))
+    results, vectors = [], {}
+    for kind, event_id, room in targets:
+        window = _window_of(data_dir, event_id)
+        [(_, vector)] = store.get_with_vectors([window])
+        vectors[event_id] = vector
+        before = _hnsw_bytes(store.path)
+        dirty = sum(1 for s in store.segments.list if s.dirty)
+        t, cpu = time.monotonic(), time.process_time()
+        ingest.admit([{"type": "m.room.redaction", "room_id": room,
+                       "sender": "@a:bench.local", "redacts": event_id,
+                       "event_id": f"{event_id}-redaction", "origin_server_ts": T0,
+                       "content": {}}])
+        pipeline.process_all()
+        asked = time.monotonic()
+        ran = pipeline.run_compaction()
+        done = time.monotonic()
+        segs = store.segments
+        after = _hnsw_bytes(store.path)
+        fresh = {n: b for n, b in after.items() if n not in before}
+        copied = sum(c for seg, c in zip(segs.list, segs.counts()) if seg.n in fresh)
+        results.append({
+            "kind": kind, "compacted": bool(ran), "cpu_s": round(time.process_time() - cpu, 2),
+            "wall_s": round(done - t, 2), "copy_wall_s": round(done - asked, 2),
+            "segments_copied": len(fresh), "dirty_before": dirty,
+            "points_copied": copied, "points": total, "segments": len(segs.list),
+            "hnsw_bytes_rewritten": sum(fresh.values()), "hnsw_bytes": sum(after.values())})
+        r = results[-1]
+        step(f"redaction of a {kind} message: {r['segments_copied']} segment(s) copied, "
+             f"{r['points_copied']} of {total} points, {r['cpu_s']} s CPU, "
+             f"{r['wall_s']} s from the redaction to the old files gone")
+    step("scanning every file of the data dir for the redacted windows' old vectors")
+    left = _scan(data_dir, vectors)
+    cpu = sorted(r["cpu_s"] for r in results if r["kind"] == "recent")
+    return {"rounds": results, "vectors_left_in_files": {k: v for k, v in left.items() if v},
+            "recent_cpu_s_p50": cpu[len(cpu) // 2], "recent_cpu_s_max": cpu[-1],
+            "core_share_at_one_a_minute": round(cpu[-1] / 60, 3),
+            "hnsw_share_rewritten_max": round(max(
+                r["hnsw_bytes_rewritten"] / r["hnsw_bytes"] for r in results), 3),
+            "points_share_copied_max": round(max(
+                r["points_copied"] / r["points"] for r in results), 3)}
+
+
+def _query(data_dir: Path, sql: str, *args):
+    import sqlite3
+
+    db = sqlite3.connect(f"file:{data_dir / 'eventlog.sqlite3'}?mode=ro", uri=True)
+    try:
+        return db.execute(sql, args).fetchone()
+    finally:
+        db.close()
+
+
+def _window_of(data_dir: Path, event_id: str) -> str:
+    return _query(data_dir, "SELECT window_id FROM events WHERE event_id = ?", event_id)[0]
+
+
+def _room_of(data_dir: Path, event_id: str) -> str:
+    return _query(data_dir, "SELECT room_id FROM events WHERE event_id = ?", event_id)[0]
+
+
+def _old_event(data_dir: Path) -> str:
+    """A message of the first generated room: in the oldest segment."""
+    return _query(data_dir, "SELECT event_id FROM events WHERE event_id LIKE '$gen-00000-%' "
+                  "AND status = 'indexed' ORDER BY event_id LIMIT 1 OFFSET 37")[0]
+
+
+# -- the report ---------------------------------------------------------------------------
+
+def summary(r: dict) -> list[str]:
+    out = []
+    if "inproc" in r:
+        x = r["inproc"]
+        out.append(f"in process: {x['count']} windows, {len(x['segments'])} segments; search "
+                   f"p95 1 text {x['sentences_1']['search']['p95_ms']:.0f} ms, 8 texts "
+                   f"{x['sentences_8']['search']['p95_ms']:.0f} ms, search words "
+                   f"{x['keywords_1']['search']['p95_ms']:.0f} ms; postings built in "
+                   f"{x['term_index']['build_s']} s (+{x['term_index']['rss_growth_mib']} MiB)")
+    if "service" in r:
+        x = r["service"]
+        rt = x["round_trip"]
+        p = x["push_200"]
+        out.append(f"service: first answer {x['start_to_first_answer_s']} s after the spawn;"
+                   f" !sources p95 1 text {rt['sentences_1']['p95_ms']:.0f} ms, 8 texts "
+                   f"{rt['sentences_8']['p95_ms']:.0f} ms; VmRSS {x['vm_rss_mib']} MiB, VmHWM "
+                   f"{x['vm_hwm_mib']} MiB")
+        out.append(f"200 msg/s, {p['redactions']} redactions during it: freshness "
+                   f"p95 {p['freshness']['p95_ms']:.0f} ms, {p['indexed']}/{p['messages']} "
+                   f"indexed, {len(p['copies'])} segment copies during it")
+    if "redact" in r:
+        x = r["redact"]
+        out.append(f"redactions: CPU per compaction p50 {x['recent_cpu_s_p50']} s, max "
+                   f"{x['recent_cpu_s_max']} s -> {x['core_share_at_one_a_minute']:.1%} of a "
+                   f"core at one a minute; at most {x['points_share_copied_max']:.1%} of the "
+                   f"points and {x['hnsw_share_rewritten_max']:.1%} of the HNSW bytes "
+                   f"rewritten; old vectors left in files: {x['vectors_left_in_files'] or 0}")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--eval-dir", default=None)
+    p.add_argument("--windows", type=int, default=10_000)
+    p.add_argument("--parts", default="inproc,service,redact")
+    p.add_argument("--reps", type=int, default=100, help="in-process searches per row")
+    p.add_argument("--asks", type=int, default=20, help="!sources per row")
+    p.add_argument("--push-seconds", type=float, default=60.0)
+    p.add_argument("--redact-every", type=float, default=10.0)
+    p.add_argument("--rounds", type=int, default=5, help="redactions of recent messages")
+    p.add_argument("--live", type=int, default=600, help="messages of the live room")
+    p.add_argument("--work", default=None)
+    args = p.parse_args(argv)
+    perfkit.quiet_env()
+    root = evalkit.eval_dir(args.eval_dir)
+    items = evalkit.load_items(root / "dev")
+    parts = args.parts.split(",")
+    work = Path(args.work or evalkit.OUT_DIR / f"scale-{args.windows}-stack")
+    started = time.monotonic()
+    step(f"the {args.windows}-window collection (bench/corpus_scale.py; built if missing)")
+    state = corpus_scale.build(root, args.windows)
+    report: dict = {"benchmark": "scale", "windows": args.windows, "machine": perfkit.machine(),
+                    "load_average_before": perfkit.load_average(), "build": state}
+    if "inproc" in parts:
+        report["inproc"] = inproc(args.windows, items, args.reps)
+    if "service" in parts:
+        report["service"] = service(args.windows, items, args.asks, args.push_seconds,
+                                    args.redact_every, work)
+    if "redact" in parts:
+        data = Path(report.get("service", {}).get("data_dir") or work / "data")
+        if not data.exists():
+            raise SystemExit(f"error: {data}: run the service part first (it makes the copy)")
+        report["redact"] = redact(data, args.rounds, args.live)
+    report["load_average_after"] = perfkit.load_average()
+    report["seconds"] = round(time.monotonic() - started)
+    path = perfkit.write_report(f"scale-{args.windows}", report)
+    for line in summary(report):
+        print(line)
+    print(f"{report['seconds']} s in all; wrote {path}\n\n" + perfkit.attribution(root))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
