@@ -328,3 +328,61 @@ def test_the_schedule_merges_when_no_compaction_may_run_and_waits_after_a_failed
     assert comp.wait() is None and comp.run() is None  # not retried at once
     now[0] += 61
     assert comp.wait() == 0.0
+
+
+# -- shared: embedding workers write the collection too ------------------------------------
+
+def _shared(tmp_path: Path) -> ChromaStore:
+    return ChromaStore(path=tmp_path / "chroma", policy=SegmentPolicy(hot=4, fanout=4, cap=16,
+                                                                    share=None),
+                       eventlog=EventLog(tmp_path / "eventlog.sqlite3"), shared=True)
+
+
+def _points(tmp_path: Path) -> dict[str, int]:
+    """Id -> how many segments hold it, as a fresh process reads the folder."""
+    store = open_store(tmp_path, SegmentPolicy(hot=4, fanout=4, cap=16, share=None))
+    held: dict[str, int] = {}
+    for seg in store.segments.list:
+        for wid in seg.collection.get(include=[])["ids"]:
+            held[wid] = held.get(wid, 0) + 1
+    return held
+
+
+def test_shared_segments_find_what_another_process_wrote_and_are_never_sealed(tmp_path):
+    """Two workers' stores: each map misses the other's points. An update of one goes
+    where it is (never a second copy in the hot segment), a delete reaches it, a read
+    finds it, and new points never seal the hot segment (the service alone changes the
+    list)."""
+    fill(open_store(tmp_path, SegmentPolicy(hot=4, fanout=4, cap=16, share=None)), 10)
+    a, b = _shared(tmp_path), _shared(tmp_path)
+    assert b.count() == 10  # b's map read now: it will miss what a writes next
+    fill(a, 6, offset=20, seed=2)
+    assert [c for _, c, _ in layout(a)] == [4, 4, 8]  # the hot one took all six
+    new = vectors(1, seed=7)
+    b.upsert([window(22)], new)  # b never saw it: found in the hot segment
+    b.upsert([window(1)], new)  # and one of the first segment's
+    b.delete([window(23).window_id])
+    held = _points(tmp_path)
+    assert set(held) == {window(i).window_id for i in [*range(10), 20, 21, 22, 24, 25]}
+    assert set(held.values()) == {1}  # no point in two segments
+    got = stored_vectors(a, [window(22).window_id, window(1).window_id])
+    assert all(v == pytest.approx(new[0], abs=1e-6) for v in got.values())
+    assert [w.window_id for w, _ in b.get_with_vectors([window(25).window_id])] == \
+        [window(25).window_id]
+
+
+def test_a_worker_follows_the_segments_the_services_compaction_swapped(tmp_path):
+    service, worker = _shared(tmp_path), _shared(tmp_path)
+    vs = fill(service, 6)
+    assert worker.count() == 6 and not worker.follow_live()  # nothing swapped yet
+    service.delete([window(1).window_id])
+    before = [n for n, _, _ in layout(service)]
+    assert service.compact(everything=True) == 5
+    assert worker.follow_live()  # its next fenced commit opens the new generation
+    assert [n for n, _, _ in layout(worker)] == [n for n, _, _ in layout(service)] != before
+    new = vectors(1, seed=9)
+    worker.upsert([window(2)], new)
+    assert _points(tmp_path) == {w: 1 for w in vs if w != window(1).window_id}
+    assert stored_vectors(service, [window(2).window_id])[window(2).window_id] == \
+        pytest.approx(new[0], abs=1e-6)
+    assert files_holding(tmp_path, vs[window(1).window_id], n=DIM) == {}
