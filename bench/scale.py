@@ -138,7 +138,10 @@ def service(windows: int, items, asks: int, push_seconds: float, redact_every: f
     shutil.copy2(cache / "eventlog.sqlite3", stack.data_dir / "eventlog.sqlite3")
     # The model's ONNX export, as a running deployment has it (made once per data dir).
     shutil.copytree(evalkit.OUT_DIR / "models", stack.data_dir / "models", dirs_exist_ok=True)
-    token = (stack.data_dir / "api_token").read_text().strip()
+    from indexer.config import load_config
+    from indexer.datadir import api_token
+
+    token = api_token(load_config(stack.config), create=True)  # as `init` writes it
     out: dict = {}
     stack.synapse.start()
     try:

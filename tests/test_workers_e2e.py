@@ -45,6 +45,11 @@ class WorkerProcess:
             stdout=out, stderr=out, env=dict(os.environ, HF_HUB_OFFLINE="1"))
         out.close()
 
+    def loads(self) -> int:
+        """How many of its starts got as far as loading the model."""
+        return self.log.read_text(errors="replace").count("loading the model") \
+            if self.log.exists() else 0
+
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
@@ -110,14 +115,26 @@ async def test_two_workers_one_killed_three_times_lose_nothing_and_double_nothin
                 sent.append(await c.send(rooms[k], f"message {i} in room {k}: about the "
                                                    f"{('backup', 'bridge', 'disk')[i % 3]}"))
 
+        async def loaded(w: WorkerProcess, past: int) -> None:
+            # A kill lands on a worker that got as far as its model (on a loaded machine
+            # a start takes seconds: a kill before it would count no load).
+            started = time.monotonic()
+            while w.loads() <= past:
+                assert time.monotonic() < started + 120, "a worker never loaded its model"
+                await asyncio.sleep(0.1)
+
         async def killer() -> None:
+            for w in workers:
+                await loaded(w, 0)
             for at in sorted(rng.sample(range(60, MESSAGES - 60), 3)):
                 while len(sent) < at:
                     await asyncio.sleep(0.05)
                 victim = workers[rng.randrange(2)]
                 victim.kill()
                 await asyncio.sleep(rng.uniform(0.1, 1.5))
+                loads = victim.loads()
                 victim.start()
+                await loaded(victim, loads)
 
         await asyncio.gather(killer(), *(sender(k) for k in range(ROOMS)))
     assert len(sent) == MESSAGES
@@ -137,5 +154,5 @@ async def test_two_workers_one_killed_three_times_lose_nothing_and_double_nothin
     # Both workers embedded (the rooms were shared), and the service did not.
     said = [w.log.read_text(errors="replace") for w in workers]
     assert all("worker_indexed" in s for s in said)
-    assert sum(s.count("loading the model") for s in said) == 2 + 3  # three restarts
+    assert sum(w.loads() for w in workers) == 2 + 3  # three restarts
     assert "windows_upserted" not in stack.service.log_path.read_text(errors="replace")
