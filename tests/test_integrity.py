@@ -155,7 +155,7 @@ def test_a_writers_start_repairs_events_marked_indexed_in_no_window(indexed, cap
     store = ChromaStore(path=cfg.parent / "chroma")
     lost = list(store.iter_windows())[4]
     store.delete([lost.window_id])
-    from indexer.store.chroma import window_metadata
+    from indexer.store.points import window_metadata
     from indexer.records import Message, Window, EventID, RoomID, UserID
 
     ghost = Window("w" + "0" * 31, RoomID(ROOM), (Message(

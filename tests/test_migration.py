@@ -26,7 +26,7 @@ from indexer.store.generations import SEGMENTS_KEY
 from indexer.pipeline.rebuild import expected_meta
 from indexer.records import EventID, Message, RoomID, UserID
 from indexer.search.searcher import SourceQuery
-from indexer.store.chroma import window_metadata
+from indexer.store.points import window_metadata
 
 from .vectorscan import files_holding
 

@@ -22,7 +22,8 @@ from ..pipeline.chunker import format_ts
 from .filter import JOURNAL_KIND, DerivedMatch, Matcher
 from ..store.journal import Journal
 from ..records import CORPUS_REFERENCE, EventID, Message
-from ..store.chroma import ChromaStore, StoredWindow
+from ..store.chroma import ChromaStore
+from ..store.points import StoredWindow
 from ..store.eventlog import EventLog
 
 PAGE = 500

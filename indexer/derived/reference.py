@@ -36,7 +36,8 @@ from ..pipeline.embedder import Embedder
 from .manifest import Manifest, emitted_iso, utc_now_iso
 from .normalise import sha256_normalised, text_shingles
 from ..records import ARTIFACT_REFERENCE, CORPUS_REFERENCE, Artifact
-from ..store.chroma import ChromaStore, point_metadata
+from ..store.chroma import ChromaStore
+from ..store.points import point_metadata
 
 log = logging.getLogger(f"matrix_sources.{__name__}")
 

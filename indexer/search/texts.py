@@ -11,7 +11,7 @@ from ..pipeline.chunker import document
 from ..records import CORPUS_REFERENCE, Line, Window, WindowID
 
 if TYPE_CHECKING:
-    from ..store.chroma import StoredWindow
+    from ..store.points import StoredWindow
     from ..store.eventlog import EventLog
 
 

@@ -18,16 +18,15 @@ segment and keeps the nearest of all.
 from __future__ import annotations
 
 import heapq
-import json
 import logging
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterable, Protocol, Sequence, TypeVar
 
 import numpy as np
 
-from ..records import EventID, RefSource, RoomID, UserID, Window, WindowID
+from ..records import RoomID, Window, WindowID
 from .chroma_compaction import Compactor
 from .generations import Generations, MemoryCatalog
+from .points import Neighbour, StoredWindow, stored, window_metadata
 from .segments import Segment, SegmentPolicy, Segments
 from .server_files import ServerFiles
 
@@ -53,68 +52,6 @@ class WriteFollower(Protocol):
     def remove(self, ids: Iterable[str]) -> None: ...
 
     def clear(self) -> None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class StoredWindow:
-    """A point's metadata as Chroma holds it: no text (the event log's)."""
-    window_id: WindowID
-    room_id: RoomID
-    room_label: str
-    corpus: str
-    event_ids: tuple[EventID, ...]
-    senders: tuple[UserID, ...]
-    ts_first: int
-    ts_last: int
-    ref: RefSource | None = None  # corpus reference: corpus name, file, heading path
-
-
-@dataclass(frozen=True, slots=True)
-class Neighbour:
-    window_id: WindowID
-    similarity: float  # cosine similarity, 1 - cosine distance
-    window: StoredWindow | None = None  # its record, when asked for
-
-
-def point_metadata(room_id: str, room_label: str, corpus: str, event_ids: Sequence[str],
-                   senders: Sequence[str], ts_first: int, ts_last: int, **extra) -> dict:
-    """The metadata of one point of the collection, chat window or reference chunk: the
-    one writer of the format `_stored` reads. Chroma keeps scalars, so lists are JSON.
-    `extra`: a reference chunk's ref_* keys."""
-    return {
-        "room_id": room_id,
-        "room_label": room_label,
-        "corpus": corpus,
-        "event_ids": json.dumps(list(event_ids)),
-        "first_event_id": event_ids[0] if event_ids else "",
-        "last_event_id": event_ids[-1] if event_ids else "",
-        "senders": json.dumps(list(senders)),
-        "ts_first": ts_first,
-        "ts_last": ts_last,
-        "n_events": len(event_ids),
-        **extra,
-    }
-
-
-def window_metadata(w: Window) -> dict:
-    return point_metadata(w.room_id, w.room_label, w.corpus, w.event_ids, w.senders,
-                          w.ts_first, w.ts_last)
-
-
-def _stored(wid: str, meta: dict | None) -> StoredWindow:
-    meta = meta or {}
-    return StoredWindow(
-        window_id=WindowID(wid),
-        room_id=RoomID(meta.get("room_id", "")),
-        room_label=str(meta.get("room_label", "")),
-        corpus=str(meta.get("corpus", "")),
-        event_ids=tuple(json.loads(meta.get("event_ids", "[]"))),
-        senders=tuple(json.loads(meta.get("senders", "[]"))),
-        ts_first=int(meta.get("ts_first", 0)),
-        ts_last=int(meta.get("ts_last", 0)),
-        ref=(RefSource(str(meta["ref_corpus"]), str(meta.get("ref_file", "")),
-                       str(meta.get("ref_heading", ""))) if meta.get("ref_corpus") else None),
-    )
 
 
 class ChromaStore:
@@ -340,7 +277,7 @@ class ChromaStore:
                     lambda job: job[0].collection.get(ids=job[1], include=["metadatas"]))
                 metas = {i: m for res in got for i, m in zip(res["ids"], res["metadatas"])}
         return [[Neighbour(WindowID(i), 1.0 - float(d),
-                           _stored(i, m if one else metas.get(i)) if records else None)
+                           stored(i, m if one else metas.get(i)) if records else None)
                  for d, i, _, m in lst] for lst in lists]
 
     def get(self, window_ids: Sequence[WindowID] | None = None, where: dict | None = None,
@@ -356,7 +293,7 @@ class ChromaStore:
         got = [(i, m) for p in parts for i, m in zip(p["ids"], p["metadatas"])]
         start = offset or 0
         got = got[start:start + limit] if limit is not None else got[start:]
-        return [_stored(i, m) for i, m in got]
+        return [stored(i, m) for i, m in got]
 
     def _paged(self, limit: int | None, offset: int):
         """Points `offset` to `offset + limit` in segment order, reading only the
@@ -373,7 +310,7 @@ class ChromaStore:
                 offset = 0
                 if limit is not None:
                     limit -= len(res["ids"])
-                yield [_stored(i, m) for i, m in zip(res["ids"], res["metadatas"])]
+                yield [stored(i, m) for i, m in zip(res["ids"], res["metadatas"])]
 
     # -- for verify --index ------------------------------------------------------------
 
@@ -383,7 +320,7 @@ class ChromaStore:
                 offset = 0
                 while True:
                     res = seg.collection.get(limit=page, offset=offset, include=["metadatas"])
-                    yield from (_stored(i, m) for i, m in zip(res["ids"], res["metadatas"]))
+                    yield from (stored(i, m) for i, m in zip(res["ids"], res["metadatas"]))
                     if len(res["ids"]) < page:
                         break
                     offset += page
@@ -415,7 +352,7 @@ class ChromaStore:
             return []
         parts = self._located(window_ids, lambda s, part: s.collection.get(
             ids=part, include=["metadatas", "embeddings"]))
-        return [(_stored(i, m), list(v)) for res in parts
+        return [(stored(i, m), list(v)) for res in parts
                 for i, m, v in zip(res["ids"], res["metadatas"], res["embeddings"])]
 
     def readd(self, window_ids: list) -> None:
