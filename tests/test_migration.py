@@ -42,12 +42,16 @@ REF_META = {"room_id": "", "room_label": "ops.md › Backups", "corpus": "refere
             "ref_chunk": 0}
 
 
-def previous_release_data_dir(root: Path):
+def _indexed_data_dir(root: Path, segments: dict | None = None):
+    """A data dir (hash embedder; `segments`: index.chroma.segments) whose event log
+    holds LINES, indexed into their windows; the event log is left open."""
     data = root / "data"
     init_data_dir(data, "http://127.0.0.1:8008", "example.org")
     y = YAML()
     raw = y.load((data / "config.yaml").read_text())
     raw["index"]["embedder"] = "hash"
+    if segments is not None:
+        raw["index"]["chroma"]["segments"] = segments
     with open(data / "config.yaml", "w") as f:
         y.dump(raw, f)
     cfg = load_config(data / "config.yaml")
@@ -58,6 +62,11 @@ def previous_release_data_dir(root: Path):
     log.append([(m, None) for m in msgs])
     for w in windows:
         log.mark_indexed(ROOM, {m.event_id: w.window_id for m in w.messages}, w.messages[-1])
+    return cfg, windows, log
+
+
+def previous_release_data_dir(root: Path):
+    cfg, windows, log = _indexed_data_dir(root)
     log.close()
     emb = HashEmbedder()
     os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
@@ -128,23 +137,8 @@ def unsegmented_release_data_dir(root: Path, generation: int = 3):
     """A data dir as the release before segments wrote it: text in the event log only
     (reference sections in `ref_chunks`), one live collection `matrix_sources-g<n>` in
     the folder chroma/g<n>, its number in the event log's meta (`chroma_generation`)."""
-    data = root / "data"
-    init_data_dir(data, "http://127.0.0.1:8008", "example.org")
-    y = YAML()
-    raw = y.load((data / "config.yaml").read_text())
-    raw["index"]["embedder"] = "hash"
     # Small segments, so that the first compaction visibly splits the old collection.
-    raw["index"]["chroma"]["segments"] = {"hot_windows": 2, "max_windows": 2}
-    with open(data / "config.yaml", "w") as f:
-        y.dump(raw, f)
-    cfg = load_config(data / "config.yaml")
-    msgs = [Message(EventID(f"$l{i}"), ROOM, UserID(f"@u{i % 2}:example.org"),
-                    1_700_000_000_000 + i * 60_000, body) for i, body in enumerate(LINES)]
-    windows = build_windows(msgs, ChunkPolicy(max_bytes=80))
-    log = EventLog(cfg.database)
-    log.append([(m, None) for m in msgs])
-    for w in windows:
-        log.mark_indexed(ROOM, {m.event_id: w.window_id for m in w.messages}, w.messages[-1])
+    cfg, windows, log = _indexed_data_dir(root, {"hot_windows": 2, "max_windows": 2})
     log.texts.put_ref_texts([("rlegacychunk", "ops", REF_TEXT)])
     log.set_meta("chroma_generation", str(generation))
     log.set_meta("text_home", "eventlog")
