@@ -237,3 +237,29 @@ def test_a_window_is_matched_in_its_bodies_never_its_senders_or_times():
     assert index.postings("grub", False) == {}
     assert index.postings("2023", False) == {}
     assert set(index.postings("second", False)) == {"!r:x/$e1"}
+
+
+def test_a_large_index_waits_for_its_postings_instead_of_scanning(tmp_path, monkeypatch):
+    """While the service builds its postings, a scan of the event log would cost seconds
+    a term past SCAN_WINDOWS_MAX windows: the leg finds nothing and weighs every term
+    the same meanwhile, and scans below it; built postings answer either way."""
+    from indexer.search import searcher
+
+    store = open_store(tmp_path)
+    emb = HashEmbedder()
+    bodies_ = ["grub rescue prompt after update", "partitioning the new disk", "wifi drops"]
+    windows = [_make_window(i, "!a:example.org", b) for i, b in enumerate(bodies_)]
+    index(store, windows, emb.encode(bodies_))
+    store.terms = building = TermIndex()  # as start_term_index leaves it until built
+    monkeypatch.setattr(searcher, "SCAN_WINDOWS_MAX", 3)
+    assert searcher._lexical_ranker(store).rank("grub", 10) == [windows[0].window_id]
+    assert searcher._lexical_ranker(store).df("grub") == 1
+    monkeypatch.setattr(searcher, "SCAN_WINDOWS_MAX", 2)
+    waiting = searcher._lexical_ranker(store)
+    assert waiting.rank("grub", 10) == [] and waiting.df("grub") == 0
+    hits = searcher.Searcher(emb, store).search(searcher.SourceQuery.build(["grub"]))
+    assert all(h.window_id in {w.window_id for w in windows} for h in hits)
+    building.build([w.window_id for w in windows],
+                   lambda ids: iter([(ids, [[b] for b in bodies_],
+                                      [{"room_id": "!a:example.org", "corpus": "chat"}] * 3)]))
+    assert searcher._lexical_ranker(store).rank("grub", 10) == [windows[0].window_id]

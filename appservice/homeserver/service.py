@@ -52,6 +52,7 @@ from .transactions import Routed, TransactionHandler
 log = logging.getLogger(f"matrix_sources.{__name__}")
 ALLOWLIST_POLL_SECONDS = 1.0
 HOMESERVER_RETRY_MAX = 30.0  # seconds between whoami attempts while Synapse is down
+JOINS_AT_ONCE = 8  # allowlisted rooms joined (and their state learnt) at once at start
 
 
 class StartupError(RuntimeError):
@@ -272,15 +273,21 @@ class Service:
     # -- rooms -----------------------------------------------------------------------
 
     async def join_allowlisted(self) -> None:
-        for room_id in sorted(self.gate.allowlist):
-            if self._sent_away(room_id):
-                continue
-            try:
-                await self.az.intent.join_room_by_id(room_id)
-            except MatrixError:
-                log.warning("join_failed", exc_info=True, extra={"room_id": room_id})
-                continue
-            await self._learn_or_retry(room_id)
+        """Join every allowlisted room and learn its state, JOINS_AT_ONCE rooms at a
+        time: one after another, 9,528 rooms took 89 s at start (bench/scale.py)."""
+        gate = asyncio.Semaphore(JOINS_AT_ONCE)
+
+        async def join(room_id: str) -> None:
+            async with gate:
+                try:
+                    await self.az.intent.join_room_by_id(room_id)
+                except MatrixError:
+                    log.warning("join_failed", exc_info=True, extra={"room_id": room_id})
+                    return
+                await self._learn_or_retry(room_id)
+
+        await asyncio.gather(*(join(r) for r in sorted(self.gate.allowlist)
+                               if not self._sent_away(r)))
 
     def _sent_away(self, room_id: str) -> bool:
         """Its moderators kicked or banned the bot: not joined until invited back."""

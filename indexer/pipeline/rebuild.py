@@ -26,7 +26,7 @@ from .chunker import CHUNKER_VERSION
 from .embedder import VECTOR_CLASS, Embedder
 from ..store.eventlog import EventLog
 from .pipeline import Pipeline
-from ..records import CORPUS_CHAT, CORPUS_REFERENCE
+from ..records import CORPUS_CHAT, CORPUS_REFERENCE, WindowID
 from ..store.chroma import ChromaStore
 from .verify_index import repair_gaps
 
@@ -59,21 +59,25 @@ def meta_mismatch(store: ChromaStore, embedder: Embedder) -> dict[str, tuple]:
     return {k: (have.get(k), v) for k, v in want.items() if not _same(k, have.get(k), v)}
 
 
-def lost_windows(store: ChromaStore, eventlog: EventLog) -> tuple[int, int] | None:
+def lost_windows(store: ChromaStore, eventlog: EventLog,
+                 logged: set[WindowID] | None = None) -> tuple[int, int] | None:
     """(held, expected) if the collection holds less than LOST_FRACTION of the windows
-    the event log says are indexed; None if it holds about what it should. The store's
-    count includes reference sections: cheap, and a lost folder loses those too."""
-    expected = len(eventlog.window_ids())
+    the event log says are indexed (`logged`, if read already); None if it holds about
+    what it should. The store's count includes reference sections: cheap, and a lost
+    folder loses those too."""
+    expected = len(logged if logged is not None else eventlog.window_ids())
     held = store.count()
     return (held, expected) if expected and held < expected * LOST_FRACTION else None
 
 
-def rebuild_reason(store: ChromaStore, eventlog: EventLog, embedder: Embedder) -> str:
-    """Why the collection must be rebuilt from the event log ('' if it need not be)."""
+def rebuild_reason(store: ChromaStore, eventlog: EventLog, embedder: Embedder,
+                   logged: set[WindowID] | None = None) -> str:
+    """Why the collection must be rebuilt from the event log ('' if it need not be).
+    `logged`: the event log's indexed window ids, if read already."""
     mismatch = meta_mismatch(store, embedder)
     if mismatch:
         return ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in mismatch.items())
-    lost = lost_windows(store, eventlog)
+    lost = lost_windows(store, eventlog, logged)
     if lost:
         return (f"the collection holds {lost[0]} of the {lost[1]} windows the event log "
                 "says are indexed (Chroma folder lost or restored from an older backup?)")
@@ -104,12 +108,14 @@ def ensure_meta(store: ChromaStore, eventlog: EventLog, pipeline: Pipeline,
     store.sweep()
     store.migrate_text_out()
     finish_pending(eventlog, pipeline.store, pipeline.guard, pipeline.compaction)
-    reason = rebuild_reason(store, eventlog, pipeline.embedder)
-    if not reason:
-        store.set_meta(expected_meta(pipeline.embedder))
-        with pipeline.lock:
-            repair_gaps(store, eventlog)
-        return False
+    with pipeline.lock:
+        # Read once for both checks: 8 s at 1,000,000 windows (bench/scale.py).
+        logged = eventlog.window_ids()
+        reason = rebuild_reason(store, eventlog, pipeline.embedder, logged)
+        if not reason:
+            store.set_meta(expected_meta(pipeline.embedder))
+            repair_gaps(store, eventlog, logged)
+            return False
     log.warning("collection_rebuild", extra={"reason": reason, "windows": store.count()})
     with pipeline.lock:
         store.reset()

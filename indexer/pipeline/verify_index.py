@@ -149,22 +149,29 @@ class Gaps:
     refused: str = ""  # why the orphans are kept (deletion_refusal)
 
 
-def index_gaps(store: ChromaStore, eventlog: EventLog) -> Gaps:
-    """Window ids only: cheap enough for every writer's start (rebuild.ensure_meta)."""
-    logged, held = eventlog.window_ids(), store.ids(CORPUS_CHAT)
+def index_gaps(store: ChromaStore, eventlog: EventLog,
+               logged: set[WindowID] | None = None) -> Gaps:
+    """Window ids only: cheap enough for every writer's start (rebuild.ensure_meta).
+    `logged`: the event log's indexed window ids, if read already."""
+    if logged is None:
+        logged = eventlog.window_ids()
+    held = store.ids(CORPUS_CHAT)
     orphans = sorted(held - logged)
     return Gaps(sorted(logged - held), orphans,
                 deletion_refusal(len(held), len(logged), len(orphans)))
 
 
-def repair_gaps(store: ChromaStore, eventlog: EventLog) -> tuple[Gaps, int]:
+def repair_gaps(store: ChromaStore, eventlog: EventLog,
+                logged: set[WindowID] | None = None) -> tuple[Gaps, int]:
     """The start-up check: a window the event log holds indexed events in but the
     collection lacks (a crash between a re-chunk's delete and its re-point, a lost
     write) has its events set pending, so the pipeline indexes them again; a window no
     indexed event is in (a crash after an upsert whose re-point never came, then a
     re-chunk cutting otherwise) is deleted, unless the event log cannot judge. Returns
-    the gaps and how many events were set pending. Call it before the pipeline runs."""
-    gaps = index_gaps(store, eventlog)
+    the gaps and how many events were set pending. Call it before the pipeline runs.
+    `logged`: the event log's indexed window ids, if read already (under the same
+    lock of the pipeline)."""
+    gaps = index_gaps(store, eventlog, logged)
     requeued = eventlog.requeue_windows(gaps.missing) if gaps.missing else 0
     if gaps.orphans and not gaps.refused:
         store.delete(gaps.orphans)

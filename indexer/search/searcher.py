@@ -210,6 +210,13 @@ class Searcher:
         return hits, found
 
 
+# While the service builds its postings at start (termindex.py: 121 s at 1,000,000
+# windows), the word leg would scan the event log instead: a first search took 7 s at
+# 100,000 windows and 57 s at 1,000,000 (bench/scale.py). Past this many windows it
+# waits for the postings: the text is searched by meaning alone meanwhile.
+SCAN_WINDOWS_MAX = 20_000
+
+
 def _lexical_ranker(store: ChromaStore) -> LexicalRanker:
     texts = WindowTexts(store.eventlog)
 
@@ -223,6 +230,10 @@ def _lexical_ranker(store: ChromaStore) -> LexicalRanker:
     # The store's postings once built (the service's own store; termindex.py).
     terms = store.terms if isinstance(store.terms, TermIndex) and store.terms.ready.is_set() \
         else None
+    if isinstance(store.terms, TermIndex) and terms is None and store.count() > SCAN_WINDOWS_MAX:
+        # Postings still building, and a scan would take seconds a term: no word leg yet,
+        # and every term weighs the same (df 0).
+        return LexicalRanker(lambda base, prefix, where: [], fetch, store.count, None)
     return LexicalRanker(lambda base, prefix, where: matching(store, base, prefix, where), fetch,
                          store.count, terms)
 
