@@ -149,29 +149,31 @@ class Gaps:
     refused: str = ""  # why the orphans are kept (deletion_refusal)
 
 
-def index_gaps(store: ChromaStore, eventlog: EventLog,
-               logged: set[WindowID] | None = None) -> Gaps:
+def index_gaps(store: ChromaStore, eventlog: EventLog, logged: set[WindowID] | None = None,
+               held: set[str] | None = None) -> Gaps:
     """Window ids only: cheap enough for every writer's start (rebuild.ensure_meta).
-    `logged`: the event log's indexed window ids, if read already."""
+    `logged`, `held`: the event log's indexed window ids and the collection's chat ids,
+    if read already."""
     if logged is None:
         logged = eventlog.window_ids()
-    held = store.ids(CORPUS_CHAT)
+    if held is None:
+        held = store.ids(CORPUS_CHAT)
     orphans = sorted(held - logged)
     return Gaps(sorted(logged - held), orphans,
                 deletion_refusal(len(held), len(logged), len(orphans)))
 
 
-def repair_gaps(store: ChromaStore, eventlog: EventLog,
-                logged: set[WindowID] | None = None) -> tuple[Gaps, int]:
+def repair_gaps(store: ChromaStore, eventlog: EventLog, logged: set[WindowID] | None = None,
+                held: set[str] | None = None) -> tuple[Gaps, int]:
     """The start-up check: a window the event log holds indexed events in but the
     collection lacks (a crash between a re-chunk's delete and its re-point, a lost
     write) has its events set pending, so the pipeline indexes them again; a window no
     indexed event is in (a crash after an upsert whose re-point never came, then a
     re-chunk cutting otherwise) is deleted, unless the event log cannot judge. Returns
     the gaps and how many events were set pending. Call it before the pipeline runs.
-    `logged`: the event log's indexed window ids, if read already (under the same
-    lock of the pipeline)."""
-    gaps = index_gaps(store, eventlog, logged)
+    `logged`, `held`: as index_gaps takes them, read under the same lock of the
+    pipeline."""
+    gaps = index_gaps(store, eventlog, logged, held)
     requeued = eventlog.requeue_windows(gaps.missing) if gaps.missing else 0
     if gaps.orphans and not gaps.refused:
         store.delete(gaps.orphans)
