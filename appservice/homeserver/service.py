@@ -52,7 +52,7 @@ from .transactions import Routed, TransactionHandler
 log = logging.getLogger(f"matrix_sources.{__name__}")
 ALLOWLIST_POLL_SECONDS = 1.0
 HOMESERVER_RETRY_MAX = 30.0  # seconds between whoami attempts while Synapse is down
-JOINS_AT_ONCE = 16  # allowlisted rooms joined (and their state learnt) at once at start
+JOINS_AT_ONCE = 32  # allowlisted rooms joined (and their state learnt) at once at start
 
 
 class StartupError(RuntimeError):

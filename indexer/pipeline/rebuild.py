@@ -109,14 +109,15 @@ def ensure_meta(store: ChromaStore, eventlog: EventLog, pipeline: Pipeline,
     store.sweep()
     store.migrate_text_out()
     finish_pending(eventlog, pipeline.store, pipeline.guard, pipeline.compaction)
-    with pipeline.lock, ThreadPoolExecutor(1, thread_name_prefix="start-checks") as pool:
-        # The event log's window ids, read once for both checks, while Chroma lists its
-        # own: 8 s each at 1,000,000 windows (bench/scale.py), 18 s for all three at once
-        # against 24 s one after another.
+    with pipeline.lock, ThreadPoolExecutor(2, thread_name_prefix="start-checks") as pool:
+        # The event log's window ids (read once for both checks), the collection's chat
+        # ids and the map of which segment holds each id, read at once: 8 s each at
+        # 1,000,000 windows (bench/scale.py), 11 s all three against 24 s one after
+        # another (SQLite and Chroma let go of the GIL).
         reading = pool.submit(eventlog.window_ids)
-        store.count()  # the map of which segment holds each id, read now
-        held = store.ids(CORPUS_CHAT)
-        logged = reading.result()
+        listing = pool.submit(store.ids, CORPUS_CHAT)
+        store.count()
+        held, logged = listing.result(), reading.result()
         reason = rebuild_reason(store, eventlog, pipeline.embedder, logged)
         if not reason:
             store.set_meta(expected_meta(pipeline.embedder))
