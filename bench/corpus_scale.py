@@ -18,8 +18,8 @@ the model).
 
 Segments: written as the shipped policy leaves an index of that size after merging
 (indexer/store/segments.py): all but the last twentieth straight into segments of the
-policy's largest size there (merge_cap: 1,000 at 10,000 windows, 10,000 at 100,000,
-40,000 at 1,000,000; no copy), then the last twentieth through the shipped policy (a hot
+policy's largest size there (SegmentPolicy.largest: 1,000 at 10,000 windows, 8,000 at
+100,000, 32,000 at 1,000,000; no copy), then the last twentieth through the shipped policy (a hot
 segment sealed when full), and the merges it asks for run to the end. Progress every
 batch; `--minutes` bounds one run and the next goes on (build.json). About 4 minutes for
 10,000 windows here (2 shared cores, load average 6 to 12); 100,000 and 1,000,000 scale
@@ -94,7 +94,7 @@ def open_store(cache: Path, windows: int, bulk: bool):
     from indexer.store.segments import SegmentPolicy
 
     shipped = SegmentPolicy()
-    big = shipped.merge_cap(windows)
+    big = shipped.largest(windows)
     policy = SegmentPolicy(hot=big, fanout=shipped.fanout, cap=big, share=None) if bulk \
         else shipped
     return ChromaStore(path=cache / "chroma", eventlog=EventLog(cache / "eventlog.sqlite3"),

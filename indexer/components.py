@@ -134,8 +134,10 @@ class Index:
         eventlog = EventLog(cfg.database)
         journal = Journal(cfg.journal_path)
         store = open_store(cfg, eventlog)
+        # Searches first: before the model (the pipeline) and the postings' build.
+        turns = ModelTurns()
         if postings and cfg.search.lexical_max_terms:  # 0: no keyword leg, no postings
-            start_term_index(store, eventlog, on_ready=on_postings_ready)
+            start_term_index(store, eventlog, on_ready=on_postings_ready, turns=turns)
         embedder = embedder or load_embedder(cfg.index.embedder.model, cfg.index.embedder.backend, cfg.models_dir)
         gate = Gate(frozenset(load_allowlist(cfg.allowlist_path)), UserID(cfg.bot_user),
                     cfg.puppet_patterns, cfg.bridge_servers, cfg.bridge_puppets,
@@ -146,7 +148,6 @@ class Index:
         # External: workers embed; this process claims rooms like them, for a rebuild.
         claims = (RoomClaims(eventlog, cfg.index.claim_lease_seconds)
                   if cfg.index.pipeline == "external" else None)
-        turns = ModelTurns()  # the model: searches first, the pipeline between them
         ingest, pipeline = writers(eventlog, journal, store, embedder, gate, cfg.index.chunk_policy,
                                    derived=DerivedFilter(matcher, eventlog, journal),
                                    compact_every=cfg.index.compaction_interval_seconds,

@@ -165,9 +165,10 @@ class AppserviceSettings(_Section):
 class SegmentSettings(_Section):
     """The collection's segments (store/segments.py): a compaction copies only those
     holding a deleted or overwritten point."""
-    hot_windows: Annotated[int, Strict(), Field(ge=1)] = 2_500
+    # Defaults just under powers of two: an HNSW index holds the next one (segments.py).
+    hot_windows: Annotated[int, Strict(), Field(ge=1)] = 2_000
     merge_fanout: Annotated[int, Strict(), Field(ge=2)] = 4
-    max_windows: Annotated[int, Strict(), Field(ge=1)] = 40_000
+    max_windows: Annotated[int, Strict(), Field(ge=1)] = 32_000
 
     @model_validator(mode="after")
     def _hot_fits(self) -> "SegmentSettings":

@@ -104,13 +104,29 @@ def test_an_empty_sealed_segment_goes_and_a_shrunk_one_joins_its_smaller_neighbo
 def test_a_small_index_has_small_segments_and_a_large_one_segments_up_to_the_cap():
     """The shipped policy: at 10,000 windows a hot segment of 1,000 and merges up to
     1,250 (a redaction copies a fifth of the index at most, not all of it); from
-    40,000 on a hot segment of 2,500; at 1,000,000 segments of 40,000 (4%)."""
+    32,000 on a hot segment of 2,000; at 1,000,000 segments of 32,000 (3.2%)."""
     p = SegmentPolicy()
     assert [(p.hot_cap(t), p.merge_cap(t)) for t in (0, 10_000, 100_000, 1_000_000)] == [
-        (1_000, 1_000), (1_000, 1_250), (2_500, 12_500), (2_500, 40_000)]
+        (1_000, 1_000), (1_000, 1_250), (2_000, 12_500), (2_000, 32_000)]
     assert plan_merge([1_000] * 9 + [500], p) is None  # four of 1,000 would be past 1,187
-    assert plan_merge([2_500] * 31 + [100], p) is None  # 77,600: a merge up to 9,700
-    assert plan_merge([2_500] * 33 + [100], p) == (0, 4)  # 82,600: up to 10,325
+    assert plan_merge([2_000] * 31 + [100], p) is None  # 62,100: a merge up to 7,762
+    assert plan_merge([2_000] * 32 + [100], p) == (0, 4)  # 64,100: up to 8,012
+    assert [p.largest(t) for t in (10_000, 100_000, 1_000_000)] == [1_000, 8_000, 32_000]
+
+
+def test_the_shipped_sizes_fit_under_the_powers_of_two_chroma_reserves():
+    """Chroma's HNSW index holds the next power of two of a segment's points (in
+    memory too, with the heap scrub): each size class the policy makes must fit just
+    under one, or a full segment reserves up to twice its points."""
+    p = SegmentPolicy()
+    sizes, s = [], p.hot
+    while s <= p.cap:
+        sizes.append(s)
+        s *= p.fanout
+    assert sizes[-1] == p.cap
+    for s in sizes:
+        room = 1 << (s - 1).bit_length()
+        assert s < room and room / s < 1.05, (s, room)
 
 
 def test_the_id_map_follows_sets_deletes_merges_and_drops():

@@ -10,6 +10,9 @@ call after call (issue 26: search p99 11.4 s at 541 messages/s pushed). Here a w
 query holds the pipeline back at its next call, and a query turn covers the whole
 search (its question and the lines it ranks both go through the model), so the
 pipeline's calls never cut in between.
+
+The postings' build at start (search/termindex.py) takes background turns too: pure
+Python for minutes at a million windows, it would hold the GIL a search needs.
 """
 
 from __future__ import annotations

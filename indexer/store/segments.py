@@ -54,11 +54,15 @@ DROP_WAIT_S = 30.0  # a search still reading a swapped-out segment: its folder w
 MIN_HOT = 1_000
 
 
+# Sizes just under a power of two. Chroma grows a segment's HNSW index to the next power
+# of two of its points and reloads it at that capacity; the heap scrub (heapscrub.py)
+# makes the whole of it resident. Segments of 40,000 held 65,536 slots: at a million
+# windows 1,014 MiB of memory for no point. 2,000 x 4 x 4 = 32,000 fits 32,768.
 @dataclass(frozen=True, slots=True)
 class SegmentPolicy:
-    hot: int = 2_500  # points in the hot segment before it is sealed
+    hot: int = 2_000  # points in the hot segment before it is sealed
     fanout: int = 4  # sealed segments of one size class merged into one
-    cap: int = 40_000  # no merge makes a segment larger; a larger copy is split
+    cap: int = 32_000  # no merge makes a segment larger; a larger copy is split
     # In a small index no segment is made larger than 1/share of it (a merge) and the
     # hot one holds at most 1/(2 share) (but MIN_HOT): a redaction then copies a fifth
     # of it at most, not all of it (at 10,000 windows, segments of 1,000 and 1,250).
@@ -82,6 +86,14 @@ class SegmentPolicy:
         if self.share is None:
             return self.cap
         return min(self.cap, max(self.hot_cap(total), total // self.share))
+
+    def largest(self, total: int) -> int:
+        """The size of the largest segments merges leave in an index of `total`: sealed
+        hot segments, `fanout` at a time, while they fit `merge_cap`."""
+        size, limit = self.hot_cap(total), self.merge_cap(total)
+        while size * self.fanout <= limit:
+            size *= self.fanout
+        return size
 
 
 def plan_merge(counts: Sequence[int], policy: SegmentPolicy) -> tuple[int, int] | None:
