@@ -6,7 +6,6 @@ them go, so the order is the gate's, not the scheduler's."""
 from __future__ import annotations
 
 import threading
-import time
 
 from indexer.pipeline import pipeline as pipeline_mod
 from indexer.pipeline.embedder import HashEmbedder
@@ -111,53 +110,3 @@ def test_a_search_waits_for_one_forward_pass_not_a_whole_call(tmp_path, monkeypa
     assert len(sizes) == 4  # every window in a pass of its own
     assert log.counts() == {"indexed": 4}
     log.close()
-
-
-def test_background_turns_go_in_the_order_they_were_asked_for():
-    """A thread that gives its background turn back and asks again at once (the
-    postings' build, page after page) must not win every time: the pipeline, asking
-    meanwhile, goes first (it waited for the whole build: freshness p95 82 s)."""
-    turns, order = ModelTurns(), []
-
-    def pipeline() -> None:
-        with turns.background():
-            order.append("pipeline")
-
-    other = threading.Thread(target=pipeline)
-    with turns.background():
-        other.start()
-        while turns.background_waiting == 0:
-            time.sleep(0)  # a yield to the other thread, no wait
-    with turns.background():  # asked again at once
-        order.append("build again")
-    other.join()
-    assert order == ["pipeline", "build again"]
-    assert turns.background_waiting == 0
-
-
-def test_a_background_turn_given_up_while_waiting_does_not_stall_the_next():
-    turns, order = ModelTurns(), []
-
-    class Stop(Exception):
-        pass
-
-    def give_up() -> None:
-        try:
-            with turns._cv:  # interrupted while waiting, as a KeyboardInterrupt would be
-                real_wait = turns._cv.wait_for
-
-                def interrupted(predicate, timeout=None):
-                    raise Stop
-                turns._cv.wait_for = interrupted
-            with turns.background():
-                order.append("never")
-        except Stop:
-            order.append("gave up")
-        finally:
-            turns._cv.wait_for = real_wait
-
-    with turns.background():
-        give_up()
-    with turns.background():
-        order.append("next")
-    assert order == ["gave up", "next"]

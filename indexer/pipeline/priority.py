@@ -12,10 +12,7 @@ search (its question and the lines it ranks both go through the model), so the
 pipeline's calls never cut in between.
 
 The postings' build at start (search/termindex.py) takes background turns too: pure
-Python for minutes at a million windows, it would hold the GIL a search needs. Background
-turns are served in the order they were asked for: a thread that gives its turn back and
-asks again at once (the build, page after page) otherwise wins every time, and the
-pipeline waited for the whole build (freshness p95 82 s at a million windows).
+Python for minutes at a million windows, it would hold the GIL a search needs.
 """
 
 from __future__ import annotations
@@ -29,20 +26,11 @@ class ModelTurns:
     def __init__(self) -> None:
         self._cv = threading.Condition()
         self._busy = False
-        self._busy_bg = False  # the turn running is a background one
         self._queries = 0  # waiting or running
-        self._issued = 0  # background turns asked for, each a ticket
-        self._serving = 0  # the ticket whose turn is next
-        self._abandoned: set[int] = set()  # tickets whose thread stopped waiting
 
     @property
     def queries_waiting(self) -> int:
         return self._queries
-
-    @property
-    def background_waiting(self) -> int:
-        """Background turns asked for and not yet given."""
-        return self._issued - self._serving - len(self._abandoned) - (1 if self._busy_bg else 0)
 
     @contextmanager
     def query(self) -> Iterator[None]:
@@ -61,28 +49,11 @@ class ModelTurns:
     @contextmanager
     def background(self) -> Iterator[None]:
         with self._cv:
-            mine = self._issued
-            self._issued += 1
-            try:
-                self._cv.wait_for(lambda: not self._busy and not self._queries
-                                  and self._serving == mine)
-            except BaseException:  # interrupted while waiting: the next ticket goes on
-                if self._serving == mine:
-                    self._next()
-                else:
-                    self._abandoned.add(mine)
-                raise
-            self._busy = self._busy_bg = True
+            self._cv.wait_for(lambda: not self._busy and not self._queries)
+            self._busy = True
         try:
             yield
         finally:
             with self._cv:
-                self._busy = self._busy_bg = False
-                self._next()
-
-    def _next(self) -> None:
-        self._serving += 1
-        while self._serving in self._abandoned:
-            self._abandoned.discard(self._serving)
-            self._serving += 1
-        self._cv.notify_all()
+                self._busy = False
+                self._cv.notify_all()
