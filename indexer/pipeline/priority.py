@@ -11,8 +11,11 @@ query holds the pipeline back at its next call, and a query turn covers the whol
 search (its question and the lines it ranks both go through the model), so the
 pipeline's calls never cut in between.
 
-The postings' build at start (search/termindex.py) takes background turns too: pure
-Python for minutes at a million windows, it would hold the GIL a search needs.
+The postings' build at start (search/termindex.py) does not use the model, but it is
+pure Python for minutes at a million windows and holds the GIL a search needs: it waits
+before each page while a search waits or runs (`pause_for_queries`). It takes no turn:
+the pipeline's forward passes, which let go of the GIL, run beside it as before (in
+turns it held them back: freshness p95 30 s instead of 4.3 s while it built).
 """
 
 from __future__ import annotations
@@ -27,10 +30,25 @@ class ModelTurns:
         self._cv = threading.Condition()
         self._busy = False
         self._queries = 0  # waiting or running
+        self._pausing = 0
 
     @property
     def queries_waiting(self) -> int:
         return self._queries
+
+    @property
+    def pausing(self) -> int:
+        """Threads in `pause_for_queries`, waiting for searches to end."""
+        return self._pausing
+
+    def pause_for_queries(self) -> None:
+        """Return once no search waits or runs."""
+        with self._cv:
+            self._pausing += 1
+            try:
+                self._cv.wait_for(lambda: not self._queries)
+            finally:
+                self._pausing -= 1
 
     @contextmanager
     def query(self) -> Iterator[None]:

@@ -30,8 +30,7 @@ import threading
 import time
 from array import array
 from collections import Counter
-from contextlib import nullcontext
-from typing import TYPE_CHECKING, Callable, ContextManager, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -243,26 +242,26 @@ class TermIndex:
 
     def build(self, ids: list[str],
               pages: Callable[[list[str]], Iterator[tuple[list, list, list]]],
-              turn: Callable[[], ContextManager] = nullcontext) -> bool:
+              pause: Callable[[], None] = lambda: None) -> bool:
         """Index the stored windows `ids` (listed after this index was attached to the
         store, so any window written since reaches it through the store's writes);
         `pages(ids)` yields their (ids, bodies, metadatas). A write made meanwhile
         wins over what a page read before it. False if the collection was emptied
         meanwhile (the index then holds what was written since, which is all there is).
-        Each page is read and indexed inside one `turn()`: pure Python, it holds the GIL,
-        so a search given the turn first runs at its own speed meanwhile."""
+        `pause()` is called before each page is read and indexed: pure Python, a page
+        holds the GIL, so a search waiting there runs at its own speed meanwhile."""
         with self._lock:
             generation = self._generation
             self._touched = set()
         try:
             got = iter(pages(ids))
             while True:
-                with turn():
-                    page = next(got, None)
-                    if page is None:
-                        break
-                    if not self._build_page(generation, *page):
-                        return False
+                pause()
+                page = next(got, None)
+                if page is None:
+                    break
+                if not self._build_page(generation, *page):
+                    return False
         finally:
             with self._lock:
                 self._touched = None
@@ -393,10 +392,10 @@ def start_term_index(store: ChromaStore, eventlog: EventLog, page: int = 250,
     """Postings for the lexical leg, following `store`'s writes: built from the event
     log's text in a background thread (the leg scans the event log until it is ready),
     then kept in step by the store. Only for the process that is the collection's one
-    writer: another writer's changes would not reach it. With `turns`, a page is built
-    in a background turn: a search waits for one page at most (`page` windows, about
-    30 ms), not for the build's hold on the GIL (a million windows build for 2 minutes;
-    `!sources` meanwhile took 2.1 s at p95 without turns)."""
+    writer: another writer's changes would not reach it. With `turns`, the build waits
+    before each page while a search waits or runs: a search shares the GIL with one
+    page at most (`page` windows, about 30 ms), not with the build (a million windows
+    build for 3 minutes; `!sources` meanwhile took 2.1 s at p95 without the pause)."""
     terms = TermIndex()
     store.terms = terms  # before the ids are listed: what is written since reaches it
 
@@ -428,7 +427,8 @@ def start_term_index(store: ChromaStore, eventlog: EventLog, page: int = 250,
         started = time.monotonic()
         try:
             complete = terms.build(sorted(eventlog.window_ids()) + eventlog.texts.ref_chunk_ids(),
-                                   pages, turns.background if turns is not None else nullcontext)
+                                   pages, turns.pause_for_queries if turns is not None
+                                   else lambda: None)
         except Exception as e:  # the leg keeps scanning the event log; search works
             log.error("term_index_failed", exc_info=True, extra={"error": type(e).__name__})
             return
