@@ -48,16 +48,13 @@ QUERY_THREADS = 4  # segments queried at once (Chroma releases the GIL in a quer
 DROP_WAIT_S = 30.0  # a search still reading a swapped-out segment: its folder waits
 
 
-# The hot segment's size in an index too small for `hot`. Each segment costs a search
-# one more Chroma query (1 to 2 ms here): at 5,000 windows segments of 500 made a search
-# 11 ms of Chroma where one collection took 5.
+# The hot segment's size in an index too small for `hot`: each segment costs a search one
+# more Chroma query (at 5,000 windows segments of 500 took 11 ms of Chroma, one took 5).
 MIN_HOT = 1_000
 
 
-# Sizes just under a power of two. Chroma grows a segment's HNSW index to the next power
-# of two of its points and reloads it at that capacity; the heap scrub (heapscrub.py)
-# makes the whole of it resident. Segments of 40,000 held 65,536 slots: at a million
-# windows 1,014 MiB of memory for no point. 2,000 x 4 x 4 = 32,000 fits 32,768.
+# Sizes just under powers of two: Chroma holds an HNSW index at the next one, all of it
+# resident with the heap scrub (40,000 points took 65,536 slots: 1 GiB at a million).
 @dataclass(frozen=True, slots=True)
 class SegmentPolicy:
     hot: int = 2_000  # points in the hot segment before it is sealed
@@ -88,8 +85,7 @@ class SegmentPolicy:
         return min(self.cap, max(self.hot_cap(total), total // self.share))
 
     def largest(self, total: int) -> int:
-        """The size of the largest segments merges leave in an index of `total`: sealed
-        hot segments, `fanout` at a time, while they fit `merge_cap`."""
+        """The largest segments merges leave in an index of `total` (corpus_scale.py)."""
         size, limit = self.hot_cap(total), self.merge_cap(total)
         while size * self.fanout <= limit:
             size *= self.fanout
