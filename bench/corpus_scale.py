@@ -1,7 +1,7 @@
 """A collection of 10,000, 100,000 or 1,000,000 windows for bench/scale.py, in segments
 as the service leaves them, with its event log; built once, resumable.
 
-    .venv/bin/python bench/corpus_scale.py --windows 1000000 [--minutes 0]
+    .venv/bin/python bench/corpus_scale.py --windows 1000000 [--minutes 0] [--chroma server]
 
 Windows: the generated rooms of bench/corpus100k.py (runs of eval chat lines under new
 room and event ids, 20 s apart), cut by the real chunker with the shipped policy; their
@@ -33,7 +33,9 @@ import hashlib
 import json
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -47,8 +49,25 @@ BATCH = 2048  # windows per upsert round
 MESSAGE_VECTORS = evalkit.OUT_DIR / "scale-message-vectors.npz"
 
 
-def cache_dir(windows: int) -> Path:
-    return evalkit.OUT_DIR / f"scale-{windows}"
+def cache_dir(windows: int, chroma: str = "embedded") -> Path:
+    """The embedded cache (its collection in chroma/), or the server's (`chroma run`'s
+    persist dir in server/data/): the same windows and vectors either way."""
+    return evalkit.OUT_DIR / (f"scale-{windows}" if chroma == "embedded"
+                              else f"scale-{windows}-server")
+
+
+@contextmanager
+def chroma_at(cache: Path, chroma: str) -> Iterator[int | None]:
+    """The port of a `chroma run` on the server cache's persist dir, for the block's
+    length (None: embedded, nothing to start)."""
+    if chroma == "embedded":
+        yield None
+        return
+    from tests.chromaserver import chroma_server_in
+
+    (cache / "server").mkdir(parents=True, exist_ok=True)
+    with chroma_server_in(cache / "server") as server:
+        yield server.port
 
 
 def message_vectors(rooms: list[list[tuple[str, str]]]):
@@ -86,9 +105,10 @@ def window_vectors(windows, rows: dict[str, int], vectors, seed: int):
     return out
 
 
-def open_store(cache: Path, windows: int, bulk: bool):
+def open_store(cache: Path, windows: int, bulk: bool, port: int | None = None):
     """The cache's store: while bulk, every segment filled to the policy's largest size
-    for `windows` (no merges to make); else the shipped policy."""
+    for `windows` (no merges to make); else the shipped policy. `port`: a Chroma server's
+    on 127.0.0.1 (chroma_at), else the embedded folder."""
     from indexer.store.chroma import ChromaStore
     from indexer.store.eventlog import EventLog
     from indexer.store.segments import SegmentPolicy
@@ -97,18 +117,25 @@ def open_store(cache: Path, windows: int, bulk: bool):
     big = shipped.largest(windows)
     policy = SegmentPolicy(hot=big, fanout=shipped.fanout, cap=big, share=None) if bulk \
         else shipped
-    return ChromaStore(path=cache / "chroma", eventlog=EventLog(cache / "eventlog.sqlite3"),
-                       policy=policy)
+    log = EventLog(cache / "eventlog.sqlite3")
+    if port is not None:
+        return ChromaStore(host="127.0.0.1", port=port, eventlog=log, policy=policy)
+    return ChromaStore(path=cache / "chroma", eventlog=log, policy=policy)
 
 
-def build(root: Path, windows: int, minutes: float = 0.0) -> dict:
+def build(root: Path, windows: int, minutes: float = 0.0, chroma: str = "embedded") -> dict:
+    cache = cache_dir(windows, chroma)
+    cache.mkdir(parents=True, exist_ok=True)
+    with chroma_at(cache, chroma) as port:
+        return _build(root, windows, minutes, cache, port)
+
+
+def _build(root: Path, windows: int, minutes: float, cache: Path, port: int | None) -> dict:
     from indexer.pipeline.chunker import CHUNKER_VERSION, build_windows
     from indexer.pipeline.embedder import DEFAULT_BACKEND, load_embedder
     from indexer.pipeline.rebuild import expected_meta
     from indexer.store.chroma_compaction import TEXT_HOME_KEY
 
-    cache = cache_dir(windows)
-    cache.mkdir(parents=True, exist_ok=True)
     state_path = cache / "build.json"
     state = json.loads(state_path.read_text()) if state_path.exists() else {
         "windows_wanted": windows, "streams": 0, "windows": 0, "merged": False,
@@ -119,7 +146,7 @@ def build(root: Path, windows: int, minutes: float = 0.0) -> dict:
     rows, vectors = message_vectors(rooms)
     pol = corpus100k.policy()
     bulk_until = windows - windows // TAIL
-    store = open_store(cache, windows, bulk=state["windows"] < bulk_until)
+    store = open_store(cache, windows, bulk=state["windows"] < bulk_until, port=port)
     if store.count() != state["windows"]:
         raise SystemExit(f"error: {cache}: the collection holds {store.count()} windows, "
                          f"build.json says {state['windows']}; remove the folder and build "
@@ -133,7 +160,8 @@ def build(root: Path, windows: int, minutes: float = 0.0) -> dict:
     log = store.eventlog
     while state["windows"] < windows and time.monotonic() < deadline:
         if state["windows"] >= bulk_until and store.segments.policy.share is None:
-            store = open_store(cache, windows, bulk=False)  # the tail: the shipped policy
+            # the tail: the shipped policy
+            store = open_store(cache, windows, bulk=False, port=port)
             log = store.eventlog
         limit = bulk_until if state["windows"] < bulk_until else windows
         batch, streams = [], []
@@ -175,9 +203,9 @@ def build(root: Path, windows: int, minutes: float = 0.0) -> dict:
     return state
 
 
-def room_ids(windows: int) -> list[str]:
+def room_ids(windows: int, chroma: str = "embedded") -> list[str]:
     """The generated rooms of a cache (a service given it must allowlist them)."""
-    state = json.loads((cache_dir(windows) / "build.json").read_text())
+    state = json.loads((cache_dir(windows, chroma) / "build.json").read_text())
     return [f"!gen-{n:05d}:bench.local" for n in range(state["streams"])]
 
 
@@ -185,15 +213,18 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--eval-dir", default=None)
     p.add_argument("--windows", type=int, default=10_000)
+    p.add_argument("--chroma", choices=("embedded", "server"), default="embedded",
+                   help="server: the collection in a `chroma run` (started here, its "
+                        "persist dir in the cache) for bench/scale.py --chroma server")
     p.add_argument("--minutes", type=float, default=0.0,
                    help="stop after this long (resume with the same command); 0: no bound")
     args = p.parse_args(argv)
     perfkit.quiet_env()
     root = evalkit.eval_dir(args.eval_dir)
     t = time.monotonic()
-    state = build(root, args.windows, args.minutes)
+    state = build(root, args.windows, args.minutes, args.chroma)
     done = state["windows"] >= args.windows and state["merged"]
-    print(f"{cache_dir(args.windows)}: {state['windows']} windows from {state['streams']} "
+    print(f"{cache_dir(args.windows, args.chroma)}: {state['windows']} windows from {state['streams']} "
           f"generated rooms in {len(state['segments'])} segments {state['segments']}, "
           f"{state['seconds']:.0f} s of building so far (this run {time.monotonic() - t:.0f} s)"
           + ("" if done else "; run again to go on"))

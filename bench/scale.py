@@ -29,6 +29,11 @@ redact   the service stopped, in this process on the same data dir: a live room 
          minute the share of a core is CPU / 60 s. At the end every file of the data
          dir is scanned for every redacted window's old vector (none may be left).
 
+`--chroma server` runs the inproc and service parts against a `chroma run` on this host
+(the collection built into its persist dir by `bench/corpus_scale.py --chroma server`,
+the same windows and vectors), for the service's own memory when Chroma is elsewhere,
+and reports the server's beside it (bench/out/scale-N-server.json).
+
 Figures are printed and written to bench/out/scale-N.json. Unattended: every step
 prints progress; a part needs no answer. Times here (2 shared cores, load 6 to 12):
 10,000 windows about 12 minutes for the build and all parts; 100,000 and 1,000,000
@@ -66,7 +71,13 @@ def step(msg: str) -> None:
 
 # -- in process ---------------------------------------------------------------------------
 
-def inproc(windows: int, items, reps: int) -> dict:
+def inproc(windows: int, items, reps: int, chroma: str = "embedded") -> dict:
+    cache = corpus_scale.cache_dir(windows, chroma)
+    with corpus_scale.chroma_at(cache, chroma) as port:
+        return _inproc(windows, items, reps, cache, port)
+
+
+def _inproc(windows: int, items, reps: int, cache: Path, port: int | None) -> dict:
     import query
     from indexer.pipeline.embedder import DEFAULT_BACKEND, load_embedder
     from indexer.search.searcher import Searcher, SourceQuery
@@ -74,7 +85,7 @@ def inproc(windows: int, items, reps: int) -> dict:
 
     model = load_embedder("all-MiniLM-L6-v2", DEFAULT_BACKEND, evalkit.OUT_DIR / "models")
     t = time.perf_counter()
-    store = corpus_scale.open_store(corpus_scale.cache_dir(windows), windows, bulk=False)
+    store = corpus_scale.open_store(cache, windows, bulk=False, port=port)
     opened = time.perf_counter() - t
     searcher = Searcher(model, store)
     t = time.perf_counter()
@@ -121,22 +132,42 @@ def _first_answer(port: int, token: str, spawned: float, found: dict, stop: thre
 
 
 def service(windows: int, items, asks: int, push_seconds: float, redact_every: float,
-            work: Path) -> dict:
+            work: Path, chroma: str = "embedded") -> dict:
+    """The service on a copy of the cache: embedded, or as a client of a `chroma run` on
+    a copy of the server cache's persist dir (the server's memory reported beside)."""
+    from tests.chromaserver import chroma_server_in
+
+    cache = corpus_scale.cache_dir(windows, chroma)
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    if chroma == "embedded":
+        return _service(windows, items, asks, push_seconds, redact_every, work, cache, None)
+    step(f"copying the server's persist dir into {work / 'chroma-server'}")
+    shutil.copytree(cache / "server" / "data", work / "chroma-server" / "data")
+    with chroma_server_in(work / "chroma-server") as server:
+        return _service(windows, items, asks, push_seconds, redact_every, work, cache, server)
+
+
+def _service(windows: int, items, asks: int, push_seconds: float, redact_every: float,
+             work: Path, cache: Path, server) -> dict:
     import live
     import query
     import stackkit
     from tests.harness import make_stack
 
-    cache = corpus_scale.cache_dir(windows)
-    if work.exists():
-        shutil.rmtree(work)
-    work.mkdir(parents=True)
     stack = make_stack(work)
-    perfkit.apply_settings(stack.config, {
-        **stackkit.BENCH_SETTINGS, "index.compaction_interval_seconds": redact_every})
-    stackkit.write_allowlist(stack, corpus_scale.room_ids(windows) + live.push_room_ids(200))
+    settings = {**stackkit.BENCH_SETTINGS, "index.compaction_interval_seconds": redact_every}
+    if server is not None:  # on another machine, as docs/deployment.md has it: no
+        # persist_dir (the service does not reach the server's folder)
+        settings.update({"index.chroma.mode": "server", "index.chroma.host": "127.0.0.1",
+                         "index.chroma.port": server.port})
+    perfkit.apply_settings(stack.config, settings)
+    rooms = corpus_scale.room_ids(windows, "embedded" if server is None else "server")
+    stackkit.write_allowlist(stack, rooms + live.push_room_ids(200))
     step(f"copying the cache into {stack.data_dir}")
-    shutil.copytree(cache / "chroma", stack.data_dir / "chroma")
+    if server is None:
+        shutil.copytree(cache / "chroma", stack.data_dir / "chroma")
     shutil.copy2(cache / "eventlog.sqlite3", stack.data_dir / "eventlog.sqlite3")
     # The model's ONNX export, as a running deployment has it (made once per data dir).
     shutil.copytree(evalkit.OUT_DIR / "models", stack.data_dir / "models", dirs_exist_ok=True)
@@ -169,6 +200,10 @@ def service(windows: int, items, asks: int, push_seconds: float, redact_every: f
         status = perfkit.proc_status(pid)
         out["vm_rss_mib"], out["vm_hwm_mib"] = (round(status["VmRSS"] / 1024),
                                                 round(status["VmHWM"] / 1024))
+        if server is not None:
+            status = perfkit.proc_status(server.pid)
+            out["chroma_server"] = {"vm_rss_mib": round(status["VmRSS"] / 1024),
+                                    "vm_hwm_mib": round(status["VmHWM"] / 1024)}
         # The push measures the steady state: at a million windows the asks above come
         # while the postings still build (minutes), and a push then is a different test.
         out["postings_build_s"] = _postings_ready(stack.service.log_path)
@@ -182,6 +217,7 @@ def service(windows: int, items, asks: int, push_seconds: float, redact_every: f
         out["push_200"]["copies"] = [{"points": int(c["points"]),
                                       "seconds": float(c["seconds"])} for c in copies]
         status = perfkit.proc_status(pid)
+        out["vm_rss_after_push_mib"] = round(status["VmRSS"] / 1024)
         out["vm_hwm_after_push_mib"] = round(status["VmHWM"] / 1024)
     finally:
         stack.service.stop()
@@ -370,6 +406,9 @@ def summary(r: dict) -> list[str]:
                    f" !sources p95 1 text {rt['sentences_1']['p95_ms']:.0f} ms, 8 texts "
                    f"{rt['sentences_8']['p95_ms']:.0f} ms; VmRSS {x['vm_rss_mib']} MiB, VmHWM "
                    f"{x['vm_hwm_mib']} MiB")
+        if "chroma_server" in x:
+            out.append(f"the Chroma server beside it: VmRSS {x['chroma_server']['vm_rss_mib']}"
+                       f" MiB, VmHWM {x['chroma_server']['vm_hwm_mib']} MiB")
         out.append(f"200 msg/s, {p['redactions']} redactions during it: freshness "
                    f"p95 {p['freshness']['p95_ms']:.0f} ms, {p['indexed']}/{p['messages']} "
                    f"indexed, {len(p['copies'])} segment copies during it")
@@ -395,22 +434,31 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=5, help="redactions of recent messages")
     p.add_argument("--live", type=int, default=600, help="messages of the live room")
     p.add_argument("--work", default=None)
+    p.add_argument("--chroma", choices=("embedded", "server"), default="embedded",
+                   help="server: the collection in a `chroma run` on this host (inproc and "
+                        "service parts; redact is embedded only)")
     args = p.parse_args(argv)
     perfkit.quiet_env()
     root = evalkit.eval_dir(args.eval_dir)
     items = evalkit.load_items(root / "dev")
     parts = args.parts.split(",")
-    work = Path(args.work or evalkit.OUT_DIR / f"scale-{args.windows}-stack")
+    server = args.chroma == "server"
+    if server and "redact" in parts:
+        p.error("--chroma server: the redact part is embedded only; give --parts "
+                "inproc,service")
+    name = f"scale-{args.windows}" + ("-server" if server else "")
+    work = Path(args.work or evalkit.OUT_DIR / f"{name}-stack")
     started = time.monotonic()
     step(f"the {args.windows}-window collection (bench/corpus_scale.py; built if missing)")
-    state = corpus_scale.build(root, args.windows)
-    report: dict = {"benchmark": "scale", "windows": args.windows, "machine": perfkit.machine(),
+    state = corpus_scale.build(root, args.windows, chroma=args.chroma)
+    report: dict = {"benchmark": "scale", "windows": args.windows, "chroma": args.chroma,
+                    "machine": perfkit.machine(),
                     "load_average_before": perfkit.load_average(), "build": state}
     if "inproc" in parts:
-        report["inproc"] = inproc(args.windows, items, args.reps)
+        report["inproc"] = inproc(args.windows, items, args.reps, args.chroma)
     if "service" in parts:
         report["service"] = service(args.windows, items, args.asks, args.push_seconds,
-                                    args.redact_every, work)
+                                    args.redact_every, work, args.chroma)
     if "redact" in parts:
         data = Path(report.get("service", {}).get("data_dir") or work / "data")
         if not data.exists():
@@ -418,7 +466,7 @@ def main(argv: list[str] | None = None) -> int:
         report["redact"] = redact(data, args.rounds, args.live)
     report["load_average_after"] = perfkit.load_average()
     report["seconds"] = round(time.monotonic() - started)
-    path = perfkit.write_report(f"scale-{args.windows}", report)
+    path = perfkit.write_report(name, report)
     for line in summary(report):
         print(line)
     print(f"{report['seconds']} s in all; wrote {path}\n\n" + perfkit.attribution(root))

@@ -21,6 +21,7 @@ from .harness import free_port
 class ChromaServer:
     port: int
     data: Path  # its persist dir
+    pid: int = 0
 
 
 @contextmanager
@@ -49,7 +50,7 @@ def chroma_server_in(path: Path) -> Iterator[ChromaServer]:
         log.close()
         raise RuntimeError("chroma run did not start:\n" + (path / "server.log").read_text())
     try:
-        yield ChromaServer(port, path / "data")
+        yield ChromaServer(port, path / "data", proc.pid)
     finally:
         proc.terminate()
         try:
