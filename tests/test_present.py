@@ -319,6 +319,46 @@ def test_the_first_hits_are_the_same_whether_few_or_all_are_asked_for(wide_world
         assert [h.to_json() for h in few] == [h.to_json() for h in every], q
 
 
+def _quoted_second(world, events: list[dict]) -> str:
+    """The line quoted after the question when two lines are quoted."""
+    admit(world, events)
+    _, _, searcher, _ = world
+    searcher.presenter.shown_lines = 2
+    [hit, *_] = searcher.search(SourceQuery.build([QUESTION], top_k=3))
+    assert hit.shown[0].event_id == "$q"
+    return hit.shown[1].event_id
+
+
+def test_of_two_responses_saying_the_same_the_one_asked_back_is_not_quoted(
+        wide_world, monkeypatch):
+    """A response that is itself a question ("...then?") is asking back, not answering:
+    `ASKS_BACK` puts it after a response of the same words that says it. The two tie on
+    everything else (the hash embedder reads no punctuation), so without the rule the
+    earlier one, the question, is quoted."""
+    events = [event("$q", ALICE, T0, QUESTION),
+              event("$r1", BOB, T0 + 60_000,
+                    "alice: the global cache factor in homeserver.yaml then?"),
+              event("$r2", CAROL, T0 + 120_000,
+                    "alice: the global cache factor in homeserver.yaml then.")]
+    assert _quoted_second(wide_world, events) == "$r2"
+    monkeypatch.setattr(present, "ASKS_BACK", 1.0)
+    assert _quoted_second(wide_world, []) == "$r1"
+
+
+def test_an_answer_in_the_questions_own_words_is_quoted(wide_world, monkeypatch):
+    """"raise factor higher" names what was asked and adds a word: an answer, not an
+    echo of the question (`ECHO`: under 30% words of its own; this one has a third),
+    quoted before a line that says less about it. At the earlier 34% it was taken for
+    an echo and quoted last."""
+    events = [event("$q", ALICE, T0, QUESTION),
+              event("$r1", CAROL, T0 + 60_000, "raise factor higher"),
+              event("$r2", BOB, T0 + 120_000, "alice: my small server was slow for months too")]
+    assert _quoted_second(wide_world, events) == "$r1"
+    monkeypatch.setattr(present, "ECHO",
+                        present.NOVELTY_FLOOR + (1 - present.NOVELTY_FLOOR) * 0.34)
+    assert _quoted_second(wide_world, []) == "$r2"
+
+
 class CompanyEmbedder(HashEmbedder):
     """Like the int8 model, a text's vector moves with the other texts of its call."""
 

@@ -66,8 +66,13 @@ RESPONSE_FLOOR = 0.05  # a response inside the window (the conversation it is in
 LINE_FLOOR = 0.3
 NOVELTY_FLOOR = 0.5  # the weight left to a line made only of the query's words
 # A line whose own words are at most this share of it echoes the question: it is quoted
-# only when nothing else responds, like "yes".
-ECHO = NOVELTY_FLOOR + (1 - NOVELTY_FLOOR) * 0.34
+# only when nothing else responds, like "yes". Under a third: "Cast it to android
+# driver", a third of its words new, answers in the question's own terms.
+ECHO = NOVELTY_FLOOR + (1 - NOVELTY_FLOOR) * 0.3
+# A response that is itself a question ("what's the URL?") asks back more often than it
+# answers: its score is weighed down this much (docs/benchmarks.md: shown@1 on the
+# three dev sets; 0.85 to 0.9 gained, 0.8 and below cost Slack).
+ASKS_BACK = 0.9
 ONCE_BY = "rank"  # which hit keeps an answer linked under several: rank, meaning, time
 STUFFED_WORDS, STUFFED_DISTINCT = 6, 0.5  # 6+ words, under half of them distinct
 CACHE_LINES = 8192  # line vectors kept in memory (about 12 MiB at 384 dimensions)
@@ -245,7 +250,8 @@ class Presenter:
             to_query, to_question = float((v @ queries.T).max()), float(v @ vecs[anchor])
             if max(to_query, to_question) < (ANSWER_FLOOR if rule else RESPONSE_FLOOR):
                 continue
-            scored.append((m, rule, (to_query + to_question) * _novelty(m.body, asked)))
+            scored.append((m, rule, (to_query + to_question) * _novelty(m.body, asked)
+                           * _asks_back(m.body)))
         answers = [(m, rule) for m, rule, _ in scored if rule]
         ranked = sorted(range(len(scored)), key=lambda i: (
             not _says_something(scored[i][0], asked), -scored[i][2], i))
@@ -319,6 +325,11 @@ def _once(answers: list[tuple[list[tuple[Message, str]], set]],
             owner[m.event_id] = min(owner.get(m.event_id, key), key)  # key ends in i
     return [([a for a in found if owner[a[0].event_id][-1] == i], ids)
             for i, (found, ids) in enumerate(answers)]
+
+
+def _asks_back(body: str) -> float:
+    """ASKS_BACK for a line that is itself a question, else 1."""
+    return ASKS_BACK if body.rstrip().endswith("?") else 1.0
 
 
 def _novelty(body: str, asked: set[str]) -> float:
