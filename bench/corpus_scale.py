@@ -224,7 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     t = time.monotonic()
     state = build(root, args.windows, args.minutes, args.chroma)
     done = state["windows"] >= args.windows and state["merged"]
-    print(f"{cache_dir(args.windows, args.chroma)}: {state['windows']} windows from {state['streams']} "
+    print(f"{cache_dir(args.windows, args.chroma)}: {state['windows']} windows from "
+          f"{state['streams']} "
           f"generated rooms in {len(state['segments'])} segments {state['segments']}, "
           f"{state['seconds']:.0f} s of building so far (this run {time.monotonic() - t:.0f} s)"
           + ("" if done else "; run again to go on"))

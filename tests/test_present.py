@@ -380,3 +380,25 @@ def test_a_lines_vector_does_not_depend_on_the_cache_or_the_texts_beside_it(tmp_
     assert (got == fresh).all()
     alone = Presenter(None, CompanyEmbedder())._vectors(["reboot into the live usb"])
     assert (got[1] == alone[0]).all()
+
+
+def test_a_matched_link_brings_the_explanation_its_sender_wrote_before_it(
+        wide_world, monkeypatch):
+    """bob explains, then posts the link; the query matches the link's words, not the
+    explanation's. The explanation is quoted with it (`_said_before`); without the
+    rule it is not quoted at all (nothing responds to bob but a thanks)."""
+    link = "https://example.org/synapse/docs/caches/global_factor"
+    events = [event("$q", ALICE, T0, "my homeserver runs out of memory on a small box"),
+              event("$b1", BOB, T0 + 60_000, "alice: lower global_factor, every cache sizes by it"),
+              event("$b2", BOB, T0 + 70_000, link),
+              event("$d", DAVE, T0 + 120_000, "bob: thanks, I will read it tonight")]
+    admit(wide_world, events)
+    _, _, searcher, _ = wide_world
+
+    def quoted() -> list[str]:
+        [hit, *_] = searcher.search(SourceQuery.build(["synapse docs caches"], top_k=3))
+        return [ln.event_id for ln in hit.shown]
+
+    assert quoted()[:2] == ["$b1", "$b2"]
+    monkeypatch.setattr(present, "_said_before", lambda window, anchor: [])
+    assert "$b1" not in quoted()

@@ -73,6 +73,7 @@ ECHO = NOVELTY_FLOOR + (1 - NOVELTY_FLOOR) * 0.3
 # answers: its score is weighed down this much (docs/benchmarks.md: shown@1 on the
 # three dev sets; 0.85 to 0.9 gained, 0.8 and below cost Slack).
 ASKS_BACK = 0.9
+_LINK = re.compile(r"https?://", re.I)
 ONCE_BY = "rank"  # which hit keeps an answer linked under several: rank, meaning, time
 STUFFED_WORDS, STUFFED_DISTINCT = 6, 0.5  # 6+ words, under half of them distinct
 CACHE_LINES = 8192  # line vectors kept in memory (about 12 MiB at 384 dimensions)
@@ -244,6 +245,7 @@ class Presenter:
         cands = [(m, "", vecs[i]) for i, m in enumerate(window)
                  if i > anchor and m.event_id in linked]
         cands += [(m, rule, avecs[j]) for j, (m, rule) in enumerate(answers)]
+        cands += [(window[i], "", vecs[i]) for i in _said_before(window, anchor)]
         asked = set(evidence.weights) | set(tokens(question.body))
         scored = []
         for m, rule, v in cands:
@@ -325,6 +327,21 @@ def _once(answers: list[tuple[list[tuple[Message, str]], set]],
             owner[m.event_id] = min(owner.get(m.event_id, key), key)  # key ends in i
     return [([a for a in found if owner[a[0].event_id][-1] == i], ids)
             for i, (found, ids) in enumerate(answers)]
+
+
+def _said_before(window: Sequence[Message], anchor: int) -> list[int]:
+    """When the matched line is a link that asks nothing (no "?"), the lines its sender
+    wrote just before it, no one else between: the link ends an answer, and they are
+    its explanation (a link matches by the words of its URL, its explanation by
+    meaning). Not for other lines: a question's own lines before or after its matched
+    one then crowded out the answers (docs/benchmarks.md)."""
+    if "?" in window[anchor].body or not _LINK.search(window[anchor].body):
+        return []
+    out, i = [], anchor - 1
+    while i >= 0 and window[i].sender == window[anchor].sender:
+        out.append(i)
+        i -= 1
+    return out[::-1]
 
 
 def _asks_back(body: str) -> float:
