@@ -18,7 +18,7 @@ tokenizer (tokens.py):
   term matches a key equal to it, or, as a prefix stem, a word starting with it.
 
 Layout, for memory (a few tens of MB at 100,000 windows): each window has a slot
-number (slotids.py: window ids packed, not a dict of strings); a key's postings are one int (a single slot) or an array of
+number; a key's postings are one int (a single slot) or an array of
 slot << TF_BITS | term frequency. A window written again gets a new slot and its old
 one is marked dead; dead postings are dropped when they outnumber the live ones.
 """
@@ -35,7 +35,6 @@ from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence
 import numpy as np
 
 from ..records import CORPUS_CHAT, CORPUS_REFERENCE, Window
-from .slotids import SlotIds
 from .tokens import is_word, keys, matches
 
 if TYPE_CHECKING:
@@ -97,7 +96,8 @@ class TermIndex:
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
-        self._ids = SlotIds()
+        self._slot: dict[str, int] = {}
+        self._ids: list[str | None] = []
         self._codes: dict[str, int] = {}  # room and corpus names -> small ints
         self._room = _Column(np.uint32)
         self._corpus = _Column(np.uint32)
@@ -149,7 +149,7 @@ class TermIndex:
             self.ready.set()  # an empty collection is fully indexed
 
     def __init_state(self) -> None:
-        self._ids, self._codes = SlotIds(), {}
+        self._slot, self._ids, self._codes = {}, [], {}
         self._room, self._corpus, self._live = (_Column(np.uint32), _Column(np.uint32),
                                                 _Column(np.bool_))
         self._key = _Column(np.uint64)
@@ -159,7 +159,9 @@ class TermIndex:
 
     def _put(self, wid: str, parts: list[str], meta: dict) -> None:
         self._kill(wid)
-        slot = self._ids.add(wid)
+        slot = len(self._ids)
+        self._slot[wid] = slot
+        self._ids.append(wid)
         self._room.set(slot, self._code(str(meta.get("room_id", ""))))
         self._corpus.set(slot, self._code(str(meta.get("corpus", ""))))
         self._live.set(slot, True)
@@ -186,50 +188,54 @@ class TermIndex:
         return code
 
     def _kill(self, wid: str) -> None:
-        slot = self._ids.remove(wid)
+        slot = self._slot.pop(wid, None)
         if slot is not None:
+            self._ids[slot] = None
             self._live.set(slot, False)
             self._dead += 1
 
     def _maybe_compact(self) -> None:
-        if self._dead > max(len(self._ids), 10_000):
+        if self._dead > max(len(self._slot), 10_000):
             self._compact()
 
     def _compact(self) -> None:
         """Drop dead slots: renumber the live ones, rewrite every key's postings."""
         started = time.monotonic()
-        n = self._ids.n
-        live = self._live.data[:n].copy()
-        remap = self._ids.compact()  # old slot -> new, -1 where dead
-        held = int(live.sum())
-        for column in (self._room, self._corpus, self._key):
-            column.data = column.data[:n][live]
-        self._live = _Column(np.bool_)
-        self._live.data = np.zeros(max(held, 1024), dtype=np.bool_)
-        self._live.data[:held] = True
-        self._length = array("I", np.frombuffer(self._length, dtype=np.uint32)[:n][live]
-                             .tobytes())
+        remap: dict[int, int] = {}
+        ids: list[str | None] = []
+        room, corpus, live = _Column(np.uint32), _Column(np.uint32), _Column(np.bool_)
+        id_keys = _Column(np.uint64)
+        length = array("I")
+        for old, wid in enumerate(self._ids):
+            if wid is not None:
+                new = remap[old] = len(ids)
+                ids.append(wid)
+                room.set(new, int(self._room.data[old]))
+                corpus.set(new, int(self._corpus.data[old]))
+                live.set(new, True)
+                id_keys.set(new, int(self._key.data[old]))
+                length.append(self._length[old])
         post: dict[str, int | array] = {}
         postings = 0
         for key, got in self._post.items():
-            values = np.array([got], dtype=np.int64) if isinstance(got, int) else \
-                np.frombuffer(got, dtype=np.uint32).astype(np.int64)
-            moved = remap[values >> TF_BITS]
-            keep = moved >= 0
-            if not keep.any():
+            kept = [remap[v >> TF_BITS] << TF_BITS | (v & TF_MAX)
+                    for v in ((got,) if isinstance(got, int) else got)
+                    if (v >> TF_BITS) in remap]
+            if not kept:
                 heads = self._heads.get(key[:HEAD])
                 if heads is not None:
                     heads.discard(key)
                     if not heads:
                         del self._heads[key[:HEAD]]
                 continue
-            kept = moved[keep] << TF_BITS | values[keep] & TF_MAX
-            post[key] = int(kept[0]) if len(kept) == 1 else \
-                array("I", kept.astype(np.uint32).tobytes())
+            post[key] = kept[0] if len(kept) == 1 else array("I", kept)
             postings += len(kept)
+        self._ids, self._room, self._corpus, self._length = ids, room, corpus, length
+        self._live, self._key = live, id_keys
+        self._slot = {wid: i for i, wid in enumerate(ids)}
         self._post, self._postings, self._dead = post, postings, 0
         log.debug("term_index_compacted", extra={
-            "windows": held, "keys": len(post), "postings": postings,
+            "windows": len(ids), "keys": len(post), "postings": postings,
             "seconds": round(time.monotonic() - started, 3)})
 
     # -- the build, from the collection --------------------------------------------
@@ -259,7 +265,6 @@ class TermIndex:
         finally:
             with self._lock:
                 self._touched = None
-                self._ids.fold()  # the latest ids' strings into the packed arrays
         self.ready.set()
         return True
 
@@ -277,7 +282,7 @@ class TermIndex:
     def count(self) -> int:
         """Live windows: the collection's size, which idf is taken against."""
         with self._lock:
-            return len(self._ids)
+            return len(self._slot)
 
     def postings(self, base: str, prefix: bool,
                  where: dict | None = None) -> dict[str, int] | None:
@@ -335,11 +340,12 @@ class TermIndex:
     def slots(self) -> int:
         """Slots in use (live and dead): the size of a per-slot array."""
         with self._lock:
-            return self._ids.n
+            return len(self._ids)
 
     def ids_of(self, slots: np.ndarray) -> list[str]:
         with self._lock:
-            return self._ids.ids_of(slots)
+            ids = self._ids
+            return [ids[s] for s in slots.tolist()]  # type: ignore[misc]
 
     def slot_keys(self, slots: np.ndarray) -> np.ndarray:
         """id_key of each slot's window id."""
@@ -354,12 +360,11 @@ class TermIndex:
 
     def lengths(self, ids: Iterable[str]) -> dict[str, int]:
         with self._lock:
-            slots = {w: self._ids.get(w) for w in ids}
-            return {w: self._length[s] for w, s in slots.items() if s is not None}
+            return {w: self._length[self._slot[w]] for w in ids if w in self._slot}
 
     def stats(self) -> dict:
         with self._lock:
-            return {"windows": len(self._ids), "keys": len(self._post),
+            return {"windows": len(self._slot), "keys": len(self._post),
                     "postings": self._postings, "dead_slots": self._dead,
                     "ready": self.ready.is_set()}
 
