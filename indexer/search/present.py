@@ -6,7 +6,8 @@
         --linkage.py--> the later messages that respond to the asker's lines, from
                         whichever window they are in, within the horizon
         --encode--> the lines to quote: the matched question, then the responses by
-                    others that say most about it, chosen by meaning
+                    others that say most about it, chosen by meaning (when the matched
+                    line is a link, also what its sender wrote just before it)
 
 A response's score is its cosine similarity to the nearest query text plus its
 similarity to the matched question (an answer often shares no words with the query
