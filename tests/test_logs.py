@@ -33,3 +33,25 @@ def test_setup_is_idempotent_and_keeps_other_handlers(monkeypatch):
         root.removeHandler(other)
         for h in [h for h in root.handlers if h not in before]:
             root.removeHandler(h)
+
+
+def test_a_refused_join_is_one_line_naming_the_room_the_errcode_and_the_fix(caplog):
+    """A room the homeserver will not let the bot join is logged as one line, without
+    a traceback (an allowlist of unreachable rooms logged 9,528 of them at every
+    start); an unexpected error keeps its traceback."""
+    from mautrix.errors import MUnknown
+
+    from appservice.homeserver.service import join_failed
+    from appservice.logs import KeyValueFormatter
+
+    caplog.set_level(logging.WARNING, logger="matrix_sources")
+    join_failed("!gone:example.org", MUnknown(
+        400, "Can't join remote room because no servers that are in the room have been "
+        "provided."))
+    join_failed("!odd:example.org", RuntimeError("boom"))
+    refused, odd = caplog.records[-2:]
+    line = KeyValueFormatter().format(refused)
+    assert "\n" not in line and refused.exc_info is None
+    assert "room_id=!gone:example.org" in line and "errcode=M_UNKNOWN" in line
+    assert "take the room off the allowlist" in line
+    assert odd.exc_info is not None and "RuntimeError: boom" in KeyValueFormatter().format(odd)

@@ -55,6 +55,19 @@ HOMESERVER_RETRY_MAX = 30.0  # seconds between whoami attempts while Synapse is 
 JOINS_AT_ONCE = 32  # allowlisted rooms joined (and their state learnt) at once at start
 
 
+def join_failed(room_id: str, e: Exception) -> None:
+    """A room the homeserver would not let the bot join: one line with its errcode,
+    reason and fix, no traceback (an allowlist of rooms it cannot reach logged a
+    traceback per room at every start: 9,528 of them in bench/scale.py's log); any
+    other error, with its traceback."""
+    if isinstance(e, MatrixRequestError):
+        log.warning("join_failed", extra={
+            "room_id": room_id, "errcode": e.errcode, "reason": e.message,
+            "fix": "invite the bot, or take the room off the allowlist"})
+    else:
+        log.warning("join_failed", exc_info=e, extra={"room_id": room_id})
+
+
 class StartupError(RuntimeError):
     """A start-up failure whose message says how to fix it."""
 
@@ -287,8 +300,8 @@ class Service:
                 if room_id not in joined:
                     try:
                         await self.az.intent.join_room_by_id(room_id)
-                    except MatrixError:
-                        log.warning("join_failed", exc_info=True, extra={"room_id": room_id})
+                    except MatrixError as e:
+                        join_failed(room_id, e)
                         return
                 await self._learn_or_retry(room_id)
 
@@ -369,8 +382,8 @@ class Service:
                 continue
             try:
                 await self.az.intent.join_room_by_id(room_id)
-            except Exception:
-                log.warning("join_failed", exc_info=True, extra={"room_id": room_id})
+            except Exception as e:
+                join_failed(room_id, e)
                 continue
             await self._learn_or_retry(room_id)
 
