@@ -126,6 +126,11 @@ def open_store(cache: Path, windows: int, bulk: bool, port: int | None = None):
 def build(root: Path, windows: int, minutes: float = 0.0, chroma: str = "embedded") -> dict:
     cache = cache_dir(windows, chroma)
     cache.mkdir(parents=True, exist_ok=True)
+    done = cache / "build.json"
+    if done.exists():  # built: no server to start for it
+        state = json.loads(done.read_text())
+        if state["windows"] >= windows and state["merged"]:
+            return state
     with chroma_at(cache, chroma) as port:
         return _build(root, windows, minutes, cache, port)
 
