@@ -402,3 +402,39 @@ def test_a_matched_link_brings_the_explanation_its_sender_wrote_before_it(
     assert quoted()[:2] == ["$b1", "$b2"]
     monkeypatch.setattr(present, "_said_before", lambda window, anchor: [])
     assert "$b1" not in quoted()
+
+
+def test_a_back_and_forth_past_the_horizon_carries_the_answer_to_the_follow_up(
+        world, monkeypatch):
+    """bob asks back within the hour; alice answers him by name two days later; bob
+    answers her the day after (past 24 h from the question, and from bob's first
+    response). His answer is the conversation's: carried, and quoted. A stranger's
+    line right after alice's follow-up is not (only the people she answers back).
+    Without the rule (DIALOGUE_HOPS 0) the answer is not carried at all."""
+    events = question_and_chat() + [
+        event("$b1", BOB, T0 + HOUR, "alice: which version of synapse is it?"),
+        event("$q2", ALICE, T0 + 46 * HOUR, "bob: 1.98, and the cache factor is still 0.5"),
+        event("$s", CAROL, T0 + 46 * HOUR + 60_000, "has anyone seen the new bridge docs?"),
+        event("$a", BOB, T0 + 66 * HOUR, f"alice: {ANSWER}"),
+    ]
+    admit(world, events)
+
+    def answers() -> list[str]:
+        return [a.event_id for a in carrier(world).answers]
+
+    assert answers() == ["$b1", "$a"]
+    assert "$a" in carrier(world).to_json()["shown_event_ids"]
+    monkeypatch.setattr(present, "DIALOGUE_HOPS", 0)
+    assert answers() == ["$b1"]
+
+
+def test_a_follow_up_to_someone_else_does_not_continue_the_conversation(world):
+    """alice's later line is addressed to dave, who never responded: bob's later line
+    (past the horizon) is not an answer to her question."""
+    events = question_and_chat() + [
+        event("$b1", BOB, T0 + HOUR, "alice: which version of synapse is it?"),
+        event("$q2", ALICE, T0 + 46 * HOUR, "dave: is the bridge back up?"),
+        event("$a", BOB, T0 + 66 * HOUR, f"alice: {ANSWER}"),
+    ]
+    admit(world, events)
+    assert [a.event_id for a in carrier(world).answers] == ["$b1"]

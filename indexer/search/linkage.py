@@ -17,6 +17,10 @@ A's message `q` when, within the horizon (hours and messages after `q`):
     more       m follows a response of the same person with nothing by a third
                person between, and addresses nobody else (answers come in bursts)
 
+A back and forth goes on past the horizon: when A answers back to one who responded,
+that person's responses to the follow-up are the question's too (present.py,
+`Presenter._dialogue`).
+
 Only A's own messages are ever answered by these rules; a message by A is never its
 own answer, and a Matrix reply answers the message it replies to, no other. Linkage is computed when a hit is presented, from the event log as it is
 then: an edit or a redaction of an answer reaches every hit that carries it.

@@ -34,6 +34,21 @@ class TimelineReads:
                          tuple(UserID(u) for u in (r[6] or "").split())),
                  EventID(r[7]) if r[7] else None) for r in rows]
 
+    def said_by(self, room_id: RoomID, thread_root: EventID | None, sender: UserID,
+                since_ts: int, until_ts: int, limit: int) -> list[Message]:
+        """What one person said in a timeline (as timeline_after, without the threads
+        of `roots`) after `since_ts` up to `until_ts`, in order; at most `limit`."""
+        with self.db.locked() as db:
+            rows = db.execute(
+                "SELECT event_id, room_id, sender, ts, body, reply_to, mentions"
+                " FROM events WHERE room_id = ? AND status = ? AND ts > ? AND ts <= ?"
+                " AND sender = ? AND COALESCE(thread_root, '') = ? ORDER BY ts, seq LIMIT ?",
+                (room_id, EventStatus.INDEXED.value, since_ts, until_ts, sender,
+                 thread_root or "", limit)).fetchall()
+        return [Message(EventID(r[0]), RoomID(r[1]), UserID(r[2]), r[3], r[4] or "",
+                        EventID(r[5]) if r[5] else None,
+                        tuple(UserID(u) for u in (r[6] or "").split())) for r in rows]
+
     def thread_root_of(self, event_id: EventID) -> EventID | None:
         with self.db.locked() as db:
             row = db.execute("SELECT thread_root FROM events WHERE event_id = ?",
