@@ -74,6 +74,9 @@ ECHO = NOVELTY_FLOOR + (1 - NOVELTY_FLOOR) * 0.3
 # answers: its score is weighed down this much (docs/benchmarks.md: shown@1 on the
 # three dev sets; 0.85 to 0.9 gained, 0.8 and below cost Slack).
 ASKS_BACK = 0.9
+TAG_WORDS = 2  # "..., no?", "..., right?": a statement with a tag, not a question
+# A question back is quoted after what its sender said later (not asking).
+SUPERSEDED = True
 # A back and forth is followed this many follow-ups of the asker's past the question.
 DIALOGUE_HOPS = 3
 _LINK = re.compile(r"https?://", re.I)
@@ -330,8 +333,10 @@ class Presenter:
             scored.append((m, rule, (to_query + to_question) * _novelty(m.body, asked)
                            * _asks_back(m.body)))
         answers = [(m, rule) for m, rule, _ in scored if rule]
+        later_said = _said_after([m for m, _, _ in scored])
         ranked = sorted(range(len(scored)), key=lambda i: (
-            not _says_something(scored[i][0], asked), -scored[i][2], i))
+            not _says_something(scored[i][0], asked),
+            SUPERSEDED and scored[i][0].event_id in later_said, -scored[i][2], i))
         picked = [(scored[i][0], scored[i][1]) for i in ranked[:self.shown_lines - 1]]
         if len(picked) < self.shown_lines - 1:  # few responses: the window's lines that
             sims = (vecs @ queries.T).max(axis=1)  # speak to the query, if any
@@ -428,9 +433,26 @@ def _said_before(window: Sequence[Message], anchor: int) -> list[int]:
     return out[::-1]
 
 
+def _said_after(lines: Sequence[Message]) -> set[EventID]:
+    """The lines asking back whose sender said more later among `lines`, not asking:
+    what they asked was answered, and what they said then is the answer."""
+    last_said = {}
+    for m in lines:
+        if _asks_back(m.body) == 1.0:
+            last_said[m.sender] = max(last_said.get(m.sender, m.ts), m.ts)
+    return {m.event_id for m in lines
+            if _asks_back(m.body) != 1.0 and last_said.get(m.sender, -1) > m.ts}
+
+
 def _asks_back(body: str) -> float:
-    """ASKS_BACK for a line that is itself a question, else 1."""
-    return ASKS_BACK if body.rstrip().endswith("?") else 1.0
+    """ASKS_BACK for a line that is itself a question, else 1. A statement closed by a
+    tag ("..., no?", "..., right?") states: it is not a question back."""
+    text = body.rstrip()
+    if not text.endswith("?"):
+        return 1.0
+    head, comma, tag = text.rpartition(",")
+    return 1.0 if comma and len(tag.split()) <= TAG_WORDS and len(head.split()) > TAG_WORDS \
+        else ASKS_BACK
 
 
 def _novelty(body: str, asked: set[str]) -> float:
