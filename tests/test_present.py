@@ -438,3 +438,33 @@ def test_a_follow_up_to_someone_else_does_not_continue_the_conversation(world):
     ]
     admit(world, events)
     assert [a.event_id for a in carrier(world).answers] == ["$b1"]
+
+
+def test_a_question_back_is_quoted_after_what_its_sender_said_once_answered(
+        wide_world, monkeypatch):
+    """bob asks back in the question's own words (the closest line), alice answers
+    him, then bob says what to do. His question back was answered: what he said then
+    is quoted (`SUPERSEDED`); without the rule the question back is."""
+    events = [event("$q", ALICE, T0, QUESTION),
+              event("$r1", BOB, T0 + 60_000,
+                    "alice: do you raise the cache factor of the state cache on a small "
+                    "server with little memory?"),
+              event("$r2", ALICE, T0 + 120_000, "bob: yes, 2 GB of memory"),
+              event("$r3", BOB, T0 + 180_000, "alice: then set the global factor to 2.0")]
+    assert _quoted_second(wide_world, events) == "$r3"
+    monkeypatch.setattr(present, "SUPERSEDED", False)
+    assert _quoted_second(wide_world, []) == "$r1"
+
+
+def test_a_statement_closed_by_a_tag_is_not_a_question_back(wide_world, monkeypatch):
+    """"..., right?" states and asks for a nod: it ties with the same words said
+    flat and, the earlier, is quoted; taken for a question back (`TAG_WORDS` 0) it
+    would go after."""
+    events = [event("$q", ALICE, T0, QUESTION),
+              event("$r1", BOB, T0 + 60_000,
+                    "alice: the global cache factor in homeserver.yaml, right?"),
+              event("$r2", CAROL, T0 + 120_000,
+                    "alice: the global cache factor in homeserver.yaml right.")]
+    assert _quoted_second(wide_world, events) == "$r1"
+    monkeypatch.setattr(present, "TAG_WORDS", 0)
+    assert _quoted_second(wide_world, []) == "$r2"
