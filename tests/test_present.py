@@ -21,7 +21,7 @@ from indexer.ingest.history import History
 from indexer.ingest.admit import Ingest
 from indexer.store.journal import Journal
 from indexer.pipeline.pipeline import Pipeline
-from indexer.search import present
+from indexer.search import conversation, present
 from indexer.search.present import Presenter
 from indexer.records import Hit
 from indexer.search.searcher import Searcher, SourceQuery
@@ -424,7 +424,7 @@ def test_a_back_and_forth_past_the_horizon_carries_the_answer_to_the_follow_up(
 
     assert answers() == ["$b1", "$a"]
     assert "$a" in carrier(world).to_json()["shown_event_ids"]
-    monkeypatch.setattr(present, "DIALOGUE_HOPS", 0)
+    monkeypatch.setattr(conversation, "DIALOGUE_HOPS", 0)
     assert answers() == ["$b1"]
 
 

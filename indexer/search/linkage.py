@@ -18,8 +18,8 @@ A's message `q` when, within the horizon (hours and messages after `q`):
                person between, and addresses nobody else (answers come in bursts)
 
 A back and forth goes on past the horizon: when A answers back to one who responded,
-that person's responses to the follow-up are the question's too (present.py,
-`Presenter._dialogue`).
+that person's responses to the follow-up are the question's too (conversation.py,
+`Conversations._dialogue`).
 
 Only A's own messages are ever answered by these rules; a message by A is never its
 own answer, and a Matrix reply answers the message it replies to, no other. Linkage is computed when a hit is presented, from the event log as it is
