@@ -52,7 +52,7 @@ def capture(presenter, hits, query_vectors, floor, evidence) -> list[dict]:
         anchor = int(np.argmax(np.where(fair, line_sims, -2.0) if fair.any() else line_sims))
         sim = h.similarity if h.similarity is not None else -1.0
         key = (1 - present.LINE_WEIGHT) * sim + present.LINE_WEIGHT * float(line_sims[anchor])
-        plan = presenter._plan(h, w)
+        plan = presenter.conversations.plan(h, w)
         outside, linked = presenter._answers(plan, anchor)
         inside = [(m, vecs[i]) for i, m in enumerate(w) if i > anchor and m.event_id in linked]
         avecs = presenter._vectors([m.body for m, _ in outside])
