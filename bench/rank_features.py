@@ -34,7 +34,7 @@ import numpy as np  # noqa: E402
 import evalkit  # noqa: E402
 import retrieval  # noqa: E402
 from indexer.records import CORPUS_CHAT  # noqa: E402
-from indexer.search import present  # noqa: E402
+from indexer.search import lines, present  # noqa: E402
 
 
 def capture(presenter, hits, query_vectors, floor, evidence) -> list[dict]:
@@ -48,7 +48,7 @@ def capture(presenter, hits, query_vectors, floor, evidence) -> list[dict]:
             continue
         vecs = presenter._vectors([m.body for m in w])
         line_sims = (vecs @ queries.T).max(axis=1)
-        fair = np.array([not present._stuffed(m.body) for m in w])
+        fair = np.array([not lines.stuffed(m.body) for m in w])
         anchor = int(np.argmax(np.where(fair, line_sims, -2.0) if fair.any() else line_sims))
         sim = h.similarity if h.similarity is not None else -1.0
         key = (1 - present.LINE_WEIGHT) * sim + present.LINE_WEIGHT * float(line_sims[anchor])
@@ -60,7 +60,7 @@ def capture(presenter, hits, query_vectors, floor, evidence) -> list[dict]:
         asked = set(evidence.weights) | set(present.tokens(w[anchor].body))
         to_q = [float((v @ queries.T).max()) for _, v in resp]
         to_a = [float(v @ vecs[anchor]) for _, v in resp]
-        nov = [present._novelty(m.body, asked) for m, _ in resp]
+        nov = [lines.novelty(m.body, asked) for m, _ in resp]
         rows.append({
             "rank": rank, "sim": sim, "line": float(line_sims[anchor]), "key": key,
             "share": evidence.share(h.bodies),
@@ -71,7 +71,7 @@ def capture(presenter, hits, query_vectors, floor, evidence) -> list[dict]:
             "resp_q": max(to_q, default=0.0), "resp_a": max(to_a, default=0.0),
             "resp_best": max(((a + b) * n for a, b, n in zip(to_q, to_a, nov)), default=0.0),
             "resp_says": sum(1 for (m, _), a, b in zip(resp, to_q, to_a)
-                             if present._says_something(m, asked) and max(a, b) >= 0.1),
+                             if lines.says_something(m, asked) and max(a, b) >= 0.1),
             "line_mean": float(line_sims.mean()),
             "events": set(h.event_ids) | {m.event_id for m, _ in resp},
             "window_events": set(h.event_ids),

@@ -21,7 +21,7 @@ from indexer.ingest.history import History
 from indexer.ingest.admit import Ingest
 from indexer.store.journal import Journal
 from indexer.pipeline.pipeline import Pipeline
-from indexer.search import conversation, present
+from indexer.search import conversation, lines, present
 from indexer.search.present import Presenter
 from indexer.records import Hit
 from indexer.search.searcher import Searcher, SourceQuery
@@ -341,7 +341,7 @@ def test_of_two_responses_saying_the_same_the_one_asked_back_is_not_quoted(
               event("$r2", CAROL, T0 + 120_000,
                     "alice: the global cache factor in homeserver.yaml then.")]
     assert _quoted_second(wide_world, events) == "$r2"
-    monkeypatch.setattr(present, "ASKS_BACK", 1.0)
+    monkeypatch.setattr(lines, "ASKS_BACK", 1.0)
     assert _quoted_second(wide_world, []) == "$r1"
 
 
@@ -354,8 +354,8 @@ def test_an_answer_in_the_questions_own_words_is_quoted(wide_world, monkeypatch)
               event("$r1", CAROL, T0 + 60_000, "raise factor higher"),
               event("$r2", BOB, T0 + 120_000, "alice: my small server was slow for months too")]
     assert _quoted_second(wide_world, events) == "$r1"
-    monkeypatch.setattr(present, "ECHO",
-                        present.NOVELTY_FLOOR + (1 - present.NOVELTY_FLOOR) * 0.34)
+    monkeypatch.setattr(lines, "ECHO",
+                        lines.NOVELTY_FLOOR + (1 - lines.NOVELTY_FLOOR) * 0.34)
     assert _quoted_second(wide_world, []) == "$r2"
 
 
@@ -400,7 +400,7 @@ def test_a_matched_link_brings_the_explanation_its_sender_wrote_before_it(
         return [ln.event_id for ln in hit.shown]
 
     assert quoted()[:2] == ["$b1", "$b2"]
-    monkeypatch.setattr(present, "_said_before", lambda window, anchor: [])
+    monkeypatch.setattr(lines, "said_before", lambda window, anchor: [])
     assert "$b1" not in quoted()
 
 
@@ -466,5 +466,43 @@ def test_a_statement_closed_by_a_tag_is_not_a_question_back(wide_world, monkeypa
               event("$r2", CAROL, T0 + 120_000,
                     "alice: the global cache factor in homeserver.yaml right.")]
     assert _quoted_second(wide_world, events) == "$r1"
-    monkeypatch.setattr(present, "TAG_WORDS", 0)
+    monkeypatch.setattr(lines, "TAG_WORDS", 0)
     assert _quoted_second(wide_world, []) == "$r2"
+
+
+def test_a_matched_line_that_answers_someone_counts_as_the_hits_response(
+        wide_world, monkeypatch):
+    """bob's line answers alice ("@alice ...") in the question's words, with nothing
+    after it; carol asked the same and got no answer. bob's answer comes first
+    (`ANCHOR_ANSWERS`: the matched line is itself a response); without the rule the
+    unanswered question does, its window being closer."""
+    events = [event("$c", CAROL, T0, "how do I raise the cache factor of the state cache?"),
+              event("$d", DAVE, T0 + 60_000, "carol: no idea, sorry"),
+              event("$b", BOB, T0 + 5 * HOUR,
+                    "@alice raise the cache factor of the state cache on a small server to 2.0")]
+    admit(wide_world, events)
+    _, _, searcher, _ = wide_world
+
+    def first() -> tuple:
+        return searcher.search(SourceQuery.build([QUESTION], top_k=3))[0].event_ids
+
+    assert first() == ("$b",)
+    monkeypatch.setattr(present, "ANCHOR_ANSWERS", False)
+    assert first() == ("$c", "$d")
+
+
+def test_an_answer_the_asker_thanked_is_carried_however_far_its_words(
+        wide_world, monkeypatch):
+    """"alice: use -f" shares nothing with the question and falls under the answer
+    floor; alice thanks bob for it: it is carried and cited (not quoted: its words do
+    not speak to the question). carol's later line, thanked by no one, is not."""
+    events = question_and_chat() + [
+        event("$a", BOB, T0 + 2 * HOUR, "alice: use -f"),
+        event("$t", ALICE, T0 + 2 * HOUR + 60_000, "bob: thanks! that's what I needed"),
+        event("$x", CAROL, T0 + 2 * HOUR + 120_000, "alice: lunch?")]
+    admit(wide_world, events)
+    hit = carrier(wide_world)
+    assert [a.event_id for a in hit.answers] == ["$a"]
+    assert "$a" in hit.to_json()["event_ids"] and "$a" not in hit.to_json()["shown_event_ids"]
+    monkeypatch.setattr(present, "THANKED", False)
+    assert carrier(wide_world).answers == ()

@@ -36,13 +36,13 @@ from ..records import CORPUS_CHAT, EventID, Hit, Line, Message, Window, WindowID
 from ..store.eventlog import EventLog
 from .abstain import QueryFloor
 from .evidence import NO_EVIDENCE, Evidence
-from .tokens import is_word, keys, tokens
+from . import lines
+from .tokens import tokens
 from .conversation import Conversations, Plan
 from .linkage import Horizon
 
 MAX_ANSWERS = 12  # linked answers carried (and cited) per hit
 SHOWN_LINES = 3  # lines quoted per hit: the matched question and the best responses
-MIN_LINE_CHARS = 12  # shorter lines are quoted only when nothing longer responds
 # A hit's `similarity`, which the floor compares (abstain.py): half the window's cosine
 # to the query, half its matched question's (a window mixing topics is not refused when
 # one of its lines is the question).
@@ -65,23 +65,17 @@ RESPONSE_FLOOR = 0.05  # a response inside the window (the conversation it is in
 # A window line that is no response is quoted only this close to the query: else fewer
 # lines are quoted.
 LINE_FLOOR = 0.3
-NOVELTY_FLOOR = 0.5  # the weight left to a line made only of the query's words
-# A line whose own words are at most this share of it echoes the question: it is quoted
-# only when nothing else responds, like "yes". Under a third: "Cast it to android
-# driver", a third of its words new, answers in the question's own terms.
-ECHO = NOVELTY_FLOOR + (1 - NOVELTY_FLOOR) * 0.3
-# A response that is itself a question ("what's the URL?") asks back more often than it
-# answers: its score is weighed down this much (docs/benchmarks.md: shown@1 on the
-# three dev sets; 0.85 to 0.9 gained, 0.8 and below cost Slack).
-ASKS_BACK = 0.9
-TAG_WORDS = 2  # "..., no?", "..., right?": a statement with a tag, not a question
 # A question back is quoted after what its sender said later (not asking).
 SUPERSEDED = True
-_LINK = re.compile(r"https?://", re.I)
+# A matched line that itself answers someone (a reply, a pill, a leading "@name") is
+# its own hit's response in the order: the answer, not a question nobody answered.
+# Not a leading "name:", which on IRC nearly every line has (it cost Ubuntu there).
+ANCHOR_ANSWERS = True
+# A response the asker thanked is carried, however far its words are from the question.
+THANKED = True
+_LEAD_AT = re.compile(r"\s*@\w")
 ONCE_BY = "rank"  # which hit keeps an answer linked under several: rank, meaning, time
-STUFFED_WORDS, STUFFED_DISTINCT = 6, 0.5  # 6+ words, under half of them distinct
 CACHE_LINES = 8192  # line vectors kept in memory (about 12 MiB at 384 dimensions)
-_WORDY = re.compile(r"\w", re.UNICODE)
 
 
 @dataclass(slots=True)
@@ -139,7 +133,7 @@ class Presenter:
             line_sims = (vecs @ queries.T).max(axis=1)
             # The matched question: the line closest to the query (the first of equals),
             # not one stuffed with its words over and over.
-            fair = np.array([not _stuffed(m.body) for m in w])
+            fair = np.array([not lines.stuffed(m.body) for m in w])
             anchor = int(np.argmax(np.where(fair, line_sims, -2.0) if fair.any()
                                    else line_sims))
             line = float(line_sims[anchor])
@@ -174,6 +168,11 @@ class Presenter:
             inside = [vecs[i] for i in range(anchor + 1, len(w)) if w[i].event_id in linked]
             resp = np.vstack([np.asarray(inside).reshape(-1, vecs.shape[1]), avecs])
             best = float((resp @ queries.T).max()) if len(resp) else 0.0
+            q = w[anchor]
+            if ANCHOR_ANSWERS and (
+                    q.reply_to is not None or any(u != q.sender for u in q.mentions)
+                    or _LEAD_AT.match(q.body)):
+                best = max(best, line)
             c.order += RANK_ANSWER * min(max(best, 0.0), 1.0)
         order = sorted(range(len(above)), key=lambda i: (-(above[i].order + above[i].bonus),
                                                          above[i].rank))
@@ -220,25 +219,29 @@ class Presenter:
         cands = [(m, "", vecs[i]) for i, m in enumerate(window)
                  if i > anchor and m.event_id in linked]
         cands += [(m, rule, avecs[j]) for j, (m, rule) in enumerate(answers)]
-        cands += [(window[i], "", vecs[i]) for i in _said_before(window, anchor)]
+        cands += [(window[i], "", vecs[i]) for i in lines.said_before(window, anchor)]
         asked = set(evidence.weights) | set(tokens(question.body))
-        scored = []
+        thanked = lines.thanked(question.sender, p.later) if THANKED else set()
+        scored, carried = [], set()
         for m, rule, v in cands:
             to_query, to_question = float((v @ queries.T).max()), float(v @ vecs[anchor])
             if max(to_query, to_question) < (ANSWER_FLOOR if rule else RESPONSE_FLOOR):
+                if rule and m.event_id in thanked:  # carried and cited, not quoted
+                    carried.add(m.event_id)
                 continue
-            scored.append((m, rule, (to_query + to_question) * _novelty(m.body, asked)
-                           * _asks_back(m.body)))
+            scored.append((m, rule, (to_query + to_question) * lines.novelty(m.body, asked)
+                           * lines.asks_back(m.body)))
         answers = [(m, rule) for m, rule, _ in scored if rule]
-        later_said = _said_after([m for m, _, _ in scored])
+        answers += [(m, rule) for m, rule, _ in cands if m.event_id in carried]
+        later_said = lines.said_after([m for m, _, _ in scored])
         ranked = sorted(range(len(scored)), key=lambda i: (
-            not _says_something(scored[i][0], asked),
+            not lines.says_something(scored[i][0], asked),
             SUPERSEDED and scored[i][0].event_id in later_said, -scored[i][2], i))
         picked = [(scored[i][0], scored[i][1]) for i in ranked[:self.shown_lines - 1]]
         if len(picked) < self.shown_lines - 1:  # few responses: the window's lines that
             sims = (vecs @ queries.T).max(axis=1)  # speak to the query, if any
             others = sorted((i for i in range(len(window)) if i != anchor
-                             and sims[i] >= LINE_FLOOR and _says_something(window[i])
+                             and sims[i] >= LINE_FLOOR and lines.says_something(window[i])
                              and all(window[i].event_id != m.event_id for m, _ in picked)),
                             key=lambda i: (-sims[i], i))
             picked += [(window[i], "") for i in others[:self.shown_lines - 1 - len(picked)]]
@@ -304,67 +307,6 @@ def _once(answers: list[tuple[list[tuple[Message, str]], set]],
             owner[m.event_id] = min(owner.get(m.event_id, key), key)  # key ends in i
     return [([a for a in found if owner[a[0].event_id][-1] == i], ids)
             for i, (found, ids) in enumerate(answers)]
-
-
-def _said_before(window: Sequence[Message], anchor: int) -> list[int]:
-    """When the matched line is a link that asks nothing (no "?"), the lines its sender
-    wrote just before it, no one else between: the link ends an answer, and they are
-    its explanation (a link matches by the words of its URL, its explanation by
-    meaning). Not for other lines: a question's own lines before or after its matched
-    one then crowded out the answers (docs/benchmarks.md)."""
-    if "?" in window[anchor].body or not _LINK.search(window[anchor].body):
-        return []
-    out, i = [], anchor - 1
-    while i >= 0 and window[i].sender == window[anchor].sender:
-        out.append(i)
-        i -= 1
-    return out[::-1]
-
-
-def _said_after(lines: Sequence[Message]) -> set[EventID]:
-    """The lines asking back whose sender said more later among `lines`, not asking:
-    what they asked was answered, and what they said then is the answer."""
-    last_said = {}
-    for m in lines:
-        if _asks_back(m.body) == 1.0:
-            last_said[m.sender] = max(last_said.get(m.sender, m.ts), m.ts)
-    return {m.event_id for m in lines
-            if _asks_back(m.body) != 1.0 and last_said.get(m.sender, -1) > m.ts}
-
-
-def _asks_back(body: str) -> float:
-    """ASKS_BACK for a line that is itself a question, else 1. A statement closed by a
-    tag ("..., no?", "..., right?") states: it is not a question back."""
-    text = body.rstrip()
-    if not text.endswith("?"):
-        return 1.0
-    head, comma, tag = text.rpartition(",")
-    return 1.0 if comma and len(tag.split()) <= TAG_WORDS and len(head.split()) > TAG_WORDS \
-        else ASKS_BACK
-
-
-def _novelty(body: str, asked: set[str]) -> float:
-    """1 for a line of its own words, down to NOVELTY_FLOOR for one that only repeats
-    the query's and the question's: repeating the words asked is not answering them
-    (a keyword-stuffed line scores high on meaning alone)."""
-    own = tokens(body)
-    if not own:
-        return 1.0
-    new = sum(1 for t in own if t not in asked) / len(own)
-    return NOVELTY_FLOOR + (1 - NOVELTY_FLOOR) * new
-
-
-def _says_something(m: Message, asked: set[str] = frozenset()) -> bool:
-    """Long enough to say something, and not an echo of the words asked."""
-    body = m.body.strip()
-    return len(body) >= MIN_LINE_CHARS and bool(_WORDY.search(body)) and not (
-        _stuffed(body) or asked and _novelty(body, asked) <= ECHO)
-
-
-def _stuffed(body: str) -> bool:
-    """The same few words over and over: written for a search engine, not a person."""
-    words = [k for k in keys(body) if is_word(k)]
-    return len(words) >= STUFFED_WORDS and len(set(words)) / len(words) < STUFFED_DISTINCT
 
 
 def _line(m: Message, linked: str) -> Line:

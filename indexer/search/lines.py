@@ -1,0 +1,108 @@
+"""What a chat line says, read from its text and its place: a question back, an echo
+of the question, a thanks, a link's explanation, a line stuffed with search words.
+The presenter (present.py) weighs and orders the lines it quotes by these."""
+
+from __future__ import annotations
+
+import re
+from typing import Sequence
+
+from ..ingest.addressing import addressed, names
+from ..records import EventID, Message, UserID
+from .tokens import is_word, keys, tokens
+
+NOVELTY_FLOOR = 0.5  # the weight left to a line made only of the query's words
+# A line whose own words are at most this share of it echoes the question: it is quoted
+# only when nothing else responds, like "yes". Under a third: "Cast it to android
+# driver", a third of its words new, answers in the question's own terms.
+ECHO = NOVELTY_FLOOR + (1 - NOVELTY_FLOOR) * 0.3
+# A response that is itself a question ("what's the URL?") asks back more often than it
+# answers: its score is weighed down this much (docs/benchmarks.md: shown@1 on the
+# three dev sets; 0.85 to 0.9 gained, 0.8 and below cost Slack).
+ASKS_BACK = 0.9
+TAG_WORDS = 2  # "..., no?", "..., right?": a statement with a tag, not a question
+_THANKS = re.compile(r"\b(thanks?|thank you|thx|ty|cheers|that's what i needed)\b", re.I)
+_LINK = re.compile(r"https?://", re.I)
+STUFFED_WORDS, STUFFED_DISTINCT = 6, 0.5  # 6+ words, under half of them distinct
+_WORDY = re.compile(r"\w", re.UNICODE)
+MIN_LINE_CHARS = 12  # shorter lines are quoted only when nothing longer responds
+
+
+def said_before(window: Sequence[Message], anchor: int) -> list[int]:
+    """When the matched line is a link that asks nothing (no "?"), the lines its sender
+    wrote just before it, no one else between: the link ends an answer, and they are
+    its explanation (a link matches by the words of its URL, its explanation by
+    meaning). Not for other lines: a question's own lines before or after its matched
+    one then crowded out the answers (docs/benchmarks.md)."""
+    if "?" in window[anchor].body or not _LINK.search(window[anchor].body):
+        return []
+    out, i = [], anchor - 1
+    while i >= 0 and window[i].sender == window[anchor].sender:
+        out.append(i)
+        i -= 1
+    return out[::-1]
+
+
+def thanked(asker: UserID, later: Sequence[Message]) -> set[EventID]:
+    """The messages the asker thanked: the last line of each other person before a
+    thanks of the asker's that names them or no one ("@Monserrate thanks! that's what
+    I needed" after "you want -f": an answer too short to be near the question)."""
+    out: set[EventID] = set()
+    last: dict[UserID, Message] = {}
+    for m in later:
+        if m.sender != asker:
+            last[m.sender] = m
+            continue
+        if not _THANKS.search(m.body) or not last:
+            continue
+        named = [u for u in last if names(u) & set(addressed(m.body))]
+        whom = named or ([max(last.values(), key=lambda x: x.ts).sender]
+                         if not addressed(m.body) else [])
+        out.update(last[u].event_id for u in whom)
+    return out
+
+
+def said_after(lines: Sequence[Message]) -> set[EventID]:
+    """The lines asking back whose sender said more later among `lines`, not asking:
+    what they asked was answered, and what they said then is the answer."""
+    last_said = {}
+    for m in lines:
+        if asks_back(m.body) == 1.0:
+            last_said[m.sender] = max(last_said.get(m.sender, m.ts), m.ts)
+    return {m.event_id for m in lines
+            if asks_back(m.body) != 1.0 and last_said.get(m.sender, -1) > m.ts}
+
+
+def asks_back(body: str) -> float:
+    """ASKS_BACK for a line that is itself a question, else 1. A statement closed by a
+    tag ("..., no?", "..., right?") states: it is not a question back."""
+    text = body.rstrip()
+    if not text.endswith("?"):
+        return 1.0
+    head, comma, tag = text.rpartition(",")
+    return 1.0 if comma and len(tag.split()) <= TAG_WORDS and len(head.split()) > TAG_WORDS \
+        else ASKS_BACK
+
+
+def novelty(body: str, asked: set[str]) -> float:
+    """1 for a line of its own words, down to NOVELTY_FLOOR for one that only repeats
+    the query's and the question's: repeating the words asked is not answering them
+    (a keyword-stuffed line scores high on meaning alone)."""
+    own = tokens(body)
+    if not own:
+        return 1.0
+    new = sum(1 for t in own if t not in asked) / len(own)
+    return NOVELTY_FLOOR + (1 - NOVELTY_FLOOR) * new
+
+
+def says_something(m: Message, asked: set[str] = frozenset()) -> bool:
+    """Long enough to say something, and not an echo of the words asked."""
+    body = m.body.strip()
+    return len(body) >= MIN_LINE_CHARS and bool(_WORDY.search(body)) and not (
+        stuffed(body) or asked and novelty(body, asked) <= ECHO)
+
+
+def stuffed(body: str) -> bool:
+    """The same few words over and over: written for a search engine, not a person."""
+    words = [k for k in keys(body) if is_word(k)]
+    return len(words) >= STUFFED_WORDS and len(set(words)) / len(words) < STUFFED_DISTINCT
