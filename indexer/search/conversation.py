@@ -39,8 +39,8 @@ class Conversations:
             hit.room_id, root, window[0].ts, window[-1].ts + self.horizon.ms, limit,
             roots=tuple(m.event_id for m in window))
         return Plan(hit, window, [m for m, _ in timeline],
-                     {m.event_id: t for m, t in timeline if t is not None},
-                     root, window[-1].ts + self.horizon.ms, len(timeline) >= limit)
+                    {m.event_id: t for m, t in timeline if t is not None},
+                    root, window[-1].ts + self.horizon.ms, len(timeline) >= limit)
 
     def responses(self, p: Plan, anchor: int) -> list[tuple[Message, str]]:
         """The responses to the asker's lines of the window from the matched question
@@ -101,7 +101,7 @@ class Conversations:
                 position = {m.event_id: i for i, m in enumerate(p.later)}
             start = follow  # if no one answered that one, look past it
             for link in linked_after(p.later[follow], p.later[follow + 1:], self.horizon,
-                                  p.thread_of, known):
+                                     p.thread_of, known):
                 if link.answer.sender in partners and link.answer.event_id not in found:
                     found[link.answer.event_id] = (link.answer, link.rule)
                     start = max(start, position[link.answer.event_id])

@@ -152,8 +152,8 @@ class Presenter:
         if top_k is not None and len(above) > top_k:
             reach = sorted((c.order + c.bonus for c in above), reverse=True)[top_k - 1] \
                 - RANK_ANSWER
-        plans = [self.conversations.plan(c.hit, c.found[0]) if c.found and c.order + c.bonus >= reach
-                 else None for c in above]
+        plans = [self.conversations.plan(c.hit, c.found[0])
+                 if c.found and c.order + c.bonus >= reach else None for c in above]
         answers = [self._answers(p, c.found[2]) if p else ([], set())
                    for c, p in zip(above, plans)]
         answer_vecs = self._vectors([m.body for a, _ in answers for m, _ in a])
