@@ -1,8 +1,11 @@
-"""What reading the responses for the order costs: the presenter's time per search, with
+"""What reading the responses costs: the presenter's time per search, with a part as
+shipped against without it, in one process, alternating per query. `--part responses`:
 the responses in the order (`RANK_ANSWER` as shipped) against without (0: only the hits
-shown are planned, as before issue 22's order), in one process, alternating per query.
+shown are planned, as before issue 22's order); `--part dialogue`: a back and forth
+followed past the horizon (`conversation.DIALOGUE_HOPS` as shipped) against not (0).
 
     .venv/bin/python bench/present_cost.py [--sets ubuntu,gitter,slack] [--top 5]
+        [--part responses|dialogue]
 
 Each dev set's questions through the shipped searcher on the data dirs
 `bench/retrieval.py` built (bench/out/retrieval-<set>); the line cache is emptied before
@@ -25,7 +28,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 
 import evalkit  # noqa: E402
-from indexer.search import present  # noqa: E402
+from indexer.search import conversation, present  # noqa: E402
+
+PARTS = {"responses": (present, "RANK_ANSWER"), "dialogue": (conversation, "DIALOGUE_HOPS")}
 
 
 def pct(xs: list[float], p: float) -> float:
@@ -37,14 +42,16 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sets", default="ubuntu,gitter,slack")
     ap.add_argument("--top", type=int, default=5, help="hits asked for (!sources: 5)")
+    ap.add_argument("--part", choices=sorted(PARTS), default="responses")
     a = ap.parse_args()
+    module, knob = PARTS[a.part]
     from indexer.components import Index
     from indexer.config import load_config
     from indexer.pipeline.embedder import load_embedder
     from indexer.search.searcher import SourceQuery
 
-    shipped = present.RANK_ANSWER
-    times: dict[float, list[float]] = {shipped: [], 0.0: []}
+    shipped = getattr(module, knob)
+    times: dict[float, list[float]] = {shipped: [], 0: []}
     real = present.Presenter.present_above
 
     counting = [False]
@@ -55,7 +62,7 @@ def main() -> int:
             return real(self, *args, **kw)
         finally:
             if counting[0]:
-                times[present.RANK_ANSWER].append(time.perf_counter() - t)
+                times[getattr(module, knob)].append(time.perf_counter() - t)
 
     present.Presenter.present_above = timed
     model = None
@@ -72,29 +79,28 @@ def main() -> int:
             s.search(SourceQuery.build([items[0].query], a.top))  # warm the model
             counting[0] = True
             for n, it in enumerate(items):
-                order = (shipped, 0.0) if n % 2 else (0.0, shipped)
+                order = (shipped, 0) if n % 2 else (0, shipped)
                 for w in order:
-                    present.RANK_ANSWER = w
+                    setattr(module, knob, w)
                     s.presenter._cache.clear()
                     s.search(SourceQuery.build([it.query], a.top))
             print(f"{name}: {len(items)} questions", file=sys.stderr)
         finally:
-            present.RANK_ANSWER = shipped
+            setattr(module, knob, shipped)
             index.close()
     figs = {}
     for w, xs in times.items():
         figs[str(w)] = {"searches": len(xs), "p50_ms": round(statistics.median(xs) * 1000, 1),
                         "p95_ms": round(pct(xs, 0.95) * 1000, 1)}
-    base, new = figs["0.0"], figs[str(shipped)]
+    base, new = figs["0"], figs[str(shipped)]
     print(f"presenter, cold line cache, top {a.top}, {new['searches']} searches each")
-    print(f"  responses in the order (RANK_ANSWER {shipped}): p50 {new['p50_ms']} ms, "
-          f"p95 {new['p95_ms']} ms")
-    print(f"  without (RANK_ANSWER 0):                   p50 {base['p50_ms']} ms, "
-          f"p95 {base['p95_ms']} ms")
+    print(f"  {a.part} ({knob} {shipped}): p50 {new['p50_ms']} ms, p95 {new['p95_ms']} ms")
+    print(f"  without ({knob} 0): p50 {base['p50_ms']} ms, p95 {base['p95_ms']} ms")
     print(f"  ratio p50 {new['p50_ms'] / base['p50_ms']:.2f}, p95 "
           f"{new['p95_ms'] / base['p95_ms']:.2f}")
-    evalkit.write_json(evalkit.OUT_DIR / "present-cost.json",
-                       {"benchmark": "present_cost", "top": a.top, "sets": a.sets,
+    evalkit.write_json(evalkit.OUT_DIR / f"present-cost-{a.part}.json",
+                       {"benchmark": "present_cost", "part": a.part, "top": a.top,
+                        "sets": a.sets,
                         "machine": evalkit.machine(), "figures": figs})
     return 0
 
