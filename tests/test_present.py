@@ -444,16 +444,33 @@ def test_a_question_back_is_quoted_after_what_its_sender_said_once_answered(
         wide_world, monkeypatch):
     """bob asks back in the question's own words (the closest line), alice answers
     him, then bob says what to do. His question back was answered: what he said then
-    is quoted (`SUPERSEDED`); without the rule the question back is."""
+    is quoted (`SUPERSEDED`); without the rule the question back is. A later line that
+    says little to the question ("thats all i can think of", under SUPERSEDE_RATIO of
+    the question back's score) does not put it after."""
+    asked_back = event("$r1", BOB, T0 + 60_000,
+                       "alice: do you raise the cache factor of the state cache on a small "
+                       "server with little memory?")
+    answered = event("$r2", ALICE, T0 + 120_000, "bob: yes, 2 GB of memory")
+    events = [event("$q", ALICE, T0, QUESTION), asked_back, answered,
+              event("$r3", BOB, T0 + 180_000, "alice: then raise the cache factor to 2.0")]
+    assert _quoted_second(wide_world, events) == "$r3"
+    monkeypatch.setattr(present, "SUPERSEDED", False)
+    assert _quoted_second(wide_world, []) == "$r1"
+
+
+def test_a_question_back_stays_before_a_later_line_that_says_little(
+        wide_world, monkeypatch):
+    """What bob said later ("thats all i can think of") scores under SUPERSEDE_RATIO of
+    his question back: the question back keeps its place; with no ratio it would not."""
     events = [event("$q", ALICE, T0, QUESTION),
               event("$r1", BOB, T0 + 60_000,
                     "alice: do you raise the cache factor of the state cache on a small "
                     "server with little memory?"),
               event("$r2", ALICE, T0 + 120_000, "bob: yes, 2 GB of memory"),
-              event("$r3", BOB, T0 + 180_000, "alice: then set the global factor to 2.0")]
-    assert _quoted_second(wide_world, events) == "$r3"
-    monkeypatch.setattr(present, "SUPERSEDED", False)
-    assert _quoted_second(wide_world, []) == "$r1"
+              event("$r3", BOB, T0 + 180_000, "alice: thats all i can think of, sorry")]
+    assert _quoted_second(wide_world, events) == "$r1"
+    monkeypatch.setattr(present, "SUPERSEDE_RATIO", 0.0)
+    assert _quoted_second(wide_world, []) == "$r3"
 
 
 def test_a_statement_closed_by_a_tag_is_not_a_question_back(wide_world, monkeypatch):

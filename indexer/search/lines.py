@@ -62,15 +62,15 @@ def thanked(asker: UserID, later: Sequence[Message]) -> set[EventID]:
     return out
 
 
-def said_after(lines: Sequence[Message]) -> set[EventID]:
-    """The lines asking back whose sender said more later among `lines`, not asking:
-    what they asked was answered, and what they said then is the answer."""
-    last_said = {}
-    for m in lines:
-        if asks_back(m.body) == 1.0:
-            last_said[m.sender] = max(last_said.get(m.sender, m.ts), m.ts)
-    return {m.event_id for m in lines
-            if asks_back(m.body) != 1.0 and last_said.get(m.sender, -1) > m.ts}
+def said_after(lines: Sequence[Message], scores: Sequence[float],
+               ratio: float) -> set[EventID]:
+    """The lines asking back whose sender said more later among `lines`, not asking,
+    scoring at least `ratio` of theirs: what they asked was answered, and what they
+    said then is the answer."""
+    said = [(m, sc) for m, sc in zip(lines, scores) if asks_back(m.body) == 1.0]
+    return {m.event_id for m, sc in zip(lines, scores) if asks_back(m.body) != 1.0
+            and any(x.sender == m.sender and x.ts > m.ts and xs >= ratio * sc
+                    for x, xs in said)}
 
 
 def asks_back(body: str) -> float:

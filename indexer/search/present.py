@@ -65,8 +65,10 @@ RESPONSE_FLOOR = 0.05  # a response inside the window (the conversation it is in
 # A window line that is no response is quoted only this close to the query: else fewer
 # lines are quoted.
 LINE_FLOOR = 0.3
-# A question back is quoted after what its sender said later (not asking).
+# A question back is quoted after what its sender said later, not asking, when that
+# scores at least this share of it ("thats all i can think" does not; docs/benchmarks.md).
 SUPERSEDED = True
+SUPERSEDE_RATIO = 0.5
 # A matched line that itself answers someone (a reply, a pill, a leading "@name") is
 # its own hit's response in the order: the answer, not a question nobody answered.
 # Not a leading "name:", which on IRC nearly every line has (it cost Ubuntu there).
@@ -233,7 +235,8 @@ class Presenter:
                            * lines.asks_back(m.body)))
         answers = [(m, rule) for m, rule, _ in scored if rule]
         answers += [(m, rule) for m, rule, _ in cands if m.event_id in carried]
-        later_said = lines.said_after([m for m, _, _ in scored])
+        later_said = lines.said_after([m for m, _, _ in scored],
+                                      [sc for _, _, sc in scored], SUPERSEDE_RATIO)
         ranked = sorted(range(len(scored)), key=lambda i: (
             not lines.says_something(scored[i][0], asked),
             SUPERSEDED and scored[i][0].event_id in later_said, -scored[i][2], i))
