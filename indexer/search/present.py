@@ -174,7 +174,7 @@ class Presenter:
             if ANCHOR_ANSWERS and (
                     q.reply_to is not None or any(u != q.sender for u in q.mentions)
                     or _LEAD_AT.match(q.body)):
-                best = max(best, line)
+                best = max(best, float((vecs[anchor] @ queries.T).max()))
             c.order += RANK_ANSWER * min(max(best, 0.0), 1.0)
         order = sorted(range(len(above)), key=lambda i: (-(above[i].order + above[i].bonus),
                                                          above[i].rank))
