@@ -31,6 +31,7 @@ from .pipeline.embedder import Embedder, load_embedder, query_side
 from .pipeline.claims import RoomClaims
 from .pipeline.pipeline import EMBED_CALL, Pipeline
 from .pipeline.priority import ModelTurns
+from .pipeline import rebuild as rebuilding
 from .pipeline.standalone import Worker
 from .records import ARTIFACT_ANSWER, UserID
 from .search.abstain import Floor
@@ -185,15 +186,28 @@ class Index:
 
     def ensure_meta(self, progress=None) -> bool:
         """Rebuild the collection if another model or chunker made it (rebuild.py)."""
-        from .pipeline.rebuild import ensure_meta
+        return rebuilding.ensure_meta(self.store, self.eventlog, self.pipeline,
+                                      self._resync_references, progress)
 
-        def resync() -> None:
-            refs = open_references(self.cfg, self.store, self.manifest, self.embedder)
-            for corpus in refs.list():
-                if corpus.path != "(not registered)":
-                    refs.sync(corpus.name)
+    # ensure_meta's three steps, for a writer that does other work during the check
+    # (the service joins its rooms then: Service.start).
 
-        return ensure_meta(self.store, self.eventlog, self.pipeline, resync, progress)
+    def make_whole(self) -> None:
+        rebuilding.make_whole(self.store, self.eventlog, self.pipeline)
+
+    def check_collection(self) -> str:
+        """Why the collection must be rebuilt ('' if not: then its gaps repaired)."""
+        return rebuilding.check_collection(self.store, self.eventlog, self.pipeline)
+
+    def rebuild(self, reason: str, progress=None) -> None:
+        rebuilding.rebuild(self.store, self.eventlog, self.pipeline, reason,
+                           self._resync_references, progress)
+
+    def _resync_references(self) -> None:
+        refs = open_references(self.cfg, self.store, self.manifest, self.embedder)
+        for corpus in refs.list():
+            if corpus.path != "(not registered)":
+                refs.sync(corpus.name)
 
     def close(self) -> None:
         self.eventlog.close()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 from indexer.pipeline.chunker import CHUNKER_VERSION
 from indexer.records import ChunkPolicy
 from indexer.pipeline.embedder import HashEmbedder
@@ -10,7 +12,8 @@ from indexer.ingest.gate import Gate
 from indexer.ingest.admit import Ingest
 from indexer.store.journal import Journal
 from indexer.pipeline.pipeline import Pipeline
-from indexer.pipeline.rebuild import ensure_meta, expected_meta, meta_mismatch
+from indexer.pipeline.rebuild import (check_collection, ensure_meta, expected_meta,
+                                      make_whole, meta_mismatch, rebuild)
 from indexer.store.chroma import ChromaStore
 
 ROOM = "!r:example.org"
@@ -51,3 +54,44 @@ def test_mismatch_rebuilds_every_window_with_the_new_embedder(tmp_path):
     held = sorted(e for w in store2.iter_windows() for e in w.event_ids)
     assert held == sorted(f"$m{i}" for i in range(20))
     assert ensure_meta(store2, log2, pipeline2) is False  # settled
+
+
+def test_the_check_holds_the_writers_lock_and_leaves_a_rebuild_to_its_caller(tmp_path):
+    """The service joins its rooms during check_collection (Service.start): a purge a
+    room's state calls for meanwhile must wait for it, so the ids it compares are of
+    one moment; and on a model change it only says why, the rebuild is the caller's."""
+    log, store, ingest, pipeline = setup(tmp_path)
+    ingest.admit([{"type": "m.room.join_rules", "room_id": ROOM, "sender": "@a:x",
+                   "state_key": "", "event_id": "$jr", "origin_server_ts": 1,
+                   "content": {"join_rule": "public"}}]
+                 + [{"type": "m.room.message", "room_id": ROOM, "sender": "@a:x",
+                     "event_id": f"$m{i}", "origin_server_ts": 1000 * i,
+                     "content": {"msgtype": "m.text", "body": f"message {i} text here"}}
+                    for i in range(12)])
+    make_whole(store, log, pipeline)
+    assert check_collection(store, log, pipeline) == ""
+    pipeline.process_all()
+    before = store.count()
+
+    taken_elsewhere = []
+    reading = log.window_ids
+
+    def window_ids():  # called inside the check: another thread tries the purge's lock
+        other = threading.Thread(target=lambda: taken_elsewhere.append(
+            pipeline.guard.lock.acquire(blocking=False)))
+        other.start()
+        other.join()
+        return reading()
+
+    log.window_ids = window_ids
+    assert check_collection(store, log, pipeline) == ""
+    assert taken_elsewhere == [False]
+
+    other = Pipeline(log, HashEmbedder(32), store, ChunkPolicy(max_bytes=50),
+                     admits=ingest.admits)
+    reason = check_collection(store, log, other)
+    assert "dim: 64 -> 32" in reason
+    assert store.count() == before and store.meta()["dim"] == 64  # not rebuilt by the check
+    rebuild(store, log, other, reason)
+    assert store.count() == before and store.meta()["dim"] == 32
+    assert check_collection(store, log, other) == ""

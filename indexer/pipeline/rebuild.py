@@ -103,12 +103,28 @@ def ensure_meta(store: ChromaStore, eventlog: EventLog, pipeline: Pipeline,
                 resync_references: Callable[[], None] | None = None,
                 progress: Callable[[int], None] | None = None) -> bool:
     """Rebuild if the collection was made by something else, or lost; True if it rebuilt.
-    The writer's start: first the store is made whole (generations a crashed compaction
-    left swept, the previous release's text moved out of Chroma, interrupted purges
-    finished), with nothing re-embedded."""
+    The writer's start, in its three steps (the service joins rooms during the second)."""
+    make_whole(store, eventlog, pipeline)
+    reason = check_collection(store, eventlog, pipeline)
+    if reason:
+        rebuild(store, eventlog, pipeline, reason, resync_references, progress)
+    return bool(reason)
+
+
+def make_whole(store: ChromaStore, eventlog: EventLog, pipeline: Pipeline) -> None:
+    """Generations a crashed compaction left swept, the previous release's text moved out
+    of Chroma, interrupted purges finished; nothing re-embedded. Before anything else
+    can write or compact: a sweep beside a live compaction would take its generation."""
     store.sweep()
     store.migrate_text_out()
     finish_pending(eventlog, pipeline.store, pipeline.guard, pipeline.compaction)
+
+
+def check_collection(store: ChromaStore, eventlog: EventLog, pipeline: Pipeline) -> str:
+    """Why the collection must be rebuilt ('' if not); if it need not be, its meta
+    written and its gaps repaired (verify_index.repair_gaps). Under the writers' lock
+    throughout: a purge meanwhile (a room's state fetched at start) waits, so the ids
+    compared are of one moment."""
     with pipeline.lock, ThreadPoolExecutor(2, thread_name_prefix="start-checks") as pool:
         # The event log's window ids (read once for both checks), the collection's chat
         # ids and the map of which segment holds each id, read at once: 8 s each at
@@ -122,7 +138,13 @@ def ensure_meta(store: ChromaStore, eventlog: EventLog, pipeline: Pipeline,
         if not reason:
             store.set_meta(expected_meta(pipeline.embedder))
             repair_gaps(store, eventlog, logged, held)
-            return False
+        return reason
+
+
+def rebuild(store: ChromaStore, eventlog: EventLog, pipeline: Pipeline, reason: str,
+            resync_references: Callable[[], None] | None = None,
+            progress: Callable[[int], None] | None = None) -> None:
+    """The collection emptied and made again from the event log, with progress."""
     log.warning("collection_rebuild", extra={"reason": reason, "windows": store.count()})
     with pipeline.lock:
         store.reset()
@@ -134,4 +156,3 @@ def ensure_meta(store: ChromaStore, eventlog: EventLog, pipeline: Pipeline,
     if resync_references is not None:
         resync_references()
     log.warning("collection_rebuilt", extra={"messages": done, "windows": store.count()})
-    return True
