@@ -267,7 +267,7 @@ def test_an_unset_floor_is_the_models_and_a_written_one_is_kept(tmp_path):
         (0.5, MODEL_FLOORS["multilingual-e5-small"][1])
     # The margin per script of the question: e5's Cyrillic one (docs/multilingual.md).
     assert minilm.search.no_shared_word_margin_by_script == {}
-    assert e5.search.no_shared_word_margin_by_script == {"cyrillic": 0.0}
+    assert e5.search.no_shared_word_margin_by_script == {"cyrillic": 0.0, "cjk": 0.04}
     written = _config_with(tmp_path / "d", {"model": "multilingual-e5-small"},
                            {"no_shared_word_margin_by_script": {"cjk": 0.05}})
     assert written.search.no_shared_word_margin_by_script == {"cjk": 0.05}
@@ -336,12 +336,25 @@ def test_e5_loads_offline_from_its_package_and_reads_other_languages(e5, monkeyp
 
 @pytest.mark.model
 @pytest.mark.slow  # loads the multilingual model: in the full run
-def test_e5_embeds_a_question_and_a_passage_each_with_its_prefix(e5):
+def test_e5_embeds_a_question_with_both_prefixes_and_a_passage_with_its_own(e5, monkeypatch):
+    """A question's vector is the normalised mix of its query-side and passage-side
+    vectors (QUERY_PASSAGE_WEIGHT); a window's is the passage side alone."""
+    import numpy as np
+
+    from indexer.pipeline import e5_embedder
     from indexer.pipeline.embedder import query_side
 
-    text = "how do I rotate the signing key?"
-    as_query, as_passage = query_side(e5).encode([text])[0], e5.encode([text])[0]
-    assert sum(a * b for a, b in zip(as_query, as_passage)) < 0.99  # not the same vector
+    texts = ["how do I rotate the signing key?", "как удалить старые образы docker?"]
+    as_passage = np.asarray(e5.encode(texts))
+    monkeypatch.setattr(e5_embedder, "QUERY_PASSAGE_WEIGHT", 0.0)
+    as_query = np.asarray(query_side(e5).encode(texts))
+    assert (as_query * as_passage).sum(axis=1).max() < 0.99  # each prefix its own vector
+    monkeypatch.setattr(e5_embedder, "QUERY_PASSAGE_WEIGHT", 0.5)
+    asked = np.asarray(query_side(e5).encode(texts))
+    mean = as_query + as_passage
+    assert np.allclose(asked, mean / np.linalg.norm(mean, axis=1, keepdims=True), atol=1e-6)
+    assert np.allclose(np.linalg.norm(asked, axis=1), 1.0)
+    assert query_side(e5).encode([]) == []
     assert query_side(e5).name == e5.name and query_side(e5).dim == 384
 
 

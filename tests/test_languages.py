@@ -79,8 +79,8 @@ def test_the_config_runs_the_multilingual_model_with_its_floor(index):
     cfg = index.cfg
     assert (cfg.index.embedder.model, cfg.index.embedder.backend) == ("multilingual-e5-small", "q4")
     assert index.embedder.name == "intfloat/multilingual-e5-small"
-    assert isinstance(index.searcher.embedder, QuerySide)  # questions get "query: "
-    assert index.searcher.floor.min_similarity == cfg.search.min_similarity == 0.84
+    assert isinstance(index.searcher.embedder, QuerySide)  # questions get both prefixes
+    assert index.searcher.floor.min_similarity == cfg.search.min_similarity == 0.85
 
 
 @pytest.mark.model
