@@ -28,15 +28,19 @@ def setup(tmp_path, dim=64):
     return log, store, ingest, pipeline
 
 
-def test_mismatch_rebuilds_every_window_with_the_new_embedder(tmp_path):
-    log, store, ingest, pipeline = setup(tmp_path)
+def admit_public_room(ingest, messages: int) -> None:
     ingest.admit([{"type": "m.room.join_rules", "room_id": ROOM, "sender": "@a:x",
                    "state_key": "", "event_id": "$jr", "origin_server_ts": 1,
                    "content": {"join_rule": "public"}}]
                  + [{"type": "m.room.message", "room_id": ROOM, "sender": "@a:x",
                      "event_id": f"$m{i}", "origin_server_ts": 1000 * i,
                      "content": {"msgtype": "m.text", "body": f"message {i} text here"}}
-                    for i in range(20)])
+                    for i in range(messages)])
+
+
+def test_mismatch_rebuilds_every_window_with_the_new_embedder(tmp_path):
+    log, store, ingest, pipeline = setup(tmp_path)
+    admit_public_room(ingest, 20)
     assert ensure_meta(store, log, pipeline) is False  # empty: meta written
     pipeline.process_all()
     assert store.meta()["chunker"] == CHUNKER_VERSION and not meta_mismatch(store, pipeline.embedder)
@@ -61,13 +65,7 @@ def test_the_check_holds_the_writers_lock_and_leaves_a_rebuild_to_its_caller(tmp
     room's state calls for meanwhile must wait for it, so the ids it compares are of
     one moment; and on a model change it only says why, the rebuild is the caller's."""
     log, store, ingest, pipeline = setup(tmp_path)
-    ingest.admit([{"type": "m.room.join_rules", "room_id": ROOM, "sender": "@a:x",
-                   "state_key": "", "event_id": "$jr", "origin_server_ts": 1,
-                   "content": {"join_rule": "public"}}]
-                 + [{"type": "m.room.message", "room_id": ROOM, "sender": "@a:x",
-                     "event_id": f"$m{i}", "origin_server_ts": 1000 * i,
-                     "content": {"msgtype": "m.text", "body": f"message {i} text here"}}
-                    for i in range(12)])
+    admit_public_room(ingest, 12)
     make_whole(store, log, pipeline)
     assert check_collection(store, log, pipeline) == ""
     pipeline.process_all()
