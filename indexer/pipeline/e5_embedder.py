@@ -19,10 +19,12 @@ dev questions found more answers in every language than with the query prefix al
 (success@5 German 0.815 -> 0.846, Spanish 0.831 -> 0.846, Russian 0.785 -> 0.800,
 Chinese 0.677 -> 0.692, English 0.908 -> 0.923), and the Ubuntu chat's English ones too
 (0.894 -> 0.939); the passage prefix alone helped Russian and Chinese and cost German
-and Spanish (docs/multilingual.md, "Both sides of a question"). The engine reads up to 512 word pieces and
-slides over longer texts; windows are cut well below that, and a longer text (one
-pasted log) is cut to MAX_WORD_PIECES first, like all-MiniLM-L6-v2's 256: what a window
-is about is in its first lines, and the engine's time grows with the text.
+and Spanish (docs/multilingual.md, "Both sides of a question").
+
+The engine reads up to 512 word pieces and slides over longer texts; windows are cut
+well below that, and a longer text (one pasted log) is cut to MAX_WORD_PIECES first,
+like all-MiniLM-L6-v2's 256: what a window is about is in its first lines, and the
+engine's time grows with the text.
 """
 
 from __future__ import annotations
