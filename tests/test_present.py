@@ -444,9 +444,7 @@ def test_a_question_back_is_quoted_after_what_its_sender_said_once_answered(
         wide_world, monkeypatch):
     """bob asks back in the question's own words (the closest line), alice answers
     him, then bob says what to do. His question back was answered: what he said then
-    is quoted (`SUPERSEDED`); without the rule the question back is. A later line that
-    says little to the question ("thats all i can think of", under SUPERSEDE_RATIO of
-    the question back's score) does not put it after."""
+    is quoted (`SUPERSEDED`); without the rule the question back is."""
     asked_back = event("$r1", BOB, T0 + 60_000,
                        "alice: do you raise the cache factor of the state cache on a small "
                        "server with little memory?")

@@ -204,7 +204,7 @@ class Service:
         # 30 s at a million windows and 9,528 rooms, one after the other before:
         # bench/scale.py). A purge meanwhile waits for the check's lock.
         await asyncio.to_thread(self.index.make_whole)
-        checking = asyncio.ensure_future(asyncio.to_thread(self.index.check_collection))
+        checking = asyncio.create_task(asyncio.to_thread(self.index.check_collection))
         try:
             await self.join_allowlisted()
         finally:
