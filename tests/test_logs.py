@@ -41,7 +41,7 @@ def test_a_refused_join_is_one_line_naming_the_room_the_errcode_and_the_fix(capl
     start); an unexpected error keeps its traceback."""
     from mautrix.errors import MUnknown
 
-    from appservice.homeserver.service import join_failed
+    from appservice.homeserver.rooms import join_failed
     from appservice.logs import KeyValueFormatter
 
     caplog.set_level(logging.WARNING, logger="matrix_sources")

@@ -50,7 +50,7 @@ def test_a_kicked_or_banned_bot_purges_the_room_and_keeps_it_refused(make, tmp_p
     assert removed and removed[0]["by"] == MOD and removed[0]["membership"] == membership
     result = ingest.admit([message("$b", sender=BOB)])
     assert result.appended == 0 and result.refused == {rules.BOT_REMOVED: 1}
-    # A restart remembers it (the service then does not join the room: service.py).
+    # A restart remembers it (the service then does not join the room: rooms.py).
     ingest.eventlog.close()
     again = make()
     assert ROOM in again.sent_away and ROOM in sent_away_at(tmp_path / "eventlog.sqlite3")

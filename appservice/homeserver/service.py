@@ -1,13 +1,13 @@
 """The running service: appservice HTTP, the bot's rooms, the pipeline, `!sources`.
 
 Start-up: registration checked -> event log, store, model -> HTTP up -> homeserver
-accepts as_token (whoami) -> join every allowlisted room, learn its state -> pipeline
-catches up on what a previous run left pending -> watch allowlist.yaml for changes.
+accepts as_token (whoami) -> join every allowlisted room, learn its state (rooms.py;
+the collection checked against the event log meanwhile) -> pipeline catches up on what
+a previous run left pending -> the chores, once a poll: allowlist.yaml followed,
+`forget` requests, room retention, the workers' compactions.
 
-A room whose state cannot be fetched (at start or in a transaction) is fetched again
-with backoff (roomstate.StateRetry), then backfilled. Commands are answered in a
-bounded pool of their own (commandpool.py). Every SQLite and Chroma call runs off the
-event loop.
+Commands are answered in a bounded pool of their own (commandpool.py). Every SQLite and
+Chroma call runs off the event loop.
 """
 
 from __future__ import annotations
@@ -25,47 +25,31 @@ from mautrix.appservice.state_store import ASStateStore
 from mautrix.errors import MatrixError, MatrixRequestError
 from mautrix.types import EventType
 
-from indexer.ingest.allowlist import load_allowlist
-from indexer.ingest.backfill import backfill_room
 from indexer.store.lock import WriterLock
 from indexer.clock import retrying
 from indexer.components import Index
-from indexer.config import Config, ConfigError
+from indexer.config import Config
 from indexer.datadir import admin_token, service_registration
 from indexer.pipeline.embedder import Embedder
 from indexer.ingest.admit import AdmitResult
 from indexer.ingest.events import MessageEvent
 from indexer.pipeline.worker import PipelineWorker
-from indexer.records import RoomID, UserID
+from indexer.records import UserID
 
 from .erasure import ErasureWatch, self_leaves
 from .heap import release_free_memory
-from .pager import MatrixPager
 from .backlog import BacklogBound
 from .txngaps import TransactionGaps
 from .health import Health, appends_problem, pipeline_problem
 from .metrics import EventLogFigures, MetricSources, ServiceMetrics
-from .roomstate import StateRetry, fetch_room_facts, is_outage
+from .roomstate import is_outage
+from .rooms import Rooms
 from .search_api import SearchAPI
 from .transactions import Routed, TransactionHandler
 
 log = logging.getLogger(f"matrix_sources.{__name__}")
 ALLOWLIST_POLL_SECONDS = 1.0
 HOMESERVER_RETRY_MAX = 30.0  # seconds between whoami attempts while Synapse is down
-JOINS_AT_ONCE = 32  # allowlisted rooms joined (and their state learnt) at once at start
-
-
-def join_failed(room_id: str, e: Exception) -> None:
-    """A room the homeserver would not let the bot join: one line with its errcode,
-    reason and fix, no traceback (an allowlist of rooms it cannot reach logged a
-    traceback per room at every start: 9,528 of them in bench/scale.py's log); any
-    other error, with its traceback."""
-    if isinstance(e, MatrixRequestError):
-        log.warning("join_failed", extra={
-            "room_id": room_id, "errcode": e.errcode, "reason": e.message,
-            "fix": "invite the bot, or take the room off the allowlist"})
-    else:
-        log.warning("join_failed", exc_info=e, extra={"room_id": room_id})
 
 
 class StartupError(RuntimeError):
@@ -144,15 +128,17 @@ class Service:
             as_token=self.registration.as_token, hs_token=self.registration.hs_token,
             bot_localpart=self.registration.sender_localpart, id=self.registration.id,
             state_store=_StateStore(), log=logging.getLogger("mau.as"))
-        self.state_retry = StateRetry(self._learn_room, self._state_known)
-        self.gaps = TransactionGaps(self._on_transaction_gap)
+        self._tasks: set[asyncio.Task] = set()
+        self.rooms = Rooms(cfg, self.az, self.ingest, self.worker, self._spawn)
+        # A numbered transaction never came: every room read again (txngaps.py).
+        self.gaps = TransactionGaps(self.rooms.backfill_all)
         # Past index.max_pending, Synapse keeps the events; pinged when there is room.
         self.backlog = BacklogBound(self.eventlog.status.backlog, cfg.index.max_pending,
                                     on_drained=lambda: self._spawn(self._ping_homeserver(),
                                                                    "homeserver-ping"))
         self.az.transaction_handler = TransactionHandler(
             self.registration.hs_token, self.registration.id, self.ingest,
-            self._learn_room, self._on_admitted, self.state_retry, self.gaps,
+            self.rooms.learn, self._on_admitted, self.rooms.state_retry, self.gaps,
             commands=self.index.commands, backlog=self.backlog)
         self.transactions = self.az.transaction_handler
         self.answers = self.index.answers
@@ -180,9 +166,6 @@ class Service:
             cfg, self.registration, self.searcher.search,
             ready=lambda: None if self.az.ready else self.health.detail)
         self.search_api.attach(self.az.app.router)
-        self._tasks: set[asyncio.Task] = set()
-        self._backfill_lock = asyncio.Lock()
-        self._allowlist_mtime = 0.0
 
     def attach(self, bot: BotPort) -> None:
         self.bot = bot
@@ -198,7 +181,6 @@ class Service:
             await self.az.intent.set_displayname(self.cfg.appservice.bot_displayname)
         except MatrixError:
             pass  # cosmetic
-        self._allowlist_mtime = self._mtime()
         # The store made whole before a room's state can call for a purge; then the
         # collection checked against the event log while the rooms are joined (17 s and
         # 30 s at a million windows and 9,528 rooms, one after the other before:
@@ -206,7 +188,7 @@ class Service:
         await asyncio.to_thread(self.index.make_whole)
         checking = asyncio.create_task(asyncio.to_thread(self.index.check_collection))
         try:
-            await self.join_allowlisted()
+            await self.rooms.join_allowlisted()
         finally:
             reason = await checking
         # Another model or chunker made the collection, or it was lost: rebuild it from
@@ -224,7 +206,7 @@ class Service:
         if not self.external:  # else `matrix-sources worker` processes embed
             self.worker.start()
         self.backlog.start()
-        self._spawn(self._watch_allowlist(), "allowlist-watch")
+        self._spawn(self._chores(), "chores")
         self.az.ready = True
         if self.bot is not None:
             self.bot.resume()  # the commands a crash left unanswered
@@ -258,12 +240,6 @@ class Service:
                                f"says {self.cfg.bot_user}: check homeserver.domain and "
                                "appservice.bot_localpart")
 
-    async def _on_transaction_gap(self) -> None:
-        """A numbered transaction never came: every room read again from its cursor
-        (txngaps.py runs one at a time)."""
-        for room_id in sorted(self.gate.allowlist):
-            await self.backfill(RoomID(room_id))
-
     async def _ping_homeserver(self) -> None:
         """Ask the homeserver to ping us now that transactions are taken (MSC2659). What it
         could not deliver while we were down it retries with a growing backoff, up to
@@ -284,7 +260,7 @@ class Service:
         await self.backlog.stop()
         if self.erasures is not None:
             await self.erasures.stop()
-        await self.state_retry.stop()
+        await self.rooms.state_retry.stop()
         if self.bot is not None:
             await self.bot.stop()
         await self.worker.stop()
@@ -293,117 +269,14 @@ class Service:
         await asyncio.to_thread(self.index.close)
         self.lock.release()
 
-    # -- rooms -----------------------------------------------------------------------
+    # -- chores, once a poll ---------------------------------------------------------
 
-    async def join_allowlisted(self) -> None:
-        """Join every allowlisted room the bot is not in, and learn each one's state,
-        JOINS_AT_ONCE rooms at a time: one after another, 9,528 rooms took 89 s at
-        start (bench/scale.py)."""
-        gate = asyncio.Semaphore(JOINS_AT_ONCE)
-        try:  # one request instead of a join per room the bot is in already
-            joined = set(await self.az.intent.get_joined_rooms())
-        except MatrixError:
-            joined = set()
-
-        async def join(room_id: str) -> None:
-            async with gate:
-                if room_id not in joined:
-                    try:
-                        await self.az.intent.join_room_by_id(room_id)
-                    except MatrixError as e:
-                        join_failed(room_id, e)
-                        return
-                await self._learn_or_retry(room_id)
-
-        await asyncio.gather(*(join(r) for r in sorted(self.gate.allowlist)
-                               if not self._sent_away(r)))
-
-    def _sent_away(self, room_id: str) -> bool:
-        """Its moderators kicked or banned the bot: not joined until invited back."""
-        away = self.ingest.sent_away.get(RoomID(room_id))
-        if away is not None:
-            log.info("room_not_joined", extra={"room_id": room_id, "rule": "bot_removed",
-                                               "by": away.by})
-        return away is not None
-
-    async def backfill(self, room_id: RoomID) -> None:
-        """Fetch what the room said before the bot was there (or while the service was
-        down), one room at a time, through the gate and the pipeline."""
-        async with self._backfill_lock:
-            if not self.ingest.admits(room_id):
-                return  # refused rooms are never read, not even their history
-            horizon = None
-            if self.cfg.index.backfill_days:
-                horizon = int((time.time() - self.cfg.index.backfill_days * 86400) * 1000)
-            try:
-                result = await backfill_room(room_id, MatrixPager(self.az.intent.api),
-                                             self.ingest, horizon)
-            except Exception:
-                log.error("backfill_failed", exc_info=True, extra={"room_id": room_id})
-                return
-            if result.admitted and (result.admitted.appended or result.admitted.history.rooms):
-                self.worker.notify()
-
-    async def _learn_or_retry(self, room_id: str) -> None:
-        """Learn a joined room's state, then backfill it; if its state cannot be had
-        now, StateRetry fetches it again later and backfills then."""
-        try:
-            await self._learn_room(room_id)
-        except Exception:
-            log.error("room_state_unavailable", exc_info=True, extra={"room_id": room_id})
-            self.state_retry.add(room_id)
-            return
-        self._state_known(room_id)
-
-    def _state_known(self, room_id: str) -> None:
-        self._spawn(self.backfill(RoomID(room_id)), "backfill")
-
-    async def _learn_room(self, room_id: str) -> None:
-        facts = await fetch_room_facts(self.az.intent.api, room_id)
-        if facts is not None:
-            # Off the loop: a room found refused with its text stored is purged here.
-            await asyncio.to_thread(self.ingest.learn, RoomID(room_id), facts)
-
-    def _mtime(self) -> float:
-        try:
-            return self.cfg.allowlist_path.stat().st_mtime
-        except FileNotFoundError:
-            return 0.0
-
-    async def reload_allowlist(self) -> None:
-        try:
-            rooms = frozenset(load_allowlist(self.cfg.allowlist_path))
-        except ConfigError as e:
-            log.error("allowlist_invalid", extra={"error": str(e)})
-            return
-        added, removed = rooms - self.gate.allowlist, self.gate.allowlist - rooms
-        self.gate.allowlist = rooms  # the Gate object is shared with ingest
-        log.info("allowlist_reloaded", extra={"rooms": len(rooms), "added": len(added),
-                                              "removed": len(removed)})
-        if removed:
-            # Purge what the removed rooms left (windows, texts, cursors), off the loop;
-            # a failure is logged, and swept again at the next removal or start.
-            try:
-                await asyncio.to_thread(self.ingest.purge_unlisted)
-            except Exception:
-                log.exception("purge_failed", extra={"rooms": len(removed)})
-        for room_id in sorted(added):
-            if self._sent_away(room_id):
-                continue
-            try:
-                await self.az.intent.join_room_by_id(room_id)
-            except Exception as e:
-                join_failed(room_id, e)
-                continue
-            await self._learn_or_retry(room_id)
-
-    async def _watch_allowlist(self) -> None:
+    async def _chores(self) -> None:
+        """Each poll: the allowlist file followed, `forget` requests served, expired
+        messages withdrawn, and the workers' compactions run."""
         while True:
             await asyncio.sleep(ALLOWLIST_POLL_SECONDS)
-            mtime = self._mtime()
-            if mtime != self._allowlist_mtime:
-                self._allowlist_mtime = mtime
-                await self.reload_allowlist()
+            await self.rooms.follow_allowlist()
             await self._serve_spool()
             await self._expire_retained()
             if self.external:
@@ -491,11 +364,7 @@ class Service:
         return await self.az.intent.send_message_event(room_id, EventType.ROOM_MESSAGE, content)
 
     async def join(self, room_id: str) -> None:
-        """Join where invited; an allowlisted room (the bot invited back after it was
-        sent away, say) is then read from where its index stands."""
-        await self.az.intent.join_room_by_id(room_id)
-        if room_id in self.gate.allowlist:
-            await self._learn_or_retry(room_id)
+        await self.rooms.join_invited(room_id)
 
     async def room_state(self, room_id: str) -> list:
         # Raw JSON: room version 12 creators are not in power_levels.

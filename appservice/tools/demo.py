@@ -153,7 +153,7 @@ async def _demo(root: Path, serve: bool) -> int:
                 _say("[3/5] creating the public room #demo:localhost and adding it to the allowlist")
                 room = await client.create_room("matrix-sources demo", public=True, alias="demo")
                 add_room(cfg.allowlist_path, room, "#demo:localhost (demo room)")
-                await service.reload_allowlist()
+                await service.rooms.reload_allowlist()
                 await client.wait_for_member(room, cfg.bot_user)
                 state["room"] = room
                 state_file.write_text(json.dumps(state))
