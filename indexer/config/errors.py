@@ -1,11 +1,22 @@
 """pydantic's validation errors said in config.yaml's terms: the dotted key at fault and
 what it accepts ("index.chroma.port: must be from 1 to 65535, not 0"; an unknown key
-with the nearest known one). indexer/config.py raises them as `ConfigError`s."""
+with the nearest known one), raised as `ConfigError`s."""
 
 from __future__ import annotations
 
 import difflib
+from pathlib import Path
 from typing import Any
+
+
+class ConfigError(ValueError):
+    """A config file that cannot be used: each line `<file>: <dotted.key>: <message>`."""
+
+    def __init__(self, file: Path, key: str, message: str,
+                 more: tuple[tuple[str, str], ...] = ()) -> None:
+        lines = [f"{file}: {k}: {m}" if k else f"{file}: {m}" for k, m in ((key, message), *more)]
+        super().__init__("\n".join(lines))
+        self.file, self.key = file, key
 
 
 class Refused(ValueError):

@@ -1,143 +1,41 @@
-"""The service's configuration: one pydantic model per section of config.yaml, read and
-validated once into `Config`, which the code reads directly (`cfg.search.min_similarity`).
-
-Each setting has its one definition and default here, on its section's field; adding a
-key is adding a field. config.example.yaml shows the same values (a test holds them
-equal). What is derived (paths resolved against the config's folder, the bridges'
-puppet namespaces read in) is a property of `Config`, not another copy. An unknown key is refused (a misspelled key
-would otherwise start silently on the default), and so is a value out of range. Every
-error reads `<file>: <dotted.key>: <message>` and says what would be accepted.
-"""
+"""config.yaml's sections, one pydantic model each, and `Config`, which holds them all
+with every default and what follows from where the file is (paths, bridges)."""
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args
-from urllib.parse import urlsplit
+from typing import Annotated, Any, Literal
 
-from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field,
-                      PrivateAttr, Strict, ValidationError, field_validator,
-                      model_validator)
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, Strict,
+                      field_validator, model_validator)
 from pydantic.dataclasses import dataclass as checked_dataclass
-from ruamel.yaml import YAML
-from ruamel.yaml.error import YAMLError
 
-from .config_errors import Refused, problem
-from .records import ChunkPolicy
+from ..records import ChunkPolicy
+from .database import Database, DatabaseUrl, parse_database
+from .errors import Refused
+from .per_model import EmbedderBackend, MODEL_FLOORS, MODEL_SCRIPT_MARGINS, ONE_BACKEND
+from .values import (Fraction, HomeserverUrl, Int, NonNegativeFloat, NonNegativeInt, Port,
+                     PositiveFloat, PositiveInt, Regex, RelativePath, Script, ServerName, Str,
+                     UserId, empty_is_unset)
 
 # Discord bridges' puppets: mautrix-discord (@discord_123...) and matrix-appservice-discord
 # (@_discord_123...). On unless the config says otherwise.
 DEFAULT_PUPPET_PATTERNS = (r"^@_?discord_[^:]*:.*$",)
-EmbedderBackend = Literal["torch", "torch-bf16", "onnx", "onnx-int8", "q4"]  # embedder.BACKENDS
-EMBEDDER_BACKENDS: tuple[str, ...] = get_args(EmbedderBackend)
-# A model that runs one way only, and that way (embedder.MODEL_BACKENDS; a test holds
-# them equal): its backend need not be written.
-ONE_BACKEND = {"multilingual-e5-small": "q4", "intfloat/multilingual-e5-small": "q4"}
-# search.min_similarity and no_shared_word_margin where config.yaml leaves them unset,
-# per model: calibrated on the dev sets and the off-topic questions (docs/benchmarks.md,
-# "Abstain"; docs/multilingual.md for multilingual-e5-small, whose cosines run higher).
-MODEL_FLOORS = {"all-MiniLM-L6-v2": (0.34, 0.11), "multilingual-e5-small": (0.85, 0.02)}
-MODEL_FLOORS["intfloat/multilingual-e5-small"] = MODEL_FLOORS["multilingual-e5-small"]
-# search.no_shared_word_margin_by_script where config.yaml leaves it unset, per model:
-# multilingual-e5-small puts an off-topic question in Cyrillic well under its floor, and a
-# real one often shares no word with its English answer; one in Chinese near everything
-# (docs/multilingual.md, "Abstain per language").
-MODEL_SCRIPT_MARGINS: dict[str, dict[str, float]] = {
-    "all-MiniLM-L6-v2": {}, "multilingual-e5-small": {"cyrillic": 0.0, "cjk": 0.04}}
-MODEL_SCRIPT_MARGINS["intfloat/multilingual-e5-small"] = MODEL_SCRIPT_MARGINS["multilingual-e5-small"]
-
-
-def is_placeholder(value: str) -> bool:
-    """CHANGE_ME anywhere, or the host example.com or a subdomain of it (not any name
-    that merely contains the letters, like myexample.community)."""
-    if "CHANGE_ME" in value:
-        return True
-    host = urlsplit(value).hostname if "://" in value else value.rsplit(":", 1)[0]
-    host = (host or "").lower().rstrip(".")
-    return host == "example.com" or host.endswith(".example.com")
-
-
-class ConfigError(ValueError):
-    def __init__(self, file: Path, key: str, message: str,
-                 more: tuple[tuple[str, str], ...] = ()) -> None:
-        lines = [f"{file}: {k}: {m}" if k else f"{file}: {m}" for k, m in ((key, message), *more)]
-        super().__init__("\n".join(lines))
-        self.file, self.key = file, key
-
-
-# -- value types: YAML gives int, float, str, bool; no coercion between them -----------
-
-Int = Annotated[int, Strict()]
-Str = Annotated[str, Strict()]
-PositiveInt = Annotated[int, Strict(), Field(gt=0)]
-PositiveFloat = Annotated[float, Strict(), Field(gt=0)]  # an int is a float too
-NonNegativeInt = Annotated[int, Strict(), Field(ge=0)]
-NonNegativeFloat = Annotated[float, Strict(), Field(ge=0)]
-Port = Annotated[int, Strict(), Field(ge=1, le=65535)]
-RelativePath = Annotated[str, Strict(), Field(min_length=1)]  # to the config's folder
-Fraction = Annotated[float, Strict(), Field(gt=0, le=1)]
-
-
-def _regex(value: str) -> str:
-    try:
-        re.compile(value)
-    except re.error as e:
-        raise ValueError(f"not a regex: {e}") from None
-    return value
-
-
-def _user_id(value: str) -> str:
-    if not re.fullmatch(r"@[^:\s]+:\S+", value):
-        raise ValueError(f"{value!r} is not a user id like '@alice:example.org'")
-    return value
-
-
-def _not_placeholder(value: str) -> str:
-    if is_placeholder(value):
-        raise ValueError(f"{value!r} is a placeholder: set your homeserver's")
-    return value
-
-
-def _http_url(value: str) -> str:
-    if not re.match(r"^https?://[^/\s]+", value):
-        raise ValueError(f"must be an http(s) URL, not {value!r}")
-    return value.rstrip("/")
-
-
-def _script(value: str) -> str:
-    """A script as indexer.search.tokens.script names it: the first word of its letters'
-    Unicode names, lower case."""
-    import unicodedata
-
-    if not re.fullmatch(r"[a-z]+", value) or not any(
-            unicodedata.name(chr(c), "").lower().startswith(value + " ")
-            for c in range(0x41, 0x3134F) if chr(c).isalpha()):
-        raise ValueError(f"{value!r} is not a script's name as Unicode names its letters, "
-                         "lower case (latin, cyrillic, greek, arabic, hebrew, cjk, hangul...)")
-    return value
-
-
-def _empty_is_unset(cls: type, data: Any) -> Any:
-    """`key:` with no value (or a section whose keys are all commented out) reads as an
-    unset key: its default. Each section runs it first."""
-    if isinstance(data, dict):
-        return {k: v for k, v in data.items() if v is not None}
-    return data
 
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    _unset = model_validator(mode="before")(_empty_is_unset)
+    _unset = model_validator(mode="before")(empty_is_unset)
 
 
 _CHECKED = ConfigDict(extra="forbid")  # the sections that are also public dataclasses
 
 
 class HomeserverSettings(_Section):
-    url: Annotated[Str, AfterValidator(_http_url), AfterValidator(_not_placeholder)]
-    domain: Annotated[Str, AfterValidator(_not_placeholder)]
+    url: HomeserverUrl
+    domain: ServerName
     # A Synapse admin's access token in a file (0600): erasures reach the index
     # (appservice/homeserver/erasure.py). Unset: only `matrix-sources forget` does.
     admin_token_file: RelativePath | None = None
@@ -188,7 +86,7 @@ class ChromaConfig:
     # of dropped collections is removed after each compaction (store/server_files.py).
     persist_dir: Annotated[Path, Strict(False)] | None = None
     segments: SegmentSettings = SegmentSettings()
-    _unset = model_validator(mode="before")(_empty_is_unset)
+    _unset = model_validator(mode="before")(empty_is_unset)
 
     @model_validator(mode="after")
     def _persist_dir_is_a_servers(self) -> "ChromaConfig":
@@ -270,7 +168,7 @@ class SearchSettings(_Section):
     rrf_k: PositiveInt = 60
     lexical_max_terms: NonNegativeInt = 5  # 0: no keyword leg
     rate_limit_per_minute: NonNegativeInt = 6  # 0: no limit
-    admins: tuple[Annotated[Str, AfterValidator(_user_id)], ...] = ()
+    admins: tuple[UserId, ...] = ()
     # Unset, both are the floor calibrated for index.embedder.model (MODEL_FLOORS; these
     # defaults are all-MiniLM-L6-v2's): each model has its own scale of similarity.
     min_similarity: Annotated[float, Strict(), Field(ge=-1, le=1)] = 0.34  # cosine
@@ -278,8 +176,8 @@ class SearchSettings(_Section):
     no_shared_word_margin: Annotated[float, Strict(), Field(ge=0, le=1)] = 0.11
     # That margin for a question written mostly in one script (`cyrillic: 0.0`), instead.
     # Unset: the model's (MODEL_SCRIPT_MARGINS).
-    no_shared_word_margin_by_script: dict[Annotated[Str, AfterValidator(_script)],
-                                          Annotated[float, Strict(), Field(ge=0, le=1)]] = {}
+    no_shared_word_margin_by_script: dict[
+        Script, Annotated[float, Strict(), Field(ge=0, le=1)]] = {}
 
 
 class ApiSettings(_Section):
@@ -295,60 +193,16 @@ class ApiSettings(_Section):
 
 
 class GateSettings(_Section):
-    puppet_patterns: tuple[Annotated[Str, AfterValidator(_regex)], ...] = DEFAULT_PUPPET_PATTERNS
+    puppet_patterns: tuple[Regex, ...] = DEFAULT_PUPPET_PATTERNS
     bridge_registrations: tuple[RelativePath, ...] = ()
     # The servers whose users puppet_patterns match; empty: the homeserver's own domain.
     bridge_servers: tuple[Str, ...] = ()
 
 
-@dataclass(frozen=True)
-class Database:
-    """Where the event log lives (`store.database`): an SQLite file, or a PostgreSQL
-    database given as libpq reads it. A password never sits in the DSN, so never in
-    config.yaml nor in a log line: libpq reads it from ~/.pgpass, from the file named
-    by PGPASSFILE or by `passfile=` in the DSN, or from PGPASSWORD."""
-
-    kind: Literal["sqlite", "postgresql"]
-    path: Path | None = None  # sqlite
-    dsn: str | None = None  # postgresql
-
-    def __str__(self) -> str:
-        return f"sqlite:{self.path}" if self.kind == "sqlite" else str(self.dsn)
-
-
-def parse_database(value: str, base: Path) -> Database:
-    """`sqlite:PATH` (relative: to `base`, the config's folder) or a `postgresql://`
-    URL. Raises ValueError saying what is accepted."""
-    if value.startswith("sqlite:"):
-        path = Path(value[len("sqlite:"):])
-        if not str(path) or str(path) == ".":
-            raise ValueError("sqlite: needs a file, as in sqlite:eventlog.sqlite3")
-        return Database("sqlite", path=path if path.is_absolute() else base / path)
-    if value.startswith(("postgresql://", "postgres://")):
-        from psycopg.conninfo import conninfo_to_dict
-
-        try:
-            parts = conninfo_to_dict(value)
-        except Exception as e:  # libpq's own parse: its message names what is wrong
-            raise ValueError(f"not a PostgreSQL URL libpq accepts: "
-                             f"{str(e).splitlines()[0][:200]}") from None
-        if parts.get("password"):
-            raise ValueError("holds a password: leave it out of the URL and give it in "
-                             "~/.pgpass, a file named by passfile= in the URL or by "
-                             "PGPASSFILE, or PGPASSWORD (docs/deployment.md)")
-        return Database("postgresql", dsn=value)
-    raise ValueError(f"{value!r} is neither sqlite:PATH nor a postgresql:// URL")
-
-
-def _database(value: str) -> str:
-    parse_database(value, Path("."))  # checked here, resolved against the file by Config
-    return value
-
-
 class StoreSettings(_Section):
     # The event log (every message's text, the pipeline's state): an SQLite file in the
     # data dir, or PostgreSQL (docs/deployment.md, "PostgreSQL").
-    database: Annotated[Str, AfterValidator(_database)] = "sqlite:eventlog.sqlite3"
+    database: DatabaseUrl = "sqlite:eventlog.sqlite3"
 
 
 class LoggingSettings(_Section):
@@ -366,7 +220,7 @@ class DerivedConfig:
     reference_threshold: Fraction = 0.5
     min_words: Int = 8
     shingle_size: Annotated[int, Strict(), Field(ge=1, le=16)] = 5
-    _unset = model_validator(mode="before")(_empty_is_unset)
+    _unset = model_validator(mode="before")(empty_is_unset)
 
     @model_validator(mode="after")
     def _long_enough(self) -> "DerivedConfig":
@@ -489,74 +343,3 @@ class Config(_Section):
         return self.data_dir / "models"
 
 
-def load_yaml(path: Path) -> Any:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return YAML(typ="safe").load(f)
-    except FileNotFoundError:
-        raise ConfigError(path, "", "no such file; create it with `matrix-sources init "
-                          "--data-dir DIR`") from None
-    except IsADirectoryError:
-        raise ConfigError(path, "", "is a folder, not a file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(path, "", f"cannot read it ({e})") from None
-    except YAMLError as e:
-        raise ConfigError(path, "", f"not valid YAML: {e}") from None
-
-
-def load_config(path: Path) -> Config:
-    path = Path(path).resolve()
-    if path.is_dir():
-        raise ConfigError(path, "", f"is a folder; give the config file in it "
-                          f"({path / 'config.yaml'})")
-    data = load_yaml(path)
-    if not isinstance(data, dict):
-        raise ConfigError(path, "", "must be a YAML mapping")
-    try:
-        cfg = Config.model_validate(data)
-    except ValidationError as e:
-        problems = [problem(err, Config) for err in e.errors()]
-        raise ConfigError(path, *problems[0], more=tuple(problems[1:])) from None
-    cfg._file = path
-    cfg._bridges, cfg._bridge_patterns = _bridge_namespaces(path, cfg.gate.bridge_registrations,
-                                                            cfg.bot_user)
-    return cfg
-
-
-def _bridge_namespaces(file: Path, entries: tuple[str, ...],
-                       bot_user: str) -> tuple[tuple[Path, ...], tuple[str, ...]]:
-    """Other appservices' registration files (bridges): the regexes of their user
-    namespaces are puppet patterns, of the homeserver's users only (an appservice owns
-    no user of another server). Synapse matches them with re.match, as the gate does."""
-    paths: list[Path] = []
-    patterns: list[str] = []
-    for i, entry in enumerate(entries):
-        k = f"gate.bridge_registrations[{i}]"
-        reg = file.parent / entry
-        try:
-            data = YAML(typ="safe").load(reg.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ConfigError(file, k, f"{reg}: no such file") from None
-        except (OSError, UnicodeDecodeError) as e:
-            raise ConfigError(file, k, f"{reg}: cannot read it ({e})") from None
-        except YAMLError as e:
-            raise ConfigError(file, k, f"{reg}: not valid YAML: {e}") from None
-        users = (data.get("namespaces") or {}).get("users") if isinstance(data, dict) else None
-        if not isinstance(users, list) or not users:
-            raise ConfigError(file, k, f"{reg}: no namespaces.users list; is it a bridge's "
-                              "appservice registration?")
-        for j, ns in enumerate(users):
-            where = f"{reg}: namespaces.users[{j}].regex"
-            regex = ns.get("regex") if isinstance(ns, dict) else None
-            if not isinstance(regex, str) or not regex:
-                raise ConfigError(file, k, f"{where} is missing")
-            try:
-                compiled = re.compile(regex)
-            except re.error as e:
-                raise ConfigError(file, k, f"{where}: not a regex: {e}") from None
-            if compiled.match(bot_user):
-                raise ConfigError(file, k, f"{where} {regex!r} matches the bot {bot_user}: "
-                                  "list bridges' registrations here, not this service's own")
-            patterns.append(regex)
-        paths.append(reg)
-    return tuple(paths), tuple(patterns)
