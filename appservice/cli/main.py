@@ -1,5 +1,7 @@
-"""`matrix-sources`: the command line. Each subcommand is a small function; the work is
-done by `indexer/` and `appservice/homeserver/service.py`."""
+"""`matrix-sources`: the command line, its parser and thin fronts. Each subcommand is a
+small function that reads the config and calls its module here (serve.py, importing.py,
+allowlist.py, search.py...); the work is done by `indexer/` and
+`appservice/homeserver/service.py`."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import sys
 from pathlib import Path
 
 from indexer.config import Config, ConfigError, load_config
-from indexer.store.lock import LockedError, WriterLock
+from indexer.store.lock import LockedError
 
 
 def _config(args) -> Config:
@@ -50,106 +52,15 @@ def cmd_init(args) -> int:
 
 
 def cmd_run(args) -> int:
-    import asyncio
-    import signal
-    import sqlite3
+    from .serve import run_service
 
-    from ..logs import setup_logging
-    from ..homeserver.service import StartupError
-    from .serve import serve_with_bot
-
-    cfg = _config(args)
-    setup_logging(cfg.logging.level, as_json=args.json_logs or cfg.logging.format == "json")
-    refusal = _start_refusal(cfg)
-    if refusal:
-        print(f"error: {refusal}", file=sys.stderr)
-        return 1
-
-    async def main() -> int:
-        try:
-            service = serve_with_bot(cfg)
-        except sqlite3.DatabaseError as e:  # damage quick_check did not see
-            from indexer.store.eventlog_check import recovery
-
-            print(f"error: the event log {cfg.database} cannot be used ({e}). To "
-                  f"recover: {recovery(cfg.database)}", file=sys.stderr)
-            return 1
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        starting = asyncio.create_task(service.start())
-        stopping = asyncio.create_task(stop.wait())
-        await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
-        code = 0
-        if starting.done():
-            try:
-                starting.result()
-                print(f"matrix-sources: serving on {cfg.appservice.host}:{cfg.appservice.port} as "
-                      f"{cfg.bot_user}", file=sys.stderr, flush=True)
-                await stopping
-            except StartupError as e:
-                print(f"error: {e}", file=sys.stderr)
-                code = 1
-        else:  # asked to stop while still starting (e.g. waiting for the homeserver)
-            starting.cancel()
-            await asyncio.gather(starting, return_exceptions=True)
-        stopping.cancel()
-        await service.stop()
-        return code
-
-    return asyncio.run(main())
-
-
-def _start_refusal(cfg: Config) -> str:
-    """A damaged event log, or a missing one beside a full collection: say how to
-    recover instead of crashing in systemd's restart loop (indexer/store/eventlog_check.py)."""
-    from indexer.components import open_store
-    from indexer.store.eventlog_check import start_refusal
-
-    def windows() -> int:
-        if cfg.chroma.mode == "embedded" and not Path(cfg.chroma.path).exists():
-            return 0  # never create the folder just to count it
-        try:
-            return open_store(cfg, inspect=True).count()
-        except Exception:  # a Chroma server not up yet: the service's start says so
-            return 0
-
-    return start_refusal(cfg.database, windows)
+    return run_service(_config(args), args.json_logs)
 
 
 def cmd_import(args) -> int:
-    from tqdm import tqdm
+    from .importing import run_import
 
-    from indexer.components import Index
-    from indexer.pipeline.importer import import_events
-
-    from .progress import ensure_collection, load_model, pending_total
-
-    cfg = _config(args)
-    path = Path(args.file)
-    if not path.is_file():
-        print(f"error: {path}: no such file", file=sys.stderr)
-        return 1
-    lock = WriterLock(cfg.data_dir, "matrix-sources import").acquire()
-    index = Index.open(cfg, load_model(cfg))
-    size = sum(1 for _ in open(path, "rb"))
-    show = not args.quiet
-    ensure_collection(index, show)
-    with tqdm(total=size, desc="reading", unit="ev", disable=not show) as read_bar, \
-            tqdm(desc="indexing", unit="msg", disable=not show) as index_bar:
-        def indexing() -> None:  # everything is read: the bar's total is known now
-            index_bar.total = pending_total(index.eventlog)
-            index_bar.refresh()
-
-        summary = import_events(path, index.ingest, index.pipeline,
-                                on_read=read_bar.update, on_indexed=index_bar.update,
-                                on_indexing=indexing)
-    index.close()
-    lock.release()
-    for line in summary.lines():
-        print(line)
-    return 0
+    return run_import(_config(args), Path(args.file), args.quiet)
 
 
 def cmd_search(args) -> int:
@@ -165,79 +76,9 @@ def cmd_mcp(args) -> int:
 
 
 def cmd_allowlist(args) -> int:
-    from indexer.ingest.allowlist import add_room, load_allowlist, remove_room
+    from .allowlist import run_allowlist
 
-    from ..homeserver.aliases import AliasError
-
-    cfg = _config(args)
-    if args.action == "list":
-        for room in load_allowlist(cfg.allowlist_path):
-            print(room)
-        return 0
-    if args.action == "add":
-        try:
-            resolved = _resolve_rooms(cfg, args.rooms)  # all or nothing is written
-        except (AliasError, ConfigError) as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 1
-        for room, alias in resolved:
-            # An alias is kept as a comment beside the id it resolved to.
-            comment = " ".join(c for c in (alias, args.comment) if c) or None
-            changed = add_room(cfg.allowlist_path, room, comment)
-            shown = f"{room} ({alias})" if alias else room
-            _say_at_door(cfg, changed, room, shown)
-        return 0
-    for room in args.rooms:
-        changed = remove_room(cfg.allowlist_path, room)
-        print(f"{'removed' if changed else 'not listed'}: {room}")
-    return 0
-
-
-def _say_at_door(cfg: Config, added: bool, room: str, shown: str) -> None:
-    """What the service will make of the room, read now from the homeserver as the bot
-    (cli/door.py): a room it will refuse says so and why, not a bare `added:`."""
-    from indexer.datadir import service_registration
-
-    from .door import Verdict, judge_at_door
-
-    try:
-        verdict = judge_at_door(cfg, service_registration(cfg).as_token, room, join=added)
-    except ConfigError as e:
-        verdict = Verdict("unknown", f"no token to ask the homeserver with ({e})")
-    done = "added" if added else "already listed"
-    if verdict.rule is None or verdict.rule == "unknown":
-        print(f"{done}: {shown}")
-        if verdict.rule == "unknown":
-            print(f"  not checked now: {verdict.detail}; `matrix-sources doctor` checks "
-                  "it later")
-        return
-    print(f"{done}, but it will be refused: {shown}: {verdict.detail} "
-          f"(journal rule {verdict.rule})")
-    if verdict.fix:
-        print(f"  fix: {verdict.fix}")
-
-
-def _resolve_rooms(cfg: Config, rooms: list[str]) -> list[tuple[str, str | None]]:
-    """(room id, alias it came from) for each argument; aliases are resolved through the
-    homeserver with the registration's as_token."""
-    from indexer.ingest.allowlist import ROOM_ID
-    from indexer.datadir import service_registration
-
-    from ..homeserver.aliases import resolve_alias
-
-    out: list[tuple[str, str | None]] = []
-    token: str | None = None
-    for room in rooms:
-        if not room.startswith("#"):
-            if not ROOM_ID.match(room):
-                raise ConfigError(cfg.allowlist_path, "rooms", f"{room!r} is not a room id like "
-                                  "'!abc:example.org' or an alias like '#room:example.org'")
-            out.append((room, None))
-            continue
-        if token is None:
-            token = service_registration(cfg).as_token
-        out.append((resolve_alias(cfg.homeserver.url, token, room), room))
-    return out
+    return run_allowlist(_config(args), args)
 
 
 def cmd_journal(args) -> int:
