@@ -81,7 +81,7 @@ def inproc(store, model, items, reps: int) -> dict:
     import os
 
     from indexer.search.searcher import Searcher, SourceQuery
-    from indexer.search.termindex import start_term_index
+    from indexer.search.termindex_build import start_term_index
 
     searcher = Searcher(model, store)
     t = time.perf_counter()

@@ -81,7 +81,7 @@ def _inproc(windows: int, items, reps: int, cache: Path, port: int | None) -> di
     import query
     from indexer.pipeline.embedder import DEFAULT_BACKEND, load_embedder
     from indexer.search.searcher import Searcher, SourceQuery
-    from indexer.search.termindex import start_term_index
+    from indexer.search.termindex_build import start_term_index
 
     model = load_embedder("all-MiniLM-L6-v2", DEFAULT_BACKEND, evalkit.OUT_DIR / "models")
     t = time.perf_counter()

@@ -3,7 +3,7 @@
     .venv/bin/python bench/textindex.py [--windows 100000] [--reps 200]
 
 (b) postings  indexer/search/termindex.py, in memory, built at start from the event log
-              (termindex.start_term_index over EventLog.texts.indexed_windows), as the
+              (termindex_build.start_term_index over EventLog.texts.indexed_windows), as the
               service runs it; queries through LexicalRanker (search._lexical_ranker)
 (a) FTS5      a contentless FTS5 table (`content=''`; a row deleted by giving its text
               again) with `secure-delete` on, one row per window (its bodies), in an SQLite of its
@@ -94,7 +94,7 @@ def files_with(paths, needle: bytes) -> list[str]:
 
 def postings(log, texts: list[str], folder: Path) -> dict:
     from indexer.search.searcher import _lexical_ranker
-    from indexer.search.termindex import start_term_index
+    from indexer.search.termindex_build import start_term_index
     from indexer.store.chroma import ChromaStore
 
     gc.collect()

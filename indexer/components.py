@@ -38,7 +38,7 @@ from .search.abstain import Floor
 from .search.linkage import Horizon
 from .search.present import Presenter
 from .search.searcher import Searcher
-from .search.termindex import start_term_index
+from .search.termindex_build import start_term_index
 from .store.answers import AnswerLog
 from .store.commands import CommandLog
 from .store.chroma import ChromaStore

@@ -20,7 +20,8 @@ from indexer.store.chroma import ChromaStore
 
 from .storekit import index, open_store
 from .strength import examples
-from indexer.search.termindex import TermIndex, matchable, start_term_index
+from indexer.search.termindex import TermIndex, matchable
+from indexer.search.termindex_build import start_term_index
 
 # Words that meet as stems and prefixes, a short one, digits, odd characters, scripts.
 VOCAB = ["1.2.3.4.5.6.7", "a.a.a", "a.a", "c+", "v2.6", "2.6", "2.6.8.", "c#", "x.y'z", "partition", "partitions", "partitioning", "Partitioned", "grub", "GRUB2",

@@ -4,8 +4,8 @@ Scanning every window's text per query term costs: Chroma's `where_document` reg
 about 60 ms a term at 100,000 windows when Chroma held the text (bench/query.py); the
 event log's scan takes about 250 ms (docs/storage.md). This index answers the same question from memory
 in about a millisecond a term. It is never written anywhere: the service builds it
-from the event log's text when it starts (in a background thread; until it is ready
-the leg scans the event log) and the store keeps it in step with every write it makes
+from the event log's text when it starts (termindex_build.py, in a background thread;
+until it is ready the leg scans the event log) and the store keeps it in step with every write it makes
 (store/chroma.py), so a redacted word stops matching when its window is re-upserted.
 docs/storage.md compares it with SQLite FTS5 in the event log.
 
@@ -30,17 +30,13 @@ import threading
 import time
 from array import array
 from collections import Counter
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from ..records import CORPUS_CHAT, CORPUS_REFERENCE, Window
+from ..records import Window
 from .tokens import is_word, keys, matches
 
-if TYPE_CHECKING:
-    from ..pipeline.priority import ModelTurns
-    from ..store.chroma import ChromaStore
-    from ..store.eventlog import EventLog
 
 log = logging.getLogger(f"matrix_sources.{__name__}")
 
@@ -384,59 +380,3 @@ def _wanted(where: dict | None) -> tuple[str | None, str | None] | None:
             return None
         want[field] = value
     return want.get("room_id"), want.get("corpus")
-
-
-def start_term_index(store: ChromaStore, eventlog: EventLog, page: int = 250,
-                     on_ready: Callable[[], None] | None = None,
-                     turns: ModelTurns | None = None) -> TermIndex:
-    """Postings for the lexical leg, following `store`'s writes: built from the event
-    log's text in a background thread (the leg scans the event log until it is ready),
-    then kept in step by the store. Only for the process that is the collection's one
-    writer: another writer's changes would not reach it. With `turns`, the build waits
-    before each page while a search waits or runs: a search shares the GIL with one
-    page at most (`page` windows, about 30 ms), not with the build (a million windows
-    build for 3 minutes; `!sources` meanwhile took 2.1 s at p95 without the pause)."""
-    terms = TermIndex()
-    store.terms = terms  # before the ids are listed: what is written since reaches it
-
-    def pages(ids: list[str]):
-        wanted = set(ids)
-        parts: list[list[str]] = []
-        metas: list[dict] = []
-        got: list[str] = []
-        for wid, msgs in eventlog.texts.indexed_windows():
-            if wid not in wanted:
-                continue
-            got.append(wid)
-            parts.append(matchable(m.body for m in msgs))
-            metas.append({"room_id": msgs[0].room_id, "corpus": CORPUS_CHAT})
-            if len(got) >= page:
-                yield got, parts, metas
-                parts, metas, got = [], [], []
-        refs = [i for i in ids if i in wanted and i.startswith("r")]
-        texts = eventlog.texts.ref_texts(refs)
-        for cid in refs:
-            if cid in texts:
-                got.append(cid)
-                parts.append(matchable([texts[cid]]))
-                metas.append({"room_id": "", "corpus": CORPUS_REFERENCE})
-        if got:
-            yield got, parts, metas
-
-    def build() -> None:
-        started = time.monotonic()
-        try:
-            complete = terms.build(sorted(eventlog.window_ids()) + eventlog.texts.ref_chunk_ids(),
-                                   pages, turns.pause_for_queries if turns is not None
-                                   else lambda: None)
-        except Exception as e:  # the leg keeps scanning the event log; search works
-            log.error("term_index_failed", exc_info=True, extra={"error": type(e).__name__})
-            return
-        log.info("term_index_ready", extra={
-            **terms.stats(), "complete": complete,
-            "seconds": round(time.monotonic() - started, 1)})
-        if on_ready is not None:
-            on_ready()
-
-    threading.Thread(target=build, name="term-index", daemon=True).start()
-    return terms
