@@ -4,7 +4,7 @@ Start-up: registration checked -> event log, store, model -> HTTP up -> homeserv
 accepts as_token (whoami) -> join every allowlisted room, learn its state (rooms.py;
 the collection checked against the event log meanwhile) -> pipeline catches up on what
 a previous run left pending -> the chores, once a poll: allowlist.yaml followed,
-`forget` requests, room retention, the workers' compactions.
+`forget` requests and room retention (withdrawals.py), the workers' compactions.
 
 Commands are answered in a bounded pool of their own (commandpool.py). Every SQLite and
 Chroma call runs off the event loop.
@@ -34,7 +34,6 @@ from indexer.pipeline.embedder import Embedder
 from indexer.ingest.admit import AdmitResult
 from indexer.ingest.events import MessageEvent
 from indexer.pipeline.worker import PipelineWorker
-from indexer.records import UserID
 
 from .erasure import ErasureWatch, self_leaves
 from .heap import release_free_memory
@@ -44,6 +43,7 @@ from .health import Health, appends_problem, pipeline_problem
 from .metrics import EventLogFigures, MetricSources, ServiceMetrics
 from .roomstate import is_outage
 from .rooms import Rooms
+from .withdrawals import Withdrawals
 from .search_api import SearchAPI
 from .transactions import Routed, TransactionHandler
 
@@ -144,7 +144,10 @@ class Service:
         self.answers = self.index.answers
         self.metrics = ServiceMetrics()
         self.bot: BotPort | None = None  # attach(): the composing front wires it in
-        self.erasures = (ErasureWatch(cfg.homeserver.url, admin_token(cfg), self._forget_erased)
+        # Forget, retention and erasure: applied here, the answers quoting them edited.
+        self.withdrawals = Withdrawals(cfg, self.ingest, self.worker, self._withdrawn)
+        self.erasures = (ErasureWatch(cfg.homeserver.url, admin_token(cfg),
+                                      self.withdrawals.forget_erased)
                          if cfg.homeserver.admin_token_file else None)
         # The store opened and the model loaded above; the homeserver is checked in start().
         self.health = Health(store=True, model=True, detail="waiting for the homeserver",
@@ -277,26 +280,10 @@ class Service:
         while True:
             await asyncio.sleep(ALLOWLIST_POLL_SECONDS)
             await self.rooms.follow_allowlist()
-            await self._serve_spool()
-            await self._expire_retained()
+            await self.withdrawals.serve_spool()
+            await self.withdrawals.expire_retained()
             if self.external:
                 await self._compact_for_workers()
-
-    async def _expire_retained(self) -> None:
-        """Room retention (indexer/ingest/retention.py), once per compaction interval: the
-        expired messages take the redaction path (worker: re-chunk and compaction)."""
-        from indexer.ingest.retention import Retention
-
-        now = time.monotonic()
-        if now - getattr(self, "_retention_last", float("-inf")) < \
-                self.cfg.index.compaction_interval_seconds:
-            return
-        self._retention_last = now
-        report = await asyncio.to_thread(Retention(self.ingest).expire)
-        if report.windows:
-            self.worker.notify()
-        if report.event_ids:
-            self._withdrawn(report.event_ids)
 
     async def _compact_for_workers(self) -> None:
         """External pipeline: the workers' redactions ask for a compaction through the
@@ -308,26 +295,6 @@ class Service:
                 await asyncio.to_thread(compaction.run)
             except Exception:  # stays due: tried again at the next look
                 log.error("compaction_failed", exc_info=True)
-
-    async def _serve_spool(self) -> None:
-        """`matrix-sources forget` while the service runs (indexer/ingest/spool.py): the
-        request applied here, the windows re-chunked and scrubbed by the worker, the
-        answers that quoted the forgotten messages edited as after a redaction."""
-        from indexer.ingest.forget import Forgetting, apply_request
-        from indexer.ingest.spool import serve
-
-        forgetting = Forgetting(self.ingest)
-        try:
-            answers = await asyncio.to_thread(
-                serve, self.cfg.data_dir, lambda req: apply_request(forgetting, req))
-        except OSError:
-            log.warning("spool_unreadable", exc_info=True)
-            return
-        for answer in answers:
-            if answer.get("windows"):
-                self.worker.notify()
-            if answer.get("event_ids"):
-                self._withdrawn(answer["event_ids"])
 
     # -- after a transaction was stored ----------------------------------------------
 
@@ -342,19 +309,9 @@ class Service:
             self.bot.on_invites(routed.invites)  # a DM or private room: nothing stored
             self.bot.on_withdrawn(result.history.redacted)
 
-    async def _forget_erased(self, user: str) -> None:
-        """Synapse erased the user (erasure.py): what they said leaves the index."""
-        from indexer.ingest.forget import Forgetting
-
-        report = await asyncio.to_thread(Forgetting(self.ingest).forget_user, UserID(user),
-                                         "synapse_erasure")
-        if report.windows:
-            self.worker.notify()
-        self._withdrawn(report.event_ids)
-
     def _withdrawn(self, event_ids) -> None:
-        """Messages withdrawn outside a transaction (forget, retention): the bot edits
-        the answers that quoted them."""
+        """Messages withdrawn outside a transaction (withdrawals.py): the bot edits the
+        answers that quoted them."""
         if self.bot is not None and event_ids:
             self.bot.on_withdrawn(event_ids)
 
