@@ -48,7 +48,7 @@ from .search_api import SearchAPI
 from .transactions import Routed, TransactionHandler
 
 log = logging.getLogger(f"matrix_sources.{__name__}")
-ALLOWLIST_POLL_SECONDS = 1.0
+CHORES_POLL_SECONDS = 1.0  # allowlist.yaml, `forget` requests, retention looked at
 HOMESERVER_RETRY_MAX = 30.0  # seconds between whoami attempts while Synapse is down
 
 
@@ -278,7 +278,7 @@ class Service:
         """Each poll: the allowlist file followed, `forget` requests served, expired
         messages withdrawn, and the workers' compactions run."""
         while True:
-            await asyncio.sleep(ALLOWLIST_POLL_SECONDS)
+            await asyncio.sleep(CHORES_POLL_SECONDS)
             await self.rooms.follow_allowlist()
             await self.withdrawals.serve_spool()
             await self.withdrawals.expire_retained()
