@@ -33,6 +33,7 @@ from ..records import Hit, bodies_of
 from ..store.chroma import ChromaStore
 from .abstain import NO_FLOOR, Floor
 from .evidence import NO_EVIDENCE, Evidence
+from .gloss import gloss
 from .legible import legible
 from .lexical import (LEXICAL_MAX_TERMS, LexicalRanker, is_keywords, lexical_text, matching,
                       weighed_text)
@@ -108,11 +109,16 @@ class Searcher:
             return [], None
         # The presenter ranks a pool again by the windows' matched questions.
         depth = max(query.top_k, RERANK_POOL) if self.presenter is not None else query.top_k
+        # A text in Chinese is also searched as its English gloss (gloss.py): by the
+        # words and the meaning of English chat. The floor stays the question's own:
+        # its script's margin, the words it shares (an off-topic question's gloss
+        # shares words like "first" or "time" with any chat).
+        asked = list(dict.fromkeys(texts + [g for g in map(gloss, texts) if g]))
         # Ask for more than depth per list so fusion can promote agreement.
-        fusing = len(texts) > 1 or any(lexical_text(t, self.lexical_max_terms) for t in texts)
+        fusing = len(asked) > 1 or any(lexical_text(t, self.lexical_max_terms) for t in asked)
         n = max(depth * 4, 20) if fusing else depth
-        vectors = self.embedder.encode(texts)
-        scored = self._with_similarity(*self._retrieve(query, texts, vectors, depth, n),
+        vectors = self.embedder.encode(asked)
+        scored = self._with_similarity(*self._retrieve(query, asked, vectors, depth, n),
                                        vectors)
         floor = (self.floor or Floor(NO_FLOOR)).for_query(texts, evidence, words_only) \
             if self.floor is not None or words_only else None
