@@ -1,6 +1,7 @@
 """A question in Chinese glossed in English (indexer/search/gloss.py): its words cut by the
-dictionary and given their first plain sense, Latin-script terms kept in place; the
-searcher searches the gloss beside the question, and the floor stays the question's."""
+dictionary and given the plain sense the chat holds most (else the first), Latin-script
+terms kept in place; the searcher searches the gloss beside the question, and the floor
+stays the question's."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from indexer.records import ChunkPolicy, EventID, Message, RoomID, UserID
 from indexer.search import searcher as searcher_module
 from indexer.search.gloss import gloss, has_han
 from indexer.search.searcher import Searcher, SourceQuery
+from indexer.search.termindex_build import start_term_index
 
 from .storekit import index, open_store
 
@@ -45,6 +47,34 @@ def test_no_chinese_or_nothing_known_gives_no_gloss():
     assert has_han("数据库 backup") and not has_han("backup")
 
 
+def test_a_word_takes_the_sense_the_chat_holds_most():
+    # CC-CEDICT: 容器 receptacle/vessel/(computing) container; 端口 interface/port.
+    assert gloss("容器的端口") == "receptacle interface"  # no chat to ask: the first
+    held = {"container": 40, "port": 90, "vessel": 2}
+    assert gloss("容器的端口", lambda t: held.get(t, 0)) == "container port"
+    # A sense whose rarest word no window holds counts as held by none; a tie keeps
+    # the dictionary's order.
+    assert gloss("容器的端口", lambda t: 0) == "receptacle interface"
+
+
+def test_the_searcher_asks_the_postings_which_sense_its_chat_means(tmp_path):
+    store = open_store(tmp_path)
+    emb = HashEmbedder()
+    room = RoomID("!dev:example.org")
+    bodies = ["publish the container port with -p 8080:80", "lunch plans for friday",
+              "the receptacle interface review is on monday", "upgrade synapse tonight",
+              "which port does the container listen on", "the container image is rebuilt"]
+    messages = [Message(EventID(f"$m{i}"), room, UserID("@a:example.org"),
+                        1_700_000_000_000 + i * 7_200_000, b) for i, b in enumerate(bodies)]
+    windows = build_windows(messages, ChunkPolicy(max_bytes=10, gap_ms=1))
+    index(store, windows, emb.encode([embed_text(w) for w in windows]))
+    asked = SourceQuery.build(["容器的端口？"], 1)
+    # Before the postings are built, the dictionary's first sense.
+    assert Searcher(emb, store).search(asked)[0].first_event_id == "$m2"
+    assert start_term_index(store, store.eventlog).ready.wait(30)
+    assert Searcher(emb, store).search(asked)[0].first_event_id in ("$m0", "$m4")
+
+
 @pytest.fixture
 def chat(tmp_path):
     """English windows the hash embedder cannot connect to a Chinese question: only the
@@ -71,7 +101,7 @@ def test_a_chinese_question_finds_english_chat_through_its_gloss(chat, monkeypat
     asked = SourceQuery.build(["怎么备份数据库？"], 4)
     hits = Searcher(emb, store).search(asked)
     assert hits[0].first_event_id == "$m0" and hits[0].score > only_the_question(hits[0])
-    monkeypatch.setattr(searcher_module, "gloss", lambda text: "")
+    monkeypatch.setattr(searcher_module, "gloss", lambda text, df=None: "")
     alone = {h.first_event_id: h for h in Searcher(emb, store).search(asked)}
     assert alone["$m0"].score == only_the_question(alone["$m0"])  # nothing else found it
 
@@ -149,7 +179,7 @@ def test_asked_in_chinese_an_english_room_answers_first(english, monkeypatch):
     asked = SourceQuery.build(["数据库每天晚上怎么自动备份？"], 3)
     hits = english.searcher.search(asked)
     assert hits and "$e14" in hits[0].event_ids
-    monkeypatch.setattr(searcher_module, "gloss", lambda text: "")
+    monkeypatch.setattr(searcher_module, "gloss", lambda text, df=None: "")
     alone = english.searcher.search(asked)
     assert not alone or "$e14" not in alone[0].event_ids
 

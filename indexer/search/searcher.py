@@ -23,7 +23,7 @@ import math
 import re
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -33,7 +33,7 @@ from ..records import Hit, bodies_of
 from ..store.chroma import ChromaStore
 from .abstain import NO_FLOOR, Floor
 from .evidence import NO_EVIDENCE, Evidence
-from .gloss import gloss
+from .gloss import gloss, has_han
 from .legible import legible
 from .lexical import (LEXICAL_MAX_TERMS, LexicalRanker, is_keywords, lexical_text, matching,
                       weighed_text)
@@ -113,7 +113,8 @@ class Searcher:
         # words and the meaning of English chat. The floor stays the question's own:
         # its script's margin, the words it shares (an off-topic question's gloss
         # shares words like "first" or "time" with any chat).
-        asked = list(dict.fromkeys(texts + [g for g in map(gloss, texts) if g]))
+        df = self._chat_df() if any(map(has_han, texts)) else None
+        asked = list(dict.fromkeys(texts + [g for g in (gloss(t, df) for t in texts) if g]))
         # Ask for more than depth per list so fusion can promote agreement.
         fusing = len(asked) > 1 or any(lexical_text(t, self.lexical_max_terms) for t in asked)
         n = max(depth * 4, 20) if fusing else depth
@@ -130,6 +131,15 @@ class Searcher:
         closest = None if hits or not scored else max(
             scored, key=lambda h: h.similarity if h.similarity is not None else -2.0)
         return hits[:query.top_k], closest
+
+    def _chat_df(self) -> Callable[[str], int] | None:
+        """How many windows hold a term, from the keyword postings once built: what a
+        Chinese word's sense is chosen by (gloss.py). None before they are: a scan per
+        sense would take seconds."""
+        if not self.lexical_max_terms:
+            return None
+        ranker = _lexical_ranker(self.store)
+        return ranker.df if ranker.index is not None else None
 
     def _evidence(self, texts: list[str]) -> Evidence:
         """The query's terms weighed by rarity (evidence.py; for a question in another
