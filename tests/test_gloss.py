@@ -47,6 +47,13 @@ def test_no_chinese_or_nothing_known_gives_no_gloss():
     assert has_han("数据库 backup") and not has_han("backup")
 
 
+def test_japanese_is_not_read_as_chinese():
+    # 手紙 is a letter in Japanese and toilet paper in Chinese: kana say which language.
+    assert gloss("手纸") and gloss("手紙") == gloss("手纸")
+    assert gloss("手紙を書きました") == ""
+    assert gloss("データベースのバックアップ方法") == ""
+
+
 def test_a_word_takes_the_sense_the_chat_holds_most():
     # CC-CEDICT: 容器 receptacle/vessel/(computing) container; 端口 interface/port.
     assert gloss("容器的端口") == "receptacle interface"  # no chat to ask: the first

@@ -34,6 +34,9 @@ _ENTRY = re.compile(r"^(\S+) (\S+) \[([^\]]*)\] /(.*)/$")
 _HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
 _RUNS = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+|[^\W_][\w.+#/-]*")
 _PARENS = re.compile(r"\([^()]*\)")
+# Hiragana and katakana: a text with them is Japanese, whose kanji words a Chinese
+# dictionary would misread (手紙 is a letter in Japanese, toilet paper in Chinese).
+_KANA = re.compile(r"[\u3040-\u30ff\u31f0-\u31ff\uff66-\uff9f]")
 # A sense that only points elsewhere or says what kind of word it is.
 _NOT_A_SENSE = ("variant of", "see ", "CL:", "abbr. for", "used in", "surname",
                 "particle", "old variant", "erhua", "Taiwan pr.", "also pr.")
@@ -128,9 +131,10 @@ def _held(sense: str, df: Callable[[str], int]) -> int:
 
 def gloss(text: str, df: Callable[[str], int] | None = None) -> str:
     """The text's Chinese words in English and its Latin-script words as written, in
-    order; "" when it holds no Chinese or no word the dictionary knows. `df` (how many
+    order; "" when it holds no Chinese or no word the dictionary knows, or is Japanese
+    (it holds kana). `df` (how many
     windows hold a term) chooses among a word's senses; without it, the first."""
-    if not has_han(text):
+    if not has_han(text) or _KANA.search(text):
         return ""
     out = []
     for part in _cut(text):
