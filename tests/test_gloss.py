@@ -47,6 +47,10 @@ def test_no_chinese_or_nothing_known_gives_no_gloss():
     assert has_han("数据库 backup") and not has_han("backup")
 
 
+def test_invisible_characters_do_not_cut_a_word():
+    assert gloss("数据\u200b库\u2060备份") == gloss("数据库备份") == "database backup"
+
+
 def test_japanese_is_not_read_as_chinese():
     # 手紙 is a letter in Japanese and toilet paper in Chinese: kana say which language.
     assert gloss("手纸") and gloss("手紙") == gloss("手纸")

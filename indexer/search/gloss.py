@@ -28,6 +28,7 @@ from collections.abc import Callable
 from functools import lru_cache
 from importlib.resources import files
 
+from ..derived.skeleton import drop_invisible
 from .tokens import tokens
 
 _ENTRY = re.compile(r"^(\S+) (\S+) \[([^\]]*)\] /(.*)/$")
@@ -137,7 +138,8 @@ def gloss(text: str, df: Callable[[str], int] | None = None) -> str:
     if not has_han(text) or _KANA.search(text):
         return ""
     out = []
-    for part in _cut(text):
+    # A zero-width space inside a word would cut it in two: 数据\u200b库 is 数据库.
+    for part in _cut(drop_invisible(text)):
         if isinstance(part, str):
             out.append(part)
         elif df is None or len(part) == 1:
