@@ -46,8 +46,8 @@ _NOT_A_SENSE = ("variant of", "see ", "CL:", "abbr. for", "used in", "surname",
 MAX_SENSES = 6
 
 _lock = threading.Lock()
-# word -> its entry's senses as the dictionary writes them, "/"-joined (parsed when a
-# question needs them: a tuple per word would double the table's memory)
+# word -> its entry's senses as the dictionary writes them, "/"-joined: parsed when a
+# question needs them (senses_of), so the table is one string a word (26 MiB)
 _senses: dict[str, str] | None = None
 _longest = 1
 
