@@ -5,6 +5,7 @@ The tests that load the real model are `slow` (about 20 s): the full run has the
 
 from __future__ import annotations
 
+import re
 
 import pytest
 
@@ -247,6 +248,21 @@ def test_the_multilingual_model_needs_no_backend_and_refuses_another(tmp_path):
         _config_with(tmp_path / "b", {"model": "multilingual-e5-small", "backend": "onnx-int8"})
     with pytest.raises(ConfigError, match="index.embedder.backend: q4 runs multilingual-e5-small only"):
         _config_with(tmp_path / "c", {"model": "all-MiniLM-L6-v2", "backend": "q4"})
+
+
+def test_the_pair_of_models_needs_no_backend_and_holds_e5s_floor(tmp_path):
+    """Its similarity sits on multilingual-e5-small's scale (pair_embedder.py): e5's
+    floor, margin and margins per script."""
+    pair = "multilingual-e5-small+all-MiniLM-L6-v2"
+    cfg = _config_with(tmp_path, {"model": pair})
+    e5 = _config_with(tmp_path / "e5", {"model": "multilingual-e5-small"})
+    assert cfg.index.embedder.backend == "q4"
+    assert (cfg.search.min_similarity, cfg.search.no_shared_word_margin,
+            cfg.search.no_shared_word_margin_by_script) == \
+        (e5.search.min_similarity, e5.search.no_shared_word_margin,
+         e5.search.no_shared_word_margin_by_script) == (0.85, 0.02, {"cyrillic": 0.0, "cjk": 0.04})
+    with pytest.raises(ConfigError, match=re.escape(f"index.embedder.backend: {pair} runs on backend q4 only")):
+        _config_with(tmp_path / "b", {"model": pair, "backend": "onnx-int8"})
 
 
 def test_an_unset_floor_is_the_models_and_a_written_one_is_kept(tmp_path):

@@ -5,7 +5,8 @@ else in the same language gets "nothing matches".
 The rooms (tests/fixtures/rooms/, written for these tests) are 32 to 34 messages of
 ordinary team chat, each with one question and its answer a dozen messages later, as a
 reply. They go through the real graph (Index.open on a data dir whose config names
-multilingual-e5-small, the packaged 4-bit model), the shipped floor and all.
+multilingual-e5-small, the packaged 4-bit model), the shipped floor and all; and again
+with that model beside all-MiniLM-L6-v2 in one vector (pair_embedder.py).
 """
 
 from __future__ import annotations
@@ -53,13 +54,18 @@ def events(lang: str, data: dict) -> list[dict]:
     return out
 
 
-@pytest.fixture(scope="module")
-def index(tmp_path_factory):
+MODELS = {"multilingual-e5-small": "intfloat/multilingual-e5-small",
+          "multilingual-e5-small+all-MiniLM-L6-v2":
+          "sentence-transformers/all-MiniLM-L6-v2+intfloat/multilingual-e5-small"}
+
+
+@pytest.fixture(scope="module", params=list(MODELS))
+def index(tmp_path_factory, request):
     data = tmp_path_factory.mktemp("multilingual")
     init_data_dir(data, "http://127.0.0.1:8008", "example.org")
     y = YAML()
     raw = y.load((data / "config.yaml").read_text(encoding="utf-8"))
-    raw["index"]["embedder"]["model"] = "multilingual-e5-small"
+    raw["index"]["embedder"]["model"] = request.param
     del raw["index"]["embedder"]["backend"]  # the model's one backend, unwritten
     with open(data / "config.yaml", "w", encoding="utf-8") as f:
         y.dump(raw, f)
@@ -77,8 +83,8 @@ def index(tmp_path_factory):
 @pytest.mark.model
 def test_the_config_runs_the_multilingual_model_with_its_floor(index):
     cfg = index.cfg
-    assert (cfg.index.embedder.model, cfg.index.embedder.backend) == ("multilingual-e5-small", "q4")
-    assert index.embedder.name == "intfloat/multilingual-e5-small"
+    assert cfg.index.embedder.model in MODELS and cfg.index.embedder.backend == "q4"
+    assert index.embedder.name == MODELS[cfg.index.embedder.model]
     assert isinstance(index.searcher.embedder, QuerySide)  # questions get both prefixes
     assert index.searcher.floor.min_similarity == cfg.search.min_similarity == 0.85
 

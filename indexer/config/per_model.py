@@ -9,16 +9,21 @@ EmbedderBackend = Literal["torch", "torch-bf16", "onnx", "onnx-int8", "q4"]  # e
 EMBEDDER_BACKENDS: tuple[str, ...] = get_args(EmbedderBackend)
 # A model that runs one way only, and that way (embedder.MODEL_BACKENDS; a test holds
 # them equal): its backend need not be written.
-ONE_BACKEND = {"multilingual-e5-small": "q4", "intfloat/multilingual-e5-small": "q4"}
+ONE_BACKEND = {"multilingual-e5-small": "q4", "intfloat/multilingual-e5-small": "q4",
+               "multilingual-e5-small+all-MiniLM-L6-v2": "q4"}
 # search.min_similarity and no_shared_word_margin where config.yaml leaves them unset,
 # per model: calibrated on the dev sets and the off-topic questions (docs/benchmarks.md,
 # "Abstain"; docs/multilingual.md for multilingual-e5-small, whose cosines run higher).
 MODEL_FLOORS = {"all-MiniLM-L6-v2": (0.34, 0.11), "multilingual-e5-small": (0.85, 0.02)}
 MODEL_FLOORS["intfloat/multilingual-e5-small"] = MODEL_FLOORS["multilingual-e5-small"]
+# The pair's similarity is each model's cosine from its own floor, on e5's scale
+# (pair_embedder.py): e5's floor and margins hold for it.
+MODEL_FLOORS["multilingual-e5-small+all-MiniLM-L6-v2"] = MODEL_FLOORS["multilingual-e5-small"]
 # search.no_shared_word_margin_by_script where config.yaml leaves it unset, per model:
 # multilingual-e5-small puts an off-topic question in Cyrillic well under its floor, and a
 # real one often shares no word with its English answer; one in Chinese near everything
 # (docs/multilingual.md, "Abstain per language").
 MODEL_SCRIPT_MARGINS: dict[str, dict[str, float]] = {
     "all-MiniLM-L6-v2": {}, "multilingual-e5-small": {"cyrillic": 0.0, "cjk": 0.04}}
-MODEL_SCRIPT_MARGINS["intfloat/multilingual-e5-small"] = MODEL_SCRIPT_MARGINS["multilingual-e5-small"]
+for _same in ("intfloat/multilingual-e5-small", "multilingual-e5-small+all-MiniLM-L6-v2"):
+    MODEL_SCRIPT_MARGINS[_same] = MODEL_SCRIPT_MARGINS["multilingual-e5-small"]

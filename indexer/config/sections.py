@@ -114,7 +114,8 @@ class EmbedderSettings(_Section):
         if only and self.backend != only:
             raise Refused("backend", f"{self.model} runs on backend {only} only")
         if not only and self.backend in ONE_BACKEND.values():
-            raise Refused("backend", f"{self.backend} runs multilingual-e5-small only")
+            raise Refused("backend", f"{self.backend} runs multilingual-e5-small only "
+                                       "(alone or with all-MiniLM-L6-v2)")
         return self
 
 

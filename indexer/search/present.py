@@ -225,8 +225,9 @@ class Presenter:
         asked = set(evidence.weights) | set(tokens(question.body))
         thanked = lines.thanked(question.sender, p.later) if THANKED else set()
         scored, carried = [], set()
+        as_asked = self._as_question(vecs[anchor], question.body)
         for m, rule, v in cands:
-            to_query, to_question = float((v @ queries.T).max()), float(v @ vecs[anchor])
+            to_query, to_question = float((v @ queries.T).max()), float(v @ as_asked)
             if max(to_query, to_question) < (ANSWER_FLOOR if rule else RESPONSE_FLOOR):
                 if rule and m.event_id in thanked:  # carried and cited, not quoted
                     carried.add(m.event_id)
@@ -257,6 +258,13 @@ class Presenter:
             answers=tuple(_line(m, rule) for m, rule in answers),
             shown=tuple(_line(m, rule) for m, rule in shown),
             lines=tuple(_line(m, "") for m in window))
+
+    def _as_question(self, vec: np.ndarray, text: str) -> np.ndarray:
+        """The matched question's line vector on the scale a response is compared with a
+        query on: itself, but for a pair of models (pair_embedder.py), where two lines'
+        plain dot product would mix both models evenly whatever their language."""
+        side = getattr(self.embedder, "passage_as_query", None)
+        return vec if side is None else np.asarray(side(vec, text), dtype=np.float32)
 
     def _vectors(self, texts: list[str]) -> np.ndarray:
         """Unit vectors of the texts, from the cache or the model, each text encoded on

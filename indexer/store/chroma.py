@@ -240,7 +240,7 @@ class ChromaStore:
     def nearest(self, vectors: Sequence[Sequence[float]], n: int,
                 where: dict | None = None, records: bool = False
                 ) -> list[list[Neighbour]]:
-        """The n nearest records per vector, with their cosine similarities; `records`:
+        """The n nearest records per vector, with their similarities; `records`:
         with each one's metadata as a StoredWindow. Without, Chroma reads no metadata
         (1.3 ms of a 4 ms search for 20 results a list at 100,000 windows; bench/query.py).
         Every segment is asked for its n nearest ids (at once), the n nearest of all are
@@ -276,9 +276,13 @@ class ChromaStore:
                     [(segs[k], sorted(ids)) for k, ids in wanted.items()],
                     lambda job: job[0].collection.get(ids=job[1], include=["metadatas"]))
                 metas = {i: m for res in got for i, m in zip(res["ids"], res["metadatas"])}
-        return [[Neighbour(WindowID(i), 1.0 - float(d),
+        # Chroma's cosine space normalises the query; the similarity is the dot product
+        # with the query as given (a unit vector's is its cosine; pair_embedder.py's
+        # queries are not unit vectors).
+        scale = np.linalg.norm(queries.astype(np.float64), axis=1).tolist()
+        return [[Neighbour(WindowID(i), (1.0 - float(d)) * scale[q],
                            stored(i, m if one else metas.get(i)) if records else None)
-                 for d, i, _, m in lst] for lst in lists]
+                 for d, i, _, m in lst] for q, lst in enumerate(lists)]
 
     def get(self, window_ids: Sequence[WindowID] | None = None, where: dict | None = None,
             limit: int | None = None, offset: int | None = None) -> list[StoredWindow]:
