@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from functools import lru_cache
 from typing import Iterator
 
 MAX_PARTS = 6  # runs in one key ("1.2.3.4.5.6" has 6): a longer compound gives no whole key
@@ -153,10 +154,32 @@ def is_word(key: str) -> bool:
     return _RUN_RE.fullmatch(key) is not None
 
 
+# Scripts that tell a word's language well enough for its Snowball stemmer: Cyrillic
+# (Russian's; Ukrainian or Bulgarian words lose less than they would gain), Greek. A
+# Latin word's language is not told by its letters: it gets the light English strip.
+# Not Arabic: its stemmer strips prefixes ("ال"), and a stem matches as a key prefix.
+_SNOWBALL = {"cyrillic": "russian", "greek": "greek"}
+
+
+@lru_cache(maxsize=1)
+def _stemmers() -> dict[str, object]:
+    import snowballstemmer
+
+    return {lang: snowballstemmer.stemmer(lang) for lang in set(_SNOWBALL.values())}
+
+
+@lru_cache(maxsize=65536)
 def stem(word: str) -> str:
-    """A light suffix strip: enough that plural and -ing/-ed forms meet."""
+    """A word's stem, matched as a prefix of the keys (base_of): Snowball's for a
+    Cyrillic or Greek word ("бэкапы" and "бэкапов" meet at "бэкап"), else a light suffix
+    strip, enough that English plural and -ing/-ed forms meet. A stem that is not a
+    prefix of its word, or shorter than MIN_STEM - 1 letters, leaves the word whole."""
     if len(word) < MIN_STEM or not word.isalpha():
         return word
+    lang = _SNOWBALL.get(unicodedata.name(word[0], "").split(" ", 1)[0].lower())
+    if lang is not None:
+        base = _stemmers()[lang].stemWord(word)  # type: ignore[attr-defined]
+        return base if len(base) >= MIN_STEM - 1 and word.startswith(base) else word
     for end in _ENDINGS:
         if word.endswith(end) and len(word) - len(end) >= MIN_STEM - 1:
             base = word[:-len(end)]
