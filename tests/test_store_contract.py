@@ -485,3 +485,23 @@ def test_a_deleted_point_of_a_sealed_segment_leaves_every_file(segmented, reques
     after = _layout(store)
     assert after[1:] == before[1:] and after[0][0] != before[0][0]  # only it was copied
     assert files_holding(root, vector, n=len(vector)) == {}
+
+
+def test_a_query_that_is_no_unit_vector_gets_its_dot_product(segmented):
+    """Chroma's cosine space normalises a query; the store reports the dot product with
+    the query as given, from every segment and from a server as from the embedded store
+    (a pair of models asks with such vectors: indexer/pipeline/pair_embedder.py)."""
+    import numpy as np
+
+    ws = windows(30)
+    index(segmented, ws)
+    assert len(segmented.segments.list) > 1
+    held = stored_vectors(segmented, [w.window_id for w in ws])
+    q = np.asarray(HashEmbedder().encode(["message 7 text", "message 21"]), dtype=np.float32)
+    scaled = q * np.asarray([[1.7], [0.6]], dtype=np.float32)
+    for vector, near in zip(scaled, segmented.nearest(scaled, 8)):
+        assert near and [nb.similarity for nb in near] == pytest.approx(
+            [float(np.dot(held[nb.window_id], vector)) for nb in near], abs=1e-5)
+    unit = segmented.nearest(q, 8)
+    assert [[nb.window_id for nb in lst] for lst in unit] == \
+        [[nb.window_id for nb in lst] for lst in segmented.nearest(scaled, 8)]
