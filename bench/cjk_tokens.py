@@ -47,30 +47,13 @@ def texts() -> list[str]:
     return out
 
 
-def cedict_words(text: str) -> list[str]:
-    """The Chinese words of a text by CC-CEDICT's longest match, as gloss.py cuts it."""
-    entries = gloss._load()
-    out = []
-    for run in re.findall(r"[\u3400-\u4dbf\u4e00-\u9fff]+", text):
-        i = 0
-        while i < len(run):
-            for n in range(min(gloss._longest, len(run) - i), 1, -1):
-                if run[i:i + n] in entries:
-                    out.append(run[i:i + n])
-                    i += n
-                    break
-            else:
-                i += 1
-    return out
-
-
 def main() -> int:
     import jieba
 
     jieba.setLogLevel(60)
     docs = texts()
     words = sorted(({w for d in docs for w in jieba.lcut(d) if HAN.match(w)}
-                    | {w for d in docs for w in cedict_words(d) if HAN.match(w)}) - STOP_WORDS)
+                    | {w for d in docs for w in gloss.words(d) if HAN.match(w)}) - STOP_WORDS)
     t = time.perf_counter()
     by_bigram = [set(keys(d)) for d in docs]
     t_bigram = time.perf_counter() - t

@@ -99,13 +99,12 @@ def has_han(text: str) -> bool:
     return _HAN.search(text) is not None
 
 
-def _cut(text: str) -> tuple[str | tuple[str, ...], ...]:
-    """The text as the dictionary cuts it: a Latin-script run as written, a known
-    Chinese word as its senses; () when it holds no word the dictionary knows. Not
-    cached: 0.1 ms a question, and no question's text is kept past its search."""
+def words(text: str) -> list[str]:
+    """The text as the dictionary cuts it: each Latin-script run as written, and the
+    longest entry at each point of a Chinese run (characters no entry starts with are
+    passed over). bench/cjk_tokens.py weighs this cut against bigrams."""
     entries = _load()
-    out: list[str | tuple[str, ...]] = []
-    glossed = False
+    out: list[str] = []
     for m in _RUNS.finditer(text):
         run = m.group()
         if not _HAN.fullmatch(run):
@@ -113,16 +112,21 @@ def _cut(text: str) -> tuple[str | tuple[str, ...], ...]:
             continue
         i = 0
         while i < len(run):
-            for n in range(min(_longest, len(run) - i), 1, -1):
-                body = entries.get(run[i:i + n])
-                if body is not None:
-                    out.append(senses_of(body))
-                    glossed = True
-                    i += n
-                    break
-            else:
-                i += 1
-    return tuple(out) if glossed else ()
+            n = next((n for n in range(min(_longest, len(run) - i), 1, -1)
+                      if run[i:i + n] in entries), 1)
+            if n > 1:
+                out.append(run[i:i + n])
+            i += n
+    return out
+
+
+def _cut(text: str) -> tuple[str | tuple[str, ...], ...]:
+    """The text's words, a Chinese one as its senses; () when it holds no word the
+    dictionary knows. Not cached: 0.1 ms a question, and no question's text is kept
+    past its search."""
+    entries = _load()
+    out = tuple(senses_of(entries[w]) if _HAN.fullmatch(w) else w for w in words(text))
+    return out if any(isinstance(p, tuple) for p in out) else ()
 
 
 def _held(sense: str, df: Callable[[str], int]) -> int:
@@ -133,8 +137,8 @@ def _held(sense: str, df: Callable[[str], int]) -> int:
 def gloss(text: str, df: Callable[[str], int] | None = None) -> str:
     """The text's Chinese words in English and its Latin-script words as written, in
     order; "" when it holds no Chinese or no word the dictionary knows, or is Japanese
-    (it holds kana). `df` (how many
-    windows hold a term) chooses among a word's senses; without it, the first."""
+    (it holds kana). `df` (how many windows hold a term) chooses among a word's senses;
+    without it, the first."""
     if not has_han(text) or _KANA.search(text):
         return ""
     out = []
