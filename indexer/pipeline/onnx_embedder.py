@@ -111,6 +111,25 @@ def _export_fp32(src: Path, dest: Path) -> None:
     fused.save_model_to_file(str(dest))
 
 
+def shared_initializers(path: Path) -> dict:
+    """The word-piece embedding table (30,522 x 384 float32, 45 MiB: a lookup, kept
+    float by the int8 file) as one ONNX Runtime value that both sessions read (the
+    batch one and encode_each's), instead of a copy in each. Only the lookup tables:
+    ORT pre-packs the matrices of the products per session whatever their source.
+    Measured with both sessions run (bench/scale.py's service at a million windows,
+    docs/benchmarks.md): 33 MiB less resident, the same vectors."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import numpy_helper
+
+    model = onnx.load(str(path))
+    arrays = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer
+              if i.name.endswith("word_embeddings.weight")}
+    del model
+    # The values keep their arrays alive: ORT reads the numpy buffers in place.
+    return {name: ort.OrtValue.ortvalue_from_numpy(a) for name, a in arrays.items()}
+
+
 def _quantise(src: Path, dest: Path) -> None:
     """int8 weights, per output channel; activations quantised per call (dynamic).
     Only products with a constant weight: the MatMuls of the feed-forward layers and the
@@ -199,6 +218,7 @@ class OnnxEmbedder:
         tok.no_padding()  # tokenizer.json pads to 128; encode pads each batch to its longest
         self._tokenizer = tok
         self._ort = ort
+        self._shared = shared_initializers(self.path)
         self._session = self._new_session(threads=0)  # 0: ORT's choice, a thread a core
         self._single = None  # encode_each's session, made at its first call
         self._pool: ThreadPoolExecutor | None = None
@@ -209,6 +229,8 @@ class OnnxEmbedder:
         options = self._ort.SessionOptions()
         options.graph_optimization_level = self._ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.intra_op_num_threads = threads
+        for name, value in self._shared.items():
+            options.add_initializer(name, value)
         return self._ort.InferenceSession(str(self.path), options,
                                           providers=["CPUExecutionProvider"])
 
