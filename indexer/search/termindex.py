@@ -18,8 +18,8 @@ tokenizer (tokens.py):
   term matches a key equal to it, or, as a prefix stem, a word starting with it.
 
 Layout, for memory (a few tens of MB at 100,000 windows): each window has a slot
-number; a key's postings are one int (a single slot) or an array of
-slot << TF_BITS | term frequency. A window written again gets a new slot and its old
+number (slotids.py packs the ids); a key's postings are one int (a single slot) or an
+array of slot << TF_BITS | term frequency. A window written again gets a new slot and its old
 one is marked dead; dead postings are dropped when they outnumber the live ones.
 """
 
