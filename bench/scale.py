@@ -207,6 +207,11 @@ def _service(windows: int, items, asks: int, push_seconds: float, redact_every: 
         # The push measures the steady state: at a million windows the asks above come
         # while the postings still build (minutes), and a push then is a different test.
         out["postings_build_s"] = _postings_ready(stack.service.log_path)
+        # The steady state before the push: the postings built and the build's garbage
+        # handed back (heap.release_free_memory), every segment's HNSW index loaded.
+        time.sleep(2)
+        status = perfkit.proc_status(pid)
+        out["vm_rss_postings_built_mib"] = round(status["VmRSS"] / 1024)
         step(f"postings built in {out['postings_build_s']} s; pushing 200 messages/s for "
              f"{push_seconds} s, a redaction every {redact_every} s")
         log_at = stack.service.log_path.stat().st_size
@@ -405,7 +410,9 @@ def summary(r: dict) -> list[str]:
         out.append(f"service: first answer {x['start_to_first_answer_s']} s after the spawn;"
                    f" !sources p95 1 text {rt['sentences_1']['p95_ms']:.0f} ms, 8 texts "
                    f"{rt['sentences_8']['p95_ms']:.0f} ms; VmRSS {x['vm_rss_mib']} MiB, VmHWM "
-                   f"{x['vm_hwm_mib']} MiB")
+                   f"{x['vm_hwm_mib']} MiB; once the postings are built VmRSS "
+                   f"{x.get('vm_rss_postings_built_mib')} MiB; after the push VmRSS "
+                   f"{x.get('vm_rss_after_push_mib')} MiB, VmHWM {x.get('vm_hwm_after_push_mib')} MiB")
         if "chroma_server" in x:
             out.append(f"the Chroma server beside it: VmRSS {x['chroma_server']['vm_rss_mib']}"
                        f" MiB, VmHWM {x['chroma_server']['vm_hwm_mib']} MiB")

@@ -18,8 +18,8 @@ tokenizer (tokens.py):
   term matches a key equal to it, or, as a prefix stem, a word starting with it.
 
 Layout, for memory (a few tens of MB at 100,000 windows): each window has a slot
-number (slotids.py packs the ids); a key's postings are one int (a single slot) or an
-array of slot << TF_BITS | term frequency. A window written again gets a new slot and its old
+number; a key's postings are one int (a single slot) or an array of
+slot << TF_BITS | term frequency. A window written again gets a new slot and its old
 one is marked dead; dead postings are dropped when they outnumber the live ones.
 """
 
@@ -35,7 +35,6 @@ from typing import Callable, Iterable, Iterator, Sequence
 import numpy as np
 
 from ..records import Window
-from .slotids import Column, SlotIds, grown
 from .tokens import is_word, keys, matches
 
 
@@ -70,6 +69,21 @@ def id_key(wid: str) -> int:
     return int.from_bytes(wid.encode("utf-8", "surrogatepass")[:8].ljust(8, b"\0"), "big")
 
 
+class _Column:
+    """One value per slot in a numpy array that grows by doubling: read whole by the
+    vectorised lookups (slot_postings), written one slot at a time."""
+
+    def __init__(self, dtype: type) -> None:
+        self.data = np.zeros(1024, dtype=dtype)
+
+    def set(self, slot: int, value: int) -> None:
+        if slot >= len(self.data):
+            grown = np.zeros(max(2 * len(self.data), slot + 1), dtype=self.data.dtype)
+            grown[:len(self.data)] = self.data
+            self.data = grown
+        self.data[slot] = value
+
+
 EMPTY = np.zeros(0, dtype=np.int64)
 
 
@@ -78,11 +92,13 @@ class TermIndex:
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
-        self._ids = SlotIds()  # slot <-> window id, and which slots are live
+        self._slot: dict[str, int] = {}
+        self._ids: list[str | None] = []
         self._codes: dict[str, int] = {}  # room and corpus names -> small ints
-        self._room = Column(np.uint32)
-        self._corpus = Column(np.uint32)
-        self._key = Column(np.uint64)  # id_key of each slot's window id
+        self._room = _Column(np.uint32)
+        self._corpus = _Column(np.uint32)
+        self._live = _Column(np.bool_)
+        self._key = _Column(np.uint64)  # id_key of each slot's window id
         self._length = array("I")
         self._post: dict[str, int | array] = {}
         self._heads: dict[str, set[str]] = {}
@@ -129,18 +145,22 @@ class TermIndex:
             self.ready.set()  # an empty collection is fully indexed
 
     def __init_state(self) -> None:
-        self._ids, self._codes = SlotIds(), {}
-        self._room, self._corpus = Column(np.uint32), Column(np.uint32)
-        self._key = Column(np.uint64)
+        self._slot, self._ids, self._codes = {}, [], {}
+        self._room, self._corpus, self._live = (_Column(np.uint32), _Column(np.uint32),
+                                                _Column(np.bool_))
+        self._key = _Column(np.uint64)
         self._length = array("I")
         self._post, self._heads = {}, {}
         self._dead = self._postings = 0
 
     def _put(self, wid: str, parts: list[str], meta: dict) -> None:
         self._kill(wid)
-        slot = self._ids.add(wid)
+        slot = len(self._ids)
+        self._slot[wid] = slot
+        self._ids.append(wid)
         self._room.set(slot, self._code(str(meta.get("room_id", ""))))
         self._corpus.set(slot, self._code(str(meta.get("corpus", ""))))
+        self._live.set(slot, True)
         self._key.set(slot, id_key(wid))
         length, counts = doc_stats(parts)
         self._length.append(min(length, 0xFFFFFFFF))
@@ -164,50 +184,54 @@ class TermIndex:
         return code
 
     def _kill(self, wid: str) -> None:
-        if self._ids.kill(wid) is not None:
+        slot = self._slot.pop(wid, None)
+        if slot is not None:
+            self._ids[slot] = None
+            self._live.set(slot, False)
             self._dead += 1
 
     def _maybe_compact(self) -> None:
-        if self._dead > max(self._ids.count(), 10_000):
+        if self._dead > max(len(self._slot), 10_000):
             self._compact()
 
     def _compact(self) -> None:
         """Drop dead slots: renumber the live ones, rewrite every key's postings."""
         started = time.monotonic()
-        remap = self._ids.renumber()  # old slot -> new, -1 if dead
-        kept = np.flatnonzero(remap >= 0)
-        self._room = Column(np.uint32, grown(self._room.data[kept]))
-        self._corpus = Column(np.uint32, grown(self._corpus.data[kept]))
-        self._key = Column(np.uint64, grown(self._key.data[kept]))
-        self._length = array("I", np.frombuffer(self._length, dtype=np.uint32)[kept].tobytes())
+        remap: dict[int, int] = {}
+        ids: list[str | None] = []
+        room, corpus, live = _Column(np.uint32), _Column(np.uint32), _Column(np.bool_)
+        id_keys = _Column(np.uint64)
+        length = array("I")
+        for old, wid in enumerate(self._ids):
+            if wid is not None:
+                new = remap[old] = len(ids)
+                ids.append(wid)
+                room.set(new, int(self._room.data[old]))
+                corpus.set(new, int(self._corpus.data[old]))
+                live.set(new, True)
+                id_keys.set(new, int(self._key.data[old]))
+                length.append(self._length[old])
         post: dict[str, int | array] = {}
         postings = 0
         for key, got in self._post.items():
-            if isinstance(got, int):
-                new = int(remap[got >> TF_BITS])
-                kept_key: int | array | None = (
-                    None if new < 0 else new << TF_BITS | (got & TF_MAX))
-                n = new >= 0
-            else:
-                values = np.frombuffer(got, dtype=np.uint32).astype(np.int64)
-                new_slots = remap[values >> TF_BITS]
-                live = new_slots >= 0
-                moved = (new_slots[live] << TF_BITS | (values[live] & TF_MAX)).astype(np.uint32)
-                n = len(moved)
-                kept_key = (None if n == 0 else int(moved[0]) if n == 1
-                            else array("I", moved.tobytes()))
-            if kept_key is None:
+            kept = [remap[v >> TF_BITS] << TF_BITS | (v & TF_MAX)
+                    for v in ((got,) if isinstance(got, int) else got)
+                    if (v >> TF_BITS) in remap]
+            if not kept:
                 heads = self._heads.get(key[:HEAD])
                 if heads is not None:
                     heads.discard(key)
                     if not heads:
                         del self._heads[key[:HEAD]]
                 continue
-            post[key] = kept_key
-            postings += n
+            post[key] = kept[0] if len(kept) == 1 else array("I", kept)
+            postings += len(kept)
+        self._ids, self._room, self._corpus, self._length = ids, room, corpus, length
+        self._live, self._key = live, id_keys
+        self._slot = {wid: i for i, wid in enumerate(ids)}
         self._post, self._postings, self._dead = post, postings, 0
         log.debug("term_index_compacted", extra={
-            "windows": len(kept), "keys": len(post), "postings": postings,
+            "windows": len(ids), "keys": len(post), "postings": postings,
             "seconds": round(time.monotonic() - started, 3)})
 
     # -- the build, from the collection --------------------------------------------
@@ -254,7 +278,7 @@ class TermIndex:
     def count(self) -> int:
         """Live windows: the collection's size, which idf is taken against."""
         with self._lock:
-            return self._ids.count()
+            return len(self._slot)
 
     def postings(self, base: str, prefix: bool,
                  where: dict | None = None) -> dict[str, int] | None:
@@ -294,7 +318,7 @@ class TermIndex:
                      for got in (self._post[k] for k in found)]
             values = parts[0] if len(parts) == 1 else np.concatenate(parts)
             slots, tfs = values >> TF_BITS, values & TF_MAX
-            keep = self._ids.live.data[slots]
+            keep = self._live.data[slots]
             room, corpus = want
             for column, name in ((self._room, room), (self._corpus, corpus)):
                 if name is not None:
@@ -316,7 +340,8 @@ class TermIndex:
 
     def ids_of(self, slots: np.ndarray) -> list[str]:
         with self._lock:
-            return self._ids.ids_of(slots)
+            ids = self._ids
+            return [ids[s] for s in slots.tolist()]  # type: ignore[misc]
 
     def slot_keys(self, slots: np.ndarray) -> np.ndarray:
         """id_key of each slot's window id."""
@@ -331,12 +356,11 @@ class TermIndex:
 
     def lengths(self, ids: Iterable[str]) -> dict[str, int]:
         with self._lock:
-            slots = {w: self._ids.slot_of(w) for w in ids}
-            return {w: self._length[s] for w, s in slots.items() if s is not None}
+            return {w: self._length[self._slot[w]] for w in ids if w in self._slot}
 
     def stats(self) -> dict:
         with self._lock:
-            return {"windows": self._ids.count(), "keys": len(self._post),
+            return {"windows": len(self._slot), "keys": len(self._post),
                     "postings": self._postings, "dead_slots": self._dead,
                     "ready": self.ready.is_set()}
 
