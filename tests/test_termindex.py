@@ -324,32 +324,3 @@ def test_the_build_waits_for_its_signal_and_follows_writes_meanwhile(tmp_path):
     assert set(terms_index.postings("partitioning", False)) == {windows[1].window_id}
     assert set(terms_index.postings("wifi", False)) == {windows[2].window_id}
     assert terms_index.count() == 3
-
-
-def test_the_build_shortens_the_switch_interval_while_it_runs(tmp_path):
-    """A thread back from I/O waits at most a switch interval for the build's GIL:
-    shortened while the build runs, restored after."""
-    import sys
-
-    from indexer.search import termindex_build
-
-    store = open_store(tmp_path)
-    emb = HashEmbedder()
-    windows = [_make_window(0, "!a:example.org", "grub rescue prompt")]
-    index(store, windows, emb.encode(["grub rescue prompt"]))
-    seen: list[float] = []
-
-    class Turns:
-        def pause_for_queries(self) -> None:
-            seen.append(sys.getswitchinterval())
-
-    before = sys.getswitchinterval()
-    terms_index = start_term_index(store, store.eventlog, turns=Turns())  # type: ignore[arg-type]
-    assert terms_index.ready.wait(30)
-    assert seen and set(seen) == {termindex_build.BUILD_SWITCH_INTERVAL}
-    import threading
-
-    for thread in threading.enumerate():
-        if thread.name == "term-index":  # ready is set just before the restore
-            thread.join(30)
-    assert sys.getswitchinterval() == before

@@ -5,7 +5,6 @@ keeps them in step with its writes from the moment they are attached."""
 from __future__ import annotations
 
 import logging
-import sys
 import threading
 import time
 from typing import TYPE_CHECKING, Callable
@@ -19,12 +18,6 @@ if TYPE_CHECKING:
     from ..store.eventlog import EventLog
 
 log = logging.getLogger(f"matrix_sources.{__name__}")
-
-# While the build holds the GIL in pure Python, a thread back from I/O (the event loop
-# with a transaction, a reply sent) waits for the build to be made to let go: every
-# switch interval (5 ms by default), at each of a command's many waits. Shorter while
-# the build runs (docs/benchmarks.md, `!sources` while the postings build).
-BUILD_SWITCH_INTERVAL = 0.0005
 
 
 def start_term_index(store: ChromaStore, eventlog: EventLog, page: int = 250,
@@ -71,8 +64,6 @@ def start_term_index(store: ChromaStore, eventlog: EventLog, page: int = 250,
         if start_when is not None:
             start_when.wait()
         started = time.monotonic()
-        switch = sys.getswitchinterval()
-        sys.setswitchinterval(min(switch, BUILD_SWITCH_INTERVAL))
         try:
             complete = terms.build(sorted(eventlog.window_ids()) + eventlog.texts.ref_chunk_ids(),
                                    pages, turns.pause_for_queries if turns is not None
@@ -80,8 +71,6 @@ def start_term_index(store: ChromaStore, eventlog: EventLog, page: int = 250,
         except Exception as e:  # the leg keeps scanning the event log; search works
             log.error("term_index_failed", exc_info=True, extra={"error": type(e).__name__})
             return
-        finally:
-            sys.setswitchinterval(switch)
         log.info("term_index_ready", extra={
             **terms.stats(), "complete": complete,
             "seconds": round(time.monotonic() - started, 1)})
