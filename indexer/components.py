@@ -12,7 +12,6 @@ The object graph is built here, once, and nothing patches it afterwards. It is a
 
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -129,20 +128,17 @@ class Index:
 
     @classmethod
     def open(cls, cfg: Config, embedder: Embedder | None = None, postings: bool = False,
-             on_postings_ready: Callable[[], None] | None = None,
-             build_postings_when: threading.Event | None = None) -> "Index":
+             on_postings_ready: Callable[[], None] | None = None) -> "Index":
         """`postings`: keep the lexical leg's postings in memory (termindex.py), built in
-        the background (once `build_postings_when` is set, if given), then
-        `on_postings_ready` runs; only for the process that is the collection's one
-        writer (the service, holding the data dir's lock)."""
+        the background, then `on_postings_ready` runs; only for the process that is the
+        collection's one writer (the service, holding the data dir's lock)."""
         eventlog = EventLog(cfg.database)
         journal = Journal(cfg.journal_path)
         store = open_store(cfg, eventlog)
         # Searches first: before the model (the pipeline) and the postings' build.
         turns = ModelTurns()
         if postings and cfg.search.lexical_max_terms:  # 0: no keyword leg, no postings
-            start_term_index(store, eventlog, on_ready=on_postings_ready, turns=turns,
-                             start_when=build_postings_when)
+            start_term_index(store, eventlog, on_ready=on_postings_ready, turns=turns)
         embedder = embedder or load_embedder(cfg.index.embedder.model, cfg.index.embedder.backend, cfg.models_dir)
         gate = Gate(frozenset(load_allowlist(cfg.allowlist_path)), UserID(cfg.bot_user),
                     cfg.puppet_patterns, cfg.bridge_servers, cfg.bridge_puppets,

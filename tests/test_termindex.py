@@ -300,27 +300,3 @@ def test_a_large_index_waits_for_its_postings_instead_of_scanning(tmp_path, monk
                    lambda ids: iter([(ids, [[b] for b in bodies_],
                                       [{"room_id": "!a:example.org", "corpus": "chat"}] * 3)]))
     assert searcher._lexical_ranker(store).rank("grub", 10) == [windows[0].window_id]
-
-
-def test_the_build_waits_for_its_signal_and_follows_writes_meanwhile(tmp_path):
-    """The service builds its postings once its rooms are joined; a window written
-    before that is in them all the same, and so is one written after."""
-    import threading
-
-    store = open_store(tmp_path)
-    emb = HashEmbedder()
-    bodies_ = ["grub rescue prompt after update", "partitioning the new disk", "wifi drops"]
-    windows = [_make_window(i, "!a:example.org", b) for i, b in enumerate(bodies_)]
-    index(store, windows[:1], emb.encode(bodies_[:1]))
-    go = threading.Event()
-    terms_index = start_term_index(store, store.eventlog, start_when=go)
-    index(store, windows[1:2], emb.encode(bodies_[1:2]))
-    assert not terms_index.ready.wait(0.2)  # waits for the signal, however long
-    assert terms_index.stats()["windows"] == 1  # the write, not the build
-    go.set()
-    assert terms_index.ready.wait(30)
-    index(store, windows[2:], emb.encode(bodies_[2:]))
-    assert set(terms_index.postings("grub", False)) == {windows[0].window_id}
-    assert set(terms_index.postings("partitioning", False)) == {windows[1].window_id}
-    assert set(terms_index.postings("wifi", False)) == {windows[2].window_id}
-    assert terms_index.count() == 3

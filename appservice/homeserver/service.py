@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import resource
-import threading
 import time
 from typing import Any, Iterable, Protocol, Sequence
 
@@ -114,12 +113,8 @@ class Service:
         # background. Not when workers write it (index.pipeline external): the postings
         # would miss their windows, and the keyword leg scans the event log instead.
         self.external = cfg.index.pipeline == "external"
-        # Built once the rooms are joined: on 2 cores the build's CPU slowed the joins
-        # (start-up to the first answer at a million windows, docs/benchmarks.md).
-        self.rooms_joined = threading.Event()
         self.index = Index.open(cfg, embedder, postings=not self.external,
-                                on_postings_ready=release_free_memory,
-                                build_postings_when=self.rooms_joined)
+                                on_postings_ready=release_free_memory)
         self.eventlog, self.store = self.index.eventlog, self.index.store
         self.embedder, self.gate = self.index.embedder, self.index.gate
         self.ingest, self.pipeline = self.index.ingest, self.index.pipeline
@@ -199,7 +194,6 @@ class Service:
             await self.rooms.join_allowlisted()
         finally:
             reason = await checking
-            self.rooms_joined.set()
         # Another model or chunker made the collection, or it was lost: rebuild it from
         # the event log before serving (after the joins: only rooms with known facts
         # are indexed, so the rebuild, and its logged progress, covers them all now).

@@ -22,17 +22,14 @@ log = logging.getLogger(f"matrix_sources.{__name__}")
 
 def start_term_index(store: ChromaStore, eventlog: EventLog, page: int = 250,
                      on_ready: Callable[[], None] | None = None,
-                     turns: ModelTurns | None = None,
-                     start_when: threading.Event | None = None) -> TermIndex:
+                     turns: ModelTurns | None = None) -> TermIndex:
     """Postings for the lexical leg, following `store`'s writes: built from the event
     log's text in a background thread (the leg scans the event log until it is ready),
     then kept in step by the store. Only for the process that is the collection's one
     writer: another writer's changes would not reach it. With `turns`, the build waits
     before each page while a search waits or runs: a search shares the GIL with one
     page at most (`page` windows, about 30 ms), not with the build (a million windows
-    build for 3 minutes; `!sources` meanwhile took 2.1 s at p95 without the pause).
-    With `start_when`, the build waits for it to be set (the writes are followed from
-    now all the same): the service sets it once its rooms are joined."""
+    build for 3 minutes; `!sources` meanwhile took 2.1 s at p95 without the pause)."""
     terms = TermIndex()
     store.terms = terms  # before the ids are listed: what is written since reaches it
 
@@ -61,8 +58,6 @@ def start_term_index(store: ChromaStore, eventlog: EventLog, page: int = 250,
             yield got, parts, metas
 
     def build() -> None:
-        if start_when is not None:
-            start_when.wait()
         started = time.monotonic()
         try:
             complete = terms.build(sorted(eventlog.window_ids()) + eventlog.texts.ref_chunk_ids(),
