@@ -39,9 +39,9 @@ def folder_mib(path: Path) -> float:
 def main(argv: list[str] | None = None) -> int:
     import numpy as np
 
-    from indexer.store.eventlog import EventLog
+    from indexer.store.eventlog.log import EventLog
     from indexer.records import EventID, Message, RoomID, UserID, Window, WindowID
-    from indexer.store.chroma import ChromaStore
+    from indexer.store.vectors.chroma import ChromaStore
     from tests.vectorscan import files_holding
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

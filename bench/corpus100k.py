@@ -91,7 +91,7 @@ def cache_for(backend: str | None = None) -> Path:
     """The cache of a backend's vector class (embedder.VECTOR_CLASS): the shipped
     default's at CACHE, another class's beside it (query-100k-float), so a service on
     any backend opens a collection of its own class without re-embedding it."""
-    from indexer.pipeline.embedder import DEFAULT_BACKEND, VECTOR_CLASS
+    from indexer.models.embedder import DEFAULT_BACKEND, VECTOR_CLASS
 
     kind = VECTOR_CLASS[backend or DEFAULT_BACKEND]
     return CACHE if kind == VECTOR_CLASS[DEFAULT_BACKEND] else CACHE.with_name(
@@ -100,8 +100,8 @@ def cache_for(backend: str | None = None) -> Path:
 
 def open_cache(path: Path = CACHE):
     """The collection with its event log (the windows' text lives there only)."""
-    from indexer.store.eventlog import EventLog
-    from indexer.store.chroma import ChromaStore
+    from indexer.store.eventlog.log import EventLog
+    from indexer.store.vectors.chroma import ChromaStore
 
     return ChromaStore(path=path / "chroma", eventlog=EventLog(path / "eventlog.sqlite3"))
 
@@ -109,7 +109,7 @@ def open_cache(path: Path = CACHE):
 def build(root: Path, windows: int, minutes: float, cache: Path = CACHE,
           backend: str | None = None) -> dict:
     from indexer.pipeline.chunker import CHUNKER_VERSION, build_windows, embed_text
-    from indexer.pipeline.embedder import DEFAULT_BACKEND, encode_in_length_order, load_embedder
+    from indexer.models.embedder import DEFAULT_BACKEND, encode_in_length_order, load_embedder
     from indexer.pipeline.rebuild import expected_meta
 
     state_path = cache / "build.json"

@@ -17,7 +17,7 @@ vectors of the real text, no two windows alike (bench/ingest.py measures import 
 the model).
 
 Segments: written as the shipped policy leaves an index of that size after merging
-(indexer/store/segments.py): all but the last twentieth straight into segments of the
+(indexer/store/vectors/segments.py): all but the last twentieth straight into segments of the
 policy's largest size there (SegmentPolicy.largest: 1,000 at 10,000 windows, 8,000 at
 100,000, 32,000 at 1,000,000; no copy), then the last twentieth through the shipped policy (a hot
 segment sealed when full), and the merges it asks for run to the end. Progress every
@@ -81,7 +81,7 @@ def message_vectors(rooms: list[list[tuple[str, str]]]):
         got = np.load(MESSAGE_VECTORS)
         if list(got["keys"]) == keys:
             return {k: i for i, k in enumerate(keys)}, got["vectors"]
-    from indexer.pipeline.embedder import DEFAULT_BACKEND, encode_in_length_order, load_embedder
+    from indexer.models.embedder import DEFAULT_BACKEND, encode_in_length_order, load_embedder
 
     model = load_embedder("all-MiniLM-L6-v2", DEFAULT_BACKEND, evalkit.OUT_DIR / "models")
     print(f"embedding {len(bodies)} distinct eval messages once ({MESSAGE_VECTORS.name})",
@@ -109,9 +109,9 @@ def open_store(cache: Path, windows: int, bulk: bool, port: int | None = None):
     """The cache's store: while bulk, every segment filled to the policy's largest size
     for `windows` (no merges to make); else the shipped policy. `port`: a Chroma server's
     on 127.0.0.1 (chroma_at), else the embedded folder."""
-    from indexer.store.chroma import ChromaStore
-    from indexer.store.eventlog import EventLog
-    from indexer.store.segments import SegmentPolicy
+    from indexer.store.vectors.chroma import ChromaStore
+    from indexer.store.eventlog.log import EventLog
+    from indexer.store.vectors.segments import SegmentPolicy
 
     shipped = SegmentPolicy()
     big = shipped.largest(windows)
@@ -137,9 +137,9 @@ def build(root: Path, windows: int, minutes: float = 0.0, chroma: str = "embedde
 
 def _build(root: Path, windows: int, minutes: float, cache: Path, port: int | None) -> dict:
     from indexer.pipeline.chunker import CHUNKER_VERSION, build_windows
-    from indexer.pipeline.embedder import DEFAULT_BACKEND, load_embedder
+    from indexer.models.embedder import DEFAULT_BACKEND, load_embedder
     from indexer.pipeline.rebuild import expected_meta
-    from indexer.store.chroma_compaction import TEXT_HOME_KEY
+    from indexer.store.vectors.compactor import TEXT_HOME_KEY
 
     state_path = cache / "build.json"
     state = json.loads(state_path.read_text()) if state_path.exists() else {

@@ -1,5 +1,5 @@
 """How often a copy like a compaction's writes a deleted vector of an earlier collection
-into a new one's files, with freed memory scrubbed (indexer/store/heapscrub.py) and
+into a new one's files, with freed memory scrubbed (indexer/store/vectors/heapscrub.py) and
 without:
 
     .venv/bin/python bench/heapscrub.py [--rounds 200]
@@ -35,7 +35,7 @@ def rounds(scrub: bool, n: int) -> int:
     sys.path.insert(0, str(ROOT))
     if scrub:
         import indexer.store  # noqa: F401 - sets the scrub
-        from indexer.store.heapscrub import SCRUBBED
+        from indexer.store.vectors.heapscrub import SCRUBBED
         assert SCRUBBED, "this C library has no M_PERTURB"
     import chromadb
     import numpy as np

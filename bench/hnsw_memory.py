@@ -6,7 +6,7 @@ with the heap scrub on (as the service runs) and off (for the comparison only).
 On the collection of bench/corpus_scale.py (built first if missing), in a child process
 per setting: the store is opened and each segment asked one query (which loads its
 HNSW index), and the process's anonymous memory is read before and after. The heap
-scrub (indexer/store/heapscrub.py: glibc's M_PERTURB) fills every block malloc hands
+scrub (indexer/store/vectors/heapscrub.py: glibc's M_PERTURB) fills every block malloc hands
 out, so the part of hnswlib's vector array reserved past the points loaded (its
 capacity) becomes resident too; without it, those pages are never touched. Figures are
 printed and written to bench/out/hnsw-memory-N.json, with what is left after a
@@ -39,8 +39,8 @@ def anonymous_mib() -> int:
 def child(windows: int, scrub: bool) -> dict:
     import numpy as np
 
-    from indexer.store.chroma import ChromaStore
-    from indexer.store.heapscrub import M_PERTURB
+    from indexer.store.vectors.chroma import ChromaStore
+    from indexer.store.vectors.heapscrub import M_PERTURB
 
     if not scrub:  # measurement only: the service always scrubs
         ctypes.CDLL(None).mallopt(M_PERTURB, 0)

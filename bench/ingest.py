@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import evalkit  # noqa: E402
 import perfkit  # noqa: E402
-from indexer.pipeline.embedder import BACKENDS  # noqa: E402
+from indexer.models.embedder import BACKENDS  # noqa: E402
 
 TARGET = 2.5  # issue 16: import over bare torch encode, default backend
 
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     root = evalkit.eval_dir(args.eval_dir)
     splits = args.splits.split(",")
 
-    from indexer.pipeline.embedder import HashEmbedder, SentenceTransformerEmbedder, load_embedder
+    from indexer.models.embedder import HashEmbedder, SentenceTransformerEmbedder, load_embedder
 
     data_dir = Path(args.data_dir)
     # Its own folder: Chroma keeps a client per path for the life of the process.

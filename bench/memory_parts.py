@@ -51,10 +51,10 @@ def measure(windows: int) -> list[dict]:
     from appservice.bot.bot import Bot  # noqa: F401
     from appservice.homeserver.heap import release_free_memory
     from appservice.homeserver.service import Service  # noqa: F401
-    import indexer.store.heapscrub  # noqa: F401  (scrubs as it is imported, as in the service)
+    import indexer.store.vectors.heapscrub  # noqa: F401  (scrubs as it is imported, as in the service)
 
     step("the service's and the bot's imports")
-    from indexer.pipeline.embedder import DEFAULT_BACKEND, load_embedder
+    from indexer.models.embedder import DEFAULT_BACKEND, load_embedder
     from indexer.search.searcher import Searcher, SourceQuery
     from indexer.search.termindex_build import start_term_index
 

@@ -27,8 +27,8 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from appservice.homeserver.metrics import EventLogFigures, MetricSources, ServiceMetrics
 from appservice.homeserver.transactions import TransactionHandler
-from indexer.store.eventlog import EventLog
-from indexer.store.eventlog_reports import lag_report_at
+from indexer.store.eventlog.log import EventLog
+from indexer.store.eventlog.reports import lag_report_at
 from indexer.ingest.gate import Gate
 from indexer.ingest.admit import Ingest
 from indexer.store.journal import Journal

@@ -65,7 +65,7 @@ def main() -> int:
         m = USE()
         docs, queries = m.encode(texts), m.encode([q for _, q, _ in qs])
     else:
-        from indexer.pipeline.embedder import default_cache_dir, load_embedder, query_side
+        from indexer.models.embedder import default_cache_dir, load_embedder, query_side
 
         model, _, backend = which.partition(":")
         e = load_embedder(model, backend or "onnx-int8", default_cache_dir())

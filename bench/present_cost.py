@@ -47,7 +47,7 @@ def main() -> int:
     module, knob = PARTS[a.part]
     from indexer.components import Index
     from indexer.config import load_config
-    from indexer.pipeline.embedder import load_embedder
+    from indexer.models.embedder import load_embedder
     from indexer.search.searcher import SourceQuery
 
     shipped = getattr(module, knob)

@@ -261,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     root = evalkit.eval_dir(args.eval_dir)
     items = evalkit.load_items(root / "dev")
     parts = args.parts.split(",")
-    from indexer.pipeline.embedder import DEFAULT_BACKEND, load_embedder
+    from indexer.models.embedder import DEFAULT_BACKEND, load_embedder
 
     # The shipped default backend, as the service runs it (and as the cache was built).
     model = load_embedder("all-MiniLM-L6-v2", DEFAULT_BACKEND, evalkit.OUT_DIR / "models")

@@ -95,7 +95,7 @@ def collect(sets: list[str]) -> dict:
         asked = [(f"{i.id}|query", [i.query]) for i in items] + retrieval.offtopic_queries()
         from indexer.components import Index
         from indexer.config import load_config
-        from indexer.pipeline.embedder import load_embedder
+        from indexer.models.embedder import load_embedder
         from indexer.search.searcher import SourceQuery
         cfg = load_config(config)
         if not retrieval._MODEL:

@@ -114,7 +114,7 @@ def search_in_process(queries: list[tuple[str, list[str]]], config: Path) -> tup
     """What search_batch gets from the CLI, from the searcher Index.open builds here."""
     from indexer.components import Index
     from indexer.config import load_config
-    from indexer.pipeline.embedder import load_embedder
+    from indexer.models.embedder import load_embedder
     from indexer.search.searcher import SourceQuery
 
     cfg = load_config(config)

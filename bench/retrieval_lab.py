@@ -35,7 +35,7 @@ import evalkit  # noqa: E402
 from indexer.pipeline import chunker  # noqa: E402
 from indexer.search import searcher as search  # noqa: E402
 from indexer.records import EventID, Message, RoomID, UserID  # noqa: E402
-from indexer.store.chroma import ChromaStore  # noqa: E402
+from indexer.store.vectors.chroma import ChromaStore  # noqa: E402
 
 CACHE = evalkit.OUT_DIR / "lab-cache"
 SHORT = {"query": "q", "keywords": "kw", "query+keywords": "q+kw"}
@@ -62,7 +62,7 @@ class CachedEmbedder:
         missing = [(k, t) for k, t in zip(keys, texts) if k not in self.vecs]
         if missing:
             if self.model is None:
-                from indexer.pipeline.embedder import SentenceTransformerEmbedder
+                from indexer.models.embedder import SentenceTransformerEmbedder
                 self.model = SentenceTransformerEmbedder()
             uniq = dict(missing)
             out = self.model.encode(list(uniq.values()))

@@ -79,7 +79,7 @@ def inproc(windows: int, items, reps: int, chroma: str = "embedded") -> dict:
 
 def _inproc(windows: int, items, reps: int, cache: Path, port: int | None) -> dict:
     import query
-    from indexer.pipeline.embedder import DEFAULT_BACKEND, load_embedder
+    from indexer.models.embedder import DEFAULT_BACKEND, load_embedder
     from indexer.search.searcher import Searcher, SourceQuery
     from indexer.search.termindex_build import start_term_index
 
@@ -292,7 +292,7 @@ def redact(data_dir: Path, rounds: int, live_messages: int) -> dict:
     from indexer.components import open_store, writers
     from indexer.config import load_config
     from indexer.ingest.gate import Gate
-    from indexer.pipeline.embedder import DEFAULT_BACKEND, load_embedder
+    from indexer.models.embedder import DEFAULT_BACKEND, load_embedder
     from indexer.store.journal import Journal
 
     cfg = load_config(data_dir / "config.yaml")

@@ -46,7 +46,7 @@ def rss_kib() -> int:
 def build_eventlog(root: Path, windows: int, folder: Path):
     """The event log of `windows` generated windows, every event indexed (cached)."""
     from indexer.pipeline.chunker import build_windows
-    from indexer.store.eventlog import EventLog
+    from indexer.store.eventlog.log import EventLog
 
     folder.mkdir(parents=True, exist_ok=True)
     log = EventLog(folder / "eventlog.sqlite3")
@@ -95,7 +95,7 @@ def files_with(paths, needle: bytes) -> list[str]:
 def postings(log, texts: list[str], folder: Path) -> dict:
     from indexer.search.searcher import _lexical_ranker
     from indexer.search.termindex_build import start_term_index
-    from indexer.store.chroma import ChromaStore
+    from indexer.store.vectors.chroma import ChromaStore
 
     gc.collect()
     before = rss_kib()

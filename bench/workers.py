@@ -52,7 +52,7 @@ class StandInEmbedder:
     dim = 384
 
     def __init__(self, seconds: float) -> None:
-        from indexer.pipeline.embedder import HashEmbedder
+        from indexer.models.embedder import HashEmbedder
 
         self.seconds = seconds
         self._vectors = HashEmbedder(self.dim)
@@ -121,7 +121,7 @@ def make_data_dir(folder: Path, database: str, chroma_port: int, rooms: int) -> 
 
 def append_corpus(database: str, rooms: int, messages: int) -> int:
     from indexer.records import EventID, Message, RoomID, UserID
-    from indexer.store.eventlog import EventLog
+    from indexer.store.eventlog.log import EventLog
 
     log = EventLog(database)
     t0 = 1_700_000_000_000
@@ -138,7 +138,7 @@ def append_corpus(database: str, rooms: int, messages: int) -> int:
 
 
 def pending(database: str) -> int:
-    from indexer.store.eventlog_db import reader
+    from indexer.store.eventlog.db import reader
 
     with reader(database) as db:
         return db.execute("SELECT COUNT(*) FROM events WHERE status = 'pending'").fetchone()[0]
@@ -200,7 +200,7 @@ def worker_main(args) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     cfg = load_config(Path(args.worker))
     if args.real:
-        from indexer.pipeline.embedder import load_embedder
+        from indexer.models.embedder import load_embedder
 
         embedder = load_embedder(cfg.index.embedder.model, cfg.index.embedder.backend,
                                  cfg.models_dir)

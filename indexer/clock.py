@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Awaitable, Callable, TypeVar
 
 Now = Callable[[], float]
@@ -35,6 +36,11 @@ class Clock:
 
 
 REAL = Clock()
+
+
+def format_ts(ts_ms: int) -> str:
+    """A Matrix timestamp (ms since the epoch) as people read it in a citation, in UTC."""
+    return datetime.fromtimestamp(ts_ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M")
 
 
 class Backoff:

@@ -27,10 +27,10 @@ from .ingest.gate import Gate
 from .ingest.history import History
 from .ingest.purge import Purger
 from .records import ChunkPolicy
-from .pipeline.embedder import Embedder, load_embedder, query_side
+from .models.embedder import Embedder, load_embedder, query_side
 from .pipeline.claims import RoomClaims
 from .pipeline.pipeline import EMBED_CALL, Pipeline
-from .pipeline.priority import ModelTurns
+from .models.turns import ModelTurns
 from .pipeline import rebuild as rebuilding
 from .pipeline.standalone import Worker
 from .records import ARTIFACT_ANSWER, UserID
@@ -41,12 +41,12 @@ from .search.searcher import Searcher
 from .search.termindex_build import start_term_index
 from .store.answers import AnswerLog
 from .store.commands import CommandLog
-from .store.chroma import ChromaStore
+from .store.vectors.chroma import ChromaStore
 from .store.compaction import Compaction
-from .store.eventlog import EventLog
+from .store.eventlog.log import EventLog
 from .store.journal import Journal
-from .store.segments import SegmentPolicy
-from .store.server_files import ServerFiles, ServerFilesError
+from .store.vectors.segments import SegmentPolicy
+from .store.vectors.server_files import ServerFiles, ServerFilesError
 from .store.writeguard import WriteGuard
 
 
@@ -57,7 +57,7 @@ def open_store(cfg: Config, eventlog: EventLog | None = None,
     missing or damaged; the collection is then opened without it (its live generation
     found on disk, no text)."""
     if eventlog is None and inspect:
-        from .store.eventlog_check import check_eventlog
+        from .store.eventlog.check import check_eventlog
 
         if check_eventlog(cfg.database).state != "ok":
             return _chroma(cfg, None)

@@ -23,7 +23,7 @@ from ruamel.yaml import YAML
 
 from appservice.tools.localsynapse import LocalSynapse
 from indexer.datadir import init_data_dir
-from indexer.store.eventlog_db import reader
+from indexer.store.eventlog.db import reader
 
 from .vectorscan import files_holding
 
@@ -34,8 +34,8 @@ STACK_DATABASE = "MATRIX_SOURCES_TEST_STACK_DATABASE"  # "postgresql": the stack
 _READ_VECTOR = """
 import json, sys
 from pathlib import Path
-from indexer.store.eventlog import EventLog
-from indexer.store.chroma import ChromaStore
+from indexer.store.eventlog.log import EventLog
+from indexer.store.vectors.chroma import ChromaStore
 data = Path(sys.argv[1])
 store = ChromaStore(path=data / "chroma", eventlog=EventLog(sys.argv[2], read_only=True))
 print(json.dumps([[w.window_id, list(map(float, v))]

@@ -7,10 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from indexer.store.eventlog import EventLog
+from indexer.store.eventlog.log import EventLog
 from indexer.records import Window
 from indexer.search.texts import WindowTexts
-from indexer.store.chroma import ChromaStore
+from indexer.store.vectors.chroma import ChromaStore
 
 
 def open_store(folder: Path, **kw) -> ChromaStore:

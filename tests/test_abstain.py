@@ -18,13 +18,13 @@ from indexer.ingest.admit import Ingest
 from indexer.ingest.gate import Gate
 from indexer.ingest.history import History
 from indexer.records import ChunkPolicy
-from indexer.pipeline.embedder import HashEmbedder
+from indexer.models.embedder import HashEmbedder
 from indexer.pipeline.pipeline import Pipeline
 from indexer.search.abstain import Floor, words_of
 from indexer.search.present import Presenter
 from indexer.search.searcher import Searcher, SourceQuery
-from indexer.store.chroma import ChromaStore
-from indexer.store.eventlog import EventLog
+from indexer.store.vectors.chroma import ChromaStore
+from indexer.store.eventlog.log import EventLog
 from indexer.store.journal import Journal
 
 OPS, GARDEN = "!ops:example.org", "!garden:example.org"
@@ -128,7 +128,7 @@ def test_with_the_real_model_the_demo_answers_and_off_topic_questions_abstain(tm
     """The demo's conversation, the shipped floor: its question finds the compressor
     answer (a window that shares "disk" with it at a score near the floor), while
     questions from the off-topic set get nothing."""
-    from indexer.pipeline.embedder import load_embedder
+    from indexer.models.embedder import load_embedder
 
     embedder = load_embedder("all-MiniLM-L6-v2", "torch")
     log, store, ingest, pipeline = world(tmp_path, embedder)

@@ -1,6 +1,6 @@
 """The code's shape, read from its source with ast: every object's private state is its
 own module's, the package graph has no import cycle, every module sits in the package of
-its job (README, "Code layout") and the layers of indexer/ are imported downwards only."""
+its job (docs/architecture.md) and the layers of indexer/ are imported downwards only."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("appservice", "indexer")
 # Private attributes that belong to one object: reached only through `self`, in the
 # module that owns it. `_db` and `_lock` are the event log's connection and lock, held by
-# its `Database` (store/eventlog_db.py), which the event log's parts are given and reach
+# its `Database` (eventlog/db.py), which the event log's parts are given and reach
 # them through (`locked()`, `transaction()`); `_segs` is the Chroma store's live
 # segments, which only its compactor is given.
 PRIVATE = ("_db", "_lock", "_segs")
@@ -108,7 +108,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_package_import_graph_is_acyclic():
     graph = import_graph()
-    assert "indexer.store.eventlog" in graph["indexer.store.answers"]  # the graph is really read
+    assert "indexer.store.eventlog.log" in graph["indexer.store.answers"]  # the graph is really read
     assert cycles(graph) == [], "\n".join(" -> ".join(c) for c in cycles(graph))
 
 
@@ -122,8 +122,8 @@ def test_no_import_loop_at_any_depth():
     inside a function or under TYPE_CHECKING: each one can be read knowing only what it
     imports. (indexer/'s packages cannot loop either: test_indexer_imports_down_its_layers.)"""
     graph = import_graph(nested=True, packages=("indexer", "appservice"))
-    assert "indexer.pipeline.onnx_embedder" in graph["indexer.pipeline.embedder"]  # really read
-    assert "appservice.cli.serve" in graph["appservice.tools.demo"]
+    assert "indexer.models.onnx_embedder" in graph["indexer.models.embedder"]  # really read
+    assert "appservice.app" in graph["appservice.tools.demo"]
     assert cycles(graph) == [], "\n".join(" -> ".join(c) for c in cycles(graph))
 
 
@@ -222,7 +222,7 @@ def large_classes(path: Path) -> list[str]:
 def test_the_store_is_composed_of_parts_not_mixins():
     """The event log and the Chroma store are parts given their dependencies (the
     event log's Database, the store's Segments), never mixins sharing `self`."""
-    assert "ChromaStore" in {c.name for c in classes(ROOT / "indexer/store/chroma.py")}  # read
+    assert "ChromaStore" in {c.name for c in classes(ROOT / "indexer/store/vectors/chroma.py")}  # read
     found = [f for p in sources("indexer/store") for f in mixed_classes(p)]
     assert found == []
 
@@ -249,7 +249,7 @@ def test_the_composition_checks_can_fail(tmp_path):
 # Top-level modules of each package; every other module sits in the subpackage of its job.
 TOP_LEVEL = {"indexer": {"__init__.py", "clock.py", "records.py", "components.py",
                          "datadir.py"},
-             "appservice": {"__init__.py", "logs.py"}}
+             "appservice": {"__init__.py", "logs.py", "app.py"}}
 
 
 def misplaced_modules(root: Path) -> list[str]:
@@ -266,13 +266,13 @@ def misplaced_modules(root: Path) -> list[str]:
 
 
 def test_every_module_sits_in_the_package_of_its_job():
-    assert (ROOT / "indexer" / "store" / "eventlog.py").exists()  # the layout is really read
-    assert misplaced_modules(ROOT) == [], "move it into the subpackage of its job (README)"
+    assert (ROOT / "indexer" / "store" / "eventlog" / "log.py").exists()  # the layout is really read
+    assert misplaced_modules(ROOT) == [], "move it into the subpackage of its job (docs/architecture.md)"
 
 
 def test_the_module_placement_check_can_fail(tmp_path):
     for rel in ("indexer/__init__.py", "indexer/clock.py", "indexer/stray.py",
-                "indexer/store/__init__.py", "indexer/store/eventlog.py", "indexer/loose/x.py",
+                "indexer/store/__init__.py", "indexer/store/journal.py", "indexer/loose/x.py",
                 "appservice/__init__.py", "appservice/logs.py", "appservice/cli.py"):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text("")
@@ -280,13 +280,14 @@ def test_the_module_placement_check_can_fail(tmp_path):
         "indexer/stray.py", "indexer/loose/ has no __init__.py", "appservice/cli.py"]
 
 
-# indexer's layers, imported downwards only (README, "Code layout"): each package uses
+# indexer's layers, imported downwards only (docs/architecture.md): each package uses
 # those below it and none above, so no two packages import each other.
 LAYERS = (
     ("indexer.records", "indexer.clock", "indexer.config"),
-    ("indexer.store",),     # what is kept
+    ("indexer.store",),     # what is kept: the event log, the vectors, the journal
+    ("indexer.models",),    # the embedders and the turns they take
     ("indexer.ingest",),    # events in, appended to the store
-    ("indexer.pipeline",),  # pending events -> windows -> vectors; the model
+    ("indexer.pipeline",),  # pending events -> windows -> vectors
     ("indexer.derived",),   # the derived filter (the pipeline's screen), reference corpora
     ("indexer.search",),    # a query over all of it
 )
@@ -309,32 +310,37 @@ def upward_imports(graph: dict[str, set[str]]) -> list[str]:
 
 def test_indexer_imports_down_its_layers():
     graph = import_graph(nested=True)
-    assert "indexer.store.generations" in graph["indexer.store.chroma"]  # the graph is really read
+    assert "indexer.store.vectors.generations" in graph["indexer.store.vectors.chroma"]  # the graph is really read
     assert upward_imports(graph) == []
 
 
 def test_the_layer_check_can_fail():
     assert upward_imports({
-        "indexer.store.eventlog": {"indexer.records", "indexer.search.lexical"},
+        "indexer.store.eventlog.log": {"indexer.records", "indexer.search.lexical"},
         "indexer.records": {"indexer.store.journal"},
         "indexer.ingest.gate": {"indexer.store.journal", "indexer.pipeline.chunker"},
         "indexer.pipeline.pipeline": {"indexer.ingest.history", "indexer.derived.filter"},
         "indexer.derived.audit": {"indexer.pipeline.chunker", "indexer.search.texts"},
         "indexer.search.present": {"indexer.components", "indexer.derived.filter"},
-        "indexer.store.chroma": {"indexer.search.termindex", "indexer.store"},
+        "indexer.store.vectors.chroma": {"indexer.search.termindex", "indexer.store"},
+        "indexer.models.embedder": {"indexer.config", "indexer.pipeline.chunker"},
     }) == ["indexer.derived.audit -> indexer.search.texts",
            "indexer.ingest.gate -> indexer.pipeline.chunker",
+           "indexer.models.embedder -> indexer.pipeline.chunker",
            "indexer.pipeline.pipeline -> indexer.derived.filter",
            "indexer.records -> indexer.store.journal",
            "indexer.search.present -> indexer.components",
-           "indexer.store.chroma -> indexer.search.termindex",
-           "indexer.store.eventlog -> indexer.search.lexical"]
+           "indexer.store.eventlog.log -> indexer.search.lexical",
+           "indexer.store.vectors.chroma -> indexer.search.termindex"]
 
 
 # appservice/bot and appservice/homeserver meet only through each other's ports (the
-# bot's Matrix, the service's BotPort), wired in appservice/cli/serve.py: neither imports
+# bot's Matrix, the service's BotPort), wired in appservice/app.py: neither imports
 # the other, at any depth.
-APART = (("appservice.bot", "appservice.homeserver"), ("appservice.homeserver", "appservice.bot"))
+# The demo and the local-Synapse tools sit below the CLI (which starts them): they build
+# the service through the composition root (appservice/app.py), never through cli/.
+APART = (("appservice.bot", "appservice.homeserver"), ("appservice.homeserver", "appservice.bot"),
+         ("appservice.tools", "appservice.cli"))
 
 
 def crossings(graph: dict[str, set[str]]) -> list[str]:
@@ -353,9 +359,12 @@ def test_the_crossing_check_can_fail():
     assert crossings({
         "appservice.bot.responder": {"appservice.homeserver.roomstate", "indexer.records"},
         "appservice.homeserver.service": {"appservice.bot.bot"},
-        "appservice.cli.main": {"appservice.bot.bot", "appservice.homeserver.service"},
+        "appservice.cli.main": {"appservice.bot.bot", "appservice.homeserver.service",
+                                "appservice.tools.demo"},
+        "appservice.tools.demo": {"appservice.app", "appservice.cli.serve"},
     }) == ["appservice.bot.responder -> appservice.homeserver.roomstate",
-           "appservice.homeserver.service -> appservice.bot.bot"]
+           "appservice.homeserver.service -> appservice.bot.bot",
+           "appservice.tools.demo -> appservice.cli.serve"]
 
 
 # A line of the window document (pipeline.chunker.document), which the store and search

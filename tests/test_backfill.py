@@ -6,15 +6,15 @@ import pytest
 
 from indexer.ingest.backfill import backfill_room
 from indexer.records import ChunkPolicy
-from indexer.pipeline.embedder import HashEmbedder
-from indexer.store.eventlog import EventLog
+from indexer.models.embedder import HashEmbedder
+from indexer.store.eventlog.log import EventLog
 from indexer.ingest.gate import Gate
 from indexer.ingest.history import History
 from indexer.ingest.admit import Ingest
 from indexer.store.journal import Journal
 from indexer.pipeline.pipeline import Pipeline
 from indexer.ingest.roomfacts import RoomFacts
-from indexer.store.chroma import ChromaStore
+from indexer.store.vectors.chroma import ChromaStore
 
 ROOM = "!room:example.org"
 T0 = 1_700_000_000_000

@@ -20,12 +20,12 @@ from appservice.homeserver.transactions import TransactionHandler
 from indexer.ingest.admit import Ingest
 from indexer.ingest.gate import Gate
 from indexer.ingest.roomfacts import RoomFacts
-from indexer.pipeline.embedder import HashEmbedder
+from indexer.models.embedder import HashEmbedder
 from indexer.pipeline.pipeline import Pipeline
 from indexer.records import ChunkPolicy, RoomID, UserID
-from indexer.store.chroma import ChromaStore
+from indexer.store.vectors.chroma import ChromaStore
 from indexer.store.commands import CommandLog
-from indexer.store.eventlog import EventLog
+from indexer.store.eventlog.log import EventLog
 from indexer.store.journal import Journal
 
 from .test_transactions import HS_TOKEN, message, put
@@ -285,7 +285,7 @@ async def test_the_bound_reads_the_backlog_every_second_and_faster_while_refusin
     """On a fake clock: a read a second; once refusing, four a second, so the homeserver
     is asked back within a quarter second of the backlog falling below the bound."""
     from indexer.clock import Clock
-    from indexer.store.eventlog_status import Backlog
+    from indexer.store.eventlog.status import Backlog
 
     from .fakeclock import FakeClock
 

@@ -9,11 +9,11 @@ import pytest
 
 from indexer.records import ChunkPolicy
 from indexer.components import writers
-from indexer.pipeline.embedder import HashEmbedder
-from indexer.store.eventlog import EventLog
+from indexer.models.embedder import HashEmbedder
+from indexer.store.eventlog.log import EventLog
 from indexer.ingest.gate import Gate
 from indexer.store.journal import Journal
-from indexer.store.chroma import ChromaStore
+from indexer.store.vectors.chroma import ChromaStore
 from indexer.pipeline.verify_index import verify_index
 
 ROOMS = [f"!churn{i}:example.org" for i in range(3)]

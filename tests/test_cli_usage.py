@@ -140,7 +140,7 @@ def test_the_commands_load_the_model_on_the_configured_backend(tmp_path, monkeyp
     it runs the backend config.yaml names, with its ONNX files in the data dir."""
     from appservice.cli import progress
     from indexer.config import load_config
-    from indexer.pipeline import embedder
+    from indexer.models import embedder
 
     tmp = tmp_path
     assert main(["init", "--data-dir", str(tmp / "d"), "--domain", "example.org"]) == 0

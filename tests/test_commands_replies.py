@@ -13,7 +13,7 @@ from appservice.bot.commands import (HELP, CommandError, HelpCommand, SearchComm
 from appservice.bot.replies import MAX_REPLY_CHARS, permalink, render_hits, via_servers
 from appservice.bot.responder import RateLimiter, Responder
 from indexer.ingest.events import MessageEvent, parse_event
-from indexer.pipeline.chunker import format_ts
+from indexer.clock import format_ts
 from indexer.records import EventID, Hit, Line, RoomID, UserID, WindowID
 from indexer.search.abstain import Floor
 from indexer.search.searcher import MAX_TEXT_BYTES

@@ -12,7 +12,7 @@ from ruamel.yaml import YAML
 from indexer.components import Index
 from indexer.config import load_config
 from indexer.datadir import init_data_dir
-from indexer.pipeline.embedder import HashEmbedder
+from indexer.models.embedder import HashEmbedder
 
 ROOT = Path(__file__).resolve().parent.parent
 

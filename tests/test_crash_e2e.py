@@ -13,7 +13,7 @@ from collections import Counter
 import pytest
 
 from appservice.tools.chatclient import ChatClient
-from indexer.store.chroma import ChromaStore
+from indexer.store.vectors.chroma import ChromaStore
 
 pytestmark = [pytest.mark.synapse, pytest.mark.model]
 

@@ -14,7 +14,7 @@ import urllib.request
 import pytest
 
 from appservice.cli.main import main
-from indexer.store.eventlog import EventLog
+from indexer.store.eventlog.log import EventLog
 
 pytestmark = [pytest.mark.synapse, pytest.mark.model]
 

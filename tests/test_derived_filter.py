@@ -32,7 +32,7 @@ from indexer.components import Index
 from indexer.config import Config, load_config
 from indexer.datadir import init_data_dir
 from indexer.derived.filter import JOURNAL_KIND, Matcher
-from indexer.pipeline.embedder import HashEmbedder
+from indexer.models.embedder import HashEmbedder
 from indexer.ingest.events import MessageEvent, parse_event
 from indexer.derived.manifest import Manifest, manifest_path
 from indexer.derived.normalise import containment, text_shingles

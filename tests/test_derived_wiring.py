@@ -13,7 +13,7 @@ from appservice.bot.replies import render_hits
 from appservice.bot.responder import RateLimiter, Responder
 from indexer.config import ConfigError, DerivedConfig, load_config
 from indexer.derived.filter import EmittedSection
-from indexer.store.eventlog import EventLog
+from indexer.store.eventlog.log import EventLog
 from indexer.ingest.events import MessageEvent, parse_event
 from indexer.records import Hit, Line, RefSource
 

@@ -11,12 +11,12 @@ import pytest
 
 from indexer.config import ConfigError, load_config
 from indexer.datadir import init_data_dir
-from indexer.pipeline.embedder import (VECTOR_CLASS, HashEmbedder, bf16_supported, encode_each,
+from indexer.models.embedder import (VECTOR_CLASS, HashEmbedder, bf16_supported, encode_each,
                                        load_embedder)
-from indexer.store.eventlog import EventLog
+from indexer.store.eventlog.log import EventLog
 from indexer.pipeline.pipeline import Pipeline
 from indexer.pipeline.rebuild import ensure_meta, expected_meta
-from indexer.store.chroma import ChromaStore
+from indexer.store.vectors.chroma import ChromaStore
 
 # Chat as the pipeline embeds it (message bodies, one per line), a search-box query,
 # a question, and a window past the model's 256 word pieces (truncated alike).
@@ -95,10 +95,10 @@ def test_each_text_on_its_own_is_what_a_call_of_one_gives(backend, cache):
 @pytest.mark.model
 @pytest.mark.slow
 def test_the_pipeline_taken_a_pass_a_turn_embeds_as_in_one_call(cache):
-    """The service's pipeline lets searches in between forward passes (priority.py):
+    """The service's pipeline lets searches in between forward passes (models/turns.py):
     its windows' vectors must be those of whole calls, pass for pass."""
-    from indexer.pipeline.embedder import encode_in_length_order
-    from indexer.pipeline.priority import ModelTurns
+    from indexer.models.embedder import encode_in_length_order
+    from indexer.models.turns import ModelTurns
 
     emb = load_embedder("all-MiniLM-L6-v2", "onnx-int8", cache)
     texts = TEXTS * 5  # several calls of 16
@@ -210,7 +210,7 @@ def _message(i: int):
 
 def test_a_new_export_removes_the_files_of_older_ones(tmp_path, monkeypatch):
     """An upgrade (new weights or exporter version) makes new files; the old pair goes."""
-    from indexer.pipeline import onnx_embedder as ox
+    from indexer.models import onnx_embedder as ox
 
     monkeypatch.setattr(ox, "_export_fp32", lambda src, dest: dest.write_bytes(b"fp32"))
     monkeypatch.setattr(ox, "_quantise", lambda src, dest: dest.write_bytes(b"int8"))
@@ -298,7 +298,7 @@ def test_a_margin_for_a_script_that_does_not_exist_names_the_key(tmp_path):
 
 def test_the_configs_models_are_the_embedders():
     from indexer.config import MODEL_FLOORS, ONE_BACKEND
-    from indexer.pipeline.embedder import MODEL_BACKENDS, model_key
+    from indexer.models.embedder import MODEL_BACKENDS, model_key
 
     assert {m: b[0] for m, b in MODEL_BACKENDS.items() if len(b) == 1} == \
         {m: b for m, b in ONE_BACKEND.items() if m in MODEL_BACKENDS}
@@ -335,7 +335,7 @@ def test_e5_loads_offline_from_its_package_and_reads_other_languages(e5, monkeyp
     lands nearest the English message that answers it."""
     import numpy as np
 
-    from indexer.pipeline.embedder import query_side
+    from indexer.models.embedder import query_side
 
     assert (e5.name, e5.dim, e5.backend) == ("intfloat/multilingual-e5-small", 384, "q4")
     chat = ["clean up old images and stopped containers with docker system prune -a",
@@ -357,8 +357,8 @@ def test_e5_embeds_a_question_with_both_prefixes_and_a_passage_with_its_own(e5, 
     vectors (QUERY_PASSAGE_WEIGHT); a window's is the passage side alone."""
     import numpy as np
 
-    from indexer.pipeline import e5_embedder
-    from indexer.pipeline.embedder import query_side
+    from indexer.models import e5_embedder
+    from indexer.models.embedder import query_side
 
     texts = ["how do I rotate the signing key?", "как удалить старые образы docker?"]
     as_passage = np.asarray(e5.encode(texts))
@@ -377,7 +377,7 @@ def test_e5_embeds_a_question_with_both_prefixes_and_a_passage_with_its_own(e5, 
 @pytest.mark.model
 @pytest.mark.slow  # loads the multilingual model: in the full run
 def test_e5_reads_a_long_text_as_its_first_word_pieces_and_batches_agree(e5):
-    from indexer.pipeline.e5_embedder import MAX_WORD_PIECES
+    from indexer.models.e5_embedder import MAX_WORD_PIECES
 
     long = " ".join(f"word{i} apt-get install linux-firmware" for i in range(300))
     cut = e5._truncated(long, False)

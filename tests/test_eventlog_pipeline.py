@@ -12,12 +12,12 @@ import pytest
 from indexer.pipeline import pipeline as pipeline_mod
 from indexer.pipeline.chunker import build_windows, window_id
 from indexer.records import ChunkPolicy
-from indexer.pipeline.embedder import HashEmbedder
-from indexer.store.eventlog import EventLog
+from indexer.models.embedder import HashEmbedder
+from indexer.store.eventlog.log import EventLog
 from indexer.pipeline.pipeline import Pipeline
 from indexer.pipeline.worker import PipelineWorker
 from indexer.records import EventID, Message, RoomID, UserID
-from indexer.store.chroma import ChromaStore
+from indexer.store.vectors.chroma import ChromaStore
 
 ROOM = RoomID("!ops:example.org")
 ROOM2 = RoomID("!chat:example.org")
@@ -122,8 +122,8 @@ def test_the_backlog_counts_pending_events_and_when_the_oldest_was_appended(
     """How far indexing is behind (/health, /metrics, the transaction bound): the
     pending events, and how long the oldest has waited since it was appended (or set
     pending again), whatever its own timestamp says (backfilled history is old)."""
-    from indexer.store import eventlog as eventlog_mod
-    from indexer.store.eventlog_status import Backlog
+    from indexer.store.eventlog import log as eventlog_mod
+    from indexer.store.eventlog.status import Backlog
 
     now = [1_000.0]
     monkeypatch.setattr(eventlog_mod.time, "time", lambda: now[0])
@@ -588,7 +588,7 @@ def test_a_message_redacted_while_its_window_is_embedded_is_not_indexed_and_is_s
     the message: the message stays redacted (never `indexed` with no text), and the
     window made from its text is re-chunked without it and asks for a compaction."""
     from indexer.ingest.history import History
-    from indexer.store.eventlog_history import Redaction
+    from indexer.store.eventlog.history import Redaction
 
     log.append(msgs(ROOM, 0, 3))
     target = EventID(f"${ROOM[1:4]}0001")

@@ -11,9 +11,9 @@ import pytest
 from indexer.config import ConfigError, load_config
 from indexer.ingest.events import MessageEvent, parse_event
 from indexer.records import EventID, Message, RoomID, UserID
-from indexer.store.eventlog import EventLog
-from indexer.store.eventlog_check import check_eventlog
-from indexer.store.eventlog_schema import LATEST
+from indexer.store.eventlog.log import EventLog
+from indexer.store.eventlog.check import check_eventlog
+from indexer.store.eventlog.schema import LATEST
 
 from .pgkit import base_dsn, fresh_schema
 from .storekit import stored_vectors
@@ -108,7 +108,7 @@ def test_check_eventlog_reads_the_schema_version_or_says_what_is_wrong():
 
 def test_lag_figures_and_meta_are_read_on_a_connection_of_their_own(eventlog_db):
     """/metrics and doctor read beside the running service, never through its log."""
-    from indexer.store.eventlog_reports import lag_report_at, meta_at
+    from indexer.store.eventlog.reports import lag_report_at, meta_at
 
     log = EventLog(eventlog_db)
     msgs = [(Message(EventID(f"$m{i}"), ROOM, UserID("@a:x"), 1_000 * i, f"m{i}"), None)
@@ -176,8 +176,8 @@ def test_migrate_moves_the_sqlite_log_and_search_answers_the_same_without_reembe
 
 
 def test_an_interrupted_move_resumes_and_a_foreign_target_is_refused(tmp_path, monkeypatch):
-    from indexer.store import eventlog_move
-    from indexer.store.eventlog_move import move_eventlog
+    from indexer.store.eventlog import move as eventlog_move
+    from indexer.store.eventlog.move import move_eventlog
 
     source = tmp_path / "eventlog.sqlite3"
     log = EventLog(source)

@@ -7,10 +7,10 @@ import sqlite3
 
 import pytest
 
-from indexer.store import eventlog_schema
-from indexer.store.eventlog import EventLog
-from indexer.store.eventlog_db import Database
-from indexer.store.eventlog_schema import LATEST, MIGRATIONS, Migration, migrate, version
+from indexer.store.eventlog import schema as eventlog_schema
+from indexer.store.eventlog.log import EventLog
+from indexer.store.eventlog.db import Database
+from indexer.store.eventlog.schema import LATEST, MIGRATIONS, Migration, migrate, version
 from indexer.records import EventID, Message, RoomID, UserID
 
 ROOM = RoomID("!r:x")

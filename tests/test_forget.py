@@ -10,7 +10,7 @@ from indexer.ingest import gate as rules
 from indexer.ingest.admit import Ingest
 from indexer.ingest.forget import Forgetting
 from indexer.ingest.gate import Gate
-from indexer.store.eventlog import EventLog
+from indexer.store.eventlog.log import EventLog
 from indexer.store.journal import Journal
 
 from .test_history import (ALICE, BOB, T0, all_text, chroma_bytes, db_bytes, edit, msg,

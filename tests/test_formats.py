@@ -9,8 +9,8 @@ from dataclasses import replace
 from indexer.records import EventID, Hit, Line, Message, RefSource, RoomID, UserID, Window
 from indexer.records import WindowID
 from indexer.derived.reference import Chunk, Section, chunk_metadata
-from indexer.store.chroma import ChromaStore
-from indexer.store.points import window_metadata
+from indexer.store.vectors.chroma import ChromaStore
+from indexer.store.vectors.points import window_metadata
 
 ROOM = RoomID("!r:example.org")
 COMMON = {"room_id", "room_label", "corpus", "event_ids", "first_event_id", "last_event_id",

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from indexer.ingest import gate as rules
-from indexer.store.eventlog import EventLog
+from indexer.store.eventlog.log import EventLog
 from indexer.ingest.events import StateEvent
 from indexer.ingest.gate import Gate
 from indexer.ingest.admit import Ingest

@@ -12,7 +12,7 @@ from indexer.components import Index
 from indexer.config import load_config
 from indexer.datadir import init_data_dir
 from indexer.pipeline.chunker import build_windows, embed_text
-from indexer.pipeline.embedder import HashEmbedder
+from indexer.models.embedder import HashEmbedder
 from indexer.records import ChunkPolicy, EventID, Message, RoomID, UserID
 from indexer.search import searcher as searcher_module
 from indexer.search.gloss import gloss, has_han

@@ -52,9 +52,9 @@ def test_the_command_re_executes_itself_with_the_tunables():
 LEAK = """
 import json, sys
 from pathlib import Path
-from indexer.pipeline.embedder import HashEmbedder
+from indexer.models.embedder import HashEmbedder
 from indexer.records import EventID, Message, RoomID, UserID, Window, WindowID
-from indexer.store.chroma import ChromaStore
+from indexer.store.vectors.chroma import ChromaStore
 
 root, canary = Path(sys.argv[1]), sys.argv[2]
 room = RoomID("!r:x")

@@ -1,4 +1,4 @@
-"""Freed memory never reaches Chroma's files (indexer/store/heapscrub.py).
+"""Freed memory never reaches Chroma's files (indexer/store/vectors/heapscrub.py).
 
 hnswlib writes its whole vector array, unused capacity included, and that capacity
 holds whatever the process freed there: a deleted vector of an earlier collection can
@@ -19,7 +19,7 @@ _MALLOC = """
 import ctypes, sys
 if sys.argv[1] == "scrub":
     import indexer.store  # noqa: F401 - sets the scrub
-    from indexer.store.heapscrub import SCRUBBED
+    from indexer.store.vectors.heapscrub import SCRUBBED
     assert SCRUBBED
 libc = ctypes.CDLL(None)
 libc.malloc.restype = ctypes.c_void_p

@@ -10,13 +10,13 @@ from appservice.bot.answer_edits import EDIT_HEADER, edit_content, rebuild_reply
 from indexer.store.answers import AnswerLog
 from indexer.records import ChunkPolicy
 from indexer.components import writers
-from indexer.pipeline.embedder import HashEmbedder
-from indexer.store.eventlog import EventLog
+from indexer.models.embedder import HashEmbedder
+from indexer.store.eventlog.log import EventLog
 from indexer.ingest.gate import Gate
 from indexer.store.journal import Journal
 from indexer.pipeline.pipeline import Pipeline
 from indexer.records import Hit
-from indexer.store.chroma import ChromaStore
+from indexer.store.vectors.chroma import ChromaStore
 
 from .fakeclock import FakeClock
 from .storekit import stored_vectors, texts
@@ -311,7 +311,7 @@ def test_a_redacted_windows_vector_leaves_its_sealed_segment_and_only_it_is_copi
     compaction copies the segments holding a deleted or overwritten point, not the
     others (their generations stay), and the window's old vector and the message's
     text are in no file afterwards."""
-    from indexer.store.segments import SegmentPolicy
+    from indexer.store.vectors.segments import SegmentPolicy
 
     log = EventLog(tmp_path / "eventlog.sqlite3")
     store = ChromaStore(path=tmp_path / "chroma", eventlog=log,

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from appservice.tools.chatclient import ChatClient
-from indexer.store.eventlog_db import reader
+from indexer.store.eventlog.db import reader
 
 from .vectorscan import files_holding
 

@@ -25,16 +25,16 @@ from appservice.homeserver.service import raise_fd_limit
 from appservice.homeserver.transactions import TransactionHandler
 from indexer.ingest.backfill import backfill_room
 from indexer.records import ChunkPolicy
-from indexer.pipeline.embedder import HashEmbedder
+from indexer.models.embedder import HashEmbedder
 from indexer.ingest.events import MAX_TS_MS
 from indexer.ingest.gate import Gate
 from indexer.ingest.admit import Ingest
 from indexer.store.journal import Journal
-from indexer.store.eventlog import EventLog
+from indexer.store.eventlog.log import EventLog
 from indexer.pipeline.pipeline import Pipeline
 from indexer.records import EventID, Message, RoomID, UserID
 from indexer.ingest.roomfacts import RoomFacts
-from indexer.store.chroma import ChromaStore
+from indexer.store.vectors.chroma import ChromaStore
 
 from .test_transactions import HS_TOKEN, auth, message, put
 

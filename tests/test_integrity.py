@@ -15,8 +15,8 @@ import pytest
 from ruamel.yaml import YAML
 
 from appservice.cli.main import main
-from indexer.store.eventlog_check import check_eventlog
-from indexer.store.chroma import ChromaStore
+from indexer.store.eventlog.check import check_eventlog
+from indexer.store.vectors.chroma import ChromaStore
 
 ROOM = "!room:example.org"
 N = 60
@@ -155,7 +155,7 @@ def test_a_writers_start_repairs_events_marked_indexed_in_no_window(indexed, cap
     store = ChromaStore(path=cfg.parent / "chroma")
     lost = list(store.iter_windows())[4]
     store.delete([lost.window_id])
-    from indexer.store.points import window_metadata
+    from indexer.store.vectors.points import window_metadata
     from indexer.records import Message, Window, EventID, RoomID, UserID
 
     ghost = Window("w" + "0" * 31, RoomID(ROOM), (Message(
@@ -174,7 +174,7 @@ def test_a_writers_start_repairs_events_marked_indexed_in_no_window(indexed, cap
 
 
 def _messages(cfg, window_id):
-    from indexer.store.eventlog import EventLog
+    from indexer.store.eventlog.log import EventLog
 
     log = EventLog(eventlog(cfg))
     try:
@@ -217,7 +217,7 @@ def test_verify_index_refuses_with_an_empty_event_log(indexed, capsys):
     cfg, tmp = indexed
     before = windows(cfg)
     eventlog(cfg).unlink()
-    from indexer.store.eventlog import EventLog
+    from indexer.store.eventlog.log import EventLog
 
     EventLog(eventlog(cfg)).close()  # a valid, empty event log
     assert main(["verify", "-c", str(cfg), "--index"]) == 1

@@ -20,7 +20,7 @@ from ruamel.yaml import YAML
 from indexer.components import Index
 from indexer.config import load_config
 from indexer.datadir import init_data_dir
-from indexer.pipeline.embedder import QuerySide
+from indexer.models.embedder import QuerySide
 from indexer.search.searcher import SourceQuery
 
 # Each loads the multilingual model and indexes the rooms with it (about 10 s of CPU):

@@ -10,12 +10,12 @@ import pytest
 
 from indexer.pipeline.chunker import window_id
 from indexer.records import ChunkPolicy
-from indexer.pipeline.embedder import HashEmbedder, encode_in_length_order
-from indexer.store.eventlog import EventLog
+from indexer.models.embedder import HashEmbedder, encode_in_length_order
+from indexer.store.eventlog.log import EventLog
 from indexer.pipeline.pipeline import Pipeline
 from indexer.pipeline.worker import PipelineWorker
 from indexer.records import EventID, Message, RoomID, UserID
-from indexer.store.chroma import ChromaStore
+from indexer.store.vectors.chroma import ChromaStore
 
 from .fakeclock import FakeClock
 

@@ -11,10 +11,10 @@ from indexer.ingest.events import StateEvent
 from indexer.ingest.gate import Gate
 from indexer.ingest.members import RECENT_MS, Addressees
 from indexer.ingest.roomfacts import apply_state, facts_from_state
-from indexer.pipeline.embedder import HashEmbedder
+from indexer.models.embedder import HashEmbedder
 from indexer.records import ChunkPolicy, EventID, Message, RoomID, UserID
-from indexer.store.chroma import ChromaStore
-from indexer.store.eventlog import EventLog
+from indexer.store.vectors.chroma import ChromaStore
+from indexer.store.eventlog.log import EventLog
 from indexer.store.journal import Journal
 
 ROOM = RoomID("!room:example.org")

@@ -20,13 +20,13 @@ from indexer.records import ChunkPolicy
 from indexer.components import Index
 from indexer.config import load_config
 from indexer.datadir import init_data_dir
-from indexer.pipeline.embedder import HashEmbedder
-from indexer.store.eventlog import EventLog
-from indexer.store.generations import SEGMENTS_KEY
+from indexer.models.embedder import HashEmbedder
+from indexer.store.eventlog.log import EventLog
+from indexer.store.vectors.generations import SEGMENTS_KEY
 from indexer.pipeline.rebuild import expected_meta
 from indexer.records import EventID, Message, RoomID, UserID
 from indexer.search.searcher import SourceQuery
-from indexer.store.points import window_metadata
+from indexer.store.vectors.points import window_metadata
 
 from .vectorscan import files_holding
 

@@ -151,7 +151,7 @@ def test_a_disguised_paste_reduces_to_the_words_emitted(disguise):
 def tokenizer():
     from tokenizers import Tokenizer
 
-    from indexer.pipeline.onnx_embedder import model_dir
+    from indexer.models.onnx_embedder import model_dir
     tok = Tokenizer.from_file(str(model_dir() / "tokenizer.json"))
     tok.no_padding()
     return tok

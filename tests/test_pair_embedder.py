@@ -1,4 +1,4 @@
-"""Two models in one vector (indexer/pipeline/pair_embedder.py): the similarity is each
+"""Two models in one vector (indexer/models/pair_embedder.py): the similarity is each
 model's cosine from its own floor, weighed by how much of the question is English; the
 store reports it for a query that is not a unit vector; and with the real models, an
 English one-command answer the multilingual model alone misses comes first."""
@@ -10,12 +10,12 @@ import math
 import numpy as np
 import pytest
 
-from indexer.pipeline.embedder import HashEmbedder, load_embedder, query_side
-from indexer.pipeline.pair_embedder import (ENGLISH_WEIGHT, SHARE_FROM, SHARE_FULL,
+from indexer.models.embedder import HashEmbedder, load_embedder, query_side
+from indexer.models.pair_embedder import (ENGLISH_WEIGHT, SHARE_FROM, SHARE_FULL,
                                             PairEmbedder)
 from indexer.records import EventID, Message, RoomID, UserID, Window
 from indexer.pipeline.chunker import window_id
-from indexer.store.chroma import ChromaStore
+from indexer.store.vectors.chroma import ChromaStore
 
 F_EN, F_MUL = 0.34, 0.85
 VOCAB = frozenset("how do i see which directory am in the you can type to print a working".split())

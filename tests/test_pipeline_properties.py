@@ -22,11 +22,11 @@ from hypothesis import strategies as st
 
 from indexer.pipeline.chunker import build_windows
 from indexer.records import ChunkPolicy
-from indexer.pipeline.embedder import HashEmbedder
-from indexer.store.eventlog import EventLog
+from indexer.models.embedder import HashEmbedder
+from indexer.store.eventlog.log import EventLog
 from indexer.pipeline.pipeline import Pipeline
 from indexer.records import EventID, Message, RoomID, UserID
-from indexer.store.chroma import ChromaStore
+from indexer.store.vectors.chroma import ChromaStore
 
 from .strength import examples
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 import pytest
 
 from indexer.records import ChunkPolicy
-from indexer.pipeline.embedder import HashEmbedder
-from indexer.store.eventlog import EventLog
+from indexer.models.embedder import HashEmbedder
+from indexer.store.eventlog.log import EventLog
 from indexer.ingest.gate import Gate
 from indexer.ingest.history import History
 from indexer.ingest.admit import Ingest
@@ -25,7 +25,7 @@ from indexer.search import conversation, lines, present
 from indexer.search.present import Presenter
 from indexer.records import Hit
 from indexer.search.searcher import Searcher, SourceQuery
-from indexer.store.chroma import ChromaStore
+from indexer.store.vectors.chroma import ChromaStore
 
 ROOM = "!slow:example.org"
 ALICE, BOB, CAROL, DAVE = (f"@{n}:example.org" for n in ("alice", "bob", "carol", "dave"))

@@ -1,5 +1,5 @@
 """A `!sources` never queues behind indexing (issue 26 item 6): the model is taken in
-turns, searches first (indexer/pipeline/priority.py). Real threads, a real pipeline
+turns, searches first (indexer/models/turns.py). Real threads, a real pipeline
 over a real event log and Chroma; the embedder holds its calls until the test lets
 them go, so the order is the gate's, not the scheduler's."""
 
@@ -8,13 +8,13 @@ from __future__ import annotations
 import threading
 
 from indexer.pipeline import pipeline as pipeline_mod
-from indexer.pipeline.embedder import HashEmbedder
+from indexer.models.embedder import HashEmbedder
 from indexer.pipeline.pipeline import Pipeline
-from indexer.pipeline.priority import ModelTurns
+from indexer.models.turns import ModelTurns
 from indexer.records import ChunkPolicy, EventID, Message, RoomID, UserID
 from indexer.search.searcher import Searcher, SourceQuery
-from indexer.store.chroma import ChromaStore
-from indexer.store.eventlog import EventLog
+from indexer.store.vectors.chroma import ChromaStore
+from indexer.store.eventlog.log import EventLog
 
 ROOM = RoomID("!ops:example.org")
 T0 = 1_700_000_000_000

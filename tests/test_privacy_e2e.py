@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from appservice.tools.chatclient import ChatClient
-from indexer.store.chroma import ChromaStore
+from indexer.store.vectors.chroma import ChromaStore
 
 from .harness import Stack
 

@@ -14,14 +14,14 @@ import pytest
 
 from indexer.ingest import gate as rules
 from indexer.components import writers
-from indexer.pipeline.embedder import HashEmbedder
-from indexer.store.eventlog import EventLog
+from indexer.models.embedder import HashEmbedder
+from indexer.store.eventlog.log import EventLog
 from indexer.ingest.gate import Gate
 from indexer.store.journal import Journal
 from indexer.records import RoomID, UserID
 from indexer.ingest.roomfacts import RoomFacts
 from indexer.search.texts import WindowTexts
-from indexer.store.chroma import ChromaStore
+from indexer.store.vectors.chroma import ChromaStore
 
 from .storekit import texts
 from .test_history import db_bytes

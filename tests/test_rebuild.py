@@ -6,15 +6,15 @@ import threading
 
 from indexer.pipeline.chunker import CHUNKER_VERSION
 from indexer.records import ChunkPolicy
-from indexer.pipeline.embedder import HashEmbedder
-from indexer.store.eventlog import EventLog
+from indexer.models.embedder import HashEmbedder
+from indexer.store.eventlog.log import EventLog
 from indexer.ingest.gate import Gate
 from indexer.ingest.admit import Ingest
 from indexer.store.journal import Journal
 from indexer.pipeline.pipeline import Pipeline
 from indexer.pipeline.rebuild import (check_collection, ensure_meta, expected_meta,
                                       make_whole, meta_mismatch, rebuild)
-from indexer.store.chroma import ChromaStore
+from indexer.store.vectors.chroma import ChromaStore
 
 ROOM = "!r:example.org"
 

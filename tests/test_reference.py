@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from indexer.pipeline.embedder import HashEmbedder
+from indexer.models.embedder import HashEmbedder
 from indexer.derived.manifest import Manifest
 from indexer.derived.reference import (ReferenceError, References, cut_chunks, cut_sections,
                                read_files)
 from indexer.search.searcher import Searcher, SourceQuery
-from indexer.store.chroma import ChromaStore
+from indexer.store.vectors.chroma import ChromaStore
 
 from .storekit import open_store
 

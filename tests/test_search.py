@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from indexer.pipeline.chunker import build_windows, embed_text
 from indexer.records import ChunkPolicy
-from indexer.pipeline.embedder import HashEmbedder
+from indexer.models.embedder import HashEmbedder
 from indexer.search.lexical import LEXICAL_MAX_TERMS, is_keywords, stem, terms
 from indexer.records import EventID, Message, RoomID, UserID, Window
 from indexer.search.searcher import (
@@ -26,7 +26,7 @@ from indexer.search.searcher import (
     rrf,
 )
 from indexer.search.texts import WindowTexts
-from indexer.store.chroma import ChromaStore
+from indexer.store.vectors.chroma import ChromaStore
 
 from .storekit import edit, index, open_store
 from .strength import examples

@@ -42,8 +42,8 @@ QUESTIONS = [["--json", "how", "do", "I", "mount", "an", "ntfs", "partition"],
 # What the API path must not import: the model, the store, Matrix, and the modules that
 # open them (they pull the rest in, lazily or not).
 HEAVY = ("torch", "chromadb", "mautrix", "onnxruntime", "sentence_transformers",
-         "indexer.components", "indexer.store.chroma", "indexer.search.searcher",
-         "indexer.pipeline.embedder")
+         "indexer.components", "indexer.store.vectors.chroma", "indexer.search.searcher",
+         "indexer.models.embedder")
 
 
 def set_port(cfg_path, port: int) -> None:

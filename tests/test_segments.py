@@ -1,4 +1,4 @@
-"""The collection in segments (indexer/store/segments.py): new points fill a hot
+"""The collection in segments (indexer/store/vectors/segments.py): new points fill a hot
 segment that is sealed when full, a point stays in the segment it was written to, a
 compaction copies only the segments holding a deleted or overwritten point, small
 sealed segments merge, a large one splits, and a search over the segments answers as
@@ -17,11 +17,11 @@ from hypothesis import strategies as st
 
 from indexer.pipeline.chunker import window_id
 from indexer.records import EventID, Message, RoomID, UserID, Window
-from indexer.store.chroma import ChromaStore
-from indexer.store.eventlog import EventLog
-from indexer.store.generations import SEGMENTS_KEY
-from indexer.store.idmap import IdMap
-from indexer.store.segments import SegmentPolicy, plan_merge
+from indexer.store.vectors.chroma import ChromaStore
+from indexer.store.eventlog.log import EventLog
+from indexer.store.vectors.generations import SEGMENTS_KEY
+from indexer.store.vectors.idmap import IdMap
+from indexer.store.vectors.segments import SegmentPolicy, plan_merge
 
 from .storekit import stored_vectors
 from .vectorscan import files_holding

@@ -11,7 +11,7 @@ from indexer.ingest import gate as rules
 from indexer.ingest.admit import Ingest
 from indexer.ingest.gate import Gate
 from indexer.ingest.sentaway import sent_away_at
-from indexer.store.eventlog import EventLog
+from indexer.store.eventlog.log import EventLog
 from indexer.store.journal import Journal
 
 from .test_gate import (ALICE, BOB, BOT, CANARY, ROOM, disk_bytes, journal_entries, message,

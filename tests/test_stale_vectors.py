@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 from indexer.records import EventID, Message, RoomID, UserID, Window
-from indexer.store.chroma import ChromaStore
+from indexer.store.vectors.chroma import ChromaStore
 
 ROOM = RoomID("!ops:example.org")
 
@@ -23,7 +23,7 @@ def window(i: int) -> Window:
 
 WRITER = """
 import sys
-from indexer.store.chroma import ChromaStore
+from indexer.store.vectors.chroma import ChromaStore
 from tests.test_stale_vectors import window
 store = ChromaStore(path=__import__("pathlib").Path(sys.argv[1]))
 store.upsert([window(i) for i in range(1, 40)], [[1.0, float(i)] + [0.0] * 6 for i in range(1, 40)])

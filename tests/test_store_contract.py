@@ -18,13 +18,13 @@ import pytest
 
 from indexer.pipeline.chunker import build_windows, document
 from indexer.records import ChunkPolicy
-from indexer.pipeline.embedder import HashEmbedder
-from indexer.store.eventlog import EventLog
-from indexer.store.generations import SEGMENTS_KEY
+from indexer.models.embedder import HashEmbedder
+from indexer.store.eventlog.log import EventLog
+from indexer.store.vectors.generations import SEGMENTS_KEY
 from indexer.records import EventID, Message, RoomID, UserID
-from indexer.store.chroma import ChromaStore
-from indexer.store.segments import SegmentPolicy
-from indexer.store.server_files import MARKER_PREFIX, ServerFiles, ServerFilesError
+from indexer.store.vectors.chroma import ChromaStore
+from indexer.store.vectors.segments import SegmentPolicy
+from indexer.store.vectors.server_files import MARKER_PREFIX, ServerFiles, ServerFilesError
 from indexer.search.texts import WindowTexts
 
 from .storekit import stored_vectors
@@ -232,9 +232,9 @@ def test_compaction_copies_the_live_points_and_drops_the_old_collection(store, r
 _CRASH = """
 import os, signal, sys
 from pathlib import Path
-from indexer.store.eventlog import EventLog
-from indexer.store.chroma import ChromaStore
-from indexer.store.segments import SegmentPolicy
+from indexer.store.eventlog.log import EventLog
+from indexer.store.vectors.chroma import ChromaStore
+from indexer.store.vectors.segments import SegmentPolicy
 path, host, port, name, log = sys.argv[1:6]
 store = ChromaStore(path=Path(path) if path else None, host=host or None,
                     port=int(port) if port else None, collection=name,
@@ -245,9 +245,9 @@ store.compact(before_swap=lambda: os.kill(os.getpid(), signal.SIGKILL))
 _CRASH_SECOND = """
 import os, signal, sys
 from pathlib import Path
-from indexer.store.eventlog import EventLog
-from indexer.store.chroma import ChromaStore
-from indexer.store.segments import SegmentPolicy
+from indexer.store.eventlog.log import EventLog
+from indexer.store.vectors.chroma import ChromaStore
+from indexer.store.vectors.segments import SegmentPolicy
 path, host, port, name, log = sys.argv[1:6]
 store = ChromaStore(path=Path(path) if path else None, host=host or None,
                     port=int(port) if port else None, collection=name,
@@ -490,7 +490,7 @@ def test_a_deleted_point_of_a_sealed_segment_leaves_every_file(segmented, reques
 def test_a_query_that_is_no_unit_vector_gets_its_dot_product(segmented):
     """Chroma's cosine space normalises a query; the store reports the dot product with
     the query as given, from every segment and from a server as from the embedded store
-    (a pair of models asks with such vectors: indexer/pipeline/pair_embedder.py)."""
+    (a pair of models asks with such vectors: indexer/models/pair_embedder.py)."""
     import numpy as np
 
     ws = windows(30)

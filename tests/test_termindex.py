@@ -11,12 +11,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from indexer.pipeline.embedder import HashEmbedder
-from indexer.pipeline.priority import ModelTurns
+from indexer.models.embedder import HashEmbedder
+from indexer.models.turns import ModelTurns
 from indexer.search.lexical import LexicalRanker, base_of, stem, terms
 from indexer.search.tokens import keys, matches
 from indexer.records import EventID, Message, RoomID, UserID, Window, WindowID
-from indexer.store.chroma import ChromaStore
+from indexer.store.vectors.chroma import ChromaStore
 
 from .storekit import index, open_store
 from .strength import examples

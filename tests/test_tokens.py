@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from indexer.pipeline.chunker import build_windows
-from indexer.pipeline.embedder import HashEmbedder
+from indexer.models.embedder import HashEmbedder
 from indexer.records import ChunkPolicy, EventID, Message, RoomID, UserID
 from indexer.search.abstain import Floor
 from indexer.search.present import Presenter
@@ -150,7 +150,7 @@ def test_every_word_of_500_eval_messages_searched_alone(tmp_path):
     """Issue 22: each word of a sample of real messages, searched alone (stop words
     aside): the first hit holds it, and when at most 10 windows hold it, the message's
     own window is in the top 10."""
-    from indexer.pipeline.embedder import load_embedder
+    from indexer.models.embedder import load_embedder
 
     msgs = _eval_messages(1500)
     windows = build_windows(msgs, ChunkPolicy())

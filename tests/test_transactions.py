@@ -10,7 +10,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from appservice.homeserver.transactions import fingerprint, TransactionHandler
-from indexer.store.eventlog import EventLog
+from indexer.store.eventlog.log import EventLog
 from indexer.ingest.gate import Gate
 from indexer.ingest.admit import Ingest
 from indexer.store.journal import Journal

@@ -8,7 +8,7 @@ import pytest
 from indexer.ingest import gate as rules
 from indexer.ingest.admit import Ingest
 from indexer.ingest.gate import Gate
-from indexer.store.eventlog import EventLog
+from indexer.store.eventlog.log import EventLog
 from indexer.store.journal import Journal
 
 from .test_gate import (ALICE, BOT, CANARY, ROOM, disk_bytes, journal_entries, message,

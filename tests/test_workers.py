@@ -13,13 +13,13 @@ import pytest
 from indexer.ingest.history import History
 from indexer.ingest.purge import Purger
 from indexer.pipeline.claims import RoomClaims
-from indexer.pipeline.embedder import HashEmbedder
+from indexer.models.embedder import HashEmbedder
 from indexer.pipeline.pipeline import EMBED_CALL, Pipeline
 from indexer.pipeline.standalone import Worker, WorkerLoop
 from indexer.records import ChunkPolicy, EventID, Message, Refusal, RoomID, UserID
-from indexer.store.chroma import ChromaStore
+from indexer.store.vectors.chroma import ChromaStore
 from indexer.store.compaction import Compaction
-from indexer.store.eventlog import EventLog
+from indexer.store.eventlog.log import EventLog
 from indexer.store.journal import Journal
 
 

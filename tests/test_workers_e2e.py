@@ -20,8 +20,8 @@ import pytest
 from ruamel.yaml import YAML
 
 from appservice.tools.chatclient import ChatClient
-from indexer.store.chroma import ChromaStore
-from indexer.store.eventlog import EventLog
+from indexer.store.vectors.chroma import ChromaStore
+from indexer.store.eventlog.log import EventLog
 
 from .harness import make_stack
 from .pgkit import fresh_schema

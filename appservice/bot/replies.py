@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from urllib.parse import quote
 
 from indexer.derived.filter import EmittedSection
-from indexer.pipeline.chunker import format_ts
+from indexer.clock import format_ts
 from indexer.records import CORPUS_REFERENCE, Hit, Line, UserID
 from indexer.search.abstain import QueryFloor
 from indexer.search.lexical import terms

@@ -11,9 +11,9 @@ import logging
 from collections import Counter
 from typing import Awaitable, Callable
 
-from indexer.pipeline.chunker import format_ts
-from indexer.store.eventlog import EventLog
-from indexer.store.eventlog_reports import room_report
+from indexer.clock import format_ts
+from indexer.store.eventlog.log import EventLog
+from indexer.store.eventlog.reports import room_report
 from indexer.ingest.gate import OWN_MESSAGE
 from indexer.store.journal import Journal
 

@@ -12,7 +12,7 @@ from indexer.derived.audit import CheckResult, check_derived_filter, check_exclu
 from indexer.components import open_references, open_store
 from indexer.config import Config
 from indexer.derived.filter import Matcher
-from indexer.store.eventlog import EventLog
+from indexer.store.eventlog.log import EventLog
 from indexer.store.journal import Journal
 from indexer.derived.manifest import Manifest, manifest_path
 from indexer.derived.reference import ReferenceError, References
@@ -104,8 +104,8 @@ def check_index(cfg: Config, dry_run: bool = False) -> CheckResult:
     repaired against an event log that is missing or damaged: it is the judge."""
     from tqdm import tqdm
 
-    from indexer.store.eventlog import EventLog
-    from indexer.store.eventlog_check import check_eventlog, recovery
+    from indexer.store.eventlog.log import EventLog
+    from indexer.store.eventlog.check import check_eventlog, recovery
     from indexer.pipeline.verify_index import verify_index
 
     health = check_eventlog(cfg.database)

@@ -125,7 +125,7 @@ def check_store(cfg: Config) -> Check:
 
 
 def check_eventlog_health(cfg: Config) -> Check:
-    from indexer.store.eventlog_check import check_eventlog, recovery
+    from indexer.store.eventlog.check import check_eventlog, recovery
 
     health = check_eventlog(cfg.database)
     if health.damaged:
@@ -159,9 +159,9 @@ def check_collection(cfg: Config) -> Check:
     window's record lists every event the event log puts in it."""
     from indexer.components import open_store
     from indexer.pipeline.verify_index import events_outside_windows
-    from indexer.store.eventlog import EventLog
+    from indexer.store.eventlog.log import EventLog
     from indexer.records import CORPUS_CHAT
-    from indexer.store.eventlog_check import check_eventlog
+    from indexer.store.eventlog.check import check_eventlog
 
     state = check_eventlog(cfg.database).state
     if state in ("damaged", "unreachable"):  # said by the event log's own check

@@ -1,5 +1,5 @@
 """`matrix-sources eventlog migrate --to URL`: the data dir's SQLite event log moved to
-PostgreSQL (indexer/store/eventlog_move.py), with a progress bar and the total, counts
+PostgreSQL (indexer/store/eventlog/move.py), with a progress bar and the total, counts
 verified, then store.database set in config.yaml (its comments kept). Run it with the
 service stopped; run it again after an interruption: it copies what is missing."""
 
@@ -15,8 +15,8 @@ from indexer.store.lock import WriterLock
 def run_migrate(cfg: Config, to: str, quiet: bool = False) -> int:
     from tqdm import tqdm
 
-    from indexer.store.eventlog_check import check_eventlog
-    from indexer.store.eventlog_move import move_eventlog, row_counts
+    from indexer.store.eventlog.check import check_eventlog
+    from indexer.store.eventlog.move import move_eventlog, row_counts
 
     try:
         target = parse_database(to, cfg.data_dir)

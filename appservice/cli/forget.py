@@ -41,7 +41,7 @@ def _apply_here(cfg: Config, request: dict) -> dict:
     if request["op"] != "forget":  # the list in the event log: no model, no collection
         from indexer.ingest.admit import Ingest
         from indexer.ingest.gate import Gate
-        from indexer.store.eventlog import EventLog
+        from indexer.store.eventlog.log import EventLog
         from indexer.store.journal import Journal
 
         eventlog = EventLog(cfg.database)

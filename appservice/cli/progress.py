@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from indexer.config import Config, ConfigError
 
 if TYPE_CHECKING:  # the embedder module is not needed to parse -c
-    from indexer.pipeline.embedder import Embedder
+    from indexer.models.embedder import Embedder
 
 
 def config_path(arg: str) -> Path:
@@ -29,7 +29,7 @@ def config_path(arg: str) -> Path:
 def load_model(cfg: Config) -> Embedder:
     """The embedder, saying so on stderr: the real model takes 10-20 s to load here, and
     a silent command looks hung."""
-    from indexer.pipeline.embedder import load_embedder
+    from indexer.models.embedder import load_embedder
 
     t0 = time.monotonic()
     print(f"loading the model ({cfg.index.embedder.model}, backend {cfg.index.embedder.backend}; 10-20 s on "

@@ -1,4 +1,5 @@
-"""`matrix-sources run`: the running service with its bot (the demo starts it too)."""
+"""`matrix-sources run`: the running service with its bot (built in appservice/app.py),
+served until SIGINT or SIGTERM."""
 
 from __future__ import annotations
 
@@ -7,18 +8,7 @@ from pathlib import Path
 
 from indexer.config import Config
 
-
-def serve_with_bot(cfg, embedder=None):
-    """The one place the two halves meet: the service that speaks Matrix, and the bot
-    that answers in it, each through the other's port."""
-    from ..bot.bot import Bot
-    from ..homeserver.service import Service
-
-    service = Service(cfg, embedder)
-    service.attach(Bot(cfg, service.index, service,
-                       on_search_seconds=service.metrics.search_latency.observe,
-                       index_changed=service.worker.notify))
-    return service
+from ..app import serve_with_bot
 
 
 def run_service(cfg: Config, json_logs: bool) -> int:
@@ -41,7 +31,7 @@ def run_service(cfg: Config, json_logs: bool) -> int:
         try:
             service = serve_with_bot(cfg)
         except sqlite3.DatabaseError as e:  # damage quick_check did not see
-            from indexer.store.eventlog_check import recovery
+            from indexer.store.eventlog.check import recovery
 
             print(f"error: the event log {cfg.database} cannot be used ({e}). To "
                   f"recover: {recovery(cfg.database)}", file=sys.stderr)
@@ -75,9 +65,9 @@ def run_service(cfg: Config, json_logs: bool) -> int:
 
 def _start_refusal(cfg: Config) -> str:
     """A damaged event log, or a missing one beside a full collection: say how to
-    recover instead of crashing in systemd's restart loop (indexer/store/eventlog_check.py)."""
+    recover instead of crashing in systemd's restart loop (indexer/store/eventlog/check.py)."""
     from indexer.components import open_store
-    from indexer.store.eventlog_check import start_refusal
+    from indexer.store.eventlog.check import start_refusal
 
     def windows() -> int:
         if cfg.chroma.mode == "embedded" and not Path(cfg.chroma.path).exists():

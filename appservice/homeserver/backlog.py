@@ -23,7 +23,7 @@ import time
 from typing import Callable
 
 from indexer.clock import REAL, Clock
-from indexer.store.eventlog_status import Backlog
+from indexer.store.eventlog.status import Backlog
 
 log = logging.getLogger(f"matrix_sources.{__name__}")
 

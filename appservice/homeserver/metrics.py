@@ -23,7 +23,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from indexer.store.eventlog_reports import LagReport, lag_report_at
+from indexer.store.eventlog.reports import LagReport, lag_report_at
 
 log = logging.getLogger(f"matrix_sources.{__name__}")
 
@@ -72,7 +72,7 @@ class MetricSources:
     pipeline: Any  # indexer.pipeline.pipeline.Pipeline: stats, derived, failing
     transactions: Any  # .transactions.TransactionHandler: received, replayed
     worker: Any  # indexer.pipeline.worker.PipelineWorker: failures
-    store: Any  # indexer.store.chroma.ChromaStore: terms
+    store: Any  # indexer.store.vectors.chroma.ChromaStore: terms
     figures: EventLogFigures
     ready: Callable[[], bool]
     backlog: Any = None  # .backlog.BacklogBound: pending, oldest wait, bound, refusals

@@ -30,7 +30,7 @@ from indexer.clock import retrying
 from indexer.components import Index
 from indexer.config import Config
 from indexer.datadir import admin_token, service_registration
-from indexer.pipeline.embedder import Embedder
+from indexer.models.embedder import Embedder
 from indexer.ingest.admit import AdmitResult
 from indexer.ingest.events import MessageEvent
 from indexer.pipeline.worker import PipelineWorker

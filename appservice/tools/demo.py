@@ -116,7 +116,7 @@ def _say(text: str) -> None:
 
 
 async def _demo(root: Path, serve: bool) -> int:
-    from ..cli.serve import serve_with_bot
+    from ..app import serve_with_bot
     from ..homeserver.service import StartupError
 
     root = root.resolve()

@@ -61,7 +61,7 @@ class AppserviceSettings(_Section):
 
 
 class SegmentSettings(_Section):
-    """The collection's segments (store/segments.py): a compaction copies only those
+    """The collection's segments (store/vectors/segments.py): a compaction copies only those
     holding a deleted or overwritten point."""
     # Defaults just under powers of two: an HNSW index holds the next one (segments.py).
     hot_windows: Annotated[int, Strict(), Field(ge=1)] = 2_000
@@ -83,7 +83,7 @@ class ChromaConfig:
     host: Str | None = None  # server mode: 127.0.0.1 unless set
     port: Port = 8000
     # Server mode: the server's --path, if this host reaches it: what the server keeps
-    # of dropped collections is removed after each compaction (store/server_files.py).
+    # of dropped collections is removed after each compaction (store/vectors/server_files.py).
     persist_dir: Annotated[Path, Strict(False)] | None = None
     segments: SegmentSettings = SegmentSettings()
     _unset = model_validator(mode="before")(empty_is_unset)

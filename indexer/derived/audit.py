@@ -18,13 +18,13 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Sequence
 
-from ..pipeline.chunker import format_ts
+from ..clock import format_ts
 from .filter import JOURNAL_KIND, DerivedMatch, Matcher
 from ..store.journal import Journal
 from ..records import CORPUS_REFERENCE, EventID, Message
-from ..store.chroma import ChromaStore
-from ..store.points import StoredWindow
-from ..store.eventlog import EventLog
+from ..store.vectors.chroma import ChromaStore
+from ..store.vectors.points import StoredWindow
+from ..store.eventlog.log import EventLog
 
 PAGE = 500
 _RELATIVE = re.compile(r"(\d+)\s*([mhdw])")

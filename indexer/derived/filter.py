@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Collection, Sequence
 
 from ..config import DerivedConfig
-from ..store.eventlog import EventLog
+from ..store.eventlog.log import EventLog
 from ..store.journal import Journal
 from .manifest import ArtifactInfo, Manifest, emitted_iso
 from .normalise import normalise, sha256_normalised, shingles, words

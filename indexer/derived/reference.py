@@ -32,12 +32,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..records import ChunkPolicy
-from ..pipeline.embedder import Embedder
+from ..models.embedder import Embedder
 from .manifest import Manifest, emitted_iso, utc_now_iso
 from .normalise import sha256_normalised, text_shingles
 from ..records import ARTIFACT_REFERENCE, CORPUS_REFERENCE, Artifact
-from ..store.chroma import ChromaStore
-from ..store.points import point_metadata
+from ..store.vectors.chroma import ChromaStore
+from ..store.vectors.points import point_metadata
 
 log = logging.getLogger(f"matrix_sources.{__name__}")
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Iterable
 
 from . import gate as rules
-from ..store.eventlog import EventLog
+from ..store.eventlog.log import EventLog
 from .events import (MAX_TS_MS, QUARANTINED, TIMESTAMP_OUT_OF_RANGE, EditEvent,
                      EncryptedEvent, MessageEvent, RedactionEvent, Skipped, StateEvent,
                      parse_event)
@@ -63,7 +63,7 @@ class Ingest:
     journal: Journal
     facts: dict[RoomID, RoomFacts] = field(default_factory=dict)
     purger: Purger | None = None  # None: one that purges the event log only
-    history: History | None = None  # edits and redactions (store/eventlog_history.py)
+    history: History | None = None  # edits and redactions (eventlog/history.py)
     # Users forgotten on request (forget.py): the time (ms) from which their messages
     # are admitted again, None while forgotten. Read from the event log at open.
     forgotten: dict[UserID, int | None] = field(default_factory=dict)
@@ -71,7 +71,7 @@ class Ingest:
     # Names addressed by display name -> members' user ids, at admission (members.py).
     addressees: Addressees = field(default_factory=Addressees, init=False)
     # Room labels as last written to the event log, where embedding workers in other
-    # processes read them for their windows (store/eventlog_claims.py).
+    # processes read them for their windows (eventlog/claims.py).
     _labels: dict[RoomID, str] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:

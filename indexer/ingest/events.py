@@ -110,7 +110,7 @@ def is_utf8(s: str) -> bool:
 
 def no_nul(body: str) -> str:
     """A NUL character as U+FFFD: PostgreSQL's text refuses NUL, and a body that can never
-    be appended would stall its room (store/sqldialect.py). Both event logs keep the same."""
+    be appended would stall its room (store/eventlog/sqldialect.py). Both event logs keep the same."""
     return body.replace("\x00", "\ufffd") if "\x00" in body else body
 
 

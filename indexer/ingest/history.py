@@ -1,13 +1,13 @@
 """Edits and redactions as ingest hands them to the event log: the events parsed from
-Matrix become the event log's operations (store/eventlog_history.py, which holds the
+Matrix become the event log's operations (eventlog/history.py, which holds the
 rules and their SQL), applied by `EventLog.append` inside its transaction."""
 
 from __future__ import annotations
 
 from typing import Sequence
 
-from ..store.eventlog import EventLog
-from ..store.eventlog_history import Applied, Edit, Redaction
+from ..store.eventlog.log import EventLog
+from ..store.eventlog.history import Applied, Edit, Redaction
 from .events import EditEvent, RedactionEvent
 
 __all__ = ["Applied", "History", "operations"]

@@ -27,13 +27,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..store.compaction import Compaction
-from ..store.eventlog import EventLog
+from ..store.eventlog.log import EventLog
 from ..store.journal import Journal
 from ..records import Refusal, RoomID
 from ..store.writeguard import WriteGuard
 
 if TYPE_CHECKING:
-    from ..store.chroma import ChromaStore
+    from ..store.vectors.chroma import ChromaStore
 
 log = logging.getLogger(f"matrix_sources.{__name__}")
 PENDING_KEY = "purges_pending"  # event log meta: JSON list of rooms whose points may remain

@@ -22,8 +22,8 @@ from pathlib import Path
 
 from ..config import Database as Location
 from ..records import RoomID, UserID
-from ..store.eventlog import EventLog
-from ..store.eventlog_reports import meta_at
+from ..store.eventlog.log import EventLog
+from ..store.eventlog.reports import meta_at
 from ..store.journal import Journal
 from .events import StateEvent
 

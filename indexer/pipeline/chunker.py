@@ -41,10 +41,10 @@ one window each.
 from __future__ import annotations
 
 import hashlib
-from datetime import datetime, timezone
 from typing import Mapping, Sequence
 
 from ..ingest.addressing import addressed, mentions, names, resolve
+from ..clock import format_ts
 from ..records import ChunkPolicy, EventID, Message, RoomID, Window, WindowID
 
 CHUNKER_VERSION = "4"  # 4: shortened names and "-" bridge prefixes are followed
@@ -208,10 +208,6 @@ def commit_batches(grouped: Sequence[Sequence[Window]], pending: set[EventID],
     out = [first] if first else []
     out += [rest[i:i + size] for i in range(0, len(rest), size)]
     return out
-
-
-def format_ts(ts_ms: int) -> str:
-    return datetime.fromtimestamp(ts_ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M")
 
 
 def document(window: Window) -> str:

@@ -1,5 +1,5 @@
 """One pipeline's claims on rooms, when several processes run the pipeline
-(`index.pipeline: external`: `matrix-sources worker`, store/eventlog_claims.py).
+(`index.pipeline: external`: `matrix-sources worker`, eventlog/claims.py).
 
     take(room)     before planning a room (its timelines and its dirty windows): False
                    if another worker holds it, and the room is left to that one
@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from typing import Callable, Iterable, Iterator
 
 from ..records import RoomID
-from ..store.eventlog import EventLog
+from ..store.eventlog.log import EventLog
 
 
 def worker_name() -> str:

@@ -28,7 +28,7 @@ purged room's windows, nor text read before the purge once the room is public ag
 
 With `claims` (several processes run the pipeline: `matrix-sources worker`), a room is
 planned only under this process's claim on it, and each upsert and commit runs in a
-fenced transaction of the event log (claims.py, store/eventlog_claims.py), which a purge
+fenced transaction of the event log (claims.py, eventlog/claims.py), which a purge
 in another process waits for and which a revoked or taken-over claim fails: the
 cross-process form of the lock above. A room's claim is released once its steps are in.
 """
@@ -48,12 +48,12 @@ from ..records import ChunkPolicy
 from .chunker import window_id as chunk_window_id
 from ..store.compaction import Compaction
 from ..ingest.history import History
-from .embedder import Embedder, encode_in_length_order
-from .priority import ModelTurns
-from ..store.eventlog import EventLog
+from ..models.embedder import Embedder, encode_in_length_order
+from ..models.turns import ModelTurns
+from ..store.eventlog.log import EventLog
 from .claims import RoomClaims
 from ..records import EventID, Message, RoomID, Window, WindowID
-from ..store.chroma import ChromaStore
+from ..store.vectors.chroma import ChromaStore
 from ..store.writeguard import WriteGuard
 
 log = logging.getLogger(f"matrix_sources.{__name__}")
@@ -66,7 +66,7 @@ EMBED_GROUP = 1024
 # Windows per Chroma upsert when committing a group's steps: Chroma's upsert costs
 # 0.46 ms of CPU a window in calls of 64, 0.36 in calls of 256 or more.
 UPSERT_BATCH = 256
-# Texts per encode call, taken a forward pass a background turn (priority.py,
+# Texts per encode call, taken a forward pass a background turn (models/turns.py,
 # embedder.encode_in_length_order): a query waits for one pass at most. Length-sorted, calls
 # of 16 embed as fast: 800 dev windows on onnx-int8 took 70.9-76.9 s in calls of 16
 # and 64.4-78.8 s in calls of 64, interleaved on 2 cores at load 15-18.
@@ -125,7 +125,7 @@ class Pipeline:
     guard: WriteGuard = field(default_factory=WriteGuard)
     # Derived text (DESIGN.md "Derived filter"): judged before chunking; None: off.
     derived: Screen | None = None
-    # Edits and redactions mark stored windows dirty (store/eventlog_history.py); None:
+    # Edits and redactions mark stored windows dirty (eventlog/history.py); None:
     # none tracked.
     history: History | None = None
     # When the collection is compacted after redactions and purges (compaction.py):
@@ -138,7 +138,7 @@ class Pipeline:
     # Windows gathered before they are embedded together (EMBED_GROUP); a worker among
     # others gathers fewer, so that it does not claim every room with work at once.
     embed_group: int = EMBED_GROUP
-    # The model shared with searches, which go first (priority.py); None: not shared.
+    # The model shared with searches, which go first (models/turns.py); None: not shared.
     turns: ModelTurns | None = None
 
     def __post_init__(self) -> None:

@@ -24,11 +24,11 @@ from typing import Callable
 
 from ..ingest.purge import finish_pending
 from .chunker import CHUNKER_VERSION
-from .embedder import VECTOR_CLASS, Embedder
-from ..store.eventlog import EventLog
+from ..models.embedder import VECTOR_CLASS, Embedder
+from ..store.eventlog.log import EventLog
 from .pipeline import Pipeline
 from ..records import CORPUS_CHAT, CORPUS_REFERENCE, WindowID
-from ..store.chroma import ChromaStore
+from ..store.vectors.chroma import ChromaStore
 from .verify_index import repair_gaps
 
 log = logging.getLogger(f"matrix_sources.{__name__}")

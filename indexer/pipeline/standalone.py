@@ -23,8 +23,8 @@ from typing import Callable
 
 from ..clock import Backoff
 from ..records import RoomID
-from ..store.chroma import ChromaStore
-from ..store.eventlog import EventLog
+from ..store.vectors.chroma import ChromaStore
+from ..store.eventlog.log import EventLog
 from .pipeline import Pipeline
 
 log = logging.getLogger(f"matrix_sources.{__name__}")

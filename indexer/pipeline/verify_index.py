@@ -15,7 +15,7 @@ After repairs, every window is checked again; anything still unreachable fails.
 Deleting is refused when the event log cannot be the judge: it holds no indexed window
 while the collection has some, or it disowns most of the collection (a lost, truncated
 or stale event log would otherwise have every window deleted as "orphaned"). The caller
-refuses outright when the event log is missing or damaged (eventlog_check.py).
+refuses outright when the event log is missing or damaged (eventlog/check.py).
 `repair=False` is the dry run: what would be done, nothing done.
 """
 
@@ -26,9 +26,9 @@ import logging
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..store.eventlog import EventLog
+from ..store.eventlog.log import EventLog
 from ..records import CORPUS_CHAT, CORPUS_REFERENCE, EventID, WindowID
-from ..store.chroma import ChromaStore
+from ..store.vectors.chroma import ChromaStore
 
 log = logging.getLogger(f"matrix_sources.{__name__}")
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from ..ingest.addressing import names
 from ..records import EventID, Hit, Message, UserID
-from ..store.eventlog import EventLog
+from ..store.eventlog.log import EventLog
 from .linkage import Horizon, addressees, responses as linked_after
 
 # A back and forth is followed this many follow-ups of the asker's past the question.

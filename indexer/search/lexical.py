@@ -33,7 +33,7 @@ from .termindex import TermIndex, doc_stats, matchable
 from .tokens import STOP_WORDS, base_of, borrowed, keys, matches, stem, tokens
 
 if TYPE_CHECKING:
-    from ..store.chroma import ChromaStore
+    from ..store.vectors.chroma import ChromaStore
 
 __all__ = ["STOP_WORDS", "LexicalRanker", "base_of", "is_keywords", "matching", "stem",
            "terms", "words"]

@@ -31,9 +31,9 @@ from typing import Sequence
 import numpy as np
 
 from ..pipeline.chunker import document
-from ..pipeline.embedder import Embedder, encode_each
+from ..models.embedder import Embedder, encode_each
 from ..records import CORPUS_CHAT, EventID, Hit, Line, Message, Window, WindowID
-from ..store.eventlog import EventLog
+from ..store.eventlog.log import EventLog
 from .abstain import QueryFloor
 from .evidence import NO_EVIDENCE, Evidence
 from . import lines

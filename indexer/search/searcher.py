@@ -27,10 +27,10 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ..pipeline.embedder import Embedder
-from ..pipeline.priority import ModelTurns
+from ..models.embedder import Embedder
+from ..models.turns import ModelTurns
 from ..records import Hit, bodies_of
-from ..store.chroma import ChromaStore
+from ..store.vectors.chroma import ChromaStore
 from .abstain import NO_FLOOR, Floor
 from .evidence import NO_EVIDENCE, Evidence
 from .gloss import gloss, has_han
@@ -83,7 +83,7 @@ class Searcher:
 
     def __post_init__(self) -> None:
         self.texts = WindowTexts(self.store.eventlog)
-    # The model shared with the pipeline: a search goes first (pipeline/priority.py).
+    # The model shared with the pipeline: a search goes first (models/turns.py).
     turns: ModelTurns | None = None
 
     def search(self, query: SourceQuery) -> list[Hit]:

@@ -6,7 +6,7 @@ event log's scan takes about 250 ms (docs/storage.md). This index answers the sa
 in about a millisecond a term. It is never written anywhere: the service builds it
 from the event log's text when it starts (termindex_build.py, in a background thread;
 until it is ready the leg scans the event log) and the store keeps it in step with every write it makes
-(store/chroma.py), so a redacted word stops matching when its window is re-upserted.
+(store/vectors/chroma.py), so a redacted word stops matching when its window is re-upserted.
 docs/storage.md compares it with SQLite FTS5 in the event log.
 
 It matches exactly what the event log's scan (lexical.matching) matches, by the same

@@ -13,9 +13,9 @@ from ..records import CORPUS_CHAT, CORPUS_REFERENCE
 from .termindex import TermIndex, matchable
 
 if TYPE_CHECKING:
-    from ..pipeline.priority import ModelTurns
-    from ..store.chroma import ChromaStore
-    from ..store.eventlog import EventLog
+    from ..models.turns import ModelTurns
+    from ..store.vectors.chroma import ChromaStore
+    from ..store.eventlog.log import EventLog
 
 log = logging.getLogger(f"matrix_sources.{__name__}")
 

@@ -11,8 +11,8 @@ from ..pipeline.chunker import document
 from ..records import CORPUS_REFERENCE, Line, Window, WindowID
 
 if TYPE_CHECKING:
-    from ..store.points import StoredWindow
-    from ..store.eventlog import EventLog
+    from ..store.vectors.points import StoredWindow
+    from ..store.eventlog.log import EventLog
 
 
 class WindowTexts:

@@ -3,4 +3,4 @@ Chroma collection of vectors, the writer lock and the compaction schedule. It ke
 it is given and does not decide what may be indexed (ingest/) or how windows are cut
 (pipeline/)."""
 
-from . import heapscrub  # noqa: F401 - freed memory overwritten before Chroma is used
+from .vectors import heapscrub  # noqa: F401 - freed memory overwritten before Chroma is used

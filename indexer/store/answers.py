@@ -12,7 +12,7 @@ import json
 import time
 from dataclasses import dataclass
 
-from .eventlog import EventLog
+from .eventlog.log import EventLog
 from ..records import EventID, Hit
 
 
@@ -28,7 +28,7 @@ class RecordedAnswer:
 
 class AnswerLog:
     def __init__(self, eventlog: EventLog) -> None:
-        self.eventlog = eventlog  # its tables, answers and answer_quotes: eventlog_schema.py
+        self.eventlog = eventlog  # its tables, answers and answer_quotes: eventlog/schema.py
 
     def record(self, reply_event_id: str, room_id: str, in_reply_to: str | None,
                thread_root: str | None, hits: list[Hit],

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from .eventlog import EventLog
+from .eventlog.log import EventLog
 from ..records import EventID, Message, RoomID, UserID
 
 KEEP_ANSWERED_MS = 24 * 3600 * 1000
@@ -32,7 +32,7 @@ class KeptCommand:
 
 class CommandLog:
     def __init__(self, eventlog: EventLog) -> None:
-        self.eventlog = eventlog  # its table, commands: eventlog_schema.py
+        self.eventlog = eventlog  # its table, commands: eventlog/schema.py
 
     def keep(self, commands: Sequence[tuple[Message, EventID | None]],
              now_ms: int) -> set[EventID]:

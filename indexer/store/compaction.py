@@ -17,7 +17,7 @@ keeps showing an edited message's original to the room.
 
 With embedding workers (`index.pipeline: external`) the service alone compacts: the
 workers' redactions ask through the event log (`refresh_due` reads it), and a
-compaction runs `fenced`, in the event log's exclusive transaction (eventlog_claims.py),
+compaction runs `fenced`, in the event log's exclusive transaction (eventlog/claims.py),
 so no worker's commit writes the collection while it is copied and swapped; each
 worker's next commit opens the new generation (ChromaStore.follow_live).
 """
@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING, Callable
 from .writeguard import WriteGuard
 
 if TYPE_CHECKING:
-    from .eventlog import EventLog
-    from .chroma import ChromaStore
+    from .eventlog.log import EventLog
+    from .vectors.chroma import ChromaStore
 
 log = logging.getLogger(f"matrix_sources.{__name__}")
 COMPACTION_DUE_KEY = "compaction_due"  # event log meta: "1" while a compaction is due

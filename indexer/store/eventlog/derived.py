@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
-from .eventlog_db import Database
+from .db import Database
 from .sqldialect import Cursor
-from ..records import EventID, EventStatus, RoomID, WindowID
+from ...records import EventID, EventStatus, RoomID, WindowID
 
 
 class DerivedColumns:
@@ -28,7 +28,7 @@ class DerivedColumns:
         """Tag indexed events derived (an edit made them so), as mark_derived does, and
         take them out of their windows the way a redaction does: each window marked
         dirty, its old vector to be scrubbed from the store's files by a compaction
-        (eventlog_history.py). Returns those windows."""
+        (eventlog/history.py). Returns those windows."""
         rows = list(rows)
         with self.db.transaction() as cur:
             windows = {}

@@ -1,5 +1,5 @@
 """The event log's database connection, SQLite or PostgreSQL (`store.database`). Every
-part of the event log (eventlog.py and the parts it composes) reads and writes through
+part of the event log (log.py and the parts it composes) reads and writes through
 it, in SQL both accept (sqldialect.py says what differs).
 
     SQLite       one connection, shared across threads (the pipeline runs in a worker
@@ -22,9 +22,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..config import Database as Location
+from ...config import Database as Location
 from .sqldialect import POSTGRESQL, SQLITE, Cursor, PgConnection, configure_pg
-from .eventlog_schema import migrate
+from .schema import migrate
 
 PG_POOL_MAX = 8  # connections per process: the threads that touch the event log at once
 

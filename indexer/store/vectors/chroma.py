@@ -7,9 +7,9 @@ metadata filters and citations need: room, corpus, every event id (as a JSON lis
 Chroma metadata values are scalars), first and last event id and timestamps, senders.
 No text: a window's text is the event log's (search reads it for the hits it keeps,
 search/texts.py); a reference chunk's is in the event log's `ref_chunks`
-(eventlog_texts.py), written and dropped with its point here.
+(eventlog/texts.py), written and dropped with its point here.
 
-After redactions and purges, `compact` (chroma_compaction.py) copies each segment
+After redactions and purges, `compact` (vectors/compactor.py) copies each segment
 that holds a deleted or overwritten point into a fresh collection and drops the old
 one, so no deleted vector stays in any file (generations.py). A query asks every
 segment and keeps the nearest of all.
@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Callable, Iterable, Protocol, Sequence, TypeVa
 
 import numpy as np
 
-from ..records import RoomID, Window, WindowID
-from .chroma_compaction import Compactor
+from ...records import RoomID, Window, WindowID
+from .compactor import Compactor
 from .generations import Generations, MemoryCatalog
 from .points import Neighbour, StoredWindow, stored, window_metadata
 from .segments import Segment, SegmentPolicy, Segments
@@ -33,7 +33,7 @@ from .server_files import ServerFiles
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from .eventlog import EventLog
+    from ..eventlog.log import EventLog
 
 COLLECTION = "matrix_sources"
 T = TypeVar("T")
@@ -118,7 +118,7 @@ class ChromaStore:
         if self.terms is not None:
             self.terms.clear()
 
-    # -- segments (segments.py, chroma_compaction.py) --------------------------------
+    # -- segments (segments.py, vectors/compactor.py) --------------------------------
 
     @property
     def segments(self) -> Segments:

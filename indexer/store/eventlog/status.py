@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .eventlog_db import Database
-from .eventlog_texts import _chunks
-from ..records import EventID, EventStatus, WindowID
+from .db import Database
+from .texts import _chunks
+from ...records import EventID, EventStatus, WindowID
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,9 +30,9 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Iterator
 
-from .eventlog_db import Database
+from .db import Database
 from .sqldialect import Cursor
-from ..records import RoomID
+from ...records import RoomID
 
 
 class ClaimTables:

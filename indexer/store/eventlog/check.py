@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from ..config import Database as Location
-from .eventlog_db import location_of, reader
+from ...config import Database as Location
+from .db import location_of, reader
 from .sqldialect import POSTGRESQL
-from .eventlog_schema import LATEST
+from .schema import LATEST
 
 # What to do about a damaged event log; `run` and `doctor` print it.
 RECOVER = ("stop the service and restore {path} from a backup (docs/deployment.md); or "

@@ -19,7 +19,7 @@ COALESCE. The few spellings that differ are asked of the dialect:
     a NUL character     stored                      refused by PostgreSQL: stored as U+FFFD
 
 An ORM would hide these few lines behind a dependency and a second schema language; the
-schema stays one list of numbered migrations (eventlog_schema.py).
+schema stays one list of numbered migrations (eventlog/schema.py).
 """
 
 from __future__ import annotations

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ..config import Database as Location
-from .eventlog_db import Database
+from ...config import Database as Location
+from .db import Database
 
 PAGE = 5000  # rows per read and per target transaction
 

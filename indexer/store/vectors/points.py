@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..records import EventID, RefSource, RoomID, UserID, Window, WindowID
+from ...records import EventID, RefSource, RoomID, UserID, Window, WindowID
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, Sequence
 
 if TYPE_CHECKING:
-    from .priority import ModelTurns
+    from .turns import ModelTurns
 
 MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -181,7 +181,7 @@ def encode_in_length_order(embedder: Embedder, texts: Sequence[str],
     The model pads every batch to its longest text and sorts only the texts of one
     call: cut a room's windows into calls first and each call mixes long and short
     ones (on the eval chat, 1.6x the word pieces of a global sort). Sorted first, the
-    calls hold texts of like length. With `turns` (priority.py), each call is a
+    calls hold texts of like length. With `turns` (models/turns.py), each call is a
     background turn, or each of its forward passes where the embedder runs them one by
     one (`passes`, the ONNX embedder: the same passes, so the same vectors): a query
     waits for one pass at most, then goes first (a call of 16 windows made it wait up

@@ -14,7 +14,7 @@ A changed event that sits in a stored window marks the window dirty; the pipelin
 re-chunks dirty windows without it and re-upserts them (Pipeline.process_all, first
 thing: rechunk_windows of HistoryTables.dirty). `EventLog.append` applies all of it inside its own
 transaction, so a crash never keeps half of it. The tables (edits, redactions,
-dirty_windows) are made by eventlog_schema.py.
+dirty_windows) are made by eventlog/schema.py.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from .eventlog_db import Database
+from .db import Database
 from .sqldialect import Cursor
-from ..records import EventID, EventStatus, RoomID, UserID
+from ...records import EventID, EventStatus, RoomID, UserID
 
 GONE = (EventStatus.REDACTED.value, EventStatus.PURGED.value)
 

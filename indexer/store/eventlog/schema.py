@@ -126,7 +126,7 @@ MIGRATIONS: tuple[Migration, ...] = (
             PRIMARY KEY (room_id, thread_root)
         )""",
     )),
-    Migration(7, "reference chunks' text: the event log is text's one home (eventlog_texts.py)",
+    Migration(7, "reference chunks' text: the event log is text's one home (eventlog/texts.py)",
               _sql(
         """CREATE TABLE IF NOT EXISTS ref_chunks (
             chunk_id TEXT PRIMARY KEY,
@@ -152,7 +152,7 @@ MIGRATIONS: tuple[Migration, ...] = (
                             for t, c in (("events", "body"), ("edits", "body"),
                                          ("ref_chunks", "text"))))),
     Migration(11, "embedding workers: claims on rooms, room labels, the collection's fence"
-                  " (eventlog_claims.py)", _sql(
+                  " (eventlog/claims.py)", _sql(
         """CREATE TABLE IF NOT EXISTS claims (
             room_id  TEXT PRIMARY KEY,
             worker   TEXT NOT NULL,     -- who holds it ('' once released or revoked)
@@ -164,7 +164,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         "INSERT INTO collection_fence (id) VALUES (1) ON CONFLICT DO NOTHING",
     )),
     Migration(12, "when each event was appended, the pending ones indexed by it (how far "
-                  "indexing is behind: eventlog_status.py); `!sources` commands taken and "
+                  "indexing is behind: eventlog/status.py); `!sources` commands taken and "
                   "not answered yet (commands.py)", _steps(
         _columns("events", ("received_at", "INTEGER")),
         _sql("CREATE INDEX IF NOT EXISTS events_pending ON events (received_at)"

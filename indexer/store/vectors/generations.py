@@ -6,7 +6,7 @@ deleted in its files: a deleted id's vector stays in the HNSW segment's
 `data_level0.bin` until its slot is reused, queued upserts sit in `embeddings_queue`,
 and Chroma's SQLite runs without `secure_delete`, so freed pages keep their bytes.
 `delete_collection` does not even remove the segment's folder (chroma#5520). So a
-compaction (chroma_compaction.py) copies a segment's live points, vectors and metadata
+compaction (vectors/compactor.py) copies a segment's live points, vectors and metadata
 as they are, into a fresh generation, records it live in the event log (one row of its
 `meta` table, the catalog: the atomic swap), and drops the old one:
 

@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from .eventlog_db import Database
-from ..records import EventID, EventStatus, Message, RoomID, UserID
+from .db import Database
+from ...records import EventID, EventStatus, Message, RoomID, UserID
 
 
 class TimelineReads:

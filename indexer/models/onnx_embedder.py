@@ -151,7 +151,7 @@ def ensure_model(cache_dir: Path, int8: bool) -> Path:
     for the export only and never stay in the service."""
     target = model_path(cache_dir, int8)
     if not target.exists():
-        cmd = [sys.executable, "-m", "indexer.pipeline.onnx_embedder", str(cache_dir)]
+        cmd = [sys.executable, "-m", "indexer.models.onnx_embedder", str(cache_dir)]
         done = subprocess.run(cmd + (["--int8"] if int8 else []), capture_output=True,
                               text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
         if done.returncode != 0 or not target.exists():
@@ -296,5 +296,5 @@ class OnnxEmbedder:
                 lambda p: self._run([p], self._single).tolist(), pieces)]
 
 
-if __name__ == "__main__":  # ensure_model's child: python -m indexer.pipeline.onnx_embedder DIR [--int8]
+if __name__ == "__main__":  # ensure_model's child: python -m indexer.models.onnx_embedder DIR [--int8]
     make_model(Path(sys.argv[1]), "--int8" in sys.argv[2:])

@@ -133,7 +133,7 @@ class Segment:
 class Segments:
     """The live segments (their order is the catalog's), which one holds each id, and
     the ids written while a copy runs. Shared by the store (its reads and writes) and
-    its compactor (chroma_compaction.py), which swaps segments for fresh generations."""
+    its compactor (vectors/compactor.py), which swaps segments for fresh generations."""
 
     def __init__(self, gens: Generations, policy: SegmentPolicy | None = None,
                  after_swap: Callable[[], None] | None = None, shared: bool = False) -> None:

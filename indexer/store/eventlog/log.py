@@ -1,5 +1,5 @@
 """The event log: the durable record of every event that passed the gate, in SQLite
-(the embedded default) or PostgreSQL (`store.database`; eventlog_db.py).
+(the embedded default) or PostgreSQL (`store.database`; eventlog/db.py).
 
 One writer per table (DESIGN.md): the transaction handler, import and backfill append
 events and seen transaction ids; the pipeline assigns events to windows and advances
@@ -16,16 +16,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
-from ..config import Database as Location
-from .eventlog_claims import ClaimTables
-from .eventlog_db import Database
+from ...config import Database as Location
+from .claims import ClaimTables
+from .db import Database
 from .sqldialect import Cursor as SqlCursor
-from .eventlog_derived import DerivedColumns
-from .eventlog_history import Applied, Edit, HistoryTables, Redaction
-from .eventlog_texts import TextReads, _chunks
-from .eventlog_status import StatusReads
-from .eventlog_timeline import TimelineReads
-from ..records import EventID, EventStatus, Message, RoomID, UserID, WindowID
+from .derived import DerivedColumns
+from .history import Applied, Edit, HistoryTables, Redaction
+from .texts import TextReads, _chunks
+from .status import StatusReads
+from .timeline import TimelineReads
+from ...records import EventID, EventStatus, Message, RoomID, UserID, WindowID
 
 
 
@@ -117,7 +117,7 @@ class EventLog:
         many were new. With `history` (an empty one too), in the same SQLite
         transaction: the redactions and edits that arrived before their target are
         applied to the messages, then the batch's edits and redactions, in order
-        (eventlog_history.py), what they changed noted in `applied`."""
+        (eventlog/history.py), what they changed noted in `applied`."""
         now = int(time.time() * 1000)
         rows = [(m.event_id, m.room_id, m.sender, m.ts, m.body, EventStatus.PENDING.value,
                  root, m.reply_to, " ".join(m.mentions) or None, now, now)
@@ -222,7 +222,7 @@ class EventLog:
         """Events redacted (or forgotten, or expired) while their window was embedded:
         the window just stored was made from their text. It is marked dirty as a
         redaction marks it, so it is re-chunked without them and its old vector
-        scrubbed (eventlog_history.py)."""
+        scrubbed (eventlog/history.py)."""
         ids = list(assignments)
         for part in _chunks(ids):
             rows = cur.execute(
@@ -279,7 +279,7 @@ class EventLog:
         return n
 
     def rewindow_many(self, pairs: list[tuple[WindowID, WindowID | None]]) -> None:
-        """Dirty windows were re-chunked (eventlog_history.py): each old window's events
+        """Dirty windows were re-chunked (eventlog/history.py): each old window's events
         now sit in its new one; in one transaction."""
         if not pairs:
             return

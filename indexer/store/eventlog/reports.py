@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..config import Database as Location
-from .eventlog import EventLog
-from .eventlog_db import reader
-from ..records import EventStatus, RoomID
+from ...config import Database as Location
+from .log import EventLog
+from .db import reader
+from ...records import EventStatus, RoomID
 
 LagReport = tuple[int, "int | None", dict[str, int]]
 

@@ -3,7 +3,7 @@
 
     chat window   -> its messages, as they are now (edits applied, redactions gone),
                      read from `events` by window id; formatted by chunker.document
-    reference chunk -> its text, in `ref_chunks` (eventlog_schema.py, migration 7; the
+    reference chunk -> its text, in `ref_chunks` (eventlog/schema.py, migration 7; the
                      reference sync writes it before the chunk's vector is upserted
                      and deletes it before the vector)
 
@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from typing import Callable, Iterable, Iterator
 
-from .eventlog_db import Database
-from ..records import CORPUS_CHAT, CORPUS_REFERENCE, EventID, EventStatus, Message, RoomID
-from ..records import UserID, WindowID
+from .db import Database
+from ...records import CORPUS_CHAT, CORPUS_REFERENCE, EventID, EventStatus, Message, RoomID
+from ...records import UserID, WindowID
 
 _IN = 500  # ids per `IN (...)`: well under SQLite's variable limit
 

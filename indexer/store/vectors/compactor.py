@@ -13,12 +13,12 @@ import threading
 import time
 from typing import TYPE_CHECKING, Callable, Sequence
 
-from ..records import CORPUS_REFERENCE
+from ...records import CORPUS_REFERENCE
 from .generations import Generations
 from .segments import Segment, Segments, plan_merge
 
 if TYPE_CHECKING:
-    from .eventlog import EventLog
+    from ..eventlog.log import EventLog
 
 log = logging.getLogger("matrix_sources.indexer.store.chroma")  # the store's events, one logger
 

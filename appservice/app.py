@@ -1,0 +1,20 @@
+"""The composition root of the running service: the service that speaks Matrix and the
+bot that answers in it, each given the other's port. `run` (cli/serve.py), the demo
+(tools/demo.py) and the end-to-end tests build the service here and nowhere else; the
+index's own graph is indexer/components.py's."""
+
+from __future__ import annotations
+
+from indexer.config import Config
+
+
+def serve_with_bot(cfg: Config, embedder=None):
+    """The one place the two halves meet, each through the other's port."""
+    from .bot.bot import Bot
+    from .homeserver.service import Service
+
+    service = Service(cfg, embedder)
+    service.attach(Bot(cfg, service.index, service,
+                       on_search_seconds=service.metrics.search_latency.observe,
+                       index_changed=service.worker.notify))
+    return service
