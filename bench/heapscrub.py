@@ -11,7 +11,7 @@ memory freed), and scans the new collection's files for every vector deleted so 
 (tests/vectorscan.py). Without the scrub a leak is a matter of which freed block
 hnswlib's next vector array gets, so its rate depends on the machine and its load (0.25
 to 5% of rounds here, 33% in an earlier measurement); with the scrub it must be 0.
-`tests/test_heapscrub.py` runs the scrubbed side as a test (`--child scrub N`).
+`tests/indexer/store/test_heapscrub.py` runs the scrubbed side as a test (`--child scrub N`).
 """
 
 from __future__ import annotations

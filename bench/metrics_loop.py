@@ -37,7 +37,7 @@ from indexer.records import RoomID, UserID
 from indexer.ingest.roomfacts import RoomFacts
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.test_transactions import HS_TOKEN, PATH, auth  # noqa: E402
+from tests.appservice.homeserver.test_transactions import HS_TOKEN, PATH, auth  # noqa: E402
 
 EVENTS = 1_000_000
 ROOMS = 50

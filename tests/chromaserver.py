@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from .harness import free_port
+from tests.harness import free_port
 
 
 @dataclass(frozen=True)

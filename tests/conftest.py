@@ -1,8 +1,8 @@
 import pytest
 
-from .chromaserver import ChromaServer, chroma_server_in
-from .harness import Stack, make_stack
-from .pgkit import fresh_schema
+from tests.chromaserver import ChromaServer, chroma_server_in
+from tests.harness import Stack, make_stack
+from tests.pgkit import fresh_schema
 
 
 def full_strength(config) -> bool:

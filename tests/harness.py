@@ -25,7 +25,7 @@ from appservice.tools.localsynapse import LocalSynapse
 from indexer.datadir import init_data_dir
 from indexer.store.eventlog.db import reader
 
-from .vectorscan import files_holding
+from tests.vectorscan import files_holding
 
 STACK_DATABASE = "MATRIX_SOURCES_TEST_STACK_DATABASE"  # "postgresql": the stack's event log there
 
@@ -250,7 +250,7 @@ def stack_schema() -> str:
     place afterwards: the server is a throwaway one (scripts/pg-server)."""
     import uuid
 
-    from .pgkit import admin, base_dsn, with_schema
+    from tests.pgkit import admin, base_dsn, with_schema
 
     schema = f"stack_{uuid.uuid4().hex[:12]}"
     admin(base_dsn(), f"CREATE SCHEMA {schema}")

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from .conftest import guard_sleeps
+from tests.conftest import guard_sleeps
 
 
 @pytest.mark.real_sleep_ok  # it sleeps on purpose: the probe

@@ -17,7 +17,7 @@ back reduce to the same words whatever dressed them up on the way:
 Underscores split words (`_emphasis_` and `snake_case` both reduce the same on both
 sides), and punctuation never makes a word, so table pipes and separator rows vanish.
 Drifting apart here is the failure the seed warns about: overlap collapses and the
-filter silently stops firing. tests/test_normalise.py pins both paths together.
+filter silently stops firing. tests/indexer/derived/test_normalise.py pins both paths together.
 """
 
 from __future__ import annotations

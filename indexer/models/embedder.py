@@ -39,7 +39,7 @@ BACKENDS = ("torch", "torch-bf16", "onnx", "onnx-int8", "q4")
 DEFAULT_BACKEND = "onnx-int8"
 BF16_BATCH = 16  # texts per forward pass on torch-bf16 (SentenceTransformerEmbedder)
 # Backends whose vectors are interchangeable: cosine >= 0.99 with torch's for every text
-# (tests/test_embedder_backends.py checks it). A collection made by one backend is kept
+# (tests/indexer/models/test_embedder_backends.py checks it). A collection made by one backend is kept
 # when another of its class opens it; any other switch rebuilds it (rebuild.py).
 VECTOR_CLASS = {"torch": "float", "torch-bf16": "float", "onnx": "float",
                 "onnx-int8": "int8", "q4": "q4"}

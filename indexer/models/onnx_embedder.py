@@ -47,7 +47,7 @@ ONNX_BATCH = 4
 # encode_each: texts in passes of their own, spread over this many threads, each pass on
 # a session of one thread. 116 dev chat lines (a search's quoted-line candidates) took
 # 251 ms against 324 ms one after another on the 2-thread session, median of 9, alone on
-# 2 cores; the vectors are the same (tests/test_embedder_backends.py).
+# 2 cores; the vectors are the same (tests/indexer/models/test_embedder_backends.py).
 EACH_THREADS = 2
 
 
@@ -197,7 +197,7 @@ def _drop_stale(cache_dir: Path, current: set[str]) -> None:
 
 class OnnxEmbedder:
     """The same model, tokenizer, pooling and normalisation as SentenceTransformerEmbedder,
-    run by ONNX Runtime (CPU). Vectors agree with torch's: see tests/test_embedder_backends.py."""
+    run by ONNX Runtime (CPU). Vectors agree with torch's: see tests/indexer/models/test_embedder_backends.py."""
 
     dim = 384
 

@@ -23,7 +23,7 @@ step looks only at earlier messages, so appending messages never moves an earlie
 one, and re-cutting the open block from its start reproduces its windows with the
 new messages added (a message joins an existing window, or starts one).
 
-The invariants the pipeline relies on (tests/test_chunker.py):
+The invariants the pipeline relies on (tests/indexer/pipeline/test_chunker.py):
 - every message is in exactly one window; a window keeps timeline order;
 - a window's id comes from its room and first event id;
 - blocks are greedy from the first message, so re-chunking from any block start

@@ -1,6 +1,6 @@
 """The one tokenizer of the keyword leg: what a message is indexed by and what a query
 is searched by are made by the same functions, so every token of a message is found
-when it is searched by itself (tests/test_tokens.py checks it as a property).
+when it is searched by itself (tests/indexer/search/test_tokens.py checks it as a property).
 
     text --NFKC, casefold--> runs of letters and digits, by script
          Han, Hiragana, Katakana, Hangul: overlapping character bigrams ("数据库" is

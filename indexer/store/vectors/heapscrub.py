@@ -8,7 +8,7 @@ this process freed there before: a loop of copies like a compaction's (a collect
 written, a point deleted, the rest copied into a new collection) finds a deleted vector
 of an earlier collection in a new collection's `data_level0.bin` in some rounds (6 of
 400 on 2026-12-04, 33 of 100 under other load), none of 400 with this on
-(bench/heapscrub.py; tests/test_heapscrub.py). SQLite writes its page
+(bench/heapscrub.py; tests/indexer/store/test_heapscrub.py). SQLite writes its page
 buffers whole too. That was the rare privacy flake of earlier sessions: a new
 generation's files holding a superseded vector, or text, of an old one.
 

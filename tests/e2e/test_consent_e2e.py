@@ -1,0 +1,194 @@
+"""Consent withdrawn through a real Synapse (issue 21): the bot kicked by a moderator, the
+operator's `matrix-sources forget` with the service running, and `!sources forget me`.
+Each leaves no text of what was withdrawn in any file of the data dir within 30 s plus
+the compaction interval, and other people's messages stay searchable."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import pytest
+
+from appservice.tools.chatclient import ChatClient
+
+from tests.harness import Stack
+
+pytestmark = [pytest.mark.synapse, pytest.mark.model]
+
+WITHIN = 31.0  # 30 s + the harness's compaction interval (1 s)
+
+
+def journal(stack: Stack) -> list[dict]:
+    path = stack.data_dir / "journal.jsonl"
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+
+async def gone_from_every_file(stack: Stack, needle: str, vector: list[float] | None = None,
+                               within: float = WITHIN) -> None:
+    """No file of the data dir holds `needle`, nor `vector` (the window made from it:
+    embeddings can be inverted, so a vector is as private as its text)."""
+    def left() -> list:
+        return stack.grep_data(needle) + (
+            list(stack.files_holding_vector(vector)) if vector is not None else [])
+
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if left() == []:
+            return
+        await asyncio.sleep(0.5)
+    raise AssertionError(f"{needle!r} (or its window's vector) still in {left()}")
+
+
+def hit_ids(stack: Stack, room: str, text: str) -> set[str]:
+    res = stack.cli("search", "--json", "--room", room, text)
+    assert res.returncode == 0, res.stderr
+    return {e for h in json.loads(res.stdout)["hits"] for e in h["event_ids"]}
+
+
+async def test_a_banned_bot_purges_stays_away_and_comes_back_when_invited(stack):
+    bot = stack.bot
+    user, token = stack.synapse.register_user("mona", "mona-password")
+    async with ChatClient(stack.synapse.url, user, token) as mona:
+        room = await mona.create_room("Moderated", public=True)
+        assert stack.cli("allowlist", "add", room).returncode == 0
+        await mona.wait_for_member(room, bot)
+        said = await mona.send(room, "the kestrel-kicked-4d1e7a backup runs at two")
+        stack.wait_indexed([said])
+        vector = stack.vector_of(said)
+
+        await mona.send_state(room, "m.room.member", {"membership": "ban"}, state_key=bot)
+        await gone_from_every_file(stack, "kestrel-kicked-4d1e7a", vector)
+        removed = [e for e in journal(stack) if e.get("kind") == "bot_removed"]
+        assert removed and removed[-1]["by"] == user and removed[-1]["room_id"] == room
+        assert any(e.get("kind") == "purge" and e.get("room_id") == room
+                   and e.get("rule") == "bot_removed" for e in journal(stack))
+
+        stack.service.stop()
+        stack.service.start()  # ready: the allowlisted rooms were joined, but not this one
+        assert bot not in await mona.members(room)
+        doctor = stack.cli("doctor")
+        assert "bot_removed" in doctor.stdout and user in doctor.stdout
+
+        # Unbanned, the bot still waits for an invite.
+        await mona.send_state(room, "m.room.member", {"membership": "leave"}, state_key=bot)
+        await mona.invite(room, bot)  # asked back: joined and read again
+        await mona.wait_for_member(room, bot)
+        back = await mona.send(room, "the backup kestrel-back-8c02f1 moved to three")
+        stack.wait_indexed([back])
+        assert back in hit_ids(stack, room, "when does the backup run now")
+
+
+async def test_forget_with_the_service_running_and_forget_me(stack):
+    bot = stack.bot
+    olga, olga_token = stack.synapse.register_user("olga", "olga-password")
+    pete, pete_token = stack.synapse.register_user("pete", "pete-password")
+    async with ChatClient(stack.synapse.url, olga, olga_token) as o, \
+            ChatClient(stack.synapse.url, pete, pete_token) as p:
+        room = await o.create_room("Withdrawals", public=True)
+        assert stack.cli("allowlist", "add", room).returncode == 0
+        await o.wait_for_member(room, bot)
+        await p.join(room)
+        kept = await o.send(room, "how do I rotate the proxy certificate before it expires?")
+        olga_said = await o.send(room, "olga: kestrel-olga-3f9a2b renew it with certbot")
+        pete_said = await p.send(room, "pete: kestrel-pete-a7c410 restart nginx after it")
+        stack.wait_indexed([kept, olga_said, pete_said])
+        pete_vector = stack.vector_of(pete_said)
+
+        # The operator forgets pete while the service runs: through its spool.
+        res = stack.cli("forget", pete)
+        assert res.returncode == 0, res.stderr
+        await gone_from_every_file(stack, "kestrel-pete-a7c410", pete_vector)
+        after = await p.send(room, "pete again kestrel-pete-later-55d0")
+        marker = await o.send(room, "and that is how the proxy certificate gets renewed")
+        stack.wait_indexed([marker])
+        assert stack.event_status(after) is None  # refused: user_forgotten
+        assert olga_said in hit_ids(stack, room, "how do I renew the proxy certificate")
+
+        # Olga forgets herself from the room.
+        olga_vector = stack.vector_of(olga_said)
+        reply = await o.ask(room, "!sources forget me", bot)
+        assert reply["content"]["body"].startswith("Done: 3 messages of yours removed")
+        await gone_from_every_file(stack, "kestrel-olga-3f9a2b", olga_vector)
+        assert stack.grep_data("kestrel-pete-later-55d0") == []
+
+
+async def test_history_for_members_only_and_retention(stack):
+    bot = stack.bot
+    rita, token = stack.synapse.register_user("rita", "rita-password")
+    async with ChatClient(stack.synapse.url, rita, token) as r:
+        joined = await r.create_room("Members only", public=True, initial_state=(
+            {"type": "m.room.history_visibility", "state_key": "",
+             "content": {"history_visibility": "joined"}},))
+        switching = await r.create_room("Switching", public=True)
+        kept = await r.create_room("Kept briefly", public=True)
+        assert stack.cli("allowlist", "add", joined, switching, kept).returncode == 0
+        for room in (joined, switching, kept):
+            await r.wait_for_member(room, bot)
+        hidden = await r.send(joined, "kestrel-members-only-61b2 is for members")
+        before = await r.send(switching, "kestrel-before-switch-0a4e was public")
+        stack.wait_indexed([before])
+        await r.send_state(switching, "m.room.history_visibility",
+                           {"history_visibility": "joined"})
+        after = await r.send(switching, "kestrel-after-switch-9d3c is for members")
+        await r.send_state(kept, "m.room.retention", {"max_lifetime": 20_000})
+        brief = await r.send(kept, "kestrel-retained-2e7f lives twenty seconds")
+        # Pushed in order: once a later event is in, every one above was judged.
+        last = await r.send(kept, "and a message to wait for")
+        stack.wait_indexed([brief, last])
+        brief_vector = stack.vector_of(brief)
+        assert stack.event_status(hidden) is None
+        assert stack.grep_data("kestrel-members-only-61b2") == []
+        assert stack.event_status(before) == "indexed"  # sent while shared: stays
+        assert stack.event_status(after) is None
+        assert any(e.get("rule") == "history_not_shared" for e in journal(stack))
+        await gone_from_every_file(stack, "kestrel-retained-2e7f", brief_vector,
+                                   within=20 + WITHIN)
+
+
+async def test_a_synapse_erasure_reaches_the_index(stack):
+    """An admin deactivates a user with erase: true (Synapse keeps serving their old
+    messages to members, synapse#8185): with homeserver.admin_token_file set, their text
+    is in no file within a minute."""
+    import os
+    import urllib.request
+
+    from ruamel.yaml import YAML
+
+    bot = stack.bot
+    admin, admin_token = stack.synapse.register_user("root", "root-password", admin=True)
+    token_file = stack.data_dir / "synapse-admin-token"
+    token_file.write_text(admin_token)
+    os.chmod(token_file, 0o600)
+    yaml = YAML()
+    cfg = yaml.load(stack.config.read_text())
+    cfg["homeserver"]["admin_token_file"] = token_file.name
+    with open(stack.config, "w") as f:
+        yaml.dump(cfg, f)
+    stack.service.stop()
+    stack.service.start()
+
+    erin, erin_token = stack.synapse.register_user("erin", "erin-password")
+    fred, fred_token = stack.synapse.register_user("fred", "fred-password")
+    async with ChatClient(stack.synapse.url, fred, fred_token) as f, \
+            ChatClient(stack.synapse.url, erin, erin_token) as e:
+        room = await f.create_room("Erasures", public=True)
+        assert stack.cli("allowlist", "add", room).returncode == 0
+        await f.wait_for_member(room, bot)
+        await e.join(room)
+        said = await e.send(room, "erin says kestrel-erased-7b31c0 about the mirrors")
+        kept = await f.send(room, "fred keeps kestrel-fred-kept-15e9 about the mirrors")
+        stack.wait_indexed([said, kept])
+        erin_vector = stack.vector_of(said)
+
+    req = urllib.request.Request(
+        f"{stack.synapse.url}/_synapse/admin/v1/deactivate/{erin}", method="POST",
+        data=json.dumps({"erase": True}).encode(),
+        headers={"Authorization": f"Bearer {admin_token}", "Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        assert resp.status == 200
+    await gone_from_every_file(stack, "kestrel-erased-7b31c0", erin_vector, within=60)
+    assert any(x.get("kind") == "forget" and x.get("user_id") == erin
+               and x.get("source") == "synapse_erasure" for x in journal(stack))
+    assert stack.event_status(kept) == "indexed"

@@ -1,0 +1,250 @@
+"""The event log on PostgreSQL, what SQLite has no counterpart for: store.database in the
+config, passwords kept out of it, text PostgreSQL would refuse, a server that drops the
+connection, and doctor's view of the database."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from indexer.config import ConfigError, load_config
+from indexer.ingest.events import MessageEvent, parse_event
+from indexer.records import EventID, Message, RoomID, UserID
+from indexer.store.eventlog.log import EventLog
+from indexer.store.eventlog.check import check_eventlog
+from indexer.store.eventlog.schema import LATEST
+
+from tests.pgkit import base_dsn, fresh_schema
+from tests.storekit import stored_vectors
+
+ROOM = RoomID("!r:example.org")
+
+
+def config(tmp_path, database: str | None):
+    text = "homeserver: {url: 'http://127.0.0.1:8008', domain: example.org}\n"
+    if database is not None:
+        text += f"store: {{database: '{database}'}}\n"
+    (tmp_path / "config.yaml").write_text(text)
+    return load_config(tmp_path / "config.yaml")
+
+
+def test_store_database_defaults_to_the_data_dirs_sqlite_file(tmp_path):
+    cfg = config(tmp_path, None)
+    assert cfg.database.kind == "sqlite" and cfg.database.path == tmp_path / "eventlog.sqlite3"
+    assert config(tmp_path, "sqlite:log/events.db").database.path == tmp_path / "log/events.db"
+    assert config(tmp_path, "sqlite:/var/x.db").database.path.as_posix() == "/var/x.db"
+    cfg = config(tmp_path, "postgresql://ms@db.internal:5433/ms?passfile=/etc/ms/pgpass")
+    assert cfg.database.kind == "postgresql" and cfg.database.path is None
+
+
+@pytest.mark.parametrize("value, says", [
+    ("postgresql://ms:hunter2@db/ms", "holds a password"),
+    ("postgresql://ms@db/ms?password=hunter2", "holds a password"),
+    ("mysql://ms@db/ms", "neither sqlite:PATH nor a postgresql:// URL"),
+    ("postgresql://ms@db/ms?nosuchoption=1", "not a PostgreSQL URL libpq accepts"),
+    ("sqlite:", "needs a file"),
+])
+def test_a_bad_store_database_is_refused_naming_the_key_and_never_echoing_a_password(
+        tmp_path, value, says):
+    with pytest.raises(ConfigError) as e:
+        config(tmp_path, value)
+    assert "store.database" in str(e.value) and says in str(e.value)
+    assert "hunter2" not in str(e.value)
+
+
+def test_a_nul_in_a_body_is_stored_as_a_replacement_character_on_both(eventlog_db):
+    raw = {"type": "m.room.message", "room_id": ROOM, "sender": "@a:example.org",
+           "event_id": "$nul", "origin_server_ts": 1_700_000_000_000,
+           "content": {"msgtype": "m.text", "body": "before\x00after"}}
+    ev = parse_event(raw)
+    assert isinstance(ev, MessageEvent) and ev.message.body == "before\ufffdafter"
+    log = EventLog(eventlog_db)
+    # And text that reaches the event log some other way (a reference file) cannot fail
+    # an append on PostgreSQL either.
+    log.append([(ev.message, None),
+                (Message(EventID("$raw"), ROOM, UserID("@a:example.org"), 1, "x\x00y"), None)])
+    texts = log.texts.event_texts([EventID("$nul"), EventID("$raw")])
+    assert texts[EventID("$nul")][2] == "before\ufffdafter"
+    assert texts[EventID("$raw")][2] in ("x\x00y", "x\ufffdy")  # SQLite keeps it as it is
+    log.close()
+
+
+def test_a_dropped_connection_is_replaced_and_the_log_goes_on():
+    """The server restarted, or an admin ended our sessions: the next call works."""
+    with fresh_schema() as dsn:
+        log = EventLog(dsn)
+        log.append([(Message(EventID("$1"), ROOM, UserID("@a:x"), 1, "one"), None)])
+        import psycopg
+
+        with psycopg.connect(base_dsn(), autocommit=True) as conn:
+            ended = conn.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                                 " WHERE pid <> pg_backend_pid() AND backend_type ="
+                                 " 'client backend' AND datname = current_database()"
+                                 ).fetchone()[0]
+        assert ended >= 1  # the log's own connection was among them
+        got = None
+        for _ in range(2):  # a call on a connection that broke mid-flight may fail once
+            try:
+                got = log.append([(Message(EventID("$2"), ROOM, UserID("@a:x"), 2, "two"),
+                                   None)])
+                break
+            except Exception:
+                continue
+        assert got == 1 and log.counts() == {"pending": 2}
+        log.close()
+
+
+def test_check_eventlog_reads_the_schema_version_or_says_what_is_wrong():
+    with fresh_schema() as dsn:
+        assert check_eventlog(dsn).state == "missing"  # a database the service never used
+        EventLog(dsn).close()
+        health = check_eventlog(dsn)
+        assert health.state == "ok" and health.version == LATEST
+        assert f"schema version {LATEST}" in health.detail
+    gone = check_eventlog("postgresql://nobody@127.0.0.1:1/none")
+    assert gone.state == "unreachable" and "127.0.0.1" in gone.detail
+
+
+def test_lag_figures_and_meta_are_read_on_a_connection_of_their_own(eventlog_db):
+    """/metrics and doctor read beside the running service, never through its log."""
+    from indexer.store.eventlog.reports import lag_report_at, meta_at
+
+    log = EventLog(eventlog_db)
+    msgs = [(Message(EventID(f"$m{i}"), ROOM, UserID("@a:x"), 1_000 * i, f"m{i}"), None)
+            for i in range(1, 4)]
+    before = int(time.time() * 1000)
+    log.append(msgs)
+    after = int(time.time() * 1000)
+    log.mark_indexed(ROOM, {EventID("$m1"): "w1"}, msgs[0][0])
+    log.set_meta("k", "v")
+    pending, oldest, lags = lag_report_at(eventlog_db)
+    assert (pending, lags) == (2, {ROOM: 2_000})
+    assert before <= oldest <= after  # when the oldest pending one was appended
+    assert meta_at(eventlog_db, "k") == "v" and meta_at(eventlog_db, "nope") is None
+    log.close()
+
+
+# -- matrix-sources eventlog migrate ------------------------------------------------------
+
+
+def test_migrate_moves_the_sqlite_log_and_search_answers_the_same_without_reembedding(
+        tmp_path, capsys):
+    import json
+
+    from appservice.cli.main import main
+    from indexer.config import load_config
+    from indexer.components import open_store
+
+    from tests.appservice.cli.test_cli import datadir as make_datadir
+
+    cfg_path, tmp = make_datadir.__wrapped__(tmp_path, capsys)
+    assert main(["import", "-q", "-c", str(cfg_path), str(tmp / "events.jsonl")]) == 0
+    capsys.readouterr()
+
+    def hits():
+        assert main(["search", "--json", "-c", str(cfg_path), "ntfs", "partition"]) == 0
+        return [(h["window_id"], round(h["score"], 6))
+                for h in json.loads(capsys.readouterr().out)["hits"]]
+
+    before = hits()
+    store = open_store(load_config(cfg_path))
+    vectors = stored_vectors(store, sorted(store.ids("chat")))
+    assert before and vectors
+    with fresh_schema() as dsn:
+        assert main(["eventlog", "migrate", "-q", "-c", str(cfg_path), "--to", dsn]) == 0
+        out = capsys.readouterr().out
+        assert "verified" in out and "still holds every message's text" in out
+        cfg = load_config(cfg_path)
+        assert cfg.database.kind == "postgresql" and cfg.store.database == dsn
+        assert "# The event log:" in cfg_path.read_text()  # comments kept
+        assert hits() == before
+        store = open_store(cfg)  # the same generation, the same vectors: none re-made
+        assert stored_vectors(store, sorted(vectors)) == vectors
+        log = EventLog(dsn)
+        assert log.counts() == {"indexed": 6}
+        # New events continue the sequence past the copied ones.
+        log.append([(Message(EventID("$new"), ROOM, UserID("@a:x"), 2_000_000_000_000,
+                             "after the move"), None)])
+        with log.transaction(immediate=False) as cur:
+            seqs = [r[0] for r in cur.execute("SELECT seq FROM events ORDER BY seq")]
+        assert len(seqs) == len(set(seqs)) == 7 and seqs[-1] > max(seqs[:-1])
+        log.close()
+        # Run again: it says so and changes nothing.
+        assert main(["eventlog", "migrate", "-q", "-c", str(cfg_path), "--to", dsn]) == 0
+        assert "already" in capsys.readouterr().out
+
+
+def test_an_interrupted_move_resumes_and_a_foreign_target_is_refused(tmp_path, monkeypatch):
+    from indexer.store.eventlog import move as eventlog_move
+    from indexer.store.eventlog.move import move_eventlog
+
+    source = tmp_path / "eventlog.sqlite3"
+    log = EventLog(source)
+    log.append([(Message(EventID(f"$m{i}"), ROOM, UserID("@a:x"), 1_000 + i, f"m{i}"), None)
+                for i in range(25)])
+    log.set_meta("chroma_generation", "3")
+    log.close()
+    monkeypatch.setattr(eventlog_move, "PAGE", 10)
+    with fresh_schema() as dsn:
+        def stop_after_two_pages(n, seen=[]):
+            seen.append(n)
+            if len(seen) == 2:
+                raise KeyboardInterrupt
+        with pytest.raises(KeyboardInterrupt):
+            move_eventlog(source, dsn, stop_after_two_pages)
+        first = EventLog(dsn, read_only=True)
+        halfway = first.counts().get("pending", 0)
+        first.close()
+        assert 0 < halfway < 25  # stopped in the middle of the events
+        moved = []
+        report = move_eventlog(source, dsn, moved.append)
+        assert report.ok and report.tables["events"] == 25
+        assert report.copied == 25 - halfway + 1  # the rest of the events, and the meta row
+        target = EventLog(dsn)
+        assert target.counts() == {"pending": 25} and target.get_meta("chroma_generation") == "3"
+        target.append([(Message(EventID("$other"), ROOM, UserID("@a:x"), 9, "x"), None)])
+        target.close()
+        refused = move_eventlog(source, dsn)
+        assert not refused.ok and refused.mismatched == {"events": (25, 26)}
+
+
+def test_doctor_checks_the_database_and_the_sqlite_file_left_behind(tmp_path):
+    from appservice.cli.doctor import check_eventlog_health, check_sqlite_left_behind
+
+    with fresh_schema() as dsn:
+        EventLog(dsn).close()
+        cfg = config(tmp_path, dsn)
+        health = check_eventlog_health(cfg)
+        assert health.ok and f"schema version {LATEST}" in health.detail
+        assert check_sqlite_left_behind(cfg) is None
+        EventLog(tmp_path / "eventlog.sqlite3").close()  # what the move left
+        left = check_sqlite_left_behind(cfg)
+        assert not left.ok and "shred -u" in left.fix
+    down = check_eventlog_health(config(tmp_path, "postgresql://ms@127.0.0.1:1/ms"))
+    assert not down.ok and "cannot connect" in down.detail and "pgpass" in down.fix
+
+
+def test_analyze_keeps_no_sample_of_message_text():
+    """PostgreSQL's planner statistics (pg_statistic) would hold sample values of a
+    column: message text that no redaction reaches. Migration 9 turns them off."""
+    import psycopg
+
+    with fresh_schema() as dsn:
+        log = EventLog(dsn)
+        log.append([(Message(EventID(f"$m{i}"), ROOM, UserID("@a:x"), i, "stat-canary-4f"),
+                     None) for i in range(50)])
+        log.close()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("ANALYZE events")
+            targets = dict(conn.execute(
+                "SELECT attname, attstattarget FROM pg_attribute WHERE attrelid ="
+                " 'events'::regclass AND attname IN ('body', 'room_id')").fetchall())
+            sampled = conn.execute(
+                "SELECT count(*) FROM pg_stats WHERE schemaname = current_schema() AND"
+                " tablename = 'events' AND attname = 'body'").fetchone()[0]
+            room_sampled = conn.execute(
+                "SELECT count(*) FROM pg_stats WHERE schemaname = current_schema() AND"
+                " tablename = 'events' AND attname = 'room_id'").fetchone()[0]
+        assert targets["body"] == 0 and sampled == 0
+        assert room_sampled == 1  # the check can see statistics where they are kept
