@@ -1,4 +1,5 @@
-"""Reading a homeserver's request body: bounded by what Synapse may legally send, parsed
+"""Reading a request to the service: its bearer token (one rule for the appservice API
+and the search API), and its body: bounded by what Synapse may legally send, parsed
 off the event loop, and every hostile shape answered 4xx, never 500.
 
 Synapse sends at most 100 events per transaction (synapse/appservice/scheduler.py), each
@@ -7,7 +8,7 @@ default `ensure_ascii`, so a character outside the BMP (4 bytes in UTF-8) goes o
 12-byte surrogate pair escape: 3x. A state event's `unsigned.prev_content` repeats its
 content: 2x. Plus an envelope (ephemeral events, to-device, transaction id) of at most
 1 MiB. aiohttp's default limit (1 MiB) answered 413 to a legal transaction, which
-Synapse then resends forever: delivery stopped for good (issue 15).
+Synapse then resends forever: delivery stops for good.
 """
 
 from __future__ import annotations
@@ -28,6 +29,19 @@ MAX_TRANSACTION_BYTES = (MAX_EVENTS_PER_TRANSACTION * MAX_PDU_BYTES * ASCII_ESCA
 MAX_PING_BYTES = 64 * 1024
 # Parsed in a worker thread: 20 MiB of JSON takes longer than a loop may be blocked.
 PARSE_IN_THREAD_BYTES = 256 * 1024
+
+
+def bearer(request: web.Request, query: bool = False) -> str | None:
+    """The token of `Authorization: Bearer ...` (the scheme in any case, RFC 7235); ""
+    for a header of another scheme; None without one. With `query`, a request without
+    the header may give it as `?access_token=` (the appservice API, which older
+    homeservers call so); the search API never takes it from the query string, which
+    proxies and access logs keep."""
+    auth = request.headers.get("Authorization")
+    if auth is not None:
+        scheme, _, token = auth.strip().partition(" ")
+        return token.strip() if scheme.lower() == "bearer" else ""
+    return request.rel_url.query.get("access_token") if query else None
 
 
 def error(status: int, errcode: str, message: str, **fields) -> web.Response:

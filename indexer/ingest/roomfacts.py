@@ -37,7 +37,7 @@ class RoomFacts:
     @property
     def is_dm(self) -> bool:
         """Only a room a member marked `is_direct`: an invite-only room of two is
-        refused as not public, which is what it is (issue 21)."""
+        refused as not public, which is what it is."""
         return self.direct
 
 

@@ -6,11 +6,10 @@ a new collection, then 1.2 times more at each resize) with malloc, and writes th
 array to `data_level0.bin`, unused slots included. What those slots held is whatever
 this process freed there before: a loop of copies like a compaction's (a collection
 written, a point deleted, the rest copied into a new collection) finds a deleted vector
-of an earlier collection in a new collection's `data_level0.bin` in some rounds (6 of
-400 on 2026-12-04, 33 of 100 under other load), none of 400 with this on
-(bench/heapscrub.py; tests/indexer/store/test_heapscrub.py). SQLite writes its page
-buffers whole too. That was the rare privacy flake of earlier sessions: a new
-generation's files holding a superseded vector, or text, of an old one.
+of an earlier collection in a new collection's `data_level0.bin` in some rounds, and in
+none with this on (bench/heapscrub.py; tests/indexer/store/test_heapscrub.py). SQLite writes its page
+buffers whole too: without this, a new generation's files can hold a superseded vector,
+or text, of an old one.
 
 glibc's M_PERTURB (mallopt) makes every free() fill the block with one byte and every
 malloc() hand out a block filled with its complement: with 0xFF, freed blocks hold 0xFF
