@@ -182,6 +182,47 @@ def test_the_sql_check_can_fail(tmp_path):
     assert foreign_imports(bad, ("sqlite3",)) == ["probe.py:1: sqlite3", "probe.py:3: sqlite3.dbapi2"]
 
 
+# Outgoing HTTP: mautrix's client for Matrix, appservice/httpclient.py for the service's
+# own calls (aliases, the erasure check, doctor, the commands' API client, the tools).
+HTTP_CLIENT = ROOT / "appservice" / "httpclient.py"
+HTTP_LIBRARIES = ("urllib.request", "urllib.error", "http.client", "requests", "httpx")
+
+
+def own_http_clients(path: Path) -> list[str]:
+    """An HTTP client of the module's own: urllib's or http.client's imported, or an
+    aiohttp client session (`ClientSession`, `aiohttp.request`) opened."""
+    found = foreign_imports(path, HTTP_LIBRARIES)
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        name = (node.id if isinstance(node, ast.Name) else
+                node.attr if isinstance(node, ast.Attribute) else None)
+        if name == "ClientSession" or (name == "request" and isinstance(node, ast.Attribute)
+                                       and ast.unparse(node.value) == "aiohttp"):
+            found.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
+        elif isinstance(node, ast.ImportFrom) and node.module == "aiohttp":
+            found += [f"{path.name}:{node.lineno}: aiohttp.{a.name}" for a in node.names
+                      if a.name in ("ClientSession", "request")]
+    return found
+
+
+def test_one_http_client_for_the_services_own_calls():
+    assert own_http_clients(HTTP_CLIENT)  # the one that may: really read
+    found = [f for p in sources(*PACKAGES) if p != HTTP_CLIENT for f in own_http_clients(p)]
+    assert found == [], "call through appservice/httpclient.py (Matrix: mautrix's client)"
+
+
+def test_the_http_client_check_can_fail(tmp_path):
+    bad = tmp_path / "probe.py"
+    bad.write_text("import urllib.request\nimport http.client as hc\nimport aiohttp\n"
+                   "from aiohttp import ClientSession, web\nfrom urllib.parse import quote\n"
+                   "async def f():\n    from urllib.error import HTTPError\n"
+                   "    async with aiohttp.ClientSession() as s:\n        pass\n"
+                   "    await aiohttp.request('GET', 'x')\n    web.Response()\n")
+    assert sorted(own_http_clients(bad)) == sorted([
+        "probe.py:1: urllib.request", "probe.py:2: http.client", "probe.py:7: urllib.error",
+        "probe.py:4: aiohttp.ClientSession", "probe.py:8: aiohttp.ClientSession",
+        "probe.py:10: aiohttp.request"])
+
+
 MAX_PUBLIC_METHODS = 25
 
 
@@ -249,7 +290,7 @@ def test_the_composition_checks_can_fail(tmp_path):
 # Top-level modules of each package; every other module sits in the subpackage of its job.
 TOP_LEVEL = {"indexer": {"__init__.py", "clock.py", "records.py", "components.py",
                          "datadir.py"},
-             "appservice": {"__init__.py", "logs.py", "app.py"}}
+             "appservice": {"__init__.py", "logs.py", "app.py", "httpclient.py"}}
 
 
 def misplaced_modules(root: Path) -> list[str]:

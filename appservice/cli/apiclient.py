@@ -4,20 +4,21 @@ Whether a service runs is the data dir's writer lock's to say (indexer/store/loc
 where it listens, the config's: its appservice port, on 127.0.0.1 when it listens on
 every address or loopback. The read token is api.token_file's, which the service wrote.
 
-Light on purpose: http.client and json only. This is the path of a command that loads
-no model and opens no store, and its start is most of what it costs.
+Light on purpose: the blocking side of appservice/httpclient.py and json only. This is
+the path of a command that loads no model and opens no store, and its start is most of
+what it costs.
 """
 
 from __future__ import annotations
 
-import http.client
-import json
 from dataclasses import dataclass
 
 from indexer.config import Config
 from indexer.datadir import api_token
 from indexer.search.query import SourceQuery
 from indexer.store.lock import holder
+
+from .. import httpclient
 
 PATH = "/_matrix_sources/v1/search"  # appservice/homeserver/search_api.py ROUTE
 LOOPBACK = "127.0.0.1"
@@ -49,37 +50,35 @@ class ServiceClient:
     timeout: float = 120.0
 
     @property
+    def base_url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host  # an IPv6 address
+        return f"http://{host}:{self.port}"
+
+    @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}{PATH}"
+        return self.base_url + PATH
 
     def search(self, query: SourceQuery) -> list[dict]:
         """The hits as the service's JSON has them (`Hit.to_json`)."""
-        body = json.dumps(query.to_json()).encode()
-        conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+        client = httpclient.HttpClient(self.base_url, self.token, self.timeout)
         try:
-            conn.request("POST", PATH, body=body, headers={
-                "Authorization": f"Bearer {self.token}", "Content-Type": "application/json"})
-            resp = conn.getresponse()
-            raw = resp.read()
-        except ConnectionRefusedError:
-            raise Unreachable(f"nothing answers on {self.url}") from None
-        except (OSError, http.client.HTTPException) as e:  # it listens, but did not answer
-            raise ServiceError(0, "", f"no answer from {self.url} ({type(e).__name__}: "
-                               f"{e}); is the service overloaded or stuck? its log says") from None
-        finally:
-            conn.close()
-        try:
-            data = json.loads(raw)
-        except ValueError:
-            data = None
+            resp = client.call("POST", PATH, query.to_json())
+        except httpclient.Unreachable as e:
+            if e.refused:
+                raise Unreachable(f"nothing answers on {self.url}") from None
+            # it listens, but did not answer
+            raise ServiceError(0, "", f"no answer from {self.url} ({type(e.reason).__name__}: "
+                               f"{e.reason}); is the service overloaded or stuck? its log "
+                               "says") from None
+        data = resp.data
         if resp.status == 200 and isinstance(data, dict) and isinstance(data.get("hits"), list):
             return data["hits"]
         if not isinstance(data, dict):
             raise ServiceError(resp.status, "", f"HTTP {resp.status} without a JSON answer "
                                f"from {self.url}: is another program on that port?")
-        retry = resp.getheader("Retry-After")
-        raise ServiceError(resp.status, str(data.get("errcode", "")), str(data.get("error", "")),
-                           data.get("field"), float(retry) if retry and retry.isdigit() else None)
+        retry = resp.header("Retry-After")
+        raise ServiceError(resp.status, resp.errcode, resp.error, data.get("field"),
+                           float(retry) if retry and retry.isdigit() else None)
 
 
 def service_address(cfg: Config) -> tuple[str, int]:

@@ -8,9 +8,6 @@ the store opens and holds every window the event log says is indexed; the model 
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -25,6 +22,8 @@ from indexer.ingest.events import StateEvent, parse_event
 from indexer.ingest.gate import Gate
 from indexer.records import RoomID, UserID
 from indexer.ingest.roomfacts import facts_from_state
+
+from ..httpclient import HttpClient, Unreachable
 
 FIXES = {
     "not_public": "make the room public (join rule `public`) or remove it from the allowlist",
@@ -58,24 +57,17 @@ def check_token_files(cfg: Config) -> Iterator[Check]:
                         f"{fix} {file}", warning=True)
 
 
-def _get(url: str, token: str, timeout: float = 10) -> tuple[int, object]:
-    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status, json.loads(r.read() or b"null")
-    except urllib.error.HTTPError as e:
-        try:
-            return e.code, json.loads(e.read() or b"null")
-        except ValueError:
-            return e.code, None
+def _get(cfg: Config, path: str, token: str) -> tuple[int, object]:
+    """(status, the JSON body or None); Unreachable when the homeserver did not answer."""
+    resp = HttpClient(cfg.homeserver.url, token).call("GET", path)
+    return resp.status, resp.data
 
 
 def check_homeserver(cfg: Config, reg: Registration) -> Check:
-    url = f"{cfg.homeserver.url}/_matrix/client/v3/account/whoami"
     try:
-        status, body = _get(url, reg.as_token)
-    except OSError as e:
-        return Check("homeserver", False, f"{cfg.homeserver.url} unreachable ({e})",
+        status, body = _get(cfg, "/_matrix/client/v3/account/whoami", reg.as_token)
+    except Unreachable as e:
+        return Check("homeserver", False, f"{cfg.homeserver.url} unreachable ({e.reason})",
                      f"start the homeserver, or fix homeserver.url in {cfg.file}")
     user = body.get("user_id") if isinstance(body, dict) else None
     if status != 200:
@@ -90,11 +82,11 @@ def check_homeserver(cfg: Config, reg: Registration) -> Check:
 
 
 def check_room(cfg: Config, reg: Registration, gate: Gate, room_id: str) -> Check:
-    url = f"{cfg.homeserver.url}/_matrix/client/v3/rooms/{quote(room_id, safe='')}/state"
     try:
-        status, body = _get(url, reg.as_token)
-    except OSError as e:
-        return Check(f"room {room_id}", False, f"homeserver unreachable ({e})")
+        status, body = _get(cfg, f"/_matrix/client/v3/rooms/{quote(room_id, safe='')}/state",
+                            reg.as_token)
+    except Unreachable as e:
+        return Check(f"room {room_id}", False, f"homeserver unreachable ({e.reason})")
     if status != 200 or not isinstance(body, list):
         return Check(f"room {room_id}", False, f"the bot cannot read the room ({status})",
                      "check the room id; make sure the room exists and the bot can join it "

@@ -4,14 +4,12 @@ The room is read from the homeserver as the service reads it, as the bot with th
 as_token: its state (`GET /rooms/{id}/state`), judged by the same Gate with the same
 settings. A room the bot cannot read yet is joined, as the service joins every
 allowlisted room at start (only a room just added); a join the homeserver refuses (invite only, the bot banned)
-says so. Plain urllib, like alias resolution: a short-lived command, no event loop.
+says so. Blocking HTTP (appservice/httpclient.py), like alias resolution: a
+short-lived command, no event loop.
 """
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from urllib.parse import quote
 
@@ -21,6 +19,7 @@ from indexer.ingest.gate import Gate
 from indexer.ingest.roomfacts import facts_from_state
 from indexer.records import RoomID, UserID
 
+from ..httpclient import HttpClient, Unreachable
 from .doctor import FIXES
 
 TIMEOUT_S = 10.0
@@ -37,48 +36,37 @@ class Verdict:
     fix: str = ""
 
 
-def _request(method: str, url: str, token: str, timeout: float) -> tuple[int, object]:
-    req = urllib.request.Request(url, method=method, headers={
-        "Authorization": f"Bearer {token}", "Content-Type": "application/json"},
-        data=b"{}" if method == "POST" else None)
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status, json.loads(r.read() or b"null")
-    except urllib.error.HTTPError as e:
-        try:
-            return e.code, json.loads(e.read() or b"null")
-        except ValueError:
-            return e.code, None
-
-
 def judge_at_door(cfg: Config, token: str, room_id: str, join: bool = True,
                   timeout: float = TIMEOUT_S) -> Verdict:
     """`join`: only for a room just added, which the service would join within seconds
     anyway; a room already listed is never joined from here (a bot its moderators sent
     away waits for their invite)."""
-    base = f"{cfg.homeserver.url}/_matrix/client/v3"
+    client = HttpClient(cfg.homeserver.url, token, timeout)
     room = quote(room_id, safe="")
+    state = f"/_matrix/client/v3/rooms/{room}/state"
     try:
-        status, body = _request("GET", f"{base}/rooms/{room}/state", token, timeout)
-        if status in (403, 404) and not join:
+        resp = client.call("GET", state)
+        if resp.status in (403, 404) and not join:
             return Verdict("unknown", "the bot is not in the room")
-        if status in (403, 404):
-            status, body = _request("POST", f"{base}/join/{room}", token, timeout)
-            if status != 200:
-                err = body.get("error", "") if isinstance(body, dict) else ""
-                if "banned" in str(err).lower():
+        if resp.status in (403, 404):
+            joined = client.call("POST", f"/_matrix/client/v3/join/{room}", {})
+            if joined.status != 200:
+                err = joined.error
+                if "banned" in err.lower():
                     return Verdict("bot_banned", "the bot is banned from the room",
                                    FIXES["bot_banned"])
-                if status == 403:
-                    return Verdict("not_public", f"the bot cannot join ({err or status}): "
+                if joined.status == 403:
+                    return Verdict("not_public", f"the bot cannot join ({err or 403}): "
                                    "the room is not public", FIXES["not_public"])
-                return Verdict("unknown", f"the bot cannot join ({status} {err})".rstrip())
-            status, body = _request("GET", f"{base}/rooms/{room}/state", token, timeout)
-    except OSError as e:
+                return Verdict("unknown",
+                               f"the bot cannot join ({joined.status} {err})".rstrip())
+            resp = client.call("GET", state)
+    except Unreachable as e:
         return Verdict("unknown", f"the homeserver at {cfg.homeserver.url} is unreachable "
-                       f"({getattr(e, 'reason', e)})")
-    if status != 200 or not isinstance(body, list):
-        return Verdict("unknown", f"the bot cannot read the room's state ({status})")
+                       f"({e.reason})")
+    body = resp.data
+    if resp.status != 200 or not isinstance(body, list):
+        return Verdict("unknown", f"the bot cannot read the room's state ({resp.status})")
     facts = facts_from_state([e for e in map(parse_event, body) if isinstance(e, StateEvent)])
     gate = Gate(frozenset({RoomID(room_id)}), UserID(cfg.bot_user), cfg.puppet_patterns,
                 cfg.bridge_servers, cfg.bridge_puppets,

@@ -22,14 +22,15 @@ import logging
 from typing import Any, Awaitable, Callable
 from urllib.parse import quote
 
-import aiohttp
-
 from indexer.clock import REAL, Clock
+
+from ..httpclient import HttpClient
 
 log = logging.getLogger(f"matrix_sources.{__name__}")
 
 RECHECK_S = 600.0  # a user asked about again only after this long
 RETRY_AFTER_S = (5.0, 30.0)  # not erased yet: asked again after these
+ADMIN_TIMEOUT_S = 10.0
 
 
 def self_leaves(events: list[Any], bot_user: str) -> set[str]:
@@ -48,7 +49,7 @@ def self_leaves(events: list[Any], bot_user: str) -> set[str]:
 class ErasureWatch:
     def __init__(self, homeserver_url: str, admin_token: str,
                  on_erased: Callable[[str], Awaitable[None]], clock: Clock = REAL) -> None:
-        self._url, self._token = homeserver_url.rstrip("/"), admin_token
+        self._admin = HttpClient(homeserver_url, admin_token, ADMIN_TIMEOUT_S)
         self._on_erased, self._clock = on_erased, clock
         self._asked: dict[str, float] = {}
         self._tasks: set[asyncio.Task] = set()
@@ -64,15 +65,12 @@ class ErasureWatch:
             task.add_done_callback(self._tasks.discard)
 
     async def erased(self, user: str) -> bool:
-        url = f"{self._url}/_synapse/admin/v2/users/{quote(user, safe='')}"
-        async with aiohttp.ClientSession() as http:
-            async with http.get(url, headers={"Authorization": f"Bearer {self._token}"},
-                                timeout=aiohttp.ClientTimeout(total=10)) as resp:
-                if resp.status != 200:
-                    log.warning("erasure_check_refused", extra={"user_id": user,
-                                                                "status": resp.status})
-                    return False
-                body = await resp.json()
+        resp = await self._admin.call_async(
+            "GET", f"/_synapse/admin/v2/users/{quote(user, safe='')}")
+        if resp.status != 200:
+            log.warning("erasure_check_refused", extra={"user_id": user, "status": resp.status})
+            return False
+        body = resp.data
         return isinstance(body, dict) and body.get("erased") is True
 
     async def _check(self, user: str) -> None:

@@ -33,7 +33,7 @@ from indexer.datadir import Registration, api_token, check_api_token
 from indexer.records import Hit
 from indexer.search.query import MAX_TEXT_BYTES, MAX_TEXTS, QueryError, SourceQuery
 
-from .httpbody import BodyError, error, parse_json, read_body
+from .httpbody import BodyError, bearer, error, parse_json, read_body
 from .ratelimit import TokenBucket
 
 log = logging.getLogger(f"matrix_sources.{__name__}")
@@ -50,17 +50,6 @@ Search = Callable[[SourceQuery], list[Hit]]
 # None when searches may run; else why not yet (the service is starting: rebuilding the
 # collection, waiting for the homeserver).
 Readiness = Callable[[], str | None]
-
-
-def bearer(request: web.Request) -> str | None:
-    """The token of `Authorization: Bearer ...` (the scheme in any case, RFC 7235); ""
-    for another scheme; None without the header. Never from the query string, which
-    proxies and access logs keep."""
-    auth = request.headers.get("Authorization")
-    if auth is None:
-        return None
-    scheme, _, token = auth.strip().partition(" ")
-    return token.strip() if scheme.lower() == "bearer" else ""
 
 
 def _field_error(field: str, message: str) -> web.Response:

@@ -57,7 +57,7 @@ from indexer.records import EventID, Refusal, RoomID
 from indexer.store.commands import CommandLog
 
 from .backlog import BacklogBound
-from .httpbody import (MAX_PING_BYTES, MAX_TRANSACTION_BYTES, BodyError, error,
+from .httpbody import (MAX_PING_BYTES, MAX_TRANSACTION_BYTES, BodyError, bearer, error,
                        read_json_object)
 from .roomstate import is_outage
 from .txngaps import TransactionGaps
@@ -90,16 +90,6 @@ class Retry(Protocol):
 def fingerprint(events: list) -> str:
     ids = [ev.get("event_id") if isinstance(ev, dict) else None for ev in events]
     return hashlib.sha256(json.dumps(ids).encode()).hexdigest()[:16]
-
-
-def request_token(request: web.Request) -> str | None:
-    """The token of `Authorization: Bearer ...` (the scheme in any case, RFC 7235), or
-    of `?access_token=`; "" for an Authorization header of another scheme."""
-    auth = request.headers.get("Authorization")
-    if auth is not None:
-        scheme, _, token = auth.strip().partition(" ")
-        return token.strip() if scheme.lower() == "bearer" else ""
-    return request.rel_url.query.get("access_token")
 
 
 def _room_of(raw: object) -> str | None:
@@ -162,7 +152,7 @@ class TransactionHandler:
         self.append_failures = 0
 
     def check_token(self, request: web.Request) -> web.Response | None:
-        token = request_token(request)
+        token = bearer(request, query=True)
         if token is None:
             return error(401, "M_UNAUTHORIZED", "missing hs_token")
         if not hmac.compare_digest(token.encode(), self._hs_token):

@@ -28,11 +28,11 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from ..httpclient import HttpClient, Unreachable
 
 STATE_FILE = "localsynapse.json"  # what must survive restarts: port, server name, secret
 CONFIG_FILE = "homeserver.yaml"
@@ -286,9 +286,8 @@ class LocalSynapse:
 
     def _health_ok(self) -> bool:
         try:
-            with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
-                return r.status == 200
-        except (urllib.error.URLError, OSError):
+            return HttpClient(self.url, timeout=2).call("GET", "/health").status == 200
+        except Unreachable:
             return False
 
     def _logs(self) -> str:
@@ -297,14 +296,8 @@ class LocalSynapse:
 
     def _request(self, method: str, path: str, body: dict | None = None,
                  token: str | None = None) -> dict[str, Any]:
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.url + path, data=data, method=method)
-        req.add_header("Content-Type", "application/json")
-        if token:
-            req.add_header("Authorization", f"Bearer {token}")
-        try:
-            with urllib.request.urlopen(req, timeout=30) as r:
-                return json.loads(r.read() or b"{}")
-        except urllib.error.HTTPError as e:
+        resp = HttpClient(self.url, token or None, timeout=30).call(method, path, body)
+        if not resp.ok:
             raise SynapseError(
-                f"{method} {path} -> {e.code}: {e.read().decode(errors='replace')}") from None
+                f"{method} {path} -> {resp.status}: {resp.body.decode(errors='replace')}")
+        return resp.data if resp.body else {}
