@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         bare.append(bare_run(model, texts))
         pipe["same_texts_as_bare"] = sorted(pipe.pop("texts")) == sorted(texts)
         pipe["padded_word_pieces"] = padded_word_pieces(model, pipe.pop("calls"))
-        pipe["backend_used"] = getattr(emb, "backend", backend)
+        pipe["backend_used"] = emb.backend
         # The bare torch runs just before and after this import: their mean.
         around = (bare[-2][0] + bare[-1][0]) / 2
         pipe["bare_seconds_around"] = round(around, 2)

@@ -146,7 +146,7 @@ class RecordingEmbedder:
     def __post_init__(self) -> None:
         self.name = self.inner.name
         self.dim = self.inner.dim
-        self.backend = getattr(self.inner, "backend", "torch")
+        self.backend = self.inner.backend
 
     def encode(self, texts):
         t = time.perf_counter()

@@ -46,6 +46,7 @@ class CachedEmbedder:
 
     name = "sentence-transformers/all-MiniLM-L6-v2"
     dim = 384
+    backend = "torch"
 
     def __init__(self) -> None:
         CACHE.mkdir(parents=True, exist_ok=True)

@@ -13,7 +13,10 @@ import re
 import threading
 from contextlib import nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, Sequence
+from typing import TYPE_CHECKING, Sequence
+
+from .ports import (EachEncoder, Embedder, PassEncoder, QueryEncoder,  # noqa: F401
+                    Tokenizer)
 
 if TYPE_CHECKING:
     from .turns import ModelTurns
@@ -62,48 +65,55 @@ def model_key(kind: str) -> str:
     return kind if kind in MODEL_BACKENDS else _ALIASES.get(kind, "")
 
 
-class Embedder(Protocol):
-    name: str
-    dim: int
-    backend: str
-
-    def encode(self, texts: Sequence[str]) -> list[list[float]]: ...
-
-
 class QuerySide:
     """An embedder seen from the search side: `encode` embeds what a person asks.
 
     Models trained with a query and a passage side (E5: "query: ", "passage: ") have an
-    `encode_queries`; the searcher gets this view of them, and everything else (windows,
-    answer lines, reference sections) the plain embedder."""
+    `encode_queries` (ports.QueryEncoder); the searcher gets this view of them, and
+    everything else (windows, answer lines, reference sections) the plain embedder. The
+    passages' own ways of encoding (`passes`, the model's `encode_each`) are not the
+    query side's: it has neither; its `encode_each` is one query a call."""
 
     def __init__(self, embedder: Embedder) -> None:
+        if not isinstance(embedder, QueryEncoder):
+            raise TypeError(f"{embedder.name} has no query side")
         self.inner = embedder
         self.name, self.dim, self.backend = embedder.name, embedder.dim, embedder.backend
 
     def encode(self, texts: Sequence[str]) -> list[list[float]]:
-        return self.inner.encode_queries(texts)  # type: ignore[attr-defined]
-
-    # The passages' own ways of encoding are not the query side's: not forwarded.
-    passes = None
+        return self.inner.encode_queries(texts)
 
     def encode_each(self, texts: Sequence[str]) -> list[list[float]]:
         return [self.encode([t])[0] for t in texts]
 
-    def __getattr__(self, attr: str):  # tokenize, batches...: the model's own
-        return getattr(self.inner, attr)
+
+class SpellingQuerySide(QuerySide):
+    """The query side of a model that also spells (ports.Tokenizer): its tokenizer is
+    the query side's too (legible.py judges the question by it)."""
+
+    def __init__(self, embedder: Embedder) -> None:
+        super().__init__(embedder)
+        if not isinstance(embedder, Tokenizer):
+            raise TypeError(f"{embedder.name} has no tokenizer")
+        self._tokenize = embedder.tokenize
+
+    def tokenize(self, text: str) -> list[str]:
+        return self._tokenize(text)
 
 
 def encode_each(embedder: Embedder, texts: Sequence[str]) -> list[list[float]]:
     """Each text's vector from a call of its own, which no other text in the call can
     move (present.py quotes lines by these); the embedder's own faster way if it has one."""
-    own = getattr(embedder, "encode_each", None)
-    return own(texts) if own is not None else [embedder.encode([t])[0] for t in texts]
+    if isinstance(embedder, EachEncoder):
+        return embedder.encode_each(texts)
+    return [embedder.encode([t])[0] for t in texts]
 
 
 def query_side(embedder: Embedder) -> Embedder:
     """The embedder for query texts: the model's query side where it has one."""
-    return QuerySide(embedder) if hasattr(embedder, "encode_queries") else embedder
+    if not isinstance(embedder, QueryEncoder):
+        return embedder
+    return SpellingQuerySide(embedder) if isinstance(embedder, Tokenizer) else QuerySide(embedder)
 
 
 class SentenceTransformerEmbedder:
@@ -188,7 +198,8 @@ def encode_in_length_order(embedder: Embedder, texts: Sequence[str],
     to 225 ms on 2 cores, a pass of 4 about a quarter of that)."""
     order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
     out: list[list[float]] = [[] for _ in texts]
-    by_pass = getattr(embedder, "passes", None) if turns is not None else None
+    by_pass = embedder.passes if turns is not None and isinstance(embedder, PassEncoder) \
+        else None
     for start in range(0, len(order), call_size):
         part = order[start:start + call_size]
         call = [texts[i] for i in part]

@@ -32,9 +32,11 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Protocol, Sequence
+from typing import Sequence
 
 import numpy as np
+
+from .ports import EachEncoder, Embedder, QueryEncoder
 
 # The English model's weight in a question it reads wholly, and the vocabulary shares
 # between which it grows from 0 (docs/multilingual.md, "Both models in one vector":
@@ -45,20 +47,12 @@ SHARE_FROM, SHARE_FULL = 0.6, 0.9
 _LETTER_WORD = re.compile(r"[^\W\d_]+", re.UNICODE)
 
 
-class Model(Protocol):
-    """The embedder protocol (embedder.Embedder), restated: embedder.py loads this module."""
-
-    name: str
-    dim: int
-    backend: str
-
-    def encode(self, texts: Sequence[str]) -> list[list[float]]: ...
-
-
-def _each(model: Model, texts: Sequence[str]) -> list[list[float]]:
-    """Each text from a call of its own (embedder.encode_each)."""
-    own = getattr(model, "encode_each", None)
-    return own(texts) if own is not None else [model.encode([t])[0] for t in texts]
+def _each(model: Embedder, texts: Sequence[str]) -> list[list[float]]:
+    """Each text from a call of its own (embedder.encode_each; this module cannot import
+    embedder.py, which loads it)."""
+    if isinstance(model, EachEncoder):
+        return model.encode_each(texts)
+    return [model.encode([t])[0] for t in texts]
 
 
 class PairEmbedder:
@@ -66,7 +60,7 @@ class PairEmbedder:
 
     backend = "q4"  # the multilingual model's; the English one runs on onnx-int8
 
-    def __init__(self, english: Model, multilingual: Model, floors: tuple[float, float],
+    def __init__(self, english: Embedder, multilingual: Embedder, floors: tuple[float, float],
                  vocabulary: frozenset[str] | set[str]) -> None:
         self.english, self.multilingual = english, multilingual
         self.floor_en, self.floor_mul = floors
@@ -100,10 +94,12 @@ class PairEmbedder:
         if not texts:
             return []
         en = np.asarray(self.english.encode(texts), dtype=np.float64)
-        mul_side = getattr(self.multilingual, "encode_queries", self.multilingual.encode)
+        mul_side = (self.multilingual.encode_queries
+                    if isinstance(self.multilingual, QueryEncoder) else self.multilingual.encode)
         return self._asked(en, np.asarray(mul_side(texts), dtype=np.float64), texts)
 
-    def passage_as_query(self, vector: Sequence[float], text: str) -> list[float]:
+    def passage_as_query(self, vector: Sequence[float] | np.ndarray, text: str
+                         ) -> list[float]:
         """A window or line vector (of `text`) turned into a query's, without the models:
         what a response is compared with when it is matched against a question line
         (present.py). Two passage vectors' plain dot product would weigh both models

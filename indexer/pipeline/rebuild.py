@@ -36,12 +36,8 @@ CORPORA = ",".join(sorted((CORPUS_CHAT, CORPUS_REFERENCE)))
 LOST_FRACTION = 0.5
 
 
-def backend_of(embedder: Embedder) -> str:
-    return getattr(embedder, "backend", "torch")
-
-
 def expected_meta(embedder: Embedder) -> dict:
-    return {"embedder": embedder.name, "dim": embedder.dim, "backend": backend_of(embedder),
+    return {"embedder": embedder.name, "dim": embedder.dim, "backend": embedder.backend,
             "chunker": CHUNKER_VERSION, "corpora": CORPORA}
 
 

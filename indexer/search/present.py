@@ -32,6 +32,7 @@ import numpy as np
 
 from ..pipeline.chunker import document
 from ..models.embedder import Embedder, encode_each
+from ..models.ports import QueryProjector
 from ..records import CORPUS_CHAT, EventID, Hit, Line, Message, Window, WindowID
 from ..store.eventlog.log import EventLog
 from .abstain import QueryFloor
@@ -263,8 +264,9 @@ class Presenter:
         """The matched question's line vector on the scale a response is compared with a
         query on: itself, but for a pair of models (pair_embedder.py), where two lines'
         plain dot product would mix both models evenly whatever their language."""
-        side = getattr(self.embedder, "passage_as_query", None)
-        return vec if side is None else np.asarray(side(vec, text), dtype=np.float32)
+        if not isinstance(self.embedder, QueryProjector):
+            return vec
+        return np.asarray(self.embedder.passage_as_query(vec, text), dtype=np.float32)
 
     def _vectors(self, texts: list[str]) -> np.ndarray:
         """Unit vectors of the texts, from the cache or the model, each text encoded on
@@ -288,7 +290,7 @@ class Presenter:
         while len(self._cache) > CACHE_LINES:
             self._cache.popitem(last=False)
         if not keys:
-            return np.zeros((0, getattr(self.embedder, "dim", 384)), dtype=np.float32)
+            return np.zeros((0, self.embedder.dim), dtype=np.float32)
         return np.stack([found[k] for k in keys])
 
 

@@ -28,6 +28,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..models.embedder import Embedder
+from ..models.ports import Tokenizer
 from ..models.turns import ModelTurns
 from ..records import Hit, bodies_of
 from ..store.vectors.chroma import ChromaStore
@@ -104,7 +105,8 @@ class Searcher:
         evidence = self._evidence(texts)
         # A script the model only spells out (indexer/search/legible.py): its vector says
         # nothing, so only windows holding the query's words may answer.
-        words_only = not legible(texts, getattr(self.embedder, "tokenize", None))
+        words_only = not legible(texts, self.embedder.tokenize
+                                 if isinstance(self.embedder, Tokenizer) else None)
         if words_only and not evidence.held_anywhere:
             return [], None
         # The presenter ranks a pool again by the windows' matched questions.

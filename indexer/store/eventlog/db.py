@@ -20,6 +20,7 @@ import sqlite3
 import threading
 from contextlib import contextmanager
 from pathlib import Path
+from threading import local
 from typing import Any, Iterator
 
 from ...config import Database as Location
@@ -39,13 +40,22 @@ def location_of(where: Location | Path | str) -> Location:
     return Location("sqlite", path=Path(text.removeprefix("sqlite:")))
 
 
+class _OpenBlock(local):
+    """This thread's open block: its pooled connection (PostgreSQL), and its transaction's
+    cursor and depth (0: none). Each thread sees these defaults until it sets its own."""
+
+    conn: PgConnection | None = None
+    cursor: Cursor | None = None
+    depth: int = 0
+
+
 class Database:
     def __init__(self, where: Location | Path | str, read_only: bool = False,
                  upgrade: bool = True) -> None:
         """`upgrade`: bring the schema up to date (eventlog_schema.migrate) at once."""
         self.location = location_of(where)
         self.read_only = read_only
-        self._local = threading.local()  # this thread's open block: connection, depth
+        self._local = _OpenBlock()
         if self.location.kind == "sqlite":
             self.dialect = SQLITE
             self._open_sqlite()
@@ -109,7 +119,7 @@ class Database:
             with self._lock:
                 yield self._db
             return
-        held = getattr(self._local, "conn", None)
+        held = self._local.conn
         if held is not None:
             yield held
             return
@@ -133,11 +143,13 @@ class Database:
         thread ends, rolled back if it raised. `immediate=False`: a consistent read that
         takes SQLite's write lock only if it writes."""
         with self._connection() as conn:
-            depth = getattr(self._local, "depth", 0)
+            depth = self._local.depth
             if depth:
+                outer = self._local.cursor
+                assert outer is not None  # set with the depth
                 self._local.depth = depth + 1
                 try:
-                    yield self._local.cursor
+                    yield outer
                 finally:
                     self._local.depth = depth
                 return
@@ -161,7 +173,7 @@ class Database:
         here; what its WAL and dead rows keep, and until when, is docs/storage.md's."""
         if self.location.kind != "sqlite" or self.read_only:
             return True
-        if getattr(self._local, "depth", 0):
+        if self._local.depth:
             return False  # inside a transaction SQLite cannot: the caller's next one will
         with self._lock:
             busy, _, _ = self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
