@@ -63,7 +63,7 @@ class Bot:
         `wall`: the clock kept commands were stamped with (their age at a restart)."""
         self.cfg, self.index, self.matrix = cfg, index, matrix
         self.index_changed = index_changed
-        self.kept = getattr(index, "commands", None)  # CommandLog; None: not kept
+        self.kept = index.commands  # CommandLog; None: not kept
         self._wall = wall
         self.responder = Responder(
             index.searcher, matrix.send, cfg.bot_user, cfg.search.default_top_k,

@@ -16,13 +16,14 @@ import time
 from collections import OrderedDict, defaultdict, deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, Protocol
 
 from indexer.clock import Clock, retrying
 from indexer.derived.filter import EmittedSection
 from indexer.ingest.events import MessageEvent
 from indexer.records import Hit, RoomID
-from indexer.search.searcher import Searcher
+from indexer.search.abstain import Floor
+from indexer.search.query import SourceQuery
 
 from .commands import (HELP, CommandError, ForgetMeCommand, HelpCommand, StatusCommand,
                        WhyCommand,
@@ -63,9 +64,19 @@ class RateLimiter:
         return 0.0
 
 
+class SearchPort(Protocol):
+    """What the responder asks of the searcher (indexer/search/searcher.Searcher)."""
+
+    floor: Floor | None  # the abstain floor `why 1` explains after "nothing matches"
+
+    def search_with_closest(self, query: SourceQuery) -> tuple[list[Hit], Hit | None]:
+        """The hits, and when the floor left none, the closest one below it."""
+        ...
+
+
 @dataclass
 class Responder:
-    searcher: Searcher
+    searcher: SearchPort
     send: Send  # (room_id, content) -> event id
     bot_user: str
     default_top_k: int = 5
@@ -187,7 +198,7 @@ class Responder:
                                 f"try again in {math.ceil(wait)} s.")
         started = time.monotonic()
         hits, closest = await asyncio.get_running_loop().run_in_executor(
-            self.executor, _search_with_closest, self.searcher, query)
+            self.executor, self.searcher.search_with_closest, query)
         if self.on_search_seconds:
             self.on_search_seconds(time.monotonic() - started)
         log.info("query_answered", extra={"room_id": m.room_id, "event_id": m.event_id,
@@ -215,7 +226,7 @@ class Responder:
             if n != 1:
                 return render_error("Your last query had no hits; `!sources why 1` explains "
                                     "the closest one.")
-            floor = getattr(self.searcher, "floor", None)
+            floor = self.searcher.floor
             return render_why(1, closest, texts, self.rrf_k,
                               floor=floor.for_query(texts) if floor is not None else None)
         if not 1 <= n <= len(hits):
@@ -225,12 +236,3 @@ class Responder:
                                  f"ask about 1 to {len(hits)}.") if hits else
                                 "Your last query had no hits to explain.")
         return render_why(n, hits[n - 1], texts, self.rrf_k)
-
-
-def _search_with_closest(searcher, query) -> tuple[list[Hit], Hit | None]:
-    """The hits, and when the similarity floor left none, the closest one below it (for
-    `!sources why 1`). A searcher without `search_with_closest` has no floor to explain."""
-    search = getattr(searcher, "search_with_closest", None)
-    if search is None:
-        return searcher.search(query), None
-    return search(query)

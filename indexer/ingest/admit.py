@@ -161,7 +161,7 @@ class Ingest:
             if isinstance(ev, MessageEvent) and ev.is_command:
                 result.commands += 1  # never stored (the bot answers live ones)
                 continue
-            room_id = getattr(ev, "room_id", None) or getattr(ev, "message", None) and ev.message.room_id
+            room_id = ev.room_id
             if room_id is None or room_id not in self.gate.allowlist:
                 result.refused[rules.NOT_ALLOWLISTED] += 1  # never read: no journal, no log
                 continue

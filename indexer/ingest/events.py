@@ -60,6 +60,11 @@ class MessageEvent:
     thread_root: EventID | None = None
     is_command: bool = False
 
+    @property
+    def room_id(self) -> RoomID:
+        """The message's room: every parsed event has one (Skipped: None if unknown)."""
+        return self.message.room_id
+
 
 @dataclass(frozen=True, slots=True)
 class EditEvent:

@@ -326,6 +326,11 @@ class FakeSearcher:
         self.queries.append(query)
         return self.hits
 
+    floor = None  # no abstain floor to explain
+
+    def search_with_closest(self, query):
+        return self.search(query), None
+
 
 class Clock:
     def __init__(self) -> None:

@@ -40,6 +40,11 @@ class SlowSearcher:
         self.release.wait(60)
         return []
 
+    floor = None  # no abstain floor to explain
+
+    def search_with_closest(self, query):
+        return self.search(query), None
+
 
 def command(i: int, room: str = ROOM_A) -> dict:
     return msg(f"$cmd{i}", room=room) | {
@@ -107,7 +112,9 @@ async def test_a_failed_command_gets_a_reply_saying_it_is_logged(env, caplog):
         return "$reply"
 
     class Broken:
-        def search(self, query):
+        floor = None
+
+        def search_with_closest(self, query):
             raise RuntimeError("index unreadable")
 
     responder = Responder(Broken(), send, BOT, limiter=RateLimiter(0))
@@ -187,6 +194,11 @@ class RecordingSearcher:
     def search(self, query):
         self.queries.append(query)
         return []
+
+    floor = None  # no abstain floor to explain
+
+    def search_with_closest(self, query):
+        return self.search(query), None
 
 
 async def _answer_one(env, body: str) -> tuple[list[dict], RecordingSearcher]:

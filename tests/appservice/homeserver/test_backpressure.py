@@ -170,6 +170,11 @@ class Searcher:
         self.asked.append(query.texts)
         return []
 
+    floor = None  # no abstain floor to explain
+
+    def search_with_closest(self, query):
+        return self.search(query), None
+
 
 def bot_over(w: World, now: list[float]) -> tuple[Bot, Matrix, Searcher]:
     cfg = SimpleNamespace(bot_user=BOT, homeserver=SimpleNamespace(domain="example.org"),

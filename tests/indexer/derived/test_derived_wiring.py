@@ -113,8 +113,10 @@ def test_chat_hits_make_one_section_each_with_their_events():
 
 
 class OneHit:
-    def search(self, query):
-        return [ref_hit()]
+    floor = None
+
+    def search_with_closest(self, query):
+        return [ref_hit()], None
 
 
 def command(body: str) -> MessageEvent:
