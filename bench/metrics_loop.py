@@ -123,7 +123,7 @@ async def measure(big_log: Path) -> dict:
     metrics.attach(MetricSources(
         pipeline=SimpleNamespace(stats=PipelineStats(), derived=None, failing={}),
         transactions=handler, worker=SimpleNamespace(failures=0),
-        store=SimpleNamespace(terms=None), figures=figures, ready=lambda: True))
+        terms=None, figures=figures, ready=lambda: True))
     app = web.Application()
     app.router.add_get("/metrics", metrics.handle_metrics)
     app.router.add_put("/_matrix/app/v1/transactions/{transaction_id}", handler.handle)

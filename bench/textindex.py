@@ -94,6 +94,7 @@ def files_with(paths, needle: bytes) -> list[str]:
 
 def postings(log, texts: list[str], folder: Path) -> dict:
     from indexer.search.searcher import _lexical_ranker
+    from indexer.search.termindex import TermIndex
     from indexer.search.termindex_build import start_term_index
     from indexer.store.vectors.chroma import ChromaStore
 
@@ -103,13 +104,13 @@ def postings(log, texts: list[str], folder: Path) -> dict:
         store = ChromaStore(path=Path(tmp) / "chroma", eventlog=log)
         after_open = rss_kib()
         t = time.perf_counter()
-        terms = start_term_index(store, store.eventlog)
+        terms = start_term_index(TermIndex(), store.eventlog)  # nothing written meanwhile
         if not terms.ready.wait(1800):
             raise SystemExit("the postings were not built in 30 minutes")
         build_s = time.perf_counter() - t
         gc.collect()
         grown = rss_kib() - after_open
-        ranker = _lexical_ranker(store)
+        ranker = _lexical_ranker(store, terms)
         assert ranker.index is terms
         for x in texts[:20]:
             ranker.rank(x, 20)

@@ -1,6 +1,8 @@
 """Opening the index from a config: the parts every command and the service share.
 
-The object graph is built here, once, and nothing patches it afterwards. It is acyclic:
+The object graph is built here, once, and nothing patches it afterwards: each part is
+handed what it uses when it is made (the keyword postings, to the store that keeps
+them in step and to the searcher that reads them). It is acyclic:
 
     Pipeline --> Ingest --> Purger --> Compaction --> WriteGuard (lock, purge counts)
     Pipeline ------------------------> Compaction, WriteGuard, store
@@ -38,6 +40,7 @@ from .search.abstain import Floor
 from .search.linkage import Horizon
 from .search.present import Presenter
 from .search.searcher import Searcher
+from .search.termindex import TermIndex
 from .search.termindex_build import start_term_index
 from .store.answers import AnswerLog
 from .store.commands import CommandLog
@@ -51,21 +54,23 @@ from .store.writeguard import WriteGuard
 
 
 def open_store(cfg: Config, eventlog: EventLog | None = None,
-               inspect: bool = False) -> ChromaStore:
+               inspect: bool = False, terms: TermIndex | None = None) -> ChromaStore:
     """The collection, with its text and its live generation read from the event log.
     `inspect` (doctor, the start refusal): never create or touch an event log that is
     missing or damaged; the collection is then opened without it (its live generation
-    found on disk, no text)."""
+    found on disk, no text). `terms`: keyword postings the store keeps in step with
+    its writes (the collection's one writer only)."""
     if eventlog is None and inspect:
         from .store.eventlog.check import check_eventlog
 
         if check_eventlog(cfg.database).state != "ok":
             return _chroma(cfg, None)
     eventlog = eventlog if eventlog is not None else EventLog(cfg.database)
-    return _chroma(cfg, eventlog)
+    return _chroma(cfg, eventlog, terms)
 
 
-def _chroma(cfg: Config, eventlog: EventLog | None) -> ChromaStore:
+def _chroma(cfg: Config, eventlog: EventLog | None,
+            terms: TermIndex | None = None) -> ChromaStore:
     seg = cfg.chroma.segments
     policy = SegmentPolicy(seg.hot_windows, seg.merge_fanout, seg.max_windows)
     shared = cfg.index.pipeline == "external"  # workers write it too (segments.Segments)
@@ -73,11 +78,13 @@ def _chroma(cfg: Config, eventlog: EventLog | None) -> ChromaStore:
         files = ServerFiles(cfg.chroma.persist_dir) if cfg.chroma.persist_dir else None
         try:
             return ChromaStore(host=cfg.chroma.host, port=cfg.chroma.port, eventlog=eventlog,
-                               server_files=files, policy=policy, shared=shared)
+                               server_files=files, policy=policy, shared=shared,
+                               follower=terms)
         except ServerFilesError as e:  # said as a config error: the key and the file
             key, _, message = str(e).partition(": ")
             raise ConfigError(cfg.file, key, message) from None
-    return ChromaStore(path=cfg.chroma.path, eventlog=eventlog, policy=policy, shared=shared)
+    return ChromaStore(path=cfg.chroma.path, eventlog=eventlog, policy=policy, shared=shared,
+                       follower=terms)
 
 
 def writers(eventlog: EventLog, journal: Journal, store: ChromaStore, embedder: Embedder,
@@ -125,6 +132,9 @@ class Index:
     commands: CommandLog  # `!sources` commands taken and not answered yet
     manifest: Manifest | None = None  # artifacts: loaded on first use, not at open
     matcher: Matcher | None = None
+    # The keyword leg's postings (Index.open with `postings`), which the store keeps in
+    # step and the searcher reads; None: the leg scans the event log.
+    terms: TermIndex | None = None
 
     @classmethod
     def open(cls, cfg: Config, embedder: Embedder | None = None, postings: bool = False,
@@ -134,11 +144,15 @@ class Index:
         collection's one writer (the service, holding the data dir's lock)."""
         eventlog = EventLog(cfg.database)
         journal = Journal(cfg.journal_path)
-        store = open_store(cfg, eventlog)
+        # 0 lexical_max_terms: no keyword leg, no postings. The store follows them from
+        # its opening, before the build lists the windows: what is written since reaches
+        # them.
+        terms = TermIndex() if postings and cfg.search.lexical_max_terms else None
+        store = open_store(cfg, eventlog, terms=terms)
         # Searches first: before the model (the pipeline) and the postings' build.
         turns = ModelTurns()
-        if postings and cfg.search.lexical_max_terms:  # 0: no keyword leg, no postings
-            start_term_index(store, eventlog, on_ready=on_postings_ready, turns=turns)
+        if terms is not None:
+            start_term_index(terms, eventlog, on_ready=on_postings_ready, turns=turns)
         embedder = embedder or load_embedder(cfg.index.embedder.model, cfg.index.embedder.backend, cfg.models_dir)
         gate = Gate(frozenset(load_allowlist(cfg.allowlist_path)), UserID(cfg.bot_user),
                     cfg.puppet_patterns, cfg.bridge_servers, cfg.bridge_puppets,
@@ -159,9 +173,9 @@ class Index:
         searcher = Searcher(query_side(embedder), store, cfg.search.rrf_k, lexical_max_terms=cfg.search.lexical_max_terms,
                             floor=Floor(cfg.search.min_similarity, cfg.search.no_shared_word_margin,
                                         cfg.search.no_shared_word_margin_by_script),
-                            presenter=presenter, turns=turns)
+                            presenter=presenter, turns=turns, terms=terms)
         return cls(cfg, eventlog, journal, store, embedder, gate, ingest, pipeline, searcher,
-                   AnswerLog(eventlog), CommandLog(eventlog), manifest, matcher)
+                   AnswerLog(eventlog), CommandLog(eventlog), manifest, matcher, terms)
 
     def record_answer(self, reply_event_id: str, sections: list[EmittedSection],
                       sent_ms: int) -> int:

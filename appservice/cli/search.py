@@ -109,7 +109,7 @@ class Searching:
             from .progress import load_model
 
             self._index = Index.open(self.cfg, load_model(self.cfg), postings=self.postings)
-            terms = self._index.store.terms
+            terms = self._index.terms
             while terms is not None and not terms.ready.wait(0.5):
                 if not any(t.name == "term-index" for t in threading.enumerate()):
                     break  # the build failed (logged): the leg scans the event log instead

@@ -72,7 +72,7 @@ class MetricSources:
     pipeline: Any  # indexer.pipeline.pipeline.Pipeline: stats, derived, failing
     transactions: Any  # .transactions.TransactionHandler: received, replayed
     worker: Any  # indexer.pipeline.worker.PipelineWorker: failures
-    store: Any  # indexer.store.vectors.chroma.ChromaStore: terms
+    terms: Any  # indexer.search.termindex.TermIndex (its ready, stats) or None
     figures: EventLogFigures
     ready: Callable[[], bool]
     backlog: Any = None  # .backlog.BacklogBound: pending, oldest wait, bound, refusals
@@ -156,7 +156,7 @@ class _IndexCollector:
         yield c
 
     def _terms(self):
-        terms = self.sources.store.terms
+        terms = self.sources.terms
         g = GaugeMetricFamily("matrix_sources_term_index_ready",
                               "1 once the keyword leg answers from memory, not Chroma")
         g.add_metric([], 1.0 if terms is not None and terms.ready.is_set() else 0.0)

@@ -159,7 +159,7 @@ class Service:
                                      lambda: self.worker.consecutive_failures,
                                      lambda: self.worker.last_error)})
         self.metrics.attach(MetricSources(
-            self.pipeline, self.transactions, self.worker, self.store,
+            self.pipeline, self.transactions, self.worker, self.index.terms,
             EventLogFigures(self.eventlog.path), lambda: self.health.ready, self.backlog))
         # Routes must exist before the aiohttp runner starts in az.start().
         self.az.app.router.add_get("/health", self.health.handle)

@@ -86,6 +86,9 @@ class Searcher:
         self.texts = WindowTexts(self.store.eventlog)
     # The model shared with the pipeline: a search goes first (models/turns.py).
     turns: ModelTurns | None = None
+    # The keyword leg's postings, kept in step with the store's writes (the service's:
+    # components.Index.open); None: the leg scans the event log.
+    terms: TermIndex | None = None
 
     def search(self, query: SourceQuery) -> list[Hit]:
         return self.search_with_closest(query)[0]
@@ -140,7 +143,7 @@ class Searcher:
         sense would take seconds."""
         if not self.lexical_max_terms:
             return None
-        ranker = _lexical_ranker(self.store)
+        ranker = _lexical_ranker(self.store, self.terms)
         return ranker.df if ranker.index is not None else None
 
     def _evidence(self, texts: list[str]) -> Evidence:
@@ -148,7 +151,7 @@ class Searcher:
         script, lexical.weighed_text); none without a keyword leg."""
         if not self.lexical_max_terms:
             return NO_EVIDENCE
-        ranker = _lexical_ranker(self.store)
+        ranker = _lexical_ranker(self.store, self.terms)
         asked = [weighed_text(t, self.lexical_max_terms) for t in texts]
         return Evidence.of(asked, ranker.df, ranker.total(),
                            any(is_keywords(t, self.lexical_max_terms) for t in asked))
@@ -169,7 +172,7 @@ class Searcher:
 
     def _lexical_lists(self, texts: list[str], n: int, where: dict | None) -> list[list[str]]:
         """The keyword leg's ranked ids, one list per text it searches (lexical_text)."""
-        ranker = _lexical_ranker(self.store)
+        ranker = _lexical_ranker(self.store, self.terms)
         asked = [lexical_text(t, self.lexical_max_terms) for t in texts]
         return [ids for ids in (ranker.rank(t, n, where) for t in asked if t) if ids]
 
@@ -235,7 +238,7 @@ class Searcher:
 SCAN_WINDOWS_MAX = 20_000
 
 
-def _lexical_ranker(store: ChromaStore) -> LexicalRanker:
+def _lexical_ranker(store: ChromaStore, postings: TermIndex | None) -> LexicalRanker:
     texts = WindowTexts(store.eventlog)
 
     def fetch(ids: list[str]) -> dict[str, tuple[str, ...]]:
@@ -245,10 +248,9 @@ def _lexical_ranker(store: ChromaStore) -> LexicalRanker:
         return {w.window_id: bodies_of(w.corpus, text, lines)
                 for w, (text, lines) in zip(windows, texts.read(windows))}
 
-    # The store's postings once built (the service's own store; termindex.py).
-    terms = store.terms if isinstance(store.terms, TermIndex) and store.terms.ready.is_set() \
-        else None
-    if isinstance(store.terms, TermIndex) and terms is None and store.count() > SCAN_WINDOWS_MAX:
+    # The postings once built (the service's, following its store; termindex.py).
+    terms = postings if postings is not None and postings.ready.is_set() else None
+    if postings is not None and terms is None and store.count() > SCAN_WINDOWS_MAX:
         # Postings still building, and a scan would take seconds a term: no word leg yet,
         # and every term weighs the same (df 0).
         return LexicalRanker(lambda base, prefix, where: [], fetch, store.count, None)

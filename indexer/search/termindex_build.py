@@ -1,6 +1,7 @@
 """The lexical leg's postings (termindex.py) built when the service starts: from the
 event log's text, in a background thread, page by page, yielding to searches; the store
-keeps them in step with its writes from the moment they are attached."""
+keeps them in step with its writes, having been handed them when it was opened
+(components.Index.open)."""
 
 from __future__ import annotations
 
@@ -14,25 +15,23 @@ from .termindex import TermIndex, matchable
 
 if TYPE_CHECKING:
     from ..models.turns import ModelTurns
-    from ..store.vectors.chroma import ChromaStore
     from ..store.eventlog.log import EventLog
 
 log = logging.getLogger(f"matrix_sources.{__name__}")
 
 
-def start_term_index(store: ChromaStore, eventlog: EventLog, page: int = 250,
+def start_term_index(terms: TermIndex, eventlog: EventLog, page: int = 250,
                      on_ready: Callable[[], None] | None = None,
                      turns: ModelTurns | None = None) -> TermIndex:
-    """Postings for the lexical leg, following `store`'s writes: built from the event
-    log's text in a background thread (the leg scans the event log until it is ready),
-    then kept in step by the store. Only for the process that is the collection's one
-    writer: another writer's changes would not reach it. With `turns`, the build waits
+    """Build `terms`, the postings for the lexical leg, from the event log's text in a
+    background thread (the leg scans the event log until they are ready); returns them.
+    The store the event log's windows are in follows them from its opening
+    (ChromaStore's `follower`), so a window written meanwhile reaches them. Only for
+    the process that is the collection's one writer: another writer's changes would
+    not reach them. With `turns`, the build waits
     before each page while a search waits or runs: a search shares the GIL with one
     page at most (`page` windows, about 30 ms), not with the build (a million windows
     build for 3 minutes; `!sources` meanwhile took 2.1 s at p95 without the pause)."""
-    terms = TermIndex()
-    store.terms = terms  # before the ids are listed: what is written since reaches it
-
     def pages(ids: list[str]):
         wanted = set(ids)
         parts: list[list[str]] = []

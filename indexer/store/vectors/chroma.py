@@ -42,7 +42,8 @@ log = logging.getLogger(f"matrix_sources.{__name__}")
 
 class WriteFollower(Protocol):
     """Kept in step with every write of the store: the lexical leg's postings
-    (search/termindex.py), which the collection's one writer process attaches."""
+    (search/termindex.py), which the composition root hands the store of the
+    collection's one writer process (components.Index.open)."""
 
     def windows_written(self, windows: Sequence[Window]) -> None: ...
 
@@ -63,14 +64,17 @@ class ChromaStore:
                  port: int | None = None, collection: str = COLLECTION,
                  eventlog: EventLog | None = None,
                  server_files: ServerFiles | None = None,
-                 policy: SegmentPolicy | None = None, shared: bool = False) -> None:
+                 policy: SegmentPolicy | None = None, shared: bool = False,
+                 follower: WriteFollower | None = None) -> None:
         """`server_files`: a server's persist dir this host reaches, cleaned after each
         dropped generation (server_files.py). `policy`: the segments' sizes. `shared`:
-        embedding workers in other processes write the collection too (Segments)."""
+        embedding workers in other processes write the collection too (Segments).
+        `follower`: kept in step with every write from the first (the keyword postings,
+        in the collection's one writer process)."""
         self.path = None if host else path  # the embedded folder (its generations)
         self.eventlog = eventlog
         # The lexical leg's postings (search/termindex.py), only in the one writer process.
-        self.terms: WriteFollower | None = None
+        self._follower = follower
         if path is not None and not host:
             path.mkdir(parents=True, exist_ok=True)
         gens = Generations(path, host, port, collection,
@@ -115,8 +119,8 @@ class ChromaStore:
         """Drop every record (a rebuild: rebuild.py): one fresh, empty segment."""
         old = self._segs.reset()
         self._segs.drop(old, self._segs.epoch)
-        if self.terms is not None:
-            self.terms.clear()
+        if self._follower is not None:
+            self._follower.clear()
 
     # -- segments (segments.py, vectors/compactor.py) --------------------------------
 
@@ -169,8 +173,8 @@ class ChromaStore:
             return
         self._upsert([w.window_id for w in windows], vectors,
                      [window_metadata(w) for w in windows])
-        if self.terms is not None:
-            self.terms.windows_written(windows)
+        if self._follower is not None:
+            self._follower.windows_written(windows)
 
     def _delete(self, ids: Sequence[str]) -> None:
         for seg, part in self._segs.locate(list(ids)):
@@ -185,8 +189,8 @@ class ChromaStore:
             if self.eventlog is not None and self.eventlog.texts.drop_ref_texts(window_ids):
                 self.eventlog.truncate_wal()  # its page images held the text
             self._delete(window_ids)
-            if self.terms is not None:
-                self.terms.remove(window_ids)
+            if self._follower is not None:
+                self._follower.remove(window_ids)
 
     def delete_room(self, room_id: RoomID) -> list[WindowID]:
         """Delete every window of the room; returns their ids."""
@@ -195,8 +199,8 @@ class ChromaStore:
             for i in got]
         if ids:
             self._delete(ids)
-            if self.terms is not None:
-                self.terms.remove(ids)
+            if self._follower is not None:
+                self._follower.remove(ids)
         return [WindowID(i) for i in ids]
 
     def upsert_references(self, ids: Sequence[str], vectors: Sequence[Sequence[float]],
@@ -209,8 +213,8 @@ class ChromaStore:
             self.eventlog.texts.put_ref_texts(
                 (i, str(m.get("ref_corpus", "")), t) for i, t, m in zip(ids, texts, metadatas))
         self._upsert(list(ids), vectors, list(metadatas))
-        if self.terms is not None:
-            self.terms.texts_written(ids, texts, metadatas)
+        if self._follower is not None:
+            self._follower.texts_written(ids, texts, metadatas)
 
     # -- reading ---------------------------------------------------------------------
 

@@ -144,8 +144,7 @@ async def test_health_and_metrics_say_how_far_behind_indexing_is(tmp_path):
         assert 89 <= report["backlog"]["oldest_pending_seconds"] <= 95
         assert "indexing 3 messages behind, the oldest waiting" in report["detail"]
         metrics = ServiceMetrics()
-        metrics.attach(MetricSources(w.pipeline, w.handler, SimpleNamespace(failures=0),
-                                     SimpleNamespace(terms=None),
+        metrics.attach(MetricSources(w.pipeline, w.handler, SimpleNamespace(failures=0), None,
                                      EventLogFigures(w.log.path), lambda: True, w.backlog))
         await put(w.client, "2", {"events": texts(1, 3)})  # refused
         text = (await metrics.handle_metrics(None)).body.decode()

@@ -17,6 +17,7 @@ from indexer.records import ChunkPolicy, EventID, Message, RoomID, UserID
 from indexer.search import searcher as searcher_module
 from indexer.search.gloss import gloss, has_han
 from indexer.search.searcher import Searcher, SourceQuery
+from indexer.search.termindex import TermIndex
 from indexer.search.termindex_build import start_term_index
 
 from tests.storekit import index, open_store
@@ -82,8 +83,9 @@ def test_the_searcher_asks_the_postings_which_sense_its_chat_means(tmp_path):
     asked = SourceQuery.build(["容器的端口？"], 1)
     # Before the postings are built, the dictionary's first sense.
     assert Searcher(emb, store).search(asked)[0].first_event_id == "$m2"
-    assert start_term_index(store, store.eventlog).ready.wait(30)
-    assert Searcher(emb, store).search(asked)[0].first_event_id in ("$m0", "$m4")
+    terms = start_term_index(TermIndex(), store.eventlog)
+    assert terms.ready.wait(30)
+    assert Searcher(emb, store, terms=terms).search(asked)[0].first_event_id in ("$m0", "$m4")
 
 
 @pytest.fixture

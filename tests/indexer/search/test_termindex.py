@@ -237,14 +237,15 @@ def _make_window(i: int, room: str, body: str) -> Window:
 def test_the_store_keeps_its_postings_in_step_and_the_leg_matches_chroma(tmp_path):
     from indexer.search.searcher import Searcher, SourceQuery, _lexical_ranker
 
-    store = open_store(tmp_path)
+    terms_index = TermIndex()  # followed by the store from its opening, as the service's
+    store = open_store(tmp_path, follower=terms_index)
     emb = HashEmbedder()
     bodies_ = ["how do I resize a partition with gparted", "grub rescue prompt after update",
                "partitioning the new disk", "nvidia driver blank screen", "wifi drops"]
     windows = [_make_window(i, "!a:example.org" if i % 2 else "!b:example.org", b)
                for i, b in enumerate(bodies_)]
     index(store, windows[:3], emb.encode(bodies_[:3]))
-    terms_index = start_term_index(store, store.eventlog, page=2)
+    assert start_term_index(terms_index, store.eventlog, page=2) is terms_index
     assert terms_index.ready.wait(30)
     index(store, windows[3:], emb.encode(bodies_[3:]))
     store.delete([windows[0].window_id])
@@ -252,13 +253,13 @@ def test_the_store_keeps_its_postings_in_step_and_the_leg_matches_chroma(tmp_pat
     chroma_only = ChromaStore(path=tmp_path / "chroma", eventlog=store.eventlog)
     for query, where in [("partition", None), ("grub", None), ("nvidia screen", None),
                          ("partition", {"room_id": "!b:example.org"}), ("resize", None)]:
-        ours = _lexical_ranker(store)
+        ours = _lexical_ranker(store, terms_index)
         assert ours.index is terms_index
-        theirs = _lexical_ranker(chroma_only)
+        theirs = _lexical_ranker(chroma_only, None)
         assert theirs.index is None
         assert ours.rank(query, 10, where) == theirs.rank(query, 10, where), query
-    assert _lexical_ranker(store).rank("resize", 10) == []  # its window was deleted
-    hits = Searcher(emb, store).search(SourceQuery.build(["grub"]))
+    assert _lexical_ranker(store, terms_index).rank("resize", 10) == []  # its window went
+    hits = Searcher(emb, store, terms=terms_index).search(SourceQuery.build(["grub"]))
     assert hits and hits[0].window_id == windows[1].window_id
     store.reset()
     assert terms_index.count() == 0
@@ -287,16 +288,17 @@ def test_a_large_index_waits_for_its_postings_instead_of_scanning(tmp_path, monk
     bodies_ = ["grub rescue prompt after update", "partitioning the new disk", "wifi drops"]
     windows = [_make_window(i, "!a:example.org", b) for i, b in enumerate(bodies_)]
     index(store, windows, emb.encode(bodies_))
-    store.terms = building = TermIndex()  # as start_term_index leaves it until built
+    building = TermIndex()  # as start_term_index leaves it until built
     monkeypatch.setattr(searcher, "SCAN_WINDOWS_MAX", 3)
-    assert searcher._lexical_ranker(store).rank("grub", 10) == [windows[0].window_id]
-    assert searcher._lexical_ranker(store).df("grub") == 1
+    assert searcher._lexical_ranker(store, building).rank("grub", 10) == [windows[0].window_id]
+    assert searcher._lexical_ranker(store, building).df("grub") == 1
     monkeypatch.setattr(searcher, "SCAN_WINDOWS_MAX", 2)
-    waiting = searcher._lexical_ranker(store)
+    waiting = searcher._lexical_ranker(store, building)
     assert waiting.rank("grub", 10) == [] and waiting.df("grub") == 0
-    hits = searcher.Searcher(emb, store).search(searcher.SourceQuery.build(["grub"]))
+    hits = searcher.Searcher(emb, store, terms=building).search(
+        searcher.SourceQuery.build(["grub"]))
     assert all(h.window_id in {w.window_id for w in windows} for h in hits)
     building.build([w.window_id for w in windows],
                    lambda ids: iter([(ids, [[b] for b in bodies_],
                                       [{"room_id": "!a:example.org", "corpus": "chat"}] * 3)]))
-    assert searcher._lexical_ranker(store).rank("grub", 10) == [windows[0].window_id]
+    assert searcher._lexical_ranker(store, building).rank("grub", 10) == [windows[0].window_id]
