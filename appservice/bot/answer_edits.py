@@ -8,6 +8,7 @@ gone left out, and sent as an `m.replace` of the reply.
 from __future__ import annotations
 
 from indexer.store.answers import RecordedAnswer
+from indexer.store.eventlog.rows import EventText
 from indexer.records import EventID, Hit, Line, UserID
 
 from .replies import Reply, render_hits
@@ -16,16 +17,16 @@ EDITED = "edited: a message quoted here was deleted"
 EDIT_HEADER = f"Sources ({EDITED})"  # when the question can no longer be read
 
 
-def rebuild_reply(rec: RecordedAnswer, lines: dict[str, tuple[str, int, str]],
+def rebuild_reply(rec: RecordedAnswer, lines: dict[str, EventText],
                   fallback_server: str | None = None,
                   question: tuple[str, ...] = ()) -> Reply:
-    """lines: event id -> (sender, ts, body) of the events whose text is still there;
+    """lines: the text of the quoted events whose text is still there;
     question: the texts of the command answered (read back from the homeserver, never
     stored here), for the "Sources for" line the reply had."""
     hits = []
     for h in rec.hits:
         kept = [e for e in h.get("quoted", []) if e in lines]
-        shown = tuple(Line(EventID(e), UserID(lines[e][0]), lines[e][1], lines[e][2],
+        shown = tuple(Line(EventID(e), UserID(lines[e].sender), lines[e].ts, lines[e].body,
                            "linked" if e in h.get("answer_event_ids", ()) else "")
                       for e in kept)
         hits.append(Hit.from_json(h, shown=shown))

@@ -32,6 +32,7 @@ from typing import Collection, Sequence
 
 from ..config import DerivedConfig
 from ..store.eventlog.log import EventLog
+from ..store.eventlog.rows import DerivedMark
 from ..store.journal import Journal
 from .manifest import ArtifactInfo, Manifest, emitted_iso
 from .normalise import normalise, sha256_normalised, shingles, words
@@ -183,10 +184,9 @@ class DerivedFilter:
                                min_words=self.matcher.cfg.min_words)
 
     @staticmethod
-    def _rows(found: list[tuple[Message, DerivedMatch]]
-              ) -> list[tuple[EventID, str, str, float, float]]:
-        return [(m.event_id, match.artifact, match.kind, match.score, match.threshold)
-                for m, match in found]
+    def _rows(found: list[tuple[Message, DerivedMatch]]) -> list[DerivedMark]:
+        return [DerivedMark(m.event_id, match.artifact, match.kind, match.score,
+                            match.threshold) for m, match in found]
 
     def _count(self, room_id: RoomID, found: list[tuple[Message, DerivedMatch]]) -> None:
         self.excluded += len(found)

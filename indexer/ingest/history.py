@@ -8,6 +8,8 @@ from typing import Sequence
 
 from ..store.eventlog.log import EventLog
 from ..store.eventlog.history import Applied, Edit, Redaction
+from ..store.eventlog.rows import DirtyWindow
+from ..records import RoomID
 from .events import EditEvent, RedactionEvent
 
 __all__ = ["Applied", "History", "operations"]
@@ -31,6 +33,6 @@ class History:
         self.eventlog.append([], history=operations(events), applied=applied)
         return applied
 
-    def dirty(self, room_id=None) -> list[tuple[str, str, bool]]:
-        """(window id, room id, whether a redaction made it dirty) of dirty windows."""
+    def dirty(self, room_id: RoomID | None = None) -> list[DirtyWindow]:
+        """The windows an edit or a redaction left to re-chunk."""
         return self.eventlog.history.dirty(room_id)

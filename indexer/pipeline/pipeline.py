@@ -40,7 +40,7 @@ import threading
 from collections import Counter
 from contextlib import contextmanager, nullcontext
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Protocol
 
 from .chunker import build_blocks, commit_batches, document, embed_text
@@ -51,6 +51,7 @@ from ..ingest.history import History
 from ..models.embedder import Embedder, encode_in_length_order
 from ..models.turns import ModelTurns
 from ..store.eventlog.log import EventLog
+from ..store.eventlog.rows import BlockStart, DirtyWindow, WindowMove
 from .claims import RoomClaims
 from ..records import EventID, Message, RoomID, Window, WindowID
 from ..store.vectors.chroma import ChromaStore
@@ -86,6 +87,17 @@ class _Step:
     texts: list[str] = field(default_factory=list)  # what is embedded, one per window
     # The timeline's last block starts here (the last step of a plan records it).
     block_start: EventID | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Rechunk:
+    """A dirty window re-cut (rechunk_windows): what becomes of it, stored together."""
+
+    old: WindowID
+    redacted: bool  # its old vector must leave the store's files too (a compaction)
+    window: Window | None  # it as it is now; None: no message of it is left
+    generation: int  # its room's purge count when it was read
+    vector: list[float] | None = None  # the window's, once embedded
 
 
 class Screen(Protocol):
@@ -172,9 +184,8 @@ class Pipeline:
         if self.claims is not None:
             self.claims.renew()
         if self.history is not None:
-            self.rechunk_windows([(WindowID(w), RoomID(r), bool(red))
-                                  for w, r, red in self.history.dirty()
-                                  if self.admits(RoomID(r)) and self._claimed(RoomID(r))])
+            self.rechunk_windows([d for d in self.history.dirty()
+                                  if self.admits(d.room_id) and self._claimed(d.room_id)])
         done = 0
         group: list[_Step] = []
         dropped: set[tuple[RoomID, EventID | None]] = set()
@@ -327,11 +338,11 @@ class Pipeline:
                               [v for _, vectors in kept for v in vectors])
             for step, _ in kept:
                 self._record_batch(step.room_id, step.batch, step.stale,
-                                   (step.thread_root, step.block_start)
+                                   BlockStart(step.thread_root, step.block_start)
                                    if step.block_start else None)
         return [step for step, _ in kept]
 
-    def rechunk_windows(self, dirty: list[tuple[WindowID, RoomID, bool]]) -> None:
+    def rechunk_windows(self, dirty: list[DirtyWindow]) -> None:
         """Stored windows whose messages were edited or redacted: upsert each as it is now
         (one window, never split), under its new id
         if its first message went; delete it if nothing is left. `redacted`: its
@@ -344,21 +355,21 @@ class Pipeline:
             # An edit is judged again: a message edited into a quote leaves its window
             # as a redacted one does, its old vector compacted away.
             lost = self.derived.withdraw_edited(
-                self.eventlog.texts.windows_messages(w for w, _, _ in dirty))
-            dirty = [(w, r, redacted or w in lost) for w, r, redacted in dirty]
-        rebuilt: list[tuple[WindowID, bool, Window | None, int]] = []
-        for window_id, room_id, redacted in dirty:
-            generation = self.purges[room_id]
-            messages = self.eventlog.texts.window_messages(window_id)
-            window = Window(chunk_window_id(room_id, messages[0].event_id), room_id,
-                            tuple(messages), self.room_label(room_id)) if messages else None
-            rebuilt.append((window_id, redacted, window, generation))
-        texts = [embed_text(w) for _, _, w, _ in rebuilt if w is not None]
+                self.eventlog.texts.windows_messages(d.window_id for d in dirty))
+            dirty = [d._replace(redacted=d.redacted or d.window_id in lost) for d in dirty]
+        rebuilt: list[_Rechunk] = []
+        for d in dirty:
+            generation = self.purges[d.room_id]
+            messages = self.eventlog.texts.window_messages(d.window_id)
+            window = Window(chunk_window_id(d.room_id, messages[0].event_id), d.room_id,
+                            tuple(messages), self.room_label(d.room_id)) if messages else None
+            rebuilt.append(_Rechunk(d.window_id, d.redacted, window, generation))
+        texts = [embed_text(r.window) for r in rebuilt if r.window is not None]
         vectors = iter(encode_in_length_order(self.embedder, texts, EMBED_CALL, self.turns)
                        if texts else [])
-        paired = [(old, red, w, gen, next(vectors) if w is not None else None)
-                  for old, red, w, gen in rebuilt]
-        rooms = {window_id: room_id for window_id, room_id, _ in dirty}
+        paired = [replace(r, vector=next(vectors)) if r.window is not None else r
+                  for r in rebuilt]
+        rooms = {d.window_id: d.room_id for d in dirty}
         for start in range(0, len(paired), EMBED_BATCH):
             self._store_rechunked(paired[start:start + EMBED_BATCH], rooms)
 
@@ -376,28 +387,31 @@ class Pipeline:
             self.store.follow_live()  # a compaction swapped generations meanwhile
             yield lost
 
-    def _store_rechunked(self, part: list[tuple], rooms: dict[WindowID, RoomID]) -> None:
-        with self.lock, self._fence({rooms[p[0]] for p in part}) as lost:
+    def _store_rechunked(self, part: list[_Rechunk], rooms: dict[WindowID, RoomID]) -> None:
+        with self.lock, self._fence({rooms[p.old] for p in part}) as lost:
             # A room purged or refused since its windows were read: left dirty, and a
             # purge drops its dirty marks with its windows. One whose claim this worker
             # lost: left dirty for the claim's holder.
-            part = [p for p in part if rooms[p[0]] not in lost and (p[2] is None or (
-                self.purges[p[2].room_id] == p[3] and self.admits(p[2].room_id)))]
-            upserts = [(w, v) for _, _, w, _, v in part if w is not None]
+            part = [p for p in part if rooms[p.old] not in lost and (p.window is None or (
+                self.purges[p.window.room_id] == p.generation
+                and self.admits(p.window.room_id)))]
+            upserts = [(p.window, p.vector) for p in part if p.window is not None]
             if upserts:
                 self.store.upsert([w for w, _ in upserts], [v for _, v in upserts])
             # After the upsert: nothing is ever missing.
             kept = {w.window_id for w, _ in upserts}
-            gone = [old for old, _, w, _, _ in part
-                    if (w is None or w.window_id != old) and old not in kept]
+            gone = [p.old for p in part
+                    if (p.window is None or p.window.window_id != p.old) and p.old not in kept]
             self.store.delete(gone)
             self.eventlog.rewindow_many(
-                [(old, w.window_id if w is not None else None) for old, _, w, _, _ in part])
+                [WindowMove(p.old, p.window.window_id if p.window is not None else None)
+                 for p in part])
             self.stats.windows_upserted += len(upserts)
             self.stats.embeddings += len(upserts)
             self.stats.windows_deleted += len(gone)
-        self.request_compaction({i for old, redacted, w, _, _ in part if redacted
-                                 for i in ((old,) if w is None else (old, w.window_id))})
+        self.request_compaction({i for p in part if p.redacted
+                                 for i in ((p.old,) if p.window is None
+                                           else (p.old, p.window.window_id))})
         if part:
             log.info("windows_rechunked", extra={"windows": len(part), "deleted": len(gone)})
 
@@ -412,7 +426,7 @@ class Pipeline:
         return self.compaction.run()
 
     def _record_batch(self, room_id: RoomID, batch: list[Window], stale: list[WindowID],
-                      block_start: tuple[EventID | None, EventID] | None = None) -> None:
+                      block_start: BlockStart | None = None) -> None:
         """A step whose windows are upserted: its stale windows deleted, its events
         pointed at their windows (mark_indexed)."""
         assignments: dict[EventID, WindowID] = {

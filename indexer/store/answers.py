@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 
 from .eventlog.log import EventLog
+from .eventlog.rows import EventText
 from ..records import EventID, Hit
 
 
@@ -67,8 +68,8 @@ class AnswerLog:
                 sorted(event_ids)).fetchall()
         return [RecordedAnswer(r[0], r[1], r[2], r[3], json.loads(r[4])) for r in rows]
 
-    def lines(self, event_ids: list[str]) -> dict[str, tuple[str, int, str]]:
-        """event id -> (sender, ts, body) for events whose text is still there."""
+    def lines(self, event_ids: list[str]) -> dict[EventID, EventText]:
+        """The text of those events whose text is still there."""
         return self.eventlog.texts.event_texts(EventID(e) for e in event_ids)
 
     def forget_quote(self, reply_event_id: str, event_ids: set[EventID]) -> None:

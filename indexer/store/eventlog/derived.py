@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from .db import Database
+from .rows import DerivedMark
 from .sqldialect import Cursor
 from ...records import EventID, EventStatus, RoomID, WindowID
 
@@ -16,15 +17,14 @@ class DerivedColumns:
 
     # -- derived messages (DESIGN.md "Derived filter"; the pipeline tags them) -------
 
-    def mark_derived(self, rows: Iterable[tuple[EventID, str, str, float, float]]) -> int:
-        """Tag pending events derived, with (event id, artifact, kind, score, threshold)
-        as judged. Their text stays; they never reach a window. Returns how many."""
+    def mark_derived(self, rows: Iterable[DerivedMark]) -> int:
+        """Tag pending events derived, as judged. Their text stays; they never reach a
+        window. Returns how many."""
         rows = list(rows)
         with self.db.transaction() as cur:
             return self._mark(cur, EventStatus.PENDING, rows)
 
-    def withdraw_derived(self, rows: Iterable[tuple[EventID, str, str, float, float]]
-                         ) -> list[WindowID]:
+    def withdraw_derived(self, rows: Iterable[DerivedMark]) -> list[WindowID]:
         """Tag indexed events derived (an edit made them so), as mark_derived does, and
         take them out of their windows the way a redaction does: each window marked
         dirty, its old vector to be scrubbed from the store's files by a compaction
@@ -32,9 +32,9 @@ class DerivedColumns:
         rows = list(rows)
         with self.db.transaction() as cur:
             windows = {}
-            for event_id, *_ in rows:
+            for mark in rows:
                 row = cur.execute("SELECT window_id, room_id FROM events WHERE event_id = ?"
-                                  " AND status = ?", (event_id, EventStatus.INDEXED.value)
+                                  " AND status = ?", (mark.event_id, EventStatus.INDEXED.value)
                                   ).fetchone()
                 if row is not None and row[0]:
                     windows[row[0]] = row[1]
@@ -46,7 +46,7 @@ class DerivedColumns:
 
     @staticmethod
     def _mark(cur: Cursor, status: EventStatus,
-              rows: Iterable[tuple[EventID, str, str, float, float]]) -> int:
+              rows: Iterable[DerivedMark]) -> int:
         rows = list(rows)
         if not rows:
             return 0
@@ -54,8 +54,8 @@ class DerivedColumns:
             "UPDATE events SET status = ?, window_id = NULL, derived_artifact = ?,"
             " derived_kind = ?, derived_score = ?, derived_threshold = ?"
             " WHERE event_id = ? AND status = ?",
-            [(EventStatus.DERIVED.value, artifact, kind, score, threshold, event_id,
-              status.value) for event_id, artifact, kind, score, threshold in rows]).rowcount
+            [(EventStatus.DERIVED.value, r.artifact, r.kind, r.score, r.threshold, r.event_id,
+              status.value) for r in rows]).rowcount
 
     def text_times(self, event_ids: Iterable[EventID]) -> dict[EventID, int]:
         """Event id -> when its text as it reads now arrived (ms, this service's clock:

@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from .db import Database
+from .rows import DirtyWindow, Withdrawn
 from .sqldialect import Cursor
-from ...records import EventID, EventStatus, RoomID, UserID
+from ...records import EventID, EventStatus, RoomID, UserID, WindowID
 
 GONE = (EventStatus.REDACTED.value, EventStatus.PURGED.value)
 
@@ -63,18 +64,19 @@ class HistoryTables:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    def dirty(self, room_id: RoomID | None = None) -> list[tuple[str, str, bool]]:
-        """(window id, room id, whether a redaction made it dirty) of dirty windows."""
+    def dirty(self, room_id: RoomID | None = None) -> list[DirtyWindow]:
+        """The dirty windows, by id."""
         sql, args = "SELECT window_id, room_id, redacted != 0 FROM dirty_windows", ()
         if room_id is not None:
             sql, args = sql + " WHERE room_id = ?", (room_id,)
         with self.db.transaction(immediate=False) as cur:
-            return cur.execute(sql + " ORDER BY window_id", args).fetchall()
+            rows = cur.execute(sql + " ORDER BY window_id", args).fetchall()
+        return [DirtyWindow(WindowID(w), RoomID(r), bool(red)) for w, r, red in rows]
 
     # -- forgetting a user (ingest/forget.py): the redaction path, by sender ---------
 
     def forget_sender(self, user_id: UserID, now_ms: int, source: str
-                      ) -> tuple[list[EventID], int]:
+                      ) -> Withdrawn:
         """Drop the text of every stored message of `user_id` as a redaction does
         (status `redacted`, their windows marked dirty to be re-chunked and compacted away),
         drop their edits' text, and record them forgotten; then empty the WAL. Returns
@@ -88,9 +90,9 @@ class HistoryTables:
                             " SET forgotten_at = excluded.forgotten_at, readmit_from = NULL,"
                             " source = excluded.source", (user_id, now_ms, source))
             self.db.truncate_wal()
-        return [EventID(r[0]) for r in rows], windows
+        return Withdrawn([EventID(r[0]) for r in rows], windows)
 
-    def expire_before(self, room_id: RoomID, cutoff_ts: int) -> tuple[list[EventID], int]:
+    def expire_before(self, room_id: RoomID, cutoff_ts: int) -> Withdrawn:
         """Room retention (ingest/retention.py): drop the text of the room's messages
         sent before `cutoff_ts` (ms) as a redaction does, and their edits' text; then
         empty the WAL. Returns (the event ids whose text went, windows marked)."""
@@ -102,7 +104,7 @@ class HistoryTables:
                                 [(r[0],) for r in rows])
             if rows:
                 self.db.truncate_wal()
-        return [EventID(r[0]) for r in rows], windows
+        return Withdrawn([EventID(r[0]) for r in rows], windows)
 
     @staticmethod
     def _withdraw(cur: Cursor, where: str, args: tuple) -> tuple[list[tuple], int]:

@@ -22,6 +22,7 @@ from .db import Database
 from .sqldialect import Cursor as SqlCursor
 from .derived import DerivedColumns
 from .history import Applied, Edit, HistoryTables, Redaction
+from .rows import BlockStart, EventState, Quarantined, RoomFigures, WindowMove
 from .texts import TextReads, _chunks
 from .status import StatusReads
 from .timeline import TimelineReads
@@ -29,11 +30,12 @@ from ...records import EventID, EventStatus, Message, RoomID, UserID, WindowID
 
 
 
-def _message(r: tuple) -> Message:
-    """A Message from (event_id, room_id, sender, ts, body, reply_to, mentions)."""
-    return Message(EventID(r[0]), RoomID(r[1]), UserID(r[2]), r[3], r[4],
-                   EventID(r[5]) if r[5] else None,
-                   tuple(UserID(u) for u in (r[6] or "").split()))
+def _message(event_id: str, room_id: str, sender: str, ts: int, body: str,
+             reply_to: str | None, mentions: str | None) -> Message:
+    """A Message from its columns (mentions: user ids joined by spaces)."""
+    return Message(EventID(event_id), RoomID(room_id), UserID(sender), ts, body,
+                   EventID(reply_to) if reply_to else None,
+                   tuple(UserID(u) for u in (mentions or "").split()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,18 +188,22 @@ class EventLog:
                 " ORDER BY ts, seq",
                 (room_id, thread, EventStatus.PENDING.value, EventStatus.INDEXED.value,
                  *start)).fetchall()
-        pending = {EventID(r[0]) for r in rows if r[5] == EventStatus.PENDING.value}
-        held = {EventID(r[0]): WindowID(r[8]) for r in rows
-                if r[5] == EventStatus.INDEXED.value and r[8]}
-        return Tail([_message(r[:5] + r[6:8]) for r in rows], pending, held)
+        messages: list[Message] = []
+        pending: set[EventID] = set()
+        held: dict[EventID, WindowID] = {}
+        for event_id, room, sender, ts, body, status, reply_to, mentions, window_id in rows:
+            messages.append(_message(event_id, room, sender, ts, body, reply_to, mentions))
+            if status == EventStatus.PENDING.value:
+                pending.add(EventID(event_id))
+            elif status == EventStatus.INDEXED.value and window_id:
+                held[EventID(event_id)] = WindowID(window_id)
+        return Tail(messages, pending, held)
 
     def mark_indexed(self, room_id: RoomID, assignments: dict[EventID, WindowID],
-                     last: Message, block_start: tuple[EventID | None, EventID] | None = None
-                     ) -> None:
+                     last: Message, block_start: BlockStart | None = None) -> None:
         """Record what the store now holds and advance the room's cursor, atomically.
-        Called only after the store acknowledged the upsert. `block_start`: (thread
-        root, first event) of the timeline's last block, where its next re-chunk
-        starts (room_tail)."""
+        Called only after the store acknowledged the upsert. `block_start`: where the
+        timeline's last block starts, and so its next re-chunk (room_tail)."""
         now = int(time.time() * 1000)
         live = (EventStatus.PENDING.value, EventStatus.INDEXED.value)
         with self.transaction() as cur:
@@ -216,7 +222,7 @@ class EventLog:
                 cur.execute("INSERT INTO open_blocks (room_id, thread_root, first_event_id)"
                             " VALUES (?, ?, ?) ON CONFLICT (room_id, thread_root) DO UPDATE"
                             " SET first_event_id = excluded.first_event_id",
-                            (room_id, block_start[0] or "", block_start[1]))
+                            (room_id, block_start.thread_root or "", block_start.first_event))
 
     def _withdrawn_meanwhile(self, cur: SqlCursor, assignments: dict[EventID, WindowID]) -> None:
         """Events redacted (or forgotten, or expired) while their window was embedded:
@@ -278,17 +284,17 @@ class EventLog:
                 n += cur.rowcount
         return n
 
-    def rewindow_many(self, pairs: list[tuple[WindowID, WindowID | None]]) -> None:
+    def rewindow_many(self, moves: list[WindowMove]) -> None:
         """Dirty windows were re-chunked (eventlog/history.py): each old window's events
         now sit in its new one; in one transaction."""
-        if not pairs:
+        if not moves:
             return
         with self.transaction() as cur:
-            for old, new in pairs:
-                if new is not None and new != old:
+            for move in moves:
+                if move.new is not None and move.new != move.old:
                     cur.execute("UPDATE events SET window_id = ? WHERE window_id = ?"
-                                " AND status = ?", (new, old, EventStatus.INDEXED.value))
-                cur.execute("DELETE FROM dirty_windows WHERE window_id = ?", (old,))
+                                " AND status = ?", (move.new, move.old, EventStatus.INDEXED.value))
+                cur.execute("DELETE FROM dirty_windows WHERE window_id = ?", (move.old,))
 
     def cursor(self, room_id: RoomID) -> Cursor | None:
         with self.db.locked() as db:
@@ -313,8 +319,8 @@ class EventLog:
                                     (EventStatus.INDEXED.value,)).fetchall()
         return {WindowID(r[0]) for r in rows}
 
-    def room_figures(self, room_id: RoomID) -> tuple[int, int, int]:
-        """(messages indexed, windows holding them, messages pending) of one room."""
+    def room_figures(self, room_id: RoomID) -> RoomFigures:
+        """One room's messages indexed, windows holding them, and messages pending."""
         with self.db.locked() as db:
             indexed, windows = db.execute(
                 "SELECT COUNT(*), COUNT(DISTINCT window_id) FROM events"
@@ -323,25 +329,25 @@ class EventLog:
             pending = db.execute(
                 "SELECT COUNT(*) FROM events WHERE room_id = ? AND status = ?",
                 (room_id, EventStatus.PENDING.value)).fetchone()[0]
-        return indexed, windows, pending
+        return RoomFigures(indexed, windows, pending)
 
-    def status_of(self, event_id: EventID) -> tuple[str, WindowID | None] | None:
+    def status_of(self, event_id: EventID) -> EventState | None:
         with self.db.locked() as db:
             row = db.execute("SELECT status, window_id FROM events WHERE event_id = ?",
                                    (event_id,)).fetchone()
-        return (row[0], row[1]) if row else None
+        return EventState(row[0], row[1]) if row else None
 
-    def quarantine_timestamps(self, max_ts: int) -> list[tuple[EventID, RoomID]]:
+    def quarantine_timestamps(self, max_ts: int) -> list[Quarantined]:
         """Pending events whose timestamp no calendar prints (stored before the parse
         checked it): their text dropped (status purged), so they stall no run. Returns
-        (event id, room id) of each, for the journal."""
+        each of them, for the journal."""
         with self.transaction() as cur:
             rows = cur.execute("SELECT event_id, room_id FROM events WHERE status = ?"
                                " AND (ts > ? OR ts < 0)",
                                (EventStatus.PENDING.value, max_ts)).fetchall()
             cur.executemany("UPDATE events SET body = NULL, status = ? WHERE event_id = ?",
                             [(EventStatus.PURGED.value, r[0]) for r in rows])
-        return [(EventID(e), RoomID(r)) for e, r in rows]
+        return [Quarantined(EventID(e), RoomID(r)) for e, r in rows]
 
     # -- purging (a room refused after the fact; see purge.py) -----------------------
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Callable, Iterable, Iterator
 
 from .db import Database
+from .rows import EventText
 from ...records import CORPUS_CHAT, CORPUS_REFERENCE, EventID, EventStatus, Message, RoomID
 from ...records import UserID, WindowID
 
@@ -79,9 +80,8 @@ class TextReads:
                 (window_id, EventStatus.INDEXED.value)).fetchall()
         return [_msg(r) for r in rows]
 
-    def event_texts(self, event_ids: Iterable[EventID]) -> dict[EventID, tuple[UserID, int, str]]:
-        """event id -> (sender, ts, body) of those events whose text is still there (not
-        redacted nor purged)."""
+    def event_texts(self, event_ids: Iterable[EventID]) -> dict[EventID, EventText]:
+        """The text of those events whose text is still there (not redacted nor purged)."""
         ids = sorted(set(event_ids))
         if not ids:
             return {}
@@ -91,7 +91,7 @@ class TextReads:
                 f"SELECT event_id, sender, ts, body FROM events WHERE event_id IN ({marks})"
                 " AND body IS NOT NULL AND status NOT IN (?, ?)",
                 [*ids, EventStatus.REDACTED.value, EventStatus.PURGED.value]).fetchall()
-        return {EventID(r[0]): (UserID(r[1]), r[2], r[3]) for r in rows}
+        return {EventID(e): EventText(UserID(sender), ts, body) for e, sender, ts, body in rows}
 
 
     def windows_messages(self, window_ids: Iterable[str]) -> dict[str, list[Message]]:

@@ -14,8 +14,9 @@ from appservice.bot.responder import RateLimiter, Responder
 from indexer.config import ConfigError, DerivedConfig, load_config
 from indexer.derived.filter import EmittedSection
 from indexer.store.eventlog.log import EventLog
+from indexer.store.eventlog.rows import DerivedMark
 from indexer.ingest.events import MessageEvent, parse_event
-from indexer.records import Hit, Line, RefSource
+from indexer.records import EventID, Hit, Line, RefSource
 
 from tests.indexer.config.test_config_allowlist import write_config
 
@@ -63,7 +64,8 @@ def test_migration_adds_the_columns_once_and_keeps_rows(tmp_path):
     db.close()
     for _ in range(2):  # idempotent
         log = EventLog(path)
-        assert log.derived.mark_derived([("$old", "ops/a.md#A", "reference", 0.9, 0.5)]) in (0, 1)
+        assert log.derived.mark_derived(
+            [DerivedMark(EventID("$old"), "ops/a.md#A", "reference", 0.9, 0.5)]) in (0, 1)
         log.close()
     log = EventLog(path)
     [d] = log.derived.derived_events()
