@@ -5,16 +5,17 @@ index's own graph is indexer/components.py's."""
 
 from __future__ import annotations
 
+from indexer.clock import REAL, Clock
 from indexer.config import Config
 
 
-def serve_with_bot(cfg: Config, embedder=None):
-    """The one place the two halves meet, each through the other's port."""
+def serve_with_bot(cfg: Config, embedder=None, clock: Clock = REAL):
+    """The one place the two halves meet, each through the other's port, on one clock."""
     from .bot.bot import Bot
     from .homeserver.service import Service
 
-    service = Service(cfg, embedder)
+    service = Service(cfg, embedder, clock)
     service.attach(Bot(cfg, service.index, service,
                        on_search_seconds=service.metrics.search_latency.observe,
-                       index_changed=service.worker.notify))
+                       index_changed=service.worker.notify, clock=clock))
     return service

@@ -1,5 +1,9 @@
-"""Time, injected: everything that waits, schedules or retries takes a `Clock`, so tests
-drive it with a fake one (tests/fakeclock.py) and never wait for real time.
+"""Time, injected: everything that waits, schedules, retries or stamps a time takes a
+`Clock`, so tests drive it with a fake one (tests/fakeclock.py) and never wait for real
+time. This is the one module that reads the system's clocks or sleeps
+(tests/test_architecture.py): elsewhere `clock.now()` for durations and deadlines,
+`clock.wall()` / `clock.now_ms()` for timestamps (Matrix's are ms since the epoch),
+`await clock.sleep(s)` on the event loop, `clock.sleep_blocking(s)` off it.
 
 One retry policy too: a delay that doubles from `initial` up to `maximum`. It is written
 here rather than taken from stamina because stamina sleeps on its own (its testing mode
@@ -17,13 +21,30 @@ from typing import Awaitable, Callable, TypeVar
 
 Now = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
+SleepBlocking = Callable[[float], None]
 T = TypeVar("T")
+
+
+def _sleep(seconds: float) -> Awaitable[None]:
+    # asyncio.sleep and time.sleep looked up at each call, not bound at import: the fast
+    # suite's guard (tests/conftest.py) replaces them to catch a real wait in a test.
+    return asyncio.sleep(seconds)
+
+
+def _sleep_blocking(seconds: float) -> None:
+    time.sleep(seconds)
 
 
 @dataclass(frozen=True, slots=True)
 class Clock:
-    now: Now = time.monotonic
-    sleep: Sleep = asyncio.sleep
+    now: Now = time.monotonic  # seconds, for durations and deadlines: never goes back
+    sleep: Sleep = _sleep  # a wait on the event loop
+    wall: Now = time.time  # seconds since the epoch: timestamps, ages, horizons
+    sleep_blocking: SleepBlocking = _sleep_blocking  # a wait off the event loop
+
+    def now_ms(self) -> int:
+        """The wall clock in ms since the epoch, as Matrix stamps events."""
+        return int(self.wall() * 1000)
 
     def later(self, seconds: float, call: Callable[[], None], name: str) -> asyncio.Task:
         """Run `call` once `seconds` have passed on this clock (a task: cancel it to drop)."""
@@ -36,6 +57,14 @@ class Clock:
 
 
 REAL = Clock()
+
+
+def stopwatch(clock: Clock = REAL) -> Callable[[], float]:
+    """Seconds since this call, on `clock`'s monotonic time: how long a step took, for a
+    log line or a figure. A duration only logged may be taken on REAL, the one clock of
+    a part that has none injected."""
+    started = clock.now()
+    return lambda: clock.now() - started
 
 
 def format_ts(ts_ms: int) -> str:

@@ -2,6 +2,7 @@ import pytest
 
 from tests.chromaserver import ChromaServer, chroma_server_in
 from tests.harness import Stack, make_stack
+from tests.paths import ROOT
 from tests.pgkit import fresh_schema
 
 
@@ -63,23 +64,38 @@ def eventlog_db(request, tmp_path):
 
 # -- the fast suite waits for no real time ------------------------------------------------
 # A test that is neither `synapse` nor `slow` advances a fake clock (tests/fakeclock.py)
-# instead of sleeping; a real sleep fails it, naming where it slept.
+# instead of sleeping; a real sleep fails it, naming where it slept: in the test's own
+# code, or in the product's (appservice/, indexer/) that the test reached, through the
+# injected Clock (indexer/clock.py, which looks time.sleep and asyncio.sleep up at each
+# call) or not. A library's own polling inside a call (subprocess.wait's, say) is the
+# library's.
+
+OURS = tuple(f"{ROOT / d}/" for d in ("tests", "appservice", "indexer"))
+CLOCK_MODULE = str(ROOT / "indexer" / "clock.py")
+
 
 class RealSleeps:
     def __init__(self) -> None:
         self.found: list[str] = []
 
     def note(self, seconds) -> None:
-        """A sleep the test's own code asked for (a library's polling inside a call,
-        subprocess.wait's say, is the library's): its caller is a test module."""
+        """A sleep asked for by our code: its caller (past the guard's own wrappers) is
+        a module of the tests or of the product. Named by the first caller that is not
+        the clock's own (Clock.sleep, retrying, later) when that one is ours too."""
         if isinstance(seconds, (int, float)) and seconds > 0:
             import sys
             caller = sys._getframe(2)
             while caller is not None and caller.f_code.co_filename == __file__:
                 caller = caller.f_back  # our own wrappers, stacked
-            name = caller.f_code.co_filename if caller is not None else ""
-            if "/tests/" in name:
-                self.found.append(f"{seconds}s at {name.rsplit('/', 1)[-1]}:{caller.f_lineno}")
+            if caller is None or not caller.f_code.co_filename.startswith(OURS):
+                return
+            named = caller
+            while named is not None and named.f_code.co_filename == CLOCK_MODULE:
+                named = named.f_back
+            if named is None or not named.f_code.co_filename.startswith(OURS):
+                named = caller  # the clock's own task (Clock.later): the clock is named
+            name = named.f_code.co_filename
+            self.found.append(f"{seconds}s at {name[len(str(ROOT)) + 1:]}:{named.f_lineno}")
 
 
 def guard_sleeps(monkeypatch) -> RealSleeps:

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import asyncio
 
+from indexer.clock import Clock
+
 
 class FakeClock:
     """Seconds since the epoch, moved only by `advance`; `sleep` returns once the clock
-    has passed its deadline. `sleeps` records every sleep asked for, in order."""
+    has passed its deadline. `sleeps` records every sleep asked for, in order. The
+    product takes it as `fake.clock`: its monotonic and wall clocks are the one time
+    (`now`), and a blocking sleep moves it on by itself (nothing else runs meanwhile)."""
 
     def __init__(self, start: float) -> None:
         self.now = start
@@ -18,6 +22,14 @@ class FakeClock:
 
     def __call__(self) -> float:
         return self.now
+
+    @property
+    def clock(self) -> Clock:
+        return Clock(now=self, sleep=self.sleep, wall=self, sleep_blocking=self.sleep_blocking)
+
+    def sleep_blocking(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
 
     @property
     def sleeping(self) -> int:

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import Awaitable, Callable, Iterable, Protocol
 
+from indexer.clock import REAL, Clock
 from indexer.components import Index
 from indexer.config import Config
 from indexer.ingest.events import MessageEvent
@@ -58,21 +58,22 @@ class Bot:
     def __init__(self, cfg: Config, index: Index, matrix: Matrix,
                  on_search_seconds: Callable[[float], None] | None = None,
                  index_changed: Callable[[], None] = lambda: None,
-                 wall: Callable[[], float] = time.time) -> None:
+                 clock: Clock = REAL) -> None:
         """`index_changed`: windows to re-chunk (a forget): the service's worker runs;
-        `wall`: the clock kept commands were stamped with (their age at a restart)."""
+        `clock`: the rate limit, a reply's waits and stamps, and the wall clock kept
+        commands were stamped with (their age at a restart)."""
         self.cfg, self.index, self.matrix = cfg, index, matrix
         self.index_changed = index_changed
         self.kept = index.commands  # CommandLog; None: not kept
-        self._wall = wall
+        self._clock = clock
         self.responder = Responder(
             index.searcher, matrix.send, cfg.bot_user, cfg.search.default_top_k,
-            RateLimiter(cfg.search.rate_limit_per_minute), domain=cfg.homeserver.domain,
+            RateLimiter(cfg.search.rate_limit_per_minute, clock), domain=cfg.homeserver.domain,
             resolve_alias=matrix.resolve_alias, rrf_k=cfg.search.rrf_k, status=self._status,
             on_search_seconds=on_search_seconds, record_answer=index.record_answer,
             record_quotes=self._record_quotes, is_outage=matrix.is_outage,
             forget_me=self._forget_me,
-            pending=lambda room: index.eventlog.counts(room).get("pending", 0))
+            pending=lambda room: index.eventlog.counts(room).get("pending", 0), clock=clock)
         self.commands = CommandPool(self._answer)
         self._tasks: set[asyncio.Task] = set()
 
@@ -116,10 +117,10 @@ class Bot:
     async def _answered(self, cmd: MessageEvent) -> None:
         if self.kept is not None:
             await asyncio.to_thread(self.kept.answered, cmd.message.event_id,
-                                    int(self._wall() * 1000))
+                                    self._clock.now_ms())
 
     async def _resume(self) -> None:
-        now_ms = int(self._wall() * 1000)
+        now_ms = self._clock.now_ms()
         left = await asyncio.to_thread(self.kept.unanswered, now_ms)
         stale = [c for c in left if now_ms - c.received_at > RESTARTED_AFTER_S * 1000]
         log.info("commands_resumed", extra={"answered_now": len(left) - len(stale),
@@ -183,7 +184,7 @@ class Bot:
         """`!sources forget me`: the sender's words leave the index by the redaction path
         (text zeroed, windows re-chunked, compaction, answers edited) and what they send
         from now on is refused; `index me` admits what they send from now on."""
-        forgetting = Forgetting(self.index.ingest)
+        forgetting = Forgetting(self.index.ingest, self._clock)
         user = UserID(sender)
         if undo:
             if await asyncio.to_thread(forgetting.unforget_user, user, "command"):

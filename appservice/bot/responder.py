@@ -12,13 +12,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import time
 from collections import OrderedDict, defaultdict, deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Awaitable, Callable, Protocol
 
-from indexer.clock import Clock, retrying
+from indexer.clock import REAL, Clock, retrying
 from indexer.derived.filter import EmittedSection
 from indexer.ingest.events import MessageEvent
 from indexer.records import Hit, RoomID
@@ -47,14 +46,14 @@ FAILED = "Sorry, that failed on my side. The error is logged; please try again l
 @dataclass
 class RateLimiter:
     per_minute: int
-    clock: Callable[[], float] = time.monotonic
+    clock: Clock = REAL
     _seen: dict[str, deque] = field(default_factory=lambda: defaultdict(deque))
 
     def retry_after(self, user: str) -> float:
         """0 if the user may ask now (and records the ask), else seconds to wait."""
         if self.per_minute <= 0:
             return 0.0
-        now = self.clock()
+        now = self.clock.now()
         q = self._seen[user]
         while q and now - q[0] >= 60:
             q.popleft()
@@ -100,8 +99,7 @@ class Responder:
     record_quotes: Callable[[str, str, str, str | None, Reply], None] | None = None
     executor: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(
         SEARCH_THREADS, thread_name_prefix="search"))
-    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
-    clock: Callable[[], float] = time.monotonic
+    clock: Clock = REAL  # the search's duration, the waits of a reply, its send stamp
     # Whether a failed send means the homeserver is down (wait for it), not this reply
     # refused: the homeserver side's judgement (roomstate.is_outage), through the Bot.
     is_outage: Callable[[BaseException], bool] = lambda e: isinstance(
@@ -117,7 +115,7 @@ class Responder:
             log.exception("answer_failed", extra={"room_id": m.room_id, "event_id": m.event_id})
             reply = render_error(FAILED)
         content = reply.content(in_reply_to=m.event_id, thread_root=ev.thread_root)
-        sent_ms = int(time.time() * 1000)  # nobody can paste the reply before this
+        sent_ms = self.clock.now_ms()  # nobody can paste the reply before this
         event_id = await self._send_when_up(m.room_id, m.event_id, content)
         self.answered += 1
         if self.record_answer is not None and reply.sections:
@@ -149,7 +147,7 @@ class Responder:
         return await retrying(lambda: self.send(room_id, content), retry_if=self.is_outage,
                               initial=1.0, maximum=SEND_RETRY_MAX,
                               give_up_after=SEND_RETRY_FOR, on_retry=waiting,
-                              clock=Clock(self.clock, self.sleep))
+                              clock=self.clock)
 
     async def _record_answer(self, room_id: str, event_id: str, reply: Reply,
                              sent_ms: int) -> None:
@@ -196,14 +194,15 @@ class Responder:
         if wait > 0:
             return render_error(f"You have asked a lot in the last minute; "
                                 f"try again in {math.ceil(wait)} s.")
-        started = time.monotonic()
+        started = self.clock.now()
         hits, closest = await asyncio.get_running_loop().run_in_executor(
             self.executor, self.searcher.search_with_closest, query)
+        took = self.clock.now() - started
         if self.on_search_seconds:
-            self.on_search_seconds(time.monotonic() - started)
+            self.on_search_seconds(took)
         log.info("query_answered", extra={"room_id": m.room_id, "event_id": m.event_id,
                                           "texts": len(query.texts), "hits": len(hits),
-                                          "ms": int((time.monotonic() - started) * 1000)})
+                                          "ms": int(took * 1000)})
         self._remember(m.room_id, m.sender, tuple(dict.fromkeys(query.texts)), hits, closest)
         pending = 0 if hits or self.pending is None else self.pending(query.room_id)
         return render_hits(hits, query.texts, self.domain, room=query.room_id is not None,

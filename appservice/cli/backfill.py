@@ -11,7 +11,7 @@ from mautrix.api import HTTPAPI
 from tqdm import tqdm
 
 from indexer.ingest.allowlist import load_allowlist
-from indexer.ingest.backfill import backfill_room
+from indexer.ingest.backfill import backfill_room, horizon
 from indexer.components import Index
 from indexer.config import Config
 from indexer.datadir import service_registration
@@ -56,7 +56,7 @@ async def _run(cfg: Config, rooms: list[str], show: bool) -> int:
                 continue
             with tqdm(desc=f"reading {facts.label or room}", unit="ev", disable=not show) as bar:
                 result = await backfill_room(room_id, MatrixPager(api), index.ingest,
-                                             _horizon(cfg), bar.update)
+                                             horizon(cfg.index.backfill_days), bar.update)
             with tqdm(total=pending_total(index.eventlog), desc="indexing", unit="msg",
                       disable=not show) as bar:
                 indexed = await asyncio.to_thread(index.pipeline.process_all, bar.update)
@@ -68,12 +68,6 @@ async def _run(cfg: Config, rooms: list[str], show: bool) -> int:
         await api.session.close()
         index.close()
     return 1 if problems else 0
-
-
-def _horizon(cfg: Config) -> int | None:
-    import time
-
-    return int((time.time() - cfg.index.backfill_days * 86400) * 1000) if cfg.index.backfill_days else None
 
 
 def run_backfill(cfg: Config, rooms: list[str], quiet: bool = False) -> int:

@@ -4,9 +4,9 @@ audits of the derived filter. Neither `ref rm`, `ref list` nor `verify` loads th
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
+from indexer.clock import REAL
 from indexer.store.lock import WriterLock
 from indexer.derived.audit import CheckResult, check_derived_filter, check_exclusions, parse_since
 from indexer.components import open_references, open_store
@@ -76,7 +76,7 @@ def run_verify(cfg: Config, args) -> int:
     since = None
     if args.since is not None:
         try:
-            since = parse_since(args.since, int(time.time() * 1000))
+            since = parse_since(args.since, REAL.now_ms())
         except ValueError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2

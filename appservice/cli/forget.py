@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 
+from indexer.clock import REAL
 from indexer.config import Config
 from indexer.ingest.forget import Forgetting, apply_request
 from indexer.ingest.spool import submit, wait_answer
@@ -19,7 +20,7 @@ def run_forget(cfg: Config, user: str | None, listing: bool, undo: str | None) -
     try:
         lock = WriterLock(cfg.data_dir, "matrix-sources forget").acquire()
     except LockedError:
-        answer = wait_answer(submit(cfg.data_dir, request), ANSWER_TIMEOUT_S)
+        answer = wait_answer(submit(cfg.data_dir, request), ANSWER_TIMEOUT_S, REAL)
         if answer is None:
             print(f"error: the running service did not answer within {ANSWER_TIMEOUT_S:.0f} s;"
                   " the request stays queued in the data dir's spool/ and is applied"

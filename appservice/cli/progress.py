@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 from typing import TYPE_CHECKING
 
+from indexer.clock import REAL
 from indexer.config import Config, ConfigError
 
 if TYPE_CHECKING:  # the embedder module is not needed to parse -c
@@ -31,11 +31,11 @@ def load_model(cfg: Config) -> Embedder:
     a silent command looks hung."""
     from indexer.models.embedder import load_embedder
 
-    t0 = time.monotonic()
+    t0 = REAL.now()
     print(f"loading the model ({cfg.index.embedder.model}, backend {cfg.index.embedder.backend}; 10-20 s on "
           "2 cores) ...", file=sys.stderr, flush=True)
     embedder = load_embedder(cfg.index.embedder.model, cfg.index.embedder.backend, cfg.models_dir)
-    print(f"model loaded in {time.monotonic() - t0:.1f} s", file=sys.stderr, flush=True)
+    print(f"model loaded in {REAL.now() - t0:.1f} s", file=sys.stderr, flush=True)
     return embedder
 
 

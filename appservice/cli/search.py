@@ -22,10 +22,9 @@ from __future__ import annotations
 import json
 import sys
 import threading
-import time
 from pathlib import Path
-from typing import Callable
 
+from indexer.clock import REAL, Clock
 from indexer.config import Config, ConfigError
 from indexer.records import Hit
 from indexer.search.query import QueryError, SourceQuery
@@ -46,7 +45,7 @@ class Searching:
     under a long batch, or an MCP session): the running service's API, else the data
     dir opened here (the model loaded on the first such search, then kept)."""
 
-    def __init__(self, cfg: Config, sleep: Callable[[float], None] | None = None,
+    def __init__(self, cfg: Config, clock: Clock | None = None,
                  postings: bool = False) -> None:
         """`postings`: a batch builds the keyword leg's postings first (seconds for
         thousands of windows), as the service does, so that each query matches its
@@ -54,7 +53,7 @@ class Searching:
         what a service writes meanwhile is not followed)."""
         self.cfg = cfg
         self.postings = postings
-        self.sleep = sleep or time.sleep  # looked up now: tests put a fake clock's there
+        self.clock = clock or REAL  # looked up now: tests put a fake clock there
         self._index = None
         self._said: set[str] = set()
         self.via: str = ""  # "service" or "data dir": how the last search was answered
@@ -99,7 +98,7 @@ class Searching:
                 if not (wait_out_limits and e.status in TEMPORARY
                         and waited + wait <= BATCH_MAX_WAIT):
                     raise
-                self.sleep(wait)
+                self.clock.sleep_blocking(wait)
                 waited += wait
 
     def _local(self):

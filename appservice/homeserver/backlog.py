@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import Callable
 
 from indexer.clock import REAL, Clock
@@ -32,12 +31,12 @@ REFRESH_S = 1.0
 
 class BacklogBound:
     def __init__(self, read: Callable[[], Backlog], limit: int,
-                 on_drained: Callable[[], None] = lambda: None, clock: Clock = REAL,
-                 wall: Callable[[], float] = time.time) -> None:
-        """`read`: the event log's backlog (blocking: run in a thread); `wall`: the
-        clock appends are stamped with (received_at), for the oldest one's age."""
+                 on_drained: Callable[[], None] = lambda: None, clock: Clock = REAL) -> None:
+        """`read`: the event log's backlog (blocking: run in a thread); `clock`: its
+        refreshes, and its wall clock the one appends are stamped with (received_at),
+        for the oldest one's age."""
         self._read, self.limit, self._on_drained = read, limit, on_drained
-        self._clock, self._wall = clock, wall
+        self._clock = clock
         self.latest = Backlog(0, None)
         self.refused = 0  # transactions answered 503 for the backlog
         self._refusing = False  # refused since the backlog was last below the bound
@@ -49,14 +48,14 @@ class BacklogBound:
 
     @property
     def oldest_seconds(self) -> float:
-        return self.latest.oldest_age(int(self._wall() * 1000))
+        return self.latest.oldest_age(self._clock.now_ms())
 
     def appended(self, n: int) -> None:
         """A transaction appended `n` events: counted until the next read."""
         if n:
             oldest = self.latest.oldest_received_ms
             self.latest = Backlog(self.latest.pending + n, oldest if oldest is not None
-                                  else int(self._wall() * 1000))
+                                  else self._clock.now_ms())
 
     def refuse(self) -> None:
         self.refused += 1

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -23,6 +22,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from indexer.clock import REAL, Clock
 from indexer.store.eventlog.reports import LagReport, lag_report_at
 
 log = logging.getLogger(f"matrix_sources.{__name__}")
@@ -40,7 +40,7 @@ class EventLogFigures:
     worker thread unless they are younger than `max_age` or a read is under way."""
 
     def __init__(self, path: Path, max_age: float = 5.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Clock = REAL) -> None:
         self.path = path
         self.max_age = max_age
         self._clock = clock
@@ -49,7 +49,7 @@ class EventLogFigures:
         self._reading: asyncio.Task | None = None
 
     def refresh(self) -> asyncio.Task | None:
-        if self._reading is not None or self._clock() - self.read_at < self.max_age:
+        if self._reading is not None or self._clock.now() - self.read_at < self.max_age:
             return self._reading
         self._reading = asyncio.create_task(self._read(), name="eventlog-figures")
         return self._reading
@@ -57,7 +57,7 @@ class EventLogFigures:
     async def _read(self) -> None:
         try:
             self.figures = await asyncio.to_thread(lag_report_at, self.path)
-            self.read_at = self._clock()
+            self.read_at = self._clock.now()
         except Exception:
             log.error("metrics_read_failed", exc_info=True, extra={"path": str(self.path)})
         finally:
@@ -76,6 +76,7 @@ class MetricSources:
     figures: EventLogFigures
     ready: Callable[[], bool]
     backlog: Any = None  # .backlog.BacklogBound: pending, oldest wait, bound, refusals
+    clock: Clock = REAL  # the pipeline's lag: now less the oldest append's stamp
 
 
 class _IndexCollector:
@@ -126,7 +127,7 @@ class _IndexCollector:
             g = GaugeMetricFamily("matrix_sources_pipeline_lag_seconds",
                                   "How long the oldest event waiting for the pipeline has "
                                   "waited since it was appended")
-            g.add_metric([], max(0.0, time.time() - oldest / 1000) if oldest else 0.0)
+            g.add_metric([], max(0.0, s.clock.wall() - oldest / 1000) if oldest else 0.0)
             yield g
         g = GaugeMetricFamily("matrix_sources_cursor_lag_seconds",
                               "Per room: newest event in the log minus the room cursor",

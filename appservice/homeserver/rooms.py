@@ -14,15 +14,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import Callable, Coroutine
 
 from mautrix.appservice import AppService
 from mautrix.errors import MatrixError, MatrixRequestError
 
+from indexer.clock import REAL, Clock
 from indexer.config import Config, ConfigError
 from indexer.ingest.allowlist import load_allowlist
-from indexer.ingest.backfill import backfill_room
+from indexer.ingest.backfill import backfill_room, horizon
 from indexer.ingest.admit import Ingest
 from indexer.pipeline.worker import PipelineWorker
 from indexer.records import RoomID
@@ -54,11 +54,12 @@ class Rooms:
     the service owns (and cancels at stop)."""
 
     def __init__(self, cfg: Config, az: AppService, ingest: Ingest,
-                 worker: PipelineWorker, spawn: Spawn) -> None:
+                 worker: PipelineWorker, spawn: Spawn, clock: Clock = REAL) -> None:
         self.cfg, self.az, self.ingest, self.worker = cfg, az, ingest, worker
+        self._clock = clock
         self.gate = ingest.gate
         self._spawn = spawn
-        self.state_retry = StateRetry(self.learn, self._state_known)
+        self.state_retry = StateRetry(self.learn, self._state_known, clock=clock)
         self._backfill_lock = asyncio.Lock()
         self._allowlist_mtime = self._mtime()
 
@@ -106,12 +107,10 @@ class Rooms:
         async with self._backfill_lock:
             if not self.ingest.admits(room_id):
                 return  # refused rooms are never read, not even their history
-            horizon = None
-            if self.cfg.index.backfill_days:
-                horizon = int((time.time() - self.cfg.index.backfill_days * 86400) * 1000)
+            since = horizon(self.cfg.index.backfill_days, self._clock)
             try:
                 result = await backfill_room(room_id, MatrixPager(self.az.intent.api),
-                                             self.ingest, horizon)
+                                             self.ingest, since)
             except Exception:
                 log.error("backfill_failed", exc_info=True, extra={"room_id": room_id})
                 return

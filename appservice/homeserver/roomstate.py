@@ -18,13 +18,12 @@ import aiohttp
 from mautrix.api import HTTPAPI, Method, Path
 from mautrix.errors import MatrixConnectionError, MatrixRequestError, MForbidden, MNotFound
 
-from indexer.clock import Clock, retrying
+from indexer.clock import REAL, Clock, retrying
 from indexer.ingest.events import StateEvent, parse_event
 from indexer.ingest.roomfacts import RoomFacts, facts_from_state
 
 log = logging.getLogger(f"matrix_sources.{__name__}")
 
-Sleep = Callable[[float], Awaitable[None]]
 # A gateway in front of the homeserver saying it is not there.
 GATEWAY_DOWN = frozenset({502, 503, 504})
 
@@ -56,11 +55,11 @@ class StateRetry:
 
     def __init__(self, fetch: Callable[[str], Awaitable[None]],
                  on_known: Callable[[str], None], initial: float = 5.0,
-                 maximum: float = 600.0, sleep: Sleep = asyncio.sleep) -> None:
+                 maximum: float = 600.0, clock: Clock = REAL) -> None:
         self._fetch = fetch
         self._on_known = on_known
         self.initial, self.maximum = initial, maximum
-        self._sleep = sleep
+        self._clock = clock
         self._tasks: dict[str, asyncio.Task] = {}
 
     @property
@@ -85,10 +84,10 @@ class StateRetry:
             log.warning("room_state_retry_failed", exc_info=e, extra={
                 "room_id": room_id, "attempt": attempt, "retry_in": delay})
 
-        await self._sleep(self.initial)  # it has just failed once: wait before the first
+        await self._clock.sleep(self.initial)  # it has just failed once: wait before the first
         await retrying(fetch, retry_if=lambda e: True, on_retry=failed,
                        initial=min(self.initial * 2, self.maximum), maximum=self.maximum,
-                       clock=Clock(sleep=self._sleep))
+                       clock=self._clock)
         log.info("room_state_known", extra={"room_id": room_id, "attempt": attempt})
         self._on_known(room_id)
 

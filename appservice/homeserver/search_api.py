@@ -70,13 +70,14 @@ class SearchAPI:
 
     @classmethod
     def for_service(cls, cfg: Config, registration: Registration, search: Search,
-                    ready: Readiness) -> "SearchAPI":
+                    ready: Readiness, clock: Clock = REAL) -> "SearchAPI":
         """The service's: its token from api.token_file (written when missing), refused
         if it is one of the appservice's."""
         token = api_token(cfg, create=True)
         check_api_token(cfg, token, registration)
         return cls(token, search, ready, TokenBucket(cfg.api.requests_per_minute,
-                                                      cfg.api.burst), cfg.search.default_top_k)
+                                                      cfg.api.burst, clock),
+                   cfg.search.default_top_k, clock)
 
     def attach(self, router: web.UrlDispatcher) -> None:
         router.add_post(ROUTE, self.handle)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import resource
-import time
 from typing import Any, Iterable, Protocol, Sequence
 
 from mautrix.api import Method, Path
@@ -26,7 +25,7 @@ from mautrix.errors import MatrixError, MatrixRequestError
 from mautrix.types import EventType
 
 from indexer.store.lock import WriterLock
-from indexer.clock import retrying
+from indexer.clock import REAL, Clock, retrying
 from indexer.components import Index
 from indexer.config import Config
 from indexer.datadir import admin_token, service_registration
@@ -104,8 +103,10 @@ class BotPort(Protocol):
 
 
 class Service:
-    def __init__(self, cfg: Config, embedder: Embedder | None = None) -> None:
-        self.cfg = cfg
+    def __init__(self, cfg: Config, embedder: Embedder | None = None,
+                 clock: Clock = REAL) -> None:
+        """`clock`: every wait, deadline and stamp of the service's own parts."""
+        self.cfg, self.clock = cfg, clock
         self.registration = service_registration(cfg)  # tokens: datadir.py
         self.lock = WriterLock(cfg.data_dir, "matrix-sources run").acquire()
         # This process is the collection's one writer (the lock above): it keeps the
@@ -122,32 +123,33 @@ class Service:
         # After each run, freed memory goes back to the system: the next run's peak then
         # starts from what is in use, not from the last peak (docs/benchmarks.md).
         self.worker = PipelineWorker(self.pipeline, debounce=cfg.index.debounce_seconds,
-                                     after_run=release_free_memory)
+                                     after_run=release_free_memory, clock=clock)
         self.az = _SourcesAppService(
             server=cfg.homeserver.url, domain=cfg.homeserver.domain,
             as_token=self.registration.as_token, hs_token=self.registration.hs_token,
             bot_localpart=self.registration.sender_localpart, id=self.registration.id,
             state_store=_StateStore(), log=logging.getLogger("mau.as"))
         self._tasks: set[asyncio.Task] = set()
-        self.rooms = Rooms(cfg, self.az, self.ingest, self.worker, self._spawn)
+        self.rooms = Rooms(cfg, self.az, self.ingest, self.worker, self._spawn, clock)
         # A numbered transaction never came: every room read again (txngaps.py).
-        self.gaps = TransactionGaps(self.rooms.backfill_all)
+        self.gaps = TransactionGaps(self.rooms.backfill_all, clock=clock)
         # Past index.max_pending, Synapse keeps the events; pinged when there is room.
         self.backlog = BacklogBound(self.eventlog.status.backlog, cfg.index.max_pending,
                                     on_drained=lambda: self._spawn(self._ping_homeserver(),
-                                                                   "homeserver-ping"))
+                                                                   "homeserver-ping"),
+                                    clock=clock)
         self.az.transaction_handler = TransactionHandler(
             self.registration.hs_token, self.registration.id, self.ingest,
             self.rooms.learn, self._on_admitted, self.rooms.state_retry, self.gaps,
-            commands=self.index.commands, backlog=self.backlog)
+            commands=self.index.commands, backlog=self.backlog, clock=clock)
         self.transactions = self.az.transaction_handler
         self.answers = self.index.answers
         self.metrics = ServiceMetrics()
         self.bot: BotPort | None = None  # attach(): the composing front wires it in
         # Forget, retention and erasure: applied here, the answers quoting them edited.
-        self.withdrawals = Withdrawals(cfg, self.ingest, self.worker, self._withdrawn)
+        self.withdrawals = Withdrawals(cfg, self.ingest, self.worker, self._withdrawn, clock)
         self.erasures = (ErasureWatch(cfg.homeserver.url, admin_token(cfg),
-                                      self.withdrawals.forget_erased)
+                                      self.withdrawals.forget_erased, clock)
                          if cfg.homeserver.admin_token_file else None)
         # The store opened and the model loaded above; the homeserver is checked in start().
         self.health = Health(store=True, model=True, detail="waiting for the homeserver",
@@ -160,14 +162,15 @@ class Service:
                                      lambda: self.worker.last_error)})
         self.metrics.attach(MetricSources(
             self.pipeline, self.transactions, self.worker, self.index.terms,
-            EventLogFigures(self.eventlog.path), lambda: self.health.ready, self.backlog))
+            EventLogFigures(self.eventlog.path, clock=clock), lambda: self.health.ready,
+            self.backlog, clock))
         # Routes must exist before the aiohttp runner starts in az.start().
         self.az.app.router.add_get("/health", self.health.handle)
         self.az.app.router.add_get("/metrics", self.metrics.handle_metrics)
         # Searches for programs and `matrix-sources search|mcp`, once started (search_api.py).
         self.search_api = SearchAPI.for_service(
             cfg, self.registration, self.searcher.search,
-            ready=lambda: None if self.az.ready else self.health.detail)
+            ready=lambda: None if self.az.ready else self.health.detail, clock=clock)
         self.search_api.attach(self.az.app.router)
 
     def attach(self, bot: BotPort) -> None:
@@ -231,7 +234,8 @@ class Service:
         try:
             whoami = await retrying(self.az.intent.whoami, initial=1.0,
                                     maximum=HOMESERVER_RETRY_MAX, on_retry=unreachable,
-                                    retry_if=lambda e: not isinstance(e, MatrixRequestError))
+                                    retry_if=lambda e: not isinstance(e, MatrixRequestError),
+                                    clock=self.clock)
         except MatrixRequestError as e:
             raise StartupError(
                 f"the homeserver at {self.cfg.homeserver.url} rejected as_token "
@@ -248,7 +252,7 @@ class Service:
         could not deliver while we were down it retries with a growing backoff, up to
         8.5 minutes in Synapse; a ping that reaches us makes it retry at once."""
         try:
-            ms = await self.az.ping_self(f"matrix-sources-start-{time.time_ns()}")
+            ms = await self.az.ping_self(f"matrix-sources-start-{self.clock.now_ms()}")
             log.info("homeserver_pinged", extra={"ms": ms})
         except MatrixRequestError as e:  # a homeserver without the endpoint: its own retry
             log.info("homeserver_ping_refused", extra={"errcode": e.errcode})
@@ -278,7 +282,7 @@ class Service:
         """Each poll: the allowlist file followed, `forget` requests served, expired
         messages withdrawn, and the workers' compactions run."""
         while True:
-            await asyncio.sleep(CHORES_POLL_SECONDS)
+            await self.clock.sleep(CHORES_POLL_SECONDS)
             await self.rooms.follow_allowlist()
             await self.withdrawals.serve_spool()
             await self.withdrawals.expire_retained()

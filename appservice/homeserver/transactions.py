@@ -42,12 +42,12 @@ import hashlib
 import hmac
 import json
 import logging
-import time
 from dataclasses import dataclass, replace
 from typing import Awaitable, Callable, Protocol
 
 from aiohttp import web
 
+from indexer.clock import REAL, Clock
 from indexer.ingest.events import (EditEvent, MessageEvent, RedactionEvent, StateEvent,
                                    parse_event)
 from indexer.ingest.gate import STATE_UNAVAILABLE
@@ -132,10 +132,10 @@ class TransactionHandler:
                  fetch_state: FetchState, on_admitted: OnAdmitted,
                  retry: Retry | None = None, gaps: TransactionGaps | None = None,
                  commands: CommandLog | None = None, backlog: BacklogBound | None = None,
-                 wall: Callable[[], float] = time.time) -> None:
+                 clock: Clock = REAL) -> None:
         """`commands`: where commands are kept until answered (None: in memory only);
-        `backlog`: the bound on pending events (None: none); `wall`: the clock kept
-        commands are stamped with."""
+        `backlog`: the bound on pending events (None: none); `clock`: its wall clock
+        stamps kept commands."""
         self._hs_token = hs_token.encode()
         self._registration_id = registration_id
         self._ingest = ingest
@@ -143,7 +143,7 @@ class TransactionHandler:
         self._on_admitted = on_admitted
         self._retry = retry
         self._gaps = gaps  # a numbered transaction that never comes (txngaps.py)
-        self._commands, self._backlog, self._wall = commands, backlog, wall
+        self._commands, self._backlog, self._clock = commands, backlog, clock
         # Synapse sends one transaction at a time; a lock keeps it so for anyone else.
         self._lock = asyncio.Lock()
         self.received = 0
@@ -273,7 +273,7 @@ class TransactionHandler:
         (the transaction sent again) are not routed again."""
         assert self._commands is not None
         new = self._commands.keep([(c.message, c.thread_root) for c in routed.commands],
-                                  int(self._wall() * 1000))
+                                  self._clock.now_ms())
         return replace(routed, commands=tuple(c for c in routed.commands
                                               if c.message.event_id in new))
 

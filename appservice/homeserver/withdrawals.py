@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import Callable, Iterable
 
+from indexer.clock import REAL, Clock
 from indexer.config import Config
 from indexer.ingest.admit import Ingest
 from indexer.ingest.forget import Forgetting, apply_request
@@ -25,7 +25,7 @@ log = logging.getLogger(f"matrix_sources.{__name__}")
 class Withdrawals:
     def __init__(self, cfg: Config, ingest: Ingest, worker: PipelineWorker,
                  on_withdrawn: Callable[[Iterable[str]], None],
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Clock = REAL) -> None:
         self.cfg, self.ingest, self.worker = cfg, ingest, worker
         self._on_withdrawn = on_withdrawn
         self._clock = clock
@@ -33,7 +33,7 @@ class Withdrawals:
 
     async def serve_spool(self) -> None:
         """`matrix-sources forget` while the service runs: each request applied here."""
-        forgetting = Forgetting(self.ingest)
+        forgetting = Forgetting(self.ingest, self._clock)
         try:
             answers = await asyncio.to_thread(
                 serve, self.cfg.data_dir, lambda req: apply_request(forgetting, req))
@@ -45,16 +45,16 @@ class Withdrawals:
 
     async def expire_retained(self) -> None:
         """Room retention, once per compaction interval."""
-        now = self._clock()
+        now = self._clock.now()
         if now - self._retention_last < self.cfg.index.compaction_interval_seconds:
             return
         self._retention_last = now
-        report = await asyncio.to_thread(Retention(self.ingest).expire)
+        report = await asyncio.to_thread(Retention(self.ingest, self._clock).expire)
         self._taken(bool(report.windows), report.event_ids)
 
     async def forget_erased(self, user: str) -> None:
         """Synapse erased the user: what they said leaves the index."""
-        report = await asyncio.to_thread(Forgetting(self.ingest).forget_user, UserID(user),
+        report = await asyncio.to_thread(Forgetting(self.ingest, self._clock).forget_user, UserID(user),
                                          "synapse_erasure")
         self._taken(bool(report.windows), report.event_ids)
 

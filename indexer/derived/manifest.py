@@ -33,6 +33,7 @@ from typing import Callable, Collection, Iterator, Sequence
 
 import numpy as np
 
+from ..clock import REAL, Clock
 from ..records import ARTIFACT_KINDS, Artifact, EventID
 from .shingleindex import ShingleIndex
 
@@ -46,8 +47,8 @@ def manifest_path(data_dir: Path) -> Path:
     return Path(data_dir) / MANIFEST_FILE
 
 
-def utc_now_iso() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+def utc_now_iso(clock: Clock = REAL) -> str:
+    return datetime.fromtimestamp(clock.wall(), timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def emitted_iso(ms: int) -> str:

@@ -27,10 +27,10 @@ import json
 import logging
 import os
 import re
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..clock import REAL, Clock
 from ..records import ChunkPolicy
 from ..models.embedder import Embedder
 from .manifest import Manifest, emitted_iso, utc_now_iso
@@ -201,10 +201,12 @@ def chunk_metadata(c: Chunk, now_ms: int) -> dict:
 
 class References:
     def __init__(self, data_dir: Path, store: ChromaStore, manifest: Manifest,
-                 embedder: Embedder | None = None, chunk_bytes: int = CHUNK_BYTES) -> None:
+                 embedder: Embedder | None = None, chunk_bytes: int = CHUNK_BYTES,
+                 clock: Clock = REAL) -> None:
+        """`clock`: its wall clock dates the registry, the chunks and the artifacts."""
         self.registry_path = Path(data_dir) / REGISTRY_FILE
         self.store, self.manifest, self.embedder = store, manifest, embedder
-        self.chunk_bytes = chunk_bytes
+        self.chunk_bytes, self.clock = chunk_bytes, clock
 
     # -- the registry: name -> path, kept beside the config ---------------------------
 
@@ -238,7 +240,7 @@ class References:
                                  f"`ref sync {name}` reads it again, `ref rm {name}` removes it")
         root = Path(path).expanduser().resolve()
         report = self._sync(name, root)
-        now = utc_now_iso()
+        now = utc_now_iso(self.clock)
         corpora[name] = {"path": str(root), "added_at": now, "synced_at": now}
         self._save(corpora)
         return report
@@ -248,7 +250,7 @@ class References:
         if name not in corpora:
             raise ReferenceError(f"no corpus named {name}; `ref list` shows them")
         report = self._sync(name, Path(corpora[name]["path"]))
-        corpora[name]["synced_at"] = utc_now_iso()
+        corpora[name]["synced_at"] = utc_now_iso(self.clock)
         self._save(corpora)
         return report
 
@@ -312,7 +314,7 @@ class References:
             if stale or self.manifest.stale else 0
         # 2. New and changed chunks embedded and upserted; chunks no longer cut, deleted.
         new = [c for c in chunks if c.chunk_id not in existing]
-        now_ms = int(time.time() * 1000)
+        now_ms = self.clock.now_ms()
         for start in range(0, len(new), EMBED_BATCH):
             batch = new[start:start + EMBED_BATCH]
             vectors = self.embedder.encode(
@@ -324,7 +326,7 @@ class References:
         gone = sorted(existing - {c.chunk_id for c in chunks})
         self.store.delete(gone)
         # 3. Only now, with every chunk committed, the sections become artifacts.
-        emitted = emitted_iso(int(time.time() * 1000))
+        emitted = emitted_iso(self.clock.now_ms())
         added = self.manifest.append(
             [Artifact(ARTIFACT_REFERENCE, n, sha, text_shingles(s.text, k), emitted, k,
                       corpus=name)

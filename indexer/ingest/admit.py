@@ -14,12 +14,12 @@ yet is refused, but not purged.
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Iterable
 
 from . import gate as rules
+from ..clock import REAL, Clock
 from ..store.eventlog.log import EventLog
 from .events import (MAX_TS_MS, QUARANTINED, TIMESTAMP_OUT_OF_RANGE, EditEvent,
                      EncryptedEvent, MessageEvent, RedactionEvent, Skipped, StateEvent,
@@ -67,6 +67,7 @@ class Ingest:
     # Users forgotten on request (forget.py): the time (ms) from which their messages
     # are admitted again, None while forgotten. Read from the event log at open.
     forgotten: dict[UserID, int | None] = field(default_factory=dict)
+    clock: Clock = REAL  # its wall clock stamps when the bot was sent away
     sent_away: SentAwayRooms = field(init=False)  # the gate reads it too
     # Names addressed by display name -> members' user ids, at admission (members.py).
     addressees: Addressees = field(default_factory=Addressees, init=False)
@@ -170,7 +171,7 @@ class Ingest:
                 self.facts[room_id] = apply_state(before, ev)
                 self._note_label(room_id)
                 if ev.state_key == self.gate.bot_user:  # kicked, banned, invited back
-                    self.sent_away.fold(ev, self.gate.bot_user, int(time.time() * 1000))
+                    self.sent_away.fold(ev, self.gate.bot_user, self.clock.now_ms())
                 self._note_visibility(before, self.facts[room_id], ev, source)
                 self._note_refused(self._state_refusal(ev), refused_rooms, cutoff,
                                    len(passed))

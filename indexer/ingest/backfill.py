@@ -14,6 +14,7 @@ import logging
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
+from ..clock import REAL, Clock
 from .admit import AdmitResult, Ingest
 from ..records import RoomID
 
@@ -38,6 +39,12 @@ class BackfillResult:
     pages: int = 0
     events: int = 0
     admitted: AdmitResult | None = None
+
+
+def horizon(backfill_days: float | None, clock: Clock = REAL) -> int | None:
+    """The oldest timestamp (ms) a backfill reads back to: `backfill_days` before now on
+    `clock`'s wall clock; None (no limit) when 0 or unset (index.backfill_days)."""
+    return int((clock.wall() - backfill_days * 86400) * 1000) if backfill_days else None
 
 
 def _meta_key(room_id: str) -> str:

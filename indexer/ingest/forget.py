@@ -21,10 +21,9 @@ journal gets ids and counts, never text.
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass
-from typing import Callable
 
+from ..clock import REAL, Clock
 from ..records import EventID, UserID
 from .admit import Ingest
 from .gate import USER_FORGOTTEN
@@ -43,10 +42,10 @@ class ForgetReport:
 @dataclass
 class Forgetting:
     ingest: Ingest
-    clock: Callable[[], float] = time.time  # seconds
+    clock: Clock = REAL  # its wall clock stamps the forgetting
 
     def forget_user(self, user_id: UserID, source: str = "cli") -> ForgetReport:
-        now = int(self.clock() * 1000)
+        now = self.clock.now_ms()
         event_ids, windows = self.ingest.eventlog.history.forget_sender(user_id, now, source)
         self.ingest.forgotten[user_id] = None
         report = ForgetReport(user_id, len(event_ids), windows, tuple(event_ids))
@@ -57,7 +56,7 @@ class Forgetting:
         return report
 
     def unforget_user(self, user_id: UserID, source: str = "cli") -> bool:
-        now = int(self.clock() * 1000)
+        now = self.clock.now_ms()
         if not self.ingest.eventlog.history.readmit_sender(user_id, now):
             return False
         self.ingest.forgotten[user_id] = now

@@ -14,10 +14,9 @@ state event applies from then on (nothing expired comes back).
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass, field
-from typing import Callable
 
+from ..clock import REAL, Clock
 from ..records import EventID, RoomID
 from .admit import Ingest
 
@@ -35,10 +34,10 @@ class RetentionReport:
 @dataclass
 class Retention:
     ingest: Ingest
-    clock: Callable[[], float] = time.time  # seconds
+    clock: Clock = REAL  # its wall clock says what has expired
 
     def expire(self, source: str = "retention") -> RetentionReport:
-        now_ms = int(self.clock() * 1000)
+        now_ms = self.clock.now_ms()
         report = RetentionReport()
         for room_id, facts in sorted(self.ingest.facts.items()):
             if facts.max_lifetime_ms is None:

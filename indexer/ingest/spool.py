@@ -15,10 +15,11 @@ from __future__ import annotations
 import json
 import logging
 import os
-import time
 import uuid
 from pathlib import Path
 from typing import Callable
+
+from ..clock import REAL, Clock
 
 log = logging.getLogger(f"matrix_sources.{__name__}")
 REQUEST, ANSWER = ".request.json", ".answer.json"
@@ -47,7 +48,7 @@ def submit(data_dir: Path, request: dict) -> Path:
 
 
 def wait_answer(answer: Path, timeout: float = 30.0,
-                sleep: Callable[[float], None] = time.sleep) -> dict | None:
+                clock: Clock = REAL) -> dict | None:
     """The answer once it is there (then removed), None after `timeout` seconds."""
     waited = 0.0
     while waited <= timeout:
@@ -55,7 +56,7 @@ def wait_answer(answer: Path, timeout: float = 30.0,
             obj = json.loads(answer.read_text(encoding="utf-8"))
             answer.unlink(missing_ok=True)
             return obj
-        sleep(0.2)
+        clock.sleep_blocking(0.2)
         waited += 0.2
     return None
 

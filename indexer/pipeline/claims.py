@@ -19,11 +19,11 @@ from __future__ import annotations
 import os
 import socket
 import threading
-import time
 import uuid
 from contextlib import contextmanager
-from typing import Callable, Iterable, Iterator
+from typing import Iterable, Iterator
 
+from ..clock import REAL, Clock
 from ..records import RoomID
 from ..store.eventlog.log import EventLog
 
@@ -36,16 +36,16 @@ def worker_name() -> str:
 class RoomClaims:
     def __init__(self, eventlog: EventLog, lease_seconds: float = 60.0,
                  worker: str | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Clock = REAL) -> None:
         self.eventlog = eventlog
         self.lease_ms = int(lease_seconds * 1000)
         self.worker = worker or worker_name()
-        self._clock = clock  # wall clock, seconds: leases are compared across machines
+        self._clock = clock  # its wall clock: leases are compared across machines
         self._tokens: dict[RoomID, int] = {}
         self._guard = threading.Lock()
 
     def _now(self) -> int:
-        return int(self._clock() * 1000)
+        return self._clock.now_ms()
 
     def held(self) -> set[RoomID]:
         with self._guard:

@@ -13,23 +13,20 @@ no idle second between them. A compaction due after redactions (Pipeline.run_com
 brings the worker back when it may run. A compaction runs in a task of its own beside
 the runs (it copies the whole collection: minutes at 100,000 windows, docs/storage.md),
 one at a time; the worker is idle when neither is running.
-Every timer here (debounce, backoff, deferred compaction) waits on the injected `sleep`
-and reads the injected `clock`: tests drive them with a fake clock.
+Every timer here (debounce, backoff, deferred compaction) waits and reads the time on
+the injected `clock`: tests drive them with a fake one.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from typing import Awaitable, Callable
+from typing import Callable
 
-from ..clock import Backoff
+from ..clock import REAL, Backoff, Clock
 from .pipeline import Pipeline
 
 log = logging.getLogger(f"matrix_sources.{__name__}")
-
-Sleep = Callable[[float], Awaitable[None]]
 
 
 class PipelineWorker:
@@ -38,7 +35,7 @@ class PipelineWorker:
 
     def __init__(self, pipeline: Pipeline, debounce: float = 1.0,
                  backoff_initial: float = 1.0, backoff_max: float = 60.0,
-                 sleep: Sleep = asyncio.sleep, clock: Callable[[], float] = time.monotonic,
+                 clock: Clock = REAL,
                  after_run: Callable[[], None] | None = None):
         self.pipeline = pipeline
         # Called in the worker thread after each run that succeeded (the service hands
@@ -47,7 +44,6 @@ class PipelineWorker:
         self.debounce = debounce
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
-        self._sleep = sleep
         self._clock = clock
         self._wake = asyncio.Event()
         self._waiting_since: float | None = None  # first notify not yet taken by a run
@@ -69,7 +65,7 @@ class PipelineWorker:
     def notify(self) -> None:
         self.idle.clear()
         if self._waiting_since is None:
-            self._waiting_since = self._clock()
+            self._waiting_since = self._clock.now()
         self._wake.set()
 
     def start(self) -> None:
@@ -91,10 +87,10 @@ class PipelineWorker:
         backoff = Backoff(self.backoff_initial, self.backoff_max)
         while True:
             await self._wake.wait()
-            since = self._waiting_since if self._waiting_since is not None else self._clock()
-            wait = since + self.debounce - self._clock()
+            since = self._waiting_since if self._waiting_since is not None else self._clock.now()
+            wait = since + self.debounce - self._clock.now()
             if wait > 0:
-                await self._sleep(wait)
+                await self._clock.sleep(wait)
             self._wake.clear()
             self._waiting_since = None
             self._running = True
@@ -113,9 +109,9 @@ class PipelineWorker:
                 log.error("pipeline_failed", exc_info=True, extra={
                     "failures_in_a_row": self.consecutive_failures,
                     "retry_in": backoff.delay})
-                await self._sleep(backoff.next())
+                await self._clock.sleep(backoff.next())
                 if self._waiting_since is None:  # retry now: the backoff was the wait
-                    self._waiting_since = self._clock() - self.debounce
+                    self._waiting_since = self._clock.now() - self.debounce
                 self._wake.set()
                 continue
             self._running = False
@@ -150,7 +146,7 @@ class PipelineWorker:
         self._settle()
 
     async def _notify_after(self, seconds: float) -> None:
-        await self._sleep(seconds)  # the injected sleep: tests move a fake clock
+        await self._clock.sleep(seconds)
         self.notify()
 
     def _run(self) -> None:

@@ -27,13 +27,13 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from array import array
 from collections import Counter
 from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
+from ..clock import stopwatch
 from ..records import Window
 from .tokens import is_word, keys, matches
 
@@ -196,7 +196,7 @@ class TermIndex:
 
     def _compact(self) -> None:
         """Drop dead slots: renumber the live ones, rewrite every key's postings."""
-        started = time.monotonic()
+        took = stopwatch()
         remap: dict[int, int] = {}
         ids: list[str | None] = []
         room, corpus, live = _Column(np.uint32), _Column(np.uint32), _Column(np.bool_)
@@ -232,7 +232,7 @@ class TermIndex:
         self._post, self._postings, self._dead = post, postings, 0
         log.debug("term_index_compacted", extra={
             "windows": len(ids), "keys": len(post), "postings": postings,
-            "seconds": round(time.monotonic() - started, 3)})
+            "seconds": round(took(), 3)})
 
     # -- the build, from the collection --------------------------------------------
 

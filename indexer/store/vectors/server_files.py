@@ -30,11 +30,12 @@ import re
 import secrets
 import shutil
 import sqlite3
-import time
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from ...clock import stopwatch
 
 if TYPE_CHECKING:
     from chromadb.api import ClientAPI
@@ -89,7 +90,7 @@ class ServerFiles:
                 "--path DIR), or leave persist_dir out")
 
     def clean(self) -> Cleaned:
-        started = time.monotonic()
+        took = stopwatch()
         folders = [p for p in self.root.iterdir() if p.is_dir() and _UUID.fullmatch(p.name)]
         with _read_only(self.root / SQLITE) as con:
             live = {r[0] for r in con.execute("SELECT id FROM segments")}
@@ -104,7 +105,7 @@ class ServerFiles:
                 con.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the old pages' frames
         finally:
             con.close()
-        done = Cleaned(len(orphans), round(time.monotonic() - started, 3))
+        done = Cleaned(len(orphans), round(took(), 3))
         log.info("chroma_server_files_cleaned", extra={"folders": done.folders,
                                                        "seconds": done.seconds})
         return done

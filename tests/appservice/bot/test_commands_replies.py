@@ -17,6 +17,7 @@ from indexer.clock import format_ts
 from indexer.records import EventID, Hit, Line, RoomID, UserID, WindowID
 from indexer.search.abstain import Floor
 from indexer.search.searcher import MAX_TEXT_BYTES
+from tests.fakeclock import FakeClock
 
 ROOM = "!ops:example.org"
 
@@ -332,14 +333,6 @@ class FakeSearcher:
         return self.search(query), None
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def command(body: str, sender: str = "@asker:example.org", event_id: str = "$cmd",
             thread_root: str | None = None) -> MessageEvent:
     content: dict = {"msgtype": "m.text", "body": body}
@@ -359,10 +352,10 @@ def responder():
         sent.append((room_id, content))
         return f"$reply{len(sent)}"
 
-    clock = Clock()
+    clock = FakeClock(1000.0)
     searcher = FakeSearcher([hit()])
     r = Responder(searcher, send, "@sourcesbot:example.org", default_top_k=4,
-                  limiter=RateLimiter(2, clock=clock), domain="example.org")
+                  limiter=RateLimiter(2, clock=clock.clock), domain="example.org")
     return r, sent, clock, searcher
 
 
@@ -426,8 +419,8 @@ async def test_rate_limit_says_when_to_try_again(responder):
 
 
 def test_rate_limiter_wait_is_never_zero_while_limited():
-    clock = Clock()
-    limiter = RateLimiter(1, clock=clock)
+    clock = FakeClock(1000.0)
+    limiter = RateLimiter(1, clock=clock.clock)
     assert limiter.retry_after("@a:x") == 0
     clock.now += 59.9
     assert 0 < limiter.retry_after("@a:x") <= 0.1 + 1e-9

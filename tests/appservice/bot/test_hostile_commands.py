@@ -13,6 +13,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
+from indexer.clock import Clock
 from appservice.bot.commandpool import CommandPool
 from appservice.homeserver.health import PIPELINE_FAILING_RUNS, Health, appends_problem, pipeline_problem
 from appservice.bot.responder import RateLimiter, Responder
@@ -93,7 +94,8 @@ async def test_a_command_while_the_homeserver_is_down_is_answered_later(env):
     async def sleep(seconds):
         waited.append(seconds)
 
-    responder = Responder(SlowSearcher(held=False), send, BOT, limiter=RateLimiter(0), sleep=sleep)
+    responder = Responder(SlowSearcher(held=False), send, BOT, limiter=RateLimiter(0),
+                          clock=Clock(sleep=sleep))
     pool = CommandPool(responder.answer)
     env.on_commands = pool.submit
     assert (await put(env.client, "t1", {"events": [command(1)]}))[0] == 200

@@ -10,6 +10,7 @@ import pytest
 from ruamel.yaml import YAML
 
 from appservice.cli.main import main
+from tests.fakeclock import FakeClock
 
 ROOM, OTHER = "!eval-room:example.org", "!not-listed:example.org"
 
@@ -193,9 +194,11 @@ def test_forget_with_the_lock_held_goes_to_the_services_spool(datadir, capsys, m
     from indexer.store.lock import WriterLock
 
     cfg, tmp = datadir
-    monkeypatch.setattr(forget, "ANSWER_TIMEOUT_S", 0.0)
+    clock = FakeClock(0.0)
+    monkeypatch.setattr(forget, "REAL", clock.clock)  # the command's clock: fake
     with WriterLock(cfg.parent, "matrix-sources run"):
         assert main(["forget", "-c", str(cfg), "@user1:example.org"]) == 1
-    assert "did not answer" in capsys.readouterr().err
+    assert "did not answer within 30 s" in capsys.readouterr().err
+    assert 30 <= clock.now <= 30.4  # it waited the whole timeout, polling
     [req] = (cfg.parent / "spool").glob("*.request.json")
     assert json.loads(req.read_text()) == {"op": "forget", "user_id": "@user1:example.org"}

@@ -144,7 +144,7 @@ async def test_a_batch_through_the_service_waits_out_its_rate_limit(imported, ca
         waits.append(seconds)
         service.clock.now += seconds
 
-    monkeypatch.setattr(cli_search.time, "sleep", fake_sleep)
+    monkeypatch.setattr(cli_search, "REAL", Clock(sleep_blocking=fake_sleep))
     await service.start()
     try:
         monkeypatch.setattr(cli_search.Searching, "_local", lambda self: pytest.fail("local"))

@@ -17,6 +17,7 @@ from appservice.homeserver.backlog import BacklogBound
 from appservice.homeserver.health import Health
 from appservice.homeserver.metrics import EventLogFigures, MetricSources, ServiceMetrics
 from appservice.homeserver.transactions import TransactionHandler
+from indexer.clock import Clock
 from indexer.ingest.admit import Ingest
 from indexer.ingest.gate import Gate
 from indexer.ingest.roomfacts import RoomFacts
@@ -47,12 +48,13 @@ class World:
         self.ingest.facts[ROOM] = RoomFacts(join_rule="public")
         self.drained: list[int] = []
         self.backlog = BacklogBound(self.log.status.backlog, max_pending,
-                                    on_drained=lambda: self.drained.append(1), wall=wall)
+                                    on_drained=lambda: self.drained.append(1),
+                                    clock=Clock(wall=wall))
         self.commands = CommandLog(self.log)
         self.routed: list[str] = []  # command event ids handed to the bot
         self.handler = TransactionHandler(
             HS_TOKEN, "matrix-sources", self.ingest, self.fetch_state, self.on_admitted,
-            commands=self.commands, backlog=self.backlog, wall=wall)
+            commands=self.commands, backlog=self.backlog, clock=Clock(wall=wall))
         self.store = ChromaStore(path=path / "chroma", eventlog=self.log)
         self.pipeline = Pipeline(self.log, HashEmbedder(), self.store, policy)
 
@@ -183,7 +185,7 @@ def bot_over(w: World, now: list[float]) -> tuple[Bot, Matrix, Searcher]:
     searcher, matrix = Searcher(), Matrix()
     index = SimpleNamespace(searcher=searcher, record_answer=None, answers=None,
                             manifest=None, commands=w.commands)
-    return Bot(cfg, index, matrix, wall=lambda: now[0]), matrix, searcher
+    return Bot(cfg, index, matrix, clock=Clock(wall=lambda: now[0])), matrix, searcher
 
 
 def kept_bodies(log: EventLog) -> list:
@@ -288,7 +290,6 @@ async def _until(cond) -> None:
 async def test_the_bound_reads_the_backlog_every_second_and_faster_while_refusing():
     """On a fake clock: a read a second; once refusing, four a second, so the homeserver
     is asked back within a quarter second of the backlog falling below the bound."""
-    from indexer.clock import Clock
     from indexer.store.eventlog.status import Backlog
 
     from tests.fakeclock import FakeClock

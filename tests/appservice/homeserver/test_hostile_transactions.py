@@ -18,6 +18,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from mautrix.errors import MatrixStandardRequestError
 
+from indexer.clock import Clock
 from appservice.homeserver import transactions
 from appservice.logs import KeyValueFormatter
 from appservice.homeserver.roomstate import StateRetry
@@ -362,7 +363,7 @@ async def test_a_room_whose_state_failed_is_fetched_again_and_backfilled(env):
             env.fetch_errors.pop(ROOM_B)
         await env.fetch_state(room_id)
 
-    retry = StateRetry(fetch, lambda r: asyncio.ensure_future(backfill(r)), sleep=no_wait)
+    retry = StateRetry(fetch, lambda r: asyncio.ensure_future(backfill(r)), clock=Clock(sleep=no_wait))
     for room in env.unavailable:
         retry.add(room)
     await asyncio.wait_for(backfilled.wait(), 5)

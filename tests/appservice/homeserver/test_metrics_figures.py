@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
+from indexer.clock import Clock
 from appservice.homeserver import metrics
 
 
@@ -21,7 +22,7 @@ async def test_a_scrape_never_waits_for_the_read_and_reads_one_at_a_time(monkeyp
     monkeypatch.setattr(metrics, "lag_report_at", slow_read)
     now = [0.0]
     figures = metrics.EventLogFigures(tmp_path / "eventlog.sqlite3", max_age=5.0,
-                                      clock=lambda: now[0])
+                                      clock=Clock(now=lambda: now[0]))
     first = figures.refresh()
     assert first is not None and figures.figures is None  # the caller did not wait
     assert figures.refresh() is first  # one read at a time

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from types import SimpleNamespace
 
+from indexer.clock import Clock
 from appservice.homeserver.withdrawals import Withdrawals
 
 from tests.indexer.store.test_history import ALICE, ROOM, T0, all_text, msg, world  # noqa: F401  (the fixture)
@@ -21,7 +22,7 @@ def make(world, interval: float = 60.0):
     withdrawn: list[list[str]] = []
     now = [1000.0]
     w = Withdrawals(cfg, ingest, SimpleNamespace(notify=lambda: woken.append(1)),
-                    withdrawn.append, clock=lambda: now[0])
+                    withdrawn.append, clock=Clock(now=lambda: now[0]))
     return w, now, woken, withdrawn
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from appservice.bot.replies import render_hits
 from appservice.bot.responder import RateLimiter, Responder
+from indexer.clock import Clock
 from indexer.config import ConfigError, DerivedConfig, load_config
 from indexer.derived.filter import EmittedSection
 from indexer.store.eventlog.log import EventLog
@@ -167,8 +168,8 @@ async def test_no_artifact_when_the_send_failed_and_a_failed_record_does_not_rai
         now[0] += seconds
 
     r = Responder(OneHit(), failing_send, "@bot:x", limiter=RateLimiter(0),
-                  record_answer=lambda e, s, t: recorded.append(e) or 1, sleep=sleep,
-                  clock=lambda: now[0])
+                  record_answer=lambda e, s, t: recorded.append(e) or 1,
+                  clock=Clock(now=lambda: now[0], sleep=sleep))
     with pytest.raises(ConnectionError):
         await r.answer(command("!sources journalctl"))
     assert recorded == []

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+from indexer.clock import Clock
 from indexer.ingest import gate as rules
 from indexer.ingest.admit import Ingest
 from indexer.ingest.forget import Forgetting
@@ -22,7 +23,7 @@ from tests.vectorscan import files_holding
 def test_forget_removes_text_and_vectors_from_every_file(world):
     ingest, pipeline, store, log, tmp = world
     clock = [T0 / 1000 + 100]
-    forgetting = Forgetting(ingest, clock=lambda: clock[0])
+    forgetting = Forgetting(ingest, clock=Clock(wall=lambda: clock[0]))
     ingest.admit([msg(1, "bob asks how to configure the proxy", BOB),
                   msg(2, "alice secret canary fz81q answers", ALICE),
                   edit(3, 2, "alice secret canary fz81q answers, edited", ALICE),
@@ -48,7 +49,7 @@ def test_forget_removes_text_and_vectors_from_every_file(world):
 def test_a_forgotten_users_messages_are_refused_until_undo(world):
     ingest, pipeline, store, log, tmp = world
     clock = [T0 / 1000 + 100]
-    forgetting = Forgetting(ingest, clock=lambda: clock[0])
+    forgetting = Forgetting(ingest, clock=Clock(wall=lambda: clock[0]))
     forgetting.forget_user(ALICE)
     assert forgetting.forgotten() == [ALICE]
     result = ingest.admit([{**msg(200, "after the forget"), "origin_server_ts": T0 + 200_000}])
@@ -93,9 +94,9 @@ def test_a_running_services_spool_applies_a_forget_request_and_answers(world):
     pipeline.process_all()
     forgetting = Forgetting(ingest)
     answer_path = submit(tmp, {"op": "forget", "user_id": ALICE})
-    assert wait_answer(answer_path, timeout=0, sleep=lambda s: None) is None
+    assert wait_answer(answer_path, timeout=0, clock=Clock(sleep_blocking=lambda s: None)) is None
     [served] = serve(tmp, lambda req: apply_request(forgetting, req))
-    answer = wait_answer(answer_path, timeout=0, sleep=lambda s: None)
+    answer = wait_answer(answer_path, timeout=0, clock=Clock(sleep_blocking=lambda s: None))
     assert answer == served and answer["messages"] == 1 and answer["windows"] == 1
     assert list((tmp / "spool").iterdir()) == []  # request and answer both gone
     pipeline.process_all()

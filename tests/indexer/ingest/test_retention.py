@@ -3,6 +3,7 @@ index, text and vectors, within the compaction interval; a later change applies 
 
 from __future__ import annotations
 
+from indexer.clock import Clock
 from indexer.ingest.retention import Retention
 
 from tests.indexer.store.test_history import (ALICE, ROOM, T0, all_text, chroma_bytes, db_bytes, msg,
@@ -21,7 +22,7 @@ def test_expired_messages_leave_text_and_vectors_and_a_later_change_applies(worl
     ingest, pipeline, store, log, tmp = world
     clock = [T0 / 1000]
     pipeline.compaction.clock = lambda: clock[0]
-    expiry = Retention(ingest, clock=lambda: clock[0])
+    expiry = Retention(ingest, clock=Clock(wall=lambda: clock[0]))
     ingest.admit([retention(60_000), msg(1, "old canary rt11x line"),
                   {**msg(2, "newer line stays"), "origin_server_ts": T0 + 50_000}])
     pipeline.process_all()

@@ -9,6 +9,7 @@ from collections import Counter
 
 import pytest
 
+from indexer.clock import Clock
 from indexer.pipeline import pipeline as pipeline_mod
 from indexer.pipeline.chunker import build_windows, window_id
 from indexer.records import ChunkPolicy
@@ -457,7 +458,7 @@ async def test_worker_retries_with_doubling_backoff():
     sleep = FakeSleep()
     pipe = FailingPipeline(fail=4)
     worker = PipelineWorker(pipe, debounce=0.5, backoff_initial=1.0, backoff_max=60,
-                            sleep=sleep)
+                            clock=Clock(sleep=sleep))
     worker.start()
     try:
         await run_until_idle(worker)
@@ -472,7 +473,7 @@ async def test_worker_backoff_is_capped_and_resets_after_success():
     sleep = FakeSleep()
     pipe = FailingPipeline(fail=5)
     worker = PipelineWorker(pipe, debounce=0, backoff_initial=1.0, backoff_max=4.0,
-                            sleep=sleep)
+                            clock=Clock(sleep=sleep))
     worker.start()
     try:
         await run_until_idle(worker)
@@ -492,7 +493,7 @@ async def test_worker_catches_up_after_store_outage(log, store):
     flaky = FlakyStore(store, fail=2)
     sleep = FakeSleep()
     worker = PipelineWorker(Pipeline(log, HashEmbedder(), flaky, POLICY), debounce=0.01,
-                            backoff_initial=0.02, sleep=sleep)
+                            backoff_initial=0.02, clock=Clock(sleep=sleep))
     worker.start()
     try:
         await run_until_idle(worker)
@@ -520,7 +521,7 @@ async def test_notify_during_a_run_runs_again():
             return 0
 
     loop = asyncio.get_running_loop()
-    worker = PipelineWorker(NotifyingPipeline(), debounce=0, sleep=sleep)
+    worker = PipelineWorker(NotifyingPipeline(), debounce=0, clock=Clock(sleep=sleep))
     worker.start()
     try:
         await asyncio.wait_for(worker.wait_runs(2), 5)

@@ -46,7 +46,7 @@ def live_worker(log, store, **worker_args):
     emb = HashEmbedder()
     pipeline = Pipeline(log, emb, store, POLICY)
     pipeline.compaction.clock = clock
-    worker = PipelineWorker(pipeline, debounce=DEBOUNCE, sleep=clock.sleep, clock=clock,
+    worker = PipelineWorker(pipeline, debounce=DEBOUNCE, clock=clock.clock,
                             **worker_args)
     return clock, emb, pipeline, worker
 

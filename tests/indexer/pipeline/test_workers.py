@@ -21,20 +21,13 @@ from indexer.store.vectors.chroma import ChromaStore
 from indexer.store.compaction import Compaction
 from indexer.store.eventlog.log import EventLog
 from indexer.store.journal import Journal
+from tests.fakeclock import FakeClock
 
 
 ROOMS = [RoomID(f"!room{i}:example.org") for i in range(4)]
 T0 = 1_700_000_000_000
 POLICY = ChunkPolicy(max_bytes=120, gap_ms=30 * 60_000)
 LEASE = 30.0
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def messages(room: RoomID, n: int) -> list[tuple[Message, None]]:
@@ -49,7 +42,7 @@ def world(tmp_path, eventlog_db):
     for room in ROOMS:
         service_log.append(messages(room, 12))
     store = ChromaStore(path=tmp_path / "chroma", eventlog=service_log)
-    clock = Clock()
+    clock = FakeClock(1_000_000.0)
     logs = [service_log]
 
     def worker(name: str, embedder=None, group: int = EMBED_CALL) -> Pipeline:
@@ -57,7 +50,7 @@ def world(tmp_path, eventlog_db):
         logs.append(log)
         return Pipeline(log, embedder or HashEmbedder(), store, POLICY,
                         history=History(log), compaction=Compaction(log, store, fenced=True),
-                        claims=RoomClaims(log, LEASE, worker=name, clock=clock),
+                        claims=RoomClaims(log, LEASE, worker=name, clock=clock.clock),
                         embed_group=group)
 
     yield service_log, store, clock, worker

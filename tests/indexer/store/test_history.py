@@ -368,7 +368,7 @@ async def test_the_worker_runs_a_deferred_scrub_without_new_events(world):
     clock = FakeClock(T0 / 1000)
     pipeline.compaction.clock = clock
     pipeline.compaction.every = 3.0
-    worker = PipelineWorker(pipeline, debounce=0.01, sleep=clock.sleep, clock=clock)
+    worker = PipelineWorker(pipeline, debounce=0.01, clock=clock.clock)
 
     async def idle() -> None:
         # Debounce sleeps on the fake clock: move it on until the worker is idle.
@@ -449,7 +449,7 @@ async def test_new_messages_are_indexed_while_a_compaction_copies(world):
         return compact(after_copy=after_copy, **kw)
 
     store.compact = slow_compact
-    worker = PipelineWorker(pipeline, debounce=0.01)
+    worker = PipelineWorker(pipeline, debounce=0)  # no timer: real time is not faked here
     worker.start()
     try:
         ingest.admit([msg(1, "line one"), msg(2, "canary rr41t")])
