@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import NewType
+from typing import Any, NewType
 
 RoomID = NewType("RoomID", str)
 EventID = NewType("EventID", str)
@@ -151,7 +151,7 @@ class Hit:
     def last_event_id(self) -> EventID:
         return self.event_ids[-1] if self.event_ids else EventID("")
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "window_id": self.window_id,
             "room_id": self.room_id,
@@ -180,10 +180,10 @@ class Hit:
         }
 
     @classmethod
-    def from_search_json(cls, d: dict) -> "Hit":
+    def from_search_json(cls, d: dict[str, Any]) -> "Hit":
         """A hit of a search answered elsewhere (the search API), from `to_json`: whole,
         as far as a reply renders it and `to_json` writes it again (not its ranks)."""
-        def line(x: dict, body: str) -> Line:
+        def line(x: dict[str, Any], body: str) -> Line:
             return Line(EventID(x["event_id"]), UserID(x["sender"]), int(x["ts"]), body,
                         x.get("linked", ""))
 
@@ -198,7 +198,7 @@ class Hit:
                    shown=tuple(line(s, s["body"]) for s in d.get("shown", [])))
 
     @classmethod
-    def from_json(cls, d: dict, shown: tuple[Line, ...] = ()) -> "Hit":
+    def from_json(cls, d: dict[str, Any], shown: tuple[Line, ...] = ()) -> "Hit":
         """The hit `to_json` wrote, as far as that keeps it: its window's events, not
         its linked answers' lines (a recorded answer keeps no text: answers.py). `shown`:
         the lines to quote, read anew from the event log."""

@@ -5,6 +5,7 @@ with the nearest known one), raised as `ConfigError`s."""
 from __future__ import annotations
 
 import difflib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,7 @@ _KINDS = {"int_type": "an integer", "float_type": "a number", "string_type": "a 
           "dict_type": "a mapping of keys"}
 
 
-def problem(err: dict, root: type) -> tuple[str, str]:
+def problem(err: Mapping[str, Any], root: type) -> tuple[str, str]:
     """(dotted key, message) for one pydantic error of the model `root`:
     `index.chroma.port`, `gate.puppet_patterns[1]`."""
     loc = [p for p in err["loc"] if p not in ("function-after", "function-before")]
@@ -58,11 +59,11 @@ def problem(err: dict, root: type) -> tuple[str, str]:
     return key, err["msg"]
 
 
-def _fields(cls: Any) -> dict:
+def _fields(cls: Any) -> dict[str, Any]:
     return getattr(cls, "model_fields", None) or getattr(cls, "__pydantic_fields__", {})
 
 
-def _walk(root: type, loc: list) -> tuple[Any, Any]:
+def _walk(root: type, loc: list[int | str]) -> tuple[Any, Any]:
     """The section that holds the key at `loc`, and the key's FieldInfo (None if no such
     key). List indices are stepped over."""
     section, info = root, None
@@ -75,7 +76,7 @@ def _walk(root: type, loc: list) -> tuple[Any, Any]:
     return section, info
 
 
-def _unknown(root: type, loc: list) -> str:
+def _unknown(root: type, loc: list[int | str]) -> str:
     section, _ = _walk(root, loc)
     known = sorted(_fields(section))
     near = difflib.get_close_matches(str(loc[-1]), known, n=1)
@@ -83,7 +84,7 @@ def _unknown(root: type, loc: list) -> str:
     return f"unknown key; {hint}the keys here are {', '.join(known)}"
 
 
-def _bounds(root: type, loc: list, ctx: dict) -> str:
+def _bounds(root: type, loc: list[int | str], ctx: dict[str, Any]) -> str:
     """The key's whole range, from its field's constraints: 'from 1 to 20'."""
     _, info = _walk(root, loc)
     b = dict(ctx)

@@ -264,8 +264,9 @@ class Config(_Section):
                                  MODEL_FLOORS["all-MiniLM-L6-v2"])
         if not isinstance(search, dict):
             return data
-        unset = {k: v for k, v in zip(("min_similarity", "no_shared_word_margin"), floor)
-                 if search.get(k) is None}
+        unset: dict[str, float | dict[str, float]] = {
+            k: v for k, v in zip(("min_similarity", "no_shared_word_margin"), floor)
+            if search.get(k) is None}
         if search.get("no_shared_word_margin_by_script") is None:
             unset["no_shared_word_margin_by_script"] = dict(MODEL_SCRIPT_MARGINS.get(
                 model if isinstance(model, str) else "", {}))

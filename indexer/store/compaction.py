@@ -48,7 +48,7 @@ class Compaction:
     guard: WriteGuard = field(default_factory=WriteGuard)
     every: float = 60.0  # seconds between compactions asked for by redactions
     clock: Callable[[], float] = time.time  # wall clock (seconds)
-    due: set = field(default_factory=set)  # what asked since the last compaction
+    due: set[str] = field(default_factory=set)  # what asked since the last compaction
     last: float = float("-inf")  # when the last compaction ended
     merge_failed: float = float("-inf")  # when a merge last failed
     _requests: int = 0  # compactions asked for so far (one asked during a copy: due again)
@@ -59,7 +59,7 @@ class Compaction:
         if self.eventlog.get_meta(COMPACTION_DUE_KEY):
             self.due.add(COMPACTION_DUE_KEY)
 
-    def request(self, what: set | list) -> None:
+    def request(self, what: set[str] | list[str]) -> None:
         """Points were deleted for a redaction or a purge: compact within the interval."""
         if what:
             self.eventlog.set_meta(COMPACTION_DUE_KEY, "1")

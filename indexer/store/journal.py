@@ -12,7 +12,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 from ..records import Refusal
 
@@ -28,9 +28,9 @@ class Journal:
         self._seen_rooms: set[tuple[str, str]] = set()
         # (event id, rule) of every refusal in the file, read on first need: backfill
         # and Synapse's retries read events again, and a restart must not count them twice.
-        self._seen_events: set[tuple[str, str]] | None = None
+        self._seen_events: set[tuple[str | None, str]] | None = None
 
-    def write(self, kind: str, **fields) -> None:
+    def write(self, kind: str, **fields: object) -> None:
         entry = {"ts": int(time.time() * 1000), "kind": kind}
         entry.update({k: v for k, v in fields.items() if v is not None})
         line = json.dumps(entry, ensure_ascii=False, sort_keys=True) + "\n"
@@ -76,7 +76,7 @@ class Journal:
                    source=source, compacted=compacted)
 
     def read(self, room: str | None = None, rule: str | None = None,
-             kind: str | None = None) -> Iterator[dict]:
+             kind: str | None = None) -> Iterator[dict[str, Any]]:
         if not self.path.exists():
             return
         with open(self.path, encoding="utf-8") as f:

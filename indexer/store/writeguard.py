@@ -16,4 +16,4 @@ from dataclasses import dataclass, field
 @dataclass
 class WriteGuard:
     lock: threading.RLock = field(default_factory=threading.RLock)
-    purges: Counter = field(default_factory=Counter)  # room -> purges so far
+    purges: Counter[str] = field(default_factory=Counter)  # room -> purges so far

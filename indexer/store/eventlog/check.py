@@ -49,6 +49,7 @@ def check_eventlog(where: Location | Path | str, max_errors: int = 5) -> LogHeal
     location = location_of(where)
     if location.kind == "postgresql":
         return _check_postgresql(location)
+    assert location.path is not None  # an sqlite location always has its file
     path = Path(location.path)
     if not path.exists():
         return LogHealth("missing", f"{path} does not exist")

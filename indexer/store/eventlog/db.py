@@ -21,11 +21,14 @@ import threading
 from contextlib import contextmanager
 from pathlib import Path
 from threading import local
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from ...config import Database as Location
 from .sqldialect import POSTGRESQL, SQLITE, Cursor, PgConnection, configure_pg
 from .schema import migrate
+
+if TYPE_CHECKING:
+    import psycopg
 
 PG_POOL_MAX = 8  # connections per process: the threads that touch the event log at once
 
@@ -92,11 +95,12 @@ class Database:
 
         read_only = self.read_only
 
-        def configure(conn) -> None:
+        def configure(conn: psycopg.Connection[Any]) -> None:
             configure_pg(conn)
             if read_only:
                 conn.execute("SET default_transaction_read_only = on")
 
+        assert self.location.dsn is not None  # a postgresql location always has one
         self._pool = ConnectionPool(
             self.location.dsn, min_size=1, max_size=PG_POOL_MAX, open=False,
             kwargs={"autocommit": True}, configure=configure,
@@ -177,7 +181,7 @@ class Database:
             return False  # inside a transaction SQLite cannot: the caller's next one will
         with self._lock:
             busy, _, _ = self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-        return busy == 0
+        return bool(busy == 0)
 
 
 @contextmanager
@@ -198,6 +202,7 @@ def reader(where: Location | Path | str) -> Iterator[Any]:
         return
     import psycopg
 
+    assert location.dsn is not None  # a postgresql location always has one
     with psycopg.connect(location.dsn, autocommit=True, connect_timeout=10) as raw:
         configure_pg(raw)
         raw.execute("SET default_transaction_read_only = on")

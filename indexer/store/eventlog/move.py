@@ -50,7 +50,7 @@ def _columns_in_order(db: Database, table: str) -> list[str]:
 
 def _count(db: Database, table: str) -> int:
     with db.locked() as conn:
-        return conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
+        return int(conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
 
 
 def row_counts(source: Path) -> dict[str, int]:

@@ -35,7 +35,7 @@ def lag_report_at(where: Location | Path | str) -> LagReport:
         return lag_figures(db)
 
 
-def room_report(log: EventLog, room_id: str) -> dict:
+def room_report(log: EventLog, room_id: str) -> dict[str, Any]:
     """Per-room figures for `!sources status`: messages and windows indexed, pending,
     and the cursor's event and time."""
     indexed, windows, pending = log.room_figures(RoomID(room_id))

@@ -27,7 +27,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Iterable, Iterator, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Protocol, Sequence
+
+if TYPE_CHECKING:
+    import psycopg
+    from psycopg.abc import Buffer
 
 # Any migration lock key of our own: two processes migrating one PostgreSQL database at
 # once take it in turn (the text "matrix-sources" as a number).
@@ -41,9 +45,9 @@ class Cursor(Protocol):
 
     def execute(self, sql: str, args: Sequence[Any] = ...) -> "Cursor": ...
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> "Cursor": ...
-    def fetchone(self) -> tuple | None: ...
-    def fetchall(self) -> list[tuple]: ...
-    def __iter__(self) -> Iterator[tuple]: ...
+    def fetchone(self) -> tuple[Any, ...] | None: ...
+    def fetchall(self) -> list[tuple[Any, ...]]: ...
+    def __iter__(self) -> Iterator[tuple[Any, ...]]: ...
 
 
 _TYPES = ((re.compile(r"\bINTEGER PRIMARY KEY AUTOINCREMENT\b"),
@@ -83,11 +87,13 @@ class Dialect:
 
     def version(self, cur: Cursor) -> int:
         if not self.postgresql:
-            return cur.execute("PRAGMA user_version").fetchone()[0]
+            version = cur.execute("PRAGMA user_version").fetchone()
+            assert version is not None  # the pragma always answers one row
+            return int(version[0])
         if "schema_version" not in self.tables(cur):
             return 0
         row = cur.execute("SELECT version FROM schema_version").fetchone()
-        return row[0] if row else 0
+        return int(row[0]) if row else 0
 
     def set_version(self, cur: Cursor, n: int) -> None:
         if not self.postgresql:
@@ -133,7 +139,7 @@ def pg_sql(statement: str) -> str:
 class _PgCursor:
     """A psycopg cursor that takes the event log's SQL (pg_sql)."""
 
-    def __init__(self, cur) -> None:
+    def __init__(self, cur: psycopg.Cursor[tuple[Any, ...]]) -> None:
         self._cur = cur
 
     @property
@@ -150,13 +156,13 @@ class _PgCursor:
             self._cur.executemany(pg_sql(sql), rows)
         return self
 
-    def fetchone(self) -> tuple | None:
+    def fetchone(self) -> tuple[Any, ...] | None:
         return self._cur.fetchone()
 
-    def fetchall(self) -> list[tuple]:
+    def fetchall(self) -> list[tuple[Any, ...]]:
         return self._cur.fetchall()
 
-    def __iter__(self) -> Iterator[tuple]:
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
         return iter(self._cur)
 
 
@@ -164,7 +170,7 @@ class PgConnection:
     """A psycopg connection (autocommit) as the event log's parts use sqlite3's:
     `execute` and `executemany` on the connection, `cursor()`."""
 
-    def __init__(self, conn) -> None:
+    def __init__(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
         self.raw = conn
 
     def cursor(self) -> _PgCursor:
@@ -177,7 +183,7 @@ class PgConnection:
         return self.cursor().executemany(sql, rows)
 
 
-def configure_pg(conn) -> None:
+def configure_pg(conn: psycopg.Connection[Any]) -> None:
     """Each new PostgreSQL connection: text with a NUL (which PostgreSQL's text type
     refuses; SQLite stores it) is written with U+FFFD in its place, so no input can
     fail an append forever. The parser replaces it in message bodies already
@@ -185,7 +191,7 @@ def configure_pg(conn) -> None:
     from psycopg.types.string import StrDumperUnknown  # psycopg's own, for str
 
     class _NoNulDumper(StrDumperUnknown):
-        def dump(self, obj: str):
+        def dump(self, obj: str) -> Buffer | None:
             return super().dump(obj.replace("\x00", "\ufffd") if "\x00" in obj else obj)
 
     conn.adapters.register_dumper(str, _NoNulDumper)

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import heapq
 import logging
-from typing import TYPE_CHECKING, Callable, Iterable, Protocol, Sequence, TypeVar
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Protocol, Sequence, TypeVar
 
 import numpy as np
 
@@ -48,7 +49,7 @@ class WriteFollower(Protocol):
     def windows_written(self, windows: Sequence[Window]) -> None: ...
 
     def texts_written(self, ids: Sequence[str], texts: Sequence[str],
-                      metas: Sequence[dict]) -> None: ...
+                      metas: Sequence[dict[str, Any]]) -> None: ...
 
     def remove(self, ids: Iterable[str]) -> None: ...
 
@@ -86,14 +87,14 @@ class ChromaStore:
         if host and server_files is not None:
             server_files.check(self._segs.hot.client)
 
-    def _each(self, call: Callable[[Segment], object]) -> list:
+    def _each(self, call: Callable[[Segment], object]) -> list[Any]:
         """call(segment) for every live segment, at once (pinned: none is dropped
         meanwhile)."""
         with self._segs.reading() as segs:
             return self._segs.each(segs, call)
 
     def _located(self, ids: Sequence[str], call: Callable[[Segment, list[str]], object]
-                 ) -> list:
+                 ) -> list[Any]:
         """call(segment, its ids) for the segments holding the given ids."""
         with self._segs.reading():
             return [self._segs.reread(seg, lambda: call(seg, part))
@@ -107,10 +108,10 @@ class ChromaStore:
 
     # -- meta: what produced the vectors ---------------------------------------------
 
-    def meta(self) -> dict:
+    def meta(self) -> dict[str, Any]:
         return dict(self._segs.hot.collection.metadata or {})
 
-    def set_meta(self, meta: dict) -> None:
+    def set_meta(self, meta: dict[str, Any]) -> None:
         merged = {**self.meta(), **meta}
         for seg in self._segs.list:  # each segment says what made its vectors
             seg.collection.modify(metadata=merged)
@@ -129,7 +130,8 @@ class ChromaStore:
         """The live segments (their generations, sizes, and where generations are)."""
         return self._segs
 
-    def compact(self, lock=None, after_copy: Callable[[], None] | None = None,
+    def compact(self, lock: AbstractContextManager[object] | None = None,
+                after_copy: Callable[[], None] | None = None,
                 before_swap: Callable[[], None] | None = None, everything: bool = False
                 ) -> int:
         """Copy each segment holding a deleted or overwritten point (`everything`:
@@ -137,7 +139,7 @@ class ChromaStore:
         returns how many points were copied."""
         return self._compactor.compact(lock, after_copy, before_swap, everything)
 
-    def merge(self, lock=None) -> int | None:
+    def merge(self, lock: AbstractContextManager[object] | None = None) -> int | None:
         """Copy the next run of small sealed segments into one (Compactor.merge); None
         if none is due."""
         return self._compactor.merge(lock)
@@ -156,7 +158,8 @@ class ChromaStore:
 
     # -- writing (the pipeline only) -------------------------------------------------
 
-    def _upsert(self, ids: Sequence[str], vectors, metas: Sequence[dict]) -> None:
+    def _upsert(self, ids: Sequence[str], vectors: Sequence[Sequence[float]] | np.ndarray,
+                metas: Sequence[dict[str, Any]]) -> None:
         """Each point to the segment that holds its id, new ones to the hot segment."""
         row = {wid: i for i, wid in enumerate(ids)}
         vectors = np.asarray(vectors, dtype=np.float32)
@@ -204,7 +207,7 @@ class ChromaStore:
         return [WindowID(i) for i in ids]
 
     def upsert_references(self, ids: Sequence[str], vectors: Sequence[Sequence[float]],
-                          texts: Sequence[str], metadatas: Sequence[dict]) -> None:
+                          texts: Sequence[str], metadatas: Sequence[dict[str, Any]]) -> None:
         """Upsert reference chunks (indexer/derived/reference.py): their text into the event
         log's `ref_chunks`, then their vectors and metadata into Chroma."""
         if not ids:
@@ -222,7 +225,7 @@ class ChromaStore:
         return self._segs.count()
 
     def records(self, include: Sequence[str] = ("metadatas",),
-                ids: Sequence[str] | None = None) -> dict:
+                ids: Sequence[str] | None = None) -> dict[str, Any]:
         """What Chroma itself holds of the points (all, or `ids`), as Chroma returns it:
         "ids" and the `include`d "documents", "embeddings", "metadatas". Nothing is read
         from the event log: for the checks that Chroma keeps no text."""
@@ -231,7 +234,7 @@ class ChromaStore:
         else:
             parts = self._located(ids, lambda s, part: s.collection.get(
                 ids=part, include=list(include)))
-        out: dict = {"ids": [i for p in parts for i in p["ids"]]}
+        out: dict[str, Any] = {"ids": [i for p in parts for i in p["ids"]]}
         for key in include:
             out[key] = [x for p in parts for x in p[key]]
         return out
@@ -242,7 +245,7 @@ class ChromaStore:
             where={"corpus": corpus}, include=[])["ids"]) for i in got}
 
     def nearest(self, vectors: Sequence[Sequence[float]], n: int,
-                where: dict | None = None, records: bool = False
+                where: dict[str, Any] | None = None, records: bool = False
                 ) -> list[list[Neighbour]]:
         """The n nearest records per vector, with their similarities; `records`:
         with each one's metadata as a StoredWindow. Without, Chroma reads no metadata
@@ -270,7 +273,7 @@ class ChromaStore:
                                             else [None] * len(res["ids"][q]))]
                 lists.append(found[:n] if one else heapq.nsmallest(n, found,
                                                                     key=lambda x: x[0]))
-            metas: dict[str, dict] = {}
+            metas: dict[str, dict[str, Any]] = {}
             if records and not one:
                 wanted: dict[int, set[str]] = {}
                 for lst in lists:
@@ -288,7 +291,8 @@ class ChromaStore:
                            stored(i, m if one else metas.get(i)) if records else None)
                  for d, i, _, m in lst] for q, lst in enumerate(lists)]
 
-    def get(self, window_ids: Sequence[WindowID] | None = None, where: dict | None = None,
+    def get(self, window_ids: Sequence[WindowID] | None = None,
+            where: dict[str, Any] | None = None,
             limit: int | None = None, offset: int | None = None) -> list[StoredWindow]:
         if window_ids is not None:
             parts = self._located(window_ids, lambda s, part: s.collection.get(
@@ -303,7 +307,7 @@ class ChromaStore:
         got = got[start:start + limit] if limit is not None else got[start:]
         return [stored(i, m) for i, m in got]
 
-    def _paged(self, limit: int | None, offset: int):
+    def _paged(self, limit: int | None, offset: int) -> Iterator[list[StoredWindow]]:
         """Points `offset` to `offset + limit` in segment order, reading only the
         segments that hold them."""
         with self._segs.reading() as segs:
@@ -322,7 +326,7 @@ class ChromaStore:
 
     # -- for verify --index ------------------------------------------------------------
 
-    def iter_windows(self, page: int = 500):
+    def iter_windows(self, page: int = 500) -> Iterator[StoredWindow]:
         with self._segs.reading() as segs:
             for seg in segs:
                 offset = 0
@@ -333,7 +337,8 @@ class ChromaStore:
                         break
                     offset += page
 
-    def pages_with_vectors(self, page: int, ids: list | None = None):
+    def pages_with_vectors(self, page: int, ids: list[str] | None = None
+                           ) -> Iterator[list[tuple[str, list[float]]]]:
         """Pages of (window id, vector), over all windows or the given ids."""
         if ids is not None:
             for i in range(0, len(ids), page):
@@ -363,7 +368,7 @@ class ChromaStore:
         return [(stored(i, m), list(v)) for res in parts
                 for i, m, v in zip(res["ids"], res["metadatas"], res["embeddings"])]
 
-    def readd(self, window_ids: list) -> None:
+    def readd(self, window_ids: list[str]) -> None:
         """Delete and add windows again as they are (chroma#7758 repair)."""
         for seg, part in self._segs.locate(list(window_ids)):
             for i in range(0, len(part), 500):

@@ -37,9 +37,14 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Protocol
+from typing import TYPE_CHECKING, Any, Iterable, Protocol
 
 from .server_files import ServerFiles
+
+if TYPE_CHECKING:
+    from chromadb.api import ClientAPI
+    from chromadb.api.models.Collection import Collection
+    from chromadb.config import Settings
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +84,7 @@ class Entry:
     dirty: bool  # it holds a deleted or overwritten point (in its files): copy it
 
 
-def _settings():
+def _settings() -> Settings:
     os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
     from chromadb.config import Settings
 
@@ -92,7 +97,7 @@ class Generations:
         self.root = None if host else root
         self.host, self.port, self.base, self.catalog = host, port, base, catalog
         self.server_files = server_files if host else None
-        self._server = None
+        self._server: ClientAPI | None = None
         self._made = 0  # the highest generation made by this process
 
     # -- naming ---------------------------------------------------------------------
@@ -130,15 +135,18 @@ class Generations:
 
     # -- clients and collections ------------------------------------------------------
 
-    def _server_client(self):
+    def _server_client(self) -> ClientAPI:
         if self._server is None:
             import chromadb
+
+            # Server mode: a store given no folder is given a host (ChromaStore).
+            assert self.host is not None
 
             self._server = chromadb.HttpClient(host=self.host, port=self.port or 8000,
                                                settings=_settings())
         return self._server
 
-    def client(self, n: int):
+    def client(self, n: int) -> ClientAPI:
         if self.root is None:
             return self._server_client()
         import chromadb
@@ -147,7 +155,8 @@ class Generations:
         folder.mkdir(parents=True, exist_ok=True)
         return chromadb.PersistentClient(path=str(folder), settings=_settings())
 
-    def open(self, n: int, metadata: dict | None = None):
+    def open(self, n: int, metadata: dict[str, Any] | None = None
+             ) -> tuple[ClientAPI, Collection]:
         """(client, collection) of generation n, created if missing."""
         client = self.client(n)
         # embedding_function=None on every call, or Chroma reaches for a model download.
@@ -156,7 +165,8 @@ class Generations:
             configuration={"hnsw": {"space": "cosine"}})
         return client, col
 
-    def fresh(self, metadata: dict | None = None):
+    def fresh(self, metadata: dict[str, Any] | None = None
+              ) -> tuple[int, ClientAPI, Collection]:
         """(n, client, collection): an empty generation after every one there is."""
         recorded = [e.n for e in self.entries()]
         n = max([self._made, *recorded, *self.present()]) + 1
@@ -181,7 +191,7 @@ class Generations:
             found += [0] if (self.root / LEGACY_FILES[0]).exists() else []
         return sorted(set(found))
 
-    def drop(self, n: int, client=None) -> None:
+    def drop(self, n: int, client: ClientAPI | None = None) -> None:
         """Remove generation n entirely (embedded: its folder; server: its collection)."""
         if self.root is None:
             c = self._server_client()
@@ -212,7 +222,7 @@ class Generations:
         return gone
 
 
-def stop_client(client) -> None:
+def stop_client(client: object) -> None:
     """Stop an embedded client so that nothing of it writes its folder again. chromadb
     caches one system per path; stopping it closes its files."""
     from chromadb.api.client import SharedSystemClient

@@ -34,7 +34,7 @@ def scrub_freed_memory() -> bool:
     """True once freed memory is overwritten from now on (glibc); False where the C
     library has no such switch (musl, macOS), logged."""
     try:
-        ok = ctypes.CDLL(None).mallopt(M_PERTURB, PERTURB_BYTE) == 1
+        ok: bool = ctypes.CDLL(None).mallopt(M_PERTURB, PERTURB_BYTE) == 1
     except (AttributeError, OSError):
         ok = False
     if not ok:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from typing import Iterable, Sequence
+from typing import Iterable, Sequence, cast
 
 import numpy as np
 
@@ -172,7 +172,8 @@ class IdMap:
         self._sorted()
         items = list(self._recent.items())
         self._recent = {}
-        packed = [_packed(w) for w, _ in items]
+        # Only ids `_packed` reads reach `_recent` (set, delete): none is None.
+        packed = cast(list[bytes], [_packed(w) for w, _ in items])
         pos = self._find(packed)
         segs = self._segs.copy()
         fresh_keys, fresh_segs = [], []

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 from ...records import EventID, RefSource, RoomID, UserID, Window, WindowID
 
@@ -33,7 +33,8 @@ class Neighbour:
 
 
 def point_metadata(room_id: str, room_label: str, corpus: str, event_ids: Sequence[str],
-                   senders: Sequence[str], ts_first: int, ts_last: int, **extra) -> dict:
+                   senders: Sequence[str], ts_first: int, ts_last: int, **extra: Any
+                   ) -> dict[str, Any]:
     """The metadata of one point of the collection, chat window or reference chunk: the
     one writer of the format `_stored` reads. Chroma keeps scalars, so lists are JSON.
     `extra`: a reference chunk's ref_* keys."""
@@ -52,12 +53,12 @@ def point_metadata(room_id: str, room_label: str, corpus: str, event_ids: Sequen
     }
 
 
-def window_metadata(w: Window) -> dict:
+def window_metadata(w: Window) -> dict[str, Any]:
     return point_metadata(w.room_id, w.room_label, w.corpus, w.event_ids, w.senders,
                           w.ts_first, w.ts_last)
 
 
-def stored(wid: str, meta: dict | None) -> StoredWindow:
+def stored(wid: str, meta: dict[str, Any] | None) -> StoredWindow:
     meta = meta or {}
     return StoredWindow(
         window_id=WindowID(wid),

@@ -36,7 +36,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
 from .generations import Entry, Generations, stop_client
 from .idmap import IdMap
@@ -136,7 +136,8 @@ class Segments:
     its compactor (vectors/compactor.py), which swaps segments for fresh generations."""
 
     def __init__(self, gens: Generations, policy: SegmentPolicy | None = None,
-                 after_swap: Callable[[], None] | None = None, shared: bool = False) -> None:
+                 after_swap: Callable[[], object] | None = None, shared: bool = False
+                 ) -> None:
         """`after_swap`: called once a swapped-out generation is dropped (the event
         log's WAL truncated: its pages held the old catalog). `shared`: processes of
         their own write the collection too (embedding workers, index.pipeline
@@ -185,10 +186,10 @@ class Segments:
                     del self._readers[epoch]
                 self._cond.notify_all()
 
-    def each(self, jobs: Sequence[Any], call: Callable[[Any], Any]) -> list:
+    def each(self, jobs: Sequence[Any], call: Callable[[Any], Any]) -> list[Any]:
         """call(job) for every job (a segment, or a segment and what to read there), at
         once when there are several."""
-        def one(job):
+        def one(job: Any) -> Any:
             return self.reread(job if isinstance(job, Segment) else job[0],
                                lambda: call(job))
 
@@ -272,7 +273,7 @@ class Segments:
                     groups.setdefault(key, []).append(wid)
             return [(s, groups[s.key]) for s in self.list if s.key in groups]
 
-    def _find_unknown(self, ids: Sequence[str], keys) -> None:
+    def _find_unknown(self, ids: Sequence[str], keys: Sequence[int]) -> None:
         """Ids this process's map lacks may have been written by another process since
         (a worker; the service, beside a CLI): each segment is asked, after the catalog
         is read again (another process may have sealed a segment). Shared, one segment:
@@ -291,7 +292,8 @@ class Segments:
 
     # -- writing --------------------------------------------------------------------
 
-    def place(self, ids: Sequence[str], meta: dict | None) -> list[tuple[Segment, list[str]]]:
+    def place(self, ids: Sequence[str], meta: dict[str, Any] | None
+              ) -> list[tuple[Segment, list[str]]]:
         """Where each id of an upsert goes: the segment that holds it (marked dirty: its
         old vector stays in its files), else the hot one, sealed when full (`meta`: the
         collection metadata a new hot segment gets). Records the new ids as placed."""
@@ -313,7 +315,7 @@ class Segments:
                 out.append((self.hot, part))
             return out
 
-    def mark_dirty(self, segs) -> None:
+    def mark_dirty(self, segs: Iterable[Segment]) -> None:
         """These segments will hold deleted or overwritten points: recorded first."""
         with self._lock:
             fresh = [s for s in segs if not s.dirty]
@@ -332,7 +334,7 @@ class Segments:
         with self._lock:
             self.idmap().delete(ids)
 
-    def seal(self, meta: dict | None) -> Segment:
+    def seal(self, meta: dict[str, Any] | None) -> Segment:
         """A fresh, empty hot segment after the current one, which is sealed."""
         with self._lock:
             n, client, col = self.gens.fresh(meta)
