@@ -7,6 +7,8 @@ gone left out, and sent as an `m.replace` of the reply.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from indexer.store.answers import RecordedAnswer
 from indexer.store.eventlog.rows import EventText
 from indexer.records import EventID, Hit, Line, UserID
@@ -17,7 +19,7 @@ EDITED = "edited: a message quoted here was deleted"
 EDIT_HEADER = f"Sources ({EDITED})"  # when the question can no longer be read
 
 
-def rebuild_reply(rec: RecordedAnswer, lines: dict[str, EventText],
+def rebuild_reply(rec: RecordedAnswer, lines: Mapping[EventID, EventText],
                   fallback_server: str | None = None,
                   question: tuple[str, ...] = ()) -> Reply:
     """lines: the text of the quoted events whose text is still there;

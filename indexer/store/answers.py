@@ -11,10 +11,11 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from .eventlog.log import EventLog
 from .eventlog.rows import EventText
-from ..records import EventID, Hit
+from ..records import EventID, Hit, UserID
 
 
 
@@ -24,7 +25,7 @@ class RecordedAnswer:
     room_id: str
     in_reply_to: str | None
     thread_root: str | None
-    hits: list[dict]  # Hit.to_json() without text, plus "quoted": [event ids]
+    hits: list[dict[str, Any]]  # Hit.to_json() without text, plus "quoted": [event ids]
 
 
 class AnswerLog:
@@ -41,7 +42,7 @@ class AnswerLog:
             entry.pop("shown", None)  # text lives in the event log only; the ids stay
             entry["quoted"] = list(ids)
             entries.append(entry)
-        ids = {e for q in quoted for e in q}
+        quoted_ids = {e for q in quoted for e in q}
         with self.eventlog.transaction() as cur:
             cur.execute("INSERT INTO answers (reply_event_id, room_id, in_reply_to,"
                         " thread_root, hits, created_at) VALUES (?, ?, ?, ?, ?, ?)"
@@ -53,7 +54,7 @@ class AnswerLog:
                          json.dumps(entries), int(time.time() * 1000)))
             cur.executemany("INSERT INTO answer_quotes (event_id, reply_event_id)"
                             " VALUES (?, ?) ON CONFLICT DO NOTHING",
-                            [(e, reply_event_id) for e in sorted(ids)])
+                            [(e, reply_event_id) for e in sorted(quoted_ids)])
 
     def quoting(self, event_ids: set[EventID]) -> list[RecordedAnswer]:
         """The replies that quoted any of these events."""

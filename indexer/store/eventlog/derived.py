@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Any, Iterable
 
 from .db import Database
 from .rows import DerivedMark
@@ -72,7 +72,7 @@ class DerivedColumns:
     def derived_events(self, room_id: RoomID | None = None) -> list[DerivedEvent]:
         sql = ("SELECT event_id, room_id, ts, derived_artifact, derived_kind, derived_score,"
                " derived_threshold FROM events WHERE status = ?")
-        args: tuple = (EventStatus.DERIVED.value,)
+        args: tuple[Any, ...] = (EventStatus.DERIVED.value,)
         if room_id is not None:
             sql += " AND room_id = ?"
             args += (room_id,)

@@ -20,7 +20,7 @@ dirty_windows) are made by eventlog/schema.py.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Sequence
 
 from .db import Database
 from .rows import DirtyWindow, Withdrawn
@@ -66,6 +66,7 @@ class HistoryTables:
 
     def dirty(self, room_id: RoomID | None = None) -> list[DirtyWindow]:
         """The dirty windows, by id."""
+        args: tuple[Any, ...]
         sql, args = "SELECT window_id, room_id, redacted != 0 FROM dirty_windows", ()
         if room_id is not None:
             sql, args = sql + " WHERE room_id = ?", (room_id,)
@@ -107,7 +108,8 @@ class HistoryTables:
         return Withdrawn([EventID(r[0]) for r in rows], windows)
 
     @staticmethod
-    def _withdraw(cur: Cursor, where: str, args: tuple) -> tuple[list[tuple], int]:
+    def _withdraw(cur: Cursor, where: str, args: tuple[Any, ...]
+                  ) -> tuple[list[tuple[Any, ...]], int]:
         """The redaction path for the events `where` selects (text NULL, status
         `redacted`, their windows dirty with `redacted`); rows and windows marked."""
         gone = (EventStatus.REDACTED.value, EventStatus.PURGED.value)
@@ -139,7 +141,7 @@ class HistoryTables:
 
     # -- inside the append's transaction ---------------------------------------------
 
-    def filter_in(self, cur: Cursor, rows: list[tuple]) -> list[tuple]:
+    def filter_in(self, cur: Cursor, rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
         """Rows about to be appended: drop those already redacted; give those already
         edited (by their own sender) their newest text."""
         out = []
@@ -167,7 +169,7 @@ class HistoryTables:
                 applied.edited.add(op.target)
 
     @staticmethod
-    def _target(cur: Cursor, event_id: str):
+    def _target(cur: Cursor, event_id: str) -> tuple[Any, ...] | None:
         return cur.execute("SELECT room_id, sender, status, window_id FROM events"
                            " WHERE event_id = ?", (event_id,)).fetchone()
 

@@ -15,7 +15,7 @@ keeps dead row versions until VACUUM: docs/storage.md says what to run.
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from .db import Database
 from .rows import EventText
@@ -124,6 +124,7 @@ class TextReads:
                      max(1, page // 4))).fetchall()
             if not rows:
                 return
+            msgs: list[Message]
             current, msgs = rows[0][0], []
             for r in rows:
                 if r[0] != current:
@@ -142,7 +143,7 @@ class TextReads:
         character is always tested, as normalising it may make the literal: "ＡＢＣ" is
         "abc")."""
         sql = "SELECT window_id, body FROM events WHERE status = ? AND window_id IS NOT NULL"
-        args: tuple = (EventStatus.INDEXED.value,)
+        args: tuple[Any, ...] = (EventStatus.INDEXED.value,)
         if room_id is not None:
             sql, args = sql + " AND room_id = ?", args + (room_id,)
         if contains and contains.isascii():
@@ -163,7 +164,7 @@ class TextReads:
                     if test(text)}
 
 
-def _msg(r: tuple) -> Message:
+def _msg(r: tuple[Any, ...]) -> Message:
     """A Message from (event_id, room_id, sender, ts, body, reply_to, mentions)."""
     return Message(EventID(r[0]), RoomID(r[1]), UserID(r[2]), r[3], r[4] or "",
                    EventID(r[5]) if r[5] else None,
