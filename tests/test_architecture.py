@@ -444,3 +444,70 @@ def test_the_document_parser_check_can_fail(tmp_path):
     bad.write_text('import re\nHEAD = re.compile(r"\\[[^\\]\\n]*\\] \\S+: ")\n'
                    'WORD = re.compile(r"\\w+")\n')
     assert document_parsers(bad) == ["probe.py:2"]
+
+
+# Typed seams: a port declares what its callers use. An optional capability is a protocol
+# of its own, asked with isinstance (indexer/models/ports.py: EachEncoder, QueryEncoder,
+# Tokenizer...), or a member every implementation declares (test fakes included); it is
+# never probed for by name, and no class forwards what it lacks (`__getattr__`), which
+# hides what it offers. The probes left read a library's attribute that not every
+# version or object has, each with its reason.
+PROBES_ALLOWED = {
+    ("indexer/config/errors.py", "model_fields"):
+        "pydantic's field table: a class attribute of a model, absent on other annotations",
+    ("indexer/config/errors.py", "__pydantic_fields__"):
+        "the same table on a pydantic dataclass",
+    ("indexer/config/errors.py", "metadata"):
+        "a pydantic FieldInfo's constraints; the key may have no FieldInfo (None)",
+    ("indexer/models/embedder.py", "get_embedding_dimension"):
+        "sentence-transformers' newer name for get_sentence_embedding_dimension",
+    ("indexer/store/vectors/generations.py", "_identifier"):
+        "chromadb's cache key of an embedded client, private and not on every client",
+    ("appservice/httpclient.py", "errno"):
+        "urllib's URLError.reason is an OSError (with errno) or a string",
+}
+
+
+def name_probes(path: Path, root: Path = ROOT) -> list[tuple[str, str, int]]:
+    """(module, attribute, line) of every getattr/hasattr naming the attribute by a
+    string constant, and of every `__getattr__` a class defines (attribute
+    "__getattr__")."""
+    where = path.relative_to(root).as_posix() if path.is_relative_to(root) else path.name
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                and node.func.id in ("getattr", "hasattr") and len(node.args) >= 2
+                and isinstance(node.args[1], ast.Constant)
+                and isinstance(node.args[1].value, str)):
+            found.append((where, node.args[1].value, node.lineno))
+        elif isinstance(node, ast.ClassDef):
+            found += [(where, "__getattr__", f.lineno) for f in node.body
+                      if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+                      and f.name == "__getattr__"]
+    return sorted(found, key=lambda p: p[2])
+
+
+def test_no_port_is_probed_for_a_member_by_name():
+    probes = [p for src in sources(*PACKAGES) for p in name_probes(src)]
+    assert ("indexer/models/embedder.py", "get_embedding_dimension") in {
+        (w, a) for w, a, _ in probes}  # the source is really read
+    found = [f"{w}:{line}: {a}" for w, a, line in probes if (w, a) not in PROBES_ALLOWED]
+    assert found == [], ("declare the member on the port (a default in every implementation) "
+                         "or a runtime-checkable Protocol asked with isinstance:\n"
+                         + "\n".join(found))
+    unused = sorted(set(PROBES_ALLOWED) - {(w, a) for w, a, _ in probes})
+    assert unused == [], "no longer probed: take it off PROBES_ALLOWED"
+
+
+def test_the_name_probe_check_can_fail(tmp_path):
+    bad = tmp_path / "probe.py"
+    bad.write_text("def f(embedder, name):\n"
+                   "    own = getattr(embedder, 'encode_each', None)\n"
+                   "    if hasattr(embedder, 'encode_queries'):\n"
+                   "        return getattr(embedder, name)\n"  # by a variable: config, not a port
+                   "    return embedder.encode\n"
+                   "class Side:\n"
+                   "    def __getattr__(self, attr):\n"
+                   "        return 1\n")
+    assert name_probes(bad) == [("probe.py", "encode_each", 2), ("probe.py", "encode_queries", 3),
+                                ("probe.py", "__getattr__", 7)]
