@@ -3,21 +3,27 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from ...config import Database as Location
 from .log import EventLog
 from .db import reader
 from ...records import EventStatus, RoomID
 
-LagReport = tuple[int, "int | None", dict[str, int]]
+
+class LagReport(NamedTuple):
+    """The event log's figures for /metrics (lag_figures)."""
+
+    pending: int  # events waiting for the pipeline
+    oldest_ms: int | None  # when the oldest of them was appended (ms); None: none waits
+    lags: dict[str, int]  # room id -> ms between its newest event and its cursor
 
 
 def lag_figures(db: Any) -> LagReport:
-    """(pending events, when the oldest pending event was appended (ms), per-room lag in
-    ms between the newest event in the log and the room's cursor). The first over the
-    partial index of pending events; the second scans the events table: about 350 ms at
-    1M events, so never on the event loop nor under the log's lock."""
+    """Pending events, when the oldest of them was appended, and each room's lag behind
+    the newest event in the log (LagReport). The first over the partial index of pending
+    events; the second scans the events table: about 350 ms at 1M events, so never on
+    the event loop nor under the log's lock."""
     pending, oldest = db.execute(
         "SELECT COUNT(*), MIN(received_at) FROM events WHERE status = ?",
         (EventStatus.PENDING.value,)).fetchone()
@@ -26,7 +32,7 @@ def lag_figures(db: Any) -> LagReport:
         " LEFT JOIN cursors c ON c.room_id = e.room_id"
         " WHERE e.status IN (?, ?) GROUP BY e.room_id, c.ts",
         (EventStatus.PENDING.value, EventStatus.INDEXED.value)).fetchall()
-    return pending, oldest, {room: max(0, lag or 0) for room, lag in rows}
+    return LagReport(pending, oldest, {room: max(0, lag or 0) for room, lag in rows})
 
 
 def lag_report_at(where: Location | Path | str) -> LagReport:
