@@ -15,7 +15,7 @@ from typing import Any
 
 from .eventlog.log import EventLog
 from .eventlog.rows import EventText
-from ..records import EventID, Hit, UserID
+from ..records import EventID, Hit
 
 
 

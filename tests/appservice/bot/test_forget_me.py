@@ -35,7 +35,8 @@ async def test_forget_me_removes_the_senders_words_only(world):
                                                       rrf_k=60, admins=()),
         index=SimpleNamespace(compaction_interval_seconds=60))
     index = SimpleNamespace(searcher=None, record_answer=None, answers=None, manifest=None,
-                            commands=None, ingest=ingest, gate=ingest.gate, eventlog=log, journal=ingest.journal)
+                            commands=None, ingest=ingest, gate=ingest.gate, eventlog=log,
+                            journal=ingest.journal)
     changed = []
     matrix = Matrix()
     bot = Bot(cfg, index, matrix, index_changed=lambda: changed.append(1))
