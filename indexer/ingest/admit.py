@@ -22,8 +22,8 @@ from . import gate as rules
 from ..clock import REAL, Clock
 from ..store.eventlog.log import EventLog
 from .events import (MAX_TS_MS, QUARANTINED, TIMESTAMP_OUT_OF_RANGE, EditEvent,
-                     EncryptedEvent, MessageEvent, RedactionEvent, Skipped, StateEvent,
-                     parse_event)
+                     EncryptedEvent, MessageEvent, ParsedEvent, RedactionEvent, Skipped,
+                     StateEvent, parse_event)
 from .gate import Gate
 from .history import Applied, History, operations
 from ..store.journal import Journal
@@ -147,7 +147,7 @@ class Ingest:
               source: str = "push") -> AdmitResult:
         return self.admit_parsed([parse_event(raw) for raw in raw_events], txn_key, source)
 
-    def admit_parsed(self, events: Iterable[object], txn_key: str | None = None,
+    def admit_parsed(self, events: Iterable[ParsedEvent], txn_key: str | None = None,
                      source: str = "push") -> AdmitResult:
         """`admit` for events parsed already (the transaction handler parses each once,
         and routes commands to the bot before this)."""

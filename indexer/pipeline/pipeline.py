@@ -102,13 +102,18 @@ class _Rechunk:
 
 class Screen(Protocol):
     """What the pipeline asks of the derived filter (derived/filter.py, which components
-    wires in): the pending messages to leave out of every window, and their counts."""
+    wires in): the pending messages to leave out of every window, the indexed ones an
+    edit made derived, and their counts."""
 
     excluded: int  # messages left out so far
     by_kind: dict[str, int]  # of them, per artifact kind
 
     def screen(self, room_id: RoomID, tail: list[Message], pending: set[EventID]
                ) -> tuple[list[Message], set[EventID]]: ...
+
+    def withdraw_edited(self, windows: dict[WindowID, list[Message]]) -> set[WindowID]:
+        """The windows (of those an edit changed) that lost a message judged derived."""
+        ...
 
 
 @dataclass
@@ -395,7 +400,8 @@ class Pipeline:
             part = [p for p in part if rooms[p.old] not in lost and (p.window is None or (
                 self.purges[p.window.room_id] == p.generation
                 and self.admits(p.window.room_id)))]
-            upserts = [(p.window, p.vector) for p in part if p.window is not None]
+            upserts = [(p.window, p.vector) for p in part
+                       if p.window is not None and p.vector is not None]  # embedded together
             if upserts:
                 self.store.upsert([w for w, _ in upserts], [v for _, v in upserts])
             # After the upsert: nothing is ever missing.

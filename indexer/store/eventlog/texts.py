@@ -94,9 +94,9 @@ class TextReads:
         return {EventID(e): EventText(UserID(sender), ts, body) for e, sender, ts, body in rows}
 
 
-    def windows_messages(self, window_ids: Iterable[str]) -> dict[str, list[Message]]:
+    def windows_messages(self, window_ids: Iterable[str]) -> dict[WindowID, list[Message]]:
         """Window id -> its messages now, for the windows that still hold any."""
-        out: dict[str, list[Message]] = {}
+        out: dict[WindowID, list[Message]] = {}
         ids = list(window_ids)
         with self.db.locked() as db:
             for part in _chunks(ids):
@@ -106,7 +106,7 @@ class TextReads:
                     " AND status = ? ORDER BY window_id, ts, seq",
                     (*part, EventStatus.INDEXED.value)).fetchall()
                 for r in rows:
-                    out.setdefault(r[0], []).append(_msg(r[1:]))
+                    out.setdefault(WindowID(r[0]), []).append(_msg(r[1:]))
         return out
 
     def indexed_windows(self, page: int = 20_000) -> Iterator[tuple[str, list[Message]]]:
