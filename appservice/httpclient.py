@@ -24,10 +24,11 @@ import errno
 import json
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from http.client import HTTPException
-from typing import Any, Mapping
+from typing import Any
 
 DEFAULT_TIMEOUT_S = 10.0
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # no proxies
@@ -133,8 +134,6 @@ class HttpClient:
 
     async def call_async(self, method: str, path: str, body: Any = None) -> Response:
         """One request on the running event loop: `body` sent as JSON when not None."""
-        import asyncio
-
         import aiohttp
 
         url = self.url(path)
@@ -144,5 +143,5 @@ class HttpClient:
                     timeout=aiohttp.ClientTimeout(total=self.timeout)) as session:
                 async with session.request(method, url, data=data, headers=headers) as r:
                     return Response(r.status, await r.read(), _headers(r.headers.items()))
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
+        except (aiohttp.ClientError, TimeoutError, OSError) as e:
             raise Unreachable(url, e) from None

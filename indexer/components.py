@@ -14,10 +14,10 @@ them in step and to the searcher that reads them). It is acyclic:
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Callable
 
+from .clock import REAL, Clock
 from .config import Config, ConfigError
 from .derived.filter import (DerivedFilter, EmittedSection, Matcher, answer_artifacts,
                              answer_prefix)
@@ -89,20 +89,21 @@ def _chroma(cfg: Config, eventlog: EventLog | None,
 
 def writers(eventlog: EventLog, journal: Journal, store: ChromaStore, embedder: Embedder,
             gate: Gate, policy: ChunkPolicy | None = None, compact_every: float = 60.0,
-            **pipeline_options) -> tuple[Ingest, Pipeline]:
+            clock: Clock = REAL, **pipeline_options) -> tuple[Ingest, Pipeline]:
     """Ingest (with its history and purger) and the pipeline over one event log and
     store: the part of the graph that writes. Index.open builds it here, and so do the
     tests that build an index from parts. `compact_every`: seconds between compactions
-    after redactions; `pipeline_options`: Pipeline's fields."""
+    after redactions; `clock`: admission's and the compaction schedule's;
+    `pipeline_options`: Pipeline's fields."""
     # Purges share the pipeline's lock and store (see pipeline/pipeline.py on the race), and its
     # compaction schedule: a purge compacts at once, a redaction within the interval.
     guard = WriteGuard()
     # With claims, workers in other processes write the collection too (compaction.py).
-    compaction = Compaction(eventlog, store, guard, every=compact_every,
+    compaction = Compaction(eventlog, store, guard, every=compact_every, clock=clock,
                             fenced=pipeline_options.get("claims") is not None)
     history = History(eventlog)
     ingest = Ingest(gate, eventlog, journal, history=history,
-                    purger=Purger(eventlog, journal, store, guard, compaction))
+                    purger=Purger(eventlog, journal, store, guard, compaction), clock=clock)
     pipeline = Pipeline(eventlog, embedder, store, policy or ChunkPolicy(),
                         room_label=ingest.label, admits=ingest.admits, guard=guard,
                         history=history, compaction=compaction, **pipeline_options)
@@ -138,12 +139,15 @@ class Index:
 
     @classmethod
     def open(cls, cfg: Config, embedder: Embedder | None = None, postings: bool = False,
-             on_postings_ready: Callable[[], None] | None = None) -> "Index":
+             on_postings_ready: Callable[[], None] | None = None,
+             clock: Clock = REAL) -> "Index":
         """`postings`: keep the lexical leg's postings in memory (termindex.py), built in
         the background, then `on_postings_ready` runs; only for the process that is the
-        collection's one writer (the service, holding the data dir's lock)."""
-        eventlog = EventLog(cfg.database)
-        journal = Journal(cfg.journal_path)
+        collection's one writer (the service, holding the data dir's lock). `clock`:
+        the stamps of the event log, the journal, admission and claims, and the
+        compaction schedule."""
+        eventlog = EventLog(cfg.database, clock=clock)
+        journal = Journal(cfg.journal_path, clock)
         # 0 lexical_max_terms: no keyword leg, no postings. The store follows them from
         # its opening, before the build lists the windows: what is written since reaches
         # them.
@@ -161,12 +165,12 @@ class Index:
         manifest = Manifest(manifest_path(cfg.data_dir), cfg.derived.shingle_size)
         matcher = Matcher(manifest, cfg.derived)
         # External: workers embed; this process claims rooms like them, for a rebuild.
-        claims = (RoomClaims(eventlog, cfg.index.claim_lease_seconds)
+        claims = (RoomClaims(eventlog, cfg.index.claim_lease_seconds, clock=clock)
                   if cfg.index.pipeline == "external" else None)
         ingest, pipeline = writers(eventlog, journal, store, embedder, gate, cfg.index.chunk_policy,
                                    derived=DerivedFilter(matcher, eventlog, journal),
                                    compact_every=cfg.index.compaction_interval_seconds,
-                                   claims=claims, turns=turns)
+                                   clock=clock, claims=claims, turns=turns)
         presenter = Presenter(eventlog, embedder,
                               Horizon(cfg.index.answer_horizon_hours, cfg.index.answer_horizon_messages))
         # The searcher embeds questions: the model's query side (E5's "query: ").
@@ -194,7 +198,7 @@ class Index:
         prefix = answer_prefix(reply_event_id)
         self.manifest.refresh()
         first = min((a.emitted_ms for a in self.manifest.live(kind=ARTIFACT_ANSWER)
-                     if a.name.startswith(prefix)), default=int(time.time() * 1000))
+                     if a.name.startswith(prefix)), default=self.eventlog.clock.now_ms())
         self.manifest.remove(lambda e: str(e.get("name", "")).startswith(prefix))
         return self.record_answer(reply_event_id, sections, first) if sections else 0
 

@@ -223,6 +223,50 @@ def test_the_http_client_check_can_fail(tmp_path):
         "probe.py:10: aiohttp.request"])
 
 
+# Time: every wait, deadline and timestamp goes through the injected Clock; only
+# indexer/clock.py reads the system's clocks or sleeps (a yield, `asyncio.sleep(0)`, is
+# no wait).
+CLOCK = ROOT / "indexer" / "clock.py"
+CLOCK_READS = {"time": {"time", "time_ns", "monotonic", "monotonic_ns", "perf_counter",
+                        "perf_counter_ns", "sleep"},
+               "asyncio": {"sleep"}, "datetime": {"now", "utcnow", "today"},
+               "date": {"today"}}
+
+
+def clock_reads(path: Path) -> list[str]:
+    """`time.time`, `time.monotonic`, `time.sleep`, `asyncio.sleep`, `datetime.now`...
+    called or taken as a value (a default argument), or imported by name."""
+    found, tree = [], ast.parse(path.read_text(), str(path))
+    yields = {id(n.func) for n in ast.walk(tree)
+              if isinstance(n, ast.Call) and ast.unparse(n) == "asyncio.sleep(0)"}
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and id(node) not in yields
+                and isinstance(node.value, (ast.Name, ast.Attribute))
+                and node.attr in CLOCK_READS.get(ast.unparse(node.value).rpartition(".")[2], ())):
+            found.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
+        elif isinstance(node, ast.ImportFrom) and node.module in CLOCK_READS and not node.level:
+            found += [f"{path.name}:{node.lineno}: {node.module}.{a.name}" for a in node.names
+                      if a.name in CLOCK_READS[node.module]]
+    return found
+
+
+def test_only_the_clock_reads_the_time_or_sleeps():
+    assert clock_reads(CLOCK)  # the one that may: really read
+    found = [f for p in sources(*PACKAGES) if p != CLOCK for f in clock_reads(p)]
+    assert found == [], "take a Clock (indexer/clock.py): its now, wall, sleep"
+
+
+def test_the_clock_check_can_fail(tmp_path):
+    bad = tmp_path / "probe.py"
+    bad.write_text("import time, asyncio, datetime as dt\nfrom time import monotonic\n"
+                   "def f(clock=time.time):\n    time.sleep(1)\n    dt.datetime.now()\n"
+                   "async def g():\n    await asyncio.sleep(0)\n    await asyncio.sleep(2)\n"
+                   "    time.strftime('%Y', time.gmtime(0))\n")
+    assert sorted(clock_reads(bad)) == sorted([
+        "probe.py:2: time.monotonic", "probe.py:3: time.time", "probe.py:4: time.sleep",
+        "probe.py:5: dt.datetime.now", "probe.py:8: asyncio.sleep"])
+
+
 MAX_PUBLIC_METHODS = 25
 
 

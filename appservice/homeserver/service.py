@@ -115,7 +115,7 @@ class Service:
         # would miss their windows, and the keyword leg scans the event log instead.
         self.external = cfg.index.pipeline == "external"
         self.index = Index.open(cfg, embedder, postings=not self.external,
-                                on_postings_ready=release_free_memory)
+                                on_postings_ready=release_free_memory, clock=clock)
         self.eventlog, self.store = self.index.eventlog, self.index.store
         self.embedder, self.gate = self.index.embedder, self.index.gate
         self.ingest, self.pipeline = self.index.ingest, self.index.pipeline

@@ -18,9 +18,9 @@ import os
 import signal
 import socket
 import sys
-import time
 from pathlib import Path
 
+from indexer.clock import REAL
 from indexer.ingest.allowlist import add_room
 from indexer.config import load_config
 from indexer.datadir import init_data_dir
@@ -195,11 +195,11 @@ async def _demo(root: Path, serve: bool) -> int:
 
 
 async def _wait_indexed(service, event_ids: list[str], timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    deadline = REAL.now() + timeout
+    while REAL.now() < deadline:
         if all((service.eventlog.status_of(e) or ("",))[0] == "indexed" for e in event_ids):
             return
-        await asyncio.sleep(0.2)
+        await REAL.sleep(0.2)
     raise RuntimeError("the demo messages were not indexed in time; see the log above")
 
 

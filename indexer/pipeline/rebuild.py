@@ -18,10 +18,10 @@
 from __future__ import annotations
 
 import logging
-import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
+from ..clock import stopwatch
 from ..ingest.purge import finish_pending
 from .chunker import CHUNKER_VERSION
 from ..models.embedder import VECTOR_CLASS, Embedder
@@ -84,14 +84,15 @@ def rebuild_reason(store: ChromaStore, eventlog: EventLog, embedder: Embedder,
 def _logged(total: int, every_s: float = 10.0) -> Callable[[int], None]:
     """Progress for a rebuild nobody watches on a terminal (`run`): a log line with the
     total every few seconds."""
-    state = {"done": 0, "at": time.monotonic()}
+    done, since = 0, stopwatch()
 
     def progress(n: int) -> None:
-        state["done"] += n
-        if time.monotonic() - state["at"] >= every_s:
-            state["at"] = time.monotonic()
+        nonlocal done, since
+        done += n
+        if since() >= every_s:
+            since = stopwatch()
             log.warning("collection_rebuild_progress",
-                        extra={"messages": state["done"], "total": total})
+                        extra={"messages": done, "total": total})
     return progress
 
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from typing import TYPE_CHECKING, Callable
 
+from ..clock import stopwatch
 from ..records import CORPUS_CHAT, CORPUS_REFERENCE
 from .termindex import TermIndex, matchable
 
@@ -57,7 +57,7 @@ def start_term_index(terms: TermIndex, eventlog: EventLog, page: int = 250,
             yield got, parts, metas
 
     def build() -> None:
-        started = time.monotonic()
+        took = stopwatch()
         try:
             complete = terms.build(sorted(eventlog.window_ids()) + eventlog.texts.ref_chunk_ids(),
                                    pages, turns.pause_for_queries if turns is not None
@@ -67,7 +67,7 @@ def start_term_index(terms: TermIndex, eventlog: EventLog, page: int = 250,
             return
         log.info("term_index_ready", extra={
             **terms.stats(), "complete": complete,
-            "seconds": round(time.monotonic() - started, 1)})
+            "seconds": round(took(), 1)})
         if on_ready is not None:
             on_ready()
 

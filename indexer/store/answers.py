@@ -9,7 +9,6 @@ time the lines still there are read back from the event log.
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,7 +50,7 @@ class AnswerLog:
                         " thread_root = excluded.thread_root, hits = excluded.hits,"
                         " created_at = excluded.created_at",
                         (reply_event_id, room_id, in_reply_to, thread_root,
-                         json.dumps(entries), int(time.time() * 1000)))
+                         json.dumps(entries), self.eventlog.clock.now_ms()))
             cur.executemany("INSERT INTO answer_quotes (event_id, reply_event_id)"
                             " VALUES (?, ?) ON CONFLICT DO NOTHING",
                             [(e, reply_event_id) for e in sorted(quoted_ids)])

@@ -25,11 +25,11 @@ worker's next commit opens the new generation (ChromaStore.follow_live).
 from __future__ import annotations
 
 import logging
-import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
+from ..clock import REAL, Clock
 from .writeguard import WriteGuard
 
 if TYPE_CHECKING:
@@ -47,7 +47,7 @@ class Compaction:
     # The writers' lock (writeguard.py): the copy runs without it, the swap under it.
     guard: WriteGuard = field(default_factory=WriteGuard)
     every: float = 60.0  # seconds between compactions asked for by redactions
-    clock: Callable[[], float] = time.time  # wall clock (seconds)
+    clock: Clock = REAL  # its wall clock times the intervals
     due: set[str] = field(default_factory=set)  # what asked since the last compaction
     last: float = float("-inf")  # when the last compaction ended
     merge_failed: float = float("-inf")  # when a merge last failed
@@ -67,13 +67,13 @@ class Compaction:
             self.due.update(what)
 
     def _merge_due(self) -> bool:
-        return self.clock() >= self.merge_failed + self.every and self.store.merge_due()
+        return self.clock.wall() >= self.merge_failed + self.every and self.store.merge_due()
 
     def wait(self) -> float | None:
         """Seconds until the due compaction, or a merge, may run (0: now); None if
         neither is due."""
         if self.due:
-            left = max(0.0, self.last + self.every - self.clock())
+            left = max(0.0, self.last + self.every - self.clock.wall())
             return 0.0 if left and self._merge_due() else left
         return 0.0 if self._merge_due() else None
 
@@ -82,14 +82,14 @@ class Compaction:
         ago; else merge small segments if a merge is due. None if nothing was done;
         else True once compacted (or merged). A merge that failed is tried again after
         `every` seconds, not at once."""
-        if self.due and not max(0.0, self.last + self.every - self.clock()):
+        if self.due and not max(0.0, self.last + self.every - self.clock.wall()):
             return self._compact()
         if not self._merge_due():
             return None
         try:
             self.store.merge(lock=self.guard.lock)
         except Exception:
-            self.merge_failed = self.clock()
+            self.merge_failed = self.clock.wall()
             raise
         return True
 
@@ -102,7 +102,7 @@ class Compaction:
             self.store.compact(lock=self.guard.lock, everything=self.fenced)
             with self.guard.lock:
                 self.eventlog.truncate_wal()
-                self.last = self.clock()
+                self.last = self.clock.wall()
                 if self._requests == asked:  # else a redaction during the copy: due again
                     self.due.difference_update(due)
                 if not self.due:

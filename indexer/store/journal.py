@@ -9,17 +9,18 @@ from __future__ import annotations
 import json
 import os
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
+from ..clock import REAL, Clock
 from ..records import Refusal
 
 
 @dataclass
 class Journal:
     path: Path
+    clock: Clock = REAL  # its wall clock stamps each line
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -31,7 +32,7 @@ class Journal:
         self._seen_events: set[tuple[str | None, str]] | None = None
 
     def write(self, kind: str, **fields: object) -> None:
-        entry = {"ts": int(time.time() * 1000), "kind": kind}
+        entry = {"ts": self.clock.now_ms(), "kind": kind}
         entry.update({k: v for k, v in fields.items() if v is not None})
         line = json.dumps(entry, ensure_ascii=False, sort_keys=True) + "\n"
         with self._lock:

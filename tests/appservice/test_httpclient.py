@@ -29,7 +29,8 @@ class Server(BaseHTTPRequestHandler):
         code, data, ctype = {
             "/json": (200, json.dumps({"room_id": "!r:example.org"}).encode(), "application/json"),
             "/echo": (200, body, "application/json"),
-            "/refused": (403, b'{"errcode": "M_FORBIDDEN", "error": "not you"}', "application/json"),
+            "/refused": (403, b'{"errcode": "M_FORBIDDEN", "error": "not you"}',
+                         "application/json"),
             "/gateway": (502, b"<html>Bad Gateway</html>", "text/html"),
         }[self.path]
         self.send_response(code)

@@ -10,12 +10,12 @@ SQLite runs `synchronous=FULL` and PostgreSQL commits durably, so that "appended
 
 from __future__ import annotations
 
-import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
+from ...clock import REAL, Clock
 from ...config import Database as Location
 from .claims import ClaimTables
 from .db import Database
@@ -82,10 +82,13 @@ class EventLog:
     derived-message columns), `claims` (embedding workers' claims on rooms), `status`
     (the backlog, and what is indexed where)."""
 
-    def __init__(self, where: Location | Path | str, read_only: bool = False) -> None:
+    def __init__(self, where: Location | Path | str, read_only: bool = False,
+                 clock: Clock = REAL) -> None:
         """`where`: store.database (config.Database), or an SQLite file's path, or a
-        postgresql:// URL. `read_only`: a reader beside a running writer."""
+        postgresql:// URL. `read_only`: a reader beside a running writer. `clock`: its
+        wall clock stamps when an event was appended, indexed or queued again."""
         self.db = Database(where, read_only)
+        self.clock = clock
         self.location = self.db.location
         self.path = self.db.path  # the SQLite file; None on PostgreSQL
         self.history = HistoryTables(self.db)
@@ -120,7 +123,7 @@ class EventLog:
         transaction: the redactions and edits that arrived before their target are
         applied to the messages, then the batch's edits and redactions, in order
         (eventlog/history.py), what they changed noted in `applied`."""
-        now = int(time.time() * 1000)
+        now = self.clock.now_ms()
         rows = [(m.event_id, m.room_id, m.sender, m.ts, m.body, EventStatus.PENDING.value,
                  root, m.reply_to, " ".join(m.mentions) or None, now, now)
                 for m, root in messages]
@@ -204,7 +207,7 @@ class EventLog:
         """Record what the store now holds and advance the room's cursor, atomically.
         Called only after the store acknowledged the upsert. `block_start`: where the
         timeline's last block starts, and so its next re-chunk (room_tail)."""
-        now = int(time.time() * 1000)
+        now = self.clock.now_ms()
         live = (EventStatus.PENDING.value, EventStatus.INDEXED.value)
         with self.transaction() as cur:
             cur.executemany(
@@ -264,7 +267,7 @@ class EventLog:
             # Waiting since now (eventlog_status.Backlog), not since first appended.
             cur.execute("UPDATE events SET status = ?, window_id = NULL, received_at = ?"
                         " WHERE status = ?", (EventStatus.PENDING.value,
-                                              int(time.time() * 1000),
+                                              self.clock.now_ms(),
                                               EventStatus.INDEXED.value))
             n = cur.rowcount
             cur.execute("DELETE FROM cursors")
@@ -279,7 +282,7 @@ class EventLog:
             for w in window_ids:
                 cur.execute("UPDATE events SET status = ?, window_id = NULL, received_at = ?"
                             " WHERE window_id = ? AND status = ?",
-                            (EventStatus.PENDING.value, int(time.time() * 1000), w,
+                            (EventStatus.PENDING.value, self.clock.now_ms(), w,
                              EventStatus.INDEXED.value))
                 n += cur.rowcount
         return n

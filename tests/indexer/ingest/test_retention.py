@@ -21,7 +21,7 @@ def retention(ms: int | None) -> dict:
 def test_expired_messages_leave_text_and_vectors_and_a_later_change_applies(world):
     ingest, pipeline, store, log, tmp = world
     clock = [T0 / 1000]
-    pipeline.compaction.clock = lambda: clock[0]
+    pipeline.compaction.clock = Clock(wall=lambda: clock[0])
     expiry = Retention(ingest, clock=Clock(wall=lambda: clock[0]))
     ingest.admit([retention(60_000), msg(1, "old canary rt11x line"),
                   {**msg(2, "newer line stays"), "origin_server_ts": T0 + 50_000}])

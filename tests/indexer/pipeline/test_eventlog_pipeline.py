@@ -119,15 +119,15 @@ def test_append_twice_adds_once_and_keeps_status(log, store):
 
 
 def test_the_backlog_counts_pending_events_and_when_the_oldest_was_appended(
-        log, store, monkeypatch):
+        eventlog_db, tmp_path):
     """How far indexing is behind (/health, /metrics, the transaction bound): the
     pending events, and how long the oldest has waited since it was appended (or set
     pending again), whatever its own timestamp says (backfilled history is old)."""
-    from indexer.store.eventlog import log as eventlog_mod
     from indexer.store.eventlog.status import Backlog
 
     now = [1_000.0]
-    monkeypatch.setattr(eventlog_mod.time, "time", lambda: now[0])
+    log = EventLog(eventlog_db, clock=Clock(wall=lambda: now[0]))  # its stamps' clock
+    store = ChromaStore(path=tmp_path / "chroma", eventlog=log)
     assert log.status.backlog().pending == 0
     assert log.status.backlog().oldest_age(1_000_000) == 0.0
     log.append(msgs(ROOM, 0, 3, ts0=1))  # sent in 1970, appended now
@@ -141,6 +141,7 @@ def test_the_backlog_counts_pending_events_and_when_the_oldest_was_appended(
     now[0] = 2_000.0
     log.requeue_windows([window_id(ROOM, EventID("$ops0000"))])
     assert log.status.backlog() == Backlog(3, 2_000_000)
+    log.close()
 
 
 # -- Pipeline ---------------------------------------------------------------------------

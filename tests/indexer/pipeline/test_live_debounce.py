@@ -45,7 +45,7 @@ def live_worker(log, store, **worker_args):
     clock = FakeClock(T0 / 1000)
     emb = HashEmbedder()
     pipeline = Pipeline(log, emb, store, POLICY)
-    pipeline.compaction.clock = clock
+    pipeline.compaction.clock = clock.clock
     worker = PipelineWorker(pipeline, debounce=DEBOUNCE, clock=clock.clock,
                             **worker_args)
     return clock, emb, pipeline, worker

@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from appservice.bot.answer_edits import EDIT_HEADER, edit_content, rebuild_reply
+from indexer.clock import Clock
 from indexer.store.answers import AnswerLog
 from indexer.records import ChunkPolicy
 from indexer.components import writers
@@ -264,7 +265,7 @@ def test_no_text_in_chroma_and_a_redacted_windows_vector_leaves_at_the_compactio
     `compact_every`: a second redaction soon after waits."""
     ingest, pipeline, store, log, tmp = world
     clock = [T0 / 1000]
-    pipeline.compaction.clock = lambda: clock[0]
+    pipeline.compaction.clock = Clock(wall=lambda: clock[0])
     ingest.admit([msg(10, "typo here")])
     pipeline.process_all()
     ingest.admit([edit(11, 10, "typo fixed")])
@@ -366,7 +367,7 @@ async def test_the_worker_runs_a_deferred_scrub_without_new_events(world):
 
     ingest, pipeline, store, log, tmp = world
     clock = FakeClock(T0 / 1000)
-    pipeline.compaction.clock = clock
+    pipeline.compaction.clock = clock.clock
     pipeline.compaction.every = 3.0
     worker = PipelineWorker(pipeline, debounce=0.01, clock=clock.clock)
 

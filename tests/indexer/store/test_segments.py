@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from indexer.clock import Clock
 from indexer.pipeline.chunker import window_id
 from indexer.records import EventID, Message, RoomID, UserID, Window
 from indexer.store.vectors.chroma import ChromaStore
@@ -313,7 +314,8 @@ def test_the_schedule_merges_when_no_compaction_may_run_and_waits_after_a_failed
     store = open_store(tmp_path, SegmentPolicy(hot=3, fanout=2, cap=12, share=None))
     fill(store, 8)  # sealed 3, 3 and a hot 2: a merge is due
     now = [1000.0]
-    comp = Compaction(store.eventlog, store, every=60.0, clock=lambda: now[0])
+    comp = Compaction(store.eventlog, store, every=60.0,
+                      clock=Clock(wall=lambda: now[0]))
     assert comp.wait() == 0.0 and comp.run() is True
     assert [c for _, c, _ in layout(store)] == [6, 2] and comp.wait() is None
     store.delete([window(0).window_id])
