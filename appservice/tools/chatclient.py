@@ -6,9 +6,9 @@ through the client-server API of a real homeserver, as any Matrix client would.
 
 from __future__ import annotations
 
-import asyncio
-import time
 from dataclasses import dataclass, field
+
+from indexer.clock import REAL
 
 
 class ChatError(RuntimeError):
@@ -90,11 +90,11 @@ class ChatClient:
         return {m.user_id for m in resp.members}
 
     async def wait_for_member(self, room_id: str, user_id: str, timeout: float = 30) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        deadline = REAL.now() + timeout
+        while REAL.now() < deadline:
             if user_id in await self.members(room_id):
                 return
-            await asyncio.sleep(0.2)
+            await REAL.sleep(0.2)
         raise ChatError(f"{user_id} did not join {room_id} within {timeout:.0f} s")
 
     async def sync_once(self, timeout_ms: int = 1000) -> list[dict]:
@@ -113,7 +113,7 @@ class ChatClient:
     async def wait_for_reply(self, room_id: str, to_event: str, sender: str,
                              timeout: float = 60) -> dict:
         """The first message from `sender` in `room_id` replying to `to_event`."""
-        deadline = time.monotonic() + timeout
+        deadline = REAL.now() + timeout
         seen = list(self.timeline)
         while True:
             for ev in seen:
@@ -121,7 +121,7 @@ class ChatClient:
                 if (ev.get("room_id") == room_id and ev.get("sender") == sender
                         and (rel.get("m.in_reply_to") or {}).get("event_id") == to_event):
                     return ev
-            if time.monotonic() > deadline:
+            if REAL.now() > deadline:
                 raise ChatError(f"no reply from {sender} to {to_event} within {timeout:.0f} s")
             seen = await self.sync_once()
 

@@ -27,10 +27,11 @@ import secrets
 import socket
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from indexer.clock import REAL
 
 from ..httpclient import HttpClient, Unreachable
 
@@ -146,7 +147,7 @@ class LocalSynapse:
             )
         atexit.register(self.stop)  # never leave an orphan Synapse behind
 
-        deadline = time.monotonic() + timeout
+        deadline = REAL.now() + timeout
         while True:
             if self._proc.poll() is not None:
                 code = self._proc.returncode
@@ -154,10 +155,10 @@ class LocalSynapse:
                 raise SynapseError(f"Synapse exited with code {code}\n{self._logs()}")
             if self._health_ok():
                 return
-            if time.monotonic() > deadline:
+            if REAL.now() > deadline:
                 self.stop()
                 raise SynapseError(f"Synapse not healthy after {timeout}s\n{self._logs()}")
-            time.sleep(0.1)
+            REAL.sleep_blocking(0.1)
 
     def stop(self, timeout: float = 20) -> None:
         """SIGTERM, then SIGKILL after timeout seconds. Safe to call at any time."""

@@ -10,9 +10,9 @@ import contextlib
 import logging
 import math
 import threading
-import time
 from typing import TYPE_CHECKING, Callable, Sequence
 
+from ...clock import stopwatch
 from ...records import CORPUS_REFERENCE
 from .generations import Generations
 from .segments import Segment, Segments, plan_merge
@@ -80,7 +80,7 @@ class Compactor:
         """Copy the points of adjacent segments `run` into fresh generations (one, or
         ceil(points / cap) when more than the cap; none when empty and sealed) and swap
         them in for the run."""
-        started = time.monotonic()
+        took = stopwatch()
         segs = self.segs
         guard = lock if lock is not None else contextlib.nullcontext()
         with guard:  # no write of the pipeline is under way: each one is caught up
@@ -137,7 +137,7 @@ class Compactor:
         segs.drop(run, epoch)
         log.info("chroma_segments_copied", extra={
             "from": [s.n for s in run], "to": [f.n for f in fresh], "points": have,
-            "caught_up": len(written), "seconds": round(time.monotonic() - started, 1)})
+            "caught_up": len(written), "seconds": round(took(), 1)})
         return have
 
     def _catch_up(self, run: Sequence[Segment], fresh: list[Segment],
