@@ -46,7 +46,7 @@ class Clock:
         """The wall clock in ms since the epoch, as Matrix stamps events."""
         return int(self.wall() * 1000)
 
-    def later(self, seconds: float, call: Callable[[], None], name: str) -> asyncio.Task:
+    def later(self, seconds: float, call: Callable[[], None], name: str) -> asyncio.Task[None]:
         """Run `call` once `seconds` have passed on this clock (a task: cancel it to drop)."""
         deadline = self.now() + seconds  # from now, not from when the task first runs
 
