@@ -58,7 +58,7 @@ class _Stderr(logging.StreamHandler):
     def __init__(self) -> None:
         super().__init__()
 
-    @property  # type: ignore[override]
+    @property
     def stream(self):
         return sys.stderr
 

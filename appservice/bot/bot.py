@@ -73,7 +73,8 @@ class Bot:
             on_search_seconds=on_search_seconds, record_answer=index.record_answer,
             record_quotes=self._record_quotes, is_outage=matrix.is_outage,
             forget_me=self._forget_me,
-            pending=lambda room: index.eventlog.counts(room).get("pending", 0), clock=clock)
+            pending=lambda room: index.eventlog.counts(
+                None if room is None else RoomID(room)).get("pending", 0), clock=clock)
         self.commands = CommandPool(self._answer)
         self._tasks: set[asyncio.Task] = set()
 

@@ -91,7 +91,7 @@ def parse_command(body: str, room_id: str, default_top_k: int = 5) -> Command:
     top_k: object = default_top_k
     room: str | None = None
     corpus: str | None = None
-    rest: list[str] = []
+    unflagged: list[str] = []
     i = 0
     while i < len(words):
         w = words[i]
@@ -113,11 +113,11 @@ def parse_command(body: str, room_id: str, default_top_k: int = 5) -> Command:
             continue
         if w.startswith("--"):
             raise CommandError(f"Unknown flag {w}. Try `{COMMAND_PREFIX} help`.")
-        rest.append(w)
+        unflagged.append(w)
         i += 1
     texts = []
     # The first line's words (after flags) are one text, kept as the user typed them.
-    first_text = " ".join(rest).strip()
+    first_text = " ".join(unflagged).strip()
     if first_text:
         texts.append(first_text)
     texts.extend(line.strip() for line in more.split("\n") if line.strip())

@@ -284,8 +284,8 @@ def render_why(n: int, hit: Hit, texts: tuple[str, ...], rrf_k: int,
         if r is None:
             parts.append(f"{label}: not in its top results (adds 0)")
         else:
-            rank, sim = r
-            parts.append(f"{label}: rank {rank}, the window's cosine similarity {sim:.3f}")
+            rank, cosine = r
+            parts.append(f"{label}: rank {rank}, the window's cosine similarity {cosine:.3f}")
             terms.append(f"1/({rrf_k}+{rank})")
     # The rest of the score, if any, came from the keyword (lexical) leg of the search.
     lexical = hit.score - sum(1 / (rrf_k + r[0]) for r in hit.ranks if r is not None)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import html
 import logging
 from collections import Counter
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, Sequence
 
 from indexer.clock import format_ts
 from indexer.store.eventlog.log import EventLog
@@ -44,20 +44,20 @@ def power_from_state(state: list, user: str) -> int:
     create = next((e for e in state if isinstance(e, dict)
                    and e.get("type") == "m.room.create"), None)
     if create is not None:
-        content = create.get("content") if isinstance(create.get("content"), dict) else {}
+        content = got if isinstance(got := create.get("content"), dict) else {}
         creators = [create.get("sender")] + list(content.get("additional_creators") or [])
         version = str(content.get("room_version", "1"))
         if version.isdigit() and int(version) >= 12 and user in creators:
             return CREATOR_POWER
     pl = next((e for e in state if isinstance(e, dict)
                and e.get("type") == "m.room.power_levels"), None)
-    content = pl.get("content") if pl and isinstance(pl.get("content"), dict) else {}
-    users = content.get("users") if isinstance(content.get("users"), dict) else {}
+    content = got if pl and isinstance(got := pl.get("content"), dict) else {}
+    users = got if isinstance(got := content.get("users"), dict) else {}
     level = users.get(user, content.get("users_default", 0))
     return level if isinstance(level, int) and not isinstance(level, bool) else 0
 
 
-def render_status(rooms: list[tuple[str, str]], eventlog: EventLog, journal: Journal,
+def render_status(rooms: Sequence[tuple[str, str]], eventlog: EventLog, journal: Journal,
                   sent_away: dict | None = None) -> Reply:
     """rooms: (room id, label) of the allowlist; sent_away: room id -> the SentAway of
     a room whose moderators removed the bot (indexer/ingest/sentaway.py)."""

@@ -17,8 +17,8 @@ from .door import Verdict, judge_at_door
 def run_allowlist(cfg: Config, args) -> int:
     """`args.action`: list, add (`args.rooms`, ids or aliases; `args.comment`) or remove."""
     if args.action == "list":
-        for room in load_allowlist(cfg.allowlist_path):
-            print(room)
+        for listed in load_allowlist(cfg.allowlist_path):
+            print(listed)
         return 0
     if args.action == "add":
         try:

@@ -42,12 +42,14 @@ def _apply_here(cfg: Config, request: dict) -> dict:
     if request["op"] != "forget":  # the list in the event log: no model, no collection
         from indexer.ingest.admit import Ingest
         from indexer.ingest.gate import Gate
+        from indexer.records import UserID
         from indexer.store.eventlog.log import EventLog
         from indexer.store.journal import Journal
 
         eventlog = EventLog(cfg.database)
         try:
-            ingest = Ingest(Gate(frozenset(), cfg.bot_user), eventlog, Journal(cfg.journal_path))
+            ingest = Ingest(Gate(frozenset(), UserID(cfg.bot_user)), eventlog,
+                            Journal(cfg.journal_path))
             return apply_request(Forgetting(ingest), request)
         finally:
             eventlog.close()

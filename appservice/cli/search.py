@@ -23,6 +23,7 @@ import json
 import sys
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from indexer.clock import REAL, Clock
 from indexer.config import Config, ConfigError
@@ -30,6 +31,9 @@ from indexer.records import Hit
 from indexer.search.query import QueryError, SourceQuery
 
 from .apiclient import TEMPORARY, ServiceClient, ServiceError, Unreachable, describe, find_service
+
+if TYPE_CHECKING:
+    from indexer.components import Index
 
 EX_USAGE = 2
 EX_TEMPFAIL = 75
@@ -54,7 +58,7 @@ class Searching:
         self.cfg = cfg
         self.postings = postings
         self.clock = clock or REAL  # looked up now: tests put a fake clock there
-        self._index = None
+        self._index: Index | None = None
         self._said: set[str] = set()
         self.via: str = ""  # "service" or "data dir": how the last search was answered
 

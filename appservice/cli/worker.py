@@ -48,8 +48,10 @@ def run_worker(cfg: Config, quiet: bool = False) -> int:
     loop = WorkerLoop(worker, poll=max(0.2, cfg.index.debounce_seconds))
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: loop.stop.set())
+    claims = worker.pipeline.claims
+    assert claims is not None  # a worker's pipeline claims its rooms (open_worker)
     if not quiet:
-        print(f"matrix-sources worker {worker.pipeline.claims.worker}: embedding for "
+        print(f"matrix-sources worker {claims.worker}: embedding for "
               f"{cfg.database}", file=sys.stderr, flush=True)
     try:
         loop.run()

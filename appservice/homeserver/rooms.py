@@ -18,6 +18,7 @@ from typing import Callable, Coroutine
 
 from mautrix.appservice import AppService
 from mautrix.errors import MatrixError, MatrixRequestError
+from mautrix.types import RoomID as MxRoomID
 
 from indexer.clock import REAL, Clock
 from indexer.config import Config, ConfigError
@@ -77,7 +78,7 @@ class Rooms:
             async with gate:
                 if room_id not in joined:
                     try:
-                        await self.az.intent.join_room_by_id(room_id)
+                        await self.az.intent.join_room_by_id(MxRoomID(room_id))
                     except MatrixError as e:
                         join_failed(room_id, e)
                         return
@@ -89,7 +90,7 @@ class Rooms:
     async def join_invited(self, room_id: str) -> None:
         """Join where invited; an allowlisted room (the bot invited back after it was
         sent away, say) is then read from where its index stands."""
-        await self.az.intent.join_room_by_id(room_id)
+        await self.az.intent.join_room_by_id(MxRoomID(room_id))
         if room_id in self.gate.allowlist:
             await self.learn_or_retry(room_id)
 
@@ -181,7 +182,7 @@ class Rooms:
             if self.sent_away(room_id):
                 continue
             try:
-                await self.az.intent.join_room_by_id(room_id)
+                await self.az.intent.join_room_by_id(MxRoomID(room_id))
             except Exception as e:
                 join_failed(room_id, e)
                 continue

@@ -251,7 +251,7 @@ class TransactionHandler:
                 unavailable.add(room_id)
                 continue
             try:
-                async with asyncio.timeout(STATE_FETCH_SECONDS) as deadline:
+                async with self._clock.timeout(STATE_FETCH_SECONDS) as deadline:
                     await self._fetch_state(room_id)
             except Exception as e:
                 if is_outage(e) and not deadline.expired():
@@ -294,7 +294,8 @@ def _partition(events: list, unavailable: set[str]) -> tuple[list, list]:
     parsed) pairs."""
     if not unavailable:
         return events, []
-    admitted, deferred = [], []
+    admitted: list = []
+    deferred: list = []
     for pair in events:
         (deferred if _room_of(pair[0]) in unavailable else admitted).append(pair)
     return admitted, deferred

@@ -77,7 +77,8 @@ def _leaks(w: StoredWindow, messages: Sequence[Message], matcher: Matcher,
         return leaks
     # A quote split over several short messages shows only in the window as a whole:
     # its messages from each one's arrival on, against the artifacts emitted before it.
-    times = sorted({written[m.event_id] for m in messages if m.event_id in written}) or [None]
+    times: Sequence[int | None] = sorted(
+        {written[m.event_id] for m in messages if m.event_id in written}) or [None]
     for since in times:
         text = "\n".join(m.body for m in messages
                          if since is None or written.get(m.event_id, since) >= since)

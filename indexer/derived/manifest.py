@@ -203,7 +203,7 @@ class Manifest:
             self._drop(self._by_key[key])
         ordinal = self._next
         self._next += 1
-        sources = e.get("sources") if isinstance(e.get("sources"), list) else []
+        sources = got if isinstance(got := e.get("sources"), list) else []
         emitted = sys.intern(str(e.get("emitted_at", "")))
         info = ArtifactInfo(ordinal, e["kind"], e["name"], str(e.get("sha256", "")),
                             emitted, e["k"], int(sh.size),

@@ -180,7 +180,7 @@ def cut_chunks(section: Section, max_bytes: int) -> list[Chunk]:
             lines.append(line[:cut])
             line = line[cut:].lstrip()
         lines.append(line)
-    chunks = []
+    chunks: list[Chunk] = []
     for part in _parts(lines, max_bytes):
         text = "\n".join(part).strip("\n")
         if text.strip():

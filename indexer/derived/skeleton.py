@@ -29,6 +29,8 @@ import itertools
 import re
 import unicodedata
 from functools import lru_cache
+from pathlib import Path
+from typing import cast
 
 import regex
 
@@ -69,7 +71,9 @@ def table() -> dict[int, str]:
     folding is one."""
     dist, path = _DATA
     raw: dict[int, str] = {}
-    with open(importlib.metadata.distribution(dist).locate_file(path), encoding="utf-8-sig") as f:
+    # A pathlib.Path at run time; typeshed says SimplePath, which open() does not take.
+    file = cast(Path, importlib.metadata.distribution(dist).locate_file(path))
+    with open(file, encoding="utf-8-sig") as f:
         for line in f:
             fields = line.split("#", 1)[0].split(";")
             if len(fields) < 2 or not fields[0].strip():

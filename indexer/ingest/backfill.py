@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
 from ..clock import REAL, Clock
@@ -38,7 +38,7 @@ class BackfillResult:
     room_id: RoomID
     pages: int = 0
     events: int = 0
-    admitted: AdmitResult | None = None
+    admitted: AdmitResult = field(default_factory=AdmitResult)
 
 
 def horizon(backfill_days: float | None, clock: Clock = REAL) -> int | None:

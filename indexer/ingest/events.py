@@ -246,7 +246,8 @@ def _edit(rid: RoomID, eid: EventID, sender: UserID, relates: dict, content: dic
     body = new.get("body") if isinstance(new, dict) else None
     if target is None or ts is None:
         return Skipped("bad_edit", rid, eid)
-    if not isinstance(body, str) or new.get("msgtype") not in TEXT_MSGTYPES:
+    if not isinstance(new, dict) or not isinstance(body, str) or (
+            new.get("msgtype") not in TEXT_MSGTYPES):
         return Skipped("edit_not_text", rid, eid)
     if len(body.encode("utf-8", "surrogatepass")) > MAX_BODY_BYTES or not is_utf8(body):
         return Skipped("edit_body_invalid", rid, eid)

@@ -125,6 +125,7 @@ class Gate:
             return Refusal(OWN_MESSAGE, room_id, event_id)
         if self.is_puppet(sender):
             return Refusal(PUPPET_SENDER, room_id, event_id, f"sender {sender}", whole_room=True)
+        assert facts is not None  # judge_room refuses a room without its facts
         return self.judge_visibility(room_id, event_id, facts)
 
     def visible_to_strangers(self, facts: RoomFacts) -> bool:

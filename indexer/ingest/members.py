@@ -78,7 +78,7 @@ class Addressees:
         (before those its client sent); the sender counts as a recent speaker after."""
         found: list[UserID] = []
         words = address_words(m.body) if facts is not None and facts.display_names else []
-        if words:
+        if words and facts is not None:  # (words come from its display names)
             index = self._room_index(m.room_id, facts)
             recent = self._recent(m.room_id, m.ts)
             for w in words:
@@ -108,7 +108,7 @@ class Addressees:
         return cached[1]
 
     def _recent(self, room_id: RoomID, ts: int) -> set[UserID]:
-        spoke = self._speakers.get(room_id, {})
+        spoke: dict[UserID, int] = self._speakers.get(room_id, {})
         return {u for u, at in spoke.items() if 0 <= ts - at <= RECENT_MS}
 
     def _spoke(self, room_id: RoomID, user: UserID, ts: int) -> None:

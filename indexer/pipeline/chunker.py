@@ -124,8 +124,8 @@ def conversations(block: Sequence[Message], policy: ChunkPolicy) -> list[tuple[M
         for n in sorted(own):  # the sender's own conversation
             if (c := recent(n, m)) is not None:
                 return c
-        talking = {u for u, ts in by_sender.items() if m.ts - ts <= policy.gap_ms}
-        if previous is not None and len(talking | {m.sender}) <= DIALOGUE and not (
+        speaking = {u for u, ts in by_sender.items() if m.ts - ts <= policy.gap_ms}
+        if previous is not None and len(speaking | {m.sender}) <= DIALOGUE and not (
                 _asks(m) and last is not None and _asks(last)):
             # Two people alone in the room talk to each other; but a question right
             # after someone else's question is a second topic, not an answer.

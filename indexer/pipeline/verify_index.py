@@ -150,7 +150,7 @@ class Gaps:
 
 
 def index_gaps(store: ChromaStore, eventlog: EventLog, logged: set[WindowID] | None = None,
-               held: set[str] | None = None) -> Gaps:
+               held: set[WindowID] | None = None) -> Gaps:
     """Window ids only: cheap enough for every writer's start (rebuild.ensure_meta).
     `logged`, `held`: the event log's indexed window ids and the collection's chat ids,
     if read already."""
@@ -164,7 +164,7 @@ def index_gaps(store: ChromaStore, eventlog: EventLog, logged: set[WindowID] | N
 
 
 def repair_gaps(store: ChromaStore, eventlog: EventLog, logged: set[WindowID] | None = None,
-                held: set[str] | None = None) -> tuple[Gaps, int]:
+                held: set[WindowID] | None = None) -> tuple[Gaps, int]:
     """The start-up check: a window the event log holds indexed events in but the
     collection lacks (a crash between a re-chunk's delete and its re-point, a lost
     write) has its events set pending, so the pipeline indexes them again; a window no

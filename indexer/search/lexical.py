@@ -233,8 +233,8 @@ def _bm25_arrays(pool: list[str], idf: list[float], tfs: list[np.ndarray],
     for weight, f in zip(idf, tfs):
         f = f.astype(np.float64)
         scores += weight * f * (K1 + 1) / (f + norm)
-    listed = scores.tolist()
-    return sorted(pool, key=lambda w, at=dict(zip(pool, listed)): (-at[w], w))
+    at: dict[str, float] = dict(zip(pool, scores.tolist()))
+    return sorted(pool, key=lambda w: (-at[w], w))
 
 
 def _bm25(pool: list[str], idf: dict[str, float], tf: Callable[[str, str], int],

@@ -5,6 +5,7 @@ The presenter (present.py) weighs and orders the lines it quotes by these."""
 from __future__ import annotations
 
 import re
+from collections.abc import Set as AbstractSet
 from typing import Sequence
 
 from ..ingest.addressing import addressed, names
@@ -84,7 +85,7 @@ def asks_back(body: str) -> float:
         else ASKS_BACK
 
 
-def novelty(body: str, asked: set[str]) -> float:
+def novelty(body: str, asked: AbstractSet[str]) -> float:
     """1 for a line of its own words, down to NOVELTY_FLOOR for one that only repeats
     the query's and the question's: repeating the words asked is not answering them
     (a keyword-stuffed line scores high on meaning alone)."""
@@ -95,7 +96,7 @@ def novelty(body: str, asked: set[str]) -> float:
     return NOVELTY_FLOOR + (1 - NOVELTY_FLOOR) * new
 
 
-def says_something(m: Message, asked: set[str] = frozenset()) -> bool:
+def says_something(m: Message, asked: AbstractSet[str] = frozenset()) -> bool:
     """Long enough to say something, and not an echo of the words asked."""
     body = m.body.strip()
     return len(body) >= MIN_LINE_CHARS and bool(_WORDY.search(body)) and not (

@@ -74,7 +74,7 @@ class _Column:
     vectorised lookups (slot_postings), written one slot at a time."""
 
     def __init__(self, dtype: type) -> None:
-        self.data = np.zeros(1024, dtype=dtype)
+        self.data: np.ndarray = np.zeros(1024, dtype=dtype)
 
     def set(self, slot: int, value: int) -> None:
         if slot >= len(self.data):
@@ -228,7 +228,7 @@ class TermIndex:
             postings += len(kept)
         self._ids, self._room, self._corpus, self._length = ids, room, corpus, length
         self._live, self._key = live, id_keys
-        self._slot = {wid: i for i, wid in enumerate(ids)}
+        self._slot = {wid: i for i, wid in enumerate(ids) if wid is not None}
         self._post, self._postings, self._dead = post, postings, 0
         log.debug("term_index_compacted", extra={
             "windows": len(ids), "keys": len(post), "postings": postings,
@@ -341,7 +341,7 @@ class TermIndex:
     def ids_of(self, slots: np.ndarray) -> list[str]:
         with self._lock:
             ids = self._ids
-            return [ids[s] for s in slots.tolist()]  # type: ignore[misc]
+            return [ids[s] for s in slots.tolist()]
 
     def slot_keys(self, slots: np.ndarray) -> np.ndarray:
         """id_key of each slot's window id."""

@@ -239,7 +239,7 @@ class ChromaStore:
             out[key] = [x for p in parts for x in p[key]]
         return out
 
-    def ids(self, corpus: str) -> set[str]:
+    def ids(self, corpus: str) -> set[WindowID]:
         """Every record id of one corpus (doctor compares them with the event log)."""
         return {i for got in self._each(lambda s: s.collection.get(
             where={"corpus": corpus}, include=[])["ids"]) for i in got}
@@ -337,8 +337,8 @@ class ChromaStore:
                         break
                     offset += page
 
-    def pages_with_vectors(self, page: int, ids: list[str] | None = None
-                           ) -> Iterator[list[tuple[str, list[float]]]]:
+    def pages_with_vectors(self, page: int, ids: Sequence[str] | None = None
+                           ) -> Iterator[list[tuple[WindowID, list[float]]]]:
         """Pages of (window id, vector), over all windows or the given ids."""
         if ids is not None:
             for i in range(0, len(ids), page):
