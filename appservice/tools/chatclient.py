@@ -7,6 +7,7 @@ through the client-server API of a real homeserver, as any Matrix client would.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from indexer.clock import REAL
 
@@ -28,7 +29,7 @@ class ChatClient:
     homeserver_url: str
     user_id: str
     access_token: str
-    _client: object = field(default=None, init=False, repr=False)
+    _client: Any = field(default=None, init=False, repr=False)  # nio.AsyncClient
     _since: str | None = field(default=None, init=False, repr=False)
     timeline: list[dict] = field(default_factory=list, init=False, repr=False)
 

@@ -134,6 +134,7 @@ class LocalSynapse:
         self._write_config()
         if not (self.base_dir / SIGNING_KEY_FILE).exists():
             self._run_synapse(["--generate-keys"], timeout)
+        assert self.port is not None  # _load_state set it
         if _port_answers(self.port):
             # Otherwise /health would report the *other* server as ours.
             raise SynapseError(f"127.0.0.1:{self.port} is already in use")
@@ -186,6 +187,7 @@ class LocalSynapse:
         """Create a user with the shared-secret admin API; returns (user_id, access_token)."""
         if self._secret is None:
             self._load_state()
+        assert self._secret is not None  # _load_state set it
         path = "/_synapse/admin/v1/register"
         nonce = self._request("GET", path)["nonce"]
         # HMAC-SHA1 over nonce, user, password and admin flag, NUL-separated (Synapse docs).

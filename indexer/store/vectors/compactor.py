@@ -10,7 +10,8 @@ import contextlib
 import logging
 import math
 import threading
-from typing import TYPE_CHECKING, Callable, Sequence
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from ...clock import stopwatch
 from ...records import CORPUS_REFERENCE
@@ -34,9 +35,10 @@ class Compactor:
     def __init__(self, gens: Generations, segs: Segments, eventlog: EventLog | None) -> None:
         self.gens, self.segs, self.eventlog = gens, segs, eventlog
         self._running = threading.Lock()  # one copy at a time (the worker's, a purge's)
-        self.last: dict = {}  # what the last copy did (benchmarks read it)
+        self.last: dict[str, Any] = {}  # what the last copy did (benchmarks read it)
 
-    def compact(self, lock=None, after_copy: Callable[[], None] | None = None,
+    def compact(self, lock: AbstractContextManager[object] | None = None,
+                after_copy: Callable[[], None] | None = None,
                 before_swap: Callable[[], None] | None = None, everything: bool = False
                 ) -> int:
         """Copy every dirty segment (`everything`: every segment) into a fresh
@@ -58,7 +60,7 @@ class Compactor:
                          "of": self.segs.count()}
             return copied
 
-    def merge(self, lock=None) -> int | None:
+    def merge(self, lock: AbstractContextManager[object] | None = None) -> int | None:
         """Copy the next run of small sealed segments into one (segments.plan_merge);
         None if none is due, else how many points were copied."""
         with self._running:
@@ -76,7 +78,9 @@ class Compactor:
         return not self.segs.shared and plan_merge(self.segs.counts(),
                                                    self.segs.policy) is not None
 
-    def _rewrite(self, run: Sequence[Segment], lock, after_copy, before_swap) -> int:
+    def _rewrite(self, run: Sequence[Segment], lock: AbstractContextManager[object] | None,
+                 after_copy: Callable[[], None] | None,
+                 before_swap: Callable[[], None] | None) -> int:
         """Copy the points of adjacent segments `run` into fresh generations (one, or
         ceil(points / cap) when more than the cap; none when empty and sealed) and swap
         them in for the run."""
@@ -118,7 +122,7 @@ class Compactor:
                 for s in run:
                     s.written = None
                 self._catch_up(run, fresh, part_of, written)
-                have = sum(f.collection.count() for f in fresh)
+                have: int = sum(f.collection.count() for f in fresh)
                 want = sum(s.collection.count() for s in run)
                 if have != want:
                     raise RuntimeError(f"a copy holds {have} of {want} points")
@@ -200,7 +204,7 @@ class Compactor:
         return migrated
 
 
-def _copy(src, dst, ids: list[str], delete_missing: bool) -> None:
+def _copy(src: Any, dst: Any, ids: list[str], delete_missing: bool) -> None:
     res = src.get(ids=ids, include=["embeddings", "metadatas"])
     if res["ids"]:
         dst.upsert(ids=res["ids"], embeddings=res["embeddings"], metadatas=res["metadatas"])
