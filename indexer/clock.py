@@ -3,7 +3,8 @@
 time. This is the one module that reads the system's clocks or sleeps
 (tests/test_architecture.py): elsewhere `clock.now()` for durations and deadlines,
 `clock.wall()` / `clock.now_ms()` for timestamps (Matrix's are ms since the epoch),
-`await clock.sleep(s)` on the event loop, `clock.sleep_blocking(s)` off it.
+`await clock.sleep(s)` on the event loop, `clock.sleep_blocking(s)` off it,
+`async with clock.timeout(s)` for a deadline on a block.
 
 One retry policy too: a delay that doubles from `initial` up to `maximum`. It is written
 here rather than taken from stamina because stamina sleeps on its own (its testing mode
@@ -14,10 +15,11 @@ fake clock through every wait.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Awaitable, Callable, TypeVar
+from typing import AsyncIterator, Awaitable, Callable, TypeVar
 
 Now = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
@@ -54,6 +56,19 @@ class Clock:
             await self.sleep(max(0.0, deadline - self.now()))
             call()
         return asyncio.create_task(wait_then_call(), name=name)
+
+    @contextlib.asynccontextmanager
+    async def timeout(self, seconds: float) -> AsyncIterator[asyncio.Timeout]:
+        """`asyncio.timeout(seconds)` on this clock: the block is cancelled and
+        TimeoutError raised once `seconds` have passed; `.expired()` of what it yields
+        says whether that is what ended it."""
+        loop = asyncio.get_running_loop()
+        async with asyncio.timeout(None) as deadline:
+            timer = self.later(seconds, lambda: deadline.reschedule(loop.time()), "timeout")
+            try:
+                yield deadline
+            finally:
+                timer.cancel()
 
 
 REAL = Clock()

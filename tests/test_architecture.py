@@ -224,12 +224,13 @@ def test_the_http_client_check_can_fail(tmp_path):
 
 
 # Time: every wait, deadline and timestamp goes through the injected Clock; only
-# indexer/clock.py reads the system's clocks or sleeps (a yield, `asyncio.sleep(0)`, is
-# no wait).
+# indexer/clock.py reads the system's clocks, sleeps or sets a deadline on the event
+# loop's own clock (a yield, `asyncio.sleep(0)`, is no wait).
 CLOCK = ROOT / "indexer" / "clock.py"
 CLOCK_READS = {"time": {"time", "time_ns", "monotonic", "monotonic_ns", "perf_counter",
                         "perf_counter_ns", "sleep"},
-               "asyncio": {"sleep"}, "datetime": {"now", "utcnow", "today"},
+               "asyncio": {"sleep", "timeout", "timeout_at", "wait_for"},
+               "datetime": {"now", "utcnow", "today"},
                "date": {"today"}}
 
 
@@ -261,10 +262,12 @@ def test_the_clock_check_can_fail(tmp_path):
     bad.write_text("import time, asyncio, datetime as dt\nfrom time import monotonic\n"
                    "def f(clock=time.time):\n    time.sleep(1)\n    dt.datetime.now()\n"
                    "async def g():\n    await asyncio.sleep(0)\n    await asyncio.sleep(2)\n"
-                   "    time.strftime('%Y', time.gmtime(0))\n")
+                   "    time.strftime('%Y', time.gmtime(0))\n"
+                   "    async with asyncio.timeout(5):\n        pass\n")
     assert sorted(clock_reads(bad)) == sorted([
         "probe.py:2: time.monotonic", "probe.py:3: time.time", "probe.py:4: time.sleep",
-        "probe.py:5: dt.datetime.now", "probe.py:8: asyncio.sleep"])
+        "probe.py:5: dt.datetime.now", "probe.py:8: asyncio.sleep",
+        "probe.py:10: asyncio.timeout"])
 
 
 MAX_PUBLIC_METHODS = 25
