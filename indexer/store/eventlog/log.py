@@ -307,7 +307,7 @@ class EventLog:
 
     def counts(self, room_id: RoomID | None = None) -> dict[str, int]:
         sql = "SELECT status, COUNT(*) FROM events"
-        args: tuple = ()
+        args: tuple[Any, ...] = ()
         if room_id is not None:
             sql += " WHERE room_id = ?"
             args = (room_id,)

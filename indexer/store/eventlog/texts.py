@@ -15,7 +15,7 @@ keeps dead row versions until VACUUM: docs/storage.md says what to run.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 from .db import Database
 from .rows import EventText
@@ -23,9 +23,10 @@ from ...records import CORPUS_CHAT, CORPUS_REFERENCE, EventID, EventStatus, Mess
 from ...records import UserID, WindowID
 
 _IN = 500  # ids per `IN (...)`: well under SQLite's variable limit
+_Id = TypeVar("_Id", bound=str)
 
 
-def _chunks(ids: list[str], n: int = _IN) -> Iterator[list[str]]:
+def _chunks(ids: list[_Id], n: int = _IN) -> Iterator[list[_Id]]:
     for i in range(0, len(ids), n):
         yield ids[i:i + n]
 
