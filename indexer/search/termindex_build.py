@@ -28,10 +28,10 @@ def start_term_index(terms: TermIndex, eventlog: EventLog, page: int = 250,
     The store the event log's windows are in follows them from its opening
     (ChromaStore's `follower`), so a window written meanwhile reaches them. Only for
     the process that is the collection's one writer: another writer's changes would
-    not reach them. With `turns`, the build waits
-    before each page while a search waits or runs: a search shares the GIL with one
-    page at most (`page` windows, about 30 ms), not with the build (a million windows
-    build for 3 minutes; `!sources` meanwhile took 2.1 s at p95 without the pause)."""
+    not reach them. With `turns`, the build waits before each page while a search
+    waits or runs: a search shares the GIL with one page at most (`page` windows,
+    about 30 ms), not with the build (a million windows build for 3 minutes;
+    `!sources` meanwhile took 2.1 s at p95 without the pause)."""
     def pages(ids: list[str]):
         wanted = set(ids)
         parts: list[list[str]] = []
