@@ -13,7 +13,7 @@ import re
 import threading
 from contextlib import nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from .ports import (EachEncoder, Embedder, PassEncoder, QueryEncoder,  # noqa: F401
                     Tokenizer)
@@ -132,7 +132,7 @@ class SentenceTransformerEmbedder:
         from sentence_transformers import SentenceTransformer
 
         self.backend = "torch-bf16" if bf16 and bf16_supported() else "torch"
-        kwargs = {}
+        kwargs: dict[str, Any] = {}
         if self.backend == "torch-bf16":
             import torch
 

@@ -78,14 +78,14 @@ def _export_fp32(src: Path, dest: Path) -> None:
 
     st = SentenceTransformer(str(src), device="cpu",
                              model_kwargs={"attn_implementation": "eager"})
-    bert = st[0].auto_model.eval()
+    bert = st[0].auto_model.eval()  # type: ignore[union-attr]  # torch: a Tensor | Module
 
     class Sentence(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
             self.bert = bert
 
-        def forward(self, input_ids, attention_mask, token_type_ids):  # type: ignore[no-untyped-def]
+        def forward(self, input_ids, attention_mask, token_type_ids):
             hidden = self.bert(input_ids=input_ids, attention_mask=attention_mask,
                                token_type_ids=token_type_ids).last_hidden_state
             mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
@@ -225,7 +225,7 @@ class OnnxEmbedder:
         self._lock = threading.Lock()  # one encode at a time, as with torch
         self.batches = 0
 
-    def _new_session(self, threads: int):  # type: ignore[no-untyped-def]
+    def _new_session(self, threads: int):
         options = self._ort.SessionOptions()
         options.graph_optimization_level = self._ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.intra_op_num_threads = threads
@@ -243,7 +243,7 @@ class OnnxEmbedder:
         as a word (pair_embedder.py weighs a question by them)."""
         return frozenset(w for w in self._tokenizer.get_vocab() if not w.startswith("##"))
 
-    def _run(self, pieces: list[list[int]], session=None):  # type: ignore[no-untyped-def]
+    def _run(self, pieces: list[list[int]], session=None):
         """One forward pass over word-piece ids, padded (id 0, mask 0) to the longest."""
         np = self._np
         ids = np.zeros((len(pieces), max(map(len, pieces))), dtype=np.int64)  # 0: [PAD]
