@@ -24,7 +24,7 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -94,7 +94,7 @@ def weighed_text(text: str, max_terms: int = LEXICAL_MAX_TERMS) -> str:
 # (term base, prefix, where) -> ids of the windows whose bodies hold a matching key
 Matcher = Callable[[str, bool, dict | None], list[str]]
 # ids -> {id: the bodies it holds (Hit.bodies)}
-Fetcher = Callable[[list[str]], dict[str, Sequence[str]]]
+Fetcher = Callable[[list[str]], Mapping[str, Sequence[str]]]
 
 
 @dataclass

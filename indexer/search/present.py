@@ -157,7 +157,7 @@ class Presenter:
                 - RANK_ANSWER
         plans = [self.conversations.plan(c.hit, c.found[0])
                  if c.found and c.order + c.bonus >= reach else None for c in above]
-        answers = [self._answers(p, c.found[2]) if p else ([], set())
+        answers = [self._answers(p, c.found[2]) if p and c.found else ([], set())
                    for c, p in zip(above, plans)]
         answer_vecs = self._vectors([m.body for a, _ in answers for m, _ in a])
         outside_vecs, at = [], 0  # per hit, its linked answers' vectors
@@ -167,24 +167,25 @@ class Presenter:
             at += len(outside)
             if p is None:
                 continue
+            assert c.found is not None  # planned from its lines
             w, vecs, anchor = c.found
             inside = [vecs[i] for i in range(anchor + 1, len(w)) if w[i].event_id in linked]
             resp = np.vstack([np.asarray(inside).reshape(-1, vecs.shape[1]), avecs])
-            best = float((resp @ queries.T).max()) if len(resp) else 0.0
+            answered = float((resp @ queries.T).max()) if len(resp) else 0.0
             q = w[anchor]
             if ANCHOR_ANSWERS and (
                     q.reply_to is not None or any(u != q.sender for u in q.mentions)
                     or _LEAD_AT.match(q.body)):
-                best = max(best, float((vecs[anchor] @ queries.T).max()))
-            c.order += RANK_ANSWER * min(max(best, 0.0), 1.0)
+                answered = max(answered, float((vecs[anchor] @ queries.T).max()))
+            c.order += RANK_ANSWER * min(max(answered, 0.0), 1.0)
         order = sorted(range(len(above)), key=lambda i: (-(above[i].order + above[i].bonus),
                                                          above[i].rank))
         kept = order[:top_k] if top_k is not None else order
         kept_answers = _once([answers[i] for i in kept],
-                             [above[i].found[1][above[i].found[2]] if plans[i] else None
+                             [f[1][f[2]] if plans[i] and (f := above[i].found) else None
                               for i in kept],
                              np.concatenate([outside_vecs[i] for i in kept] or [answer_vecs[:0]]),
-                             [above[i].found[0][above[i].found[2]] if plans[i] else None
+                             [f[0][f[2]] if plans[i] and (f := above[i].found) else None
                               for i in kept])
         out = []
         for i, ans in zip(kept, kept_answers):
@@ -195,6 +196,7 @@ class Presenter:
             # _once keeps a hit's answers in their order: their vectors are those kept.
             stays = {m.event_id for m, _ in ans[0]}
             avecs = outside_vecs[i][[m.event_id in stays for m, _ in answers[i][0]]]
+            assert c.found is not None  # planned from its lines
             _, vecs, anchor = c.found
             out.append(replace(self._choose(p, vecs, anchor, ans, avecs, queries, evidence),
                                similarity=c.key))

@@ -30,8 +30,9 @@ import numpy as np
 from ..models.embedder import Embedder
 from ..models.ports import Tokenizer
 from ..models.turns import ModelTurns
-from ..records import Hit, bodies_of
+from ..records import Hit, Line, bodies_of
 from ..store.vectors.chroma import ChromaStore
+from ..store.vectors.points import StoredWindow
 from .abstain import NO_FLOOR, Floor
 from .evidence import NO_EVIDENCE, Evidence
 from .gloss import gloss, has_han
@@ -186,8 +187,8 @@ class Searcher:
         if n == depth:  # one text, not fused: its list is the hits, records and all
             neighbours = self.store.nearest(vectors, n, where, records=True)
             per_text = [[(nb.window_id, nb.similarity) for nb in lst] for lst in neighbours]
-            fused = [(wid, 1.0 / (self.rrf_k + r))
-                     for r, (wid, _) in enumerate(per_text[0], start=1)]
+            fused: list[tuple[str, float]] = [
+                (wid, 1.0 / (self.rrf_k + r)) for r, (wid, _) in enumerate(per_text[0], start=1)]
             records = [nb.window for nb in neighbours[0] if nb.window is not None]
             found: dict[str, list[float]] = {}
         else:
@@ -197,7 +198,7 @@ class Searcher:
             # keyword hit the vectors missed a second call, 0.9 ms; bench/query.py).
             per_text = [[(nb.window_id, nb.similarity) for nb in lst]
                         for lst in self.store.nearest(vectors, n, where)]
-            lists = [[wid for wid, _ in lst] for lst in per_text]
+            lists: list[list[str]] = [[wid for wid, _ in lst] for lst in per_text]
             if self.lexical_max_terms:
                 lists += self._lexical_lists(texts, n, where)
             if len(lists) == 1:
@@ -215,10 +216,12 @@ class Searcher:
             # Their vectors give the keyword leg's finds a similarity.
             found = {w.window_id: v for w, v in fetched if w.window_id not in dense}
         # Texts are read for the windows kept only (0.6 ms of a 4 ms search).
-        by_id = {w.window_id: (w, text, lines)
-                 for w, (text, lines) in zip(records, self.texts.read(records))}
+        by_id: dict[str, tuple[StoredWindow, str, tuple[Line, ...]]] = {
+            w.window_id: (w, text, lines)
+            for w, (text, lines) in zip(records, self.texts.read(records))}
         # Per text: its dense rank and cosine similarity (None when it did not find it).
-        ranks = [{wid: (r, sim) for r, (wid, sim) in enumerate(lst, 1)} for lst in per_text]
+        ranks: list[dict[str, tuple[int, float]]] = [
+            {wid: (r, sim) for r, (wid, sim) in enumerate(lst, 1)} for lst in per_text]
         hits = []
         for wid, score in fused:
             got = by_id.get(wid)
@@ -259,7 +262,7 @@ def _lexical_ranker(store: ChromaStore, postings: TermIndex | None) -> LexicalRa
 
 
 def _where(query: SourceQuery) -> dict | None:
-    clauses = []
+    clauses: list[dict[str, str]] = []
     if query.room_id:
         clauses.append({"room_id": query.room_id})
     if query.corpus:

@@ -291,7 +291,7 @@ class ChromaStore:
                            stored(i, m if one else metas.get(i)) if records else None)
                  for d, i, _, m in lst] for q, lst in enumerate(lists)]
 
-    def get(self, window_ids: Sequence[WindowID] | None = None,
+    def get(self, window_ids: Sequence[str] | None = None,
             where: dict[str, Any] | None = None,
             limit: int | None = None, offset: int | None = None) -> list[StoredWindow]:
         if window_ids is not None:
