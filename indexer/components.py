@@ -222,6 +222,7 @@ class Index:
                            self._resync_references, progress)
 
     def _resync_references(self) -> None:
+        assert self.manifest is not None
         refs = open_references(self.cfg, self.store, self.manifest, self.embedder)
         for corpus in refs.list():
             if corpus.path != "(not registered)":

@@ -154,6 +154,7 @@ class Responder:
         """The reply is sent (committed): now what it quoted becomes answer artifacts, so
         a paste of it back into a room is derived text, not evidence. They are dated
         when the send began, or a paste that arrived before this record could pass."""
+        assert self.record_answer is not None  # called only when there is one
         try:
             added = await asyncio.to_thread(self.record_answer, event_id, list(reply.sections),
                                             sent_ms)

@@ -58,6 +58,7 @@ def _apply_here(cfg: Config, request: dict) -> dict:
         answer = apply_request(Forgetting(index.ingest), request)
         if answer.get("windows"):  # re-chunk without them, then no vector left in a file
             index.pipeline.process_all()
+            assert index.pipeline.compaction is not None  # set by Pipeline.__post_init__
             index.pipeline.compaction.now("forget")
         if answer.get("event_ids"):
             answer["note"] = ("the service is not running: the bot's answers in the rooms"

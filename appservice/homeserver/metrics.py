@@ -39,7 +39,7 @@ class EventLogFigures:
     """The event log's aggregate figures, cached; `refresh()` reads them again in a
     worker thread unless they are younger than `max_age` or a read is under way."""
 
-    def __init__(self, path: Path, max_age: float = 5.0,
+    def __init__(self, path: Path | None, max_age: float = 5.0,
                  clock: Clock = REAL) -> None:
         self.path = path
         self.max_age = max_age
@@ -56,7 +56,8 @@ class EventLogFigures:
 
     async def _read(self) -> None:
         try:
-            self.figures = await asyncio.to_thread(lag_report_at, self.path)
+            # None (PostgreSQL) reads as the file "None", as before: the read fails, logged.
+            self.figures = await asyncio.to_thread(lag_report_at, str(self.path))
             self.read_at = self._clock.now()
         except Exception:
             log.error("metrics_read_failed", exc_info=True, extra={"path": str(self.path)})

@@ -22,7 +22,8 @@ from mautrix.appservice import AppService
 from mautrix.client.state_store.memory import MemoryStateStore
 from mautrix.appservice.state_store import ASStateStore
 from mautrix.errors import MatrixError, MatrixRequestError
-from mautrix.types import EventType
+from mautrix.types import EventType, RoomAlias
+from mautrix.types import RoomID as MxRoomID
 
 from indexer.store.lock import WriterLock
 from indexer.clock import REAL, Clock, retrying
@@ -67,10 +68,10 @@ class _StateStore(MemoryStateStore, ASStateStore):
 class _SourcesAppService(AppService):
     transaction_handler: TransactionHandler
 
-    async def _http_handle_transaction(self, request):  # type: ignore[override]
+    async def _http_handle_transaction(self, request):
         return await self.transaction_handler.handle(request)
 
-    async def _http_ping(self, request):  # type: ignore[override]
+    async def _http_ping(self, request):
         return await self.transaction_handler.ping(request)
 
     def _check_token(self, request) -> bool:  # the user and alias queries: same check
@@ -293,6 +294,7 @@ class Service:
         """External pipeline: the workers' redactions ask for a compaction through the
         event log; this process, the data dir's one holder, runs it (compaction.py)."""
         compaction = self.pipeline.compaction
+        assert compaction is not None  # set by Pipeline.__post_init__
         due = await asyncio.to_thread(compaction.refresh_due)
         if due and compaction.wait() == 0:
             try:
@@ -322,7 +324,8 @@ class Service:
     # -- the bot's port to Matrix (appservice/bot/bot.py: Matrix) ----------------------
 
     async def send(self, room_id: str, content: dict) -> str:
-        return await self.az.intent.send_message_event(room_id, EventType.ROOM_MESSAGE, content)
+        return await self.az.intent.send_message_event(MxRoomID(room_id), EventType.ROOM_MESSAGE,
+                                                       content)
 
     async def join(self, room_id: str) -> None:
         await self.rooms.join_invited(room_id)
@@ -348,7 +351,7 @@ class Service:
 
     async def resolve_alias(self, alias: str) -> str | None:
         try:
-            return (await self.az.intent.resolve_room_alias(alias)).room_id
+            return (await self.az.intent.resolve_room_alias(RoomAlias(alias))).room_id
         except MatrixError:
             return None
 

@@ -138,6 +138,7 @@ class Ingest:
             if room_id in self.gate.allowlist:
                 continue
             refusal = Refusal(rules.NOT_ALLOWLISTED, room_id, whole_room=True)
+            assert self.purger is not None  # set by __post_init__
             reports.append(self.purger.purge(refusal, source))
             self.facts.pop(room_id, None)  # not read any more
             self.addressees.forget_room(room_id)
@@ -290,6 +291,7 @@ class Ingest:
     def _purge_if_stored(self, refusal: Refusal, source: str) -> PurgeReport | None:
         if not self.eventlog.has_text(refusal.room_id):
             return None
+        assert self.purger is not None  # set by __post_init__
         return self.purger.purge(refusal, source)
 
     def _refuse(self, result: AdmitResult, refusal: Refusal, source: str) -> None:

@@ -164,11 +164,13 @@ class Pipeline:
 
     def request_compaction(self, what: set | list) -> None:
         """Points were deleted for a redaction: compact within the interval."""
+        assert self.compaction is not None  # set by __post_init__
         self.compaction.request(what)
 
     @property
     def compaction_due(self) -> set:
         """What asked for the compaction that is due (empty: none is)."""
+        assert self.compaction is not None  # set by __post_init__
         return self.compaction.due
 
     @property
@@ -423,12 +425,14 @@ class Pipeline:
 
     def compaction_wait(self) -> float | None:
         """Seconds until the due compaction may run (0: now); None if none is due."""
+        assert self.compaction is not None  # set by __post_init__
         return self.compaction.wait()
 
     def run_compaction(self) -> bool | None:
         """Compact the collection (store.compact) if redactions or purges asked for it,
         unless one ran less than `compaction.every` seconds ago. None if nothing was due
         or it is too soon; else True once compacted."""
+        assert self.compaction is not None  # set by __post_init__
         return self.compaction.run()
 
     def _record_batch(self, room_id: RoomID, batch: list[Window], stale: list[WindowID],

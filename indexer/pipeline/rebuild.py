@@ -114,6 +114,7 @@ def make_whole(store: ChromaStore, eventlog: EventLog, pipeline: Pipeline) -> No
     can write or compact: a sweep beside a live compaction would take its generation."""
     store.sweep()
     store.migrate_text_out()
+    assert pipeline.compaction is not None  # set by Pipeline.__post_init__
     finish_pending(eventlog, pipeline.store, pipeline.guard, pipeline.compaction)
 
 
