@@ -189,9 +189,8 @@ class Service:
         except MatrixError:
             pass  # cosmetic
         # The store made whole before a room's state can call for a purge; then the
-        # collection checked against the event log while the rooms are joined (17 s and
-        # 30 s at a million windows and 9,528 rooms, one after the other before:
-        # bench/scale.py). A purge meanwhile waits for the check's lock.
+        # collection checked against the event log while the rooms are joined, not one
+        # after the other (bench/scale.py). A purge meanwhile waits for the check's lock.
         await asyncio.to_thread(self.index.make_whole)
         checking = asyncio.create_task(asyncio.to_thread(self.index.check_collection))
         try:

@@ -32,13 +32,9 @@ MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 #               (e5_embedder.py; the one backend of that model, and of the pair of
 #               models, whose English one runs on onnx-int8: pair_embedder.py)
 BACKENDS = ("torch", "torch-bf16", "onnx", "onnx-int8", "q4")
-# onnx-int8 is the default: through the CLI it holds success@5 on every row of both dev
-# sets (equal to torch's), imports 1.5x faster than torch on a quiet machine, and its
-# service needs no torch (the embedder 180 MiB resident against torch's 600). A torch
-# collection is rebuilt from the event log at the first start on it (rebuild.py).
-# torch-bf16 is faster still but its resident set grows with every new input shape
-# (oneDNN's bfloat16 kernels: 556 -> 1,459 MiB over 300 calls of mixed sizes, torch
-# float32 494 -> 601, onnx-int8 175 -> 180). docs/benchmarks.md, "Embedder backends".
+# onnx-int8 is the default: torch's retrieval figures, a faster import, less memory and no
+# torch in the service; torch-bf16's memory grows with every new input shape
+# (docs/benchmarks.md, "Embedder backends"; bench/memory.py).
 DEFAULT_BACKEND = "onnx-int8"
 BF16_BATCH = 16  # texts per forward pass on torch-bf16 (SentenceTransformerEmbedder)
 # Backends whose vectors are interchangeable: cosine >= 0.99 with torch's for every text
@@ -143,12 +139,9 @@ class SentenceTransformerEmbedder:
         dim_of = getattr(self.model, "get_embedding_dimension", None) \
             or self.model.get_sentence_embedding_dimension
         self.dim = int(dim_of() or 384)
-        # float32, 4: the resident set's peak is the model's activations on a batch of
-        # long texts (at the 256 word-piece limit: +164 MiB at 16, +113 at 8, +51 at 4),
-        # and on 2 CPU cores 4 to 16 embed eval windows equally fast. bfloat16, 16: the
-        # matrix units want wide products (1,200 eval windows: 7.8 s at 4, 5.4 at 16,
-        # 4.9 at 32; torch float32 at 4: 12.8 s) and 16 long texts peak 40 MiB above
-        # float32's 4 (32: 113 above). docs/benchmarks.md, "Embedder backends".
+        # float32, 4: the memory peak is the activations of a batch of long texts, and
+        # larger batches are no faster on CPU; bfloat16, 16: its matrix units want wide
+        # products (docs/benchmarks.md, "Embedder backends").
         self.batch_size = batch_size or (BF16_BATCH if self.backend == "torch-bf16" else 4)
         # torch releases the GIL while encoding; one encode at a time keeps its thread
         # pool from being split between the pipeline and a query.

@@ -39,15 +39,12 @@ EXPORT_VERSION = "2"  # bump when the exported graph or the quantisation changes
 MAX_WORD_PIECES = 256  # the model's max_seq_length (sentence_bert_config.json)
 OPSET = 17
 HEADS, HIDDEN = 12, 384  # BertConfig of all-MiniLM-L6-v2, for the attention fusion
-# Texts per forward pass. With batches of like token counts (encode) padding is small,
-# and on 2 cores ORT is fastest at 4: the 2,537 windows of a dev import, in the
-# pipeline's calls, in 8.7 s at 4, 9.1 at 2 and at 8, 10.5 at 16 (bare torch: 26).
-# docs/benchmarks.md, "Embedder backends".
+# Texts per forward pass: with batches of like token counts padding is small, and ONNX
+# Runtime on 2 cores is fastest at 4 (docs/benchmarks.md, "Embedder backends").
 ONNX_BATCH = 4
 # encode_each: texts in passes of their own, spread over this many threads, each pass on
-# a session of one thread. 116 dev chat lines (a search's quoted-line candidates) took
-# 251 ms against 324 ms one after another on the 2-thread session, median of 9, alone on
-# 2 cores; the vectors are the same (tests/indexer/models/test_embedder_backends.py).
+# a session of one thread: a search's candidate lines embed faster than one after another
+# on one session, to the same vectors (tests/indexer/models/test_embedder_backends.py).
 EACH_THREADS = 2
 
 

@@ -61,16 +61,14 @@ log = logging.getLogger(f"matrix_sources.{__name__}")
 
 EMBED_BATCH = 64  # windows per upsert + commit step
 # Windows gathered across rooms and embedded in length order before their steps commit:
-# the padding the model wastes falls with the size of the set sorted (1.03x the word
-# pieces of sorting all 3,942 windows of the eval chat at 1024; 1.6x cut per room by 64).
+# the larger the set sorted, the less padding the model computes (bench/ingest.py).
 EMBED_GROUP = 1024
-# Windows per Chroma upsert when committing a group's steps: Chroma's upsert costs
-# 0.46 ms of CPU a window in calls of 64, 0.36 in calls of 256 or more.
+# Windows per Chroma upsert when committing a group's steps: larger calls cost Chroma
+# less CPU a window (bench/ingest.py).
 UPSERT_BATCH = 256
-# Texts per encode call, taken a forward pass a background turn (models/turns.py,
-# embedder.encode_in_length_order): a query waits for one pass at most. Length-sorted, calls
-# of 16 embed as fast: 800 dev windows on onnx-int8 took 70.9-76.9 s in calls of 16
-# and 64.4-78.8 s in calls of 64, interleaved on 2 cores at load 15-18.
+# Texts per encode call, one forward pass a background turn (models/turns.py): a query
+# waits for one short pass at most, and length-sorted calls of 16 embed as fast as larger
+# ones (bench/ingest.py).
 EMBED_CALL = 16
 
 

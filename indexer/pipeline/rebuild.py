@@ -125,9 +125,8 @@ def check_collection(store: ChromaStore, eventlog: EventLog, pipeline: Pipeline)
     compared are of one moment."""
     with pipeline.lock, ThreadPoolExecutor(2, thread_name_prefix="start-checks") as pool:
         # The event log's window ids (read once for both checks), the collection's chat
-        # ids and the map of which segment holds each id, read at once: 8 s each at
-        # 1,000,000 windows (bench/scale.py), 11 s all three against 24 s one after
-        # another (SQLite and Chroma let go of the GIL).
+        # ids and the map of which segment holds each id, read at once, not one
+        # after another: SQLite and Chroma let go of the GIL (bench/scale.py).
         reading = pool.submit(eventlog.window_ids)
         listing = pool.submit(store.ids, CORPUS_CHAT)
         store.count()

@@ -234,10 +234,9 @@ class Searcher:
         return hits, found
 
 
-# While the service builds its postings at start (termindex.py: 121 s at 1,000,000
-# windows), the word leg would scan the event log instead: a first search took 7 s at
-# 100,000 windows and 57 s at 1,000,000 (bench/scale.py). Past this many windows it
-# waits for the postings: the text is searched by meaning alone meanwhile.
+# While the service builds its postings at start, the word leg would scan the event log
+# instead, which takes seconds past this many windows (bench/scale.py): it waits for the
+# postings, and the text is searched by meaning alone meanwhile.
 SCAN_WINDOWS_MAX = 20_000
 
 
