@@ -15,7 +15,14 @@ def serve_with_bot(cfg: Config, embedder=None, clock: Clock = REAL):
     from .homeserver.service import Service
 
     service = Service(cfg, embedder, clock)
-    service.attach(Bot(cfg, service.index, service,
-                       on_search_seconds=service.metrics.search_latency.observe,
-                       index_changed=service.worker.notify, clock=clock))
+    service.attach(
+        Bot(
+            cfg,
+            service.index,
+            service,
+            on_search_seconds=service.metrics.search_latency.observe,
+            index_changed=service.worker.notify,
+            clock=clock,
+        )
+    )
     return service

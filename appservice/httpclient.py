@@ -46,8 +46,10 @@ class Unreachable(OSError):
     def refused(self) -> bool:
         """Nothing listens there (the connection was refused), as opposed to one taken
         and then dropped or left unanswered."""
-        return (isinstance(self.reason, ConnectionRefusedError)
-                or getattr(self.reason, "errno", None) == errno.ECONNREFUSED)
+        return (
+            isinstance(self.reason, ConnectionRefusedError)
+            or getattr(self.reason, "errno", None) == errno.ECONNREFUSED
+        )
 
 
 @dataclass(frozen=True)
@@ -100,8 +102,9 @@ class HttpClient:
     """Calls to one server: `base_url` (no trailing slash needed), and the bearer token
     every call carries (none when None)."""
 
-    def __init__(self, base_url: str, token: str | None = None,
-                 timeout: float = DEFAULT_TIMEOUT_S) -> None:
+    def __init__(
+        self, base_url: str, token: str | None = None, timeout: float = DEFAULT_TIMEOUT_S
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
         self._token = token
@@ -140,7 +143,8 @@ class HttpClient:
         data, headers = self._request(body)
         try:
             async with aiohttp.ClientSession(
-                    timeout=aiohttp.ClientTimeout(total=self.timeout)) as session:
+                timeout=aiohttp.ClientTimeout(total=self.timeout)
+            ) as session:
                 async with session.request(method, url, data=data, headers=headers) as r:
                     return Response(r.status, await r.read(), _headers(r.headers.items()))
         except (aiohttp.ClientError, TimeoutError, OSError) as e:

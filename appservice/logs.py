@@ -1,7 +1,8 @@
 """Structured logs: an event name plus ids and counts, never message text.
 
     log.info("window_upserted", extra={"room_id": ..., "events": 3})
-    -> 2026-11-30T02:00:00Z INFO matrix_sources.indexer.pipeline.pipeline window_upserted room_id=!r events=3
+    -> 2026-11-30T02:00:00Z INFO matrix_sources.indexer.pipeline.pipeline window_upserted
+       room_id=!r events=3
 
 Every logger of the project sits under one root, `matrix_sources` (ROOT); the level of
 the config applies there, libraries stay at WARNING. A field value that could forge a
@@ -38,8 +39,13 @@ class KeyValueFormatter(logging.Formatter):
         fields = {k: v for k, v in vars(record).items() if k not in _STANDARD}
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(record.created))
         if self.as_json:
-            out = {"ts": stamp, "level": record.levelname, "logger": record.name,
-                   "event": record.getMessage(), **fields}
+            out = {
+                "ts": stamp,
+                "level": record.levelname,
+                "logger": record.name,
+                "event": record.getMessage(),
+                **fields,
+            }
             if record.exc_info:
                 out["exc"] = self.formatException(record.exc_info)
             return json.dumps(out, default=str)
@@ -82,6 +88,13 @@ def setup_logging(level: str = "INFO", as_json: bool = False) -> None:
     root.setLevel(level)
     logging.getLogger(ROOT).setLevel(level)  # every logger of the project is under it
     # mautrix logs whole requests and events at DEBUG; they may hold message text.
-    for noisy in ("mau", "mautrix", "aiohttp.access", "chromadb", "httpx",
-                  "sentence_transformers", "urllib3"):
+    for noisy in (
+        "mau",
+        "mautrix",
+        "aiohttp.access",
+        "chromadb",
+        "httpx",
+        "sentence_transformers",
+        "urllib3",
+    ):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLevelName(level)))

@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import evalkit  # noqa: E402
+
 from indexer.search import gloss  # noqa: E402
 from indexer.search.tokens import STOP_WORDS, keys, tokens  # noqa: E402
 
@@ -40,8 +41,11 @@ HAN = re.compile(r"^[\u3400-\u4dbf\u4e00-\u9fff]{2,}$")
 
 def texts() -> list[str]:
     xl = evalkit.datasets()["gitter"].root / "dev-queries-xl.jsonl"
-    out = [json.loads(line)["query"] for line in open(xl, encoding="utf-8")
-           if json.loads(line).get("lang") == "zh"]
+    out = [
+        json.loads(line)["query"]
+        for line in open(xl, encoding="utf-8")
+        if json.loads(line).get("lang") == "zh"
+    ]
     room = evalkit.REPO / "tests" / "fixtures" / "rooms" / "zh.json"
     out += [body for _, body, _ in json.loads(room.read_text(encoding="utf-8"))["messages"]]
     return out
@@ -52,8 +56,13 @@ def main() -> int:
 
     jieba.setLogLevel(60)
     docs = texts()
-    words = sorted(({w for d in docs for w in jieba.lcut(d) if HAN.match(w)}
-                    | {w for d in docs for w in gloss.words(d) if HAN.match(w)}) - STOP_WORDS)
+    words = sorted(
+        (
+            {w for d in docs for w in jieba.lcut(d) if HAN.match(w)}
+            | {w for d in docs for w in gloss.words(d) if HAN.match(w)}
+        )
+        - STOP_WORDS
+    )
     t = time.perf_counter()
     by_bigram = [set(keys(d)) for d in docs]
     t_bigram = time.perf_counter() - t
@@ -63,8 +72,9 @@ def main() -> int:
     print(f"{len(docs)} Chinese texts, {len(words)} words searched")
     print(f"{'tokenizer':10} {'recall':>8} {'precision':>10} {'keys/text':>10} {'cut ms':>8}")
     for name, index, terms_of, took in [
-            ("bigrams", by_bigram, tokens, t_bigram),
-            ("jieba", by_jieba, lambda w: jieba.lcut(w), t_jieba)]:
+        ("bigrams", by_bigram, tokens, t_bigram),
+        ("jieba", by_jieba, lambda w: jieba.lcut(w), t_jieba),
+    ]:
         held = found = both = 0
         missed: list[str] = []
         for w in words:
@@ -76,9 +86,11 @@ def main() -> int:
                 both += has and hit
                 if has and not hit and len(missed) < 6:
                     missed.append(w)
-        print(f"{name:10} {both / held:8.3f} {both / max(found, 1):10.3f} "
-              f"{sum(map(len, index)) / len(docs):10.1f} {took * 1000:8.1f}"
-              + (f"   missed e.g. {' '.join(dict.fromkeys(missed))}" if missed else ""))
+        print(
+            f"{name:10} {both / held:8.3f} {both / max(found, 1):10.3f} "
+            f"{sum(map(len, index)) / len(docs):10.1f} {took * 1000:8.1f}"
+            + (f"   missed e.g. {' '.join(dict.fromkeys(missed))}" if missed else "")
+        )
     ds = evalkit.datasets()["gitter"]
     print("\n" + evalkit.attribution(ds.root, ds.title))
     return 0

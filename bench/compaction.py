@@ -39,8 +39,8 @@ def folder_mib(path: Path) -> float:
 def main(argv: list[str] | None = None) -> int:
     import numpy as np
 
-    from indexer.store.eventlog.log import EventLog
     from indexer.records import EventID, Message, RoomID, UserID, Window, WindowID
+    from indexer.store.eventlog.log import EventLog
     from indexer.store.vectors.chroma import ChromaStore
     from tests.vectorscan import files_holding
 
@@ -50,8 +50,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--checked", type=int, default=10, help="deleted vectors searched for")
     args = p.parse_args(argv)
     perfkit.quiet_env()
-    report: dict = {"machine": perfkit.machine(), "load_before": perfkit.load_average(),
-                    "windows": args.windows, "deleted": args.deleted}
+    report: dict = {
+        "machine": perfkit.machine(),
+        "load_before": perfkit.load_average(),
+        "windows": args.windows,
+        "deleted": args.deleted,
+    }
     rng = np.random.default_rng(7)
     perfkit.evalkit.OUT_DIR.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=perfkit.evalkit.OUT_DIR) as tmp:
@@ -65,31 +69,46 @@ def main(argv: list[str] | None = None) -> int:
             v /= np.linalg.norm(v, axis=1, keepdims=True)
             ids = [f"w{start + i:07d}" for i in range(n)]
             # Windows of 4 messages (their metadata is what counts; text is not stored).
-            ws = [Window(WindowID(wid), RoomID(f"!room{(start + i) % 500}:bench.local"),
-                         tuple(Message(EventID(f"$e{start + i}-{k}"),
-                                       RoomID(f"!room{(start + i) % 500}:bench.local"),
-                                       UserID("@a:bench.local" if k % 2 else "@b:bench.local"),
-                                       start + i + k, "") for k in range(4)), "bench")
-                  for i, wid in enumerate(ids)]
+            ws = [
+                Window(
+                    WindowID(wid),
+                    RoomID(f"!room{(start + i) % 500}:bench.local"),
+                    tuple(
+                        Message(
+                            EventID(f"$e{start + i}-{k}"),
+                            RoomID(f"!room{(start + i) % 500}:bench.local"),
+                            UserID("@a:bench.local" if k % 2 else "@b:bench.local"),
+                            start + i + k,
+                            "",
+                        )
+                        for k in range(4)
+                    ),
+                    "bench",
+                )
+                for i, wid in enumerate(ids)
+            ]
             store.upsert(ws, v.tolist())
             for i in range(n):
-                if (start + i) % max(1, args.windows // args.deleted) == 0 \
-                        and len(deleted) < args.deleted:
+                if (start + i) % max(1, args.windows // args.deleted) == 0 and len(
+                    deleted
+                ) < args.deleted:
                     deleted[ids[i]] = v[i].tolist()
         report["write_s"] = round(time.perf_counter() - t, 1)
         store.delete(sorted(deleted))
         report["count"] = store.count()
         report["segments"] = store.segments.counts()
         report["folder_before_mib"] = folder_mib(root / "chroma")
-        checked = list(deleted.values())[:args.checked]
-        report["deleted_found_before"] = sum(1 for v in checked
-                                             if files_holding(root / "chroma", v))
+        checked = list(deleted.values())[: args.checked]
+        report["deleted_found_before"] = sum(
+            1 for v in checked if files_holding(root / "chroma", v)
+        )
         rss = perfkit.proc_status(os.getpid())["VmRSS"]
         t = time.perf_counter()
         copied = store.compact()
         report["compact_s"] = round(time.perf_counter() - t, 1)
         report["compact_rss_growth_mib"] = round(
-            (perfkit.proc_status(os.getpid())["VmHWM"] - rss) / 1024)
+            (perfkit.proc_status(os.getpid())["VmHWM"] - rss) / 1024
+        )
         report["copied"] = copied
         report["folder_after_mib"] = folder_mib(root / "chroma")
         report["deleted_found_after"] = sum(1 for v in checked if files_holding(root, v))

@@ -67,8 +67,15 @@ def stream(rooms: list[list[tuple[str, str]]], n: int):
             sender, body = rooms[src][pos[src] % len(rooms[src])]
             pos[src] += 1
             i = len(out)
-            out.append(Message(EventID(f"$gen-{n:05d}-{i:04d}"), room_id, UserID(sender),
-                               T0 + n * STREAM_MESSAGES * SPACING_MS + i * SPACING_MS, body))
+            out.append(
+                Message(
+                    EventID(f"$gen-{n:05d}-{i:04d}"),
+                    room_id,
+                    UserID(sender),
+                    T0 + n * STREAM_MESSAGES * SPACING_MS + i * SPACING_MS,
+                    body,
+                )
+            )
         src = b if src == a else a
     return out[:STREAM_MESSAGES]
 
@@ -83,8 +90,9 @@ def room_ids(cache: Path = CACHE) -> list[str]:
 def policy():
     from indexer.config import load_config
 
-    return load_config(Path(__file__).resolve().parent.parent / "config"
-                       / "config.example.yaml").index.chunk_policy
+    return load_config(
+        Path(__file__).resolve().parent.parent / "config" / "config.example.yaml"
+    ).index.chunk_policy
 
 
 def cache_for(backend: str | None = None) -> Path:
@@ -94,8 +102,9 @@ def cache_for(backend: str | None = None) -> Path:
     from indexer.models.embedder import DEFAULT_BACKEND, VECTOR_CLASS
 
     kind = VECTOR_CLASS[backend or DEFAULT_BACKEND]
-    return CACHE if kind == VECTOR_CLASS[DEFAULT_BACKEND] else CACHE.with_name(
-        f"{CACHE.name}-{kind}")
+    return (
+        CACHE if kind == VECTOR_CLASS[DEFAULT_BACKEND] else CACHE.with_name(f"{CACHE.name}-{kind}")
+    )
 
 
 def open_cache(path: Path = CACHE):
@@ -106,28 +115,41 @@ def open_cache(path: Path = CACHE):
     return ChromaStore(path=path / "chroma", eventlog=EventLog(path / "eventlog.sqlite3"))
 
 
-def build(root: Path, windows: int, minutes: float, cache: Path = CACHE,
-          backend: str | None = None) -> dict:
-    from indexer.pipeline.chunker import CHUNKER_VERSION, build_windows, embed_text
+def build(
+    root: Path, windows: int, minutes: float, cache: Path = CACHE, backend: str | None = None
+) -> dict:
     from indexer.models.embedder import DEFAULT_BACKEND, encode_in_length_order, load_embedder
+    from indexer.pipeline.chunker import CHUNKER_VERSION, build_windows, embed_text
     from indexer.pipeline.rebuild import expected_meta
 
     state_path = cache / "build.json"
-    state = json.loads(state_path.read_text()) if state_path.exists() else {
-        "streams": 0, "windows": 0, "embed_seconds": 0.0, "seed": SEED,
-        "chunker": CHUNKER_VERSION, "runs": []}
+    state = (
+        json.loads(state_path.read_text())
+        if state_path.exists()
+        else {
+            "streams": 0,
+            "windows": 0,
+            "embed_seconds": 0.0,
+            "seed": SEED,
+            "chunker": CHUNKER_VERSION,
+            "runs": [],
+        }
+    )
     store = open_cache(cache)
     if store.count() != state["windows"]:
-        raise SystemExit(f"error: {cache}: the collection holds {store.count()} windows, "
-                         f"build.json says {state['windows']}; remove the folder and build "
-                         "again")
+        raise SystemExit(
+            f"error: {cache}: the collection holds {store.count()} windows, "
+            f"build.json says {state['windows']}; remove the folder and build "
+            "again"
+        )
     if state["windows"] >= windows:
         return state
     rooms = eval_messages(root)
     pol = policy()
     # Any backend of one vector class makes the same collection (embedder.VECTOR_CLASS).
-    model = load_embedder("all-MiniLM-L6-v2", backend or DEFAULT_BACKEND,
-                          evalkit.OUT_DIR / "models")
+    model = load_embedder(
+        "all-MiniLM-L6-v2", backend or DEFAULT_BACKEND, evalkit.OUT_DIR / "models"
+    )
     store.set_meta(expected_meta(model))
     started = time.monotonic()
     deadline = started + minutes * 60 if minutes else float("inf")
@@ -138,23 +160,27 @@ def build(root: Path, windows: int, minutes: float, cache: Path = CACHE,
             msgs = stream(rooms, state["streams"] + streams)
             streams += 1
             batch += build_windows(msgs, pol, f"gen {msgs[0].room_id[5:10]}")
-        batch = batch[:windows - state["windows"]]
+        batch = batch[: windows - state["windows"]]
         t = time.perf_counter()
         vectors = encode_in_length_order(model, [embed_text(w) for w in batch], 64)
         state["embed_seconds"] += time.perf_counter() - t
         for i in range(0, len(batch), UPSERT):
-            store.upsert(batch[i:i + UPSERT], vectors[i:i + UPSERT])
+            store.upsert(batch[i : i + UPSERT], vectors[i : i + UPSERT])
         for w in batch:  # as the pipeline records them: the text's one home
             store.eventlog.append([(m, None) for m in w.messages])
-            store.eventlog.mark_indexed(w.room_id, {m.event_id: w.window_id
-                                                    for m in w.messages}, w.messages[-1])
+            store.eventlog.mark_indexed(
+                w.room_id, {m.event_id: w.window_id for m in w.messages}, w.messages[-1]
+            )
         state["streams"] += streams
         state["windows"] += len(batch)
         state_path.write_text(json.dumps(state, indent=1))
         rate = state["windows"] / max(state["embed_seconds"], 1e-9)
         print(f"  {state['windows']:>7} windows ({rate:.1f} windows/s embedding)", flush=True)
-    run.update(to_windows=state["windows"], seconds=round(time.monotonic() - started, 1),
-               load_after=perfkit.load_average())
+    run.update(
+        to_windows=state["windows"],
+        seconds=round(time.monotonic() - started, 1),
+        load_after=perfkit.load_average(),
+    )
     state["runs"].append(run)
     state_path.write_text(json.dumps(state, indent=1))
     return state
@@ -164,10 +190,17 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--eval-dir", default=None)
     p.add_argument("--windows", type=int, default=100_000)
-    p.add_argument("--backend", default=None,
-                   help="embedder.backend to embed with (default: the shipped default)")
-    p.add_argument("--minutes", type=float, default=10.0,
-                   help="stop after this long (resume with the same command); 0: no bound")
+    p.add_argument(
+        "--backend",
+        default=None,
+        help="embedder.backend to embed with (default: the shipped default)",
+    )
+    p.add_argument(
+        "--minutes",
+        type=float,
+        default=10.0,
+        help="stop after this long (resume with the same command); 0: no bound",
+    )
     args = p.parse_args(argv)
     perfkit.quiet_env()
     root = evalkit.eval_dir(args.eval_dir)
@@ -175,9 +208,11 @@ def main(argv: list[str] | None = None) -> int:
     cache.mkdir(parents=True, exist_ok=True)
     state = build(root, args.windows, args.minutes, cache=cache, backend=args.backend)
     done = state["windows"] >= args.windows
-    print(f"{cache}: {state['windows']} windows from {state['streams']} generated rooms, "
-          f"{state['embed_seconds']:.0f} s embedding so far"
-          + ("" if done else f"; run again to go on to {args.windows}"))
+    print(
+        f"{cache}: {state['windows']} windows from {state['streams']} generated rooms, "
+        f"{state['embed_seconds']:.0f} s embedding so far"
+        + ("" if done else f"; run again to go on to {args.windows}")
+    )
     print("\n" + perfkit.attribution(root))
     return 0 if done else 3
 

@@ -33,9 +33,9 @@ import hashlib
 import json
 import sys
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -52,8 +52,9 @@ MESSAGE_VECTORS = evalkit.OUT_DIR / "scale-message-vectors.npz"
 def cache_dir(windows: int, chroma: str = "embedded") -> Path:
     """The embedded cache (its collection in chroma/), or the server's (`chroma run`'s
     persist dir in server/data/): the same windows and vectors either way."""
-    return evalkit.OUT_DIR / (f"scale-{windows}" if chroma == "embedded"
-                              else f"scale-{windows}-server")
+    return evalkit.OUT_DIR / (
+        f"scale-{windows}" if chroma == "embedded" else f"scale-{windows}-server"
+    )
 
 
 @contextmanager
@@ -84,8 +85,9 @@ def message_vectors(rooms: list[list[tuple[str, str]]]):
     from indexer.models.embedder import DEFAULT_BACKEND, encode_in_length_order, load_embedder
 
     model = load_embedder("all-MiniLM-L6-v2", DEFAULT_BACKEND, evalkit.OUT_DIR / "models")
-    print(f"embedding {len(bodies)} distinct eval messages once ({MESSAGE_VECTORS.name})",
-          flush=True)
+    print(
+        f"embedding {len(bodies)} distinct eval messages once ({MESSAGE_VECTORS.name})", flush=True
+    )
     vectors = np.asarray(encode_in_length_order(model, bodies, 64), dtype=np.float32)
     MESSAGE_VECTORS.parent.mkdir(parents=True, exist_ok=True)
     np.savez(MESSAGE_VECTORS, keys=np.asarray(keys), vectors=vectors)
@@ -109,14 +111,13 @@ def open_store(cache: Path, windows: int, bulk: bool, port: int | None = None):
     """The cache's store: while bulk, every segment filled to the policy's largest size
     for `windows` (no merges to make); else the shipped policy. `port`: a Chroma server's
     on 127.0.0.1 (chroma_at), else the embedded folder."""
-    from indexer.store.vectors.chroma import ChromaStore
     from indexer.store.eventlog.log import EventLog
+    from indexer.store.vectors.chroma import ChromaStore
     from indexer.store.vectors.segments import SegmentPolicy
 
     shipped = SegmentPolicy()
     big = shipped.largest(windows)
-    policy = SegmentPolicy(hot=big, fanout=shipped.fanout, cap=big, share=None) if bulk \
-        else shipped
+    policy = SegmentPolicy(hot=big, fanout=shipped.fanout, cap=big, share=None) if bulk else shipped
     log = EventLog(cache / "eventlog.sqlite3")
     if port is not None:
         return ChromaStore(host="127.0.0.1", port=port, eventlog=log, policy=policy)
@@ -136,15 +137,25 @@ def build(root: Path, windows: int, minutes: float = 0.0, chroma: str = "embedde
 
 
 def _build(root: Path, windows: int, minutes: float, cache: Path, port: int | None) -> dict:
-    from indexer.pipeline.chunker import CHUNKER_VERSION, build_windows
     from indexer.models.embedder import DEFAULT_BACKEND, load_embedder
+    from indexer.pipeline.chunker import CHUNKER_VERSION, build_windows
     from indexer.pipeline.rebuild import expected_meta
     from indexer.store.vectors.compactor import TEXT_HOME_KEY
 
     state_path = cache / "build.json"
-    state = json.loads(state_path.read_text()) if state_path.exists() else {
-        "windows_wanted": windows, "streams": 0, "windows": 0, "merged": False,
-        "chunker": CHUNKER_VERSION, "seconds": 0.0, "runs": []}
+    state = (
+        json.loads(state_path.read_text())
+        if state_path.exists()
+        else {
+            "windows_wanted": windows,
+            "streams": 0,
+            "windows": 0,
+            "merged": False,
+            "chunker": CHUNKER_VERSION,
+            "seconds": 0.0,
+            "runs": [],
+        }
+    )
     if state["windows"] >= windows and state["merged"]:
         return state
     rooms = corpus100k.eval_messages(root)
@@ -153,9 +164,11 @@ def _build(root: Path, windows: int, minutes: float, cache: Path, port: int | No
     bulk_until = windows - windows // TAIL
     store = open_store(cache, windows, bulk=state["windows"] < bulk_until, port=port)
     if store.count() != state["windows"]:
-        raise SystemExit(f"error: {cache}: the collection holds {store.count()} windows, "
-                         f"build.json says {state['windows']}; remove the folder and build "
-                         "again")
+        raise SystemExit(
+            f"error: {cache}: the collection holds {store.count()} windows, "
+            f"build.json says {state['windows']}; remove the folder and build "
+            "again"
+        )
     model = load_embedder("all-MiniLM-L6-v2", DEFAULT_BACKEND, evalkit.OUT_DIR / "models")
     store.set_meta(expected_meta(model))
     store.eventlog.set_meta(TEXT_HOME_KEY, "eventlog")  # as the service leaves it: no text
@@ -174,17 +187,18 @@ def _build(root: Path, windows: int, minutes: float, cache: Path, port: int | No
             n = state["streams"] + len(streams)
             msgs = corpus100k.stream(rooms, n)
             ws = build_windows(msgs, pol, f"gen {msgs[0].room_id[5:10]}")
-            ws = ws[:limit - state["windows"] - len(batch)]
+            ws = ws[: limit - state["windows"] - len(batch)]
             streams.append((msgs, ws))
             batch += ws
         vs = window_vectors(batch, rows, vectors, seed=state["streams"])
         for i in range(0, len(batch), 512):
-            store.upsert(batch[i:i + 512], vs[i:i + 512])
+            store.upsert(batch[i : i + 512], vs[i : i + 512])
         for msgs, ws in streams:  # as the pipeline records them: the text's one home
             held = [m for w in ws for m in w.messages]
             log.append([(m, None) for m in held])
-            log.mark_indexed(msgs[0].room_id, {m.event_id: w.window_id
-                                               for w in ws for m in w.messages}, held[-1])
+            log.mark_indexed(
+                msgs[0].room_id, {m.event_id: w.window_id for w in ws for m in w.messages}, held[-1]
+            )
         state["streams"] += len(streams)
         state["windows"] += len(batch)
         state["seconds"] = round(state["seconds"] + time.monotonic() - started, 1)
@@ -192,14 +206,18 @@ def _build(root: Path, windows: int, minutes: float, cache: Path, port: int | No
         state_path.write_text(json.dumps(state, indent=1))
         rate = state["windows"] / max(state["seconds"], 1e-9)
         left = (windows - state["windows"]) / rate if rate else 0
-        print(f"  {state['windows']:>8} of {windows} windows, {len(store.segments.list)} "
-              f"segments ({rate:.0f} windows/s, about {left / 60:.0f} min left)", flush=True)
+        print(
+            f"  {state['windows']:>8} of {windows} windows, {len(store.segments.list)} "
+            f"segments ({rate:.0f} windows/s, about {left / 60:.0f} min left)",
+            flush=True,
+        )
     if state["windows"] >= windows and not state["merged"]:
         merged = 0
         while store.merge_due():
             merged += store.merge() or 0
-            print(f"  merged: {merged} points copied, {len(store.segments.list)} segments",
-                  flush=True)
+            print(
+                f"  merged: {merged} points copied, {len(store.segments.list)} segments", flush=True
+            )
         state["merged"] = True
         state["merge_copied"] = merged
     state["segments"] = store.segments.counts()
@@ -218,22 +236,32 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--eval-dir", default=None)
     p.add_argument("--windows", type=int, default=10_000)
-    p.add_argument("--chroma", choices=("embedded", "server"), default="embedded",
-                   help="server: the collection in a `chroma run` (started here, its "
-                        "persist dir in the cache) for bench/scale.py --chroma server")
-    p.add_argument("--minutes", type=float, default=0.0,
-                   help="stop after this long (resume with the same command); 0: no bound")
+    p.add_argument(
+        "--chroma",
+        choices=("embedded", "server"),
+        default="embedded",
+        help="server: the collection in a `chroma run` (started here, its "
+        "persist dir in the cache) for bench/scale.py --chroma server",
+    )
+    p.add_argument(
+        "--minutes",
+        type=float,
+        default=0.0,
+        help="stop after this long (resume with the same command); 0: no bound",
+    )
     args = p.parse_args(argv)
     perfkit.quiet_env()
     root = evalkit.eval_dir(args.eval_dir)
     t = time.monotonic()
     state = build(root, args.windows, args.minutes, args.chroma)
     done = state["windows"] >= args.windows and state["merged"]
-    print(f"{cache_dir(args.windows, args.chroma)}: {state['windows']} windows from "
-          f"{state['streams']} "
-          f"generated rooms in {len(state['segments'])} segments {state['segments']}, "
-          f"{state['seconds']:.0f} s of building so far (this run {time.monotonic() - t:.0f} s)"
-          + ("" if done else "; run again to go on"))
+    print(
+        f"{cache_dir(args.windows, args.chroma)}: {state['windows']} windows from "
+        f"{state['streams']} "
+        f"generated rooms in {len(state['segments'])} segments {state['segments']}, "
+        f"{state['seconds']:.0f} s of building so far (this run {time.monotonic() - t:.0f} s)"
+        + ("" if done else "; run again to go on")
+    )
     print("\n" + perfkit.attribution(root))
     return 0 if done else 3
 

@@ -40,7 +40,7 @@ LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
 def rss_mb() -> float:
     with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2 ** 20
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 class TextGen:
@@ -62,7 +62,7 @@ class TextGen:
         lines, i = [], 0
         while i < n:  # lines of 5-12 words, like chat lines and doc lines
             step = self.rng.randint(5, 12)
-            lines.append(" ".join(picks[i:i + step]))
+            lines.append(" ".join(picks[i : i + step]))
             i += step
         return "\n".join(lines)
 
@@ -70,8 +70,14 @@ class TextGen:
 def percentiles(xs: list[float]) -> dict:
     xs = sorted(xs)
     at = lambda q: xs[min(len(xs) - 1, int(q * len(xs)))]  # noqa: E731
-    return {"n": len(xs), "mean": statistics.fmean(xs), "p50": at(0.5), "p95": at(0.95),
-            "p99": at(0.99), "max": xs[-1]}
+    return {
+        "n": len(xs),
+        "mean": statistics.fmean(xs),
+        "p50": at(0.5),
+        "p95": at(0.95),
+        "p99": at(0.99),
+        "max": xs[-1],
+    }
 
 
 def main() -> int:
@@ -126,8 +132,7 @@ def main() -> int:
     matcher = Matcher(manifest, cfg)
 
     # -- match: what a room sends --------------------------------------------------------
-    cases: dict[str, list[float]] = {"new text": [], "pasted answer": [],
-                                     "partial reference": []}
+    cases: dict[str, list[float]] = {"new text": [], "pasted answer": [], "partial reference": []}
     cpu: dict[str, list[float]] = {name: [] for name in cases}  # CPU time: the machine is shared
     caught = {name: 0 for name in cases}
     answers = [t for kind, t in texts if kind == "answer"]
@@ -141,8 +146,7 @@ def main() -> int:
         else:
             lines = rng.choice(refs).split("\n")
             start = rng.randrange(max(1, len(lines) - 10))
-            msg = (gen.text(12) + "\n" + "\n".join(lines[start:start + 10]) + "\n"
-                   + gen.text(15))
+            msg = gen.text(12) + "\n" + "\n".join(lines[start : start + 10]) + "\n" + gen.text(15)
             name = "partial reference"
         c0, t0 = time.thread_time_ns(), time.perf_counter_ns()
         m = matcher.match(msg)
@@ -154,42 +158,70 @@ def main() -> int:
     appends = []
     for i in range(50):
         text = gen.text(40)
-        a = Artifact("answer", f"answer:$live{i}#1", sha256_normalised(text),
-                     text_shingles(text, k), utc_now_iso(), k)
+        a = Artifact(
+            "answer",
+            f"answer:$live{i}#1",
+            sha256_normalised(text),
+            text_shingles(text, k),
+            utc_now_iso(),
+            k,
+        )
         t0 = time.perf_counter_ns()
         manifest.append([a])
         appends.append((time.perf_counter_ns() - t0) / 1000)
 
     figures = {
-        "artifacts": len(manifest), "postings": manifest.index.postings,
-        "manifest_mb": path.stat().st_size / 2 ** 20,
-        "emit_s": emit_s, "shingle_us_per_artifact": shingle_s * 1e6 / args.artifacts,
+        "artifacts": len(manifest),
+        "postings": manifest.index.postings,
+        "manifest_mb": path.stat().st_size / 2**20,
+        "emit_s": emit_s,
+        "shingle_us_per_artifact": shingle_s * 1e6 / args.artifacts,
         "append_us_per_artifact": append_s * 1e6 / args.artifacts,
-        "load_s": load_s, "index_array_mb": manifest.index.nbytes / 2 ** 20,
+        "load_s": load_s,
+        "index_array_mb": manifest.index.nbytes / 2**20,
         "rss_growth_mb": rss1 - rss0,
         "match_us": {name: percentiles(xs) for name, xs in cases.items() if xs},
         "match_cpu_us": {name: percentiles(xs) for name, xs in cpu.items() if xs},
         "caught": {name: f"{caught[name]}/{len(cases[name])}" for name in cases},
         "append_one_answer_us": percentiles(appends),
-        "config": {"answer_threshold": cfg.answer_threshold,
-                   "reference_threshold": cfg.reference_threshold,
-                   "min_words": cfg.min_words, "shingle_size": k},
+        "config": {
+            "answer_threshold": cfg.answer_threshold,
+            "reference_threshold": cfg.reference_threshold,
+            "min_words": cfg.min_words,
+            "shingle_size": k,
+        },
     }
-    print(f"derived filter, {figures['artifacts']:,} artifacts "
-          f"({figures['postings']:,} shingle postings, manifest {figures['manifest_mb']:.0f} MB)")
-    print(f"  emit: normalise + shingle            {figures['shingle_us_per_artifact']:.0f} µs/artifact")
-    print(f"        append (1000 a batch, fsync)   {figures['append_us_per_artifact']:.0f} µs/artifact")
+    print(
+        f"derived filter, {figures['artifacts']:,} artifacts "
+        f"({figures['postings']:,} shingle postings, manifest {figures['manifest_mb']:.0f} MB)"
+    )
+    print(
+        "  emit: normalise + shingle            "
+        f"{figures['shingle_us_per_artifact']:.0f} µs/artifact"
+    )
+    print(
+        "        append (1000 a batch, fsync)   "
+        f"{figures['append_us_per_artifact']:.0f} µs/artifact"
+    )
     print(f"  load + index build                   {load_s:.1f} s")
-    print(f"  memory                               index arrays {figures['index_array_mb']:.0f} MB,"
-          f" process RSS +{figures['rss_growth_mb']:.0f} MB")
-    print("  match, µs per message       wall: mean    p50    p95    p99 | CPU: p50    p95   caught")
+    print(
+        f"  memory                               index arrays {figures['index_array_mb']:.0f} MB,"
+        f" process RSS +{figures['rss_growth_mb']:.0f} MB"
+    )
+    print(
+        "  match, µs per message       wall: mean    p50    p95    p99 | CPU: p50    p95   caught"
+    )
     for name, p in figures["match_us"].items():
         c = figures["match_cpu_us"][name]
-        print(f"    {name:<17} (n={p['n']:>5})  {p['mean']:6.0f} {p['p50']:6.0f} "
-              f"{p['p95']:6.0f} {p['p99']:6.0f} |   {c['p50']:6.0f} {c['p95']:6.0f}   "
-              f"{figures['caught'][name]}")
+        print(
+            f"    {name:<17} (n={p['n']:>5})  {p['mean']:6.0f} {p['p50']:6.0f} "
+            f"{p['p95']:6.0f} {p['p99']:6.0f} |   {c['p50']:6.0f} {c['p95']:6.0f}   "
+            f"{figures['caught'][name]}"
+        )
     ap_ = figures["append_one_answer_us"]
-    print(f"  append one answer (fsync)            p50 {ap_['p50']:.0f} µs, p95 {ap_['p95']:.0f} µs")
+    print(
+        f"  append one answer (fsync)            p50 {ap_['p50']:.0f} µs, p95 {ap_['p95']:.0f} µs"
+    )
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")

@@ -21,9 +21,9 @@ import math
 import os
 import platform
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
 
 REPO = Path(__file__).resolve().parent.parent
 ENV_EVAL_DIR = "MATRIX_SOURCES_EVAL_DIR"
@@ -41,8 +41,10 @@ def eval_dir(flag: str | None) -> Path:
     """--eval-dir, else $MATRIX_SOURCES_EVAL_DIR, else ../shared/eval/ubuntu-irc."""
     d = Path(flag or os.environ.get(ENV_EVAL_DIR) or DEFAULT_EVAL_DIR).resolve()
     if not (d / "README.md").is_file():
-        raise SystemExit(f"error: {d}: no eval data here (README.md missing); pass "
-                         f"--eval-dir or set {ENV_EVAL_DIR}")
+        raise SystemExit(
+            f"error: {d}: no eval data here (README.md missing); pass "
+            f"--eval-dir or set {ENV_EVAL_DIR}"
+        )
     return d
 
 
@@ -78,15 +80,30 @@ def datasets(eval_root: Path | None = None) -> dict[str, Dataset]:
     root = Path(eval_root or os.environ.get("MATRIX_SOURCES_EVAL_ROOT") or DEFAULT_EVAL_ROOT)
     ubuntu, gitter, slack = root / "ubuntu-irc", root / "gitter", root / "slack"
     return {
-        "ubuntu": Dataset("ubuntu", "Ubuntu IRC retrieval benchmark", ubuntu,
-                          ubuntu / "dev" / "events.jsonl", ubuntu / "dev" / "rooms.json",
-                          ubuntu / "dev" / "queries.jsonl"),
-        "gitter": Dataset("gitter", "Gitter developer-chat retrieval benchmark", gitter,
-                          gitter / "events.jsonl", gitter / "rooms.json",
-                          gitter / "dev-queries.jsonl"),
-        "slack": Dataset("slack", "Slack developer-chat retrieval benchmark", slack,
-                         slack / "events.jsonl", slack / "rooms.json",
-                         slack / "dev-queries.jsonl"),
+        "ubuntu": Dataset(
+            "ubuntu",
+            "Ubuntu IRC retrieval benchmark",
+            ubuntu,
+            ubuntu / "dev" / "events.jsonl",
+            ubuntu / "dev" / "rooms.json",
+            ubuntu / "dev" / "queries.jsonl",
+        ),
+        "gitter": Dataset(
+            "gitter",
+            "Gitter developer-chat retrieval benchmark",
+            gitter,
+            gitter / "events.jsonl",
+            gitter / "rooms.json",
+            gitter / "dev-queries.jsonl",
+        ),
+        "slack": Dataset(
+            "slack",
+            "Slack developer-chat retrieval benchmark",
+            slack,
+            slack / "events.jsonl",
+            slack / "rooms.json",
+            slack / "dev-queries.jsonl",
+        ),
     }
 
 
@@ -96,8 +113,15 @@ def load_items(split_dir: Path, queries: Path | None = None) -> list[Item]:
         for line in f:
             if line.strip():
                 o = json.loads(line)
-                out.append(Item(o["id"], o["room_id"], o["query"], tuple(o["user_keywords"]),
-                                frozenset(o["gold_answer_event_ids"])))
+                out.append(
+                    Item(
+                        o["id"],
+                        o["room_id"],
+                        o["query"],
+                        tuple(o["user_keywords"]),
+                        frozenset(o["gold_answer_event_ids"]),
+                    )
+                )
     return out
 
 
@@ -136,14 +160,16 @@ def aggregate(per_item: Sequence[dict[str, float]]) -> dict[str, float]:
 # -- output ----------------------------------------------------------------------------
 
 
-def table(rows: Sequence[tuple[str, dict[str, float]]], title: str = "",
-          metrics: Sequence[str] = METRICS) -> str:
+def table(
+    rows: Sequence[tuple[str, dict[str, float]]], title: str = "", metrics: Sequence[str] = METRICS
+) -> str:
     head = f"{'variant':<34}" + "".join(f"{m:>11}" for m in metrics)
     lines = [title] if title else []
     lines += [head, "-" * len(head)]
     for name, m in rows:
-        lines.append(f"{name:<34}" + "".join(
-            f"{m[k]:>11.3f}" if k in m else f"{'':>11}" for k in metrics))
+        lines.append(
+            f"{name:<34}" + "".join(f"{m[k]:>11.3f}" if k in m else f"{'':>11}" for k in metrics)
+        )
     return "\n".join(lines)
 
 
@@ -156,8 +182,11 @@ def attribution(eval_root: Path, title: str = "Ubuntu IRC retrieval benchmark") 
 
 
 def machine() -> dict:
-    info = {"python": platform.python_version(), "platform": platform.platform(),
-            "cpus": os.cpu_count()}
+    info = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+    }
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -171,4 +200,3 @@ def machine() -> dict:
 def write_json(path: Path, data: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-

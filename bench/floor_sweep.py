@@ -53,12 +53,22 @@ def ask_all(data_dir: Path, asked: list[tuple[str, list[str]]]) -> dict:
             for n, (qid, texts) in enumerate(todo, 1):
                 words = Floor(0.0).for_query(texts)
                 hits = index.searcher.search(SourceQuery.build(texts, TOP))
-                out[qid] = [[h.similarity, words.shares_word(h.bodies), list(h.cited_event_ids),
-                             [ln.event_id for ln in h.shown]] for h in hits]
+                out[qid] = [
+                    [
+                        h.similarity,
+                        words.shares_word(h.bodies),
+                        list(h.cited_event_ids),
+                        [ln.event_id for ln in h.shown],
+                    ]
+                    for h in hits
+                ]
                 if n % 50 == 0:
                     cache.write_text(json.dumps(out))
-                    print(f"  {n}/{len(todo)} asked, {time.perf_counter() - t0:.0f} s",
-                          file=sys.stderr, flush=True)
+                    print(
+                        f"  {n}/{len(todo)} asked, {time.perf_counter() - t0:.0f} s",
+                        file=sys.stderr,
+                        flush=True,
+                    )
         finally:
             cache.write_text(json.dumps(out))
             index.close()
@@ -69,8 +79,9 @@ def kept(hits: list, floor: float, margin: float) -> list:
     return [h for h in hits if h[0] >= floor + (0.0 if h[1] else margin)]
 
 
-def figures(items: list[evalkit.Item], variant: str, scores: dict, floor: float,
-            margin: float) -> dict:
+def figures(
+    items: list[evalkit.Item], variant: str, scores: dict, floor: float, margin: float
+) -> dict:
     s5 = shown5 = none = 0
     for item in items:
         hits = kept(scores[f"{item.id}|{variant}"], floor, margin)
@@ -78,8 +89,7 @@ def figures(items: list[evalkit.Item], variant: str, scores: dict, floor: float,
         s5 += any(item.gold & set(h[2]) for h in hits[:5])
         shown5 += any(item.gold & set(h[3]) for h in hits[:5])
     n = len(items)
-    return {"success@5": round(s5 / n, 3), "shown@5": round(shown5 / n, 3),
-            "abstained": none}
+    return {"success@5": round(s5 / n, 3), "shown@5": round(shown5 / n, 3), "abstained": none}
 
 
 def main() -> int:
@@ -89,8 +99,11 @@ def main() -> int:
     p.add_argument("--floors", default="0.34")
     p.add_argument("--margins", default="0.11")
     p.add_argument("--variants", default="query,keywords,query+keywords")
-    p.add_argument("--langs", default=None,
-                   help="comma-separated: which question languages (en, de, es, ru, zh); all by default")
+    p.add_argument(
+        "--langs",
+        default=None,
+        help="comma-separated: which question languages (en, de, es, ru, zh); all by default",
+    )
     p.add_argument("--out", default=None)
     args = p.parse_args()
     sets = evalkit.datasets()
@@ -105,8 +118,12 @@ def main() -> int:
         if args.langs:
             groups = {k: v for k, v in groups.items() if k in args.langs.split(",")}
         off = retrieval.offtopic_queries()
-        asked = [(f"{i.id}|{v}", retrieval.texts_for(i, v)) for items in groups.values()
-                 for i in items for v in variants] + off
+        asked = [
+            (f"{i.id}|{v}", retrieval.texts_for(i, v))
+            for items in groups.values()
+            for i in items
+            for v in variants
+        ] + off
         scores = ask_all(data_dir, asked)
         rows = []
         for floor in floors:
@@ -118,11 +135,16 @@ def main() -> int:
                 answered = [q for q, _ in off if kept(scores[q], floor, margin)]
                 row["offtopic_answered"] = answered
                 rows.append(row)
-                print(f"{name} floor {floor:.2f} +{margin:.2f}: " + "; ".join(
-                    f"{k} s@5 {r['success@5']:.3f} none {r['abstained']}"
-                    for k, r in row.items() if isinstance(r, dict))
+                print(
+                    f"{name} floor {floor:.2f} +{margin:.2f}: "
+                    + "; ".join(
+                        f"{k} s@5 {r['success@5']:.3f} none {r['abstained']}"
+                        for k, r in row.items()
+                        if isinstance(r, dict)
+                    )
                     + f"; off-topic answered {len(answered)}/{len(off)} "
-                    + str(sorted({retrieval.offtopic_lang(q) for q in answered})))
+                    + str(sorted({retrieval.offtopic_lang(q) for q in answered}))
+                )
         report[name] = rows
     if args.out:
         evalkit.write_json(Path(args.out), report)

@@ -36,11 +36,13 @@ def rounds(scrub: bool, n: int) -> int:
     if scrub:
         import indexer.store  # noqa: F401 - sets the scrub
         from indexer.store.vectors.heapscrub import SCRUBBED
+
         assert SCRUBBED, "this C library has no M_PERTURB"
     import chromadb
     import numpy as np
     from chromadb.api.client import SharedSystemClient
     from chromadb.config import Settings
+
     from tests.vectorscan import files_holding
 
     rng = np.random.default_rng(0)
@@ -50,12 +52,17 @@ def rounds(scrub: bool, n: int) -> int:
         root = Path(tempfile.mkdtemp())
         clients, cols = [], []
         for name in ("old", "new"):
-            c = chromadb.PersistentClient(path=str(root / name),
-                                          settings=Settings(anonymized_telemetry=False))
+            c = chromadb.PersistentClient(
+                path=str(root / name), settings=Settings(anonymized_telemetry=False)
+            )
             clients.append(c)
-            cols.append(c.get_or_create_collection(
-                f"{name}-gen", embedding_function=None,
-                configuration={"hnsw": {"space": "cosine"}}))
+            cols.append(
+                c.get_or_create_collection(
+                    f"{name}-gen",
+                    embedding_function=None,
+                    configuration={"hnsw": {"space": "cosine"}},
+                )
+            )
         old, new = cols
         v = rng.normal(size=(8, 64)).astype(np.float32)
         old.add(ids=[f"p{k}" for k in range(8)], embeddings=v)
@@ -70,15 +77,23 @@ def rounds(scrub: bool, n: int) -> int:
         leaks += any(files_holding(root / "new", d) for d in deleted)
         shutil.rmtree(root)
         if (i + 1) % 50 == 0:
-            print(f"  {'scrub' if scrub else 'plain'}: {i + 1}/{n} rounds, {leaks} leaked",
-                  file=sys.stderr, flush=True)
+            print(
+                f"  {'scrub' if scrub else 'plain'}: {i + 1}/{n} rounds, {leaks} leaked",
+                file=sys.stderr,
+                flush=True,
+            )
     return leaks
 
 
 def child(side: str, n: int, timeout: float | None = None) -> int:
     """Run one side in a fresh process; the rounds that leaked."""
-    proc = subprocess.run([sys.executable, __file__, "--child", side, str(n)],
-                          cwd=ROOT, stdout=subprocess.PIPE, timeout=timeout, check=True)
+    proc = subprocess.run(
+        [sys.executable, __file__, "--child", side, str(n)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        timeout=timeout,
+        check=True,
+    )
     return int(proc.stdout.decode().split()[-1])
 
 
@@ -94,8 +109,10 @@ def main() -> None:
     for side in ("plain", "scrub"):
         t = time.perf_counter()
         leaks = child(side, args.rounds)
-        print(f"{side:5}: {leaks} of {args.rounds} rounds left a deleted vector in a new "
-              f"collection's files ({time.perf_counter() - t:.0f} s)")
+        print(
+            f"{side:5}: {leaks} of {args.rounds} rounds left a deleted vector in a new "
+            f"collection's files ({time.perf_counter() - t:.0f} s)"
+        )
 
 
 if __name__ == "__main__":

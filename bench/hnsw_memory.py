@@ -56,11 +56,17 @@ def child(windows: int, scrub: bool) -> dict:
     ctypes.CDLL(None).malloc_trim(0)  # freed garbage of the loads, if any, goes back
     trimmed = anonymous_mib()
     on_disk = sum(p.stat().st_size for p in store.path.glob("g*/*/data_level0.bin"))
-    return {"scrub": scrub, "segments": len(sizes), "points": sum(sizes),
-            "anonymous_before_mib": before, "anonymous_after_mib": after,
-            "hnsw_mib": after - before, "hnsw_after_malloc_trim_mib": trimmed - before,
-            "data_level0_on_disk_mib": round(on_disk / 2**20),
-            "bytes_a_point_in_memory": round((after - before) * 2**20 / max(sum(sizes), 1))}
+    return {
+        "scrub": scrub,
+        "segments": len(sizes),
+        "points": sum(sizes),
+        "anonymous_before_mib": before,
+        "anonymous_after_mib": after,
+        "hnsw_mib": after - before,
+        "hnsw_after_malloc_trim_mib": trimmed - before,
+        "data_level0_on_disk_mib": round(on_disk / 2**20),
+        "bytes_a_point_in_memory": round((after - before) * 2**20 / max(sum(sizes), 1)),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,17 +81,28 @@ def main(argv: list[str] | None = None) -> int:
     perfkit.quiet_env()
     root = evalkit.eval_dir(args.eval_dir)
     corpus_scale.build(root, args.windows)
-    report: dict = {"benchmark": "hnsw_memory", "windows": args.windows,
-                    "machine": perfkit.machine(), "load_average_before": perfkit.load_average()}
+    report: dict = {
+        "benchmark": "hnsw_memory",
+        "windows": args.windows,
+        "machine": perfkit.machine(),
+        "load_average_before": perfkit.load_average(),
+    }
     for kind in ("scrub", "plain"):
-        out = subprocess.run([sys.executable, __file__, "--windows", str(args.windows),
-                              "--child", kind], check=True, capture_output=True, text=True)
+        out = subprocess.run(
+            [sys.executable, __file__, "--windows", str(args.windows), "--child", kind],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
         r = report[kind] = json.loads(out.stdout.strip().splitlines()[-1])
-        print(f"heap scrub {'on ' if r['scrub'] else 'off'}: {r['segments']} segments, "
-              f"{r['points']} points: HNSW {r['hnsw_mib']} MiB in memory "
-              f"({r['bytes_a_point_in_memory']} bytes a point; data_level0.bin on disk "
-              f"{r['data_level0_on_disk_mib']} MiB); after malloc_trim "
-              f"{r['hnsw_after_malloc_trim_mib']} MiB", flush=True)
+        print(
+            f"heap scrub {'on ' if r['scrub'] else 'off'}: {r['segments']} segments, "
+            f"{r['points']} points: HNSW {r['hnsw_mib']} MiB in memory "
+            f"({r['bytes_a_point_in_memory']} bytes a point; data_level0.bin on disk "
+            f"{r['data_level0_on_disk_mib']} MiB); after malloc_trim "
+            f"{r['hnsw_after_malloc_trim_mib']} MiB",
+            flush=True,
+        )
     report["load_average_after"] = perfkit.load_average()
     path = perfkit.write_report(f"hnsw-memory-{args.windows}", report)
     print(f"wrote {path}\n\n" + perfkit.attribution(root))

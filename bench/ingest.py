@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import evalkit  # noqa: E402
 import perfkit  # noqa: E402
+
 from indexer.models.embedder import BACKENDS  # noqa: E402
 
 TARGET = 2.5  # issue 16: import over bare torch encode, default backend
@@ -64,7 +65,7 @@ def padded_word_pieces(model, calls: list[list[str]]) -> int:
     for call in calls:
         ordered = sorted(call, key=len, reverse=True)
         for i in range(0, len(ordered), model.batch_size):
-            batch = ordered[i:i + model.batch_size]
+            batch = ordered[i : i + model.batch_size]
             ids = st.tokenizer(batch, truncation=True, max_length=limit)["input_ids"]
             total += max(len(x) for x in ids) * len(batch)
     return total
@@ -104,17 +105,23 @@ def run_pipeline(root: Path, splits: list[str], data_dir: Path, model) -> dict:
     windows = index.store.count()
     index.close()
     return {
-        "events_read": read, "messages_indexed": indexed, "seconds": round(seconds, 2),
-        "messages_per_s": round(indexed / seconds, 1), "cpu_seconds": round(cpu, 2),
+        "events_read": read,
+        "messages_indexed": indexed,
+        "seconds": round(seconds, 2),
+        "messages_per_s": round(indexed / seconds, 1),
+        "cpu_seconds": round(cpu, 2),
         "admit_seconds": round(admit_s, 2),
         "embed_seconds_in_pipeline": round(recorder.seconds, 2),
         "other_seconds": round(seconds - admit_s - recorder.seconds, 2),
-        "windows_stored": windows, "windows_upserted": stats.windows_upserted,
-        "embeddings": stats.embeddings, "encode_calls": len(recorder.calls),
+        "windows_stored": windows,
+        "windows_upserted": stats.windows_upserted,
+        "embeddings": stats.embeddings,
+        "encode_calls": len(recorder.calls),
         "store_batches": stats.batches,
         "embeddings_per_window": round(stats.embeddings / max(windows, 1), 3),
         "embeddings_per_message": round(stats.embeddings / max(indexed, 1), 3),
-        "texts": recorder.texts, "calls": recorder.calls,
+        "texts": recorder.texts,
+        "calls": recorder.calls,
     }
 
 
@@ -122,10 +129,16 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--eval-dir", default=None)
     p.add_argument("--splits", default="dev,test")
-    p.add_argument("--backends", default=",".join(BACKENDS),
-                   help="embedder backends to import with, each against bare torch")
-    p.add_argument("--data-dir", default=str(evalkit.OUT_DIR / "ingest-data"),
-                   help="made afresh (removed first)")
+    p.add_argument(
+        "--backends",
+        default=",".join(BACKENDS),
+        help="embedder backends to import with, each against bare torch",
+    )
+    p.add_argument(
+        "--data-dir",
+        default=str(evalkit.OUT_DIR / "ingest-data"),
+        help="made afresh (removed first)",
+    )
     p.add_argument("--out", default=None, help="default bench/out/ingest.json")
     args = p.parse_args(argv)
     if argv is None:
@@ -140,8 +153,7 @@ def main(argv: list[str] | None = None) -> int:
 
     data_dir = Path(args.data_dir)
     # Its own folder: Chroma keeps a client per path for the life of the process.
-    dry = run_pipeline(root, splits, data_dir.with_name(data_dir.name + "-dry"),
-                       HashEmbedder())
+    dry = run_pipeline(root, splits, data_dir.with_name(data_dir.name + "-dry"), HashEmbedder())
     texts = dry["texts"]
     model = SentenceTransformerEmbedder()
     model.encode(["warm up the model"] * 64)
@@ -150,8 +162,11 @@ def main(argv: list[str] | None = None) -> int:
     pieces_bare = padded_word_pieces(model, [texts])
     runs: dict[str, dict] = {}
     for backend in args.backends.split(","):
-        emb = model if backend == "torch" else load_embedder(
-            "all-MiniLM-L6-v2", backend, data_dir.with_name("models"))
+        emb = (
+            model
+            if backend == "torch"
+            else load_embedder("all-MiniLM-L6-v2", backend, data_dir.with_name("models"))
+        )
         emb.encode(["warm up the model"] * 64)
         pipe = run_pipeline(root, splits, data_dir.with_name(f"{data_dir.name}-{backend}"), emb)
         bare.append(bare_run(model, texts))
@@ -163,33 +178,48 @@ def main(argv: list[str] | None = None) -> int:
         pipe["bare_seconds_around"] = round(around, 2)
         pipe["ratio_over_bare_torch"] = round(around / pipe["seconds"], 3)
         runs[backend] = pipe
-        print(f"  {backend}: {pipe['seconds']} s, ratio over bare torch "
-              f"{pipe['ratio_over_bare_torch']} (bare around it {around:.1f} s; "
-              f"load {perfkit.load_average()})", flush=True)
+        print(
+            f"  {backend}: {pipe['seconds']} s, ratio over bare torch "
+            f"{pipe['ratio_over_bare_torch']} (bare around it {around:.1f} s; "
+            f"load {perfkit.load_average()})",
+            flush=True,
+        )
     bare_s = sum(b[0] for b in bare) / len(bare)
     msgs = next(iter(runs.values()))["messages_indexed"]
     report = {
-        "benchmark": "ingest", "splits": splits, "eval_dir": str(root),
-        "machine": perfkit.machine(), "load_average_before": load_before,
+        "benchmark": "ingest",
+        "splits": splits,
+        "eval_dir": str(root),
+        "machine": perfkit.machine(),
+        "load_average_before": load_before,
         "load_average_after": perfkit.load_average(),
-        "batch_size": model.batch_size, "pipelines": runs,
-        "bare_torch": {"texts": len(texts), "seconds_runs": [round(b[0], 2) for b in bare],
-                       "cpu_seconds_runs": [round(b[1], 2) for b in bare],
-                       "seconds": round(bare_s, 2), "messages_per_s": round(msgs / bare_s, 1),
-                       "windows_per_s": round(len(texts) / bare_s, 1),
-                       "padded_word_pieces": pieces_bare},
+        "batch_size": model.batch_size,
+        "pipelines": runs,
+        "bare_torch": {
+            "texts": len(texts),
+            "seconds_runs": [round(b[0], 2) for b in bare],
+            "cpu_seconds_runs": [round(b[1], 2) for b in bare],
+            "seconds": round(bare_s, 2),
+            "messages_per_s": round(msgs / bare_s, 1),
+            "windows_per_s": round(len(texts) / bare_s, 1),
+            "padded_word_pieces": pieces_bare,
+        },
         "target_default_backend": TARGET,
     }
     path = perfkit.write_report("ingest", report, args.out)
-    print(f"Import of {'+'.join(splits)}: {msgs} messages, {len(texts)} windows embedded; "
-          f"bare torch encode of the same texts {bare_s:.2f} s ({msgs / bare_s:.1f} msg/s; "
-          f"runs {', '.join(f'{b[0]:.1f}' for b in bare)} s)")
+    print(
+        f"Import of {'+'.join(splits)}: {msgs} messages, {len(texts)} windows embedded; "
+        f"bare torch encode of the same texts {bare_s:.2f} s ({msgs / bare_s:.1f} msg/s; "
+        f"runs {', '.join(f'{b[0]:.1f}' for b in bare)} s)"
+    )
     for backend, pipe in runs.items():
-        print(f"  {backend:10s} ({pipe['backend_used']}) {pipe['seconds']:8.2f} s "
-              f"{pipe['messages_per_s']:8.1f} msg/s  ratio over bare torch "
-              f"{pipe['ratio_over_bare_torch']:.3f}  (embed {pipe['embed_seconds_in_pipeline']} s,"
-              f" chunk+store+commit {pipe['other_seconds']} s; {pipe['embeddings_per_window']}"
-              f" embeddings per window, same texts: {pipe['same_texts_as_bare']})")
+        print(
+            f"  {backend:10s} ({pipe['backend_used']}) {pipe['seconds']:8.2f} s "
+            f"{pipe['messages_per_s']:8.1f} msg/s  ratio over bare torch "
+            f"{pipe['ratio_over_bare_torch']:.3f}  (embed {pipe['embed_seconds_in_pipeline']} s,"
+            f" chunk+store+commit {pipe['other_seconds']} s; {pipe['embeddings_per_window']}"
+            f" embeddings per window, same texts: {pipe['same_texts_as_bare']})"
+        )
     print(f"  target with the default backend: ratio >= {TARGET}")
     print(f"  load average before/after: {load_before} / {report['load_average_after']}")
     print(f"wrote {path}\n")

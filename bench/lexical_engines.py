@@ -40,9 +40,15 @@ def windows_of_dev_sets():
         for ev in evalkit.load_events(ds.events.parent):
             if ev["type"] != "m.room.message" or not ev["content"].get("body", "").strip():
                 continue
-            rooms.setdefault(ev["room_id"], []).append(Message(
-                EventID(ev["event_id"]), RoomID(ev["room_id"]), UserID(ev["sender"]),
-                ev["origin_server_ts"], ev["content"]["body"].strip()))
+            rooms.setdefault(ev["room_id"], []).append(
+                Message(
+                    EventID(ev["event_id"]),
+                    RoomID(ev["room_id"]),
+                    UserID(ev["sender"]),
+                    ev["origin_server_ts"],
+                    ev["content"]["body"].strip(),
+                )
+            )
         for msgs in rooms.values():
             out += build_windows(msgs, ChunkPolicy())
     return out
@@ -74,8 +80,11 @@ def main() -> int:
     engine.index(corpus, show_progress=False)
     built_b = time.perf_counter() - t
 
-    queries = [" ".join(i.keywords) for ds in evalkit.datasets().values()
-               for i in evalkit.load_items(ds.root, ds.queries)]
+    queries = [
+        " ".join(i.keywords)
+        for ds in evalkit.datasets().values()
+        for i in evalkit.load_items(ds.root, ds.queries)
+    ]
     rng = random.Random(22)
     words = [t for w in rng.sample(windows, 200) for m in w.messages for t in terms(m.body)]
     asked = list(dict.fromkeys(queries + words))
@@ -97,24 +106,31 @@ def main() -> int:
         if got_a or got_b:
             agree.append(len(set(got_a) & set(got_b)) / max(len(got_a), len(got_b)))
         if len(qt) == 1:
-            holds = lambda wid: any(matches(*base_of(qt[0]), k)  # noqa: E731
-                                    for p in parts[wid] for k in keys(p))
+
+            def holds(wid, q=qt[0]):
+                return any(matches(*base_of(q), k) for p in parts[wid] for k in keys(p))
+
             first_a += bool(got_a) and holds(got_a[0])
             first_b += bool(got_b) and holds(got_b[0])
     single = sum(1 for q in asked if len(terms(q)) == 1)
     print(f"queries: {len(asked)} ({single} single words)")
     print(f"{'':24}{'postings':>14}{'bm25s':>14}")
     print(f"{'build (s)':24}{built_a:14.2f}{built_b:14.2f}")
-    print(f"{'query p50 (ms)':24}{1000 * statistics.median(times_a):14.2f}"
-          f"{1000 * statistics.median(times_b):14.2f}")
-    print(f"{'query p95 (ms)':24}{1000 * pct(times_a, 0.95):14.2f}"
-          f"{1000 * pct(times_b, 0.95):14.2f}")
+    print(
+        f"{'query p50 (ms)':24}{1000 * statistics.median(times_a):14.2f}"
+        f"{1000 * statistics.median(times_b):14.2f}"
+    )
+    print(
+        f"{'query p95 (ms)':24}{1000 * pct(times_a, 0.95):14.2f}{1000 * pct(times_b, 0.95):14.2f}"
+    )
     print(f"{'first holds the word':24}{first_a / single:14.3f}{first_b / single:14.3f}")
     print(f"top-10 overlap: {statistics.mean(agree):.3f}")
     t = time.perf_counter()
     index.windows_written(windows[:1])
-    print(f"{'one window rewritten (s)':24}{time.perf_counter() - t:14.4f}"
-          f"{built_b:14.2f} (a full re-index)")
+    print(
+        f"{'one window rewritten (s)':24}{time.perf_counter() - t:14.4f}"
+        f"{built_b:14.2f} (a full re-index)"
+    )
     return 0
 
 

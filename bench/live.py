@@ -66,27 +66,37 @@ def eval_bodies(root: Path) -> list[list[tuple[str, str]]]:
     for split in perfkit.SPLITS:
         for ev in evalkit.load_events(root / split):
             body = (ev.get("content") or {}).get("body")
-            if ev.get("type") == "m.room.message" and isinstance(body, str) \
-                    and body.strip() and not body.startswith("!"):
+            if (
+                ev.get("type") == "m.room.message"
+                and isinstance(body, str)
+                and body.strip()
+                and not body.startswith("!")
+            ):
                 rooms.setdefault(ev["room_id"], []).append((ev["sender"], body))
     return [rooms[r] for r in sorted(rooms)]
 
 
-def summarise(watcher: stackkit.IndexedWatcher, ids: list[str], first_sent: float,
-              before: dict, after: dict) -> dict:
+def summarise(
+    watcher: stackkit.IndexedWatcher, ids: list[str], first_sent: float, before: dict, after: dict
+) -> dict:
     fresh = watcher.freshness(ids)
-    last_third = watcher.freshness(ids[len(ids) * 2 // 3:])
+    last_third = watcher.freshness(ids[len(ids) * 2 // 3 :])
     done = [watcher.indexed[e] for e in ids if e in watcher.indexed]
     span = (max(done) - first_sent) if done else float("nan")
     d_emb = after.get("matrix_sources_embeddings", 0) - before.get("matrix_sources_embeddings", 0)
     d_msg = after.get("matrix_sources_messages_indexed", 0) - before.get(
-        "matrix_sources_messages_indexed", 0)
-    return {"messages": len(ids), "indexed": len(fresh),
-            "indexed_per_s": round(len(fresh) / span, 1) if done else None,
-            "freshness": perfkit.summary_ms(fresh),
-            "freshness_last_third": perfkit.summary_ms(last_third),
-            "embeddings": int(d_emb), "messages_indexed": int(d_msg),
-            "embeddings_per_message": round(d_emb / d_msg, 3) if d_msg else None}
+        "matrix_sources_messages_indexed", 0
+    )
+    return {
+        "messages": len(ids),
+        "indexed": len(fresh),
+        "indexed_per_s": round(len(fresh) / span, 1) if done else None,
+        "freshness": perfkit.summary_ms(fresh),
+        "freshness_last_third": perfkit.summary_ms(last_third),
+        "embeddings": int(d_emb),
+        "messages_indexed": int(d_msg),
+        "embeddings_per_message": round(d_emb / d_msg, 3) if d_msg else None,
+    }
 
 
 # -- through Synapse ------------------------------------------------------------------
@@ -95,14 +105,16 @@ def summarise(watcher: stackkit.IndexedWatcher, ids: list[str], first_sent: floa
 async def through_synapse(stack, bodies, senders: int, rooms: int, seconds: float) -> dict:
     from appservice.tools.chatclient import ChatClient
 
-    users = [stack.synapse.register_user(f"sender{i}", f"sender{i}-password")
-             for i in range(senders)]
+    users = [
+        stack.synapse.register_user(f"sender{i}", f"sender{i}-password") for i in range(senders)
+    ]
     clients = [ChatClient(stack.synapse.url, u, t) for u, t in users]
     for c in clients:
         await c.__aenter__()
     try:
-        room_ids = [await clients[0].create_room(f"Live bench {i}", public=True)
-                    for i in range(rooms)]
+        room_ids = [
+            await clients[0].create_room(f"Live bench {i}", public=True) for i in range(rooms)
+        ]
         added = stack.cli("allowlist", "add", *room_ids)
         if added.returncode != 0:
             raise SystemExit(f"allowlist add failed: {added.stderr}")
@@ -114,8 +126,7 @@ async def through_synapse(stack, bodies, senders: int, rooms: int, seconds: floa
         watcher = stackkit.IndexedWatcher(stack.data_dir / "eventlog.sqlite3")
         watcher.start()
         before = stackkit.metrics(stack)
-        lines = [itertools.cycle(b for _, b in bodies[i % len(bodies)])
-                 for i in range(senders)]
+        lines = [itertools.cycle(b for _, b in bodies[i % len(bodies)]) for i in range(senders)]
         ids: list[str] = []
         start = time.monotonic()
         end = start + seconds
@@ -138,8 +149,13 @@ async def through_synapse(stack, bodies, senders: int, rooms: int, seconds: floa
         for c in clients:
             await c.__aexit__(None, None, None)
     out = summarise(watcher, ids, start, before, after)
-    out.update(senders=senders, rooms=rooms, seconds=round(sent_seconds, 1),
-               accepted_per_s=round(len(ids) / sent_seconds, 1), drained=drained)
+    out.update(
+        senders=senders,
+        rooms=rooms,
+        seconds=round(sent_seconds, 1),
+        accepted_per_s=round(len(ids) / sent_seconds, 1),
+        drained=drained,
+    )
     return out
 
 
@@ -153,12 +169,17 @@ def push_room_ids(rate: int) -> list[str]:
 def state_events(room_id: str, creator: str, n: int) -> list[dict]:
     now = int(time.time() * 1000)
     base = {"room_id": room_id, "sender": creator, "origin_server_ts": now, "state_key": ""}
-    return [dict(base, type=t, event_id=f"${room_id[1:].split(':')[0]}-state-{k}", content=c)
-            for k, (t, c) in enumerate((
+    return [
+        dict(base, type=t, event_id=f"${room_id[1:].split(':')[0]}-state-{k}", content=c)
+        for k, (t, c) in enumerate(
+            (
                 ("m.room.create", {"room_version": "12"}),
                 ("m.room.join_rules", {"join_rule": "public"}),
                 ("m.room.history_visibility", {"history_visibility": "shared"}),
-                ("m.room.name", {"name": f"Push bench {n}"})))]
+                ("m.room.name", {"name": f"Push bench {n}"}),
+            )
+        )
+    ]
 
 
 async def push(stack, bodies, rate: int, seconds: float, redact_every: float = 0.0) -> dict:
@@ -169,8 +190,9 @@ async def push(stack, bodies, rate: int, seconds: float, redact_every: float = 0
     rooms = push_room_ids(rate)
     url = f"http://127.0.0.1:{stack.service.port}/_matrix/app/v1/transactions/"
     headers = {"Authorization": f"Bearer {stack.hs_token}"}
-    queue: list[dict] = [ev for n, r in enumerate(rooms)
-                         for ev in state_events(r, "@pushbench:localhost", n)]
+    queue: list[dict] = [
+        ev for n, r in enumerate(rooms) for ev in state_events(r, "@pushbench:localhost", n)
+    ]
     more = asyncio.Event()
     more.set()
     watcher = stackkit.IndexedWatcher(stack.data_dir / "eventlog.sqlite3")
@@ -195,19 +217,31 @@ async def push(stack, bodies, rate: int, seconds: float, redact_every: float = 0
                 await asyncio.sleep(delay)
             sender, body = next(lines[i % PUSH_ROOMS])
             eid = f"$push{rate}-{i:06d}"
-            queue.append({"type": "m.room.message", "room_id": rooms[i % PUSH_ROOMS],
-                          "sender": sender.replace(":eval.local", ":localhost"),
-                          "event_id": eid, "origin_server_ts": int(time.time() * 1000),
-                          "content": {"msgtype": "m.text", "body": body}})
+            queue.append(
+                {
+                    "type": "m.room.message",
+                    "room_id": rooms[i % PUSH_ROOMS],
+                    "sender": sender.replace(":eval.local", ":localhost"),
+                    "event_id": eid,
+                    "origin_server_ts": int(time.time() * 1000),
+                    "content": {"msgtype": "m.text", "body": body},
+                }
+            )
             watcher.watch(eid, time.monotonic())
             ids.append(eid)
             if redact_every and time.monotonic() - start >= (len(redacted) + 1) * redact_every:
                 target = ids[max(0, len(ids) - 1 - 20 * rate)]
-                queue.append({"type": "m.room.redaction",
-                              "room_id": rooms[ids.index(target) % PUSH_ROOMS],
-                              "sender": "@pushbench:localhost", "redacts": target,
-                              "event_id": f"$push{rate}-redaction-{len(redacted)}",
-                              "origin_server_ts": int(time.time() * 1000), "content": {}})
+                queue.append(
+                    {
+                        "type": "m.room.redaction",
+                        "room_id": rooms[ids.index(target) % PUSH_ROOMS],
+                        "sender": "@pushbench:localhost",
+                        "redacts": target,
+                        "event_id": f"$push{rate}-redaction-{len(redacted)}",
+                        "origin_server_ts": int(time.time() * 1000),
+                        "content": {},
+                    }
+                )
                 redacted.append(target)
             more.set()
         producing = False
@@ -221,15 +255,16 @@ async def push(stack, bodies, rate: int, seconds: float, redact_every: float = 0
             more.clear()
             while queue:
                 batch = queue[:MAX_EVENTS_PER_TXN]
-                del queue[:len(batch)]
+                del queue[: len(batch)]
                 txn += 1
                 body = json.dumps({"events": batch})
                 backoff = 0.5
                 for _attempt in range(20):  # bounded: Synapse retries for much longer
                     t = time.monotonic()
                     try:
-                        async with session.put(f"{url}bench{rate}-{txn}", data=body,
-                                               headers=headers) as resp:
+                        async with session.put(
+                            f"{url}bench{rate}-{txn}", data=body, headers=headers
+                        ) as resp:
                             status = resp.status
                             await resp.read()
                     except aiohttp.ClientError:
@@ -254,12 +289,18 @@ async def push(stack, bodies, rate: int, seconds: float, redact_every: float = 0
     watcher.stop()
     fresh_ids = [e for e in ids if e not in set(redacted)]  # never indexed if redacted first
     out = summarise(watcher, fresh_ids, start, before, after)
-    out.update(offered_per_s=rate, redactions=len(redacted), seconds=round(sent_seconds, 1),
-               sent_per_s=round(len(ids) / sent_seconds, 1), drained=drained,
-               transactions=len(txn_sizes), retried=retries,
-               events_per_txn_mean=round(sum(txn_sizes) / max(len(txn_sizes), 1), 1),
-               events_per_txn_max=max(txn_sizes, default=0),
-               txn_latency=perfkit.summary_ms(txn_seconds))
+    out.update(
+        offered_per_s=rate,
+        redactions=len(redacted),
+        seconds=round(sent_seconds, 1),
+        sent_per_s=round(len(ids) / sent_seconds, 1),
+        drained=drained,
+        transactions=len(txn_sizes),
+        retried=retries,
+        events_per_txn_mean=round(sum(txn_sizes) / max(len(txn_sizes), 1), 1),
+        events_per_txn_max=max(txn_sizes, default=0),
+        txn_latency=perfkit.summary_ms(txn_seconds),
+    )
     return out
 
 
@@ -273,12 +314,17 @@ def search_buckets(stack) -> dict[float, float]:
     import re
     import urllib.request
 
-    with urllib.request.urlopen(f"http://127.0.0.1:{stack.service.port}/metrics",
-                                timeout=10) as r:
+    with urllib.request.urlopen(f"http://127.0.0.1:{stack.service.port}/metrics", timeout=10) as r:
         text = r.read().decode()
-    return {float(m.group(1)): float(m.group(2)) for m in re.finditer(
-        r'^matrix_sources_search_latency_seconds_bucket\{le="([^"]+)"\} ([0-9.e+]+)$',
-        text, re.M) if m.group(1) != "+Inf"}
+    return {
+        float(m.group(1)): float(m.group(2))
+        for m in re.finditer(
+            r'^matrix_sources_search_latency_seconds_bucket\{le="([^"]+)"\} ([0-9.e+]+)$',
+            text,
+            re.M,
+        )
+        if m.group(1) != "+Inf"
+    }
 
 
 def bucket_p95(before: dict[float, float], after: dict[float, float]) -> float | None:
@@ -293,15 +339,23 @@ def health(stack) -> dict:
     import urllib.request
 
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{stack.service.port}/health",
-                                    timeout=10) as r:
+        with urllib.request.urlopen(
+            f"http://127.0.0.1:{stack.service.port}/health", timeout=10
+        ) as r:
             return json.loads(r.read())
     except urllib.error.HTTPError as e:
         return json.loads(e.read() or b"{}")
 
 
-async def mixed(stack, bodies, questions: list[str], messages: int, rooms: int,
-                ask_every: float, drain_timeout: float) -> dict:
+async def mixed(
+    stack,
+    bodies,
+    questions: list[str],
+    messages: int,
+    rooms: int,
+    ask_every: float,
+    drain_timeout: float,
+) -> dict:
     import aiohttp
 
     from appservice.tools.chatclient import ChatClient
@@ -309,8 +363,9 @@ async def mixed(stack, bodies, questions: list[str], messages: int, rooms: int,
     push_rooms = mixed_room_ids(rooms)
     url = f"http://127.0.0.1:{stack.service.port}/_matrix/app/v1/transactions/"
     headers = {"Authorization": f"Bearer {stack.hs_token}"}
-    queue: list[dict] = [ev for n, r in enumerate(push_rooms)
-                         for ev in state_events(r, "@pushbench:localhost", n)]
+    queue: list[dict] = [
+        ev for n, r in enumerate(push_rooms) for ev in state_events(r, "@pushbench:localhost", n)
+    ]
     lines = [itertools.cycle(bodies[i % len(bodies)]) for i in range(rooms)]
     ids: list[str] = []
     watcher = stackkit.IndexedWatcher(stack.data_dir / "eventlog.sqlite3")
@@ -318,10 +373,16 @@ async def mixed(stack, bodies, questions: list[str], messages: int, rooms: int,
     for i in range(messages):  # all made up front: pushed as fast as they are acked
         sender, body = next(lines[i % rooms])
         eid = f"$mixed-{i:06d}"
-        queue.append({"type": "m.room.message", "room_id": push_rooms[i % rooms],
-                      "sender": sender.replace(":eval.local", ":localhost"),
-                      "event_id": eid, "origin_server_ts": int(time.time() * 1000),
-                      "content": {"msgtype": "m.text", "body": body}})
+        queue.append(
+            {
+                "type": "m.room.message",
+                "room_id": push_rooms[i % rooms],
+                "sender": sender.replace(":eval.local", ":localhost"),
+                "event_id": eid,
+                "origin_server_ts": int(time.time() * 1000),
+                "content": {"msgtype": "m.text", "body": body},
+            }
+        )
         ids.append(eid)
     user, token = stack.synapse.register_user("asker", "asker-password")
     asker = ChatClient(stack.synapse.url, user, token)
@@ -342,7 +403,7 @@ async def mixed(stack, bodies, questions: list[str], messages: int, rooms: int,
         txn = 0
         while queue:
             batch = queue[:MAX_EVENTS_PER_TXN]
-            del queue[:len(batch)]
+            del queue[: len(batch)]
             for e in batch:
                 if e["type"] == "m.room.message":
                     watcher.watch(e["event_id"], time.monotonic())
@@ -352,8 +413,7 @@ async def mixed(stack, bodies, questions: list[str], messages: int, rooms: int,
             while True:
                 t = time.monotonic()
                 try:
-                    async with session.put(f"{url}mixed-{txn}", data=body,
-                                           headers=headers) as resp:
+                    async with session.put(f"{url}mixed-{txn}", data=body, headers=headers) as resp:
                         status = resp.status
                         await resp.read()
                 except aiohttp.ClientError:
@@ -379,7 +439,8 @@ async def mixed(stack, bodies, questions: list[str], messages: int, rooms: int,
         while pushing or len(answered) < len(asked):
             for ev in await asker.sync_once(timeout_ms=500):
                 rel = ((ev.get("content") or {}).get("m.relates_to") or {}).get(
-                    "m.in_reply_to") or {}
+                    "m.in_reply_to"
+                ) or {}
                 cmd = rel.get("event_id")
                 if ev.get("sender") == stack.bot and cmd in asked and cmd not in answered:
                     answered[cmd] = time.monotonic()
@@ -390,10 +451,14 @@ async def mixed(stack, bodies, questions: list[str], messages: int, rooms: int,
         while pushing or not watcher.settled(ids):
             h = await asyncio.to_thread(health, stack)
             b = h.get("backlog") or {}
-            backlog.append({"t": round(time.monotonic() - start, 1),
-                            "pending": b.get("pending"),
-                            "oldest_pending_s": b.get("oldest_pending_seconds"),
-                            "full": b.get("full")})
+            backlog.append(
+                {
+                    "t": round(time.monotonic() - start, 1),
+                    "pending": b.get("pending"),
+                    "oldest_pending_s": b.get("oldest_pending_seconds"),
+                    "full": b.get("full"),
+                }
+            )
             if time.monotonic() - start > drain_timeout:
                 return
             await asyncio.sleep(1.0)
@@ -406,8 +471,9 @@ async def mixed(stack, bodies, questions: list[str], messages: int, rooms: int,
     finally:
         await asker.__aexit__(None, None, None)
     pushed_seconds = max(watcher.sent.values()) - start if watcher.sent else 0.0
-    drained = await asyncio.to_thread(watcher.wait_all, ids, max(
-        1.0, drain_timeout - (time.monotonic() - start)))
+    drained = await asyncio.to_thread(
+        watcher.wait_all, ids, max(1.0, drain_timeout - (time.monotonic() - start))
+    )
     after = stackkit.metrics(stack)
     searches = bucket_p95(searches_before, search_buckets(stack))
     watcher.stop()
@@ -415,21 +481,30 @@ async def mixed(stack, bodies, questions: list[str], messages: int, rooms: int,
     oldest = [b["oldest_pending_s"] for b in backlog if b["oldest_pending_s"] is not None]
     out = summarise(watcher, ids, start, before, after)
     out.update(
-        rooms=rooms, pushed_seconds=round(pushed_seconds, 1),
+        rooms=rooms,
+        pushed_seconds=round(pushed_seconds, 1),
         pushed_per_s=round(len(ids) / pushed_seconds, 1) if pushed_seconds else None,
         all_indexed=drained and all(e in watcher.indexed or e in watcher.derived for e in ids),
         derived=len(set(ids) & watcher.derived),
         transactions={str(k): v for k, v in sorted(status_counts.items())},
-        refused_backlog=int(after.get("matrix_sources_transactions_refused_backlog", 0)
-                            - before.get("matrix_sources_transactions_refused_backlog", 0)),
+        refused_backlog=int(
+            after.get("matrix_sources_transactions_refused_backlog", 0)
+            - before.get("matrix_sources_transactions_refused_backlog", 0)
+        ),
         txn_latency=perfkit.summary_ms(txn_seconds),
-        commands={"asked": len(asked), "answered": len(answered),
-                  "latency": perfkit.summary_ms(latency),
-                  "search_p95_s_at_most": searches},
-        oldest_pending_s={"max": max(oldest, default=0.0),
-                          "p50": round(perfkit.pct(oldest, 50), 1) if oldest else 0.0},
+        commands={
+            "asked": len(asked),
+            "answered": len(answered),
+            "latency": perfkit.summary_ms(latency),
+            "search_p95_s_at_most": searches,
+        },
+        oldest_pending_s={
+            "max": max(oldest, default=0.0),
+            "p50": round(perfkit.pct(oldest, 50), 1) if oldest else 0.0,
+        },
         pending_max=max((b["pending"] or 0 for b in backlog), default=0),
-        backlog_over_time=backlog)
+        backlog_over_time=backlog,
+    )
     return out
 
 
@@ -443,26 +518,32 @@ def dev_questions(root: Path) -> list[str]:
 
 def mixed_lines(r: dict) -> list[str]:
     c, lat = r["commands"], r["commands"]["latency"]
-    series = ", ".join(f"{b['t']:.0f}s:{b['pending']}/{b['oldest_pending_s']}s"
-                       for b in r["backlog_over_time"][::max(1, len(r["backlog_over_time"]) // 12)])
-    return [f"mixed: {r['messages']} messages in {r['rooms']} rooms pushed in "
-            f"{r['pushed_seconds']} s ({r['pushed_per_s']}/s), indexed {r['indexed']}"
-            f"/{r['messages']}, derived {r.get('derived', 0)} (all settled: {r['all_indexed']}), "
-            f"{r['indexed_per_s']}/s",
-            f"  !sources: {c['answered']}/{c['asked']} answered, latency p50 "
-            f"{lat['p50_ms']:.0f} ms, p95 {lat['p95_ms']:.0f} ms, max {lat['max_ms'] or 0:.0f} ms"
-            f" (sent to reply seen); the search itself p95 <= {c['search_p95_s_at_most']} s",
-            f"  backlog: at most {r['pending_max']} pending, oldest waited at most "
-            f"{r['oldest_pending_s']['max']} s; transactions {r['transactions']}, "
-            f"{r['refused_backlog']} refused for the backlog",
-            f"  over time (t: pending/oldest wait): {series}"]
+    series = ", ".join(
+        f"{b['t']:.0f}s:{b['pending']}/{b['oldest_pending_s']}s"
+        for b in r["backlog_over_time"][:: max(1, len(r["backlog_over_time"]) // 12)]
+    )
+    return [
+        f"mixed: {r['messages']} messages in {r['rooms']} rooms pushed in "
+        f"{r['pushed_seconds']} s ({r['pushed_per_s']}/s), indexed {r['indexed']}"
+        f"/{r['messages']}, derived {r.get('derived', 0)} (all settled: {r['all_indexed']}), "
+        f"{r['indexed_per_s']}/s",
+        f"  !sources: {c['answered']}/{c['asked']} answered, latency p50 "
+        f"{lat['p50_ms']:.0f} ms, p95 {lat['p95_ms']:.0f} ms, max {lat['max_ms'] or 0:.0f} ms"
+        f" (sent to reply seen); the search itself p95 <= {c['search_p95_s_at_most']} s",
+        f"  backlog: at most {r['pending_max']} pending, oldest waited at most "
+        f"{r['oldest_pending_s']['max']} s; transactions {r['transactions']}, "
+        f"{r['refused_backlog']} refused for the backlog",
+        f"  over time (t: pending/oldest wait): {series}",
+    ]
 
 
 def line(name: str, r: dict, rate: str) -> str:
     f, g = r["freshness"], r["freshness_last_third"]
-    return (f"{name:<22}{rate:>10}{r['indexed_per_s'] or 0:>10.1f}{f['p50_ms']:>10.0f}"
-            f"{f['p95_ms']:>10.0f}{g['p95_ms']:>11.0f}{r['embeddings_per_message'] or 0:>9.3f}"
-            f"{r['indexed']:>7}/{r['messages']}")
+    return (
+        f"{name:<22}{rate:>10}{r['indexed_per_s'] or 0:>10.1f}{f['p50_ms']:>10.0f}"
+        f"{f['p95_ms']:>10.0f}{g['p95_ms']:>11.0f}{r['embeddings_per_message'] or 0:>9.3f}"
+        f"{r['indexed']:>7}/{r['messages']}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -473,17 +554,27 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rates", default="50,200", help="push: messages per second")
     p.add_argument("--messages", type=int, default=20_000, help="mixed: messages pushed")
     p.add_argument("--push-rooms", type=int, default=50, help="mixed: rooms they go to")
-    p.add_argument("--ask-every", type=float, default=1.0,
-                   help="mixed: seconds between two `!sources`")
-    p.add_argument("--drain-timeout", type=float, default=3600.0,
-                   help="mixed: the longest the whole run may take, in seconds")
+    p.add_argument(
+        "--ask-every", type=float, default=1.0, help="mixed: seconds between two `!sources`"
+    )
+    p.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=3600.0,
+        help="mixed: the longest the whole run may take, in seconds",
+    )
     p.add_argument("--senders", type=int, default=6)
     p.add_argument("--rooms", type=int, default=3)
     p.add_argument("--work", default=str(evalkit.OUT_DIR / "live-stack"))
     p.add_argument("--out", default=None)
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="config.yaml setting of the service (repeatable), e.g. "
-                   "index.embedder.backend=onnx-int8")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="config.yaml setting of the service (repeatable), e.g. "
+        "index.embedder.backend=onnx-int8",
+    )
     args = p.parse_args(argv)
     perfkit.quiet_env()
     root = evalkit.eval_dir(args.eval_dir)
@@ -492,42 +583,64 @@ def main(argv: list[str] | None = None) -> int:
     rates = [int(r) for r in args.rates.split(",")]
     allow = [r for rate in rates for r in push_room_ids(rate)] if "push" in parts else []
     allow += mixed_room_ids(args.push_rooms) if "mixed" in parts else []
-    report: dict = {"benchmark": "live", "machine": perfkit.machine(),
-                    "load_average_before": perfkit.load_average(), "seconds": args.seconds,
-                    "settings": perfkit.parse_settings(args.set)}
-    with stackkit.running_stack(Path(args.work), settings=report["settings"],
-                                allowlist=allow) as stack:
+    report: dict = {
+        "benchmark": "live",
+        "machine": perfkit.machine(),
+        "load_average_before": perfkit.load_average(),
+        "seconds": args.seconds,
+        "settings": perfkit.parse_settings(args.set),
+    }
+    with stackkit.running_stack(
+        Path(args.work), settings=report["settings"], allowlist=allow
+    ) as stack:
         report["service_pid"] = stack.service.proc.pid
         if "synapse" in parts:
-            report["synapse"] = asyncio.run(through_synapse(
-                stack, bodies, args.senders, args.rooms, args.seconds))
+            report["synapse"] = asyncio.run(
+                through_synapse(stack, bodies, args.senders, args.rooms, args.seconds)
+            )
         for rate in rates if "push" in parts else []:
             report[f"push_{rate}"] = asyncio.run(push(stack, bodies, rate, args.seconds))
         if "mixed" in parts:
             report["load_average_mixed_start"] = perfkit.load_average()
-            report["mixed"] = asyncio.run(mixed(
-                stack, bodies, dev_questions(root), args.messages, args.push_rooms,
-                args.ask_every, args.drain_timeout))
+            report["mixed"] = asyncio.run(
+                mixed(
+                    stack,
+                    bodies,
+                    dev_questions(root),
+                    args.messages,
+                    args.push_rooms,
+                    args.ask_every,
+                    args.drain_timeout,
+                )
+            )
             report["load_average_mixed_end"] = perfkit.load_average()
         report["service_status"] = perfkit.proc_status(stack.service.proc.pid)
     report["load_average_after"] = perfkit.load_average()
     path = perfkit.write_report("live", report, args.out)
-    print(f"{'way':<22}{'rate/s':>10}{'idx/s':>10}{'p50 ms':>10}{'p95 ms':>10}"
-          f"{'p95 last⅓':>11}{'emb/msg':>9}{'indexed':>12}")
+    print(
+        f"{'way':<22}{'rate/s':>10}{'idx/s':>10}{'p50 ms':>10}{'p95 ms':>10}"
+        f"{'p95 last⅓':>11}{'emb/msg':>9}{'indexed':>12}"
+    )
     if "synapse" in report:
         s = report["synapse"]
         print(line(f"synapse ({s['senders']} senders)", s, f"{s['accepted_per_s']:.1f}"))
     for rate in rates if "push" in parts else []:
         r = report[f"push_{rate}"]
-        print(line("push (appservice API)", r, f"{r['sent_per_s']:.1f}")
-              + f"  txns {r['transactions']}, {r['events_per_txn_mean']} ev/txn,"
-              f" retried {r['retried']}")
+        print(
+            line("push (appservice API)", r, f"{r['sent_per_s']:.1f}")
+            + f"  txns {r['transactions']}, {r['events_per_txn_mean']} ev/txn,"
+            f" retried {r['retried']}"
+        )
     if "mixed" in report:
         print("\n".join(mixed_lines(report["mixed"])))
-        print(f"  load average {report['load_average_mixed_start']} -> "
-              f"{report['load_average_mixed_end']}")
-    print(f"service VmHWM {report['service_status'].get('VmHWM', 0) / 1024:.0f} MiB; "
-          f"load average {report['load_average_before']} -> {report['load_average_after']}")
+        print(
+            f"  load average {report['load_average_mixed_start']} -> "
+            f"{report['load_average_mixed_end']}"
+        )
+    print(
+        f"service VmHWM {report['service_status'].get('VmHWM', 0) / 1024:.0f} MiB; "
+        f"load average {report['load_average_before']} -> {report['load_average_after']}"
+    )
     print(f"wrote {path}\n\n" + perfkit.attribution(root))
     return 0
 

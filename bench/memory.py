@@ -36,10 +36,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--push-seconds", type=float, default=30.0)
     p.add_argument("--work", default=str(evalkit.OUT_DIR / "memory-stack"))
     p.add_argument("--out", default=None)
-    p.add_argument("--backends", default=None,
-                   help="embedder.backend of the service, one run each (comma-separated; "
-                        "default: the shipped default). Each starts on the 100,000-window "
-                        "collection of its vector class (bench/corpus100k.py --backend B)")
+    p.add_argument(
+        "--backends",
+        default=None,
+        help="embedder.backend of the service, one run each (comma-separated; "
+        "default: the shipped default). Each starts on the 100,000-window "
+        "collection of its vector class (bench/corpus100k.py --backend B)",
+    )
     args = p.parse_args(argv)
     perfkit.quiet_env()
     root = evalkit.eval_dir(args.eval_dir)
@@ -48,11 +51,13 @@ def main(argv: list[str] | None = None) -> int:
 
     args.backends = args.backends or DEFAULT_BACKEND
     # Builds it if missing; checks its meta.
-    query.open_cache(load_embedder("all-MiniLM-L6-v2", DEFAULT_BACKEND,
-                                   evalkit.OUT_DIR / "models"), root)
+    query.open_cache(
+        load_embedder("all-MiniLM-L6-v2", DEFAULT_BACKEND, evalkit.OUT_DIR / "models"), root
+    )
     push = None
     if args.push_rate > 0:
         import live
+
         push = (live.eval_bodies(root), args.push_rate, args.push_seconds)
     runs = {}
     import corpus100k
@@ -60,17 +65,24 @@ def main(argv: list[str] | None = None) -> int:
     for backend in args.backends.split(","):
         cache = corpus100k.cache_for(backend)
         if corpus100k.open_cache(cache).count() < query.WINDOWS:
-            raise SystemExit(f"error: {cache} has no {query.WINDOWS}-window collection of "
-                             f"{backend}'s vector class: build it first with "
-                             f"`bench/corpus100k.py --backend {backend}`")
-        result = query.service(items, args.asks, Path(args.work), push,
-                               settings={"index.embedder.backend": backend}, cache=cache)
+            raise SystemExit(
+                f"error: {cache} has no {query.WINDOWS}-window collection of "
+                f"{backend}'s vector class: build it first with "
+                f"`bench/corpus100k.py --backend {backend}`"
+            )
+        result = query.service(
+            items,
+            args.asks,
+            Path(args.work),
+            push,
+            settings={"index.embedder.backend": backend},
+            cache=cache,
+        )
         runs[backend] = result
         print(f"embedder.backend: {backend}")
         query.print_service(result)
     first = runs[args.backends.split(",")[0]]
-    report = {"benchmark": "memory", "machine": perfkit.machine(), **first,
-              "backends": runs}
+    report = {"benchmark": "memory", "machine": perfkit.machine(), **first, "backends": runs}
     path = perfkit.write_report("memory", report, args.out)
     print(f"wrote {path}\n\n" + perfkit.attribution(root))
     return 0

@@ -48,10 +48,10 @@ def measure(windows: int) -> list[dict]:
         last = now
 
     step("the interpreter, this script's imports")
+    import indexer.store.vectors.heapscrub  # noqa: F401  (scrubs as it is imported, as in the service)
     from appservice.bot.bot import Bot  # noqa: F401
     from appservice.homeserver.heap import release_free_memory
     from appservice.homeserver.service import Service  # noqa: F401
-    import indexer.store.vectors.heapscrub  # noqa: F401  (scrubs as it is imported, as in the service)
 
     step("the service's and the bot's imports")
     from indexer.models.embedder import DEFAULT_BACKEND, load_embedder
@@ -72,8 +72,10 @@ def measure(windows: int) -> list[dict]:
     terms = start_term_index(TermIndex(), store.eventlog)  # nothing is written meanwhile
     if not terms.ready.wait(3600):
         raise SystemExit("error: the keyword postings were not built in an hour")
-    step(f"the keyword postings built ({time.perf_counter() - t:.0f} s, "
-         f"{terms.stats()['postings']:,} postings)")
+    step(
+        f"the keyword postings built ({time.perf_counter() - t:.0f} s, "
+        f"{terms.stats()['postings']:,} postings)"
+    )
     release_free_memory()
     step("malloc_trim after the build (as the service does)")
     return steps
@@ -94,19 +96,29 @@ def main(argv: list[str] | None = None) -> int:
     perfkit.quiet_env()
     root = evalkit.eval_dir(args.eval_dir)
     corpus_scale.build(root, args.windows)
-    report: dict = {"benchmark": "memory_parts", "windows": args.windows,
-                    "machine": perfkit.machine(), "load_average_before": perfkit.load_average()}
+    report: dict = {
+        "benchmark": "memory_parts",
+        "windows": args.windows,
+        "machine": perfkit.machine(),
+        "load_average_before": perfkit.load_average(),
+    }
     print(f"resident memory part by part at {args.windows:,} windows:", flush=True)
-    out = subprocess.run([sys.executable, __file__, "--windows", str(args.windows), "--child"],
-                         check=True, stdout=subprocess.PIPE, text=True)
+    out = subprocess.run(
+        [sys.executable, __file__, "--windows", str(args.windows), "--child"],
+        check=True,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     report["steps"] = steps = json.loads(out.stdout.strip().splitlines()[-1])
     for s in steps:
         print(f"  {s['step']:58s} {s['vm_rss_mib']:6d} MiB  (+{s['added_mib']})")
     before_postings = steps[-3]["vm_rss_mib"]
     report["left_for_the_postings_under_2_5_gib_mib"] = BUDGET_MIB - before_postings
-    print(f"everything but the postings: {before_postings} MiB; under 2.5 GiB that leaves "
-          f"{BUDGET_MIB - before_postings} MiB for them; they took "
-          f"{steps[-1]['vm_rss_mib'] - before_postings} MiB once built and trimmed")
+    print(
+        f"everything but the postings: {before_postings} MiB; under 2.5 GiB that leaves "
+        f"{BUDGET_MIB - before_postings} MiB for them; they took "
+        f"{steps[-1]['vm_rss_mib'] - before_postings} MiB once built and trimmed"
+    )
     out = evalkit.OUT_DIR / f"memory-parts-{args.windows}.json"
     out.write_text(json.dumps(report, indent=2))
     print(f"wrote {out}")

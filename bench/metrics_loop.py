@@ -27,14 +27,14 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from appservice.homeserver.metrics import EventLogFigures, MetricSources, ServiceMetrics
 from appservice.homeserver.transactions import TransactionHandler
-from indexer.store.eventlog.log import EventLog
-from indexer.store.eventlog.reports import lag_report_at
-from indexer.ingest.gate import Gate
 from indexer.ingest.admit import Ingest
-from indexer.store.journal import Journal
+from indexer.ingest.gate import Gate
+from indexer.ingest.roomfacts import RoomFacts
 from indexer.pipeline.pipeline import PipelineStats
 from indexer.records import RoomID, UserID
-from indexer.ingest.roomfacts import RoomFacts
+from indexer.store.eventlog.log import EventLog
+from indexer.store.eventlog.reports import lag_report_at
+from indexer.store.journal import Journal
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.appservice.homeserver.test_transactions import HS_TOKEN, PATH, auth  # noqa: E402
@@ -55,15 +55,32 @@ def big_log(folder: Path):
         db.executemany(
             "INSERT INTO events (event_id, room_id, sender, ts, body, status, window_id)"
             " VALUES (?, ?, ?, ?, ?, ?, ?)",
-            ((f"$e{r:03d}{i:07d}", f"!room{r:03d}:example.org", "@alice:example.org",
-              T0 + i * 1000, "the backup job failed again",
-              "pending" if i >= per_room - 2000 else "indexed",
-              None if i >= per_room - 2000 else f"w{r}-{i // 20}")
-             for r in range(ROOMS) for i in range(per_room)))
-        db.executemany("INSERT INTO cursors (room_id, event_id, ts, updated_at) VALUES"
-                       " (?, ?, ?, ?)",
-                       [(f"!room{r:03d}:example.org", f"$e{r:03d}{per_room - 2001:07d}",
-                         T0 + (per_room - 2001) * 1000, T0) for r in range(ROOMS)])
+            (
+                (
+                    f"$e{r:03d}{i:07d}",
+                    f"!room{r:03d}:example.org",
+                    "@alice:example.org",
+                    T0 + i * 1000,
+                    "the backup job failed again",
+                    "pending" if i >= per_room - 2000 else "indexed",
+                    None if i >= per_room - 2000 else f"w{r}-{i // 20}",
+                )
+                for r in range(ROOMS)
+                for i in range(per_room)
+            ),
+        )
+        db.executemany(
+            "INSERT INTO cursors (room_id, event_id, ts, updated_at) VALUES (?, ?, ?, ?)",
+            [
+                (
+                    f"!room{r:03d}:example.org",
+                    f"$e{r:03d}{per_room - 2001:07d}",
+                    T0 + (per_room - 2001) * 1000,
+                    T0,
+                )
+                for r in range(ROOMS)
+            ],
+        )
     db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     db.close()
     return path
@@ -84,7 +101,7 @@ class LoopWatch:
             self.worst = max(self.worst, now - last)
             last = now
 
-    def __enter__(self) -> "LoopWatch":
+    def __enter__(self) -> LoopWatch:
         self._task = asyncio.get_running_loop().create_task(self._run())
         return self
 
@@ -109,21 +126,31 @@ async def measure(big_log: Path) -> dict:
 
     eventlog = EventLog(big_log)
     room = RoomID("!room000:example.org")
-    ingest = Ingest(Gate(frozenset({room}), UserID("@bot:example.org")), eventlog,
-                    Journal(big_log.parent / "journal.jsonl"))
+    ingest = Ingest(
+        Gate(frozenset({room}), UserID("@bot:example.org")),
+        eventlog,
+        Journal(big_log.parent / "journal.jsonl"),
+    )
     ingest.facts[room] = RoomFacts(join_rule="public")
 
     async def fetch_state(_room):
         return None
 
-    handler = TransactionHandler(HS_TOKEN, "matrix-sources", ingest, fetch_state,
-                                 lambda events, result: None)
+    handler = TransactionHandler(
+        HS_TOKEN, "matrix-sources", ingest, fetch_state, lambda events, result: None
+    )
     figures = EventLogFigures(big_log, max_age=0.0)
     metrics = ServiceMetrics()
-    metrics.attach(MetricSources(
-        pipeline=SimpleNamespace(stats=PipelineStats(), derived=None, failing={}),
-        transactions=handler, worker=SimpleNamespace(failures=0),
-        terms=None, figures=figures, ready=lambda: True))
+    metrics.attach(
+        MetricSources(
+            pipeline=SimpleNamespace(stats=PipelineStats(), derived=None, failing={}),
+            transactions=handler,
+            worker=SimpleNamespace(failures=0),
+            terms=None,
+            figures=figures,
+            ready=lambda: True,
+        )
+    )
     app = web.Application()
     app.router.add_get("/metrics", metrics.handle_metrics)
     app.router.add_put("/_matrix/app/v1/transactions/{transaction_id}", handler.handle)
@@ -138,11 +165,22 @@ async def measure(big_log: Path) -> dict:
                 text = await resp.text()
                 # An ack while the figures are being read: it waits for no aggregate.
                 t = time.perf_counter()
-                resp = await client.put(PATH.format(f"t{i}"), headers=auth(), json={
-                    "events": [{"type": "m.room.message", "room_id": room,
-                                "event_id": f"$new{i}", "sender": "@bob:example.org",
+                resp = await client.put(
+                    PATH.format(f"t{i}"),
+                    headers=auth(),
+                    json={
+                        "events": [
+                            {
+                                "type": "m.room.message",
+                                "room_id": room,
+                                "event_id": f"$new{i}",
+                                "sender": "@bob:example.org",
                                 "origin_server_ts": T0,
-                                "content": {"msgtype": "m.text", "body": "hello"}}]})
+                                "content": {"msgtype": "m.text", "body": "hello"},
+                            }
+                        ]
+                    },
+                )
                 acks.append(time.perf_counter() - t)
                 assert resp.status == 200
                 if figures._reading is not None:
@@ -155,10 +193,13 @@ async def measure(big_log: Path) -> dict:
     finally:
         await client.close()
         eventlog.close()
-    return {"events": EVENTS, "aggregate_read_ms": round(read_seconds * 1000, 1),
-            "loop_worst_block_ms": round(watch.worst * 1000, 1),
-            "ack_ms_max": round(max(acks) * 1000, 1),
-            "ack_ms": [round(a * 1000, 1) for a in acks]}
+    return {
+        "events": EVENTS,
+        "aggregate_read_ms": round(read_seconds * 1000, 1),
+        "loop_worst_block_ms": round(watch.worst * 1000, 1),
+        "ack_ms_max": round(max(acks) * 1000, 1),
+        "ack_ms": [round(a * 1000, 1) for a in acks],
+    }
 
 
 def main() -> None:

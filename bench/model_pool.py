@@ -23,9 +23,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import evalkit  # noqa: E402
 import numpy as np  # noqa: E402
 
-import evalkit  # noqa: E402
 from indexer.pipeline import chunker  # noqa: E402
 from indexer.records import ChunkPolicy, EventID, Message, RoomID, UserID  # noqa: E402
 
@@ -38,8 +38,13 @@ def pool() -> tuple[list, list[tuple[str, str, frozenset]]]:
     for ev in map(json.loads, open(ds.events, encoding="utf-8")):
         body = ev.get("content", {}).get("body", "")
         if ev["type"] == "m.room.message" and body.strip():
-            m = Message(EventID(ev["event_id"]), RoomID(ev["room_id"]), UserID(ev["sender"]),
-                        ev["origin_server_ts"], body)
+            m = Message(
+                EventID(ev["event_id"]),
+                RoomID(ev["room_id"]),
+                UserID(ev["sender"]),
+                ev["origin_server_ts"],
+                body,
+            )
             rooms.setdefault(m.room_id, []).append(m)
     wins = [w for msgs in rooms.values() for w in chunker.build_windows(msgs, ChunkPolicy(), "")]
     items = evalkit.load_items(ds.root, ds.queries)
@@ -49,8 +54,10 @@ def pool() -> tuple[list, list[tuple[str, str, frozenset]]]:
     chosen = [w for w in wins if gold & set(w.event_ids)] + rest[:DISTRACTORS]
     qs = [("en", i.query, i.gold) for i in items]
     with open(ds.queries.parent / "dev-queries-xl.jsonl", encoding="utf-8") as f:
-        qs += [(o["lang"], o["query"], frozenset(o["gold_answer_event_ids"]))
-               for o in map(json.loads, filter(str.strip, f))]
+        qs += [
+            (o["lang"], o["query"], frozenset(o["gold_answer_event_ids"]))
+            for o in map(json.loads, filter(str.strip, f))
+        ]
     return chosen, qs
 
 
@@ -75,9 +82,12 @@ def main() -> int:
     found: dict[str, list[bool]] = {}
     for (lang, _, gold), row in zip(qs, sims):
         found.setdefault(lang, []).append(
-            any(gold & set(windows[j].event_ids) for j in np.argsort(-row)[:5]))
-    print(f"{which}: pool of {len(windows)} windows, {cpu:.0f} CPU-s; success@5 "
-          + ", ".join(f"{lang} {sum(v) / len(v):.3f}" for lang, v in found.items()))
+            any(gold & set(windows[j].event_ids) for j in np.argsort(-row)[:5])
+        )
+    print(
+        f"{which}: pool of {len(windows)} windows, {cpu:.0f} CPU-s; success@5 "
+        + ", ".join(f"{lang} {sum(v) / len(v):.3f}" for lang, v in found.items())
+    )
     return 0
 
 

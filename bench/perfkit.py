@@ -15,9 +15,9 @@ import platform
 import shutil
 import statistics
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import evalkit
 
@@ -26,8 +26,12 @@ SPLITS = ("dev", "test")
 
 def quiet_env() -> None:
     """What the CLI sets before it loads anything (appservice/cli/main.py)."""
-    for k, v in (("HF_HUB_OFFLINE", "1"), ("HF_HUB_DISABLE_PROGRESS_BARS", "1"),
-                 ("ANONYMIZED_TELEMETRY", "False"), ("TOKENIZERS_PARALLELISM", "false")):
+    for k, v in (
+        ("HF_HUB_OFFLINE", "1"),
+        ("HF_HUB_DISABLE_PROGRESS_BARS", "1"),
+        ("ANONYMIZED_TELEMETRY", "False"),
+        ("TOKENIZERS_PARALLELISM", "false"),
+    ):
         os.environ.setdefault(k, v)
 
 
@@ -70,9 +74,13 @@ def pct(values: Sequence[float], q: float) -> float:
 
 def summary_ms(seconds: Sequence[float]) -> dict:
     ms = [s * 1000 for s in seconds]
-    return {"n": len(ms), "p50_ms": round(pct(ms, 50), 1), "p95_ms": round(pct(ms, 95), 1),
-            "mean_ms": round(statistics.fmean(ms), 1) if ms else None,
-            "max_ms": round(max(ms), 1) if ms else None}
+    return {
+        "n": len(ms),
+        "p50_ms": round(pct(ms, 50), 1),
+        "p95_ms": round(pct(ms, 95), 1),
+        "mean_ms": round(statistics.fmean(ms), 1) if ms else None,
+        "max_ms": round(max(ms), 1) if ms else None,
+    }
 
 
 def proc_status(pid: int | str = "self") -> dict[str, int]:
@@ -85,9 +93,13 @@ def proc_status(pid: int | str = "self") -> dict[str, int]:
     return out
 
 
-def fresh_data_dir(data_dir: Path, rooms: Sequence[str], homeserver_url: str =
-                   "http://127.0.0.1:8008", as_port: int | None = None,
-                   settings: dict | None = None) -> Path:
+def fresh_data_dir(
+    data_dir: Path,
+    rooms: Sequence[str],
+    homeserver_url: str = "http://127.0.0.1:8008",
+    as_port: int | None = None,
+    settings: dict | None = None,
+) -> Path:
     """A new data dir (removed first) as `matrix-sources init` makes it, the rooms on its
     allowlist, `settings` (dotted keys) applied to config.yaml; returns config.yaml."""
     from indexer.datadir import init_data_dir
@@ -96,7 +108,8 @@ def fresh_data_dir(data_dir: Path, rooms: Sequence[str], homeserver_url: str =
         shutil.rmtree(data_dir)
     init_data_dir(data_dir, homeserver_url, "localhost", as_port=as_port)
     (data_dir / "allowlist.yaml").write_text(
-        "rooms:\n" + "".join(f"  - '{r}'\n" for r in rooms), encoding="utf-8")
+        "rooms:\n" + "".join(f"  - '{r}'\n" for r in rooms), encoding="utf-8"
+    )
     config = data_dir / "config.yaml"
     if settings:
         apply_settings(config, settings)

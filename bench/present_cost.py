@@ -28,6 +28,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 
 import evalkit  # noqa: E402
+
 from indexer.search import conversation, present  # noqa: E402
 
 PARTS = {"responses": (present, "RANK_ANSWER"), "dialogue": (conversation, "DIALOGUE_HOPS")}
@@ -70,8 +71,9 @@ def main() -> int:
         ds = evalkit.datasets()[name]
         items = evalkit.load_items(ds.root, ds.queries)
         cfg = load_config(evalkit.OUT_DIR / f"retrieval-{name}" / "config.yaml")
-        model = model or load_embedder(cfg.index.embedder.model, cfg.index.embedder.backend,
-                                       cfg.models_dir)
+        model = model or load_embedder(
+            cfg.index.embedder.model, cfg.index.embedder.backend, cfg.models_dir
+        )
         index = Index.open(cfg, model)
         try:
             s = index.searcher
@@ -90,18 +92,30 @@ def main() -> int:
             index.close()
     figs = {}
     for w, xs in times.items():
-        figs[str(w)] = {"searches": len(xs), "p50_ms": round(statistics.median(xs) * 1000, 1),
-                        "p95_ms": round(pct(xs, 0.95) * 1000, 1)}
+        figs[str(w)] = {
+            "searches": len(xs),
+            "p50_ms": round(statistics.median(xs) * 1000, 1),
+            "p95_ms": round(pct(xs, 0.95) * 1000, 1),
+        }
     base, new = figs["0"], figs[str(shipped)]
     print(f"presenter, cold line cache, top {a.top}, {new['searches']} searches each")
     print(f"  {a.part} ({knob} {shipped}): p50 {new['p50_ms']} ms, p95 {new['p95_ms']} ms")
     print(f"  without ({knob} 0): p50 {base['p50_ms']} ms, p95 {base['p95_ms']} ms")
-    print(f"  ratio p50 {new['p50_ms'] / base['p50_ms']:.2f}, p95 "
-          f"{new['p95_ms'] / base['p95_ms']:.2f}")
-    evalkit.write_json(evalkit.OUT_DIR / f"present-cost-{a.part}.json",
-                       {"benchmark": "present_cost", "part": a.part, "top": a.top,
-                        "sets": a.sets,
-                        "machine": evalkit.machine(), "figures": figs})
+    print(
+        f"  ratio p50 {new['p50_ms'] / base['p50_ms']:.2f}, p95 "
+        f"{new['p95_ms'] / base['p95_ms']:.2f}"
+    )
+    evalkit.write_json(
+        evalkit.OUT_DIR / f"present-cost-{a.part}.json",
+        {
+            "benchmark": "present_cost",
+            "part": a.part,
+            "top": a.top,
+            "sets": a.sets,
+            "machine": evalkit.machine(),
+            "figures": figs,
+        },
+    )
     return 0
 
 

@@ -7,18 +7,17 @@ Uses the cached collection of bench/corpus100k.py, which it builds first if it i
 there (about 25 minutes of embedding on 2 cores, once; interrupted, it goes on).
 
 inproc   `Searcher.search` (the path `!sources` and `matrix-sources search` share: one
-         embedding batch, one Chroma query for all vectors, the lexical leg for texts of
-         a few search words, fusion, then the fused windows' records in one call, hits) with 1, 4 and 8 texts, each search followed by
-         its bare counterpart in the same process: `model.encode(texts)` plus one
-         `collection.query` for all vectors with the same number of results. Texts are
-         the dev items' questions ("sentences": dense only) or their search-box words
-         ("keywords": the lexical leg runs too). Reports p50/p95 of both and the
-         overhead ratio search/bare at p50. The first query of a fresh client (index
-         loaded from disk) is reported apart and left out. The service answers the
-         lexical leg from postings in memory (indexer/search/termindex.py): one keyword row is
-         run first without them (the leg asking Chroma, as the CLI does), then they are
-         built (time and this process's RSS growth reported) and every row runs with
-         them.
+         embedding batch, one Chroma query for all vectors, the lexical leg for texts of a few
+         search words, fusion, then the fused windows' records in one call, hits) with 1, 4 and 8
+         texts, each search followed by its bare counterpart in the same process:
+         `model.encode(texts)` plus one `collection.query` for all vectors with the same number of
+         results. Texts are the dev items' questions ("sentences": dense only) or their search-box
+         words ("keywords": the lexical leg runs too). Reports p50/p95 of both and the overhead
+         ratio search/bare at p50. The first query of a fresh client (index loaded from disk) is
+         reported apart and left out. The service answers the lexical leg from postings in memory
+         (indexer/search/termindex.py): one keyword row is run first without them (the leg asking
+         Chroma, as the CLI does), then they are built (time and this process's RSS growth reported)
+         and every row runs with them.
 service  a copy of the collection in the data dir of `matrix-sources run` beside a real
          local Synapse; a matrix-nio client asks `!sources` with 1, 4 and 8 question texts
          (one per line), then with one text of search words, and times command sent ->
@@ -46,8 +45,9 @@ RSS_TARGET_MIB = 1024
 
 
 def text_sets(items: list[evalkit.Item], kind: str, n: int, reps: int) -> list[list[str]]:
-    pool = [i.query for i in items] if kind == "sentences" else [" ".join(i.keywords)
-                                                                    for i in items]
+    pool = (
+        [i.query for i in items] if kind == "sentences" else [" ".join(i.keywords) for i in items]
+    )
     return [[pool[(r * n + k) % len(pool)] for k in range(n)] for r in range(reps)]
 
 
@@ -59,8 +59,11 @@ def open_cache(model, root: Path) -> object:
     store = corpus100k.open_cache()
     count = store.count()
     if count < WINDOWS:
-        print(f"building the {WINDOWS}-window collection in {corpus100k.CACHE} first "
-              f"({count} there; bench/corpus100k.py; once, resumable)", flush=True)
+        print(
+            f"building the {WINDOWS}-window collection in {corpus100k.CACHE} first "
+            f"({count} there; bench/corpus100k.py; once, resumable)",
+            flush=True,
+        )
         del store
         corpus100k.build(root, WINDOWS, 0)
         store = corpus100k.open_cache()
@@ -69,8 +72,10 @@ def open_cache(model, root: Path) -> object:
         # Another chunker version since the build: the windows stay as generated (their
         # sizes, not their cut, matter here); the meta is updated so the service takes
         # the collection as its own instead of rebuilding it from an empty event log.
-        print(f"note: the cache was cut by chunker {mismatch['chunker'][0]}, the code is "
-              f"at {mismatch['chunker'][1]}; meta updated, windows kept")
+        print(
+            f"note: the cache was cut by chunker {mismatch['chunker'][0]}, the code is "
+            f"at {mismatch['chunker'][1]}; meta updated, windows kept"
+        )
         store.set_meta(expected_meta(model))
     elif mismatch:
         raise SystemExit(f"error: the cache was made by {mismatch}; rebuild it")
@@ -92,18 +97,29 @@ def inproc(store, model, items, reps: int) -> dict:
         searcher.search(SourceQuery.build(texts))
     out: dict = {"cold_first_search_ms": round(cold * 1000, 1), "count": store.count()}
     out["keywords_1_chroma_leg"] = rows(searcher, store, model, items, reps, [("keywords", 1)])[
-        "keywords_1"]
+        "keywords_1"
+    ]
     rss_before = perfkit.proc_status(os.getpid())["VmRSS"]
     t = time.perf_counter()
     terms = start_term_index(TermIndex(), store.eventlog)  # nothing is written meanwhile
     if not terms.ready.wait(600):
         raise SystemExit("error: the term index was not built in 10 minutes")
     searcher = Searcher(model, store, terms=terms)
-    out["term_index"] = {**terms.stats(), "build_s": round(time.perf_counter() - t, 1),
-                         "rss_growth_mib": round(
-                             (perfkit.proc_status(os.getpid())["VmRSS"] - rss_before) / 1024)}
-    out.update(rows(searcher, store, model, items, reps,
-                    [(kind, n) for kind in ("sentences", "keywords") for n in SIZES]))
+    out["term_index"] = {
+        **terms.stats(),
+        "build_s": round(time.perf_counter() - t, 1),
+        "rss_growth_mib": round((perfkit.proc_status(os.getpid())["VmRSS"] - rss_before) / 1024),
+    }
+    out.update(
+        rows(
+            searcher,
+            store,
+            model,
+            items,
+            reps,
+            [(kind, n) for kind in ("sentences", "keywords") for n in SIZES],
+        )
+    )
     return out
 
 
@@ -128,10 +144,14 @@ def rows(searcher, store, model, items, reps: int, which) -> dict:
             store.nearest(vectors, k, records=True)  # the bare baseline: Chroma alone
             bare_s.append(time.perf_counter() - t)
         s, b = perfkit.summary_ms(search_s), perfkit.summary_ms(bare_s)
-        out[f"{kind}_{n}"] = {"search": s, "bare": b,
-                              "overhead_p50": round(s["p50_ms"] / b["p50_ms"], 2),
-                              "overhead_p95": round(s["p95_ms"] / b["p95_ms"], 2),
-                              "texts_with_lexical_leg": lexical, "texts": n * reps}
+        out[f"{kind}_{n}"] = {
+            "search": s,
+            "bare": b,
+            "overhead_p50": round(s["p50_ms"] / b["p50_ms"], 2),
+            "overhead_p95": round(s["p95_ms"] / b["p95_ms"], 2),
+            "texts_with_lexical_leg": lexical,
+            "texts": n * reps,
+        }
     return out
 
 
@@ -160,8 +180,14 @@ async def ask_loop(stack, items, asks: int, user: str = "asker") -> dict:
     return out
 
 
-def service(items, asks: int, work: Path, push: tuple[list, int, float] | None = None,
-            settings: dict | None = None, cache: Path = corpus100k.CACHE) -> dict:
+def service(
+    items,
+    asks: int,
+    work: Path,
+    push: tuple[list, int, float] | None = None,
+    settings: dict | None = None,
+    cache: Path = corpus100k.CACHE,
+) -> dict:
     """`push`: (eval bodies, messages/s, seconds) of live traffic pushed to the service
     (bench/live.py's load generator) after the asks, which are then asked again.
     `cache`: the collection to start on (corpus100k.cache_for the service's backend)."""
@@ -170,11 +196,12 @@ def service(items, asks: int, work: Path, push: tuple[list, int, float] | None =
     allow = corpus100k.room_ids()
     if push is not None:
         import live
+
         allow += live.push_room_ids(push[1])
     t = time.monotonic()
-    with stackkit.running_stack(work, settings=settings,
-                                seed_chroma=cache / "chroma",
-                                allowlist=allow) as stack:
+    with stackkit.running_stack(
+        work, settings=settings, seed_chroma=cache / "chroma", allowlist=allow
+    ) as stack:
         ready = time.monotonic() - t
         pid = stack.service.proc.pid
         after_start = perfkit.proc_status(pid)
@@ -184,8 +211,10 @@ def service(items, asks: int, work: Path, push: tuple[list, int, float] | None =
             time.sleep(0.5)
         terms_ready = time.monotonic() - t
         # VmHWM only grows: read at the end of each phase, it says which one set the peak.
-        hwm = {"started": after_start["VmHWM"] // 1024,
-               "term_index_built": perfkit.proc_status(pid)["VmHWM"] // 1024}
+        hwm = {
+            "started": after_start["VmHWM"] // 1024,
+            "term_index_built": perfkit.proc_status(pid)["VmHWM"] // 1024,
+        }
         round_trips = asyncio.run(ask_loop(stack, items, asks))
         hwm["asked"] = perfkit.proc_status(pid)["VmHWM"] // 1024
         pushed = None
@@ -194,67 +223,98 @@ def service(items, asks: int, work: Path, push: tuple[list, int, float] | None =
             pushed = asyncio.run(live.push(stack, push[0], push[1], push[2]))
             pushed["vm_hwm_before_mib"] = round(before_push["VmHWM"] / 1024)
             hwm["pushed"] = perfkit.proc_status(pid)["VmHWM"] // 1024
-            round_trips.update({f"after_push_{k}": v for k, v in asyncio.run(
-                ask_loop(stack, items, asks, user="asker2")).items()})
+            round_trips.update(
+                {
+                    f"after_push_{k}": v
+                    for k, v in asyncio.run(ask_loop(stack, items, asks, user="asker2")).items()
+                }
+            )
             hwm["asked_again"] = perfkit.proc_status(pid)["VmHWM"] // 1024
         status = perfkit.proc_status(pid)
         count = stackkit.metrics(stack)
-    return {"start_to_ready_s": round(ready, 1), "round_trip": round_trips,
-            "start_to_term_index_s": round(terms_ready, 1),
-            "rss_after_start_mib": round(after_start["VmRSS"] / 1024),
-            "vm_hwm_by_phase_mib": hwm,
-            "vm_hwm_mib": round(status["VmHWM"] / 1024),
-            "vm_rss_mib": round(status["VmRSS"] / 1024), "threads": status.get("Threads"),
-            "rss_target_mib": RSS_TARGET_MIB,
-            "search_latency_count": count.get("matrix_sources_search_latency_seconds_count"),
-            **({"push": pushed} if pushed is not None else {})}
+    return {
+        "start_to_ready_s": round(ready, 1),
+        "round_trip": round_trips,
+        "start_to_term_index_s": round(terms_ready, 1),
+        "rss_after_start_mib": round(after_start["VmRSS"] / 1024),
+        "vm_hwm_by_phase_mib": hwm,
+        "vm_hwm_mib": round(status["VmHWM"] / 1024),
+        "vm_rss_mib": round(status["VmRSS"] / 1024),
+        "threads": status.get("Threads"),
+        "rss_target_mib": RSS_TARGET_MIB,
+        "search_latency_count": count.get("matrix_sources_search_latency_seconds_count"),
+        **({"push": pushed} if pushed is not None else {}),
+    }
 
 
 def print_inproc(r: dict) -> None:
-    print(f"In process at {r['count']} windows (first search of a fresh client: "
-          f"{r['cold_first_search_ms']:.0f} ms)")
+    print(
+        f"In process at {r['count']} windows (first search of a fresh client: "
+        f"{r['cold_first_search_ms']:.0f} ms)"
+    )
     t = r["term_index"]
-    print(f"keyword postings: built in {t['build_s']} s, {t['keys']} keys, {t['postings']} "
-          f"postings, this process's RSS +{t['rss_growth_mib']} MiB")
-    print(f"{'texts':<22}{'search p50':>11}{'p95':>8}{'bare p50':>10}{'p95':>8}"
-          f"{'ratio p50':>10}{'p95':>7}  lexical legs")
-    keys = ["keywords_1_chroma_leg"] + [f"{k}_{n}" for k in ("sentences", "keywords")
-                                         for n in SIZES]
+    print(
+        f"keyword postings: built in {t['build_s']} s, {t['keys']} keys, {t['postings']} "
+        f"postings, this process's RSS +{t['rss_growth_mib']} MiB"
+    )
+    print(
+        f"{'texts':<22}{'search p50':>11}{'p95':>8}{'bare p50':>10}{'p95':>8}"
+        f"{'ratio p50':>10}{'p95':>7}  lexical legs"
+    )
+    keys = ["keywords_1_chroma_leg"] + [
+        f"{k}_{n}" for k in ("sentences", "keywords") for n in SIZES
+    ]
     for key in keys:
         x = r[key]
         label = key.replace("_chroma_leg", " (Chroma)").replace("_", " ")
-        print(f"{label:<22}{x['search']['p50_ms']:>11.0f}"
-              f"{x['search']['p95_ms']:>8.0f}{x['bare']['p50_ms']:>10.0f}"
-              f"{x['bare']['p95_ms']:>8.0f}{x['overhead_p50']:>10.2f}"
-              f"{x['overhead_p95']:>7.2f}  {x['texts_with_lexical_leg']}/{x['texts']}")
+        print(
+            f"{label:<22}{x['search']['p50_ms']:>11.0f}"
+            f"{x['search']['p95_ms']:>8.0f}{x['bare']['p50_ms']:>10.0f}"
+            f"{x['bare']['p95_ms']:>8.0f}{x['overhead_p50']:>10.2f}"
+            f"{x['overhead_p95']:>7.2f}  {x['texts_with_lexical_leg']}/{x['texts']}"
+        )
 
 
 def print_service(r: dict) -> None:
-    print(f"!sources through Synapse ({r['start_to_ready_s']} s from start to ready, "
-          f"{r['start_to_term_index_s']} s to keyword postings built):")
+    print(
+        f"!sources through Synapse ({r['start_to_ready_s']} s from start to ready, "
+        f"{r['start_to_term_index_s']} s to keyword postings built):"
+    )
     for key, x in r["round_trip"].items():
         after = key.startswith("after_push_")
         kind, n = key.removeprefix("after_push_").split("_")
-        print(f"  {n} {kind[:-1] if n == '1' else kind}{' (after the push)' if after else ''}:"
-              f" p50 {x['p50_ms']:.0f} ms, p95 {x['p95_ms']:.0f} ms ({x['n']} asks)")
+        print(
+            f"  {n} {kind[:-1] if n == '1' else kind}{' (after the push)' if after else ''}:"
+            f" p50 {x['p50_ms']:.0f} ms, p95 {x['p95_ms']:.0f} ms ({x['n']} asks)"
+        )
     if "push" in r:
         p = r["push"]
-        print(f"live push: {p['sent_per_s']} msg/s for {p['seconds']} s, {p['indexed']}/"
-              f"{p['messages']} indexed, freshness p50 {p['freshness']['p50_ms']:.0f} ms, "
-              f"p95 {p['freshness']['p95_ms']:.0f} ms; VmHWM {p['vm_hwm_before_mib']} MiB "
-              "before it")
-    print(f"service memory: VmHWM {r['vm_hwm_mib']} MiB (target <= {RSS_TARGET_MIB}), "
-          f"VmRSS {r['vm_rss_mib']} MiB, {r['rss_after_start_mib']} MiB after start")
-    print("  peak so far, by phase (MiB): " + ", ".join(
-        f"{k.replace('_', ' ')} {v}" for k, v in r["vm_hwm_by_phase_mib"].items()))
+        print(
+            f"live push: {p['sent_per_s']} msg/s for {p['seconds']} s, {p['indexed']}/"
+            f"{p['messages']} indexed, freshness p50 {p['freshness']['p50_ms']:.0f} ms, "
+            f"p95 {p['freshness']['p95_ms']:.0f} ms; VmHWM {p['vm_hwm_before_mib']} MiB "
+            "before it"
+        )
+    print(
+        f"service memory: VmHWM {r['vm_hwm_mib']} MiB (target <= {RSS_TARGET_MIB}), "
+        f"VmRSS {r['vm_rss_mib']} MiB, {r['rss_after_start_mib']} MiB after start"
+    )
+    print(
+        "  peak so far, by phase (MiB): "
+        + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in r["vm_hwm_by_phase_mib"].items())
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--eval-dir", default=None)
     p.add_argument("--parts", default="inproc,service")
-    p.add_argument("--reps", type=int, default=100,
-                   help="in-process searches per row (p95: the 5th slowest of 100)")
+    p.add_argument(
+        "--reps",
+        type=int,
+        default=100,
+        help="in-process searches per row (p95: the 5th slowest of 100)",
+    )
     p.add_argument("--asks", type=int, default=10, help="!sources per text count")
     p.add_argument("--work", default=str(evalkit.OUT_DIR / "query-stack"))
     p.add_argument("--out", default=None)
@@ -268,8 +328,11 @@ def main(argv: list[str] | None = None) -> int:
     # The shipped default backend, as the service runs it (and as the cache was built).
     model = load_embedder("all-MiniLM-L6-v2", DEFAULT_BACKEND, evalkit.OUT_DIR / "models")
     store = open_cache(model, root)
-    report: dict = {"benchmark": "query", "machine": perfkit.machine(),
-                    "load_average_before": perfkit.load_average()}
+    report: dict = {
+        "benchmark": "query",
+        "machine": perfkit.machine(),
+        "load_average_before": perfkit.load_average(),
+    }
     if "inproc" in parts:
         report["inproc"] = inproc(store, model, items, args.reps)
     del store, model  # the service phase measures another process

@@ -29,10 +29,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 
-import numpy as np  # noqa: E402
-
 import evalkit  # noqa: E402
+import numpy as np  # noqa: E402
 import retrieval  # noqa: E402
+
 from indexer.records import CORPUS_CHAT  # noqa: E402
 from indexer.search import lines, present  # noqa: E402
 
@@ -61,21 +61,33 @@ def capture(presenter, hits, query_vectors, floor, evidence) -> list[dict]:
         to_q = [float((v @ queries.T).max()) for _, v in resp]
         to_a = [float(v @ vecs[anchor]) for _, v in resp]
         nov = [lines.novelty(m.body, asked) for m, _ in resp]
-        rows.append({
-            "rank": rank, "sim": sim, "line": float(line_sims[anchor]), "key": key,
-            "share": evidence.share(h.bodies),
-            "above": floor is None or key >= floor.needed(h.bodies),
-            "n_lines": len(w), "anchor_at": anchor, "senders": len({m.sender for m in w}),
-            "anchor_q": "?" in w[anchor].body,
-            "n_resp": len(resp), "n_out": len(outside),
-            "resp_q": max(to_q, default=0.0), "resp_a": max(to_a, default=0.0),
-            "resp_best": max(((a + b) * n for a, b, n in zip(to_q, to_a, nov)), default=0.0),
-            "resp_says": sum(1 for (m, _), a, b in zip(resp, to_q, to_a)
-                             if lines.says_something(m, asked) and max(a, b) >= 0.1),
-            "line_mean": float(line_sims.mean()),
-            "events": set(h.event_ids) | {m.event_id for m, _ in resp},
-            "window_events": set(h.event_ids),
-        })
+        rows.append(
+            {
+                "rank": rank,
+                "sim": sim,
+                "line": float(line_sims[anchor]),
+                "key": key,
+                "share": evidence.share(h.bodies),
+                "above": floor is None or key >= floor.needed(h.bodies),
+                "n_lines": len(w),
+                "anchor_at": anchor,
+                "senders": len({m.sender for m in w}),
+                "anchor_q": "?" in w[anchor].body,
+                "n_resp": len(resp),
+                "n_out": len(outside),
+                "resp_q": max(to_q, default=0.0),
+                "resp_a": max(to_a, default=0.0),
+                "resp_best": max(((a + b) * n for a, b, n in zip(to_q, to_a, nov)), default=0.0),
+                "resp_says": sum(
+                    1
+                    for (m, _), a, b in zip(resp, to_q, to_a)
+                    if lines.says_something(m, asked) and max(a, b) >= 0.1
+                ),
+                "line_mean": float(line_sims.mean()),
+                "events": set(h.event_ids) | {m.event_id for m, _ in resp},
+                "window_events": set(h.event_ids),
+            }
+        )
     return rows
 
 
@@ -97,10 +109,12 @@ def collect(sets: list[str]) -> dict:
         from indexer.config import load_config
         from indexer.models.embedder import load_embedder
         from indexer.search.searcher import SourceQuery
+
         cfg = load_config(config)
         if not retrieval._MODEL:
-            retrieval._MODEL.append(load_embedder(cfg.index.embedder.model,
-                                                  cfg.index.embedder.backend, cfg.models_dir))
+            retrieval._MODEL.append(
+                load_embedder(cfg.index.embedder.model, cfg.index.embedder.backend, cfg.models_dir)
+            )
         index = Index.open(cfg, retrieval._MODEL[0])
         gold = {f"{i.id}|query": i.gold for i in items}
         out = {}
@@ -108,11 +122,16 @@ def collect(sets: list[str]) -> dict:
             for n, (qid, texts) in enumerate(asked, 1):
                 spy.rows = []
                 hits = index.searcher.search(SourceQuery.build(texts, evalkit.DEPTH))
-                out[qid] = {"rows": spy.rows, "gold": gold.get(qid, frozenset()),
-                            "hits": [h.window_id for h in hits],
-                            "shown1": set(hits[0].shown_event_ids) if hits and hasattr(
-                                hits[0], "shown_event_ids") else
-                            {ln.event_id for ln in hits[0].shown} if hits else set()}
+                out[qid] = {
+                    "rows": spy.rows,
+                    "gold": gold.get(qid, frozenset()),
+                    "hits": [h.window_id for h in hits],
+                    "shown1": set(hits[0].shown_event_ids)
+                    if hits and hasattr(hits[0], "shown_event_ids")
+                    else {ln.event_id for ln in hits[0].shown}
+                    if hits
+                    else set(),
+                }
                 if n % 20 == 0:
                     print(f"{name}: {n}/{len(asked)}", file=sys.stderr, flush=True)
         finally:
@@ -132,8 +151,10 @@ def replay(data: dict, key: str) -> dict[str, tuple[float, float]]:
         asked = [q for q in questions.values() if q["gold"]]
         s1 = s5 = 0
         for q in asked:
-            rows = sorted((r for r in q["rows"] if r["above"]),
-                          key=lambda r: (-eval(order, names, dict(r)), r["rank"]))
+            rows = sorted(
+                (r for r in q["rows"] if r["above"]),
+                key=lambda r: (-eval(order, names, dict(r)), r["rank"]),
+            )
             hit = [bool(r["events"] & q["gold"]) for r in rows]
             s1 += any(hit[:1])
             s5 += any(hit[:5])
@@ -152,8 +173,13 @@ def main() -> int:
         with open(a.replay, "rb") as f:
             data = pickle.load(f)
         for key in a.key or ["key + 0.05*share"]:
-            print(f"{key}: " + ", ".join(f"{n} success@1 {s1:.3f} @5 {s5:.3f}"
-                                         for n, (s1, s5) in replay(data, key).items()))
+            print(
+                f"{key}: "
+                + ", ".join(
+                    f"{n} success@1 {s1:.3f} @5 {s5:.3f}"
+                    for n, (s1, s5) in replay(data, key).items()
+                )
+            )
         return 0
     data = collect(a.sets.split(","))
     with open(a.out, "wb") as f:

@@ -68,8 +68,9 @@ def run(args: list[str], **kw) -> subprocess.CompletedProcess:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     res = subprocess.run([CLI, *args], text=True, capture_output=True, env=env, **kw)
     if res.returncode != 0:
-        raise SystemExit(f"error: matrix-sources {args[0]} exited {res.returncode}\n"
-                         f"{res.stderr[-3000:]}")
+        raise SystemExit(
+            f"error: matrix-sources {args[0]} exited {res.returncode}\n{res.stderr[-3000:]}"
+        )
     return res
 
 
@@ -103,8 +104,11 @@ def build_index(ds: evalkit.Dataset, data_dir: Path, settings: list[str]) -> dic
     run(["allowlist", "add", "-c", str(config), *evalkit.room_ids(ds.root, ds.rooms)])
     t = time.perf_counter()
     res = run(["import", "-q", "-c", str(config), str(ds.events)])
-    return {"import_seconds": round(time.perf_counter() - t, 1),
-            "import_summary": res.stdout.strip().splitlines(), "settings": applied}
+    return {
+        "import_seconds": round(time.perf_counter() - t, 1),
+        "import_summary": res.stdout.strip().splitlines(),
+        "settings": applied,
+    }
 
 
 _MODEL: list = []  # the in-process embedder, loaded once for every set
@@ -119,8 +123,9 @@ def search_in_process(queries: list[tuple[str, list[str]]], config: Path) -> tup
 
     cfg = load_config(config)
     if not _MODEL:
-        _MODEL.append(load_embedder(cfg.index.embedder.model, cfg.index.embedder.backend,
-                                    cfg.models_dir))
+        _MODEL.append(
+            load_embedder(cfg.index.embedder.model, cfg.index.embedder.backend, cfg.models_dir)
+        )
     # With the postings, as the service opens it: the keyword leg and the word evidence
     # answer from them (the same windows as the event log's scan, which took minutes
     # for questions of many terms, as in Chinese).
@@ -130,15 +135,20 @@ def search_in_process(queries: list[tuple[str, list[str]]], config: Path) -> tup
         raise SystemExit("error: the keyword postings were not built within 10 minutes")
     t = time.perf_counter()
     try:
-        out = {qid: [h.to_json() for h in index.searcher.search(
-            SourceQuery.build(texts, evalkit.DEPTH))] for qid, texts in queries}
+        out = {
+            qid: [
+                h.to_json() for h in index.searcher.search(SourceQuery.build(texts, evalkit.DEPTH))
+            ]
+            for qid, texts in queries
+        }
     finally:
         index.close()
     return out, time.perf_counter() - t
 
 
-def search_batch(queries: list[tuple[str, list[str]]], config: Path, work: Path,
-                 in_process: bool = False) -> tuple[dict, float]:
+def search_batch(
+    queries: list[tuple[str, list[str]]], config: Path, work: Path, in_process: bool = False
+) -> tuple[dict, float]:
     if in_process:
         return search_in_process(queries, config)
     qfile = work / "queries.jsonl"
@@ -146,8 +156,7 @@ def search_batch(queries: list[tuple[str, list[str]]], config: Path, work: Path,
         for qid, texts in queries:
             f.write(json.dumps({"id": qid, "texts": texts, "top_k": evalkit.DEPTH}) + "\n")
     t = time.perf_counter()
-    res = run(["search", "-c", str(config), "--queries", str(qfile), "--top",
-               str(evalkit.DEPTH)])
+    res = run(["search", "-c", str(config), "--queries", str(qfile), "--top", str(evalkit.DEPTH)])
     seconds = time.perf_counter() - t
     out = {}
     for line in res.stdout.splitlines():
@@ -177,17 +186,26 @@ def effective_settings(data_dir: Path) -> dict:
 
     cfg = load_config(data_dir / "config.yaml")
     p = cfg.index.chunk_policy
-    return {"embedder": cfg.index.embedder.model, "backend": cfg.index.embedder.backend,
-            "window_max_bytes": p.max_bytes, "window_gap_seconds": p.gap_ms / 1000,
-            "block_windows": p.block_windows, "follow_replies": p.follow_replies,
-            "min_similarity": cfg.search.min_similarity,
-            "no_shared_word_margin": cfg.search.no_shared_word_margin,
-            "answer_horizon_hours": cfg.index.answer_horizon_hours,
-            "answer_horizon_messages": cfg.index.answer_horizon_messages}
+    return {
+        "embedder": cfg.index.embedder.model,
+        "backend": cfg.index.embedder.backend,
+        "window_max_bytes": p.max_bytes,
+        "window_gap_seconds": p.gap_ms / 1000,
+        "block_windows": p.block_windows,
+        "follow_replies": p.follow_replies,
+        "min_similarity": cfg.search.min_similarity,
+        "no_shared_word_margin": cfg.search.no_shared_word_margin,
+        "answer_horizon_hours": cfg.index.answer_horizon_hours,
+        "answer_horizon_messages": cfg.index.answer_horizon_messages,
+    }
 
 
-def evaluate(items: list[evalkit.Item], hits: dict, n_relevant: dict[str, int],
-             variants: tuple[str, ...] = VARIANTS) -> dict:
+def evaluate(
+    items: list[evalkit.Item],
+    hits: dict,
+    n_relevant: dict[str, int],
+    variants: tuple[str, ...] = VARIANTS,
+) -> dict:
     results = {}
     for v in variants:
         per_item = []
@@ -195,15 +213,22 @@ def evaluate(items: list[evalkit.Item], hits: dict, n_relevant: dict[str, int],
             got = hits[f"{item.id}|{v}"]
             rel = [bool(item.gold & set(h["event_ids"])) for h in got]
             shown = [bool(item.gold & set(h.get("shown_event_ids", []))) for h in got]
-            per_item.append({"id": item.id, **evalkit.item_scores(rel, n_relevant[item.id]),
-                             "shown@1": float(any(shown[:1])),
-                             "shown@5": float(any(shown[:evalkit.SHOWN_AT]))})
+            per_item.append(
+                {
+                    "id": item.id,
+                    **evalkit.item_scores(rel, n_relevant[item.id]),
+                    "shown@1": float(any(shown[:1])),
+                    "shown@5": float(any(shown[: evalkit.SHOWN_AT])),
+                }
+            )
         metrics = evalkit.aggregate(per_item)
         for k in ("shown@1", "shown@5"):
             metrics[k] = round(sum(s[k] for s in per_item) / len(per_item), 4)
-        results[v] = {"metrics": metrics,
-                      "first_hit": {s["id"]: s["first_hit"] for s in per_item},
-                      "shown": {s["id"]: bool(s["shown@5"]) for s in per_item}}
+        results[v] = {
+            "metrics": metrics,
+            "first_hit": {s["id"]: s["first_hit"] for s in per_item},
+            "shown": {s["id"]: bool(s["shown@5"]) for s in per_item},
+        }
     return results
 
 
@@ -219,12 +244,20 @@ def xl_items(ds: evalkit.Dataset) -> dict[str, list[evalkit.Item]]:
     by_lang: dict[str, list[evalkit.Item]] = {}
     for item in evalkit.load_items(ds.root, path):
         by_lang.setdefault(langs[item.id], []).append(item)
-    return dict(sorted(by_lang.items(), key=lambda kv: (
-        XL_LANGS.index(kv[0]) if kv[0] in XL_LANGS else len(XL_LANGS), kv[0])))
+    return dict(
+        sorted(
+            by_lang.items(),
+            key=lambda kv: (XL_LANGS.index(kv[0]) if kv[0] in XL_LANGS else len(XL_LANGS), kv[0]),
+        )
+    )
 
 
-def evaluate_xl(by_lang: dict[str, list[evalkit.Item]], hits: dict,
-                n_relevant: dict[str, int], variants: tuple[str, ...] = VARIANTS) -> dict:
+def evaluate_xl(
+    by_lang: dict[str, list[evalkit.Item]],
+    hits: dict,
+    n_relevant: dict[str, int],
+    variants: tuple[str, ...] = VARIANTS,
+) -> dict:
     """Per language and variant: the metrics, and how many items got no hit at all."""
     out = {}
     for lang, items in by_lang.items():
@@ -259,58 +292,100 @@ def run_set(ds: evalkit.Dataset, data_dir: Path, args) -> dict:
     asked = [(f"{i.id}|{v}", texts_for(i, v)) for i in items for v in args.variants]
     off = offtopic_queries()
     by_lang = xl_items(ds)
-    xl = [(f"{i.id}|{v}", texts_for(i, v)) for lang in by_lang.values() for i in lang
-          for v in args.variants]
+    xl = [
+        (f"{i.id}|{v}", texts_for(i, v))
+        for lang in by_lang.values()
+        for i in lang
+        for v in args.variants
+    ]
     hits, seconds = search_batch(asked + off + xl, config, data_dir, args.in_process)
-    n_relevant = windows_holding(data_dir, items + [i for lang in by_lang.values()
-                                                    for i in lang])
+    n_relevant = windows_holding(data_dir, items + [i for lang in by_lang.values() for i in lang])
     results = evaluate(items, hits, n_relevant, args.variants)
     abstained = [qid for qid, _ in off if not hits[qid]]
-    report = {"items": len(items), "eval_root": str(ds.root), **built,
-              "settings": effective_settings(data_dir),
-              "search_seconds": round(seconds, 1), "queries": len(asked) + len(off) + len(xl),
-              "variants": results,
-              "crosslingual": evaluate_xl(by_lang, hits, n_relevant, args.variants),
-              "offtopic": {"asked": len(off), "abstained": len(abstained),
-                           "answered": [qid for qid, _ in off if hits[qid]],
-                           "by_lang": {lang: [sum(1 for q, _ in off if offtopic_lang(q) == lang
-                                                  and not hits[q]),
-                                              sum(1 for q, _ in off if offtopic_lang(q) == lang)]
-                                       for lang in dict.fromkeys(offtopic_lang(q) for q, _ in off)}}}
+    report = {
+        "items": len(items),
+        "eval_root": str(ds.root),
+        **built,
+        "settings": effective_settings(data_dir),
+        "search_seconds": round(seconds, 1),
+        "queries": len(asked) + len(off) + len(xl),
+        "variants": results,
+        "crosslingual": evaluate_xl(by_lang, hits, n_relevant, args.variants),
+        "offtopic": {
+            "asked": len(off),
+            "abstained": len(abstained),
+            "answered": [qid for qid, _ in off if hits[qid]],
+            "by_lang": {
+                lang: [
+                    sum(1 for q, _ in off if offtopic_lang(q) == lang and not hits[q]),
+                    sum(1 for q, _ in off if offtopic_lang(q) == lang),
+                ]
+                for lang in dict.fromkeys(offtopic_lang(q) for q, _ in off)
+            },
+        },
+    }
     if args.floor_cost:
         set_config(config, ["search.min_similarity=-1"])
         try:
             unfloored, _ = search_batch(asked, config, data_dir, args.in_process)
         finally:
             set_config(config, [f"search.min_similarity={report['settings']['min_similarity']}"])
-        report["without_floor"] = {v: r["metrics"] for v, r in
-                                   evaluate(items, unfloored, n_relevant,
-                                            args.variants).items()}
+        report["without_floor"] = {
+            v: r["metrics"]
+            for v, r in evaluate(items, unfloored, n_relevant, args.variants).items()
+        }
     return report
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--eval-root", default=None,
-                   help="the folder holding ubuntu-irc/ and gitter/ (default: "
-                        "$MATRIX_SOURCES_EVAL_ROOT or ../shared/eval)")
-    p.add_argument("--sets", default="ubuntu,gitter,slack",
-                   help="comma-separated: ubuntu, gitter, slack")
+    p.add_argument(
+        "--eval-root",
+        default=None,
+        help="the folder holding ubuntu-irc/ and gitter/ (default: "
+        "$MATRIX_SOURCES_EVAL_ROOT or ../shared/eval)",
+    )
+    p.add_argument(
+        "--sets", default="ubuntu,gitter,slack", help="comma-separated: ubuntu, gitter, slack"
+    )
     p.add_argument("--out", default=str(evalkit.OUT_DIR / "retrieval.json"))
-    p.add_argument("--work", default=str(evalkit.OUT_DIR),
-                   help="data dirs go here as retrieval-<set>/ (made afresh each run)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="config.yaml setting for the fresh data dirs (repeatable)")
-    p.add_argument("--reuse-index", action="store_true",
-                   help="keep the data dirs' index from a previous run; only search again")
-    p.add_argument("--floor-cost", action="store_true",
-                   help="ask again with search.min_similarity -1 to show what the floor costs")
-    p.add_argument("--in-process", action="store_true",
-                   help="search in this process (the model loaded once), not through the CLI")
-    p.add_argument("--patch", action="append", default=[], metavar="MODULE.NAME=VALUE",
-                   help="set a module constant before searching (repeatable; in-process)")
-    p.add_argument("--variants", default=",".join(VARIANTS),
-                   help="comma-separated, of: " + ", ".join(VARIANTS))
+    p.add_argument(
+        "--work",
+        default=str(evalkit.OUT_DIR),
+        help="data dirs go here as retrieval-<set>/ (made afresh each run)",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="config.yaml setting for the fresh data dirs (repeatable)",
+    )
+    p.add_argument(
+        "--reuse-index",
+        action="store_true",
+        help="keep the data dirs' index from a previous run; only search again",
+    )
+    p.add_argument(
+        "--floor-cost",
+        action="store_true",
+        help="ask again with search.min_similarity -1 to show what the floor costs",
+    )
+    p.add_argument(
+        "--in-process",
+        action="store_true",
+        help="search in this process (the model loaded once), not through the CLI",
+    )
+    p.add_argument(
+        "--patch",
+        action="append",
+        default=[],
+        metavar="MODULE.NAME=VALUE",
+        help="set a module constant before searching (repeatable; in-process)",
+    )
+    p.add_argument(
+        "--variants", default=",".join(VARIANTS), help="comma-separated, of: " + ", ".join(VARIANTS)
+    )
     args = p.parse_args(argv)
     args.variants = tuple(v for v in args.variants.split(",") if v)
     if not set(args.variants) <= set(VARIANTS):
@@ -333,43 +408,75 @@ def main(argv: list[str] | None = None) -> int:
         if not sets[n].queries.is_file():
             raise SystemExit(f"error: {sets[n].queries}: no such file (pass --eval-root)")
     started = time.perf_counter()
-    reports = {n: run_set(sets[n], Path(args.work).resolve() / f"retrieval-{n}", args)
-               for n in names}
+    reports = {
+        n: run_set(sets[n], Path(args.work).resolve() / f"retrieval-{n}", args) for n in names
+    }
     from indexer.pipeline.chunker import CHUNKER_VERSION
 
-    evalkit.write_json(Path(args.out), {
-        "benchmark": "retrieval", "chunker_version": CHUNKER_VERSION,
-        "total_seconds": round(time.perf_counter() - started, 1),
-        "machine": evalkit.machine(), "sets": reports})
-    rows = [(f"{n} {v}", reports[n]["variants"][v]["metrics"])
-            for v in args.variants for n in names]
+    evalkit.write_json(
+        Path(args.out),
+        {
+            "benchmark": "retrieval",
+            "chunker_version": CHUNKER_VERSION,
+            "total_seconds": round(time.perf_counter() - started, 1),
+            "machine": evalkit.machine(),
+            "sets": reports,
+        },
+    )
+    rows = [
+        (f"{n} {v}", reports[n]["variants"][v]["metrics"]) for v in args.variants for n in names
+    ]
     if args.floor_cost:
-        rows += [(f"{n} {v} (no floor)", reports[n]["without_floor"][v])
-                 for v in args.variants for n in names]
-    xl_rows = [(f"{n} {lang} {v}", r["crosslingual"][lang]["variants"][v]["metrics"])
-               for v in args.variants for n, r in reports.items() for lang in r["crosslingual"]]
+        rows += [
+            (f"{n} {v} (no floor)", reports[n]["without_floor"][v])
+            for v in args.variants
+            for n in names
+        ]
+    xl_rows = [
+        (f"{n} {lang} {v}", r["crosslingual"][lang]["variants"][v]["metrics"])
+        for v in args.variants
+        for n, r in reports.items()
+        for lang in r["crosslingual"]
+    ]
     s = next(iter(reports.values()))["settings"]
-    print(evalkit.table(rows, f"Retrieval on the dev sets, {s['embedder']}, chunker {CHUNKER_VERSION}, windows "
-                              f"of {s['window_max_bytes']} bytes, floor {s['min_similarity']} "
-                              f"(+{s['no_shared_word_margin']} sharing no word), "
-                              f"answers within {s['answer_horizon_hours']:g} h / "
-                              f"{s['answer_horizon_messages']} messages", COLUMNS))
+    print(
+        evalkit.table(
+            rows,
+            f"Retrieval on the dev sets, {s['embedder']}, chunker {CHUNKER_VERSION}, windows "
+            f"of {s['window_max_bytes']} bytes, floor {s['min_similarity']} "
+            f"(+{s['no_shared_word_margin']} sharing no word), "
+            f"answers within {s['answer_horizon_hours']:g} h / "
+            f"{s['answer_horizon_messages']} messages",
+            COLUMNS,
+        )
+    )
     if xl_rows:
-        print("\n" + evalkit.table(
-            xl_rows, f"Cross-lingual: the same items asked in other languages of the same "
-                     f"chat, embedder {s['embedder']} (abstained: the share of items that got "
-                     f"no hit)", XL_COLUMNS))
+        print(
+            "\n"
+            + evalkit.table(
+                xl_rows,
+                f"Cross-lingual: the same items asked in other languages of the same "
+                f"chat, embedder {s['embedder']} (abstained: the share of items that got "
+                f"no hit)",
+                XL_COLUMNS,
+            )
+        )
     for n in names:
         r = reports[n]
         o = r["offtopic"]
-        print(f"\n{n}: {r['items']} items; off-topic questions with no hit: "
-              f"{o['abstained']}/{o['asked']} ("
-              + ", ".join(f"{lang} {a}/{b}" for lang, (a, b) in o["by_lang"].items()) + ")"
-              + (f" (answered: {', '.join(o['answered'])})" if o["answered"] else ""))
+        print(
+            f"\n{n}: {r['items']} items; off-topic questions with no hit: "
+            f"{o['abstained']}/{o['asked']} ("
+            + ", ".join(f"{lang} {a}/{b}" for lang, (a, b) in o["by_lang"].items())
+            + ")"
+            + (f" (answered: {', '.join(o['answered'])})" if o["answered"] else "")
+        )
         for line in r.get("import_summary", []):
             print("  import: " + line)
-        print(f"  import {r.get('import_seconds', '-')} s, {r['queries']} queries "
-              f"{r['search_seconds']:.1f} s")
+        print(
+            f"  import {r.get('import_seconds', '-')} s, {r['queries']} queries "
+            f"{r['search_seconds']:.1f} s"
+        )
     print(f"\nwrote {args.out}\n")
     for n in names:
         print(evalkit.attribution(sets[n].root, sets[n].title) + "\n")

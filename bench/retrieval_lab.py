@@ -29,12 +29,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+import evalkit  # noqa: E402
 import numpy as np  # noqa: E402
 
-import evalkit  # noqa: E402
 from indexer.pipeline import chunker  # noqa: E402
-from indexer.search import searcher as search  # noqa: E402
 from indexer.records import EventID, Message, RoomID, UserID  # noqa: E402
+from indexer.search import searcher as search  # noqa: E402
 from indexer.store.vectors.chroma import ChromaStore  # noqa: E402
 
 CACHE = evalkit.OUT_DIR / "lab-cache"
@@ -64,6 +64,7 @@ class CachedEmbedder:
         if missing:
             if self.model is None:
                 from indexer.models.embedder import SentenceTransformerEmbedder
+
                 self.model = SentenceTransformerEmbedder()
             uniq = dict(missing)
             out = self.model.encode(list(uniq.values()))
@@ -86,20 +87,23 @@ def load_messages(split_dir: Path) -> dict[RoomID, list[Message]]:
         body = ev["content"].get("body", "")
         if not body.strip():
             continue
-        m = Message(EventID(ev["event_id"]), RoomID(ev["room_id"]), UserID(ev["sender"]),
-                    ev["origin_server_ts"], body)
+        m = Message(
+            EventID(ev["event_id"]),
+            RoomID(ev["room_id"]),
+            UserID(ev["sender"]),
+            ev["origin_server_ts"],
+            body,
+        )
         rooms.setdefault(m.room_id, []).append(m)
     return rooms
 
 
 def run_config(rooms, items, emb, policy, searcher_kwargs, variants) -> dict:
-    closed = 2**62  # "now", long after every message: every block closed
-    windows = [w for msgs in rooms.values()
-               for w in chunker.build_windows(msgs, policy, "")]
+    windows = [w for msgs in rooms.values() for w in chunker.build_windows(msgs, policy, "")]
     with tempfile.TemporaryDirectory() as tmp:
         store = ChromaStore(path=Path(tmp) / "chroma")
         for i in range(0, len(windows), 500):
-            batch = windows[i:i + 500]
+            batch = windows[i : i + 500]
             store.upsert(batch, emb.encode([chunker.embed_text(w) for w in batch]))
         emb.save()
         s = search.Searcher(emb, store, **searcher_kwargs)
@@ -111,8 +115,11 @@ def run_config(rooms, items, emb, policy, searcher_kwargs, variants) -> dict:
             per = []
             for item in items:
                 kw = " ".join(item.keywords)
-                texts = {"query": [item.query], "keywords": [kw],
-                         "query+keywords": [item.query, kw]}[v]
+                texts = {
+                    "query": [item.query],
+                    "keywords": [kw],
+                    "query+keywords": [item.query, kw],
+                }[v]
                 hits = s.search(search.SourceQuery.build(texts, evalkit.DEPTH))
                 rel = [bool(item.gold & set(h.event_ids)) for h in hits]
                 n_rel = sum(1 for ws in by_room[item.room_id] if ws & item.gold)
@@ -127,10 +134,15 @@ def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--eval-dir", default=None)
     p.add_argument("--split", default="dev")
-    p.add_argument("--policy", action="append", default=[],
-                   help="JSON of ChunkPolicy fields (repeatable)")
-    p.add_argument("--searcher", action="append", default=[],
-                   help="JSON of Searcher keyword arguments (repeatable)")
+    p.add_argument(
+        "--policy", action="append", default=[], help="JSON of ChunkPolicy fields (repeatable)"
+    )
+    p.add_argument(
+        "--searcher",
+        action="append",
+        default=[],
+        help="JSON of Searcher keyword arguments (repeatable)",
+    )
     p.add_argument("--variants", default="query,keywords,query+keywords")
     p.add_argument("--out", default=None)
     args = p.parse_args()
@@ -147,11 +159,18 @@ def main() -> int:
         label = " ".join(f"{k}={v}" for k, v in {**json.loads(pol), **json.loads(sk)}.items())
         for v in variants:
             rows.append((f"{(label or 'defaults')[:28]} {SHORT[v]}", r[v]))
-        results.append({"policy": json.loads(pol), "searcher": json.loads(sk),
-                        **{k: v for k, v in r.items() if ":" not in k},
-                        "seconds": round(time.perf_counter() - t, 1)})
-        print(f"{label or 'defaults'}: {r['windows']} windows, "
-              f"{time.perf_counter() - t:.0f} s", file=sys.stderr)
+        results.append(
+            {
+                "policy": json.loads(pol),
+                "searcher": json.loads(sk),
+                **{k: v for k, v in r.items() if ":" not in k},
+                "seconds": round(time.perf_counter() - t, 1),
+            }
+        )
+        print(
+            f"{label or 'defaults'}: {r['windows']} windows, {time.perf_counter() - t:.0f} s",
+            file=sys.stderr,
+        )
     print(evalkit.table(rows, f"lab, chunker {chunker.CHUNKER_VERSION}"))
     if args.out:
         evalkit.write_json(Path(args.out), {"runs": results})

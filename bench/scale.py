@@ -9,16 +9,15 @@ inproc   in this process, `Searcher.search` (the path `!sources` takes) with 1 a
          texts (the dev questions) and 1 text of search words, `--reps` each: p50/p95;
          the keyword postings built from the event log first (time, RSS growth).
 service  a copy of the cache as the data dir of `matrix-sources run` beside a local
-         Synapse (bench/stackkit.py), the model's ONNX export in it as a deployment
-         has it: start-up to the first answered query (a search API request sent every
-         0.2 s from the moment the process is spawned, until one is answered), `!sources` round trips through Synapse (1 and 8 texts,
-         `--asks` each), the service's resident memory (VmRSS, VmHWM) after them; then,
-         once its keyword postings are built (minutes at a million windows: the asks
-         may come while they build, the push measures the steady state), 200 messages/s
-         pushed to its transaction endpoint for `--push-seconds`, with a
-         redaction every `--redact-every` s and index.compaction_interval_seconds set to
-         that, so compactions run during the push: freshness p50/p95 and the
-         compactions' log lines.
+         Synapse (bench/stackkit.py), the model's ONNX export in it as a deployment has it: start-up
+         to the first answered query (a search API request sent every 0.2 s from the moment the
+         process is spawned, until one is answered), `!sources` round trips through Synapse (1 and 8
+         texts, `--asks` each), the service's resident memory (VmRSS, VmHWM) after them; then, once
+         its keyword postings are built (minutes at a million windows: the asks may come while they
+         build, the push measures the steady state), 200 messages/s pushed to its transaction
+         endpoint for `--push-seconds`, with a redaction every `--redact-every` s and
+         index.compaction_interval_seconds set to that, so compactions run during the push:
+         freshness p50/p95 and the compactions' log lines.
 redact   the service stopped, in this process on the same data dir: a live room of
          `--live` messages indexed through the pipeline (its windows in the hot
          segment), then `--rounds` redactions of a recent message, each followed by its
@@ -71,6 +70,7 @@ def step(msg: str) -> None:
 
 # -- in process ---------------------------------------------------------------------------
 
+
 def inproc(windows: int, items, reps: int, chroma: str = "embedded") -> dict:
     cache = corpus_scale.cache_dir(windows, chroma)
     with corpus_scale.chroma_at(cache, chroma) as port:
@@ -79,6 +79,7 @@ def inproc(windows: int, items, reps: int, chroma: str = "embedded") -> dict:
 
 def _inproc(windows: int, items, reps: int, cache: Path, port: int | None) -> dict:
     import query
+
     from indexer.models.embedder import DEFAULT_BACKEND, load_embedder
     from indexer.search.searcher import Searcher, SourceQuery
     from indexer.search.termindex import TermIndex
@@ -92,37 +93,58 @@ def _inproc(windows: int, items, reps: int, cache: Path, port: int | None) -> di
     t = time.perf_counter()
     searcher.search(SourceQuery.build([items[0].query]))
     cold = time.perf_counter() - t
-    out: dict = {"count": store.count(), "segments": store.segments.counts(),
-                 "open_s": round(opened, 2), "cold_first_search_ms": round(cold * 1000)}
-    step(f"in process: {out['count']} windows in {len(out['segments'])} segments; "
-         "building the keyword postings")
+    out: dict = {
+        "count": store.count(),
+        "segments": store.segments.counts(),
+        "open_s": round(opened, 2),
+        "cold_first_search_ms": round(cold * 1000),
+    }
+    step(
+        f"in process: {out['count']} windows in {len(out['segments'])} segments; "
+        "building the keyword postings"
+    )
     rss = perfkit.proc_status(os.getpid())["VmRSS"]
     t = time.perf_counter()
     terms = start_term_index(TermIndex(), store.eventlog)  # nothing is written meanwhile
     if not terms.ready.wait(3600):
         raise SystemExit("error: the term index was not built in an hour")
     searcher = Searcher(model, store, terms=terms)
-    out["term_index"] = {**terms.stats(), "build_s": round(time.perf_counter() - t, 1),
-                         "rss_growth_mib": round(
-                             (perfkit.proc_status(os.getpid())["VmRSS"] - rss) / 1024)}
+    out["term_index"] = {
+        **terms.stats(),
+        "build_s": round(time.perf_counter() - t, 1),
+        "rss_growth_mib": round((perfkit.proc_status(os.getpid())["VmRSS"] - rss) / 1024),
+    }
     step(f"postings built in {out['term_index']['build_s']} s; searching")
     for texts in query.text_sets(items, "sentences", 8, 3):  # warm up
         searcher.search(SourceQuery.build(texts))
-    out.update(query.rows(searcher, store, model, items, reps,
-                          [("sentences", 1), ("sentences", 8), ("keywords", 1)]))
+    out.update(
+        query.rows(
+            searcher,
+            store,
+            model,
+            items,
+            reps,
+            [("sentences", 1), ("sentences", 8), ("keywords", 1)],
+        )
+    )
     out["vm_rss_mib"] = round(perfkit.proc_status(os.getpid())["VmRSS"] / 1024)
     return out
 
 
 # -- the service ------------------------------------------------------------------------
 
-def _first_answer(port: int, token: str, spawned: float, found: dict, stop: threading.Event
-                  ) -> None:
+
+def _first_answer(
+    port: int, token: str, spawned: float, found: dict, stop: threading.Event
+) -> None:
     body = json.dumps({"texts": ["how do I mount an nfs share"], "top_k": 3}).encode()
     while not stop.is_set():
         req = urllib.request.Request(
-            f"http://127.0.0.1:{port}/_matrix_sources/v1/search", data=body, method="POST",
-            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+            f"http://127.0.0.1:{port}/_matrix_sources/v1/search",
+            data=body,
+            method="POST",
+            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+        )
         try:
             with urllib.request.urlopen(req, timeout=5) as r:
                 if r.status == 200:
@@ -133,8 +155,15 @@ def _first_answer(port: int, token: str, spawned: float, found: dict, stop: thre
         time.sleep(0.2)
 
 
-def service(windows: int, items, asks: int, push_seconds: float, redact_every: float,
-            work: Path, chroma: str = "embedded") -> dict:
+def service(
+    windows: int,
+    items,
+    asks: int,
+    push_seconds: float,
+    redact_every: float,
+    work: Path,
+    chroma: str = "embedded",
+) -> dict:
     """The service on a copy of the cache: embedded, or as a client of a `chroma run` on
     a copy of the server cache's persist dir (the server's memory reported beside)."""
     from tests.chromaserver import chroma_server_in
@@ -151,19 +180,33 @@ def service(windows: int, items, asks: int, push_seconds: float, redact_every: f
         return _service(windows, items, asks, push_seconds, redact_every, work, cache, server)
 
 
-def _service(windows: int, items, asks: int, push_seconds: float, redact_every: float,
-             work: Path, cache: Path, server) -> dict:
+def _service(
+    windows: int,
+    items,
+    asks: int,
+    push_seconds: float,
+    redact_every: float,
+    work: Path,
+    cache: Path,
+    server,
+) -> dict:
     import live
     import query
     import stackkit
+
     from tests.harness import make_stack
 
     stack = make_stack(work)
     settings = {**stackkit.BENCH_SETTINGS, "index.compaction_interval_seconds": redact_every}
     if server is not None:  # on another machine, as docs/deployment.md has it: no
         # persist_dir (the service does not reach the server's folder)
-        settings.update({"index.chroma.mode": "server", "index.chroma.host": "127.0.0.1",
-                         "index.chroma.port": server.port})
+        settings.update(
+            {
+                "index.chroma.mode": "server",
+                "index.chroma.host": "127.0.0.1",
+                "index.chroma.port": server.port,
+            }
+        )
     perfkit.apply_settings(stack.config, settings)
     rooms = corpus_scale.room_ids(windows, "embedded" if server is None else "server")
     stackkit.write_allowlist(stack, rooms + live.push_room_ids(200))
@@ -183,8 +226,9 @@ def _service(windows: int, items, asks: int, push_seconds: float, redact_every: 
         found: dict = {}
         stop = threading.Event()
         spawned = time.monotonic()
-        poller = threading.Thread(target=_first_answer,
-                                  args=(stack.service.port, token, spawned, found, stop))
+        poller = threading.Thread(
+            target=_first_answer, args=(stack.service.port, token, spawned, found, stop)
+        )
         poller.start()
         step("starting the service")
         stack.service.start(timeout=1800)
@@ -194,18 +238,25 @@ def _service(windows: int, items, asks: int, push_seconds: float, redact_every: 
         out["start_to_first_answer_s"] = found.get("first_answer_s")
         pid = stack.service.proc.pid
         out["rss_after_start_mib"] = round(perfkit.proc_status(pid)["VmRSS"] / 1024)
-        step(f"first answer {out['start_to_first_answer_s']} s after the spawn; asking "
-             "!sources through Synapse")
+        step(
+            f"first answer {out['start_to_first_answer_s']} s after the spawn; asking "
+            "!sources through Synapse"
+        )
         trips = asyncio.run(query.ask_loop(stack, items, asks))
-        out["round_trip"] = {k: v for k, v in trips.items()
-                             if k in ("sentences_1", "sentences_8", "keywords_1")}
+        out["round_trip"] = {
+            k: v for k, v in trips.items() if k in ("sentences_1", "sentences_8", "keywords_1")
+        }
         status = perfkit.proc_status(pid)
-        out["vm_rss_mib"], out["vm_hwm_mib"] = (round(status["VmRSS"] / 1024),
-                                                round(status["VmHWM"] / 1024))
+        out["vm_rss_mib"], out["vm_hwm_mib"] = (
+            round(status["VmRSS"] / 1024),
+            round(status["VmHWM"] / 1024),
+        )
         if server is not None:
             status = perfkit.proc_status(server.pid)
-            out["chroma_server"] = {"vm_rss_mib": round(status["VmRSS"] / 1024),
-                                    "vm_hwm_mib": round(status["VmHWM"] / 1024)}
+            out["chroma_server"] = {
+                "vm_rss_mib": round(status["VmRSS"] / 1024),
+                "vm_hwm_mib": round(status["VmHWM"] / 1024),
+            }
         # The push measures the steady state: at a million windows the asks above come
         # while the postings still build (minutes), and a push then is a different test.
         out["postings_build_s"] = _postings_ready(stack.service.log_path)
@@ -214,15 +265,19 @@ def _service(windows: int, items, asks: int, push_seconds: float, redact_every: 
         time.sleep(2)
         status = perfkit.proc_status(pid)
         out["vm_rss_postings_built_mib"] = round(status["VmRSS"] / 1024)
-        step(f"postings built in {out['postings_build_s']} s; pushing 200 messages/s for "
-             f"{push_seconds} s, a redaction every {redact_every} s")
+        step(
+            f"postings built in {out['postings_build_s']} s; pushing 200 messages/s for "
+            f"{push_seconds} s, a redaction every {redact_every} s"
+        )
         log_at = stack.service.log_path.stat().st_size
         bodies = live.eval_bodies(evalkit.eval_dir(None))
-        out["push_200"] = asyncio.run(live.push(stack, bodies, 200, push_seconds,
-                                                redact_every=redact_every))
+        out["push_200"] = asyncio.run(
+            live.push(stack, bodies, 200, push_seconds, redact_every=redact_every)
+        )
         copies = _log_lines(stack.service.log_path, log_at, "chroma_segments_copied")
-        out["push_200"]["copies"] = [{"points": int(c["points"]),
-                                      "seconds": float(c["seconds"])} for c in copies]
+        out["push_200"]["copies"] = [
+            {"points": int(c["points"]), "seconds": float(c["seconds"])} for c in copies
+        ]
         status = perfkit.proc_status(pid)
         out["vm_rss_after_push_mib"] = round(status["VmRSS"] / 1024)
         out["vm_hwm_after_push_mib"] = round(status["VmHWM"] / 1024)
@@ -251,11 +306,13 @@ def _log_lines(path: Path, offset: int, event: str) -> list[dict]:
     with open(path, "rb") as f:
         f.seek(offset)
         text = f.read().decode(errors="replace")
-    return [dict(re.findall(r"(\w+)=(\S+)", line)) for line in text.splitlines()
-            if f" {event} " in line]
+    return [
+        dict(re.findall(r"(\w+)=(\S+)", line)) for line in text.splitlines() if f" {event} " in line
+    ]
 
 
 # -- redactions, in process ---------------------------------------------------------------
+
 
 def _hnsw_bytes(root: Path) -> dict[int, int]:
     """Generation -> bytes of its HNSW files (data_level0.bin and its three others)."""
@@ -266,8 +323,9 @@ def _hnsw_bytes(root: Path) -> dict[int, int]:
     return out
 
 
-def _scan(root: Path, vectors: dict[str, list[float]], n: int = 16, tol: float = 1e-5
-          ) -> dict[str, list[str]]:
+def _scan(
+    root: Path, vectors: dict[str, list[float]], n: int = 16, tol: float = 1e-5
+) -> dict[str, list[str]]:
     """Each vector -> the files (under root) holding its first n components, in one
     pass over the files (tests/vectorscan.py does one vector at a time)."""
     import numpy as np
@@ -283,8 +341,8 @@ def _scan(root: Path, vectors: dict[str, list[float]], n: int = 16, tol: float =
             a = np.frombuffer(data, dtype="<f4", count=count, offset=align)
             for k, w in want.items():
                 with np.errstate(invalid="ignore"):
-                    for i in np.flatnonzero(np.abs(a[:count - n + 1] - w[0]) < tol):
-                        if np.all(np.abs(a[i:i + n] - w) < tol):
+                    for i in np.flatnonzero(np.abs(a[: count - n + 1] - w[0]) < tol):
+                        if np.all(np.abs(a[i : i + n] - w) < tol):
                             found[k].append(str(path.relative_to(root)))
                             break
     return {k: sorted(set(v)) for k, v in found.items()}
@@ -304,22 +362,47 @@ def redact(data_dir: Path, rounds: int, live_messages: int) -> dict:
     old_event = _old_event(data_dir)
     old_room = _room_of(data_dir, old_event)
     gate = Gate(frozenset({LIVE_ROOM, old_room}), "@sourcesbot:localhost")
-    ingest, pipeline = writers(log, Journal(data_dir / "journal.jsonl"), store, model, gate,
-                               cfg.index.chunk_policy, compact_every=0.0)
+    ingest, pipeline = writers(
+        log,
+        Journal(data_dir / "journal.jsonl"),
+        store,
+        model,
+        gate,
+        cfg.index.chunk_policy,
+        compact_every=0.0,
+    )
     pipeline.compaction.merge_due = lambda: False  # only the redactions' copies are timed
     rooms = corpus_scale.corpus100k.eval_messages(evalkit.eval_dir(None))
     lines = [b for room in rooms[:4] for _, b in room][:live_messages]
-    ingest.admit([{"type": "m.room.join_rules", "room_id": r, "state_key": "",
-                   "sender": "@a:bench.local", "event_id": f"$scale-jr-{k}",
-                   "origin_server_ts": T0, "content": {"join_rule": "public"}}
-                  for k, r in enumerate((LIVE_ROOM, old_room))])
+    ingest.admit(
+        [
+            {
+                "type": "m.room.join_rules",
+                "room_id": r,
+                "state_key": "",
+                "sender": "@a:bench.local",
+                "event_id": f"$scale-jr-{k}",
+                "origin_server_ts": T0,
+                "content": {"join_rule": "public"},
+            }
+            for k, r in enumerate((LIVE_ROOM, old_room))
+        ]
+    )
     step(f"indexing a live room of {len(lines)} messages")
     for i in range(0, len(lines), 200):
-        ingest.admit([{"type": "m.room.message", "room_id": LIVE_ROOM,
-                       "sender": f"@p{k % 7}:bench.local", "event_id": f"$scale-live-{k}",
-                       "origin_server_ts": T0 + k * 20_000,
-                       "content": {"msgtype": "m.text", "body": body}}
-                      for k, body in enumerate(lines[i:i + 200], start=i)])
+        ingest.admit(
+            [
+                {
+                    "type": "m.room.message",
+                    "room_id": LIVE_ROOM,
+                    "sender": f"@p{k % 7}:bench.local",
+                    "event_id": f"$scale-live-{k}",
+                    "origin_server_ts": T0 + k * 20_000,
+                    "content": {"msgtype": "m.text", "body": body},
+                }
+                for k, body in enumerate(lines[i : i + 200], start=i)
+            ]
+        )
         pipeline.process_all()
     pipeline.compaction.request({"before the rounds"})
     pipeline.run_compaction()  # nothing of before the rounds is left to copy
@@ -336,10 +419,19 @@ def redact(data_dir: Path, rounds: int, live_messages: int) -> dict:
         before = _hnsw_bytes(store.path)
         dirty = sum(1 for s in store.segments.list if s.dirty)
         t, cpu = time.monotonic(), time.process_time()
-        ingest.admit([{"type": "m.room.redaction", "room_id": room,
-                       "sender": "@a:bench.local", "redacts": event_id,
-                       "event_id": f"{event_id}-redaction", "origin_server_ts": T0,
-                       "content": {}}])
+        ingest.admit(
+            [
+                {
+                    "type": "m.room.redaction",
+                    "room_id": room,
+                    "sender": "@a:bench.local",
+                    "redacts": event_id,
+                    "event_id": f"{event_id}-redaction",
+                    "origin_server_ts": T0,
+                    "content": {},
+                }
+            ]
+        )
         pipeline.process_all()
         asked = time.monotonic()
         ran = pipeline.run_compaction()
@@ -348,26 +440,42 @@ def redact(data_dir: Path, rounds: int, live_messages: int) -> dict:
         after = _hnsw_bytes(store.path)
         fresh = {n: b for n, b in after.items() if n not in before}
         copied = sum(c for seg, c in zip(segs.list, segs.counts()) if seg.n in fresh)
-        results.append({
-            "kind": kind, "compacted": bool(ran), "cpu_s": round(time.process_time() - cpu, 2),
-            "wall_s": round(done - t, 2), "copy_wall_s": round(done - asked, 2),
-            "segments_copied": len(fresh), "dirty_before": dirty,
-            "points_copied": copied, "points": total, "segments": len(segs.list),
-            "hnsw_bytes_rewritten": sum(fresh.values()), "hnsw_bytes": sum(after.values())})
+        results.append(
+            {
+                "kind": kind,
+                "compacted": bool(ran),
+                "cpu_s": round(time.process_time() - cpu, 2),
+                "wall_s": round(done - t, 2),
+                "copy_wall_s": round(done - asked, 2),
+                "segments_copied": len(fresh),
+                "dirty_before": dirty,
+                "points_copied": copied,
+                "points": total,
+                "segments": len(segs.list),
+                "hnsw_bytes_rewritten": sum(fresh.values()),
+                "hnsw_bytes": sum(after.values()),
+            }
+        )
         r = results[-1]
-        step(f"redaction of a {kind} message: {r['segments_copied']} segment(s) copied, "
-             f"{r['points_copied']} of {total} points, {r['cpu_s']} s CPU, "
-             f"{r['wall_s']} s from the redaction to the old files gone")
+        step(
+            f"redaction of a {kind} message: {r['segments_copied']} segment(s) copied, "
+            f"{r['points_copied']} of {total} points, {r['cpu_s']} s CPU, "
+            f"{r['wall_s']} s from the redaction to the old files gone"
+        )
     step("scanning every file of the data dir for the redacted windows' old vectors")
     left = _scan(data_dir, vectors)
     cpu = sorted(r["cpu_s"] for r in results if r["kind"] == "recent")
-    return {"rounds": results, "vectors_left_in_files": {k: v for k, v in left.items() if v},
-            "recent_cpu_s_p50": cpu[len(cpu) // 2], "recent_cpu_s_max": cpu[-1],
-            "core_share_at_one_a_minute": round(cpu[-1] / 60, 3),
-            "hnsw_share_rewritten_max": round(max(
-                r["hnsw_bytes_rewritten"] / r["hnsw_bytes"] for r in results), 3),
-            "points_share_copied_max": round(max(
-                r["points_copied"] / r["points"] for r in results), 3)}
+    return {
+        "rounds": results,
+        "vectors_left_in_files": {k: v for k, v in left.items() if v},
+        "recent_cpu_s_p50": cpu[len(cpu) // 2],
+        "recent_cpu_s_max": cpu[-1],
+        "core_share_at_one_a_minute": round(cpu[-1] / 60, 3),
+        "hnsw_share_rewritten_max": round(
+            max(r["hnsw_bytes_rewritten"] / r["hnsw_bytes"] for r in results), 3
+        ),
+        "points_share_copied_max": round(max(r["points_copied"] / r["points"] for r in results), 3),
+    }
 
 
 def _query(data_dir: Path, sql: str, *args):
@@ -390,44 +498,58 @@ def _room_of(data_dir: Path, event_id: str) -> str:
 
 def _old_event(data_dir: Path) -> str:
     """A message of the first generated room: in the oldest segment."""
-    return _query(data_dir, "SELECT event_id FROM events WHERE event_id LIKE '$gen-00000-%' "
-                  "AND status = 'indexed' ORDER BY event_id LIMIT 1 OFFSET 37")[0]
+    return _query(
+        data_dir,
+        "SELECT event_id FROM events WHERE event_id LIKE '$gen-00000-%' "
+        "AND status = 'indexed' ORDER BY event_id LIMIT 1 OFFSET 37",
+    )[0]
 
 
 # -- the report ---------------------------------------------------------------------------
+
 
 def summary(r: dict) -> list[str]:
     out = []
     if "inproc" in r:
         x = r["inproc"]
-        out.append(f"in process: {x['count']} windows, {len(x['segments'])} segments; search "
-                   f"p95 1 text {x['sentences_1']['search']['p95_ms']:.0f} ms, 8 texts "
-                   f"{x['sentences_8']['search']['p95_ms']:.0f} ms, search words "
-                   f"{x['keywords_1']['search']['p95_ms']:.0f} ms; postings built in "
-                   f"{x['term_index']['build_s']} s (+{x['term_index']['rss_growth_mib']} MiB)")
+        out.append(
+            f"in process: {x['count']} windows, {len(x['segments'])} segments; search "
+            f"p95 1 text {x['sentences_1']['search']['p95_ms']:.0f} ms, 8 texts "
+            f"{x['sentences_8']['search']['p95_ms']:.0f} ms, search words "
+            f"{x['keywords_1']['search']['p95_ms']:.0f} ms; postings built in "
+            f"{x['term_index']['build_s']} s (+{x['term_index']['rss_growth_mib']} MiB)"
+        )
     if "service" in r:
         x = r["service"]
         rt = x["round_trip"]
         p = x["push_200"]
-        out.append(f"service: first answer {x['start_to_first_answer_s']} s after the spawn;"
-                   f" !sources p95 1 text {rt['sentences_1']['p95_ms']:.0f} ms, 8 texts "
-                   f"{rt['sentences_8']['p95_ms']:.0f} ms; VmRSS {x['vm_rss_mib']} MiB, VmHWM "
-                   f"{x['vm_hwm_mib']} MiB; once the postings are built VmRSS "
-                   f"{x.get('vm_rss_postings_built_mib')} MiB; after the push VmRSS "
-                   f"{x.get('vm_rss_after_push_mib')} MiB, VmHWM {x.get('vm_hwm_after_push_mib')} MiB")
+        out.append(
+            f"service: first answer {x['start_to_first_answer_s']} s after the spawn;"
+            f" !sources p95 1 text {rt['sentences_1']['p95_ms']:.0f} ms, 8 texts "
+            f"{rt['sentences_8']['p95_ms']:.0f} ms; VmRSS {x['vm_rss_mib']} MiB, VmHWM "
+            f"{x['vm_hwm_mib']} MiB; once the postings are built VmRSS "
+            f"{x.get('vm_rss_postings_built_mib')} MiB; after the push VmRSS "
+            f"{x.get('vm_rss_after_push_mib')} MiB, VmHWM {x.get('vm_hwm_after_push_mib')} MiB"
+        )
         if "chroma_server" in x:
-            out.append(f"the Chroma server beside it: VmRSS {x['chroma_server']['vm_rss_mib']}"
-                       f" MiB, VmHWM {x['chroma_server']['vm_hwm_mib']} MiB")
-        out.append(f"200 msg/s, {p['redactions']} redactions during it: freshness "
-                   f"p95 {p['freshness']['p95_ms']:.0f} ms, {p['indexed']}/{p['messages']} "
-                   f"indexed, {len(p['copies'])} segment copies during it")
+            out.append(
+                f"the Chroma server beside it: VmRSS {x['chroma_server']['vm_rss_mib']}"
+                f" MiB, VmHWM {x['chroma_server']['vm_hwm_mib']} MiB"
+            )
+        out.append(
+            f"200 msg/s, {p['redactions']} redactions during it: freshness "
+            f"p95 {p['freshness']['p95_ms']:.0f} ms, {p['indexed']}/{p['messages']} "
+            f"indexed, {len(p['copies'])} segment copies during it"
+        )
     if "redact" in r:
         x = r["redact"]
-        out.append(f"redactions: CPU per compaction p50 {x['recent_cpu_s_p50']} s, max "
-                   f"{x['recent_cpu_s_max']} s -> {x['core_share_at_one_a_minute']:.1%} of a "
-                   f"core at one a minute; at most {x['points_share_copied_max']:.1%} of the "
-                   f"points and {x['hnsw_share_rewritten_max']:.1%} of the HNSW bytes "
-                   f"rewritten; old vectors left in files: {x['vectors_left_in_files'] or 0}")
+        out.append(
+            f"redactions: CPU per compaction p50 {x['recent_cpu_s_p50']} s, max "
+            f"{x['recent_cpu_s_max']} s -> {x['core_share_at_one_a_minute']:.1%} of a "
+            f"core at one a minute; at most {x['points_share_copied_max']:.1%} of the "
+            f"points and {x['hnsw_share_rewritten_max']:.1%} of the HNSW bytes "
+            f"rewritten; old vectors left in files: {x['vectors_left_in_files'] or 0}"
+        )
     return out
 
 
@@ -443,9 +565,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=5, help="redactions of recent messages")
     p.add_argument("--live", type=int, default=600, help="messages of the live room")
     p.add_argument("--work", default=None)
-    p.add_argument("--chroma", choices=("embedded", "server"), default="embedded",
-                   help="server: the collection in a `chroma run` on this host (inproc and "
-                        "service parts; redact is embedded only)")
+    p.add_argument(
+        "--chroma",
+        choices=("embedded", "server"),
+        default="embedded",
+        help="server: the collection in a `chroma run` on this host (inproc and "
+        "service parts; redact is embedded only)",
+    )
     args = p.parse_args(argv)
     perfkit.quiet_env()
     root = evalkit.eval_dir(args.eval_dir)
@@ -453,21 +579,26 @@ def main(argv: list[str] | None = None) -> int:
     parts = args.parts.split(",")
     server = args.chroma == "server"
     if server and "redact" in parts:
-        p.error("--chroma server: the redact part is embedded only; give --parts "
-                "inproc,service")
+        p.error("--chroma server: the redact part is embedded only; give --parts inproc,service")
     name = f"scale-{args.windows}" + ("-server" if server else "")
     work = Path(args.work or evalkit.OUT_DIR / f"{name}-stack")
     started = time.monotonic()
     step(f"the {args.windows}-window collection (bench/corpus_scale.py; built if missing)")
     state = corpus_scale.build(root, args.windows, chroma=args.chroma)
-    report: dict = {"benchmark": "scale", "windows": args.windows, "chroma": args.chroma,
-                    "machine": perfkit.machine(),
-                    "load_average_before": perfkit.load_average(), "build": state}
+    report: dict = {
+        "benchmark": "scale",
+        "windows": args.windows,
+        "chroma": args.chroma,
+        "machine": perfkit.machine(),
+        "load_average_before": perfkit.load_average(),
+        "build": state,
+    }
     if "inproc" in parts:
         report["inproc"] = inproc(args.windows, items, args.reps, args.chroma)
     if "service" in parts:
-        report["service"] = service(args.windows, items, args.asks, args.push_seconds,
-                                    args.redact_every, work, args.chroma)
+        report["service"] = service(
+            args.windows, items, args.asks, args.push_seconds, args.redact_every, work, args.chroma
+        )
     if "redact" in parts:
         data = Path(report.get("service", {}).get("data_dir") or work / "data")
         if not data.exists():

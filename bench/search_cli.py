@@ -46,14 +46,23 @@ TARGET_S = 1.0
 
 
 def env() -> dict:
-    return {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-            "ANONYMIZED_TELEMETRY": "False"}
+    return {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "ANONYMIZED_TELEMETRY": "False",
+    }
 
 
 def timed_search(config: Path, question: str) -> tuple[float, list[dict], str]:
     t = time.perf_counter()
-    res = subprocess.run([CLI, "search", "-c", str(config), "--json", question],
-                         capture_output=True, text=True, env=env(), timeout=600)
+    res = subprocess.run(
+        [CLI, "search", "-c", str(config), "--json", question],
+        capture_output=True,
+        text=True,
+        env=env(),
+        timeout=600,
+    )
     seconds = time.perf_counter() - t
     if res.returncode != 0:
         raise SystemExit(f"error: search exited {res.returncode}: {res.stderr[-2000:]}")
@@ -78,21 +87,33 @@ def first_difference(a: object, b: object, path: str = "hits") -> str:
 def import_profile(config: Path, question: str) -> dict:
     """`python -X importtime` of the API path: total and the five largest top-level
     imports (cumulative microseconds, as the flag prints them)."""
-    probe = ("import sys; from appservice.cli.main import main; "
-             f"sys.exit(main(['search', '-c', {str(config)!r}, '--json', {question!r}]))")
-    res = subprocess.run([sys.executable, "-X", "importtime", "-c", probe],
-                         capture_output=True, text=True, env=env(), timeout=600)
+    probe = (
+        "import sys; from appservice.cli.main import main; "
+        f"sys.exit(main(['search', '-c', {str(config)!r}, '--json', {question!r}]))"
+    )
+    res = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", probe],
+        capture_output=True,
+        text=True,
+        env=env(),
+        timeout=600,
+    )
     top = []
     for line in res.stderr.splitlines():
         m = re.match(r"import time:\s+(\d+) \|\s+(\d+) \| (\S.*)$", line)
         if m and not m.group(3).startswith(" "):  # top level: no indentation
             top.append((int(m.group(2)), m.group(3)))
     top.sort(reverse=True)
-    heavy = [m for m in ("torch", "chromadb", "mautrix", "onnxruntime")
-             if re.search(rf"\| +{m}$", res.stderr, re.M)]
-    return {"imports_ms": round(sum(us for us, _ in top) / 1000),
-            "largest_ms": {name: round(us / 1000) for us, name in top[:5]},
-            "heavy_imported": heavy}
+    heavy = [
+        m
+        for m in ("torch", "chromadb", "mautrix", "onnxruntime")
+        if re.search(rf"\| +{m}$", res.stderr, re.M)
+    ]
+    return {
+        "imports_ms": round(sum(us for us, _ in top) / 1000),
+        "largest_ms": {name: round(us / 1000) for us, name in top[:5]},
+        "heavy_imported": heavy,
+    }
 
 
 def collection_size(config: Path) -> int:
@@ -117,8 +138,11 @@ def seed(args, work: Path) -> tuple[Path, list[str]]:
         import corpus100k
 
         if corpus100k.open_cache().count() < 100_000:
-            print("building the 100,000-window collection first (bench/corpus100k.py; "
-                  "once, resumable)", flush=True)
+            print(
+                "building the 100,000-window collection first (bench/corpus100k.py; "
+                "once, resumable)",
+                flush=True,
+            )
             corpus100k.build(work, 100_000, 0)
         return corpus100k.CACHE, corpus100k.room_ids()
     ds = evalkit.datasets(args.eval_root)["ubuntu"]
@@ -131,8 +155,12 @@ def seed(args, work: Path) -> tuple[Path, list[str]]:
         with open(ds.events, encoding="utf-8") as f, open(events, "w", encoding="utf-8") as out:
             out.writelines(line for _, line in zip(range(args.events), f))
     t = time.perf_counter()
-    subprocess.run([CLI, "import", "-q", "-c", str(config), str(events)], check=True,
-                   env=env(), capture_output=True)
+    subprocess.run(
+        [CLI, "import", "-q", "-c", str(config), str(events)],
+        check=True,
+        env=env(),
+        capture_output=True,
+    )
     print(f"imported {events} in {time.perf_counter() - t:.0f} s", flush=True)
     return data, rooms
 
@@ -152,9 +180,10 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     seeded, rooms = seed(args, work)
     items = evalkit.load_items(evalkit.datasets(args.eval_root)["ubuntu"].root / "dev")
-    questions = [i.query for i in items][:args.reps]
-    with stackkit.running_stack(work / "stack", seed_chroma=seeded / "chroma",
-                                allowlist=rooms) as stack:
+    questions = [i.query for i in items][: args.reps]
+    with stackkit.running_stack(
+        work / "stack", seed_chroma=seeded / "chroma", allowlist=rooms
+    ) as stack:
         api, api_hits, api_err = rows(stack.config, questions)
         assert "loading the model" not in api_err, api_err
         profile = import_profile(stack.config, questions[0])
@@ -165,22 +194,37 @@ def main(argv: list[str] | None = None) -> int:
     for q, a, b in zip(questions, api_hits, stopped_hits):
         if a != b:
             print(f"  differs: {q[:60]!r}: {first_difference(a, b)}", flush=True)
-    report = {"machine": perfkit.machine(), "load_average": perfkit.load_average(),
-              "windows": windows, "questions": len(questions),
-              "api_s": [round(s, 3) for s in api], "stopped_s": [round(s, 3) for s in stopped],
-              "api_median_s": round(statistics.median(api), 3),
-              "stopped_median_s": round(statistics.median(stopped), 3),
-              "target_s": TARGET_S, "same_hits": f"{same}/{len(questions)}", **profile}
-    print(f"matrix-sources search, wall time per process ({len(questions)} questions, "
-          f"{windows} windows; load {report['load_average']})")
-    print(f"  through the service's API   median {report['api_median_s']:.2f} s  "
-          f"{report['api_s']}  (target <= {TARGET_S} s)")
-    print(f"  opening the data dir        median {report['stopped_median_s']:.2f} s  "
-          f"{report['stopped_s']}")
+    report = {
+        "machine": perfkit.machine(),
+        "load_average": perfkit.load_average(),
+        "windows": windows,
+        "questions": len(questions),
+        "api_s": [round(s, 3) for s in api],
+        "stopped_s": [round(s, 3) for s in stopped],
+        "api_median_s": round(statistics.median(api), 3),
+        "stopped_median_s": round(statistics.median(stopped), 3),
+        "target_s": TARGET_S,
+        "same_hits": f"{same}/{len(questions)}",
+        **profile,
+    }
+    print(
+        f"matrix-sources search, wall time per process ({len(questions)} questions, "
+        f"{windows} windows; load {report['load_average']})"
+    )
+    print(
+        f"  through the service's API   median {report['api_median_s']:.2f} s  "
+        f"{report['api_s']}  (target <= {TARGET_S} s)"
+    )
+    print(
+        f"  opening the data dir        median {report['stopped_median_s']:.2f} s  "
+        f"{report['stopped_s']}"
+    )
     print(f"  same hits both ways: {report['same_hits']}")
-    print(f"  API path imports: {profile['imports_ms']} ms (python -X importtime), largest "
-          + ", ".join(f"{k} {v} ms" for k, v in profile["largest_ms"].items())
-          + f"; torch/chromadb/mautrix/onnxruntime imported: {profile['heavy_imported'] or 'none'}")
+    print(
+        f"  API path imports: {profile['imports_ms']} ms (python -X importtime), largest "
+        + ", ".join(f"{k} {v} ms" for k, v in profile["largest_ms"].items())
+        + f"; torch/chromadb/mautrix/onnxruntime imported: {profile['heavy_imported'] or 'none'}"
+    )
     out = perfkit.write_report("search_cli", report, args.out)
     print(f"wrote {out}")
     return 0 if same == len(questions) else 1

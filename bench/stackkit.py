@@ -18,20 +18,29 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import perfkit
+
 from tests.harness import Stack, make_stack
 
-BENCH_SETTINGS = {"index.debounce_seconds": 1.0, "logging.level": "INFO",
-                  "search.rate_limit_per_minute": 0}
+BENCH_SETTINGS = {
+    "index.debounce_seconds": 1.0,
+    "logging.level": "INFO",
+    "search.rate_limit_per_minute": 0,
+}
 
 
 def write_allowlist(stack: Stack, rooms: list[str]) -> None:
     (stack.data_dir / "allowlist.yaml").write_text(
-        "rooms:\n" + "".join(f"  - '{r}'\n" for r in rooms), encoding="utf-8")
+        "rooms:\n" + "".join(f"  - '{r}'\n" for r in rooms), encoding="utf-8"
+    )
 
 
 @contextmanager
-def running_stack(root: Path, settings: dict | None = None, seed_chroma: Path | None = None,
-                  allowlist: list[str] | None = None):
+def running_stack(
+    root: Path,
+    settings: dict | None = None,
+    seed_chroma: Path | None = None,
+    allowlist: list[str] | None = None,
+):
     """Synapse and the service, started (model loaded, ready), stopped on exit."""
     if root.exists():
         shutil.rmtree(root)
@@ -58,8 +67,7 @@ def running_stack(root: Path, settings: dict | None = None, seed_chroma: Path | 
 
 def metrics(stack: Stack) -> dict[str, float]:
     """The service's Prometheus counters and gauges without labels."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{stack.service.port}/metrics",
-                                timeout=10) as r:
+    with urllib.request.urlopen(f"http://127.0.0.1:{stack.service.port}/metrics", timeout=10) as r:
         text = r.read().decode()
     out = {}
     for line in text.splitlines():
@@ -95,14 +103,17 @@ class IndexedWatcher(threading.Thread):
         while not self._halt.is_set():
             try:
                 if db is None:
-                    db = sqlite3.connect(f"file:{self.eventlog}?mode=ro", uri=True,
-                                         timeout=5)
+                    db = sqlite3.connect(f"file:{self.eventlog}?mode=ro", uri=True, timeout=5)
                 # The lowest pending seq first: whatever lies below it is settled
                 # before the read of indexed rows below, so none is skipped.
-                pending = db.execute("SELECT MIN(seq) FROM events WHERE status = 'pending'"
-                                     " AND seq >= ?", (low,)).fetchone()[0]
-                rows = db.execute("SELECT seq, event_id, status FROM events WHERE seq >= ?"
-                                  " AND status IN ('indexed', 'derived')", (low,)).fetchall()
+                pending = db.execute(
+                    "SELECT MIN(seq) FROM events WHERE status = 'pending' AND seq >= ?", (low,)
+                ).fetchone()[0]
+                rows = db.execute(
+                    "SELECT seq, event_id, status FROM events WHERE seq >= ?"
+                    " AND status IN ('indexed', 'derived')",
+                    (low,),
+                ).fetchall()
                 now = time.monotonic()
                 with self._lock:
                     for _, eid, status in rows:

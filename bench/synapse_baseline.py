@@ -50,10 +50,12 @@ REPLAY_FILE = "replay.json"
 
 def registration(as_token: str, hs_token: str) -> str:
     # url: null -> Synapse pushes nothing; it only honours our token and namespace.
-    return (f"id: eval-replay\nurl: null\nas_token: {as_token}\nhs_token: {hs_token}\n"
-            f"sender_localpart: {BOT}\nrate_limited: false\nnamespaces:\n  users:\n"
-            f"    - exclusive: true\n      regex: '^@irc_.*:{re.escape(HS_DOMAIN)}$'\n"
-            "  aliases: []\n  rooms: []\n")
+    return (
+        f"id: eval-replay\nurl: null\nas_token: {as_token}\nhs_token: {hs_token}\n"
+        f"sender_localpart: {BOT}\nrate_limited: false\nnamespaces:\n  users:\n"
+        f"    - exclusive: true\n      regex: '^@irc_.*:{re.escape(HS_DOMAIN)}$'\n"
+        "  aliases: []\n  rooms: []\n"
+    )
 
 
 def hs_user(eval_user: str) -> str:
@@ -68,21 +70,34 @@ class Client:
         self.host, self.port, self.token = u.hostname, u.port, as_token
         self._local = threading.local()
 
-    def call(self, method: str, path: str, body: dict | None = None,
-             query: dict | None = None, ok_errors: tuple[str, ...] = (),
-             retry: bool = True) -> dict:
+    def call(
+        self,
+        method: str,
+        path: str,
+        body: dict | None = None,
+        query: dict | None = None,
+        ok_errors: tuple[str, ...] = (),
+        retry: bool = True,
+    ) -> dict:
         if query:
             path += "?" + urllib.parse.urlencode(query)
         data = json.dumps(body if body is not None else {}).encode()
         for attempt in range(5):
             conn = getattr(self._local, "conn", None)
             if conn is None:
-                conn = self._local.conn = http.client.HTTPConnection(self.host, self.port,
-                                                                     timeout=120)
+                conn = self._local.conn = http.client.HTTPConnection(
+                    self.host, self.port, timeout=120
+                )
             try:
-                conn.request(method, path, body=data, headers={
-                    "Authorization": f"Bearer {self.token}",
-                    "Content-Type": "application/json"})
+                conn.request(
+                    method,
+                    path,
+                    body=data,
+                    headers={
+                        "Authorization": f"Bearer {self.token}",
+                        "Content-Type": "application/json",
+                    },
+                )
                 resp = conn.getresponse()
                 raw = resp.read()
             except (http.client.HTTPException, OSError):
@@ -121,32 +136,51 @@ def replay(split_dir: Path, work: Path, client: Client, done: dict) -> None:
         return
     users = sorted({hs_user(m["sender"]) for rid in todo for m in rooms[rid]["messages"]})
     total = sum(len(rooms[rid]["messages"]) for rid in todo)
-    print(f"replaying {len(todo)} rooms, {total} messages, {len(users)} senders "
-          f"into {client.host}:{client.port} (cached in {work})", file=sys.stderr)
+    print(
+        f"replaying {len(todo)} rooms, {total} messages, {len(users)} senders "
+        f"into {client.host}:{client.port} (cached in {work})",
+        file=sys.stderr,
+    )
     t0 = time.perf_counter()
     with ThreadPoolExecutor(POOL) as pool:
-        list(pool.map(lambda u: client.call(
-            "POST", "/_matrix/client/v3/register",
-            {"type": "m.login.application_service", "username": u[1:].split(":")[0],
-             "inhibit_login": True}, ok_errors=("M_USER_IN_USE",)), users))
+        list(
+            pool.map(
+                lambda u: client.call(
+                    "POST",
+                    "/_matrix/client/v3/register",
+                    {
+                        "type": "m.login.application_service",
+                        "username": u[1:].split(":")[0],
+                        "inhibit_login": True,
+                    },
+                    ok_errors=("M_USER_IN_USE",),
+                ),
+                users,
+            )
+        )
     sent = [0]
     lock = threading.Lock()
 
     def one_room(eval_room: str) -> None:
         r = rooms[eval_room]
-        room = client.call("POST", "/_matrix/client/v3/createRoom", {
-            "preset": "public_chat", "name": r["name"],
-            "creation_content": {"m.federate": False}})["room_id"]
+        room = client.call(
+            "POST",
+            "/_matrix/client/v3/createRoom",
+            {"preset": "public_chat", "name": r["name"], "creation_content": {"m.federate": False}},
+        )["room_id"]
         q = urllib.parse.quote
         for user in dict.fromkeys(hs_user(m["sender"]) for m in r["messages"]):
             client.call("POST", f"/_matrix/client/v3/join/{q(room)}", query={"user_id": user})
         events = {}
         for m in r["messages"]:
             txn = "r" + m["event_id"].lstrip("$")
-            path = (f"/_matrix/client/v3/rooms/{q(room)}/send/m.room.message/"
-                    f"{q(txn, safe='')}")
-            out = client.call("PUT", path, m["content"], query={
-                "user_id": hs_user(m["sender"]), "ts": m["origin_server_ts"]})
+            path = f"/_matrix/client/v3/rooms/{q(room)}/send/m.room.message/{q(txn, safe='')}"
+            out = client.call(
+                "PUT",
+                path,
+                m["content"],
+                query={"user_id": hs_user(m["sender"]), "ts": m["origin_server_ts"]},
+            )
             events[out["event_id"]] = m["event_id"]
             with lock:
                 sent[0] += 1
@@ -190,8 +224,11 @@ def words(text: str) -> list[str]:
     """Words as a user would type them between ORs: punctuation dropped (a leading '-'
     or a quote means something else to Synapse's query parser), stop words and the
     operators themselves left out."""
-    return [w for w in re.findall(r"\w+", text)
-            if w.lower() not in SYNAPSE_STOP_WORDS | {"or", "and", "not"}]
+    return [
+        w
+        for w in re.findall(r"\w+", text)
+        if w.lower() not in SYNAPSE_STOP_WORDS | {"or", "and", "not"}
+    ]
 
 
 def search_term(item: evalkit.Item, variant: str) -> str:
@@ -210,12 +247,18 @@ def timelines(split_dir: Path) -> dict[str, list[str]]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--eval-dir", default=None,
-                   help=f"default: ${evalkit.ENV_EVAL_DIR} or {evalkit.DEFAULT_EVAL_DIR}")
+    p.add_argument(
+        "--eval-dir",
+        default=None,
+        help=f"default: ${evalkit.ENV_EVAL_DIR} or {evalkit.DEFAULT_EVAL_DIR}",
+    )
     p.add_argument("--split", default="dev")
     p.add_argument("--out", default=str(evalkit.OUT_DIR / "synapse_baseline.json"))
-    p.add_argument("--ours", default=str(evalkit.OUT_DIR / "retrieval.json"),
-                   help="bench/retrieval.py's JSON, shown beside Synapse's figures")
+    p.add_argument(
+        "--ours",
+        default=str(evalkit.OUT_DIR / "retrieval.json"),
+        help="bench/retrieval.py's JSON, shown beside Synapse's figures",
+    )
     p.add_argument("--order-by", default="rank", choices=("rank", "recent"))
     args = p.parse_args(argv)
 
@@ -227,8 +270,11 @@ def main(argv: list[str] | None = None) -> int:
     as_token, hs_token = load_or_make_tokens(work)
     reg = work / "registration.yaml"
     reg.write_text(registration(as_token, hs_token))
-    done = json.loads((work / REPLAY_FILE).read_text())["rooms"] \
-        if (work / REPLAY_FILE).exists() else {}
+    done = (
+        json.loads((work / REPLAY_FILE).read_text())["rooms"]
+        if (work / REPLAY_FILE).exists()
+        else {}
+    )
     cached = len(done)
 
     t0 = time.perf_counter()
@@ -245,18 +291,28 @@ def main(argv: list[str] | None = None) -> int:
         for item in items:
             for v in VARIANTS:
                 try:
-                    res = client.call("POST", "/_matrix/client/v3/search", {
-                        "search_categories": {"room_events": {
-                            "search_term": search_term(item, v), "keys": ["content.body"],
-                            "order_by": args.order_by,
-                            "filter": {"rooms": rooms, "limit": evalkit.DEPTH}}}},
-                        retry=False)
+                    res = client.call(
+                        "POST",
+                        "/_matrix/client/v3/search",
+                        {
+                            "search_categories": {
+                                "room_events": {
+                                    "search_term": search_term(item, v),
+                                    "keys": ["content.body"],
+                                    "order_by": args.order_by,
+                                    "filter": {"rooms": rooms, "limit": evalkit.DEPTH},
+                                }
+                            }
+                        },
+                        retry=False,
+                    )
                 except RuntimeError:  # what the user sees too: an error, no results
                     errors[v].append(item.id)
                     res = {"search_categories": {"room_events": {}}}
                 results = res["search_categories"]["room_events"].get("results", [])
-                returned[(item.id, v)] = [back.get(r["result"]["event_id"], "")
-                                          for r in results][:evalkit.DEPTH]
+                returned[(item.id, v)] = [back.get(r["result"]["event_id"], "") for r in results][
+                    : evalkit.DEPTH
+                ]
         search_seconds = time.perf_counter() - t1
 
     lines = timelines(split_dir)
@@ -265,20 +321,32 @@ def main(argv: list[str] | None = None) -> int:
     for v in VARIANTS:
         per_item = []
         for item in items:
-            near = {(position[g][0], position[g][1] + d) for g in item.gold
-                    for d in range(-NEAR, NEAR + 1)}
+            near = {
+                (position[g][0], position[g][1] + d)
+                for g in item.gold
+                for d in range(-NEAR, NEAR + 1)
+            }
             n_rel = sum(1 for room, i in near if 0 <= i < len(lines[room]))
             rel = [position.get(e) in near for e in returned[(item.id, v)]]
             per_item.append({"id": item.id, **evalkit.item_scores(rel, n_rel)})
-        results[v] = {"metrics": evalkit.aggregate(per_item),
-                      "first_hit": {s["id"]: s["first_hit"] for s in per_item},
-                      "errors": errors[v]}  # no query text: the eval data stays in ../shared
-    report = {"benchmark": "synapse_baseline", "split": args.split, "items": len(items),
-              "eval_dir": str(root), "order_by": args.order_by, "near": NEAR,
-              "replay_cached_rooms": cached,
-              "replay_seconds": round(replay_seconds, 1),
-              "search_seconds": round(search_seconds, 1),
-              "machine": evalkit.machine(), "variants": results}
+        results[v] = {
+            "metrics": evalkit.aggregate(per_item),
+            "first_hit": {s["id"]: s["first_hit"] for s in per_item},
+            "errors": errors[v],
+        }  # no query text: the eval data stays in ../shared
+    report = {
+        "benchmark": "synapse_baseline",
+        "split": args.split,
+        "items": len(items),
+        "eval_dir": str(root),
+        "order_by": args.order_by,
+        "near": NEAR,
+        "replay_cached_rooms": cached,
+        "replay_seconds": round(replay_seconds, 1),
+        "search_seconds": round(search_seconds, 1),
+        "machine": evalkit.machine(),
+        "variants": results,
+    }
     evalkit.write_json(Path(args.out), report)
 
     rows = [(f"synapse {v}", results[v]["metrics"]) for v in VARIANTS]
@@ -286,14 +354,23 @@ def main(argv: list[str] | None = None) -> int:
     if ours.is_file():
         mine = json.loads(ours.read_text())
         rows += [(f"matrix-sources {v}", r["metrics"]) for v, r in mine["variants"].items()]
-    print(evalkit.table(rows, f"Synapse /search vs matrix-sources on {args.split} "
-                              f"({len(items)} items; Synapse hit = gold within {NEAR} messages)"))
+    print(
+        evalkit.table(
+            rows,
+            f"Synapse /search vs matrix-sources on {args.split} "
+            f"({len(items)} items; Synapse hit = gold within {NEAR} messages)",
+        )
+    )
     for v in VARIANTS:
         if errors[v]:
-            print(f"synapse {v}: {len(errors[v])} searches answered with an error "
-                  f"(counted as no results): {', '.join(errors[v])}")
-    print(f"\nreplay {replay_seconds:.0f} s ({cached} of {len(done)} rooms from the cache), "
-          f"{len(items) * len(VARIANTS)} searches {search_seconds:.1f} s; wrote {args.out}\n")
+            print(
+                f"synapse {v}: {len(errors[v])} searches answered with an error "
+                f"(counted as no results): {', '.join(errors[v])}"
+            )
+    print(
+        f"\nreplay {replay_seconds:.0f} s ({cached} of {len(done)} rooms from the cache), "
+        f"{len(items) * len(VARIANTS)} searches {search_seconds:.1f} s; wrote {args.out}\n"
+    )
     print(evalkit.attribution(root))
     return 0
 

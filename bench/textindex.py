@@ -61,14 +61,21 @@ def build_eventlog(root: Path, windows: int, folder: Path):
         msgs = corpus100k.stream(rooms, n)
         n += 1
         ws = build_windows(msgs, pol, "")
-        ws = ws[:windows - done]
+        ws = ws[: windows - done]
         log.append([(m, None) for w in ws for m in w.messages])
-        log.mark_indexed(ws[0].room_id, {m.event_id: w.window_id for w in ws
-                                         for m in w.messages}, ws[-1].messages[-1])
+        log.mark_indexed(
+            ws[0].room_id,
+            {m.event_id: w.window_id for w in ws for m in w.messages},
+            ws[-1].messages[-1],
+        )
         done += len(ws)
     events = sum(log.counts().values())
-    return log, {"windows": done, "events": events, "rooms": n,
-                 "seconds": round(time.perf_counter() - t, 1)}
+    return log, {
+        "windows": done,
+        "events": events,
+        "rooms": n,
+        "seconds": round(time.perf_counter() - t, 1),
+    }
 
 
 def keyword_texts(root: Path, reps: int) -> list[str]:
@@ -80,8 +87,13 @@ def keyword_texts(root: Path, reps: int) -> list[str]:
 def canary_window(log, room: str = "!canary:bench.local"):
     from indexer.records import EventID, Message, RoomID, UserID, Window, WindowID
 
-    m = Message(EventID("$canary"), RoomID(room), UserID("@c:bench.local"), 1,
-                f"the secret word is {CANARY} keep it")
+    m = Message(
+        EventID("$canary"),
+        RoomID(room),
+        UserID("@c:bench.local"),
+        1,
+        f"the secret word is {CANARY} keep it",
+    )
     w = Window(WindowID("wcanary"), RoomID(room), (m,))
     log.append([(m, None)])
     log.mark_indexed(w.room_id, {m.event_id: w.window_id}, m)
@@ -126,10 +138,14 @@ def postings(log, texts: list[str], folder: Path) -> dict:
             t = time.perf_counter()
             ranker.rank(x, 20)
             scan.append(time.perf_counter() - t)
-    return {"build_s": round(build_s, 1), "rss_growth_mib": round(grown / 1024, 1),
-            "rss_before_mib": round(before / 1024), **terms.stats(),
-            "query": perfkit.summary_ms(times),
-            "scan_fallback_query": perfkit.summary_ms(scan)}
+    return {
+        "build_s": round(build_s, 1),
+        "rss_growth_mib": round(grown / 1024, 1),
+        "rss_before_mib": round(before / 1024),
+        **terms.stats(),
+        "query": perfkit.summary_ms(times),
+        "scan_fallback_query": perfkit.summary_ms(scan),
+    }
 
 
 def fts5(log, texts: list[str], folder: Path) -> dict:
@@ -143,17 +159,21 @@ def fts5(log, texts: list[str], folder: Path) -> dict:
     gc.collect()
     before = rss_kib()
     db = apsw.Connection(str(path))
-    for sql in ("PRAGMA journal_mode=WAL", "PRAGMA secure_delete=ON",
-                "CREATE VIRTUAL TABLE w USING fts5(body, content='')",
-                "INSERT INTO w(w, rank) VALUES('secure-delete', 1)",
-                "CREATE TABLE wid (rowid INTEGER PRIMARY KEY, window_id TEXT UNIQUE)"):
+    for sql in (
+        "PRAGMA journal_mode=WAL",
+        "PRAGMA secure_delete=ON",
+        "CREATE VIRTUAL TABLE w USING fts5(body, content='')",
+        "INSERT INTO w(w, rank) VALUES('secure-delete', 1)",
+        "CREATE TABLE wid (rowid INTEGER PRIMARY KEY, window_id TEXT UNIQUE)",
+    ):
         list(db.execute(sql))
     t = time.perf_counter()
     db.execute("BEGIN")
     for i, (wid, msgs) in enumerate(log.texts.indexed_windows(), start=1):
         db.execute("INSERT INTO wid (rowid, window_id) VALUES (?, ?)", (i, wid))
-        db.execute("INSERT INTO w (rowid, body) VALUES (?, ?)",
-                   (i, "\n".join(m.body for m in msgs)))
+        db.execute(
+            "INSERT INTO w (rowid, body) VALUES (?, ?)", (i, "\n".join(m.body for m in msgs))
+        )
     db.execute("COMMIT")
     db.execute("INSERT INTO w(w) VALUES('optimize')")
     build_s = time.perf_counter() - t
@@ -169,8 +189,10 @@ def fts5(log, texts: list[str], folder: Path) -> dict:
             parts.append(f'"{base}"*' if prefix else f'"{base}"')
         return " OR ".join(parts)
 
-    q = ("SELECT wid.window_id FROM w JOIN wid ON wid.rowid = w.rowid WHERE w MATCH ?"
-         " ORDER BY bm25(w) LIMIT 20")
+    q = (
+        "SELECT wid.window_id FROM w JOIN wid ON wid.rowid = w.rowid WHERE w MATCH ?"
+        " ORDER BY bm25(w) LIMIT 20"
+    )
     for x in texts[:20]:
         list(db.execute(q, (match(x),)))
     times = []
@@ -183,22 +205,30 @@ def fts5(log, texts: list[str], folder: Path) -> dict:
         times.append(time.perf_counter() - t)
     grown = rss_kib() - before
     # Purge residue: a canary row added, then deleted with secure-delete on.
-    db.execute("INSERT INTO w (rowid, body) VALUES (?, ?)",
-               (10**9, f"the secret word is {CANARY} keep it"))
+    db.execute(
+        "INSERT INTO w (rowid, body) VALUES (?, ?)", (10**9, f"the secret word is {CANARY} keep it")
+    )
     db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     present = files_with(sorted(folder.glob("fts5.sqlite3*")), CANARY.encode())
     # A contentless row is deleted by giving its text again (the event log has it);
     # with `contentless_delete=1` a delete only leaves a tombstone and the tokens stay
     # (checked: the canary was still in the file), secure-delete or not.
-    db.execute("INSERT INTO w(w, rowid, body) VALUES('delete', ?, ?)",
-               (10**9, f"the secret word is {CANARY} keep it"))
+    db.execute(
+        "INSERT INTO w(w, rowid, body) VALUES('delete', ?, ?)",
+        (10**9, f"the secret word is {CANARY} keep it"),
+    )
     db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     left = files_with(sorted(folder.glob("fts5.sqlite3*")), CANARY.encode())
     db.close()
-    return {"build_s": round(build_s, 1), "file_mib": round(size / 2**20, 1),
-            "rss_growth_mib": round(grown / 1024, 1), "query": perfkit.summary_ms(times),
-            "canary_before_delete": present, "canary_after_delete": left,
-            "sqlite": apsw.sqlite_lib_version()}
+    return {
+        "build_s": round(build_s, 1),
+        "file_mib": round(size / 2**20, 1),
+        "rss_growth_mib": round(grown / 1024, 1),
+        "query": perfkit.summary_ms(times),
+        "canary_before_delete": present,
+        "canary_after_delete": left,
+        "sqlite": apsw.sqlite_lib_version(),
+    }
 
 
 def purge_residue(log, folder: Path) -> dict:
@@ -210,9 +240,10 @@ def purge_residue(log, folder: Path) -> dict:
     files = sorted(folder.glob("eventlog.sqlite3*"))
     present = files_with(files, CANARY.encode())
     log.purge_room(RoomID(w.room_id))
-    return {"canary_before_purge": present,
-            "canary_after_purge": files_with(sorted(folder.glob("eventlog.sqlite3*")),
-                                             CANARY.encode())}
+    return {
+        "canary_before_purge": present,
+        "canary_after_purge": files_with(sorted(folder.glob("eventlog.sqlite3*")), CANARY.encode()),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -228,7 +259,8 @@ def main(argv: list[str] | None = None) -> int:
     report: dict = {"machine": perfkit.machine(), "load_before": perfkit.load_average()}
     log, report["eventlog"] = build_eventlog(root, args.windows, folder)
     report["eventlog"]["file_mib"] = round(
-        sum(p.stat().st_size for p in folder.glob("eventlog.sqlite3*")) / 2**20, 1)
+        sum(p.stat().st_size for p in folder.glob("eventlog.sqlite3*")) / 2**20, 1
+    )
     print("event log:", report["eventlog"], flush=True)
     texts = keyword_texts(root, args.reps)
     only = set(args.only.split(","))

@@ -38,10 +38,16 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 TARGET = 3.5  # 4 workers over 1, stand-in embedder
-TOPICS = ("the nightly backup failed again", "federation to matrix.org is slow",
-          "the bridge dropped messages overnight", "disk usage on the media repo",
-          "how do I rotate the signing key", "room upgrades break old clients",
-          "spam waves from new accounts", "postgres vacuum takes hours")
+TOPICS = (
+    "the nightly backup failed again",
+    "federation to matrix.org is slow",
+    "the bridge dropped messages overnight",
+    "disk usage on the media repo",
+    "how do I rotate the signing key",
+    "room upgrades break old clients",
+    "spam waves from new accounts",
+    "postgres vacuum takes hours",
+)
 
 
 class StandInEmbedder:
@@ -74,13 +80,17 @@ def start_chroma(folder: Path) -> tuple[subprocess.Popen, int]:
     exe = shutil.which("chroma") or str(Path(sys.executable).parent / "chroma")
     port = free_port()
     log = open(folder / "chroma.log", "wb")
-    proc = subprocess.Popen([exe, "run", "--path", str(folder / "chroma"), "--host",
-                             "127.0.0.1", "--port", str(port)], stdout=log, stderr=log)
+    proc = subprocess.Popen(
+        [exe, "run", "--path", str(folder / "chroma"), "--host", "127.0.0.1", "--port", str(port)],
+        stdout=log,
+        stderr=log,
+    )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v2/heartbeat",
-                                        timeout=1) as r:
+            with urllib.request.urlopen(
+                f"http://127.0.0.1:{port}/api/v2/heartbeat", timeout=1
+            ) as r:
                 if r.status == 200:
                     return proc, port
         except OSError:
@@ -128,10 +138,21 @@ def append_corpus(database: str, rooms: int, messages: int) -> int:
     per_room = messages // rooms
     for r in range(rooms):
         room = RoomID(f"!bench{r:02d}:bench.example.org")
-        log.append([(Message(EventID(f"$b{r:02d}-{i:05d}"), room,
-                             UserID(f"@user{i % 7}:bench.example.org"), t0 + i * 20_000,
-                             f"{TOPICS[(i + r) % len(TOPICS)]}, says user{i % 7} "
-                             f"(message {i})"), None) for i in range(per_room)])
+        log.append(
+            [
+                (
+                    Message(
+                        EventID(f"$b{r:02d}-{i:05d}"),
+                        room,
+                        UserID(f"@user{i % 7}:bench.example.org"),
+                        t0 + i * 20_000,
+                        f"{TOPICS[(i + r) % len(TOPICS)]}, says user{i % 7} (message {i})",
+                    ),
+                    None,
+                )
+                for i in range(per_room)
+            ]
+        )
     n = log.counts().get("pending", 0)
     log.close()
     return n
@@ -157,22 +178,43 @@ def run_count(dsn: str, workdir: Path, workers: int, args) -> dict:
         for i in range(workers):
             ready = folder / f"ready{i}"
             out = open(folder / f"worker{i}.log", "wb")
-            procs.append(subprocess.Popen(
-                [sys.executable, __file__, "--worker", str(config), "--ready", str(ready),
-                 "--go", str(go), "--batch-seconds", str(args.batch_seconds)]
-                + (["--real"] if args.real else []), stdout=out, stderr=out))
+            procs.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        __file__,
+                        "--worker",
+                        str(config),
+                        "--ready",
+                        str(ready),
+                        "--go",
+                        str(go),
+                        "--batch-seconds",
+                        str(args.batch_seconds),
+                    ]
+                    + (["--real"] if args.real else []),
+                    stdout=out,
+                    stderr=out,
+                )
+            )
         deadline = time.monotonic() + 300
         while not all((folder / f"ready{i}").exists() for i in range(workers)):
             if any(p.poll() is not None for p in procs) or time.monotonic() > deadline:
-                raise RuntimeError("a worker did not start: " + "".join(
-                    (folder / f"worker{i}.log").read_text() for i in range(workers)))
+                raise RuntimeError(
+                    "a worker did not start: "
+                    + "".join((folder / f"worker{i}.log").read_text() for i in range(workers))
+                )
             time.sleep(0.1)
         started = time.perf_counter()
         go.touch()
         while pending(database):
             if any(p.poll() is not None for p in procs):
-                raise RuntimeError("a worker exited: " + "".join(
-                    (folder / f"worker{i}.log").read_text()[-3000:] for i in range(workers)))
+                raise RuntimeError(
+                    "a worker exited: "
+                    + "".join(
+                        (folder / f"worker{i}.log").read_text()[-3000:] for i in range(workers)
+                    )
+                )
             time.sleep(0.05)
         seconds = time.perf_counter() - started
     finally:
@@ -185,8 +227,12 @@ def run_count(dsn: str, workdir: Path, workers: int, args) -> dict:
                 p.kill()
         chroma.terminate()
         chroma.wait(30)
-    return {"workers": workers, "messages": total, "seconds": round(seconds, 2),
-            "messages_per_second": round(total / seconds, 1)}
+    return {
+        "workers": workers,
+        "messages": total,
+        "seconds": round(seconds, 2),
+        "messages_per_second": round(total / seconds, 1),
+    }
 
 
 def worker_main(args) -> int:
@@ -202,8 +248,9 @@ def worker_main(args) -> int:
     if args.real:
         from indexer.models.embedder import load_embedder
 
-        embedder = load_embedder(cfg.index.embedder.model, cfg.index.embedder.backend,
-                                 cfg.models_dir)
+        embedder = load_embedder(
+            cfg.index.embedder.model, cfg.index.embedder.backend, cfg.models_dir
+        )
         embedder.encode(["warm up"])
     else:
         embedder = StandInEmbedder(args.batch_seconds)
@@ -223,8 +270,12 @@ def main() -> int:
     p.add_argument("--workers", default="1,2,4")
     p.add_argument("--rooms", type=int, default=64)
     p.add_argument("--messages", type=int, default=19200)
-    p.add_argument("--batch-seconds", type=float, default=2.0,
-                   help="the stand-in embedder's cost per encode call (64 windows at most)")
+    p.add_argument(
+        "--batch-seconds",
+        type=float,
+        default=2.0,
+        help="the stand-in embedder's cost per encode call (64 windows at most)",
+    )
     p.add_argument("--real", action="store_true", help="the configured model instead")
     p.add_argument("--database", default=None, help="a PostgreSQL URL (default: a throwaway one)")
     p.add_argument("--worker", help=argparse.SUPPRESS)
@@ -239,8 +290,12 @@ def main() -> int:
     dsn = args.database
     try:
         if dsn is None:
-            dsn = subprocess.run([str(ROOT / "scripts" / "pg-server"), "start", str(pgdir)],
-                                 check=True, capture_output=True, text=True).stdout.strip()
+            dsn = subprocess.run(
+                [str(ROOT / "scripts" / "pg-server"), "start", str(pgdir)],
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout.strip()
         results = [run_count(dsn, workdir, int(n), args) for n in args.workers.split(",")]
     finally:
         if args.database is None:
@@ -248,18 +303,31 @@ def main() -> int:
         shutil.rmtree(workdir, ignore_errors=True)
         shutil.rmtree(pgdir, ignore_errors=True)
     base = results[0]["messages_per_second"]
-    embedder = "the configured model" if args.real else \
-        f"stand-in, {args.batch_seconds} s per encode call"
-    print(f"{args.messages} messages in {args.rooms} rooms; embedder: {embedder}; "
-          f"load average {os.getloadavg()[0]:.1f}")
+    embedder = (
+        "the configured model" if args.real else f"stand-in, {args.batch_seconds} s per encode call"
+    )
+    print(
+        f"{args.messages} messages in {args.rooms} rooms; embedder: {embedder}; "
+        f"load average {os.getloadavg()[0]:.1f}"
+    )
     for r in results:
-        print(f"  {r['workers']} worker(s): {r['messages_per_second']:8.1f} msg/s "
-              f"({r['seconds']} s), {r['messages_per_second'] / base:.2f}x one")
+        print(
+            f"  {r['workers']} worker(s): {r['messages_per_second']:8.1f} msg/s "
+            f"({r['seconds']} s), {r['messages_per_second'] / base:.2f}x one"
+        )
     if not args.real and results[-1]["workers"] == 4 and results[0]["workers"] == 1:
         ratio = results[-1]["messages_per_second"] / base
         print(f"4 workers over 1: {ratio:.2f}x (target >= {TARGET})")
-    print(json.dumps({"results": results, "rooms": args.rooms, "real": args.real,
-                      "batch_seconds": args.batch_seconds}))
+    print(
+        json.dumps(
+            {
+                "results": results,
+                "rooms": args.rooms,
+                "real": args.real,
+                "batch_seconds": args.batch_seconds,
+            }
+        )
+    )
     return 0
 
 

@@ -17,9 +17,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import AsyncIterator, Awaitable, Callable, TypeVar
+from datetime import UTC, datetime
+from typing import TypeVar
 
 Now = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
@@ -55,6 +56,7 @@ class Clock:
         async def wait_then_call() -> None:
             await self.sleep(max(0.0, deadline - self.now()))
             call()
+
         return asyncio.create_task(wait_then_call(), name=name)
 
     @contextlib.asynccontextmanager
@@ -84,7 +86,7 @@ def stopwatch(clock: Clock = REAL) -> Callable[[], float]:
 
 def format_ts(ts_ms: int) -> str:
     """A Matrix timestamp (ms since the epoch) as people read it in a citation, in UTC."""
-    return datetime.fromtimestamp(ts_ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M")
+    return datetime.fromtimestamp(ts_ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M")
 
 
 class Backoff:
@@ -105,10 +107,16 @@ class Backoff:
         self.delay = self.initial
 
 
-async def retrying(call: Callable[[], Awaitable[T]], *, retry_if: Callable[[Exception], bool],
-                   initial: float, maximum: float, clock: Clock = REAL,
-                   give_up_after: float | None = None,
-                   on_retry: Callable[[Exception, float], None] | None = None) -> T:
+async def retrying(
+    call: Callable[[], Awaitable[T]],
+    *,
+    retry_if: Callable[[Exception], bool],
+    initial: float,
+    maximum: float,
+    clock: Clock = REAL,
+    give_up_after: float | None = None,
+    on_retry: Callable[[Exception, float], None] | None = None,
+) -> T:
     """`call` until it returns. An exception `retry_if` rejects is raised at once; one it
     accepts is retried after the next backoff delay, until `give_up_after` seconds (if
     given) would be passed, when it is raised too."""

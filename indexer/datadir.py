@@ -11,9 +11,10 @@ import os
 import re
 import secrets
 import stat
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING
 
 from ruamel.yaml import YAML
 
@@ -85,8 +86,10 @@ def _write_registration(path: Path, text: str, synapse_group: str | None) -> Non
         try:
             gid = grp.getgrnam(synapse_group).gr_gid
         except KeyError:
-            raise InitError(f"--synapse-group {synapse_group}: no such group (the group "
-                            "Synapse runs as, e.g. matrix-synapse)") from None
+            raise InitError(
+                f"--synapse-group {synapse_group}: no such group (the group "
+                "Synapse runs as, e.g. matrix-synapse)"
+            ) from None
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         os.fchmod(fd, 0o600)
@@ -97,24 +100,34 @@ def _write_registration(path: Path, text: str, synapse_group: str | None) -> Non
         try:
             shutil.chown(path, group=gid)
         except PermissionError:
-            raise InitError(f"{path}: cannot give it to group {synapse_group} (run init "
-                            f"as a member of {synapse_group}, or as root)") from None
+            raise InitError(
+                f"{path}: cannot give it to group {synapse_group} (run init "
+                f"as a member of {synapse_group}, or as root)"
+            ) from None
         path.chmod(0o640)
 
 
-def init_data_dir(data_dir: Path, homeserver_url: str = "http://127.0.0.1:8008",
-                  domain: str = "localhost", force: bool = False,
-                  as_port: int | None = None, synapse_group: str | None = None,
-                  credentials_dir: Path | None = None) -> list[Path]:
+def init_data_dir(
+    data_dir: Path,
+    homeserver_url: str = "http://127.0.0.1:8008",
+    domain: str = "localhost",
+    force: bool = False,
+    as_port: int | None = None,
+    synapse_group: str | None = None,
+    credentials_dir: Path | None = None,
+) -> list[Path]:
     data_dir = Path(data_dir)
     existing = [data_dir / f for f in FILES if (data_dir / f).exists()]
     if credentials_dir is not None:
-        existing += [Path(credentials_dir) / k for k in TOKEN_KEYS
-                     if (Path(credentials_dir) / k).exists()]
+        existing += [
+            Path(credentials_dir) / k for k in TOKEN_KEYS if (Path(credentials_dir) / k).exists()
+        ]
     if existing and not force:
         names = ", ".join(str(p) for p in existing)
-        raise InitError(f"{names} already exist; pass --force to overwrite "
-                        "(the new registration gets new tokens: update Synapse too)")
+        raise InitError(
+            f"{names} already exist; pass --force to overwrite "
+            "(the new registration gets new tokens: update Synapse too)"
+        )
     data_dir.mkdir(parents=True, exist_ok=True)
 
     y = YAML()
@@ -128,13 +141,16 @@ def init_data_dir(data_dir: Path, homeserver_url: str = "http://127.0.0.1:8008",
     buf = io.StringIO()
     y.dump(config, buf)
     (data_dir / "config.yaml").write_text(buf.getvalue(), encoding="utf-8")
-    (data_dir / "allowlist.yaml").write_text(
-        _template("allowlist.example.yaml"), encoding="utf-8")
+    (data_dir / "allowlist.yaml").write_text(_template("allowlist.example.yaml"), encoding="utf-8")
 
     asc = config["appservice"]
-    reg = Registration(id="matrix-sources", url=f"http://{asc['host']}:{asc['port']}",
-                       as_token=new_token(), hs_token=new_token(),
-                       sender_localpart=str(asc["bot_localpart"]))
+    reg = Registration(
+        id="matrix-sources",
+        url=f"http://{asc['host']}:{asc['port']}",
+        as_token=new_token(),
+        hs_token=new_token(),
+        sender_localpart=str(asc["bot_localpart"]),
+    )
     path = data_dir / "registration.yaml"
     _write_registration(path, registration_yaml(reg, domain), synapse_group)
     written = [data_dir / f for f in FILES]
@@ -152,8 +168,8 @@ def init_data_dir(data_dir: Path, homeserver_url: str = "http://127.0.0.1:8008",
 
 def load_registration(path: Path, optional_tokens: tuple[str, ...] = ()) -> Registration:
     """Read a registration and refuse placeholder tokens, saying how to make real ones.
-    The tokens named in `optional_tokens` come from elsewhere (service_registration, below): they may
-    be missing here (read as ""), and are not checked."""
+    The tokens named in `optional_tokens` come from elsewhere (service_registration, below): they
+    may be missing here (read as ""), and are not checked."""
     from .config import ConfigError, load_yaml
 
     data = load_yaml(path)
@@ -171,10 +187,15 @@ def load_registration(path: Path, optional_tokens: tuple[str, ...] = ()) -> Regi
         if key in optional_tokens:
             continue
         if "CHANGE_ME" in data[key] or len(data[key]) < 16:
-            raise ConfigError(path, key, "is a placeholder; generate a real registration with "
-                              "`matrix-sources init --data-dir DIR` and give Synapse that file")
-    return Registration(data["id"], data["url"], data["as_token"], data["hs_token"],
-                        data["sender_localpart"])
+            raise ConfigError(
+                path,
+                key,
+                "is a placeholder; generate a real registration with "
+                "`matrix-sources init --data-dir DIR` and give Synapse that file",
+            )
+    return Registration(
+        data["id"], data["url"], data["as_token"], data["hs_token"], data["sender_localpart"]
+    )
 
 
 # -- the service's tokens: from files of their own, else the registration ----------------
@@ -223,13 +244,16 @@ def _read_token(file: Path, where: Path, key: str) -> str:
     if not text:
         raise _config_error(where, key, f"{file}: is empty")
     if "CHANGE_ME" in text or len(text) < 16 or any(c.isspace() for c in text):
-        raise _config_error(where, key, f"{file}: does not hold a token (one line, the "
-                          "registration's value, at least 16 characters)")
+        raise _config_error(
+            where,
+            key,
+            f"{file}: does not hold a token (one line, the "
+            "registration's value, at least 16 characters)",
+        )
     return text
 
 
-def token_files(cfg: Config, environ: Mapping[str, str] | None = None
-                ) -> dict[str, TokenSource]:
+def token_files(cfg: Config, environ: Mapping[str, str] | None = None) -> dict[str, TokenSource]:
     """For each token given outside the registration, where it is."""
     environ = os.environ if environ is None else environ
     out: dict[str, TokenSource] = {}
@@ -246,8 +270,9 @@ def token_files(cfg: Config, environ: Mapping[str, str] | None = None
 def admin_token(cfg: Config) -> str:
     """homeserver.admin_token_file's token (erasures; appservice/homeserver/erasure.py)."""
     assert cfg.homeserver.admin_token_file is not None
-    return _read_token(cfg.data_dir / cfg.homeserver.admin_token_file, cfg.file,
-                       "homeserver.admin_token_file")
+    return _read_token(
+        cfg.data_dir / cfg.homeserver.admin_token_file, cfg.file, "homeserver.admin_token_file"
+    )
 
 
 def read_tokens(cfg: Config, environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -260,8 +285,7 @@ def read_tokens(cfg: Config, environ: Mapping[str, str] | None = None) -> dict[s
     return tokens
 
 
-def service_registration(cfg: Config, environ: Mapping[str, str] | None = None
-                         ) -> Registration:
+def service_registration(cfg: Config, environ: Mapping[str, str] | None = None) -> Registration:
     """The registration the service runs with: its tokens from their files when given."""
     tokens = read_tokens(cfg, environ)
     reg = load_registration(cfg.registration_path, optional_tokens=tuple(tokens))
@@ -278,6 +302,7 @@ def new_token() -> str:
 # by the commands that ask it (`search`, `mcp`), so not a systemd credential, which
 # only the service's unit sees. Never one of the appservice tokens: a program that may
 # search must not be able to push transactions or act as the bot.
+
 
 def api_token(cfg: Config, create: bool = False) -> str:
     """The search API's read token. `create` (the service at start): write a fresh one
@@ -297,9 +322,13 @@ def check_api_token(cfg: Config, token: str, reg: Registration) -> None:
 
     for key in TOKEN_KEYS:
         if hmac.compare_digest(token.encode(), getattr(reg, key).encode()):
-            raise _config_error(cfg.file, "api.token_file", f"{cfg.api_token_path} holds the "
-                                f"appservice's {key}; the search API needs a token of its own "
-                                f"(delete the file: `run` writes a fresh one)")
+            raise _config_error(
+                cfg.file,
+                "api.token_file",
+                f"{cfg.api_token_path} holds the "
+                f"appservice's {key}; the search API needs a token of its own "
+                f"(delete the file: `run` writes a fresh one)",
+            )
 
 
 def write_token_file(path: Path, token: str) -> None:

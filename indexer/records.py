@@ -161,12 +161,21 @@ class Hit:
             "window_event_ids": list(self.event_ids),
             "answer_event_ids": [a.event_id for a in self.answers],
             # Who answered and when (their text is in `shown` when the reply quotes it).
-            "answers": [{"event_id": a.event_id, "sender": a.sender, "ts": a.ts,
-                         "linked": a.linked} for a in self.answers],
+            "answers": [
+                {"event_id": a.event_id, "sender": a.sender, "ts": a.ts, "linked": a.linked}
+                for a in self.answers
+            ],
             "shown_event_ids": [ln.event_id for ln in self.shown],
-            "shown": [{"event_id": ln.event_id, "sender": ln.sender, "ts": ln.ts,
-                       "body": ln.body, **({"linked": ln.linked} if ln.linked else {})}
-                      for ln in self.shown],
+            "shown": [
+                {
+                    "event_id": ln.event_id,
+                    "sender": ln.sender,
+                    "ts": ln.ts,
+                    "body": ln.body,
+                    **({"linked": ln.linked} if ln.linked else {}),
+                }
+                for ln in self.shown
+            ],
             "similarity": self.similarity,
             "first_event_id": self.first_event_id,
             "last_event_id": self.last_event_id,
@@ -175,42 +184,71 @@ class Hit:
             "ts_last": self.ts_last,
             "score": self.score,
             "text": self.text,
-            **({"ref": {"corpus_name": self.ref.corpus_name, "file": self.ref.file,
-                        "heading": self.ref.heading}} if self.ref else {}),
+            **(
+                {
+                    "ref": {
+                        "corpus_name": self.ref.corpus_name,
+                        "file": self.ref.file,
+                        "heading": self.ref.heading,
+                    }
+                }
+                if self.ref
+                else {}
+            ),
         }
 
     @classmethod
-    def from_search_json(cls, d: dict[str, Any]) -> "Hit":
+    def from_search_json(cls, d: dict[str, Any]) -> Hit:
         """A hit of a search answered elsewhere (the search API), from `to_json`: whole,
         as far as a reply renders it and `to_json` writes it again (not its ranks)."""
+
         def line(x: dict[str, Any], body: str) -> Line:
-            return Line(EventID(x["event_id"]), UserID(x["sender"]), int(x["ts"]), body,
-                        x.get("linked", ""))
+            return Line(
+                EventID(x["event_id"]), UserID(x["sender"]), int(x["ts"]), body, x.get("linked", "")
+            )
 
         ref = d.get("ref")
-        return cls(WindowID(d["window_id"]), RoomID(d["room_id"]), d["room_label"],
-                   d["corpus"], tuple(EventID(e) for e in d["window_event_ids"]),
-                   tuple(UserID(s) for s in d["senders"]), int(d["ts_first"]),
-                   int(d["ts_last"]), float(d["score"]), d["text"],
-                   ref=RefSource(ref["corpus_name"], ref["file"], ref["heading"]) if ref
-                   else None, similarity=d.get("similarity"),
-                   answers=tuple(line(a, "") for a in d.get("answers", [])),
-                   shown=tuple(line(s, s["body"]) for s in d.get("shown", [])))
+        return cls(
+            WindowID(d["window_id"]),
+            RoomID(d["room_id"]),
+            d["room_label"],
+            d["corpus"],
+            tuple(EventID(e) for e in d["window_event_ids"]),
+            tuple(UserID(s) for s in d["senders"]),
+            int(d["ts_first"]),
+            int(d["ts_last"]),
+            float(d["score"]),
+            d["text"],
+            ref=RefSource(ref["corpus_name"], ref["file"], ref["heading"]) if ref else None,
+            similarity=d.get("similarity"),
+            answers=tuple(line(a, "") for a in d.get("answers", [])),
+            shown=tuple(line(s, s["body"]) for s in d.get("shown", [])),
+        )
 
     @classmethod
-    def from_json(cls, d: dict[str, Any], shown: tuple[Line, ...] = ()) -> "Hit":
+    def from_json(cls, d: dict[str, Any], shown: tuple[Line, ...] = ()) -> Hit:
         """The hit `to_json` wrote, as far as that keeps it: its window's events, not
         its linked answers' lines (a recorded answer keeps no text: answers.py). `shown`:
         the lines to quote, read anew from the event log."""
-        ids = tuple(EventID(e) for e in d.get("window_event_ids", d.get("event_ids", []))) \
-            or (EventID(d.get("first_event_id") or ""),)
+        ids = tuple(EventID(e) for e in d.get("window_event_ids", d.get("event_ids", []))) or (
+            EventID(d.get("first_event_id") or ""),
+        )
         ref = d.get("ref")
-        return cls(WindowID(d.get("window_id", "")), RoomID(d.get("room_id", "")),
-                   d.get("room_label", ""), d.get("corpus", CORPUS_CHAT), ids,
-                   tuple(UserID(s) for s in d.get("senders", [])), int(d.get("ts_first", 0)),
-                   int(d.get("ts_last", 0)), float(d.get("score", 0.0)), d.get("text", ""),
-                   ref=RefSource(ref["corpus_name"], ref["file"], ref["heading"]) if ref
-                   else None, similarity=d.get("similarity"), shown=shown)
+        return cls(
+            WindowID(d.get("window_id", "")),
+            RoomID(d.get("room_id", "")),
+            d.get("room_label", ""),
+            d.get("corpus", CORPUS_CHAT),
+            ids,
+            tuple(UserID(s) for s in d.get("senders", [])),
+            int(d.get("ts_first", 0)),
+            int(d.get("ts_last", 0)),
+            float(d.get("score", 0.0)),
+            d.get("text", ""),
+            ref=RefSource(ref["corpus_name"], ref["file"], ref["heading"]) if ref else None,
+            similarity=d.get("similarity"),
+            shown=shown,
+        )
 
 
 @dataclass(frozen=True, slots=True)

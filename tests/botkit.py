@@ -14,10 +14,14 @@ class RecordingMatrix:
         return f"$reply{len(self.sent)}"
 
     async def join(self, room_id): ...
-    async def room_state(self, room_id): return []
-    async def resolve_alias(self, alias): return None
+    async def room_state(self, room_id):
+        return []
+
+    async def resolve_alias(self, alias):
+        return None
 
     async def event_body(self, room_id, event_id):
         return self.bodies.get(event_id)
 
-    def is_outage(self, exc): return False
+    def is_outage(self, exc):
+        return False

@@ -9,10 +9,10 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from tests.harness import free_port
 
@@ -30,13 +30,17 @@ def chroma_server_in(path: Path) -> Iterator[ChromaServer]:
     exe = shutil.which("chroma") or str(Path(sys.executable).parent / "chroma")
     port = free_port()
     log = open(path / "server.log", "wb")
-    proc = subprocess.Popen([exe, "run", "--path", str(path / "data"), "--host", "127.0.0.1",
-                             "--port", str(port)], stdout=log, stderr=log)
+    proc = subprocess.Popen(
+        [exe, "run", "--path", str(path / "data"), "--host", "127.0.0.1", "--port", str(port)],
+        stdout=log,
+        stderr=log,
+    )
     deadline = time.monotonic() + 60
     while True:
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v2/heartbeat",
-                                        timeout=1) as r:
+            with urllib.request.urlopen(
+                f"http://127.0.0.1:{port}/api/v2/heartbeat", timeout=1
+            ) as r:
                 if r.status == 200:
                     break
         except OSError:

@@ -84,6 +84,7 @@ class RealSleeps:
         the clock's own (Clock.sleep, retrying, later) when that one is ours too."""
         if isinstance(seconds, (int, float)) and seconds > 0:
             import sys
+
             caller = sys._getframe(2)
             while caller is not None and caller.f_code.co_filename == __file__:
                 caller = caller.f_back  # our own wrappers, stacked
@@ -95,12 +96,13 @@ class RealSleeps:
             if named is None or not named.f_code.co_filename.startswith(OURS):
                 named = caller  # the clock's own task (Clock.later): the clock is named
             name = named.f_code.co_filename
-            self.found.append(f"{seconds}s at {name[len(str(ROOT)) + 1:]}:{named.f_lineno}")
+            self.found.append(f"{seconds}s at {name[len(str(ROOT)) + 1 :]}:{named.f_lineno}")
 
 
 def guard_sleeps(monkeypatch) -> RealSleeps:
     import asyncio
     import time
+
     sleeps = RealSleeps()
     real_sleep, real_async_sleep = time.sleep, asyncio.sleep
 
@@ -119,12 +121,17 @@ def guard_sleeps(monkeypatch) -> RealSleeps:
 
 @pytest.fixture(autouse=True)
 def no_real_sleep(request, monkeypatch):
-    if request.node.get_closest_marker("synapse") or request.node.get_closest_marker("slow") \
-            or request.node.get_closest_marker("real_sleep_ok"):
+    if (
+        request.node.get_closest_marker("synapse")
+        or request.node.get_closest_marker("slow")
+        or request.node.get_closest_marker("real_sleep_ok")
+    ):
         yield
         return
     sleeps = guard_sleeps(monkeypatch)
     yield
     if sleeps.found:
-        pytest.fail("a fast test slept real time (use tests/fakeclock.py): "
-                    + ", ".join(sleeps.found[:5]), pytrace=False)
+        pytest.fail(
+            "a fast test slept real time (use tests/fakeclock.py): " + ", ".join(sleeps.found[:5]),
+            pytrace=False,
+        )

@@ -24,7 +24,6 @@ from ruamel.yaml import YAML
 from appservice.tools.localsynapse import LocalSynapse
 from indexer.datadir import init_data_dir
 from indexer.store.eventlog.db import reader
-
 from tests.vectorscan import files_holding
 
 STACK_DATABASE = "MATRIX_SOURCES_TEST_STACK_DATABASE"  # "postgresql": the stack's event log there
@@ -64,16 +63,22 @@ class ServiceProcess:
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "appservice.cli.main", "run", "-c", str(self.config)],
-            stdout=log, stderr=log, env=env)
+            stdout=log,
+            stderr=log,
+            env=env,
+        )
         log.close()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"matrix-sources run exited with {self.proc.returncode}:\n"
-                                   + self.log_path.read_text(errors="replace")[-4000:])
+                raise RuntimeError(
+                    f"matrix-sources run exited with {self.proc.returncode}:\n"
+                    + self.log_path.read_text(errors="replace")[-4000:]
+                )
             try:
                 with urllib.request.urlopen(
-                        f"http://127.0.0.1:{self.port}/_matrix/mau/ready", timeout=1) as r:
+                    f"http://127.0.0.1:{self.port}/_matrix/mau/ready", timeout=1
+                ) as r:
                     if r.status == 200:
                         return
             except urllib.error.HTTPError:
@@ -83,8 +88,10 @@ class ServiceProcess:
                 pass
             time.sleep(0.2)
         self.stop()
-        raise RuntimeError("matrix-sources run did not become ready:\n"
-                           + self.log_path.read_text(errors="replace")[-4000:])
+        raise RuntimeError(
+            "matrix-sources run did not become ready:\n"
+            + self.log_path.read_text(errors="replace")[-4000:]
+        )
 
     def stop(self, timeout: float = 30) -> int | None:
         if self.proc is None or self.proc.poll() is not None:
@@ -120,13 +127,18 @@ class Stack:
             argv = ["allowlist", rest[0], "-c", str(self.config), *rest[1:]]
         else:
             argv = [sub, "-c", str(self.config), *rest]
-        return subprocess.run([sys.executable, "-m", "appservice.cli.main", *argv],
-                              capture_output=True, text=True, timeout=300)
+        return subprocess.run(
+            [sys.executable, "-m", "appservice.cli.main", *argv],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
 
     def allowlist_add(self, room: str) -> None:
         """`allowlist add`, then wait until the running service has reloaded the file.
         The door check joins the bot at once, so the bot's membership says nothing about
         whether the service lists the room yet (it reloads within a poll interval)."""
+
         def reloads() -> int:
             return self.service.log_path.read_text(errors="replace").count("allowlist_reloaded")
 
@@ -141,8 +153,9 @@ class Stack:
     def http(self, path: str) -> tuple[int, str]:
         """GET a path of the service's HTTP listener: (status, body)."""
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.service.port}{path}",
-                                        timeout=10) as r:
+            with urllib.request.urlopen(
+                f"http://127.0.0.1:{self.service.port}{path}", timeout=10
+            ) as r:
                 return r.status, r.read().decode()
         except urllib.error.HTTPError as e:
             return e.code, e.read().decode()
@@ -150,8 +163,9 @@ class Stack:
     def event_status(self, event_id: str) -> str | None:
         try:
             with reader(self.database) as db:
-                row = db.execute("SELECT status FROM events WHERE event_id = ?",
-                                 (event_id,)).fetchone()
+                row = db.execute(
+                    "SELECT status FROM events WHERE event_id = ?", (event_id,)
+                ).fetchone()
         except FileNotFoundError:
             return None
         return row[0] if row else None
@@ -161,10 +175,12 @@ class Stack:
         n = 0
         with reader(self.database) as db:
             for i in range(0, len(ids), 500):
-                part = ids[i:i + 500]
-                n += db.execute(f"SELECT COUNT(*) FROM events WHERE event_id IN"
-                                f" ({','.join('?' * len(part))}) AND status = 'indexed'",
-                                part).fetchone()[0]
+                part = ids[i : i + 500]
+                n += db.execute(
+                    f"SELECT COUNT(*) FROM events WHERE event_id IN"
+                    f" ({','.join('?' * len(part))}) AND status = 'indexed'",
+                    part,
+                ).fetchone()[0]
         return n
 
     def database_rows(self) -> bytes:
@@ -174,9 +190,13 @@ class Stack:
             return b""
         out = b""
         with reader(self.database) as db:
-            tables = [r[0] for r in db.execute(
-                "SELECT table_name FROM information_schema.tables"
-                " WHERE table_schema = current_schema()")]
+            tables = [
+                r[0]
+                for r in db.execute(
+                    "SELECT table_name FROM information_schema.tables"
+                    " WHERE table_schema = current_schema()"
+                )
+            ]
             for t in sorted(tables):
                 out += repr(db.execute(f"SELECT * FROM {t}").fetchall()).encode()
         return out
@@ -192,17 +212,21 @@ class Stack:
 
     def stored_vectors(self, window_ids: list[str]) -> dict[str, list[float]]:
         """The windows' vectors as the store holds them, read in a process of its own."""
-        out = subprocess.run([sys.executable, "-c", _READ_VECTOR, str(self.data_dir),
-                              self.database, *window_ids], capture_output=True, text=True,
-                             timeout=120)
+        out = subprocess.run(
+            [sys.executable, "-c", _READ_VECTOR, str(self.data_dir), self.database, *window_ids],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert out.returncode == 0, out.stderr[-2000:]
         return dict(json.loads(out.stdout))
 
     def vector_of(self, event_id: str) -> list[float]:
         """The vector of the window that holds `event_id` now."""
         with reader(self.database) as db:
-            [window] = db.execute("SELECT window_id FROM events WHERE event_id = ?",
-                                  (event_id,)).fetchone()
+            [window] = db.execute(
+                "SELECT window_id FROM events WHERE event_id = ?", (event_id,)
+            ).fetchone()
         vector = self.stored_vectors([window])[window]
         assert files_holding(self.data_dir, vector)  # the scan can see it
         return vector
@@ -238,11 +262,13 @@ def make_stack(root: Path, embedder: str = "all-MiniLM-L6-v2") -> Stack:
     with open(config, "w") as f:
         y.dump(cfg, f)
     reg = YAML(typ="safe").load((data_dir / "registration.yaml").read_text())
-    synapse = LocalSynapse(root / "hs", port=hs_port,
-                           appservice_registrations=[data_dir / "registration.yaml"])
+    synapse = LocalSynapse(
+        root / "hs", port=hs_port, appservice_registrations=[data_dir / "registration.yaml"]
+    )
     service = ServiceProcess(config, as_port, root / "service.log")
-    return Stack(root, data_dir, config, synapse, service, "@sourcesbot:localhost",
-                 reg["hs_token"], database)
+    return Stack(
+        root, data_dir, config, synapse, service, "@sourcesbot:localhost", reg["hs_token"], database
+    )
 
 
 def stack_schema() -> str:

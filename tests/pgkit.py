@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 import pytest
 
 ENV = "MATRIX_SOURCES_TEST_POSTGRES"
-HOW = (f"{ENV} is unset: start one with `scripts/pg-server start /tmp/pg` and export "
-       f"{ENV}=<the DSN it prints>")
+HOW = (
+    f"{ENV} is unset: start one with `scripts/pg-server start /tmp/pg` and export "
+    f"{ENV}=<the DSN it prints>"
+)
 
 
 def base_dsn() -> str:

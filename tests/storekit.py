@@ -4,26 +4,27 @@ as the pipeline records them."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
-from indexer.store.eventlog.log import EventLog
 from indexer.records import Window
 from indexer.search.texts import WindowTexts
+from indexer.store.eventlog.log import EventLog
 from indexer.store.vectors.chroma import ChromaStore
 
 
 def open_store(folder: Path, **kw) -> ChromaStore:
     folder.mkdir(parents=True, exist_ok=True)
-    return ChromaStore(path=folder / "chroma",
-                       eventlog=EventLog(folder / "eventlog.sqlite3"), **kw)
+    return ChromaStore(path=folder / "chroma", eventlog=EventLog(folder / "eventlog.sqlite3"), **kw)
 
 
 def texts(store: ChromaStore, ids: Sequence[str] | None = None) -> dict[str, str]:
     """Each stored window's (or the given ones') text, as search reads it."""
     windows = store.get(ids)
-    return {w.window_id: text
-            for w, (text, _) in zip(windows, WindowTexts(store.eventlog).read(windows))}
+    return {
+        w.window_id: text
+        for w, (text, _) in zip(windows, WindowTexts(store.eventlog).read(windows))
+    }
 
 
 def stored_vectors(store: ChromaStore, ids: Sequence[str]) -> dict[str, list[float]]:
@@ -37,8 +38,7 @@ def index(store: ChromaStore, windows: Sequence[Window], vectors) -> None:
     log = store.eventlog
     for w in windows:
         log.append([(m, None) for m in w.messages])
-        log.mark_indexed(w.room_id, {m.event_id: w.window_id for m in w.messages},
-                         w.messages[-1])
+        log.mark_indexed(w.room_id, {m.event_id: w.window_id for m in w.messages}, w.messages[-1])
 
 
 def edit(store: ChromaStore, window: Window, vectors) -> None:
@@ -47,7 +47,10 @@ def edit(store: ChromaStore, window: Window, vectors) -> None:
     from indexer.ingest.events import EditEvent
     from indexer.ingest.history import History
 
-    History(store.eventlog).apply([
-        EditEvent(m.room_id, f"{m.event_id}-edit", m.sender, m.event_id, m.body, m.ts + 1)
-        for m in window.messages])
+    History(store.eventlog).apply(
+        [
+            EditEvent(m.room_id, f"{m.event_id}-edit", m.sender, m.event_id, m.body, m.ts + 1)
+            for m in window.messages
+        ]
+    )
     store.upsert([window], vectors)

@@ -27,6 +27,7 @@ def test_the_guard_catches_a_real_sleep(monkeypatch):
     sleeps.found.clear()
     import subprocess
     import sys
+
     subprocess.run([sys.executable, "-c", "pass"], check=True)  # polls inside: not ours
     assert sleeps.found == []
 
@@ -56,7 +57,8 @@ def test_the_guard_catches_a_real_sleep_in_the_product(monkeypatch, tmp_path):
 
     assert asyncio.run(retry_once()) == ["!r:example.org"]
     assert [f.split(":")[0] for f in sleeps.found] == [
-        "0.001s at appservice/homeserver/roomstate.py"]
+        "0.001s at appservice/homeserver/roomstate.py"
+    ]
     sleeps.found.clear()
 
     # The clock's own timer (Clock.later): the clock is named.
@@ -72,7 +74,13 @@ def test_the_guard_catches_a_real_sleep_in_the_product(monkeypatch, tmp_path):
     # Straight to time.sleep in a product module, the clock bypassed (the architecture
     # test forbids it; the guard catches it all the same).
     probe: dict = {}
-    exec(compile("import time\ndef nap():\n    time.sleep(0.001)\n",
-                 str(ROOT / "appservice" / "probe.py"), "exec"), probe)
+    exec(
+        compile(
+            "import time\ndef nap():\n    time.sleep(0.001)\n",
+            str(ROOT / "appservice" / "probe.py"),
+            "exec",
+        ),
+        probe,
+    )
     probe["nap"]()
     assert [f.split(":")[0] for f in sleeps.found] == ["0.001s at appservice/probe.py"]

@@ -37,7 +37,9 @@ def test_every_third_party_import_is_declared():
     demo = {_name(r) for r in project["optional-dependencies"]["demo"]}
     dists = packages_distributions()
     missing = []
-    for path in sorted((ROOT / "appservice").rglob("*.py")) + sorted((ROOT / "indexer").rglob("*.py")):
+    for path in sorted((ROOT / "appservice").rglob("*.py")) + sorted(
+        (ROOT / "indexer").rglob("*.py")
+    ):
         rel = str(path.relative_to(ROOT))
         allowed = declared | (demo if rel in DEMO_ONLY else set())
         for mod in imports(path):
@@ -52,10 +54,15 @@ def test_every_third_party_import_is_declared():
 def test_every_package_is_in_the_wheel():
     """pyproject lists the packages (packages.find would drop the templates' mapping), so a
     package folder added under appservice/ or indexer/ must be listed there too."""
-    on_disk = {".".join(p.parent.relative_to(ROOT).parts)
-               for top in ("appservice", "indexer") for p in (ROOT / top).rglob("__init__.py")}
+    on_disk = {
+        ".".join(p.parent.relative_to(ROOT).parts)
+        for top in ("appservice", "indexer")
+        for p in (ROOT / top).rglob("__init__.py")
+    }
     assert "indexer.store" in on_disk  # the folders are really read
-    assert set(PYPROJECT["tool"]["setuptools"]["packages"]) == on_disk | {"matrix_sources_templates"}
+    assert set(PYPROJECT["tool"]["setuptools"]["packages"]) == on_disk | {
+        "matrix_sources_templates"
+    }
 
 
 def test_templates_are_package_data():
@@ -73,9 +80,13 @@ def test_templates_are_package_data():
 def test_readme_deployment_is_what_ci_runs():
     section = (ROOT / "README.md").read_text().split("## Running it beside your Synapse\n")[1]
     install = section.split("```\n", 2)[1]
-    for command in ("python3 -m venv", "pip install torch==2.13.0", "pip wheel --no-deps",
-                    "pip install -c constraints.txt dist/matrix_sources-*.whl",
-                    "matrix-sources init"):
+    for command in (
+        "python3 -m venv",
+        "pip install torch==2.13.0",
+        "pip wheel --no-deps",
+        "pip install -c constraints.txt dist/matrix_sources-*.whl",
+        "matrix-sources init",
+    ):
         assert command in install
     assert "matrix-sources doctor -c" in section.split("\n## ")[0]
     ci = (ROOT / ".ci" / "run").read_text()

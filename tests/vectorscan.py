@@ -7,14 +7,15 @@ components each within `tol` of the vector's first `n`."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
 
-def files_holding(root: Path, vector: Sequence[float], n: int = 16,
-                  tol: float = 1e-5) -> dict[str, int]:
+def files_holding(
+    root: Path, vector: Sequence[float], n: int = 16, tol: float = 1e-5
+) -> dict[str, int]:
     """File (relative to root) -> how many places hold the vector's first n components."""
     want = np.asarray(vector[:n], dtype=np.float32)
     assert np.count_nonzero(want) >= 3, "too few non-zero components to tell it apart"
@@ -35,7 +36,7 @@ def files_holding(root: Path, vector: Sequence[float], n: int = 16,
                 # first, as zeros and small values abound in any file.
                 order = np.argsort(-np.abs(want))
                 k = order[0]
-                starts = np.nonzero(np.abs(a[k:k + count - n + 1] - want[k]) < tol)[0]
+                starts = np.nonzero(np.abs(a[k : k + count - n + 1] - want[k]) < tol)[0]
                 for k in order[1:]:
                     if not len(starts):
                         break

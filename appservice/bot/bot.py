@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Awaitable, Callable, Iterable, Protocol
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Protocol
 
 from indexer.clock import REAL, Clock
 from indexer.components import Index
@@ -39,8 +40,7 @@ log = logging.getLogger(f"matrix_sources.{__name__}")
 # A command a crash left unanswered for longer than this is not answered after the
 # restart (the asker has moved on, or asked again): the bot says it restarted.
 RESTARTED_AFTER_S = 60.0
-RESTARTED = ("Sorry, I restarted before I could answer this. Please ask again if you "
-             "still need it.")
+RESTARTED = "Sorry, I restarted before I could answer this. Please ask again if you still need it."
 
 
 class Matrix(Protocol):
@@ -55,10 +55,15 @@ class Matrix(Protocol):
 
 
 class Bot:
-    def __init__(self, cfg: Config, index: Index, matrix: Matrix,
-                 on_search_seconds: Callable[[float], None] | None = None,
-                 index_changed: Callable[[], None] = lambda: None,
-                 clock: Clock = REAL) -> None:
+    def __init__(
+        self,
+        cfg: Config,
+        index: Index,
+        matrix: Matrix,
+        on_search_seconds: Callable[[float], None] | None = None,
+        index_changed: Callable[[], None] = lambda: None,
+        clock: Clock = REAL,
+    ) -> None:
         """`index_changed`: windows to re-chunk (a forget): the service's worker runs;
         `clock`: the rate limit, a reply's waits and stamps, and the wall clock kept
         commands were stamped with (their age at a restart)."""
@@ -67,14 +72,25 @@ class Bot:
         self.kept = index.commands  # CommandLog; None: not kept
         self._clock = clock
         self.responder = Responder(
-            index.searcher, matrix.send, cfg.bot_user, cfg.search.default_top_k,
-            RateLimiter(cfg.search.rate_limit_per_minute, clock), domain=cfg.homeserver.domain,
-            resolve_alias=matrix.resolve_alias, rrf_k=cfg.search.rrf_k, status=self._status,
-            on_search_seconds=on_search_seconds, record_answer=index.record_answer,
-            record_quotes=self._record_quotes, is_outage=matrix.is_outage,
+            index.searcher,
+            matrix.send,
+            cfg.bot_user,
+            cfg.search.default_top_k,
+            RateLimiter(cfg.search.rate_limit_per_minute, clock),
+            domain=cfg.homeserver.domain,
+            resolve_alias=matrix.resolve_alias,
+            rrf_k=cfg.search.rrf_k,
+            status=self._status,
+            on_search_seconds=on_search_seconds,
+            record_answer=index.record_answer,
+            record_quotes=self._record_quotes,
+            is_outage=matrix.is_outage,
             forget_me=self._forget_me,
-            pending=lambda room: index.eventlog.counts(
-                None if room is None else RoomID(room)).get("pending", 0), clock=clock)
+            pending=lambda room: index.eventlog.counts(None if room is None else RoomID(room)).get(
+                "pending", 0
+            ),
+            clock=clock,
+        )
         self.commands = CommandPool(self._answer)
         self._tasks: set[asyncio.Task] = set()
 
@@ -117,15 +133,16 @@ class Bot:
 
     async def _answered(self, cmd: MessageEvent) -> None:
         if self.kept is not None:
-            await asyncio.to_thread(self.kept.answered, cmd.message.event_id,
-                                    self._clock.now_ms())
+            await asyncio.to_thread(self.kept.answered, cmd.message.event_id, self._clock.now_ms())
 
     async def _resume(self) -> None:
         now_ms = self._clock.now_ms()
         left = await asyncio.to_thread(self.kept.unanswered, now_ms)
         stale = [c for c in left if now_ms - c.received_at > RESTARTED_AFTER_S * 1000]
-        log.info("commands_resumed", extra={"answered_now": len(left) - len(stale),
-                                            "too_old": len(stale)})
+        log.info(
+            "commands_resumed",
+            extra={"answered_now": len(left) - len(stale), "too_old": len(stale)},
+        )
         for c in left:
             cmd = MessageEvent(c.message, c.thread_root, is_command=True)
             if c in stale:
@@ -140,10 +157,22 @@ class Bot:
         except Exception:
             log.warning("invite_join_failed", exc_info=True, extra={"room_id": room_id})
 
-    def _record_quotes(self, reply_event_id: str, room_id: str, command_event_id: str,
-                       thread_root: str | None, reply) -> None:
-        self.index.answers.record(reply_event_id, room_id, command_event_id, thread_root,
-                                  list(reply.hits), [sec.shown for sec in reply.sections])
+    def _record_quotes(
+        self,
+        reply_event_id: str,
+        room_id: str,
+        command_event_id: str,
+        thread_root: str | None,
+        reply,
+    ) -> None:
+        self.index.answers.record(
+            reply_event_id,
+            room_id,
+            command_event_id,
+            thread_root,
+            list(reply.hits),
+            [sec.shown for sec in reply.sections],
+        )
 
     async def _edit_replies(self, withdrawn: set) -> None:
         """A withdrawn message must not live on in the bot's own answers: edit every
@@ -152,16 +181,26 @@ class Bot:
         for rec in await asyncio.to_thread(answers.quoting, withdrawn):
             ids = [e for h in rec.hits for e in h.get("quoted", [])]
             lines = await asyncio.to_thread(answers.lines, ids)
-            reply = rebuild_reply(rec, lines, self.cfg.homeserver.domain,
-                                  await self._question(rec.room_id, rec.in_reply_to))
+            reply = rebuild_reply(
+                rec,
+                lines,
+                self.cfg.homeserver.domain,
+                await self._question(rec.room_id, rec.in_reply_to),
+            )
             await self.matrix.send(rec.room_id, edit_content(rec.reply_event_id, reply))
             await asyncio.to_thread(answers.forget_quote, rec.reply_event_id, withdrawn)
             if manifest is not None:
-                await asyncio.to_thread(self.index.replace_answer, rec.reply_event_id,
-                                        list(reply.sections))
-            log.info("reply_edited_after_redaction", extra={
-                "room_id": rec.room_id, "reply": rec.reply_event_id,
-                "redacted": len(withdrawn)})
+                await asyncio.to_thread(
+                    self.index.replace_answer, rec.reply_event_id, list(reply.sections)
+                )
+            log.info(
+                "reply_edited_after_redaction",
+                extra={
+                    "room_id": rec.room_id,
+                    "reply": rec.reply_event_id,
+                    "redacted": len(withdrawn),
+                },
+            )
 
     async def _question(self, room_id: str, command_id: str | None) -> tuple[str, ...]:
         """The texts a command asked, read from the homeserver (the event log drops a
@@ -172,8 +211,9 @@ class Bot:
             body = await self.matrix.event_body(room_id, command_id)
         except Exception as e:
             if not self.matrix.is_outage(e):
-                log.warning("command_unreadable", extra={"room_id": room_id,
-                                                         "event_id": command_id})
+                log.warning(
+                    "command_unreadable", extra={"room_id": room_id, "event_id": command_id}
+                )
             return ()
         try:
             cmd = parse_command(body, room_id) if body else None
@@ -189,10 +229,13 @@ class Bot:
         user = UserID(sender)
         if undo:
             if await asyncio.to_thread(forgetting.unforget_user, user, "command"):
-                return render_notice("From now on what you say is indexed again. What was "
-                                     "removed before stays removed.")
-            return render_notice("You had not asked to be forgotten: what you say in "
-                                 "the indexed rooms is indexed.")
+                return render_notice(
+                    "From now on what you say is indexed again. What was "
+                    "removed before stays removed."
+                )
+            return render_notice(
+                "You had not asked to be forgotten: what you say in the indexed rooms is indexed."
+            )
         report = await asyncio.to_thread(forgetting.forget_user, user, "command")
         self.index_changed()
         self.on_withdrawn(report.event_ids)
@@ -201,15 +244,17 @@ class Bot:
             f"Done: {n} message{'' if n == 1 else 's'} of yours removed from the index "
             f"(their text now, what was computed from them within "
             f"{self.cfg.index.compaction_interval_seconds:g} seconds), and nothing you say "
-            f"from now on will be indexed. `!sources index me` undoes the second part.")
+            f"from now on will be indexed. `!sources index me` undoes the second part."
+        )
 
     async def _status(self, room_id: str, user: str):
         if not await may_see_status(room_id, user, self.cfg.search.admins, self._power_level):
             return status_refusal()
         ingest = self.index.ingest
         rooms = [(r, ingest.label(RoomID(r))) for r in sorted(self.index.gate.allowlist)]
-        return await asyncio.to_thread(render_status, rooms, self.index.eventlog,
-                                       self.index.journal, ingest.sent_away.rooms)
+        return await asyncio.to_thread(
+            render_status, rooms, self.index.eventlog, self.index.journal, ingest.sent_away.rooms
+        )
 
     async def _power_level(self, room_id: str, user: str) -> int:
         # The whole state: room version 12 creators are not in power_levels.
@@ -225,8 +270,7 @@ class Bot:
     def _task_done(self, task: asyncio.Task) -> None:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
-            log.error("task_failed", extra={"task": task.get_name()},
-                      exc_info=task.exception())
+            log.error("task_failed", extra={"task": task.get_name()}, exc_info=task.exception())
 
 
 def _cancelling() -> bool:

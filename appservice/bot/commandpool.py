@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 from indexer.ingest.events import MessageEvent
 
@@ -35,15 +35,21 @@ class CommandPool:
         """Queue a command; False (and logged) if too many are waiting."""
         if self._queue is None:
             self._queue = asyncio.Queue(self._max_waiting)
-            self._tasks = [asyncio.create_task(self._work(), name="command")
-                           for _ in range(self.workers)]
+            self._tasks = [
+                asyncio.create_task(self._work(), name="command") for _ in range(self.workers)
+            ]
         try:
             self._queue.put_nowait(cmd)
         except asyncio.QueueFull:
             self.dropped += 1
-            log.warning("command_dropped", extra={"room_id": cmd.message.room_id,
-                                                  "event_id": cmd.message.event_id,
-                                                  "waiting": self._queue.qsize()})
+            log.warning(
+                "command_dropped",
+                extra={
+                    "room_id": cmd.message.room_id,
+                    "event_id": cmd.message.event_id,
+                    "waiting": self._queue.qsize(),
+                },
+            )
             return False
         return True
 
@@ -62,8 +68,10 @@ class CommandPool:
             try:
                 await self._answer(cmd)
             except Exception:
-                log.exception("answer_failed", extra={"room_id": cmd.message.room_id,
-                                                      "event_id": cmd.message.event_id})
+                log.exception(
+                    "answer_failed",
+                    extra={"room_id": cmd.message.room_id, "event_id": cmd.message.event_id},
+                )
             finally:
                 self._queue.task_done()
 

@@ -74,8 +74,9 @@ def parse_command(body: str, room_id: str, default_top_k: int = 5) -> Command:
         raise CommandError(f"Commands start with {COMMAND_PREFIX}.")
     bad = _unreadable(rest)
     if bad is not None:
-        raise CommandError(f"Your query holds the character U+{ord(bad):04X}, which is not "
-                           "text: remove it.")
+        raise CommandError(
+            f"Your query holds the character U+{ord(bad):04X}, which is not text: remove it."
+        )
     first, _, more = rest.partition("\n")
     # Plain whitespace split: shlex would eat the apostrophes of "what's the bot's token".
     # Flag values (numbers, `here`, room ids, corpus names) never need quoting.
@@ -103,8 +104,9 @@ def parse_command(body: str, room_id: str, default_top_k: int = 5) -> Command:
                 try:
                     top_k = int(value)
                 except ValueError:
-                    raise CommandError(f"--top takes a number from 1 to {MAX_TOP_K}, "
-                                       f"not {value!r}.") from None
+                    raise CommandError(
+                        f"--top takes a number from 1 to {MAX_TOP_K}, not {value!r}."
+                    ) from None
             elif w == "--room":
                 room = room_id if value == "here" else value
             else:
@@ -122,8 +124,10 @@ def parse_command(body: str, room_id: str, default_top_k: int = 5) -> Command:
         texts.append(first_text)
     texts.extend(line.strip() for line in more.split("\n") if line.strip())
     if not texts:
-        raise CommandError(f"What should I look for? Try `{COMMAND_PREFIX} how do I ...` "
-                           f"or `{COMMAND_PREFIX} help`.")
+        raise CommandError(
+            f"What should I look for? Try `{COMMAND_PREFIX} how do I ...` "
+            f"or `{COMMAND_PREFIX} help`."
+        )
     alias = None
     if room is not None and room.startswith("#"):
         alias, room = room, None

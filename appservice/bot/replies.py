@@ -10,8 +10,8 @@ import html
 from dataclasses import dataclass
 from urllib.parse import quote
 
-from indexer.derived.filter import EmittedSection
 from indexer.clock import format_ts
+from indexer.derived.filter import EmittedSection
 from indexer.records import CORPUS_REFERENCE, Hit, Line, UserID
 from indexer.search.abstain import QueryFloor
 from indexer.search.lexical import terms
@@ -34,13 +34,20 @@ class Reply:
     def content(self, in_reply_to: str | None = None, thread_root: str | None = None) -> dict:
         # An empty m.mentions: the reply pings nobody by design (the quoted senders, the
         # asker), not only because a notice happens not to.
-        content: dict = {"msgtype": "m.notice", "body": self.body,
-                         "format": "org.matrix.custom.html",
-                         "formatted_body": self.formatted_body, "m.mentions": {}}
+        content: dict = {
+            "msgtype": "m.notice",
+            "body": self.body,
+            "format": "org.matrix.custom.html",
+            "formatted_body": self.formatted_body,
+            "m.mentions": {},
+        }
         if thread_root:
-            content["m.relates_to"] = {"rel_type": "m.thread", "event_id": thread_root,
-                                       "is_falling_back": True,
-                                       "m.in_reply_to": {"event_id": in_reply_to or thread_root}}
+            content["m.relates_to"] = {
+                "rel_type": "m.thread",
+                "event_id": thread_root,
+                "is_falling_back": True,
+                "m.in_reply_to": {"event_id": in_reply_to or thread_root},
+            }
         elif in_reply_to:
             content["m.relates_to"] = {"m.in_reply_to": {"event_id": in_reply_to}}
         return content
@@ -75,8 +82,10 @@ def shown_lines(hit: Hit, n: int = MAX_LINES_PER_HIT) -> tuple[Line, ...]:
         return hit.shown
     lines = hit.lines
     if not lines and hit.corpus == CORPUS_REFERENCE:  # a chunk's text is its lines
-        lines = tuple(Line(hit.first_event_id, UserID(""), hit.ts_first, text)
-                      for text in hit.text.split("\n"))
+        lines = tuple(
+            Line(hit.first_event_id, UserID(""), hit.ts_first, text)
+            for text in hit.text.split("\n")
+        )
     return tuple(line for line in lines if line.body.strip())[:n]
 
 
@@ -108,12 +117,16 @@ def _localpart(mxid: str) -> str:
     return "".join(c for c in local if c.isprintable())
 
 
-NOTHING_MATCHES = ("Nothing in the index answers that. Try asking it another way, or "
-                   "narrow it to a room with --room #room:server. "
-                   "`!sources why 1` shows the closest message and how far off it was.")
-NOTHING_IN_ROOM = ("Nothing in that room answers that. Try asking it another way, or "
-                   "without --room to search every room. "
-                   "`!sources why 1` shows the closest message and how far off it was.")
+NOTHING_MATCHES = (
+    "Nothing in the index answers that. Try asking it another way, or "
+    "narrow it to a room with --room #room:server. "
+    "`!sources why 1` shows the closest message and how far off it was."
+)
+NOTHING_IN_ROOM = (
+    "Nothing in that room answers that. Try asking it another way, or "
+    "without --room to search every room. "
+    "`!sources why 1` shows the closest message and how far off it was."
+)
 
 
 def nothing_matches(room: bool = False, pending: int = 0) -> str:
@@ -121,9 +134,11 @@ def nothing_matches(room: bool = False, pending: int = 0) -> str:
     messages are still being indexed when they are (they may hold the answer)."""
     text = NOTHING_IN_ROOM if room else NOTHING_MATCHES
     if pending:
-        text = (f"{pending} message{_s(pending)} {'is' if pending == 1 else 'are'} still "
-                f"being indexed, so the answer may not be searchable yet: ask again in a "
-                f"minute. {text}")
+        text = (
+            f"{pending} message{_s(pending)} {'is' if pending == 1 else 'are'} still "
+            f"being indexed, so the answer may not be searchable yet: ask again in a "
+            f"minute. {text}"
+        )
     return text
 
 
@@ -131,9 +146,15 @@ def _s(n: int) -> str:
     return "" if n == 1 else "s"
 
 
-def render_hits(hits: list[Hit], query_texts: tuple[str, ...], fallback_server: str | None = None,
-                header: str | None = None, room: bool = False, pending: int = 0,
-                note: str = "") -> Reply:
+def render_hits(
+    hits: list[Hit],
+    query_texts: tuple[str, ...],
+    fallback_server: str | None = None,
+    header: str | None = None,
+    room: bool = False,
+    pending: int = 0,
+    note: str = "",
+) -> Reply:
     """`room`: the query was narrowed to a room; `pending`: messages not indexed yet;
     `note`: said after the "Sources for" line (an edited reply says why)."""
     if not hits:
@@ -145,8 +166,10 @@ def render_hits(hits: list[Hit], query_texts: tuple[str, ...], fallback_server: 
         more = f" (+{len(query_texts) - 1} more)" if len(query_texts) > 1 else ""
         more += f" ({note})" if note else ""
         plain = [f"Sources for: {_clip(query_texts[0], 120)}{more}"]
-        rich = [f"<p>Sources for: <em>{html.escape(_clip(query_texts[0], 120))}</em>"
-                f"{html.escape(more)}</p><ol>"]
+        rich = [
+            f"<p>Sources for: <em>{html.escape(_clip(query_texts[0], 120))}</em>"
+            f"{html.escape(more)}</p><ol>"
+        ]
     quoted: list[str] = []
     size = len(plain[0]) + len(rich[0]) + len("</ol>")
     # Room kept for the note that says how many hits were cut (it replaces "</ol>").
@@ -170,12 +193,18 @@ def render_hits(hits: list[Hit], query_texts: tuple[str, ...], fallback_server: 
         size += added
     else:
         rich.append("</ol>")
-    return Reply("\n".join(plain), "".join(rich), tuple(quoted), tuple(sections),
-                 tuple(hits[:len(sections)]))
+    return Reply(
+        "\n".join(plain),
+        "".join(rich),
+        tuple(quoted),
+        tuple(sections),
+        tuple(hits[: len(sections)]),
+    )
 
 
-def _chat_piece(n: int, hit: Hit, query_texts: tuple[str, ...], fallback_server: str | None
-                ) -> tuple[str, str, list[str], EmittedSection]:
+def _chat_piece(
+    n: int, hit: Hit, query_texts: tuple[str, ...], fallback_server: str | None
+) -> tuple[str, str, list[str], EmittedSection]:
     """A chat hit: room, time, senders, the quoted lines (the matched question and the
     answers to it, linked answers from later windows marked with how much later), each
     linked to its event."""
@@ -187,40 +216,56 @@ def _chat_piece(n: int, hit: Hit, query_texts: tuple[str, ...], fallback_server:
     via = via_servers(hit, fallback_server)
     link = permalink(hit.room_id, hit.first_event_id, via)
     shown = shown_lines(hit)
-    lines = [(permalink(hit.room_id, ln.event_id, via), _localpart(ln.sender) + _later(hit, ln),
-              ln.body) for ln in shown]
+    lines = [
+        (permalink(hit.room_id, ln.event_id, via), _localpart(ln.sender) + _later(hit, ln), ln.body)
+        for ln in shown
+    ]
     head = f"{room} · {_time_range(hit)} · {senders}"
     p = [f"{n}. {head}"]
     # The plain body stays readable: each line's own link is in the HTML, the window's
     # below (a matrix.to link is ~130 characters).
     p += [f"   > {who}: {_clip(b)}" for url, who, b in lines]
     p.append(f"   window: {link}")
-    r = (f"<li><a href=\"{html.escape(link, quote=True)}\">{html.escape(room)}</a>"
-         f" · {html.escape(_time_range(hit))} · {html.escape(senders)}<blockquote>"
-         + "<br>".join(f"<a href=\"{html.escape(url, quote=True)}\">"
-                       f"<b>{html.escape(who)}</b></a>: {html.escape(_clip(b))}"
-                       for url, who, b in lines)
-         + "</blockquote></li>")
+    r = (
+        f'<li><a href="{html.escape(link, quote=True)}">{html.escape(room)}</a>'
+        f" · {html.escape(_time_range(hit))} · {html.escape(senders)}<blockquote>"
+        + "<br>".join(
+            f'<a href="{html.escape(url, quote=True)}">'
+            f"<b>{html.escape(who)}</b></a>: {html.escape(_clip(b))}"
+            for url, who, b in lines
+        )
+        + "</blockquote></li>"
+    )
     quoted = [_clip(b) for _, _, b in lines]
     text = "\n".join([head] + [f"{who}: {_clip(b)}" for _, who, b in lines])
-    return "\n".join(p), r, quoted, EmittedSection(text, hit.cited_event_ids,
-                                                   tuple(ln.event_id for ln in shown))
+    return (
+        "\n".join(p),
+        r,
+        quoted,
+        EmittedSection(text, hit.cited_event_ids, tuple(ln.event_id for ln in shown)),
+    )
 
 
-def reference_lines(hit: Hit, query_texts: tuple[str, ...], n: int = MAX_LINES_PER_HIT
-                    ) -> list[str]:
+def reference_lines(
+    hit: Hit, query_texts: tuple[str, ...], n: int = MAX_LINES_PER_HIT
+) -> list[str]:
     """The lines of a reference chunk sharing most search terms with the query (stop
     words never count), in order."""
     qwords = {w for t in query_texts for w in terms(t)}
-    lines = [line.strip() for line in hit.text.split("\n")
-             if line.strip() and not line.lstrip().startswith(("```", "~~~"))]
-    scored = sorted(((len(qwords & set(terms(line))), -i, i)
-                     for i, line in enumerate(lines)), reverse=True)[:n]
+    lines = [
+        line.strip()
+        for line in hit.text.split("\n")
+        if line.strip() and not line.lstrip().startswith(("```", "~~~"))
+    ]
+    scored = sorted(
+        ((len(qwords & set(terms(line))), -i, i) for i, line in enumerate(lines)), reverse=True
+    )[:n]
     return [lines[i] for i in sorted(i for _, _, i in scored)]
 
 
-def _reference_piece(n: int, hit: Hit, query_texts: tuple[str, ...]
-                     ) -> tuple[str, str, list[str], EmittedSection]:
+def _reference_piece(
+    n: int, hit: Hit, query_texts: tuple[str, ...]
+) -> tuple[str, str, list[str], EmittedSection]:
     """A reference hit: cited by file and heading (no room, time or senders)."""
     ref = hit.ref
     file = ref.file if ref else hit.room_label
@@ -229,10 +274,14 @@ def _reference_piece(n: int, hit: Hit, query_texts: tuple[str, ...]
     lines = [_clip(line) for line in reference_lines(hit, query_texts)]
     head = f"{file} › {heading}" if heading else file
     p = [f"{n}. {head}{corpus}"] + [f"   > {line}" for line in lines]
-    r = (f"<li><b>{html.escape(file)}</b>"
-         + (f" › {html.escape(heading)}" if heading else "") + html.escape(corpus)
-         + "<blockquote>" + "<br>".join(f"<code>{html.escape(line)}</code>" for line in lines)
-         + "</blockquote></li>")
+    r = (
+        f"<li><b>{html.escape(file)}</b>"
+        + (f" › {html.escape(heading)}" if heading else "")
+        + html.escape(corpus)
+        + "<blockquote>"
+        + "<br>".join(f"<code>{html.escape(line)}</code>" for line in lines)
+        + "</blockquote></li>"
+    )
     return "\n".join(p), r, lines, EmittedSection("\n".join([head] + lines))
 
 
@@ -252,8 +301,9 @@ def render_help(text: str) -> Reply:
     return Reply(text, "<pre>" + html.escape(text) + "</pre>", ())
 
 
-def render_why(n: int, hit: Hit, texts: tuple[str, ...], rrf_k: int,
-               floor: QueryFloor | None = None) -> Reply:
+def render_why(
+    n: int, hit: Hit, texts: tuple[str, ...], rrf_k: int, floor: QueryFloor | None = None
+) -> Reply:
     """Why hit n ranked where it did: its rank and similarity under each query text,
     and how reciprocal rank fusion added them up. With `floor`, the hit is the closest
     one of a query that got "nothing matches": say which floor it was below."""
@@ -261,22 +311,31 @@ def render_why(n: int, hit: Hit, texts: tuple[str, ...], rrf_k: int,
     head = f"Hit {n}: {room} · {_time_range(hit)}, fused score {hit.score:.4f}"
     score = "unknown" if hit.similarity is None else f"{hit.similarity:.3f}"
     if floor is None:
-        head += (f"; its score {score} (half the window's cosine similarity to the "
-                 "question, half its closest line's)")
+        head += (
+            f"; its score {score} (half the window's cosine similarity to the "
+            "question, half its closest line's)"
+        )
     if floor is not None:
         sim = score
         f = floor.floor
-        margin_key = ("search.no_shared_word_margin" if floor.margin == f.no_shared_word_margin
-                      else "its script's search.no_shared_word_margin_by_script")
-        rule = (f"the floor search.min_similarity = {f.min_similarity:.2f}"
-                if floor.shares_word(hit.bodies) or not floor.margin else
-                f"the floor {floor.needed(hit.bodies):.2f} for a hit sharing no word with the "
-                f"question (search.min_similarity {f.min_similarity:.2f} + "
-                f"{margin_key} {floor.margin:.2f})")
-        head = (f"Nothing matched; the closest was {room} · {_time_range(hit)}: its "
-                f"score {sim} (half the window's cosine similarity to the question, half "
-                f"its closest line's) is below {rule}, so it was not shown. "
-                f"Fused score {hit.score:.4f}")
+        margin_key = (
+            "search.no_shared_word_margin"
+            if floor.margin == f.no_shared_word_margin
+            else "its script's search.no_shared_word_margin_by_script"
+        )
+        rule = (
+            f"the floor search.min_similarity = {f.min_similarity:.2f}"
+            if floor.shares_word(hit.bodies) or not floor.margin
+            else f"the floor {floor.needed(hit.bodies):.2f} for a hit sharing no word with the "
+            f"question (search.min_similarity {f.min_similarity:.2f} + "
+            f"{margin_key} {floor.margin:.2f})"
+        )
+        head = (
+            f"Nothing matched; the closest was {room} · {_time_range(hit)}: its "
+            f"score {sim} (half the window's cosine similarity to the question, half "
+            f"its closest line's) is below {rule}, so it was not shown. "
+            f"Fused score {hit.score:.4f}"
+        )
     parts, terms = [], []
     for i, text in enumerate(texts):
         r = hit.ranks[i] if i < len(hit.ranks) else None
@@ -296,7 +355,10 @@ def render_why(n: int, hit: Hit, texts: tuple[str, ...], rrf_k: int,
     plain = [head] + [f"  {p}" for p in parts]
     if formula:
         plain.append(f"  score = {formula}")
-    rich = (f"<p>{html.escape(head)}</p><ul>"
-            + "".join(f"<li>{html.escape(p)}</li>" for p in parts) + "</ul>"
-            + (f"<p>score = <code>{html.escape(formula)}</code></p>" if formula else ""))
+    rich = (
+        f"<p>{html.escape(head)}</p><ul>"
+        + "".join(f"<li>{html.escape(p)}</li>" for p in parts)
+        + "</ul>"
+        + (f"<p>score = <code>{html.escape(formula)}</code></p>" if formula else "")
+    )
     return Reply("\n".join(plain), rich, ())

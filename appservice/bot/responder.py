@@ -13,9 +13,10 @@ import asyncio
 import logging
 import math
 from collections import OrderedDict, defaultdict, deque
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Awaitable, Callable, Protocol
+from typing import Protocol
 
 from indexer.clock import REAL, Clock, retrying
 from indexer.derived.filter import EmittedSection
@@ -24,9 +25,15 @@ from indexer.records import Hit, RoomID
 from indexer.search.abstain import Floor
 from indexer.search.query import SourceQuery
 
-from .commands import (HELP, CommandError, ForgetMeCommand, HelpCommand, StatusCommand,
-                       WhyCommand,
-                       parse_command)
+from .commands import (
+    HELP,
+    CommandError,
+    ForgetMeCommand,
+    HelpCommand,
+    StatusCommand,
+    WhyCommand,
+    parse_command,
+)
 from .replies import Reply, render_error, render_help, render_hits, render_why
 
 log = logging.getLogger(f"matrix_sources.{__name__}")
@@ -97,13 +104,15 @@ class Responder:
     # (reply id, room, command id, thread root, reply) -> None: what the reply quoted, by
     # event id, so a later redaction can edit it (indexer/store/answers.py). After the send.
     record_quotes: Callable[[str, str, str, str | None, Reply], None] | None = None
-    executor: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(
-        SEARCH_THREADS, thread_name_prefix="search"))
+    executor: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(SEARCH_THREADS, thread_name_prefix="search")
+    )
     clock: Clock = REAL  # the search's duration, the waits of a reply, its send stamp
     # Whether a failed send means the homeserver is down (wait for it), not this reply
     # refused: the homeserver side's judgement (roomstate.is_outage), through the Bot.
     is_outage: Callable[[BaseException], bool] = lambda e: isinstance(
-        e, (ConnectionError, TimeoutError))
+        e, (ConnectionError, TimeoutError)
+    )
 
     async def answer(self, ev: MessageEvent) -> Reply | None:
         m = ev.message
@@ -122,49 +131,65 @@ class Responder:
             await self._record_answer(m.room_id, event_id, reply, sent_ms)
         if self.record_quotes is not None and reply.hits:
             try:
-                await asyncio.to_thread(self.record_quotes, event_id, m.room_id, m.event_id,
-                                        ev.thread_root, reply)
+                await asyncio.to_thread(
+                    self.record_quotes, event_id, m.room_id, m.event_id, ev.thread_root, reply
+                )
             except Exception:
-                log.exception("quotes_record_failed", extra={"room_id": m.room_id,
-                                                             "event_id": event_id})
+                log.exception(
+                    "quotes_record_failed", extra={"room_id": m.room_id, "event_id": event_id}
+                )
         return reply
 
     async def say(self, ev: MessageEvent, reply: Reply) -> str:
         """Reply to a command with `reply` as it is (no search)."""
         m = ev.message
         return await self._send_when_up(
-            m.room_id, m.event_id, reply.content(in_reply_to=m.event_id,
-                                                 thread_root=ev.thread_root))
+            m.room_id, m.event_id, reply.content(in_reply_to=m.event_id, thread_root=ev.thread_root)
+        )
 
     async def _send_when_up(self, room_id: str, command_id: str, content: dict) -> str:
         """Send, and while the homeserver is unreachable keep trying (backoff doubling,
         capped) for SEND_RETRY_FOR seconds: a command that came just before an outage
         is answered when it ends."""
+
         def waiting(e: Exception, delay: float) -> None:
-            log.warning("reply_waiting_for_homeserver", exc_info=e, extra={
-                "room_id": room_id, "event_id": command_id, "retry_in": delay})
+            log.warning(
+                "reply_waiting_for_homeserver",
+                exc_info=e,
+                extra={"room_id": room_id, "event_id": command_id, "retry_in": delay},
+            )
 
-        return await retrying(lambda: self.send(room_id, content), retry_if=self.is_outage,
-                              initial=1.0, maximum=SEND_RETRY_MAX,
-                              give_up_after=SEND_RETRY_FOR, on_retry=waiting,
-                              clock=self.clock)
+        return await retrying(
+            lambda: self.send(room_id, content),
+            retry_if=self.is_outage,
+            initial=1.0,
+            maximum=SEND_RETRY_MAX,
+            give_up_after=SEND_RETRY_FOR,
+            on_retry=waiting,
+            clock=self.clock,
+        )
 
-    async def _record_answer(self, room_id: str, event_id: str, reply: Reply,
-                             sent_ms: int) -> None:
+    async def _record_answer(self, room_id: str, event_id: str, reply: Reply, sent_ms: int) -> None:
         """The reply is sent (committed): now what it quoted becomes answer artifacts, so
         a paste of it back into a room is derived text, not evidence. They are dated
         when the send began, or a paste that arrived before this record could pass."""
         assert self.record_answer is not None  # called only when there is one
         try:
-            added = await asyncio.to_thread(self.record_answer, event_id, list(reply.sections),
-                                            sent_ms)
+            added = await asyncio.to_thread(
+                self.record_answer, event_id, list(reply.sections), sent_ms
+            )
         except Exception:
-            log.exception("answer_record_failed", extra={"room_id": room_id,
-                                                         "event_id": event_id})
+            log.exception("answer_record_failed", extra={"room_id": room_id, "event_id": event_id})
             return
-        log.info("answer_recorded", extra={"room_id": room_id, "event_id": event_id,
-                                           "sections": len(reply.sections),
-                                           "artifacts": added})
+        log.info(
+            "answer_recorded",
+            extra={
+                "room_id": room_id,
+                "event_id": event_id,
+                "sections": len(reply.sections),
+                "artifacts": added,
+            },
+        )
 
     async def _reply_for(self, ev: MessageEvent) -> Reply:
         m = ev.message
@@ -188,29 +213,47 @@ class Responder:
         if cmd.room_alias is not None:
             room_id = await self.resolve_alias(cmd.room_alias) if self.resolve_alias else None
             if room_id is None:
-                return render_error(f"I can't find the room {cmd.room_alias}; "
-                                    "check the alias or use the room id (!...).")
+                return render_error(
+                    f"I can't find the room {cmd.room_alias}; "
+                    "check the alias or use the room id (!...)."
+                )
             query = replace(query, room_id=RoomID(room_id))
         wait = self.limiter.retry_after(m.sender)
         if wait > 0:
-            return render_error(f"You have asked a lot in the last minute; "
-                                f"try again in {math.ceil(wait)} s.")
+            return render_error(
+                f"You have asked a lot in the last minute; try again in {math.ceil(wait)} s."
+            )
         started = self.clock.now()
         hits, closest = await asyncio.get_running_loop().run_in_executor(
-            self.executor, self.searcher.search_with_closest, query)
+            self.executor, self.searcher.search_with_closest, query
+        )
         took = self.clock.now() - started
         if self.on_search_seconds:
             self.on_search_seconds(took)
-        log.info("query_answered", extra={"room_id": m.room_id, "event_id": m.event_id,
-                                          "texts": len(query.texts), "hits": len(hits),
-                                          "ms": int(took * 1000)})
+        log.info(
+            "query_answered",
+            extra={
+                "room_id": m.room_id,
+                "event_id": m.event_id,
+                "texts": len(query.texts),
+                "hits": len(hits),
+                "ms": int(took * 1000),
+            },
+        )
         self._remember(m.room_id, m.sender, tuple(dict.fromkeys(query.texts)), hits, closest)
         pending = 0 if hits or self.pending is None else self.pending(query.room_id)
-        return render_hits(hits, query.texts, self.domain, room=query.room_id is not None,
-                           pending=pending)
+        return render_hits(
+            hits, query.texts, self.domain, room=query.room_id is not None, pending=pending
+        )
 
-    def _remember(self, room_id: str, user: str, texts: tuple[str, ...], hits: list[Hit],
-                  closest: Hit | None = None) -> None:
+    def _remember(
+        self,
+        room_id: str,
+        user: str,
+        texts: tuple[str, ...],
+        hits: list[Hit],
+        closest: Hit | None = None,
+    ) -> None:
         key = (room_id, user)
         self._last[key] = (texts, hits, closest)
         self._last.move_to_end(key)
@@ -224,15 +267,25 @@ class Responder:
         texts, hits, closest = last
         if not hits and closest is not None:  # "nothing matches": why 1 is the closest
             if n != 1:
-                return render_error("Your last query had no hits; `!sources why 1` explains "
-                                    "the closest one.")
+                return render_error(
+                    "Your last query had no hits; `!sources why 1` explains the closest one."
+                )
             floor = self.searcher.floor
-            return render_why(1, closest, texts, self.rrf_k,
-                              floor=floor.for_query(texts) if floor is not None else None)
+            return render_why(
+                1,
+                closest,
+                texts,
+                self.rrf_k,
+                floor=floor.for_query(texts) if floor is not None else None,
+            )
         if not 1 <= n <= len(hits):
-            return render_error(("Your last query had 1 hit; `!sources why 1` explains it."
-                                 if len(hits) == 1 else
-                                 f"Your last query had {len(hits)} hits; "
-                                 f"ask about 1 to {len(hits)}.") if hits else
-                                "Your last query had no hits to explain.")
+            return render_error(
+                (
+                    "Your last query had 1 hit; `!sources why 1` explains it."
+                    if len(hits) == 1
+                    else f"Your last query had {len(hits)} hits; ask about 1 to {len(hits)}."
+                )
+                if hits
+                else "Your last query had no hits to explain."
+            )
         return render_why(n, hits[n - 1], texts, self.rrf_k)

@@ -9,12 +9,12 @@ from __future__ import annotations
 import html
 import logging
 from collections import Counter
-from typing import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from indexer.clock import format_ts
+from indexer.ingest.gate import OWN_MESSAGE
 from indexer.store.eventlog.log import EventLog
 from indexer.store.eventlog.reports import room_report
-from indexer.ingest.gate import OWN_MESSAGE
 from indexer.store.journal import Journal
 
 from .replies import Reply, render_error
@@ -24,8 +24,9 @@ ADMIN_POWER_LEVEL = 50
 PowerLevel = Callable[[str, str], Awaitable[int]]  # (room, user) -> level
 
 
-async def may_see_status(room_id: str, user: str, admins: tuple[str, ...],
-                         power_level: PowerLevel) -> bool:
+async def may_see_status(
+    room_id: str, user: str, admins: tuple[str, ...], power_level: PowerLevel
+) -> bool:
     if user in admins:
         return True
     try:
@@ -35,30 +36,36 @@ async def may_see_status(room_id: str, user: str, admins: tuple[str, ...],
         return False
 
 
-CREATOR_POWER = 2 ** 53  # room version 12: creators outrank every power level
+CREATOR_POWER = 2**53  # room version 12: creators outrank every power level
 
 
 def power_from_state(state: list, user: str) -> int:
     """A user's power level from a room's full state (raw events). Since room version 12
     the creators are not listed in m.room.power_levels: they hold unlimited power."""
-    create = next((e for e in state if isinstance(e, dict)
-                   and e.get("type") == "m.room.create"), None)
+    create = next(
+        (e for e in state if isinstance(e, dict) and e.get("type") == "m.room.create"), None
+    )
     if create is not None:
         content = got if isinstance(got := create.get("content"), dict) else {}
         creators = [create.get("sender")] + list(content.get("additional_creators") or [])
         version = str(content.get("room_version", "1"))
         if version.isdigit() and int(version) >= 12 and user in creators:
             return CREATOR_POWER
-    pl = next((e for e in state if isinstance(e, dict)
-               and e.get("type") == "m.room.power_levels"), None)
+    pl = next(
+        (e for e in state if isinstance(e, dict) and e.get("type") == "m.room.power_levels"), None
+    )
     content = got if pl and isinstance(got := pl.get("content"), dict) else {}
     users = got if isinstance(got := content.get("users"), dict) else {}
     level = users.get(user, content.get("users_default", 0))
     return level if isinstance(level, int) and not isinstance(level, bool) else 0
 
 
-def render_status(rooms: Sequence[tuple[str, str]], eventlog: EventLog, journal: Journal,
-                  sent_away: dict | None = None) -> Reply:
+def render_status(
+    rooms: Sequence[tuple[str, str]],
+    eventlog: EventLog,
+    journal: Journal,
+    sent_away: dict | None = None,
+) -> Reply:
     """rooms: (room id, label) of the allowlist; sent_away: room id -> the SentAway of
     a room whose moderators removed the bot (indexer/ingest/sentaway.py)."""
     sent_away = sent_away or {}
@@ -75,9 +82,11 @@ def render_status(rooms: Sequence[tuple[str, str]], eventlog: EventLog, journal:
         seen.add(key)
         refusals[entry.get("room_id")] += 1
     plain = [f"Index status: {len(rooms)} allowlisted room(s)"]
-    rich = [f"<p>Index status: {len(rooms)} allowlisted room(s)</p><table>"
-            "<tr><th>room</th><th>messages</th><th>windows</th><th>pending</th>"
-            "<th>last indexed</th><th>refusals</th></tr>"]
+    rich = [
+        f"<p>Index status: {len(rooms)} allowlisted room(s)</p><table>"
+        "<tr><th>room</th><th>messages</th><th>windows</th><th>pending</th>"
+        "<th>last indexed</th><th>refusals</th></tr>"
+    ]
     for room_id, label in rooms:
         r = room_report(eventlog, room_id)
         last = format_ts(r["cursor_ts"]) if r["cursor_ts"] else "never"
@@ -85,19 +94,26 @@ def render_status(rooms: Sequence[tuple[str, str]], eventlog: EventLog, journal:
         if room_id in sent_away:
             why = f"not indexed: the bot was {sent_away[room_id].reason}"
             plain.append(f"- {name}: {why}")
-            rich.append(f"<tr><td>{html.escape(name)}</td><td colspan=\"5\">"
-                        f"{html.escape(why)}</td></tr>")
+            rich.append(
+                f'<tr><td>{html.escape(name)}</td><td colspan="5">{html.escape(why)}</td></tr>'
+            )
             continue
-        plain.append(f"- {name}: {r['messages']} messages in {r['windows']} windows, "
-                     f"{r['pending']} pending, last indexed {last}, "
-                     f"{refusals[room_id]} refusals")
-        rich.append(f"<tr><td>{html.escape(name)}</td><td>{r['messages']}</td>"
-                    f"<td>{r['windows']}</td><td>{r['pending']}</td>"
-                    f"<td>{html.escape(last)}</td><td>{refusals[room_id]}</td></tr>")
+        plain.append(
+            f"- {name}: {r['messages']} messages in {r['windows']} windows, "
+            f"{r['pending']} pending, last indexed {last}, "
+            f"{refusals[room_id]} refusals"
+        )
+        rich.append(
+            f"<tr><td>{html.escape(name)}</td><td>{r['messages']}</td>"
+            f"<td>{r['windows']}</td><td>{r['pending']}</td>"
+            f"<td>{html.escape(last)}</td><td>{refusals[room_id]}</td></tr>"
+        )
     rich.append("</table>")
     return Reply("\n".join(plain), "".join(rich), ())
 
 
 def status_refusal() -> Reply:
-    return render_error("Sorry, `!sources status` is for room moderators "
-                        f"(power level {ADMIN_POWER_LEVEL} or more) and the bot's admins.")
+    return render_error(
+        "Sorry, `!sources status` is for room moderators "
+        f"(power level {ADMIN_POWER_LEVEL} or more) and the bot's admins."
+    )

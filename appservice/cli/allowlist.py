@@ -50,11 +50,11 @@ def _say_at_door(cfg: Config, added: bool, room: str, shown: str) -> None:
     if verdict.rule is None or verdict.rule == "unknown":
         print(f"{done}: {shown}")
         if verdict.rule == "unknown":
-            print(f"  not checked now: {verdict.detail}; `matrix-sources doctor` checks "
-                  "it later")
+            print(f"  not checked now: {verdict.detail}; `matrix-sources doctor` checks it later")
         return
-    print(f"{done}, but it will be refused: {shown}: {verdict.detail} "
-          f"(journal rule {verdict.rule})")
+    print(
+        f"{done}, but it will be refused: {shown}: {verdict.detail} (journal rule {verdict.rule})"
+    )
     if verdict.fix:
         print(f"  fix: {verdict.fix}")
 
@@ -67,8 +67,12 @@ def _resolve_rooms(cfg: Config, rooms: list[str]) -> list[tuple[str, str | None]
     for room in rooms:
         if not room.startswith("#"):
             if not ROOM_ID.match(room):
-                raise ConfigError(cfg.allowlist_path, "rooms", f"{room!r} is not a room id like "
-                                  "'!abc:example.org' or an alias like '#room:example.org'")
+                raise ConfigError(
+                    cfg.allowlist_path,
+                    "rooms",
+                    f"{room!r} is not a room id like "
+                    "'!abc:example.org' or an alias like '#room:example.org'",
+                )
             out.append((room, None))
             continue
         if token is None:

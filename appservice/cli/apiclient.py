@@ -29,8 +29,14 @@ TEMPORARY = (429, 503)  # try again later: EX_TEMPFAIL for the commands
 class ServiceError(Exception):
     """The service answered a search with an error; its JSON said why (docs/api.md)."""
 
-    def __init__(self, status: int, errcode: str, message: str, field: str | None = None,
-                 retry_after: float | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        errcode: str,
+        message: str,
+        field: str | None = None,
+        retry_after: float | None = None,
+    ) -> None:
         super().__init__(message)
         self.status, self.errcode, self.message = status, errcode, message
         self.field, self.retry_after = field, retry_after
@@ -67,18 +73,31 @@ class ServiceClient:
             if e.refused:
                 raise Unreachable(f"nothing answers on {self.url}") from None
             # it listens, but did not answer
-            raise ServiceError(0, "", f"no answer from {self.url} ({type(e.reason).__name__}: "
-                               f"{e.reason}); is the service overloaded or stuck? its log "
-                               "says") from None
+            raise ServiceError(
+                0,
+                "",
+                f"no answer from {self.url} ({type(e.reason).__name__}: "
+                f"{e.reason}); is the service overloaded or stuck? its log "
+                "says",
+            ) from None
         data = resp.data
         if resp.status == 200 and isinstance(data, dict) and isinstance(data.get("hits"), list):
             return data["hits"]
         if not isinstance(data, dict):
-            raise ServiceError(resp.status, "", f"HTTP {resp.status} without a JSON answer "
-                               f"from {self.url}: is another program on that port?")
+            raise ServiceError(
+                resp.status,
+                "",
+                f"HTTP {resp.status} without a JSON answer "
+                f"from {self.url}: is another program on that port?",
+            )
         retry = resp.header("Retry-After")
-        raise ServiceError(resp.status, resp.errcode, resp.error, data.get("field"),
-                           float(retry) if retry and retry.isdigit() else None)
+        raise ServiceError(
+            resp.status,
+            resp.errcode,
+            resp.error,
+            data.get("field"),
+            float(retry) if retry and retry.isdigit() else None,
+        )
 
 
 def service_address(cfg: Config) -> tuple[str, int]:
@@ -99,10 +118,11 @@ def find_service(cfg: Config) -> ServiceClient | None:
 def describe(e: ServiceError, client: ServiceClient, cfg: Config) -> str:
     """What a command prints for the service's refusal, with what to do about it."""
     if e.status in (401, 403):
-        return (f"the service refused the API token of {cfg.api_token_path} ({e.message}); "
-                "it reads the file when it starts: restart it after changing the file")
+        return (
+            f"the service refused the API token of {cfg.api_token_path} ({e.message}); "
+            "it reads the file when it starts: restart it after changing the file"
+        )
     if e.status in TEMPORARY:
         later = f"; try again in {e.retry_after:.0f} s" if e.retry_after else ""
         return f"{e.message}{later}"
     return e.message or f"HTTP {e.status} from {client.url}"
-

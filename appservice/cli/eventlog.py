@@ -27,17 +27,21 @@ def run_migrate(cfg: Config, to: str, quiet: bool = False) -> int:
     source = cfg.database
     if source.kind != "sqlite":
         if str(source) == to:  # run again after config.yaml was switched: nothing left
-            print(f"store.database is {source} already; the SQLite event log "
-                  f"{cfg.default_eventlog_path} stays where it is")
+            print(
+                f"store.database is {source} already; the SQLite event log "
+                f"{cfg.default_eventlog_path} stays where it is"
+            )
             return 0
-        raise ConfigError(cfg.file, "store.database", f"is {source}, not an SQLite event "
-                          "log: there is nothing of this data dir's to move")
+        raise ConfigError(
+            cfg.file,
+            "store.database",
+            f"is {source}, not an SQLite event log: there is nothing of this data dir's to move",
+        )
     path = source.path
     assert path is not None
     health = check_eventlog(path)
     if health.state != "ok":
-        print(f"error: the event log {path} is {health.state}: {health.detail}",
-              file=sys.stderr)
+        print(f"error: the event log {path} is {health.state}: {health.detail}", file=sys.stderr)
         return 1
     reach = check_eventlog(target)
     if reach.state == "unreachable":
@@ -51,21 +55,30 @@ def run_migrate(cfg: Config, to: str, quiet: bool = False) -> int:
     finally:
         lock.release()
     rows = sum(report.tables.values())
-    print(f"{rows} rows in {len(report.tables)} tables; {report.copied} copied now, "
-          f"{rows - report.copied} there already")
+    print(
+        f"{rows} rows in {len(report.tables)} tables; {report.copied} copied now, "
+        f"{rows - report.copied} there already"
+    )
     if not report.ok:
         for table, (want, held) in sorted(report.mismatched.items()):
             print(f"error: {table}: {want} rows here, {held} in {target}", file=sys.stderr)
-        print("error: the target holds another event log's rows: give an empty database "
-              "(or this one's own, to resume)", file=sys.stderr)
+        print(
+            "error: the target holds another event log's rows: give an empty database "
+            "(or this one's own, to resume)",
+            file=sys.stderr,
+        )
         return 1
     _set_database(cfg.file, str(target))
     print(f"verified: every table holds as many rows in {target} as in {path}")
-    print(f"{cfg.file}: store.database is now {target}; start the service. Nothing is "
-          "embedded again: the collection stays as it is.")
-    print(f"{path} still holds every message's text: once the service runs on PostgreSQL, "
-          f"remove it and its -wal and -shm files (`shred -u`, or your disk's secure "
-          "erase), and from your backups (docs/storage.md)")
+    print(
+        f"{cfg.file}: store.database is now {target}; start the service. Nothing is "
+        "embedded again: the collection stays as it is."
+    )
+    print(
+        f"{path} still holds every message's text: once the service runs on PostgreSQL, "
+        f"remove it and its -wal and -shm files (`shred -u`, or your disk's secure "
+        "erase), and from your backups (docs/storage.md)"
+    )
     return 0
 
 

@@ -15,16 +15,24 @@ ANSWER_TIMEOUT_S = 30.0
 
 
 def run_forget(cfg: Config, user: str | None, listing: bool, undo: str | None) -> int:
-    request = ({"op": "list"} if listing else {"op": "undo", "user_id": undo} if undo
-               else {"op": "forget", "user_id": user})
+    request = (
+        {"op": "list"}
+        if listing
+        else {"op": "undo", "user_id": undo}
+        if undo
+        else {"op": "forget", "user_id": user}
+    )
     try:
         lock = WriterLock(cfg.data_dir, "matrix-sources forget").acquire()
     except LockedError:
         answer = wait_answer(submit(cfg.data_dir, request), ANSWER_TIMEOUT_S, REAL)
         if answer is None:
-            print(f"error: the running service did not answer within {ANSWER_TIMEOUT_S:.0f} s;"
-                  " the request stays queued in the data dir's spool/ and is applied"
-                  " when it next polls", file=sys.stderr)
+            print(
+                f"error: the running service did not answer within {ANSWER_TIMEOUT_S:.0f} s;"
+                " the request stays queued in the data dir's spool/ and is applied"
+                " when it next polls",
+                file=sys.stderr,
+            )
             return 1
     else:
         try:
@@ -48,8 +56,9 @@ def _apply_here(cfg: Config, request: dict) -> dict:
 
         eventlog = EventLog(cfg.database)
         try:
-            ingest = Ingest(Gate(frozenset(), UserID(cfg.bot_user)), eventlog,
-                            Journal(cfg.journal_path))
+            ingest = Ingest(
+                Gate(frozenset(), UserID(cfg.bot_user)), eventlog, Journal(cfg.journal_path)
+            )
             return apply_request(Forgetting(ingest), request)
         finally:
             eventlog.close()
@@ -61,9 +70,11 @@ def _apply_here(cfg: Config, request: dict) -> dict:
             assert index.pipeline.compaction is not None  # set by Pipeline.__post_init__
             index.pipeline.compaction.now("forget")
         if answer.get("event_ids"):
-            answer["note"] = ("the service is not running: the bot's answers in the rooms"
-                              " that quoted them were not edited (run forget with the"
-                              " service up to edit them)")
+            answer["note"] = (
+                "the service is not running: the bot's answers in the rooms"
+                " that quoted them were not edited (run forget with the"
+                " service up to edit them)"
+            )
         return answer
     finally:
         index.close()
@@ -78,12 +89,17 @@ def _print(answer: dict) -> int:
             print(user)
         return 0
     if answer["op"] == "undo":
-        print(f"undone: {answer['user_id']}: messages sent from now on are indexed; the old"
-              " ones are not restored" if answer["undone"]
-              else f"not forgotten: {answer['user_id']}")
+        print(
+            f"undone: {answer['user_id']}: messages sent from now on are indexed; the old"
+            " ones are not restored"
+            if answer["undone"]
+            else f"not forgotten: {answer['user_id']}"
+        )
         return 0
-    print(f"forgotten: {answer['user_id']}: {answer['messages']} messages removed,"
-          f" {answer['windows']} windows re-chunked; future messages are not indexed")
+    print(
+        f"forgotten: {answer['user_id']}: {answer['messages']} messages removed,"
+        f" {answer['windows']} windows re-chunked; future messages are not indexed"
+    )
     if answer.get("note"):
         print(answer["note"])
     return 0

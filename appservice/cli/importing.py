@@ -28,15 +28,23 @@ def run_import(cfg: Config, path: Path, quiet: bool) -> int:
     size = sum(1 for _ in open(path, "rb"))
     show = not quiet
     ensure_collection(index, show)
-    with tqdm(total=size, desc="reading", unit="ev", disable=not show) as read_bar, \
-            tqdm(desc="indexing", unit="msg", disable=not show) as index_bar:
+    with (
+        tqdm(total=size, desc="reading", unit="ev", disable=not show) as read_bar,
+        tqdm(desc="indexing", unit="msg", disable=not show) as index_bar,
+    ):
+
         def indexing() -> None:  # everything is read: the bar's total is known now
             index_bar.total = pending_total(index.eventlog)
             index_bar.refresh()
 
-        summary = import_events(path, index.ingest, index.pipeline,
-                                on_read=read_bar.update, on_indexed=index_bar.update,
-                                on_indexing=indexing)
+        summary = import_events(
+            path,
+            index.ingest,
+            index.pipeline,
+            on_read=read_bar.update,
+            on_indexed=index_bar.update,
+            on_indexing=indexing,
+        )
     index.close()
     lock.release()
     for line in summary.lines():

@@ -12,9 +12,9 @@ import json
 import re
 import sys
 
+from indexer.config import Config
 from indexer.ingest import gate as rules
 from indexer.ingest.allowlist import load_allowlist
-from indexer.config import Config
 from indexer.store.journal import Journal
 
 KINDS = ("refusal", "purge", "derived_excluded")
@@ -42,23 +42,30 @@ def run_journal(cfg: Config, room: str | None, rule: str | None, kind: str | Non
     if rule is not None:
         known = set(rules.RULES) | {e["rule"] for e in entries if isinstance(e.get("rule"), str)}
         if rule not in known:
-            print(f"error: --rule {rule!r} is not a rule; the rules are: "
-                  f"{', '.join(sorted(known))}", file=sys.stderr)
+            print(
+                f"error: --rule {rule!r} is not a rule; the rules are: {', '.join(sorted(known))}",
+                file=sys.stderr,
+            )
             return 2
     if kind is not None and kind not in KINDS:
-        print(f"error: --kind {kind!r} is not a kind; the kinds are: {', '.join(KINDS)}",
-              file=sys.stderr)
+        print(
+            f"error: --kind {kind!r} is not a kind; the kinds are: {', '.join(KINDS)}",
+            file=sys.stderr,
+        )
         return 2
     if room is not None:
         aliases = allowlist_aliases(cfg)
         room = aliases.get(room, room)
         known_rooms = set(load_allowlist(cfg.allowlist_path)) | {
-            v for e in entries for v in (e.get("room_id"), e.get("room")) if v}
+            v for e in entries for v in (e.get("room_id"), e.get("room")) if v
+        }
         if room not in known_rooms:
-            print(f"error: --room {room!r} is unknown: it is not on the allowlist "
-                  f"({cfg.allowlist_path}) and the journal has nothing of it. Give a room id "
-                  "(`matrix-sources allowlist list`) or an alias listed beside one.",
-                  file=sys.stderr)
+            print(
+                f"error: --room {room!r} is unknown: it is not on the allowlist "
+                f"({cfg.allowlist_path}) and the journal has nothing of it. Give a room id "
+                "(`matrix-sources allowlist list`) or an alias listed beside one.",
+                file=sys.stderr,
+            )
             return 2
     for entry in journal.read(room=room, rule=rule, kind=kind):
         if entry.get("rule") == LEGACY_OWN and rule != LEGACY_OWN:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import Field
@@ -34,12 +34,14 @@ DESCRIPTION = (
     "phrasings of one question in `texts` are fused into one ranking. Each hit is a "
     "stretch of conversation with its matched question and the answers to it, cited by "
     "room, time, senders, event ids and matrix.to links: quote and cite those. No hits "
-    "means nothing in the index answers it.")
+    "means nothing in the index answers it."
+)
 
 
 def iso(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat(
-        timespec="seconds").replace("+00:00", "Z")
+    return (
+        datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    )
 
 
 def citation(rank: int, d: dict, texts: tuple[str, ...], domain: str) -> dict[str, Any]:
@@ -52,20 +54,36 @@ def citation(rank: int, d: dict, texts: tuple[str, ...], domain: str) -> dict[st
         return out
     via = via_servers(hit, domain)
     out.update(
-        room_id=hit.room_id, room=hit.room_label or hit.room_id,
-        time_first=iso(hit.ts_first), time_last=iso(hit.ts_last),
+        room_id=hit.room_id,
+        room=hit.room_label or hit.room_id,
+        time_first=iso(hit.ts_first),
+        time_last=iso(hit.ts_last),
         senders=list(dict.fromkeys([*hit.senders, *(a.sender for a in hit.answers)])),
         link=permalink(hit.room_id, hit.first_event_id, via),
         event_ids=list(hit.cited_event_ids),
-        lines=[{"event_id": ln.event_id, "sender": ln.sender, "time": iso(ln.ts),
-                "text": ln.body, "link": permalink(hit.room_id, ln.event_id, via),
-                **({"answer": ln.linked} if ln.linked else {})}
-               for ln in shown_lines(hit)])
+        lines=[
+            {
+                "event_id": ln.event_id,
+                "sender": ln.sender,
+                "time": iso(ln.ts),
+                "text": ln.body,
+                "link": permalink(hit.room_id, ln.event_id, via),
+                **({"answer": ln.linked} if ln.linked else {}),
+            }
+            for ln in shown_lines(hit)
+        ],
+    )
     return out
 
 
-def answer(cfg: Config, searching: Searching, texts: list[str], top_k: int | None,
-           room: str | None, corpus: str | None):
+def answer(
+    cfg: Config,
+    searching: Searching,
+    texts: list[str],
+    top_k: int | None,
+    room: str | None,
+    corpus: str | None,
+):
     """The tool's result: the reply's text, and the hits' citations as structured
     content; a query to fix or a refusal of the service as an error result the agent
     reads."""
@@ -75,8 +93,9 @@ def answer(cfg: Config, searching: Searching, texts: list[str], top_k: int | Non
         return CallToolResult(content=[TextContent(text=f"error: {message}")], is_error=True)
 
     try:
-        query = SourceQuery.build(texts, cfg.search.default_top_k if top_k is None else top_k,
-                                  room, corpus)
+        query = SourceQuery.build(
+            texts, cfg.search.default_top_k if top_k is None else top_k, room, corpus
+        )
     except QueryError as e:
         return failed(str(e))
     try:
@@ -85,8 +104,10 @@ def answer(cfg: Config, searching: Searching, texts: list[str], top_k: int | Non
         client = searching.service()
         return failed(describe(e, client, cfg) if client else e.message)
     cited = [citation(n, d, query.texts, cfg.homeserver.domain) for n, d in enumerate(hits, 1)]
-    return CallToolResult(content=[TextContent(text=render(cfg, hits, query.texts))],
-                          structured_content={"hits": cited})
+    return CallToolResult(
+        content=[TextContent(text=render(cfg, hits, query.texts))],
+        structured_content={"hits": cited},
+    )
 
 
 def build_server(cfg: Config, searching: Searching):
@@ -97,15 +118,24 @@ def build_server(cfg: Config, searching: Searching):
 
     @server.tool(name=TOOL, description=DESCRIPTION)
     async def search(
-        texts: Annotated[list[str], Field(
-            description=f"the question, and up to {MAX_TEXTS - 1} other phrasings of it "
-                        f"(each at most {MAX_TEXT_BYTES} bytes)")],
-        top_k: Annotated[int | None, Field(
-            description=f"how many hits, 1 to {MAX_TOP_K} (default: the service's)")] = None,
-        room: Annotated[str | None, Field(
-            description="only this room: its id, '!...:server'")] = None,
-        corpus: Annotated[Literal["chat", "reference"] | None, Field(
-            description="only chat, or only the reference documentation")] = None,
+        texts: Annotated[
+            list[str],
+            Field(
+                description=f"the question, and up to {MAX_TEXTS - 1} other phrasings of it "
+                f"(each at most {MAX_TEXT_BYTES} bytes)"
+            ),
+        ],
+        top_k: Annotated[
+            int | None,
+            Field(description=f"how many hits, 1 to {MAX_TOP_K} (default: the service's)"),
+        ] = None,
+        room: Annotated[
+            str | None, Field(description="only this room: its id, '!...:server'")
+        ] = None,
+        corpus: Annotated[
+            Literal["chat", "reference"] | None,
+            Field(description="only chat, or only the reference documentation"),
+        ] = None,
     ):
         async with one_at_a_time:  # off the loop: a search from the data dir is blocking
             return await asyncio.to_thread(answer, cfg, searching, texts, top_k, room, corpus)
@@ -115,8 +145,11 @@ def build_server(cfg: Config, searching: Searching):
 
 def run_mcp(cfg: Config) -> int:
     searching = Searching(cfg)
-    print(f"matrix-sources mcp: serving the `{TOOL}` tool on stdio for {cfg.data_dir}",
-          file=sys.stderr, flush=True)
+    print(
+        f"matrix-sources mcp: serving the `{TOOL}` tool on stdio for {cfg.data_dir}",
+        file=sys.stderr,
+        flush=True,
+    )
     try:
         asyncio.run(build_server(cfg, searching).run_stdio_async())
     finally:

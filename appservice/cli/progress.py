@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 from indexer.clock import REAL
@@ -20,9 +19,13 @@ def config_path(arg: str) -> Path:
     if path.is_dir():
         if (path / "config.yaml").is_file():
             return path / "config.yaml"
-        raise ConfigError(path, "", "is a folder with no config.yaml in it; pass "
-                          "-c DIR/config.yaml, or create one with `matrix-sources init "
-                          f"--data-dir {path}`")
+        raise ConfigError(
+            path,
+            "",
+            "is a folder with no config.yaml in it; pass "
+            "-c DIR/config.yaml, or create one with `matrix-sources init "
+            f"--data-dir {path}`",
+        )
     return path
 
 
@@ -32,8 +35,12 @@ def load_model(cfg: Config) -> Embedder:
     from indexer.models.embedder import load_embedder
 
     t0 = REAL.now()
-    print(f"loading the model ({cfg.index.embedder.model}, backend {cfg.index.embedder.backend}; 10-20 s on "
-          "2 cores) ...", file=sys.stderr, flush=True)
+    print(
+        f"loading the model ({cfg.index.embedder.model}, "
+        f"backend {cfg.index.embedder.backend}; 10-20 s on 2 cores) ...",
+        file=sys.stderr,
+        flush=True,
+    )
     embedder = load_embedder(cfg.index.embedder.model, cfg.index.embedder.backend, cfg.models_dir)
     print(f"model loaded in {REAL.now() - t0:.1f} s", file=sys.stderr, flush=True)
     return embedder
@@ -56,6 +63,10 @@ def ensure_collection(index, show: bool = True) -> bool:
         return index.ensure_meta()
     print(f"rebuilding the collection from the event log: {reason}", file=sys.stderr)
     counts = index.eventlog.counts()
-    with tqdm(total=counts.get("indexed", 0) + counts.get("pending", 0), unit="msg",
-              desc="rebuilding the collection", disable=not show) as bar:
+    with tqdm(
+        total=counts.get("indexed", 0) + counts.get("pending", 0),
+        unit="msg",
+        desc="rebuilding the collection",
+        disable=not show,
+    ) as bar:
         return index.ensure_meta(bar.update)

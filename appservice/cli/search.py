@@ -49,8 +49,7 @@ class Searching:
     under a long batch, or an MCP session): the running service's API, else the data
     dir opened here (the model loaded on the first such search, then kept)."""
 
-    def __init__(self, cfg: Config, clock: Clock | None = None,
-                 postings: bool = False) -> None:
+    def __init__(self, cfg: Config, clock: Clock | None = None, postings: bool = False) -> None:
         """`postings`: a batch builds the keyword leg's postings first (seconds for
         thousands of windows), as the service does, so that each query matches its
         words in memory instead of scanning the event log once per word (a snapshot:
@@ -71,8 +70,10 @@ class Searching:
         try:
             return find_service(self.cfg)
         except ConfigError as e:  # a service of a release before the API, say
-            self._note_once(f"a service holds {self.cfg.data_dir}, but its API token is not "
-                            f"to be had ({e}); searching the data dir itself")
+            self._note_once(
+                f"a service holds {self.cfg.data_dir}, but its API token is not "
+                f"to be had ({e}); searching the data dir itself"
+            )
             return None
 
     def ask(self, query: SourceQuery, wait_out_limits: bool = False) -> list[dict]:
@@ -84,13 +85,16 @@ class Searching:
             try:
                 return self._from_service(client, query, wait_out_limits)
             except Unreachable as e:
-                self._note_once(f"{client.holder} holds {self.cfg.data_dir} and {e}; "
-                                "searching the data dir itself")
+                self._note_once(
+                    f"{client.holder} holds {self.cfg.data_dir} and {e}; "
+                    "searching the data dir itself"
+                )
         self.via = "data dir"
         return [h.to_json() for h in self._local().searcher.search(query)]
 
-    def _from_service(self, client: ServiceClient, query: SourceQuery,
-                      wait_out_limits: bool) -> list[dict]:
+    def _from_service(
+        self, client: ServiceClient, query: SourceQuery, wait_out_limits: bool
+    ) -> list[dict]:
         waited = 0.0
         while True:
             try:
@@ -99,8 +103,9 @@ class Searching:
                 return hits
             except ServiceError as e:
                 wait = e.retry_after or 1.0
-                if not (wait_out_limits and e.status in TEMPORARY
-                        and waited + wait <= BATCH_MAX_WAIT):
+                if not (
+                    wait_out_limits and e.status in TEMPORARY and waited + wait <= BATCH_MAX_WAIT
+                ):
                     raise
                 self.clock.sleep_blocking(wait)
                 waited += wait
@@ -129,8 +134,7 @@ def render(cfg: Config, hits: list[dict], texts: tuple[str, ...]) -> str:
     searched)."""
     from ..bot.replies import render_hits
 
-    return render_hits([Hit.from_search_json(h) for h in hits], texts,
-                       cfg.homeserver.domain).body
+    return render_hits([Hit.from_search_json(h) for h in hits], texts, cfg.homeserver.domain).body
 
 
 def run_search(cfg: Config, args) -> int:
@@ -145,15 +149,20 @@ def run_search(cfg: Config, args) -> int:
 
         room = allowlist_aliases(cfg).get(room, room)
         if room not in load_allowlist(cfg.allowlist_path):
-            print(f"error: --room {args.room!r} is not on the allowlist ({cfg.allowlist_path}), "
-                  "so nothing of it is indexed; `matrix-sources allowlist list` shows "
-                  "the rooms", file=sys.stderr)
+            print(
+                f"error: --room {args.room!r} is not on the allowlist ({cfg.allowlist_path}), "
+                "so nothing of it is indexed; `matrix-sources allowlist list` shows "
+                "the rooms",
+                file=sys.stderr,
+            )
             return EX_USAGE
     texts = query_texts(args)
     if not texts:
-        print("error: texts: give the question (matrix-sources search how do I ...), "
-              "-t TEXT for each of several texts, or one text per line on standard input",
-              file=sys.stderr)
+        print(
+            "error: texts: give the question (matrix-sources search how do I ...), "
+            "-t TEXT for each of several texts, or one text per line on standard input",
+            file=sys.stderr,
+        )
         return EX_USAGE
     try:
         query = SourceQuery.build(texts, top, room, args.corpus)

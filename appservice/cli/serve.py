@@ -33,8 +33,11 @@ def run_service(cfg: Config, json_logs: bool) -> int:
         except sqlite3.DatabaseError as e:  # damage quick_check did not see
             from indexer.store.eventlog.check import recovery
 
-            print(f"error: the event log {cfg.database} cannot be used ({e}). To "
-                  f"recover: {recovery(cfg.database)}", file=sys.stderr)
+            print(
+                f"error: the event log {cfg.database} cannot be used ({e}). To "
+                f"recover: {recovery(cfg.database)}",
+                file=sys.stderr,
+            )
             return 1
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -47,8 +50,12 @@ def run_service(cfg: Config, json_logs: bool) -> int:
         if starting.done():
             try:
                 starting.result()
-                print(f"matrix-sources: serving on {cfg.appservice.host}:{cfg.appservice.port} as "
-                      f"{cfg.bot_user}", file=sys.stderr, flush=True)
+                print(
+                    f"matrix-sources: serving on {cfg.appservice.host}:{cfg.appservice.port} as "
+                    f"{cfg.bot_user}",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 await stopping
             except StartupError as e:
                 print(f"error: {e}", file=sys.stderr)

@@ -14,12 +14,16 @@ from indexer.config import Config
 
 def refusal(cfg: Config) -> str:
     if cfg.index.pipeline != "external":
-        return (f"{cfg.file}: index.pipeline is {cfg.index.pipeline}: the service embeds "
-                "itself; set it to external, for the service and the workers, to leave the "
-                "embedding to workers")
+        return (
+            f"{cfg.file}: index.pipeline is {cfg.index.pipeline}: the service embeds "
+            "itself; set it to external, for the service and the workers, to leave the "
+            "embedding to workers"
+        )
     if cfg.chroma.mode != "server":
-        return (f"{cfg.file}: index.chroma.mode is embedded: an embedded Chroma is one "
-                "process's; workers need Chroma as a server (docs/deployment.md)")
+        return (
+            f"{cfg.file}: index.chroma.mode is embedded: an embedded Chroma is one "
+            "process's; workers need Chroma as a server (docs/deployment.md)"
+        )
     return ""
 
 
@@ -40,10 +44,15 @@ def run_worker(cfg: Config, quiet: bool = False) -> int:
     mismatch = meta_mismatch(worker.store, worker.pipeline.embedder)
     if mismatch:
         worker.close()
-        said = ", ".join(f"{k}: collection {have}, this worker {want}"
-                         for k, (have, want) in sorted(mismatch.items()))
-        print(f"error: the collection was made otherwise ({said}): give the worker the "
-              "service's config, and let the service rebuild first", file=sys.stderr)
+        said = ", ".join(
+            f"{k}: collection {have}, this worker {want}"
+            for k, (have, want) in sorted(mismatch.items())
+        )
+        print(
+            f"error: the collection was made otherwise ({said}): give the worker the "
+            "service's config, and let the service rebuild first",
+            file=sys.stderr,
+        )
         return 1
     loop = WorkerLoop(worker, poll=max(0.2, cfg.index.debounce_seconds))
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -51,8 +60,11 @@ def run_worker(cfg: Config, quiet: bool = False) -> int:
     claims = worker.pipeline.claims
     assert claims is not None  # a worker's pipeline claims its rooms (open_worker)
     if not quiet:
-        print(f"matrix-sources worker {claims.worker}: embedding for "
-              f"{cfg.database}", file=sys.stderr, flush=True)
+        print(
+            f"matrix-sources worker {claims.worker}: embedding for {cfg.database}",
+            file=sys.stderr,
+            flush=True,
+        )
     try:
         loop.run()
     finally:

@@ -23,8 +23,9 @@ class AliasError(RuntimeError):
     """An alias that could not be resolved; the message says why and what to check."""
 
 
-def resolve_alias(homeserver_url: str, as_token: str, alias: str,
-                  timeout: float = TIMEOUT_S) -> RoomID:
+def resolve_alias(
+    homeserver_url: str, as_token: str, alias: str, timeout: float = TIMEOUT_S
+) -> RoomID:
     """GET /_matrix/client/v3/directory/room/{alias} -> the room id it points to."""
     if not ALIAS.match(alias):
         raise AliasError(f"{alias!r} is not a room alias like '#room:example.org'")
@@ -32,20 +33,25 @@ def resolve_alias(homeserver_url: str, as_token: str, alias: str,
     try:
         resp = client.call("GET", f"/_matrix/client/v3/directory/room/{quote(alias, safe='')}")
     except Unreachable as e:
-        raise AliasError(f"cannot reach the homeserver at {homeserver_url} ({e.reason}): is "
-                         "it running, and is homeserver.url in the config right?") from None
+        raise AliasError(
+            f"cannot reach the homeserver at {homeserver_url} ({e.reason}): is "
+            "it running, and is homeserver.url in the config right?"
+        ) from None
     if resp.status == 404:
         raise AliasError(f"{alias}: no room has this alias on {homeserver_url}")
     if resp.status in (401, 403):
-        raise AliasError(f"{alias}: the homeserver at {homeserver_url} rejected the "
-                         f"as_token ({resp.status} {resp.errcode}): is the registration "
-                         "listed in app_service_config_files of homeserver.yaml?")
+        raise AliasError(
+            f"{alias}: the homeserver at {homeserver_url} rejected the "
+            f"as_token ({resp.status} {resp.errcode}): is the registration "
+            "listed in app_service_config_files of homeserver.yaml?"
+        )
     if not resp.ok:
-        raise AliasError(f"{alias}: the homeserver at {homeserver_url} answered "
-                         f"{resp.status} {resp.errcode}".rstrip())
+        raise AliasError(
+            f"{alias}: the homeserver at {homeserver_url} answered "
+            f"{resp.status} {resp.errcode}".rstrip()
+        )
     if not resp.is_json:
-        raise AliasError(f"{alias}: the homeserver at {homeserver_url} did not answer "
-                         "with JSON")
+        raise AliasError(f"{alias}: the homeserver at {homeserver_url} did not answer with JSON")
     body = resp.data
     room_id = body.get("room_id") if isinstance(body, dict) else None
     if not isinstance(room_id, str) or not ROOM_ID.match(room_id):

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 from indexer.clock import REAL, Clock
 from indexer.store.eventlog.status import Backlog
@@ -30,8 +30,13 @@ REFRESH_S = 1.0
 
 
 class BacklogBound:
-    def __init__(self, read: Callable[[], Backlog], limit: int,
-                 on_drained: Callable[[], None] = lambda: None, clock: Clock = REAL) -> None:
+    def __init__(
+        self,
+        read: Callable[[], Backlog],
+        limit: int,
+        on_drained: Callable[[], None] = lambda: None,
+        clock: Clock = REAL,
+    ) -> None:
         """`read`: the event log's backlog (blocking: run in a thread); `clock`: its
         refreshes, and its wall clock the one appends are stamped with (received_at),
         for the oldest one's age."""
@@ -54,15 +59,21 @@ class BacklogBound:
         """A transaction appended `n` events: counted until the next read."""
         if n:
             oldest = self.latest.oldest_received_ms
-            self.latest = Backlog(self.latest.pending + n, oldest if oldest is not None
-                                  else self._clock.now_ms())
+            self.latest = Backlog(
+                self.latest.pending + n, oldest if oldest is not None else self._clock.now_ms()
+            )
 
     def refuse(self) -> None:
         self.refused += 1
         if not self._refusing:
-            log.warning("backlog_full", extra={"pending": self.latest.pending,
-                                               "max_pending": self.limit,
-                                               "oldest_seconds": round(self.oldest_seconds)})
+            log.warning(
+                "backlog_full",
+                extra={
+                    "pending": self.latest.pending,
+                    "max_pending": self.limit,
+                    "oldest_seconds": round(self.oldest_seconds),
+                },
+            )
         self._refusing = True
 
     async def refresh(self) -> None:
@@ -71,8 +82,9 @@ class BacklogBound:
         self.latest = await asyncio.to_thread(self._read)
         if self._refusing and not self.full:
             self._refusing = False
-            log.info("backlog_drained", extra={"pending": self.latest.pending,
-                                               "refused": self.refused})
+            log.info(
+                "backlog_drained", extra={"pending": self.latest.pending, "refused": self.refused}
+            )
             self._on_drained()
 
     def start(self) -> None:
@@ -94,6 +106,9 @@ class BacklogBound:
 
     def report(self) -> dict:
         """What /health says of it."""
-        return {"pending": self.latest.pending, "max_pending": self.limit,
-                "oldest_pending_seconds": round(self.oldest_seconds, 1),
-                "full": self.full}
+        return {
+            "pending": self.latest.pending,
+            "max_pending": self.limit,
+            "oldest_pending_seconds": round(self.oldest_seconds, 1),
+            "full": self.full,
+        }

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 from urllib.parse import quote
 
 from indexer.clock import REAL, Clock
@@ -40,15 +41,25 @@ def self_leaves(events: list[Any], bot_user: str) -> set[str]:
         if not isinstance(ev, dict) or ev.get("type") != "m.room.member":
             continue
         user, content = ev.get("state_key"), ev.get("content")
-        if (isinstance(user, str) and user != bot_user and user == ev.get("sender")
-                and isinstance(content, dict) and content.get("membership") == "leave"):
+        if (
+            isinstance(user, str)
+            and user != bot_user
+            and user == ev.get("sender")
+            and isinstance(content, dict)
+            and content.get("membership") == "leave"
+        ):
             out.add(user)
     return out
 
 
 class ErasureWatch:
-    def __init__(self, homeserver_url: str, admin_token: str,
-                 on_erased: Callable[[str], Awaitable[None]], clock: Clock = REAL) -> None:
+    def __init__(
+        self,
+        homeserver_url: str,
+        admin_token: str,
+        on_erased: Callable[[str], Awaitable[None]],
+        clock: Clock = REAL,
+    ) -> None:
         self._admin = HttpClient(homeserver_url, admin_token, ADMIN_TIMEOUT_S)
         self._on_erased, self._clock = on_erased, clock
         self._asked: dict[str, float] = {}
@@ -66,7 +77,8 @@ class ErasureWatch:
 
     async def erased(self, user: str) -> bool:
         resp = await self._admin.call_async(
-            "GET", f"/_synapse/admin/v2/users/{quote(user, safe='')}")
+            "GET", f"/_synapse/admin/v2/users/{quote(user, safe='')}"
+        )
         if resp.status != 200:
             log.warning("erasure_check_refused", extra={"user_id": user, "status": resp.status})
             return False

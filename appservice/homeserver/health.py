@@ -15,8 +15,8 @@ worker) through `problems`, callables that return a reason or None.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from aiohttp import web
 
@@ -29,6 +29,7 @@ def appends_problem(failures: Callable[[], int]) -> Problem:
     def check() -> str | None:
         n = failures()
         return f"appends to the event log failing ({n} in a row)" if n else None
+
     return check
 
 
@@ -38,6 +39,7 @@ def pipeline_problem(failures: Callable[[], int], error: Callable[[], str | None
         if n < PIPELINE_FAILING_RUNS:
             return None
         return f"pipeline failing ({n} runs in a row, last error {error()})"
+
     return check
 
 
@@ -54,8 +56,9 @@ class Health:
     backlog: Callable[[], dict] | None = None  # BacklogBound.report
 
     def failures(self) -> dict[str, str]:
-        return {name: reason for name, probe in self.problems.items()
-                if (reason := probe()) is not None}
+        return {
+            name: reason for name, probe in self.problems.items() if (reason := probe()) is not None
+        }
 
     @property
     def ready(self) -> bool:
@@ -72,8 +75,18 @@ class Health:
         if self.backlog is not None:
             body["backlog"] = backlog = self.backlog()
             if backlog["full"] and started:
-                body["detail"] = "; ".join(filter(None, (detail, (
-                    f"indexing {backlog['pending']} messages behind, the oldest waiting "
-                    f"{backlog['oldest_pending_seconds']:g} s: transactions refused "
-                    "(Synapse keeps them) until it catches up"))))
+                body["detail"] = "; ".join(
+                    filter(
+                        None,
+                        (
+                            detail,
+                            (
+                                f"indexing {backlog['pending']} messages behind, "
+                                f"the oldest waiting "
+                                f"{backlog['oldest_pending_seconds']:g} s: transactions refused "
+                                "(Synapse keeps them) until it catches up"
+                            ),
+                        ),
+                    )
+                )
         return web.json_response(body, status=200 if status == "ready" else 503)

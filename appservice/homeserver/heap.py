@@ -24,8 +24,7 @@ import os
 import platform
 import sys
 
-TUNABLES = ("glibc.malloc.perturb=165", "glibc.malloc.tcache_count=0",
-            "glibc.malloc.arena_max=2")
+TUNABLES = ("glibc.malloc.perturb=165", "glibc.malloc.tcache_count=0", "glibc.malloc.arena_max=2")
 MARKER = "MATRIX_SOURCES_HEAP_HYGIENE"
 
 

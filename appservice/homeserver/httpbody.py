@@ -24,8 +24,9 @@ MAX_PDU_BYTES = 65536
 ASCII_ESCAPE_FACTOR = 3
 STATE_COPIES = 2
 ENVELOPE_BYTES = 1 << 20
-MAX_TRANSACTION_BYTES = (MAX_EVENTS_PER_TRANSACTION * MAX_PDU_BYTES * ASCII_ESCAPE_FACTOR
-                         * STATE_COPIES + ENVELOPE_BYTES)
+MAX_TRANSACTION_BYTES = (
+    MAX_EVENTS_PER_TRANSACTION * MAX_PDU_BYTES * ASCII_ESCAPE_FACTOR * STATE_COPIES + ENVELOPE_BYTES
+)
 MAX_PING_BYTES = 64 * 1024
 # Parsed in a worker thread: 20 MiB of JSON takes longer than a loop may be blocked.
 PARSE_IN_THREAD_BYTES = 256 * 1024
@@ -82,8 +83,11 @@ def parse_json(raw: bytes) -> Any:
 async def read_json_object(request: web.Request, limit: int) -> dict:
     """The body as a JSON object, read within `limit` and parsed off the loop when big."""
     raw = await read_body(request, limit)
-    body = (await asyncio.to_thread(parse_json, raw) if len(raw) > PARSE_IN_THREAD_BYTES
-            else parse_json(raw))
+    body = (
+        await asyncio.to_thread(parse_json, raw)
+        if len(raw) > PARSE_IN_THREAD_BYTES
+        else parse_json(raw)
+    )
     if not isinstance(body, dict):
         raise BodyError(error(400, "M_BAD_JSON", "body must be a JSON object"))
     return body

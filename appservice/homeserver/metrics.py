@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -28,19 +29,32 @@ from indexer.store.eventlog.reports import LagReport, lag_report_at
 log = logging.getLogger(f"matrix_sources.{__name__}")
 
 # Types with a bounded set of labels; anything else a homeserver sends counts as "other".
-KNOWN_TYPES = frozenset({
-    "m.room.message", "m.room.encrypted", "m.room.redaction", "m.room.member",
-    "m.room.join_rules", "m.room.encryption", "m.room.name", "m.room.canonical_alias",
-    "m.room.create", "m.room.power_levels", "m.room.history_visibility", "m.bridge",
-    "uk.half-shot.bridge", "m.reaction", "m.room.topic"})
+KNOWN_TYPES = frozenset(
+    {
+        "m.room.message",
+        "m.room.encrypted",
+        "m.room.redaction",
+        "m.room.member",
+        "m.room.join_rules",
+        "m.room.encryption",
+        "m.room.name",
+        "m.room.canonical_alias",
+        "m.room.create",
+        "m.room.power_levels",
+        "m.room.history_visibility",
+        "m.bridge",
+        "uk.half-shot.bridge",
+        "m.reaction",
+        "m.room.topic",
+    }
+)
 
 
 class EventLogFigures:
     """The event log's aggregate figures, cached; `refresh()` reads them again in a
     worker thread unless they are younger than `max_age` or a read is under way."""
 
-    def __init__(self, path: Path | None, max_age: float = 5.0,
-                 clock: Clock = REAL) -> None:
+    def __init__(self, path: Path | None, max_age: float = 5.0, clock: Clock = REAL) -> None:
         self.path = path
         self.max_age = max_age
         self._clock = clock
@@ -88,28 +102,34 @@ class _IndexCollector:
         s = self.sources
         stats = s.pipeline.stats
         for name, doc, value in (
-                ("windows_upserted", "Windows written to the store", stats.windows_upserted),
-                ("windows_deleted", "Windows deleted from the store", stats.windows_deleted),
-                ("embeddings", "Texts embedded by the pipeline", stats.embeddings),
-                ("messages_indexed", "Messages the pipeline indexed", stats.messages),
-                ("transactions_received", "Appservice transactions received",
-                 s.transactions.received),
-                ("transactions_retried", "Transactions received again (answered, not redone)",
-                 s.transactions.replayed),
-                ("pipeline_failures", "Pipeline runs that failed and were retried",
-                 s.worker.failures)):
+            ("windows_upserted", "Windows written to the store", stats.windows_upserted),
+            ("windows_deleted", "Windows deleted from the store", stats.windows_deleted),
+            ("embeddings", "Texts embedded by the pipeline", stats.embeddings),
+            ("messages_indexed", "Messages the pipeline indexed", stats.messages),
+            ("transactions_received", "Appservice transactions received", s.transactions.received),
+            (
+                "transactions_retried",
+                "Transactions received again (answered, not redone)",
+                s.transactions.replayed,
+            ),
+            ("pipeline_failures", "Pipeline runs that failed and were retried", s.worker.failures),
+        ):
             c = CounterMetricFamily(f"matrix_sources_{name}", doc)
             c.add_metric([], value)
             yield c
-        c = CounterMetricFamily("matrix_sources_derived_exclusions",
-                                "Messages excluded as quotes of the bot's own output",
-                                labels=["kind"])
+        c = CounterMetricFamily(
+            "matrix_sources_derived_exclusions",
+            "Messages excluded as quotes of the bot's own output",
+            labels=["kind"],
+        )
         derived = s.pipeline.derived
         for kind, n in sorted((derived.by_kind if derived else {}).items()):
             c.add_metric([kind], n)
         yield c
-        g = GaugeMetricFamily("matrix_sources_timelines_failing",
-                              "Timelines the pipeline cannot plan (logged with a traceback)")
+        g = GaugeMetricFamily(
+            "matrix_sources_timelines_failing",
+            "Timelines the pipeline cannot plan (logged with a traceback)",
+        )
         g.add_metric([], len(s.pipeline.failing))
         yield g
         g = GaugeMetricFamily("matrix_sources_ready", "1 when /health answers ready")
@@ -121,18 +141,24 @@ class _IndexCollector:
             return  # not read yet: the scrape started the first read
         pending, oldest, lags = s.figures.figures
         if s.backlog is None:
-            g = GaugeMetricFamily("matrix_sources_pipeline_queue_depth",
-                                  "Events in the event log waiting for the pipeline")
+            g = GaugeMetricFamily(
+                "matrix_sources_pipeline_queue_depth",
+                "Events in the event log waiting for the pipeline",
+            )
             g.add_metric([], pending)
             yield g
-            g = GaugeMetricFamily("matrix_sources_pipeline_lag_seconds",
-                                  "How long the oldest event waiting for the pipeline has "
-                                  "waited since it was appended")
+            g = GaugeMetricFamily(
+                "matrix_sources_pipeline_lag_seconds",
+                "How long the oldest event waiting for the pipeline has "
+                "waited since it was appended",
+            )
             g.add_metric([], max(0.0, s.clock.wall() - oldest / 1000) if oldest else 0.0)
             yield g
-        g = GaugeMetricFamily("matrix_sources_cursor_lag_seconds",
-                              "Per room: newest event in the log minus the room cursor",
-                              labels=["room_id"])
+        g = GaugeMetricFamily(
+            "matrix_sources_cursor_lag_seconds",
+            "Per room: newest event in the log minus the room cursor",
+            labels=["room_id"],
+        )
         for room, lag_ms in sorted(lags.items()):
             g.add_metric([room], lag_ms / 1000)
         yield g
@@ -143,30 +169,47 @@ class _IndexCollector:
         if b is None:
             return
         for name, doc, value in (
-                ("pipeline_queue_depth", "Events in the event log waiting for the pipeline",
-                 b.latest.pending),
-                ("pipeline_lag_seconds", "How long the oldest event waiting for the pipeline "
-                 "has waited since it was appended", b.oldest_seconds),
-                ("pipeline_queue_limit", "index.max_pending: past it transactions are "
-                 "refused (503) and Synapse keeps them", b.limit)):
+            (
+                "pipeline_queue_depth",
+                "Events in the event log waiting for the pipeline",
+                b.latest.pending,
+            ),
+            (
+                "pipeline_lag_seconds",
+                "How long the oldest event waiting for the pipeline "
+                "has waited since it was appended",
+                b.oldest_seconds,
+            ),
+            (
+                "pipeline_queue_limit",
+                "index.max_pending: past it transactions are refused (503) and Synapse keeps them",
+                b.limit,
+            ),
+        ):
             g = GaugeMetricFamily(f"matrix_sources_{name}", doc)
             g.add_metric([], value)
             yield g
-        c = CounterMetricFamily("matrix_sources_transactions_refused_backlog",
-                                "Transactions answered 503 because the backlog was full")
+        c = CounterMetricFamily(
+            "matrix_sources_transactions_refused_backlog",
+            "Transactions answered 503 because the backlog was full",
+        )
         c.add_metric([], b.refused)
         yield c
 
     def _terms(self):
         terms = self.sources.terms
-        g = GaugeMetricFamily("matrix_sources_term_index_ready",
-                              "1 once the keyword leg answers from memory, not Chroma")
+        g = GaugeMetricFamily(
+            "matrix_sources_term_index_ready",
+            "1 once the keyword leg answers from memory, not Chroma",
+        )
         g.add_metric([], 1.0 if terms is not None and terms.ready.is_set() else 0.0)
         yield g
         if terms is not None:
             t = terms.stats()
-            g = GaugeMetricFamily("matrix_sources_term_index_postings",
-                                  "Word postings the keyword leg keeps in memory")
+            g = GaugeMetricFamily(
+                "matrix_sources_term_index_postings",
+                "Word postings the keyword leg keeps in memory",
+            )
             g.add_metric([], t["postings"])
             yield g
 
@@ -177,16 +220,27 @@ class ServiceMetrics:
 
     def __post_init__(self) -> None:
         r = self.registry
-        self.events = Counter("matrix_sources_events_received", "Events pushed by the homeserver",
-                              ["type"], registry=r)
-        self.refusals = Counter("matrix_sources_refusals", "Events the gate refused",
-                                ["rule"], registry=r)
+        self.events = Counter(
+            "matrix_sources_events_received",
+            "Events pushed by the homeserver",
+            ["type"],
+            registry=r,
+        )
+        self.refusals = Counter(
+            "matrix_sources_refusals", "Events the gate refused", ["rule"], registry=r
+        )
         self.search_latency = Histogram(
-            "matrix_sources_search_latency_seconds", "Time to answer a search", registry=r,
-            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+            "matrix_sources_search_latency_seconds",
+            "Time to answer a search",
+            registry=r,
+            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+        )
         self.batch_sizes = Histogram(
-            "matrix_sources_embedding_batch_size", "Windows per embedding batch", registry=r,
-            buckets=(1, 2, 4, 8, 16, 32, 64, 128))
+            "matrix_sources_embedding_batch_size",
+            "Windows per embedding batch",
+            registry=r,
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128),
+        )
 
     def attach(self, sources: MetricSources) -> None:
         self.sources = sources
@@ -207,11 +261,12 @@ class ServiceMetrics:
         # In a thread too: the collector takes the keyword index's lock, which its
         # background build may hold for a while.
         body = await asyncio.to_thread(generate_latest, self.registry)
-        return web.Response(body=body,
-                            headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+        return web.Response(
+            body=body, headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"}
+        )
 
 
 def _drain(sizes: list[int]) -> list[int]:
     out = sizes[:]
-    del sizes[:len(out)]
+    del sizes[: len(out)]
     return out

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Callable, Coroutine
+from collections.abc import Callable, Coroutine
 
 from mautrix.appservice import AppService
 from mautrix.errors import MatrixError, MatrixRequestError
@@ -22,9 +22,9 @@ from mautrix.types import RoomID as MxRoomID
 
 from indexer.clock import REAL, Clock
 from indexer.config import Config, ConfigError
+from indexer.ingest.admit import Ingest
 from indexer.ingest.allowlist import load_allowlist
 from indexer.ingest.backfill import backfill_room, horizon
-from indexer.ingest.admit import Ingest
 from indexer.pipeline.worker import PipelineWorker
 from indexer.records import RoomID
 
@@ -43,9 +43,15 @@ def join_failed(room_id: str, e: Exception) -> None:
     traceback per room at every start: 9,528 of them in bench/scale.py's log); any
     other error, with its traceback."""
     if isinstance(e, MatrixRequestError):
-        log.warning("join_failed", extra={
-            "room_id": room_id, "errcode": e.errcode, "reason": e.message,
-            "fix": "invite the bot, or take the room off the allowlist"})
+        log.warning(
+            "join_failed",
+            extra={
+                "room_id": room_id,
+                "errcode": e.errcode,
+                "reason": e.message,
+                "fix": "invite the bot, or take the room off the allowlist",
+            },
+        )
     else:
         log.warning("join_failed", exc_info=e, extra={"room_id": room_id})
 
@@ -54,8 +60,15 @@ class Rooms:
     """Joins, room state and backfill for the service. `spawn(coro, name)` runs a task
     the service owns (and cancels at stop)."""
 
-    def __init__(self, cfg: Config, az: AppService, ingest: Ingest,
-                 worker: PipelineWorker, spawn: Spawn, clock: Clock = REAL) -> None:
+    def __init__(
+        self,
+        cfg: Config,
+        az: AppService,
+        ingest: Ingest,
+        worker: PipelineWorker,
+        spawn: Spawn,
+        clock: Clock = REAL,
+    ) -> None:
         self.cfg, self.az, self.ingest, self.worker = cfg, az, ingest, worker
         self._clock = clock
         self.gate = ingest.gate
@@ -84,8 +97,9 @@ class Rooms:
                         return
                 await self.learn_or_retry(room_id)
 
-        await asyncio.gather(*(join(r) for r in sorted(self.gate.allowlist)
-                               if not self.sent_away(r)))
+        await asyncio.gather(
+            *(join(r) for r in sorted(self.gate.allowlist) if not self.sent_away(r))
+        )
 
     async def join_invited(self, room_id: str) -> None:
         """Join where invited; an allowlisted room (the bot invited back after it was
@@ -98,8 +112,9 @@ class Rooms:
         """Its moderators kicked or banned the bot: not joined until invited back."""
         away = self.ingest.sent_away.get(RoomID(room_id))
         if away is not None:
-            log.info("room_not_joined", extra={"room_id": room_id, "rule": "bot_removed",
-                                               "by": away.by})
+            log.info(
+                "room_not_joined", extra={"room_id": room_id, "rule": "bot_removed", "by": away.by}
+            )
         return away is not None
 
     async def backfill(self, room_id: RoomID) -> None:
@@ -110,8 +125,9 @@ class Rooms:
                 return  # refused rooms are never read, not even their history
             since = horizon(self.cfg.index.backfill_days, self._clock)
             try:
-                result = await backfill_room(room_id, MatrixPager(self.az.intent.api),
-                                             self.ingest, since)
+                result = await backfill_room(
+                    room_id, MatrixPager(self.az.intent.api), self.ingest, since
+                )
             except Exception:
                 log.error("backfill_failed", exc_info=True, extra={"room_id": room_id})
                 return
@@ -169,8 +185,10 @@ class Rooms:
             return
         added, removed = rooms - self.gate.allowlist, self.gate.allowlist - rooms
         self.gate.allowlist = rooms  # the Gate object is shared with ingest
-        log.info("allowlist_reloaded", extra={"rooms": len(rooms), "added": len(added),
-                                              "removed": len(removed)})
+        log.info(
+            "allowlist_reloaded",
+            extra={"rooms": len(rooms), "added": len(added), "removed": len(removed)},
+        )
         if removed:
             # Purge what the removed rooms left (windows, texts, cursors), off the loop;
             # a failure is logged, and swept again at the next removal or start.

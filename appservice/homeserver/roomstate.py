@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 import aiohttp
 from mautrix.api import HTTPAPI, Method, Path
@@ -35,8 +35,11 @@ async def fetch_room_facts(api: HTTPAPI, room_id: str) -> RoomFacts | None:
         raw = await api.request(Method.GET, Path.v3.rooms[room_id].state)
     except (MForbidden, MNotFound):
         return None
-    events = [ev for ev in map(parse_event, raw if isinstance(raw, list) else [])
-              if isinstance(ev, StateEvent)]
+    events = [
+        ev
+        for ev in map(parse_event, raw if isinstance(raw, list) else [])
+        if isinstance(ev, StateEvent)
+    ]
     return facts_from_state(events)
 
 
@@ -45,17 +48,30 @@ def is_outage(exc: BaseException) -> bool:
     alike, Synapse should retry the transaction), not that this one room failed."""
     if isinstance(exc, MatrixRequestError):
         return exc.http_status in GATEWAY_DOWN
-    return isinstance(exc, (MatrixConnectionError, aiohttp.ClientConnectionError,
-                            ConnectionError, asyncio.TimeoutError, TimeoutError))
+    return isinstance(
+        exc,
+        (
+            MatrixConnectionError,
+            aiohttp.ClientConnectionError,
+            ConnectionError,
+            asyncio.TimeoutError,
+            TimeoutError,
+        ),
+    )
 
 
 class StateRetry:
     """Rooms whose state could not be fetched, fetched again with backoff (doubling,
     capped) until it works; then `on_known(room)` (the service backfills the room)."""
 
-    def __init__(self, fetch: Callable[[str], Awaitable[None]],
-                 on_known: Callable[[str], None], initial: float = 5.0,
-                 maximum: float = 600.0, clock: Clock = REAL) -> None:
+    def __init__(
+        self,
+        fetch: Callable[[str], Awaitable[None]],
+        on_known: Callable[[str], None],
+        initial: float = 5.0,
+        maximum: float = 600.0,
+        clock: Clock = REAL,
+    ) -> None:
         self._fetch = fetch
         self._on_known = on_known
         self.initial, self.maximum = initial, maximum
@@ -81,13 +97,21 @@ class StateRetry:
             await self._fetch(room_id)
 
         def failed(e: Exception, delay: float) -> None:
-            log.warning("room_state_retry_failed", exc_info=e, extra={
-                "room_id": room_id, "attempt": attempt, "retry_in": delay})
+            log.warning(
+                "room_state_retry_failed",
+                exc_info=e,
+                extra={"room_id": room_id, "attempt": attempt, "retry_in": delay},
+            )
 
         await self._clock.sleep(self.initial)  # it has just failed once: wait before the first
-        await retrying(fetch, retry_if=lambda e: True, on_retry=failed,
-                       initial=min(self.initial * 2, self.maximum), maximum=self.maximum,
-                       clock=self._clock)
+        await retrying(
+            fetch,
+            retry_if=lambda e: True,
+            on_retry=failed,
+            initial=min(self.initial * 2, self.maximum),
+            maximum=self.maximum,
+            clock=self._clock,
+        )
         log.info("room_state_known", extra={"room_id": room_id, "attempt": attempt})
         self._on_known(room_id)
 

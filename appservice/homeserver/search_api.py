@@ -22,8 +22,8 @@ import asyncio
 import hmac
 import logging
 import math
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable
 
 from aiohttp import web
 
@@ -53,13 +53,21 @@ Readiness = Callable[[], str | None]
 
 
 def _field_error(field: str, message: str) -> web.Response:
-    return web.json_response({"errcode": "M_INVALID_PARAM", "error": f"{field}: {message}",
-                              "field": field}, status=400)
+    return web.json_response(
+        {"errcode": "M_INVALID_PARAM", "error": f"{field}: {message}", "field": field}, status=400
+    )
 
 
 class SearchAPI:
-    def __init__(self, token: str, search: Search, ready: Readiness, limiter: TokenBucket,
-                 default_top_k: int, clock: Clock = REAL) -> None:
+    def __init__(
+        self,
+        token: str,
+        search: Search,
+        ready: Readiness,
+        limiter: TokenBucket,
+        default_top_k: int,
+        clock: Clock = REAL,
+    ) -> None:
         self._token = token.encode()
         self.search = search
         self.ready = ready
@@ -69,15 +77,26 @@ class SearchAPI:
         self._executor: ThreadPoolExecutor | None = None
 
     @classmethod
-    def for_service(cls, cfg: Config, registration: Registration, search: Search,
-                    ready: Readiness, clock: Clock = REAL) -> "SearchAPI":
+    def for_service(
+        cls,
+        cfg: Config,
+        registration: Registration,
+        search: Search,
+        ready: Readiness,
+        clock: Clock = REAL,
+    ) -> SearchAPI:
         """The service's: its token from api.token_file (written when missing), refused
         if it is one of the appservice's."""
         token = api_token(cfg, create=True)
         check_api_token(cfg, token, registration)
-        return cls(token, search, ready, TokenBucket(cfg.api.requests_per_minute,
-                                                      cfg.api.burst, clock),
-                   cfg.search.default_top_k, clock)
+        return cls(
+            token,
+            search,
+            ready,
+            TokenBucket(cfg.api.requests_per_minute, cfg.api.burst, clock),
+            cfg.search.default_top_k,
+            clock,
+        )
 
     def attach(self, router: web.UrlDispatcher) -> None:
         router.add_post(ROUTE, self.handle)
@@ -90,8 +109,12 @@ class SearchAPI:
     async def handle(self, request: web.Request) -> web.Response:
         given = bearer(request)
         if given is None:
-            return error(401, "M_MISSING_TOKEN", "give the API token: Authorization: Bearer "
-                         "TOKEN (the file api.token_file of the service's config)")
+            return error(
+                401,
+                "M_MISSING_TOKEN",
+                "give the API token: Authorization: Bearer "
+                "TOKEN (the file api.token_file of the service's config)",
+            )
         # Only the API's token: compare_digest against it alone, never the appservice's.
         if not hmac.compare_digest(given.encode(), self._token):
             return error(403, "M_UNKNOWN_TOKEN", "not the API token (api.token_file)")
@@ -102,9 +125,14 @@ class SearchAPI:
             return r
         wait = self.limiter.take("api.token_file")
         if wait > 0:
-            r = web.json_response({"errcode": "M_LIMIT_EXCEEDED",
-                                   "error": f"too many searches; try again in {wait:.1f} s",
-                                   "retry_after_ms": math.ceil(wait * 1000)}, status=429)
+            r = web.json_response(
+                {
+                    "errcode": "M_LIMIT_EXCEEDED",
+                    "error": f"too many searches; try again in {wait:.1f} s",
+                    "retry_after_ms": math.ceil(wait * 1000),
+                },
+                status=429,
+            )
             r.headers["Retry-After"] = str(math.ceil(wait))
             return r
         try:
@@ -121,13 +149,20 @@ class SearchAPI:
         started = self.clock.now()
         try:
             hits = await asyncio.get_running_loop().run_in_executor(
-                self._pool(), self.search, query)
+                self._pool(), self.search, query
+            )
         except Exception:
             log.exception("api_search_failed", extra={"texts": len(query.texts)})
             return error(500, "M_UNKNOWN", "the search failed; the error is in the service's log")
-        log.info("api_search", extra={"texts": len(query.texts), "top_k": query.top_k,
-                                      "hits": len(hits),
-                                      "ms": round((self.clock.now() - started) * 1000, 1)})
+        log.info(
+            "api_search",
+            extra={
+                "texts": len(query.texts),
+                "top_k": query.top_k,
+                "hits": len(hits),
+                "ms": round((self.clock.now() - started) * 1000, 1),
+            },
+        )
         return web.json_response({"hits": [h.to_json() for h in hits]})
 
     def _pool(self) -> ThreadPoolExecutor:

@@ -15,37 +15,38 @@ from __future__ import annotations
 import asyncio
 import logging
 import resource
-from typing import Any, Iterable, Protocol, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol
 
 from mautrix.api import Method, Path
 from mautrix.appservice import AppService
-from mautrix.client.state_store.memory import MemoryStateStore
 from mautrix.appservice.state_store import ASStateStore
+from mautrix.client.state_store.memory import MemoryStateStore
 from mautrix.errors import MatrixError, MatrixRequestError
 from mautrix.types import EventType, RoomAlias
 from mautrix.types import RoomID as MxRoomID
 
-from indexer.store.lock import WriterLock
 from indexer.clock import REAL, Clock, retrying
 from indexer.components import Index
 from indexer.config import Config
 from indexer.datadir import admin_token, service_registration
-from indexer.models.embedder import Embedder
 from indexer.ingest.admit import AdmitResult
 from indexer.ingest.events import MessageEvent
+from indexer.models.embedder import Embedder
 from indexer.pipeline.worker import PipelineWorker
+from indexer.store.lock import WriterLock
 
-from .erasure import ErasureWatch, self_leaves
-from .heap import release_free_memory
 from .backlog import BacklogBound
-from .txngaps import TransactionGaps
+from .erasure import ErasureWatch, self_leaves
 from .health import Health, appends_problem, pipeline_problem
+from .heap import release_free_memory
 from .metrics import EventLogFigures, MetricSources, ServiceMetrics
-from .roomstate import is_outage
 from .rooms import Rooms
-from .withdrawals import Withdrawals
+from .roomstate import is_outage
 from .search_api import SearchAPI
 from .transactions import Routed, TransactionHandler
+from .txngaps import TransactionGaps
+from .withdrawals import Withdrawals
 
 log = logging.getLogger(f"matrix_sources.{__name__}")
 CHORES_POLL_SECONDS = 1.0  # allowlist.yaml, `forget` requests, retention looked at
@@ -88,8 +89,7 @@ def raise_fd_limit() -> tuple[int, int]:
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
             soft = hard
         except (ValueError, OSError):
-            log.warning("fd_limit_not_raised", exc_info=True, extra={"soft": soft,
-                                                                    "hard": hard})
+            log.warning("fd_limit_not_raised", exc_info=True, extra={"soft": soft, "hard": hard})
     return soft, hard
 
 
@@ -104,8 +104,7 @@ class BotPort(Protocol):
 
 
 class Service:
-    def __init__(self, cfg: Config, embedder: Embedder | None = None,
-                 clock: Clock = REAL) -> None:
+    def __init__(self, cfg: Config, embedder: Embedder | None = None, clock: Clock = REAL) -> None:
         """`clock`: every wait, deadline and stamp of the service's own parts."""
         self.cfg, self.clock = cfg, clock
         self.registration = service_registration(cfg)  # tokens: datadir.py
@@ -115,63 +114,107 @@ class Service:
         # background. Not when workers write it (index.pipeline external): the postings
         # would miss their windows, and the keyword leg scans the event log instead.
         self.external = cfg.index.pipeline == "external"
-        self.index = Index.open(cfg, embedder, postings=not self.external,
-                                on_postings_ready=release_free_memory, clock=clock)
+        self.index = Index.open(
+            cfg,
+            embedder,
+            postings=not self.external,
+            on_postings_ready=release_free_memory,
+            clock=clock,
+        )
         self.eventlog, self.store = self.index.eventlog, self.index.store
         self.embedder, self.gate = self.index.embedder, self.index.gate
         self.ingest, self.pipeline = self.index.ingest, self.index.pipeline
         self.searcher = self.index.searcher
         # After each run, freed memory goes back to the system: the next run's peak then
         # starts from what is in use, not from the last peak (docs/benchmarks.md).
-        self.worker = PipelineWorker(self.pipeline, debounce=cfg.index.debounce_seconds,
-                                     after_run=release_free_memory, clock=clock)
+        self.worker = PipelineWorker(
+            self.pipeline,
+            debounce=cfg.index.debounce_seconds,
+            after_run=release_free_memory,
+            clock=clock,
+        )
         self.az = _SourcesAppService(
-            server=cfg.homeserver.url, domain=cfg.homeserver.domain,
-            as_token=self.registration.as_token, hs_token=self.registration.hs_token,
-            bot_localpart=self.registration.sender_localpart, id=self.registration.id,
-            state_store=_StateStore(), log=logging.getLogger("mau.as"))
+            server=cfg.homeserver.url,
+            domain=cfg.homeserver.domain,
+            as_token=self.registration.as_token,
+            hs_token=self.registration.hs_token,
+            bot_localpart=self.registration.sender_localpart,
+            id=self.registration.id,
+            state_store=_StateStore(),
+            log=logging.getLogger("mau.as"),
+        )
         self._tasks: set[asyncio.Task] = set()
         self.rooms = Rooms(cfg, self.az, self.ingest, self.worker, self._spawn, clock)
         # A numbered transaction never came: every room read again (txngaps.py).
         self.gaps = TransactionGaps(self.rooms.backfill_all, clock=clock)
         # Past index.max_pending, Synapse keeps the events; pinged when there is room.
-        self.backlog = BacklogBound(self.eventlog.status.backlog, cfg.index.max_pending,
-                                    on_drained=lambda: self._spawn(self._ping_homeserver(),
-                                                                   "homeserver-ping"),
-                                    clock=clock)
+        self.backlog = BacklogBound(
+            self.eventlog.status.backlog,
+            cfg.index.max_pending,
+            on_drained=lambda: self._spawn(self._ping_homeserver(), "homeserver-ping"),
+            clock=clock,
+        )
         self.az.transaction_handler = TransactionHandler(
-            self.registration.hs_token, self.registration.id, self.ingest,
-            self.rooms.learn, self._on_admitted, self.rooms.state_retry, self.gaps,
-            commands=self.index.commands, backlog=self.backlog, clock=clock)
+            self.registration.hs_token,
+            self.registration.id,
+            self.ingest,
+            self.rooms.learn,
+            self._on_admitted,
+            self.rooms.state_retry,
+            self.gaps,
+            commands=self.index.commands,
+            backlog=self.backlog,
+            clock=clock,
+        )
         self.transactions = self.az.transaction_handler
         self.answers = self.index.answers
         self.metrics = ServiceMetrics()
         self.bot: BotPort | None = None  # attach(): the composing front wires it in
         # Forget, retention and erasure: applied here, the answers quoting them edited.
         self.withdrawals = Withdrawals(cfg, self.ingest, self.worker, self._withdrawn, clock)
-        self.erasures = (ErasureWatch(cfg.homeserver.url, admin_token(cfg),
-                                      self.withdrawals.forget_erased, clock)
-                         if cfg.homeserver.admin_token_file else None)
+        self.erasures = (
+            ErasureWatch(
+                cfg.homeserver.url, admin_token(cfg), self.withdrawals.forget_erased, clock
+            )
+            if cfg.homeserver.admin_token_file
+            else None
+        )
         # The store opened and the model loaded above; the homeserver is checked in start().
-        self.health = Health(store=True, model=True, detail="waiting for the homeserver",
-                             backlog=self.backlog.report,
-                             problems={
-                                 "appends": appends_problem(
-                                     lambda: self.transactions.append_failures),
-                                 "pipeline": pipeline_problem(
-                                     lambda: self.worker.consecutive_failures,
-                                     lambda: self.worker.last_error)})
-        self.metrics.attach(MetricSources(
-            self.pipeline, self.transactions, self.worker, self.index.terms,
-            EventLogFigures(self.eventlog.path, clock=clock), lambda: self.health.ready,
-            self.backlog, clock))
+        self.health = Health(
+            store=True,
+            model=True,
+            detail="waiting for the homeserver",
+            backlog=self.backlog.report,
+            problems={
+                "appends": appends_problem(lambda: self.transactions.append_failures),
+                "pipeline": pipeline_problem(
+                    lambda: self.worker.consecutive_failures, lambda: self.worker.last_error
+                ),
+            },
+        )
+        self.metrics.attach(
+            MetricSources(
+                self.pipeline,
+                self.transactions,
+                self.worker,
+                self.index.terms,
+                EventLogFigures(self.eventlog.path, clock=clock),
+                lambda: self.health.ready,
+                self.backlog,
+                clock,
+            )
+        )
         # Routes must exist before the aiohttp runner starts in az.start().
         self.az.app.router.add_get("/health", self.health.handle)
         self.az.app.router.add_get("/metrics", self.metrics.handle_metrics)
         # Searches for programs and `matrix-sources search|mcp`, once started (search_api.py).
         self.search_api = SearchAPI.for_service(
-            cfg, self.registration, self.searcher.search,
-            ready=lambda: None if self.az.ready else self.health.detail, clock=clock)
+            cfg,
+            self.registration,
+            self.searcher.search,
+            ready=lambda: None if self.az.ready else self.health.detail,
+            clock=clock,
+        )
         self.search_api.attach(self.az.app.router)
 
     def attach(self, bot: BotPort) -> None:
@@ -207,8 +250,10 @@ class Service:
         # Poison stored by an older version: quarantined before the pipeline meets it.
         quarantined = await asyncio.to_thread(self.ingest.quarantine_stored_poison)
         if quarantined:
-            log.warning("events_quarantined", extra={"events": quarantined,
-                                                     "rule": "timestamp_out_of_range"})
+            log.warning(
+                "events_quarantined",
+                extra={"events": quarantined, "rule": "timestamp_out_of_range"},
+            )
         if not self.external:  # else `matrix-sources worker` processes embed
             self.worker.start()
         self.backlog.start()
@@ -218,34 +263,52 @@ class Service:
             self.bot.resume()  # the commands a crash left unanswered
         self.health.homeserver = True
         self._spawn(self._ping_homeserver(), "homeserver-ping")
-        log.info("started", extra={"bot": self.cfg.bot_user, "rooms": len(self.gate.allowlist),
-                                   "port": self.cfg.appservice.port})
+        log.info(
+            "started",
+            extra={
+                "bot": self.cfg.bot_user,
+                "rooms": len(self.gate.allowlist),
+                "port": self.cfg.appservice.port,
+            },
+        )
 
     async def _wait_for_homeserver(self) -> None:
         """Until the homeserver accepts our token. Unreachable: keep trying (Synapse may
         start after us); token refused or wrong user: a configuration error, stop."""
+
         def unreachable(e: Exception, delay: float) -> None:
-            self.health.detail = (f"homeserver {self.cfg.homeserver.url} unreachable "
-                                  f"({type(e).__name__}); retrying")
+            self.health.detail = (
+                f"homeserver {self.cfg.homeserver.url} unreachable ({type(e).__name__}); retrying"
+            )
             # The traceback too: a bug here looks like an outage otherwise.
-            log.warning("homeserver_unreachable", exc_info=e, extra={
-                "url": self.cfg.homeserver.url, "retry_in": delay})
+            log.warning(
+                "homeserver_unreachable",
+                exc_info=e,
+                extra={"url": self.cfg.homeserver.url, "retry_in": delay},
+            )
 
         try:
-            whoami = await retrying(self.az.intent.whoami, initial=1.0,
-                                    maximum=HOMESERVER_RETRY_MAX, on_retry=unreachable,
-                                    retry_if=lambda e: not isinstance(e, MatrixRequestError),
-                                    clock=self.clock)
+            whoami = await retrying(
+                self.az.intent.whoami,
+                initial=1.0,
+                maximum=HOMESERVER_RETRY_MAX,
+                on_retry=unreachable,
+                retry_if=lambda e: not isinstance(e, MatrixRequestError),
+                clock=self.clock,
+            )
         except MatrixRequestError as e:
             raise StartupError(
                 f"the homeserver at {self.cfg.homeserver.url} rejected as_token "
                 f"({e.errcode}): is {self.cfg.registration_path} listed in "
                 "app_service_config_files of homeserver.yaml, and was Synapse restarted "
-                "since?") from None
+                "since?"
+            ) from None
         if whoami.user_id != self.cfg.bot_user:
-            raise StartupError(f"the homeserver says the bot is {whoami.user_id}, the config "
-                               f"says {self.cfg.bot_user}: check homeserver.domain and "
-                               "appservice.bot_localpart")
+            raise StartupError(
+                f"the homeserver says the bot is {whoami.user_id}, the config "
+                f"says {self.cfg.bot_user}: check homeserver.domain and "
+                "appservice.bot_localpart"
+            )
 
     async def _ping_homeserver(self) -> None:
         """Ask the homeserver to ping us now that transactions are taken (MSC2659). What it
@@ -323,8 +386,9 @@ class Service:
     # -- the bot's port to Matrix (appservice/bot/bot.py: Matrix) ----------------------
 
     async def send(self, room_id: str, content: dict) -> str:
-        return await self.az.intent.send_message_event(MxRoomID(room_id), EventType.ROOM_MESSAGE,
-                                                       content)
+        return await self.az.intent.send_message_event(
+            MxRoomID(room_id), EventType.ROOM_MESSAGE, content
+        )
 
     async def join(self, room_id: str) -> None:
         await self.rooms.join_invited(room_id)
@@ -342,7 +406,8 @@ class Service:
         """An event's body as the homeserver serves it (None: redacted, or no text)."""
         try:
             ev = await self.az.intent.api.request(
-                Method.GET, Path.v3.rooms[room_id].event[event_id])
+                Method.GET, Path.v3.rooms[room_id].event[event_id]
+            )
         except MatrixRequestError:  # not found, or not visible to the bot any more
             return None
         body = ((ev or {}).get("content") or {}).get("body") if isinstance(ev, dict) else None
@@ -362,5 +427,4 @@ class Service:
     def _task_done(self, task: asyncio.Task) -> None:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
-            log.error("task_failed", extra={"task": task.get_name()},
-                      exc_info=task.exception())
+            log.error("task_failed", extra={"task": task.get_name()}, exc_info=task.exception())

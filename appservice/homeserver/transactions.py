@@ -42,27 +42,33 @@ import hashlib
 import hmac
 import json
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
-from typing import Awaitable, Callable, Protocol
+from typing import Protocol
 
 from aiohttp import web
 
 from indexer.clock import REAL, Clock
-from indexer.ingest.events import (EditEvent, MessageEvent, RedactionEvent, StateEvent,
-                                   parse_event)
-from indexer.ingest.gate import STATE_UNAVAILABLE
 from indexer.ingest.admit import AdmitResult, Ingest
+from indexer.ingest.events import EditEvent, MessageEvent, RedactionEvent, StateEvent, parse_event
+from indexer.ingest.gate import STATE_UNAVAILABLE
 from indexer.records import EventID, Refusal, RoomID
-
 from indexer.store.commands import CommandLog
 
 from .backlog import BacklogBound
-from .httpbody import (MAX_PING_BYTES, MAX_TRANSACTION_BYTES, BodyError, bearer, error,
-                       read_json_object)
+from .httpbody import (
+    MAX_PING_BYTES,
+    MAX_TRANSACTION_BYTES,
+    BodyError,
+    bearer,
+    error,
+    read_json_object,
+)
 from .roomstate import is_outage
 from .txngaps import TransactionGaps
 
 log = logging.getLogger(f"matrix_sources.{__name__}")
+
 
 @dataclass(frozen=True, slots=True)
 class Routed:
@@ -107,8 +113,12 @@ def route(events: list, bot_user: str) -> tuple[list[tuple[object, object]], Rou
         if isinstance(ev, MessageEvent) and ev.is_command:
             commands.append(ev)  # answered wherever it comes from, never stored
             continue
-        if (isinstance(ev, StateEvent) and ev.type == "m.room.member"
-                and ev.state_key == bot_user and ev.content.get("membership") == "invite"):
+        if (
+            isinstance(ev, StateEvent)
+            and ev.type == "m.room.member"
+            and ev.state_key == bot_user
+            and ev.content.get("membership") == "invite"
+        ):
             invites.append(ev.room_id)  # a state event too: ingest still folds it
         rest.append((raw, ev))
     return rest, Routed(tuple(commands), tuple(invites))
@@ -128,11 +138,19 @@ def adds_work(rest: list[tuple[object, object]], bot_user: str) -> bool:
 
 
 class TransactionHandler:
-    def __init__(self, hs_token: str, registration_id: str, ingest: Ingest,
-                 fetch_state: FetchState, on_admitted: OnAdmitted,
-                 retry: Retry | None = None, gaps: TransactionGaps | None = None,
-                 commands: CommandLog | None = None, backlog: BacklogBound | None = None,
-                 clock: Clock = REAL) -> None:
+    def __init__(
+        self,
+        hs_token: str,
+        registration_id: str,
+        ingest: Ingest,
+        fetch_state: FetchState,
+        on_admitted: OnAdmitted,
+        retry: Retry | None = None,
+        gaps: TransactionGaps | None = None,
+        commands: CommandLog | None = None,
+        backlog: BacklogBound | None = None,
+        clock: Clock = REAL,
+    ) -> None:
         """`commands`: where commands are kept until answered (None: in memory only);
         `backlog`: the bound on pending events (None: none); `clock`: its wall clock
         stamps kept commands."""
@@ -180,8 +198,7 @@ class TransactionHandler:
         try:
             body = await read_json_object(request, MAX_TRANSACTION_BYTES)
         except BodyError as e:
-            log.warning("transaction_refused", extra={"txn": txn_id,
-                                                      "status": e.response.status})
+            log.warning("transaction_refused", extra={"txn": txn_id, "status": e.response.status})
             return e.response
         events = body.get("events", [])
         if not isinstance(events, list):
@@ -211,12 +228,18 @@ class TransactionHandler:
                 unavailable = await self._learn_rooms(events, txn_id)
             except _Outage:
                 return error(503, "M_UNKNOWN", "homeserver unreachable; retry later")
-            if (self._backlog is not None and self._backlog.full
-                    and adds_work(rest, self._ingest.gate.bot_user)):
+            if (
+                self._backlog is not None
+                and self._backlog.full
+                and adds_work(rest, self._ingest.gate.bot_user)
+            ):
                 self._backlog.refuse()
-                return error(503, "M_LIMIT_EXCEEDED",
-                             f"indexing is {self._backlog.latest.pending} messages behind; "
-                             "retry later", retry_after_ms=5000)
+                return error(
+                    503,
+                    "M_LIMIT_EXCEEDED",
+                    f"indexing is {self._backlog.latest.pending} messages behind; retry later",
+                    retry_after_ms=5000,
+                )
             admitted, deferred = _partition(rest, unavailable)
             try:
                 result = await asyncio.to_thread(self._admit, admitted, deferred, txn_key)
@@ -229,10 +252,16 @@ class TransactionHandler:
                 self._backlog.appended(result.appended)
             if self._gaps is not None:
                 self._gaps.answered(txn_id)
-        log.info("transaction", extra={"txn": txn_id, "events": len(events),
-                                       "appended": result.appended,
-                                       "refused": sum(result.refused.values()),
-                                       "deferred": len(deferred)})
+        log.info(
+            "transaction",
+            extra={
+                "txn": txn_id,
+                "events": len(events),
+                "appended": result.appended,
+                "refused": sum(result.refused.values()),
+                "deferred": len(deferred),
+            },
+        )
         late = {id(raw) for raw, _ in deferred}
         self._on_admitted([raw for raw in events if id(raw) not in late], result, routed)
         if self._retry is not None:
@@ -255,11 +284,17 @@ class TransactionHandler:
                     await self._fetch_state(room_id)
             except Exception as e:
                 if is_outage(e) and not deadline.expired():
-                    log.warning("homeserver_unreachable", exc_info=True,
-                                extra={"txn": txn_id, "room_id": room_id})
+                    log.warning(
+                        "homeserver_unreachable",
+                        exc_info=True,
+                        extra={"txn": txn_id, "room_id": room_id},
+                    )
                     raise _Outage() from e
-                log.error("room_state_unavailable", exc_info=True,
-                          extra={"txn": txn_id, "room_id": room_id})
+                log.error(
+                    "room_state_unavailable",
+                    exc_info=True,
+                    extra={"txn": txn_id, "room_id": room_id},
+                )
                 unavailable.add(room_id)
         return unavailable
 
@@ -272,10 +307,12 @@ class TransactionHandler:
         """In a worker thread: the commands kept before the answer; those kept before
         (the transaction sent again) are not routed again."""
         assert self._commands is not None
-        new = self._commands.keep([(c.message, c.thread_root) for c in routed.commands],
-                                  self._clock.now_ms())
-        return replace(routed, commands=tuple(c for c in routed.commands
-                                              if c.message.event_id in new))
+        new = self._commands.keep(
+            [(c.message, c.thread_root) for c in routed.commands], self._clock.now_ms()
+        )
+        return replace(
+            routed, commands=tuple(c for c in routed.commands if c.message.event_id in new)
+        )
 
     def _admit(self, events: list, deferred: list, txn_key: str) -> AdmitResult:
         """In a worker thread: gate and append with the transaction id, then journal the
@@ -283,9 +320,13 @@ class TransactionHandler:
         result = self._ingest.admit_parsed([ev for _, ev in events], txn_key)
         for ev, _ in deferred:
             eid = ev.get("event_id")
-            self._ingest.journal.refusal(Refusal(
-                STATE_UNAVAILABLE, RoomID(_room_of(ev) or ""),
-                EventID(eid) if isinstance(eid, str) else None))
+            self._ingest.journal.refusal(
+                Refusal(
+                    STATE_UNAVAILABLE,
+                    RoomID(_room_of(ev) or ""),
+                    EventID(eid) if isinstance(eid, str) else None,
+                )
+            )
         return result
 
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 from indexer.clock import REAL, Clock
 
@@ -42,8 +42,9 @@ COOLDOWN_S = 60.0  # between the starts of two backfills
 
 
 class TransactionGaps:
-    def __init__(self, on_gap: Callable[[], Awaitable[None]], grace: float = GAP_GRACE_S,
-                 clock: Clock = REAL) -> None:
+    def __init__(
+        self, on_gap: Callable[[], Awaitable[None]], grace: float = GAP_GRACE_S, clock: Clock = REAL
+    ) -> None:
         self._on_gap, self._grace, self._clock = on_gap, grace, clock
         self._top: int | None = None
         self._ranges: list[list[float]] = []  # [first, last, since]: numbers still missing
@@ -85,7 +86,7 @@ class TransactionGaps:
             if lo <= n <= hi:
                 parts = [[lo, n - 1, since]] if lo < n else []
                 parts += [[n + 1, hi, since]] if n < hi else []
-                self._ranges[i:i + 1] = parts
+                self._ranges[i : i + 1] = parts
                 return
 
     def _schedule(self, delay: float) -> None:
@@ -113,9 +114,13 @@ class TransactionGaps:
         if now < due:
             self._schedule(due - now)
             return
-        log.warning("transaction_gap", extra={
-            "ranges": [(int(lo), int(hi)) for lo, hi, _ in self._ranges[:20]],
-            "count": sum(int(hi - lo) + 1 for lo, hi, _ in self._ranges)})
+        log.warning(
+            "transaction_gap",
+            extra={
+                "ranges": [(int(lo), int(hi)) for lo, hi, _ in self._ranges[:20]],
+                "count": sum(int(hi - lo) + 1 for lo, hi, _ in self._ranges),
+            },
+        )
         self._ranges = []
         self._last_start = now
         if self._backfill is not None and not self._backfill.done():
@@ -123,7 +128,8 @@ class TransactionGaps:
             return
         try:
             self._backfill = asyncio.get_running_loop().create_task(
-                self._run(), name="gap-backfill")
+                self._run(), name="gap-backfill"
+            )
         except RuntimeError:  # no loop: nothing can run it
             self.backfills += 1
 

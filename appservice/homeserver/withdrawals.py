@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from indexer.clock import REAL, Clock
 from indexer.config import Config
@@ -23,9 +23,14 @@ log = logging.getLogger(f"matrix_sources.{__name__}")
 
 
 class Withdrawals:
-    def __init__(self, cfg: Config, ingest: Ingest, worker: PipelineWorker,
-                 on_withdrawn: Callable[[Iterable[str]], None],
-                 clock: Clock = REAL) -> None:
+    def __init__(
+        self,
+        cfg: Config,
+        ingest: Ingest,
+        worker: PipelineWorker,
+        on_withdrawn: Callable[[Iterable[str]], None],
+        clock: Clock = REAL,
+    ) -> None:
         self.cfg, self.ingest, self.worker = cfg, ingest, worker
         self._on_withdrawn = on_withdrawn
         self._clock = clock
@@ -36,7 +41,8 @@ class Withdrawals:
         forgetting = Forgetting(self.ingest, self._clock)
         try:
             answers = await asyncio.to_thread(
-                serve, self.cfg.data_dir, lambda req: apply_request(forgetting, req))
+                serve, self.cfg.data_dir, lambda req: apply_request(forgetting, req)
+            )
         except OSError:
             log.warning("spool_unreadable", exc_info=True)
             return
@@ -54,8 +60,9 @@ class Withdrawals:
 
     async def forget_erased(self, user: str) -> None:
         """Synapse erased the user: what they said leaves the index."""
-        report = await asyncio.to_thread(Forgetting(self.ingest, self._clock).forget_user, UserID(user),
-                                         "synapse_erasure")
+        report = await asyncio.to_thread(
+            Forgetting(self.ingest, self._clock).forget_user, UserID(user), "synapse_erasure"
+        )
         self._taken(bool(report.windows), report.event_ids)
 
     def _taken(self, windows: bool, event_ids: Iterable[str]) -> None:

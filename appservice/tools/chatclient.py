@@ -33,7 +33,7 @@ class ChatClient:
     _since: str | None = field(default=None, init=False, repr=False)
     timeline: list[dict] = field(default_factory=list, init=False, repr=False)
 
-    async def __aenter__(self) -> "ChatClient":
+    async def __aenter__(self) -> ChatClient:
         import nio
 
         self._client = nio.AsyncClient(self.homeserver_url, self.user_id)
@@ -46,29 +46,44 @@ class ChatClient:
     async def __aexit__(self, *exc) -> None:
         await self._client.close()
 
-    async def create_room(self, name: str, public: bool = True, invite: tuple[str, ...] = (),
-                          is_direct: bool = False, initial_state: tuple[dict, ...] = (),
-                          alias: str | None = None) -> str:
+    async def create_room(
+        self,
+        name: str,
+        public: bool = True,
+        invite: tuple[str, ...] = (),
+        is_direct: bool = False,
+        initial_state: tuple[dict, ...] = (),
+        alias: str | None = None,
+    ) -> str:
         import nio
 
-        resp = _ok(await self._client.room_create(
-            visibility=nio.RoomVisibility.public if public else nio.RoomVisibility.private,
-            name=name, preset=nio.RoomPreset.public_chat if public else nio.RoomPreset.private_chat,
-            invite=list(invite), is_direct=is_direct, initial_state=list(initial_state),
-            alias=alias),
-            f"create room {name}")
+        resp = _ok(
+            await self._client.room_create(
+                visibility=nio.RoomVisibility.public if public else nio.RoomVisibility.private,
+                name=name,
+                preset=nio.RoomPreset.public_chat if public else nio.RoomPreset.private_chat,
+                invite=list(invite),
+                is_direct=is_direct,
+                initial_state=list(initial_state),
+                alias=alias,
+            ),
+            f"create room {name}",
+        )
         return resp.room_id
 
     async def send(self, room_id: str, body: str, content: dict | None = None) -> str:
         content = content or {"msgtype": "m.text", "body": body}
-        resp = _ok(await self._client.room_send(room_id, "m.room.message", content),
-                   f"send to {room_id}")
+        resp = _ok(
+            await self._client.room_send(room_id, "m.room.message", content), f"send to {room_id}"
+        )
         return resp.event_id
 
     async def send_event(self, room_id: str, event_type: str, content: dict) -> str:
         """Any room event, sent as given (no client-side encryption)."""
-        resp = _ok(await self._client.room_send(room_id, event_type, content),
-                   f"send {event_type} to {room_id}")
+        resp = _ok(
+            await self._client.room_send(room_id, event_type, content),
+            f"send {event_type} to {room_id}",
+        )
         return resp.event_id
 
     async def set_displayname(self, name: str) -> None:
@@ -77,10 +92,13 @@ class ChatClient:
     async def join(self, room_id: str) -> None:
         _ok(await self._client.join(room_id), f"join {room_id}")
 
-    async def send_state(self, room_id: str, event_type: str, content: dict,
-                         state_key: str = "") -> str:
-        resp = _ok(await self._client.room_put_state(room_id, event_type, content, state_key),
-                   f"state {event_type} in {room_id}")
+    async def send_state(
+        self, room_id: str, event_type: str, content: dict, state_key: str = ""
+    ) -> str:
+        resp = _ok(
+            await self._client.room_put_state(room_id, event_type, content, state_key),
+            f"state {event_type} in {room_id}",
+        )
         return resp.event_id
 
     async def invite(self, room_id: str, user_id: str) -> None:
@@ -111,16 +129,20 @@ class ChatClient:
         self.timeline.extend(new)
         return new
 
-    async def wait_for_reply(self, room_id: str, to_event: str, sender: str,
-                             timeout: float = 60) -> dict:
+    async def wait_for_reply(
+        self, room_id: str, to_event: str, sender: str, timeout: float = 60
+    ) -> dict:
         """The first message from `sender` in `room_id` replying to `to_event`."""
         deadline = REAL.now() + timeout
         seen = list(self.timeline)
         while True:
             for ev in seen:
                 rel = (ev.get("content") or {}).get("m.relates_to") or {}
-                if (ev.get("room_id") == room_id and ev.get("sender") == sender
-                        and (rel.get("m.in_reply_to") or {}).get("event_id") == to_event):
+                if (
+                    ev.get("room_id") == room_id
+                    and ev.get("sender") == sender
+                    and (rel.get("m.in_reply_to") or {}).get("event_id") == to_event
+                ):
                     return ev
             if REAL.now() > deadline:
                 raise ChatError(f"no reply from {sender} to {to_event} within {timeout:.0f} s")

@@ -21,13 +21,13 @@ import sys
 from pathlib import Path
 
 from indexer.clock import REAL
-from indexer.ingest.allowlist import add_room
 from indexer.config import load_config
 from indexer.datadir import init_data_dir
+from indexer.ingest.allowlist import add_room
 
+from ..logs import setup_logging
 from .chatclient import ChatClient
 from .localsynapse import LocalSynapse, SynapseError
-from ..logs import setup_logging
 
 DEMO_USER, DEMO_PASSWORD = "demo", "demo-password"
 DEMO_QUESTION = "!sources the server keeps running out of disk space, what can we clean up?"
@@ -39,8 +39,12 @@ SPEAKERS = ("alice", "bob", "carol")
 # index of that line; the reply mentions its sender), so conversations can be followed.
 CONVERSATION: list[tuple[str, str, int | None]] = [
     ("alice", "The homeserver ran out of disk again last night, media uploads failed.", None),
-    ("bob", "Most of it is the remote media cache. Setting media_retention with "
-            "remote_media_lifetime: 30d in homeserver.yaml makes Synapse purge old copies.", 0),
+    (
+        "bob",
+        "Most of it is the remote media cache. Setting media_retention with "
+        "remote_media_lifetime: 30d in homeserver.yaml makes Synapse purge old copies.",
+        0,
+    ),
     ("carol", "Also worth running the purge_history admin API on the big bridged rooms.", 0),
     ("alice", "Separate topic: who is organising the meetup in March?", None),
     ("carol", "I can host it, the library has a room with a projector for 20 people.", 3),
@@ -49,13 +53,15 @@ CONVERSATION: list[tuple[str, str, int | None]] = [
     ("bob", "To rotate it, generate a new key and move the old one to old_signing_keys.", None),
     ("alice", "Does anyone know why federation with the other server is slow today?", None),
     ("bob", "Their DNS changed; the .well-known delegation points at the old host.", 8),
-    ("alice", "Right, once they fix /.well-known/matrix/server it should recover within "
-              "the hour.", 9),
+    (
+        "alice",
+        "Right, once they fix /.well-known/matrix/server it should recover within the hour.",
+        9,
+    ),
     ("carol", "Meanwhile, new members keep asking how to join from their phones.", None),
     ("bob", "Element X works; they sign in with our server name, not matrix.org.", 11),
     ("carol", "We should pin a short onboarding note in the lobby room.", 12),
-    ("alice", "Speaking of disk: the database grew to 40 GB. Is state compression worth it?",
-     None),
+    ("alice", "Speaking of disk: the database grew to 40 GB. Is state compression worth it?", None),
     ("bob", "Yes, run synapse_auto_compressor nightly; it shrank ours by half.", 14),
     ("alice", "And vacuum the database after the first compression run.", 15),
 ]
@@ -80,7 +86,7 @@ def register_hint(synapse: LocalSynapse) -> list[str]:
     tool = Path(sys.executable).parent / "register_new_matrix_user"
     return [
         "Try it as someone else: registration is open on this local demo server only,",
-        "so any client's \"Create account\" on the homeserver above works, or:",
+        'so any client\'s "Create account" on the homeserver above works, or:',
         f"  {tool if tool.exists() else 'register_new_matrix_user'} -c {synapse.config_file} "
         f"-u NAME -p PASSWORD --no-admin {synapse.url}",
     ]
@@ -92,8 +98,7 @@ async def _seed(synapse: LocalSynapse, state: dict, room: str) -> list[str]:
         clients = {}
         for name in SPEAKERS:
             user_id, token = _account(synapse, state, name, _password(name))
-            clients[name] = await stack.enter_async_context(
-                ChatClient(synapse.url, user_id, token))
+            clients[name] = await stack.enter_async_context(ChatClient(synapse.url, user_id, token))
             await clients[name].join(room)
         sent: list[str] = []
         for who, body, reply_to in CONVERSATION:
@@ -128,9 +133,13 @@ async def _demo(root: Path, serve: bool) -> int:
         init_data_dir(data_dir, f"http://127.0.0.1:{hs_port}", "localhost", as_port=as_port)
         state.update(hs_port=hs_port)
     cfg = load_config(data_dir / "config.yaml")
-    synapse = LocalSynapse(root / "synapse", port=state["hs_port"],
-                           appservice_registrations=[cfg.registration_path], open_registration=True,
-                           log_level=os.environ.get("MATRIX_SOURCES_SYNAPSE_LOG_LEVEL", "WARNING"))
+    synapse = LocalSynapse(
+        root / "synapse",
+        port=state["hs_port"],
+        appservice_registrations=[cfg.registration_path],
+        open_registration=True,
+        log_level=os.environ.get("MATRIX_SOURCES_SYNAPSE_LOG_LEVEL", "WARNING"),
+    )
     _say(f"[1/5] starting Synapse on {synapse.url} (files in {root / 'synapse'})")
     try:
         synapse.start()
@@ -150,15 +159,19 @@ async def _demo(root: Path, serve: bool) -> int:
         state["user"] = user
         async with ChatClient(synapse.url, user, token) as client:
             if "room" not in state:
-                _say("[3/5] creating the public room #demo:localhost and adding it to the allowlist")
+                _say(
+                    "[3/5] creating the public room #demo:localhost and adding it to the allowlist"
+                )
                 room = await client.create_room("matrix-sources demo", public=True, alias="demo")
                 add_room(cfg.allowlist_path, room, "#demo:localhost (demo room)")
                 await service.rooms.reload_allowlist()
                 await client.wait_for_member(room, cfg.bot_user)
                 state["room"] = room
                 state_file.write_text(json.dumps(state))
-                _say(f"[4/5] seeding a sample conversation ({len(CONVERSATION)} messages "
-                     f"from {', '.join(SPEAKERS)})")
+                _say(
+                    f"[4/5] seeding a sample conversation ({len(CONVERSATION)} messages "
+                    f"from {', '.join(SPEAKERS)})"
+                )
                 ids = await _seed(synapse, state, room)
                 state_file.write_text(json.dumps(state))
                 await _wait_indexed(service, ids)

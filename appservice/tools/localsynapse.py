@@ -144,7 +144,9 @@ class LocalSynapse:
             self._proc = subprocess.Popen(
                 [self.python, "-m", "synapse.app.homeserver", "-c", CONFIG_FILE],
                 cwd=self.base_dir,  # the log config and relative paths resolve here
-                stdin=subprocess.DEVNULL, stdout=stdio, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                stdout=stdio,
+                stderr=subprocess.STDOUT,
             )
         atexit.register(self.stop)  # never leave an orphan Synapse behind
 
@@ -192,10 +194,14 @@ class LocalSynapse:
         nonce = self._request("GET", path)["nonce"]
         # HMAC-SHA1 over nonce, user, password and admin flag, NUL-separated (Synapse docs).
         parts = (nonce, localpart, password, "admin" if admin else "notadmin")
-        mac = hmac.new(self._secret.encode(), b"\x00".join(p.encode() for p in parts),
-                       hashlib.sha1)
-        body = {"nonce": nonce, "username": localpart, "password": password,
-                "admin": admin, "mac": mac.hexdigest()}
+        mac = hmac.new(self._secret.encode(), b"\x00".join(p.encode() for p in parts), hashlib.sha1)
+        body = {
+            "nonce": nonce,
+            "username": localpart,
+            "password": password,
+            "admin": admin,
+            "mac": mac.hexdigest(),
+        }
         resp = self._request("POST", path, body)
         return resp["user_id"], resp["access_token"]
 
@@ -206,11 +212,15 @@ class LocalSynapse:
 
     def login(self, localpart: str, password: str) -> tuple[str, str]:
         """Log in with m.login.password; returns (user_id, access_token)."""
-        resp = self._request("POST", "/_matrix/client/v3/login", {
-            "type": "m.login.password",
-            "identifier": {"type": "m.id.user", "user": localpart},
-            "password": password,
-        })
+        resp = self._request(
+            "POST",
+            "/_matrix/client/v3/login",
+            {
+                "type": "m.login.password",
+                "identifier": {"type": "m.id.user", "user": localpart},
+                "password": password,
+            },
+        )
         return resp["user_id"], resp["access_token"]
 
     # ---------------------------------------------------------------- internals
@@ -223,11 +233,15 @@ class LocalSynapse:
             # Synapse refuses a database created under another server_name.
             raise SynapseError(
                 f"{self.base_dir} belongs to server {state['server_name']!r}, "
-                f"not {self.server_name!r}")
+                f"not {self.server_name!r}"
+            )
         self.port = self.port or state.get("port") or _free_port()
         self._secret = state.get("registration_shared_secret") or secrets.token_urlsafe(32)
-        new = {"server_name": self.server_name, "port": self.port,
-               "registration_shared_secret": self._secret}
+        new = {
+            "server_name": self.server_name,
+            "port": self.port,
+            "registration_shared_secret": self._secret,
+        }
         if new != state:
             path.write_text(json.dumps(new, indent=2) + "\n")
 
@@ -237,11 +251,16 @@ class LocalSynapse:
         config = {
             "server_name": self.server_name,
             "pid_file": str(d / "homeserver.pid"),
-            "listeners": [{
-                "port": self.port, "bind_addresses": ["127.0.0.1"], "type": "http",
-                "tls": False, "x_forwarded": False,
-                "resources": [{"names": ["client"], "compress": False}],
-            }],
+            "listeners": [
+                {
+                    "port": self.port,
+                    "bind_addresses": ["127.0.0.1"],
+                    "type": "http",
+                    "tls": False,
+                    "x_forwarded": False,
+                    "resources": [{"names": ["client"], "compress": False}],
+                }
+            ],
             "database": {"name": "sqlite3", "args": {"database": str(d / "homeserver.db")}},
             "media_store_path": str(d / "media_store"),
             "log_config": str(d / LOG_CONFIG_FILE),
@@ -259,17 +278,26 @@ class LocalSynapse:
             "enable_metrics": False,
             "presence": {"enabled": False},
             "app_service_config_files": [
-                str(Path(p).absolute()) for p in self.appservice_registrations],
+                str(Path(p).absolute()) for p in self.appservice_registrations
+            ],
             **_RATE_LIMITS,
         }
         log_config = {
             "version": 1,
-            "formatters": {"precise": {
-                "format": "%(asctime)s - %(name)s - %(lineno)d - %(levelname)s"
-                          " - %(request)s - %(message)s"}},
-            "handlers": {"file": {
-                "class": "logging.FileHandler", "formatter": "precise",
-                "filename": LOG_FILE, "encoding": "utf8"}},  # relative to cwd=base_dir
+            "formatters": {
+                "precise": {
+                    "format": "%(asctime)s - %(name)s - %(lineno)d - %(levelname)s"
+                    " - %(request)s - %(message)s"
+                }
+            },
+            "handlers": {
+                "file": {
+                    "class": "logging.FileHandler",
+                    "formatter": "precise",
+                    "filename": LOG_FILE,
+                    "encoding": "utf8",
+                }
+            },  # relative to cwd=base_dir
             # WARNING keeps the file small; the SQL logger at DEBUG would leak tokens.
             "loggers": {"synapse.storage.SQL": {"level": "WARNING"}},
             "root": {"level": self.log_level, "handlers": ["file"]},
@@ -281,11 +309,16 @@ class LocalSynapse:
     def _run_synapse(self, args: list[str], timeout: float) -> None:
         res = subprocess.run(
             [self.python, "-m", "synapse.app.homeserver", "-c", CONFIG_FILE, *args],
-            cwd=self.base_dir, capture_output=True, text=True, timeout=timeout)
+            cwd=self.base_dir,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         if res.returncode != 0:
             raise SynapseError(
                 f"synapse {' '.join(args)} failed ({res.returncode}):\n"
-                f"{res.stdout[-3000:]}{res.stderr[-3000:]}")
+                f"{res.stdout[-3000:]}{res.stderr[-3000:]}"
+            )
 
     def _health_ok(self) -> bool:
         try:
@@ -294,13 +327,17 @@ class LocalSynapse:
             return False
 
     def _logs(self) -> str:
-        return (f"--- {STDIO_FILE} ---\n{_tail(self.base_dir / STDIO_FILE)}\n"
-                f"--- {LOG_FILE} ---\n{_tail(self.base_dir / LOG_FILE)}")
+        return (
+            f"--- {STDIO_FILE} ---\n{_tail(self.base_dir / STDIO_FILE)}\n"
+            f"--- {LOG_FILE} ---\n{_tail(self.base_dir / LOG_FILE)}"
+        )
 
-    def _request(self, method: str, path: str, body: dict | None = None,
-                 token: str | None = None) -> dict[str, Any]:
+    def _request(
+        self, method: str, path: str, body: dict | None = None, token: str | None = None
+    ) -> dict[str, Any]:
         resp = HttpClient(self.url, token or None, timeout=30).call(method, path, body)
         if not resp.ok:
             raise SynapseError(
-                f"{method} {path} -> {resp.status}: {resp.body.decode(errors='replace')}")
+                f"{method} {path} -> {resp.status}: {resp.body.decode(errors='replace')}"
+            )
         return resp.data if resp.body else {}

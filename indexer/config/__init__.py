@@ -19,18 +19,57 @@ would be accepted (errors.py).
 from .database import Database, parse_database
 from .errors import ConfigError, Refused, problem
 from .load import load_config, load_yaml
-from .per_model import (EMBEDDER_BACKENDS, MODEL_FLOORS, MODEL_SCRIPT_MARGINS, ONE_BACKEND,
-                        EmbedderBackend)
-from .sections import (DEFAULT_PUPPET_PATTERNS, ApiSettings, AppserviceSettings,
-                       ChromaConfig, Config, DerivedConfig, EmbedderSettings, GateSettings,
-                       HomeserverSettings, IndexSettings, LoggingSettings, SearchSettings,
-                       SegmentSettings, StoreSettings)
+from .per_model import (
+    EMBEDDER_BACKENDS,
+    MODEL_FLOORS,
+    MODEL_SCRIPT_MARGINS,
+    ONE_BACKEND,
+    EmbedderBackend,
+)
+from .sections import (
+    DEFAULT_PUPPET_PATTERNS,
+    ApiSettings,
+    AppserviceSettings,
+    ChromaConfig,
+    Config,
+    DerivedConfig,
+    EmbedderSettings,
+    GateSettings,
+    HomeserverSettings,
+    IndexSettings,
+    LoggingSettings,
+    SearchSettings,
+    SegmentSettings,
+    StoreSettings,
+)
 from .values import is_placeholder
 
 __all__ = [
-    "ApiSettings", "AppserviceSettings", "ChromaConfig", "Config", "ConfigError", "Database",
-    "DEFAULT_PUPPET_PATTERNS", "DerivedConfig", "EMBEDDER_BACKENDS", "EmbedderBackend",
-    "EmbedderSettings", "GateSettings", "HomeserverSettings", "IndexSettings",
-    "LoggingSettings", "MODEL_FLOORS", "MODEL_SCRIPT_MARGINS", "ONE_BACKEND", "Refused",
-    "SearchSettings", "SegmentSettings", "StoreSettings", "is_placeholder", "load_config",
-    "load_yaml", "parse_database", "problem"]
+    "ApiSettings",
+    "AppserviceSettings",
+    "ChromaConfig",
+    "Config",
+    "ConfigError",
+    "Database",
+    "DEFAULT_PUPPET_PATTERNS",
+    "DerivedConfig",
+    "EMBEDDER_BACKENDS",
+    "EmbedderBackend",
+    "EmbedderSettings",
+    "GateSettings",
+    "HomeserverSettings",
+    "IndexSettings",
+    "LoggingSettings",
+    "MODEL_FLOORS",
+    "MODEL_SCRIPT_MARGINS",
+    "ONE_BACKEND",
+    "Refused",
+    "SearchSettings",
+    "SegmentSettings",
+    "StoreSettings",
+    "is_placeholder",
+    "load_config",
+    "load_yaml",
+    "parse_database",
+    "problem",
+]

@@ -10,6 +10,7 @@ from pydantic import AfterValidator
 
 from .values import Str
 
+
 @dataclass(frozen=True)
 class Database:
     """Where the event log lives (`store.database`): an SQLite file, or a PostgreSQL
@@ -29,7 +30,7 @@ def parse_database(value: str, base: Path) -> Database:
     """`sqlite:PATH` (relative: to `base`, the config's folder) or a `postgresql://`
     URL. Raises ValueError saying what is accepted."""
     if value.startswith("sqlite:"):
-        path = Path(value[len("sqlite:"):])
+        path = Path(value[len("sqlite:") :])
         if not str(path) or str(path) == ".":
             raise ValueError("sqlite: needs a file, as in sqlite:eventlog.sqlite3")
         return Database("sqlite", path=path if path.is_absolute() else base / path)
@@ -39,12 +40,15 @@ def parse_database(value: str, base: Path) -> Database:
         try:
             parts = conninfo_to_dict(value)
         except Exception as e:  # libpq's own parse: its message names what is wrong
-            raise ValueError(f"not a PostgreSQL URL libpq accepts: "
-                             f"{str(e).splitlines()[0][:200]}") from None
+            raise ValueError(
+                f"not a PostgreSQL URL libpq accepts: {str(e).splitlines()[0][:200]}"
+            ) from None
         if parts.get("password"):
-            raise ValueError("holds a password: leave it out of the URL and give it in "
-                             "~/.pgpass, a file named by passfile= in the URL or by "
-                             "PGPASSFILE, or PGPASSWORD (docs/deployment.md)")
+            raise ValueError(
+                "holds a password: leave it out of the URL and give it in "
+                "~/.pgpass, a file named by passfile= in the URL or by "
+                "PGPASSFILE, or PGPASSWORD (docs/deployment.md)"
+            )
         return Database("postgresql", dsn=value)
     raise ValueError(f"{value!r} is neither sqlite:PATH nor a postgresql:// URL")
 

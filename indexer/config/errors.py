@@ -13,8 +13,9 @@ from typing import Any
 class ConfigError(ValueError):
     """A config file that cannot be used: each line `<file>: <dotted.key>: <message>`."""
 
-    def __init__(self, file: Path, key: str, message: str,
-                 more: tuple[tuple[str, str], ...] = ()) -> None:
+    def __init__(
+        self, file: Path, key: str, message: str, more: tuple[tuple[str, str], ...] = ()
+    ) -> None:
         lines = [f"{file}: {k}: {m}" if k else f"{file}: {m}" for k, m in ((key, message), *more)]
         super().__init__("\n".join(lines))
         self.file, self.key = file, key
@@ -28,10 +29,18 @@ class Refused(ValueError):
         self.field = field
 
 
-_KINDS = {"int_type": "an integer", "float_type": "a number", "string_type": "a string",
-          "bool_type": "true or false", "path_type": "a path", "list_type": "a list", "tuple_type": "a list",
-          "model_type": "a mapping of keys", "dataclass_type": "a mapping of keys",
-          "dict_type": "a mapping of keys"}
+_KINDS = {
+    "int_type": "an integer",
+    "float_type": "a number",
+    "string_type": "a string",
+    "bool_type": "true or false",
+    "path_type": "a path",
+    "list_type": "a list",
+    "tuple_type": "a list",
+    "model_type": "a mapping of keys",
+    "dataclass_type": "a mapping of keys",
+    "dict_type": "a mapping of keys",
+}
 
 
 def problem(err: Mapping[str, Any], root: type) -> tuple[str, str]:
@@ -89,8 +98,9 @@ def _bounds(root: type, loc: list[int | str], ctx: dict[str, Any]) -> str:
     _, info = _walk(root, loc)
     b = dict(ctx)
     for m in getattr(info, "metadata", ()):
-        b.update({n: getattr(m, n) for n in ("gt", "ge", "lt", "le")
-                  if getattr(m, n, None) is not None})
+        b.update(
+            {n: getattr(m, n) for n in ("gt", "ge", "lt", "le") if getattr(m, n, None) is not None}
+        )
     if "ge" in b and "le" in b:
         return f"from {b['ge']} to {b['le']}"
     low = f"above {b['gt']}" if "gt" in b else f"at least {b['ge']}" if "ge" in b else None

@@ -9,8 +9,11 @@ EmbedderBackend = Literal["torch", "torch-bf16", "onnx", "onnx-int8", "q4"]  # e
 EMBEDDER_BACKENDS: tuple[str, ...] = get_args(EmbedderBackend)
 # A model that runs one way only, and that way (embedder.MODEL_BACKENDS; a test holds
 # them equal): its backend need not be written.
-ONE_BACKEND = {"multilingual-e5-small": "q4", "intfloat/multilingual-e5-small": "q4",
-               "multilingual-e5-small+all-MiniLM-L6-v2": "q4"}
+ONE_BACKEND = {
+    "multilingual-e5-small": "q4",
+    "intfloat/multilingual-e5-small": "q4",
+    "multilingual-e5-small+all-MiniLM-L6-v2": "q4",
+}
 # search.min_similarity and no_shared_word_margin where config.yaml leaves them unset,
 # per model: calibrated on the dev sets and the off-topic questions (docs/benchmarks.md,
 # "Abstain"; docs/multilingual.md for multilingual-e5-small, whose cosines run higher).
@@ -24,6 +27,8 @@ MODEL_FLOORS["multilingual-e5-small+all-MiniLM-L6-v2"] = MODEL_FLOORS["multiling
 # real one often shares no word with its English answer; one in Chinese near everything
 # (docs/multilingual.md, "Abstain per language").
 MODEL_SCRIPT_MARGINS: dict[str, dict[str, float]] = {
-    "all-MiniLM-L6-v2": {}, "multilingual-e5-small": {"cyrillic": 0.0, "cjk": 0.04}}
+    "all-MiniLM-L6-v2": {},
+    "multilingual-e5-small": {"cyrillic": 0.0, "cjk": 0.04},
+}
 for _same in ("intfloat/multilingual-e5-small", "multilingual-e5-small+all-MiniLM-L6-v2"):
     MODEL_SCRIPT_MARGINS[_same] = MODEL_SCRIPT_MARGINS["multilingual-e5-small"]

@@ -8,17 +8,39 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, Strict,
-                      field_validator, model_validator)
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    Strict,
+    field_validator,
+    model_validator,
+)
 from pydantic.dataclasses import dataclass as checked_dataclass
 
 from ..records import ChunkPolicy
 from .database import Database, DatabaseUrl, parse_database
 from .errors import Refused
-from .per_model import EmbedderBackend, MODEL_FLOORS, MODEL_SCRIPT_MARGINS, ONE_BACKEND
-from .values import (Fraction, HomeserverUrl, Int, NonNegativeFloat, NonNegativeInt, Port,
-                     PositiveFloat, PositiveInt, Regex, RelativePath, Script, ServerName, Str,
-                     UserId, empty_is_unset)
+from .per_model import MODEL_FLOORS, MODEL_SCRIPT_MARGINS, ONE_BACKEND, EmbedderBackend
+from .values import (
+    Fraction,
+    HomeserverUrl,
+    Int,
+    NonNegativeFloat,
+    NonNegativeInt,
+    Port,
+    PositiveFloat,
+    PositiveInt,
+    Regex,
+    RelativePath,
+    Script,
+    ServerName,
+    Str,
+    UserId,
+    empty_is_unset,
+)
 
 # Discord bridges' puppets: mautrix-discord (@discord_123...) and matrix-appservice-discord
 # (@_discord_123...). On unless the config says otherwise.
@@ -47,8 +69,8 @@ class AppserviceSettings(_Section):
     registration: RelativePath = "registration.yaml"
     bot_localpart: Str = "sourcesbot"
     bot_displayname: Str = "Sources"
-    # Files holding one token each (a systemd credential, a secrets mount): when set, the
-    # service reads that token there instead of from the registration (datadir.py, "the service's tokens").
+    # Files holding one token each (a systemd credential, a secrets mount): when set, the service
+    # reads that token there instead of from the registration (datadir.py, "the service's tokens").
     as_token_file: RelativePath | None = None
     hs_token_file: RelativePath | None = None
 
@@ -63,16 +85,19 @@ class AppserviceSettings(_Section):
 class SegmentSettings(_Section):
     """The collection's segments (store/vectors/segments.py): a compaction copies only those
     holding a deleted or overwritten point."""
+
     # Defaults just under powers of two: an HNSW index holds the next one (segments.py).
     hot_windows: Annotated[int, Strict(), Field(ge=1)] = 2_000
     merge_fanout: Annotated[int, Strict(), Field(ge=2)] = 4
     max_windows: Annotated[int, Strict(), Field(ge=1)] = 32_000
 
     @model_validator(mode="after")
-    def _hot_fits(self) -> "SegmentSettings":
+    def _hot_fits(self) -> SegmentSettings:
         if self.max_windows < self.hot_windows:
-            raise ValueError(f"max_windows ({self.max_windows}) is below hot_windows "
-                             f"({self.hot_windows}): a sealed segment could not be merged")
+            raise ValueError(
+                f"max_windows ({self.max_windows}) is below hot_windows "
+                f"({self.hot_windows}): a sealed segment could not be merged"
+            )
         return self
 
 
@@ -89,10 +114,12 @@ class ChromaConfig:
     _unset = model_validator(mode="before")(empty_is_unset)
 
     @model_validator(mode="after")
-    def _persist_dir_is_a_servers(self) -> "ChromaConfig":
+    def _persist_dir_is_a_servers(self) -> ChromaConfig:
         if self.persist_dir is not None and self.mode != "server":
-            raise ValueError("persist_dir is for mode: server (the folder of `chroma run "
-                             "--path`); the embedded store's folder is path")
+            raise ValueError(
+                "persist_dir is for mode: server (the folder of `chroma run "
+                "--path`); the embedded store's folder is path"
+            )
         return self
 
 
@@ -103,19 +130,24 @@ class EmbedderSettings(_Section):
     @model_validator(mode="before")
     @classmethod
     def _the_models_backend(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("backend") is None \
-                and data.get("model") in ONE_BACKEND:
+        if (
+            isinstance(data, dict)
+            and data.get("backend") is None
+            and data.get("model") in ONE_BACKEND
+        ):
             return {**data, "backend": ONE_BACKEND[data["model"]]}
         return data
 
     @model_validator(mode="after")
-    def _backend_runs_the_model(self) -> "EmbedderSettings":
+    def _backend_runs_the_model(self) -> EmbedderSettings:
         only = ONE_BACKEND.get(self.model)
         if only and self.backend != only:
             raise Refused("backend", f"{self.model} runs on backend {only} only")
         if not only and self.backend in ONE_BACKEND.values():
-            raise Refused("backend", f"{self.backend} runs multilingual-e5-small only "
-                                       "(alone or with all-MiniLM-L6-v2)")
+            raise Refused(
+                "backend",
+                f"{self.backend} runs multilingual-e5-small only (alone or with all-MiniLM-L6-v2)",
+            )
         return self
 
 
@@ -147,14 +179,16 @@ class IndexSettings(_Section):
     @classmethod
     def _renamed(cls, data: Any) -> Any:
         if isinstance(data, dict) and "scrub_interval_seconds" in data:
-            raise Refused("scrub_interval_seconds", "renamed: write it as "
-                          "index.compaction_interval_seconds")
+            raise Refused(
+                "scrub_interval_seconds", "renamed: write it as index.compaction_interval_seconds"
+            )
         return data
 
     @property
     def chunk_policy(self) -> ChunkPolicy:
-        return ChunkPolicy(max_bytes=self.window_max_bytes,
-                           gap_ms=int(self.window_gap_seconds * 1000))
+        return ChunkPolicy(
+            max_bytes=self.window_max_bytes, gap_ms=int(self.window_gap_seconds * 1000)
+        )
 
     @field_validator("embedder", mode="before")
     @classmethod
@@ -178,7 +212,8 @@ class SearchSettings(_Section):
     # That margin for a question written mostly in one script (`cyrillic: 0.0`), instead.
     # Unset: the model's (MODEL_SCRIPT_MARGINS).
     no_shared_word_margin_by_script: dict[
-        Script, Annotated[float, Strict(), Field(ge=0, le=1)]] = {}
+        Script, Annotated[float, Strict(), Field(ge=0, le=1)]
+    ] = {}
 
 
 class ApiSettings(_Section):
@@ -207,8 +242,10 @@ class StoreSettings(_Section):
 
 
 class LoggingSettings(_Section):
-    level: Annotated[Literal["DEBUG", "INFO", "WARNING", "ERROR"],
-                     BeforeValidator(lambda v: v.upper() if isinstance(v, str) else v)] = "INFO"
+    level: Annotated[
+        Literal["DEBUG", "INFO", "WARNING", "ERROR"],
+        BeforeValidator(lambda v: v.upper() if isinstance(v, str) else v),
+    ] = "INFO"
     format: Literal["text", "json"] = "text"
 
 
@@ -224,10 +261,13 @@ class DerivedConfig:
     _unset = model_validator(mode="before")(empty_is_unset)
 
     @model_validator(mode="after")
-    def _long_enough(self) -> "DerivedConfig":
+    def _long_enough(self) -> DerivedConfig:
         if self.min_words < self.shingle_size:
-            raise Refused("min_words", "must be at least derived.shingle_size "
-                           f"({self.shingle_size}), not {self.min_words}")
+            raise Refused(
+                "min_words",
+                "must be at least derived.shingle_size "
+                f"({self.shingle_size}), not {self.min_words}",
+            )
         return self
 
 
@@ -260,16 +300,20 @@ class Config(_Section):
         index, search = data.get("index") or {}, data.get("search") or {}
         embedder = index.get("embedder") if isinstance(index, dict) else None
         model = embedder.get("model") if isinstance(embedder, dict) else embedder
-        floor = MODEL_FLOORS.get(model if isinstance(model, str) else "",
-                                 MODEL_FLOORS["all-MiniLM-L6-v2"])
+        floor = MODEL_FLOORS.get(
+            model if isinstance(model, str) else "", MODEL_FLOORS["all-MiniLM-L6-v2"]
+        )
         if not isinstance(search, dict):
             return data
         unset: dict[str, float | dict[str, float]] = {
-            k: v for k, v in zip(("min_similarity", "no_shared_word_margin"), floor)
-            if search.get(k) is None}
+            k: v
+            for k, v in zip(("min_similarity", "no_shared_word_margin"), floor)
+            if search.get(k) is None
+        }
         if search.get("no_shared_word_margin_by_script") is None:
-            unset["no_shared_word_margin_by_script"] = dict(MODEL_SCRIPT_MARGINS.get(
-                model if isinstance(model, str) else "", {}))
+            unset["no_shared_word_margin_by_script"] = dict(
+                MODEL_SCRIPT_MARGINS.get(model if isinstance(model, str) else "", {})
+            )
         return {**data, "search": {**search, **unset}} if unset else data
 
     @property
@@ -293,9 +337,12 @@ class Config(_Section):
     def chroma(self) -> ChromaConfig:
         """index.chroma with its paths resolved and the server's host defaulted."""
         c = self.index.chroma
-        return replace(c, path=self.data_dir / c.path,
-                       host=c.host or ("127.0.0.1" if c.mode == "server" else None),
-                       persist_dir=self.data_dir / c.persist_dir if c.persist_dir else None)
+        return replace(
+            c,
+            path=self.data_dir / c.path,
+            host=c.host or ("127.0.0.1" if c.mode == "server" else None),
+            persist_dir=self.data_dir / c.persist_dir if c.persist_dir else None,
+        )
 
     @property
     def puppet_patterns(self) -> tuple[str, ...]:
@@ -343,5 +390,3 @@ class Config(_Section):
     def models_dir(self) -> Path:
         """Where an ONNX backend's export of the packaged model is made, once."""
         return self.data_dir / "models"
-
-

@@ -52,10 +52,14 @@ def _script(value: str) -> str:
     import unicodedata
 
     if not re.fullmatch(r"[a-z]+", value) or not any(
-            unicodedata.name(chr(c), "").lower().startswith(value + " ")
-            for c in range(0x41, 0x3134F) if chr(c).isalpha()):
-        raise ValueError(f"{value!r} is not a script's name as Unicode names its letters, "
-                         "lower case (latin, cyrillic, greek, arabic, hebrew, cjk, hangul...)")
+        unicodedata.name(chr(c), "").lower().startswith(value + " ")
+        for c in range(0x41, 0x3134F)
+        if chr(c).isalpha()
+    ):
+        raise ValueError(
+            f"{value!r} is not a script's name as Unicode names its letters, "
+            "lower case (latin, cyrillic, greek, arabic, hebrew, cjk, hangul...)"
+        )
     return value
 
 

@@ -14,17 +14,17 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Sequence
+from datetime import UTC, datetime
 
 from ..clock import format_ts
-from .filter import JOURNAL_KIND, DerivedMatch, Matcher
-from ..store.journal import Journal
 from ..records import CORPUS_REFERENCE, EventID, Message
+from ..store.eventlog.log import EventLog
+from ..store.journal import Journal
 from ..store.vectors.chroma import ChromaStore
 from ..store.vectors.points import StoredWindow
-from ..store.eventlog.log import EventLog
+from .filter import JOURNAL_KIND, DerivedMatch, Matcher
 
 PAGE = 500
 _RELATIVE = re.compile(r"(\d+)\s*([mhdw])")
@@ -46,8 +46,7 @@ class Leak:
     match: DerivedMatch
 
 
-def find_leaks(store: ChromaStore, eventlog: EventLog, matcher: Matcher
-               ) -> tuple[int, list[Leak]]:
+def find_leaks(store: ChromaStore, eventlog: EventLog, matcher: Matcher) -> tuple[int, list[Leak]]:
     """(windows checked, leaks): each indexed window's messages as the event log holds
     them now, each held only against the artifacts emitted before its text arrived, as
     the filter judged it. Reference chunks are the artifacts themselves and are
@@ -57,16 +56,16 @@ def find_leaks(store: ChromaStore, eventlog: EventLog, matcher: Matcher
     chat = (w for w in store.iter_windows(PAGE) if w.corpus != CORPUS_REFERENCE)
     while page := list(itertools.islice(chat, PAGE)):
         messages = eventlog.texts.windows_messages([w.window_id for w in page])
-        written = eventlog.derived.text_times(
-            m.event_id for ms in messages.values() for m in ms)
+        written = eventlog.derived.text_times(m.event_id for ms in messages.values() for m in ms)
         for w in page:
             checked += 1
             leaks += _leaks(w, messages.get(w.window_id, ()), matcher, written)
     return checked, leaks
 
 
-def _leaks(w: StoredWindow, messages: Sequence[Message], matcher: Matcher,
-           written: dict[EventID, int]) -> list[Leak]:
+def _leaks(
+    w: StoredWindow, messages: Sequence[Message], matcher: Matcher, written: dict[EventID, int]
+) -> list[Leak]:
     """A window's messages matching an artifact, or else the window as a whole."""
     leaks = []
     for m in messages:
@@ -78,31 +77,41 @@ def _leaks(w: StoredWindow, messages: Sequence[Message], matcher: Matcher,
     # A quote split over several short messages shows only in the window as a whole:
     # its messages from each one's arrival on, against the artifacts emitted before it.
     times: Sequence[int | None] = sorted(
-        {written[m.event_id] for m in messages if m.event_id in written}) or [None]
+        {written[m.event_id] for m in messages if m.event_id in written}
+    ) or [None]
     for since in times:
-        text = "\n".join(m.body for m in messages
-                         if since is None or written.get(m.event_id, since) >= since)
+        text = "\n".join(
+            m.body for m in messages if since is None or written.get(m.event_id, since) >= since
+        )
         if (match := matcher.match(text, w.event_ids, since)) is not None:
             return [Leak(w.window_id, w.room_id, None, match)]
     return []
 
 
-def check_derived_filter(store: ChromaStore, eventlog: EventLog, matcher: Matcher
-                         ) -> CheckResult:
+def check_derived_filter(store: ChromaStore, eventlog: EventLog, matcher: Matcher) -> CheckResult:
     checked, leaks = find_leaks(store, eventlog, matcher)
     live = len(matcher.manifest)
     if not leaks:
-        return CheckResult("derived-filter", True, (
-            f"derived-filter: ok, {checked} indexed windows checked against {live} live "
-            "artifacts",))
+        return CheckResult(
+            "derived-filter",
+            True,
+            (
+                f"derived-filter: ok, {checked} indexed windows checked against {live} live "
+                "artifacts",
+            ),
+        )
     windows = sorted({leak.window_id for leak in leaks})
-    lines = [f"derived-filter: FAILED, {len(windows)} indexed window(s) match a live "
-             f"artifact ({checked} checked against {live})"]
+    lines = [
+        f"derived-filter: FAILED, {len(windows)} indexed window(s) match a live "
+        f"artifact ({checked} checked against {live})"
+    ]
     for leak in leaks:
         m = leak.match
         where = f"event {leak.event_id}" if leak.event_id else "whole window"
-        lines.append(f"  window {leak.window_id} room {leak.room_id or '-'} {where}: "
-                     f"{m.kind} {m.artifact} score {m.score:.3f} >= threshold {m.threshold:.2f}")
+        lines.append(
+            f"  window {leak.window_id} room {leak.room_id or '-'} {where}: "
+            f"{m.kind} {m.artifact} score {m.score:.3f} >= threshold {m.threshold:.2f}"
+        )
     return CheckResult("derived-filter", False, tuple(lines))
 
 
@@ -114,16 +123,21 @@ def parse_since(text: str, now_ms: int) -> int:
     try:
         dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        raise ValueError(f"--since {text!r}: give a duration (30m, 24h, 7d, 2w) or an ISO "
-                         "date or time (2025-01-31, 2025-01-31T12:00)") from None
+        raise ValueError(
+            f"--since {text!r}: give a duration (30m, 24h, 7d, 2w) or an ISO "
+            "date or time (2025-01-31, 2025-01-31T12:00)"
+        ) from None
     if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
+        dt = dt.replace(tzinfo=UTC)
     return int(dt.timestamp() * 1000)
 
 
 def exclusions(journal: Journal, since_ms: int | None = None) -> list[dict]:
-    return [e for e in journal.read(kind=JOURNAL_KIND)
-            if since_ms is None or int(e.get("ts", 0)) >= since_ms]
+    return [
+        e
+        for e in journal.read(kind=JOURNAL_KIND)
+        if since_ms is None or int(e.get("ts", 0)) >= since_ms
+    ]
 
 
 def check_exclusions(journal: Journal, since_ms: int | None = None) -> CheckResult:
@@ -131,8 +145,10 @@ def check_exclusions(journal: Journal, since_ms: int | None = None) -> CheckResu
     since = f" since {format_ts(since_ms)}" if since_ms is not None else ""
     lines = [f"exclusions: {len(entries)}{since}"]
     for e in entries:
-        lines.append(f"  {format_ts(int(e.get('ts', 0)))}  {e.get('room_id', '-')}  "
-                     f"{e.get('event_id', '-')}  {e.get('artifact_kind', '?')} "
-                     f"{e.get('artifact', '?')}  score {float(e.get('score', 0)):.3f}  "
-                     f"threshold {float(e.get('threshold', 0)):.2f}")
+        lines.append(
+            f"  {format_ts(int(e.get('ts', 0)))}  {e.get('room_id', '-')}  "
+            f"{e.get('event_id', '-')}  {e.get('artifact_kind', '?')} "
+            f"{e.get('artifact', '?')}  score {float(e.get('score', 0)):.3f}  "
+            f"threshold {float(e.get('threshold', 0)):.2f}"
+        )
     return CheckResult("exclusions", True, tuple(lines))

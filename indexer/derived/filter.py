@@ -27,17 +27,24 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
-from typing import Collection, Sequence
 
 from ..config import DerivedConfig
+from ..records import (
+    ARTIFACT_ANSWER,
+    ARTIFACT_REFERENCE,
+    Artifact,
+    EventID,
+    Message,
+    RoomID,
+    WindowID,
+)
 from ..store.eventlog.log import EventLog
 from ..store.eventlog.rows import DerivedMark
 from ..store.journal import Journal
 from .manifest import ArtifactInfo, Manifest, emitted_iso
 from .normalise import normalise, sha256_normalised, shingles, words
-from ..records import (ARTIFACT_ANSWER, ARTIFACT_REFERENCE, Artifact, EventID, Message,
-                      RoomID, WindowID)
 
 log = logging.getLogger(f"matrix_sources.{__name__}")
 JOURNAL_KIND = "derived_excluded"
@@ -66,31 +73,46 @@ def answer_prefix(reply_event_id: str) -> str:
     return f"answer:{reply_event_id}#"
 
 
-def answer_artifacts(reply_event_id: str, sections: Sequence[EmittedSection],
-                     shingle_size: int, emitted_ms: int) -> list[Artifact]:
+def answer_artifacts(
+    reply_event_id: str, sections: Sequence[EmittedSection], shingle_size: int, emitted_ms: int
+) -> list[Artifact]:
     """`emitted_ms`: when the reply went out (before its send began: nobody can have
     pasted it earlier)."""
     emitted = emitted_iso(emitted_ms)
-    return [Artifact(ARTIFACT_ANSWER, f"{answer_prefix(reply_event_id)}{n}",
-                     sha256_normalised(s.text),
-                     shingles(words(s.text), shingle_size), emitted, shingle_size,
-                     sources=s.sources)
-            for n, s in enumerate(sections, start=1) if normalise(s.text)]
+    return [
+        Artifact(
+            ARTIFACT_ANSWER,
+            f"{answer_prefix(reply_event_id)}{n}",
+            sha256_normalised(s.text),
+            shingles(words(s.text), shingle_size),
+            emitted,
+            shingle_size,
+            sources=s.sources,
+        )
+        for n, s in enumerate(sections, start=1)
+        if normalise(s.text)
+    ]
 
 
 class Matcher:
     def __init__(self, manifest: Manifest, cfg: DerivedConfig) -> None:
         self.manifest = manifest
         self.cfg = cfg
-        self.thresholds = {ARTIFACT_ANSWER: cfg.answer_threshold,
-                           ARTIFACT_REFERENCE: cfg.reference_threshold}
+        self.thresholds = {
+            ARTIFACT_ANSWER: cfg.answer_threshold,
+            ARTIFACT_REFERENCE: cfg.reference_threshold,
+        }
 
     def refresh(self) -> None:
         self.manifest.refresh()
 
-    def candidates(self, text: str, exclude_sources: Collection[str] = (),
-                   min_score: float = 0.0, written_ms: int | None = None
-                   ) -> list[tuple[ArtifactInfo, float]]:
+    def candidates(
+        self,
+        text: str,
+        exclude_sources: Collection[str] = (),
+        min_score: float = 0.0,
+        written_ms: int | None = None,
+    ) -> list[tuple[ArtifactInfo, float]]:
         """Artifacts sharing shingles with the text (at least min_score of them) and
         their scores, best first; none below the minimum length. Artifacts quoting one
         of `exclude_sources` are left out: an original is never derived from an answer
@@ -102,14 +124,18 @@ class Matcher:
         sh = shingles(ws, self.cfg.shingle_size)
         min_count = max(1, math.ceil(min_score * len(sh) - 1e-9))
         exclude = set(exclude_sources)
-        out = [(info, n / len(sh)) for info, n in self.manifest.overlaps(sh, min_count)
-               if not (info.sources and any(s in exclude for s in info.sources))
-               and (written_ms is None or info.emitted_ms <= written_ms)]
+        out = [
+            (info, n / len(sh))
+            for info, n in self.manifest.overlaps(sh, min_count)
+            if not (info.sources and any(s in exclude for s in info.sources))
+            and (written_ms is None or info.emitted_ms <= written_ms)
+        ]
         out.sort(key=lambda c: (-c[1], c[0].kind, c[0].name))
         return out
 
-    def match(self, text: str, exclude_sources: Collection[str] = (),
-              written_ms: int | None = None) -> DerivedMatch | None:
+    def match(
+        self, text: str, exclude_sources: Collection[str] = (), written_ms: int | None = None
+    ) -> DerivedMatch | None:
         lowest = min(self.thresholds.values())  # nothing below it can match any kind
         for info, score in self.candidates(text, exclude_sources, lowest, written_ms):
             threshold = self.thresholds[info.kind]
@@ -129,8 +155,9 @@ class DerivedFilter:
     judged: int = 0
     by_kind: dict[str, int] = field(default_factory=dict)  # exclusions per artifact kind
 
-    def screen(self, room_id: RoomID, tail: list[Message], pending: set[EventID]
-               ) -> tuple[list[Message], set[EventID]]:
+    def screen(
+        self, room_id: RoomID, tail: list[Message], pending: set[EventID]
+    ) -> tuple[list[Message], set[EventID]]:
         """Tag the derived among the pending messages; return the tail and pending set
         without them. Indexed messages of the tail are not judged again here (an edit
         judges its message again: `withdraw_edited`)."""
@@ -177,16 +204,25 @@ class DerivedFilter:
         # (a second entry), never leaves an exclusion nobody can audit.
         k = self.matcher.cfg.shingle_size
         for m, match in found:
-            self.journal.write(JOURNAL_KIND, room_id=m.room_id, event_id=m.event_id,
-                               artifact=match.artifact, artifact_kind=match.kind,
-                               artifact_sha256=match.sha256, score=match.score,
-                               threshold=match.threshold, shingle_size=k,
-                               min_words=self.matcher.cfg.min_words)
+            self.journal.write(
+                JOURNAL_KIND,
+                room_id=m.room_id,
+                event_id=m.event_id,
+                artifact=match.artifact,
+                artifact_kind=match.kind,
+                artifact_sha256=match.sha256,
+                score=match.score,
+                threshold=match.threshold,
+                shingle_size=k,
+                min_words=self.matcher.cfg.min_words,
+            )
 
     @staticmethod
     def _rows(found: list[tuple[Message, DerivedMatch]]) -> list[DerivedMark]:
-        return [DerivedMark(m.event_id, match.artifact, match.kind, match.score,
-                            match.threshold) for m, match in found]
+        return [
+            DerivedMark(m.event_id, match.artifact, match.kind, match.score, match.threshold)
+            for m, match in found
+        ]
 
     def _count(self, room_id: RoomID, found: list[tuple[Message, DerivedMatch]]) -> None:
         self.excluded += len(found)

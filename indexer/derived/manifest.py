@@ -25,11 +25,11 @@ import logging
 import os
 import sys
 import threading
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Callable, Collection, Iterator, Sequence
 
 import numpy as np
 
@@ -48,13 +48,13 @@ def manifest_path(data_dir: Path) -> Path:
 
 
 def utc_now_iso(clock: Clock = REAL) -> str:
-    return datetime.fromtimestamp(clock.wall(), timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.fromtimestamp(clock.wall(), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def emitted_iso(ms: int) -> str:
     """An artifact's `emitted_at`, to the millisecond: the derived filter compares it with
     when a message's text arrived (filter.py)."""
-    dt = datetime.fromtimestamp(ms / 1000, timezone.utc)
+    dt = datetime.fromtimestamp(ms / 1000, UTC)
     return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
 
 
@@ -84,9 +84,14 @@ class ArtifactInfo:
 
 
 def to_json(a: Artifact) -> str:
-    entry: dict = {"kind": a.kind, "name": a.name, "sha256": a.sha256,
-                   "shingles": sorted(a.shingles), "emitted_at": a.emitted_at,
-                   "k": a.shingle_size}
+    entry: dict = {
+        "kind": a.kind,
+        "name": a.name,
+        "sha256": a.sha256,
+        "shingles": sorted(a.shingles),
+        "emitted_at": a.emitted_at,
+        "k": a.shingle_size,
+    }
     if a.corpus:
         entry["corpus"] = a.corpus
     if a.sources:
@@ -101,9 +106,13 @@ def _parse(line: bytes, with_shingles: bool = True) -> tuple[dict, np.ndarray] |
         e = json.loads(line)
     except (json.JSONDecodeError, UnicodeDecodeError):
         return None
-    if not (isinstance(e, dict) and e.get("kind") in ARTIFACT_KINDS
-            and isinstance(e.get("name"), str) and isinstance(e.get("shingles"), list)
-            and isinstance(e.get("k"), int)):
+    if not (
+        isinstance(e, dict)
+        and e.get("kind") in ARTIFACT_KINDS
+        and isinstance(e.get("name"), str)
+        and isinstance(e.get("shingles"), list)
+        and isinstance(e.get("k"), int)
+    ):
         return None
     if not with_shingles:
         return e, _EMPTY
@@ -158,8 +167,7 @@ class Manifest:
                     self._reset()  # the file went away: so did its artifacts
                 self._loaded = True
                 return
-            if self._loaded and (st.st_dev, st.st_ino) == self._ino \
-                    and st.st_size == self._offset:
+            if self._loaded and (st.st_dev, st.st_ino) == self._ino and st.st_size == self._offset:
                 return
             with self._flock(exclusive=False):
                 self._read_locked()
@@ -191,8 +199,10 @@ class Manifest:
             for ordinal, sh in pending:
                 self.index.add(ordinal, sh)
         if self.stale > stale_before:
-            log.warning("manifest_shingle_size_mismatch",
-                        extra={"entries": self.stale, "shingle_size": self.shingle_size})
+            log.warning(
+                "manifest_shingle_size_mismatch",
+                extra={"entries": self.stale, "shingle_size": self.shingle_size},
+            )
 
     def _admit(self, e: dict, sh: np.ndarray) -> int | None:
         if e["k"] != self.shingle_size:
@@ -205,11 +215,18 @@ class Manifest:
         self._next += 1
         sources = got if isinstance(got := e.get("sources"), list) else []
         emitted = sys.intern(str(e.get("emitted_at", "")))
-        info = ArtifactInfo(ordinal, e["kind"], e["name"], str(e.get("sha256", "")),
-                            emitted, e["k"], int(sh.size),
-                            sys.intern(str(e.get("corpus", ""))),
-                            tuple(EventID(s) for s in sources if isinstance(s, str)),
-                            emitted_ms(emitted))
+        info = ArtifactInfo(
+            ordinal,
+            e["kind"],
+            e["name"],
+            str(e.get("sha256", "")),
+            emitted,
+            e["k"],
+            int(sh.size),
+            sys.intern(str(e.get("corpus", ""))),
+            tuple(EventID(s) for s in sources if isinstance(s, str)),
+            emitted_ms(emitted),
+        )
         self._info[ordinal] = info
         self._by_key[key] = ordinal
         if info.kind == "answer":
@@ -231,18 +248,21 @@ class Manifest:
         with self._mutex:
             return self._info[ordinal]
 
-    def overlaps(self, shingles: Collection[int], min_count: int = 1
-                 ) -> list[tuple[ArtifactInfo, int]]:
+    def overlaps(
+        self, shingles: Collection[int], min_count: int = 1
+    ) -> list[tuple[ArtifactInfo, int]]:
         """Every live artifact sharing at least min_count of these shingles, and how
         many it shares."""
         with self._mutex:
-            return [(self._info[o], n)
-                    for o, n in self.index.overlaps(shingles, min_count).items()]
+            return [(self._info[o], n) for o, n in self.index.overlaps(shingles, min_count).items()]
 
     def live(self, kind: str | None = None, corpus: str | None = None) -> list[ArtifactInfo]:
         with self._mutex:
-            return [i for i in self._info.values()
-                    if (kind is None or i.kind == kind) and (corpus is None or i.corpus == corpus)]
+            return [
+                i
+                for i in self._info.values()
+                if (kind is None or i.kind == kind) and (corpus is None or i.corpus == corpus)
+            ]
 
     # -- writing ---------------------------------------------------------------------
 
@@ -257,12 +277,17 @@ class Manifest:
             lines, seen = [], set()
             for a in artifacts:
                 if a.shingle_size != self.shingle_size:
-                    raise ValueError(f"artifact {a.name!r} has shingle size "
-                                     f"{a.shingle_size}, the manifest {self.shingle_size}")
+                    raise ValueError(
+                        f"artifact {a.name!r} has shingle size "
+                        f"{a.shingle_size}, the manifest {self.shingle_size}"
+                    )
                 key = (a.kind, a.name, a.sha256)
                 live = self._by_key.get((a.kind, a.name))
-                if key in seen or (live is not None and self._info[live].sha256 == a.sha256) \
-                        or (a.kind == "answer" and a.sha256 in self._answer_sha):
+                if (
+                    key in seen
+                    or (live is not None and self._info[live].sha256 == a.sha256)
+                    or (a.kind == "answer" and a.sha256 in self._answer_sha)
+                ):
                     continue
                 seen.add(key)
                 lines.append(to_json(a) + "\n")

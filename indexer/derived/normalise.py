@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import html
 import re
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -36,7 +36,8 @@ _MX_REPLY = re.compile(r"<mx-reply>.*?</mx-reply>", re.IGNORECASE | re.DOTALL)
 _HTML_TAGS = (
     "a|abbr|b|big|blockquote|br|caption|code|del|details|div|dl|dd|dt|em|font|h[1-6]|hr|i|"
     "img|ins|kbd|li|mark|ol|p|pre|q|s|samp|small|span|strike|strong|sub|summary|sup|table|"
-    "tbody|td|tfoot|th|thead|tr|tt|u|ul|var|mx-reply")
+    "tbody|td|tfoot|th|thead|tr|tt|u|ul|var|mx-reply"
+)
 # Only tags of HTML's names: `kubectl logs <pod>` keeps its placeholder as a word.
 _TAG = re.compile(rf"</?(?:{_HTML_TAGS})(?:\s[^<>]*)?/?>", re.IGNORECASE)
 _FENCE = re.compile(r"^\s*(?:```|~~~)")
@@ -103,7 +104,7 @@ def shingle_hashes(ws: Sequence[str], size: int) -> np.ndarray:
     out = wh[:n].copy()
     for j in range(1, size):
         out *= _MULTIPLIER  # wraps modulo 2**64, as intended
-        out += wh[j:j + n]
+        out += wh[j : j + n]
     return out
 
 

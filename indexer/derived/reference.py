@@ -31,13 +31,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..clock import REAL, Clock
-from ..records import ChunkPolicy
 from ..models.embedder import Embedder
-from .manifest import Manifest, emitted_iso, utc_now_iso
-from .normalise import sha256_normalised, text_shingles
-from ..records import ARTIFACT_REFERENCE, CORPUS_REFERENCE, Artifact
+from ..records import ARTIFACT_REFERENCE, CORPUS_REFERENCE, Artifact, ChunkPolicy
 from ..store.vectors.chroma import ChromaStore
 from ..store.vectors.points import point_metadata
+from .manifest import Manifest, emitted_iso, utc_now_iso
+from .normalise import sha256_normalised, text_shingles
 
 log = logging.getLogger(f"matrix_sources.{__name__}")
 
@@ -106,8 +105,11 @@ def read_files(path: Path) -> list[tuple[str, str]]:
     out = []
     for p in sorted(path.rglob("*")):
         rel = p.relative_to(path)
-        if p.is_file() and p.suffix.lower() in SUFFIXES \
-                and not any(part.startswith(".") for part in rel.parts):
+        if (
+            p.is_file()
+            and p.suffix.lower() in SUFFIXES
+            and not any(part.startswith(".") for part in rel.parts)
+        ):
             out.append((rel.as_posix(), p.read_text(encoding="utf-8", errors="replace")))
     if not out:
         raise ReferenceError(f"{path}: no {', '.join(SUFFIXES)} files in it")
@@ -127,8 +129,9 @@ def _parts(lines: list[str], max_bytes: int) -> list[list[str]]:
     return parts
 
 
-def cut_sections(corpus: str, file: str, text: str,
-                 max_bytes: int = MAX_SECTION_BYTES) -> list[Section]:
+def cut_sections(
+    corpus: str, file: str, text: str, max_bytes: int = MAX_SECTION_BYTES
+) -> list[Section]:
     """Sections by ATX heading (`#` lines inside code fences are not headings), named by
     heading path; a plain-text file is one section. Empty sections are skipped."""
     markdown = not file.lower().endswith(".txt")
@@ -150,7 +153,9 @@ def cut_sections(corpus: str, file: str, text: str,
             mark = f.group(1)
             if fence is None:
                 fence = mark
-            elif mark[0] == fence[0] and len(mark) >= len(fence) and not line.strip(mark[0] + " \t"):
+            elif (
+                mark[0] == fence[0] and len(mark) >= len(fence) and not line.strip(mark[0] + " \t")
+            ):
                 fence = None
     blocks.append((SEP.join(t for _, t in stack), current))
 
@@ -193,16 +198,32 @@ def cut_chunks(section: Section, max_bytes: int) -> list[Chunk]:
 
 def chunk_metadata(c: Chunk, now_ms: int) -> dict:
     s = c.section
-    return point_metadata("", f"{s.file}{SEP}{s.heading}" if s.heading else s.file,
-                          CORPUS_REFERENCE, (), (), now_ms, now_ms, ref_corpus=s.corpus,
-                          ref_file=s.file, ref_heading=s.heading, ref_section=s.name,
-                          ref_chunk=c.index)
+    return point_metadata(
+        "",
+        f"{s.file}{SEP}{s.heading}" if s.heading else s.file,
+        CORPUS_REFERENCE,
+        (),
+        (),
+        now_ms,
+        now_ms,
+        ref_corpus=s.corpus,
+        ref_file=s.file,
+        ref_heading=s.heading,
+        ref_section=s.name,
+        ref_chunk=c.index,
+    )
 
 
 class References:
-    def __init__(self, data_dir: Path, store: ChromaStore, manifest: Manifest,
-                 embedder: Embedder | None = None, chunk_bytes: int = CHUNK_BYTES,
-                 clock: Clock = REAL) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        store: ChromaStore,
+        manifest: Manifest,
+        embedder: Embedder | None = None,
+        chunk_bytes: int = CHUNK_BYTES,
+        clock: Clock = REAL,
+    ) -> None:
         """`clock`: its wall clock dates the registry, the chunks and the artifacts."""
         self.registry_path = Path(data_dir) / REGISTRY_FILE
         self.store, self.manifest, self.embedder = store, manifest, embedder
@@ -232,12 +253,16 @@ class References:
 
     def add(self, name: str, path: Path) -> SyncReport:
         if not CORPUS_NAME.fullmatch(name):
-            raise ReferenceError(f"{name!r}: a corpus name is letters, digits, '.', '_' "
-                                 "and '-', at most 64, starting with a letter or digit")
+            raise ReferenceError(
+                f"{name!r}: a corpus name is letters, digits, '.', '_' "
+                "and '-', at most 64, starting with a letter or digit"
+            )
         corpora = self._registry()
         if name in corpora:
-            raise ReferenceError(f"corpus {name} exists (from {corpora[name]['path']}): "
-                                 f"`ref sync {name}` reads it again, `ref rm {name}` removes it")
+            raise ReferenceError(
+                f"corpus {name} exists (from {corpora[name]['path']}): "
+                f"`ref sync {name}` reads it again, `ref rm {name}` removes it"
+            )
         root = Path(path).expanduser().resolve()
         report = self._sync(name, root)
         now = utc_now_iso(self.clock)
@@ -265,12 +290,15 @@ class References:
         # Entries first: chunks without entries are visible (and `rm` again removes
         # them); entries without chunks would exclude evidence unseen.
         removed = self.manifest.remove(
-            lambda e: e.get("kind") == ARTIFACT_REFERENCE and e.get("corpus") == name)
+            lambda e: e.get("kind") == ARTIFACT_REFERENCE and e.get("corpus") == name
+        )
         self.store.delete(chunk_ids)
         corpora.pop(name, None)
         self._save(corpora)
-        log.info("reference_removed", extra={"corpus": name, "artifacts": removed,
-                                             "chunks": len(chunk_ids)})
+        log.info(
+            "reference_removed",
+            extra={"corpus": name, "artifacts": removed, "chunks": len(chunk_ids)},
+        )
         return removed, len(chunk_ids)
 
     def list(self) -> list[CorpusInfo]:
@@ -284,9 +312,16 @@ class References:
         for i in self.manifest.live(kind=ARTIFACT_REFERENCE):
             sections[i.corpus] = sections.get(i.corpus, 0) + 1
         names = sorted(set(corpora) | set(chunks) | set(sections))
-        return [CorpusInfo(n, corpora.get(n, {}).get("path", "(not registered)"),
-                           corpora.get(n, {}).get("synced_at", ""), sections.get(n, 0),
-                           chunks.get(n, 0)) for n in names]
+        return [
+            CorpusInfo(
+                n,
+                corpora.get(n, {}).get("path", "(not registered)"),
+                corpora.get(n, {}).get("synced_at", ""),
+                sections.get(n, 0),
+                chunks.get(n, 0),
+            )
+            for n in names
+        ]
 
     # -- the sync itself ---------------------------------------------------------------
 
@@ -295,8 +330,10 @@ class References:
             raise ReferenceError("no embedder: reference sync embeds chunks")
         recorded = self.store.meta().get("embedder")
         if recorded and recorded != self.embedder.name:
-            raise ReferenceError(f"the collection was embedded with {recorded}, the config "
-                                 f"says {self.embedder.name}: set index.embedder back")
+            raise ReferenceError(
+                f"the collection was embedded with {recorded}, the config "
+                f"says {self.embedder.name}: set index.embedder back"
+            )
         files = read_files(root)
         sections = [s for f, text in files for s in cut_sections(name, f, text)]
         chunks = [c for s in sections for c in cut_chunks(s, self.chunk_bytes)]
@@ -308,31 +345,55 @@ class References:
         stale = {n for n, i in live.items() if n not in wanted or wanted[n][0] != i.sha256}
 
         # 1. Entries of changed or removed sections leave before their chunks do.
-        removed = self.manifest.remove(
-            lambda e: e.get("kind") == ARTIFACT_REFERENCE and e.get("corpus") == name
-            and (e.get("name") in stale or e.get("k") != k)) \
-            if stale or self.manifest.stale else 0
+        removed = (
+            self.manifest.remove(
+                lambda e: (
+                    e.get("kind") == ARTIFACT_REFERENCE
+                    and e.get("corpus") == name
+                    and (e.get("name") in stale or e.get("k") != k)
+                )
+            )
+            if stale or self.manifest.stale
+            else 0
+        )
         # 2. New and changed chunks embedded and upserted; chunks no longer cut, deleted.
         new = [c for c in chunks if c.chunk_id not in existing]
         now_ms = self.clock.now_ms()
         for start in range(0, len(new), EMBED_BATCH):
-            batch = new[start:start + EMBED_BATCH]
+            batch = new[start : start + EMBED_BATCH]
             vectors = self.embedder.encode(
-                [f"{c.section.heading}\n{c.text}" if c.section.heading else c.text
-                 for c in batch])
-            self.store.upsert_references([c.chunk_id for c in batch], vectors,
-                                         [c.text for c in batch],
-                                         [chunk_metadata(c, now_ms) for c in batch])
+                [f"{c.section.heading}\n{c.text}" if c.section.heading else c.text for c in batch]
+            )
+            self.store.upsert_references(
+                [c.chunk_id for c in batch],
+                vectors,
+                [c.text for c in batch],
+                [chunk_metadata(c, now_ms) for c in batch],
+            )
         gone = sorted(existing - {c.chunk_id for c in chunks})
         self.store.delete(gone)
         # 3. Only now, with every chunk committed, the sections become artifacts.
         emitted = emitted_iso(self.clock.now_ms())
         added = self.manifest.append(
-            [Artifact(ARTIFACT_REFERENCE, n, sha, text_shingles(s.text, k), emitted, k,
-                      corpus=name)
-             for n, (sha, s) in wanted.items() if n not in live or n in stale])
-        log.info("reference_synced", extra={"corpus": name, "files": len(files),
-                                            "sections": len(sections), "embedded": len(new),
-                                            "deleted": len(gone), "artifacts": added})
-        return SyncReport(name, len(files), len(sections), len(chunks), len(new), len(gone),
-                          added, removed)
+            [
+                Artifact(
+                    ARTIFACT_REFERENCE, n, sha, text_shingles(s.text, k), emitted, k, corpus=name
+                )
+                for n, (sha, s) in wanted.items()
+                if n not in live or n in stale
+            ]
+        )
+        log.info(
+            "reference_synced",
+            extra={
+                "corpus": name,
+                "files": len(files),
+                "sections": len(sections),
+                "embedded": len(new),
+                "deleted": len(gone),
+                "artifacts": added,
+            },
+        )
+        return SyncReport(
+            name, len(files), len(sections), len(chunks), len(new), len(gone), added, removed
+        )

@@ -15,7 +15,7 @@ over the base), so an add stays cheap.
 
 from __future__ import annotations
 
-from typing import Collection, Iterable
+from collections.abc import Collection, Iterable
 
 import numpy as np
 
@@ -69,15 +69,20 @@ class ShingleIndex:
             if ordinal in self._live:
                 raise ValueError(f"ordinal {ordinal} is already in the index")
             self._live.add(ordinal)
-            arr = shingles if isinstance(shingles, np.ndarray) \
+            arr = (
+                shingles
+                if isinstance(shingles, np.ndarray)
                 else np.fromiter(set(shingles), dtype=np.uint64)
+            )
             if arr.size:
                 keys.append(arr)
                 ordinals.append(ordinal)
                 sizes.append(arr.size)
         if keys:
-            self._merge_arrays(np.concatenate(keys).astype(np.uint64, copy=False),
-                               np.repeat(np.array(ordinals, dtype=np.uint32), sizes))
+            self._merge_arrays(
+                np.concatenate(keys).astype(np.uint64, copy=False),
+                np.repeat(np.array(ordinals, dtype=np.uint32), sizes),
+            )
 
     def discard(self, ordinal: int) -> None:
         """Remove an artifact. Ordinals are never reused (the manifest counts up)."""
@@ -88,10 +93,16 @@ class ShingleIndex:
     def merge(self) -> None:
         """Fold the delta into the base and drop the postings of removed artifacts."""
         if self._delta_postings:
-            keys = np.fromiter((h for h, os in self._delta.items() for _ in os),
-                               dtype=np.uint64, count=self._delta_postings)
-            ords = np.fromiter((o for os in self._delta.values() for o in os),
-                               dtype=np.uint32, count=self._delta_postings)
+            keys = np.fromiter(
+                (h for h, os in self._delta.items() for _ in os),
+                dtype=np.uint64,
+                count=self._delta_postings,
+            )
+            ords = np.fromiter(
+                (o for os in self._delta.values() for o in os),
+                dtype=np.uint32,
+                count=self._delta_postings,
+            )
         else:
             keys, ords = np.empty(0, np.uint64), np.empty(0, np.uint32)
         self._delta, self._delta_postings = {}, 0
@@ -147,8 +158,9 @@ class ShingleIndex:
                 parts.append(np.array(extra, dtype=np.uint32))
         if not parts:
             return {}
-        found, counts = np.unique(np.concatenate(parts) if len(parts) > 1 else parts[0],
-                                  return_counts=True)
+        found, counts = np.unique(
+            np.concatenate(parts) if len(parts) > 1 else parts[0], return_counts=True
+        )
         if min_count > 1:
             keep = counts >= min_count
             found, counts = found[keep], counts[keep]

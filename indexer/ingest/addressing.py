@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Iterable
 from functools import lru_cache
-from typing import Iterable
 
 MIN_NAME = 2  # a shorter name would match too much
 MIN_MENTION = 3  # a mention anywhere in the text needs a longer name than an address

@@ -15,21 +15,31 @@ yet is refused, but not purged.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import Iterable
 
-from . import gate as rules
 from ..clock import REAL, Clock
+from ..records import EventID, Message, Refusal, RoomID, UserID
 from ..store.eventlog.log import EventLog
-from .events import (MAX_TS_MS, QUARANTINED, TIMESTAMP_OUT_OF_RANGE, EditEvent,
-                     EncryptedEvent, MessageEvent, ParsedEvent, RedactionEvent, Skipped,
-                     StateEvent, parse_event)
+from ..store.journal import Journal
+from . import gate as rules
+from .events import (
+    MAX_TS_MS,
+    QUARANTINED,
+    TIMESTAMP_OUT_OF_RANGE,
+    EditEvent,
+    EncryptedEvent,
+    MessageEvent,
+    ParsedEvent,
+    RedactionEvent,
+    Skipped,
+    StateEvent,
+    parse_event,
+)
 from .gate import Gate
 from .history import Applied, History, operations
-from ..store.journal import Journal
-from .purge import Purger, PurgeReport
-from ..records import EventID, Message, Refusal, RoomID, UserID
 from .members import Addressees
+from .purge import Purger, PurgeReport
 from .roomfacts import RoomFacts, apply_state
 from .sentaway import SentAwayRooms
 
@@ -44,7 +54,7 @@ class AdmitResult:
     rooms: set[RoomID] = field(default_factory=set)  # rooms that got new events
     history: Applied = field(default_factory=Applied)  # edits and redactions applied
 
-    def merge(self, other: "AdmitResult") -> None:
+    def merge(self, other: AdmitResult) -> None:
         self.appended += other.appended
         self.accepted += other.accepted
         self.refused.update(other.refused)
@@ -126,8 +136,13 @@ class Ingest:
         now as the parse would have (journal: by id and rule). Run at start."""
         found = self.eventlog.quarantine_timestamps(MAX_TS_MS)
         for event_id, room_id in found:
-            self.journal.write("quarantine", rule=TIMESTAMP_OUT_OF_RANGE, room_id=room_id,
-                               event_id=event_id, source="event_log")
+            self.journal.write(
+                "quarantine",
+                rule=TIMESTAMP_OUT_OF_RANGE,
+                room_id=room_id,
+                event_id=event_id,
+                source="event_log",
+            )
         return len(found)
 
     def purge_unlisted(self, source: str = "allowlist") -> list[PurgeReport]:
@@ -144,12 +159,14 @@ class Ingest:
             self.addressees.forget_room(room_id)
         return reports
 
-    def admit(self, raw_events: Iterable[object], txn_key: str | None = None,
-              source: str = "push") -> AdmitResult:
+    def admit(
+        self, raw_events: Iterable[object], txn_key: str | None = None, source: str = "push"
+    ) -> AdmitResult:
         return self.admit_parsed([parse_event(raw) for raw in raw_events], txn_key, source)
 
-    def admit_parsed(self, events: Iterable[ParsedEvent], txn_key: str | None = None,
-                     source: str = "push") -> AdmitResult:
+    def admit_parsed(
+        self, events: Iterable[ParsedEvent], txn_key: str | None = None, source: str = "push"
+    ) -> AdmitResult:
         """`admit` for events parsed already (the transaction handler parses each once,
         and routes commands to the bot before this)."""
         result = AdmitResult()
@@ -174,28 +191,35 @@ class Ingest:
                 if ev.state_key == self.gate.bot_user:  # kicked, banned, invited back
                     self.sent_away.fold(ev, self.gate.bot_user, self.clock.now_ms())
                 self._note_visibility(before, self.facts[room_id], ev, source)
-                self._note_refused(self._state_refusal(ev), refused_rooms, cutoff,
-                                   len(passed))
+                self._note_refused(self._state_refusal(ev), refused_rooms, cutoff, len(passed))
                 continue
             if isinstance(ev, Skipped):
                 result.skipped[ev.reason] += 1
                 if ev.reason in QUARANTINED:  # a poison event: by id and rule, never text
-                    self.journal.write("quarantine", rule=ev.reason, room_id=room_id,
-                                       event_id=ev.event_id, source=source)
+                    self.journal.write(
+                        "quarantine",
+                        rule=ev.reason,
+                        room_id=room_id,
+                        event_id=ev.event_id,
+                        source=source,
+                    )
                 continue
             if isinstance(ev, EncryptedEvent):
                 self._refuse(result, Refusal(rules.ENCRYPTED_EVENT, room_id, ev.event_id), source)
                 continue
             if isinstance(ev, (EditEvent, RedactionEvent)):
                 # The bot's own edits (of its replies) are not the history of the room.
-                if ev.sender != self.gate.bot_user and not (
-                        isinstance(ev, EditEvent) and self.is_forgotten(ev.sender, ev.ts)) and \
-                        self.gate.judge_room(room_id, self.facts.get(room_id)) is None:
+                if (
+                    ev.sender != self.gate.bot_user
+                    and not (isinstance(ev, EditEvent) and self.is_forgotten(ev.sender, ev.ts))
+                    and self.gate.judge_room(room_id, self.facts.get(room_id)) is None
+                ):
                     history.append(ev)  # applied by the append below
                 continue
             m = ev.message
-            refusal = self.gate.judge_message(room_id, m.event_id, m.sender,
-                                              self.facts.get(room_id))
+            refusal = self.gate.judge_message(
+                room_id, m.event_id, m.sender, self.facts.get(room_id)
+            )
             if refusal is not None and refusal.rule == rules.OWN_MESSAGE:
                 # The bot's answers: never indexed, but not a refusal either (no journal
                 # line: counting them made `!sources status` grow with every answer).
@@ -213,8 +237,7 @@ class Ingest:
             if self.is_forgotten(m.sender, m.ts):
                 self._refuse(result, Refusal(rules.USER_FORGOTTEN, room_id, m.event_id), source)
                 continue
-            passed.append((self.addressees.resolve(m, self.facts.get(room_id)),
-                           ev.thread_root))
+            passed.append((self.addressees.resolve(m, self.facts.get(room_id)), ev.thread_root))
         # Messages that passed before their room turned refused later in this batch are
         # dropped (journalled as refused): they would only be written to be erased. The
         # purge runs before the append, so it covers what earlier batches stored, and
@@ -224,8 +247,11 @@ class Ingest:
             cut = cutoff.get(m.room_id)
             if cut is not None and i < cut[0]:
                 r = cut[1]
-                self._refuse(result, Refusal(r.rule, m.room_id, m.event_id, r.detail,
-                                             whole_room=True), source)
+                self._refuse(
+                    result,
+                    Refusal(r.rule, m.room_id, m.event_id, r.detail, whole_room=True),
+                    source,
+                )
             else:
                 kept.append((m, root))
         passed = kept
@@ -236,24 +262,31 @@ class Ingest:
         # Appended with the transaction id in one SQLite transaction: after a crash either
         # both are there (a replay is answered 200, not re-processed) or neither is.
         if self.history is not None:
-            result.appended = self.eventlog.append(passed, txn_key, operations(history),
-                                                   result.history)
+            result.appended = self.eventlog.append(
+                passed, txn_key, operations(history), result.history
+            )
             result.rooms |= result.history.rooms
         else:
             result.appended = self.eventlog.append(passed, txn_key)
         return result
 
-    def _note_visibility(self, before: RoomFacts, after: RoomFacts, ev: StateEvent,
-                         source: str) -> None:
+    def _note_visibility(
+        self, before: RoomFacts, after: RoomFacts, ev: StateEvent, source: str
+    ) -> None:
         """A change of history visibility that stops (or resumes) storing what is sent
         from now on: journalled by ids and rule. Nothing stored is purged: Matrix still
         shows what was sent before to anyone who joins."""
         was, now = (self.gate.visible_to_strangers(f) for f in (before, after))
         if was != now and self.gate.judge_room(ev.room_id, after) is None:
-            self.journal.write("history_visibility", rule=rules.HISTORY_NOT_SHARED,
-                               room_id=ev.room_id, event_id=ev.event_id, source=source,
-                               detail=f"{after.history_visibility or 'unknown'}:"
-                                      f" {'resumed' if now else 'stopped'}")
+            self.journal.write(
+                "history_visibility",
+                rule=rules.HISTORY_NOT_SHARED,
+                room_id=ev.room_id,
+                event_id=ev.event_id,
+                source=source,
+                detail=f"{after.history_visibility or 'unknown'}:"
+                f" {'resumed' if now else 'stopped'}",
+            )
 
     def _settled(self, room_id: RoomID) -> bool:
         """Whether the room's facts are known (a join rule seen): only then does a
@@ -274,15 +307,24 @@ class Ingest:
         if facts is None or facts.join_rule is None:
             return None
         r = self.gate.judge_room(room_id, facts, scan_members=False)
-        if r is None and ev.type == "m.room.member" and ev.state_key in facts.members \
-                and self.gate.is_puppet(ev.state_key):
+        if (
+            r is None
+            and ev.type == "m.room.member"
+            and ev.state_key in facts.members
+            and self.gate.is_puppet(ev.state_key)
+        ):
             r = Refusal(rules.PUPPET_SENDER, room_id, detail=f"puppet member {ev.state_key}")
-        return None if r is None else Refusal(r.rule, room_id, ev.event_id, r.detail,
-                                              whole_room=True)
+        return (
+            None if r is None else Refusal(r.rule, room_id, ev.event_id, r.detail, whole_room=True)
+        )
 
     @staticmethod
-    def _note_refused(refusal: Refusal | None, refused_rooms: dict[RoomID, Refusal],
-                      cutoff: dict[RoomID, tuple[int, Refusal]], n_passed: int) -> None:
+    def _note_refused(
+        refusal: Refusal | None,
+        refused_rooms: dict[RoomID, Refusal],
+        cutoff: dict[RoomID, tuple[int, Refusal]],
+        n_passed: int,
+    ) -> None:
         if refusal is None:
             return
         refused_rooms.setdefault(refusal.room_id, refusal)

@@ -43,8 +43,9 @@ def load_allowlist(path: Path) -> list[RoomID]:
     rooms = []
     for i, entry in enumerate(data.get("rooms") or []):
         if not isinstance(entry, str) or not ROOM_ID.match(entry):
-            raise ConfigError(path, f"rooms[{i}]",
-                              f"{entry!r} is not a room id like '!abc:example.org'")
+            raise ConfigError(
+                path, f"rooms[{i}]", f"{entry!r} is not a room id like '!abc:example.org'"
+            )
         rooms.append(RoomID(entry))
     return rooms
 
@@ -128,5 +129,6 @@ def _delete_keeping_comments(data: CommentedMap, i: int) -> None:
     else:
         slot = data.ca.items.setdefault("rooms", [None, None, None, None])
         first = following.lstrip(" ")
-        slot[3] = (slot[3] or []) + [CommentToken(first, CommentMark(len(following) - len(first)),
-                                                  None)]
+        slot[3] = (slot[3] or []) + [
+            CommentToken(first, CommentMark(len(following) - len(first)), None)
+        ]

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Protocol
 
 from ..clock import REAL, Clock
-from .admit import AdmitResult, Ingest
 from ..records import RoomID
+from .admit import AdmitResult, Ingest
 
 log = logging.getLogger(f"matrix_sources.{__name__}")
 
@@ -29,8 +30,9 @@ class Pager(Protocol):
 
     async def token_after(self, room_id: str, event_id: str) -> str | None: ...
 
-    async def page(self, room_id: str, from_token: str | None,
-                   limit: int) -> tuple[list[dict], str | None]: ...
+    async def page(
+        self, room_id: str, from_token: str | None, limit: int
+    ) -> tuple[list[dict], str | None]: ...
 
 
 @dataclass
@@ -51,9 +53,13 @@ def _meta_key(room_id: str) -> str:
     return f"backfill_token:{room_id}"
 
 
-async def backfill_room(room_id: RoomID, pager: Pager, ingest: Ingest,
-                        horizon_ts: int | None = None,
-                        progress: Callable[[int], None] | None = None) -> BackfillResult:
+async def backfill_room(
+    room_id: RoomID,
+    pager: Pager,
+    ingest: Ingest,
+    horizon_ts: int | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> BackfillResult:
     eventlog = ingest.eventlog
     result = BackfillResult(room_id, admitted=AdmitResult())
     # Every event log call in a worker thread: the service runs this on its event loop.
@@ -68,10 +74,17 @@ async def backfill_room(room_id: RoomID, pager: Pager, ingest: Ingest,
         # old state would judge, and purge, it as it was years ago. History visibility is
         # the exception: each old message is judged by the visibility in force when it was
         # sent, so its changes are folded in timeline order with the messages (admit.py).
-        events = [e for e in events if isinstance(e, dict)
-                  and ("state_key" not in e or e.get("type") == HISTORY_VISIBILITY)
-                  and (horizon_ts is None or not isinstance(e.get("origin_server_ts"), int)
-                       or e["origin_server_ts"] >= horizon_ts)]
+        events = [
+            e
+            for e in events
+            if isinstance(e, dict)
+            and ("state_key" not in e or e.get("type") == HISTORY_VISIBILITY)
+            and (
+                horizon_ts is None
+                or not isinstance(e.get("origin_server_ts"), int)
+                or e["origin_server_ts"] >= horizon_ts
+            )
+        ]
         if events:
             admitted = await asyncio.to_thread(ingest.admit, events, None, "backfill")
             result.admitted.merge(admitted)
@@ -83,11 +96,19 @@ async def backfill_room(room_id: RoomID, pager: Pager, ingest: Ingest,
             break  # the live edge
         token = next_token
         await asyncio.to_thread(eventlog.set_meta, _meta_key(room_id), token)
-        log.info("backfill_page", extra={"room_id": room_id, "page": result.pages,
-                                         "events": result.events})
+        log.info(
+            "backfill_page",
+            extra={"room_id": room_id, "page": result.pages, "events": result.events},
+        )
         if not events:
             break
-    log.info("backfill_done", extra={"room_id": room_id, "pages": result.pages,
-                                     "events": result.events,
-                                     "appended": result.admitted.appended})
+    log.info(
+        "backfill_done",
+        extra={
+            "room_id": room_id,
+            "pages": result.pages,
+            "events": result.events,
+            "appended": result.admitted.appended,
+        },
+    )
     return result

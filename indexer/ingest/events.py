@@ -29,11 +29,13 @@ def command_rest(body: str) -> str | None:
     case-insensitively after leading whitespace: phones capitalise `!Sources`), else
     None. A command is never indexed, whatever its case."""
     text = body.lstrip()
-    word = text[:len(COMMAND_PREFIX)]
-    rest = text[len(COMMAND_PREFIX):]
+    word = text[: len(COMMAND_PREFIX)]
+    rest = text[len(COMMAND_PREFIX) :]
     if word.lower() != COMMAND_PREFIX or (rest and not rest[0].isspace()):
         return None
     return rest
+
+
 TEXT_MSGTYPES = frozenset({"m.text", "m.notice", "m.emote"})
 # A Matrix event is at most 64 KiB; a body beyond that is not a real message.
 MAX_BODY_BYTES = 65536
@@ -115,7 +117,8 @@ def is_utf8(s: str) -> bool:
 
 def no_nul(body: str) -> str:
     """A NUL character as U+FFFD: PostgreSQL's text refuses NUL, and a body that can never
-    be appended would stall its room (store/eventlog/sqldialect.py). Both event logs keep the same."""
+    be appended would stall its room (store/eventlog/sqldialect.py). Both event logs keep the
+    same."""
     return body.replace("\x00", "\ufffd") if "\x00" in body else body
 
 
@@ -147,8 +150,11 @@ def parse_event(raw: Any) -> ParsedEvent:
     room_id, event_id = _id(raw, "room_id"), _id(raw, "event_id")
     etype, sender = _str(raw, "type"), _id(raw, "sender")
     if room_id is None or event_id is None or etype is None or sender is None:
-        return Skipped("missing_ids", RoomID(room_id) if room_id else None,
-                       EventID(event_id) if event_id else None)
+        return Skipped(
+            "missing_ids",
+            RoomID(room_id) if room_id else None,
+            EventID(event_id) if event_id else None,
+        )
     rid, eid = RoomID(room_id), EventID(event_id)
     content = raw.get("content")
     if etype == "m.room.encrypted":
@@ -200,8 +206,9 @@ def parse_event(raw: Any) -> ParsedEvent:
     thread_root = None
     if relates.get("rel_type") == "m.thread" and _id(relates, "event_id"):
         thread_root = EventID(relates["event_id"])
-    msg = Message(eid, rid, UserID(sender), ts, body, _reply_to(relates),
-                  _mentions(content, sender))
+    msg = Message(
+        eid, rid, UserID(sender), ts, body, _reply_to(relates), _mentions(content, sender)
+    )
     return MessageEvent(msg, thread_root, is_command)
 
 
@@ -234,20 +241,32 @@ def _mentions(content: dict, sender: str) -> tuple[UserID, ...]:
         ids += [unquote(u) for u in _PILL.findall(html[:MAX_BODY_BYTES])]
     if len(ids) > MAX_MENTIONS:
         return ()
-    ok = [u for u in ids if isinstance(u, str) and u.startswith("@") and ":" in u
-          and is_clean_id(u) and is_utf8(u) and u != sender]
+    ok = [
+        u
+        for u in ids
+        if isinstance(u, str)
+        and u.startswith("@")
+        and ":" in u
+        and is_clean_id(u)
+        and is_utf8(u)
+        and u != sender
+    ]
     return tuple(UserID(u) for u in dict.fromkeys(ok))
 
 
-def _edit(rid: RoomID, eid: EventID, sender: UserID, relates: dict, content: dict,
-          ts: int | None) -> EditEvent | Skipped:
+def _edit(
+    rid: RoomID, eid: EventID, sender: UserID, relates: dict, content: dict, ts: int | None
+) -> EditEvent | Skipped:
     target = _id(relates, "event_id")
     new = content.get("m.new_content")
     body = new.get("body") if isinstance(new, dict) else None
     if target is None or ts is None:
         return Skipped("bad_edit", rid, eid)
-    if not isinstance(new, dict) or not isinstance(body, str) or (
-            new.get("msgtype") not in TEXT_MSGTYPES):
+    if (
+        not isinstance(new, dict)
+        or not isinstance(body, str)
+        or (new.get("msgtype") not in TEXT_MSGTYPES)
+    ):
         return Skipped("edit_not_text", rid, eid)
     if len(body.encode("utf-8", "surrogatepass")) > MAX_BODY_BYTES or not is_utf8(body):
         return Skipped("edit_body_invalid", rid, eid)

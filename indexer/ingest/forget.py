@@ -49,10 +49,23 @@ class Forgetting:
         event_ids, windows = self.ingest.eventlog.history.forget_sender(user_id, now, source)
         self.ingest.forgotten[user_id] = None
         report = ForgetReport(user_id, len(event_ids), windows, tuple(event_ids))
-        self.ingest.journal.write("forget", rule=USER_FORGOTTEN, user_id=user_id,
-                                  messages=report.messages, windows=windows, source=source)
-        log.warning("user_forgotten", extra={"user_id": user_id, "messages": report.messages,
-                                             "windows": windows, "source": source})
+        self.ingest.journal.write(
+            "forget",
+            rule=USER_FORGOTTEN,
+            user_id=user_id,
+            messages=report.messages,
+            windows=windows,
+            source=source,
+        )
+        log.warning(
+            "user_forgotten",
+            extra={
+                "user_id": user_id,
+                "messages": report.messages,
+                "windows": windows,
+                "source": source,
+            },
+        )
         return report
 
     def unforget_user(self, user_id: UserID, source: str = "cli") -> bool:
@@ -60,8 +73,7 @@ class Forgetting:
         if not self.ingest.eventlog.history.readmit_sender(user_id, now):
             return False
         self.ingest.forgotten[user_id] = now
-        self.ingest.journal.write("unforget", rule=USER_FORGOTTEN, user_id=user_id,
-                                  source=source)
+        self.ingest.journal.write("unforget", rule=USER_FORGOTTEN, user_id=user_id, source=source)
         log.warning("user_readmitted", extra={"user_id": user_id, "source": source})
         return True
 
@@ -80,9 +92,13 @@ def apply_request(forgetting: Forgetting, request: dict, source: str = "cli") ->
         return {"op": op, "error": f"{user!r} is not a user id like @name:server"}
     if op == "forget":
         r = forgetting.forget_user(UserID(user), source)
-        return {"op": op, "user_id": user, "messages": r.messages, "windows": r.windows,
-                "event_ids": list(r.event_ids)}
+        return {
+            "op": op,
+            "user_id": user,
+            "messages": r.messages,
+            "windows": r.windows,
+            "event_ids": list(r.event_ids),
+        }
     if op == "undo":
-        return {"op": op, "user_id": user, "undone": forgetting.unforget_user(UserID(user),
-                                                                              source)}
+        return {"op": op, "user_id": user, "undone": forgetting.unforget_user(UserID(user), source)}
     return {"op": op, "error": f"unknown operation {op!r}"}

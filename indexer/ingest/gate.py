@@ -28,12 +28,12 @@ A refusal is a typed `Refusal` naming its rule; it never carries message text.
 from __future__ import annotations
 
 import re
+from collections.abc import Container, Iterable
 from dataclasses import dataclass, field
-from typing import Container, Iterable
 
-from .events import TIMESTAMP_OUT_OF_RANGE
 from ..config import DEFAULT_PUPPET_PATTERNS
 from ..records import EventID, Refusal, RoomID, UserID
+from .events import TIMESTAMP_OUT_OF_RANGE
 from .roomfacts import RoomFacts
 
 NOT_ALLOWLISTED = "not_allowlisted"
@@ -49,10 +49,21 @@ BOT_REMOVED = "bot_removed"
 HISTORY_NOT_SHARED = "history_not_shared"
 USER_FORGOTTEN = "user_forgotten"  # judged by Ingest (the list lives in the event log)
 
-RULES = (NOT_ALLOWLISTED, BOT_REMOVED, NOT_PUBLIC, DIRECT_MESSAGE, ENCRYPTED_ROOM, ENCRYPTED_EVENT,
-         BRIDGED_ROOM, PUPPET_SENDER, OWN_MESSAGE, STATE_UNAVAILABLE, TIMESTAMP_OUT_OF_RANGE,
-         HISTORY_NOT_SHARED, USER_FORGOTTEN)
-
+RULES = (
+    NOT_ALLOWLISTED,
+    BOT_REMOVED,
+    NOT_PUBLIC,
+    DIRECT_MESSAGE,
+    ENCRYPTED_ROOM,
+    ENCRYPTED_EVENT,
+    BRIDGED_ROOM,
+    PUPPET_SENDER,
+    OWN_MESSAGE,
+    STATE_UNAVAILABLE,
+    TIMESTAMP_OUT_OF_RANGE,
+    HISTORY_NOT_SHARED,
+    USER_FORGOTTEN,
+)
 
 
 def server_of(user: str) -> str:
@@ -78,20 +89,27 @@ class Gate:
     def __post_init__(self) -> None:
         servers = frozenset(self.bridge_servers or (server_of(self.bot_user),))
         self._puppets = [(re.compile(p), servers) for p in self.puppet_patterns] + [
-            (re.compile(p), frozenset({server})) for p, server in self.bridge_puppets]
+            (re.compile(p), frozenset({server})) for p, server in self.bridge_puppets
+        ]
 
-    def with_allowlist(self, rooms: Iterable[RoomID]) -> "Gate":
-        return Gate(frozenset(rooms), self.bot_user, self.puppet_patterns,
-                    self.bridge_servers, self.bridge_puppets,
-                    require_world_readable=self.require_world_readable,
-                    sent_away=self.sent_away)
+    def with_allowlist(self, rooms: Iterable[RoomID]) -> Gate:
+        return Gate(
+            frozenset(rooms),
+            self.bot_user,
+            self.puppet_patterns,
+            self.bridge_servers,
+            self.bridge_puppets,
+            require_world_readable=self.require_world_readable,
+            sent_away=self.sent_away,
+        )
 
     def is_puppet(self, user: str) -> bool:
         server = server_of(user)
         return any(server in servers and p.match(user) for p, servers in self._puppets)
 
-    def judge_room(self, room_id: RoomID, facts: RoomFacts | None,
-                   scan_members: bool = True) -> Refusal | None:
+    def judge_room(
+        self, room_id: RoomID, facts: RoomFacts | None, scan_members: bool = True
+    ) -> Refusal | None:
         """A refusal that covers the whole room, or None if the room may be indexed.
         `scan_members=False` skips the one rule that costs a pass over every member
         (puppets), for callers that check the member that changed themselves."""
@@ -108,16 +126,19 @@ class Gate:
         if facts.is_dm:
             return Refusal(DIRECT_MESSAGE, room_id, whole_room=True)
         if facts.join_rule != "public":
-            return Refusal(NOT_PUBLIC, room_id, detail=f"join rule {facts.join_rule}",
-                           whole_room=True)
+            return Refusal(
+                NOT_PUBLIC, room_id, detail=f"join rule {facts.join_rule}", whole_room=True
+            )
         puppets = sorted(m for m in facts.members if self.is_puppet(m)) if scan_members else []
         if puppets:
-            return Refusal(PUPPET_SENDER, room_id, detail=f"puppet member {puppets[0]}",
-                           whole_room=True)
+            return Refusal(
+                PUPPET_SENDER, room_id, detail=f"puppet member {puppets[0]}", whole_room=True
+            )
         return None
 
-    def judge_message(self, room_id: RoomID, event_id: EventID, sender: UserID,
-                      facts: RoomFacts | None) -> Refusal | None:
+    def judge_message(
+        self, room_id: RoomID, event_id: EventID, sender: UserID, facts: RoomFacts | None
+    ) -> Refusal | None:
         refusal = self.judge_room(room_id, facts)
         if refusal is not None:
             return Refusal(refusal.rule, room_id, event_id, refusal.detail, whole_room=True)
@@ -130,13 +151,19 @@ class Gate:
 
     def visible_to_strangers(self, facts: RoomFacts) -> bool:
         """Whether a stranger who joins now reads what is sent under these facts."""
-        allowed = ("world_readable",) if self.require_world_readable else \
-            ("shared", "world_readable")
+        allowed = (
+            ("world_readable",) if self.require_world_readable else ("shared", "world_readable")
+        )
         return facts.history_visibility in allowed
 
-    def judge_visibility(self, room_id: RoomID, event_id: EventID | None,
-                         facts: RoomFacts) -> Refusal | None:
+    def judge_visibility(
+        self, room_id: RoomID, event_id: EventID | None, facts: RoomFacts
+    ) -> Refusal | None:
         if self.visible_to_strangers(facts):
             return None
-        return Refusal(HISTORY_NOT_SHARED, room_id, event_id,
-                       f"history visibility {facts.history_visibility or 'unknown'}")
+        return Refusal(
+            HISTORY_NOT_SHARED,
+            room_id,
+            event_id,
+            f"history visibility {facts.history_visibility or 'unknown'}",
+        )

@@ -4,12 +4,12 @@ rules and their SQL), applied by `EventLog.append` inside its transaction."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
-from ..store.eventlog.log import EventLog
-from ..store.eventlog.history import Applied, Edit, Redaction
-from ..store.eventlog.rows import DirtyWindow
 from ..records import RoomID
+from ..store.eventlog.history import Applied, Edit, Redaction
+from ..store.eventlog.log import EventLog
+from ..store.eventlog.rows import DirtyWindow
 from .events import EditEvent, RedactionEvent
 
 __all__ = ["Applied", "History", "operations"]
@@ -17,9 +17,12 @@ __all__ = ["Applied", "History", "operations"]
 
 def operations(events: Sequence[EditEvent | RedactionEvent]) -> list[Edit | Redaction]:
     """The event log's operations for these events, in their order."""
-    return [Redaction(e.target, e.room_id, e.ts, e.event_id) if isinstance(e, RedactionEvent)
-            else Edit(e.target, e.room_id, e.sender, e.body, e.ts, e.event_id)
-            for e in events]
+    return [
+        Redaction(e.target, e.room_id, e.ts, e.event_id)
+        if isinstance(e, RedactionEvent)
+        else Edit(e.target, e.room_id, e.sender, e.body, e.ts, e.event_id)
+        for e in events
+    ]
 
 
 class History:

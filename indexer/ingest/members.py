@@ -85,8 +85,7 @@ class Addressees:
                 fits = index.fitting(w)
                 if len(fits) > 1:
                     fits &= recent
-                if len(fits) == 1 and (u := fits.pop()) != m.sender \
-                        and not _by_localpart(w, u):
+                if len(fits) == 1 and (u := fits.pop()) != m.sender and not _by_localpart(w, u):
                     found.append(u)
         self._spoke(m.room_id, m.sender, m.ts)
         if not found:

@@ -26,10 +26,10 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ..records import Refusal, RoomID
 from ..store.compaction import Compaction
 from ..store.eventlog.log import EventLog
 from ..store.journal import Journal
-from ..records import Refusal, RoomID
 from ..store.writeguard import WriteGuard
 
 if TYPE_CHECKING:
@@ -88,16 +88,24 @@ class Purger:
             _set_pending(self.eventlog, [r for r in _pending(self.eventlog) if r != room_id])
         report = PurgeReport(room_id, refusal.rule, len(windows), messages, compacted)
         self.journal.purge(refusal, report.windows, report.messages, source, compacted)
-        log.warning("room_purged", extra={"room_id": room_id, "rule": refusal.rule,
-                                          "event_id": refusal.event_id,
-                                          "windows": report.windows,
-                                          "messages": report.messages,
-                                          "compacted": compacted, "source": source})
+        log.warning(
+            "room_purged",
+            extra={
+                "room_id": room_id,
+                "rule": refusal.rule,
+                "event_id": refusal.event_id,
+                "windows": report.windows,
+                "messages": report.messages,
+                "compacted": compacted,
+                "source": source,
+            },
+        )
         return report
 
 
-def finish_pending(eventlog: EventLog, store: ChromaStore, guard: WriteGuard,
-                   compaction: Compaction) -> list[str]:
+def finish_pending(
+    eventlog: EventLog, store: ChromaStore, guard: WriteGuard, compaction: Compaction
+) -> list[str]:
     """The writer, at start: finish purges a crash interrupted (their text is gone from
     the event log; their points may not be): delete their windows under the writers'
     lock, compact."""

@@ -43,16 +43,24 @@ class Retention:
             if facts.max_lifetime_ms is None:
                 continue
             event_ids, windows = self.ingest.eventlog.history.expire_before(
-                room_id, now_ms - facts.max_lifetime_ms)
+                room_id, now_ms - facts.max_lifetime_ms
+            )
             if not event_ids:
                 continue
             report.rooms[room_id] = len(event_ids)
             report.windows += windows
             report.event_ids |= set(event_ids)
-            self.ingest.journal.write("retention", rule=RETENTION_EXPIRED, room_id=room_id,
-                                      messages=len(event_ids), windows=windows,
-                                      max_lifetime_ms=facts.max_lifetime_ms, source=source)
-            log.info("retention_expired", extra={"room_id": room_id,
-                                                 "messages": len(event_ids),
-                                                 "windows": windows})
+            self.ingest.journal.write(
+                "retention",
+                rule=RETENTION_EXPIRED,
+                room_id=room_id,
+                messages=len(event_ids),
+                windows=windows,
+                max_lifetime_ms=facts.max_lifetime_ms,
+                source=source,
+            )
+            log.info(
+                "retention_expired",
+                extra={"room_id": room_id, "messages": len(event_ids), "windows": windows},
+            )
         return report

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from .events import StateEvent, is_utf8
 from ..records import UserID
+from .events import StateEvent, is_utf8
 
 MAX_DISPLAY_NAME = 256  # characters; a longer one is not a name anybody types
 BRIDGE_STATE_TYPES = frozenset({"m.bridge", "uk.half-shot.bridge"})
@@ -59,18 +59,20 @@ def apply_state(facts: RoomFacts, ev: StateEvent) -> RoomFacts:
         return replace(facts, bridged=True)
     if ev.type == "m.room.name":
         name = c.get("name")
-        return replace(facts, name=name if isinstance(name, str) and name and is_utf8(name)
-                       else None)
+        return replace(
+            facts, name=name if isinstance(name, str) and name and is_utf8(name) else None
+        )
     if ev.type == "m.room.canonical_alias":
         alias = c.get("alias")
-        return replace(facts, canonical_alias=alias if isinstance(alias, str) and alias
-                       and is_utf8(alias) else None)
+        return replace(
+            facts,
+            canonical_alias=alias if isinstance(alias, str) and alias and is_utf8(alias) else None,
+        )
     if ev.type == "m.room.member":
         members, display = set(facts.members), dict(facts.display_names)
         _fold_member(members, display, ev)
         direct = facts.direct or c.get("is_direct") is True
-        return replace(facts, members=frozenset(members), display_names=display,
-                       direct=direct)
+        return replace(facts, members=frozenset(members), display_names=display, direct=direct)
     return facts
 
 
@@ -79,8 +81,12 @@ def _fold_member(members: set[UserID], display: dict[UserID, str], ev: StateEven
     name = ev.content.get("displayname")
     if ev.content.get("membership") in ("join", "invite"):
         members.add(user)
-        if isinstance(name, str) and name.strip() and len(name) <= MAX_DISPLAY_NAME \
-                and is_utf8(name):
+        if (
+            isinstance(name, str)
+            and name.strip()
+            and len(name) <= MAX_DISPLAY_NAME
+            and is_utf8(name)
+        ):
             display[user] = name.strip()
         else:
             display.pop(user, None)
@@ -102,5 +108,6 @@ def facts_from_state(events: list[StateEvent]) -> RoomFacts:
             direct = direct or ev.content.get("is_direct") is True
         else:
             facts = apply_state(facts, ev)
-    return replace(facts, members=frozenset(members), display_names=display,
-                   direct=facts.direct or direct)
+    return replace(
+        facts, members=frozenset(members), display_names=display, direct=facts.direct or direct
+    )

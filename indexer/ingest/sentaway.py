@@ -44,12 +44,15 @@ class SentAway:
 
 
 def _parse(raw: str | None) -> dict[RoomID, SentAway]:
-    return {RoomID(r): SentAway(RoomID(r), UserID(v.get("by", "")), str(v.get("membership")),
-                                int(v.get("ts", 0)))
-            for r, v in json.loads(raw or "{}").items()}
+    return {
+        RoomID(r): SentAway(
+            RoomID(r), UserID(v.get("by", "")), str(v.get("membership")), int(v.get("ts", 0))
+        )
+        for r, v in json.loads(raw or "{}").items()
+    }
 
 
-def sent_away_at(eventlog: "Location | Path") -> dict[RoomID, SentAway]:
+def sent_away_at(eventlog: Location | Path) -> dict[RoomID, SentAway]:
     """The rooms the bot was sent away from, read-only (doctor)."""
     return _parse(meta_at(eventlog, META_KEY))
 
@@ -75,18 +78,31 @@ class SentAwayRooms:
         if membership in ("leave", "ban") and ev.sender != bot_user:
             self.rooms[ev.room_id] = SentAway(ev.room_id, ev.sender, membership, now_ms)
             self._save()
-            self.journal.write("bot_removed", rule="bot_removed", room_id=ev.room_id,
-                               event_id=ev.event_id, by=ev.sender, membership=membership)
+            self.journal.write(
+                "bot_removed",
+                rule="bot_removed",
+                room_id=ev.room_id,
+                event_id=ev.event_id,
+                by=ev.sender,
+                membership=membership,
+            )
             return "removed"
         if membership == "invite" and ev.room_id in self.rooms:
             del self.rooms[ev.room_id]
             self._save()
-            self.journal.write("bot_readmitted", room_id=ev.room_id, event_id=ev.event_id,
-                               by=ev.sender)
+            self.journal.write(
+                "bot_readmitted", room_id=ev.room_id, event_id=ev.event_id, by=ev.sender
+            )
             return "readmitted"
         return None
 
     def _save(self) -> None:
-        self.eventlog.set_meta(META_KEY, json.dumps(
-            {r: {"by": s.by, "membership": s.membership, "ts": s.ts}
-             for r, s in sorted(self.rooms.items())}))
+        self.eventlog.set_meta(
+            META_KEY,
+            json.dumps(
+                {
+                    r: {"by": s.by, "membership": s.membership, "ts": s.ts}
+                    for r, s in sorted(self.rooms.items())
+                }
+            ),
+        )

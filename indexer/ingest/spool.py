@@ -16,8 +16,8 @@ import json
 import logging
 import os
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from ..clock import REAL, Clock
 
@@ -47,8 +47,7 @@ def submit(data_dir: Path, request: dict) -> Path:
     return folder / (name + ANSWER)
 
 
-def wait_answer(answer: Path, timeout: float = 30.0,
-                clock: Clock = REAL) -> dict | None:
+def wait_answer(answer: Path, timeout: float = 30.0, clock: Clock = REAL) -> dict | None:
     """The answer once it is there (then removed), None after `timeout` seconds."""
     waited = 0.0
     while waited <= timeout:
@@ -73,10 +72,11 @@ def serve(data_dir: Path, handle: Callable[[dict], dict]) -> list[dict]:
             answer = handle(request) if isinstance(request, dict) else {"error": "bad request"}
         except (OSError, ValueError) as e:
             answer = {"error": f"unreadable request: {type(e).__name__}"}
-        name = req.name[:-len(REQUEST)]
+        name = req.name[: -len(REQUEST)]
         _write_atomic(folder / (name + ANSWER), answer)
         req.unlink(missing_ok=True)
         answers.append(answer)
-        log.info("spool_request_served", extra={"op": answer.get("op"),
-                                                "error": answer.get("error")})
+        log.info(
+            "spool_request_served", extra={"op": answer.get("op"), "error": answer.get("error")}
+        )
     return answers

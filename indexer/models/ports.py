@@ -16,7 +16,8 @@ Each module that loads another embedder's module imports only this one, so the p
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator, Protocol, Sequence, runtime_checkable
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     import numpy as np
@@ -67,5 +68,4 @@ class QueryProjector(Protocol):
     """A passage vector (of `text`) turned into a query's without the model: what a
     response is compared with when matched against a question line (present.py)."""
 
-    def passage_as_query(self, vector: Sequence[float] | np.ndarray, text: str
-                         ) -> list[float]: ...
+    def passage_as_query(self, vector: Sequence[float] | np.ndarray, text: str) -> list[float]: ...

@@ -21,8 +21,8 @@ beside it.
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 
 class ModelTurns:

@@ -41,10 +41,10 @@ one window each.
 from __future__ import annotations
 
 import hashlib
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
-from ..ingest.addressing import addressed, mentions, names, resolve
 from ..clock import format_ts
+from ..ingest.addressing import addressed, mentions, names, resolve
 from ..records import ChunkPolicy, EventID, Message, RoomID, Window, WindowID
 
 CHUNKER_VERSION = "4"  # 4: shortened names and "-" bridge prefixes are followed
@@ -125,8 +125,11 @@ def conversations(block: Sequence[Message], policy: ChunkPolicy) -> list[tuple[M
             if (c := recent(n, m)) is not None:
                 return c
         speaking = {u for u, ts in by_sender.items() if m.ts - ts <= policy.gap_ms}
-        if previous is not None and len(speaking | {m.sender}) <= DIALOGUE and not (
-                _asks(m) and last is not None and _asks(last)):
+        if (
+            previous is not None
+            and len(speaking | {m.sender}) <= DIALOGUE
+            and not (_asks(m) and last is not None and _asks(last))
+        ):
             # Two people alone in the room talk to each other; but a question right
             # after someone else's question is a second topic, not an answer.
             return previous
@@ -158,8 +161,9 @@ def _asks(m: Message) -> bool:
     return m.body.rstrip().endswith("?")
 
 
-def chunk_blocks(messages: Sequence[Message], policy: ChunkPolicy
-                 ) -> list[list[tuple[Message, ...]]]:
+def chunk_blocks(
+    messages: Sequence[Message], policy: ChunkPolicy
+) -> list[list[tuple[Message, ...]]]:
     """Windows of messages (one room, timeline order), grouped by block."""
     return [conversations(b, policy) for b in blocks(messages, policy)]
 
@@ -174,18 +178,24 @@ def _window(ms: tuple[Message, ...], room_label: str) -> Window:
     return Window(window_id(ms[0].room_id, ms[0].event_id), ms[0].room_id, ms, room_label)
 
 
-def build_blocks(messages: Sequence[Message], policy: ChunkPolicy, room_label: str = ""
-                 ) -> list[list[Window]]:
+def build_blocks(
+    messages: Sequence[Message], policy: ChunkPolicy, room_label: str = ""
+) -> list[list[Window]]:
     return [[_window(ms, room_label) for ms in b] for b in chunk_blocks(messages, policy)]
 
 
-def build_windows(messages: Sequence[Message], policy: ChunkPolicy,
-                  room_label: str = "") -> list[Window]:
+def build_windows(
+    messages: Sequence[Message], policy: ChunkPolicy, room_label: str = ""
+) -> list[Window]:
     return [w for b in build_blocks(messages, policy, room_label) for w in b]
 
 
-def commit_batches(grouped: Sequence[Sequence[Window]], pending: set[EventID],
-                   held: Mapping[EventID, WindowID], size: int) -> list[list[Window]]:
+def commit_batches(
+    grouped: Sequence[Sequence[Window]],
+    pending: set[EventID],
+    held: Mapping[EventID, WindowID],
+    size: int,
+) -> list[list[Window]]:
     """The windows of re-chunked blocks that differ from what the store holds, in the
     order the pipeline upserts and commits them. A window is unchanged when the store
     holds exactly its messages under its id (`held`: indexed event -> its window):
@@ -201,20 +211,27 @@ def commit_batches(grouped: Sequence[Sequence[Window]], pending: set[EventID],
     def changed(w: Window) -> bool:
         return members.get(w.window_id) != set(w.event_ids)
 
-    first = [w for b in grouped if any(m.event_id not in pending for w in b for m in w.messages)
-             for w in b if changed(w)]
-    rest = [w for b in grouped if all(m.event_id in pending for w in b for m in w.messages)
-            for w in b]
+    first = [
+        w
+        for b in grouped
+        if any(m.event_id not in pending for w in b for m in w.messages)
+        for w in b
+        if changed(w)
+    ]
+    rest = [
+        w for b in grouped if all(m.event_id in pending for w in b for m in w.messages) for w in b
+    ]
     out = [first] if first else []
-    out += [rest[i:i + size] for i in range(0, len(rest), size)]
+    out += [rest[i : i + size] for i in range(0, len(rest), size)]
     return out
 
 
 def document(window: Window) -> str:
     """The stored text: each message with its sender and time, one per line; a body's
     further lines are indented, so every message maps back to exactly one entry."""
-    return "\n".join(f"[{format_ts(m.ts)}] {m.sender}: " + m.body.replace("\n", "\n  ")
-                     for m in window.messages)
+    return "\n".join(
+        f"[{format_ts(m.ts)}] {m.sender}: " + m.body.replace("\n", "\n  ") for m in window.messages
+    )
 
 
 def embed_text(window: Window) -> str:

@@ -20,8 +20,8 @@ import os
 import socket
 import threading
 import uuid
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import Iterable, Iterator
 
 from ..clock import REAL, Clock
 from ..records import RoomID
@@ -34,9 +34,13 @@ def worker_name() -> str:
 
 
 class RoomClaims:
-    def __init__(self, eventlog: EventLog, lease_seconds: float = 60.0,
-                 worker: str | None = None,
-                 clock: Clock = REAL) -> None:
+    def __init__(
+        self,
+        eventlog: EventLog,
+        lease_seconds: float = 60.0,
+        worker: str | None = None,
+        clock: Clock = REAL,
+    ) -> None:
         self.eventlog = eventlog
         self.lease_ms = int(lease_seconds * 1000)
         self.worker = worker or worker_name()
@@ -66,8 +70,9 @@ class RoomClaims:
         with self._guard:
             if not self._tokens:
                 return set()
-            lost = self.eventlog.claims.renew(self.worker, dict(self._tokens), self._now(),
-                                              self.lease_ms)
+            lost = self.eventlog.claims.renew(
+                self.worker, dict(self._tokens), self._now(), self.lease_ms
+            )
             for room in lost:
                 self._tokens.pop(room, None)
             return lost

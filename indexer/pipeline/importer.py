@@ -9,9 +9,9 @@ in the log are skipped, and pending ones are picked up.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
 
 from ..ingest.admit import AdmitResult, Ingest
 from .pipeline import Pipeline
@@ -30,13 +30,17 @@ class ImportSummary:
 
     def lines(self) -> list[str]:
         a = self.admitted
-        out = [f"read        {self.read} events",
-               f"new         {a.appended} messages appended to the event log"
-               f" ({a.accepted - a.appended} already there)",
-               f"indexed     {self.indexed} messages in {self.windows} windows upserted"]
+        out = [
+            f"read        {self.read} events",
+            f"new         {a.appended} messages appended to the event log"
+            f" ({a.accepted - a.appended} already there)",
+            f"indexed     {self.indexed} messages in {self.windows} windows upserted",
+        ]
         if self.derived:
-            out.append(f"derived     {self.derived} (quote the bot's answers or a reference "
-                       "corpus; `verify --exclusions` lists them)")
+            out.append(
+                f"derived     {self.derived} (quote the bot's answers or a reference "
+                "corpus; `verify --exclusions` lists them)"
+            )
         for rule, n in sorted(a.refused.items()):
             out.append(f"refused     {n} ({rule})")
         for reason, n in sorted(a.skipped.items()):
@@ -45,8 +49,11 @@ class ImportSummary:
             out.append(f"skipped     {a.commands} (!sources commands)")
         if self.bad_lines:
             shown = ", ".join(map(str, self.bad_lines[:10]))
-            out.append(f"bad lines   {len(self.bad_lines)} not JSON (lines {shown}"
-                       + (", ..." if len(self.bad_lines) > 10 else "") + ")")
+            out.append(
+                f"bad lines   {len(self.bad_lines)} not JSON (lines {shown}"
+                + (", ..." if len(self.bad_lines) > 10 else "")
+                + ")"
+            )
         return out
 
 
@@ -61,10 +68,14 @@ def read_jsonl(path: Path, bad: list[int]) -> Iterator[object]:
                 bad.append(n)
 
 
-def import_events(path: Path, ingest: Ingest, pipeline: Pipeline,
-                  on_read: Callable[[int], None] | None = None,
-                  on_indexed: Callable[[int], None] | None = None,
-                  on_indexing: Callable[[], None] | None = None) -> ImportSummary:
+def import_events(
+    path: Path,
+    ingest: Ingest,
+    pipeline: Pipeline,
+    on_read: Callable[[int], None] | None = None,
+    on_indexed: Callable[[int], None] | None = None,
+    on_indexing: Callable[[], None] | None = None,
+) -> ImportSummary:
     """on_indexing is called once every event is in the event log, before indexing."""
     summary = ImportSummary()
     batch: list[object] = []

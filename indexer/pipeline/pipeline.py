@@ -38,24 +38,24 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter
-from contextlib import contextmanager, nullcontext
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
-from typing import Callable, Protocol
+from typing import Protocol
 
-from .chunker import build_blocks, commit_batches, document, embed_text
-from ..records import ChunkPolicy
-from .chunker import window_id as chunk_window_id
-from ..store.compaction import Compaction
 from ..ingest.history import History
 from ..models.embedder import Embedder, encode_in_length_order
 from ..models.turns import ModelTurns
+from ..records import ChunkPolicy, EventID, Message, RoomID, Window, WindowID
+from ..store.compaction import Compaction
 from ..store.eventlog.log import EventLog
 from ..store.eventlog.rows import BlockStart, DirtyWindow, WindowMove
-from .claims import RoomClaims
-from ..records import EventID, Message, RoomID, Window, WindowID
 from ..store.vectors.chroma import ChromaStore
 from ..store.writeguard import WriteGuard
+from .chunker import build_blocks, commit_batches, document, embed_text
+from .chunker import window_id as chunk_window_id
+from .claims import RoomClaims
 
 log = logging.getLogger(f"matrix_sources.{__name__}")
 
@@ -106,8 +106,9 @@ class Screen(Protocol):
     excluded: int  # messages left out so far
     by_kind: dict[str, int]  # of them, per artifact kind
 
-    def screen(self, room_id: RoomID, tail: list[Message], pending: set[EventID]
-               ) -> tuple[list[Message], set[EventID]]: ...
+    def screen(
+        self, room_id: RoomID, tail: list[Message], pending: set[EventID]
+    ) -> tuple[list[Message], set[EventID]]: ...
 
     def withdraw_edited(self, windows: dict[WindowID, list[Message]]) -> set[WindowID]:
         """The windows (of those an edit changed) that lost a message judged derived."""
@@ -189,8 +190,13 @@ class Pipeline:
         if self.claims is not None:
             self.claims.renew()
         if self.history is not None:
-            self.rechunk_windows([d for d in self.history.dirty()
-                                  if self.admits(d.room_id) and self._claimed(d.room_id)])
+            self.rechunk_windows(
+                [
+                    d
+                    for d in self.history.dirty()
+                    if self.admits(d.room_id) and self._claimed(d.room_id)
+                ]
+            )
         done = 0
         group: list[_Step] = []
         dropped: set[tuple[RoomID, EventID | None]] = set()
@@ -210,8 +216,7 @@ class Pipeline:
             if committing is not None:
                 done += committing.result()
             pool = pool or ThreadPoolExecutor(1, thread_name_prefix="pipeline-commit")
-            committing = pool.submit(self._commit_group, list(group), vectors, dropped,
-                                     progress)
+            committing = pool.submit(self._commit_group, list(group), vectors, dropped, progress)
 
         try:
             for room_id in sorted(self.eventlog.rooms_with_pending()):
@@ -225,8 +230,10 @@ class Pipeline:
                     group += self._plan_isolated(room_id, thread)
                     # Under claims a room's steps stay in one group: its claim goes
                     # when that group is committed.
-                    if self.claims is None and \
-                            sum(len(step.batch) for step in group) >= self.embed_group:
+                    if (
+                        self.claims is None
+                        and sum(len(step.batch) for step in group) >= self.embed_group
+                    ):
                         flush()
                         group = []
                 if self.claims is not None:
@@ -253,8 +260,11 @@ class Pipeline:
             steps = self._plan_timeline(room_id, thread_root)
         except Exception as e:
             self.failing[(room_id, thread_root)] = type(e).__name__
-            log.error("timeline_failed", exc_info=True, extra={
-                "room_id": room_id, "thread_root": thread_root})
+            log.error(
+                "timeline_failed",
+                exc_info=True,
+                extra={"room_id": room_id, "thread_root": thread_root},
+            )
             return []
         self.failing.pop((room_id, thread_root), None)
         return steps
@@ -285,20 +295,33 @@ class Pipeline:
             document(w)  # what the store writes: a window that cannot be, fails here
         batches = commit_batches(grouped, pending, tail.held, EMBED_BATCH)
         start = grouped[-1][0].messages[0].event_id
-        return [_Step(room_id, thread_root, batch, stale if i == 0 else [], generation,
-                      sum(1 for w in batch for m in w.messages if m.event_id in pending),
-                      [embed_text(w) for w in batch],
-                      start if i == len(batches) - 1 else None)
-                for i, batch in enumerate(batches)]
+        return [
+            _Step(
+                room_id,
+                thread_root,
+                batch,
+                stale if i == 0 else [],
+                generation,
+                sum(1 for w in batch for m in w.messages if m.event_id in pending),
+                [embed_text(w) for w in batch],
+                start if i == len(batches) - 1 else None,
+            )
+            for i, batch in enumerate(batches)
+        ]
 
     def _embed(self, group: list[_Step]) -> list:
         """The vectors of the steps' windows, embedded in one go, in step order."""
         return encode_in_length_order(
-            self.embedder, [t for step in group for t in step.texts], EMBED_CALL, self.turns)
+            self.embedder, [t for step in group for t in step.texts], EMBED_CALL, self.turns
+        )
 
-    def _commit_group(self, group: list[_Step], vectors: list,
-                      dropped: set[tuple[RoomID, EventID | None]],
-                      progress: Callable[[int], None] | None) -> int:
+    def _commit_group(
+        self,
+        group: list[_Step],
+        vectors: list,
+        dropped: set[tuple[RoomID, EventID | None]],
+        progress: Callable[[int], None] | None,
+    ) -> int:
         """Commit each step in order; return how many pending messages were indexed.
         Steps go to Chroma UPSERT_BATCH windows or more at a time (one upsert, then each
         step's event-log commit). Once a timeline's step is dropped (its room refused or
@@ -308,7 +331,7 @@ class Pipeline:
         at = 0
         part: list[tuple[_Step, list]] = []
         for i, step in enumerate(group):
-            part.append((step, vectors[at:at + len(step.batch)]))
+            part.append((step, vectors[at : at + len(step.batch)]))
             at += len(step.batch)
             if sum(len(s.batch) for s, _ in part) >= UPSERT_BATCH or i == len(group) - 1:
                 for committed in self._commit(part, dropped):
@@ -321,8 +344,9 @@ class Pipeline:
             self.claims.release({step.room_id for step in group})
         return done
 
-    def _commit(self, part: list[tuple[_Step, list]],
-                dropped: set[tuple[RoomID, EventID | None]]) -> list[_Step]:
+    def _commit(
+        self, part: list[tuple[_Step, list]], dropped: set[tuple[RoomID, EventID | None]]
+    ) -> list[_Step]:
         """Upsert the windows of the steps whose rooms are still admitted and unpurged,
         in one Chroma call, then commit those steps to the event log in order; return
         them. Under the lock (and the claims' fence): no purge or refusal lands in
@@ -331,20 +355,29 @@ class Pipeline:
             kept: list[tuple[_Step, list]] = []
             for step, vectors in part:
                 key = (step.room_id, step.thread_root)
-                if key not in dropped and (self.purges[step.room_id] != step.generation
-                                           or not self.admits(step.room_id)
-                                           or step.room_id in lost):
-                    log.info("windows_dropped_room_refused", extra={
-                        "room_id": step.room_id, "windows": len(step.batch)})
+                if key not in dropped and (
+                    self.purges[step.room_id] != step.generation
+                    or not self.admits(step.room_id)
+                    or step.room_id in lost
+                ):
+                    log.info(
+                        "windows_dropped_room_refused",
+                        extra={"room_id": step.room_id, "windows": len(step.batch)},
+                    )
                     dropped.add(key)
                 if key not in dropped:
                     kept.append((step, vectors))
-            self.store.upsert([w for step, _ in kept for w in step.batch],
-                              [v for _, vectors in kept for v in vectors])
+            self.store.upsert(
+                [w for step, _ in kept for w in step.batch],
+                [v for _, vectors in kept for v in vectors],
+            )
             for step, _ in kept:
-                self._record_batch(step.room_id, step.batch, step.stale,
-                                   BlockStart(step.thread_root, step.block_start)
-                                   if step.block_start else None)
+                self._record_batch(
+                    step.room_id,
+                    step.batch,
+                    step.stale,
+                    BlockStart(step.thread_root, step.block_start) if step.block_start else None,
+                )
         return [step for step, _ in kept]
 
     def rechunk_windows(self, dirty: list[DirtyWindow]) -> None:
@@ -360,23 +393,32 @@ class Pipeline:
             # An edit is judged again: a message edited into a quote leaves its window
             # as a redacted one does, its old vector compacted away.
             lost = self.derived.withdraw_edited(
-                self.eventlog.texts.windows_messages(d.window_id for d in dirty))
+                self.eventlog.texts.windows_messages(d.window_id for d in dirty)
+            )
             dirty = [d._replace(redacted=d.redacted or d.window_id in lost) for d in dirty]
         rebuilt: list[_Rechunk] = []
         for d in dirty:
             generation = self.purges[d.room_id]
             messages = self.eventlog.texts.window_messages(d.window_id)
-            window = Window(chunk_window_id(d.room_id, messages[0].event_id), d.room_id,
-                            tuple(messages), self.room_label(d.room_id)) if messages else None
+            window = (
+                Window(
+                    chunk_window_id(d.room_id, messages[0].event_id),
+                    d.room_id,
+                    tuple(messages),
+                    self.room_label(d.room_id),
+                )
+                if messages
+                else None
+            )
             rebuilt.append(_Rechunk(d.window_id, d.redacted, window, generation))
         texts = [embed_text(r.window) for r in rebuilt if r.window is not None]
-        vectors = iter(encode_in_length_order(self.embedder, texts, EMBED_CALL, self.turns)
-                       if texts else [])
-        paired = [replace(r, vector=next(vectors)) if r.window is not None else r
-                  for r in rebuilt]
+        vectors = iter(
+            encode_in_length_order(self.embedder, texts, EMBED_CALL, self.turns) if texts else []
+        )
+        paired = [replace(r, vector=next(vectors)) if r.window is not None else r for r in rebuilt]
         rooms = {d.window_id: d.room_id for d in dirty}
         for start in range(0, len(paired), EMBED_BATCH):
-            self._store_rechunked(paired[start:start + EMBED_BATCH], rooms)
+            self._store_rechunked(paired[start : start + EMBED_BATCH], rooms)
 
     def _fence(self, rooms: set[RoomID]):
         """The claims' fenced transaction (its lost rooms), or nothing to fence."""
@@ -397,27 +439,48 @@ class Pipeline:
             # A room purged or refused since its windows were read: left dirty, and a
             # purge drops its dirty marks with its windows. One whose claim this worker
             # lost: left dirty for the claim's holder.
-            part = [p for p in part if rooms[p.old] not in lost and (p.window is None or (
-                self.purges[p.window.room_id] == p.generation
-                and self.admits(p.window.room_id)))]
-            upserts = [(p.window, p.vector) for p in part
-                       if p.window is not None and p.vector is not None]  # embedded together
+            part = [
+                p
+                for p in part
+                if rooms[p.old] not in lost
+                and (
+                    p.window is None
+                    or (
+                        self.purges[p.window.room_id] == p.generation
+                        and self.admits(p.window.room_id)
+                    )
+                )
+            ]
+            upserts = [
+                (p.window, p.vector) for p in part if p.window is not None and p.vector is not None
+            ]  # embedded together
             if upserts:
                 self.store.upsert([w for w, _ in upserts], [v for _, v in upserts])
             # After the upsert: nothing is ever missing.
             kept = {w.window_id for w, _ in upserts}
-            gone = [p.old for p in part
-                    if (p.window is None or p.window.window_id != p.old) and p.old not in kept]
+            gone = [
+                p.old
+                for p in part
+                if (p.window is None or p.window.window_id != p.old) and p.old not in kept
+            ]
             self.store.delete(gone)
             self.eventlog.rewindow_many(
-                [WindowMove(p.old, p.window.window_id if p.window is not None else None)
-                 for p in part])
+                [
+                    WindowMove(p.old, p.window.window_id if p.window is not None else None)
+                    for p in part
+                ]
+            )
             self.stats.windows_upserted += len(upserts)
             self.stats.embeddings += len(upserts)
             self.stats.windows_deleted += len(gone)
-        self.request_compaction({i for p in part if p.redacted
-                                 for i in ((p.old,) if p.window is None
-                                           else (p.old, p.window.window_id))})
+        self.request_compaction(
+            {
+                i
+                for p in part
+                if p.redacted
+                for i in ((p.old,) if p.window is None else (p.old, p.window.window_id))
+            }
+        )
         if part:
             log.info("windows_rechunked", extra={"windows": len(part), "deleted": len(gone)})
 
@@ -433,12 +496,18 @@ class Pipeline:
         assert self.compaction is not None  # set by __post_init__
         return self.compaction.run()
 
-    def _record_batch(self, room_id: RoomID, batch: list[Window], stale: list[WindowID],
-                      block_start: BlockStart | None = None) -> None:
+    def _record_batch(
+        self,
+        room_id: RoomID,
+        batch: list[Window],
+        stale: list[WindowID],
+        block_start: BlockStart | None = None,
+    ) -> None:
         """A step whose windows are upserted: its stale windows deleted, its events
         pointed at their windows (mark_indexed)."""
         assignments: dict[EventID, WindowID] = {
-            m.event_id: w.window_id for w in batch for m in w.messages}
+            m.event_id: w.window_id for w in batch for m in w.messages
+        }
         # And any window whose every event now goes elsewhere: a late message of an
         # earlier block re-cut windows the tail did not hold (the crash test found two
         # such windows left in Chroma beside their successors).
@@ -455,5 +524,7 @@ class Pipeline:
         # Windows follow conversations: the batch's latest message may be in any of them.
         latest = max((m for w in batch for m in w.messages), key=lambda m: m.ts)
         self.eventlog.mark_indexed(room_id, assignments, latest, block_start)
-        log.info("windows_upserted", extra={"room_id": room_id, "windows": len(batch),
-                                            "events": len(assignments)})
+        log.info(
+            "windows_upserted",
+            extra={"room_id": room_id, "windows": len(batch), "events": len(assignments)},
+        )

@@ -1,34 +1,34 @@
 """The collection records what made its vectors; a mismatch at start means a rebuild.
 
-    meta: embedder name, dimension, backend, chunker version, corpus set
-    store empty            -> the meta is written
-    meta matches           -> nothing to do
-    backend differs, same vector class (embedder.VECTOR_CLASS: torch, torch-bf16 and
-        onnx give the same vectors within cosine 0.99) -> kept, the meta says the new one
-    meta differs (a new model, a new chunker, int8 <-> float) -> the collection is emptied, every event
-        of the event log set pending again, and the pipeline re-embeds everything with
-        progress; reference corpora are synced again from their files. Never a mix.
-    collection lost (it holds less than half the windows the event log says it indexed:
-        a Chroma folder deleted or restored from an old backup) -> the same rebuild. An
-        empty store is not taken for a new one while the event log says otherwise.
-    else, gaps (verify_index.repair_gaps) -> a window of indexed events the collection
-        lacks: its events set pending again; a chat window no indexed event is in: deleted
+meta: embedder name, dimension, backend, chunker version, corpus set
+store empty            -> the meta is written
+meta matches           -> nothing to do
+backend differs, same vector class (embedder.VECTOR_CLASS: torch, torch-bf16 and
+    onnx give the same vectors within cosine 0.99) -> kept, the meta says the new one
+meta differs (a new model, a new chunker, int8 <-> float) -> the collection is emptied, every event
+    of the event log set pending again, and the pipeline re-embeds everything with
+    progress; reference corpora are synced again from their files. Never a mix.
+collection lost (it holds less than half the windows the event log says it indexed:
+    a Chroma folder deleted or restored from an old backup) -> the same rebuild. An
+    empty store is not taken for a new one while the event log says otherwise.
+else, gaps (verify_index.repair_gaps) -> a window of indexed events the collection
+    lacks: its events set pending again; a chat window no indexed event is in: deleted
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable
 
 from ..clock import stopwatch
 from ..ingest.purge import finish_pending
-from .chunker import CHUNKER_VERSION
 from ..models.embedder import VECTOR_CLASS, Embedder
-from ..store.eventlog.log import EventLog
-from .pipeline import Pipeline
 from ..records import CORPUS_CHAT, CORPUS_REFERENCE, WindowID
+from ..store.eventlog.log import EventLog
 from ..store.vectors.chroma import ChromaStore
+from .chunker import CHUNKER_VERSION
+from .pipeline import Pipeline
 from .verify_index import repair_gaps
 
 log = logging.getLogger(f"matrix_sources.{__name__}")
@@ -37,8 +37,13 @@ LOST_FRACTION = 0.5
 
 
 def expected_meta(embedder: Embedder) -> dict:
-    return {"embedder": embedder.name, "dim": embedder.dim, "backend": embedder.backend,
-            "chunker": CHUNKER_VERSION, "corpora": CORPORA}
+    return {
+        "embedder": embedder.name,
+        "dim": embedder.dim,
+        "backend": embedder.backend,
+        "chunker": CHUNKER_VERSION,
+        "corpora": CORPORA,
+    }
 
 
 def _same(key: str, have: object, want: object) -> bool:
@@ -56,8 +61,9 @@ def meta_mismatch(store: ChromaStore, embedder: Embedder) -> dict[str, tuple]:
     return {k: (have.get(k), v) for k, v in want.items() if not _same(k, have.get(k), v)}
 
 
-def lost_windows(store: ChromaStore, eventlog: EventLog,
-                 logged: set[WindowID] | None = None) -> tuple[int, int] | None:
+def lost_windows(
+    store: ChromaStore, eventlog: EventLog, logged: set[WindowID] | None = None
+) -> tuple[int, int] | None:
     """(held, expected) if the collection holds less than LOST_FRACTION of the windows
     the event log says are indexed (`logged`, if read already); None if it holds about
     what it should. The store's count includes reference sections: cheap, and a lost
@@ -67,8 +73,9 @@ def lost_windows(store: ChromaStore, eventlog: EventLog,
     return (held, expected) if expected and held < expected * LOST_FRACTION else None
 
 
-def rebuild_reason(store: ChromaStore, eventlog: EventLog, embedder: Embedder,
-                   logged: set[WindowID] | None = None) -> str:
+def rebuild_reason(
+    store: ChromaStore, eventlog: EventLog, embedder: Embedder, logged: set[WindowID] | None = None
+) -> str:
     """Why the collection must be rebuilt from the event log ('' if it need not be).
     `logged`: the event log's indexed window ids, if read already."""
     mismatch = meta_mismatch(store, embedder)
@@ -76,8 +83,10 @@ def rebuild_reason(store: ChromaStore, eventlog: EventLog, embedder: Embedder,
         return ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in mismatch.items())
     lost = lost_windows(store, eventlog, logged)
     if lost:
-        return (f"the collection holds {lost[0]} of the {lost[1]} windows the event log "
-                "says are indexed (Chroma folder lost or restored from an older backup?)")
+        return (
+            f"the collection holds {lost[0]} of the {lost[1]} windows the event log "
+            "says are indexed (Chroma folder lost or restored from an older backup?)"
+        )
     return ""
 
 
@@ -91,14 +100,18 @@ def _logged(total: int, every_s: float = 10.0) -> Callable[[int], None]:
         done += n
         if since() >= every_s:
             since = stopwatch()
-            log.warning("collection_rebuild_progress",
-                        extra={"messages": done, "total": total})
+            log.warning("collection_rebuild_progress", extra={"messages": done, "total": total})
+
     return progress
 
 
-def ensure_meta(store: ChromaStore, eventlog: EventLog, pipeline: Pipeline,
-                resync_references: Callable[[], None] | None = None,
-                progress: Callable[[int], None] | None = None) -> bool:
+def ensure_meta(
+    store: ChromaStore,
+    eventlog: EventLog,
+    pipeline: Pipeline,
+    resync_references: Callable[[], None] | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> bool:
     """Rebuild if the collection was made by something else, or lost; True if it rebuilt.
     The writer's start, in its three steps (the service joins rooms during the second)."""
     make_whole(store, eventlog, pipeline)
@@ -138,9 +151,14 @@ def check_collection(store: ChromaStore, eventlog: EventLog, pipeline: Pipeline)
         return reason
 
 
-def rebuild(store: ChromaStore, eventlog: EventLog, pipeline: Pipeline, reason: str,
-            resync_references: Callable[[], None] | None = None,
-            progress: Callable[[int], None] | None = None) -> None:
+def rebuild(
+    store: ChromaStore,
+    eventlog: EventLog,
+    pipeline: Pipeline,
+    reason: str,
+    resync_references: Callable[[], None] | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> None:
     """The collection emptied and made again from the event log, with progress."""
     log.warning("collection_rebuild", extra={"reason": reason, "windows": store.count()})
     with pipeline.lock:

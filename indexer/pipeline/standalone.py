@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from ..clock import Backoff
 from ..records import RoomID
-from ..store.vectors.chroma import ChromaStore
 from ..store.eventlog.log import EventLog
+from ..store.vectors.chroma import ChromaStore
 from .pipeline import Pipeline
 
 log = logging.getLogger(f"matrix_sources.{__name__}")
@@ -69,8 +69,11 @@ class WorkerLoop:
             except Exception as e:  # noqa: BLE001 - the store or the database: retried
                 self.failures += 1
                 delay = self.backoff.next()
-                log.error("worker_run_failed", exc_info=True, extra={
-                    "error": type(e).__name__, "retry_in": delay})
+                log.error(
+                    "worker_run_failed",
+                    exc_info=True,
+                    extra={"error": type(e).__name__, "retry_in": delay},
+                )
                 wait(delay)
                 continue
             self.runs += 1

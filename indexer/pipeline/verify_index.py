@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
-from ..store.eventlog.log import EventLog
 from ..records import CORPUS_CHAT, CORPUS_REFERENCE, EventID, WindowID
+from ..store.eventlog.log import EventLog
 from ..store.vectors.chroma import ChromaStore
 
 log = logging.getLogger(f"matrix_sources.{__name__}")
@@ -58,20 +58,24 @@ class IndexReport:
     def lines(self) -> list[str]:
         would = "would be " if self.dry_run else ""
         deleted = "kept: see below" if self.refused else f"{would}deleted"
-        out = [f"index: {self.windows} windows in the store, {self.log_windows} in the event log"
-               + (" (dry run: nothing changed)" if self.dry_run else ""),
-               f"  unreachable by their own vector: {len(self.unreachable)}"
-               + (f" ({would}repaired)" if self.unreachable and (
-                   self.dry_run or not self.still_unreachable) else ""),
-               f"  missing from the store: {len(self.missing)} (events {would}set pending)",
-               f"  messages their window does not list: {len(self.outside)} "
-               f"(windows {would}deleted, events {would}set pending)",
-               f"  orphaned in the store: {len(self.orphans)} ({deleted})"]
+        out = [
+            f"index: {self.windows} windows in the store, {self.log_windows} in the event log"
+            + (" (dry run: nothing changed)" if self.dry_run else ""),
+            f"  unreachable by their own vector: {len(self.unreachable)}"
+            + (
+                f" ({would}repaired)"
+                if self.unreachable and (self.dry_run or not self.still_unreachable)
+                else ""
+            ),
+            f"  missing from the store: {len(self.missing)} (events {would}set pending)",
+            f"  messages their window does not list: {len(self.outside)} "
+            f"(windows {would}deleted, events {would}set pending)",
+            f"  orphaned in the store: {len(self.orphans)} ({deleted})",
+        ]
         if self.refused:
             out.append(f"FAIL deleting refused: {self.refused}")
         if self.dry_run:
-            out.append("ok: nothing to repair" if self.ok else
-                       "run without --dry-run to repair")
+            out.append("ok: nothing to repair" if self.ok else "run without --dry-run to repair")
         elif self.still_unreachable:
             out.append(f"FAIL {len(self.still_unreachable)} windows stay unreachable:")
             out += [f"  {w}" for w in self.still_unreachable[:50]]
@@ -83,32 +87,42 @@ class IndexReport:
 def deletion_refusal(chat_windows: int, log_windows: int, orphans: int) -> str:
     """Why orphans must not be deleted ('' if they may be): the event log cannot judge."""
     if orphans and log_windows == 0:
-        return (f"the event log has no indexed window while the collection holds "
-                f"{chat_windows}; it is empty or not this collection's. Restore the event "
-                "log, or rebuild: move the Chroma folder aside and start the service")
+        return (
+            f"the event log has no indexed window while the collection holds "
+            f"{chat_windows}; it is empty or not this collection's. Restore the event "
+            "log, or rebuild: move the Chroma folder aside and start the service"
+        )
     if orphans * 2 > chat_windows:
-        return (f"the event log disowns {orphans} of the collection's {chat_windows} chat "
-                "windows, most of it: it is stale or not this collection's. Check "
-                "index.eventlog in the config, or restore the event log from a backup")
+        return (
+            f"the event log disowns {orphans} of the collection's {chat_windows} chat "
+            "windows, most of it: it is stale or not this collection's. Check "
+            "index.eventlog in the config, or restore the event log from a backup"
+        )
     return ""
 
 
-def unreachable_windows(store: ChromaStore, ids: list[WindowID] | None = None,
-                        progress: Callable[[int], None] | None = None) -> list[WindowID]:
+def unreachable_windows(
+    store: ChromaStore,
+    ids: list[WindowID] | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> list[WindowID]:
     """Windows that do not come back among the nearest of their own vector."""
     bad: list[WindowID] = []
     for page in store.pages_with_vectors(PAGE, ids):
         vectors = [v for _, v in page]
-        results = [{nb.window_id for nb in lst}
-                   for lst in store.nearest(vectors, PROBE_K)]
+        results = [{nb.window_id for nb in lst} for lst in store.nearest(vectors, PROBE_K)]
         bad += [wid for (wid, _), got in zip(page, results) if wid not in got]
         if progress:
             progress(len(page))
     return bad
 
 
-def verify_index(store: ChromaStore, eventlog: EventLog, repair: bool = True,
-                 progress: Callable[[int], None] | None = None) -> IndexReport:
+def verify_index(
+    store: ChromaStore,
+    eventlog: EventLog,
+    repair: bool = True,
+    progress: Callable[[int], None] | None = None,
+) -> IndexReport:
     report = IndexReport()
     stored = {w.window_id: w.corpus for w in store.iter_windows()}
     chat = {w for w, corpus in stored.items() if corpus != CORPUS_REFERENCE}
@@ -136,7 +150,8 @@ def verify_index(store: ChromaStore, eventlog: EventLog, repair: bool = True,
     if report.unreachable:
         store.readd([w for w in report.unreachable if w not in set(report.orphans)])
         report.still_unreachable = unreachable_windows(
-            store, [w for w in report.unreachable if w not in set(report.orphans)])
+            store, [w for w in report.unreachable if w not in set(report.orphans)]
+        )
     return report
 
 
@@ -149,8 +164,12 @@ class Gaps:
     refused: str = ""  # why the orphans are kept (deletion_refusal)
 
 
-def index_gaps(store: ChromaStore, eventlog: EventLog, logged: set[WindowID] | None = None,
-               held: set[WindowID] | None = None) -> Gaps:
+def index_gaps(
+    store: ChromaStore,
+    eventlog: EventLog,
+    logged: set[WindowID] | None = None,
+    held: set[WindowID] | None = None,
+) -> Gaps:
     """Window ids only: cheap enough for every writer's start (rebuild.ensure_meta).
     `logged`, `held`: the event log's indexed window ids and the collection's chat ids,
     if read already."""
@@ -159,12 +178,17 @@ def index_gaps(store: ChromaStore, eventlog: EventLog, logged: set[WindowID] | N
     if held is None:
         held = store.ids(CORPUS_CHAT)
     orphans = sorted(held - logged)
-    return Gaps(sorted(logged - held), orphans,
-                deletion_refusal(len(held), len(logged), len(orphans)))
+    return Gaps(
+        sorted(logged - held), orphans, deletion_refusal(len(held), len(logged), len(orphans))
+    )
 
 
-def repair_gaps(store: ChromaStore, eventlog: EventLog, logged: set[WindowID] | None = None,
-                held: set[WindowID] | None = None) -> tuple[Gaps, int]:
+def repair_gaps(
+    store: ChromaStore,
+    eventlog: EventLog,
+    logged: set[WindowID] | None = None,
+    held: set[WindowID] | None = None,
+) -> tuple[Gaps, int]:
     """The start-up check: a window the event log holds indexed events in but the
     collection lacks (a crash between a re-chunk's delete and its re-point, a lost
     write) has its events set pending, so the pipeline indexes them again; a window no
@@ -178,21 +202,28 @@ def repair_gaps(store: ChromaStore, eventlog: EventLog, logged: set[WindowID] | 
     if gaps.orphans and not gaps.refused:
         store.delete(gaps.orphans)
     if gaps.missing or gaps.orphans:
-        log.warning("index_gaps_repaired", extra={
-            "missing_windows": len(gaps.missing), "events_requeued": requeued,
-            "orphans": len(gaps.orphans), "orphans_deleted": not gaps.refused})
+        log.warning(
+            "index_gaps_repaired",
+            extra={
+                "missing_windows": len(gaps.missing),
+                "events_requeued": requeued,
+                "orphans": len(gaps.orphans),
+                "orphans_deleted": not gaps.refused,
+            },
+        )
     return gaps, requeued
 
 
-def events_outside_windows(store: ChromaStore, eventlog: EventLog,
-                           page: int = PAGE) -> list[EventID]:
+def events_outside_windows(
+    store: ChromaStore, eventlog: EventLog, page: int = PAGE
+) -> list[EventID]:
     """Events marked indexed that the record of their window does not list (or whose
     window is not in the collection): doctor's check, every record's metadata read."""
     assigned = eventlog.status.indexed_events()
     held: dict[str, set[str]] = {}
     ids = sorted(set(assigned.values()))
     for i in range(0, len(ids), page):
-        res = store.records(("metadatas",), ids[i:i + page])
+        res = store.records(("metadatas",), ids[i : i + page])
         for wid, meta in zip(res["ids"], res["metadatas"]):
             held[wid] = set(json.loads((meta or {}).get("event_ids", "[]")))
     return sorted(e for e, w in assigned.items() if e not in held.get(w, ()))

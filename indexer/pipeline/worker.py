@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 from ..clock import REAL, Backoff, Clock
 from .pipeline import Pipeline
@@ -33,10 +33,15 @@ class PipelineWorker:
     """Runs the pipeline in the background for the live service: debounced, off the
     event loop, retried with backoff when the store or the model fails."""
 
-    def __init__(self, pipeline: Pipeline, debounce: float = 1.0,
-                 backoff_initial: float = 1.0, backoff_max: float = 60.0,
-                 clock: Clock = REAL,
-                 after_run: Callable[[], None] | None = None):
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        debounce: float = 1.0,
+        backoff_initial: float = 1.0,
+        backoff_max: float = 60.0,
+        clock: Clock = REAL,
+        after_run: Callable[[], None] | None = None,
+    ):
         self.pipeline = pipeline
         # Called in the worker thread after each run that succeeded (the service hands
         # the run's freed memory back to the system: appservice/homeserver/heap.py).
@@ -106,9 +111,14 @@ class PipelineWorker:
                 self.failures += 1
                 self.consecutive_failures += 1
                 self.last_error = type(e).__name__
-                log.error("pipeline_failed", exc_info=True, extra={
-                    "failures_in_a_row": self.consecutive_failures,
-                    "retry_in": backoff.delay})
+                log.error(
+                    "pipeline_failed",
+                    exc_info=True,
+                    extra={
+                        "failures_in_a_row": self.consecutive_failures,
+                        "retry_in": backoff.delay,
+                    },
+                )
                 await self._clock.sleep(backoff.next())
                 if self._waiting_since is None:  # retry now: the backoff was the wait
                     self._waiting_since = self._clock.now() - self.debounce
@@ -125,8 +135,9 @@ class PipelineWorker:
         if wait and self._compaction is None:
             if self._compaction_timer is not None:
                 self._compaction_timer.cancel()
-            self._compaction_timer = asyncio.create_task(self._notify_after(wait),
-                                                    name="pipeline-compaction-timer")
+            self._compaction_timer = asyncio.create_task(
+                self._notify_after(wait), name="pipeline-compaction-timer"
+            )
         if not self._wake.is_set() and not self._running and self._compaction is None:
             self.idle.set()
 

@@ -23,8 +23,8 @@ shares no word with its English answer (docs/multilingual.md, "Abstain per langu
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
 
 from .evidence import NO_EVIDENCE, Evidence
 from .lexical import stem, words
@@ -45,14 +45,16 @@ class Floor:
     # The margin for a question written mostly in this script (tokens.script), instead.
     margin_by_script: Mapping[str, float] = field(default_factory=dict, hash=False)
 
-    def for_query(self, texts: Iterable[str], evidence: Evidence = NO_EVIDENCE,
-                  words_only: bool = False) -> QueryFloor:
+    def for_query(
+        self, texts: Iterable[str], evidence: Evidence = NO_EVIDENCE, words_only: bool = False
+    ) -> QueryFloor:
         texts = list(texts)
         margin = self.no_shared_word_margin
         if self.margin_by_script:  # the question's script is read only when it matters
             margin = self.margin_by_script.get(script("\n".join(texts)) or "", margin)
-        return QueryFloor(self, frozenset().union(*(words_of(t) for t in texts)), evidence,
-                          words_only, margin)
+        return QueryFloor(
+            self, frozenset().union(*(words_of(t) for t in texts)), evidence, words_only, margin
+        )
 
 
 @dataclass(frozen=True)

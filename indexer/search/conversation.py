@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from ..ingest.addressing import names
 from ..records import EventID, Hit, Message, UserID
 from ..store.eventlog.log import EventLog
-from .linkage import Horizon, addressees, responses as linked_after
+from .linkage import Horizon, addressees
+from .linkage import responses as linked_after
 
 # A back and forth is followed this many follow-ups of the asker's past the question.
 DIALOGUE_HOPS = 3
@@ -36,11 +37,22 @@ class Conversations:
         root = self.eventlog.timeline.thread_root_of(window[0].event_id)
         limit = len(window) + 2 * self.horizon.messages
         timeline = self.eventlog.timeline.timeline_after(
-            hit.room_id, root, window[0].ts, window[-1].ts + self.horizon.ms, limit,
-            roots=tuple(m.event_id for m in window))
-        return Plan(hit, window, [m for m, _ in timeline],
-                    {m.event_id: t for m, t in timeline if t is not None},
-                    root, window[-1].ts + self.horizon.ms, len(timeline) >= limit)
+            hit.room_id,
+            root,
+            window[0].ts,
+            window[-1].ts + self.horizon.ms,
+            limit,
+            roots=tuple(m.event_id for m in window),
+        )
+        return Plan(
+            hit,
+            window,
+            [m for m, _ in timeline],
+            {m.event_id: t for m, t in timeline if t is not None},
+            root,
+            window[-1].ts + self.horizon.ms,
+            len(timeline) >= limit,
+        )
 
     def responses(self, p: Plan, anchor: int) -> list[tuple[Message, str]]:
         """The responses to the asker's lines of the window from the matched question
@@ -53,15 +65,20 @@ class Conversations:
             i = position.get(q.event_id)
             if q.sender != asker or i is None:
                 continue
-            for link in linked_after(q, p.later[i + 1:], self.horizon, p.thread_of, known):
+            for link in linked_after(q, p.later[i + 1 :], self.horizon, p.thread_of, known):
                 found.setdefault(link.answer.event_id, (link.answer, link.rule))
         if self._dialogue(p, asker, known, found, position):
             position = {m.event_id: i for i, m in enumerate(p.later)}
         return sorted(found.values(), key=lambda a: position[a[0].event_id])
 
-    def _dialogue(self, p: Plan, asker: UserID, known: frozenset[str],
-                  found: dict[EventID, tuple[Message, str]],
-                  position: dict[EventID, int]) -> bool:
+    def _dialogue(
+        self,
+        p: Plan,
+        asker: UserID,
+        known: frozenset[str],
+        found: dict[EventID, tuple[Message, str]],
+        position: dict[EventID, int],
+    ) -> bool:
         """The conversation goes on past the horizon when the asker answers back: a
         later message of the asker's addressed to one who responded (by name, pill or
         reply) is the same question followed up, and that person's responses to it
@@ -77,18 +94,38 @@ class Conversations:
                 break
             partners = {m.sender for m, _ in found.values()}
             theirs = {n for u in partners for n in names(u)}
-            follow = next((i for i in range(start + 1, len(p.later))
-                           if p.later[i].sender == asker
-                           and _answers_back(p.later[i], partners, theirs, found, known)),
-                          None)
+            follow = next(
+                (
+                    i
+                    for i in range(start + 1, len(p.later))
+                    if p.later[i].sender == asker
+                    and _answers_back(p.later[i], partners, theirs, found, known)
+                ),
+                None,
+            )
             if follow is None:  # past what was read: the asker's own lines only
                 bound = p.window[-1].ts + (1 + DIALOGUE_HOPS) * self.horizon.ms
-                ahead = (self.eventlog.timeline.said_by(
-                    p.hit.room_id, p.root, asker, p.later[-1].ts, bound,
-                    DIALOGUE_HOPS * self.horizon.messages)
-                    if p.later and (p.full or p.until < bound) else [])
-                back = next((m for m in ahead if m.event_id not in position
-                             and _answers_back(m, partners, theirs, found, known)), None)
+                ahead = (
+                    self.eventlog.timeline.said_by(
+                        p.hit.room_id,
+                        p.root,
+                        asker,
+                        p.later[-1].ts,
+                        bound,
+                        DIALOGUE_HOPS * self.horizon.messages,
+                    )
+                    if p.later and (p.full or p.until < bound)
+                    else []
+                )
+                back = next(
+                    (
+                        m
+                        for m in ahead
+                        if m.event_id not in position
+                        and _answers_back(m, partners, theirs, found, known)
+                    ),
+                    None,
+                )
                 if back is None:
                     break
                 read = self._read_on(p, back.ts, back.ts + self.horizon.ms) or read
@@ -100,8 +137,9 @@ class Conversations:
                 read = True
                 position = {m.event_id: i for i, m in enumerate(p.later)}
             start = follow  # if no one answered that one, look past it
-            for link in linked_after(p.later[follow], p.later[follow + 1:], self.horizon,
-                                     p.thread_of, known):
+            for link in linked_after(
+                p.later[follow], p.later[follow + 1 :], self.horizon, p.thread_of, known
+            ):
                 if link.answer.sender in partners and link.answer.event_id not in found:
                     found[link.answer.event_id] = (link.answer, link.rule)
                     start = max(start, position[link.answer.event_id])
@@ -113,8 +151,13 @@ class Conversations:
         if not (p.later and (p.full or p.until < until)):
             return False
         timeline = self.eventlog.timeline.timeline_after(
-            p.hit.room_id, p.root, since, until, 2 * self.horizon.messages,
-            roots=tuple(m.event_id for m in p.window))
+            p.hit.room_id,
+            p.root,
+            since,
+            until,
+            2 * self.horizon.messages,
+            roots=tuple(m.event_id for m in p.window),
+        )
         seen = {m.event_id for m in p.later}
         for m, t in timeline:
             if m.event_id not in seen:
@@ -126,8 +169,13 @@ class Conversations:
         return True
 
 
-def _answers_back(m: Message, partners: set[UserID], their: set[str],
-                  found: dict[EventID, tuple[Message, str]], known: frozenset[str]) -> bool:
+def _answers_back(
+    m: Message,
+    partners: set[UserID],
+    their: set[str],
+    found: dict[EventID, tuple[Message, str]],
+    known: frozenset[str],
+) -> bool:
     """m (the asker's) speaks to one of the people who responded: a reply to one of
     their responses, a pill of theirs, or their name leading or @-ed."""
     if m.reply_to is not None:

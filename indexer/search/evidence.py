@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Sequence
 
 from .termindex import matchable
 from .tokens import base_of, keys, matches, tokens
@@ -59,8 +59,9 @@ class Evidence:
     _cache: dict[tuple[str, ...], tuple[float, bool]] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def of(cls, texts: Iterable[str], df: Callable[[str], int], total: int,
-           keywords: bool = False) -> "Evidence":
+    def of(
+        cls, texts: Iterable[str], df: Callable[[str], int], total: int, keywords: bool = False
+    ) -> Evidence:
         texts = list(texts)
         terms = list(dict.fromkeys(t for text in texts for t in tokens(text)))[:MAX_TERMS]
         weights, present = {}, False
@@ -80,11 +81,12 @@ class Evidence:
         got = self._cache.get(key)
         if got is None:
             found = {k for part in matchable(key) for k in keys(part)}
-            held = [t for t in self.weights
-                    if any(matches(*base_of(t), k) for k in found)]
+            held = [t for t in self.weights if any(matches(*base_of(t), k) for k in found)]
             total = sum(self.weights.values())
-            got = (sum(self.weights[t] for t in held) / total if total else 0.0,
-                   any(t in self.exact for t in held))
+            got = (
+                sum(self.weights[t] for t in held) / total if total else 0.0,
+                any(t in self.exact for t in held),
+            )
             self._cache[key] = got
         return got
 

@@ -39,8 +39,19 @@ _PARENS = re.compile(r"\([^()]*\)")
 # dictionary would misread (手紙 is a letter in Japanese, toilet paper in Chinese).
 _KANA = re.compile(r"[\u3040-\u30ff\u31f0-\u31ff\uff66-\uff9f]")
 # A sense that only points elsewhere or says what kind of word it is.
-_NOT_A_SENSE = ("variant of", "see ", "CL:", "abbr. for", "used in", "surname",
-                "particle", "old variant", "erhua", "Taiwan pr.", "also pr.")
+_NOT_A_SENSE = (
+    "variant of",
+    "see ",
+    "CL:",
+    "abbr. for",
+    "used in",
+    "surname",
+    "particle",
+    "old variant",
+    "erhua",
+    "Taiwan pr.",
+    "also pr.",
+)
 
 # How many distinct plain senses of a word are weighed against the chat.
 MAX_SENSES = 6
@@ -112,10 +123,12 @@ def words(text: str) -> list[str]:
             continue
         i = 0
         while i < len(run):
-            n = next((n for n in range(min(_longest, len(run) - i), 1, -1)
-                      if run[i:i + n] in entries), 1)
+            n = next(
+                (n for n in range(min(_longest, len(run) - i), 1, -1) if run[i : i + n] in entries),
+                1,
+            )
             if n > 1:
-                out.append(run[i:i + n])
+                out.append(run[i : i + n])
             i += n
     return out
 

@@ -14,7 +14,7 @@ is embedded and searched like any other.
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 MIN_PIECES = 4  # shorter texts ("c++", "ext3") are judged by the similarity floor alone
 MAX_SPELLED = 0.6  # share of one-letter pieces above which the model is spelling

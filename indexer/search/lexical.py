@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -35,8 +36,16 @@ from .tokens import STOP_WORDS, base_of, borrowed, keys, matches, stem, tokens
 if TYPE_CHECKING:
     from ..store.vectors.chroma import ChromaStore
 
-__all__ = ["STOP_WORDS", "LexicalRanker", "base_of", "is_keywords", "matching", "stem",
-           "terms", "words"]
+__all__ = [
+    "STOP_WORDS",
+    "LexicalRanker",
+    "base_of",
+    "is_keywords",
+    "matching",
+    "stem",
+    "terms",
+    "words",
+]
 
 K1 = 1.2
 B = 0.75
@@ -149,7 +158,7 @@ class LexicalRanker:
                 return []
             lengths = index.slot_lengths(pool_slots)
             tfs = []
-            for t, (slots, tf) in hits.items():
+            for slots, tf in hits.values():
                 at = np.searchsorted(slots, pool_slots)
                 found = (at < len(slots)) & (slots[np.minimum(at, len(slots) - 1)] == pool_slots)
                 tfs.append(np.where(found, tf[np.minimum(at, len(slots) - 1)], 0))
@@ -199,8 +208,9 @@ def _best(coarse: np.ndarray, index: TermIndex) -> tuple[np.ndarray, list[str]]:
             tied = tied[keys <= np.partition(keys, need - 1)[need - 1]]
         tied_ids = index.ids_of(tied)
         by_id = dict(zip(tied_ids, tied.tolist()))
-        cand = np.concatenate([above, np.array(
-            [by_id[w] for w in heapq.nsmallest(need, tied_ids)], dtype=np.int64)])
+        cand = np.concatenate(
+            [above, np.array([by_id[w] for w in heapq.nsmallest(need, tied_ids)], dtype=np.int64)]
+        )
         scores = coarse[cand]
     ids, listed = index.ids_of(cand), scores.tolist()
     order = sorted(range(len(cand)), key=lambda i: (-listed[i], ids[i]))
@@ -221,8 +231,9 @@ def _prefilter(hits: dict[str, dict[str, int]], total: int) -> tuple[dict[str, f
     return idf, sorted(coarse, key=lambda w: (-coarse[w], w))[:PREFILTER]
 
 
-def _bm25_arrays(pool: list[str], idf: list[float], tfs: list[np.ndarray],
-                 lengths: np.ndarray) -> list[str]:
+def _bm25_arrays(
+    pool: list[str], idf: list[float], tfs: list[np.ndarray], lengths: np.ndarray
+) -> list[str]:
     """_bm25 on arrays (one tf array per term, in idf's order, over the pool): the same
     floats, as each is reached by the same operations in the same order (a term a window
     lacks adds 0.0), so the same order; a third of the leg's time in Python (200 windows
@@ -237,8 +248,12 @@ def _bm25_arrays(pool: list[str], idf: list[float], tfs: list[np.ndarray],
     return sorted(pool, key=lambda w: (-at[w], w))
 
 
-def _bm25(pool: list[str], idf: dict[str, float], tf: Callable[[str, str], int],
-          length: Callable[[str], int]) -> list[str]:
+def _bm25(
+    pool: list[str],
+    idf: dict[str, float],
+    tf: Callable[[str, str], int],
+    length: Callable[[str], int],
+) -> list[str]:
     """The pool ordered by BM25 (lengths normalised by the pool's mean)."""
     lengths = {w: length(w) for w in pool}
     avg = sum(lengths.values()) / len(lengths) or 1.0
@@ -254,8 +269,9 @@ def _bm25(pool: list[str], idf: dict[str, float], tf: Callable[[str, str], int],
     return sorted(scores, key=lambda w: (-scores[w], w))
 
 
-def matching(store: ChromaStore, base: str, prefix: bool = False,
-             where: dict | None = None) -> list[str]:
+def matching(
+    store: ChromaStore, base: str, prefix: bool = False, where: dict | None = None
+) -> list[str]:
     """Ids of the stored windows one of whose bodies holds a key the term (its
     `base_of`) matches, scanning the store's event log with the tokenizer the postings
     use: the leg asks this only when its postings cannot answer. `where`: the room and
@@ -273,7 +289,8 @@ def matching(store: ChromaStore, base: str, prefix: bool = False,
         found |= eventlog.texts.bodies_matching(holds, room, contains=base)
     if corpus in (None, CORPUS_REFERENCE) and room is None:
         found |= eventlog.texts.refs_matching(
-            lambda text: any(holds(part) for part in matchable([text])))
+            lambda text: any(holds(part) for part in matchable([text]))
+        )
     if not found:
         return []
     # Only what the collection holds (the event log may be a step ahead).

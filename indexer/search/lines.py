@@ -5,8 +5,8 @@ The presenter (present.py) weighs and orders the lines it quotes by these."""
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
-from typing import Sequence
 
 from ..ingest.addressing import addressed, names
 from ..records import EventID, Message, UserID
@@ -57,21 +57,24 @@ def thanked(asker: UserID, later: Sequence[Message]) -> set[EventID]:
         if not _THANKS.search(m.body) or not last:
             continue
         named = [u for u in last if names(u) & set(addressed(m.body))]
-        whom = named or ([max(last.values(), key=lambda x: x.ts).sender]
-                         if not addressed(m.body) else [])
+        whom = named or (
+            [max(last.values(), key=lambda x: x.ts).sender] if not addressed(m.body) else []
+        )
         out.update(last[u].event_id for u in whom)
     return out
 
 
-def said_after(lines: Sequence[Message], scores: Sequence[float],
-               ratio: float) -> set[EventID]:
+def said_after(lines: Sequence[Message], scores: Sequence[float], ratio: float) -> set[EventID]:
     """The lines asking back whose sender said more later among `lines`, not asking,
     scoring at least `ratio` of theirs: what they asked was answered, and what they
     said then is the answer."""
     said = [(m, sc) for m, sc in zip(lines, scores) if asks_back(m.body) == 1.0]
-    return {m.event_id for m, sc in zip(lines, scores) if asks_back(m.body) != 1.0
-            and any(x.sender == m.sender and x.ts > m.ts and xs >= ratio * sc
-                    for x, xs in said)}
+    return {
+        m.event_id
+        for m, sc in zip(lines, scores)
+        if asks_back(m.body) != 1.0
+        and any(x.sender == m.sender and x.ts > m.ts and xs >= ratio * sc for x, xs in said)
+    }
 
 
 def asks_back(body: str) -> float:
@@ -81,8 +84,11 @@ def asks_back(body: str) -> float:
     if not text.endswith("?"):
         return 1.0
     head, comma, tag = text.rpartition(",")
-    return 1.0 if comma and len(tag.split()) <= TAG_WORDS and len(head.split()) > TAG_WORDS \
+    return (
+        1.0
+        if comma and len(tag.split()) <= TAG_WORDS and len(head.split()) > TAG_WORDS
         else ASKS_BACK
+    )
 
 
 def novelty(body: str, asked: AbstractSet[str]) -> float:
@@ -99,8 +105,11 @@ def novelty(body: str, asked: AbstractSet[str]) -> float:
 def says_something(m: Message, asked: AbstractSet[str] = frozenset()) -> bool:
     """Long enough to say something, and not an echo of the words asked."""
     body = m.body.strip()
-    return len(body) >= MIN_LINE_CHARS and bool(_WORDY.search(body)) and not (
-        stuffed(body) or asked and novelty(body, asked) <= ECHO)
+    return (
+        len(body) >= MIN_LINE_CHARS
+        and bool(_WORDY.search(body))
+        and not (stuffed(body) or asked and novelty(body, asked) <= ECHO)
+    )
 
 
 def stuffed(body: str) -> bool:

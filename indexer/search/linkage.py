@@ -21,16 +21,17 @@ A back and forth goes on past the horizon: when A answers back to one who respon
 that person's responses to the follow-up are the question's too (conversation.py,
 `Conversations._dialogue`).
 
-Only A's own messages are ever answered by these rules; a message by A is never its
-own answer, and a Matrix reply answers the message it replies to, no other. Linkage is computed when a hit is presented, from the event log as it is
-then: an edit or a redaction of an answer reaches every hit that carries it.
+Only A's own messages are ever answered by these rules; a message by A is never its own answer, and
+a Matrix reply answers the message it replies to, no other. Linkage is computed when a hit is
+presented, from the event log as it is then: an edit or a redaction of an answer reaches every hit
+that carries it.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from ..ingest.addressing import addressed, names, norm, resolve
 from ..records import EventID, Message, UserID
@@ -60,8 +61,9 @@ class Link:
     rule: str  # reply | thread | mention | address | next | more
 
 
-def addressees(m: Message, known: frozenset[str],
-               people: Sequence[frozenset[str]] = ()) -> frozenset[str]:
+def addressees(
+    m: Message, known: frozenset[str], people: Sequence[frozenset[str]] = ()
+) -> frozenset[str]:
     """The names of `known` (normalised names of the people in the room; `people`:
     the same, per person) that a message is addressed to by its text: a leading
     `name:` / `@name` / reply fallback, and every `@name` in it, glued or not, whole or
@@ -85,9 +87,13 @@ def _addresses_other(m: Message, asker: UserID, to: frozenset[str]) -> bool:
     return bool(to - mine - names(m.sender))
 
 
-def responses(question: Message, later: Sequence[Message], horizon: Horizon,
-              thread_of: dict[EventID, EventID] | None = None,
-              known: frozenset[str] = frozenset()) -> list[Link]:
+def responses(
+    question: Message,
+    later: Sequence[Message],
+    horizon: Horizon,
+    thread_of: dict[EventID, EventID] | None = None,
+    known: frozenset[str] = frozenset(),
+) -> list[Link]:
     """The messages of `later` (the room's messages after `question`, in timeline
     order) that respond to it, within the horizon, in timeline order. `known`: names
     of people who spoke before the question (a "bob: ..." to someone who spoke only
@@ -95,7 +101,7 @@ def responses(question: Message, later: Sequence[Message], horizon: Horizon,
     asker = question.sender
     mine = names(asker)
     until = question.ts + horizon.ms
-    senders = {m.sender for m in (question, *later[:horizon.messages])}
+    senders = {m.sender for m in (question, *later[: horizon.messages])}
     known = known | frozenset(n for u in senders for n in names(u))
     people = [names(u) for u in sorted(senders)]
     out: list[Link] = []

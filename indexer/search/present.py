@@ -25,22 +25,22 @@ from __future__ import annotations
 import hashlib
 import re
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Sequence
 
 import numpy as np
 
-from ..pipeline.chunker import document
 from ..models.embedder import Embedder, encode_each
 from ..models.ports import QueryProjector
+from ..pipeline.chunker import document
 from ..records import CORPUS_CHAT, EventID, Hit, Line, Message, Window, WindowID
 from ..store.eventlog.log import EventLog
-from .abstain import QueryFloor
-from .evidence import NO_EVIDENCE, Evidence
 from . import lines
-from .tokens import tokens
+from .abstain import QueryFloor
 from .conversation import Conversations, Plan
+from .evidence import NO_EVIDENCE, Evidence
 from .linkage import Horizon
+from .tokens import tokens
 
 MAX_ANSWERS = 12  # linked answers carried (and cited) per hit
 SHOWN_LINES = 3  # lines quoted per hit: the matched question and the best responses
@@ -102,13 +102,22 @@ class Presenter:
     def __post_init__(self) -> None:
         self.conversations = Conversations(self.eventlog, self.horizon)
 
-    def present(self, hits: Sequence[Hit], query_vectors: Sequence[Sequence[float]],
-                top_k: int | None = None) -> list[Hit]:
+    def present(
+        self,
+        hits: Sequence[Hit],
+        query_vectors: Sequence[Sequence[float]],
+        top_k: int | None = None,
+    ) -> list[Hit]:
         return self.present_above(hits, query_vectors, top_k)[0]
 
-    def present_above(self, hits: Sequence[Hit], query_vectors: Sequence[Sequence[float]],
-                      top_k: int | None = None, floor: QueryFloor | None = None,
-                      evidence: Evidence = NO_EVIDENCE) -> tuple[list[Hit], Hit | None]:
+    def present_above(
+        self,
+        hits: Sequence[Hit],
+        query_vectors: Sequence[Sequence[float]],
+        top_k: int | None = None,
+        floor: QueryFloor | None = None,
+        evidence: Evidence = NO_EVIDENCE,
+    ) -> tuple[list[Hit], Hit | None]:
         """The best `top_k` of the hits, with their answers and quoted lines. The hits
         the floor keeps (on `similarity`: the window's and its matched question's cosine
         to the query, `LINE_WEIGHT`) are ranked again by what a person would read first:
@@ -118,8 +127,10 @@ class Presenter:
         meanwhile) is dropped; reference hits keep their similarity. Returns the hits,
         and when the floor left none, the closest."""
         queries = np.asarray(query_vectors, dtype=np.float32)
-        windows = [self.eventlog.texts.window_messages(h.window_id) if h.corpus == CORPUS_CHAT
-                   else None for h in hits]
+        windows = [
+            self.eventlog.texts.window_messages(h.window_id) if h.corpus == CORPUS_CHAT else None
+            for h in hits
+        ]
         flat = self._vectors([m.body for w in windows if w for m in w])
         words = WORD_WEIGHT_KEYWORDS if evidence.keywords else WORD_WEIGHT
         cands, at = [], 0
@@ -131,18 +142,24 @@ class Presenter:
                 continue
             if not w:
                 continue
-            vecs = flat[at:at + len(w)]
+            vecs = flat[at : at + len(w)]
             at += len(w)
             line_sims = (vecs @ queries.T).max(axis=1)
             # The matched question: the line closest to the query (the first of equals),
             # not one stuffed with its words over and over.
             fair = np.array([not lines.stuffed(m.body) for m in w])
-            anchor = int(np.argmax(np.where(fair, line_sims, -2.0) if fair.any()
-                                   else line_sims))
+            anchor = int(np.argmax(np.where(fair, line_sims, -2.0) if fair.any() else line_sims))
             line = float(line_sims[anchor])
-            cands.append(_Candidate(h, rank, (1 - LINE_WEIGHT) * sim + LINE_WEIGHT * line,
-                                    bonus, RANK_WINDOW * sim + RANK_LINE * line,
-                                    (w, vecs, anchor)))
+            cands.append(
+                _Candidate(
+                    h,
+                    rank,
+                    (1 - LINE_WEIGHT) * sim + LINE_WEIGHT * line,
+                    bonus,
+                    RANK_WINDOW * sim + RANK_LINE * line,
+                    (w, vecs, anchor),
+                )
+            )
         above = [c for c in cands if floor is None or c.key >= floor.needed(c.hit.bodies)]
         closest = None
         if not above and cands:
@@ -153,16 +170,23 @@ class Presenter:
         # not (and is not read: planning and encoding responses is most of a search).
         reach = -np.inf
         if top_k is not None and len(above) > top_k:
-            reach = sorted((c.order + c.bonus for c in above), reverse=True)[top_k - 1] \
-                - RANK_ANSWER
-        plans = [self.conversations.plan(c.hit, c.found[0])
-                 if c.found and c.order + c.bonus >= reach else None for c in above]
-        answers = [self._answers(p, c.found[2]) if p and c.found else ([], set())
-                   for c, p in zip(above, plans)]
+            reach = (
+                sorted((c.order + c.bonus for c in above), reverse=True)[top_k - 1] - RANK_ANSWER
+            )
+        plans = [
+            self.conversations.plan(c.hit, c.found[0])
+            if c.found and c.order + c.bonus >= reach
+            else None
+            for c in above
+        ]
+        answers = [
+            self._answers(p, c.found[2]) if p and c.found else ([], set())
+            for c, p in zip(above, plans)
+        ]
         answer_vecs = self._vectors([m.body for a, _ in answers for m, _ in a])
         outside_vecs, at = [], 0  # per hit, its linked answers' vectors
         for c, p, (outside, linked) in zip(above, plans, answers):
-            avecs = answer_vecs[at:at + len(outside)]
+            avecs = answer_vecs[at : at + len(outside)]
             outside_vecs.append(avecs)
             at += len(outside)
             if p is None:
@@ -174,19 +198,22 @@ class Presenter:
             answered = float((resp @ queries.T).max()) if len(resp) else 0.0
             q = w[anchor]
             if ANCHOR_ANSWERS and (
-                    q.reply_to is not None or any(u != q.sender for u in q.mentions)
-                    or _LEAD_AT.match(q.body)):
+                q.reply_to is not None
+                or any(u != q.sender for u in q.mentions)
+                or _LEAD_AT.match(q.body)
+            ):
                 answered = max(answered, float((vecs[anchor] @ queries.T).max()))
             c.order += RANK_ANSWER * min(max(answered, 0.0), 1.0)
-        order = sorted(range(len(above)), key=lambda i: (-(above[i].order + above[i].bonus),
-                                                         above[i].rank))
+        order = sorted(
+            range(len(above)), key=lambda i: (-(above[i].order + above[i].bonus), above[i].rank)
+        )
         kept = order[:top_k] if top_k is not None else order
-        kept_answers = _once([answers[i] for i in kept],
-                             [f[1][f[2]] if plans[i] and (f := above[i].found) else None
-                              for i in kept],
-                             np.concatenate([outside_vecs[i] for i in kept] or [answer_vecs[:0]]),
-                             [f[0][f[2]] if plans[i] and (f := above[i].found) else None
-                              for i in kept])
+        kept_answers = _once(
+            [answers[i] for i in kept],
+            [f[1][f[2]] if plans[i] and (f := above[i].found) else None for i in kept],
+            np.concatenate([outside_vecs[i] for i in kept] or [answer_vecs[:0]]),
+            [f[0][f[2]] if plans[i] and (f := above[i].found) else None for i in kept],
+        )
         out = []
         for i, ans in zip(kept, kept_answers):
             c, p = above[i], plans[i]
@@ -198,8 +225,11 @@ class Presenter:
             avecs = outside_vecs[i][[m.event_id in stays for m, _ in answers[i][0]]]
             assert c.found is not None  # planned from its lines
             _, vecs, anchor = c.found
-            out.append(replace(self._choose(p, vecs, anchor, ans, avecs, queries, evidence),
-                               similarity=c.key))
+            out.append(
+                replace(
+                    self._choose(p, vecs, anchor, ans, avecs, queries, evidence), similarity=c.key
+                )
+            )
         return out, closest
 
     def _answers(self, p: Plan, anchor: int) -> tuple[list[tuple[Message, str]], set]:
@@ -210,9 +240,16 @@ class Presenter:
         outside = [a for a in linked if a[0].event_id not in in_window][:MAX_ANSWERS]
         return outside, {a[0].event_id for a in linked}
 
-    def _choose(self, p: Plan, vecs: np.ndarray, anchor: int,
-                found: tuple[list[tuple[Message, str]], set], avecs: np.ndarray,
-                queries: np.ndarray, evidence: Evidence = NO_EVIDENCE) -> Hit:
+    def _choose(
+        self,
+        p: Plan,
+        vecs: np.ndarray,
+        anchor: int,
+        found: tuple[list[tuple[Message, str]], set],
+        avecs: np.ndarray,
+        queries: np.ndarray,
+        evidence: Evidence = NO_EVIDENCE,
+    ) -> Hit:
         answers, linked = found
         window = p.window
         question = window[anchor]
@@ -221,8 +258,9 @@ class Presenter:
         # matched question (ANSWER_FLOOR; RESPONSE_FLOOR inside the window, where the
         # chunker already put it in the question's conversation), or it is neither
         # carried nor quoted.
-        cands = [(m, "", vecs[i]) for i, m in enumerate(window)
-                 if i > anchor and m.event_id in linked]
+        cands = [
+            (m, "", vecs[i]) for i, m in enumerate(window) if i > anchor and m.event_id in linked
+        ]
         cands += [(m, rule, avecs[j]) for j, (m, rule) in enumerate(answers)]
         cands += [(window[i], "", vecs[i]) for i in lines.said_before(window, anchor)]
         asked = set(evidence.weights) | set(tokens(question.body))
@@ -235,32 +273,56 @@ class Presenter:
                 if rule and m.event_id in thanked:  # carried and cited, not quoted
                     carried.add(m.event_id)
                 continue
-            scored.append((m, rule, (to_query + to_question) * lines.novelty(m.body, asked)
-                           * lines.asks_back(m.body)))
+            scored.append(
+                (
+                    m,
+                    rule,
+                    (to_query + to_question)
+                    * lines.novelty(m.body, asked)
+                    * lines.asks_back(m.body),
+                )
+            )
         answers = [(m, rule) for m, rule, _ in scored if rule]
         answers += [(m, rule) for m, rule, _ in cands if m.event_id in carried]
-        later_said = lines.said_after([m for m, _, _ in scored],
-                                      [sc for _, _, sc in scored], SUPERSEDE_RATIO)
-        ranked = sorted(range(len(scored)), key=lambda i: (
-            not lines.says_something(scored[i][0], asked),
-            SUPERSEDED and scored[i][0].event_id in later_said, -scored[i][2], i))
-        picked = [(scored[i][0], scored[i][1]) for i in ranked[:self.shown_lines - 1]]
+        later_said = lines.said_after(
+            [m for m, _, _ in scored], [sc for _, _, sc in scored], SUPERSEDE_RATIO
+        )
+        ranked = sorted(
+            range(len(scored)),
+            key=lambda i: (
+                not lines.says_something(scored[i][0], asked),
+                SUPERSEDED and scored[i][0].event_id in later_said,
+                -scored[i][2],
+                i,
+            ),
+        )
+        picked = [(scored[i][0], scored[i][1]) for i in ranked[: self.shown_lines - 1]]
         if len(picked) < self.shown_lines - 1:  # few responses: the window's lines that
             sims = (vecs @ queries.T).max(axis=1)  # speak to the query, if any
-            others = sorted((i for i in range(len(window)) if i != anchor
-                             and sims[i] >= LINE_FLOOR and lines.says_something(window[i])
-                             and all(window[i].event_id != m.event_id for m, _ in picked)),
-                            key=lambda i: (-sims[i], i))
-            picked += [(window[i], "") for i in others[:self.shown_lines - 1 - len(picked)]]
+            others = sorted(
+                (
+                    i
+                    for i in range(len(window))
+                    if i != anchor
+                    and sims[i] >= LINE_FLOOR
+                    and lines.says_something(window[i])
+                    and all(window[i].event_id != m.event_id for m, _ in picked)
+                ),
+                key=lambda i: (-sims[i], i),
+            )
+            picked += [(window[i], "") for i in others[: self.shown_lines - 1 - len(picked)]]
         shown = sorted([(question, "")] + picked, key=lambda ml: (ml[0].ts, ml[0].event_id))
         return replace(
-            p.hit, text=document(Window(WindowID(""), window[0].room_id, tuple(window))),
+            p.hit,
+            text=document(Window(WindowID(""), window[0].room_id, tuple(window))),
             event_ids=tuple(m.event_id for m in window),
             senders=tuple(dict.fromkeys(m.sender for m in window)),
-            ts_first=window[0].ts, ts_last=window[-1].ts,
+            ts_first=window[0].ts,
+            ts_last=window[-1].ts,
             answers=tuple(_line(m, rule) for m, rule in answers),
             shown=tuple(_line(m, rule) for m, rule in shown),
-            lines=tuple(_line(m, "") for m in window))
+            lines=tuple(_line(m, "") for m in window),
+        )
 
     def _as_question(self, vec: np.ndarray, text: str) -> np.ndarray:
         """The matched question's line vector on the scale a response is compared with a
@@ -278,8 +340,10 @@ class Presenter:
         One by one, the API, the CLI and `!sources` agree, at no measured cost (a
         cold-cache search of an Ubuntu dev question: 488 ms median, 508 batched); the
         ONNX embedder runs them on both cores (onnx_embedder.EACH_THREADS)."""
-        keys = [hashlib.blake2b(t.encode("utf-8", "surrogatepass"), digest_size=16).digest()
-                for t in texts]
+        keys = [
+            hashlib.blake2b(t.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+            for t in texts
+        ]
         found = {k: self._cache[k] for k in keys if k in self._cache}
         todo = list(dict.fromkeys(k for k in keys if k not in found))
         if todo:
@@ -296,9 +360,12 @@ class Presenter:
         return np.stack([found[k] for k in keys])
 
 
-def _once(answers: list[tuple[list[tuple[Message, str]], set]],
-          questions: list[np.ndarray | None], answer_vecs: np.ndarray,
-          asked: list[Message | None]) -> list[tuple[list[tuple[Message, str]], set]]:
+def _once(
+    answers: list[tuple[list[tuple[Message, str]], set]],
+    questions: list[np.ndarray | None],
+    answer_vecs: np.ndarray,
+    asked: list[Message | None],
+) -> list[tuple[list[tuple[Message, str]], set]]:
     """Each linked answer under one hit only (an answer addressed to a person links to
     all their questions; one line must not land under every one of them). ONCE_BY:
     "rank", the first hit carrying it (the hits are ranked by what answers the query,
@@ -320,8 +387,10 @@ def _once(answers: list[tuple[list[tuple[Message, str]], set]],
             else:
                 key = (-round(float(v @ q), 3), m.ts - question.ts, i)
             owner[m.event_id] = min(owner.get(m.event_id, key), key)  # key ends in i
-    return [([a for a in found if owner[a[0].event_id][-1] == i], ids)
-            for i, (found, ids) in enumerate(answers)]
+    return [
+        ([a for a in found if owner[a[0].event_id][-1] == i], ids)
+        for i, (found, ids) in enumerate(answers)
+    ]
 
 
 def _line(m: Message, linked: str) -> Line:

@@ -38,8 +38,13 @@ class SourceQuery:
     corpus: str | None = None  # None: both
 
     @classmethod
-    def build(cls, texts: object, top_k: object = DEFAULT_TOP_K, room_id: object = None,
-              corpus: object = None) -> "SourceQuery":
+    def build(
+        cls,
+        texts: object,
+        top_k: object = DEFAULT_TOP_K,
+        room_id: object = None,
+        corpus: object = None,
+    ) -> SourceQuery:
         if not isinstance(texts, (list, tuple)):
             raise QueryError("texts", "must be a list of 1 to 8 strings")
         if not texts:
@@ -54,8 +59,9 @@ class SourceQuery:
                 raise QueryError(f"texts[{i}]", "is empty")
             size = len(t.encode("utf-8", "surrogatepass"))
             if size > MAX_TEXT_BYTES:
-                raise QueryError(f"texts[{i}]",
-                                 f"is {size} bytes, at most {MAX_TEXT_BYTES} allowed")
+                raise QueryError(
+                    f"texts[{i}]", f"is {size} bytes, at most {MAX_TEXT_BYTES} allowed"
+                )
             clean.append(t.strip())
         if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= MAX_TOP_K:
             raise QueryError("top_k", f"must be a whole number from 1 to {MAX_TOP_K}")
@@ -66,7 +72,7 @@ class SourceQuery:
         return cls(tuple(clean), top_k, RoomID(room_id) if room_id else None, corpus)
 
     @classmethod
-    def from_json(cls, obj: object, default_top_k: int = DEFAULT_TOP_K) -> "SourceQuery":
+    def from_json(cls, obj: object, default_top_k: int = DEFAULT_TOP_K) -> SourceQuery:
         """The JSON form, {"texts": [...], "top_k"?, "room"?, "corpus"?}: an unknown
         field is refused by name (a misspelt `top-k` would otherwise search silently
         with the default)."""
@@ -74,12 +80,18 @@ class SourceQuery:
             raise QueryError("body", "must be a JSON object")
         for key in obj:
             if key not in FIELDS:
-                raise QueryError(str(key)[:64], f"unknown field; the fields are {', '.join(FIELDS)}")
-        return cls.build(obj.get("texts"), obj.get("top_k", default_top_k), obj.get("room"),
-                         obj.get("corpus"))
+                raise QueryError(
+                    str(key)[:64], f"unknown field; the fields are {', '.join(FIELDS)}"
+                )
+        return cls.build(
+            obj.get("texts"), obj.get("top_k", default_top_k), obj.get("room"), obj.get("corpus")
+        )
 
     def to_json(self) -> dict:
         """The JSON form `from_json` reads back as this query."""
-        return {"texts": list(self.texts), "top_k": self.top_k,
-                **({"room": self.room_id} if self.room_id else {}),
-                **({"corpus": self.corpus} if self.corpus else {})}
+        return {
+            "texts": list(self.texts),
+            "top_k": self.top_k,
+            **({"room": self.room_id} if self.room_id else {}),
+            **({"corpus": self.corpus} if self.corpus else {}),
+        }

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
-from typing import Callable, Sequence
 
 import numpy as np
 
@@ -37,12 +37,26 @@ from .abstain import NO_FLOOR, Floor
 from .evidence import NO_EVIDENCE, Evidence
 from .gloss import gloss, has_han
 from .legible import legible
-from .lexical import (LEXICAL_MAX_TERMS, LexicalRanker, is_keywords, lexical_text, matching,
-                      weighed_text)
+from .lexical import (
+    LEXICAL_MAX_TERMS,
+    LexicalRanker,
+    is_keywords,
+    lexical_text,
+    matching,
+    weighed_text,
+)
 from .present import Presenter
+
 # The query's definition is query.py's (light: the CLI parses before it loads anything).
-from .query import (CORPORA, DEFAULT_TOP_K, MAX_TEXT_BYTES, MAX_TEXTS, MAX_TOP_K,  # noqa: F401
-                    QueryError, SourceQuery)
+from .query import (  # noqa: F401
+    CORPORA,
+    DEFAULT_TOP_K,
+    MAX_TEXT_BYTES,
+    MAX_TEXTS,
+    MAX_TOP_K,
+    QueryError,
+    SourceQuery,
+)
 from .termindex import TermIndex
 from .texts import WindowTexts
 
@@ -85,6 +99,7 @@ class Searcher:
 
     def __post_init__(self) -> None:
         self.texts = WindowTexts(self.store.eventlog)
+
     # The model shared with the pipeline: a search goes first (models/turns.py).
     turns: ModelTurns | None = None
     # The keyword leg's postings, kept in step with the store's writes (the service's:
@@ -109,8 +124,9 @@ class Searcher:
         evidence = self._evidence(texts)
         # A script the model only spells out (indexer/search/legible.py): its vector says
         # nothing, so only windows holding the query's words may answer.
-        words_only = not legible(texts, self.embedder.tokenize
-                                 if isinstance(self.embedder, Tokenizer) else None)
+        words_only = not legible(
+            texts, self.embedder.tokenize if isinstance(self.embedder, Tokenizer) else None
+        )
         if words_only and not evidence.held_anywhere:
             return [], None
         # The presenter ranks a pool again by the windows' matched questions.
@@ -125,18 +141,26 @@ class Searcher:
         fusing = len(asked) > 1 or any(lexical_text(t, self.lexical_max_terms) for t in asked)
         n = max(depth * 4, 20) if fusing else depth
         vectors = self.embedder.encode(asked)
-        scored = self._with_similarity(*self._retrieve(query, asked, vectors, depth, n),
-                                       vectors)
-        floor = (self.floor or Floor(NO_FLOOR)).for_query(texts, evidence, words_only) \
-            if self.floor is not None or words_only else None
+        scored = self._with_similarity(*self._retrieve(query, asked, vectors, depth, n), vectors)
+        floor = (
+            (self.floor or Floor(NO_FLOOR)).for_query(texts, evidence, words_only)
+            if self.floor is not None or words_only
+            else None
+        )
         if self.presenter is not None:  # the floor compares what the presenter ranks by
-            return self.presenter.present_above(scored, vectors, query.top_k, floor,
-                                                evidence)
-        hits = [h for h in scored if floor is None
-                or (h.similarity is not None and h.similarity >= floor.needed(h.bodies))]
-        closest = None if hits or not scored else max(
-            scored, key=lambda h: h.similarity if h.similarity is not None else -2.0)
-        return hits[:query.top_k], closest
+            return self.presenter.present_above(scored, vectors, query.top_k, floor, evidence)
+        hits = [
+            h
+            for h in scored
+            if floor is None
+            or (h.similarity is not None and h.similarity >= floor.needed(h.bodies))
+        ]
+        closest = (
+            None
+            if hits or not scored
+            else max(scored, key=lambda h: h.similarity if h.similarity is not None else -2.0)
+        )
+        return hits[: query.top_k], closest
 
     def _chat_df(self) -> Callable[[str], int] | None:
         """How many windows hold a term, from the keyword postings once built: what a
@@ -154,12 +178,17 @@ class Searcher:
             return NO_EVIDENCE
         ranker = _lexical_ranker(self.store, self.terms)
         asked = [weighed_text(t, self.lexical_max_terms) for t in texts]
-        return Evidence.of(asked, ranker.df, ranker.total(),
-                           any(is_keywords(t, self.lexical_max_terms) for t in asked))
+        return Evidence.of(
+            asked,
+            ranker.df,
+            ranker.total(),
+            any(is_keywords(t, self.lexical_max_terms) for t in asked),
+        )
 
     @staticmethod
-    def _with_similarity(hits: list[Hit], found: dict[str, list[float]],
-                         vectors: list) -> list[Hit]:
+    def _with_similarity(
+        hits: list[Hit], found: dict[str, list[float]], vectors: list
+    ) -> list[Hit]:
         """Each hit with its best cosine similarity to any text: from its ranks, or for
         a hit only the keyword leg found, from its vector (`found`)."""
         queries = np.asarray(vectors, dtype=np.float64)
@@ -177,8 +206,9 @@ class Searcher:
         asked = [lexical_text(t, self.lexical_max_terms) for t in texts]
         return [ids for ids in (ranker.rank(t, n, where) for t in asked if t) if ids]
 
-    def _retrieve(self, query: SourceQuery, texts: list[str], vectors: list, depth: int,
-                  n: int) -> tuple[list[Hit], dict[str, list[float]]]:
+    def _retrieve(
+        self, query: SourceQuery, texts: list[str], vectors: list, depth: int, n: int
+    ) -> tuple[list[Hit], dict[str, list[float]]]:
         """The first `depth` windows of the fused ranking (n per vector, and the
         keyword leg's lists), and the vectors of those only the keyword leg found. (Run
         beside the encode in a thread, the leg made searches slower: both want the GIL
@@ -188,7 +218,8 @@ class Searcher:
             neighbours = self.store.nearest(vectors, n, where, records=True)
             per_text = [[(nb.window_id, nb.similarity) for nb in lst] for lst in neighbours]
             fused: list[tuple[str, float]] = [
-                (wid, 1.0 / (self.rrf_k + r)) for r, (wid, _) in enumerate(per_text[0], start=1)]
+                (wid, 1.0 / (self.rrf_k + r)) for r, (wid, _) in enumerate(per_text[0], start=1)
+            ]
             records = [nb.window for nb in neighbours[0] if nb.window is not None]
             found: dict[str, list[float]] = {}
         else:
@@ -196,19 +227,20 @@ class Searcher:
             # then the records of the fused few in one call (Chroma's metadata for 20
             # results a list cost 1.3 ms of a 4 ms search at 100,000 windows, and a
             # keyword hit the vectors missed a second call, 0.9 ms; bench/query.py).
-            per_text = [[(nb.window_id, nb.similarity) for nb in lst]
-                        for lst in self.store.nearest(vectors, n, where)]
+            per_text = [
+                [(nb.window_id, nb.similarity) for nb in lst]
+                for lst in self.store.nearest(vectors, n, where)
+            ]
             lists: list[list[str]] = [[wid for wid, _ in lst] for lst in per_text]
             if self.lexical_max_terms:
                 lists += self._lexical_lists(texts, n, where)
             if len(lists) == 1:
-                fused = [(wid, 1.0 / (self.rrf_k + r))
-                         for r, wid in enumerate(lists[0], start=1)]
+                fused = [(wid, 1.0 / (self.rrf_k + r)) for r, wid in enumerate(lists[0], start=1)]
             else:
                 fused = rrf(lists, self.rrf_k)
             # The keyword leg's best stay in the pool whatever the vectors think: a
             # window holding a pasted token is what its searcher wants (evidence.py).
-            keep = {wid for lst in lists[len(per_text):] for wid in lst[:depth]}
+            keep = {wid for lst in lists[len(per_text) :] for wid in lst[:depth]}
             fused = fused[:depth] + [f for f in fused[depth:] if f[0] in keep]
             dense = {wid for lst in per_text for wid, _ in lst}
             fetched = self.store.get_with_vectors([wid for wid, _ in fused])
@@ -218,19 +250,35 @@ class Searcher:
         # Texts are read for the windows kept only (0.6 ms of a 4 ms search).
         by_id: dict[str, tuple[StoredWindow, str, tuple[Line, ...]]] = {
             w.window_id: (w, text, lines)
-            for w, (text, lines) in zip(records, self.texts.read(records))}
+            for w, (text, lines) in zip(records, self.texts.read(records))
+        }
         # Per text: its dense rank and cosine similarity (None when it did not find it).
         ranks: list[dict[str, tuple[int, float]]] = [
-            {wid: (r, sim) for r, (wid, sim) in enumerate(lst, 1)} for lst in per_text]
+            {wid: (r, sim) for r, (wid, sim) in enumerate(lst, 1)} for lst in per_text
+        ]
         hits = []
         for wid, score in fused:
             got = by_id.get(wid)
             if got is None:  # deleted between the two legs' reads
                 continue
             w, text, lines = got
-            hits.append(Hit(w.window_id, w.room_id, w.room_label, w.corpus, w.event_ids,
-                            w.senders, w.ts_first, w.ts_last, score, text,
-                            tuple(r.get(wid) for r in ranks), ref=w.ref, lines=lines))
+            hits.append(
+                Hit(
+                    w.window_id,
+                    w.room_id,
+                    w.room_label,
+                    w.corpus,
+                    w.event_ids,
+                    w.senders,
+                    w.ts_first,
+                    w.ts_last,
+                    score,
+                    text,
+                    tuple(r.get(wid) for r in ranks),
+                    ref=w.ref,
+                    lines=lines,
+                )
+            )
         return hits, found
 
 
@@ -247,8 +295,10 @@ def _lexical_ranker(store: ChromaStore, postings: TermIndex | None) -> LexicalRa
         if not ids:
             return {}
         windows = store.get(ids)
-        return {w.window_id: bodies_of(w.corpus, text, lines)
-                for w, (text, lines) in zip(windows, texts.read(windows))}
+        return {
+            w.window_id: bodies_of(w.corpus, text, lines)
+            for w, (text, lines) in zip(windows, texts.read(windows))
+        }
 
     # The postings once built (the service's, following its store; termindex.py).
     terms = postings if postings is not None and postings.ready.is_set() else None
@@ -256,8 +306,9 @@ def _lexical_ranker(store: ChromaStore, postings: TermIndex | None) -> LexicalRa
         # Postings still building, and a scan would take seconds a term: no word leg yet,
         # and every term weighs the same (df 0).
         return LexicalRanker(lambda base, prefix, where: [], fetch, store.count, None)
-    return LexicalRanker(lambda base, prefix, where: matching(store, base, prefix, where), fetch,
-                         store.count, terms)
+    return LexicalRanker(
+        lambda base, prefix, where: matching(store, base, prefix, where), fetch, store.count, terms
+    )
 
 
 def _where(query: SourceQuery) -> dict | None:

@@ -1,13 +1,13 @@
 """The lexical leg's postings, in memory: which stored windows hold which words.
 
-Scanning every window's text per query term costs: Chroma's `where_document` regex took
-about 60 ms a term at 100,000 windows when Chroma held the text (bench/query.py); the
-event log's scan takes about 250 ms (docs/storage.md). This index answers the same question from memory
-in about a millisecond a term. It is never written anywhere: the service builds it
-from the event log's text when it starts (termindex_build.py, in a background thread;
-until it is ready the leg scans the event log) and the store keeps it in step with every write it makes
-(store/vectors/chroma.py), so a redacted word stops matching when its window is re-upserted.
-docs/storage.md compares it with SQLite FTS5 in the event log.
+Scanning every window's text per query term costs: Chroma's `where_document` regex took about 60 ms
+a term at 100,000 windows when Chroma held the text (bench/query.py); the event log's scan takes
+about 250 ms (docs/storage.md). This index answers the same question from memory in about a
+millisecond a term. It is never written anywhere: the service builds it from the event log's text
+when it starts (termindex_build.py, in a background thread; until it is ready the leg scans the
+event log) and the store keeps it in step with every write it makes (store/vectors/chroma.py), so a
+redacted word stops matching when its window is re-upserted. docs/storage.md compares it with SQLite
+FTS5 in the event log.
 
 It matches exactly what the event log's scan (lexical.matching) matches, by the same
 tokenizer (tokens.py):
@@ -29,14 +29,13 @@ import logging
 import threading
 from array import array
 from collections import Counter
-from typing import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
 from ..clock import stopwatch
 from ..records import Window
 from .tokens import is_word, keys, matches
-
 
 log = logging.getLogger(f"matrix_sources.{__name__}")
 
@@ -79,7 +78,7 @@ class _Column:
     def set(self, slot: int, value: int) -> None:
         if slot >= len(self.data):
             grown = np.zeros(max(2 * len(self.data), slot + 1), dtype=self.data.dtype)
-            grown[:len(self.data)] = self.data
+            grown[: len(self.data)] = self.data
             self.data = grown
         self.data[slot] = value
 
@@ -111,15 +110,18 @@ class TermIndex:
     # -- writes (the store, for each of its own: store.chroma.WriteFollower) -----------
 
     def windows_written(self, windows: Sequence[Window]) -> None:
-        self._add([w.window_id for w in windows], [window_bodies(w) for w in windows],
-                  [{"room_id": w.room_id, "corpus": w.corpus} for w in windows])
+        self._add(
+            [w.window_id for w in windows],
+            [window_bodies(w) for w in windows],
+            [{"room_id": w.room_id, "corpus": w.corpus} for w in windows],
+        )
 
-    def texts_written(self, ids: Sequence[str], texts: Sequence[str],
-                      metas: Sequence[dict]) -> None:
+    def texts_written(
+        self, ids: Sequence[str], texts: Sequence[str], metas: Sequence[dict]
+    ) -> None:
         self._add(ids, [matchable([t or ""]) for t in texts], metas)
 
-    def _add(self, ids: Iterable[str], parts: Iterable[list[str]],
-             metas: Iterable[dict]) -> None:
+    def _add(self, ids: Iterable[str], parts: Iterable[list[str]], metas: Iterable[dict]) -> None:
         with self._lock:
             for wid, got, meta in zip(ids, parts, metas):
                 if self._touched is not None:
@@ -146,8 +148,11 @@ class TermIndex:
 
     def __init_state(self) -> None:
         self._slot, self._ids, self._codes = {}, [], {}
-        self._room, self._corpus, self._live = (_Column(np.uint32), _Column(np.uint32),
-                                                _Column(np.bool_))
+        self._room, self._corpus, self._live = (
+            _Column(np.uint32),
+            _Column(np.uint32),
+            _Column(np.bool_),
+        )
         self._key = _Column(np.uint64)
         self._length = array("I")
         self._post, self._heads = {}, {}
@@ -214,9 +219,11 @@ class TermIndex:
         post: dict[str, int | array] = {}
         postings = 0
         for key, got in self._post.items():
-            kept = [remap[v >> TF_BITS] << TF_BITS | (v & TF_MAX)
-                    for v in ((got,) if isinstance(got, int) else got)
-                    if (v >> TF_BITS) in remap]
+            kept = [
+                remap[v >> TF_BITS] << TF_BITS | (v & TF_MAX)
+                for v in ((got,) if isinstance(got, int) else got)
+                if (v >> TF_BITS) in remap
+            ]
             if not kept:
                 heads = self._heads.get(key[:HEAD])
                 if heads is not None:
@@ -230,15 +237,24 @@ class TermIndex:
         self._live, self._key = live, id_keys
         self._slot = {wid: i for i, wid in enumerate(ids) if wid is not None}
         self._post, self._postings, self._dead = post, postings, 0
-        log.debug("term_index_compacted", extra={
-            "windows": len(ids), "keys": len(post), "postings": postings,
-            "seconds": round(took(), 3)})
+        log.debug(
+            "term_index_compacted",
+            extra={
+                "windows": len(ids),
+                "keys": len(post),
+                "postings": postings,
+                "seconds": round(took(), 3),
+            },
+        )
 
     # -- the build, from the collection --------------------------------------------
 
-    def build(self, ids: list[str],
-              pages: Callable[[list[str]], Iterator[tuple[list, list, list]]],
-              pause: Callable[[], None] = lambda: None) -> bool:
+    def build(
+        self,
+        ids: list[str],
+        pages: Callable[[list[str]], Iterator[tuple[list, list, list]]],
+        pause: Callable[[], None] = lambda: None,
+    ) -> bool:
         """Index the stored windows `ids` (listed after this index was attached to the
         store, so any window written since reaches it through the store's writes);
         `pages(ids)` yields their (ids, bodies, metadatas). A write made meanwhile
@@ -280,8 +296,7 @@ class TermIndex:
         with self._lock:
             return len(self._slot)
 
-    def postings(self, base: str, prefix: bool,
-                 where: dict | None = None) -> dict[str, int] | None:
+    def postings(self, base: str, prefix: bool, where: dict | None = None) -> dict[str, int] | None:
         """Window id -> term frequency for the windows whose bodies hold a run equal to
         `base` (or starting with it, `prefix`); None if not answerable here."""
         with self._lock:
@@ -296,8 +311,9 @@ class TermIndex:
         by a compaction, which a write can start."""
         return self._lock
 
-    def slot_postings(self, base: str, prefix: bool, where: dict | None = None
-                      ) -> tuple[np.ndarray, np.ndarray] | None:
+    def slot_postings(
+        self, base: str, prefix: bool, where: dict | None = None
+    ) -> tuple[np.ndarray, np.ndarray] | None:
         """postings as two arrays, (slots, term frequencies), one entry per window,
         slots ascending; None if not answerable here. Vectorised: a common word's
         postings at 100,000 windows are tens of thousands of entries."""
@@ -306,16 +322,19 @@ class TermIndex:
             return None
         with self._lock:
             if prefix and len(base) >= HEAD:
-                found: list[str] = [k for k in self._heads.get(base[:HEAD], ())
-                                    if matches(base, prefix, k)]
+                found: list[str] = [
+                    k for k in self._heads.get(base[:HEAD], ()) if matches(base, prefix, k)
+                ]
             elif prefix:
                 found = [k for k in self._post if matches(base, prefix, k)]
             else:
                 found = [base] if base in self._post else []
             if not found:
                 return EMPTY, EMPTY
-            parts = [np.array([got] if isinstance(got, int) else got, dtype=np.int64)
-                     for got in (self._post[k] for k in found)]
+            parts = [
+                np.array([got] if isinstance(got, int) else got, dtype=np.int64)
+                for got in (self._post[k] for k in found)
+            ]
             values = parts[0] if len(parts) == 1 else np.concatenate(parts)
             slots, tfs = values >> TF_BITS, values & TF_MAX
             keep = self._live.data[slots]
@@ -360,9 +379,13 @@ class TermIndex:
 
     def stats(self) -> dict:
         with self._lock:
-            return {"windows": len(self._slot), "keys": len(self._post),
-                    "postings": self._postings, "dead_slots": self._dead,
-                    "ready": self.ready.is_set()}
+            return {
+                "windows": len(self._slot),
+                "keys": len(self._post),
+                "postings": self._postings,
+                "dead_slots": self._dead,
+                "ready": self.ready.is_set(),
+            }
 
 
 def _wanted(where: dict | None) -> tuple[str | None, str | None] | None:
@@ -375,7 +398,7 @@ def _wanted(where: dict | None) -> tuple[str | None, str | None] | None:
     for c in clauses or ():
         if not isinstance(c, dict) or len(c) != 1:
             return None
-        (field, value), = c.items()
+        ((field, value),) = c.items()
         if field not in ("room_id", "corpus") or not isinstance(value, str) or field in want:
             return None
         want[field] = value

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from ..clock import stopwatch
 from ..records import CORPUS_CHAT, CORPUS_REFERENCE
@@ -20,9 +21,13 @@ if TYPE_CHECKING:
 log = logging.getLogger(f"matrix_sources.{__name__}")
 
 
-def start_term_index(terms: TermIndex, eventlog: EventLog, page: int = 250,
-                     on_ready: Callable[[], None] | None = None,
-                     turns: ModelTurns | None = None) -> TermIndex:
+def start_term_index(
+    terms: TermIndex,
+    eventlog: EventLog,
+    page: int = 250,
+    on_ready: Callable[[], None] | None = None,
+    turns: ModelTurns | None = None,
+) -> TermIndex:
     """Build `terms`, the postings for the lexical leg, from the event log's text in a
     background thread (the leg scans the event log until they are ready); returns them.
     The store the event log's windows are in follows them from its opening
@@ -32,6 +37,7 @@ def start_term_index(terms: TermIndex, eventlog: EventLog, page: int = 250,
     waits or runs: a search shares the GIL with one page at most (`page` windows,
     about 30 ms), not with the build (a million windows build for 3 minutes;
     `!sources` meanwhile took 2.1 s at p95 without the pause)."""
+
     def pages(ids: list[str]):
         wanted = set(ids)
         parts: list[list[str]] = []
@@ -59,15 +65,18 @@ def start_term_index(terms: TermIndex, eventlog: EventLog, page: int = 250,
     def build() -> None:
         took = stopwatch()
         try:
-            complete = terms.build(sorted(eventlog.window_ids()) + eventlog.texts.ref_chunk_ids(),
-                                   pages, turns.pause_for_queries if turns is not None
-                                   else lambda: None)
+            complete = terms.build(
+                sorted(eventlog.window_ids()) + eventlog.texts.ref_chunk_ids(),
+                pages,
+                turns.pause_for_queries if turns is not None else lambda: None,
+            )
         except Exception as e:  # the leg keeps scanning the event log; search works
             log.error("term_index_failed", exc_info=True, extra={"error": type(e).__name__})
             return
-        log.info("term_index_ready", extra={
-            **terms.stats(), "complete": complete,
-            "seconds": round(took(), 1)})
+        log.info(
+            "term_index_ready",
+            extra={**terms.stats(), "complete": complete, "seconds": round(took(), 1)},
+        )
         if on_ready is not None:
             on_ready()
 

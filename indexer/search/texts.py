@@ -5,14 +5,15 @@ one's text is read from the event log, a chat window's as its messages now, type
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from ..pipeline.chunker import document
 from ..records import CORPUS_REFERENCE, Line, Window, WindowID
 
 if TYPE_CHECKING:
-    from ..store.vectors.points import StoredWindow
     from ..store.eventlog.log import EventLog
+    from ..store.vectors.points import StoredWindow
 
 
 class WindowTexts:
@@ -35,8 +36,12 @@ class WindowTexts:
                 out.append((ref_text[i], ()))
             elif i in msgs:
                 ms = msgs[i]
-                out.append((document(Window(WindowID(i), ms[0].room_id, tuple(ms), w.room_label)),
-                            tuple(Line(m.event_id, m.sender, m.ts, m.body) for m in ms)))
+                out.append(
+                    (
+                        document(Window(WindowID(i), ms[0].room_id, tuple(ms), w.room_label)),
+                        tuple(Line(m.event_id, m.sender, m.ts, m.body) for m in ms),
+                    )
+                )
             else:
                 out.append(("", ()))
         return out

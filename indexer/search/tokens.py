@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Iterator
 from functools import lru_cache
-from typing import Iterator
 
 MAX_PARTS = 6  # runs in one key ("1.2.3.4.5.6" has 6): a longer compound gives no whole key
 MIN_STEM = 5  # words shorter than this match whole ("rar" must not find "rare")
@@ -34,9 +34,11 @@ _ENDINGS = ("ings", "ing", "ies", "es", "ed", "s")
 # Scripts written without spaces between words: bigrams. Ranges from Unicode's blocks:
 # CJK ideographs (and extensions, compatibility), Hiragana, Katakana (and phonetic
 # extensions, halfwidth forms), Hangul syllables and jamo.
-_BIGRAM = ("\u1100-\u11ff\u3040-\u30ff\u3100-\u312f\u3130-\u318f\u31a0-\u31bf"
-           "\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\ua960-\ua97f\uac00-\ud7af"
-           "\ud7b0-\ud7ff\uf900-\ufaff\uff66-\uff9f\U00020000-\U0003134f")
+_BIGRAM = (
+    "\u1100-\u11ff\u3040-\u30ff\u3100-\u312f\u3130-\u318f\u31a0-\u31bf"
+    "\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\ua960-\ua97f\uac00-\ud7af"
+    "\ud7b0-\ud7ff\uf900-\ufaff\uff66-\uff9f\U00020000-\U0003134f"
+)
 _CJK = re.compile(f"[{_BIGRAM}]+")
 # A run: letters, digits and combining marks, none of the bigram scripts.
 _RUN = rf"(?:(?![{_BIGRAM}])[^\W_])(?:(?![{_BIGRAM}])[^\W_]|\u200d)*"
@@ -46,7 +48,9 @@ _RUN_RE = re.compile(_RUN)
 
 # Function words of questions and chat; they carry no topic. Short on purpose: a
 # domain word ("file", "install") must stay, idf weighs it.
-STOP_WORDS = frozenset("""
+STOP_WORDS = (
+    frozenset(
+        """
 a about after again all also am an and any are as at be because been before being
 but by can could did do does doing don done for from get gets getting got had has
 have having he her here hers him his how i if im in into is it its itself just let
@@ -58,16 +62,22 @@ something thing things there's it's i'm can't don't doesn't isn't won't please t
 hi hello hey yes yeah ok okay still really need want try trying tried know use using
 used make makes made way one ones instead even ever every without
 s t
-""".split()) | frozenset(
-    # Chinese, as bigrams: question and function words ("how", "what", "time", "can",
-    # "we", "this", "not have"...), which a cooking question shares with any chat.
-    """怎么 什么 为什么 如何 怎样 时间 可以 需要 我们 你们 他们 这个 那个 这样 那样 没有
+""".split()
+    )
+    | frozenset(
+        # Chinese, as bigrams: question and function words ("how", "what", "time", "can",
+        # "we", "this", "not have"...), which a cooking question shares with any chat.
+        """怎么 什么 为什么 如何 怎样 时间 可以 需要 我们 你们 他们 这个 那个 这样 那样 没有
     一下 一个 就是 还是 已经 应该 因为 所以 但是 如果 现在 知道 觉得 大家 多少 请问 谢谢
-    的话 不是 是不 有没 能不""".split()) | frozenset(
-    # Russian: the same kind of words ("how", "what", "this", "can", "need"...).
-    """и в во на не с со по для у же ли мы вы я он она они оно так а но или то бы как
+    的话 不是 是不 有没 能不""".split()
+    )
+    | frozenset(
+        # Russian: the same kind of words ("how", "what", "this", "can", "need"...).
+        """и в во на не с со по для у же ли мы вы я он она они оно так а но или то бы как
     что это этот эта эти где когда почему зачем можно нужно надо если уже ещё еще есть
-    был была было были быть мне меня нас вас их его её ее кто какой какая какие""".split())
+    был была было были быть мне меня нас вас их его её ее кто какой какая какие""".split()
+    )
+)
 
 
 def normalise(text: str) -> str:
@@ -79,7 +89,7 @@ def _bigrams(run: str) -> Iterator[str]:
     if len(run) == 1:
         yield run
     for i in range(len(run) - 1):
-        yield run[i:i + 2]
+        yield run[i : i + 2]
 
 
 def _parts(compound: str) -> list[tuple[int, int]]:
@@ -97,13 +107,13 @@ def keys(text: str) -> Iterator[str]:
         if len(runs) == 1:
             yield c
             continue
-        tail = c[runs[-1][1]:]  # "++" or "#" after the last run
+        tail = c[runs[-1][1] :]  # "++" or "#" after the last run
         for a in range(len(runs)):
             for b in range(a, min(a + MAX_PARTS, len(runs))):
                 end = runs[b][1] + (len(tail) if b == len(runs) - 1 else 0)
-                yield c[runs[a][0]:runs[b][1]]
+                yield c[runs[a][0] : runs[b][1]]
                 if end != runs[b][1]:
-                    yield c[runs[a][0]:end]
+                    yield c[runs[a][0] : end]
         if len(runs) > MAX_PARTS:
             yield c  # the whole, however long: a pasted identifier is found as typed
 
@@ -114,8 +124,11 @@ def tokens(text: str) -> list[str]:
     text = normalise(text)
     out = [b for m in _CJK.finditer(text) for b in _bigrams(m.group())]
     out += [m.group() for m in _COMPOUND.finditer(text)]
-    return [t for t in dict.fromkeys(out) if t not in STOP_WORDS
-            and t.replace("'", "") not in STOP_WORDS]
+    return [
+        t
+        for t in dict.fromkeys(out)
+        if t not in STOP_WORDS and t.replace("'", "") not in STOP_WORDS
+    ]
 
 
 def _latin(term: str) -> bool:
@@ -182,9 +195,8 @@ def stem(word: str) -> str:
         return base if len(base) >= MIN_STEM - 1 and word.startswith(base) else word
     for end in _ENDINGS:
         if word.endswith(end) and len(word) - len(end) >= MIN_STEM - 1:
-            base = word[:-len(end)]
-            if end in ("ing", "ings", "ed") and len(base) > MIN_STEM - 1 and \
-                    base[-1] == base[-2]:
+            base = word[: -len(end)]
+            if end in ("ing", "ings", "ed") and len(base) > MIN_STEM - 1 and base[-1] == base[-2]:
                 base = base[:-1]  # spinning -> spin, stopped -> stop; not filled -> fil
             # The stem stays a prefix (MIN_STEM - 1 letters or more): a shorter one
             # matches whole words only and would find nothing ("missing" -> "mis").

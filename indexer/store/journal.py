@@ -9,9 +9,10 @@ from __future__ import annotations
 import json
 import os
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from ..clock import REAL, Clock
 from ..records import Refusal
@@ -50,34 +51,55 @@ class Journal:
             self._seen_rooms.add(key)
         elif refusal.event_id is not None and not self._first_refusal(refusal):
             return
-        self.write("refusal", rule=refusal.rule, room_id=refusal.room_id,
-                   event_id=refusal.event_id,
-                   detail=refusal.detail or None, source=source)
+        self.write(
+            "refusal",
+            rule=refusal.rule,
+            room_id=refusal.room_id,
+            event_id=refusal.event_id,
+            detail=refusal.detail or None,
+            source=source,
+        )
 
     def _first_refusal(self, refusal: Refusal) -> bool:
         """True once per (event id, rule) over the file's whole history."""
         with self._lock:
             if self._seen_events is None:
                 self._seen_events = {
-                    (e["event_id"], e.get("rule", "")) for e in self.read(kind="refusal")
-                    if e.get("event_id")}
+                    (e["event_id"], e.get("rule", ""))
+                    for e in self.read(kind="refusal")
+                    if e.get("event_id")
+                }
             key = (refusal.event_id, refusal.rule)
             if key in self._seen_events:
                 return False
             self._seen_events.add(key)
             return True
 
-    def purge(self, refusal: Refusal, windows: int = 0,
-              messages: int = 0, source: str = "push", compacted: bool | None = None) -> None:
+    def purge(
+        self,
+        refusal: Refusal,
+        windows: int = 0,
+        messages: int = 0,
+        source: str = "push",
+        compacted: bool | None = None,
+    ) -> None:
         """A room purged after the fact: the rule, the event that showed it (if any), how
         much was dropped, and whether the store's files were compacted after it too."""
-        self.write("purge", rule=refusal.rule, room_id=refusal.room_id,
-                   event_id=refusal.event_id,
-                   detail=refusal.detail or None, windows=windows, messages=messages,
-                   source=source, compacted=compacted)
+        self.write(
+            "purge",
+            rule=refusal.rule,
+            room_id=refusal.room_id,
+            event_id=refusal.event_id,
+            detail=refusal.detail or None,
+            windows=windows,
+            messages=messages,
+            source=source,
+            compacted=compacted,
+        )
 
-    def read(self, room: str | None = None, rule: str | None = None,
-             kind: str | None = None) -> Iterator[dict[str, Any]]:
+    def read(
+        self, room: str | None = None, rule: str | None = None, kind: str | None = None
+    ) -> Iterator[dict[str, Any]]:
         if not self.path.exists():
             return
         with open(self.path, encoding="utf-8") as f:

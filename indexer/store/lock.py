@@ -36,7 +36,7 @@ class WriterLock:
         self.what = what
         self._fd: int | None = None
 
-    def acquire(self) -> "WriterLock":
+    def acquire(self) -> WriterLock:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -47,7 +47,8 @@ class WriterLock:
             raise LockedError(
                 f"{self.path.parent} is in use by {holder}; {self.what} needs it alone. "
                 "Stop the service first (it backfills and indexes on its own while it "
-                "runs), or use Chroma as a server for tools beside it.") from None
+                "runs), or use Chroma as a server for tools beside it."
+            ) from None
         os.ftruncate(fd, 0)
         os.write(fd, f"{holder_name(self.what)} (pid {os.getpid()})".encode())
         self._fd = fd
@@ -59,7 +60,7 @@ class WriterLock:
             os.close(self._fd)
             self._fd = None
 
-    def __enter__(self) -> "WriterLock":
+    def __enter__(self) -> WriterLock:
         return self.acquire()
 
     def __exit__(self, *exc: object) -> None:

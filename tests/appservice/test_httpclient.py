@@ -20,8 +20,15 @@ class Server(BaseHTTPRequestHandler):
     def _answer(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
-        self.seen.append((self.command, self.path, self.headers.get("Authorization"),
-                          self.headers.get("Content-Type"), body))
+        self.seen.append(
+            (
+                self.command,
+                self.path,
+                self.headers.get("Authorization"),
+                self.headers.get("Content-Type"),
+                body,
+            )
+        )
         if self.path == "/drop":  # takes the request, never answers
             self.close_connection = True
             self.connection.shutdown(socket.SHUT_RDWR)
@@ -29,8 +36,11 @@ class Server(BaseHTTPRequestHandler):
         code, data, ctype = {
             "/json": (200, json.dumps({"room_id": "!r:example.org"}).encode(), "application/json"),
             "/echo": (200, body, "application/json"),
-            "/refused": (403, b'{"errcode": "M_FORBIDDEN", "error": "not you"}',
-                         "application/json"),
+            "/refused": (
+                403,
+                b'{"errcode": "M_FORBIDDEN", "error": "not you"}',
+                "application/json",
+            ),
             "/gateway": (502, b"<html>Bad Gateway</html>", "text/html"),
         }[self.path]
         self.send_response(code)

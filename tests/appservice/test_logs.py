@@ -45,9 +45,13 @@ def test_a_refused_join_is_one_line_naming_the_room_the_errcode_and_the_fix(capl
     from appservice.logs import KeyValueFormatter
 
     caplog.set_level(logging.WARNING, logger="matrix_sources")
-    join_failed("!gone:example.org", MUnknown(
-        400, "Can't join remote room because no servers that are in the room have been "
-        "provided."))
+    join_failed(
+        "!gone:example.org",
+        MUnknown(
+            400,
+            "Can't join remote room because no servers that are in the room have been provided.",
+        ),
+    )
     join_failed("!odd:example.org", RuntimeError("boom"))
     refused, odd = caplog.records[-2:]
     line = KeyValueFormatter().format(refused)

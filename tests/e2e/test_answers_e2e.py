@@ -24,9 +24,8 @@ from urllib.parse import quote
 import pytest
 from ruamel.yaml import YAML
 
-from appservice.tools.chatclient import ChatClient
 from appservice.bot.replies import NOTHING_MATCHES
-
+from appservice.tools.chatclient import ChatClient
 from tests.harness import Stack, make_stack
 
 pytestmark = [pytest.mark.synapse, pytest.mark.model]
@@ -44,7 +43,8 @@ def stack(tmp_path_factory) -> Stack:
     y = YAML()
     reg = y.load(reg_file.read_text())
     reg["namespaces"]["users"].append(
-        {"exclusive": False, "regex": f"^@({'|'.join(SLOW_USERS)}):localhost$"})
+        {"exclusive": False, "regex": f"^@({'|'.join(SLOW_USERS)}):localhost$"}
+    )
     with open(reg_file, "w") as f:
         y.dump(reg, f)
     s.synapse.start()
@@ -57,6 +57,7 @@ def stack(tmp_path_factory) -> Stack:
 
 
 # -- reading the bot's reply ------------------------------------------------------------
+
 
 def sections(body: str) -> list[str]:
     """The reply's hits, one plain-text section each ("1. room · time · senders" on)."""
@@ -71,7 +72,7 @@ def sections(body: str) -> list[str]:
 
 def quoted(section: str) -> list[str]:
     """The quoted lines of a hit section: "who: text" (without the "   > ")."""
-    return [line[len("   > "):] for line in section.split("\n") if line.startswith("   > ")]
+    return [line[len("   > ") :] for line in section.split("\n") if line.startswith("   > ")]
 
 
 def link_of(event_id: str) -> str:
@@ -80,7 +81,7 @@ def link_of(event_id: str) -> str:
 
 def first_li(formatted: str) -> str:
     start = formatted.index("<li>")
-    return formatted[start:formatted.index("</li>", start)]
+    return formatted[start : formatted.index("</li>", start)]
 
 
 def window_first_event(section: str) -> str:
@@ -92,20 +93,39 @@ def window_first_event(section: str) -> str:
 
 # (speaker, text, the index of the message it replies to with m.in_reply_to, or None)
 TOPICS = [
-    ("alice", "Our nightly postgres backup job has failed three nights running since the "
-              "upgrade, any idea why?", None),
+    (
+        "alice",
+        "Our nightly postgres backup job has failed three nights running since the "
+        "upgrade, any idea why?",
+        None,
+    ),
     ("bob", "alice: which version did you upgrade from?", None),
-    ("carol", "Is federation to matrix.org timing out for anyone else since this morning?",
-     None),
+    ("carol", "Is federation to matrix.org timing out for anyone else since this morning?", None),
     ("alice", "bob: 1.98 to 1.99, and postgres 15 to 16 the same night", None),
-    ("erin", "Newcomers keep ending up with an empty room list right after they sign up, "
-             "can we fix that?", None),
-    ("dave", "carol: your TLS certificate expired yesterday; certbot renew and an nginx "
-             "reload bring it back.", 2),
-    ("bob", "alice: the upgrade dropped the backup role's grants; run GRANT "
-            "pg_read_all_data TO backup and it works again.", 0),
-    ("frank", "erin: list #lobby:localhost under auto_join_rooms in homeserver.yaml and "
-              "every new account joins it.", None),
+    (
+        "erin",
+        "Newcomers keep ending up with an empty room list right after they sign up, "
+        "can we fix that?",
+        None,
+    ),
+    (
+        "dave",
+        "carol: your TLS certificate expired yesterday; certbot renew and an nginx "
+        "reload bring it back.",
+        2,
+    ),
+    (
+        "bob",
+        "alice: the upgrade dropped the backup role's grants; run GRANT "
+        "pg_read_all_data TO backup and it works again.",
+        0,
+    ),
+    (
+        "frank",
+        "erin: list #lobby:localhost under auto_join_rooms in homeserver.yaml and "
+        "every new account joins it.",
+        None,
+    ),
     ("carol", "dave: thanks, renewing it now", None),
     ("erin", "frank: perfect, thank you!", None),
     ("alice", "bob: that was it, last night's run went through", None),
@@ -120,8 +140,27 @@ QUESTIONS = [
 
 
 def _words(text: str) -> set[str]:
-    stop = {"the", "a", "an", "and", "to", "it", "of", "in", "for", "us", "be", "from",
-            "that", "can", "how", "why", "what", "into", "since"}
+    stop = {
+        "the",
+        "a",
+        "an",
+        "and",
+        "to",
+        "it",
+        "of",
+        "in",
+        "for",
+        "us",
+        "be",
+        "from",
+        "that",
+        "can",
+        "how",
+        "why",
+        "what",
+        "into",
+        "since",
+    }
     return {w for w in re.findall(r"[a-z0-9]+", text.lower()) if w not in stop}
 
 
@@ -135,8 +174,7 @@ async def test_three_topics_at_once_each_question_gets_its_own_answer(stack):
     people = {}
     for name in sorted({who for who, _, _ in TOPICS}):
         people[name] = stack.synapse.register_user(name, f"{name}-password")
-    clients = {name: ChatClient(stack.synapse.url, uid, tok)
-               for name, (uid, tok) in people.items()}
+    clients = {name: ChatClient(stack.synapse.url, uid, tok) for name, (uid, tok) in people.items()}
     for c in clients.values():
         await c.__aenter__()
     try:
@@ -173,8 +211,8 @@ async def test_three_topics_at_once_each_question_gets_its_own_answer(stack):
             first = hits[0]
             answer_id, (answerer, answer_text, _) = ids[answer], TOPICS[answer]
             assert f"{answerer}: {answer_text}" in quoted(first), (
-                f"{question!r}: the first hit does not quote {answer_text!r}:\n"
-                f"{content['body']}")
+                f"{question!r}: the first hit does not quote {answer_text!r}:\n{content['body']}"
+            )
             html_first = first_li(content["formatted_body"])
             assert link_of(answer_id) in html_first
             assert answer_text.split(";")[0].replace("'", "&#x27;") in html_first
@@ -194,8 +232,7 @@ SHORT_TOPICS = [
     ("dana-7f3", "How do I rotate the signing key of our homeserver?"),
     ("richvdh", "When is the community meetup this month?"),
     ("samira_k", "Which tool should we use to back up the media store?"),
-    ("ben", "dana: the signing key backup is in the vault, rotate it yearly with the "
-            "admin script"),
+    ("ben", "dana: the signing key backup is in the vault, rotate it yearly with the admin script"),
     ("eva", "rich, second Saturday at 2pm, in the usual cafe"),
     ("fred", "samira: rsync the media_store folder nightly, then snapshot it"),
     ("dana-7f3", "ben: thanks!"),
@@ -207,16 +244,18 @@ SHORT_QUESTIONS = [
 ]
 
 
-async def _three_askers_answered(stack, topics, questions, room_name: str,
-                                 display: dict[str, str] | None = None) -> None:
+async def _three_askers_answered(
+    stack, topics, questions, room_name: str, display: dict[str, str] | None = None
+) -> None:
     """Each asker's first hit quotes its answer and no other asker's question: the room
     `topics` made of (localpart, text), sent as plain messages by users registered with
     those localparts (and `display` names, set before they join), the `questions` of
     (question, asker, index of its answer in topics) asked within 10 s."""
-    people = {name: stack.synapse.register_user(name, f"{name}-password")
-              for name in sorted({who for who, _ in topics})}
-    clients = {name: ChatClient(stack.synapse.url, uid, tok)
-               for name, (uid, tok) in people.items()}
+    people = {
+        name: stack.synapse.register_user(name, f"{name}-password")
+        for name in sorted({who for who, _ in topics})
+    }
+    clients = {name: ChatClient(stack.synapse.url, uid, tok) for name, (uid, tok) in people.items()}
     for name, c in clients.items():
         await c.__aenter__()
         if display:
@@ -240,11 +279,12 @@ async def _three_askers_answered(stack, topics, questions, room_name: str,
             assert hits, f"no hits for {question!r}:\n{reply['content']['body']}"
             answerer, text = topics[answer]
             assert f"{answerer}: {text}" in quoted(hits[0]), (
-                f"{question!r}: the first hit does not quote {text!r}:\n"
-                f"{reply['content']['body']}")
+                f"{question!r}: the first hit does not quote {text!r}:\n{reply['content']['body']}"
+            )
             others = [topics[i][1] for i in (0, 1, 2) if topics[i][0] != who]
             assert not any(o in hits[0] for o in others), (
-                f"{question!r}: the first hit mixes in another asker's question:\n{hits[0]}")
+                f"{question!r}: the first hit mixes in another asker's question:\n{hits[0]}"
+            )
     finally:
         for c in clients.values():
             await c.__aexit__(None, None, None)
@@ -257,8 +297,14 @@ async def test_short_names_without_replies_become_conversations_within_seconds(s
 # -- 1c. the same by display names the user ids do not share (issue 22) ------------------
 
 # Localparts that share nothing with the names people address each other by.
-DISPLAY = {"k7q2a": "Dana Whitfield", "m3x8r": "Richard van der Hoff", "p9c4w": "Samira K",
-           "b2n6t": "Ben", "e5h1z": "Eva", "f4j8v": "Fred"}
+DISPLAY = {
+    "k7q2a": "Dana Whitfield",
+    "m3x8r": "Richard van der Hoff",
+    "p9c4w": "Samira K",
+    "b2n6t": "Ben",
+    "e5h1z": "Eva",
+    "f4j8v": "Fred",
+}
 # Other subjects than the tests above: the bot quoted their lines, and text it emitted
 # never comes back in as evidence.
 DISPLAY_TOPICS = [
@@ -283,44 +329,60 @@ async def test_display_names_without_replies_become_conversations_within_seconds
 
 # -- 2. a slow room: the answer hours later, in another block ----------------------------
 
+
 def _as_request(stack: Stack, method: str, path: str, body: dict | None = None) -> dict:
     reg = YAML(typ="safe").load((stack.data_dir / "registration.yaml").read_text())
     req = urllib.request.Request(
-        f"{stack.synapse.url}{path}", method=method,
+        f"{stack.synapse.url}{path}",
+        method=method,
         data=json.dumps(body or {}).encode(),
-        headers={"Authorization": f"Bearer {reg['as_token']}",
-                 "Content-Type": "application/json"})
+        headers={"Authorization": f"Bearer {reg['as_token']}", "Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(req, timeout=30) as r:
         return json.loads(r.read() or b"{}")
 
 
 def _as_user(stack: Stack, localpart: str, room: str) -> str:
     user = f"@{localpart}:localhost"
-    _as_request(stack, "POST", "/_matrix/client/v3/register",
-                {"type": "m.login.application_service", "username": localpart})
-    _as_request(stack, "POST", f"/_matrix/client/v3/join/{quote(room, safe='')}"
-                               f"?user_id={quote(user, safe='')}")
+    _as_request(
+        stack,
+        "POST",
+        "/_matrix/client/v3/register",
+        {"type": "m.login.application_service", "username": localpart},
+    )
+    _as_request(
+        stack,
+        "POST",
+        f"/_matrix/client/v3/join/{quote(room, safe='')}?user_id={quote(user, safe='')}",
+    )
     return user
 
 
 def _send_at(stack: Stack, room: str, user: str, body: str, ts: int, n: int) -> str:
     return _as_request(
-        stack, "PUT", f"/_matrix/client/v3/rooms/{quote(room, safe='')}/send/m.room.message/"
+        stack,
+        "PUT",
+        f"/_matrix/client/v3/rooms/{quote(room, safe='')}/send/m.room.message/"
         f"slow-{ts}-{n}?user_id={quote(user, safe='')}&ts={ts}",
-        {"msgtype": "m.text", "body": body})["event_id"]
+        {"msgtype": "m.text", "body": body},
+    )["event_id"]
 
 
-SLOW_QUESTION = ("Does anyone know how to keep uploaded media on Amazon S3 instead of the "
-                 "local disk? ours is nearly full")
+SLOW_QUESTION = (
+    "Does anyone know how to keep uploaded media on Amazon S3 instead of the "
+    "local disk? ours is nearly full"
+)
 SLOW_CHAT = [
     ("ravi", "sana: are you joining the release call at five?"),
     ("sana", "ravi: yes, I'll bring the changelog"),
     ("ravi", "sana: great, I'll share the agenda before then"),
     ("sana", "ravi: the room moderators asked to move the call to the blue channel"),
 ]
-SLOW_ANSWER = ("quinn: install synapse-s3-storage-provider and list it under "
-               "media_storage_providers; new uploads then go to S3, and s3_media_upload "
-               "moves the old ones.")
+SLOW_ANSWER = (
+    "quinn: install synapse-s3-storage-provider and list it under "
+    "media_storage_providers; new uploads then go to S3, and s3_media_upload "
+    "moves the old ones."
+)
 SLOW_ASK = "!sources can we move the files people upload off the server into cloud storage?"
 
 
@@ -334,8 +396,10 @@ async def test_slow_room_answer_hours_later_is_carried_and_quoted(stack):
         who = {"ravi": ravi, "sana": sana}
         base = int(time.time() * 1000) - 5 * HOUR_MS
         question = _send_at(stack, room, quinn, SLOW_QUESTION, base, 0)
-        chat = [_send_at(stack, room, who[w], text, base + (i + 1) * 60_000, i + 1)
-                for i, (w, text) in enumerate(SLOW_CHAT)]
+        chat = [
+            _send_at(stack, room, who[w], text, base + (i + 1) * 60_000, i + 1)
+            for i, (w, text) in enumerate(SLOW_CHAT)
+        ]
         # Three hours later (the gap is 30 minutes): a new block.
         answer = _send_at(stack, room, sana, SLOW_ANSWER, base + 3 * HOUR_MS, 10)
         stack.wait_indexed([question, *chat, answer])
@@ -363,19 +427,25 @@ async def test_slow_room_answer_hours_later_is_carried_and_quoted(stack):
 
 # -- 3. off-topic: nothing matches, and why 1 explains the closest ----------------------
 
+
 async def test_off_topic_gets_nothing_matches_and_why_explains_the_closest(stack):
     user, token = stack.synapse.register_user("pat", "pat-password")
     async with ChatClient(stack.synapse.url, user, token) as pat:
         room = await pat.create_room("Ops chat", public=True)
         assert stack.cli("allowlist", "add", room).returncode == 0
         await pat.wait_for_member(room, stack.bot)
-        ids = [await pat.send(room, body) for body in (
-            "the homeserver's disk filled up again, the media store is 80 GB",
-            "I set remote_media_lifetime to 30d and restarted synapse")]
+        ids = [
+            await pat.send(room, body)
+            for body in (
+                "the homeserver's disk filled up again, the media store is 80 GB",
+                "I set remote_media_lifetime to 30d and restarted synapse",
+            )
+        ]
         stack.wait_indexed(ids)
 
         reply = await pat.ask(
-            room, "!sources what is a good recipe for banana bread with walnuts?", stack.bot)
+            room, "!sources what is a good recipe for banana bread with walnuts?", stack.bot
+        )
         assert reply["content"]["body"] == NOTHING_MATCHES
         assert "Sources for" not in reply["content"]["formatted_body"]
 

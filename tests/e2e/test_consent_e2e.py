@@ -12,7 +12,6 @@ import time
 import pytest
 
 from appservice.tools.chatclient import ChatClient
-
 from tests.harness import Stack
 
 pytestmark = [pytest.mark.synapse, pytest.mark.model]
@@ -25,13 +24,16 @@ def journal(stack: Stack) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
 
 
-async def gone_from_every_file(stack: Stack, needle: str, vector: list[float] | None = None,
-                               within: float = WITHIN) -> None:
+async def gone_from_every_file(
+    stack: Stack, needle: str, vector: list[float] | None = None, within: float = WITHIN
+) -> None:
     """No file of the data dir holds `needle`, nor `vector` (the window made from it:
     embeddings can be inverted, so a vector is as private as its text)."""
+
     def left() -> list:
         return stack.grep_data(needle) + (
-            list(stack.files_holding_vector(vector)) if vector is not None else [])
+            list(stack.files_holding_vector(vector)) if vector is not None else []
+        )
 
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
@@ -62,8 +64,10 @@ async def test_a_banned_bot_purges_stays_away_and_comes_back_when_invited(stack)
         await gone_from_every_file(stack, "kestrel-kicked-4d1e7a", vector)
         removed = [e for e in journal(stack) if e.get("kind") == "bot_removed"]
         assert removed and removed[-1]["by"] == user and removed[-1]["room_id"] == room
-        assert any(e.get("kind") == "purge" and e.get("room_id") == room
-                   and e.get("rule") == "bot_removed" for e in journal(stack))
+        assert any(
+            e.get("kind") == "purge" and e.get("room_id") == room and e.get("rule") == "bot_removed"
+            for e in journal(stack)
+        )
 
         stack.service.stop()
         stack.service.start()  # ready: the allowlisted rooms were joined, but not this one
@@ -84,8 +88,10 @@ async def test_forget_with_the_service_running_and_forget_me(stack):
     bot = stack.bot
     olga, olga_token = stack.synapse.register_user("olga", "olga-password")
     pete, pete_token = stack.synapse.register_user("pete", "pete-password")
-    async with ChatClient(stack.synapse.url, olga, olga_token) as o, \
-            ChatClient(stack.synapse.url, pete, pete_token) as p:
+    async with (
+        ChatClient(stack.synapse.url, olga, olga_token) as o,
+        ChatClient(stack.synapse.url, pete, pete_token) as p,
+    ):
         room = await o.create_room("Withdrawals", public=True)
         assert stack.cli("allowlist", "add", room).returncode == 0
         await o.wait_for_member(room, bot)
@@ -118,9 +124,17 @@ async def test_history_for_members_only_and_retention(stack):
     bot = stack.bot
     rita, token = stack.synapse.register_user("rita", "rita-password")
     async with ChatClient(stack.synapse.url, rita, token) as r:
-        joined = await r.create_room("Members only", public=True, initial_state=(
-            {"type": "m.room.history_visibility", "state_key": "",
-             "content": {"history_visibility": "joined"}},))
+        joined = await r.create_room(
+            "Members only",
+            public=True,
+            initial_state=(
+                {
+                    "type": "m.room.history_visibility",
+                    "state_key": "",
+                    "content": {"history_visibility": "joined"},
+                },
+            ),
+        )
         switching = await r.create_room("Switching", public=True)
         kept = await r.create_room("Kept briefly", public=True)
         assert stack.cli("allowlist", "add", joined, switching, kept).returncode == 0
@@ -129,8 +143,7 @@ async def test_history_for_members_only_and_retention(stack):
         hidden = await r.send(joined, "kestrel-members-only-61b2 is for members")
         before = await r.send(switching, "kestrel-before-switch-0a4e was public")
         stack.wait_indexed([before])
-        await r.send_state(switching, "m.room.history_visibility",
-                           {"history_visibility": "joined"})
+        await r.send_state(switching, "m.room.history_visibility", {"history_visibility": "joined"})
         after = await r.send(switching, "kestrel-after-switch-9d3c is for members")
         await r.send_state(kept, "m.room.retention", {"max_lifetime": 20_000})
         brief = await r.send(kept, "kestrel-retained-2e7f lives twenty seconds")
@@ -143,8 +156,7 @@ async def test_history_for_members_only_and_retention(stack):
         assert stack.event_status(before) == "indexed"  # sent while shared: stays
         assert stack.event_status(after) is None
         assert any(e.get("rule") == "history_not_shared" for e in journal(stack))
-        await gone_from_every_file(stack, "kestrel-retained-2e7f", brief_vector,
-                                   within=20 + WITHIN)
+        await gone_from_every_file(stack, "kestrel-retained-2e7f", brief_vector, within=20 + WITHIN)
 
 
 async def test_a_synapse_erasure_reaches_the_index(stack):
@@ -171,8 +183,10 @@ async def test_a_synapse_erasure_reaches_the_index(stack):
 
     erin, erin_token = stack.synapse.register_user("erin", "erin-password")
     fred, fred_token = stack.synapse.register_user("fred", "fred-password")
-    async with ChatClient(stack.synapse.url, fred, fred_token) as f, \
-            ChatClient(stack.synapse.url, erin, erin_token) as e:
+    async with (
+        ChatClient(stack.synapse.url, fred, fred_token) as f,
+        ChatClient(stack.synapse.url, erin, erin_token) as e,
+    ):
         room = await f.create_room("Erasures", public=True)
         assert stack.cli("allowlist", "add", room).returncode == 0
         await f.wait_for_member(room, bot)
@@ -183,12 +197,18 @@ async def test_a_synapse_erasure_reaches_the_index(stack):
         erin_vector = stack.vector_of(said)
 
     req = urllib.request.Request(
-        f"{stack.synapse.url}/_synapse/admin/v1/deactivate/{erin}", method="POST",
+        f"{stack.synapse.url}/_synapse/admin/v1/deactivate/{erin}",
+        method="POST",
         data=json.dumps({"erase": True}).encode(),
-        headers={"Authorization": f"Bearer {admin_token}", "Content-Type": "application/json"})
+        headers={"Authorization": f"Bearer {admin_token}", "Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(req, timeout=30) as resp:
         assert resp.status == 200
     await gone_from_every_file(stack, "kestrel-erased-7b31c0", erin_vector, within=60)
-    assert any(x.get("kind") == "forget" and x.get("user_id") == erin
-               and x.get("source") == "synapse_erasure" for x in journal(stack))
+    assert any(
+        x.get("kind") == "forget"
+        and x.get("user_id") == erin
+        and x.get("source") == "synapse_erasure"
+        for x in journal(stack)
+    )
     assert stack.event_status(kept) == "indexed"

@@ -19,8 +19,16 @@ pytestmark = [pytest.mark.synapse, pytest.mark.model]
 
 MESSAGES = 2000
 SENDERS = 4
-TOPICS = ("the nightly backup", "federation delays", "the bridge outage", "disk usage",
-          "the signing key", "room upgrades", "the media repo", "spam waves")
+TOPICS = (
+    "the nightly backup",
+    "federation delays",
+    "the bridge outage",
+    "disk usage",
+    "the signing key",
+    "room upgrades",
+    "the media repo",
+    "spam waves",
+)
 
 
 async def test_sigkill_while_pushing_loses_nothing_and_doubles_nothing(stack):
@@ -68,8 +76,7 @@ async def test_backfill_command_and_single_writer(stack):
         busy = stack.cli("import", "-q", str(stack.data_dir / "nothing.jsonl"))
         assert busy.returncode == 1 and "in use by matrix-sources run" in busy.stderr
         stack.service.stop()
-        ids = [await c.send(room, f"sent while the service was down, number {i}")
-               for i in range(5)]
+        ids = [await c.send(room, f"sent while the service was down, number {i}") for i in range(5)]
     res = stack.cli("backfill", "-q", room)
     assert res.returncode == 0, res.stderr
     assert "5 new messages" in res.stdout

@@ -20,10 +20,15 @@ pytestmark = [pytest.mark.synapse, pytest.mark.model]
 
 
 def register(url: str, user: str, password: str) -> dict:
-    body = json.dumps({"username": user, "password": password,
-                       "auth": {"type": "m.login.dummy"}}).encode()
-    req = urllib.request.Request(f"{url}/_matrix/client/v3/register", data=body,
-                                 headers={"Content-Type": "application/json"}, method="POST")
+    body = json.dumps(
+        {"username": user, "password": password, "auth": {"type": "m.login.dummy"}}
+    ).encode()
+    req = urllib.request.Request(
+        f"{url}/_matrix/client/v3/register",
+        data=body,
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
     with urllib.request.urlopen(req, timeout=30) as r:
         return json.loads(r.read())
 
@@ -63,8 +68,9 @@ def test_demo_seeds_from_three_users_and_says_how_to_register(tmp_path, capsys):
     # The first answer quotes the lines that answer the disk questions (bob's
     # media_retention and compressor advice), not only the questions themselves.
     hits = re.split(r"\n(?=\d+\. )", first_answer.strip())[1:]
-    quoted = [[line.strip()[2:] for line in h.splitlines() if line.strip().startswith("> ")]
-              for h in hits]
+    quoted = [
+        [line.strip()[2:] for line in h.splitlines() if line.strip().startswith("> ")] for h in hits
+    ]
     every = [q for qs in quoted for q in qs]
     answers = ("media_retention", "synapse_auto_compressor")
     for word in answers:

@@ -11,7 +11,6 @@ import time
 import pytest
 
 from appservice.tools.chatclient import ChatClient
-
 from tests.harness import Stack, make_stack
 
 pytestmark = [pytest.mark.synapse, pytest.mark.model]
@@ -22,8 +21,10 @@ CONVERSATION = [
     "move the old key into old_signing_keys with an expiry, then restart synapse.",
     "and keep the old key listed for a while so other servers can still verify past events",
 ]
-GENUINE = ("we rotated ours last month following that and federation kept working the "
-           "whole time, only the one restart was needed")
+GENUINE = (
+    "we rotated ours last month following that and federation kept working the "
+    "whole time, only the one restart was needed"
+)
 
 
 @pytest.fixture(scope="module")
@@ -57,8 +58,11 @@ async def test_a_pasted_answer_is_not_indexed_and_the_journal_says_why(derived_s
         s.wait_indexed(ids)
 
         reply = await dana.ask(room, "!sources how do I rotate the signing key?", s.bot)
-        quoted = [line.split(": ", 1)[1] for line in reply["content"]["body"].split("\n")
-                  if line.startswith("   > ")]
+        quoted = [
+            line.split(": ", 1)[1]
+            for line in reply["content"]["body"].split("\n")
+            if line.startswith("   > ")
+        ]
         pasted = next(q for q in quoted if "generate_signing_key" in q)
         paste = await dana.send(room, f"the bot says: {pasted}")
         genuine = await dana.send(room, GENUINE)
@@ -68,8 +72,11 @@ async def test_a_pasted_answer_is_not_indexed_and_the_journal_says_why(derived_s
     assert all(s.event_status(e) == "indexed" for e in ids)  # the originals stay evidence
 
     journal = (s.data_dir / "journal.jsonl").read_text()
-    [entry] = [e for e in map(json.loads, journal.splitlines())
-               if e.get("kind") == "derived_excluded" and e.get("event_id") == paste]
+    [entry] = [
+        e
+        for e in map(json.loads, journal.splitlines())
+        if e.get("kind") == "derived_excluded" and e.get("event_id") == paste
+    ]
     assert entry["room_id"] == room and entry["artifact_kind"] == "answer"
     assert entry["artifact"].startswith(f"answer:{reply['event_id']}#")
     assert entry["threshold"] == 0.8 and entry["threshold"] <= entry["score"] <= 1

@@ -26,8 +26,12 @@ CANARY_OUTSIDE = "zebracanary-private-room-7781"
 
 def _put_txn(stack, txn_id: str, events: list[dict], token: str | None) -> int:
     url = f"http://127.0.0.1:{stack.service.port}/_matrix/app/v1/transactions/{txn_id}"
-    req = urllib.request.Request(url, data=json.dumps({"events": events}).encode(),
-                                 method="PUT", headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        url,
+        data=json.dumps({"events": events}).encode(),
+        method="PUT",
+        headers={"Content-Type": "application/json"},
+    )
     if token is not None:
         req.add_header("Authorization", f"Bearer {token}")
     try:
@@ -53,8 +57,9 @@ async def test_paraphrase_query_cites_the_message(stack):
         ids = [await alice.send(room, body) for body in CONVERSATION]
         stack.wait_indexed(ids)
 
-        reply = await alice.ask(room, "!sources how do I change the server's signing key?",
-                                stack.bot)
+        reply = await alice.ask(
+            room, "!sources how do I change the server's signing key?", stack.bot
+        )
         content = reply["content"]
         assert content["msgtype"] == "m.notice"
         assert quote(ids[1], safe="") in content["formatted_body"]  # the line's own link
@@ -77,17 +82,27 @@ async def test_transactions_replayed_once_across_restart(stack):
         room = await bob.create_room("Replay room", public=True)
         stack.allowlist_add(room)  # the events below are pushed, not sent: no backfill
         await bob.wait_for_member(room, stack.bot)
-    event = {"type": "m.room.message", "room_id": room, "sender": user,
-             "event_id": "$replayed-event-1", "origin_server_ts": 1_700_000_000_000,
-             "content": {"msgtype": "m.text", "body": "a message pushed twice"}}
+    event = {
+        "type": "m.room.message",
+        "room_id": room,
+        "sender": user,
+        "event_id": "$replayed-event-1",
+        "origin_server_ts": 1_700_000_000_000,
+        "content": {"msgtype": "m.text", "body": "a message pushed twice"},
+    }
     assert _put_txn(stack, "replay-1", [event], None) == 401
     assert _put_txn(stack, "replay-1", [event], "wrong-token") == 403
     assert stack.event_status("$replayed-event-1") is None  # refused requests store nothing
 
     # An encrypted event in a listed room is refused with one journal line per processing.
-    encrypted = {"type": "m.room.encrypted", "room_id": room, "sender": user,
-                 "event_id": "$replayed-encrypted", "origin_server_ts": 1_700_000_000_001,
-                 "content": {"algorithm": "m.megolm.v1.aes-sha2", "ciphertext": "AAAA"}}
+    encrypted = {
+        "type": "m.room.encrypted",
+        "room_id": room,
+        "sender": user,
+        "event_id": "$replayed-encrypted",
+        "origin_server_ts": 1_700_000_000_001,
+        "content": {"algorithm": "m.megolm.v1.aes-sha2", "ciphertext": "AAAA"},
+    }
 
     def journal_lines() -> int:
         return (stack.data_dir / "journal.jsonl").read_text().count("$replayed-encrypted")
@@ -108,20 +123,48 @@ async def test_transactions_replayed_once_across_restart(stack):
 
     # Malformed bodies get 400, odd events are skipped without a crash.
     url = f"http://127.0.0.1:{stack.service.port}/_matrix/app/v1/transactions/bad-1"
-    req = urllib.request.Request(url, data=b"{not json", method="PUT",
-                                 headers={"Authorization": f"Bearer {stack.hs_token}"})
+    req = urllib.request.Request(
+        url, data=b"{not json", method="PUT", headers={"Authorization": f"Bearer {stack.hs_token}"}
+    )
     with pytest.raises(urllib.error.HTTPError) as err:
         urllib.request.urlopen(req, timeout=30)
     assert err.value.code == 400
-    odd = [{"type": "m.room.message", "room_id": room, "sender": user, "event_id": "$odd-1",
-            "origin_server_ts": 1, "content": {"msgtype": "m.text", "body": 42}},
-           {"type": "m.room.message", "room_id": room, "sender": user, "event_id": "$odd-2",
-            "origin_server_ts": 1, "content": {"msgtype": "m.text"}},
-           {"type": "org.example.unknown", "room_id": room, "sender": user,
-            "event_id": "$odd-3", "origin_server_ts": 1, "content": {}},
-           {"type": "m.room.message", "room_id": room, "sender": user, "event_id": "$odd-4",
-            "origin_server_ts": 1, "content": {"msgtype": "m.text", "body": "x" * 70000}},
-           "not an event", None]
+    odd = [
+        {
+            "type": "m.room.message",
+            "room_id": room,
+            "sender": user,
+            "event_id": "$odd-1",
+            "origin_server_ts": 1,
+            "content": {"msgtype": "m.text", "body": 42},
+        },
+        {
+            "type": "m.room.message",
+            "room_id": room,
+            "sender": user,
+            "event_id": "$odd-2",
+            "origin_server_ts": 1,
+            "content": {"msgtype": "m.text"},
+        },
+        {
+            "type": "org.example.unknown",
+            "room_id": room,
+            "sender": user,
+            "event_id": "$odd-3",
+            "origin_server_ts": 1,
+            "content": {},
+        },
+        {
+            "type": "m.room.message",
+            "room_id": room,
+            "sender": user,
+            "event_id": "$odd-4",
+            "origin_server_ts": 1,
+            "content": {"msgtype": "m.text", "body": "x" * 70000},
+        },
+        "not an event",
+        None,
+    ]
     assert _put_txn(stack, "odd-1", odd, stack.hs_token) == 200
     assert all(stack.event_status(f"$odd-{i}") is None for i in range(1, 5))
     assert stack.service.proc.poll() is None
@@ -145,9 +188,11 @@ async def test_two_line_query_is_fused_and_explained_and_html_escaped(stack):
         stack.wait_indexed(ids)
 
         reply = await carol.ask(
-            room, "!sources --room #widgets:localhost --top 3\n"
-                  "the widget breaks with a script in the topic\nwidget image preview broken",
-            stack.bot)
+            room,
+            "!sources --room #widgets:localhost --top 3\n"
+            "the widget breaks with a script in the topic\nwidget image preview broken",
+            stack.bot,
+        )
         content = reply["content"]
         assert "(+1 more)" in content["body"]  # both lines were taken as query texts
         assert quote(ids[0], safe="") in content["formatted_body"]

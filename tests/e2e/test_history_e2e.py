@@ -11,7 +11,6 @@ import pytest
 
 from appservice.tools.chatclient import ChatClient
 from indexer.store.eventlog.db import reader
-
 from tests.vectorscan import files_holding
 
 pytestmark = [pytest.mark.synapse, pytest.mark.model]
@@ -25,8 +24,9 @@ def search(stack, *texts: str) -> list[dict]:
 
 def log_body(stack, event_id: str):
     with reader(stack.database) as db:
-        row = db.execute("SELECT status, body FROM events WHERE event_id = ?",
-                         (event_id,)).fetchone()
+        row = db.execute(
+            "SELECT status, body FROM events WHERE event_id = ?", (event_id,)
+        ).fetchone()
     return tuple(row) if row else None
 
 
@@ -44,25 +44,37 @@ async def test_backfill_edit_and_redaction(stack):
     user, token = stack.synapse.register_user("dora", "dora-password")
     async with ChatClient(stack.synapse.url, user, token) as dora:
         room = await dora.create_room("History", public=True)
-        before = [await dora.send(room, f"early message {i} about the kernel upgrade")
-                  for i in range(3)]
+        before = [
+            await dora.send(room, f"early message {i} about the kernel upgrade") for i in range(3)
+        ]
         assert stack.cli("allowlist", "add", room).returncode == 0
         await dora.wait_for_member(room, stack.bot)
         stack.wait_indexed(before)  # sent before the bot joined: found by backfill
 
         meeting = await dora.send(room, "the community meeting is on tuesday at noon")
         stack.wait_indexed([meeting])
-        await dora.send(room, "* the community meeting is on thursday at noon", content={
-            "msgtype": "m.text", "body": "* the community meeting is on thursday at noon",
-            "m.new_content": {"msgtype": "m.text",
-                              "body": "the community meeting is on thursday at noon"},
-            "m.relates_to": {"rel_type": "m.replace", "event_id": meeting}})
-        wait_for(lambda: "thursday" in (log_body(stack, meeting) or ("", ""))[1],
-                 what="the edit in the event log")
+        await dora.send(
+            room,
+            "* the community meeting is on thursday at noon",
+            content={
+                "msgtype": "m.text",
+                "body": "* the community meeting is on thursday at noon",
+                "m.new_content": {
+                    "msgtype": "m.text",
+                    "body": "the community meeting is on thursday at noon",
+                },
+                "m.relates_to": {"rel_type": "m.replace", "event_id": meeting},
+            },
+        )
+        wait_for(
+            lambda: "thursday" in (log_body(stack, meeting) or ("", ""))[1],
+            what="the edit in the event log",
+        )
 
         def edited_in_store():
             hits = [h for h in search(stack, "community meeting") if meeting in h["event_ids"]]
             return hits and "thursday" in hits[0]["text"] and "tuesday" not in hits[0]["text"]
+
         wait_for(edited_in_store, what="the edited window")
 
         canary = await dora.send(room, "the admin password hint is zebra-canary-5521 do not share")
@@ -71,41 +83,60 @@ async def test_backfill_edit_and_redaction(stack):
         assert "zebra-canary-5521" in reply["content"]["body"]
         # The vector of the window that holds it, read before the redaction: made from
         # the message, so as private as its text (embeddings can be inverted).
-        [holding] = [h["window_id"] for h in search(stack, "admin password hint zebra")
-                     if canary in h["event_ids"]]
+        [holding] = [
+            h["window_id"]
+            for h in search(stack, "admin password hint zebra")
+            if canary in h["event_ids"]
+        ]
         vector = stack.stored_vectors([holding])[holding]
         assert files_holding(stack.data_dir / "chroma", vector)  # the check can see it
         await dora._client.room_redact(room, canary, reason="oops")
 
-        wait_for(lambda: log_body(stack, canary) == ("redacted", None),
-                 what="the redaction in the event log")
-        wait_for(lambda: all("zebra-canary-5521" not in h["text"]
-                             for h in search(stack, "admin password hint zebra")),
-                 what="the redaction in the store")
+        wait_for(
+            lambda: log_body(stack, canary) == ("redacted", None),
+            what="the redaction in the event log",
+        )
+        wait_for(
+            lambda: all(
+                "zebra-canary-5521" not in h["text"]
+                for h in search(stack, "admin password hint zebra")
+            ),
+            what="the redaction in the store",
+        )
         # Not in any file either: Chroma never held it, the event log zeroed it
         # (secure_delete) and its WAL is checkpointed, and the answer artifacts hold
         # only hashes.
-        wait_for(lambda: not stack.grep_data("zebra-canary-5521"),
-                 what="the redacted text gone from every file in the data dir")
+        wait_for(
+            lambda: not stack.grep_data("zebra-canary-5521"),
+            what="the redacted text gone from every file in the data dir",
+        )
         # Nor its vector: the compaction within the compaction interval copied the live
         # points into a fresh collection and dropped the old one's files.
-        wait_for(lambda: files_holding(stack.data_dir, vector) == {}, timeout=30,
-                 what="the redacted window's vector gone from every file in the data dir")
+        wait_for(
+            lambda: files_holding(stack.data_dir, vector) == {},
+            timeout=30,
+            what="the redacted window's vector gone from every file in the data dir",
+        )
 
         async def reply_edit():
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline:
                 for ev in dora.timeline:
                     rel = (ev.get("content") or {}).get("m.relates_to") or {}
-                    if ev.get("sender") == stack.bot and rel.get("rel_type") == "m.replace" \
-                            and rel.get("event_id") == reply["event_id"]:
+                    if (
+                        ev.get("sender") == stack.bot
+                        and rel.get("rel_type") == "m.replace"
+                        and rel.get("event_id") == reply["event_id"]
+                    ):
                         return ev
                 await dora.sync_once()
             raise AssertionError("the bot did not edit its reply")
+
         edit = await reply_edit()
         new = edit["content"]["m.new_content"]
         assert "zebra-canary-5521" not in new["body"]
         assert "zebra-canary-5521" not in new["formatted_body"]
-        assert new["body"].startswith("Sources for: admin password hint (edited: a "
-                                      "message quoted here was deleted)")
+        assert new["body"].startswith(
+            "Sources for: admin password hint (edited: a message quoted here was deleted)"
+        )
     await asyncio.sleep(0)

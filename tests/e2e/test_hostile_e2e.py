@@ -26,8 +26,7 @@ async def test_25_messages_of_45_kb_batched_by_synapse_are_stored(stack):
         # meanwhile queues in Synapse and goes out in the next one.
         stack.service.proc.send_signal(signal.SIGSTOP)
         try:
-            ids = [await heidi.send(room, f"paste {i}: " + "logline " * 5_700)
-                   for i in range(25)]
+            ids = [await heidi.send(room, f"paste {i}: " + "logline " * 5_700) for i in range(25)]
         finally:
             stack.service.proc.send_signal(signal.SIGCONT)
         later = await heidi.send(room, "a short message after the pastes")

@@ -12,7 +12,6 @@ import pytest
 from ruamel.yaml import YAML
 
 from appservice.tools.chatclient import ChatClient
-
 from tests.harness import Stack, make_stack
 
 pytestmark = [pytest.mark.synapse, pytest.mark.model]
@@ -36,9 +35,12 @@ def metric(text: str, name: str, labels: str = "") -> float:
 
 
 def doctor(stack: Stack, config=None) -> tuple[int, str]:
-    res = subprocess.run([sys.executable, "-m", "appservice.cli.main", "doctor", "-c",
-                          str(config or stack.config)], capture_output=True, text=True,
-                         timeout=300)
+    res = subprocess.run(
+        [sys.executable, "-m", "appservice.cli.main", "doctor", "-c", str(config or stack.config)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     return res.returncode, res.stdout + res.stderr
 
 
@@ -48,8 +50,13 @@ async def test_health_waits_for_the_homeserver_then_metrics_move(late_stack):
     status, body = s.http("/health")
     assert status == 503
     checks = json.loads(body)["checks"]
-    assert checks == {"store": True, "model": True, "homeserver": False, "appends": True,
-                      "pipeline": True}
+    assert checks == {
+        "store": True,
+        "model": True,
+        "homeserver": False,
+        "appends": True,
+        "pipeline": True,
+    }
     assert "unreachable" in json.loads(body)["detail"]
 
     s.synapse.start()
@@ -74,21 +81,29 @@ async def test_health_waits_for_the_homeserver_then_metrics_move(late_stack):
     deadline = time.monotonic() + 30
     while True:
         after = s.http("/metrics")[1]
-        if f'matrix_sources_cursor_lag_seconds{{room_id="{room}"}} 0.0' in after \
-                and metric(after, "matrix_sources_pipeline_queue_depth") == 0:
+        if (
+            f'matrix_sources_cursor_lag_seconds{{room_id="{room}"}} 0.0' in after
+            and metric(after, "matrix_sources_pipeline_queue_depth") == 0
+        ):
             break
         assert time.monotonic() < deadline, after
         time.sleep(1)
 
     name = "matrix_sources_events_received_total"
-    assert metric(after, name, 'type="m.room.message"') >= \
-        metric(before, name, 'type="m.room.message"') + 4
-    assert metric(after, "matrix_sources_windows_upserted_total") > \
-        metric(before, "matrix_sources_windows_upserted_total")
-    assert metric(after, "matrix_sources_transactions_received_total") > \
-        metric(before, "matrix_sources_transactions_received_total")
-    assert metric(after, "matrix_sources_search_latency_seconds_count") >= \
-        metric(before, "matrix_sources_search_latency_seconds_count") + 1
+    assert (
+        metric(after, name, 'type="m.room.message"')
+        >= metric(before, name, 'type="m.room.message"') + 4
+    )
+    assert metric(after, "matrix_sources_windows_upserted_total") > metric(
+        before, "matrix_sources_windows_upserted_total"
+    )
+    assert metric(after, "matrix_sources_transactions_received_total") > metric(
+        before, "matrix_sources_transactions_received_total"
+    )
+    assert (
+        metric(after, "matrix_sources_search_latency_seconds_count")
+        >= metric(before, "matrix_sources_search_latency_seconds_count") + 1
+    )
     assert metric(after, "matrix_sources_embedding_batch_size_count") >= 1
     assert metric(after, "matrix_sources_pipeline_queue_depth") == 0
     assert f'matrix_sources_cursor_lag_seconds{{room_id="{room}"}} 0.0' in after
@@ -102,8 +117,10 @@ async def test_status_for_admins_only(late_stack):
     s = late_stack
     admin, admin_token = s.synapse.login("admin", "admin-password")
     member, member_token = s.synapse.register_user("member", "member-password")
-    async with ChatClient(s.synapse.url, admin, admin_token) as a, \
-            ChatClient(s.synapse.url, member, member_token) as m:
+    async with (
+        ChatClient(s.synapse.url, admin, admin_token) as a,
+        ChatClient(s.synapse.url, member, member_token) as m,
+    ):
         room = await a.create_room("Status room", public=True)
         assert s.cli("allowlist", "add", room).returncode == 0
         await a.wait_for_member(room, s.bot)
@@ -146,7 +163,8 @@ def test_doctor_checks_fail_and_pass(late_stack, tmp_path):
     code, out = broken(lambda d: d["appservice"].__setitem__("registration", "other-reg.yaml"))
     assert code == 1 and "FAIL registration" in out
     (s.data_dir / "wrong-token.yaml").write_text(
-        (s.data_dir / "registration.yaml").read_text().replace("as_token: ", "as_token: x"))
+        (s.data_dir / "registration.yaml").read_text().replace("as_token: ", "as_token: x")
+    )
     code, out = broken(lambda d: d["appservice"].__setitem__("registration", "wrong-token.yaml"))
     assert code == 1 and "FAIL homeserver: whoami with as_token was refused" in out
     code, out = broken(lambda d: d.__setitem__("allowlist", "bad-allowlist.yaml"))

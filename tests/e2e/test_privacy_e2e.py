@@ -16,7 +16,6 @@ import pytest
 
 from appservice.tools.chatclient import ChatClient
 from indexer.store.vectors.chroma import ChromaStore
-
 from tests.harness import Stack
 
 pytestmark = [pytest.mark.synapse, pytest.mark.model]
@@ -69,29 +68,42 @@ async def play(s: Scenario) -> None:
     # Not in the bot's exclusive namespace: a stand-in for a Discord bridge's puppet.
     puppet_id, puppet_token = stack.synapse.register_user("discord_123456", "puppet-password")
     dave_id, dave_token = stack.synapse.register_user("dave", "dave-password")
-    enc_state = {"type": "m.room.encryption", "state_key": "",
-                 "content": {"algorithm": "m.megolm.v1.aes-sha2"}}
-    bridge_state = {"type": "m.bridge", "state_key": "discord/123456",
-                    "content": {"bridgebot": "@discordbot:localhost",
-                                "protocol": {"id": "discord", "displayname": "Discord"}}}
-    async with ChatClient(stack.synapse.url, user, token) as carol, \
-            ChatClient(stack.synapse.url, puppet_id, puppet_token) as puppet, \
-            ChatClient(stack.synapse.url, dave_id, dave_token) as dave:
+    enc_state = {
+        "type": "m.room.encryption",
+        "state_key": "",
+        "content": {"algorithm": "m.megolm.v1.aes-sha2"},
+    }
+    bridge_state = {
+        "type": "m.bridge",
+        "state_key": "discord/123456",
+        "content": {
+            "bridgebot": "@discordbot:localhost",
+            "protocol": {"id": "discord", "displayname": "Discord"},
+        },
+    }
+    async with (
+        ChatClient(stack.synapse.url, user, token) as carol,
+        ChatClient(stack.synapse.url, puppet_id, puppet_token) as puppet,
+        ChatClient(stack.synapse.url, dave_id, dave_token) as dave,
+    ):
         r = s.rooms
         r["unlisted"] = await carol.create_room("Unlisted lounge", public=True, invite=(bot,))
-        r["dm"] = await carol.create_room("Direct chat", public=False, invite=(bot,), is_direct=True)
-        r["invite_only"] = await carol.create_room("Staff", public=False,
-                                                   invite=(bot, dave_id))
-        r["encrypted"] = await carol.create_room("Secure", public=True,
-                                                 initial_state=(enc_state,))
-        r["bridged"] = await carol.create_room("Bridged portal", public=True,
-                                               initial_state=(bridge_state,))
+        r["dm"] = await carol.create_room(
+            "Direct chat", public=False, invite=(bot,), is_direct=True
+        )
+        r["invite_only"] = await carol.create_room("Staff", public=False, invite=(bot, dave_id))
+        r["encrypted"] = await carol.create_room("Secure", public=True, initial_state=(enc_state,))
+        r["bridged"] = await carol.create_room(
+            "Bridged portal", public=True, initial_state=(bridge_state,)
+        )
         r["puppet"] = await carol.create_room("Mixed company", public=True)
         r["later"] = await carol.create_room("Soon private", public=True)
         r["removed"] = await carol.create_room("Soon unlisted", public=True)
         r["clean"] = await carol.create_room("Clean room", public=True, alias="clean-room")
-        listed = [r[k] for k in ("dm", "invite_only", "encrypted", "bridged", "puppet", "later",
-                                 "removed")]
+        listed = [
+            r[k]
+            for k in ("dm", "invite_only", "encrypted", "bridged", "puppet", "later", "removed")
+        ]
         added = stack.cli("allowlist", "add", *listed, "#clean-room:localhost")
         assert added.returncode == 0, added.stderr
         for room in r.values():  # invited rooms: accepted; listed ones: joined on reload
@@ -112,18 +124,30 @@ async def play(s: Scenario) -> None:
         await puppet.join(r["puppet"])
         e["puppet_says"] = await puppet.send(r["puppet"], f"from discord {CANARIES['puppet_says']}")
         e["puppet_after"] = await carol.send(r["puppet"], f"reply {CANARIES['puppet_after']}")
-        s.flips["later"] = await carol.send_state(r["later"], "m.room.join_rules",
-                                                  {"join_rule": "invite"})
+        s.flips["later"] = await carol.send_state(
+            r["later"], "m.room.join_rules", {"join_rule": "invite"}
+        )
         e["later_after"] = await carol.send(r["later"], f"now {CANARIES['later_after']}")
 
-        for key, room in (("unlisted", "unlisted"), ("dm", "dm"),
-                          ("invite_only", "invite_only"), ("encrypted_plain", "encrypted"),
-                          ("bridged", "bridged")):
+        for key, room in (
+            ("unlisted", "unlisted"),
+            ("dm", "dm"),
+            ("invite_only", "invite_only"),
+            ("encrypted_plain", "encrypted"),
+            ("bridged", "bridged"),
+        ):
             e[key] = await carol.send(r[room], f"psst {CANARIES[key]}")
-        e["encrypted_cipher"] = await carol.send_event(r["encrypted"], "m.room.encrypted", {
-            "algorithm": "m.megolm.v1.aes-sha2", "sender_key": "c2VuZGVya2V5",
-            "device_id": "CAROLDEVICE", "session_id": "c2Vzc2lvbg",
-            "ciphertext": CANARIES["encrypted_cipher"]})
+        e["encrypted_cipher"] = await carol.send_event(
+            r["encrypted"],
+            "m.room.encrypted",
+            {
+                "algorithm": "m.megolm.v1.aes-sha2",
+                "sender_key": "c2VuZGVya2V5",
+                "device_id": "CAROLDEVICE",
+                "session_id": "c2Vzc2lvbg",
+                "ciphertext": CANARIES["encrypted_cipher"],
+            },
+        )
         # Synapse pushes an appservice's events in order: once this one is indexed, every
         # event above has been through the gate.
         marker = await carol.send(r["clean"], "that is all for today, thanks everyone")
@@ -146,10 +170,17 @@ def test_no_forbidden_canary_is_stored_or_logged(scenario):
     assert "discord_123456" in puppet["detail"]
     later = wait_for_purge(stack, s.rooms["later"])
     assert (later["rule"], later["event_id"], later["windows"], later["messages"]) == (
-        "not_public", s.flips["later"], 1, 1)
+        "not_public",
+        s.flips["later"],
+        1,
+        1,
+    )
     unlisted = wait_for_purge(stack, s.rooms["removed"])
     assert (unlisted["rule"], unlisted["source"], unlisted.get("event_id")) == (
-        "not_allowlisted", "allowlist", None)
+        "not_allowlisted",
+        "allowlist",
+        None,
+    )
     for key in ("puppet_before", "later_before", "removed"):
         assert stack.event_status(s.events[key]) == "purged", key
 

@@ -14,8 +14,13 @@ from appservice.tools.chatclient import ChatClient
 
 pytestmark = [pytest.mark.synapse, pytest.mark.model]
 
-TOPICS = ["rotating the signing key", "the media cache filling the disk",
-          "federation over .well-known", "vacuuming the database", "onboarding from phones"]
+TOPICS = [
+    "rotating the signing key",
+    "the media cache filling the disk",
+    "federation over .well-known",
+    "vacuuming the database",
+    "onboarding from phones",
+]
 
 
 def doctor_index(stack) -> str:
@@ -30,8 +35,10 @@ async def test_restarts_and_a_lost_chroma_folder(stack):
         room = await rita.create_room("Recovery room", public=True)
         assert stack.cli("allowlist", "add", room).returncode == 0
         await rita.wait_for_member(room, stack.bot)
-        ids = [await rita.send(room, f"note {i}: what we found about {TOPICS[i % 5]}, "
-                                     f"part {i // 5}") for i in range(40)]
+        ids = [
+            await rita.send(room, f"note {i}: what we found about {TOPICS[i % 5]}, part {i // 5}")
+            for i in range(40)
+        ]
         stack.wait_indexed(ids)
         await rita.ask(room, "!sources how do we vacuum the database", stack.bot)
         first = (await rita.ask(room, "!sources status", stack.bot))["content"]["body"]
@@ -47,8 +54,9 @@ async def test_restarts_and_a_lost_chroma_folder(stack):
     stack.service.start()  # ready once the collection is rebuilt
     async with ChatClient(stack.synapse.url, user, token) as rita:
         again = (await rita.ask(room, "!sources status", stack.bot))["content"]["body"]
-        answer = (await rita.ask(room, "!sources the media cache filled the disk",
-                                 stack.bot))["content"]["body"]
+        answer = (await rita.ask(room, "!sources the media cache filled the disk", stack.bot))[
+            "content"
+        ]["body"]
     assert re.search(r"Recovery room: 40 messages .* 0 refusals", again), again
     assert "media cache" in answer
     stack.service.stop()
@@ -81,5 +89,6 @@ async def test_what_synapse_held_back_arrives_at_the_restart_not_after_its_backo
     log = (stack.root / "service.log").read_text()
     # Synapse's ping came in with the id the service sent: the round trip that
     # resets Synapse's backoff.
-    assert re.search(r"appservice\.homeserver\.transactions ping txn=matrix-sources-start-\d+",
-                     log), "no ping from the homeserver"
+    assert re.search(
+        r"appservice\.homeserver\.transactions ping txn=matrix-sources-start-\d+", log
+    ), "no ping from the homeserver"

@@ -32,9 +32,13 @@ QUESTION = "how can I get disk space back when the server is full"
 def post(stack, body: object, token: str | None) -> tuple[int, dict]:
     req = urllib.request.Request(
         f"http://127.0.0.1:{stack.service.port}/_matrix_sources/v1/search",
-        data=json.dumps(body).encode(), method="POST",
-        headers={"Content-Type": "application/json",
-                 **({"Authorization": f"Bearer {token}"} if token else {})})
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={
+            "Content-Type": "application/json",
+            **({"Authorization": f"Bearer {token}"} if token else {}),
+        },
+    )
     try:
         with urllib.request.urlopen(req, timeout=60) as r:
             return r.status, json.loads(r.read())
@@ -44,10 +48,14 @@ def post(stack, body: object, token: str | None) -> tuple[int, dict]:
 
 async def mcp_search(stack, texts: list[str]) -> dict:
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "appservice.cli.main", "mcp", "-c", str(stack.config)],
-        env={"HF_HUB_OFFLINE": "1", **{k: v for k, v in os.environ.items()
-                                        if k in ("PYTHONPATH", "VIRTUAL_ENV")}},
-        cwd=os.getcwd())
+        command=sys.executable,
+        args=["-m", "appservice.cli.main", "mcp", "-c", str(stack.config)],
+        env={
+            "HF_HUB_OFFLINE": "1",
+            **{k: v for k, v in os.environ.items() if k in ("PYTHONPATH", "VIRTUAL_ENV")},
+        },
+        cwd=os.getcwd(),
+    )
     with open(stack.root / "mcp.stderr", "w") as errlog:
         async with stdio_client(params, errlog=errlog) as (read, write):
             async with ClientSession(read, write, read_timeout_seconds=120) as s:

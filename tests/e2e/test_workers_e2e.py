@@ -20,9 +20,8 @@ import pytest
 from ruamel.yaml import YAML
 
 from appservice.tools.chatclient import ChatClient
-from indexer.store.vectors.chroma import ChromaStore
 from indexer.store.eventlog.log import EventLog
-
+from indexer.store.vectors.chroma import ChromaStore
 from tests.harness import make_stack
 from tests.pgkit import fresh_schema
 
@@ -42,13 +41,19 @@ class WorkerProcess:
         out = open(self.log, "ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "appservice.cli.main", "worker", "-c", str(self.config)],
-            stdout=out, stderr=out, env=dict(os.environ, HF_HUB_OFFLINE="1"))
+            stdout=out,
+            stderr=out,
+            env=dict(os.environ, HF_HUB_OFFLINE="1"),
+        )
         out.close()
 
     def loads(self) -> int:
         """How many of its starts got as far as loading the model."""
-        return self.log.read_text(errors="replace").count("loading the model") \
-            if self.log.exists() else 0
+        return (
+            self.log.read_text(errors="replace").count("loading the model")
+            if self.log.exists()
+            else 0
+        )
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -96,8 +101,7 @@ def workers_stack(tmp_path_factory, chroma_server):
             stack.synapse.stop()
 
 
-async def test_two_workers_one_killed_three_times_lose_nothing_and_double_nothing(
-        workers_stack):
+async def test_two_workers_one_killed_three_times_lose_nothing_and_double_nothing(workers_stack):
     stack, workers, server = workers_stack
     rng = random.Random(25)
     user, token = stack.synapse.register_user("workers", "workers-password")
@@ -112,8 +116,12 @@ async def test_two_workers_one_killed_three_times_lose_nothing_and_double_nothin
 
         async def sender(k: int) -> None:
             for i in range(k, MESSAGES, ROOMS):
-                sent.append(await c.send(rooms[k], f"message {i} in room {k}: about the "
-                                                   f"{('backup', 'bridge', 'disk')[i % 3]}"))
+                sent.append(
+                    await c.send(
+                        rooms[k],
+                        f"message {i} in room {k}: about the {('backup', 'bridge', 'disk')[i % 3]}",
+                    )
+                )
 
         async def loaded(w: WorkerProcess, past: int) -> None:
             # A kill lands on a worker that got as far as its model (on a loaded machine
@@ -143,7 +151,8 @@ async def test_two_workers_one_killed_three_times_lose_nothing_and_double_nothin
     while stack.count_indexed(sent) < MESSAGES:
         assert time.monotonic() < deadline, (
             f"{stack.count_indexed(sent)} of {MESSAGES} indexed; worker logs:\n"
-            + "\n".join(w.log.read_text(errors="replace")[-2000:] for w in workers))
+            + "\n".join(w.log.read_text(errors="replace")[-2000:] for w in workers)
+        )
         await asyncio.sleep(1)
     log = EventLog(stack.database, read_only=True)
     store = ChromaStore(host="127.0.0.1", port=server.port, eventlog=log)

@@ -4,7 +4,6 @@ patched afterwards."""
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
 import pytest
 from ruamel.yaml import YAML
@@ -13,7 +12,6 @@ from indexer.components import Index
 from indexer.config import load_config
 from indexer.datadir import init_data_dir
 from indexer.models.embedder import HashEmbedder
-
 from tests.paths import ROOT
 
 
@@ -77,15 +75,29 @@ def test_index_open_sets_what_the_service_used_to_patch(index):
 
 def test_the_service_does_not_patch_what_index_open_built():
     """No `self.<part>.<attr> = ...` in the service's modules for a part Index.open made."""
-    built = {"index", "eventlog", "store", "embedder", "gate", "ingest", "pipeline",
-             "searcher", "answers", "responder"}
-    patched = [ast.unparse(t) for name in ("service.py", "rooms.py")
-               for node in ast.walk(ast.parse(
-                   (ROOT / "appservice" / "homeserver" / name).read_text()))
-               if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign))
-               for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
-               if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Attribute)
-               and isinstance(t.value.value, ast.Name) and t.value.value.id == "self"
-               and t.value.attr in built]
+    built = {
+        "index",
+        "eventlog",
+        "store",
+        "embedder",
+        "gate",
+        "ingest",
+        "pipeline",
+        "searcher",
+        "answers",
+        "responder",
+    }
+    patched = [
+        ast.unparse(t)
+        for name in ("service.py", "rooms.py")
+        for node in ast.walk(ast.parse((ROOT / "appservice" / "homeserver" / name).read_text()))
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+        for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(t, ast.Attribute)
+        and isinstance(t.value, ast.Attribute)
+        and isinstance(t.value.value, ast.Name)
+        and t.value.value.id == "self"
+        and t.value.attr in built
+    ]
     # The gate's allowlist is reloaded while running (rooms.py; one Gate shared with ingest).
     assert patched == ["self.gate.allowlist"]

@@ -17,21 +17,23 @@ cannot be reached is `unreachable`, which stops the service with the error libpq
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from ...config import Database as Location
 from .db import location_of, reader
-from .sqldialect import POSTGRESQL
 from .schema import LATEST
+from .sqldialect import POSTGRESQL
 
 # What to do about a damaged event log; `run` and `doctor` print it.
-RECOVER = ("stop the service and restore {path} from a backup (docs/deployment.md); or "
-           "salvage what SQLite can still read: `sqlite3 {path} .recover | sqlite3 "
-           "recovered.sqlite3`, then move recovered.sqlite3 into its place; or start over: "
-           "move {path} and the Chroma folder aside and start, and backfill reads the "
-           "rooms' history again (index.backfill_days)")
+RECOVER = (
+    "stop the service and restore {path} from a backup (docs/deployment.md); or "
+    "salvage what SQLite can still read: `sqlite3 {path} .recover | sqlite3 "
+    "recovered.sqlite3`, then move recovered.sqlite3 into its place; or start over: "
+    "move {path} and the Chroma folder aside and start, and backfill reads the "
+    "rooms' history again (index.backfill_days)"
+)
 
 
 @dataclass(frozen=True)
@@ -62,8 +64,9 @@ def check_eventlog(where: Location | Path | str, max_errors: int = 5) -> LogHeal
         db = sqlite3.connect(f"file:{path}?mode=rw", uri=True)
         try:
             rows = [r[0] for r in db.execute(f"PRAGMA quick_check({max_errors})")]
-            tables = {r[0] for r in db.execute(
-                "SELECT name FROM sqlite_master WHERE type = 'table'")}
+            tables = {
+                r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            }
         finally:
             db.close()
     except sqlite3.DatabaseError as e:
@@ -84,26 +87,36 @@ def _check_postgresql(location: Location) -> LogHealth:
             server = cur.execute("SHOW server_version").fetchone()[0]
     except Exception as e:  # libpq's message names the host and what failed; no password
         first = " ".join(str(e).split())[:300]
-        return LogHealth("unreachable", f"{location}: cannot connect ({type(e).__name__}: "
-                         f"{first})")
+        return LogHealth("unreachable", f"{location}: cannot connect ({type(e).__name__}: {first})")
     if "events" not in tables:
-        return LogHealth("missing", f"{location}: PostgreSQL {server}, no event log yet "
-                         "(the service makes its tables when it first starts)", 0)
+        return LogHealth(
+            "missing",
+            f"{location}: PostgreSQL {server}, no event log yet "
+            "(the service makes its tables when it first starts)",
+            0,
+        )
     if version > LATEST:
-        return LogHealth("ok", f"{location}: PostgreSQL {server}, schema version {version},"
-                         f" newer than this release's {LATEST} (written by a newer "
-                         "release: upgrade matrix-sources)", version)
+        return LogHealth(
+            "ok",
+            f"{location}: PostgreSQL {server}, schema version {version},"
+            f" newer than this release's {LATEST} (written by a newer "
+            "release: upgrade matrix-sources)",
+            version,
+        )
     note = "" if version == LATEST else f" (brought to {LATEST} when the service starts)"
-    return LogHealth("ok", f"{location}: PostgreSQL {server}, schema version {version}"
-                     f"{note}", version)
+    return LogHealth(
+        "ok", f"{location}: PostgreSQL {server}, schema version {version}{note}", version
+    )
 
 
 def recovery(where: Location | Path | str) -> str:
     location = location_of(where)
     if location.kind == "postgresql":
-        return (f"restore the database of {location} from its backup (pg_dump or the "
-                "server's own), or check that the server is up and the credentials work "
-                "(`psql` with the same URL)")
+        return (
+            f"restore the database of {location} from its backup (pg_dump or the "
+            "server's own), or check that the server is up and the credentials work "
+            "(`psql` with the same URL)"
+        )
     return RECOVER.format(path=location.path)
 
 
@@ -113,18 +126,24 @@ def start_refusal(where: Location | Path | str, windows: Callable[[], int]) -> s
     location = location_of(where)
     health = check_eventlog(location)
     if health.state == "unreachable":
-        return (f"the event log's database cannot be reached: {health.detail}. Is the "
-                "server up, and is its password in ~/.pgpass or the file PGPASSFILE "
-                "names (docs/deployment.md, PostgreSQL)?")
+        return (
+            f"the event log's database cannot be reached: {health.detail}. Is the "
+            "server up, and is its password in ~/.pgpass or the file PGPASSFILE "
+            "names (docs/deployment.md, PostgreSQL)?"
+        )
     path = location.path if location.kind == "sqlite" else location
     if health.damaged:
-        return (f"the event log is damaged ({health.detail}); matrix-sources will not "
-                f"start on it. To recover: {recovery(location)}")
+        return (
+            f"the event log is damaged ({health.detail}); matrix-sources will not "
+            f"start on it. To recover: {recovery(location)}"
+        )
     if health.state == "missing":
         n = windows()
         if n:
-            return (f"the event log {path} is missing while the collection holds {n} "
-                    "windows: the text they cite is gone. Restore it from a backup; or, "
-                    "to start over, move the Chroma folder aside too and start: backfill "
-                    "reads the rooms' history again (index.backfill_days)")
+            return (
+                f"the event log {path} is missing while the collection holds {n} "
+                "windows: the text they cite is gone. Restore it from a backup; or, "
+                "to start over, move the Chroma folder aside too and start: backfill "
+                "reads the rooms' history again (index.backfill_days)"
+            )
     return ""

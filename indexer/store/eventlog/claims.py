@@ -27,12 +27,12 @@ Everything here uses the clock it is given (ms): tests drive leases with a fake 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
+from ...records import RoomID
 from .db import Database
 from .sqldialect import Cursor
-from ...records import RoomID
 
 
 class ClaimTables:
@@ -47,41 +47,50 @@ class ClaimTables:
                 " ON CONFLICT (room_id) DO UPDATE SET worker = excluded.worker,"
                 " token = claims.token + 1, until_ms = excluded.until_ms"
                 " WHERE claims.until_ms < ? RETURNING token",
-                (room_id, worker, now_ms + lease_ms, now_ms)).fetchall()
+                (room_id, worker, now_ms + lease_ms, now_ms),
+            ).fetchall()
         return rows[0][0] if rows else None
 
-    def renew(self, worker: str, tokens: dict[RoomID, int], now_ms: int,
-              lease_ms: int) -> set[RoomID]:
+    def renew(
+        self, worker: str, tokens: dict[RoomID, int], now_ms: int, lease_ms: int
+    ) -> set[RoomID]:
         """Move the leases on; return the rooms whose claim this worker no longer holds."""
         lost = set()
         with self.db.transaction() as cur:
             for room, token in sorted(tokens.items()):
-                n = cur.execute("UPDATE claims SET until_ms = ? WHERE room_id = ?"
-                                " AND worker = ? AND token = ?",
-                                (now_ms + lease_ms, room, worker, token)).rowcount
+                n = cur.execute(
+                    "UPDATE claims SET until_ms = ? WHERE room_id = ? AND worker = ? AND token = ?",
+                    (now_ms + lease_ms, room, worker, token),
+                ).rowcount
                 if n == 0:
                     lost.add(room)
         return lost
 
     def release(self, worker: str, tokens: dict[RoomID, int]) -> None:
         with self.db.transaction() as cur:
-            cur.executemany("UPDATE claims SET until_ms = 0, worker = '' WHERE room_id = ?"
-                            " AND worker = ? AND token = ?",
-                            [(room, worker, token) for room, token in sorted(tokens.items())])
+            cur.executemany(
+                "UPDATE claims SET until_ms = 0, worker = '' WHERE room_id = ?"
+                " AND worker = ? AND token = ?",
+                [(room, worker, token) for room, token in sorted(tokens.items())],
+            )
 
     @staticmethod
     def revoke(cur: Cursor, room_id: RoomID) -> None:
         """In the purge's transaction, first thing (claims before events: the order every
         writer locks them in, so none waits on another in a cycle)."""
-        cur.execute("INSERT INTO claims (room_id, worker, token, until_ms) VALUES (?, '', 1, 0)"
-                    " ON CONFLICT (room_id) DO UPDATE SET worker = '',"
-                    " token = claims.token + 1, until_ms = 0", (room_id,))
+        cur.execute(
+            "INSERT INTO claims (room_id, worker, token, until_ms) VALUES (?, '', 1, 0)"
+            " ON CONFLICT (room_id) DO UPDATE SET worker = '',"
+            " token = claims.token + 1, until_ms = 0",
+            (room_id,),
+        )
 
     def holders(self, now_ms: int) -> dict[RoomID, str]:
         """Rooms claimed now, and by whom (status, tests)."""
         with self.db.locked() as conn:
-            rows = conn.execute("SELECT room_id, worker FROM claims WHERE until_ms >= ?"
-                                " AND worker != ''", (now_ms,)).fetchall()
+            rows = conn.execute(
+                "SELECT room_id, worker FROM claims WHERE until_ms >= ? AND worker != ''", (now_ms,)
+            ).fetchall()
         return {RoomID(r): w for r, w in rows}
 
     @contextmanager
@@ -93,8 +102,9 @@ class ClaimTables:
             cur.execute(f"SELECT id FROM collection_fence{lock.for_share}").fetchall()
             lost = set()
             for room in sorted(tokens):
-                row = cur.execute(f"SELECT worker, token FROM claims WHERE room_id = ?"
-                                  f"{lock.for_update}", (room,)).fetchone()
+                row = cur.execute(
+                    f"SELECT worker, token FROM claims WHERE room_id = ?{lock.for_update}", (room,)
+                ).fetchone()
                 if row is None or tokens[room] is None or tuple(row) != (worker, tokens[room]):
                     lost.add(room)
             yield lost
@@ -103,19 +113,22 @@ class ClaimTables:
     def exclusive(self) -> Iterator[None]:
         """A compaction's transaction: no `fenced` commit runs beside it."""
         with self.db.transaction() as cur:
-            cur.execute(f"SELECT id FROM collection_fence{self.db.dialect.for_update}"
-                        ).fetchall()
+            cur.execute(f"SELECT id FROM collection_fence{self.db.dialect.for_update}").fetchall()
             yield
 
     # -- room labels: what the service knows of each room, for workers' windows ----------
 
     def set_label(self, room_id: RoomID, label: str) -> None:
         with self.db.transaction() as cur:
-            cur.execute("INSERT INTO room_labels (room_id, label) VALUES (?, ?)"
-                        " ON CONFLICT (room_id) DO UPDATE SET label = excluded.label",
-                        (room_id, label))
+            cur.execute(
+                "INSERT INTO room_labels (room_id, label) VALUES (?, ?)"
+                " ON CONFLICT (room_id) DO UPDATE SET label = excluded.label",
+                (room_id, label),
+            )
 
     def labels(self) -> dict[RoomID, str]:
         with self.db.locked() as conn:
-            return {RoomID(r): label for r, label in
-                    conn.execute("SELECT room_id, label FROM room_labels").fetchall()}
+            return {
+                RoomID(r): label
+                for r, label in conn.execute("SELECT room_id, label FROM room_labels").fetchall()
+            }

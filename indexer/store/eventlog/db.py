@@ -18,14 +18,15 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from threading import local
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
 
 from ...config import Database as Location
-from .sqldialect import POSTGRESQL, SQLITE, Cursor, PgConnection, configure_pg
 from .schema import migrate
+from .sqldialect import POSTGRESQL, SQLITE, Cursor, PgConnection, configure_pg
 
 if TYPE_CHECKING:
     import psycopg
@@ -53,8 +54,9 @@ class _OpenBlock(local):
 
 
 class Database:
-    def __init__(self, where: Location | Path | str, read_only: bool = False,
-                 upgrade: bool = True) -> None:
+    def __init__(
+        self, where: Location | Path | str, read_only: bool = False, upgrade: bool = True
+    ) -> None:
         """`upgrade`: bring the schema up to date (eventlog_schema.migrate) at once."""
         self.location = location_of(where)
         self.read_only = read_only
@@ -79,8 +81,9 @@ class Database:
         assert path is not None
         self._lock = threading.RLock()
         if self.read_only:
-            self._db = sqlite3.connect(f"file:{path}?mode=ro", uri=True,
-                                       check_same_thread=False, isolation_level=None)
+            self._db = sqlite3.connect(
+                f"file:{path}?mode=ro", uri=True, check_same_thread=False, isolation_level=None
+            )
             return
         path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
@@ -102,9 +105,15 @@ class Database:
 
         assert self.location.dsn is not None  # a postgresql location always has one
         self._pool = ConnectionPool(
-            self.location.dsn, min_size=1, max_size=PG_POOL_MAX, open=False,
-            kwargs={"autocommit": True}, configure=configure,
-            check=ConnectionPool.check_connection, name="eventlog")
+            self.location.dsn,
+            min_size=1,
+            max_size=PG_POOL_MAX,
+            open=False,
+            kwargs={"autocommit": True},
+            configure=configure,
+            check=ConnectionPool.check_connection,
+            name="eventlog",
+        )
         # Fails now, naming the server, rather than at the first append.
         self._pool.open(wait=True, timeout=30)
 

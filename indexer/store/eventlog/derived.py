@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
+from ...records import EventID, EventStatus, RoomID, WindowID
 from .db import Database
 from .rows import DerivedMark
 from .sqldialect import Cursor
-from ...records import EventID, EventStatus, RoomID, WindowID
 
 
 class DerivedColumns:
@@ -33,20 +34,23 @@ class DerivedColumns:
         with self.db.transaction() as cur:
             windows = {}
             for mark in rows:
-                row = cur.execute("SELECT window_id, room_id FROM events WHERE event_id = ?"
-                                  " AND status = ?", (mark.event_id, EventStatus.INDEXED.value)
-                                  ).fetchone()
+                row = cur.execute(
+                    "SELECT window_id, room_id FROM events WHERE event_id = ? AND status = ?",
+                    (mark.event_id, EventStatus.INDEXED.value),
+                ).fetchone()
                 if row is not None and row[0]:
                     windows[row[0]] = row[1]
             self._mark(cur, EventStatus.INDEXED, rows)
-            cur.executemany("INSERT INTO dirty_windows (window_id, room_id, redacted)"
-                            " VALUES (?, ?, 1) ON CONFLICT(window_id) DO UPDATE SET"
-                            " redacted = 1", sorted(windows.items()))
+            cur.executemany(
+                "INSERT INTO dirty_windows (window_id, room_id, redacted)"
+                " VALUES (?, ?, 1) ON CONFLICT(window_id) DO UPDATE SET"
+                " redacted = 1",
+                sorted(windows.items()),
+            )
         return [WindowID(w) for w in sorted(windows)]
 
     @staticmethod
-    def _mark(cur: Cursor, status: EventStatus,
-              rows: Iterable[DerivedMark]) -> int:
+    def _mark(cur: Cursor, status: EventStatus, rows: Iterable[DerivedMark]) -> int:
         rows = list(rows)
         if not rows:
             return 0
@@ -54,8 +58,19 @@ class DerivedColumns:
             "UPDATE events SET status = ?, window_id = NULL, derived_artifact = ?,"
             " derived_kind = ?, derived_score = ?, derived_threshold = ?"
             " WHERE event_id = ? AND status = ?",
-            [(EventStatus.DERIVED.value, r.artifact, r.kind, r.score, r.threshold, r.event_id,
-              status.value) for r in rows]).rowcount
+            [
+                (
+                    EventStatus.DERIVED.value,
+                    r.artifact,
+                    r.kind,
+                    r.score,
+                    r.threshold,
+                    r.event_id,
+                    status.value,
+                )
+                for r in rows
+            ],
+        ).rowcount
 
     def text_times(self, event_ids: Iterable[EventID]) -> dict[EventID, int]:
         """Event id -> when its text as it reads now arrived (ms, this service's clock:
@@ -63,23 +78,31 @@ class DerivedColumns:
         ids = sorted(set(event_ids))
         out: dict[EventID, int] = {}
         with self.db.locked() as db:
-            for part in (ids[i:i + 500] for i in range(0, len(ids), 500)):
-                out.update((EventID(e), t) for e, t in db.execute(
-                    "SELECT event_id, COALESCE(text_at, ts) FROM events WHERE event_id IN"
-                    f" ({','.join('?' * len(part))})", part))
+            for part in (ids[i : i + 500] for i in range(0, len(ids), 500)):
+                out.update(
+                    (EventID(e), t)
+                    for e, t in db.execute(
+                        "SELECT event_id, COALESCE(text_at, ts) FROM events WHERE event_id IN"
+                        f" ({','.join('?' * len(part))})",
+                        part,
+                    )
+                )
         return out
 
     def derived_events(self, room_id: RoomID | None = None) -> list[DerivedEvent]:
-        sql = ("SELECT event_id, room_id, ts, derived_artifact, derived_kind, derived_score,"
-               " derived_threshold FROM events WHERE status = ?")
+        sql = (
+            "SELECT event_id, room_id, ts, derived_artifact, derived_kind, derived_score,"
+            " derived_threshold FROM events WHERE status = ?"
+        )
         args: tuple[Any, ...] = (EventStatus.DERIVED.value,)
         if room_id is not None:
             sql += " AND room_id = ?"
             args += (room_id,)
         with self.db.locked() as db:
             rows = db.execute(sql + " ORDER BY ts, seq", args).fetchall()
-        return [DerivedEvent(EventID(r[0]), RoomID(r[1]), r[2], r[3], r[4], r[5], r[6])
-                for r in rows]
+        return [
+            DerivedEvent(EventID(r[0]), RoomID(r[1]), r[2], r[3], r[4], r[5], r[6]) for r in rows
+        ]
 
 
 @dataclass(frozen=True, slots=True)

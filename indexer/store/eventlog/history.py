@@ -19,13 +19,14 @@ dirty_windows) are made by eventlog/schema.py.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
+from ...records import EventID, EventStatus, RoomID, UserID, WindowID
 from .db import Database
 from .rows import DirtyWindow, Withdrawn
 from .sqldialect import Cursor
-from ...records import EventID, EventStatus, RoomID, UserID, WindowID
 
 GONE = (EventStatus.REDACTED.value, EventStatus.PURGED.value)
 
@@ -76,8 +77,7 @@ class HistoryTables:
 
     # -- forgetting a user (ingest/forget.py): the redaction path, by sender ---------
 
-    def forget_sender(self, user_id: UserID, now_ms: int, source: str
-                      ) -> Withdrawn:
+    def forget_sender(self, user_id: UserID, now_ms: int, source: str) -> Withdrawn:
         """Drop the text of every stored message of `user_id` as a redaction does
         (status `redacted`, their windows marked dirty to be re-chunked and compacted away),
         drop their edits' text, and record them forgotten; then empty the WAL. Returns
@@ -86,10 +86,13 @@ class HistoryTables:
             with self.db.transaction() as cur:
                 rows, windows = self._withdraw(cur, "sender = ?", (user_id,))
                 cur.execute("UPDATE edits SET body = NULL WHERE sender = ?", (user_id,))
-                cur.execute("INSERT INTO forgotten_users (user_id, forgotten_at, readmit_from,"
-                            " source) VALUES (?, ?, NULL, ?) ON CONFLICT(user_id) DO UPDATE"
-                            " SET forgotten_at = excluded.forgotten_at, readmit_from = NULL,"
-                            " source = excluded.source", (user_id, now_ms, source))
+                cur.execute(
+                    "INSERT INTO forgotten_users (user_id, forgotten_at, readmit_from,"
+                    " source) VALUES (?, ?, NULL, ?) ON CONFLICT(user_id) DO UPDATE"
+                    " SET forgotten_at = excluded.forgotten_at, readmit_from = NULL,"
+                    " source = excluded.source",
+                    (user_id, now_ms, source),
+                )
             self.db.truncate_wal()
         return Withdrawn([EventID(r[0]) for r in rows], windows)
 
@@ -99,44 +102,58 @@ class HistoryTables:
         empty the WAL. Returns (the event ids whose text went, windows marked)."""
         with self.db.locked():  # the WAL emptied before anything else writes
             with self.db.transaction() as cur:
-                rows, windows = self._withdraw(cur, "room_id = ? AND ts < ?",
-                                               (room_id, cutoff_ts))
-                cur.executemany("UPDATE edits SET body = NULL WHERE target = ?",
-                                [(r[0],) for r in rows])
+                rows, windows = self._withdraw(cur, "room_id = ? AND ts < ?", (room_id, cutoff_ts))
+                cur.executemany(
+                    "UPDATE edits SET body = NULL WHERE target = ?", [(r[0],) for r in rows]
+                )
             if rows:
                 self.db.truncate_wal()
         return Withdrawn([EventID(r[0]) for r in rows], windows)
 
     @staticmethod
-    def _withdraw(cur: Cursor, where: str, args: tuple[Any, ...]
-                  ) -> tuple[list[tuple[Any, ...]], int]:
+    def _withdraw(
+        cur: Cursor, where: str, args: tuple[Any, ...]
+    ) -> tuple[list[tuple[Any, ...]], int]:
         """The redaction path for the events `where` selects (text NULL, status
         `redacted`, their windows dirty with `redacted`); rows and windows marked."""
         gone = (EventStatus.REDACTED.value, EventStatus.PURGED.value)
-        rows = cur.execute(f"SELECT event_id, room_id, window_id FROM events WHERE {where}"
-                           " AND status NOT IN (?, ?)", (*args, *gone)).fetchall()
-        cur.execute(f"UPDATE events SET body = NULL, window_id = NULL, status = ? WHERE {where}"
-                    " AND status NOT IN (?, ?)", (EventStatus.REDACTED.value, *args, *gone))
+        rows = cur.execute(
+            f"SELECT event_id, room_id, window_id FROM events WHERE {where}"
+            " AND status NOT IN (?, ?)",
+            (*args, *gone),
+        ).fetchall()
+        cur.execute(
+            f"UPDATE events SET body = NULL, window_id = NULL, status = ? WHERE {where}"
+            " AND status NOT IN (?, ?)",
+            (EventStatus.REDACTED.value, *args, *gone),
+        )
         windows = {(w, r) for _, r, w in rows if w is not None}
-        cur.executemany("INSERT INTO dirty_windows (window_id, room_id, redacted)"
-                        " VALUES (?, ?, 1) ON CONFLICT(window_id) DO UPDATE SET"
-                        " redacted = 1", sorted(windows))
+        cur.executemany(
+            "INSERT INTO dirty_windows (window_id, room_id, redacted)"
+            " VALUES (?, ?, 1) ON CONFLICT(window_id) DO UPDATE SET"
+            " redacted = 1",
+            sorted(windows),
+        )
         return rows, len(windows)
 
     def readmit_sender(self, user_id: UserID, now_ms: int) -> bool:
         """`forget --undo`: messages of `user_id` sent from `now_ms` on are admitted
         again (older ones stay out). False if they were not forgotten."""
         with self.db.transaction() as cur:
-            cur.execute("UPDATE forgotten_users SET readmit_from = ? WHERE user_id = ?"
-                        " AND readmit_from IS NULL", (now_ms, user_id))
+            cur.execute(
+                "UPDATE forgotten_users SET readmit_from = ? WHERE user_id = ?"
+                " AND readmit_from IS NULL",
+                (now_ms, user_id),
+            )
             return cur.rowcount > 0
 
     def forgotten_users(self) -> dict[UserID, int | None]:
         """Every user ever forgotten: the time from which their messages are admitted
         again (None: still forgotten)."""
         with self.db.locked() as db:
-            rows = db.execute("SELECT user_id, readmit_from FROM forgotten_users"
-                               " ORDER BY user_id").fetchall()
+            rows = db.execute(
+                "SELECT user_id, readmit_from FROM forgotten_users ORDER BY user_id"
+            ).fetchall()
         return {UserID(u): r for u, r in rows}
 
     # -- inside the append's transaction ---------------------------------------------
@@ -149,15 +166,17 @@ class HistoryTables:
             event_id, sender = row[0], row[2]
             if cur.execute("SELECT 1 FROM redactions WHERE target = ?", (event_id,)).fetchone():
                 continue
-            edit = cur.execute("SELECT sender, body FROM edits WHERE target = ?",
-                               (event_id,)).fetchone()
+            edit = cur.execute(
+                "SELECT sender, body FROM edits WHERE target = ?", (event_id,)
+            ).fetchone()
             if edit is not None and edit[0] == sender:
                 row = (row[0], row[1], row[2], row[3], edit[1], *row[5:])
             out.append(row)
         return out
 
-    def apply(self, cur: Cursor, ops: Sequence[Edit | Redaction],
-              applied: Applied, now_ms: int) -> None:
+    def apply(
+        self, cur: Cursor, ops: Sequence[Edit | Redaction], applied: Applied, now_ms: int
+    ) -> None:
         """`now_ms`: when they arrived, the edited messages' new `text_at`."""
         for op in ops:
             if isinstance(op, Redaction):
@@ -170,19 +189,24 @@ class HistoryTables:
 
     @staticmethod
     def _target(cur: Cursor, event_id: str) -> tuple[Any, ...] | None:
-        return cur.execute("SELECT room_id, sender, status, window_id FROM events"
-                           " WHERE event_id = ?", (event_id,)).fetchone()
+        return cur.execute(
+            "SELECT room_id, sender, status, window_id FROM events WHERE event_id = ?", (event_id,)
+        ).fetchone()
 
     def _redact(self, cur: Cursor, op: Redaction) -> bool:
-        cur.execute("INSERT INTO redactions (target, room_id, ts, redaction_event_id)"
-                    " VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
-                    (op.target, op.room_id, op.ts, op.event_id))
+        cur.execute(
+            "INSERT INTO redactions (target, room_id, ts, redaction_event_id)"
+            " VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+            (op.target, op.room_id, op.ts, op.event_id),
+        )
         cur.execute("UPDATE edits SET body = NULL WHERE target = ?", (op.target,))
         row = self._target(cur, op.target)
         if row is None or row[0] != op.room_id or row[2] in GONE:
             return False
-        cur.execute("UPDATE events SET body = NULL, status = ?, window_id = NULL"
-                    " WHERE event_id = ?", (EventStatus.REDACTED.value, op.target))
+        cur.execute(
+            "UPDATE events SET body = NULL, status = ?, window_id = NULL WHERE event_id = ?",
+            (EventStatus.REDACTED.value, op.target),
+        )
         if row[3] is not None:
             self.mark_dirty(cur, row[3], op.room_id, redacted=True)
         return True
@@ -196,30 +220,37 @@ class HistoryTables:
         row = self._target(cur, op.target)
         if row is not None and (row[0] != op.room_id or row[1] != op.sender or row[2] in GONE):
             return False  # edits by anyone but the original sender are ignored
-        cur.execute("INSERT INTO edits (target, room_id, sender, body, ts, edit_event_id)"
-                    " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (target) DO UPDATE SET"
-                    " room_id = excluded.room_id, sender = excluded.sender,"
-                    " body = excluded.body, ts = excluded.ts,"
-                    " edit_event_id = excluded.edit_event_id",
-                    (op.target, op.room_id, op.sender, op.body, op.ts, op.event_id))
+        cur.execute(
+            "INSERT INTO edits (target, room_id, sender, body, ts, edit_event_id)"
+            " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (target) DO UPDATE SET"
+            " room_id = excluded.room_id, sender = excluded.sender,"
+            " body = excluded.body, ts = excluded.ts,"
+            " edit_event_id = excluded.edit_event_id",
+            (op.target, op.room_id, op.sender, op.body, op.ts, op.event_id),
+        )
         if row is None:
             return False  # remembered until the target arrives
-        cur.execute("UPDATE events SET body = ?, text_at = ? WHERE event_id = ?",
-                    (op.body, now_ms, op.target))
+        cur.execute(
+            "UPDATE events SET body = ?, text_at = ? WHERE event_id = ?",
+            (op.body, now_ms, op.target),
+        )
         if row[2] == EventStatus.INDEXED.value and row[3] is not None:
             self.mark_dirty(cur, row[3], op.room_id)  # re-cut, its messages judged again
         elif row[2] == EventStatus.DERIVED.value:
             # Judged again as it reads now: the derived filter sees it pending.
-            cur.execute("UPDATE events SET status = ? WHERE event_id = ?",
-                        (EventStatus.PENDING.value, op.target))
+            cur.execute(
+                "UPDATE events SET status = ? WHERE event_id = ?",
+                (EventStatus.PENDING.value, op.target),
+            )
         return True
 
-    def mark_dirty(self, cur: Cursor, window_id: str, room_id: str,
-                   redacted: bool = False) -> None:
+    def mark_dirty(self, cur: Cursor, window_id: str, room_id: str, redacted: bool = False) -> None:
         """Mark a stored window for re-chunking; `redacted`: its old vector must also
         leave the store's files by a compaction (an edit's need not: Matrix shows the original
         of an edited message to anyone in the room anyway)."""
-        cur.execute("INSERT INTO dirty_windows (window_id, room_id, redacted) VALUES (?, ?, ?)"
-                    " ON CONFLICT(window_id) DO UPDATE SET redacted ="
-                    f" {self.db.dialect.greatest}(dirty_windows.redacted, excluded.redacted)",
-                    (window_id, room_id, int(redacted)))
+        cur.execute(
+            "INSERT INTO dirty_windows (window_id, room_id, redacted) VALUES (?, ?, ?)"
+            " ON CONFLICT(window_id) DO UPDATE SET redacted ="
+            f" {self.db.dialect.greatest}(dirty_windows.redacted, excluded.redacted)",
+            (window_id, room_id, int(redacted)),
+        )

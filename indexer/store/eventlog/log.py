@@ -10,32 +10,45 @@ SQLite runs `synchronous=FULL` and PostgreSQL commits durably, so that "appended
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any
 
 from ...clock import REAL, Clock
 from ...config import Database as Location
+from ...records import EventID, EventStatus, Message, RoomID, UserID, WindowID
 from .claims import ClaimTables
 from .db import Database
-from .sqldialect import Cursor as SqlCursor
 from .derived import DerivedColumns
 from .history import Applied, Edit, HistoryTables, Redaction
 from .rows import BlockStart, EventState, Quarantined, RoomFigures, WindowMove
-from .texts import TextReads, _chunks
+from .sqldialect import Cursor as SqlCursor
 from .status import StatusReads
+from .texts import TextReads, _chunks
 from .timeline import TimelineReads
-from ...records import EventID, EventStatus, Message, RoomID, UserID, WindowID
 
 
-
-def _message(event_id: str, room_id: str, sender: str, ts: int, body: str,
-             reply_to: str | None, mentions: str | None) -> Message:
+def _message(
+    event_id: str,
+    room_id: str,
+    sender: str,
+    ts: int,
+    body: str,
+    reply_to: str | None,
+    mentions: str | None,
+) -> Message:
     """A Message from its columns (mentions: user ids joined by spaces)."""
-    return Message(EventID(event_id), RoomID(room_id), UserID(sender), ts, body,
-                   EventID(reply_to) if reply_to else None,
-                   tuple(UserID(u) for u in (mentions or "").split()))
+    return Message(
+        EventID(event_id),
+        RoomID(room_id),
+        UserID(sender),
+        ts,
+        body,
+        EventID(reply_to) if reply_to else None,
+        tuple(UserID(u) for u in (mentions or "").split()),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,8 +60,7 @@ class Tail:
     held: dict[EventID, WindowID]  # the indexed ones, and the window each is in
 
 
-def _unsplit(db: Any, room_id: RoomID, thread: str,
-             start: tuple[int, int]) -> tuple[int, int]:
+def _unsplit(db: Any, room_id: RoomID, thread: str, start: tuple[int, int]) -> tuple[int, int]:
     """`start` moved back until no stored window of the timeline holds indexed events on
     both sides of it. A tail starting inside a window would re-point only the window's
     later events and delete it whole as stale, leaving its earlier events indexed in no
@@ -60,8 +72,8 @@ def _unsplit(db: Any, room_id: RoomID, thread: str,
             "SELECT window_id FROM events WHERE room_id = ? AND status = ?"
             " AND COALESCE(thread_root, '') = ? AND (ts, seq) >= (?, ?)"
             " AND window_id IS NOT NULL) ORDER BY ts, seq LIMIT 1",
-            (EventStatus.INDEXED.value, room_id, EventStatus.INDEXED.value, thread,
-             *start)).fetchone()
+            (EventStatus.INDEXED.value, room_id, EventStatus.INDEXED.value, thread, *start),
+        ).fetchone()
         if row is None or tuple(row) >= start:
             return start
         start = tuple(row)
@@ -82,8 +94,9 @@ class EventLog:
     derived-message columns), `claims` (embedding workers' claims on rooms), `status`
     (the backlog, and what is indexed where)."""
 
-    def __init__(self, where: Location | Path | str, read_only: bool = False,
-                 clock: Clock = REAL) -> None:
+    def __init__(
+        self, where: Location | Path | str, read_only: bool = False, clock: Clock = REAL
+    ) -> None:
         """`where`: store.database (config.Database), or an SQLite file's path, or a
         postgresql:// URL. `read_only`: a reader beside a running writer. `clock`: its
         wall clock stamps when an event was appended, indexed or queued again."""
@@ -114,9 +127,13 @@ class EventLog:
             row = db.execute("SELECT 1 FROM txns WHERE txn_key = ?", (txn_key,)).fetchone()
         return row is not None
 
-    def append(self, messages: Iterable[tuple[Message, EventID | None]],
-               txn_key: str | None = None, history: Sequence[Edit | Redaction] | None = None,
-               applied: Applied | None = None) -> int:
+    def append(
+        self,
+        messages: Iterable[tuple[Message, EventID | None]],
+        txn_key: str | None = None,
+        history: Sequence[Edit | Redaction] | None = None,
+        applied: Applied | None = None,
+    ) -> int:
         """Append messages (with their thread root) and, atomically with them, mark the
         transaction handled. Events already present are left as they are. Returns how
         many were new. With `history` (an empty one too), in the same SQLite
@@ -124,23 +141,43 @@ class EventLog:
         applied to the messages, then the batch's edits and redactions, in order
         (eventlog/history.py), what they changed noted in `applied`."""
         now = self.clock.now_ms()
-        rows = [(m.event_id, m.room_id, m.sender, m.ts, m.body, EventStatus.PENDING.value,
-                 root, m.reply_to, " ".join(m.mentions) or None, now, now)
-                for m, root in messages]
+        rows = [
+            (
+                m.event_id,
+                m.room_id,
+                m.sender,
+                m.ts,
+                m.body,
+                EventStatus.PENDING.value,
+                root,
+                m.reply_to,
+                " ".join(m.mentions) or None,
+                now,
+                now,
+            )
+            for m, root in messages
+        ]
         with self.transaction() as cur:
             if history is not None:
                 rows = self.history.filter_in(cur, rows)
-            added = cur.executemany(
-                "INSERT INTO events (event_id, room_id, sender, ts, body, status,"
-                " thread_root, reply_to, mentions, text_at, received_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-                " ON CONFLICT DO NOTHING", rows).rowcount if rows else 0
+            added = (
+                cur.executemany(
+                    "INSERT INTO events (event_id, room_id, sender, ts, body, status,"
+                    " thread_root, reply_to, mentions, text_at, received_at)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                    " ON CONFLICT DO NOTHING",
+                    rows,
+                ).rowcount
+                if rows
+                else 0
+            )
             if history is not None:
-                self.history.apply(cur, history, applied if applied is not None else Applied(),
-                                   now)
+                self.history.apply(cur, history, applied if applied is not None else Applied(), now)
             if txn_key is not None:
-                cur.execute("INSERT INTO txns (txn_key, done_at) VALUES (?, ?)"
-                            " ON CONFLICT DO NOTHING", (txn_key, now))
+                cur.execute(
+                    "INSERT INTO txns (txn_key, done_at) VALUES (?, ?) ON CONFLICT DO NOTHING",
+                    (txn_key, now),
+                )
         return added
 
     # -- reading (pipeline, search, status) -----------------------------------------
@@ -148,8 +185,8 @@ class EventLog:
     def rooms_with_pending(self) -> list[RoomID]:
         with self.db.locked() as db:
             rows = db.execute(
-                "SELECT DISTINCT room_id FROM events WHERE status = ?",
-                (EventStatus.PENDING.value,)).fetchall()
+                "SELECT DISTINCT room_id FROM events WHERE status = ?", (EventStatus.PENDING.value,)
+            ).fetchall()
         return [RoomID(r[0]) for r in rows]
 
     def pending_threads(self, room_id: RoomID) -> list[EventID | None]:
@@ -158,9 +195,11 @@ class EventLog:
         with self.db.locked() as db:
             rows = db.execute(
                 "SELECT DISTINCT thread_root FROM events WHERE room_id = ? AND status = ?",
-                (room_id, EventStatus.PENDING.value)).fetchall()
-        return sorted((EventID(r[0]) if r[0] else None for r in rows),
-                      key=lambda t: (t is not None, t or ""))
+                (room_id, EventStatus.PENDING.value),
+            ).fetchall()
+        return sorted(
+            (EventID(r[0]) if r[0] else None for r in rows), key=lambda t: (t is not None, t or "")
+        )
 
     def room_tail(self, room_id: RoomID, thread_root: EventID | None = None) -> Tail:
         """A timeline's last block (from the start the pipeline recorded) plus every
@@ -174,23 +213,26 @@ class EventLog:
             row = db.execute(
                 "SELECT e.ts, e.seq FROM open_blocks b JOIN events e"
                 " ON e.event_id = b.first_event_id"
-                " WHERE b.room_id = ? AND b.thread_root = ?", (room_id, thread)).fetchone()
+                " WHERE b.room_id = ? AND b.thread_root = ?",
+                (room_id, thread),
+            ).fetchone()
             if row is None:
                 row = db.execute(
                     "SELECT ts, seq FROM events WHERE window_id = ("
                     "SELECT window_id FROM events WHERE room_id = ? AND status = ?"
                     " AND COALESCE(thread_root, '') = ? ORDER BY ts DESC, seq DESC LIMIT 1)"
                     " ORDER BY ts, seq LIMIT 1",
-                    (room_id, EventStatus.INDEXED.value, thread)).fetchone()
-            start = _unsplit(db, room_id, thread, tuple(row)) if row else (2 ** 63 - 1, 0)
+                    (room_id, EventStatus.INDEXED.value, thread),
+                ).fetchone()
+            start = _unsplit(db, room_id, thread, tuple(row)) if row else (2**63 - 1, 0)
             rows = db.execute(
                 "SELECT event_id, room_id, sender, ts, body, status, reply_to, mentions,"
                 " window_id FROM events"
                 " WHERE room_id = ? AND COALESCE(thread_root, '') = ?"
                 " AND (status = ? OR (status = ? AND (ts, seq) >= (?, ?)))"
                 " ORDER BY ts, seq",
-                (room_id, thread, EventStatus.PENDING.value, EventStatus.INDEXED.value,
-                 *start)).fetchall()
+                (room_id, thread, EventStatus.PENDING.value, EventStatus.INDEXED.value, *start),
+            ).fetchall()
         messages: list[Message] = []
         pending: set[EventID] = set()
         held: dict[EventID, WindowID] = {}
@@ -202,8 +244,13 @@ class EventLog:
                 held[EventID(event_id)] = WindowID(window_id)
         return Tail(messages, pending, held)
 
-    def mark_indexed(self, room_id: RoomID, assignments: dict[EventID, WindowID],
-                     last: Message, block_start: BlockStart | None = None) -> None:
+    def mark_indexed(
+        self,
+        room_id: RoomID,
+        assignments: dict[EventID, WindowID],
+        last: Message,
+        block_start: BlockStart | None = None,
+    ) -> None:
         """Record what the store now holds and advance the room's cursor, atomically.
         Called only after the store acknowledged the upsert. `block_start`: where the
         timeline's last block starts, and so its next re-chunk (room_tail)."""
@@ -213,19 +260,23 @@ class EventLog:
             cur.executemany(
                 "UPDATE events SET status = ?, window_id = ? WHERE event_id = ?"
                 " AND status IN (?, ?)",
-                [(EventStatus.INDEXED.value, w, e, *live) for e, w in assignments.items()])
+                [(EventStatus.INDEXED.value, w, e, *live) for e, w in assignments.items()],
+            )
             self._withdrawn_meanwhile(cur, assignments)
             cur.execute(
                 "INSERT INTO cursors (room_id, event_id, ts, updated_at) VALUES (?, ?, ?, ?)"
                 " ON CONFLICT(room_id) DO UPDATE SET event_id = excluded.event_id,"
                 " ts = excluded.ts, updated_at = excluded.updated_at"
                 " WHERE excluded.ts >= cursors.ts",
-                (room_id, last.event_id, last.ts, now))
+                (room_id, last.event_id, last.ts, now),
+            )
             if block_start is not None:
-                cur.execute("INSERT INTO open_blocks (room_id, thread_root, first_event_id)"
-                            " VALUES (?, ?, ?) ON CONFLICT (room_id, thread_root) DO UPDATE"
-                            " SET first_event_id = excluded.first_event_id",
-                            (room_id, block_start.thread_root or "", block_start.first_event))
+                cur.execute(
+                    "INSERT INTO open_blocks (room_id, thread_root, first_event_id)"
+                    " VALUES (?, ?, ?) ON CONFLICT (room_id, thread_root) DO UPDATE"
+                    " SET first_event_id = excluded.first_event_id",
+                    (room_id, block_start.thread_root or "", block_start.first_event),
+                )
 
     def _withdrawn_meanwhile(self, cur: SqlCursor, assignments: dict[EventID, WindowID]) -> None:
         """Events redacted (or forgotten, or expired) while their window was embedded:
@@ -237,10 +288,10 @@ class EventLog:
             rows = cur.execute(
                 f"SELECT event_id, room_id FROM events WHERE event_id IN"
                 f" ({','.join('?' * len(part))}) AND status = ?",
-                (*part, EventStatus.REDACTED.value)).fetchall()
+                (*part, EventStatus.REDACTED.value),
+            ).fetchall()
             for event_id, room in rows:
-                self.history.mark_dirty(cur, assignments[EventID(event_id)], room,
-                                        redacted=True)
+                self.history.mark_dirty(cur, assignments[EventID(event_id)], room, redacted=True)
 
     def windows_emptied_by(self, assignments: dict[EventID, WindowID]) -> list[WindowID]:
         """The windows that would hold no event once `assignments` re-points its events:
@@ -254,21 +305,26 @@ class EventLog:
                 rows = db.execute(
                     "SELECT event_id, window_id FROM events WHERE window_id IS NOT NULL"
                     f" AND window_id != '' AND event_id IN ({','.join('?' * len(part))})",
-                    part).fetchall()
+                    part,
+                ).fetchall()
                 for e, w in rows:
                     if w != assignments[EventID(e)] and w not in new:
                         moving[w] = moving.get(w, 0) + 1
-            return sorted(WindowID(w) for w, n in moving.items() if db.execute(
-                "SELECT COUNT(*) FROM events WHERE window_id = ?", (w,)).fetchone()[0] == n)
+            return sorted(
+                WindowID(w)
+                for w, n in moving.items()
+                if db.execute("SELECT COUNT(*) FROM events WHERE window_id = ?", (w,)).fetchone()[0]
+                == n
+            )
 
     def requeue_all(self) -> int:
         """A rebuild: every indexed event back to pending, cursors and dirty marks gone."""
         with self.transaction() as cur:
             # Waiting since now (eventlog_status.Backlog), not since first appended.
-            cur.execute("UPDATE events SET status = ?, window_id = NULL, received_at = ?"
-                        " WHERE status = ?", (EventStatus.PENDING.value,
-                                              self.clock.now_ms(),
-                                              EventStatus.INDEXED.value))
+            cur.execute(
+                "UPDATE events SET status = ?, window_id = NULL, received_at = ? WHERE status = ?",
+                (EventStatus.PENDING.value, self.clock.now_ms(), EventStatus.INDEXED.value),
+            )
             n = cur.rowcount
             cur.execute("DELETE FROM cursors")
             cur.execute("DELETE FROM open_blocks")
@@ -280,10 +336,11 @@ class EventLog:
         with self.transaction() as cur:
             n = 0
             for w in window_ids:
-                cur.execute("UPDATE events SET status = ?, window_id = NULL, received_at = ?"
-                            " WHERE window_id = ? AND status = ?",
-                            (EventStatus.PENDING.value, self.clock.now_ms(), w,
-                             EventStatus.INDEXED.value))
+                cur.execute(
+                    "UPDATE events SET status = ?, window_id = NULL, received_at = ?"
+                    " WHERE window_id = ? AND status = ?",
+                    (EventStatus.PENDING.value, self.clock.now_ms(), w, EventStatus.INDEXED.value),
+                )
                 n += cur.rowcount
         return n
 
@@ -295,14 +352,18 @@ class EventLog:
         with self.transaction() as cur:
             for move in moves:
                 if move.new is not None and move.new != move.old:
-                    cur.execute("UPDATE events SET window_id = ? WHERE window_id = ?"
-                                " AND status = ?", (move.new, move.old, EventStatus.INDEXED.value))
+                    cur.execute(
+                        "UPDATE events SET window_id = ? WHERE window_id = ? AND status = ?",
+                        (move.new, move.old, EventStatus.INDEXED.value),
+                    )
                 cur.execute("DELETE FROM dirty_windows WHERE window_id = ?", (move.old,))
 
     def cursor(self, room_id: RoomID) -> Cursor | None:
         with self.db.locked() as db:
-            row = db.execute("SELECT room_id, event_id, ts, updated_at FROM cursors"
-                                   " WHERE room_id = ?", (room_id,)).fetchone()
+            row = db.execute(
+                "SELECT room_id, event_id, ts, updated_at FROM cursors WHERE room_id = ?",
+                (room_id,),
+            ).fetchone()
         return Cursor(RoomID(row[0]), EventID(row[1]), row[2], row[3]) if row else None
 
     def counts(self, room_id: RoomID | None = None) -> dict[str, int]:
@@ -317,9 +378,10 @@ class EventLog:
 
     def window_ids(self) -> set[WindowID]:
         with self.db.locked() as db:
-            rows = db.execute("SELECT DISTINCT window_id FROM events"
-                                    " WHERE window_id IS NOT NULL AND status = ?",
-                                    (EventStatus.INDEXED.value,)).fetchall()
+            rows = db.execute(
+                "SELECT DISTINCT window_id FROM events WHERE window_id IS NOT NULL AND status = ?",
+                (EventStatus.INDEXED.value,),
+            ).fetchall()
         return {WindowID(r[0]) for r in rows}
 
     def room_figures(self, room_id: RoomID) -> RoomFigures:
@@ -327,17 +389,20 @@ class EventLog:
         with self.db.locked() as db:
             indexed, windows = db.execute(
                 "SELECT COUNT(*), COUNT(DISTINCT window_id) FROM events"
-                " WHERE room_id = ? AND status = ?", (room_id, EventStatus.INDEXED.value)
+                " WHERE room_id = ? AND status = ?",
+                (room_id, EventStatus.INDEXED.value),
             ).fetchone()
             pending = db.execute(
                 "SELECT COUNT(*) FROM events WHERE room_id = ? AND status = ?",
-                (room_id, EventStatus.PENDING.value)).fetchone()[0]
+                (room_id, EventStatus.PENDING.value),
+            ).fetchone()[0]
         return RoomFigures(indexed, windows, pending)
 
     def status_of(self, event_id: EventID) -> EventState | None:
         with self.db.locked() as db:
-            row = db.execute("SELECT status, window_id FROM events WHERE event_id = ?",
-                                   (event_id,)).fetchone()
+            row = db.execute(
+                "SELECT status, window_id FROM events WHERE event_id = ?", (event_id,)
+            ).fetchone()
         return EventState(row[0], row[1]) if row else None
 
     def quarantine_timestamps(self, max_ts: int) -> list[Quarantined]:
@@ -345,11 +410,14 @@ class EventLog:
         checked it): their text dropped (status purged), so they stall no run. Returns
         each of them, for the journal."""
         with self.transaction() as cur:
-            rows = cur.execute("SELECT event_id, room_id FROM events WHERE status = ?"
-                               " AND (ts > ? OR ts < 0)",
-                               (EventStatus.PENDING.value, max_ts)).fetchall()
-            cur.executemany("UPDATE events SET body = NULL, status = ? WHERE event_id = ?",
-                            [(EventStatus.PURGED.value, r[0]) for r in rows])
+            rows = cur.execute(
+                "SELECT event_id, room_id FROM events WHERE status = ? AND (ts > ? OR ts < 0)",
+                (EventStatus.PENDING.value, max_ts),
+            ).fetchall()
+            cur.executemany(
+                "UPDATE events SET body = NULL, status = ? WHERE event_id = ?",
+                [(EventStatus.PURGED.value, r[0]) for r in rows],
+            )
         return [Quarantined(EventID(e), RoomID(r)) for e, r in rows]
 
     # -- purging (a room refused after the fact; see purge.py) -----------------------
@@ -357,14 +425,17 @@ class EventLog:
     def has_text(self, room_id: RoomID) -> bool:
         """Whether any event of the room still holds its text (pending or indexed)."""
         with self.db.locked() as db:
-            row = db.execute("SELECT 1 FROM events WHERE room_id = ? AND status != ?"
-                                   " LIMIT 1", (room_id, EventStatus.PURGED.value)).fetchone()
+            row = db.execute(
+                "SELECT 1 FROM events WHERE room_id = ? AND status != ? LIMIT 1",
+                (room_id, EventStatus.PURGED.value),
+            ).fetchone()
         return row is not None
 
     def rooms_with_text(self) -> list[RoomID]:
         with self.db.locked() as db:
-            rows = db.execute("SELECT DISTINCT room_id FROM events WHERE status != ?",
-                                    (EventStatus.PURGED.value,)).fetchall()
+            rows = db.execute(
+                "SELECT DISTINCT room_id FROM events WHERE status != ?", (EventStatus.PURGED.value,)
+            ).fetchall()
         return [RoomID(r[0]) for r in rows]
 
     def purge_room(self, room_id: RoomID) -> int:
@@ -376,9 +447,11 @@ class EventLog:
             with self.transaction() as cur:
                 # A worker's batch of the room in flight lands before this, or never.
                 self.claims.revoke(cur, room_id)
-                cur.execute("UPDATE events SET body = NULL, window_id = NULL, status = ?"
-                            " WHERE room_id = ? AND status != ?",
-                            (EventStatus.PURGED.value, room_id, EventStatus.PURGED.value))
+                cur.execute(
+                    "UPDATE events SET body = NULL, window_id = NULL, status = ?"
+                    " WHERE room_id = ? AND status != ?",
+                    (EventStatus.PURGED.value, room_id, EventStatus.PURGED.value),
+                )
                 purged = cur.rowcount
                 cur.execute("DELETE FROM cursors WHERE room_id = ?", (room_id,))
                 cur.execute("DELETE FROM open_blocks WHERE room_id = ?", (room_id,))
@@ -399,5 +472,8 @@ class EventLog:
 
     def set_meta(self, key: str, value: str) -> None:
         with self.db.locked() as db:
-            db.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key)"
-                             " DO UPDATE SET value = excluded.value", (key, value))
+            db.execute(
+                "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key)"
+                " DO UPDATE SET value = excluded.value",
+                (key, value),
+            )

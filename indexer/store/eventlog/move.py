@@ -16,9 +16,9 @@ how).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from ...config import Database as Location
 from .db import Database
@@ -39,8 +39,11 @@ class MoveReport:
 
 def _tables(db: Database) -> list[str]:
     with db.transaction(immediate=False) as cur:
-        return sorted(t for t in db.dialect.tables(cur)
-                      if t != "schema_version" and not t.startswith("sqlite_"))
+        return sorted(
+            t
+            for t in db.dialect.tables(cur)
+            if t != "schema_version" and not t.startswith("sqlite_")
+        )
 
 
 def _columns_in_order(db: Database, table: str) -> list[str]:
@@ -62,8 +65,9 @@ def row_counts(source: Path) -> dict[str, int]:
         db.close()
 
 
-def move_eventlog(source: Path, target: Location | str,
-                  progress: Callable[[int], None] | None = None) -> MoveReport:
+def move_eventlog(
+    source: Path, target: Location | str, progress: Callable[[int], None] | None = None
+) -> MoveReport:
     """Copy every row of the SQLite event log at `source` into `target`; see the module
     docstring. `progress(n)`: n more source rows handled."""
     src = Database(source)  # brought up to the latest schema: the target's
@@ -78,8 +82,10 @@ def move_eventlog(source: Path, target: Location | str,
             report.copied += _copy_table(src, dst, table, progress)
         with dst.transaction() as cur:
             if dst.dialect.postgresql:  # new events get a seq past every copied one
-                cur.execute("SELECT setval(pg_get_serial_sequence('events', 'seq'),"
-                            " COALESCE((SELECT MAX(seq) FROM events), 0) + 1, false)")
+                cur.execute(
+                    "SELECT setval(pg_get_serial_sequence('events', 'seq'),"
+                    " COALESCE((SELECT MAX(seq) FROM events), 0) + 1, false)"
+                )
         for table, n in report.tables.items():
             held = _count(dst, table)
             if held != n:
@@ -90,17 +96,22 @@ def move_eventlog(source: Path, target: Location | str,
     return report
 
 
-def _copy_table(src: Database, dst: Database, table: str,
-                progress: Callable[[int], None] | None) -> int:
+def _copy_table(
+    src: Database, dst: Database, table: str, progress: Callable[[int], None] | None
+) -> int:
     columns = _columns_in_order(src, table)
     names = ", ".join(columns)
-    insert = (f"INSERT INTO {table} ({names}) VALUES ({', '.join('?' * len(columns))})"
-              " ON CONFLICT DO NOTHING")
+    insert = (
+        f"INSERT INTO {table} ({names}) VALUES ({', '.join('?' * len(columns))})"
+        " ON CONFLICT DO NOTHING"
+    )
     after, copied = -1, 0
     while True:
         with src.locked() as conn:
-            rows = conn.execute(f"SELECT rowid, {names} FROM {table} WHERE rowid > ?"
-                                " ORDER BY rowid LIMIT ?", (after, PAGE)).fetchall()
+            rows = conn.execute(
+                f"SELECT rowid, {names} FROM {table} WHERE rowid > ? ORDER BY rowid LIMIT ?",
+                (after, PAGE),
+            ).fetchall()
         if not rows:
             return copied
         after = rows[-1][0]

@@ -6,9 +6,9 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ...config import Database as Location
-from .log import EventLog
-from .db import reader
 from ...records import EventStatus, RoomID
+from .db import reader
+from .log import EventLog
 
 
 class LagReport(NamedTuple):
@@ -26,12 +26,14 @@ def lag_figures(db: Any) -> LagReport:
     the event loop nor under the log's lock."""
     pending, oldest = db.execute(
         "SELECT COUNT(*), MIN(received_at) FROM events WHERE status = ?",
-        (EventStatus.PENDING.value,)).fetchone()
+        (EventStatus.PENDING.value,),
+    ).fetchone()
     rows = db.execute(
         "SELECT e.room_id, MAX(e.ts) - COALESCE(c.ts, MIN(e.ts)) FROM events e"
         " LEFT JOIN cursors c ON c.room_id = e.room_id"
         " WHERE e.status IN (?, ?) GROUP BY e.room_id, c.ts",
-        (EventStatus.PENDING.value, EventStatus.INDEXED.value)).fetchall()
+        (EventStatus.PENDING.value, EventStatus.INDEXED.value),
+    ).fetchall()
     return LagReport(pending, oldest, {room: max(0, lag or 0) for room, lag in rows})
 
 
@@ -46,9 +48,13 @@ def room_report(log: EventLog, room_id: str) -> dict[str, Any]:
     and the cursor's event and time."""
     indexed, windows, pending = log.room_figures(RoomID(room_id))
     cursor = log.cursor(RoomID(room_id))
-    return {"messages": indexed, "windows": windows, "pending": pending,
-            "cursor_ts": cursor.ts if cursor else None,
-            "cursor_event_id": cursor.event_id if cursor else None}
+    return {
+        "messages": indexed,
+        "windows": windows,
+        "pending": pending,
+        "cursor_ts": cursor.ts if cursor else None,
+        "cursor_event_id": cursor.event_id if cursor else None,
+    }
 
 
 def meta_at(where: Location | Path | str, key: str) -> str | None:

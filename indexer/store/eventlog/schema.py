@@ -16,9 +16,10 @@ by a newer release (version above the last migration here) is left as it is.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Protocol
 
 from .sqldialect import Cursor, Dialect
 
@@ -42,6 +43,7 @@ def _sql(*statements: str) -> Callable[[Cursor, Dialect], None]:
     def run(cur: Cursor, dialect: Dialect) -> None:
         for statement in statements:
             cur.execute(dialect.ddl(statement))
+
     return run
 
 
@@ -49,31 +51,39 @@ def _steps(*steps: Callable[[Cursor, Dialect], None]) -> Callable[[Cursor, Diale
     def run(cur: Cursor, dialect: Dialect) -> None:
         for step in steps:
             step(cur, dialect)
+
     return run
 
 
 def _columns(table: str, *columns: tuple[str, str]) -> Callable[[Cursor, Dialect], None]:
     """Add what `table` lacks of (name, type) columns."""
+
     def run(cur: Cursor, dialect: Dialect) -> None:
         have = dialect.columns(cur, table)
         for name, kind in columns:
             if name not in have:
                 cur.execute(dialect.ddl(f"ALTER TABLE {table} ADD COLUMN {name} {kind}"))
+
     return run
 
 
 def _postgresql(*statements: str) -> Callable[[Cursor, Dialect], None]:
     """Statements for PostgreSQL only (SQLite has nothing to change: the version moves)."""
+
     def run(cur: Cursor, dialect: Dialect) -> None:
         if dialect.postgresql:
             for statement in statements:
                 cur.execute(statement)
+
     return run
 
 
 MIGRATIONS: tuple[Migration, ...] = (
-    Migration(1, "events, transactions, cursors, edits, redactions, dirty windows, meta", _sql(
-        """CREATE TABLE IF NOT EXISTS events (
+    Migration(
+        1,
+        "events, transactions, cursors, edits, redactions, dirty windows, meta",
+        _sql(
+            """CREATE TABLE IF NOT EXISTS events (
             seq        INTEGER PRIMARY KEY AUTOINCREMENT,
             event_id   TEXT NOT NULL UNIQUE,
             room_id    TEXT NOT NULL,
@@ -84,92 +94,140 @@ MIGRATIONS: tuple[Migration, ...] = (
             window_id  TEXT,
             thread_root TEXT
         )""",
-        "CREATE INDEX IF NOT EXISTS events_room_status ON events (room_id, status, ts, seq)",
-        "CREATE INDEX IF NOT EXISTS events_window ON events (window_id)",
-        "CREATE TABLE IF NOT EXISTS txns (txn_key TEXT PRIMARY KEY, done_at INTEGER NOT NULL)",
-        """CREATE TABLE IF NOT EXISTS cursors (
+            "CREATE INDEX IF NOT EXISTS events_room_status ON events (room_id, status, ts, seq)",
+            "CREATE INDEX IF NOT EXISTS events_window ON events (window_id)",
+            "CREATE TABLE IF NOT EXISTS txns (txn_key TEXT PRIMARY KEY, done_at INTEGER NOT NULL)",
+            """CREATE TABLE IF NOT EXISTS cursors (
             room_id TEXT PRIMARY KEY, event_id TEXT NOT NULL, ts INTEGER NOT NULL,
             updated_at INTEGER NOT NULL
         )""",
-        """CREATE TABLE IF NOT EXISTS edits (
+            """CREATE TABLE IF NOT EXISTS edits (
             target TEXT PRIMARY KEY, room_id TEXT NOT NULL, sender TEXT NOT NULL,
             body TEXT, ts INTEGER NOT NULL, edit_event_id TEXT NOT NULL
         )""",
-        """CREATE TABLE IF NOT EXISTS redactions (
+            """CREATE TABLE IF NOT EXISTS redactions (
             target TEXT PRIMARY KEY, room_id TEXT NOT NULL, ts INTEGER NOT NULL,
             redaction_event_id TEXT NOT NULL
         )""",
-        "CREATE TABLE IF NOT EXISTS dirty_windows (window_id TEXT PRIMARY KEY,"
-        " room_id TEXT NOT NULL)",
-        "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
-    )),
-    Migration(2, "replies and mentions kept (linkage); mentions: user ids, space-separated",
-              _columns("events", ("reply_to", "TEXT"), ("mentions", "TEXT"))),
-    Migration(3, "dirty windows remember a redaction (its old text scrubbed)",
-              _columns("dirty_windows", ("redacted", "INTEGER NOT NULL DEFAULT 0"))),
-    Migration(4, "derived messages: the artifact, kind, score and threshold judged",
-              _columns("events", ("derived_artifact", "TEXT"), ("derived_kind", "TEXT"),
-                       ("derived_score", "REAL"), ("derived_threshold", "REAL"))),
-    Migration(5, "the bot's replies and the events they quoted (answers.py)", _sql(
-        """CREATE TABLE IF NOT EXISTS answers (
+            "CREATE TABLE IF NOT EXISTS dirty_windows (window_id TEXT PRIMARY KEY,"
+            " room_id TEXT NOT NULL)",
+            "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+        ),
+    ),
+    Migration(
+        2,
+        "replies and mentions kept (linkage); mentions: user ids, space-separated",
+        _columns("events", ("reply_to", "TEXT"), ("mentions", "TEXT")),
+    ),
+    Migration(
+        3,
+        "dirty windows remember a redaction (its old text scrubbed)",
+        _columns("dirty_windows", ("redacted", "INTEGER NOT NULL DEFAULT 0")),
+    ),
+    Migration(
+        4,
+        "derived messages: the artifact, kind, score and threshold judged",
+        _columns(
+            "events",
+            ("derived_artifact", "TEXT"),
+            ("derived_kind", "TEXT"),
+            ("derived_score", "REAL"),
+            ("derived_threshold", "REAL"),
+        ),
+    ),
+    Migration(
+        5,
+        "the bot's replies and the events they quoted (answers.py)",
+        _sql(
+            """CREATE TABLE IF NOT EXISTS answers (
             reply_event_id TEXT PRIMARY KEY, room_id TEXT NOT NULL, in_reply_to TEXT,
             thread_root TEXT, hits TEXT NOT NULL, created_at INTEGER NOT NULL
         )""",
-        """CREATE TABLE IF NOT EXISTS answer_quotes (
+            """CREATE TABLE IF NOT EXISTS answer_quotes (
             event_id TEXT NOT NULL, reply_event_id TEXT NOT NULL,
             PRIMARY KEY (event_id, reply_event_id)
         )""",
-    )),
-    Migration(6, "where each timeline's open block starts (EventLog.room_tail)", _sql(
-        """CREATE TABLE IF NOT EXISTS open_blocks (
+        ),
+    ),
+    Migration(
+        6,
+        "where each timeline's open block starts (EventLog.room_tail)",
+        _sql(
+            """CREATE TABLE IF NOT EXISTS open_blocks (
             room_id TEXT NOT NULL, thread_root TEXT NOT NULL, first_event_id TEXT NOT NULL,
             PRIMARY KEY (room_id, thread_root)
-        )""",
-    )),
-    Migration(7, "reference chunks' text: the event log is text's one home (eventlog/texts.py)",
-              _sql(
-        """CREATE TABLE IF NOT EXISTS ref_chunks (
+        )"""
+        ),
+    ),
+    Migration(
+        7,
+        "reference chunks' text: the event log is text's one home (eventlog/texts.py)",
+        _sql(
+            """CREATE TABLE IF NOT EXISTS ref_chunks (
             chunk_id TEXT PRIMARY KEY,
             corpus   TEXT NOT NULL,  -- the reference corpus name (`ref add NAME`)
             text     TEXT NOT NULL
-        )""",
-    )),
-    Migration(8, "users forgotten on request (`matrix-sources forget`; ingest/forget.py)", _sql(
-        """CREATE TABLE IF NOT EXISTS forgotten_users (
+        )"""
+        ),
+    ),
+    Migration(
+        8,
+        "users forgotten on request (`matrix-sources forget`; ingest/forget.py)",
+        _sql(
+            """CREATE TABLE IF NOT EXISTS forgotten_users (
             user_id      TEXT PRIMARY KEY,
             forgotten_at INTEGER NOT NULL,  -- ms; their messages sent before stay out
             readmit_from INTEGER,           -- ms; NULL: still forgotten (`forget --undo`)
             source       TEXT NOT NULL
-        )""",
-    )),
+        )"""
+        ),
+    ),
     # ms, this service's clock: when the message's text as it reads now arrived (appended,
     # or its newest edit applied). The derived filter judges it only against artifacts
     # emitted before then (derived/filter.py); NULL (a row from before): its ts.
-    Migration(9, "when each message's current text arrived (the derived filter's cutoff)",
-              _columns("events", ("text_at", "INTEGER"))),
-    Migration(10, "PostgreSQL: ANALYZE keeps no sample of message text (docs/storage.md)",
-              _postgresql(*(f"ALTER TABLE {t} ALTER COLUMN {c} SET STATISTICS 0"
-                            for t, c in (("events", "body"), ("edits", "body"),
-                                         ("ref_chunks", "text"))))),
-    Migration(11, "embedding workers: claims on rooms, room labels, the collection's fence"
-                  " (eventlog/claims.py)", _sql(
-        """CREATE TABLE IF NOT EXISTS claims (
+    Migration(
+        9,
+        "when each message's current text arrived (the derived filter's cutoff)",
+        _columns("events", ("text_at", "INTEGER")),
+    ),
+    Migration(
+        10,
+        "PostgreSQL: ANALYZE keeps no sample of message text (docs/storage.md)",
+        _postgresql(
+            *(
+                f"ALTER TABLE {t} ALTER COLUMN {c} SET STATISTICS 0"
+                for t, c in (("events", "body"), ("edits", "body"), ("ref_chunks", "text"))
+            )
+        ),
+    ),
+    Migration(
+        11,
+        "embedding workers: claims on rooms, room labels, the collection's fence"
+        " (eventlog/claims.py)",
+        _sql(
+            """CREATE TABLE IF NOT EXISTS claims (
             room_id  TEXT PRIMARY KEY,
             worker   TEXT NOT NULL,     -- who holds it ('' once released or revoked)
             token    INTEGER NOT NULL,  -- grows at every claim and revocation: a fence
             until_ms INTEGER NOT NULL   -- the lease's end, wall clock ms
         )""",
-        "CREATE TABLE IF NOT EXISTS room_labels (room_id TEXT PRIMARY KEY, label TEXT NOT NULL)",
-        "CREATE TABLE IF NOT EXISTS collection_fence (id INTEGER PRIMARY KEY)",
-        "INSERT INTO collection_fence (id) VALUES (1) ON CONFLICT DO NOTHING",
-    )),
-    Migration(12, "when each event was appended, the pending ones indexed by it (how far "
-                  "indexing is behind: eventlog/status.py); `!sources` commands taken and "
-                  "not answered yet (commands.py)", _steps(
-        _columns("events", ("received_at", "INTEGER")),
-        _sql("CREATE INDEX IF NOT EXISTS events_pending ON events (received_at)"
-             " WHERE status = 'pending'",
-             """CREATE TABLE IF NOT EXISTS commands (
+            "CREATE TABLE IF NOT EXISTS room_labels "
+            "(room_id TEXT PRIMARY KEY, label TEXT NOT NULL)",
+            "CREATE TABLE IF NOT EXISTS collection_fence (id INTEGER PRIMARY KEY)",
+            "INSERT INTO collection_fence (id) VALUES (1) ON CONFLICT DO NOTHING",
+        ),
+    ),
+    Migration(
+        12,
+        "when each event was appended, the pending ones indexed by it (how far "
+        "indexing is behind: eventlog/status.py); `!sources` commands taken and "
+        "not answered yet (commands.py)",
+        _steps(
+            _columns("events", ("received_at", "INTEGER")),
+            _sql(
+                "CREATE INDEX IF NOT EXISTS events_pending ON events (received_at)"
+                " WHERE status = 'pending'",
+                """CREATE TABLE IF NOT EXISTS commands (
             event_id    TEXT PRIMARY KEY,
             room_id     TEXT NOT NULL,
             sender      TEXT NOT NULL,
@@ -179,7 +237,10 @@ MIGRATIONS: tuple[Migration, ...] = (
             reply_to    TEXT,
             received_at INTEGER NOT NULL,  -- ms, wall clock
             answered_at INTEGER            -- ms; the row stays a day: a retry is not new
-        )"""))),
+        )""",
+            ),
+        ),
+    ),
 )
 
 LATEST = MIGRATIONS[-1].version

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...records import EventID, EventStatus, WindowID
 from .db import Database
 from .texts import _chunks
-from ...records import EventID, EventStatus, WindowID
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,14 +34,17 @@ class StatusReads:
         with self.db.locked() as db:
             n, oldest = db.execute(
                 "SELECT COUNT(*), MIN(received_at) FROM events WHERE status = ?",
-                (EventStatus.PENDING.value,)).fetchone()
+                (EventStatus.PENDING.value,),
+            ).fetchone()
         return Backlog(n, oldest)
 
     def indexed_events(self) -> dict[EventID, WindowID]:
         """Every indexed event and the window the event log says holds it."""
         with self.db.locked() as db:
-            rows = db.execute("SELECT event_id, window_id FROM events WHERE status = ?"
-                              " AND window_id IS NOT NULL", (EventStatus.INDEXED.value,))
+            rows = db.execute(
+                "SELECT event_id, window_id FROM events WHERE status = ? AND window_id IS NOT NULL",
+                (EventStatus.INDEXED.value,),
+            )
             return {EventID(e): WindowID(w) for e, w in rows}
 
     def windows_of(self, event_ids: list[EventID]) -> set[WindowID]:
@@ -49,8 +52,12 @@ class StatusReads:
         found: set[WindowID] = set()
         with self.db.locked() as db:
             for part in _chunks(list(event_ids)):
-                found |= {WindowID(r[0]) for r in db.execute(
-                    "SELECT DISTINCT window_id FROM events WHERE status = ? AND window_id"
-                    f" IS NOT NULL AND event_id IN ({','.join('?' * len(part))})",
-                    (EventStatus.INDEXED.value, *part))}
+                found |= {
+                    WindowID(r[0])
+                    for r in db.execute(
+                        "SELECT DISTINCT window_id FROM events WHERE status = ? AND window_id"
+                        f" IS NOT NULL AND event_id IN ({','.join('?' * len(part))})",
+                        (EventStatus.INDEXED.value, *part),
+                    )
+                }
         return found

@@ -15,12 +15,21 @@ keeps dead row versions until VACUUM: docs/storage.md says what to run.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Iterator, TypeVar
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
 
+from ...records import (
+    CORPUS_CHAT,
+    CORPUS_REFERENCE,
+    EventID,
+    EventStatus,
+    Message,
+    RoomID,
+    UserID,
+    WindowID,
+)
 from .db import Database
 from .rows import EventText
-from ...records import CORPUS_CHAT, CORPUS_REFERENCE, EventID, EventStatus, Message, RoomID
-from ...records import UserID, WindowID
 
 _IN = 500  # ids per `IN (...)`: well under SQLite's variable limit
 _Id = TypeVar("_Id", bound=str)
@@ -28,7 +37,7 @@ _Id = TypeVar("_Id", bound=str)
 
 def _chunks(ids: list[_Id], n: int = _IN) -> Iterator[list[_Id]]:
     for i in range(0, len(ids), n):
-        yield ids[i:i + n]
+        yield ids[i : i + n]
 
 
 class TextReads:
@@ -41,9 +50,12 @@ class TextReads:
         """(chunk id, corpus name, text) of reference chunks about to be upserted."""
         rows = list(rows)
         with self.db.transaction() as cur:
-            cur.executemany("INSERT INTO ref_chunks (chunk_id, corpus, text) VALUES"
-                            " (?, ?, ?) ON CONFLICT(chunk_id) DO UPDATE SET"
-                            " corpus = excluded.corpus, text = excluded.text", rows)
+            cur.executemany(
+                "INSERT INTO ref_chunks (chunk_id, corpus, text) VALUES"
+                " (?, ?, ?) ON CONFLICT(chunk_id) DO UPDATE SET"
+                " corpus = excluded.corpus, text = excluded.text",
+                rows,
+            )
 
     def drop_ref_texts(self, chunk_ids: Iterable[str]) -> int:
         """Delete reference chunks' text (zeroed in place: secure_delete)."""
@@ -52,8 +64,8 @@ class TextReads:
         with self.db.locked() as db:
             for part in _chunks(ids):
                 n += db.execute(
-                    f"DELETE FROM ref_chunks WHERE chunk_id IN ({','.join('?' * len(part))})",
-                    part).rowcount
+                    f"DELETE FROM ref_chunks WHERE chunk_id IN ({','.join('?' * len(part))})", part
+                ).rowcount
         return n
 
     def ref_texts(self, chunk_ids: Iterable[str]) -> dict[str, str]:
@@ -61,9 +73,13 @@ class TextReads:
         ids = list(chunk_ids)
         with self.db.locked() as db:
             for part in _chunks(ids):
-                out.update(db.execute(
-                    "SELECT chunk_id, text FROM ref_chunks WHERE chunk_id IN"
-                    f" ({','.join('?' * len(part))})", part).fetchall())
+                out.update(
+                    db.execute(
+                        "SELECT chunk_id, text FROM ref_chunks WHERE chunk_id IN"
+                        f" ({','.join('?' * len(part))})",
+                        part,
+                    ).fetchall()
+                )
         return out
 
     def ref_chunk_ids(self) -> list[str]:
@@ -78,7 +94,8 @@ class TextReads:
             rows = db.execute(
                 "SELECT event_id, room_id, sender, ts, body, reply_to, mentions FROM events"
                 " WHERE window_id = ? AND status = ? ORDER BY ts, seq",
-                (window_id, EventStatus.INDEXED.value)).fetchall()
+                (window_id, EventStatus.INDEXED.value),
+            ).fetchall()
         return [_msg(r) for r in rows]
 
     def event_texts(self, event_ids: Iterable[EventID]) -> dict[EventID, EventText]:
@@ -91,9 +108,9 @@ class TextReads:
             rows = db.execute(
                 f"SELECT event_id, sender, ts, body FROM events WHERE event_id IN ({marks})"
                 " AND body IS NOT NULL AND status NOT IN (?, ?)",
-                [*ids, EventStatus.REDACTED.value, EventStatus.PURGED.value]).fetchall()
+                [*ids, EventStatus.REDACTED.value, EventStatus.PURGED.value],
+            ).fetchall()
         return {EventID(e): EventText(UserID(sender), ts, body) for e, sender, ts, body in rows}
-
 
     def windows_messages(self, window_ids: Iterable[str]) -> dict[WindowID, list[Message]]:
         """Window id -> its messages now, for the windows that still hold any."""
@@ -105,7 +122,8 @@ class TextReads:
                     "SELECT window_id, event_id, room_id, sender, ts, body, reply_to, mentions"
                     f" FROM events WHERE window_id IN ({','.join('?' * len(part))})"
                     " AND status = ? ORDER BY window_id, ts, seq",
-                    (*part, EventStatus.INDEXED.value)).fetchall()
+                    (*part, EventStatus.INDEXED.value),
+                ).fetchall()
                 for r in rows:
                     out.setdefault(WindowID(r[0]), []).append(_msg(r[1:]))
         return out
@@ -121,8 +139,14 @@ class TextReads:
                     " FROM events WHERE status = ? AND window_id > ? AND window_id IN"
                     " (SELECT DISTINCT window_id FROM events WHERE status = ? AND window_id > ?"
                     "  ORDER BY window_id LIMIT ?) ORDER BY window_id, ts, seq",
-                    (EventStatus.INDEXED.value, after, EventStatus.INDEXED.value, after,
-                     max(1, page // 4))).fetchall()
+                    (
+                        EventStatus.INDEXED.value,
+                        after,
+                        EventStatus.INDEXED.value,
+                        after,
+                        max(1, page // 4),
+                    ),
+                ).fetchall()
             if not rows:
                 return
             msgs: list[Message]
@@ -135,8 +159,9 @@ class TextReads:
             yield current, msgs
             after = current
 
-    def bodies_matching(self, test: Callable[[str], bool], room_id: str | None = None,
-                        contains: str | None = None) -> set[str]:
+    def bodies_matching(
+        self, test: Callable[[str], bool], room_id: str | None = None, contains: str | None = None
+    ) -> set[str]:
         """Ids of the indexed windows one of whose message bodies passes `test`: the
         lexical leg's scan when its postings cannot answer. `contains`: an ASCII
         literal every passing body holds once normalised (NFKC, casefold), which the
@@ -161,15 +186,24 @@ class TextReads:
 
     def refs_matching(self, test: Callable[[str], bool]) -> set[str]:
         with self.db.locked() as db:
-            return {cid for cid, text in db.execute("SELECT chunk_id, text FROM ref_chunks")
-                    if test(text)}
+            return {
+                cid
+                for cid, text in db.execute("SELECT chunk_id, text FROM ref_chunks")
+                if test(text)
+            }
 
 
 def _msg(r: tuple[Any, ...]) -> Message:
     """A Message from (event_id, room_id, sender, ts, body, reply_to, mentions)."""
-    return Message(EventID(r[0]), RoomID(r[1]), UserID(r[2]), r[3], r[4] or "",
-                   EventID(r[5]) if r[5] else None,
-                   tuple(UserID(u) for u in (r[6] or "").split()))
+    return Message(
+        EventID(r[0]),
+        RoomID(r[1]),
+        UserID(r[2]),
+        r[3],
+        r[4] or "",
+        EventID(r[5]) if r[5] else None,
+        tuple(UserID(u) for u in (r[6] or "").split()),
+    )
 
 
 __all__ = ["TextReads", "CORPUS_CHAT", "CORPUS_REFERENCE"]

@@ -3,18 +3,23 @@
 
 from __future__ import annotations
 
-from .db import Database
 from ...records import EventID, EventStatus, Message, RoomID, UserID
+from .db import Database
 
 
 class TimelineReads:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    def timeline_after(self, room_id: RoomID, thread_root: EventID | None,
-                       since_ts: int, until_ts: int, limit: int,
-                       roots: tuple[EventID, ...] = ()
-                       ) -> list[tuple[Message, EventID | None]]:
+    def timeline_after(
+        self,
+        room_id: RoomID,
+        thread_root: EventID | None,
+        since_ts: int,
+        until_ts: int,
+        limit: int,
+        roots: tuple[EventID, ...] = (),
+    ) -> list[tuple[Message, EventID | None]]:
         """Indexed messages of a timeline (the room's main one, or the thread of
         `thread_root`) from `since_ts` to `until_ts`, with the threads started by
         `roots`, in timeline order, as (message, its thread root); at most `limit`.
@@ -27,15 +32,41 @@ class TimelineReads:
                 "SELECT event_id, room_id, sender, ts, body, reply_to, mentions, thread_root"
                 " FROM events WHERE room_id = ? AND status = ? AND ts >= ? AND ts <= ?"
                 f" AND (COALESCE(thread_root, '') = ?{threads}) ORDER BY ts, seq LIMIT ?",
-                (room_id, EventStatus.INDEXED.value, since_ts, until_ts, thread_root or "",
-                 *roots, limit)).fetchall()
-        return [(Message(EventID(r[0]), RoomID(r[1]), UserID(r[2]), r[3], r[4] or "",
-                         EventID(r[5]) if r[5] else None,
-                         tuple(UserID(u) for u in (r[6] or "").split())),
-                 EventID(r[7]) if r[7] else None) for r in rows]
+                (
+                    room_id,
+                    EventStatus.INDEXED.value,
+                    since_ts,
+                    until_ts,
+                    thread_root or "",
+                    *roots,
+                    limit,
+                ),
+            ).fetchall()
+        return [
+            (
+                Message(
+                    EventID(r[0]),
+                    RoomID(r[1]),
+                    UserID(r[2]),
+                    r[3],
+                    r[4] or "",
+                    EventID(r[5]) if r[5] else None,
+                    tuple(UserID(u) for u in (r[6] or "").split()),
+                ),
+                EventID(r[7]) if r[7] else None,
+            )
+            for r in rows
+        ]
 
-    def said_by(self, room_id: RoomID, thread_root: EventID | None, sender: UserID,
-                since_ts: int, until_ts: int, limit: int) -> list[Message]:
+    def said_by(
+        self,
+        room_id: RoomID,
+        thread_root: EventID | None,
+        sender: UserID,
+        since_ts: int,
+        until_ts: int,
+        limit: int,
+    ) -> list[Message]:
         """What one person said in a timeline (as timeline_after, without the threads
         of `roots`) after `since_ts` up to `until_ts`, in order; at most `limit`."""
         with self.db.locked() as db:
@@ -43,14 +74,32 @@ class TimelineReads:
                 "SELECT event_id, room_id, sender, ts, body, reply_to, mentions"
                 " FROM events WHERE room_id = ? AND status = ? AND ts > ? AND ts <= ?"
                 " AND sender = ? AND COALESCE(thread_root, '') = ? ORDER BY ts, seq LIMIT ?",
-                (room_id, EventStatus.INDEXED.value, since_ts, until_ts, sender,
-                 thread_root or "", limit)).fetchall()
-        return [Message(EventID(r[0]), RoomID(r[1]), UserID(r[2]), r[3], r[4] or "",
-                        EventID(r[5]) if r[5] else None,
-                        tuple(UserID(u) for u in (r[6] or "").split())) for r in rows]
+                (
+                    room_id,
+                    EventStatus.INDEXED.value,
+                    since_ts,
+                    until_ts,
+                    sender,
+                    thread_root or "",
+                    limit,
+                ),
+            ).fetchall()
+        return [
+            Message(
+                EventID(r[0]),
+                RoomID(r[1]),
+                UserID(r[2]),
+                r[3],
+                r[4] or "",
+                EventID(r[5]) if r[5] else None,
+                tuple(UserID(u) for u in (r[6] or "").split()),
+            )
+            for r in rows
+        ]
 
     def thread_root_of(self, event_id: EventID) -> EventID | None:
         with self.db.locked() as db:
-            row = db.execute("SELECT thread_root FROM events WHERE event_id = ?",
-                                   (event_id,)).fetchone()
+            row = db.execute(
+                "SELECT thread_root FROM events WHERE event_id = ?", (event_id,)
+            ).fetchone()
         return EventID(row[0]) if row and row[0] else None

@@ -10,8 +10,9 @@ import contextlib
 import logging
 import math
 import threading
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ...clock import stopwatch
 from ...records import CORPUS_REFERENCE
@@ -37,10 +38,13 @@ class Compactor:
         self._running = threading.Lock()  # one copy at a time (the worker's, a purge's)
         self.last: dict[str, Any] = {}  # what the last copy did (benchmarks read it)
 
-    def compact(self, lock: AbstractContextManager[object] | None = None,
-                after_copy: Callable[[], None] | None = None,
-                before_swap: Callable[[], None] | None = None, everything: bool = False
-                ) -> int:
+    def compact(
+        self,
+        lock: AbstractContextManager[object] | None = None,
+        after_copy: Callable[[], None] | None = None,
+        before_swap: Callable[[], None] | None = None,
+        everything: bool = False,
+    ) -> int:
         """Copy every dirty segment (`everything`: every segment) into a fresh
         generation, one segment at a time: its live points, vectors and metadata as
         stored, nothing re-embedded; record it live in the event log; drop the old one.
@@ -56,8 +60,12 @@ class Compactor:
                 if seg in self.segs.list:  # not merged away meanwhile
                     copied += self._rewrite([seg], lock, after_copy, before_swap)
                     touched.append(seg.n)
-            self.last = {"kind": "compaction", "segments": len(touched), "points": copied,
-                         "of": self.segs.count()}
+            self.last = {
+                "kind": "compaction",
+                "segments": len(touched),
+                "points": copied,
+                "of": self.segs.count(),
+            }
             return copied
 
     def merge(self, lock: AbstractContextManager[object] | None = None) -> int | None:
@@ -67,20 +75,27 @@ class Compactor:
             plan = plan_merge(self.segs.counts(), self.segs.policy)
             if plan is None:
                 return None
-            run = list(self.segs.list[plan[0]:plan[1]])
+            run = list(self.segs.list[plan[0] : plan[1]])
             copied = self._rewrite(run, lock, None, None)
-            self.last = {"kind": "merge", "segments": len(run), "points": copied,
-                         "of": self.segs.count()}
+            self.last = {
+                "kind": "merge",
+                "segments": len(run),
+                "points": copied,
+                "of": self.segs.count(),
+            }
             return copied
 
     def merge_due(self) -> bool:
         """Shared segments are never merged (segments.Segments)."""
-        return not self.segs.shared and plan_merge(self.segs.counts(),
-                                                   self.segs.policy) is not None
+        return not self.segs.shared and plan_merge(self.segs.counts(), self.segs.policy) is not None
 
-    def _rewrite(self, run: Sequence[Segment], lock: AbstractContextManager[object] | None,
-                 after_copy: Callable[[], None] | None,
-                 before_swap: Callable[[], None] | None) -> int:
+    def _rewrite(
+        self,
+        run: Sequence[Segment],
+        lock: AbstractContextManager[object] | None,
+        after_copy: Callable[[], None] | None,
+        before_swap: Callable[[], None] | None,
+    ) -> int:
         """Copy the points of adjacent segments `run` into fresh generations (one, or
         ceil(points / cap) when more than the cap; none when empty and sealed) and swap
         them in for the run."""
@@ -106,7 +121,7 @@ class Compactor:
             at = 0
             for s, ids in sources:
                 for i in range(0, len(ids), COPY_PAGE):
-                    page = ids[i:i + COPY_PAGE]
+                    page = ids[i : i + COPY_PAGE]
                     # A page can straddle two parts: each id to the part of its position.
                     by_part: dict[int, list[str]] = {}
                     for k, wid in enumerate(page, start=at + i):
@@ -139,13 +154,25 @@ class Compactor:
                 self.gens.drop(f.n, f.client)
             raise
         segs.drop(run, epoch)
-        log.info("chroma_segments_copied", extra={
-            "from": [s.n for s in run], "to": [f.n for f in fresh], "points": have,
-            "caught_up": len(written), "seconds": round(took(), 1)})
+        log.info(
+            "chroma_segments_copied",
+            extra={
+                "from": [s.n for s in run],
+                "to": [f.n for f in fresh],
+                "points": have,
+                "caught_up": len(written),
+                "seconds": round(took(), 1),
+            },
+        )
         return have
 
-    def _catch_up(self, run: Sequence[Segment], fresh: list[Segment],
-                  part_of: dict[str, int], written: list[str]) -> None:
+    def _catch_up(
+        self,
+        run: Sequence[Segment],
+        fresh: list[Segment],
+        part_of: dict[str, int],
+        written: list[str],
+    ) -> None:
         """Ids written to the run during the copy, as they are now: copied again (an
         upsert), deleted (a delete), a new id into the last part. What was copied
         before and changed after stays in the fresh generation's files: it is dirty."""
@@ -156,15 +183,16 @@ class Compactor:
         last = len(fresh) - 1
         for i in range(0, len(written), COPY_PAGE):
             for s in run:
-                page = [w for w in written[i:i + COPY_PAGE] if where[w] == s.key]
+                page = [w for w in written[i : i + COPY_PAGE] if where[w] == s.key]
                 for j in sorted({part_of.get(w, last) for w in page}):
                     chunk = [w for w in page if part_of.get(w, last) == j]
                     if any(w in part_of for w in chunk):
                         fresh[j].dirty = True
                     _copy(s.collection, fresh[j].collection, chunk, delete_missing=False)
                     part_of.update(dict.fromkeys(chunk, j))
-            gone = [w for w in written[i:i + COPY_PAGE]
-                    if where[w] not in by_key and w in part_of]
+            gone = [
+                w for w in written[i : i + COPY_PAGE] if where[w] not in by_key and w in part_of
+            ]
             for j in sorted({part_of[w] for w in gone}):
                 fresh[j].dirty = True
                 fresh[j].collection.delete(ids=[w for w in gone if part_of[w] == j])
@@ -190,16 +218,20 @@ class Compactor:
                 col = seg.collection
                 ids = col.get(where={"corpus": CORPUS_REFERENCE}, include=[])["ids"]
                 for i in range(0, len(ids), COPY_PAGE):
-                    res = col.get(ids=ids[i:i + COPY_PAGE], include=["documents", "metadatas"])
-                    rows = [(cid, str((m or {}).get("ref_corpus", "")), d)
-                            for cid, d, m in zip(res["ids"], res["documents"],
-                                                 res["metadatas"]) if d is not None]
+                    res = col.get(ids=ids[i : i + COPY_PAGE], include=["documents", "metadatas"])
+                    rows = [
+                        (cid, str((m or {}).get("ref_corpus", "")), d)
+                        for cid, d, m in zip(res["ids"], res["documents"], res["metadatas"])
+                        if d is not None
+                    ]
                     eventlog.texts.put_ref_texts(rows)
                     moved += len(rows)
             self.compact(everything=True)
             migrated = True
-            log.warning("text_moved_to_event_log", extra={"reference_chunks": moved,
-                                                          "points": self.segs.count()})
+            log.warning(
+                "text_moved_to_event_log",
+                extra={"reference_chunks": moved, "points": self.segs.count()},
+            )
         eventlog.set_meta(TEXT_HOME_KEY, "eventlog")
         return migrated
 

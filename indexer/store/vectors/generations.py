@@ -35,9 +35,10 @@ import logging
 import os
 import re
 import shutil
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .server_files import ServerFiles
 
@@ -52,8 +53,12 @@ SEGMENTS_KEY = "chroma_segments"
 LEGACY_KEY = "chroma_generation"  # the one live generation, before segments
 _GEN_DIR = re.compile(r"g(\d+)")
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-LEGACY_FILES = ("chroma.sqlite3", "chroma.sqlite3-wal", "chroma.sqlite3-shm",
-                "chroma.sqlite3-journal")
+LEGACY_FILES = (
+    "chroma.sqlite3",
+    "chroma.sqlite3-wal",
+    "chroma.sqlite3-shm",
+    "chroma.sqlite3-journal",
+)
 
 
 class Catalog(Protocol):
@@ -80,6 +85,7 @@ class MemoryCatalog:
 @dataclass(frozen=True, slots=True)
 class Entry:
     """One segment as the catalog records it."""
+
     n: int  # its live generation
     dirty: bool  # it holds a deleted or overwritten point (in its files): copy it
 
@@ -92,8 +98,15 @@ def _settings() -> Settings:
 
 
 class Generations:
-    def __init__(self, root: Path | None, host: str | None, port: int | None, base: str,
-                 catalog: Catalog, server_files: ServerFiles | None = None) -> None:
+    def __init__(
+        self,
+        root: Path | None,
+        host: str | None,
+        port: int | None,
+        base: str,
+        catalog: Catalog,
+        server_files: ServerFiles | None = None,
+    ) -> None:
         self.root = None if host else root
         self.host, self.port, self.base, self.catalog = host, port, base, catalog
         self.server_files = server_files if host else None
@@ -128,8 +141,9 @@ class Generations:
 
     def record(self, entries: Iterable[Entry]) -> None:
         """The swap: one write of the event log's meta table."""
-        self.catalog.set_meta(SEGMENTS_KEY, json.dumps(
-            [{"g": e.n, "dirty": e.dirty} for e in entries]))
+        self.catalog.set_meta(
+            SEGMENTS_KEY, json.dumps([{"g": e.n, "dirty": e.dirty} for e in entries])
+        )
         if self.catalog.get_meta(LEGACY_KEY):
             self.catalog.set_meta(LEGACY_KEY, "")  # one record of what is live
 
@@ -142,8 +156,9 @@ class Generations:
             # Server mode: a store given no folder is given a host (ChromaStore).
             assert self.host is not None
 
-            self._server = chromadb.HttpClient(host=self.host, port=self.port or 8000,
-                                               settings=_settings())
+            self._server = chromadb.HttpClient(
+                host=self.host, port=self.port or 8000, settings=_settings()
+            )
         return self._server
 
     def client(self, n: int) -> ClientAPI:
@@ -155,18 +170,19 @@ class Generations:
         folder.mkdir(parents=True, exist_ok=True)
         return chromadb.PersistentClient(path=str(folder), settings=_settings())
 
-    def open(self, n: int, metadata: dict[str, Any] | None = None
-             ) -> tuple[ClientAPI, Collection]:
+    def open(self, n: int, metadata: dict[str, Any] | None = None) -> tuple[ClientAPI, Collection]:
         """(client, collection) of generation n, created if missing."""
         client = self.client(n)
         # embedding_function=None on every call, or Chroma reaches for a model download.
         col = client.get_or_create_collection(
-            self.name(n), embedding_function=None, metadata=metadata or None,
-            configuration={"hnsw": {"space": "cosine"}})
+            self.name(n),
+            embedding_function=None,
+            metadata=metadata or None,
+            configuration={"hnsw": {"space": "cosine"}},
+        )
         return client, col
 
-    def fresh(self, metadata: dict[str, Any] | None = None
-              ) -> tuple[int, ClientAPI, Collection]:
+    def fresh(self, metadata: dict[str, Any] | None = None) -> tuple[int, ClientAPI, Collection]:
         """(n, client, collection): an empty generation after every one there is."""
         recorded = [e.n for e in self.entries()]
         n = max([self._made, *recorded, *self.present()]) + 1
@@ -185,9 +201,11 @@ class Generations:
             found = [int(m.group(1)) for x in names if (m := pat.fullmatch(x))]
             found += [0] if self.base in names else []
         else:
-            found = [int(m.group(1)) for p in (self.root.glob("g*") if self.root.exists()
-                                                else ())
-                     if (m := _GEN_DIR.fullmatch(p.name)) and p.is_dir()]
+            found = [
+                int(m.group(1))
+                for p in (self.root.glob("g*") if self.root.exists() else ())
+                if (m := _GEN_DIR.fullmatch(p.name)) and p.is_dir()
+            ]
             found += [0] if (self.root / LEGACY_FILES[0]).exists() else []
         return sorted(set(found))
 
@@ -227,8 +245,7 @@ def stop_client(client: object) -> None:
     caches one system per path; stopping it closes its files."""
     from chromadb.api.client import SharedSystemClient
 
-    system = SharedSystemClient._identifier_to_system.pop(getattr(client, "_identifier", ""),
-                                                          None)
+    system = SharedSystemClient._identifier_to_system.pop(getattr(client, "_identifier", ""), None)
     if system is not None:
         try:
             system.stop()

@@ -1,15 +1,14 @@
 """Freed memory is overwritten before this process can reuse it, so no library writes
 what it held into a file.
 
-Chroma's HNSW index (hnswlib) allocates its vector array for a capacity (100 slots for
-a new collection, then 1.2 times more at each resize) with malloc, and writes the whole
-array to `data_level0.bin`, unused slots included. What those slots held is whatever
-this process freed there before: a loop of copies like a compaction's (a collection
-written, a point deleted, the rest copied into a new collection) finds a deleted vector
-of an earlier collection in a new collection's `data_level0.bin` in some rounds, and in
-none with this on (bench/heapscrub.py; tests/indexer/store/test_heapscrub.py). SQLite writes its page
-buffers whole too: without this, a new generation's files can hold a superseded vector,
-or text, of an old one.
+Chroma's HNSW index (hnswlib) allocates its vector array for a capacity (100 slots for a new
+collection, then 1.2 times more at each resize) with malloc, and writes the whole array to
+`data_level0.bin`, unused slots included. What those slots held is whatever this process freed there
+before: a loop of copies like a compaction's (a collection written, a point deleted, the rest copied
+into a new collection) finds a deleted vector of an earlier collection in a new collection's
+`data_level0.bin` in some rounds, and in none with this on (bench/heapscrub.py;
+tests/indexer/store/test_heapscrub.py). SQLite writes its page buffers whole too: without this, a
+new generation's files can hold a superseded vector, or text, of an old one.
 
 glibc's M_PERTURB (mallopt) makes every free() fill the block with one byte and every
 malloc() hand out a block filled with its complement: with 0xFF, freed blocks hold 0xFF
@@ -38,8 +37,9 @@ def scrub_freed_memory() -> bool:
     except (AttributeError, OSError):
         ok = False
     if not ok:
-        log.warning("heap_scrub_unavailable: freed memory may reach Chroma's files "
-                    "(docs/storage.md)")
+        log.warning(
+            "heap_scrub_unavailable: freed memory may reach Chroma's files (docs/storage.md)"
+        )
     return ok
 
 

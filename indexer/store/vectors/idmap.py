@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from typing import Iterable, Sequence, cast
+from collections.abc import Iterable, Sequence
+from typing import cast
 
 import numpy as np
 
@@ -88,16 +89,17 @@ class IdMap:
                     self._other[wid] = key
         if not windows:
             return
-        digits = _NIBBLE[np.frombuffer("".join(windows).encode("ascii", "replace"),
-                                       dtype=np.uint8).reshape(-1, 32)[:, 1:]]
+        digits = _NIBBLE[
+            np.frombuffer("".join(windows).encode("ascii", "replace"), dtype=np.uint8).reshape(
+                -1, 32
+            )[:, 1:]
+        ]
         bad = (digits == 255).any(axis=1)
         for wid in np.asarray(windows, dtype=object)[bad]:
             self._other[wid] = key
-        digits = np.concatenate([digits[~bad], np.zeros((int((~bad).sum()), 1), np.uint8)],
-                                axis=1)
+        digits = np.concatenate([digits[~bad], np.zeros((int((~bad).sum()), 1), np.uint8)], axis=1)
         packed = (digits[:, 0::2] << 4 | digits[:, 1::2]).astype(np.uint8)
-        self._loaded.append((packed.view(_KEY).ravel(),
-                             np.full(len(packed), key, dtype=_SEG)))
+        self._loaded.append((packed.view(_KEY).ravel(), np.full(len(packed), key, dtype=_SEG)))
 
     def _sorted(self) -> None:
         """Sort in what `load` read: once, at the first look-up after."""
@@ -177,7 +179,7 @@ class IdMap:
         pos = self._find(packed)
         segs = self._segs.copy()
         fresh_keys, fresh_segs = [], []
-        for (wid, key), p, at in zip(items, packed, pos.tolist()):
+        for (_wid, key), p, at in zip(items, packed, pos.tolist()):
             if at >= 0:
                 segs[at] = DEAD if key < 0 else key
             elif key >= 0:

@@ -5,8 +5,9 @@ one writer and the one reader of its format."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from ...records import EventID, RefSource, RoomID, UserID, Window, WindowID
 
@@ -14,6 +15,7 @@ from ...records import EventID, RefSource, RoomID, UserID, Window, WindowID
 @dataclass(frozen=True, slots=True)
 class StoredWindow:
     """A point's metadata as Chroma holds it: no text (the event log's)."""
+
     window_id: WindowID
     room_id: RoomID
     room_label: str
@@ -32,9 +34,16 @@ class Neighbour:
     window: StoredWindow | None = None  # its record, when asked for
 
 
-def point_metadata(room_id: str, room_label: str, corpus: str, event_ids: Sequence[str],
-                   senders: Sequence[str], ts_first: int, ts_last: int, **extra: Any
-                   ) -> dict[str, Any]:
+def point_metadata(
+    room_id: str,
+    room_label: str,
+    corpus: str,
+    event_ids: Sequence[str],
+    senders: Sequence[str],
+    ts_first: int,
+    ts_last: int,
+    **extra: Any,
+) -> dict[str, Any]:
     """The metadata of one point of the collection, chat window or reference chunk: the
     one writer of the format `_stored` reads. Chroma keeps scalars, so lists are JSON.
     `extra`: a reference chunk's ref_* keys."""
@@ -54,8 +63,9 @@ def point_metadata(room_id: str, room_label: str, corpus: str, event_ids: Sequen
 
 
 def window_metadata(w: Window) -> dict[str, Any]:
-    return point_metadata(w.room_id, w.room_label, w.corpus, w.event_ids, w.senders,
-                          w.ts_first, w.ts_last)
+    return point_metadata(
+        w.room_id, w.room_label, w.corpus, w.event_ids, w.senders, w.ts_first, w.ts_last
+    )
 
 
 def stored(wid: str, meta: dict[str, Any] | None) -> StoredWindow:
@@ -69,6 +79,13 @@ def stored(wid: str, meta: dict[str, Any] | None) -> StoredWindow:
         senders=tuple(json.loads(meta.get("senders", "[]"))),
         ts_first=int(meta.get("ts_first", 0)),
         ts_last=int(meta.get("ts_last", 0)),
-        ref=(RefSource(str(meta["ref_corpus"]), str(meta.get("ref_file", "")),
-                       str(meta.get("ref_heading", ""))) if meta.get("ref_corpus") else None),
+        ref=(
+            RefSource(
+                str(meta["ref_corpus"]),
+                str(meta.get("ref_file", "")),
+                str(meta.get("ref_heading", "")),
+            )
+            if meta.get("ref_corpus")
+            else None
+        ),
     )

@@ -33,10 +33,11 @@ import logging
 import math
 import threading
 from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
+from typing import Any, TypeVar
 
 from .generations import Entry, Generations, stop_client
 from .idmap import IdMap
@@ -103,13 +104,12 @@ def plan_merge(counts: Sequence[int], policy: SegmentPolicy) -> tuple[int, int] 
     f = policy.fanout
     levels = [policy.level(c) for c in sealed]
     for i in range(len(sealed) - f + 1):
-        if len(set(levels[i:i + f])) == 1 and sum(sealed[i:i + f]) <= limit:
+        if len(set(levels[i : i + f])) == 1 and sum(sealed[i : i + f]) <= limit:
             return i, i + f
     small = policy.hot_cap(sum(counts)) // 2
     for i, c in enumerate(sealed):
         if c < small:
-            fits = [j for j in (i - 1, i + 1)
-                    if 0 <= j < len(sealed) and sealed[j] + c <= limit]
+            fits = [j for j in (i - 1, i + 1) if 0 <= j < len(sealed) and sealed[j] + c <= limit]
             if fits:
                 j = min(fits, key=lambda k: sealed[k])
                 return min(i, j), max(i, j) + 1
@@ -135,9 +135,13 @@ class Segments:
     the ids written while a copy runs. Shared by the store (its reads and writes) and
     its compactor (vectors/compactor.py), which swaps segments for fresh generations."""
 
-    def __init__(self, gens: Generations, policy: SegmentPolicy | None = None,
-                 after_swap: Callable[[], object] | None = None, shared: bool = False
-                 ) -> None:
+    def __init__(
+        self,
+        gens: Generations,
+        policy: SegmentPolicy | None = None,
+        after_swap: Callable[[], object] | None = None,
+        shared: bool = False,
+    ) -> None:
         """`after_swap`: called once a swapped-out generation is dropped (the event
         log's WAL truncated: its pages held the old catalog). `shared`: processes of
         their own write the collection too (embedding workers, index.pipeline
@@ -151,8 +155,8 @@ class Segments:
         self.after_swap = after_swap
         self._lock = threading.RLock()  # the list, the map, the catalog
         self.list: tuple[Segment, ...] = tuple(
-            Segment(key, e.n, *gens.open(e.n), e.dirty)
-            for key, e in enumerate(gens.entries()))
+            Segment(key, e.n, *gens.open(e.n), e.dirty) for key, e in enumerate(gens.entries())
+        )
         self._map: IdMap | None = None  # built at first use (a search may never need it)
         self._epoch = 0  # swaps so far; readers pin the list of their epoch
         self._readers: Counter[int] = Counter()
@@ -189,9 +193,9 @@ class Segments:
     def each(self, jobs: Sequence[Any], call: Callable[[Any], Any]) -> list[Any]:
         """call(job) for every job (a segment, or a segment and what to read there), at
         once when there are several."""
+
         def one(job: Any) -> Any:
-            return self.reread(job if isinstance(job, Segment) else job[0],
-                               lambda: call(job))
+            return self.reread(job if isinstance(job, Segment) else job[0], lambda: call(job))
 
         if len(jobs) <= 1:
             return [one(s) for s in jobs]
@@ -256,8 +260,7 @@ class Segments:
         with self._lock:
             return len(self.idmap())
 
-    def locate(self, ids: Sequence[str], find: bool = False
-               ) -> list[tuple[Segment, list[str]]]:
+    def locate(self, ids: Sequence[str], find: bool = False) -> list[tuple[Segment, list[str]]]:
         """The ids each segment holds, in segment order (ids none holds are left out).
         `find`: an id the map lacks is looked for in the segments (a read: another
         process may have written it since this one read the map)."""
@@ -292,8 +295,9 @@ class Segments:
 
     # -- writing --------------------------------------------------------------------
 
-    def place(self, ids: Sequence[str], meta: dict[str, Any] | None
-              ) -> list[tuple[Segment, list[str]]]:
+    def place(
+        self, ids: Sequence[str], meta: dict[str, Any] | None
+    ) -> list[tuple[Segment, list[str]]]:
         """Where each id of an upsert goes: the segment that holds it (marked dirty: its
         old vector stays in its files), else the hot one, sealed when full (`meta`: the
         collection metadata a new hot segment gets). Records the new ids as placed."""
@@ -305,8 +309,11 @@ class Segments:
             out = [(s, part) for s, part in held.items()]
             while new:
                 m = self.idmap()
-                room = (len(new) if self.shared
-                        else self.policy.hot_cap(len(m)) - m.counts[self.hot.key])
+                room = (
+                    len(new)
+                    if self.shared
+                    else self.policy.hot_cap(len(m)) - m.counts[self.hot.key]
+                )
                 if room <= 0:
                     self.seal(meta)
                     continue
@@ -341,8 +348,10 @@ class Segments:
             seg = Segment(self._free_key(self.list), n, client, col, False)
             self.list = (*self.list, seg)
             self.record()
-            log.info("chroma_segment_sealed", extra={"generation": self.list[-2].n,
-                                                     "segments": len(self.list)})
+            log.info(
+                "chroma_segment_sealed",
+                extra={"generation": self.list[-2].n, "segments": len(self.list)},
+            )
             return seg
 
     def record(self) -> None:
@@ -350,14 +359,15 @@ class Segments:
 
     # -- swapping ---------------------------------------------------------------------
 
-    def swap(self, run: Sequence[Segment], fresh: Sequence[Segment],
-             placed: Sequence[Sequence[str]]) -> int:
+    def swap(
+        self, run: Sequence[Segment], fresh: Sequence[Segment], placed: Sequence[Sequence[str]]
+    ) -> int:
         """Put `fresh` (already holding their points) where `run` is, in one catalog
         write. `placed[i]`: the ids fresh[i] holds, for the map (a copy of one segment
         into one keeps its key: nothing to move). Returns the swap's epoch."""
         with self._lock:
             at = self.list.index(run[0])
-            assert self.list[at:at + len(run)] == tuple(run), "a run is adjacent"
+            assert self.list[at : at + len(run)] == tuple(run), "a run is adjacent"
             m = self.idmap()
             rest = [s for s in self.list if s not in run]
             if len(fresh) == 1:  # a copy, or a merge: the run's ids all go to it
@@ -370,7 +380,7 @@ class Segments:
                     s.key = self._free_key(rest)
                     rest.append(s)
                     m.set(ids, s.key)
-            self.list = (*self.list[:at], *fresh, *self.list[at + len(run):])
+            self.list = (*self.list[:at], *fresh, *self.list[at + len(run) :])
             if not self.list:  # never without a hot segment
                 n, client, col = self.gens.fresh()
                 self.list = (Segment(0, n, client, col, False),)
@@ -381,8 +391,9 @@ class Segments:
     def drop(self, segs: Sequence[Segment], epoch: int) -> None:
         """Drop swapped-out generations once no reader of an earlier list is left."""
         with self._cond:
-            self._cond.wait_for(lambda: not any(e < epoch for e in self._readers),
-                                timeout=DROP_WAIT_S)
+            self._cond.wait_for(
+                lambda: not any(e < epoch for e in self._readers), timeout=DROP_WAIT_S
+            )
         for s in segs:
             self.gens.drop(s.n, s.client)
         if segs and self.after_swap is not None:

@@ -72,13 +72,15 @@ class ServerFiles:
             raise ServerFilesError(
                 f"index.chroma.persist_dir: {self.root} has no {SQLITE}; give the folder "
                 "the Chroma server was started with (chroma run --path DIR), or leave "
-                "persist_dir out")
+                "persist_dir out"
+            )
         marker = f"{MARKER_PREFIX}{secrets.token_hex(8)}"
         client.create_collection(marker, metadata={"purpose": "persist_dir check"})
         try:
             with _read_only(db) as con:
-                found = con.execute("SELECT 1 FROM collections WHERE name = ?",
-                                    (marker,)).fetchone()
+                found = con.execute(
+                    "SELECT 1 FROM collections WHERE name = ?", (marker,)
+                ).fetchone()
         finally:
             client.delete_collection(marker)
         if found is None:
@@ -87,7 +89,8 @@ class ServerFiles:
                 "server at index.chroma.host:port (a collection just made through that "
                 "server is not in its chroma.sqlite3: a copy of the folder, or another "
                 "server's?); give the folder that server was started with (chroma run "
-                "--path DIR), or leave persist_dir out")
+                "--path DIR), or leave persist_dir out"
+            )
 
     def clean(self) -> Cleaned:
         took = stopwatch()
@@ -97,8 +100,7 @@ class ServerFiles:
         orphans = [p for p in folders if p.name not in live]
         for p in orphans:
             shutil.rmtree(p, ignore_errors=True)
-        con = sqlite3.connect(self.root / SQLITE, timeout=BUSY_TIMEOUT_S,
-                              isolation_level=None)
+        con = sqlite3.connect(self.root / SQLITE, timeout=BUSY_TIMEOUT_S, isolation_level=None)
         try:
             con.execute("VACUUM")
             if con.execute("PRAGMA journal_mode").fetchone()[0] == "wal":
@@ -106,11 +108,13 @@ class ServerFiles:
         finally:
             con.close()
         done = Cleaned(len(orphans), round(took(), 3))
-        log.info("chroma_server_files_cleaned", extra={"folders": done.folders,
-                                                       "seconds": done.seconds})
+        log.info(
+            "chroma_server_files_cleaned", extra={"folders": done.folders, "seconds": done.seconds}
+        )
         return done
 
 
 def _read_only(db: Path) -> closing[sqlite3.Connection]:
-    return closing(sqlite3.connect(db.resolve().as_uri() + "?mode=ro", uri=True,
-                                   timeout=BUSY_TIMEOUT_S))
+    return closing(
+        sqlite3.connect(db.resolve().as_uri() + "?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
+    )

@@ -8,12 +8,18 @@ from urllib.parse import unquote
 
 import pytest
 
-from appservice.bot.commands import (HELP, CommandError, HelpCommand, SearchCommand, WhyCommand,
-                                 parse_command)
+from appservice.bot.commands import (
+    HELP,
+    CommandError,
+    HelpCommand,
+    SearchCommand,
+    WhyCommand,
+    parse_command,
+)
 from appservice.bot.replies import MAX_REPLY_CHARS, permalink, render_hits, via_servers
 from appservice.bot.responder import RateLimiter, Responder
-from indexer.ingest.events import MessageEvent, parse_event
 from indexer.clock import format_ts
+from indexer.ingest.events import MessageEvent, parse_event
 from indexer.records import EventID, Hit, Line, RoomID, UserID, WindowID
 from indexer.search.abstain import Floor
 from indexer.search.searcher import MAX_TEXT_BYTES
@@ -42,15 +48,18 @@ def test_help(body):
     assert "--top" in HELP and "--room" in HELP and "--corpus" in HELP
 
 
-@pytest.mark.parametrize("body", ["!Sources how do I rotate the key",
-                                  "  !SOURCES how do I rotate the key"])
+@pytest.mark.parametrize(
+    "body", ["!Sources how do I rotate the key", "  !SOURCES how do I rotate the key"]
+)
 def test_the_command_word_is_matched_in_any_case(body):
     assert search(body).texts == ("how do I rotate the key",)
 
 
 def test_help_with_more_lines_is_a_search():
     assert search("!sources help\nhow do I rotate the key").texts == (
-        "help", "how do I rotate the key")
+        "help",
+        "how do I rotate the key",
+    )
 
 
 def test_plain_query():
@@ -84,8 +93,9 @@ def test_first_line_and_further_lines():
     assert q.texts == ("rotate key", "key expired")
 
 
-@pytest.mark.parametrize("text", ["what's the bot's token", "it's 5 o'clock", 'say "hi"',
-                                  "where's the doc"])
+@pytest.mark.parametrize(
+    "text", ["what's the bot's token", "it's 5 o'clock", 'say "hi"', "where's the doc"]
+)
 def test_text_is_kept_as_typed(text):
     """Apostrophes and quotes are part of what the user asked, and the reply echoes it."""
     assert search(f"!sources {text}").texts == (text,)
@@ -127,8 +137,9 @@ def test_why(body, n):
     assert parse_command(body, ROOM) == WhyCommand(n)
 
 
-@pytest.mark.parametrize("body", ["!sources why does synapse crash", "!sources why",
-                                  "!sources why 1\nand more"])
+@pytest.mark.parametrize(
+    "body", ["!sources why does synapse crash", "!sources why", "!sources why 1\nand more"]
+)
 def test_why_like_queries_are_searches(body):
     assert isinstance(parse_command(body, ROOM), SearchCommand)
 
@@ -152,17 +163,35 @@ def test_not_a_command():
 TS = 1_700_000_000_000
 
 
-def hit(n: int = 0, lines: list[tuple[str, str]] | None = None, room_id: str = ROOM,
-        room_label: str = "#ops:example.org", event_ids: tuple[str, ...] | None = None,
-        senders: tuple[str, ...] | None = None) -> Hit:
+def hit(
+    n: int = 0,
+    lines: list[tuple[str, str]] | None = None,
+    room_id: str = ROOM,
+    room_label: str = "#ops:example.org",
+    event_ids: tuple[str, ...] | None = None,
+    senders: tuple[str, ...] | None = None,
+) -> Hit:
     lines = lines or [("@alice:example.org", f"rotate the signing key {n}")]
     text = "\n".join(f"[{format_ts(TS)}] {s}: {b}" for s, b in lines)
     senders = senders or tuple(dict.fromkeys(s for s, _ in lines))
     event_ids = event_ids or (f"$e{n}a", f"$e{n}b")
-    typed = tuple(Line(EventID(event_ids[min(i, len(event_ids) - 1)]), UserID(s), TS, b)
-                  for i, (s, b) in enumerate(lines))
-    return Hit(f"w{n}", room_id, room_label, "chat", event_ids, senders, TS, TS + 60_000,
-               0.5, text, lines=typed)
+    typed = tuple(
+        Line(EventID(event_ids[min(i, len(event_ids) - 1)]), UserID(s), TS, b)
+        for i, (s, b) in enumerate(lines)
+    )
+    return Hit(
+        f"w{n}",
+        room_id,
+        room_label,
+        "chat",
+        event_ids,
+        senders,
+        TS,
+        TS + 60_000,
+        0.5,
+        text,
+        lines=typed,
+    )
 
 
 class Tags(HTMLParser):
@@ -206,12 +235,18 @@ def test_message_html_is_escaped(payload):
     assert not any(k.startswith("on") for k, _ in t.attrs)
     assert {k for k, _ in t.attrs} == {"href"}
     # Only permalinks are links (the window, and the quoted line), none from the text.
-    assert t.hrefs and all(h.startswith("https://matrix.to/#/%21ops%3Aexample.org/%24e0")
-                           for h in t.hrefs)
+    assert t.hrefs and all(
+        h.startswith("https://matrix.to/#/%21ops%3Aexample.org/%24e0") for h in t.hrefs
+    )
     assert not any("javascript:" in h or "@alice" in h for h in t.hrefs)
     # The text is shown, as text: escaped in HTML, verbatim in the plain body.
-    assert payload.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;") \
-        .replace('"', "&quot;") in f
+    assert (
+        payload.replace("&", "&amp;")
+        .replace("<", "&lt;")
+        .replace(">", "&gt;")
+        .replace('"', "&quot;")
+        in f
+    )
     assert payload in reply.body
 
 
@@ -228,15 +263,21 @@ def test_query_room_label_and_sender_are_escaped(payload):
 
 def test_permalink_percent_encodes_ids():
     link = permalink("!abc:example.org", "$ev/with?odd#chars&x=1", ["example.org"])
-    assert link == ("https://matrix.to/#/%21abc%3Aexample.org/"
-                    "%24ev%2Fwith%3Fodd%23chars%26x%3D1?via=example.org")
+    assert link == (
+        "https://matrix.to/#/%21abc%3Aexample.org/"
+        "%24ev%2Fwith%3Fodd%23chars%26x%3D1?via=example.org"
+    )
     assert link.count("#") == 1  # only matrix.to's own fragment
 
 
 def test_reply_links_first_event_with_at_most_three_vias():
     senders = tuple(f"@u{i}:server{i}.org" for i in range(6))
-    h = hit(lines=[(s, "key") for s in senders], room_id="!room:home.org",
-            event_ids=("$first", "$second"), senders=senders)
+    h = hit(
+        lines=[(s, "key") for s in senders],
+        room_id="!room:home.org",
+        event_ids=("$first", "$second"),
+        senders=senders,
+    )
     reply = render_hits([h], ("key",), fallback_server="fallback.org")
     href = tags_of(reply.formatted_body).hrefs[0]  # the window's link
     assert href.startswith("https://matrix.to/#/%21room%3Ahome.org/%24first?")
@@ -266,9 +307,13 @@ def test_no_hits():
 
 
 def test_reply_cites_room_time_sender_and_best_lines():
-    h = hit(lines=[("@alice:example.org", "lunch on friday"),
-                   ("@bob:example.org", "rotate the signing key with the admin api"),
-                   ("@carol:example.org", "thanks")])
+    h = hit(
+        lines=[
+            ("@alice:example.org", "lunch on friday"),
+            ("@bob:example.org", "rotate the signing key with the admin api"),
+            ("@carol:example.org", "thanks"),
+        ]
+    )
     reply = render_hits([h], ("signing key rotation",))
     assert "#ops:example.org" in reply.body
     assert format_ts(TS) in reply.body
@@ -282,9 +327,17 @@ def test_reply_cites_room_time_sender_and_best_lines():
 
 def test_long_replies_are_cut_at_a_whole_hit():
     long_line = "signing key " * 40
-    hits = [hit(n, lines=[("@alice:example.org", f"{n} {long_line}"),
-                          ("@bob:example.org", f"{n} {long_line}")],
-                room_label="#" + "r" * 200 + ":example.org") for n in range(60)]
+    hits = [
+        hit(
+            n,
+            lines=[
+                ("@alice:example.org", f"{n} {long_line}"),
+                ("@bob:example.org", f"{n} {long_line}"),
+            ],
+            room_label="#" + "r" * 200 + ":example.org",
+        )
+        for n in range(60)
+    ]
     reply = render_hits(hits, ("signing key",))
     assert len(reply.body) + len(reply.formatted_body) <= MAX_REPLY_CHARS
     shown = tags_of(reply.formatted_body).tags.count("li")
@@ -302,8 +355,14 @@ def test_long_replies_are_cut_at_a_whole_hit():
 def test_reply_never_exceeds_the_limit_whatever_the_hit_sizes():
     # Sizes swept so that the cut falls right at the limit for some of them.
     for width in range(1, 400, 3):
-        hits = [hit(n, lines=[("@alice:example.org", f"{n} " + "k " * width)],
-                    room_label="#" + "r" * width + ":x") for n in range(120)]
+        hits = [
+            hit(
+                n,
+                lines=[("@alice:example.org", f"{n} " + "k " * width)],
+                room_label="#" + "r" * width + ":x",
+            )
+            for n in range(120)
+        ]
         reply = render_hits(hits, ("k",))
         assert len(reply.body) + len(reply.formatted_body) <= MAX_REPLY_CHARS, width
         assert "more hits cut" in reply.body
@@ -333,13 +392,25 @@ class FakeSearcher:
         return self.search(query), None
 
 
-def command(body: str, sender: str = "@asker:example.org", event_id: str = "$cmd",
-            thread_root: str | None = None) -> MessageEvent:
+def command(
+    body: str,
+    sender: str = "@asker:example.org",
+    event_id: str = "$cmd",
+    thread_root: str | None = None,
+) -> MessageEvent:
     content: dict = {"msgtype": "m.text", "body": body}
     if thread_root:
         content["m.relates_to"] = {"rel_type": "m.thread", "event_id": thread_root}
-    ev = parse_event({"type": "m.room.message", "room_id": ROOM, "event_id": event_id,
-                      "sender": sender, "origin_server_ts": TS, "content": content})
+    ev = parse_event(
+        {
+            "type": "m.room.message",
+            "room_id": ROOM,
+            "event_id": event_id,
+            "sender": sender,
+            "origin_server_ts": TS,
+            "content": content,
+        }
+    )
     assert isinstance(ev, MessageEvent) and ev.is_command
     return ev
 
@@ -354,8 +425,14 @@ def responder():
 
     clock = FakeClock(1000.0)
     searcher = FakeSearcher([hit()])
-    r = Responder(searcher, send, "@sourcesbot:example.org", default_top_k=4,
-                  limiter=RateLimiter(2, clock=clock.clock), domain="example.org")
+    r = Responder(
+        searcher,
+        send,
+        "@sourcesbot:example.org",
+        default_top_k=4,
+        limiter=RateLimiter(2, clock=clock.clock),
+        domain="example.org",
+    )
     return r, sent, clock, searcher
 
 
@@ -430,16 +507,31 @@ def test_rate_limiter_wait_is_never_zero_while_limited():
 
 # -- why N and --room #alias ----------------------------------------------------------------
 
+
 def ranked_hit(n: int, ranks, score: float) -> Hit:
     h = hit(n)
-    return Hit(h.window_id, h.room_id, h.room_label, h.corpus, h.event_ids, h.senders,
-               h.ts_first, h.ts_last, score, h.text, ranks, lines=h.lines)
+    return Hit(
+        h.window_id,
+        h.room_id,
+        h.room_label,
+        h.corpus,
+        h.event_ids,
+        h.senders,
+        h.ts_first,
+        h.ts_last,
+        score,
+        h.text,
+        ranks,
+        lines=h.lines,
+    )
 
 
 async def test_why_explains_ranks_similarities_and_fused_score(responder):
     r, sent, _, searcher = responder
-    searcher.hits = [ranked_hit(0, ((1, 0.812), (3, 0.654)), 1 / 61 + 1 / 63),
-                     ranked_hit(1, ((2, 0.7), None), 1 / 62)]
+    searcher.hits = [
+        ranked_hit(0, ((1, 0.812), (3, 0.654)), 1 / 61 + 1 / 63),
+        ranked_hit(1, ((2, 0.7), None), 1 / 62),
+    ]
     await r.answer(command("!sources rotate the key\nsigning key expired"))
     await r.answer(command("!sources why 1", event_id="$why1"))
     body = sent[-1][1]["body"]
@@ -485,14 +577,22 @@ async def test_room_alias_is_resolved_before_searching(responder):
 
 # -- status -----------------------------------------------------------------------------
 
+
 def test_power_levels_and_room_v12_creators():
     from appservice.bot.status import ADMIN_POWER_LEVEL, power_from_state
 
     def state(version, creator="@c:x", users=None, default=0, extra=()):
-        return [{"type": "m.room.create", "sender": creator,
-                 "content": {"room_version": version, "additional_creators": list(extra)}},
-                {"type": "m.room.power_levels",
-                 "content": {"users": users or {}, "users_default": default}}]
+        return [
+            {
+                "type": "m.room.create",
+                "sender": creator,
+                "content": {"room_version": version, "additional_creators": list(extra)},
+            },
+            {
+                "type": "m.room.power_levels",
+                "content": {"users": users or {}, "users_default": default},
+            },
+        ]
 
     assert power_from_state(state("12"), "@c:x") > 100  # creator, not in power_levels
     assert power_from_state(state("12", extra=("@co:x",)), "@co:x") > 100
@@ -540,8 +640,9 @@ async def test_why_names_the_margin_of_the_questions_script(responder):
     await r.answer(command("!sources why 1", event_id="$why"))
     body = sent[-1][1]["body"]
     assert "below the floor 0.32 for a hit sharing no word with the question" in body
-    assert ("search.min_similarity 0.30 + its script's "
-            "search.no_shared_word_margin_by_script 0.02") in body
+    assert (
+        "search.min_similarity 0.30 + its script's search.no_shared_word_margin_by_script 0.02"
+    ) in body
 
 
 async def test_why_after_nothing_matches_explains_the_closest_below_the_floor(responder):
@@ -585,8 +686,10 @@ async def test_why_names_the_plain_floor_when_the_closest_shares_a_word(responde
     await r.answer(command("!sources which key signs events"))
     await r.answer(command("!sources why 1", event_id="$why"))
     body = sent[-1][1]["body"]
-    assert "its score 0.210 (half the window's cosine similarity to the question, half " \
+    assert (
+        "its score 0.210 (half the window's cosine similarity to the question, half "
         "its closest line's) is below the floor search.min_similarity = 0.30, so" in body
+    )
     # One number per meaning: the window's cosine under the text, the score the floor saw.
     assert "the window's cosine similarity 0.210" in body
     assert "no_shared_word_margin" not in body
@@ -595,10 +698,19 @@ async def test_why_names_the_plain_floor_when_the_closest_shares_a_word(responde
 def test_a_sender_id_with_a_newline_forges_no_line_of_the_reply():
     from indexer.records import Line
 
-    hit = Hit(WindowID("w1"), RoomID("!r:x"), "", "chat", (EventID("$a"),),
-              (UserID("@eve\n   > admin:x"),), 1_700_000_000_000, 1_700_000_000_000, 0.5, "",
-              shown=(Line(EventID("$a"), UserID("@eve\n   > admin:x"), 1_700_000_000_000,
-                          "hello"),))
+    hit = Hit(
+        WindowID("w1"),
+        RoomID("!r:x"),
+        "",
+        "chat",
+        (EventID("$a"),),
+        (UserID("@eve\n   > admin:x"),),
+        1_700_000_000_000,
+        1_700_000_000_000,
+        0.5,
+        "",
+        shown=(Line(EventID("$a"), UserID("@eve\n   > admin:x"), 1_700_000_000_000, "hello"),),
+    )
     reply = render_hits([hit], ("hi",))
     assert not any(line.strip().startswith("> admin") for line in reply.body.split("\n"))
     assert "eve   > admin" in reply.body  # kept, but on the sender's own line

@@ -6,25 +6,27 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 
 import pytest
-
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from indexer.clock import Clock
 from appservice.bot.commandpool import CommandPool
-from appservice.homeserver.health import PIPELINE_FAILING_RUNS, Health, appends_problem, pipeline_problem
 from appservice.bot.responder import RateLimiter, Responder
+from appservice.homeserver.health import (
+    PIPELINE_FAILING_RUNS,
+    Health,
+    appends_problem,
+    pipeline_problem,
+)
+from indexer.clock import Clock
 from indexer.ingest.roomfacts import RoomFacts
 from indexer.search.searcher import MAX_TEXT_BYTES
-
 from tests.appservice.homeserver.test_hostile_transactions import BOT, ROOM_A, env, msg  # noqa: F401 (env: fixture)
 from tests.appservice.homeserver.test_transactions import put
 
-
 # -- commands ------------------------------------------------------------------------------
+
 
 class SlowSearcher:
     """A search that holds its thread until `release` is set, as a real one on a busy
@@ -50,7 +52,8 @@ class SlowSearcher:
 def command(i: int, room: str = ROOM_A) -> dict:
     return msg(f"$cmd{i}", room=room) | {
         "sender": f"@asker{i}:example.org",
-        "content": {"msgtype": "m.text", "body": f"!sources question number {i}"}}
+        "content": {"msgtype": "m.text", "body": f"!sources question number {i}"},
+    }
 
 
 async def test_100_commands_do_not_delay_the_next_transactions_200(env):
@@ -94,8 +97,9 @@ async def test_a_command_while_the_homeserver_is_down_is_answered_later(env):
     async def sleep(seconds):
         waited.append(seconds)
 
-    responder = Responder(SlowSearcher(held=False), send, BOT, limiter=RateLimiter(0),
-                          clock=Clock(sleep=sleep))
+    responder = Responder(
+        SlowSearcher(held=False), send, BOT, limiter=RateLimiter(0), clock=Clock(sleep=sleep)
+    )
     pool = CommandPool(responder.answer)
     env.on_commands = pool.submit
     assert (await put(env.client, "t1", {"events": [command(1)]}))[0] == 200
@@ -135,13 +139,13 @@ async def test_a_failed_command_gets_a_reply_saying_it_is_logged(env, caplog):
 
 # -- journal and health ----------------------------------------------------------------------
 
+
 async def test_the_journal_names_no_room(env):
     env.facts[ROOM_A] = RoomFacts(join_rule="invite", name="Staff only")
     status, _ = await put(env.client, "t1", {"events": [msg("$staff")]})
     assert status == 200 and env.status("$staff") is None
     [entry] = env.journal()
-    assert (entry["rule"], entry["room_id"], entry["event_id"]) == ("not_public", ROOM_A,
-                                                                    "$staff")
+    assert (entry["rule"], entry["room_id"], entry["event_id"]) == ("not_public", ROOM_A, "$staff")
     assert "Staff only" not in env.ingest.journal.path.read_text()
 
 
@@ -152,10 +156,17 @@ class Worker:
 
 async def test_health_is_503_with_a_reason_while_appends_or_the_pipeline_fail(env):
     worker = Worker()
-    health = Health(store=True, model=True, homeserver=True, problems={
-        "appends": appends_problem(lambda: env.handler.append_failures),
-        "pipeline": pipeline_problem(lambda: worker.consecutive_failures,
-                                     lambda: worker.last_error)})
+    health = Health(
+        store=True,
+        model=True,
+        homeserver=True,
+        problems={
+            "appends": appends_problem(lambda: env.handler.append_failures),
+            "pipeline": pipeline_problem(
+                lambda: worker.consecutive_failures, lambda: worker.last_error
+            ),
+        },
+    )
     app = web.Application()
     app.router.add_get("/health", health.handle)
     client = TestClient(TestServer(app))
@@ -188,6 +199,7 @@ async def test_health_is_503_with_a_reason_while_appends_or_the_pipeline_fail(en
 
 
 # -- hostile query texts (issue 26): answered or refused, never silent -------------------------
+
 
 class RecordingSearcher:
     def __init__(self) -> None:

@@ -16,14 +16,26 @@ ROOM, OTHER = "!eval-room:example.org", "!not-listed:example.org"
 
 
 def state(room: str, etype: str, content: dict, key: str = "") -> dict:
-    return {"type": etype, "room_id": room, "sender": "@admin:example.org", "state_key": key,
-            "event_id": f"${room}-{etype}", "origin_server_ts": 1, "content": content}
+    return {
+        "type": etype,
+        "room_id": room,
+        "sender": "@admin:example.org",
+        "state_key": key,
+        "event_id": f"${room}-{etype}",
+        "origin_server_ts": 1,
+        "content": content,
+    }
 
 
 def msg(room: str, n: int, body: str, ts: int | None = None) -> dict:
-    return {"type": "m.room.message", "room_id": room, "sender": f"@user{n % 3}:example.org",
-            "event_id": f"$m{n}-{room[1:5]}", "origin_server_ts": ts or 1_700_000_000_000 + n * 1000,
-            "content": {"msgtype": "m.text", "body": body}}
+    return {
+        "type": "m.room.message",
+        "room_id": room,
+        "sender": f"@user{n % 3}:example.org",
+        "event_id": f"$m{n}-{room[1:5]}",
+        "origin_server_ts": ts or 1_700_000_000_000 + n * 1000,
+        "content": {"msgtype": "m.text", "body": body},
+    }
 
 
 @pytest.fixture
@@ -38,15 +50,23 @@ def datadir(tmp_path, capsys):
     with open(cfg, "w") as f:
         y.dump(data, f)
     assert main(["allowlist", "add", "-c", str(cfg), ROOM, "--comment", "#eval:example.org"]) == 0
-    events = [state(ROOM, "m.room.join_rules", {"join_rule": "public"}),
-              state(OTHER, "m.room.join_rules", {"join_rule": "public"})]
-    bodies = ["how do I mount an ntfs partition", "use ntfs-3g and add it to fstab",
-              "the printer queue is stuck again", "restart cups with systemctl",
-              "which kernel supports my wifi card", "the broadcom driver needs firmware"]
+    events = [
+        state(ROOM, "m.room.join_rules", {"join_rule": "public"}),
+        state(OTHER, "m.room.join_rules", {"join_rule": "public"}),
+    ]
+    bodies = [
+        "how do I mount an ntfs partition",
+        "use ntfs-3g and add it to fstab",
+        "the printer queue is stuck again",
+        "restart cups with systemctl",
+        "which kernel supports my wifi card",
+        "the broadcom driver needs firmware",
+    ]
     events += [msg(ROOM, i, b) for i, b in enumerate(bodies)]
     events += [msg(OTHER, 100, "secret ntfs plans canaryword")]
     (tmp_path / "events.jsonl").write_text(
-        "\n".join(json.dumps(e) for e in events) + "\n{not json\n")
+        "\n".join(json.dumps(e) for e in events) + "\n{not json\n"
+    )
     capsys.readouterr()
     return cfg, tmp_path
 
@@ -72,8 +92,19 @@ def test_import_summary_and_search_json(datadir, capsys):
     assert main(["search", "-c", str(cfg), "--json", "--top", "2", "ntfs partition fstab"]) == 0
     hits = json.loads(capsys.readouterr().out)["hits"]
     assert 1 <= len(hits) <= 2
-    keys = {"window_id", "room_id", "corpus", "event_ids", "first_event_id", "last_event_id",
-            "senders", "ts_first", "ts_last", "score", "text"}
+    keys = {
+        "window_id",
+        "room_id",
+        "corpus",
+        "event_ids",
+        "first_event_id",
+        "last_event_id",
+        "senders",
+        "ts_first",
+        "ts_last",
+        "score",
+        "text",
+    }
     assert keys <= set(hits[0])
     assert hits[0]["room_id"] == ROOM and "ntfs" in hits[0]["text"]
     assert hits[0]["first_event_id"] == hits[0]["event_ids"][0]
@@ -84,8 +115,9 @@ def test_search_several_texts_and_refusals(datadir, capsys):
     cfg, tmp = datadir
     main(["import", "-c", str(cfg), "-q", str(tmp / "events.jsonl")])
     capsys.readouterr()
-    assert main(["search", "-c", str(cfg), "--json", "-t", "printer cups", "-t",
-                 "wifi firmware"]) == 0
+    assert (
+        main(["search", "-c", str(cfg), "--json", "-t", "printer cups", "-t", "wifi firmware"]) == 0
+    )
     assert len(json.loads(capsys.readouterr().out)["hits"]) >= 2
     nine = [a for i in range(9) for a in ("-t", f"t{i}")]
     assert main(["search", "-c", str(cfg), *nine]) == 2
@@ -97,8 +129,7 @@ def test_search_several_texts_and_refusals(datadir, capsys):
     assert "top_k" in capsys.readouterr().err
 
 
-def test_unquoted_words_are_one_question_shown_as_the_room_shows_it(datadir, capsys,
-                                                                    monkeypatch):
+def test_unquoted_words_are_one_question_shown_as_the_room_shows_it(datadir, capsys, monkeypatch):
     """What every newcomer types: nine words unquoted, one text (not 9 texts refused);
     printed as the reply reads, with the room, the quoted lines and the permalinks."""
     cfg, tmp = datadir
@@ -122,11 +153,13 @@ def test_search_batch_mode(datadir, capsys):
     cfg, tmp = datadir
     main(["import", "-c", str(cfg), "-q", str(tmp / "events.jsonl")])
     capsys.readouterr()
-    lines = [{"id": "q1", "texts": ["ntfs fstab"], "top_k": 1},
-             {"id": "q2", "texts": []},
-             {"id": "q3", "texts": ["ok", ""]},
-             {"id": "q4", "texts": ["cups printer", "restart cups"], "room": ROOM},
-             {"id": "q5", "texts": ["x"], "top_k": 50}]
+    lines = [
+        {"id": "q1", "texts": ["ntfs fstab"], "top_k": 1},
+        {"id": "q2", "texts": []},
+        {"id": "q3", "texts": ["ok", ""]},
+        {"id": "q4", "texts": ["cups printer", "restart cups"], "room": ROOM},
+        {"id": "q5", "texts": ["x"], "top_k": 50},
+    ]
     qfile = tmp / "q.jsonl"
     qfile.write_text("\n".join(json.dumps(x) for x in lines) + "\nnot json\n")
     assert main(["search", "-c", str(cfg), "--queries", str(qfile)]) == 1  # some were bad
@@ -146,11 +179,20 @@ def test_allowlist_keeps_comment_and_journal_prints(datadir, capsys):
     assert f"'{ROOM}'  # #eval:example.org" in text or f"{ROOM}  # #eval:example.org" in text
     assert main(["allowlist", "list", "-c", str(cfg)]) == 0
     assert capsys.readouterr().out.split() == [ROOM]
-    enc = {"type": "m.room.encrypted", "room_id": ROOM, "sender": "@u:example.org",
-           "event_id": "$enc1", "origin_server_ts": 5, "content": {"ciphertext": "zzz"}}
-    (tmp / "enc.jsonl").write_text(json.dumps(state(ROOM, "m.room.join_rules",
-                                                    {"join_rule": "public"})) + "\n"
-                                   + json.dumps(enc) + "\n")
+    enc = {
+        "type": "m.room.encrypted",
+        "room_id": ROOM,
+        "sender": "@u:example.org",
+        "event_id": "$enc1",
+        "origin_server_ts": 5,
+        "content": {"ciphertext": "zzz"},
+    }
+    (tmp / "enc.jsonl").write_text(
+        json.dumps(state(ROOM, "m.room.join_rules", {"join_rule": "public"}))
+        + "\n"
+        + json.dumps(enc)
+        + "\n"
+    )
     main(["import", "-c", str(cfg), "-q", str(tmp / "enc.jsonl")])
     capsys.readouterr()
     assert main(["journal", "-c", str(cfg), "--rule", "encrypted_event"]) == 0

@@ -8,7 +8,6 @@ import argparse
 import json
 import subprocess
 import sys
-import time
 
 import pytest
 from ruamel.yaml import YAML
@@ -28,15 +27,38 @@ def datadir(tmp_path, capsys):
     with open(cfg, "w") as f:
         y.dump(data, f)
     assert main(["allowlist", "add", "-c", str(cfg), ROOM, "--comment", "#listed:example.org"]) == 0
-    events = [{"type": "m.room.join_rules", "room_id": ROOM, "sender": "@a:example.org",
-               "state_key": "", "event_id": "$jr", "origin_server_ts": 1,
-               "content": {"join_rule": "public"}}]
-    events += [{"type": "m.room.message", "room_id": ROOM, "sender": "@a:example.org",
-                "event_id": f"$m{i}", "origin_server_ts": 1_700_000_000_000 + i * 1000,
-                "content": {"msgtype": "m.text", "body": f"message {i} about disks"}}
-               for i in range(30)]
-    events.append({"type": "m.room.encrypted", "room_id": ROOM, "sender": "@a:example.org",
-                   "event_id": "$enc", "origin_server_ts": 5, "content": {}})
+    events = [
+        {
+            "type": "m.room.join_rules",
+            "room_id": ROOM,
+            "sender": "@a:example.org",
+            "state_key": "",
+            "event_id": "$jr",
+            "origin_server_ts": 1,
+            "content": {"join_rule": "public"},
+        }
+    ]
+    events += [
+        {
+            "type": "m.room.message",
+            "room_id": ROOM,
+            "sender": "@a:example.org",
+            "event_id": f"$m{i}",
+            "origin_server_ts": 1_700_000_000_000 + i * 1000,
+            "content": {"msgtype": "m.text", "body": f"message {i} about disks"},
+        }
+        for i in range(30)
+    ]
+    events.append(
+        {
+            "type": "m.room.encrypted",
+            "room_id": ROOM,
+            "sender": "@a:example.org",
+            "event_id": "$enc",
+            "origin_server_ts": 5,
+            "content": {},
+        }
+    )
     (tmp_path / "events.jsonl").write_text("\n".join(json.dumps(e) for e in events) + "\n")
     capsys.readouterr()
     return cfg, tmp_path
@@ -52,8 +74,9 @@ def _actions(parser: argparse.ArgumentParser, path: str = "matrix-sources"):
 
 
 def test_every_option_and_argument_has_help():
-    missing = [f"{path} {a.option_strings or a.dest}" for path, a in _actions(build_parser())
-               if not a.help]
+    missing = [
+        f"{path} {a.option_strings or a.dest}" for path, a in _actions(build_parser()) if not a.help
+    ]
     assert missing == []
 
 
@@ -149,8 +172,9 @@ def test_the_commands_load_the_model_on_the_configured_backend(tmp_path, monkeyp
     cfg = load_config(cfg_path)
     assert cfg.index.embedder.backend == "onnx"
     asked = []
-    monkeypatch.setattr(embedder, "load_embedder",
-                        lambda *a, **k: asked.append(a) or embedder.HashEmbedder())
+    monkeypatch.setattr(
+        embedder, "load_embedder", lambda *a, **k: asked.append(a) or embedder.HashEmbedder()
+    )
     progress.load_model(cfg)
     assert asked == [(cfg.index.embedder.model, "onnx", tmp / "d" / "models")]
     assert "backend onnx" in capsys.readouterr().err
@@ -169,8 +193,9 @@ time.sleep(60)
 
 def test_lock_refusal_names_the_holders_real_command(datadir, capsys):
     cfg, tmp = datadir
-    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(cfg.parent)],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(cfg.parent)], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert proc.stdout.readline().strip() == "held"
         assert main(["import", "-c", str(cfg), "-q", str(tmp / "events.jsonl")]) == 1
@@ -186,15 +211,15 @@ def test_demo_without_its_extra_says_how_to_install_it(tmp_path, capsys, monkeyp
     import importlib.util
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "nio" else real(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "nio" else real(name, *a)
+    )
     assert main(["demo", "--data-dir", str(tmp_path)]) == 1
     err = capsys.readouterr().err
     assert "'.[demo]'" in err and "./scripts/demo" in err
 
 
-def test_backfill_and_ref_sync_name_what_does_not_exist_before_loading_anything(
-        datadir, capsys):
+def test_backfill_and_ref_sync_name_what_does_not_exist_before_loading_anything(datadir, capsys):
     cfg, tmp = datadir
     assert main(["backfill", "-c", str(cfg), "!nope:example.org"]) == 2
     err = capsys.readouterr().err

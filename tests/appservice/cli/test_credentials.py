@@ -19,15 +19,15 @@ from ruamel.yaml import YAML
 from appservice.cli.doctor import check_token_files, print_checks
 from appservice.cli.main import main
 from indexer.config import ConfigError, load_config
-from indexer.datadir import service_registration
-from indexer.datadir import init_data_dir, load_registration
+from indexer.datadir import init_data_dir, load_registration, service_registration
 
 AS_TOKEN = "as-from-credential-0123456789abcdef"
 HS_TOKEN = "hs-from-credential-0123456789abcdef"
 
 
-def data_dir(tmp_path: Path, appservice: dict | None = None,
-             hs_url: str = "http://127.0.0.1:9") -> Path:
+def data_dir(
+    tmp_path: Path, appservice: dict | None = None, hs_url: str = "http://127.0.0.1:9"
+) -> Path:
     init_data_dir(tmp_path, hs_url, "example.org")
     cfg = tmp_path / "config.yaml"
     if appservice:
@@ -82,8 +82,11 @@ def test_file_keys_win_over_the_credentials_directory(tmp_path):
 def test_registration_may_leave_out_tokens_given_as_credentials(tmp_path):
     cfg = load_config(data_dir(tmp_path))
     text = cfg.registration_path.read_text()
-    cfg.registration_path.write_text("\n".join(line for line in text.splitlines()
-                                          if not line.startswith(("as_token", "hs_token"))))
+    cfg.registration_path.write_text(
+        "\n".join(
+            line for line in text.splitlines() if not line.startswith(("as_token", "hs_token"))
+        )
+    )
     with pytest.raises(ConfigError, match="as_token: is missing"):
         service_registration(cfg, {})
     d = creds_dir(tmp_path, as_token=AS_TOKEN, hs_token=HS_TOKEN)
@@ -100,8 +103,14 @@ def test_a_missing_token_file_names_the_key_and_the_file(tmp_path):
     assert "no such file" in msg
 
 
-@pytest.mark.parametrize("content,why", [("", "is empty"), ("short", "does not hold a token"),
-                                         ("CHANGE_ME_CHANGE_ME_CHANGE_ME", "does not hold")])
+@pytest.mark.parametrize(
+    "content,why",
+    [
+        ("", "is empty"),
+        ("short", "does not hold a token"),
+        ("CHANGE_ME_CHANGE_ME_CHANGE_ME", "does not hold"),
+    ],
+)
 def test_a_bad_token_file_is_refused_naming_it(tmp_path, content, why):
     cfg = load_config(data_dir(tmp_path))
     d = creds_dir(tmp_path, as_token=content)
@@ -135,8 +144,20 @@ def test_run_reads_the_credentials(tmp_path, monkeypatch):
 
 def test_init_writes_token_files_0600_and_registration_0600(tmp_path, capsys):
     d = tmp_path / "creds"
-    assert main(["init", "--data-dir", str(tmp_path / "data"), "--domain", "example.org",
-                 "--credentials-dir", str(d)]) == 0
+    assert (
+        main(
+            [
+                "init",
+                "--data-dir",
+                str(tmp_path / "data"),
+                "--domain",
+                "example.org",
+                "--credentials-dir",
+                str(d),
+            ]
+        )
+        == 0
+    )
     reg = load_registration(tmp_path / "data" / "registration.yaml")
     for key in ("as_token", "hs_token"):
         assert stat.S_IMODE((d / key).stat().st_mode) == 0o600
@@ -147,12 +168,26 @@ def test_init_writes_token_files_0600_and_registration_0600(tmp_path, capsys):
 
 def test_init_gives_the_registration_to_synapses_group(tmp_path, capsys):
     group = grp.getgrgid(os.getgid()).gr_name  # a group we may give files to
-    assert main(["init", "--data-dir", str(tmp_path), "--domain", "example.org",
-                 "--synapse-group", group]) == 0
+    assert (
+        main(
+            [
+                "init",
+                "--data-dir",
+                str(tmp_path),
+                "--domain",
+                "example.org",
+                "--synapse-group",
+                group,
+            ]
+        )
+        == 0
+    )
     st = (tmp_path / "registration.yaml").stat()
     assert stat.S_IMODE(st.st_mode) == 0o640 and st.st_gid == os.getgid()
-    assert main(["init", "--data-dir", str(tmp_path / "x"), "--synapse-group",
-                 "no-such-group-here"]) == 1
+    assert (
+        main(["init", "--data-dir", str(tmp_path / "x"), "--synapse-group", "no-such-group-here"])
+        == 1
+    )
     assert "no such group" in capsys.readouterr().err
 
 
@@ -182,7 +217,8 @@ def test_doctor_warns_about_token_files_others_can_read(tmp_path, capsys):
     assert list(check_token_files(cfg)) == []
     api.chmod(0o640)
     assert [c.detail for c in check_token_files(cfg)] == [
-        f"{api} holds a token and its group can read it"]
+        f"{api} holds a token and its group can read it"
+    ]
 
 
 # -- allowlist add at the door ----------------------------------------------------------
@@ -191,26 +227,71 @@ PUBLIC_ROOM = "!public:example.org"
 
 
 def state(join_rule="public", visibility="shared", encrypted=False, bridged=False):
-    evs = [{"type": "m.room.create", "state_key": "", "sender": "@a:example.org",
-            "content": {}, "event_id": "$c", "room_id": "!r", "origin_server_ts": 1},
-           {"type": "m.room.join_rules", "state_key": "", "sender": "@a:example.org",
-            "content": {"join_rule": join_rule}, "event_id": "$j", "room_id": "!r",
-            "origin_server_ts": 1},
-           {"type": "m.room.history_visibility", "state_key": "", "sender": "@a:example.org",
-            "content": {"history_visibility": visibility}, "event_id": "$h", "room_id": "!r",
-            "origin_server_ts": 1}]
+    evs = [
+        {
+            "type": "m.room.create",
+            "state_key": "",
+            "sender": "@a:example.org",
+            "content": {},
+            "event_id": "$c",
+            "room_id": "!r",
+            "origin_server_ts": 1,
+        },
+        {
+            "type": "m.room.join_rules",
+            "state_key": "",
+            "sender": "@a:example.org",
+            "content": {"join_rule": join_rule},
+            "event_id": "$j",
+            "room_id": "!r",
+            "origin_server_ts": 1,
+        },
+        {
+            "type": "m.room.history_visibility",
+            "state_key": "",
+            "sender": "@a:example.org",
+            "content": {"history_visibility": visibility},
+            "event_id": "$h",
+            "room_id": "!r",
+            "origin_server_ts": 1,
+        },
+    ]
     for u in ("@a:example.org", "@b:example.org", "@c:example.org"):
-        evs.append({"type": "m.room.member", "state_key": u, "sender": u,
-                    "content": {"membership": "join"}, "event_id": f"$m{u}",
-                    "room_id": "!r", "origin_server_ts": 1})
+        evs.append(
+            {
+                "type": "m.room.member",
+                "state_key": u,
+                "sender": u,
+                "content": {"membership": "join"},
+                "event_id": f"$m{u}",
+                "room_id": "!r",
+                "origin_server_ts": 1,
+            }
+        )
     if encrypted:
-        evs.append({"type": "m.room.encryption", "state_key": "", "sender": "@a:example.org",
-                    "content": {"algorithm": "m.megolm.v1.aes-sha2"}, "event_id": "$e",
-                    "room_id": "!r", "origin_server_ts": 1})
+        evs.append(
+            {
+                "type": "m.room.encryption",
+                "state_key": "",
+                "sender": "@a:example.org",
+                "content": {"algorithm": "m.megolm.v1.aes-sha2"},
+                "event_id": "$e",
+                "room_id": "!r",
+                "origin_server_ts": 1,
+            }
+        )
     if bridged:
-        evs.append({"type": "m.bridge", "state_key": "x", "sender": "@a:example.org",
-                    "content": {"protocol": {"id": "discord"}}, "event_id": "$b",
-                    "room_id": "!r", "origin_server_ts": 1})
+        evs.append(
+            {
+                "type": "m.bridge",
+                "state_key": "x",
+                "sender": "@a:example.org",
+                "content": {"protocol": {"id": "discord"}},
+                "event_id": "$b",
+                "room_id": "!r",
+                "origin_server_ts": 1,
+            }
+        )
     return evs
 
 
@@ -225,7 +306,7 @@ class FakeRooms(BaseHTTPRequestHandler):
     def _room(self, prefix: str, suffix: str = "") -> str | None:
         p = self.path
         if p.startswith(prefix) and p.endswith(suffix):
-            return unquote(p[len(prefix):len(p) - len(suffix)])
+            return unquote(p[len(prefix) : len(p) - len(suffix)])
         return None
 
     def do_GET(self):  # noqa: N802
@@ -238,8 +319,9 @@ class FakeRooms(BaseHTTPRequestHandler):
         room = self._room("/_matrix/client/v3/join/")
         self.joins.append(room)
         if room in self.banned:
-            return self._json(403, {"errcode": "M_FORBIDDEN",
-                                    "error": "You are banned from this room"})
+            return self._json(
+                403, {"errcode": "M_FORBIDDEN", "error": "You are banned from this room"}
+            )
         if room in self.joinable:
             self.rooms[room] = self.joinable[room]
             return self._json(200, {"room_id": room})
@@ -259,10 +341,12 @@ class FakeRooms(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def rooms_cfg(tmp_path):
-    FakeRooms.rooms = {"!joined-private:example.org": state(join_rule="invite"),
-                       "!members-only:example.org": state(visibility="joined"),
-                       "!encrypted:example.org": state(encrypted=True),
-                       "!bridged:example.org": state(bridged=True)}
+    FakeRooms.rooms = {
+        "!joined-private:example.org": state(join_rule="invite"),
+        "!members-only:example.org": state(visibility="joined"),
+        "!encrypted:example.org": state(encrypted=True),
+        "!bridged:example.org": state(bridged=True),
+    }
     FakeRooms.joinable = {PUBLIC_ROOM: state()}
     FakeRooms.banned = {"!banned:example.org"}
     FakeRooms.joins = []
@@ -274,14 +358,17 @@ def rooms_cfg(tmp_path):
     server.server_close()
 
 
-@pytest.mark.parametrize("room,says", [
-    ("!joined-private:example.org", "not public (join rule invite) (journal rule not_public)"),
-    ("!invite-only:example.org", "the room is not public (journal rule not_public)"),
-    ("!members-only:example.org", "history is for members only (history visibility joined)"),
-    ("!encrypted:example.org", "encrypted (journal rule encrypted_room)"),
-    ("!bridged:example.org", "bridged (journal rule bridged_room)"),
-    ("!banned:example.org", "the bot is banned from the room (journal rule bot_banned)"),
-])
+@pytest.mark.parametrize(
+    "room,says",
+    [
+        ("!joined-private:example.org", "not public (join rule invite) (journal rule not_public)"),
+        ("!invite-only:example.org", "the room is not public (journal rule not_public)"),
+        ("!members-only:example.org", "history is for members only (history visibility joined)"),
+        ("!encrypted:example.org", "encrypted (journal rule encrypted_room)"),
+        ("!bridged:example.org", "bridged (journal rule bridged_room)"),
+        ("!banned:example.org", "the bot is banned from the room (journal rule bot_banned)"),
+    ],
+)
 def test_allowlist_add_says_why_the_room_will_be_refused(rooms_cfg, capsys, room, says):
     assert main(["allowlist", "add", "-c", str(rooms_cfg), room]) == 0
     out = capsys.readouterr().out

@@ -10,11 +10,9 @@ import os
 import sys
 from contextlib import asynccontextmanager
 
-import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
 from appservice.cli.main import main
-
 from tests.appservice.cli.test_cli import ROOM, datadir  # noqa: F401  (the fixture)
 from tests.appservice.cli.test_search_via_service import Service, imported  # noqa: F401  (the fixture)
 
@@ -22,10 +20,12 @@ from tests.appservice.cli.test_search_via_service import Service, imported  # no
 @asynccontextmanager
 async def session(cfg_path):
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "appservice.cli.main", "mcp", "-c", str(cfg_path)],
+        command=sys.executable,
+        args=["-m", "appservice.cli.main", "mcp", "-c", str(cfg_path)],
         env={k: v for k, v in os.environ.items() if k in ("PYTHONPATH", "VIRTUAL_ENV")}
         | {"HF_HUB_OFFLINE": "1", "ANONYMIZED_TELEMETRY": "False"},
-        cwd=os.getcwd())
+        cwd=os.getcwd(),
+    )
     with open(cfg_path.parent / "mcp.stderr", "w") as errlog:
         async with stdio_client(params, errlog=errlog) as (read, write):
             async with ClientSession(read, write, read_timeout_seconds=120) as s:
@@ -63,11 +63,17 @@ async def test_an_agent_searches_a_data_dir_and_gets_citations(imported, capsys)
         assert first["link"].startswith("https://matrix.to/#/%21eval-room%3Aexample.org/%24")
         assert first["time_first"].endswith("Z") and first["senders"]
         assert first["lines"] and all(
-            ln["link"].startswith("https://matrix.to/#/") and ln["event_id"] in first["event_ids"]
-            and ln["sender"].startswith("@") and ln["text"] for ln in first["lines"])
+            ln["link"].startswith("https://matrix.to/#/")
+            and ln["event_id"] in first["event_ids"]
+            and ln["sender"].startswith("@")
+            and ln["text"]
+            for ln in first["lines"]
+        )
         # The text is the reply `!sources` gives, which the CLI prints too.
-        assert main(["search", "-c", str(imported), "--top", "3",
-                     "how do I mount an ntfs partition"]) == 0
+        assert (
+            main(["search", "-c", str(imported), "--top", "3", "how do I mount an ntfs partition"])
+            == 0
+        )
         assert result.content[0].text == capsys.readouterr().out.rstrip("\n")
 
         # A query to fix is an error result the agent reads, naming the field.

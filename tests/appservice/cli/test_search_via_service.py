@@ -28,22 +28,31 @@ from indexer.config import load_config
 from indexer.datadir import api_token
 from indexer.records import EventID, Hit, Line, RefSource, RoomID, UserID, WindowID
 from indexer.store.lock import WriterLock, holder
-
-from tests.fakeclock import FakeClock
-from tests.harness import free_port
 from tests.appservice.cli.test_cli import ROOM, datadir  # noqa: F401  (the fixture)
 from tests.appservice.homeserver.test_search_api import HIT
+from tests.fakeclock import FakeClock
+from tests.harness import free_port
 
-QUESTIONS = [["--json", "how", "do", "I", "mount", "an", "ntfs", "partition"],
-             ["how", "do", "I", "mount", "an", "ntfs", "partition"],
-             ["--json", "printer", "cups"],
-             ["--top", "2", "-t", "printer queue stuck", "-t", "wifi firmware"],
-             ["--json", "--room", "#eval:example.org", "--corpus", "chat", "fstab"]]
+QUESTIONS = [
+    ["--json", "how", "do", "I", "mount", "an", "ntfs", "partition"],
+    ["how", "do", "I", "mount", "an", "ntfs", "partition"],
+    ["--json", "printer", "cups"],
+    ["--top", "2", "-t", "printer queue stuck", "-t", "wifi firmware"],
+    ["--json", "--room", "#eval:example.org", "--corpus", "chat", "fstab"],
+]
 # What the API path must not import: the model, the store, Matrix, and the modules that
 # open them (they pull the rest in, lazily or not).
-HEAVY = ("torch", "chromadb", "mautrix", "onnxruntime", "sentence_transformers",
-         "indexer.components", "indexer.store.vectors.chroma", "indexer.search.searcher",
-         "indexer.models.embedder")
+HEAVY = (
+    "torch",
+    "chromadb",
+    "mautrix",
+    "onnxruntime",
+    "sentence_transformers",
+    "indexer.components",
+    "indexer.store.vectors.chroma",
+    "indexer.search.searcher",
+    "indexer.models.embedder",
+)
 
 
 def set_port(cfg_path, port: int) -> None:
@@ -69,8 +78,13 @@ class Service:
         self.asked: list = []
         self.clock = FakeClock(0.0)
         self.waiting_for: str | None = None
-        self.api = SearchAPI(api_token(self.cfg), self.search, lambda: self.waiting_for,
-                             TokenBucket(per_minute, burst, Clock(now=self.clock)), 5)
+        self.api = SearchAPI(
+            api_token(self.cfg),
+            self.search,
+            lambda: self.waiting_for,
+            TokenBucket(per_minute, burst, Clock(now=self.clock)),
+            5,
+        )
         self.lock = WriterLock(self.cfg.data_dir, "matrix-sources run")
         self.server: TestServer | None = None
 
@@ -104,20 +118,26 @@ def imported(datadir, capsys):  # noqa: F811
 @pytest.fixture
 def no_local_search(monkeypatch):
     """Fails a test whose command opened the data dir or loaded a model."""
+
     def refuse(self):
         raise AssertionError("the command opened the data dir while the service runs")
+
     monkeypatch.setattr(cli_search.Searching, "_local", refuse)
 
 
 async def test_search_asks_the_running_service_and_prints_what_the_data_dir_gives(
-        imported, capsys, monkeypatch):
+    imported, capsys, monkeypatch
+):
     stopped = [cli(imported, q, capsys) for q in QUESTIONS]
     assert all(code == 0 and out for code, out, _ in stopped)
     service = Service(imported)
     await service.start()
     try:
-        monkeypatch.setattr(cli_search.Searching, "_local", lambda self: pytest.fail(
-            "opened the data dir while the service runs"))
+        monkeypatch.setattr(
+            cli_search.Searching,
+            "_local",
+            lambda self: pytest.fail("opened the data dir while the service runs"),
+        )
         running = [await asyncio.to_thread(cli, imported, q, capsys) for q in QUESTIONS]
     finally:
         await service.stop()
@@ -128,10 +148,11 @@ async def test_search_asks_the_running_service_and_prints_what_the_data_dir_give
     assert json.loads(running[0][1])["hits"]  # and there was something to compare
 
 
-async def test_a_batch_through_the_service_waits_out_its_rate_limit(imported, capsys,
-                                                                    monkeypatch):
-    lines = [{"id": f"q{i}", "texts": [t]} for i, t in
-             enumerate(["ntfs fstab", "printer cups", "wifi firmware"])]
+async def test_a_batch_through_the_service_waits_out_its_rate_limit(imported, capsys, monkeypatch):
+    lines = [
+        {"id": f"q{i}", "texts": [t]}
+        for i, t in enumerate(["ntfs fstab", "printer cups", "wifi firmware"])
+    ]
     lines.append({"id": "bad", "texts": ["x"], "top-k": 2})
     qfile = imported.parent / "q.jsonl"
     qfile.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
@@ -148,8 +169,9 @@ async def test_a_batch_through_the_service_waits_out_its_rate_limit(imported, ca
     await service.start()
     try:
         monkeypatch.setattr(cli_search.Searching, "_local", lambda self: pytest.fail("local"))
-        code = await asyncio.to_thread(main, ["search", "-c", str(imported), "--queries",
-                                              str(qfile)])
+        code = await asyncio.to_thread(
+            main, ["search", "-c", str(imported), "--queries", str(qfile)]
+        )
     finally:
         await service.stop()
     assert code == 1 and capsys.readouterr().out == stopped
@@ -197,14 +219,21 @@ async def test_the_api_path_imports_no_model_store_or_matrix_library(imported):
     open the index."""
     service = Service(imported)
     await service.start()
-    probe = ("import sys, json\nfrom appservice.cli.main import main\n"
-             f"code = main(['search', '-c', {str(imported)!r}, '--json', 'printer', 'cups'])\n"
-             f"print(json.dumps([code, [m for m in {HEAVY!r} if m in sys.modules]]),"
-             " file=sys.stderr)\n")
+    probe = (
+        "import sys, json\nfrom appservice.cli.main import main\n"
+        f"code = main(['search', '-c', {str(imported)!r}, '--json', 'printer', 'cups'])\n"
+        f"print(json.dumps([code, [m for m in {HEAVY!r} if m in sys.modules]]),"
+        " file=sys.stderr)\n"
+    )
     try:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-c", probe, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, env=dict(os.environ, HF_HUB_OFFLINE="1"))
+            sys.executable,
+            "-c",
+            probe,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=dict(os.environ, HF_HUB_OFFLINE="1"),
+        )
         out, err = await asyncio.wait_for(proc.communicate(), 120)
     finally:
         await service.stop()
@@ -215,12 +244,33 @@ async def test_the_api_path_imports_no_model_store_or_matrix_library(imported):
 def test_a_hit_read_back_from_its_json_renders_as_the_hit_did():
     """The CLI renders the service's hits from their JSON: nothing the reply shows may
     be lost on the way (who answered, the linked lines, a reference's file and heading)."""
-    ref = Hit(WindowID("r1"), RoomID(""), "ops", "reference", (), (), 0, 0, 0.02,
-              "# Keys\nrotate with generate_signing_key\nthen restart", similarity=0.5,
-              ref=RefSource("ops", "keys.md", "Keys › Rotation"))
-    plain = Hit(WindowID("w2"), RoomID("!r:x.org"), "", "chat", (EventID("$1"),),
-                (UserID("@d:x.org"),), 5, 5, 0.01, "d: hi",
-                shown=(Line(EventID("$1"), UserID("@d:x.org"), 5, "hi"),))
+    ref = Hit(
+        WindowID("r1"),
+        RoomID(""),
+        "ops",
+        "reference",
+        (),
+        (),
+        0,
+        0,
+        0.02,
+        "# Keys\nrotate with generate_signing_key\nthen restart",
+        similarity=0.5,
+        ref=RefSource("ops", "keys.md", "Keys › Rotation"),
+    )
+    plain = Hit(
+        WindowID("w2"),
+        RoomID("!r:x.org"),
+        "",
+        "chat",
+        (EventID("$1"),),
+        (UserID("@d:x.org"),),
+        5,
+        5,
+        0.01,
+        "d: hi",
+        shown=(Line(EventID("$1"), UserID("@d:x.org"), 5, "hi"),),
+    )
     hits = [HIT, ref, plain]
     back = [Hit.from_search_json(json.loads(json.dumps(h.to_json()))) for h in hits]
     assert [h.to_json() for h in back] == [h.to_json() for h in hits]
@@ -230,7 +280,8 @@ def test_a_hit_read_back_from_its_json_renders_as_the_hit_did():
 
 
 def test_a_service_that_listens_but_does_not_answer_is_an_error_not_a_second_store(
-        imported, capsys, monkeypatch):
+    imported, capsys, monkeypatch
+):
     """The service holds the data dir and its port takes the connection but drops it
     (crashing, or another program there): an error saying so, never the data dir opened
     beside a live service."""

@@ -24,11 +24,10 @@ from indexer.ingest.roomfacts import RoomFacts
 from indexer.models.embedder import HashEmbedder
 from indexer.pipeline.pipeline import Pipeline
 from indexer.records import ChunkPolicy, RoomID, UserID
-from indexer.store.vectors.chroma import ChromaStore
 from indexer.store.commands import CommandLog
 from indexer.store.eventlog.log import EventLog
 from indexer.store.journal import Journal
-
+from indexer.store.vectors.chroma import ChromaStore
 from tests.appservice.homeserver.test_transactions import HS_TOKEN, message, put
 from tests.botkit import RecordingMatrix as Matrix
 
@@ -40,21 +39,37 @@ class World:
     """One service's transaction endpoint over an event log in `path`: a restart is a
     new World on the same folder."""
 
-    def __init__(self, path, max_pending: int = 1000, wall=lambda: 1_000.0,
-                 policy: ChunkPolicy = ChunkPolicy()) -> None:
+    def __init__(
+        self,
+        path,
+        max_pending: int = 1000,
+        wall=lambda: 1_000.0,
+        policy: ChunkPolicy = ChunkPolicy(),
+    ) -> None:
         self.log = EventLog(path / "eventlog.sqlite3")
-        self.ingest = Ingest(Gate(frozenset({ROOM}), BOT), self.log,
-                             Journal(path / "journal.jsonl"))
+        self.ingest = Ingest(
+            Gate(frozenset({ROOM}), BOT), self.log, Journal(path / "journal.jsonl")
+        )
         self.ingest.facts[ROOM] = RoomFacts(join_rule="public")
         self.drained: list[int] = []
-        self.backlog = BacklogBound(self.log.status.backlog, max_pending,
-                                    on_drained=lambda: self.drained.append(1),
-                                    clock=Clock(wall=wall))
+        self.backlog = BacklogBound(
+            self.log.status.backlog,
+            max_pending,
+            on_drained=lambda: self.drained.append(1),
+            clock=Clock(wall=wall),
+        )
         self.commands = CommandLog(self.log)
         self.routed: list[str] = []  # command event ids handed to the bot
         self.handler = TransactionHandler(
-            HS_TOKEN, "matrix-sources", self.ingest, self.fetch_state, self.on_admitted,
-            commands=self.commands, backlog=self.backlog, clock=Clock(wall=wall))
+            HS_TOKEN,
+            "matrix-sources",
+            self.ingest,
+            self.fetch_state,
+            self.on_admitted,
+            commands=self.commands,
+            backlog=self.backlog,
+            clock=Clock(wall=wall),
+        )
         self.store = ChromaStore(path=path / "chroma", eventlog=self.log)
         self.pipeline = Pipeline(self.log, HashEmbedder(), self.store, policy)
 
@@ -64,10 +79,9 @@ class World:
     def on_admitted(self, events, result, routed) -> None:
         self.routed += [c.message.event_id for c in routed.commands]
 
-    async def __aenter__(self) -> "World":
+    async def __aenter__(self) -> World:
         app = web.Application()
-        app.router.add_put("/_matrix/app/v1/transactions/{transaction_id}",
-                           self.handler.handle)
+        app.router.add_put("/_matrix/app/v1/transactions/{transaction_id}", self.handler.handle)
         self.client = TestClient(TestServer(app))
         await self.client.start_server()
         return self
@@ -78,13 +92,17 @@ class World:
 
 
 def command(eid: str, text: str = "how do I rotate the key") -> dict:
-    return message(eid, room=ROOM) | {"sender": "@asker:example.org", "content": {
-        "msgtype": "m.text", "body": f"!sources {text}"}}
+    return message(eid, room=ROOM) | {
+        "sender": "@asker:example.org",
+        "content": {"msgtype": "m.text", "body": f"!sources {text}"},
+    }
 
 
 def texts(n: int, start: int = 0) -> list[dict]:
-    return [message(f"$m{i}", f"message {i} about the backup", room=ROOM)
-            for i in range(start, start + n)]
+    return [
+        message(f"$m{i}", f"message {i} about the backup", room=ROOM)
+        for i in range(start, start + n)
+    ]
 
 
 async def test_a_full_backlog_is_answered_503_and_nothing_is_lost(tmp_path):
@@ -115,17 +133,28 @@ async def test_a_full_backlog_takes_what_adds_nothing_to_it(tmp_path):
     async with World(tmp_path, max_pending=3) as w:
         assert (await put(w.client, "1", {"events": texts(3)}))[0] == 200
         assert w.backlog.full
-        own = message("$own", "Sources for: how do I rotate the key", room=ROOM) | {
-            "sender": BOT}
-        topic = {"type": "m.room.topic", "room_id": ROOM, "sender": "@mod:example.org",
-                 "event_id": "$topic", "state_key": "", "origin_server_ts": 1,
-                 "content": {"topic": "backups"}}
+        own = message("$own", "Sources for: how do I rotate the key", room=ROOM) | {"sender": BOT}
+        topic = {
+            "type": "m.room.topic",
+            "room_id": ROOM,
+            "sender": "@mod:example.org",
+            "event_id": "$topic",
+            "state_key": "",
+            "origin_server_ts": 1,
+            "content": {"topic": "backups"},
+        }
         status, _ = await put(w.client, "2", {"events": [own, topic, command("$c2")]})
         assert status == 200 and w.routed == ["$c2"] and w.backlog.refused == 0
         assert w.log.counts() == {"pending": 3}
-        redaction = {"type": "m.room.redaction", "room_id": ROOM, "sender": "@a:example.org",
-                     "event_id": "$r1", "redacts": "$m0", "origin_server_ts": 2,
-                     "content": {}}
+        redaction = {
+            "type": "m.room.redaction",
+            "room_id": ROOM,
+            "sender": "@a:example.org",
+            "event_id": "$r1",
+            "redacts": "$m0",
+            "origin_server_ts": 2,
+            "content": {},
+        }
         assert (await put(w.client, "3", {"events": [redaction]}))[0] == 503
         assert (await put(w.client, "4", {"events": texts(1, 3)}))[0] == 503
         assert w.backlog.refused == 2
@@ -146,12 +175,24 @@ async def test_health_and_metrics_say_how_far_behind_indexing_is(tmp_path):
         assert 89 <= report["backlog"]["oldest_pending_seconds"] <= 95
         assert "indexing 3 messages behind, the oldest waiting" in report["detail"]
         metrics = ServiceMetrics()
-        metrics.attach(MetricSources(w.pipeline, w.handler, SimpleNamespace(failures=0), None,
-                                     EventLogFigures(w.log.path), lambda: True, w.backlog))
+        metrics.attach(
+            MetricSources(
+                w.pipeline,
+                w.handler,
+                SimpleNamespace(failures=0),
+                None,
+                EventLogFigures(w.log.path),
+                lambda: True,
+                w.backlog,
+            )
+        )
         await put(w.client, "2", {"events": texts(1, 3)})  # refused
         text = (await metrics.handle_metrics(None)).body.decode()
-        values = {line.split()[0]: float(line.split()[1]) for line in text.splitlines()
-                  if line and not line.startswith("#")}
+        values = {
+            line.split()[0]: float(line.split()[1])
+            for line in text.splitlines()
+            if line and not line.startswith("#")
+        }
         assert values["matrix_sources_pipeline_queue_depth"] == 3
         assert 89 <= values["matrix_sources_pipeline_lag_seconds"] <= 95
         assert values["matrix_sources_pipeline_queue_limit"] == 2
@@ -159,8 +200,12 @@ async def test_health_and_metrics_say_how_far_behind_indexing_is(tmp_path):
         w.pipeline.process_all()
         await w.backlog.refresh()
         report = json.loads((await health.handle(None)).body)
-        assert report["backlog"] == {"pending": 0, "max_pending": 2,
-                                     "oldest_pending_seconds": 0.0, "full": False}
+        assert report["backlog"] == {
+            "pending": 0,
+            "max_pending": 2,
+            "oldest_pending_seconds": 0.0,
+            "full": False,
+        }
 
 
 class Searcher:
@@ -178,13 +223,16 @@ class Searcher:
 
 
 def bot_over(w: World, now: list[float]) -> tuple[Bot, Matrix, Searcher]:
-    cfg = SimpleNamespace(bot_user=BOT, homeserver=SimpleNamespace(domain="example.org"),
-                          search=SimpleNamespace(default_top_k=5, rate_limit_per_minute=0,
-                                                 rrf_k=60, admins=()),
-                          index=SimpleNamespace(compaction_interval_seconds=60))
+    cfg = SimpleNamespace(
+        bot_user=BOT,
+        homeserver=SimpleNamespace(domain="example.org"),
+        search=SimpleNamespace(default_top_k=5, rate_limit_per_minute=0, rrf_k=60, admins=()),
+        index=SimpleNamespace(compaction_interval_seconds=60),
+    )
     searcher, matrix = Searcher(), Matrix()
-    index = SimpleNamespace(searcher=searcher, record_answer=None, answers=None,
-                            manifest=None, commands=w.commands)
+    index = SimpleNamespace(
+        searcher=searcher, record_answer=None, answers=None, manifest=None, commands=w.commands
+    )
     return Bot(cfg, index, matrix, clock=Clock(wall=lambda: now[0])), matrix, searcher
 
 
@@ -210,8 +258,9 @@ async def test_commands_acknowledged_but_not_answered_survive_a_crash(tmp_path):
         bot.resume()
         await asyncio.wait_for(_until(lambda: len(matrix.sent) == 2), 10)
         await asyncio.wait_for(bot.commands.join(), 10)
-        by_command = {c["m.relates_to"]["m.in_reply_to"]["event_id"]: c["body"]
-                      for _, c in matrix.sent}
+        by_command = {
+            c["m.relates_to"]["m.in_reply_to"]["event_id"]: c["body"] for _, c in matrix.sent
+        }
         assert by_command["$old"] == RESTARTED
         assert searcher.asked == [("disk space",)] and by_command["$new"] != RESTARTED
         await asyncio.wait_for(_until(lambda: kept_bodies(w.log) == [None, None]), 10)
@@ -228,15 +277,18 @@ async def test_commands_acknowledged_but_not_answered_survive_a_crash(tmp_path):
 async def test_a_command_is_kept_before_the_200(tmp_path, monkeypatch):
     """Keeping fails: the transaction is answered 500 (Synapse retries), never 200."""
     async with World(tmp_path) as w:
+
         def broken(*a, **kw):
             raise OSError("disk full")
+
         monkeypatch.setattr(w.commands, "keep", broken)
         status, _ = await put(w.client, "1", {"events": [command("$c")] + texts(1)})
         assert status == 500 and w.routed == [] and w.log.counts() == {}
 
 
 async def test_a_command_in_a_transaction_whose_append_fails_is_answered_once(
-        tmp_path, monkeypatch):
+    tmp_path, monkeypatch
+):
     """The command is kept before the append; the append fails (500, Synapse retries):
     the command is routed all the same, and not again when the retry succeeds."""
     async with World(tmp_path) as w:
@@ -248,6 +300,7 @@ async def test_a_command_in_a_transaction_whose_append_fails_is_answered_once(
                 failing[0] -= 1
                 raise OSError("disk full")
             return real(*a, **kw)
+
         monkeypatch.setattr(w.ingest, "admit_parsed", flaky)
         body = {"events": [command("$c")] + texts(1)}
         assert (await put(w.client, "1", body))[0] == 500
@@ -269,6 +322,7 @@ async def test_a_command_does_not_wait_for_the_transaction_ahead_of_it(tmp_path,
             entered.set()
             assert go.wait(30)
             return real(*a, **kw)
+
         monkeypatch.setattr(w.ingest, "admit_parsed", slow)
         first = asyncio.ensure_future(put(w.client, "1", {"events": texts(50)}))
         await _until(entered.is_set)
@@ -291,15 +345,17 @@ async def test_the_bound_reads_the_backlog_every_second_and_faster_while_refusin
     """On a fake clock: a read a second; once refusing, four a second, so the homeserver
     is asked back within a quarter second of the backlog falling below the bound."""
     from indexer.store.eventlog.status import Backlog
-
     from tests.fakeclock import FakeClock
 
     clock = FakeClock(0.0)
     pending = [5]
     drained: list[float] = []
-    bound = BacklogBound(lambda: Backlog(pending[0], 0), 5,
-                         on_drained=lambda: drained.append(clock.now),
-                         clock=Clock(clock, clock.sleep))
+    bound = BacklogBound(
+        lambda: Backlog(pending[0], 0),
+        5,
+        on_drained=lambda: drained.append(clock.now),
+        clock=Clock(clock, clock.sleep),
+    )
     bound.start()
     await _until(lambda: clock.sleeping)
     assert bound.full and clock.sleeps == [1.0]

@@ -34,16 +34,19 @@ def test_hygienic_env_adds_the_tunables_once():
 
 
 def _child(code: str, env: dict[str, str], *args: str) -> str:
-    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
-                          env=env, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc.stdout
 
 
 @glibc_only
 def test_the_command_re_executes_itself_with_the_tunables():
-    code = ("import os; from appservice.homeserver.heap import ensure_heap_hygiene; "
-            "ensure_heap_hygiene(); print(os.environ.get('GLIBC_TUNABLES'))")
+    code = (
+        "import os; from appservice.homeserver.heap import ensure_heap_hygiene; "
+        "ensure_heap_hygiene(); print(os.environ.get('GLIBC_TUNABLES'))"
+    )
     env = {k: v for k, v in os.environ.items() if k not in (MARKER, "GLIBC_TUNABLES")}
     assert _child(code, env).strip() == ":".join(TUNABLES)
     assert _child(code, {**env, MARKER: "0"}).strip() == "None"
@@ -79,5 +82,4 @@ def test_hnsw_files_hold_no_text_under_heap_hygiene(tmp_path: Path):
     assert leaked == []
     # The text itself is never handed to Chroma (no documents): only the process's
     # heap held it, which is what the hygiene keeps out of the HNSW files.
-    assert not any(CANARY.encode() in p.read_bytes() for p in tmp_path.rglob("*")
-                   if p.is_file())
+    assert not any(CANARY.encode() in p.read_bytes() for p in tmp_path.rglob("*") if p.is_file())

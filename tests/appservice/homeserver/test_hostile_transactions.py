@@ -17,25 +17,23 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from mautrix.errors import MatrixStandardRequestError
 
-from indexer.clock import Clock
 from appservice.homeserver import transactions
-from appservice.logs import KeyValueFormatter
 from appservice.homeserver.roomstate import StateRetry
 from appservice.homeserver.service import raise_fd_limit
 from appservice.homeserver.transactions import TransactionHandler
+from appservice.logs import KeyValueFormatter
+from indexer.clock import Clock
+from indexer.ingest.admit import Ingest
 from indexer.ingest.backfill import backfill_room
-from indexer.records import ChunkPolicy
-from indexer.models.embedder import HashEmbedder
 from indexer.ingest.events import MAX_TS_MS
 from indexer.ingest.gate import Gate
-from indexer.ingest.admit import Ingest
-from indexer.store.journal import Journal
-from indexer.store.eventlog.log import EventLog
-from indexer.pipeline.pipeline import Pipeline
-from indexer.records import EventID, Message, RoomID, UserID
 from indexer.ingest.roomfacts import RoomFacts
+from indexer.models.embedder import HashEmbedder
+from indexer.pipeline.pipeline import Pipeline
+from indexer.records import ChunkPolicy, EventID, Message, RoomID, UserID
+from indexer.store.eventlog.log import EventLog
+from indexer.store.journal import Journal
 from indexer.store.vectors.chroma import ChromaStore
-
 from tests.appservice.homeserver.test_transactions import HS_TOKEN, auth, message, put
 from tests.fakeclock import FakeClock
 
@@ -48,20 +46,27 @@ class Env:
     """A transaction handler over a real event log, with what its callbacks saw."""
 
     def __init__(self, tmp_path) -> None:
-        self.ingest = Ingest(Gate(frozenset({ROOM_A, ROOM_B}), BOT),
-                             EventLog(tmp_path / "eventlog.sqlite3"),
-                             Journal(tmp_path / "journal.jsonl"))
-        self.facts = {ROOM_A: RoomFacts(join_rule="public"),
-                      ROOM_B: RoomFacts(join_rule="public")}
+        self.ingest = Ingest(
+            Gate(frozenset({ROOM_A, ROOM_B}), BOT),
+            EventLog(tmp_path / "eventlog.sqlite3"),
+            Journal(tmp_path / "journal.jsonl"),
+        )
+        self.facts = {ROOM_A: RoomFacts(join_rule="public"), ROOM_B: RoomFacts(join_rule="public")}
         self.fetch_errors: dict[str, Exception] = {}
         self.admitted: list = []
         self.unavailable: list[str] = []  # rooms handed to the retry
         self.waiting: set[str] = set()
         self.on_commands = None
         self.clock = FakeClock(1_000.0)  # a room's state fetch times out on it
-        self.handler = TransactionHandler(HS_TOKEN, "matrix-sources", self.ingest,
-                                          self.fetch_state, self.on_admitted, self,
-                                          clock=self.clock.clock)
+        self.handler = TransactionHandler(
+            HS_TOKEN,
+            "matrix-sources",
+            self.ingest,
+            self.fetch_state,
+            self.on_admitted,
+            self,
+            clock=self.clock.clock,
+        )
 
     def add(self, room_id: str) -> None:  # the handler's Retry
         self.unavailable.append(room_id)
@@ -103,11 +108,14 @@ def msg(event_id: str, room: str = ROOM_A, **fields) -> dict:
 
 # -- size --------------------------------------------------------------------------------
 
+
 async def test_100_events_of_11_kb_in_one_transaction_are_stored(env):
     """Over aiohttp's default 1 MiB: it answered 413, and Synapse resends forever."""
-    events = [msg(f"$big{i}", body=None) | {"content": {"msgtype": "m.text",
-                                                         "body": f"{i} " + "x" * 11_000}}
-              for i in range(100)]
+    events = [
+        msg(f"$big{i}", body=None)
+        | {"content": {"msgtype": "m.text", "body": f"{i} " + "x" * 11_000}}
+        for i in range(100)
+    ]
     assert len(json.dumps({"events": events})) > 1 << 20
     status, _ = await put(env.client, "t1", {"events": events})
     assert status == 200
@@ -124,6 +132,7 @@ async def test_a_body_over_what_synapse_may_send_is_413(env, monkeypatch):
 
 # -- poison values -----------------------------------------------------------------------
 
+
 async def test_deep_json_is_400(env):
     deep = '{"events": [' + '{"a": ' * 100_000 + "1" + "}" * 100_000 + "]}"
     status, body = await put(env.client, "t1", deep)
@@ -131,39 +140,59 @@ async def test_deep_json_is_400(env):
     assert (await put(env.client, "t2", {"events": [msg("$ok")]}))[0] == 200
 
 
-@pytest.mark.parametrize("ts", [2 ** 63, 2 ** 64 + 5, -1, 1.5e12])
+@pytest.mark.parametrize("ts", [2**63, 2**64 + 5, -1, 1.5e12])
 async def test_an_overflowing_timestamp_is_skipped_and_its_neighbour_stored(env, ts):
     """ts >= 2^63 made SQLite raise inside the append: the whole transaction was a 500,
     retried forever, and the valid event beside it was lost."""
-    status, _ = await put(env.client, "t1", {"events": [msg("$bad", origin_server_ts=ts),
-                                                       msg("$ok")]})
+    status, _ = await put(
+        env.client, "t1", {"events": [msg("$bad", origin_server_ts=ts), msg("$ok")]}
+    )
     assert status == 200
     assert env.status("$ok") == ("pending", None) and env.status("$bad") is None
 
 
 async def test_a_poison_timestamp_is_quarantined_by_id_and_rule(env):
-    poison = 10 ** 15  # year 33658: legal canonical JSON, past what datetime can print
+    poison = 10**15  # year 33658: legal canonical JSON, past what datetime can print
     assert poison > MAX_TS_MS
-    status, _ = await put(env.client, "t1", {"events": [
-        msg("$poison", origin_server_ts=poison), msg("$ok", room=ROOM_B)]})
+    status, _ = await put(
+        env.client,
+        "t1",
+        {"events": [msg("$poison", origin_server_ts=poison), msg("$ok", room=ROOM_B)]},
+    )
     assert status == 200
     assert env.status("$poison") is None and env.status("$ok") == ("pending", None)
     [entry] = [e for e in env.journal() if e["kind"] == "quarantine"]
     assert (entry["rule"], entry["room_id"], entry["event_id"]) == (
-        "timestamp_out_of_range", ROOM_A, "$poison")
+        "timestamp_out_of_range",
+        ROOM_A,
+        "$poison",
+    )
     assert "rotate" not in json.dumps(entry)  # ids and rule, never text
 
 
 def pipeline_over(ingest: Ingest, tmp_path) -> Pipeline:
-    return Pipeline(ingest.eventlog, HashEmbedder(), ChromaStore(path=tmp_path / "chroma"),
-                    ChunkPolicy(), admits=ingest.admits)
+    return Pipeline(
+        ingest.eventlog,
+        HashEmbedder(),
+        ChromaStore(path=tmp_path / "chroma"),
+        ChunkPolicy(),
+        admits=ingest.admits,
+    )
 
 
 async def test_a_poison_event_does_not_stop_another_rooms_indexing(env, tmp_path):
     """The issue's case: origin_server_ts 1e15 in the room that sorts first."""
-    status, _ = await put(env.client, "t1", {"events": [
-        msg("$poison", origin_server_ts=10 ** 15), msg("$a-ok", room=ROOM_A),
-        msg("$b-ok", room=ROOM_B)]})
+    status, _ = await put(
+        env.client,
+        "t1",
+        {
+            "events": [
+                msg("$poison", origin_server_ts=10**15),
+                msg("$a-ok", room=ROOM_A),
+                msg("$b-ok", room=ROOM_B),
+            ]
+        },
+    )
     assert status == 200
     pipeline = pipeline_over(env.ingest, tmp_path)
     assert await asyncio.to_thread(pipeline.process_all) == 2
@@ -173,8 +202,16 @@ async def test_a_poison_event_does_not_stop_another_rooms_indexing(env, tmp_path
 async def test_a_poison_already_in_an_old_event_log_stalls_only_its_room(env, tmp_path, caplog):
     """An event log written before the parse checked timestamps: the poisoned timeline
     fails (logged with its room id and a traceback), every other one is indexed."""
-    env.ingest.eventlog.append([(Message(EventID("$old-poison"), ROOM_A, UserID("@m:x"),
-                                         10 ** 15, "from before the fix"), None)])
+    env.ingest.eventlog.append(
+        [
+            (
+                Message(
+                    EventID("$old-poison"), ROOM_A, UserID("@m:x"), 10**15, "from before the fix"
+                ),
+                None,
+            )
+        ]
+    )
     env.ingest.facts[ROOM_A] = RoomFacts(join_rule="public")
     assert (await put(env.client, "t1", {"events": [msg("$b-ok", room=ROOM_B)]}))[0] == 200
     pipeline = pipeline_over(env.ingest, tmp_path)
@@ -189,8 +226,16 @@ async def test_a_poison_already_in_an_old_event_log_stalls_only_its_room(env, tm
 
 async def test_a_poison_in_an_old_event_log_is_quarantined_at_start(env, tmp_path):
     """What the service does at start: the poisoned room's other messages index too."""
-    env.ingest.eventlog.append([(Message(EventID("$old-poison"), ROOM_A, UserID("@m:x"),
-                                         10 ** 15, "from before the fix"), None)])
+    env.ingest.eventlog.append(
+        [
+            (
+                Message(
+                    EventID("$old-poison"), ROOM_A, UserID("@m:x"), 10**15, "from before the fix"
+                ),
+                None,
+            )
+        ]
+    )
     env.ingest.facts[ROOM_A] = RoomFacts(join_rule="public")
     assert (await put(env.client, "t1", {"events": [msg("$a-ok")]}))[0] == 200
     assert await asyncio.to_thread(env.ingest.quarantine_stored_poison) == 1
@@ -205,6 +250,7 @@ async def test_a_poison_in_an_old_event_log_is_quarantined_at_start(env, tmp_pat
 
 # -- ids that would forge lines ------------------------------------------------------------
 
+
 async def test_a_newline_in_the_transaction_id_forges_no_log_line(env):
     out = io.StringIO()
     handler = logging.StreamHandler(out)
@@ -215,7 +261,9 @@ async def test_a_newline_in_the_transaction_id_forges_no_log_line(env):
     try:
         resp = await env.client.put(
             "/_matrix/app/v1/transactions/t1%0A2026-01-01T00:00:00Z%20INFO%20forged",
-            data=json.dumps({"events": [msg("$ok")]}), headers=auth())
+            data=json.dumps({"events": [msg("$ok")]}),
+            headers=auth(),
+        )
         assert resp.status == 200
     finally:
         logger.removeHandler(handler)
@@ -225,16 +273,20 @@ async def test_a_newline_in_the_transaction_id_forges_no_log_line(env):
     assert '"t1\\n2026-01-01T00:00:00Z INFO forged"' in out.getvalue()
 
 
-@pytest.mark.parametrize("field,value", [
-    ("sender", "@mallory:example.org\n> [2026-01-01 00:00] @admin:example.org: run this"),
-    ("sender", "@mallory:example.org\u2028forged"),
-    ("event_id", "$x\r\nforged"),
-    ("room_id", ROOM_A + "\n"),
-])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("sender", "@mallory:example.org\n> [2026-01-01 00:00] @admin:example.org: run this"),
+        ("sender", "@mallory:example.org\u2028forged"),
+        ("event_id", "$x\r\nforged"),
+        ("room_id", ROOM_A + "\n"),
+    ],
+)
 async def test_an_id_with_a_control_character_is_skipped(env, field, value):
     """A sender with a newline forged a quoted line "from admin" in the bot's replies."""
-    status, _ = await put(env.client, "t1", {"events": [msg("$forged") | {field: value},
-                                                       msg("$ok")]})
+    status, _ = await put(
+        env.client, "t1", {"events": [msg("$forged") | {field: value}, msg("$ok")]}
+    )
     assert status == 200
     assert env.ingest.eventlog.counts() == {"pending": 1}
     assert env.status("$ok") == ("pending", None)
@@ -242,15 +294,22 @@ async def test_an_id_with_a_control_character_is_skipped(env, field, value):
 
 # -- auth and ping -----------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("scheme", ["bearer", "BEARER", "Bearer"])
 async def test_the_bearer_scheme_in_any_case_is_accepted(env, scheme):
-    status, _ = await put(env.client, "t1", {"events": [msg("$ok")]},
-                          headers={"Authorization": f"{scheme} {HS_TOKEN}"})
+    status, _ = await put(
+        env.client,
+        "t1",
+        {"events": [msg("$ok")]},
+        headers={"Authorization": f"{scheme} {HS_TOKEN}"},
+    )
     assert status == 200 and env.status("$ok") is not None
 
 
-@pytest.mark.parametrize("body,expected", [
-    ("[1, 2]", 400), ('"ping"', 400), ("{bad", 400), ('{"transaction_id": "p1"}', 200)])
+@pytest.mark.parametrize(
+    "body,expected",
+    [("[1, 2]", 400), ('"ping"', 400), ("{bad", 400), ('{"transaction_id": "p1"}', 200)],
+)
 async def test_a_ping_with_a_body_not_an_object_is_400(env, body, expected):
     resp = await env.client.post("/_matrix/app/v1/ping", data=body, headers=auth())
     assert resp.status == expected
@@ -283,13 +342,17 @@ async def test_1200_idle_connections_do_not_exhaust_file_descriptors(env):
 
 # -- one room's state ----------------------------------------------------------------------
 
-@pytest.mark.parametrize("error,outage", [
-    (ConnectionError("homeserver down"), True),
-    (asyncio.TimeoutError(), True),
-    (MatrixStandardRequestError(502, "bad gateway"), True),
-    (MatrixStandardRequestError(500, "state too big"), False),
-    (RuntimeError("a bug reading that room's state"), False),
-])
+
+@pytest.mark.parametrize(
+    "error,outage",
+    [
+        (ConnectionError("homeserver down"), True),
+        (TimeoutError(), True),
+        (MatrixStandardRequestError(502, "bad gateway"), True),
+        (MatrixStandardRequestError(500, "state too big"), False),
+        (RuntimeError("a bug reading that room's state"), False),
+    ],
+)
 async def test_outage_is_503_one_rooms_state_is_200_for_the_rest(env, error, outage):
     env.fetch_errors[ROOM_B] = error
     events = [msg("$a1"), msg("$b1", room=ROOM_B), msg("$b2", room=ROOM_B), msg("$a2")]
@@ -304,8 +367,7 @@ async def test_outage_is_503_one_rooms_state_is_200_for_the_rest(env, error, out
     assert env.unavailable == [ROOM_B]
     entries = [e for e in env.journal() if e["rule"] == "state_unavailable"]
     assert [(e["room_id"], e["event_id"]) for e in entries] == [(ROOM_B, "$b1"), (ROOM_B, "$b2")]
-    assert all(set(e) <= {"ts", "kind", "rule", "room_id", "event_id", "source"}
-               for e in entries)
+    assert all(set(e) <= {"ts", "kind", "rule", "room_id", "event_id", "source"} for e in entries)
 
 
 async def test_a_room_whose_state_hangs_holds_back_nothing(env):
@@ -320,7 +382,8 @@ async def test_a_room_whose_state_hangs_holds_back_nothing(env):
 
     env.handler._fetch_state = fetch_state
     answer = asyncio.create_task(
-        put(env.client, "t1", {"events": [msg("$a1"), msg("$b1", room=ROOM_B)]}))
+        put(env.client, "t1", {"events": [msg("$a1"), msg("$b1", room=ROOM_B)]})
+    )
     while not (ROOM_B in fetched and env.clock.sleeping):
         await asyncio.sleep(0)
     await env.clock.advance(transactions.STATE_FETCH_SECONDS)  # the fetch's deadline
@@ -368,7 +431,9 @@ async def test_a_room_whose_state_failed_is_fetched_again_and_backfilled(env):
             env.fetch_errors.pop(ROOM_B)
         await env.fetch_state(room_id)
 
-    retry = StateRetry(fetch, lambda r: asyncio.ensure_future(backfill(r)), clock=Clock(sleep=no_wait))
+    retry = StateRetry(
+        fetch, lambda r: asyncio.ensure_future(backfill(r)), clock=Clock(sleep=no_wait)
+    )
     for room in env.unavailable:
         retry.add(room)
     await asyncio.wait_for(backfilled.wait(), 5)

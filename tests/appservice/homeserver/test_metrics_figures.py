@@ -4,11 +4,10 @@ bench/metrics_loop.py)."""
 
 from __future__ import annotations
 
-import asyncio
 import threading
 
-from indexer.clock import Clock
 from appservice.homeserver import metrics
+from indexer.clock import Clock
 
 
 async def test_a_scrape_never_waits_for_the_read_and_reads_one_at_a_time(monkeypatch, tmp_path):
@@ -21,8 +20,9 @@ async def test_a_scrape_never_waits_for_the_read_and_reads_one_at_a_time(monkeyp
 
     monkeypatch.setattr(metrics, "lag_report_at", slow_read)
     now = [0.0]
-    figures = metrics.EventLogFigures(tmp_path / "eventlog.sqlite3", max_age=5.0,
-                                      clock=Clock(now=lambda: now[0]))
+    figures = metrics.EventLogFigures(
+        tmp_path / "eventlog.sqlite3", max_age=5.0, clock=Clock(now=lambda: now[0])
+    )
     first = figures.refresh()
     assert first is not None and figures.figures is None  # the caller did not wait
     assert figures.refresh() is first  # one read at a time

@@ -19,21 +19,41 @@ from indexer.config import ConfigError, load_config
 from indexer.datadir import api_token, init_data_dir, service_registration
 from indexer.records import EventID, Hit, Line, RoomID, UserID, WindowID
 from indexer.search.query import MAX_TEXT_BYTES, MAX_TEXTS, SourceQuery
-
 from tests.fakeclock import FakeClock
 
 TOKEN = "read-token-" + "x" * 32
 ROOM = "!room:example.org"
-HIT = Hit(WindowID("w1"), RoomID(ROOM), "#ops:example.org", "chat",
-          (EventID("$q"), EventID("$a")), (UserID("@alice:example.org"), UserID("@bob:x.org")),
-          1_700_000_000_000, 1_700_000_060_000, 0.0325, "alice: how\nbob: so",
-          similarity=0.61,
-          answers=(Line(EventID("$later"), UserID("@carol:example.org"), 1_700_003_600_000, "",
-                        "reply"),),
-          shown=(Line(EventID("$q"), UserID("@alice:example.org"), 1_700_000_000_000,
-                      "how do I rotate the key"),
-                 Line(EventID("$later"), UserID("@carol:example.org"), 1_700_003_600_000,
-                      "generate_signing_key, then restart", "reply")))
+HIT = Hit(
+    WindowID("w1"),
+    RoomID(ROOM),
+    "#ops:example.org",
+    "chat",
+    (EventID("$q"), EventID("$a")),
+    (UserID("@alice:example.org"), UserID("@bob:x.org")),
+    1_700_000_000_000,
+    1_700_000_060_000,
+    0.0325,
+    "alice: how\nbob: so",
+    similarity=0.61,
+    answers=(
+        Line(EventID("$later"), UserID("@carol:example.org"), 1_700_003_600_000, "", "reply"),
+    ),
+    shown=(
+        Line(
+            EventID("$q"),
+            UserID("@alice:example.org"),
+            1_700_000_000_000,
+            "how do I rotate the key",
+        ),
+        Line(
+            EventID("$later"),
+            UserID("@carol:example.org"),
+            1_700_003_600_000,
+            "generate_signing_key, then restart",
+            "reply",
+        ),
+    ),
+)
 
 
 class Searches:
@@ -54,9 +74,14 @@ class Env:
         self.clock = FakeClock(1000.0)
         self.search = Searches()
         self.waiting_for: str | None = None
-        self.api = SearchAPI(TOKEN, self.search, lambda: self.waiting_for,
-                             TokenBucket(per_minute, burst, Clock(now=self.clock)),
-                             default_top_k=5, clock=Clock(now=self.clock))
+        self.api = SearchAPI(
+            TOKEN,
+            self.search,
+            lambda: self.waiting_for,
+            TokenBucket(per_minute, burst, Clock(now=self.clock)),
+            default_top_k=5,
+            clock=Clock(now=self.clock),
+        )
         self.client: TestClient | None = None
 
     async def post(self, body, token: str | None = TOKEN, headers: dict | None = None):
@@ -79,8 +104,9 @@ async def env():
 
 
 async def test_a_query_gets_the_hits_as_search_json_prints_them(env):
-    status, body, _ = await env.post({"texts": ["how do I rotate the key"], "top_k": 3,
-                                      "room": ROOM, "corpus": "chat"})
+    status, body, _ = await env.post(
+        {"texts": ["how do I rotate the key"], "top_k": 3, "room": ROOM, "corpus": "chat"}
+    )
     assert status == 200
     assert body == {"hits": [HIT.to_json()]}
     assert env.search.asked == [SourceQuery(("how do I rotate the key",), 3, RoomID(ROOM), "chat")]
@@ -115,11 +141,13 @@ async def test_the_appservice_tokens_are_refused(tmp_path):
     api.attach(app.router)
     async with TestClient(TestServer(app)) as client:
         for token in (reg.as_token, reg.hs_token):
-            resp = await client.post(ROUTE, json={"texts": ["x"]},
-                                     headers={"Authorization": f"Bearer {token}"})
+            resp = await client.post(
+                ROUTE, json={"texts": ["x"]}, headers={"Authorization": f"Bearer {token}"}
+            )
             assert resp.status == 403
-        resp = await client.post(ROUTE, json={"texts": ["x"]},
-                                 headers={"Authorization": f"Bearer {api_token(cfg)}"})
+        resp = await client.post(
+            ROUTE, json={"texts": ["x"]}, headers={"Authorization": f"Bearer {api_token(cfg)}"}
+        )
         assert resp.status == 200
     api.close()
     assert len(search.asked) == 1
@@ -141,7 +169,7 @@ def test_the_service_writes_a_missing_token_file_0600(tmp_path):
     init_data_dir(tmp_path / "d", domain="example.org")
     cfg = load_config(tmp_path / "d" / "config.yaml")
     cfg.api_token_path.unlink()
-    api = SearchAPI.for_service(cfg, service_registration(cfg), Searches(), lambda: None)
+    SearchAPI.for_service(cfg, service_registration(cfg), Searches(), lambda: None)
     assert stat.S_IMODE(cfg.api_token_path.stat().st_mode) == 0o600
     assert len(api_token(cfg)) >= 32
     assert api_token(cfg) == api_token(cfg, create=True)  # written once, then kept
@@ -201,8 +229,11 @@ async def test_a_body_over_the_limit_is_413_and_the_largest_query_fits(env):
     resp = await env.client.post(ROUTE, data=chunks(), headers={"Authorization": f"Bearer {TOKEN}"})
     assert resp.status == 413
     # 8 texts of 1,000 bytes, every character escaped as JSON allows: accepted.
-    biggest = '{"texts": [' + ", ".join(['"' + "\\u00e9" * (MAX_TEXT_BYTES // 2) + '"']
-                                        * MAX_TEXTS) + '], "top_k": 20}'
+    biggest = (
+        '{"texts": ['
+        + ", ".join(['"' + "\\u00e9" * (MAX_TEXT_BYTES // 2) + '"'] * MAX_TEXTS)
+        + '], "top_k": 20}'
+    )
     assert len(biggest) < MAX_BODY_BYTES
     await env.clock.advance(60)  # the refused bodies took the burst's tokens
     status, body, _ = await env.post(biggest)
@@ -210,23 +241,26 @@ async def test_a_body_over_the_limit_is_413_and_the_largest_query_fits(env):
     assert env.search.asked[-1].texts[0] == "é" * 500
 
 
-@pytest.mark.parametrize("body, field", [
-    ("{not json", "body"),
-    ('["a list"]', "body"),
-    ({}, "texts"),
-    ({"texts": "one string"}, "texts"),
-    ({"texts": []}, "texts"),
-    ({"texts": ["x"] * 9}, "texts"),
-    ({"texts": ["ok", "  "]}, "texts[1]"),
-    ({"texts": ["ok", 3]}, "texts[1]"),
-    ({"texts": ["a" * 1001]}, "texts[0]"),
-    ({"texts": ["x"], "top_k": 0}, "top_k"),
-    ({"texts": ["x"], "top_k": "5"}, "top_k"),
-    ({"texts": ["x"], "top_k": True}, "top_k"),
-    ({"texts": ["x"], "room": "#ops:example.org"}, "room"),
-    ({"texts": ["x"], "corpus": "dms"}, "corpus"),
-    ({"texts": ["x"], "top-k": 3}, "top-k"),
-])
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ("{not json", "body"),
+        ('["a list"]', "body"),
+        ({}, "texts"),
+        ({"texts": "one string"}, "texts"),
+        ({"texts": []}, "texts"),
+        ({"texts": ["x"] * 9}, "texts"),
+        ({"texts": ["ok", "  "]}, "texts[1]"),
+        ({"texts": ["ok", 3]}, "texts[1]"),
+        ({"texts": ["a" * 1001]}, "texts[0]"),
+        ({"texts": ["x"], "top_k": 0}, "top_k"),
+        ({"texts": ["x"], "top_k": "5"}, "top_k"),
+        ({"texts": ["x"], "top_k": True}, "top_k"),
+        ({"texts": ["x"], "room": "#ops:example.org"}, "room"),
+        ({"texts": ["x"], "corpus": "dms"}, "corpus"),
+        ({"texts": ["x"], "top-k": 3}, "top-k"),
+    ],
+)
 async def test_a_bad_query_is_400_naming_the_field(env, body, field):
     status, answer, _ = await env.post(body)
     assert status == 400

@@ -9,13 +9,13 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from appservice.homeserver.transactions import fingerprint, TransactionHandler
-from indexer.store.eventlog.log import EventLog
-from indexer.ingest.gate import Gate
+from appservice.homeserver.transactions import TransactionHandler, fingerprint
 from indexer.ingest.admit import Ingest
-from indexer.store.journal import Journal
-from indexer.records import RoomID, UserID
+from indexer.ingest.gate import Gate
 from indexer.ingest.roomfacts import RoomFacts
+from indexer.records import RoomID, UserID
+from indexer.store.eventlog.log import EventLog
+from indexer.store.journal import Journal
 
 HS_TOKEN = "hs-token-0123456789abcdef"
 ROOM = RoomID("!public:example.org")
@@ -24,9 +24,14 @@ PATH = "/_matrix/app/v1/transactions/{}"
 
 
 def message(event_id: str, body: str = "how do we rotate the key", room: str = ROOM) -> dict:
-    return {"type": "m.room.message", "room_id": room, "event_id": event_id,
-            "sender": "@alice:example.org", "origin_server_ts": 1_700_000_000_000,
-            "content": {"msgtype": "m.text", "body": body}}
+    return {
+        "type": "m.room.message",
+        "room_id": room,
+        "event_id": event_id,
+        "sender": "@alice:example.org",
+        "origin_server_ts": 1_700_000_000_000,
+        "content": {"msgtype": "m.text", "body": body},
+    }
 
 
 class Recorder:
@@ -46,14 +51,18 @@ class Recorder:
 
 
 def make_ingest(tmp_path) -> Ingest:
-    return Ingest(Gate(frozenset({ROOM}), BOT), EventLog(tmp_path / "eventlog.sqlite3"),
-                  Journal(tmp_path / "journal.jsonl"))
+    return Ingest(
+        Gate(frozenset({ROOM}), BOT),
+        EventLog(tmp_path / "eventlog.sqlite3"),
+        Journal(tmp_path / "journal.jsonl"),
+    )
 
 
 async def start(ingest: Ingest, rec: Recorder) -> tuple[TestClient, TransactionHandler]:
     rec.ingest = ingest
-    handler = TransactionHandler(HS_TOKEN, "matrix-sources", ingest, rec.fetch_state,
-                                 rec.on_admitted)
+    handler = TransactionHandler(
+        HS_TOKEN, "matrix-sources", ingest, rec.fetch_state, rec.on_admitted
+    )
     app = web.Application()
     app.router.add_put("/_matrix/app/v1/transactions/{transaction_id}", handler.handle)
     client = TestClient(TestServer(app))
@@ -77,8 +86,9 @@ def auth(token: str = HS_TOKEN) -> dict:
 
 async def put(client: TestClient, txn: str, body, headers=None, params=None):
     data = body if isinstance(body, (str, bytes)) else json.dumps(body)
-    resp = await client.put(PATH.format(txn), data=data,
-                            headers=auth() if headers is None else headers, params=params)
+    resp = await client.put(
+        PATH.format(txn), data=data, headers=auth() if headers is None else headers, params=params
+    )
     return resp.status, await resp.json()
 
 
@@ -110,8 +120,9 @@ async def test_wrong_token_is_403_and_nothing_stored(service, how):
         headers = {"Authorization": HS_TOKEN}
     else:
         headers = {"Authorization": "Bearer "}
-    status, body = await put(client, "t1", {"events": [message("$a")]}, headers=headers,
-                             params=params)
+    status, body = await put(
+        client, "t1", {"events": [message("$a")]}, headers=headers, params=params
+    )
     assert status == 403 and body["errcode"] == "M_FORBIDDEN"
     assert ingest.eventlog.counts() == {} and rec.admitted == [] and rec.fetched == []
     assert no_txns(ingest)
@@ -119,8 +130,9 @@ async def test_wrong_token_is_403_and_nothing_stored(service, how):
 
 async def test_token_in_query_string_is_accepted(service):
     client, _, ingest, _ = service
-    status, _ = await put(client, "t1", {"events": [message("$a")]}, headers={},
-                          params={"access_token": HS_TOKEN})
+    status, _ = await put(
+        client, "t1", {"events": [message("$a")]}, headers={}, params={"access_token": HS_TOKEN}
+    )
     assert status == 200 and ingest.eventlog.counts() == {"pending": 1}
 
 
@@ -217,9 +229,17 @@ async def test_unreachable_homeserver_for_room_state_is_503(service):
 
 async def test_odd_events_in_a_valid_transaction_are_skipped(service):
     client, _, ingest, rec = service
-    events = [5, "x", None, [], {}, {"room_id": ROOM}, {"room_id": 5, "type": "m.room.message"},
-              message("$bad-body") | {"content": {"msgtype": "m.text", "body": 3}},
-              message("$ok")]
+    events = [
+        5,
+        "x",
+        None,
+        [],
+        {},
+        {"room_id": ROOM},
+        {"room_id": 5, "type": "m.room.message"},
+        message("$bad-body") | {"content": {"msgtype": "m.text", "body": 3}},
+        message("$ok"),
+    ]
     status, _ = await put(client, "t1", {"events": events})
     assert status == 200
     assert ingest.eventlog.counts() == {"pending": 1}
@@ -259,7 +279,6 @@ async def test_events_of_other_rooms_fetch_no_state(service):
 async def gap_service(tmp_path, asked: list[int]):
     from appservice.homeserver.txngaps import TransactionGaps
     from indexer.clock import Clock
-
     from tests.fakeclock import FakeClock
 
     ingest = make_ingest(tmp_path)
@@ -271,8 +290,9 @@ async def gap_service(tmp_path, asked: list[int]):
         asked.append(1)
 
     gaps = TransactionGaps(backfill, grace=10, clock=Clock(fake, fake.sleep))
-    handler = TransactionHandler(HS_TOKEN, "matrix-sources", ingest, rec.fetch_state,
-                                 rec.on_admitted, gaps=gaps)
+    handler = TransactionHandler(
+        HS_TOKEN, "matrix-sources", ingest, rec.fetch_state, rec.on_admitted, gaps=gaps
+    )
     app = web.Application()
     app.router.add_put("/_matrix/app/v1/transactions/{transaction_id}", handler.handle)
     client = TestClient(TestServer(app))

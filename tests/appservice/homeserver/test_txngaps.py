@@ -8,7 +8,6 @@ import asyncio
 
 from appservice.homeserver.txngaps import MAX_GAP, MAX_RANGES, TransactionGaps
 from indexer.clock import Clock
-
 from tests.fakeclock import FakeClock
 
 

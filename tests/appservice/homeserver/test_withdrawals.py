@@ -7,22 +7,25 @@ from __future__ import annotations
 import asyncio
 from types import SimpleNamespace
 
-from indexer.clock import Clock
 from appservice.homeserver.withdrawals import Withdrawals
-
-from tests.indexer.store.test_history import ALICE, ROOM, T0, all_text, msg, world  # noqa: F401  (the fixture)
+from indexer.clock import Clock
 from tests.indexer.ingest.test_retention import retention
+from tests.indexer.store.test_history import ALICE, ROOM, T0, all_text, msg, world  # noqa: F401  (the fixture)
 
 
 def make(world, interval: float = 60.0):
     ingest, pipeline, store, log, tmp = world
-    cfg = SimpleNamespace(data_dir=tmp,
-                          index=SimpleNamespace(compaction_interval_seconds=interval))
+    cfg = SimpleNamespace(data_dir=tmp, index=SimpleNamespace(compaction_interval_seconds=interval))
     woken: list[int] = []
     withdrawn: list[list[str]] = []
     now = [1000.0]
-    w = Withdrawals(cfg, ingest, SimpleNamespace(notify=lambda: woken.append(1)),
-                    withdrawn.append, clock=Clock(now=lambda: now[0]))
+    w = Withdrawals(
+        cfg,
+        ingest,
+        SimpleNamespace(notify=lambda: woken.append(1)),
+        withdrawn.append,
+        clock=Clock(now=lambda: now[0]),
+    )
     return w, now, woken, withdrawn
 
 
@@ -58,7 +61,9 @@ def test_nothing_expired_wakes_nobody(world):
 def test_an_erased_user_leaves_the_index_and_the_bot_hears_of_it(world):
     ingest, pipeline, store, _, _ = world
     w, _, woken, withdrawn = make(world)
-    ingest.admit([msg(1, "alice said erasable xq9"), msg(2, "bob stays", sender="@bob:example.org")])
+    ingest.admit(
+        [msg(1, "alice said erasable xq9"), msg(2, "bob stays", sender="@bob:example.org")]
+    )
     pipeline.process_all()
     asyncio.run(w.forget_erased(ALICE))
     assert withdrawn == [["$m1"]] and woken == [1]

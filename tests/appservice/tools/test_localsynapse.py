@@ -16,8 +16,7 @@ pytestmark = pytest.mark.synapse
 
 def whoami(hs: LocalSynapse, token: str) -> str:
     req = urllib.request.Request(
-        hs.url + "/_matrix/client/v3/account/whoami",
-        headers={"Authorization": f"Bearer {token}"},
+        hs.url + "/_matrix/client/v3/account/whoami", headers={"Authorization": f"Bearer {token}"}
     )
     with urllib.request.urlopen(req, timeout=10) as r:
         return json.loads(r.read())["user_id"]

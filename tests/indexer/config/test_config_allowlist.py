@@ -12,19 +12,19 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
-from indexer.ingest import allowlist as allowlist_mod
-from indexer.ingest.allowlist import add_room, load_allowlist, remove_room
 from indexer.config import ConfigError, load_config
 from indexer.datadir import (
     InitError,
-    api_token,
     Registration,
+    api_token,
     init_data_dir,
     load_registration,
     registration_yaml,
 )
-
+from indexer.ingest import allowlist as allowlist_mod
+from indexer.ingest.allowlist import add_room, load_allowlist, remove_room
 from tests.paths import ROOT as REPO
+
 EXAMPLE = REPO / "config" / "config.example.yaml"
 
 
@@ -75,6 +75,7 @@ def test_missing_homeserver_section(tmp_path):
 
 def set_key(key: str, value):
     """An edit for write_config: `index.chroma.port` set to value."""
+
     def edit(d):
         node = d
         *parents, last = key.split(".")
@@ -85,44 +86,47 @@ def set_key(key: str, value):
     return edit
 
 
-@pytest.mark.parametrize("key,value,words", [
-    ("homeserver.url", 8008, "must be a string, not 8008"),
-    ("homeserver.url", "matrix.community.org", "http(s) URL"),
-    ("index.window_max_bytes", "big", "must be an integer, not 'big'"),
-    ("index.window_max_bytes", "500", "must be an integer"),
-    ("index.window_max_bytes", True, "must be an integer, not True"),
-    ("index.window_max_bytes", 0, "greater than 0"),
-    ("index.window_gap_seconds", -5, "greater than 0"),
-    ("index.debounce_seconds", -1, "at least 0, not -1"),
-    ("index.debounce_seconds", "soon", "must be a number"),
-    ("index.compaction_interval_seconds", 0, "greater than 0"),
-    ("index.backfill_days", -30, "greater than 0"),
-    ("index.chroma.port", 0, "from 1 to 65535"),
-    ("appservice.port", 70000, "from 1 to 65535, not 70000"),
-    ("search.default_top_k", 50, "from 1 to 20"),
-    ("search.default_top_k", 0, "from 1 to 20"),
-    ("search.rrf_k", [60], "must be an integer"),
-    ("search.rrf_k", 0, "greater than 0"),
-    ("search.lexical_max_terms", -1, "at least 0"),
-    ("search.rate_limit_per_minute", -1, "at least 0"),
-    ("appservice.port", "http", "must be an integer"),
-    ("index.chroma.mode", "cloud", "embedded or server, not 'cloud'"),
-    ("gate.puppet_patterns", "^@discord_", "must be a list"),
-    ("logging.level", "LOUD", "DEBUG, INFO, WARNING or ERROR"),
-    ("logging.format", "xml", "text or json"),
-    ("appservice.bot_localpart", "Sources Bot", "not a valid localpart"),
-    ("index", 5, "must be a mapping"),
-    # The settings added for answers (issue 13) and backends (issue 16).
-    ("search.min_similarity", 1.5, "from -1 to 1, not 1.5"),
-    ("search.min_similarity", -1.01, "from -1 to 1"),
-    ("search.min_similarity", "high", "must be a number"),
-    ("index.answer_horizon_hours", 0, "greater than 0"),
-    ("index.answer_horizon_hours", -24, "greater than 0"),
-    ("index.answer_horizon_messages", 0, "at least 1, not 0"),
-    ("index.answer_horizon_messages", 1.5, "must be an integer"),
-    ("index.embedder.backend", "cuda", "torch, torch-bf16, onnx, onnx-int8 or q4, not 'cuda'"),
-    ("index.embedder.model", "", "must not be empty"),
-])
+@pytest.mark.parametrize(
+    "key,value,words",
+    [
+        ("homeserver.url", 8008, "must be a string, not 8008"),
+        ("homeserver.url", "matrix.community.org", "http(s) URL"),
+        ("index.window_max_bytes", "big", "must be an integer, not 'big'"),
+        ("index.window_max_bytes", "500", "must be an integer"),
+        ("index.window_max_bytes", True, "must be an integer, not True"),
+        ("index.window_max_bytes", 0, "greater than 0"),
+        ("index.window_gap_seconds", -5, "greater than 0"),
+        ("index.debounce_seconds", -1, "at least 0, not -1"),
+        ("index.debounce_seconds", "soon", "must be a number"),
+        ("index.compaction_interval_seconds", 0, "greater than 0"),
+        ("index.backfill_days", -30, "greater than 0"),
+        ("index.chroma.port", 0, "from 1 to 65535"),
+        ("appservice.port", 70000, "from 1 to 65535, not 70000"),
+        ("search.default_top_k", 50, "from 1 to 20"),
+        ("search.default_top_k", 0, "from 1 to 20"),
+        ("search.rrf_k", [60], "must be an integer"),
+        ("search.rrf_k", 0, "greater than 0"),
+        ("search.lexical_max_terms", -1, "at least 0"),
+        ("search.rate_limit_per_minute", -1, "at least 0"),
+        ("appservice.port", "http", "must be an integer"),
+        ("index.chroma.mode", "cloud", "embedded or server, not 'cloud'"),
+        ("gate.puppet_patterns", "^@discord_", "must be a list"),
+        ("logging.level", "LOUD", "DEBUG, INFO, WARNING or ERROR"),
+        ("logging.format", "xml", "text or json"),
+        ("appservice.bot_localpart", "Sources Bot", "not a valid localpart"),
+        ("index", 5, "must be a mapping"),
+        # The settings added for answers (issue 13) and backends (issue 16).
+        ("search.min_similarity", 1.5, "from -1 to 1, not 1.5"),
+        ("search.min_similarity", -1.01, "from -1 to 1"),
+        ("search.min_similarity", "high", "must be a number"),
+        ("index.answer_horizon_hours", 0, "greater than 0"),
+        ("index.answer_horizon_hours", -24, "greater than 0"),
+        ("index.answer_horizon_messages", 0, "at least 1, not 0"),
+        ("index.answer_horizon_messages", 1.5, "must be an integer"),
+        ("index.embedder.backend", "cuda", "torch, torch-bf16, onnx, onnx-int8 or q4, not 'cuda'"),
+        ("index.embedder.model", "", "must not be empty"),
+    ],
+)
 def test_bad_values_name_the_key(tmp_path, key, value, words):
     e = config_error(write_config(tmp_path, set_key(key, value)))
     assert e.key == key
@@ -131,23 +135,33 @@ def test_bad_values_name_the_key(tmp_path, key, value, words):
 
 def test_a_negative_debounce_is_refused(tmp_path):
     e = config_error(write_config(tmp_path, set_key("index.debounce_seconds", -0.5)))
-    assert str(e) == (f"{tmp_path.resolve() / 'config.yaml'}: index.debounce_seconds: "
-                      "must be at least 0, not -0.5")
-    assert load_config(write_config(tmp_path, set_key("index.debounce_seconds", 0))
-                       ).index.debounce_seconds == 0
+    assert str(e) == (
+        f"{tmp_path.resolve() / 'config.yaml'}: index.debounce_seconds: "
+        "must be at least 0, not -0.5"
+    )
+    assert (
+        load_config(
+            write_config(tmp_path, set_key("index.debounce_seconds", 0))
+        ).index.debounce_seconds
+        == 0
+    )
 
 
-@pytest.mark.parametrize("key,near", [
-    ("index.window_max_byte", "window_max_bytes"),
-    ("serach", "search"),
-    ("index.chroma.prot", "port"),
-    ("index.embedder.bakend", "backend"),
-    ("search.min_similarty", "min_similarity"),
-    ("derived.answer_treshold", "answer_threshold"),
-    ("homeserver.server_name", None),
-])
+@pytest.mark.parametrize(
+    "key,near",
+    [
+        ("index.window_max_byte", "window_max_bytes"),
+        ("serach", "search"),
+        ("index.chroma.prot", "port"),
+        ("index.embedder.bakend", "backend"),
+        ("search.min_similarty", "min_similarity"),
+        ("derived.answer_treshold", "answer_threshold"),
+        ("homeserver.server_name", None),
+    ],
+)
 def test_an_unknown_key_is_refused_naming_it_and_the_file(tmp_path, key, near):
     """A misspelled key would otherwise start the service silently on the default."""
+
     def edit(d):
         *parents, last = key.split(".")
         node = d
@@ -171,15 +185,25 @@ def test_every_problem_is_named_one_a_line(tmp_path):
     file = tmp_path.resolve() / "config.yaml"
     lines = str(e).splitlines()
     assert [line.split(": ")[:2] for line in lines] == [
-        [str(file), "index.window_max_byte"], [str(file), "search.min_similarity"]]
+        [str(file), "index.window_max_byte"],
+        [str(file), "search.min_similarity"],
+    ]
 
 
-@pytest.mark.parametrize("key,value", [
-    ("search.min_similarity", -1), ("search.min_similarity", 1), ("search.min_similarity", 0),
-    ("index.answer_horizon_hours", 0.5), ("index.answer_horizon_hours", 720),
-    ("index.answer_horizon_messages", 1), ("index.embedder.backend", "onnx"),
-    ("index.embedder.backend", "onnx-int8"), ("index.embedder.backend", "torch"),
-])
+@pytest.mark.parametrize(
+    "key,value",
+    [
+        ("search.min_similarity", -1),
+        ("search.min_similarity", 1),
+        ("search.min_similarity", 0),
+        ("index.answer_horizon_hours", 0.5),
+        ("index.answer_horizon_hours", 720),
+        ("index.answer_horizon_messages", 1),
+        ("index.embedder.backend", "onnx"),
+        ("index.embedder.backend", "onnx-int8"),
+        ("index.embedder.backend", "torch"),
+    ],
+)
 def test_new_settings_accept_their_range(tmp_path, key, value):
     got = load_config(write_config(tmp_path, set_key(key, value)))
     for part in key.split("."):  # the key's own place: one definition of it
@@ -195,21 +219,28 @@ def test_new_settings_default_when_absent(tmp_path):
         del d["index"]["embedder"]
 
     cfg = load_config(write_config(tmp_path, edit))
-    assert (cfg.search.min_similarity, cfg.index.answer_horizon_hours, cfg.index.answer_horizon_messages,
-            cfg.index.embedder.model, cfg.index.embedder.backend) == (0.34, 24, 150, "all-MiniLM-L6-v2", "onnx-int8")
+    assert (
+        cfg.search.min_similarity,
+        cfg.index.answer_horizon_hours,
+        cfg.index.answer_horizon_messages,
+        cfg.index.embedder.model,
+        cfg.index.embedder.backend,
+    ) == (0.34, 24, 150, "all-MiniLM-L6-v2", "onnx-int8")
 
 
 def test_the_embedder_as_a_name_alone_still_reads(tmp_path):
     """Config files written before backends say `index.embedder: NAME`."""
     cfg = load_config(write_config(tmp_path, set_key("index.embedder", "hash")))
     assert (cfg.index.embedder.model, cfg.index.embedder.backend) == ("hash", "torch")
-    cfg = load_config(write_config(tmp_path, set_key("index.embedder",
-                                                     {"model": "hash", "backend": "onnx"})))
+    cfg = load_config(
+        write_config(tmp_path, set_key("index.embedder", {"model": "hash", "backend": "onnx"}))
+    )
     assert (cfg.index.embedder.model, cfg.index.embedder.backend) == ("hash", "onnx")
 
 
 def test_an_empty_value_reads_as_the_default(tmp_path):
     """`port:` with nothing after it, as when an admin blanks a value."""
+
     def edit(d):
         d["index"]["chroma"]["port"] = None
         d["search"]["admins"] = None
@@ -234,9 +265,10 @@ def test_the_example_shows_every_setting_at_its_default(tmp_path):
     def leaves(section, prefix=""):
         fields = getattr(section, "model_fields", None) or section.__pydantic_fields__
         for name, info in fields.items():
-            if isinstance(info.annotation, type) and (hasattr(info.annotation, "model_fields")
-                                                      or hasattr(info.annotation,
-                                                                 "__pydantic_fields__")):
+            if isinstance(info.annotation, type) and (
+                hasattr(info.annotation, "model_fields")
+                or hasattr(info.annotation, "__pydantic_fields__")
+            ):
                 yield from leaves(info.annotation, f"{prefix}{name}.")
             else:
                 yield prefix + name
@@ -261,23 +293,29 @@ def test_a_servers_persist_dir_resolves_beside_the_config_and_is_for_server_mode
     assert "index.chroma" in str(e) and "persist_dir is for mode: server" in str(e)
 
 
-@pytest.mark.parametrize("key,value", [
-    ("homeserver.url", "https://example.com"),
-    ("homeserver.url", "https://matrix.example.com:8448"),
-    ("homeserver.domain", "example.com"),
-    ("homeserver.domain", "matrix.example.com"),
-    ("homeserver.domain", "CHANGE_ME"),
-])
+@pytest.mark.parametrize(
+    "key,value",
+    [
+        ("homeserver.url", "https://example.com"),
+        ("homeserver.url", "https://matrix.example.com:8448"),
+        ("homeserver.domain", "example.com"),
+        ("homeserver.domain", "matrix.example.com"),
+        ("homeserver.domain", "CHANGE_ME"),
+    ],
+)
 def test_placeholder_values_are_refused(tmp_path, key, value):
     section, name = key.split(".")
     e = config_error(write_config(tmp_path, lambda d: d[section].__setitem__(name, value)))
     assert e.key == key and "placeholder" in str(e)
 
 
-@pytest.mark.parametrize("url,domain", [
-    ("https://matrix.myexample.community", "myexample.community"),
-    ("https://chat.notexample.com", "notexample.com"),
-])
+@pytest.mark.parametrize(
+    "url,domain",
+    [
+        ("https://matrix.myexample.community", "myexample.community"),
+        ("https://chat.notexample.com", "notexample.com"),
+    ],
+)
 def test_real_domains_that_contain_example_com_are_accepted(tmp_path, url, domain):
     def edit(d):
         d["homeserver"]["url"] = url
@@ -286,12 +324,18 @@ def test_real_domains_that_contain_example_com_are_accepted(tmp_path, url, domai
     assert load_config(write_config(tmp_path, edit)).homeserver.domain == domain
 
 
-@pytest.mark.parametrize("patterns,index,words", [
-    (["(["], 0, "not a regex"), (["^@ok_.*", "*bad"], 1, "not a regex"),
-    ([5], 0, "must be a string")])
+@pytest.mark.parametrize(
+    "patterns,index,words",
+    [
+        (["(["], 0, "not a regex"),
+        (["^@ok_.*", "*bad"], 1, "not a regex"),
+        ([5], 0, "must be a string"),
+    ],
+)
 def test_bad_puppet_regex_names_its_index(tmp_path, patterns, index, words):
-    e = config_error(write_config(tmp_path, lambda d: d["gate"].__setitem__("puppet_patterns",
-                                                                            patterns)))
+    e = config_error(
+        write_config(tmp_path, lambda d: d["gate"].__setitem__("puppet_patterns", patterns))
+    )
     assert e.key == f"gate.puppet_patterns[{index}]" and words in str(e)
 
 
@@ -319,8 +363,18 @@ def misspelled(tmp_path, capsys) -> Path:
     return cfg
 
 
-@pytest.mark.parametrize("argv", [["run"], ["search", "ntfs"], ["journal"], ["doctor"],
-                                  ["backfill"], ["allowlist", "list"], ["verify"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run"],
+        ["search", "ntfs"],
+        ["journal"],
+        ["doctor"],
+        ["backfill"],
+        ["allowlist", "list"],
+        ["verify"],
+    ],
+)
 def test_a_misspelled_key_stops_each_command_naming_key_and_file(misspelled, capsys, argv):
     from appservice.cli.main import main
 
@@ -336,16 +390,23 @@ def test_the_installed_command_exits_1_without_a_traceback(misspelled):
     import subprocess
     import sys
 
-    p = subprocess.run([sys.executable, "-m", "appservice.cli.main", "run", "-c", str(misspelled)],
-                       capture_output=True, text=True, cwd=REPO, timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-m", "appservice.cli.main", "run", "-c", str(misspelled)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
     assert p.returncode == 1
-    assert p.stderr.strip() == (f"error: {misspelled.resolve()}: index.window_max_byte: "
-                                "unknown key; did you mean window_max_bytes? the keys here are "
-                                "answer_horizon_hours, answer_horizon_messages, backfill_days, "
-                                "chroma, claim_lease_seconds, compaction_interval_seconds, "
-                                "debounce_seconds, embedder, max_pending, pipeline, "
-                                "require_world_readable, "
-                                "window_gap_seconds, window_max_bytes")
+    assert p.stderr.strip() == (
+        f"error: {misspelled.resolve()}: index.window_max_byte: "
+        "unknown key; did you mean window_max_bytes? the keys here are "
+        "answer_horizon_hours, answer_horizon_messages, backfill_days, "
+        "chroma, claim_lease_seconds, compaction_interval_seconds, "
+        "debounce_seconds, embedder, max_pending, pipeline, "
+        "require_world_readable, "
+        "window_gap_seconds, window_max_bytes"
+    )
 
 
 # -- allowlist --------------------------------------------------------------------------
@@ -372,12 +433,21 @@ def test_add_keeps_comments_and_order(allowlist):
     assert add_room(allowlist, "!fourth:example.org", "#fourth:example.org")
     text = allowlist.read_text()
     assert text.startswith(ALLOWLIST.rstrip("\n").rsplit("\n", 1)[0])  # all before untouched
-    for comment in ("# Rooms matrix-sources indexes.", "# Keep this list short.",
-                    "# #first:example.org", "# the operations room", "# #ops:example.org",
-                    "# #fourth:example.org"):
+    for comment in (
+        "# Rooms matrix-sources indexes.",
+        "# Keep this list short.",
+        "# #first:example.org",
+        "# the operations room",
+        "# #ops:example.org",
+        "# #fourth:example.org",
+    ):
         assert comment in text
-    assert load_allowlist(allowlist) == ["!first:example.org", "!second:example.org",
-                                         "!third:example.org", "!fourth:example.org"]
+    assert load_allowlist(allowlist) == [
+        "!first:example.org",
+        "!second:example.org",
+        "!third:example.org",
+        "!fourth:example.org",
+    ]
 
 
 def test_add_twice_is_a_no_op(allowlist):
@@ -389,8 +459,12 @@ def test_remove_keeps_the_other_rooms_and_their_comments(allowlist):
     assert remove_room(allowlist, "!third:example.org")
     text = allowlist.read_text()
     assert load_allowlist(allowlist) == ["!first:example.org", "!second:example.org"]
-    for comment in ("# Rooms matrix-sources indexes.", "# #first:example.org",
-                    "# the operations room", "# #ops:example.org"):
+    for comment in (
+        "# Rooms matrix-sources indexes.",
+        "# #first:example.org",
+        "# the operations room",
+        "# #ops:example.org",
+    ):
         assert comment in text
     assert not remove_room(allowlist, "!third:example.org")
 
@@ -422,15 +496,18 @@ def test_remove_any_room_keeps_every_full_line_comment_in_order(tmp_path, room):
     p.write_text(RICH)
     assert remove_room(p, room)
     text = p.read_text()
-    comments = [line.strip() for line in text.splitlines() if line.strip().startswith("#")
-                and not line.strip().startswith("# #")]
-    assert comments == ["# header", "# infrastructure", "# community", "# support",
-                        "# footer"]
+    comments = [
+        line.strip()
+        for line in text.splitlines()
+        if line.strip().startswith("#") and not line.strip().startswith("# #")
+    ]
+    assert comments == ["# header", "# infrastructure", "# community", "# support", "# footer"]
     assert f"# #{room[1:]}" not in text  # the room's own end-of-line comment goes with it
     assert load_allowlist(p) == [r for r in ["!a:x", "!b:x", "!c:x"] if r != room]
     # The line of the removed room is the only line gone.
     assert [line for line in RICH.splitlines() if line not in text.splitlines()] == [
-        line for line in RICH.splitlines() if f"'{room}'" in line]
+        line for line in RICH.splitlines() if f"'{room}'" in line
+    ]
 
 
 def test_add_then_remove_round_trips(allowlist):
@@ -510,11 +587,18 @@ def read_yaml(p: Path):
 def test_init_writes_a_working_data_dir(tmp_path):
     d = tmp_path / "data"
     files = init_data_dir(d, "http://127.0.0.1:8008", "community.org", as_port=29999)
-    assert sorted(f.name for f in files) == ["allowlist.yaml", "api_token", "config.yaml",
-                                             "registration.yaml"]
+    assert sorted(f.name for f in files) == [
+        "allowlist.yaml",
+        "api_token",
+        "config.yaml",
+        "registration.yaml",
+    ]
     cfg = load_config(d / "config.yaml")
     assert (cfg.homeserver.url, cfg.homeserver.domain, cfg.appservice.port) == (
-        "http://127.0.0.1:8008", "community.org", 29999)
+        "http://127.0.0.1:8008",
+        "community.org",
+        29999,
+    )
     reg = load_registration(cfg.registration_path)
     assert reg.url == "http://127.0.0.1:29999"
     assert reg.sender_localpart == cfg.appservice.bot_localpart
@@ -556,8 +640,14 @@ def test_init_writes_fresh_random_tokens_each_time(tmp_path):
     other = tmp_path / "other"
     init_data_dir(other)
     third = load_registration(other / "registration.yaml")
-    tokens = [first.as_token, first.hs_token, second.as_token, second.hs_token,
-              third.as_token, third.hs_token]
+    tokens = [
+        first.as_token,
+        first.hs_token,
+        second.as_token,
+        second.hs_token,
+        third.as_token,
+        third.hs_token,
+    ]
     assert len(set(tokens)) == len(tokens)
     assert all(len(t) >= 32 and "CHANGE_ME" not in t for t in tokens)
 
@@ -574,8 +664,10 @@ def test_registration_namespace_is_exclusive_and_holds_only_the_bot(tmp_path, do
 
 
 def test_registration_regex_escapes_the_localpart():
-    text = registration_yaml(Registration("matrix-sources", "http://127.0.0.1:1", "a" * 40,
-                                          "b" * 40, "sources.bot"), "community.org")
+    text = registration_yaml(
+        Registration("matrix-sources", "http://127.0.0.1:1", "a" * 40, "b" * 40, "sources.bot"),
+        "community.org",
+    )
     [ns] = YAML(typ="safe").load(text)["namespaces"]["users"]
     assert_holds_only(ns["regex"], "sources.bot", "community.org")
     assert not re.match(ns["regex"], "@sourcesXbot:community.org")
@@ -585,9 +677,14 @@ def assert_holds_only(regex: str, localpart: str, domain: str) -> None:
     rx = re.compile(regex)
     # Synapse tests namespaces with re.match: anchored at the start only.
     assert rx.match(f"@{localpart}:{domain}")
-    for other in [f"@{localpart}2:{domain}", f"@x{localpart}:{domain}", f"@alice:{domain}",
-                  f"@{localpart}:{domain}.evil.org", f"@{localpart}:{domain}x",
-                  f"@{localpart}:other.org"]:
+    for other in [
+        f"@{localpart}2:{domain}",
+        f"@x{localpart}:{domain}",
+        f"@alice:{domain}",
+        f"@{localpart}:{domain}.evil.org",
+        f"@{localpart}:{domain}x",
+        f"@{localpart}:other.org",
+    ]:
         assert not rx.match(other), other
 
 
@@ -624,5 +721,8 @@ def test_registration_missing_keys_are_named(tmp_path):
 def test_the_old_name_of_the_compaction_interval_says_its_new_one(tmp_path):
     def edit(d):
         d["index"]["scrub_interval_seconds"] = d["index"].pop("compaction_interval_seconds")
+
     e = config_error(write_config(tmp_path, edit))
-    assert "index.scrub_interval_seconds" in str(e) and "index.compaction_interval_seconds" in str(e)
+    assert "index.scrub_interval_seconds" in str(e) and "index.compaction_interval_seconds" in str(
+        e
+    )

@@ -26,23 +26,22 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
-from appservice.cli.main import main
 from appservice.bot.responder import RateLimiter, Responder
+from appservice.cli.main import main
 from indexer.components import Index
 from indexer.config import Config, load_config
 from indexer.datadir import init_data_dir
 from indexer.derived.filter import JOURNAL_KIND, Matcher
-from indexer.models.embedder import HashEmbedder
-from indexer.ingest.events import MessageEvent, parse_event
 from indexer.derived.manifest import Manifest, manifest_path
 from indexer.derived.normalise import containment, text_shingles
-from indexer.records import EventID, Message, RoomID, UserID, Window
 from indexer.derived.reference import cut_sections
-
-from tests.vectorscan import files_holding
-from tests.storekit import stored_vectors
+from indexer.ingest.events import MessageEvent, parse_event
+from indexer.models.embedder import HashEmbedder
+from indexer.records import EventID, Message, RoomID, UserID, Window
 from tests.botkit import RecordingMatrix as Matrix
 from tests.paths import FIXTURES
+from tests.storekit import stored_vectors
+from tests.vectorscan import files_holding
 
 FIXTURE = FIXTURES / "ops-cheatsheet.md"
 ROOM = "!ops:example.org"
@@ -53,8 +52,11 @@ T0 = 1_700_000_000_000
 
 
 def _section_text(heading: str) -> str:
-    [s] = [s for s in cut_sections(CORPUS, FIXTURE.name, FIXTURE.read_text())
-           if s.heading.endswith(heading)]
+    [s] = [
+        s
+        for s in cut_sections(CORPUS, FIXTURE.name, FIXTURE.read_text())
+        if s.heading.endswith(heading)
+    ]
     return s.text
 
 
@@ -75,22 +77,27 @@ curl -X POST -H "Authorization: Bearer $ADMIN_TOKEN" \\
   "http://localhost:8008/_synapse/admin/v1/purge_media_cache?before_ts=$BEFORE"
 I ran the first two on our box and got about 3G back, but the media purge answers 400 \
 every time. Anyone seen that?"""
-PARAPHRASE = ("When the disk gets full, first look at what is big with df and du (ncdu is "
-              "nicer), then shrink the systemd logs to half a gigabyte or two weeks and put "
-              "that cap into journald's config so it stays. Old cached media from other "
-              "servers can go through the admin API, and postgres only gives the space back "
-              "after a full vacuum.")
+PARAPHRASE = (
+    "When the disk gets full, first look at what is big with df and du (ncdu is "
+    "nicer), then shrink the systemd logs to half a gigabyte or two weeks and put "
+    "that cap into journald's config so it stays. Old cached media from other "
+    "servers can go through the admin API, and postgres only gives the space back "
+    "after a full vacuum."
+)
 DISCUSSION = """has anyone else had journalctl eat the whole disk on debian? we ran
 sudo journalctl --vacuum-size=500M
 sudo journalctl --vacuum-time=14d
 and got going again, but we only noticed because synapse stopped federating. I think we \
 want an alert on /var and a real retention policy before anyone touches the vacuum \
 settings again, and the media store needs a look too"""
-CHAT = ["the federation tester is green again after the certificate renewal this morning",
-        "reminder: the community call moves to thursday evening this week"]
+CHAT = [
+    "the federation tester is green again after the certificate renewal this morning",
+    "reminder: the community call moves to thursday evening this week",
+]
 
 
 # -- a data dir, driven like the service drives it ------------------------------------------
+
 
 def cli(*argv: str) -> tuple[int, str]:
     out = io.StringIO()
@@ -112,10 +119,18 @@ class World:
     def post(self, body: str, sender: str = "@alice:example.org") -> str:
         self.n += 1
         event_id = f"$ev{self.n}"
-        result = self.index.ingest.admit([{
-            "type": "m.room.message", "room_id": ROOM, "sender": sender,
-            "event_id": event_id, "origin_server_ts": T0 + self.n * 60_000,
-            "content": {"msgtype": "m.text", "body": body}}])
+        result = self.index.ingest.admit(
+            [
+                {
+                    "type": "m.room.message",
+                    "room_id": ROOM,
+                    "sender": sender,
+                    "event_id": event_id,
+                    "origin_server_ts": T0 + self.n * 60_000,
+                    "content": {"msgtype": "m.text", "body": body},
+                }
+            ]
+        )
         assert result.appended == 1
         return event_id
 
@@ -133,8 +148,7 @@ class World:
 
     def manifest_entries(self) -> list[dict]:
         path = manifest_path(self.cfg.data_dir)
-        return [json.loads(line) for line in path.read_text().splitlines()] \
-            if path.exists() else []
+        return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
 def make_world(root: Path) -> World:
@@ -150,9 +164,19 @@ def make_world(root: Path) -> World:
     cfg = load_config(data / "config.yaml")
     assert (cfg.derived.answer_threshold, cfg.derived.reference_threshold) == (0.8, 0.5)
     index = Index.open(cfg, HashEmbedder())
-    index.ingest.admit([{"type": "m.room.join_rules", "room_id": ROOM, "state_key": "",
-                         "sender": "@admin:example.org", "event_id": "$jr",
-                         "origin_server_ts": 1, "content": {"join_rule": "public"}}])
+    index.ingest.admit(
+        [
+            {
+                "type": "m.room.join_rules",
+                "room_id": ROOM,
+                "state_key": "",
+                "sender": "@admin:example.org",
+                "event_id": "$jr",
+                "origin_server_ts": 1,
+                "content": {"join_rule": "public"},
+            }
+        ]
+    )
     return World(cfg, index)
 
 
@@ -167,9 +191,17 @@ def cycle(tmp_path_factory):
     outcome of the same run, so an everything-excluding filter cannot pass 1 and 3."""
     w = make_world(tmp_path_factory.mktemp("cycle"))
     add_corpus(w)
-    ids = {name: w.post(body) for name, body in
-           [("verbatim", VERBATIM), ("partial", PARTIAL), ("paraphrase", PARAPHRASE),
-            ("discussion", DISCUSSION), ("chat0", CHAT[0]), ("chat1", CHAT[1])]}
+    ids = {
+        name: w.post(body)
+        for name, body in [
+            ("verbatim", VERBATIM),
+            ("partial", PARTIAL),
+            ("paraphrase", PARAPHRASE),
+            ("discussion", DISCUSSION),
+            ("chat0", CHAT[0]),
+            ("chat1", CHAT[1]),
+        ]
+    }
     w.run()
     yield w, ids
     w.index.close()
@@ -184,6 +216,7 @@ def world(tmp_path):
 
 # -- 1 -------------------------------------------------------------------------------------
 
+
 def test_1_verbatim_section_quote_is_excluded(cycle):
     w, ids = cycle
     assert w.status(ids["verbatim"]) == "derived"
@@ -194,6 +227,7 @@ def test_1_verbatim_section_quote_is_excluded(cycle):
 
 
 # -- 2 -------------------------------------------------------------------------------------
+
 
 def test_2_discussion_without_quoting_is_indexed_in_the_same_run(cycle):
     w, ids = cycle
@@ -210,6 +244,7 @@ def test_2_discussion_without_quoting_is_indexed_in_the_same_run(cycle):
 
 
 # -- 3 -------------------------------------------------------------------------------------
+
 
 def test_3_partial_quote_of_a_long_section_is_excluded(cycle):
     w, ids = cycle
@@ -243,9 +278,16 @@ SPAM_TALK = [
 
 
 def command(body: str, event_id: str) -> MessageEvent:
-    ev = parse_event({"type": "m.room.message", "room_id": ROOM, "event_id": event_id,
-                      "sender": "@bob:example.org", "origin_server_ts": T0,
-                      "content": {"msgtype": "m.text", "body": body}})
+    ev = parse_event(
+        {
+            "type": "m.room.message",
+            "room_id": ROOM,
+            "event_id": event_id,
+            "sender": "@bob:example.org",
+            "origin_server_ts": T0,
+            "content": {"msgtype": "m.text", "body": body},
+        }
+    )
     assert isinstance(ev, MessageEvent)
     return ev
 
@@ -257,29 +299,42 @@ async def ask(w: World, text: str):
         sent.append(content)
         return f"$reply{len(sent)}"
 
-    responder = Responder(w.index.searcher, send, "@sourcesbot:example.org",
-                          limiter=RateLimiter(0), record_answer=w.index.record_answer)
+    responder = Responder(
+        w.index.searcher,
+        send,
+        "@sourcesbot:example.org",
+        limiter=RateLimiter(0),
+        record_answer=w.index.record_answer,
+    )
     reply = await responder.answer(command(f"!sources {text}", "$cmd"))
     return reply, sent[0]
 
 
 def answer_cases(reply, body: str) -> dict[str, str]:
     hit_block = body.split("\n1. ", 1)[1].split("\n2. ", 1)[0]
-    return {"pasted_line": "the bot said: " + reply.quoted[0],
-            "pasted_hit": "1. " + hit_block,
-            "paraphrase": "raising the posting power level for newcomers while a spam wave "
-                          "lasts worked for us before as well",
-            "unrelated": "does anyone know whether the community call is recorded and "
-                         "where the recordings end up afterwards"}
+    return {
+        "pasted_line": "the bot said: " + reply.quoted[0],
+        "pasted_hit": "1. " + hit_block,
+        "paraphrase": "raising the posting power level for newcomers while a spam wave "
+        "lasts worked for us before as well",
+        "unrelated": "does anyone know whether the community call is recorded and "
+        "where the recordings end up afterwards",
+    }
 
 
 def outcomes(w: World, cases: dict[str, str]) -> dict[str, tuple]:
     ids = {name: w.post(body, "@carol:example.org") for name, body in cases.items()}
     w.run()
     derived = {d.event_id: d for d in w.index.eventlog.derived.derived_events()}
-    return {name: (w.status(e),) + ((derived[e].kind, derived[e].artifact,
-                                     round(derived[e].score, 6), derived[e].threshold)
-                                    if e in derived else ()) for name, e in ids.items()}
+    return {
+        name: (w.status(e),)
+        + (
+            (derived[e].kind, derived[e].artifact, round(derived[e].score, 6), derived[e].threshold)
+            if e in derived
+            else ()
+        )
+        for name, e in ids.items()
+    }
 
 
 async def test_4_answer_kind_is_unchanged_by_reference_corpora(world):
@@ -303,12 +358,15 @@ async def test_4_answer_kind_is_unchanged_by_reference_corpora(world):
 
 # -- 5 -------------------------------------------------------------------------------------
 
+
 def test_5_every_exclusion_carries_artifact_score_and_threshold(cycle):
     w, ids = cycle
     entries = list(w.index.journal.read(kind=JOURNAL_KIND))
     assert len(entries) == 2
-    thresholds = {"answer": w.cfg.derived.answer_threshold,
-                  "reference": w.cfg.derived.reference_threshold}
+    thresholds = {
+        "answer": w.cfg.derived.answer_threshold,
+        "reference": w.cfg.derived.reference_threshold,
+    }
     logged = {d.event_id: d for d in w.index.eventlog.derived.derived_events()}
     for e in entries:
         assert e["artifact"] and e["artifact_kind"] in thresholds
@@ -316,8 +374,11 @@ def test_5_every_exclusion_carries_artifact_score_and_threshold(cycle):
         assert e["threshold"] <= e["score"] <= 1
         assert e["shingle_size"] == w.cfg.derived.shingle_size and e["artifact_sha256"]
         d = logged[e["event_id"]]  # the event log is tagged with the same facts
-        assert (d.artifact, d.kind, d.threshold) == (e["artifact"], e["artifact_kind"],
-                                                     e["threshold"])
+        assert (d.artifact, d.kind, d.threshold) == (
+            e["artifact"],
+            e["artifact_kind"],
+            e["threshold"],
+        )
         assert d.score == e["score"]
     journal = w.cfg.journal_path.read_text()
     for phrase in ("vacuum-size", "journald", "federation tester", "generate_signing_key"):
@@ -326,13 +387,16 @@ def test_5_every_exclusion_carries_artifact_score_and_threshold(cycle):
     rc, out = cli("verify", "-c", w.config, "--exclusions", "--since", "1h")
     assert rc == 0 and "exclusions: 2" in out
     for e in entries:
-        assert f"{e['event_id']}  reference {e['artifact']}  score {e['score']:.3f}  " \
-               f"threshold {e['threshold']:.2f}" in out
+        assert (
+            f"{e['event_id']}  reference {e['artifact']}  score {e['score']:.3f}  "
+            f"threshold {e['threshold']:.2f}" in out
+        )
     rc, out = cli("verify", "-c", w.config, "--exclusions", "--since", "2999-01-01")
     assert rc == 0 and "exclusions: 0" in out
 
 
 # -- 6 -------------------------------------------------------------------------------------
+
 
 def test_6_ref_rm_removes_manifest_entries_and_the_message_is_indexed(world):
     add_corpus(world)
@@ -355,6 +419,7 @@ def test_6_ref_rm_removes_manifest_entries_and_the_message_is_indexed(world):
 
 # -- 7 -------------------------------------------------------------------------------------
 
+
 def test_7_verify_derived_filter_catches_a_hand_inserted_leak(world):
     add_corpus(world)
     world.post(CHAT[0])
@@ -362,8 +427,13 @@ def test_7_verify_derived_filter_catches_a_hand_inserted_leak(world):
     rc, out = cli("verify", "-c", world.config, "--derived-filter")
     assert rc == 0 and "derived-filter: ok" in out
 
-    leak = Message(EventID("$leak"), RoomID(ROOM), UserID("@mallory:example.org"), T0,
-                   _section_text("Signing keys"))
+    leak = Message(
+        EventID("$leak"),
+        RoomID(ROOM),
+        UserID("@mallory:example.org"),
+        T0,
+        _section_text("Signing keys"),
+    )
     window = Window(window_id="wleak", room_id=RoomID(ROOM), messages=(leak,))
     world.index.store.upsert([window], HashEmbedder().encode([leak.body]))
     # Its text lives in the event log, where the audit reads it (indexed in that window).
@@ -380,15 +450,21 @@ def test_7b_a_quote_split_over_short_messages_counts_only_from_after_the_artifac
     by one) that together are a section, written after the section became an artifact,
     are a leak, also in a window that begins with older talk; the same pieces written
     before it are evidence."""
-    pieces = ["The signing key proves to other servers",
-              "that events came from us. Rotate it",
-              "only when it leaked or its file",
-              "is lost. Generate a new key:"]
+    pieces = [
+        "The signing key proves to other servers",
+        "that events came from us. Rotate it",
+        "only when it leaked or its file",
+        "is lost. Generate a new key:",
+    ]
     log = world.index.eventlog
 
     def append(name: str, bodies: list[str]) -> list[Message]:
-        msgs = [Message(EventID(f"${name}{i}"), RoomID(ROOM), UserID("@mallory:example.org"),
-                        T0 + i, body) for i, body in enumerate(bodies)]
+        msgs = [
+            Message(
+                EventID(f"${name}{i}"), RoomID(ROOM), UserID("@mallory:example.org"), T0 + i, body
+            )
+            for i, body in enumerate(bodies)
+        ]
         log.append([(m, None) for m in msgs])
         return msgs
 
@@ -414,6 +490,7 @@ def test_7b_a_quote_split_over_short_messages_counts_only_from_after_the_artifac
 
 # -- 8 -------------------------------------------------------------------------------------
 
+
 def test_8_ref_rm_leaves_earlier_exclusions_unchanged(world):
     add_corpus(world)
     ids = [world.post(VERBATIM), world.post(PARTIAL)]
@@ -426,8 +503,9 @@ def test_8_ref_rm_leaves_earlier_exclusions_unchanged(world):
     assert cli("ref", "rm", "-c", world.config, CORPUS)[0] == 0
     journal_after = world.cfg.journal_path.read_bytes()
     assert journal_after.startswith(journal_before)  # appended to, never rewritten
-    assert [line for line in journal_after.splitlines()
-            if JOURNAL_KIND.encode() in line] == lines_before
+    assert [
+        line for line in journal_after.splitlines() if JOURNAL_KIND.encode() in line
+    ] == lines_before
     assert world.index.eventlog.derived.derived_events() == logged_before
     assert all(world.status(e) == "derived" for e in ids)
     rc, out = cli("verify", "-c", world.config, "--exclusions")
@@ -435,6 +513,7 @@ def test_8_ref_rm_leaves_earlier_exclusions_unchanged(world):
 
 
 # -- disguised quotes (issue 26): what reads the same is judged the same -----------------
+
 
 def _inside_words(mark: str):
     return lambda text: re.sub(r"(\w\w)(?=\w\w)", lambda m: m.group(1) + mark, text)
@@ -445,7 +524,8 @@ DISGUISED = {
     "zero-width after every character": lambda text: "".join(c + "\u200b" for c in text),
     "soft hyphens": _inside_words("\u00ad"),
     "cyrillic lookalikes": lambda text: text.translate(
-        str.maketrans("aceopxyABCEHKMOPTX", "асеорхуАВСЕНКМОРТХ")),
+        str.maketrans("aceopxyABCEHKMOPTX", "асеорхуАВСЕНКМОРТХ")
+    ),
 }
 
 
@@ -458,8 +538,7 @@ def test_disguised_quotes_are_excluded_beside_the_plain_one(world):
     ids = {name: world.post(disguise(VERBATIM)) for name, disguise in DISGUISED.items()}
     discussion = world.post(DISCUSSION)
     world.run()
-    assert {name: world.status(e) for name, e in ids.items()} == dict.fromkeys(
-        DISGUISED, "derived")
+    assert {name: world.status(e) for name, e in ids.items()} == dict.fromkeys(DISGUISED, "derived")
     assert world.status(discussion) == "indexed"
     exclusions = world.exclusions()
     assert {exclusions[e]["artifact"] for e in ids.values()} == {SIGNING}
@@ -479,34 +558,66 @@ async def test_disguises_pushed_through_the_transaction_endpoint_are_excluded(wo
 
     async def fetch_state(room_id: str) -> None: ...
 
-    handler = TransactionHandler("hs-token-0123456789abcdef", "matrix-sources",
-                                 world.index.ingest, fetch_state, lambda *_: None)
+    handler = TransactionHandler(
+        "hs-token-0123456789abcdef",
+        "matrix-sources",
+        world.index.ingest,
+        fetch_state,
+        lambda *_: None,
+    )
     app = web.Application()
     app.router.add_put("/_matrix/app/v1/transactions/{transaction_id}", handler.handle)
     client = TestClient(TestServer(app))
     await client.start_server()
 
     def message(event_id: str, body: str, **extra) -> dict:
-        return {"type": "m.room.message", "room_id": ROOM, "sender": "@mallory:example.org",
-                "event_id": event_id, "origin_server_ts": T0,
-                "content": {"msgtype": "m.text", "body": body, **extra}}
+        return {
+            "type": "m.room.message",
+            "room_id": ROOM,
+            "sender": "@mallory:example.org",
+            "event_id": event_id,
+            "origin_server_ts": T0,
+            "content": {"msgtype": "m.text", "body": body, **extra},
+        }
 
     async def push(txn: str, events: list[dict]) -> None:
-        resp = await client.put(f"/_matrix/app/v1/transactions/{txn}",
-                                json={"events": events},
-                                headers={"Authorization": "Bearer hs-token-0123456789abcdef"})
+        resp = await client.put(
+            f"/_matrix/app/v1/transactions/{txn}",
+            json={"events": events},
+            headers={"Authorization": "Bearer hs-token-0123456789abcdef"},
+        )
         assert resp.status == 200, await resp.text()
 
     try:
-        await push("1", [message("$zw", DISGUISED["zero-width after every character"](VERBATIM)),
-                         message("$cyr", DISGUISED["cyrillic lookalikes"](VERBATIM)),
-                         message("$fine", CHAT[0]), message("$talk", DISCUSSION)])
+        await push(
+            "1",
+            [
+                message("$zw", DISGUISED["zero-width after every character"](VERBATIM)),
+                message("$cyr", DISGUISED["cyrillic lookalikes"](VERBATIM)),
+                message("$fine", CHAT[0]),
+                message("$talk", DISCUSSION),
+            ],
+        )
         world.run()
         assert [world.status(e) for e in ("$zw", "$cyr", "$fine", "$talk")] == [
-            "derived", "derived", "indexed", "indexed"]
-        await push("2", [message("$edit", f"* {VERBATIM}", **{
-            "m.new_content": {"msgtype": "m.text", "body": VERBATIM},
-            "m.relates_to": {"rel_type": "m.replace", "event_id": "$fine"}})])
+            "derived",
+            "derived",
+            "indexed",
+            "indexed",
+        ]
+        await push(
+            "2",
+            [
+                message(
+                    "$edit",
+                    f"* {VERBATIM}",
+                    **{
+                        "m.new_content": {"msgtype": "m.text", "body": VERBATIM},
+                        "m.relates_to": {"rel_type": "m.replace", "event_id": "$fine"},
+                    },
+                )
+            ],
+        )
         world.run()
         assert world.status("$fine") == "derived" and world.status("$talk") == "indexed"
         assert not {"$zw", "$cyr", "$fine"} & world.stored_events()
@@ -518,12 +629,23 @@ def edit(world: World, target: str, body: str, sender: str = "@alice:example.org
     """Whether the edit took: only its sender's (alice's) edits do."""
     world.n += 1
     event_id = f"$edit{world.n}"
-    result = world.index.ingest.admit([{
-        "type": "m.room.message", "room_id": ROOM, "sender": sender, "event_id": event_id,
-        "origin_server_ts": T0 + world.n * 60_000,
-        "content": {"msgtype": "m.text", "body": f"* {body}",
+    result = world.index.ingest.admit(
+        [
+            {
+                "type": "m.room.message",
+                "room_id": ROOM,
+                "sender": sender,
+                "event_id": event_id,
+                "origin_server_ts": T0 + world.n * 60_000,
+                "content": {
+                    "msgtype": "m.text",
+                    "body": f"* {body}",
                     "m.new_content": {"msgtype": "m.text", "body": body},
-                    "m.relates_to": {"rel_type": "m.replace", "event_id": target}}}])
+                    "m.relates_to": {"rel_type": "m.replace", "event_id": target},
+                },
+            }
+        ]
+    )
     return (target in result.history.edited) == (sender == "@alice:example.org")
 
 
@@ -535,8 +657,7 @@ def test_an_indexed_message_edited_into_a_quote_leaves_the_index_like_a_redactio
     harmless = world.post(CHAT[0])
     neighbour = world.post(CHAT[1])
     world.run()
-    [old_window] = {w.window_id for w in world.index.store.get()
-                    if harmless in w.event_ids}
+    [old_window] = {w.window_id for w in world.index.store.get() if harmless in w.event_ids}
     old_vector = stored_vectors(world.index.store, [old_window])[old_window]
     assert world.status(harmless) == "indexed"
 
@@ -576,25 +697,46 @@ def test_an_edit_by_someone_else_changes_nothing(world):
 
 # -- an artifact cannot make older text derived (issue 26 item 9) -----------------------
 
+
 def redact(world: World, target: str) -> set[str]:
     world.n += 1
-    result = world.index.ingest.admit([{
-        "type": "m.room.redaction", "room_id": ROOM, "sender": "@alice:example.org",
-        "event_id": f"$redaction{world.n}", "redacts": target,
-        "origin_server_ts": T0 + world.n * 60_000, "content": {"redacts": target}}])
+    result = world.index.ingest.admit(
+        [
+            {
+                "type": "m.room.redaction",
+                "room_id": ROOM,
+                "sender": "@alice:example.org",
+                "event_id": f"$redaction{world.n}",
+                "redacts": target,
+                "origin_server_ts": T0 + world.n * 60_000,
+                "content": {"redacts": target},
+            }
+        ]
+    )
     return set(result.history.redacted)
 
 
-def say(world: World, body: str, sender: str, minute: int, reply_to: str | None = None
-        ) -> str:
+def say(world: World, body: str, sender: str, minute: int, reply_to: str | None = None) -> str:
     world.n += 1
     event_id = f"$ev{world.n}"
     content: dict = {"msgtype": "m.text", "body": body}
     if reply_to:
         content["m.relates_to"] = {"m.in_reply_to": {"event_id": reply_to}}
-    assert world.index.ingest.admit([{
-        "type": "m.room.message", "room_id": ROOM, "sender": sender, "event_id": event_id,
-        "origin_server_ts": T0 + minute * 60_000, "content": content}]).appended == 1
+    assert (
+        world.index.ingest.admit(
+            [
+                {
+                    "type": "m.room.message",
+                    "room_id": ROOM,
+                    "sender": sender,
+                    "event_id": event_id,
+                    "origin_server_ts": T0 + minute * 60_000,
+                    "content": content,
+                }
+            ]
+        ).appended
+        == 1
+    )
     return event_id
 
 
@@ -607,14 +749,23 @@ async def test_editing_and_redacting_a_quoted_message_leaves_the_audit_quiet(wor
     from appservice.bot.bot import Bot
 
     alice, bob = "@alice:example.org", "@bob:example.org"
-    question = say(world, "how do we stop a spam wave from new accounts on our server?",
-                   alice, 0)
+    question = say(world, "how do we stop a spam wave from new accounts on our server?", alice, 0)
     # It speaks to the question (a line that does not is no longer quoted to fill).
-    detail = say(world, "the spam wave comes from new accounts on a server with open "
-                 "registration, all posting the same link to every room", alice, 1)
-    answer = say(world, "to stop a spam wave from new accounts set the power levels so new "
-                 "members need level 10 to post, then lower them in the morning", bob, 180,
-                 reply_to=question)
+    detail = say(
+        world,
+        "the spam wave comes from new accounts on a server with open "
+        "registration, all posting the same link to every room",
+        alice,
+        1,
+    )
+    answer = say(
+        world,
+        "to stop a spam wave from new accounts set the power levels so new "
+        "members need level 10 to post, then lower them in the morning",
+        bob,
+        180,
+        reply_to=question,
+    )
     world.run()
     matrix = Matrix()
     matrix.bodies["$ask"] = "!sources how do we stop a spam wave from new accounts"
@@ -640,16 +791,20 @@ async def test_editing_and_redacting_a_quoted_message_leaves_the_audit_quiet(wor
     # The edit keeps the question it answers (read back from the homeserver).
     assert edited["m.new_content"]["body"].startswith(
         "Sources for: how do we stop a spam wave from new accounts (edited: a message "
-        "quoted here was deleted)")
+        "quoted here was deleted)"
+    )
     assert emitted() == {sent}  # the edited reply's artifacts keep the reply's first date
-    assert answer in edited["m.new_content"]["body"] or "power levels" in \
-        edited["m.new_content"]["body"]
+    assert (
+        answer in edited["m.new_content"]["body"]
+        or "power levels" in edited["m.new_content"]["body"]
+    )
     assert world.status(question) == world.status(answer) == "indexed"
     rc, out = cli("verify", "-c", world.config, "--derived-filter")
     assert rc == 0, out
 
-    line = next(line for line in edited["m.new_content"]["body"].split("\n")
-                if "power levels" in line)
+    line = next(
+        line for line in edited["m.new_content"]["body"].split("\n") if "power levels" in line
+    )
     paste = world.post("the bot said: " + line.split(": ", 1)[1], "@carol:example.org")
     world.run()
     assert world.status(paste) == "derived"
@@ -665,10 +820,18 @@ async def test_a_paste_dated_back_by_its_server_is_still_derived(world):
     reply, _ = await ask(world, "how do we stop a spam wave from new accounts")
     world.n += 1
     backdated = f"$ev{world.n}"
-    world.index.ingest.admit([{
-        "type": "m.room.message", "room_id": ROOM, "sender": "@mallory:example.org",
-        "event_id": backdated, "origin_server_ts": 1_000,
-        "content": {"msgtype": "m.text", "body": "the bot said: " + reply.quoted[0]}}])
+    world.index.ingest.admit(
+        [
+            {
+                "type": "m.room.message",
+                "room_id": ROOM,
+                "sender": "@mallory:example.org",
+                "event_id": backdated,
+                "origin_server_ts": 1_000,
+                "content": {"msgtype": "m.text", "body": "the bot said: " + reply.quoted[0]},
+            }
+        ]
+    )
     world.run()
     assert world.status(backdated) == "derived"
 
@@ -685,6 +848,7 @@ def test_the_matcher_holds_text_only_against_artifacts_emitted_before_it(world):
 
 
 # -- around the eight ----------------------------------------------------------------------
+
 
 async def test_verify_does_not_flag_the_windows_an_answer_quoted(world):
     for body in SPAM_TALK:
@@ -714,13 +878,29 @@ def test_manifest_is_read_on_first_use(world):
 
 def test_import_reports_derived_messages(world, tmp_path):
     add_corpus(world)
-    events = [{"type": "m.room.message", "room_id": ROOM, "sender": "@erin:example.org",
-               "event_id": f"$imp{i}", "origin_server_ts": T0 + i,
-               "content": {"msgtype": "m.text", "body": body}}
-              for i, body in enumerate([VERBATIM, DISCUSSION])]
-    events.insert(0, {"type": "m.room.join_rules", "room_id": ROOM, "state_key": "",
-                      "sender": "@admin:example.org", "event_id": "$jr2",
-                      "origin_server_ts": 1, "content": {"join_rule": "public"}})
+    events = [
+        {
+            "type": "m.room.message",
+            "room_id": ROOM,
+            "sender": "@erin:example.org",
+            "event_id": f"$imp{i}",
+            "origin_server_ts": T0 + i,
+            "content": {"msgtype": "m.text", "body": body},
+        }
+        for i, body in enumerate([VERBATIM, DISCUSSION])
+    ]
+    events.insert(
+        0,
+        {
+            "type": "m.room.join_rules",
+            "room_id": ROOM,
+            "state_key": "",
+            "sender": "@admin:example.org",
+            "event_id": "$jr2",
+            "origin_server_ts": 1,
+            "content": {"join_rule": "public"},
+        },
+    )
     path = tmp_path / "events.jsonl"
     path.write_text("\n".join(json.dumps(e) for e in events) + "\n")
     rc, out = cli("import", "-c", world.config, "-q", str(path))
@@ -731,13 +911,14 @@ def test_import_reports_derived_messages(world, tmp_path):
 def test_a_rebuild_resyncs_a_corpus_into_the_chunks_ref_add_cut(world):
     """`ref add|sync` and the rebuild's resync cut reference chunks of one size (they
     once differed: 500 and 1000 bytes), so a rebuild leaves the same chunks."""
-    from indexer.records import CORPUS_REFERENCE
     from indexer.derived.reference import cut_chunks
+    from indexer.records import CORPUS_REFERENCE
 
     sections = cut_sections(CORPUS, FIXTURE.name, FIXTURE.read_text())
     size = world.cfg.index.chunk_policy.max_bytes
     assert sum(len(cut_chunks(s, size)) for s in sections) != sum(
-        len(cut_chunks(s, 2 * size)) for s in sections)  # the fixture tells sizes apart
+        len(cut_chunks(s, 2 * size)) for s in sections
+    )  # the fixture tells sizes apart
     add_corpus(world)
     store = world.index.store
     added = store.ids(CORPUS_REFERENCE)

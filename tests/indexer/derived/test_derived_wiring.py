@@ -14,11 +14,10 @@ from appservice.bot.responder import RateLimiter, Responder
 from indexer.clock import Clock
 from indexer.config import ConfigError, DerivedConfig, load_config
 from indexer.derived.filter import EmittedSection
-from indexer.store.eventlog.log import EventLog
-from indexer.store.eventlog.rows import DerivedMark
 from indexer.ingest.events import MessageEvent, parse_event
 from indexer.records import EventID, Hit, Line, RefSource
-
+from indexer.store.eventlog.log import EventLog
+from indexer.store.eventlog.rows import DerivedMark
 from tests.indexer.config.test_config_allowlist import write_config
 
 # -- config ------------------------------------------------------------------------------
@@ -30,13 +29,16 @@ def test_derived_defaults_and_example(tmp_path):
     assert cfg.derived.reference_threshold < cfg.derived.answer_threshold
 
 
-@pytest.mark.parametrize("key,value,words", [
-    ("answer_threshold", 0, "above 0 and at most 1"),
-    ("reference_threshold", 1.5, "above 0 and at most 1"),
-    ("reference_threshold", "low", "must be a number"),
-    ("shingle_size", 0, "1 to 16"),
-    ("min_words", 3, "at least derived.shingle_size"),
-])
+@pytest.mark.parametrize(
+    "key,value,words",
+    [
+        ("answer_threshold", 0, "above 0 and at most 1"),
+        ("reference_threshold", 1.5, "above 0 and at most 1"),
+        ("reference_threshold", "low", "must be a number"),
+        ("shingle_size", 0, "1 to 16"),
+        ("min_words", 3, "at least derived.shingle_size"),
+    ],
+)
 def test_bad_derived_values_name_the_key(tmp_path, key, value, words):
     path = write_config(tmp_path, lambda d: d["derived"].__setitem__(key, value))
     with pytest.raises(ConfigError) as info:
@@ -66,12 +68,18 @@ def test_migration_adds_the_columns_once_and_keeps_rows(tmp_path):
     for _ in range(2):  # idempotent
         log = EventLog(path)
         assert log.derived.mark_derived(
-            [DerivedMark(EventID("$old"), "ops/a.md#A", "reference", 0.9, 0.5)]) in (0, 1)
+            [DerivedMark(EventID("$old"), "ops/a.md#A", "reference", 0.9, 0.5)]
+        ) in (0, 1)
         log.close()
     log = EventLog(path)
     [d] = log.derived.derived_events()
     assert (d.event_id, d.artifact, d.kind, d.score, d.threshold) == (
-        "$old", "ops/a.md#A", "reference", 0.9, 0.5)
+        "$old",
+        "ops/a.md#A",
+        "reference",
+        0.9,
+        0.5,
+    )
     with log.transaction(immediate=False) as cur:
         assert cur.execute("SELECT body FROM events").fetchone()[0] == "kept"
     log.close()
@@ -82,8 +90,19 @@ def test_migration_adds_the_columns_once_and_keeps_rows(tmp_path):
 
 def ref_hit() -> Hit:
     text = "## Disk space\n```bash\nsudo journalctl --vacuum-size=500M\n```\ndf -h /var"
-    return Hit("rabc", "", "ops.md › Disk space", "reference", (), (), 0, 0, 0.5, text,
-               ref=RefSource("ops", "ops.md", "Ops › Disk <space>"))
+    return Hit(
+        "rabc",
+        "",
+        "ops.md › Disk space",
+        "reference",
+        (),
+        (),
+        0,
+        0,
+        0.5,
+        text,
+        ref=RefSource("ops", "ops.md", "Ops › Disk <space>"),
+    )
 
 
 def test_reference_hits_cite_file_and_heading_not_room_time_senders():
@@ -99,11 +118,23 @@ def test_reference_hits_cite_file_and_heading_not_room_time_senders():
 
 
 def test_chat_hits_make_one_section_each_with_their_events():
-    hit = Hit("w1", "!r:x", "#ops:x", "chat", ("$a", "$b"), ("@alice:x",), 0, 60_000, 0.5,
-              "[1970-01-01 00:00] @alice:x: rotate the signing key\n"
-              "[1970-01-01 00:01] @alice:x: and restart",
-              lines=(Line("$a", "@alice:x", 0, "rotate the signing key"),
-                     Line("$b", "@alice:x", 0, "and restart")))
+    hit = Hit(
+        "w1",
+        "!r:x",
+        "#ops:x",
+        "chat",
+        ("$a", "$b"),
+        ("@alice:x",),
+        0,
+        60_000,
+        0.5,
+        "[1970-01-01 00:00] @alice:x: rotate the signing key\n"
+        "[1970-01-01 00:01] @alice:x: and restart",
+        lines=(
+            Line("$a", "@alice:x", 0, "rotate the signing key"),
+            Line("$b", "@alice:x", 0, "and restart"),
+        ),
+    )
     reply = render_hits([hit, ref_hit()], ("signing key",))
     assert len(reply.sections) == 2
     chat = reply.sections[0]
@@ -123,9 +154,16 @@ class OneHit:
 
 
 def command(body: str) -> MessageEvent:
-    ev = parse_event({"type": "m.room.message", "room_id": "!r:x", "event_id": "$cmd",
-                      "sender": "@a:x", "origin_server_ts": 1,
-                      "content": {"msgtype": "m.text", "body": body}})
+    ev = parse_event(
+        {
+            "type": "m.room.message",
+            "room_id": "!r:x",
+            "event_id": "$cmd",
+            "sender": "@a:x",
+            "origin_server_ts": 1,
+            "content": {"msgtype": "m.text", "body": body},
+        }
+    )
     assert isinstance(ev, MessageEvent)
     return ev
 
@@ -167,9 +205,14 @@ async def test_no_artifact_when_the_send_failed_and_a_failed_record_does_not_rai
     async def sleep(seconds):  # the homeserver stays down for the whole retry period
         now[0] += seconds
 
-    r = Responder(OneHit(), failing_send, "@bot:x", limiter=RateLimiter(0),
-                  record_answer=lambda e, s, t: recorded.append(e) or 1,
-                  clock=Clock(now=lambda: now[0], sleep=sleep))
+    r = Responder(
+        OneHit(),
+        failing_send,
+        "@bot:x",
+        limiter=RateLimiter(0),
+        record_answer=lambda e, s, t: recorded.append(e) or 1,
+        clock=Clock(now=lambda: now[0], sleep=sleep),
+    )
     with pytest.raises(ConnectionError):
         await r.answer(command("!sources journalctl"))
     assert recorded == []

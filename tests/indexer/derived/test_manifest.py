@@ -12,20 +12,22 @@ from hypothesis import strategies as st
 
 from indexer.derived import shingleindex
 from indexer.derived.manifest import Manifest
-from indexer.records import Artifact, EventID
 from indexer.derived.shingleindex import ShingleIndex
-
+from indexer.records import Artifact, EventID
 from tests.strength import examples
 
 # -- the inverted index, against brute force -------------------------------------------------
 
-shingle_sets = st.frozensets(st.integers(0, 40) | st.integers(2 ** 63, 2 ** 64 - 1),
-                             max_size=12)
-ops = st.lists(st.one_of(
-    st.tuples(st.just("add"), shingle_sets),
-    st.tuples(st.just("bulk"), st.lists(shingle_sets, max_size=4)),
-    st.tuples(st.just("discard"), st.integers(0, 30)),
-    st.tuples(st.just("merge"), st.none())), max_size=40)
+shingle_sets = st.frozensets(st.integers(0, 40) | st.integers(2**63, 2**64 - 1), max_size=12)
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("add"), shingle_sets),
+        st.tuples(st.just("bulk"), st.lists(shingle_sets, max_size=4)),
+        st.tuples(st.just("discard"), st.integers(0, 30)),
+        st.tuples(st.just("merge"), st.none()),
+    ),
+    max_size=40,
+)
 
 
 @settings(max_examples=examples(150), deadline=None)
@@ -70,11 +72,26 @@ def test_a_merge_drops_removed_postings():
 
 # -- the manifest file -----------------------------------------------------------------------
 
-def art(name: str, shingles: set[int], kind: str = "reference", corpus: str = "ops",
-        sha: str | None = None, k: int = 5, sources: tuple = ()) -> Artifact:
-    return Artifact(kind, name, sha or f"sha-{name}", frozenset(shingles),
-                    "2025-01-01T00:00:00Z", k, corpus if kind == "reference" else "",
-                    tuple(EventID(s) for s in sources))
+
+def art(
+    name: str,
+    shingles: set[int],
+    kind: str = "reference",
+    corpus: str = "ops",
+    sha: str | None = None,
+    k: int = 5,
+    sources: tuple = (),
+) -> Artifact:
+    return Artifact(
+        kind,
+        name,
+        sha or f"sha-{name}",
+        frozenset(shingles),
+        "2025-01-01T00:00:00Z",
+        k,
+        corpus if kind == "reference" else "",
+        tuple(EventID(s) for s in sources),
+    )
 
 
 def test_append_is_seen_by_another_reader_without_rereading(tmp_path):

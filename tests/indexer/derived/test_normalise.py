@@ -8,12 +8,20 @@ import re
 import unicodedata
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
+from indexer.derived.normalise import (
+    _markup_to_text,
+    containment,
+    normalise,
+    sha256_normalised,
+    shingles,
+    strip_reply_fallback,
+    text_shingles,
+    words,
+)
 from indexer.ingest.events import parse_event
-from indexer.derived.normalise import (_markup_to_text, containment, normalise,
-                                       sha256_normalised, shingles, strip_reply_fallback,
-                                       text_shingles, words)
 
 EMITTED_MD = """## Signing keys
 
@@ -39,15 +47,21 @@ PASTED_HTML = """<h2>Signing keys</h2><ol><li>Generate a new key: <code>generate
 <a href="https://element-hq.github.io/synapse/latest/usage/configuration">the docs</a>.</li>
 <li>Restart Synapse.</li></ol><pre><code class="language-bash">sudo systemctl restart
 matrix-synapse</code></pre>"""
-PASTED_REPLY = ("> <@alice:example.org> how do I rotate it?\n> (asking for a friend)\n\n"
-                + PASTED_PLAIN)
-PASTED_MX_REPLY = ("<mx-reply><blockquote><a href=\"https://matrix.to/#/!r/$e\">In reply to"
-                   "</a> <a href=\"https://matrix.to/#/@alice:example.org\">@alice</a><br>"
-                   "how do I rotate it?</blockquote></mx-reply>" + PASTED_HTML)
+PASTED_REPLY = (
+    "> <@alice:example.org> how do I rotate it?\n> (asking for a friend)\n\n" + PASTED_PLAIN
+)
+PASTED_MX_REPLY = (
+    '<mx-reply><blockquote><a href="https://matrix.to/#/!r/$e">In reply to'
+    '</a> <a href="https://matrix.to/#/@alice:example.org">@alice</a><br>'
+    "how do I rotate it?</blockquote></mx-reply>" + PASTED_HTML
+)
 
 
-@pytest.mark.parametrize("pasted", [PASTED_PLAIN, PASTED_HTML, PASTED_REPLY, PASTED_MX_REPLY],
-                         ids=["plain", "html", "reply-fallback", "mx-reply"])
+@pytest.mark.parametrize(
+    "pasted",
+    [PASTED_PLAIN, PASTED_HTML, PASTED_REPLY, PASTED_MX_REPLY],
+    ids=["plain", "html", "reply-fallback", "mx-reply"],
+)
 def test_emit_and_ingest_normalise_the_same(pasted):
     assert normalise(pasted) == normalise(EMITTED_MD)
     assert text_shingles(pasted, 5) == text_shingles(EMITTED_MD, 5)
@@ -84,7 +98,8 @@ def test_placeholders_and_shell_survive_but_urls_do_not():
     assert normalise("kubectl logs <pod> -n <namespace>") == "kubectl logs pod n namespace"
     assert normalise("see https://example.org/a?b=c and <https://x.org>") == "see and"
     assert normalise("try <script>alert(1)</script>") == normalise(
-        "try &lt;script&gt;alert(1)&lt;/script&gt;")
+        "try &lt;script&gt;alert(1)&lt;/script&gt;"
+    )
 
 
 def test_a_markdown_quote_is_kept_a_reply_fallback_is_not():
@@ -98,10 +113,18 @@ def test_a_markdown_quote_is_kept_a_reply_fallback_is_not():
 def test_ingest_path_gives_the_same_words_as_the_normaliser():
     """parse_event strips the fallback of a real reply; normalising its body or the raw
     body gives the same words, so the two paths cannot disagree on replies."""
-    raw = {"type": "m.room.message", "room_id": "!r:x", "sender": "@b:x", "event_id": "$e",
-           "origin_server_ts": 1, "content": {
-               "msgtype": "m.text", "body": PASTED_REPLY,
-               "m.relates_to": {"m.in_reply_to": {"event_id": "$q"}}}}
+    raw = {
+        "type": "m.room.message",
+        "room_id": "!r:x",
+        "sender": "@b:x",
+        "event_id": "$e",
+        "origin_server_ts": 1,
+        "content": {
+            "msgtype": "m.text",
+            "body": PASTED_REPLY,
+            "m.relates_to": {"m.in_reply_to": {"event_id": "$q"}},
+        },
+    }
     assert normalise(parse_event(raw).message.body) == normalise(PASTED_REPLY)
 
 
@@ -135,7 +158,8 @@ DISGUISES = {
     "combining marks": _inside_words("\u0301"),
     "controls": _inside_words("\x01"),
     "html entities of invisibles": lambda t: _inside_words("&#8203;")(
-        t.replace("<", "&lt;").replace(">", "&gt;")),
+        t.replace("<", "&lt;").replace(">", "&gt;")
+    ),
 }
 
 
@@ -152,14 +176,24 @@ def tokenizer():
     from tokenizers import Tokenizer
 
     from indexer.models.onnx_embedder import model_dir
+
     tok = Tokenizer.from_file(str(model_dir() / "tokenizer.json"))
     tok.no_padding()
     return tok
 
 
-@pytest.mark.parametrize("name", ["zero-width inside words", "zero-width after every character",
-                                  "soft hyphens", "variation selectors", "combining marks",
-                                  "word joiner and zero-width joiners", "controls"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "zero-width inside words",
+        "zero-width after every character",
+        "soft hyphens",
+        "variation selectors",
+        "combining marks",
+        "word joiner and zero-width joiners",
+        "controls",
+    ],
+)
 def test_the_invisible_disguises_are_invisible_to_the_model_too(tokenizer, name):
     """Why they matter: the model reads these pastes as the very words of the original,
     so their vectors are the original's (cosine 1.000)."""
@@ -196,8 +230,10 @@ def test_plain_ascii_reduces_as_it_always_did(text):
     """The manifest keeps the shingles of every answer already sent: plain ASCII text,
     most of what it holds, must keep its words (TR39's ASCII folds, `rn` -> `m`, are not
     applied: the model tells those words apart too)."""
-    before = re.findall(r"[^\W_]+", unicodedata.normalize("NFKC", _markup_to_text(
-        strip_reply_fallback(text))).casefold())
+    before = re.findall(
+        r"[^\W_]+",
+        unicodedata.normalize("NFKC", _markup_to_text(strip_reply_fallback(text))).casefold(),
+    )
     assert words(text) == before
 
 

@@ -5,19 +5,22 @@ trap: manifest entries only after their chunks are committed."""
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 
 import pytest
 
-from indexer.models.embedder import HashEmbedder
 from indexer.derived.manifest import Manifest
-from indexer.derived.reference import (ReferenceError, References, cut_chunks, cut_sections,
-                               read_files)
+from indexer.derived.reference import (
+    ReferenceError,
+    References,
+    cut_chunks,
+    cut_sections,
+    read_files,
+)
+from indexer.models.embedder import HashEmbedder
 from indexer.search.searcher import Searcher, SourceQuery
 from indexer.store.vectors.chroma import ChromaStore
-
-from tests.storekit import open_store
 from tests.paths import FIXTURES
+from tests.storekit import open_store
 
 FIXTURE = FIXTURES / "ops-cheatsheet.md"
 
@@ -42,11 +45,18 @@ deep text
 
 def test_sections_follow_headings_outside_fences():
     secs = cut_sections("c", "g.md", DOC)
-    assert [s.heading for s in secs] == ["", "Guide › Install", "Guide › Install",
-                                         "Guide › Install › Deep"]
-    assert [s.name for s in secs] == ["c/g.md", "c/g.md#Guide › Install",
-                                      "c/g.md#Guide › Install [2]",
-                                      "c/g.md#Guide › Install › Deep"]
+    assert [s.heading for s in secs] == [
+        "",
+        "Guide › Install",
+        "Guide › Install",
+        "Guide › Install › Deep",
+    ]
+    assert [s.name for s in secs] == [
+        "c/g.md",
+        "c/g.md#Guide › Install",
+        "c/g.md#Guide › Install [2]",
+        "c/g.md#Guide › Install › Deep",
+    ]
     assert "# not a heading" in secs[1].text and "apt install thing" in secs[1].text
 
 
@@ -123,7 +133,7 @@ def test_sync_reembeds_changed_sections_only_and_tombstones_removed(parts):
 
     text = doc.read_text()
     text = text.replace("Rotate it only\nwhen it leaked", "Rotate it only\nwhen it was leaked")
-    text = text[:text.index("## Logs and debugging")]  # the last two sections go
+    text = text[: text.index("## Logs and debugging")]  # the last two sections go
     doc.write_text(text)
     seen = embedder.texts_seen
     report = refs.sync("ops")
@@ -142,8 +152,9 @@ def test_reference_hits_are_cited_and_filtered_by_corpus(parts):
     tmp, store, manifest, embedder = parts
     References(tmp, store, manifest, embedder).add("ops", FIXTURE)
     searcher = Searcher(embedder, store)
-    [hit] = searcher.search(SourceQuery.build(["signing key expired_ts old_signing_keys"],
-                                              1, corpus="reference"))
+    [hit] = searcher.search(
+        SourceQuery.build(["signing key expired_ts old_signing_keys"], 1, corpus="reference")
+    )
     assert hit.corpus == "reference" and hit.ref is not None
     assert (hit.ref.corpus_name, hit.ref.file) == ("ops", "ops-cheatsheet.md")
     assert hit.ref.heading == "Homeserver operations cheatsheet › Signing keys"

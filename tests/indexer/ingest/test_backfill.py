@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import pytest
 
+from indexer.ingest.admit import Ingest
 from indexer.ingest.backfill import backfill_room
-from indexer.records import ChunkPolicy
-from indexer.models.embedder import HashEmbedder
-from indexer.store.eventlog.log import EventLog
 from indexer.ingest.gate import Gate
 from indexer.ingest.history import History
-from indexer.ingest.admit import Ingest
-from indexer.store.journal import Journal
-from indexer.pipeline.pipeline import Pipeline
 from indexer.ingest.roomfacts import RoomFacts
+from indexer.models.embedder import HashEmbedder
+from indexer.pipeline.pipeline import Pipeline
+from indexer.records import ChunkPolicy
+from indexer.store.eventlog.log import EventLog
+from indexer.store.journal import Journal
 from indexer.store.vectors.chroma import ChromaStore
 
 ROOM = "!room:example.org"
@@ -21,9 +21,14 @@ T0 = 1_700_000_000_000
 
 
 def msg(n: int) -> dict:
-    return {"type": "m.room.message", "room_id": ROOM, "sender": "@a:example.org",
-            "event_id": f"$m{n}", "origin_server_ts": T0 + n * 60_000,
-            "content": {"msgtype": "m.text", "body": f"message number {n}"}}
+    return {
+        "type": "m.room.message",
+        "room_id": ROOM,
+        "sender": "@a:example.org",
+        "event_id": f"$m{n}",
+        "origin_server_ts": T0 + n * 60_000,
+        "content": {"msgtype": "m.text", "body": f"message number {n}"},
+    }
 
 
 class FakePager:
@@ -40,7 +45,7 @@ class FakePager:
         start = int(from_token or 0)
         if self.fail_at is not None and start >= self.fail_at:
             raise ConnectionError("homeserver went away")
-        chunk = self.events[start:start + self.size]
+        chunk = self.events[start : start + self.size]
         end = start + len(chunk)
         return chunk, (str(end) if chunk else None)
 
@@ -48,17 +53,30 @@ class FakePager:
 @pytest.fixture
 def ingest(tmp_path):
     log = EventLog(tmp_path / "eventlog.sqlite3")
-    ing = Ingest(Gate(frozenset({ROOM}), "@bot:example.org"), log,
-                 Journal(tmp_path / "journal.jsonl"), history=History(log))
+    ing = Ingest(
+        Gate(frozenset({ROOM}), "@bot:example.org"),
+        log,
+        Journal(tmp_path / "journal.jsonl"),
+        history=History(log),
+    )
     ing.facts[ROOM] = RoomFacts(join_rule="public")
     return ing
 
 
 async def test_backfill_reads_every_page_and_resumes_from_its_token(ingest, tmp_path):
     events = [msg(i) for i in range(35)]
-    events.insert(5, {"type": "m.room.join_rules", "room_id": ROOM, "sender": "@a:x",
-                      "state_key": "", "event_id": "$old-state", "origin_server_ts": T0,
-                      "content": {"join_rule": "invite"}})  # old state: not replayed
+    events.insert(
+        5,
+        {
+            "type": "m.room.join_rules",
+            "room_id": ROOM,
+            "sender": "@a:x",
+            "state_key": "",
+            "event_id": "$old-state",
+            "origin_server_ts": T0,
+            "content": {"join_rule": "invite"},
+        },
+    )  # old state: not replayed
     failing = FakePager(events, fail_at=20)
     with pytest.raises(ConnectionError):
         await backfill_room(ROOM, failing, ingest)
@@ -68,8 +86,13 @@ async def test_backfill_reads_every_page_and_resumes_from_its_token(ingest, tmp_
     assert resumed.calls[0] == "20"  # picked up after the last page it had admitted
     assert ingest.eventlog.counts() == {"pending": 35}
     assert result.admitted.appended == 16
-    pipeline = Pipeline(ingest.eventlog, HashEmbedder(), ChromaStore(path=tmp_path / "c", eventlog=ingest.eventlog),
-                        ChunkPolicy(), admits=ingest.admits)
+    pipeline = Pipeline(
+        ingest.eventlog,
+        HashEmbedder(),
+        ChromaStore(path=tmp_path / "c", eventlog=ingest.eventlog),
+        ChunkPolicy(),
+        admits=ingest.admits,
+    )
     assert pipeline.process_all() == 35
     held = [e for w in pipeline.store.get() for e in w.event_ids]
     assert sorted(held) == sorted(f"$m{i}" for i in range(35))
@@ -78,8 +101,13 @@ async def test_backfill_reads_every_page_and_resumes_from_its_token(ingest, tmp_
 async def test_backfill_starts_after_the_cursor(ingest, tmp_path):
     events = [msg(i) for i in range(12)]
     ingest.admit(events[:5])
-    Pipeline(ingest.eventlog, HashEmbedder(), ChromaStore(path=tmp_path / "c", eventlog=ingest.eventlog),
-             ChunkPolicy(), admits=ingest.admits).process_all()
+    Pipeline(
+        ingest.eventlog,
+        HashEmbedder(),
+        ChromaStore(path=tmp_path / "c", eventlog=ingest.eventlog),
+        ChunkPolicy(),
+        admits=ingest.admits,
+    ).process_all()
     pager = FakePager(events)
     result = await backfill_room(ROOM, pager, ingest)
     assert pager.calls[0] == "5" and result.admitted.appended == 7
@@ -87,11 +115,17 @@ async def test_backfill_starts_after_the_cursor(ingest, tmp_path):
 
 async def test_backfill_applies_the_gate_and_the_horizon(ingest):
     events = [msg(i) for i in range(10)]
-    events.append({"type": "m.room.encrypted", "room_id": ROOM, "sender": "@a:example.org",
-                   "event_id": "$enc", "origin_server_ts": T0 + 10 * 60_000,
-                   "content": {"ciphertext": "x"}})
-    result = await backfill_room(ROOM, FakePager(events), ingest,
-                                 horizon_ts=T0 + 5 * 60_000)
+    events.append(
+        {
+            "type": "m.room.encrypted",
+            "room_id": ROOM,
+            "sender": "@a:example.org",
+            "event_id": "$enc",
+            "origin_server_ts": T0 + 10 * 60_000,
+            "content": {"ciphertext": "x"},
+        }
+    )
+    result = await backfill_room(ROOM, FakePager(events), ingest, horizon_ts=T0 + 5 * 60_000)
     assert result.admitted.appended == 5  # messages 5..9
     assert ingest.eventlog.status_of("$m4") is None
     assert result.admitted.refused["encrypted_event"] == 1
@@ -106,8 +140,15 @@ async def test_a_restart_does_not_grow_the_refusal_count(tmp_path):
     bot = "@bot:example.org"
     events = [msg(i) for i in range(6)] + [
         {**msg(6), "sender": bot, "event_id": "$answer"},
-        {"type": "m.room.encrypted", "room_id": ROOM, "sender": "@a:example.org",
-         "event_id": "$enc", "origin_server_ts": T0 + 7 * 60_000, "content": {}}]
+        {
+            "type": "m.room.encrypted",
+            "room_id": ROOM,
+            "sender": "@a:example.org",
+            "event_id": "$enc",
+            "origin_server_ts": T0 + 7 * 60_000,
+            "content": {},
+        },
+    ]
 
     class Rereading(FakePager):  # the worst overlap: every start reads it all again
         async def page(self, room_id, from_token, limit):
@@ -117,8 +158,12 @@ async def test_a_restart_does_not_grow_the_refusal_count(tmp_path):
     counts = []
     for start in range(3):  # a new process on the same files each time
         log = EventLog(tmp_path / "eventlog.sqlite3")
-        ing = Ingest(Gate(frozenset({ROOM}), bot), log, Journal(tmp_path / "journal.jsonl"),
-                     history=History(log))
+        ing = Ingest(
+            Gate(frozenset({ROOM}), bot),
+            log,
+            Journal(tmp_path / "journal.jsonl"),
+            history=History(log),
+        )
         ing.facts[ROOM] = RoomFacts(join_rule="public")
         if start == 0:
             ing.admit(events)  # pushed live
@@ -133,9 +178,15 @@ async def test_a_restart_does_not_grow_the_refusal_count(tmp_path):
 
 
 def _visibility(n: int, value: str) -> dict:
-    return {"type": "m.room.history_visibility", "room_id": ROOM, "sender": "@a:example.org",
-            "event_id": f"$hv{n}", "state_key": "", "origin_server_ts": T0 + n * 60_000 + 1,
-            "content": {"history_visibility": value}}
+    return {
+        "type": "m.room.history_visibility",
+        "room_id": ROOM,
+        "sender": "@a:example.org",
+        "event_id": f"$hv{n}",
+        "state_key": "",
+        "origin_server_ts": T0 + n * 60_000 + 1,
+        "content": {"history_visibility": value},
+    }
 
 
 async def test_backfill_judges_each_message_by_the_visibility_of_its_time(ingest):
@@ -143,11 +194,21 @@ async def test_backfill_judges_each_message_by_the_visibility_of_its_time(ingest
     `shared` until message 4: what was said then is readable by anyone who joins, what
     came after is not. Other old state (a join rule of years ago) is still not replayed."""
     ingest.facts[ROOM] = RoomFacts(join_rule="public", history_visibility="joined")
-    old_rule = {"type": "m.room.join_rules", "room_id": ROOM, "sender": "@a:example.org",
-                "event_id": "$jr", "state_key": "", "origin_server_ts": T0,
-                "content": {"join_rule": "invite"}}
-    events = ([old_rule, _visibility(-1, "shared")] + [msg(i) for i in range(5)]
-              + [_visibility(4, "joined")] + [msg(i) for i in range(5, 10)])
+    old_rule = {
+        "type": "m.room.join_rules",
+        "room_id": ROOM,
+        "sender": "@a:example.org",
+        "event_id": "$jr",
+        "state_key": "",
+        "origin_server_ts": T0,
+        "content": {"join_rule": "invite"},
+    }
+    events = (
+        [old_rule, _visibility(-1, "shared")]
+        + [msg(i) for i in range(5)]
+        + [_visibility(4, "joined")]
+        + [msg(i) for i in range(5, 10)]
+    )
     result = await backfill_room(ROOM, FakePager(events, page=4), ingest)
     assert result.admitted.appended == 5
     assert ingest.eventlog.status_of("$m4") is not None

@@ -13,17 +13,15 @@ from urllib.parse import unquote
 import pytest
 from ruamel.yaml import YAML
 
-from appservice.homeserver.aliases import AliasError, resolve_alias
 from appservice.cli.main import main
+from appservice.homeserver.aliases import AliasError, resolve_alias
+from indexer.config import DEFAULT_PUPPET_PATTERNS, ConfigError, load_config
+from indexer.datadir import init_data_dir, load_registration
 from indexer.ingest import gate as rules
 from indexer.ingest.allowlist import load_allowlist
-from indexer.config import ConfigError, load_config
-from indexer.datadir import init_data_dir, load_registration
-from indexer.config import DEFAULT_PUPPET_PATTERNS
 from indexer.ingest.gate import Gate
-from indexer.records import RoomID, UserID
 from indexer.ingest.roomfacts import RoomFacts
-
+from indexer.records import RoomID, UserID
 from tests.appservice.homeserver.test_hostile_transactions import ROOM_A, env, msg  # noqa: F401 (env: fixture)
 from tests.appservice.homeserver.test_transactions import put
 
@@ -63,13 +61,23 @@ def test_bridge_user_namespaces_become_puppet_patterns(tmp_path):
     cfg = load_config(data_dir(tmp_path, {"bridge_registrations": ["bridges/telegram.yaml"]}))
     assert cfg.bridge_registration_paths == (tmp_path.resolve() / "bridges" / "telegram.yaml",)
     assert cfg.puppet_patterns == DEFAULT_PUPPET_PATTERNS
-    assert cfg.bridge_puppets == ((r"@telegram_.*:example\.org", "example.org"),
-                                  (r"^@telegrambot:example\.org$", "example.org"))
-    gate = Gate(frozenset({RoomID("!r:example.org")}), UserID(cfg.bot_user), cfg.puppet_patterns,
-                cfg.bridge_servers, cfg.bridge_puppets)
+    assert cfg.bridge_puppets == (
+        (r"@telegram_.*:example\.org", "example.org"),
+        (r"^@telegrambot:example\.org$", "example.org"),
+    )
+    gate = Gate(
+        frozenset({RoomID("!r:example.org")}),
+        UserID(cfg.bot_user),
+        cfg.puppet_patterns,
+        cfg.bridge_servers,
+        cfg.bridge_puppets,
+    )
     facts = RoomFacts(join_rule="public", members=frozenset({"@alice:example.org"}))
-    for puppet in ("@telegram_42:example.org", "@telegrambot:example.org",
-                   "@discord_1:example.org"):
+    for puppet in (
+        "@telegram_42:example.org",
+        "@telegrambot:example.org",
+        "@discord_1:example.org",
+    ):
         r = gate.judge_message(RoomID("!r:example.org"), "$e", UserID(puppet), facts)
         assert r is not None and r.rule == rules.PUPPET_SENDER, puppet
     for person in ("@alice:example.org", "@discord_1:x"):
@@ -77,11 +85,17 @@ def test_bridge_user_namespaces_become_puppet_patterns(tmp_path):
 
 
 def test_a_registration_namespace_without_a_server_matches_the_homeservers_users_only(tmp_path):
-    (tmp_path / "slack.yaml").write_text(TELEGRAM_REG.replace(
-        "'@telegram_.*:example\\.org'", "'@slack_.*'"))
+    (tmp_path / "slack.yaml").write_text(
+        TELEGRAM_REG.replace("'@telegram_.*:example\\.org'", "'@slack_.*'")
+    )
     cfg = load_config(data_dir(tmp_path, {"bridge_registrations": ["slack.yaml"]}))
-    gate = Gate(frozenset(), UserID(cfg.bot_user), cfg.puppet_patterns, cfg.bridge_servers,
-                cfg.bridge_puppets)
+    gate = Gate(
+        frozenset(),
+        UserID(cfg.bot_user),
+        cfg.puppet_patterns,
+        cfg.bridge_servers,
+        cfg.bridge_puppets,
+    )
     assert gate.is_puppet("@slack_1:example.org") and not gate.is_puppet("@slack_1:ex.org")
 
 
@@ -118,20 +132,31 @@ def test_unreadable_registration_names_the_key_and_file(tmp_path):
     assert "gate.bridge_registrations[0]" in msg and "adir.yaml: cannot read it" in msg
 
 
-@pytest.mark.parametrize("text, words", [
-    ("id: [unclosed\n", "not valid YAML"),
-    ("id: telegram\n", "no namespaces.users list"),
-    ("namespaces:\n  users:\n    - exclusive: true\n", "namespaces.users[0].regex is missing"),
-    ("namespaces:\n  users:\n    - regex: '@tg_(:x'\n", "namespaces.users[0].regex: not a regex"),
-    ("namespaces:\n  users:\n    - regex: '@.*:example\\.org'\n", "matches the bot"),
-])
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("id: [unclosed\n", "not valid YAML"),
+        ("id: telegram\n", "no namespaces.users list"),
+        ("namespaces:\n  users:\n    - exclusive: true\n", "namespaces.users[0].regex is missing"),
+        (
+            "namespaces:\n  users:\n    - regex: '@tg_(:x'\n",
+            "namespaces.users[0].regex: not a regex",
+        ),
+        ("namespaces:\n  users:\n    - regex: '@.*:example\\.org'\n", "matches the bot"),
+    ],
+)
 def test_bad_registration_contents_are_named(tmp_path, text, words):
     msg = _error(tmp_path, ["bridge.yaml"], {"bridge.yaml": text})
     assert "gate.bridge_registrations[0]" in msg and "bridge.yaml" in msg and words in msg
 
 
-@pytest.mark.parametrize("value, key", [("telegram.yaml", "gate.bridge_registrations: must"),
-                                        ([42], "gate.bridge_registrations[0]: must")])
+@pytest.mark.parametrize(
+    "value, key",
+    [
+        ("telegram.yaml", "gate.bridge_registrations: must"),
+        ([42], "gate.bridge_registrations[0]: must"),
+    ],
+)
 def test_registrations_must_be_a_list_of_paths(tmp_path, value, key):
     assert key in _error(tmp_path, value)
 
@@ -148,7 +173,7 @@ class FakeDirectory(BaseHTTPRequestHandler):
 
     def do_GET(self):  # noqa: N802
         prefix = "/_matrix/client/v3/directory/room/"
-        alias = unquote(self.path[len(prefix):]) if self.path.startswith(prefix) else None
+        alias = unquote(self.path[len(prefix) :]) if self.path.startswith(prefix) else None
         auth = self.headers.get("Authorization")
         self.seen.append((self.path, auth))
         if auth != f"Bearer {self.token}":
@@ -171,8 +196,10 @@ class FakeDirectory(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def homeserver():
-    FakeDirectory.aliases = {"#ops:example.org": "!opsroom:example.org",
-                             "#v12:example.org": "!roomversion12withoutserverpart"}
+    FakeDirectory.aliases = {
+        "#ops:example.org": "!opsroom:example.org",
+        "#v12:example.org": "!roomversion12withoutserverpart",
+    }
     FakeDirectory.seen = []
     server = ThreadingHTTPServer(("127.0.0.1", 0), FakeDirectory)
     t = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
@@ -190,19 +217,36 @@ def cfg_path(tmp_path, homeserver) -> Path:
 
 
 def test_add_alias_resolves_and_keeps_the_alias_beside_the_id(cfg_path, capsys):
-    assert main(["allowlist", "add", "-c", str(cfg_path), "#ops:example.org",
-                 "#v12:example.org", "!plain:example.org"]) == 0
+    assert (
+        main(
+            [
+                "allowlist",
+                "add",
+                "-c",
+                str(cfg_path),
+                "#ops:example.org",
+                "#v12:example.org",
+                "!plain:example.org",
+            ]
+        )
+        == 0
+    )
     allowlist = cfg_path.parent / "allowlist.yaml"
-    assert load_allowlist(allowlist) == ["!opsroom:example.org",
-                                         "!roomversion12withoutserverpart", "!plain:example.org"]
+    assert load_allowlist(allowlist) == [
+        "!opsroom:example.org",
+        "!roomversion12withoutserverpart",
+        "!plain:example.org",
+    ]
     text = allowlist.read_text()
     assert re.search(r"- '!opsroom:example\.org' +# #ops:example\.org\n", text)
     assert re.search(r"- '!roomversion12withoutserverpart' +# #v12:example\.org\n", text)
     out = capsys.readouterr().out
     assert "added: !opsroom:example.org (#ops:example.org)" in out
     # Asked with the appservice's as_token, the alias escaped in the path.
-    assert FakeDirectory.seen[0] == ("/_matrix/client/v3/directory/room/%23ops%3Aexample.org",
-                                     f"Bearer {FakeDirectory.token}")
+    assert FakeDirectory.seen[0] == (
+        "/_matrix/client/v3/directory/room/%23ops%3Aexample.org",
+        f"Bearer {FakeDirectory.token}",
+    )
     assert main(["allowlist", "add", "-c", str(cfg_path), "#ops:example.org"]) == 0
     assert "already listed: !opsroom:example.org" in capsys.readouterr().out
 
@@ -210,8 +254,10 @@ def test_add_alias_resolves_and_keeps_the_alias_beside_the_id(cfg_path, capsys):
 def test_unknown_alias_is_an_error_and_nothing_is_written(cfg_path, capsys):
     allowlist = cfg_path.parent / "allowlist.yaml"
     before = allowlist.read_text()
-    assert main(["allowlist", "add", "-c", str(cfg_path), "#ops:example.org",
-                 "#nope:example.org"]) == 1
+    assert (
+        main(["allowlist", "add", "-c", str(cfg_path), "#ops:example.org", "#nope:example.org"])
+        == 1
+    )
     err = capsys.readouterr().err
     assert "#nope:example.org: no room has this alias" in err
     assert allowlist.read_text() == before  # all or nothing
@@ -248,6 +294,7 @@ def test_add_refuses_a_bad_room_id_before_writing(cfg_path, capsys):
 
 
 # -- through the transaction endpoint (issue 26) ---------------------------------------------
+
 
 async def test_a_discord_like_user_of_another_server_purges_nothing(env):
     """One message from `@_discord_999:ex.org` purged a public allowlisted room."""

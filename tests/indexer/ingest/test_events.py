@@ -7,11 +7,13 @@ import json
 
 import pytest
 
-from indexer.ingest.events import (EditEvent, RedactionEvent,
+from indexer.ingest.events import (
     COMMAND_PREFIX,
     MAX_BODY_BYTES,
+    EditEvent,
     EncryptedEvent,
     MessageEvent,
+    RedactionEvent,
     Skipped,
     StateEvent,
     parse_event,
@@ -44,7 +46,12 @@ def test_plain_message_is_a_message():
     assert isinstance(ev, MessageEvent)
     m = ev.message
     assert (m.event_id, m.room_id, m.sender, m.ts, m.body) == (
-        "$ev1", ROOM, "@alice:example.org", 1_700_000_000_000, "how do we rotate the key")
+        "$ev1",
+        ROOM,
+        "@alice:example.org",
+        1_700_000_000_000,
+        "how do we rotate the key",
+    )
     assert ev.thread_root is None and not ev.is_command
 
 
@@ -115,8 +122,7 @@ def test_body_is_stripped():
     assert isinstance(ev, MessageEvent) and ev.message.body == "spaced out"
 
 
-@pytest.mark.parametrize("etype", ["m.reaction", "org.example.custom",
-                                   "m.sticker"])
+@pytest.mark.parametrize("etype", ["m.reaction", "org.example.custom", "m.sticker"])
 def test_unknown_type_is_skipped(etype):
     assert skipped_reason(msg(type=etype)) == "unhandled_type"
 
@@ -135,11 +141,9 @@ def test_text_msgtypes_are_messages(msgtype):
     assert isinstance(parse_event(raw), MessageEvent)
 
 
-@pytest.mark.parametrize("content", [
-    {"algorithm": "m.megolm.v1.aes-sha2", "ciphertext": "AwgAEnAC..."},
-    None,
-    "garbage",
-])
+@pytest.mark.parametrize(
+    "content", [{"algorithm": "m.megolm.v1.aes-sha2", "ciphertext": "AwgAEnAC..."}, None, "garbage"]
+)
 def test_encrypted_event_is_encrypted_whatever_its_content(content):
     ev = parse_event(msg(type="m.room.encrypted", content=content))
     assert isinstance(ev, EncryptedEvent)
@@ -148,9 +152,15 @@ def test_encrypted_event_is_encrypted_whatever_its_content(content):
 
 
 def test_state_event():
-    raw = {"type": "m.room.join_rules", "room_id": ROOM, "event_id": "$s",
-           "sender": "@admin:example.org", "state_key": "", "origin_server_ts": 1,
-           "content": {"join_rule": "public"}}
+    raw = {
+        "type": "m.room.join_rules",
+        "room_id": ROOM,
+        "event_id": "$s",
+        "sender": "@admin:example.org",
+        "state_key": "",
+        "origin_server_ts": 1,
+        "content": {"join_rule": "public"},
+    }
     ev = parse_event(raw)
     assert isinstance(ev, StateEvent)
     assert (ev.type, ev.state_key, ev.content) == ("m.room.join_rules", "", {"join_rule": "public"})
@@ -182,8 +192,10 @@ def test_a_reply_carries_the_event_it_replies_to():
     assert parse_event(msg("no relation")).message.reply_to is None
 
 
-@pytest.mark.parametrize("reply", [{"event_id": 5}, {"event_id": "not-an-id"}, {},
-                                   {"event_id": "$" + "x" * 300}, "$q", ["$q"]])
+@pytest.mark.parametrize(
+    "reply",
+    [{"event_id": 5}, {"event_id": "not-an-id"}, {}, {"event_id": "$" + "x" * 300}, "$q", ["$q"]],
+)
 def test_a_malformed_reply_relation_is_no_reply(reply):
     raw = msg("still a message")
     raw["content"]["m.relates_to"] = {"m.in_reply_to": reply}
@@ -193,14 +205,29 @@ def test_a_malformed_reply_relation_is_no_reply(reply):
 
 def test_mentions_are_the_user_ids_of_m_mentions_but_the_senders():
     raw = msg("have a look at this")
-    raw["content"]["m.mentions"] = {"user_ids": ["@bob:example.org", raw["sender"], 7,
-                                                 "not-a-user", "@bob:example.org",
-                                                 "@carol:example.org"]}
+    raw["content"]["m.mentions"] = {
+        "user_ids": [
+            "@bob:example.org",
+            raw["sender"],
+            7,
+            "not-a-user",
+            "@bob:example.org",
+            "@carol:example.org",
+        ]
+    }
     assert parse_event(raw).message.mentions == ("@bob:example.org", "@carol:example.org")
 
 
-@pytest.mark.parametrize("mentions", [None, "@bob:x", {"user_ids": "@bob:x"}, {"room": True},
-                                      {"user_ids": [f"@u{i}:x" for i in range(21)]}])
+@pytest.mark.parametrize(
+    "mentions",
+    [
+        None,
+        "@bob:x",
+        {"user_ids": "@bob:x"},
+        {"room": True},
+        {"user_ids": [f"@u{i}:x" for i in range(21)]},
+    ],
+)
 def test_odd_or_crowded_mentions_are_none(mentions):
     raw = msg("hello everyone")
     raw["content"]["m.mentions"] = mentions
@@ -222,9 +249,12 @@ def test_reply_with_only_fallback_is_empty():
 
 def test_thread_message_carries_its_root():
     raw = msg("in the thread")
-    raw["content"]["m.relates_to"] = {"rel_type": "m.thread", "event_id": "$root",
-                                      "is_falling_back": True,
-                                      "m.in_reply_to": {"event_id": "$root"}}
+    raw["content"]["m.relates_to"] = {
+        "rel_type": "m.thread",
+        "event_id": "$root",
+        "is_falling_back": True,
+        "m.in_reply_to": {"event_id": "$root"},
+    }
     ev = parse_event(raw)
     assert isinstance(ev, MessageEvent)
     assert ev.thread_root == "$root" and ev.message.body == "in the thread"
@@ -233,12 +263,15 @@ def test_thread_message_carries_its_root():
     assert parse_event(raw).message.reply_to == "$root"
 
 
-@pytest.mark.parametrize("relates", [
-    {"rel_type": "m.thread"},  # no root
-    {"rel_type": "m.thread", "event_id": 5},
-    "m.thread",
-    ["m.thread"],
-])
+@pytest.mark.parametrize(
+    "relates",
+    [
+        {"rel_type": "m.thread"},  # no root
+        {"rel_type": "m.thread", "event_id": 5},
+        "m.thread",
+        ["m.thread"],
+    ],
+)
 def test_malformed_thread_relation_is_no_thread(relates):
     raw = msg()
     raw["content"]["m.relates_to"] = relates
@@ -255,10 +288,15 @@ def test_edit_carries_the_new_content_and_its_target():
     assert (ev.target, ev.body, ev.sender) == ("$orig", "fixed text", raw["sender"])
 
 
-@pytest.mark.parametrize("new,reason", [(None, "edit_not_text"),
-                                        ({"msgtype": "m.image", "body": "x"}, "edit_not_text"),
-                                        ({"msgtype": "m.text", "body": 5}, "edit_not_text"),
-                                        ({"msgtype": "m.text", "body": "  "}, "empty_body")])
+@pytest.mark.parametrize(
+    "new,reason",
+    [
+        (None, "edit_not_text"),
+        ({"msgtype": "m.image", "body": "x"}, "edit_not_text"),
+        ({"msgtype": "m.text", "body": 5}, "edit_not_text"),
+        ({"msgtype": "m.text", "body": "  "}, "empty_body"),
+    ],
+)
 def test_odd_edits_are_skipped(new, reason):
     raw = msg("* fixed")
     raw["content"]["m.relates_to"] = {"rel_type": "m.replace", "event_id": "$orig"}
@@ -285,20 +323,23 @@ def test_redaction_without_target_is_skipped():
     assert skipped_reason(raw) == "bad_redaction"
 
 
-@pytest.mark.parametrize("body,expected", [
-    (COMMAND_PREFIX, True),
-    (f"{COMMAND_PREFIX} how do I rotate the key", True),
-    (f"  {COMMAND_PREFIX} padded  ", True),
-    (f"{COMMAND_PREFIX}\nfirst\nsecond", True),
-    (f"{COMMAND_PREFIX} help", True),
-    (f"{COMMAND_PREFIX}please", False),
-    (f"I typed {COMMAND_PREFIX} mid-sentence", False),
-    ("!Sources capitalised", True),
-    ("  !SOURCES shouting", True),
-    ("\t!sources\ttabbed", True),
-    ("!Sourcesplease", False),
-    ("sources", False),
-])
+@pytest.mark.parametrize(
+    "body,expected",
+    [
+        (COMMAND_PREFIX, True),
+        (f"{COMMAND_PREFIX} how do I rotate the key", True),
+        (f"  {COMMAND_PREFIX} padded  ", True),
+        (f"{COMMAND_PREFIX}\nfirst\nsecond", True),
+        (f"{COMMAND_PREFIX} help", True),
+        (f"{COMMAND_PREFIX}please", False),
+        (f"I typed {COMMAND_PREFIX} mid-sentence", False),
+        ("!Sources capitalised", True),
+        ("  !SOURCES shouting", True),
+        ("\t!sources\ttabbed", True),
+        ("!Sourcesplease", False),
+        ("sources", False),
+    ],
+)
 def test_command_detection(body, expected):
     ev = parse_event(msg(body))
     assert isinstance(ev, MessageEvent)
@@ -312,8 +353,9 @@ def test_command_in_a_reply_is_detected_after_the_fallback():
     assert isinstance(ev, MessageEvent) and ev.is_command
 
 
-@pytest.mark.parametrize("ts", [True, False, -1, -1_700_000_000_000, 1.5e12, "1700000000000",
-                                None, "<missing>"])
+@pytest.mark.parametrize(
+    "ts", [True, False, -1, -1_700_000_000_000, 1.5e12, "1700000000000", None, "<missing>"]
+)
 def test_bad_timestamps_are_skipped(ts):
     raw = msg()
     if ts == "<missing>":
@@ -351,11 +393,22 @@ ODD = [
     {"type": "m.room.message", "content": {"body": "x"}},
     msg(content={"msgtype": "m.text", "body": "x", "m.relates_to": None}),
     msg(content={"msgtype": "m.text", "body": "x", "m.relates_to": {"m.in_reply_to": "$x"}}),
-    msg(content={"msgtype": "m.text", "body": "> only\n> quotes",
-                 "m.relates_to": {"m.in_reply_to": {}}}),
+    msg(
+        content={
+            "msgtype": "m.text",
+            "body": "> only\n> quotes",
+            "m.relates_to": {"m.in_reply_to": {}},
+        }
+    ),
     msg(unsigned=None, redacts=5, state_key=None),
-    {"type": "m.room.member", "room_id": ROOM, "event_id": "$m", "sender": "@a:x",
-     "state_key": "@a:x", "content": {"membership": ["join"]}},
+    {
+        "type": "m.room.member",
+        "room_id": ROOM,
+        "event_id": "$m",
+        "sender": "@a:x",
+        "state_key": "@a:x",
+        "content": {"membership": ["join"]},
+    },
 ]
 
 

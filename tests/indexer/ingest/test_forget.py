@@ -13,9 +13,17 @@ from indexer.ingest.forget import Forgetting
 from indexer.ingest.gate import Gate
 from indexer.store.eventlog.log import EventLog
 from indexer.store.journal import Journal
-
-from tests.indexer.store.test_history import (ALICE, BOB, T0, all_text, chroma_bytes, db_bytes, edit, msg,
-                           world)  # noqa: F401  (world: the fixture)
+from tests.indexer.store.test_history import (
+    ALICE,
+    BOB,
+    T0,
+    all_text,
+    chroma_bytes,
+    db_bytes,
+    edit,
+    msg,
+    world,  # noqa: F401  (world: the fixture)
+)
 from tests.storekit import stored_vectors
 from tests.vectorscan import files_holding
 
@@ -24,10 +32,14 @@ def test_forget_removes_text_and_vectors_from_every_file(world):
     ingest, pipeline, store, log, tmp = world
     clock = [T0 / 1000 + 100]
     forgetting = Forgetting(ingest, clock=Clock(wall=lambda: clock[0]))
-    ingest.admit([msg(1, "bob asks how to configure the proxy", BOB),
-                  msg(2, "alice secret canary fz81q answers", ALICE),
-                  edit(3, 2, "alice secret canary fz81q answers, edited", ALICE),
-                  msg(4, "bob thanks her for the proxy tip", BOB)])
+    ingest.admit(
+        [
+            msg(1, "bob asks how to configure the proxy", BOB),
+            msg(2, "alice secret canary fz81q answers", ALICE),
+            edit(3, 2, "alice secret canary fz81q answers, edited", ALICE),
+            msg(4, "bob thanks her for the proxy tip", BOB),
+        ]
+    )
     pipeline.process_all()
     before = stored_vectors(store, [w.window_id for w in store.get()])
     assert "fz81q" in all_text(store) and before
@@ -38,7 +50,7 @@ def test_forget_removes_text_and_vectors_from_every_file(world):
     assert pipeline.run_compaction() is True
     assert "fz81q" not in all_text(store) and "proxy tip" in all_text(store)
     assert b"fz81q" not in db_bytes(tmp, log) + chroma_bytes(tmp)
-    for wid, v in before.items():
+    for v in before.values():
         assert files_holding(tmp, v, n=len(v)) == {}  # every vector made from her words
     entry = [json.loads(x) for x in (tmp / "journal.jsonl").read_text().splitlines()][-1]
     assert entry["kind"] == "forget" and entry["rule"] == rules.USER_FORGOTTEN
@@ -71,12 +83,25 @@ def test_a_forgotten_users_messages_are_refused_until_undo(world):
 def test_forget_survives_without_a_store(tmp_path, eventlog_db):
     """The event log path alone (the CLI with the service stopped opens the same)."""
     log = EventLog(eventlog_db)
-    ingest = Ingest(Gate(frozenset({"!room:example.org"}), "@bot:example.org"), log,
-                    Journal(tmp_path / "journal.jsonl"))
-    ingest.admit([{"type": "m.room.join_rules", "room_id": "!room:example.org",
-                   "sender": ALICE, "state_key": "", "event_id": "$jr",
-                   "origin_server_ts": T0, "content": {"join_rule": "public"}},
-                  msg(1, "zz-canary-31 said once")])
+    ingest = Ingest(
+        Gate(frozenset({"!room:example.org"}), "@bot:example.org"),
+        log,
+        Journal(tmp_path / "journal.jsonl"),
+    )
+    ingest.admit(
+        [
+            {
+                "type": "m.room.join_rules",
+                "room_id": "!room:example.org",
+                "sender": ALICE,
+                "state_key": "",
+                "event_id": "$jr",
+                "origin_server_ts": T0,
+                "content": {"join_rule": "public"},
+            },
+            msg(1, "zz-canary-31 said once"),
+        ]
+    )
     assert Forgetting(ingest).forget_user(ALICE).messages == 1
     assert log.counts() == {"redacted": 1}
     assert b"zz-canary-31" not in db_bytes(tmp_path, log)

@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 
 from indexer.ingest import gate as rules
-from indexer.store.eventlog.log import EventLog
+from indexer.ingest.admit import Ingest
 from indexer.ingest.events import StateEvent
 from indexer.ingest.gate import Gate
-from indexer.ingest.admit import Ingest
-from indexer.store.journal import Journal
-from indexer.records import Refusal, RoomID, UserID
 from indexer.ingest.roomfacts import RoomFacts, apply_state, facts_from_state
+from indexer.records import Refusal, RoomID, UserID
+from indexer.store.eventlog.log import EventLog
+from indexer.store.journal import Journal
 
 ROOM = RoomID("!public:example.org")
 OTHER = RoomID("!elsewhere:example.org")
@@ -34,8 +34,7 @@ def gate(*rooms: str, patterns: tuple[str, ...] | None = None) -> Gate:
     return Gate(allow, BOT, patterns)
 
 
-def judge(facts: RoomFacts | None, sender: str = ALICE, g: Gate | None = None,
-          room: str = ROOM):
+def judge(facts: RoomFacts | None, sender: str = ALICE, g: Gate | None = None, room: str = ROOM):
     return (g or gate()).judge_message(RoomID(room), "$ev", UserID(sender), facts)
 
 
@@ -57,16 +56,18 @@ def test_not_allowlisted():
     assert gate().judge_room(OTHER, PUBLIC).rule == rules.NOT_ALLOWLISTED
 
 
-@pytest.mark.parametrize("join_rule", ["invite", "knock", "restricted", "knock_restricted",
-                                       "private"])
+@pytest.mark.parametrize(
+    "join_rule", ["invite", "knock", "restricted", "knock_restricted", "private"]
+)
 def test_not_public(join_rule):
     facts = RoomFacts(join_rule=join_rule, members=frozenset({ALICE, BOB, BOT}))
     r = judge(facts)
     assert r is not None and r.rule == rules.NOT_PUBLIC and r.whole_room
 
 
-@pytest.mark.parametrize("facts", [None, RoomFacts(),
-                                   RoomFacts(members=frozenset({ALICE, BOB, BOT}))])
+@pytest.mark.parametrize(
+    "facts", [None, RoomFacts(), RoomFacts(members=frozenset({ALICE, BOB, BOT}))]
+)
 def test_unknown_join_rule_is_not_public(facts):
     r = judge(facts)
     assert r is not None and r.rule == rules.NOT_PUBLIC
@@ -78,23 +79,27 @@ def test_join_rule_not_a_string_is_unknown():
 
 
 def test_direct_message_via_is_direct_even_if_public():
-    facts = facts_from_state([
-        state("m.room.join_rules", {"join_rule": "public"}),
-        state("m.room.member", {"membership": "join"}, ALICE),
-        state("m.room.member", {"membership": "join", "is_direct": True}, BOB),
-        state("m.room.member", {"membership": "join"}, "@carol:example.org"),
-    ])
+    facts = facts_from_state(
+        [
+            state("m.room.join_rules", {"join_rule": "public"}),
+            state("m.room.member", {"membership": "join"}, ALICE),
+            state("m.room.member", {"membership": "join", "is_direct": True}, BOB),
+            state("m.room.member", {"membership": "join"}, "@carol:example.org"),
+        ]
+    )
     r = judge(facts)
     assert r is not None and r.rule == rules.DIRECT_MESSAGE and r.whole_room
 
 
 def test_two_members_in_an_invite_only_room_is_not_public_not_a_dm():
     """Issue 21: the journal names what happened; only is_direct makes a DM."""
-    facts = facts_from_state([
-        state("m.room.join_rules", {"join_rule": "invite"}),
-        state("m.room.member", {"membership": "join"}, ALICE),
-        state("m.room.member", {"membership": "join"}, BOT),
-    ])
+    facts = facts_from_state(
+        [
+            state("m.room.join_rules", {"join_rule": "invite"}),
+            state("m.room.member", {"membership": "join"}, ALICE),
+            state("m.room.member", {"membership": "join"}, BOT),
+        ]
+    )
     assert judge(facts).rule == rules.NOT_PUBLIC
 
 
@@ -111,23 +116,36 @@ def test_encrypted_room():
 
 @pytest.mark.parametrize("bridge_type", ["m.bridge", "uk.half-shot.bridge"])
 def test_bridged_room(bridge_type):
-    facts = apply_state(PUBLIC, state(bridge_type, {"protocol": {"id": "discord"}},
-                                      state_key="discord/123"))
+    facts = apply_state(
+        PUBLIC, state(bridge_type, {"protocol": {"id": "discord"}}, state_key="discord/123")
+    )
     r = judge(facts)
     assert r is not None and r.rule == rules.BRIDGED_ROOM and r.whole_room
 
 
-@pytest.mark.parametrize("sender", ["@_discord_123:example.org", "@discord_123:example.org",
-                                    "@_discord_123456789012345678:example.org"])
+@pytest.mark.parametrize(
+    "sender",
+    [
+        "@_discord_123:example.org",
+        "@discord_123:example.org",
+        "@_discord_123456789012345678:example.org",
+    ],
+)
 def test_puppet_sender(sender):
     r = judge(PUBLIC, sender=sender)
     assert r is not None and r.rule == rules.PUPPET_SENDER and r.whole_room
     assert CANARY not in r.detail
 
 
-@pytest.mark.parametrize("sender", ["@_discord_999:ex.org", "@discord_123:x",
-                                    "@_discord_1:example.org.evil.net",
-                                    "@_discord_1:example.org:8448"])
+@pytest.mark.parametrize(
+    "sender",
+    [
+        "@_discord_999:ex.org",
+        "@discord_123:x",
+        "@_discord_1:example.org.evil.net",
+        "@_discord_1:example.org:8448",
+    ],
+)
 def test_a_discord_like_name_on_another_server_is_an_ordinary_user(sender):
     """Anyone can register `@_discord_999` on a server of their own; one message of
     theirs purged an allowlisted room (issue 26). The bridge runs on our server."""
@@ -138,8 +156,7 @@ def test_a_discord_like_name_on_another_server_is_an_ordinary_user(sender):
 
 def test_bridge_servers_name_where_the_puppets_live():
     g = Gate(frozenset({ROOM}), BOT, bridge_servers=("discord.example.org",))
-    assert judge(PUBLIC, sender="@_discord_1:discord.example.org", g=g).rule == \
-        rules.PUPPET_SENDER
+    assert judge(PUBLIC, sender="@_discord_1:discord.example.org", g=g).rule == rules.PUPPET_SENDER
     assert judge(PUBLIC, sender="@_discord_1:example.org", g=g) is None
     assert judge(PUBLIC, sender="@_discord_1:ex.org", g=g) is None
 
@@ -164,11 +181,13 @@ def test_puppet_member_refuses_the_whole_room(member):
 
 
 def test_puppet_who_left_no_longer_counts():
-    facts = facts_from_state([
-        state("m.room.join_rules", {"join_rule": "public"}),
-        state("m.room.member", {"membership": "join"}, "@discord_1:example.org"),
-        state("m.room.member", {"membership": "leave"}, "@discord_1:example.org"),
-    ])
+    facts = facts_from_state(
+        [
+            state("m.room.join_rules", {"join_rule": "public"}),
+            state("m.room.member", {"membership": "join"}, "@discord_1:example.org"),
+            state("m.room.member", {"membership": "leave"}, "@discord_1:example.org"),
+        ]
+    )
     assert judge(facts) is None
 
 
@@ -194,33 +213,80 @@ def test_room_rules_win_over_message_rules():
 
 def public_state(room: str = ROOM) -> list[dict]:
     return [
-        {"type": "m.room.create", "room_id": room, "event_id": f"$create{room}",
-         "sender": ALICE, "state_key": "", "origin_server_ts": 1, "content": {}},
-        {"type": "m.room.join_rules", "room_id": room, "event_id": f"$jr{room}",
-         "sender": ALICE, "state_key": "", "origin_server_ts": 2,
-         "content": {"join_rule": "public"}},
-        {"type": "m.room.member", "room_id": room, "event_id": f"$ma{room}",
-         "sender": ALICE, "state_key": ALICE, "origin_server_ts": 3,
-         "content": {"membership": "join"}},
-        {"type": "m.room.member", "room_id": room, "event_id": f"$mb{room}",
-         "sender": BOB, "state_key": BOB, "origin_server_ts": 3,
-         "content": {"membership": "join"}},
-        {"type": "m.room.member", "room_id": room, "event_id": f"$mbot{room}",
-         "sender": BOT, "state_key": BOT, "origin_server_ts": 3,
-         "content": {"membership": "join"}},
+        {
+            "type": "m.room.create",
+            "room_id": room,
+            "event_id": f"$create{room}",
+            "sender": ALICE,
+            "state_key": "",
+            "origin_server_ts": 1,
+            "content": {},
+        },
+        {
+            "type": "m.room.join_rules",
+            "room_id": room,
+            "event_id": f"$jr{room}",
+            "sender": ALICE,
+            "state_key": "",
+            "origin_server_ts": 2,
+            "content": {"join_rule": "public"},
+        },
+        {
+            "type": "m.room.member",
+            "room_id": room,
+            "event_id": f"$ma{room}",
+            "sender": ALICE,
+            "state_key": ALICE,
+            "origin_server_ts": 3,
+            "content": {"membership": "join"},
+        },
+        {
+            "type": "m.room.member",
+            "room_id": room,
+            "event_id": f"$mb{room}",
+            "sender": BOB,
+            "state_key": BOB,
+            "origin_server_ts": 3,
+            "content": {"membership": "join"},
+        },
+        {
+            "type": "m.room.member",
+            "room_id": room,
+            "event_id": f"$mbot{room}",
+            "sender": BOT,
+            "state_key": BOT,
+            "origin_server_ts": 3,
+            "content": {"membership": "join"},
+        },
     ]
 
 
-def message(event_id: str, body: str = f"secret {CANARY} text", sender: str = ALICE,
-            room: str = ROOM, ts: int = 1_700_000_000_000) -> dict:
-    return {"type": "m.room.message", "room_id": room, "event_id": event_id, "sender": sender,
-            "origin_server_ts": ts, "content": {"msgtype": "m.text", "body": body}}
+def message(
+    event_id: str,
+    body: str = f"secret {CANARY} text",
+    sender: str = ALICE,
+    room: str = ROOM,
+    ts: int = 1_700_000_000_000,
+) -> dict:
+    return {
+        "type": "m.room.message",
+        "room_id": room,
+        "event_id": event_id,
+        "sender": sender,
+        "origin_server_ts": ts,
+        "content": {"msgtype": "m.text", "body": body},
+    }
 
 
 def encrypted(event_id: str, room: str = ROOM) -> dict:
-    return {"type": "m.room.encrypted", "room_id": room, "event_id": event_id,
-            "sender": ALICE, "origin_server_ts": 5,
-            "content": {"algorithm": "m.megolm.v1.aes-sha2", "ciphertext": CANARY}}
+    return {
+        "type": "m.room.encrypted",
+        "room_id": room,
+        "event_id": event_id,
+        "sender": ALICE,
+        "origin_server_ts": 5,
+        "content": {"algorithm": "m.megolm.v1.aes-sha2", "ciphertext": CANARY},
+    }
 
 
 @pytest.fixture
@@ -252,26 +318,79 @@ def test_canary_is_detectable_when_stored(env):
 
 REFUSED_CASES = {
     rules.NOT_PUBLIC: [
-        {"type": "m.room.join_rules", "room_id": ROOM, "event_id": "$jr", "sender": ALICE,
-         "state_key": "", "origin_server_ts": 1, "content": {"join_rule": "invite"}},
-        {"type": "m.room.member", "room_id": ROOM, "event_id": "$m1", "sender": ALICE,
-         "state_key": ALICE, "origin_server_ts": 1, "content": {"membership": "join"}},
-        {"type": "m.room.member", "room_id": ROOM, "event_id": "$m2", "sender": BOB,
-         "state_key": BOB, "origin_server_ts": 1, "content": {"membership": "join"}},
-        {"type": "m.room.member", "room_id": ROOM, "event_id": "$m3", "sender": BOT,
-         "state_key": BOT, "origin_server_ts": 1, "content": {"membership": "join"}},
+        {
+            "type": "m.room.join_rules",
+            "room_id": ROOM,
+            "event_id": "$jr",
+            "sender": ALICE,
+            "state_key": "",
+            "origin_server_ts": 1,
+            "content": {"join_rule": "invite"},
+        },
+        {
+            "type": "m.room.member",
+            "room_id": ROOM,
+            "event_id": "$m1",
+            "sender": ALICE,
+            "state_key": ALICE,
+            "origin_server_ts": 1,
+            "content": {"membership": "join"},
+        },
+        {
+            "type": "m.room.member",
+            "room_id": ROOM,
+            "event_id": "$m2",
+            "sender": BOB,
+            "state_key": BOB,
+            "origin_server_ts": 1,
+            "content": {"membership": "join"},
+        },
+        {
+            "type": "m.room.member",
+            "room_id": ROOM,
+            "event_id": "$m3",
+            "sender": BOT,
+            "state_key": BOT,
+            "origin_server_ts": 1,
+            "content": {"membership": "join"},
+        },
     ],
-    rules.DIRECT_MESSAGE: public_state()[:2] + [
-        {"type": "m.room.member", "room_id": ROOM, "event_id": "$m1", "sender": ALICE,
-         "state_key": BOT, "origin_server_ts": 1,
-         "content": {"membership": "invite", "is_direct": True}}],
-    rules.ENCRYPTED_ROOM: public_state() + [
-        {"type": "m.room.encryption", "room_id": ROOM, "event_id": "$enc", "sender": ALICE,
-         "state_key": "", "origin_server_ts": 4,
-         "content": {"algorithm": "m.megolm.v1.aes-sha2"}}],
-    rules.BRIDGED_ROOM: public_state() + [
-        {"type": "uk.half-shot.bridge", "room_id": ROOM, "event_id": "$br", "sender": ALICE,
-         "state_key": "discord", "origin_server_ts": 4, "content": {}}],
+    rules.DIRECT_MESSAGE: public_state()[:2]
+    + [
+        {
+            "type": "m.room.member",
+            "room_id": ROOM,
+            "event_id": "$m1",
+            "sender": ALICE,
+            "state_key": BOT,
+            "origin_server_ts": 1,
+            "content": {"membership": "invite", "is_direct": True},
+        }
+    ],
+    rules.ENCRYPTED_ROOM: public_state()
+    + [
+        {
+            "type": "m.room.encryption",
+            "room_id": ROOM,
+            "event_id": "$enc",
+            "sender": ALICE,
+            "state_key": "",
+            "origin_server_ts": 4,
+            "content": {"algorithm": "m.megolm.v1.aes-sha2"},
+        }
+    ],
+    rules.BRIDGED_ROOM: public_state()
+    + [
+        {
+            "type": "uk.half-shot.bridge",
+            "room_id": ROOM,
+            "event_id": "$br",
+            "sender": ALICE,
+            "state_key": "discord",
+            "origin_server_ts": 4,
+            "content": {},
+        }
+    ],
     rules.PUPPET_SENDER: public_state(),  # with a puppet sender below
 }
 
@@ -280,8 +399,9 @@ REFUSED_CASES = {
 def test_refused_message_is_journalled_by_id_and_never_stored(env, rule):
     ingest, tmp = env
     sender = {rules.PUPPET_SENDER: "@_discord_123:example.org"}.get(rule, ALICE)
-    result = ingest.admit(REFUSED_CASES[rule] + [message("$refused", sender=sender)],
-                          txn_key="reg:txn1")
+    result = ingest.admit(
+        REFUSED_CASES[rule] + [message("$refused", sender=sender)], txn_key="reg:txn1"
+    )
     assert result.refused == {rule: 1}
     assert result.appended == 0 and result.accepted == 0
     assert ingest.eventlog.counts() == {}
@@ -302,18 +422,24 @@ def test_encrypted_event_is_journalled_and_its_ciphertext_stored_nowhere(env):
     assert ingest.eventlog.counts() == {}
     [entry] = journal_entries(tmp)
     assert (entry["rule"], entry["room_id"], entry["event_id"]) == (
-        rules.ENCRYPTED_EVENT, ROOM, "$enc1")
+        rules.ENCRYPTED_EVENT,
+        ROOM,
+        "$enc1",
+    )
     assert CANARY not in (tmp / "journal.jsonl").read_text()
     assert CANARY.encode() not in disk_bytes(tmp)
 
 
 def test_refused_and_accepted_in_one_batch(env):
     ingest, tmp = env
-    result = ingest.admit(public_state() + [
-        message("$a", body="fine words", sender=ALICE),
-        message("$b", sender=BOT),
-        message("$c", body="more fine words", sender=BOB),
-    ])
+    result = ingest.admit(
+        public_state()
+        + [
+            message("$a", body="fine words", sender=ALICE),
+            message("$b", sender=BOT),
+            message("$c", body="more fine words", sender=BOB),
+        ]
+    )
     assert result.appended == 2 and result.refused == {}
     assert result.skipped == {rules.OWN_MESSAGE: 1}  # counted apart, not a refusal
     assert ingest.eventlog.status_of("$b") is None
@@ -342,8 +468,11 @@ def test_a_refusal_is_journalled_once_however_often_it_is_read(env):
 
 def test_non_allowlisted_room_leaves_no_trace_at_all(env):
     ingest, tmp = env
-    events = public_state(OTHER) + [message("$x", room=OTHER), encrypted("$y", room=OTHER),
-                                    message("$z", room=OTHER, sender="@discord_1:x")]
+    events = public_state(OTHER) + [
+        message("$x", room=OTHER),
+        encrypted("$y", room=OTHER),
+        message("$z", room=OTHER, sender="@discord_1:x"),
+    ]
     result = ingest.admit(events, txn_key="reg:t")
     assert result.appended == 0 and result.rooms == set()
     assert ingest.eventlog.counts() == {}
@@ -360,11 +489,24 @@ def test_non_allowlisted_room_is_not_fetched(env):
 def test_bridge_state_after_messages_refuses_later_messages(env):
     ingest, tmp = env
     ingest.admit(public_state() + [message("$before", body="before the bridge")])
-    ingest.admit([{"type": "m.bridge", "room_id": ROOM, "event_id": "$br", "sender": ALICE,
-                   "state_key": "x", "origin_server_ts": 9, "content": {}},
-                  message("$after")])
+    ingest.admit(
+        [
+            {
+                "type": "m.bridge",
+                "room_id": ROOM,
+                "event_id": "$br",
+                "sender": ALICE,
+                "state_key": "x",
+                "origin_server_ts": 9,
+                "content": {},
+            },
+            message("$after"),
+        ]
+    )
     assert ingest.eventlog.status_of("$after") is None
     # The message from before the bridge is purged with its room (see test_purge.py).
     assert ingest.eventlog.status_of("$before") == ("purged", None)
     assert sorted((e["kind"], e["rule"], e.get("event_id")) for e in journal_entries(tmp)) == [
-        ("purge", rules.BRIDGED_ROOM, "$br"), ("refusal", rules.BRIDGED_ROOM, "$after")]
+        ("purge", rules.BRIDGED_ROOM, "$br"),
+        ("refusal", rules.BRIDGED_ROOM, "$after"),
+    ]

@@ -13,24 +13,29 @@ from indexer.ingest.members import RECENT_MS, Addressees
 from indexer.ingest.roomfacts import apply_state, facts_from_state
 from indexer.models.embedder import HashEmbedder
 from indexer.records import ChunkPolicy, EventID, Message, RoomID, UserID
-from indexer.store.vectors.chroma import ChromaStore
 from indexer.store.eventlog.log import EventLog
 from indexer.store.journal import Journal
+from indexer.store.vectors.chroma import ChromaStore
 
 ROOM = RoomID("!room:example.org")
 T0 = 1_700_000_000_000
 # Localparts that share nothing with the names people use.
 DANA, DANIEL, RICH, SAM, BEN, EVA = (UserID(f"@u{i}x9:example.org") for i in range(6))
-NAMES = {DANA: "Dana Whitfield", DANIEL: "Daniel", RICH: "Richard van der Hoff",
-         SAM: "Samira K", BEN: "Ben", EVA: "Eva"}
+NAMES = {
+    DANA: "Dana Whitfield",
+    DANIEL: "Daniel",
+    RICH: "Richard van der Hoff",
+    SAM: "Samira K",
+    BEN: "Ben",
+    EVA: "Eva",
+}
 
 
 def member(user: str, name: str | None, membership: str = "join", n: int = 0) -> StateEvent:
     content = {"membership": membership}
     if name is not None:
         content["displayname"] = name
-    return StateEvent(ROOM, EventID(f"$mem{user}{n}"), UserID(user), "m.room.member", user,
-                      content)
+    return StateEvent(ROOM, EventID(f"$mem{user}{n}"), UserID(user), "m.room.member", user, content)
 
 
 def room(names: dict = NAMES):
@@ -61,8 +66,9 @@ def test_of_several_members_who_fit_the_one_who_spoke_recently_wins():
     facts = room()
     a = Addressees()
     a.resolve(said(DANIEL, "how do I rotate the key?", ts=T0), facts)
-    assert a.resolve(said(BEN, "dan: with the admin script", ts=T0 + 60_000),
-                     facts).mentions == (DANIEL,)
+    assert a.resolve(said(BEN, "dan: with the admin script", ts=T0 + 60_000), facts).mentions == (
+        DANIEL,
+    )
     # Long after, Daniel is no longer talking: "dan" is ambiguous again.
     late = T0 + RECENT_MS + 120_000
     assert a.resolve(said(BEN, "dan: and again", ts=late), facts).mentions == ()
@@ -110,8 +116,9 @@ def test_a_display_name_that_is_no_name_is_ignored(bad):
 
 def test_in_a_room_of_20000_members_a_unique_name_resolves_and_a_shared_one_does_not():
     users = [UserID(f"@p{i}:example.org") for i in range(20_000)]
-    facts = facts_from_state([member(u, f"Person {i}") for i, u in enumerate(users)]
-                             + [member(DANA, "Dana Whitfield")])
+    facts = facts_from_state(
+        [member(u, f"Person {i}") for i, u in enumerate(users)] + [member(DANA, "Dana Whitfield")]
+    )
     assert len(facts.members) == 20_001
     a = Addressees()
     assert a.resolve(said(BEN, "dana: hi"), facts).mentions == (DANA,)
@@ -140,33 +147,66 @@ TOPICS = [
 
 
 def raw(n: int, sender: str, body: str) -> dict:
-    return {"type": "m.room.message", "room_id": ROOM, "sender": sender, "event_id": f"$t{n}",
-            "origin_server_ts": T0 + n * 1000, "content": {"msgtype": "m.text", "body": body}}
+    return {
+        "type": "m.room.message",
+        "room_id": ROOM,
+        "sender": sender,
+        "event_id": f"$t{n}",
+        "origin_server_ts": T0 + n * 1000,
+        "content": {"msgtype": "m.text", "body": body},
+    }
 
 
 def raw_member(user: str, name: str) -> dict:
-    return {"type": "m.room.member", "room_id": ROOM, "sender": user, "state_key": user,
-            "event_id": f"$j{user}", "origin_server_ts": T0,
-            "content": {"membership": "join", "displayname": name}}
+    return {
+        "type": "m.room.member",
+        "room_id": ROOM,
+        "sender": user,
+        "state_key": user,
+        "event_id": f"$j{user}",
+        "origin_server_ts": T0,
+        "content": {"membership": "join", "displayname": name},
+    }
 
 
 def test_interleaved_topics_addressed_by_display_names_become_their_conversations(
-        tmp_path, eventlog_db):
+    tmp_path, eventlog_db
+):
     log = EventLog(eventlog_db)
     store = ChromaStore(path=tmp_path / "chroma", eventlog=log)
-    ingest, pipeline = writers(log, Journal(tmp_path / "journal.jsonl"), store, HashEmbedder(),
-                               Gate(frozenset({ROOM}), "@bot:example.org"), ChunkPolicy())
-    ingest.admit([{"type": "m.room.join_rules", "room_id": ROOM, "sender": DANA,
-                   "state_key": "", "event_id": "$jr", "origin_server_ts": T0,
-                   "content": {"join_rule": "public"}}]
-                 + [raw_member(u, n) for u, n in NAMES.items()])
+    ingest, pipeline = writers(
+        log,
+        Journal(tmp_path / "journal.jsonl"),
+        store,
+        HashEmbedder(),
+        Gate(frozenset({ROOM}), "@bot:example.org"),
+        ChunkPolicy(),
+    )
+    ingest.admit(
+        [
+            {
+                "type": "m.room.join_rules",
+                "room_id": ROOM,
+                "sender": DANA,
+                "state_key": "",
+                "event_id": "$jr",
+                "origin_server_ts": T0,
+                "content": {"join_rule": "public"},
+            }
+        ]
+        + [raw_member(u, n) for u, n in NAMES.items()]
+    )
     ingest.admit([raw(i, who, text) for i, (who, text) in enumerate(TOPICS)])
     pipeline.process_all()
     windows = {tuple(w.event_ids) for w in store.get()}
     assert windows == {("$t0", "$t3"), ("$t1", "$t4"), ("$t2", "$t5")}, windows
     # The resolved member is stored with the message; the display name is not.
-    [answer] = [m for w in store.get() for m in log.texts.window_messages(w.window_id)
-                if m.event_id == "$t3"]
+    [answer] = [
+        m
+        for w in store.get()
+        for m in log.texts.window_messages(w.window_id)
+        if m.event_id == "$t3"
+    ]
     assert answer.mentions == (DANA,)
     if log.path is not None:
         kept = b"".join(p.read_bytes() for p in tmp_path.glob("eventlog.sqlite3*"))

@@ -12,19 +12,18 @@ from pathlib import Path
 
 import pytest
 
-from indexer.ingest import gate as rules
 from indexer.components import writers
-from indexer.models.embedder import HashEmbedder
-from indexer.store.eventlog.log import EventLog
+from indexer.ingest import gate as rules
 from indexer.ingest.gate import Gate
-from indexer.store.journal import Journal
-from indexer.records import RoomID, UserID
 from indexer.ingest.roomfacts import RoomFacts
+from indexer.models.embedder import HashEmbedder
+from indexer.records import RoomID, UserID
 from indexer.search.texts import WindowTexts
+from indexer.store.eventlog.log import EventLog
+from indexer.store.journal import Journal
 from indexer.store.vectors.chroma import ChromaStore
-
-from tests.storekit import texts
 from tests.indexer.store.test_history import db_bytes
+from tests.storekit import texts
 
 ROOM = RoomID("!ops:example.org")
 CLEAN = RoomID("!clean:example.org")
@@ -37,10 +36,23 @@ CLEAN_WORDS = "rotate the signing key before friday"
 T0 = 1_700_000_000_000
 
 
-def ev(etype: str, event_id: str, content: dict, room: str = ROOM, sender: str = ALICE,
-       state_key: str | None = None, ts: int = T0) -> dict:
-    raw = {"type": etype, "room_id": room, "event_id": event_id, "sender": sender,
-           "origin_server_ts": ts, "content": content}
+def ev(
+    etype: str,
+    event_id: str,
+    content: dict,
+    room: str = ROOM,
+    sender: str = ALICE,
+    state_key: str | None = None,
+    ts: int = T0,
+) -> dict:
+    raw = {
+        "type": etype,
+        "room_id": room,
+        "event_id": event_id,
+        "sender": sender,
+        "origin_server_ts": ts,
+        "content": content,
+    }
     if state_key is not None:
         raw["state_key"] = state_key
     return raw
@@ -50,15 +62,22 @@ def public_state(room: str = ROOM, alias: str = "#ops:example.org") -> list[dict
     return [
         ev("m.room.join_rules", f"$jr{room}", {"join_rule": "public"}, room, state_key=""),
         ev("m.room.canonical_alias", f"$ca{room}", {"alias": alias}, room, state_key=""),
-        *[ev("m.room.member", f"$m{u}{room}", {"membership": "join"}, room, sender=u,
-             state_key=u) for u in (ALICE, BOB, BOT)],
+        *[
+            ev("m.room.member", f"$m{u}{room}", {"membership": "join"}, room, sender=u, state_key=u)
+            for u in (ALICE, BOB, BOT)
+        ],
     ]
 
 
 def msg(event_id: str, body: str, room: str = ROOM, sender: str = ALICE, i: int = 0) -> dict:
-    return ev("m.room.message", event_id, {"msgtype": "m.text", "body": body}, room, sender,
-              ts=T0 + i * 1000)
-
+    return ev(
+        "m.room.message",
+        event_id,
+        {"msgtype": "m.text", "body": body},
+        room,
+        sender,
+        ts=T0 + i * 1000,
+    )
 
 
 class Env:
@@ -68,14 +87,20 @@ class Env:
         self.journal = Journal(root / "journal.jsonl")
         self.store = ChromaStore(path=root / "chroma", eventlog=self.eventlog)
         self.gate = Gate(frozenset({ROOM, CLEAN}), BOT)
-        self.ingest, self.pipeline = writers(self.eventlog, self.journal, self.store,
-                                             embedder or HashEmbedder(), self.gate)
+        self.ingest, self.pipeline = writers(
+            self.eventlog, self.journal, self.store, embedder or HashEmbedder(), self.gate
+        )
 
     def index_both_rooms(self) -> None:
-        self.ingest.admit(public_state() + public_state(CLEAN, "#clean:example.org") + [
-            msg("$a1", f"the secret is {CANARY}", i=1),
-            msg("$a2", "and a second line of that room", sender=BOB, i=2),
-            msg("$c1", CLEAN_WORDS, CLEAN, i=3)])
+        self.ingest.admit(
+            public_state()
+            + public_state(CLEAN, "#clean:example.org")
+            + [
+                msg("$a1", f"the secret is {CANARY}", i=1),
+                msg("$a2", "and a second line of that room", sender=BOB, i=2),
+                msg("$c1", CLEAN_WORDS, CLEAN, i=3),
+            ]
+        )
         assert self.pipeline.process_all() == 3
         assert self.windows(ROOM) and self.windows(CLEAN)
         assert self.files_with(CANARY)  # the checks below would see it: it is on disk
@@ -88,8 +113,11 @@ class Env:
         SQLite file. Not Chroma's HNSW buffers (*.bin): what they leak comes from this
         process's heap, which `run` and `import` keep clean (test_heap.py)."""
         raw = needle.encode()
-        found = sorted(str(p.relative_to(self.root)) for p in self.root.rglob("*")
-                       if p.is_file() and p.suffix != ".bin" and raw in p.read_bytes())
+        found = sorted(
+            str(p.relative_to(self.root))
+            for p in self.root.rglob("*")
+            if p.is_file() and p.suffix != ".bin" and raw in p.read_bytes()
+        )
         if self.eventlog.path is None and raw in db_bytes(self.root, self.eventlog):
             found.append("the PostgreSQL event log's rows")
         return found
@@ -99,8 +127,7 @@ class Env:
 
     def bodies(self, room: str) -> list:
         with self.eventlog.transaction(immediate=False) as cur:
-            return [r[0] for r in cur.execute(
-                "SELECT body FROM events WHERE room_id = ?", (room,))]
+            return [r[0] for r in cur.execute("SELECT body FROM events WHERE room_id = ?", (room,))]
 
 
 @pytest.fixture
@@ -130,21 +157,31 @@ def assert_purged(env: Env, rule: str, event_id: str | None, source: str = "push
 
 
 TRIGGERS = {
-    "turns invite-only": (rules.NOT_PUBLIC, ev("m.room.join_rules", "$flip",
-                                               {"join_rule": "invite"}, state_key="")),
-    "turns knock": (rules.NOT_PUBLIC, ev("m.room.join_rules", "$flip",
-                                         {"join_rule": "knock"}, state_key="")),
-    "gains m.bridge": (rules.BRIDGED_ROOM, ev("m.bridge", "$flip", {"protocol": {"id": "x"}},
-                                             state_key="discord/123")),
-    "gains uk.half-shot.bridge": (rules.BRIDGED_ROOM, ev("uk.half-shot.bridge", "$flip", {},
-                                                         state_key="irc")),
-    "turns encrypted": (rules.ENCRYPTED_ROOM, ev("m.room.encryption", "$flip",
-                                                 {"algorithm": "m.megolm.v1.aes-sha2"},
-                                                 state_key="")),
-    "a puppet joins": (rules.PUPPET_SENDER, ev("m.room.member", "$flip", {"membership": "join"},
-                                               sender=PUPPET, state_key=PUPPET)),
-    "a puppet speaks": (rules.PUPPET_SENDER, msg("$flip", f"bridged {CANARY}", sender=PUPPET,
-                                                 i=9)),
+    "turns invite-only": (
+        rules.NOT_PUBLIC,
+        ev("m.room.join_rules", "$flip", {"join_rule": "invite"}, state_key=""),
+    ),
+    "turns knock": (
+        rules.NOT_PUBLIC,
+        ev("m.room.join_rules", "$flip", {"join_rule": "knock"}, state_key=""),
+    ),
+    "gains m.bridge": (
+        rules.BRIDGED_ROOM,
+        ev("m.bridge", "$flip", {"protocol": {"id": "x"}}, state_key="discord/123"),
+    ),
+    "gains uk.half-shot.bridge": (
+        rules.BRIDGED_ROOM,
+        ev("uk.half-shot.bridge", "$flip", {}, state_key="irc"),
+    ),
+    "turns encrypted": (
+        rules.ENCRYPTED_ROOM,
+        ev("m.room.encryption", "$flip", {"algorithm": "m.megolm.v1.aes-sha2"}, state_key=""),
+    ),
+    "a puppet joins": (
+        rules.PUPPET_SENDER,
+        ev("m.room.member", "$flip", {"membership": "join"}, sender=PUPPET, state_key=PUPPET),
+    ),
+    "a puppet speaks": (rules.PUPPET_SENDER, msg("$flip", f"bridged {CANARY}", sender=PUPPET, i=9)),
 }
 
 
@@ -160,7 +197,8 @@ def test_room_refused_after_the_fact_is_purged(env, trigger):
     assert CANARY not in (env.root / "journal.jsonl").read_text()
     assert env.pipeline.process_all() == 0 and env.windows(ROOM) == []
     payload = " ".join(texts(env.store).values()) + " ".join(
-        json.dumps(w.senders) for w in env.store.get())
+        json.dumps(w.senders) for w in env.store.get()
+    )
     assert not re.search(r"@_?discord_", payload)
 
 
@@ -169,7 +207,11 @@ def test_room_leaving_the_allowlist_is_purged(env):
     env.gate.allowlist = frozenset({CLEAN})  # what Rooms.reload_allowlist does
     [report] = env.ingest.purge_unlisted()
     assert (report.room_id, report.rule, report.windows, report.messages) == (
-        ROOM, rules.NOT_ALLOWLISTED, 1, 2)
+        ROOM,
+        rules.NOT_ALLOWLISTED,
+        1,
+        2,
+    )
     assert_purged(env, rules.NOT_ALLOWLISTED, None, source="allowlist")
     assert ROOM not in env.ingest.facts  # no longer read at all
     assert env.ingest.purge_unlisted() == []  # nothing left to purge
@@ -189,8 +231,10 @@ def test_pending_events_of_a_purged_room_are_never_indexed(env):
 
 
 def test_messages_before_the_flip_in_one_batch_are_never_written(env):
-    result = env.ingest.admit(public_state() + [
-        msg("$a1", CANARY, i=1), TRIGGERS["gains m.bridge"][1], msg("$a2", CANARY, i=2)])
+    result = env.ingest.admit(
+        public_state()
+        + [msg("$a1", CANARY, i=1), TRIGGERS["gains m.bridge"][1], msg("$a2", CANARY, i=2)]
+    )
     assert result.appended == 0 and result.refused == {rules.BRIDGED_ROOM: 2}
     assert env.eventlog.counts() == {} and env.files_with(CANARY) == []
     assert sorted(e["event_id"] for e in env.entries("refusal")) == ["$a1", "$a2"]
@@ -225,8 +269,9 @@ def test_purge_then_public_again_during_an_embed_still_drops_the_old_text(tmp_pa
         def encode(self, texts):
             if any(CANARY in t for t in texts):
                 env.ingest.admit([TRIGGERS["turns invite-only"][1]])
-                env.ingest.admit([ev("m.room.join_rules", "$back", {"join_rule": "public"},
-                                     state_key="")])
+                env.ingest.admit(
+                    [ev("m.room.join_rules", "$back", {"join_rule": "public"}, state_key="")]
+                )
             return super().encode(texts)
 
     env = Env(tmp_path, FlippingEmbedder())
@@ -259,8 +304,14 @@ def test_purge_waits_for_a_commit_in_progress(env):
 
 def test_facts_learned_anew_purge_a_room_that_changed_while_we_were_away(env):
     env.index_both_rooms()
-    env.ingest.learn(ROOM, RoomFacts(join_rule="invite", members=frozenset({ALICE, BOB, BOT}),
-                                     canonical_alias="#ops:example.org"))
+    env.ingest.learn(
+        ROOM,
+        RoomFacts(
+            join_rule="invite",
+            members=frozenset({ALICE, BOB, BOT}),
+            canonical_alias="#ops:example.org",
+        ),
+    )
     assert_purged(env, rules.NOT_PUBLIC, None, source="state")
 
 
@@ -284,8 +335,12 @@ def test_a_purged_room_is_purged_once(env):
 def test_room_public_again_indexes_only_new_messages(env):
     env.index_both_rooms()
     env.ingest.admit([TRIGGERS["turns invite-only"][1]])
-    env.ingest.admit([ev("m.room.join_rules", "$back", {"join_rule": "public"}, state_key=""),
-                      msg("$new", "a fresh message after the room reopened", i=20)])
+    env.ingest.admit(
+        [
+            ev("m.room.join_rules", "$back", {"join_rule": "public"}, state_key=""),
+            msg("$new", "a fresh message after the room reopened", i=20),
+        ]
+    )
     assert env.pipeline.process_all() == 1
     assert [w.event_ids for w in env.windows(ROOM)] == [("$new",)]
     assert env.eventlog.status_of("$a1") == ("purged", None)
@@ -315,8 +370,13 @@ def test_journal_command_prints_purges_by_rule(tmp_path, capsys):
     assert main(["journal", "-c", str(tmp_path / "config.yaml"), "--rule", "not_public"]) == 0
     [line] = capsys.readouterr().out.splitlines()
     entry = json.loads(line)
-    assert (entry["kind"], entry["room_id"], entry["event_id"], entry["windows"],
-            entry["messages"]) == ("purge", ROOM, "$flip", 3, 7)
+    assert (
+        entry["kind"],
+        entry["room_id"],
+        entry["event_id"],
+        entry["windows"],
+        entry["messages"],
+    ) == ("purge", ROOM, "$flip", 3, 7)
 
 
 def test_member_events_are_judged_without_rescanning_every_member(env):
@@ -326,9 +386,19 @@ def test_member_events_are_judged_without_rescanning_every_member(env):
     real = env.gate.is_puppet
     env.gate.is_puppet = lambda user: checked.append(user) or real(user)
     n = 300
-    env.ingest.admit(public_state() + [
-        ev("m.room.member", f"$j{i}", {"membership": "join"}, sender=f"@u{i}:example.org",
-           state_key=f"@u{i}:example.org") for i in range(n)])
+    env.ingest.admit(
+        public_state()
+        + [
+            ev(
+                "m.room.member",
+                f"$j{i}",
+                {"membership": "join"},
+                sender=f"@u{i}:example.org",
+                state_key=f"@u{i}:example.org",
+            )
+            for i in range(n)
+        ]
+    )
     assert env.ingest.admits(ROOM)
     assert len(checked) < 3 * n
     env.ingest.admit([TRIGGERS["a puppet joins"][1]])

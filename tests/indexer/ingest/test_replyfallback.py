@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from indexer.ingest.events import MessageEvent, parse_event
 from indexer.derived.normalise import normalise
+from indexer.ingest.events import MessageEvent, parse_event
 from indexer.ingest.replyfallback import strip_reply_fallback
 
 
@@ -15,9 +15,14 @@ def event(body: str, reply: bool) -> dict:
     content = {"msgtype": "m.text", "body": body}
     if reply:
         content["m.relates_to"] = {"m.in_reply_to": {"event_id": "$original"}}
-    return {"type": "m.room.message", "room_id": "!r:example.org", "event_id": "$reply",
-            "sender": "@bob:example.org", "origin_server_ts": 1_700_000_000_000,
-            "content": content}
+    return {
+        "type": "m.room.message",
+        "room_id": "!r:example.org",
+        "event_id": "$reply",
+        "sender": "@bob:example.org",
+        "origin_server_ts": 1_700_000_000_000,
+        "content": content,
+    }
 
 
 def stored(body: str, reply: bool = True) -> str | None:
@@ -27,22 +32,38 @@ def stored(body: str, reply: bool = True) -> str | None:
 
 CASES = [
     # The spec's example: one quoted line, an empty line, the reply.
-    ("spec example", "> <@alice:example.org> This is the original body\n\n"
-     "This is where the reply goes", "This is where the reply goes"),
-    ("multi-line original", "> <@alice:example.org> first line\n> second line\n>\n"
-     "> after a blank quoted line\n\nthe reply", "the reply"),
-    ("emote original", "> * <@alice:example.org> waves\n\nhello to you too",
-     "hello to you too"),
-    ("reply of several lines", "> <@alice:example.org> q\n\nline one\nline two",
-     "line one\nline two"),
-    ("the user's own quote after the fallback",
-     "> <@alice:example.org> how do I rotate it?\n\n> rotate it\nlike this, yes",
-     "> rotate it\nlike this, yes"),
-    ("no fallback (Matrix 1.13): a leading quote is the user's",
-     "> the docs say: rotate monthly\n\nis that still true?",
-     "> the docs say: rotate monthly\n\nis that still true?"),
-    ("a quote with no sender head is no fallback", "> just a quote\nmy comment",
-     "> just a quote\nmy comment"),
+    (
+        "spec example",
+        "> <@alice:example.org> This is the original body\n\nThis is where the reply goes",
+        "This is where the reply goes",
+    ),
+    (
+        "multi-line original",
+        "> <@alice:example.org> first line\n> second line\n>\n"
+        "> after a blank quoted line\n\nthe reply",
+        "the reply",
+    ),
+    ("emote original", "> * <@alice:example.org> waves\n\nhello to you too", "hello to you too"),
+    (
+        "reply of several lines",
+        "> <@alice:example.org> q\n\nline one\nline two",
+        "line one\nline two",
+    ),
+    (
+        "the user's own quote after the fallback",
+        "> <@alice:example.org> how do I rotate it?\n\n> rotate it\nlike this, yes",
+        "> rotate it\nlike this, yes",
+    ),
+    (
+        "no fallback (Matrix 1.13): a leading quote is the user's",
+        "> the docs say: rotate monthly\n\nis that still true?",
+        "> the docs say: rotate monthly\n\nis that still true?",
+    ),
+    (
+        "a quote with no sender head is no fallback",
+        "> just a quote\nmy comment",
+        "> just a quote\nmy comment",
+    ),
     ("a `>` without a space is no prefix", ">not a quote\nreply", ">not a quote\nreply"),
 ]
 

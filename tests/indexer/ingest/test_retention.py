@@ -5,17 +5,30 @@ from __future__ import annotations
 
 from indexer.clock import Clock
 from indexer.ingest.retention import Retention
-
-from tests.indexer.store.test_history import (ALICE, ROOM, T0, all_text, chroma_bytes, db_bytes, msg,
-                           world)  # noqa: F401  (world: the fixture)
+from tests.indexer.store.test_history import (
+    ALICE,
+    ROOM,
+    T0,
+    all_text,
+    chroma_bytes,
+    db_bytes,
+    msg,
+    world,  # noqa: F401  (world: the fixture)
+)
 from tests.storekit import stored_vectors
 from tests.vectorscan import files_holding
 
 
 def retention(ms: int | None) -> dict:
-    return {"type": "m.room.retention", "room_id": ROOM, "sender": ALICE, "state_key": "",
-            "event_id": f"$ret{ms}", "origin_server_ts": T0,
-            "content": {} if ms is None else {"max_lifetime": ms}}
+    return {
+        "type": "m.room.retention",
+        "room_id": ROOM,
+        "sender": ALICE,
+        "state_key": "",
+        "event_id": f"$ret{ms}",
+        "origin_server_ts": T0,
+        "content": {} if ms is None else {"max_lifetime": ms},
+    }
 
 
 def test_expired_messages_leave_text_and_vectors_and_a_later_change_applies(world):
@@ -23,8 +36,13 @@ def test_expired_messages_leave_text_and_vectors_and_a_later_change_applies(worl
     clock = [T0 / 1000]
     pipeline.compaction.clock = Clock(wall=lambda: clock[0])
     expiry = Retention(ingest, clock=Clock(wall=lambda: clock[0]))
-    ingest.admit([retention(60_000), msg(1, "old canary rt11x line"),
-                  {**msg(2, "newer line stays"), "origin_server_ts": T0 + 50_000}])
+    ingest.admit(
+        [
+            retention(60_000),
+            msg(1, "old canary rt11x line"),
+            {**msg(2, "newer line stays"), "origin_server_ts": T0 + 50_000},
+        ]
+    )
     pipeline.process_all()
     before = stored_vectors(store, [w.window_id for w in store.get()])
     clock[0] = (T0 + 30_000) / 1000

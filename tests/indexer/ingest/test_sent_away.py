@@ -13,16 +13,31 @@ from indexer.ingest.gate import Gate
 from indexer.ingest.sentaway import sent_away_at
 from indexer.store.eventlog.log import EventLog
 from indexer.store.journal import Journal
-
-from tests.indexer.ingest.test_gate import (ALICE, BOB, BOT, CANARY, ROOM, disk_bytes, journal_entries, message,
-                        public_state)
+from tests.indexer.ingest.test_gate import (
+    ALICE,
+    BOB,
+    BOT,
+    CANARY,
+    ROOM,
+    disk_bytes,
+    journal_entries,
+    message,
+    public_state,
+)
 
 MOD = "@mod:example.org"
 
 
 def bot_member(membership: str, sender: str = MOD, event_id: str = "$kick") -> dict:
-    return {"type": "m.room.member", "room_id": ROOM, "event_id": event_id, "sender": sender,
-            "state_key": BOT, "origin_server_ts": 5, "content": {"membership": membership}}
+    return {
+        "type": "m.room.member",
+        "room_id": ROOM,
+        "event_id": event_id,
+        "sender": sender,
+        "state_key": BOT,
+        "origin_server_ts": 5,
+        "content": {"membership": membership},
+    }
 
 
 @pytest.fixture
@@ -33,14 +48,14 @@ def make(tmp_path):
         log = EventLog(tmp_path / "eventlog.sqlite3")
         opened.append(log)
         return Ingest(Gate(frozenset({ROOM}), BOT), log, Journal(tmp_path / "journal.jsonl"))
+
     yield build
     for log in opened:
         log.close()
 
 
 @pytest.mark.parametrize("membership", ["leave", "ban"])
-def test_a_kicked_or_banned_bot_purges_the_room_and_keeps_it_refused(make, tmp_path,
-                                                                      membership):
+def test_a_kicked_or_banned_bot_purges_the_room_and_keeps_it_refused(make, tmp_path, membership):
     ingest = make()
     assert ingest.admit(public_state() + [message("$a")]).appended == 1
     ingest.admit([bot_member(membership)])
@@ -75,6 +90,7 @@ def test_the_bot_leaving_by_itself_is_not_being_sent_away(make):
 def test_status_says_why_a_room_is_not_indexed(make):
     ingest = make()
     ingest.admit(public_state() + [message("$a"), bot_member("ban")])
-    reply = render_status([(ROOM, "#ops:example.org")], ingest.eventlog, ingest.journal,
-                          ingest.sent_away.rooms)
+    reply = render_status(
+        [(ROOM, "#ops:example.org")], ingest.eventlog, ingest.journal, ingest.sent_away.rooms
+    )
     assert "not indexed: the bot was banned by @mod:example.org" in reply.body

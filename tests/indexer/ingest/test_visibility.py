@@ -10,15 +10,28 @@ from indexer.ingest.admit import Ingest
 from indexer.ingest.gate import Gate
 from indexer.store.eventlog.log import EventLog
 from indexer.store.journal import Journal
-
-from tests.indexer.ingest.test_gate import (ALICE, BOT, CANARY, ROOM, disk_bytes, journal_entries, message,
-                        public_state)
+from tests.indexer.ingest.test_gate import (
+    ALICE,
+    BOT,
+    CANARY,
+    ROOM,
+    disk_bytes,
+    journal_entries,
+    message,
+    public_state,
+)
 
 
 def visibility(value, event_id: str = "$hv", ts: int = 4) -> dict:
-    return {"type": "m.room.history_visibility", "room_id": ROOM, "event_id": event_id,
-            "sender": ALICE, "state_key": "", "origin_server_ts": ts,
-            "content": {"history_visibility": value}}
+    return {
+        "type": "m.room.history_visibility",
+        "room_id": ROOM,
+        "event_id": event_id,
+        "sender": ALICE,
+        "state_key": "",
+        "origin_server_ts": ts,
+        "content": {"history_visibility": value},
+    }
 
 
 @pytest.fixture
@@ -30,6 +43,7 @@ def make(tmp_path):
         opened.append(log)
         g = Gate(frozenset({ROOM}), BOT, require_world_readable=world_readable_only)
         return Ingest(g, log, Journal(tmp_path / "journal.jsonl"))
+
     yield build
     for log in opened:
         log.close()
@@ -74,13 +88,11 @@ def test_a_switch_to_joined_stops_new_messages_and_keeps_what_was_sent(make, tmp
 
 def test_in_one_batch_each_message_is_judged_by_the_visibility_before_it(make):
     ingest = make()
-    result = ingest.admit(public_state() + [message("$a"), visibility("joined"),
-                                            message("$b")])
+    result = ingest.admit(public_state() + [message("$a"), visibility("joined"), message("$b")])
     assert result.appended == 1 and ingest.eventlog.status_of("$b") is None
 
 
 def test_require_world_readable_refuses_shared(make):
     ingest = make(world_readable_only=True)
-    assert ingest.admit(public_state() + [message("$a")]).refused == {
-        rules.HISTORY_NOT_SHARED: 1}
+    assert ingest.admit(public_state() + [message("$a")]).refused == {rules.HISTORY_NOT_SHARED: 1}
     assert ingest.admit([visibility("world_readable"), message("$b")]).appended == 1

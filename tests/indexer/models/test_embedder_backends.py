@@ -11,11 +11,16 @@ import pytest
 
 from indexer.config import ConfigError, load_config
 from indexer.datadir import init_data_dir
-from indexer.models.embedder import (VECTOR_CLASS, HashEmbedder, bf16_supported, encode_each,
-                                       load_embedder)
-from indexer.store.eventlog.log import EventLog
+from indexer.models.embedder import (
+    VECTOR_CLASS,
+    HashEmbedder,
+    bf16_supported,
+    encode_each,
+    load_embedder,
+)
 from indexer.pipeline.pipeline import Pipeline
 from indexer.pipeline.rebuild import ensure_meta, expected_meta
+from indexer.store.eventlog.log import EventLog
 from indexer.store.vectors.chroma import ChromaStore
 
 # Chat as the pipeline embeds it (message bodies, one per line), a search-box query,
@@ -88,8 +93,9 @@ def test_each_text_on_its_own_is_what_a_call_of_one_gives(backend, cache):
     batched = emb.encode(texts)
     if backend == "onnx-int8":  # what one pass per text is for
         assert any(a != b for a, b in zip(each, batched))
-    assert encode_each(HashEmbedder(), ["a b", "c"]) == [HashEmbedder().encode([t])[0]
-                                                         for t in ("a b", "c")]
+    assert encode_each(HashEmbedder(), ["a b", "c"]) == [
+        HashEmbedder().encode([t])[0] for t in ("a b", "c")
+    ]
 
 
 @pytest.mark.model
@@ -105,7 +111,7 @@ def test_the_pipeline_taken_a_pass_a_turn_embeds_as_in_one_call(cache):
     order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
     calls: dict[int, list[float]] = {}
     for start in range(0, len(order), 16):  # what one encode call per 16 texts gives
-        part = order[start:start + 16]
+        part = order[start : start + 16]
         calls.update(zip(part, emb.encode([texts[i] for i in part])))
     expected = [calls[i] for i in range(len(texts))]
     assert encode_in_length_order(emb, texts, 16) == expected
@@ -128,8 +134,7 @@ def test_the_export_is_fused_and_int8_quantises_the_attention(cache):
     assert ops.count("Attention") == 6 and ops.count("SkipLayerNormalization") == 12
     ops = [n.op_type for n in onnx.load(str(emb.path)).graph.node]
     assert ops.count("QAttention") == 6 and "MatMulInteger" in ops
-    for model, floor in ((load_embedder("all-MiniLM-L6-v2", "onnx", cache), 0.9999),
-                         (emb, 0.95)):
+    for model, floor in ((load_embedder("all-MiniLM-L6-v2", "onnx", cache), 0.9999), (emb, 0.95)):
         alone = [model.encode([t])[0] for t in TEXTS]
         model.batch_size = len(TEXTS)
         assert min(cosines(model.encode(TEXTS), alone)) >= floor
@@ -154,10 +159,15 @@ class Backend(HashEmbedder):
         self.backend = backend
 
 
-@pytest.mark.parametrize("switch, rebuilds", [(("torch", "onnx"), False),
-                                              (("torch", "torch-bf16"), False),
-                                              (("onnx", "onnx-int8"), True),
-                                              (("onnx-int8", "torch"), True)])
+@pytest.mark.parametrize(
+    "switch, rebuilds",
+    [
+        (("torch", "onnx"), False),
+        (("torch", "torch-bf16"), False),
+        (("onnx", "onnx-int8"), True),
+        (("onnx-int8", "torch"), True),
+    ],
+)
 def test_a_backend_switch_rebuilds_only_across_vector_classes(tmp_path, switch, rebuilds):
     log = EventLog(tmp_path / "eventlog.sqlite3")
     store = ChromaStore(path=tmp_path / "chroma")
@@ -202,10 +212,13 @@ def test_an_unknown_backend_is_refused_naming_the_key(tmp_path):
 def _message(i: int):
     from indexer.records import EventID, Message, RoomID, UserID
 
-    return Message(EventID(f"$m{i}"), RoomID("!r:example.org"), UserID("@a:example.org"),
-                   1_700_000_000_000 + i * 1000, f"message {i} about the signing key")
-
-
+    return Message(
+        EventID(f"$m{i}"),
+        RoomID("!r:example.org"),
+        UserID("@a:example.org"),
+        1_700_000_000_000 + i * 1000,
+        f"message {i} about the signing key",
+    )
 
 
 def test_a_new_export_removes_the_files_of_older_ones(tmp_path, monkeypatch):
@@ -214,8 +227,10 @@ def test_a_new_export_removes_the_files_of_older_ones(tmp_path, monkeypatch):
 
     monkeypatch.setattr(ox, "_export_fp32", lambda src, dest: dest.write_bytes(b"fp32"))
     monkeypatch.setattr(ox, "_quantise", lambda src, dest: dest.write_bytes(b"int8"))
-    stale = [tmp_path / "all-MiniLM-L6-v2-000000000000.onnx",
-             tmp_path / "all-MiniLM-L6-v2-000000000000-int8.onnx"]
+    stale = [
+        tmp_path / "all-MiniLM-L6-v2-000000000000.onnx",
+        tmp_path / "all-MiniLM-L6-v2-000000000000-int8.onnx",
+    ]
     for p in stale:
         p.write_bytes(b"old")
     other = tmp_path / "notes.txt"
@@ -223,7 +238,8 @@ def test_a_new_export_removes_the_files_of_older_ones(tmp_path, monkeypatch):
     target = ox.make_model(tmp_path, int8=True)
     assert target == ox.model_path(tmp_path, True) and target.read_bytes() == b"int8"
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-        [ox.model_path(tmp_path, False).name, target.name, "notes.txt"])
+        [ox.model_path(tmp_path, False).name, target.name, "notes.txt"]
+    )
 
 
 def _config_with(tmp_path, embedder: dict, search: dict | None = None):
@@ -243,10 +259,13 @@ def _config_with(tmp_path, embedder: dict, search: dict | None = None):
 def test_the_multilingual_model_needs_no_backend_and_refuses_another(tmp_path):
     cfg = _config_with(tmp_path, {"model": "multilingual-e5-small"})
     assert cfg.index.embedder.backend == "q4"
-    with pytest.raises(ConfigError, match="index.embedder.backend: multilingual-e5-small "
-                                          "runs on backend q4 only"):
+    with pytest.raises(
+        ConfigError, match="index.embedder.backend: multilingual-e5-small runs on backend q4 only"
+    ):
         _config_with(tmp_path / "b", {"model": "multilingual-e5-small", "backend": "onnx-int8"})
-    with pytest.raises(ConfigError, match="index.embedder.backend: q4 runs multilingual-e5-small only"):
+    with pytest.raises(
+        ConfigError, match="index.embedder.backend: q4 runs multilingual-e5-small only"
+    ):
         _config_with(tmp_path / "c", {"model": "all-MiniLM-L6-v2", "backend": "q4"})
 
 
@@ -257,11 +276,22 @@ def test_the_pair_of_models_needs_no_backend_and_holds_e5s_floor(tmp_path):
     cfg = _config_with(tmp_path, {"model": pair})
     e5 = _config_with(tmp_path / "e5", {"model": "multilingual-e5-small"})
     assert cfg.index.embedder.backend == "q4"
-    assert (cfg.search.min_similarity, cfg.search.no_shared_word_margin,
-            cfg.search.no_shared_word_margin_by_script) == \
-        (e5.search.min_similarity, e5.search.no_shared_word_margin,
-         e5.search.no_shared_word_margin_by_script) == (0.85, 0.02, {"cyrillic": 0.0, "cjk": 0.04})
-    with pytest.raises(ConfigError, match=re.escape(f"index.embedder.backend: {pair} runs on backend q4 only")):
+    assert (
+        (
+            cfg.search.min_similarity,
+            cfg.search.no_shared_word_margin,
+            cfg.search.no_shared_word_margin_by_script,
+        )
+        == (
+            e5.search.min_similarity,
+            e5.search.no_shared_word_margin,
+            e5.search.no_shared_word_margin_by_script,
+        )
+        == (0.85, 0.02, {"cyrillic": 0.0, "cjk": 0.04})
+    )
+    with pytest.raises(
+        ConfigError, match=re.escape(f"index.embedder.backend: {pair} runs on backend q4 only")
+    ):
         _config_with(tmp_path / "b", {"model": pair, "backend": "onnx-int8"})
 
 
@@ -272,36 +302,50 @@ def test_an_unset_floor_is_the_models_and_a_written_one_is_kept(tmp_path):
 
     minilm = _config_with(tmp_path / "a", {"model": "all-MiniLM-L6-v2"})
     e5 = _config_with(tmp_path / "b", {"model": "multilingual-e5-small"})
-    assert (minilm.search.min_similarity, minilm.search.no_shared_word_margin) == \
-        MODEL_FLOORS["all-MiniLM-L6-v2"] == (0.34, 0.11)
-    assert (e5.search.min_similarity, e5.search.no_shared_word_margin) == \
-        MODEL_FLOORS["multilingual-e5-small"]
+    assert (
+        (minilm.search.min_similarity, minilm.search.no_shared_word_margin)
+        == MODEL_FLOORS["all-MiniLM-L6-v2"]
+        == (0.34, 0.11)
+    )
+    assert (e5.search.min_similarity, e5.search.no_shared_word_margin) == MODEL_FLOORS[
+        "multilingual-e5-small"
+    ]
     assert e5.search.min_similarity > minilm.search.min_similarity
-    mine = _config_with(tmp_path / "c", {"model": "multilingual-e5-small"},
-                        {"min_similarity": 0.5})
-    assert (mine.search.min_similarity, mine.search.no_shared_word_margin) == \
-        (0.5, MODEL_FLOORS["multilingual-e5-small"][1])
+    mine = _config_with(tmp_path / "c", {"model": "multilingual-e5-small"}, {"min_similarity": 0.5})
+    assert (mine.search.min_similarity, mine.search.no_shared_word_margin) == (
+        0.5,
+        MODEL_FLOORS["multilingual-e5-small"][1],
+    )
     # The margin per script of the question: e5's Cyrillic one (docs/multilingual.md).
     assert minilm.search.no_shared_word_margin_by_script == {}
     assert e5.search.no_shared_word_margin_by_script == {"cyrillic": 0.0, "cjk": 0.04}
-    written = _config_with(tmp_path / "d", {"model": "multilingual-e5-small"},
-                           {"no_shared_word_margin_by_script": {"cjk": 0.05}})
+    written = _config_with(
+        tmp_path / "d",
+        {"model": "multilingual-e5-small"},
+        {"no_shared_word_margin_by_script": {"cjk": 0.05}},
+    )
     assert written.search.no_shared_word_margin_by_script == {"cjk": 0.05}
 
 
 def test_a_margin_for_a_script_that_does_not_exist_names_the_key(tmp_path):
-    with pytest.raises(ConfigError, match="search.no_shared_word_margin_by_script.*"
-                                          "'russian' is not a script's name"):
-        _config_with(tmp_path, {"model": "multilingual-e5-small"},
-                     {"no_shared_word_margin_by_script": {"russian": 0.0}})
+    with pytest.raises(
+        ConfigError,
+        match="search.no_shared_word_margin_by_script.*'russian' is not a script's name",
+    ):
+        _config_with(
+            tmp_path,
+            {"model": "multilingual-e5-small"},
+            {"no_shared_word_margin_by_script": {"russian": 0.0}},
+        )
 
 
 def test_the_configs_models_are_the_embedders():
     from indexer.config import MODEL_FLOORS, ONE_BACKEND
     from indexer.models.embedder import MODEL_BACKENDS, model_key
 
-    assert {m: b[0] for m, b in MODEL_BACKENDS.items() if len(b) == 1} == \
-        {m: b for m, b in ONE_BACKEND.items() if m in MODEL_BACKENDS}
+    assert {m: b[0] for m, b in MODEL_BACKENDS.items() if len(b) == 1} == {
+        m: b for m, b in ONE_BACKEND.items() if m in MODEL_BACKENDS
+    }
     assert all(model_key(m) for m in ONE_BACKEND) and set(MODEL_BACKENDS) <= set(MODEL_FLOORS)
     assert all(model_key(m) in MODEL_BACKENDS for m in MODEL_FLOORS)
 
@@ -338,12 +382,16 @@ def test_e5_loads_offline_from_its_package_and_reads_other_languages(e5, monkeyp
     from indexer.models.embedder import query_side
 
     assert (e5.name, e5.dim, e5.backend) == ("intfloat/multilingual-e5-small", 384, "q4")
-    chat = ["clean up old images and stopped containers with docker system prune -a",
-            "run nginx and php-fpm in one container with supervisord as the CMD",
-            "the appium inspector needs the app's bundle id to start a session"]
-    asks = ["Wie bekomme ich nginx und php zusammen in einen Container?",
-            "как удалить старые образы docker, чтобы освободить диск?",
-            "appium inspector 启动会话需要什么参数？"]
+    chat = [
+        "clean up old images and stopped containers with docker system prune -a",
+        "run nginx and php-fpm in one container with supervisord as the CMD",
+        "the appium inspector needs the app's bundle id to start a session",
+    ]
+    asks = [
+        "Wie bekomme ich nginx und php zusammen in einen Container?",
+        "как удалить старые образы docker, чтобы освободить диск?",
+        "appium inspector 启动会话需要什么参数？",
+    ]
     docs = np.asarray(e5.encode(chat))
     queries = np.asarray(query_side(e5).encode(asks))
     assert np.allclose(np.linalg.norm(docs, axis=1), 1, atol=1e-3)
@@ -382,7 +430,7 @@ def test_e5_reads_a_long_text_as_its_first_word_pieces_and_batches_agree(e5):
     long = " ".join(f"word{i} apt-get install linux-firmware" for i in range(300))
     cut = e5._truncated(long, False)
     assert len(cut) < len(long) and e5._model.token_count(cut, False) <= MAX_WORD_PIECES
-    assert e5._model.token_count(long[:len(cut) + 40], False) > MAX_WORD_PIECES
+    assert e5._model.token_count(long[: len(cut) + 40], False) > MAX_WORD_PIECES
     alone = e5.encode([long])[0]
     assert sum(a * b for a, b in zip(alone, e5.encode([cut])[0])) > 0.9999
     batch = e5.encode(TEXTS)

@@ -11,10 +11,9 @@ import numpy as np
 import pytest
 
 from indexer.models.embedder import HashEmbedder, load_embedder, query_side
-from indexer.models.pair_embedder import (ENGLISH_WEIGHT, SHARE_FROM, SHARE_FULL,
-                                            PairEmbedder)
-from indexer.records import EventID, Message, RoomID, UserID, Window
+from indexer.models.pair_embedder import ENGLISH_WEIGHT, SHARE_FROM, SHARE_FULL, PairEmbedder
 from indexer.pipeline.chunker import window_id
+from indexer.records import EventID, Message, RoomID, UserID, Window
 from indexer.store.vectors.chroma import ChromaStore
 
 F_EN, F_MUL = 0.34, 0.85
@@ -57,14 +56,21 @@ def test_a_window_is_one_unit_vector_holding_both_models():
     assert w.shape == (2, 32 + 48 + 1) and p.dim == 81
     assert np.allclose(np.linalg.norm(w, axis=1), 1.0)
     en, mul = np.asarray(p.english.encode(texts)), np.asarray(p.multilingual.encode(texts))
-    assert np.allclose(w[:, :32] * math.sqrt(3), en) and np.allclose(w[:, 32:80] * math.sqrt(3), mul)
+    assert np.allclose(w[:, :32] * math.sqrt(3), en) and np.allclose(
+        w[:, 32:80] * math.sqrt(3), mul
+    )
     assert np.allclose(np.asarray(p.encode_each(texts)), w)
     assert p.encode([]) == [] and p.encode_queries([]) == []
 
 
-@pytest.mark.parametrize("question", ["how do i see which directory i am in",
-                                      "как узнать текущий каталог",
-                                      "how do i see das verzeichnis"])
+@pytest.mark.parametrize(
+    "question",
+    [
+        "how do i see which directory i am in",
+        "как узнать текущий каталог",
+        "how do i see das verzeichnis",
+    ],
+)
 def test_the_similarity_is_each_models_cosine_from_its_own_floor(question):
     p = pair()
     windows = ["you can type pwd to print the working directory", "как узнать каталог: pwd"]
@@ -74,15 +80,17 @@ def test_the_similarity_is_each_models_cosine_from_its_own_floor(question):
     a = p.english_share(question)
     cos_en = np.asarray(p.english.encode(windows)) @ np.asarray(p.english.encode([question])[0])
     cos_mul = np.asarray(p.multilingual.encode(windows)) @ np.asarray(
-        p.multilingual.encode([question])[0])
+        p.multilingual.encode([question])[0]
+    )
     want = a * (cos_en - F_EN) + (1 - a) * (cos_mul - F_MUL) + F_MUL
     assert np.allclose(w @ q, want)
     if a == 0:  # a question the English model cannot read: the multilingual cosine itself
         assert np.allclose(w @ q, cos_mul)
 
 
-@pytest.mark.parametrize("question", ["how do i see which directory i am in",
-                                      "как узнать текущий каталог"])
+@pytest.mark.parametrize(
+    "question", ["how do i see which directory i am in", "как узнать текущий каталог"]
+)
 def test_a_line_as_the_question_is_weighed_as_a_query_would_be(question):
     """The presenter compares a response with the matched question's line: that line's
     vector turned into a query's (no model call) gives each model's cosine from its
@@ -99,7 +107,8 @@ def test_a_line_as_the_question_is_weighed_as_a_query_would_be(question):
     a = p.english_share(question)
     cos_en = np.asarray(p.english.encode(lines)) @ np.asarray(p.english.encode([question])[0])
     cos_mul = np.asarray(p.multilingual.encode(lines)) @ np.asarray(
-        p.multilingual.encode([question])[0])
+        p.multilingual.encode([question])[0]
+    )
     assert np.allclose(w @ q, a * (cos_en - F_EN) + (1 - a) * (cos_mul - F_MUL) + F_MUL)
     presenter = Presenter(eventlog=None, embedder=p)  # type: ignore[arg-type]
     assert np.allclose(presenter._as_question(np.asarray(asked), question), q)
@@ -113,8 +122,12 @@ def test_the_store_reports_the_dot_product_with_a_query_that_is_not_a_unit_vecto
     similarity is the presenter's (w . q) and the floor reads one scale."""
     p = pair()
     room = RoomID("!pair:example.org")
-    texts = ["you can type pwd to print the working directory", "la receta del pan",
-             "which directory am i in", "el pan de platano"]
+    texts = [
+        "you can type pwd to print the working directory",
+        "la receta del pan",
+        "which directory am i in",
+        "el pan de platano",
+    ]
     windows = []
     for i, t in enumerate(texts):
         m = Message(EventID(f"$p{i}"), room, UserID("@u:example.org"), 1_700_000_000_000 + i, t)
@@ -127,16 +140,19 @@ def test_the_store_reports_the_dot_product_with_a_query_that_is_not_a_unit_vecto
     [found] = store.nearest(q, 4)
     by_id = {win.window_id: v for win, v in zip(windows, w)}
     assert [nb.similarity for nb in found] == pytest.approx(
-        [float(by_id[nb.window_id] @ q[0]) for nb in found], abs=1e-5)
+        [float(by_id[nb.window_id] @ q[0]) for nb in found], abs=1e-5
+    )
     assert [nb.similarity for nb in found] == sorted((nb.similarity for nb in found), reverse=True)
 
 
 # -- the real models ---------------------------------------------------------------------
 
-CHAT = ["anyone know a good irc client for gnome? try hexchat, it is in the repos",
-        "how do I print the current folder path in a terminal? pwd",
-        "my wifi drops every few minutes on 22.04, check dmesg for the driver",
-        "is there a way to see which kernel I am running? uname -r"]
+CHAT = [
+    "anyone know a good irc client for gnome? try hexchat, it is in the repos",
+    "how do I print the current folder path in a terminal? pwd",
+    "my wifi drops every few minutes on 22.04, check dmesg for the driver",
+    "is there a way to see which kernel I am running? uname -r",
+]
 
 
 @pytest.mark.slow
@@ -149,13 +165,17 @@ def test_the_real_pair_weighs_the_packaged_models_by_the_questions_english(tmp_p
 
     p = load_embedder("multilingual-e5-small+all-MiniLM-L6-v2", "q4", tmp_path / "models")
     assert (p.english.backend, p.multilingual.backend, p.dim) == ("onnx-int8", "q4", 769)
-    assert (p.floor_en, p.floor_mul) == (MODEL_FLOORS["all-MiniLM-L6-v2"][0],
-                                         MODEL_FLOORS["multilingual-e5-small"][0])
+    assert (p.floor_en, p.floor_mul) == (
+        MODEL_FLOORS["all-MiniLM-L6-v2"][0],
+        MODEL_FLOORS["multilingual-e5-small"][0],
+    )
     windows = np.asarray(p.encode(CHAT))
     cos_en = np.asarray(p.english.encode(CHAT))
     cos_mul = np.asarray(p.multilingual.encode(CHAT))
-    for ask, share in [("what command shows my kernel version", ENGLISH_WEIGHT),
-                       ("как посмотреть версию ядра", 0.0)]:
+    for ask, share in [
+        ("what command shows my kernel version", ENGLISH_WEIGHT),
+        ("как посмотреть версию ядра", 0.0),
+    ]:
         assert p.english_share(ask) == share
         sims = windows @ np.asarray(query_side(p).encode([ask])[0])
         en = cos_en @ np.asarray(p.english.encode([ask])[0])

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import threading
 
-from indexer.pipeline import pipeline as pipeline_mod
 from indexer.models.embedder import HashEmbedder
-from indexer.pipeline.pipeline import Pipeline
 from indexer.models.turns import ModelTurns
+from indexer.pipeline import pipeline as pipeline_mod
+from indexer.pipeline.pipeline import Pipeline
 from indexer.records import ChunkPolicy, EventID, Message, RoomID, UserID
 from indexer.search.searcher import Searcher, SourceQuery
-from indexer.store.vectors.chroma import ChromaStore
 from indexer.store.eventlog.log import EventLog
+from indexer.store.vectors.chroma import ChromaStore
 
 ROOM = RoomID("!ops:example.org")
 T0 = 1_700_000_000_000
@@ -44,15 +44,30 @@ def _indexing(tmp_path, emb, turns, monkeypatch):
     log = EventLog(tmp_path / "eventlog.sqlite3")
     store = ChromaStore(path=tmp_path / "chroma", eventlog=log)
     # Four windows: messages hours apart.
-    log.append([(Message(EventID(f"$m{i}"), ROOM, UserID("@a:example.org"), T0 + i * HOUR,
-                         f"window {i} on the backup"), None) for i in range(4)])
+    log.append(
+        [
+            (
+                Message(
+                    EventID(f"$m{i}"),
+                    ROOM,
+                    UserID("@a:example.org"),
+                    T0 + i * HOUR,
+                    f"window {i} on the backup",
+                ),
+                None,
+            )
+            for i in range(4)
+        ]
+    )
     pipeline = Pipeline(log, emb, store, ChunkPolicy(), turns=turns)
     return log, store, threading.Thread(target=pipeline.process_all)
 
 
 def _ask(emb, store, turns):
-    return threading.Thread(target=Searcher(emb, store, turns=turns).search,
-                            args=(SourceQuery.build(["where is the backup"]),))
+    return threading.Thread(
+        target=Searcher(emb, store, turns=turns).search,
+        args=(SourceQuery.build(["where is the backup"]),),
+    )
 
 
 def _search_meanwhile(emb, store, turns, indexing) -> bool:

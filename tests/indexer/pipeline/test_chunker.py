@@ -20,14 +20,25 @@ from indexer.pipeline.chunker import (
     window_id,
 )
 from indexer.records import EventID, Message, RoomID, UserID
-
 from tests.strength import examples
 
 ROOM = RoomID("!room:example.org")
-SENDERS = [UserID("@alice:example.org"), UserID("@bob:example.org"), UserID("@żółw:x"),
-           UserID("@irc_stig_5f:eval.local")]
-ADDRESSES = ["", "", "alice: ", "bob, ", "stig_: ", "> <@bob:example.org> quoted\n\n",
-             "thanks alice ", "żółw: "]
+SENDERS = [
+    UserID("@alice:example.org"),
+    UserID("@bob:example.org"),
+    UserID("@żółw:x"),
+    UserID("@irc_stig_5f:eval.local"),
+]
+ADDRESSES = [
+    "",
+    "",
+    "alice: ",
+    "bob, ",
+    "stig_: ",
+    "> <@bob:example.org> quoted\n\n",
+    "thanks alice ",
+    "żółw: ",
+]
 T0 = 1_700_000_000_000
 
 
@@ -38,31 +49,56 @@ def size(m: Message) -> int:
 @st.composite
 def timelines(draw, max_messages: int = 40) -> list[Message]:
     n = draw(st.integers(0, max_messages))
-    bodies = draw(st.lists(st.text(st.characters(blacklist_categories=("Cs",)),
-                                   min_size=1, max_size=120), min_size=n, max_size=n))
+    bodies = draw(
+        st.lists(
+            st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=120),
+            min_size=n,
+            max_size=n,
+        )
+    )
     prefixes = draw(st.lists(st.sampled_from(ADDRESSES), min_size=n, max_size=n))
     # Mostly small steps, sometimes a long silence.
-    steps = draw(st.lists(st.one_of(st.integers(0, 120_000), st.integers(0, 4 * 3_600_000)),
-                          min_size=n, max_size=n))
+    steps = draw(
+        st.lists(
+            st.one_of(st.integers(0, 120_000), st.integers(0, 4 * 3_600_000)),
+            min_size=n,
+            max_size=n,
+        )
+    )
     senders = draw(st.lists(st.sampled_from(SENDERS), min_size=n, max_size=n))
     # Matrix replies (m.in_reply_to) to any earlier event, or to one never seen.
-    replies = draw(st.lists(st.one_of(st.none(), st.integers(-1, max(n - 1, 0))),
-                            min_size=n, max_size=n))
-    mentioned = draw(st.lists(st.lists(st.sampled_from(SENDERS), max_size=2),
-                              min_size=n, max_size=n))
+    replies = draw(
+        st.lists(st.one_of(st.none(), st.integers(-1, max(n - 1, 0))), min_size=n, max_size=n)
+    )
+    mentioned = draw(
+        st.lists(st.lists(st.sampled_from(SENDERS), max_size=2), min_size=n, max_size=n)
+    )
     ts, out = T0, []
     for i in range(n):
         ts += steps[i]
         r = replies[i]
         reply_to = None if r is None or r >= i else EventID(f"$e{r}" if r >= 0 else "$gone")
-        out.append(Message(EventID(f"$e{i}"), ROOM, senders[i], ts, prefixes[i] + bodies[i],
-                           reply_to, tuple(mentioned[i])))
+        out.append(
+            Message(
+                EventID(f"$e{i}"),
+                ROOM,
+                senders[i],
+                ts,
+                prefixes[i] + bodies[i],
+                reply_to,
+                tuple(mentioned[i]),
+            )
+        )
     return out
 
 
-policies = st.builds(ChunkPolicy, max_bytes=st.integers(1, 300),
-                     gap_ms=st.integers(0, 3_600_000), block_windows=st.integers(1, 6),
-                     follow_replies=st.booleans())
+policies = st.builds(
+    ChunkPolicy,
+    max_bytes=st.integers(1, 300),
+    gap_ms=st.integers(0, 3_600_000),
+    block_windows=st.integers(1, 6),
+    follow_replies=st.booleans(),
+)
 SETTINGS = settings(max_examples=examples(100), deadline=None, database=None)
 
 
@@ -141,15 +177,15 @@ def test_live_tail_reproduces_the_room(messages, policy, data):
     start = messages.index(before[-1][0].messages[0])
     after = build_blocks(messages, policy)
     tail = build_blocks(messages[start:], policy)
-    assert after[len(before) - 1:] == tail
-    assert after[:len(before) - 1] == before[:-1]
+    assert after[len(before) - 1 :] == tail
+    assert after[: len(before) - 1] == before[:-1]
     new = {m.event_id for m in messages[cut:]}
     kept = {w.window_id: w for w in before[-1]}
     for w in tail[0]:
         if not new & set(w.event_ids):  # untouched by the new messages: the same window
             assert kept[w.window_id] == w
         elif w.window_id in kept:  # joined: the old messages first, then new ones
-            assert w.messages[:len(kept[w.window_id].messages)] == kept[w.window_id].messages
+            assert w.messages[: len(kept[w.window_id].messages)] == kept[w.window_id].messages
 
 
 @pytest.mark.slow  # property test at full strength: in the full run
@@ -192,11 +228,8 @@ def test_window_id_depends_on_room_and_first_event_only():
     assert window_id(ROOM, EventID("$a")) != window_id(ROOM, EventID("$b"))
     assert window_id(ROOM, EventID("$a")) != window_id(RoomID("!other:x"), EventID("$a"))
     # Pinned: a change here silently duplicates every window of an existing collection.
-    assert window_id(ROOM, EventID("$a")) == window_id(RoomID("!room:example.org"),
-                                                      EventID("$a"))
+    assert window_id(ROOM, EventID("$a")) == window_id(RoomID("!room:example.org"), EventID("$a"))
     assert window_id(ROOM, EventID("$a")).startswith("w") and len(window_id(ROOM, "$a")) == 32
-
-
 
 
 def test_byte_bound_counts_utf8_bytes():
@@ -206,15 +239,16 @@ def test_byte_bound_counts_utf8_bytes():
 
 
 def test_oversized_message_gets_a_window_of_its_own():
-    msgs = [Message(EventID("$a"), ROOM, SENDERS[0], T0, "short"),
-            Message(EventID("$b"), ROOM, SENDERS[0], T0 + 1, "x" * 500),
-            Message(EventID("$c"), ROOM, SENDERS[0], T0 + 2, "short")]
+    msgs = [
+        Message(EventID("$a"), ROOM, SENDERS[0], T0, "short"),
+        Message(EventID("$b"), ROOM, SENDERS[0], T0 + 1, "x" * 500),
+        Message(EventID("$c"), ROOM, SENDERS[0], T0 + 2, "short"),
+    ]
     assert [len(w) for w in chunk(msgs, ChunkPolicy(max_bytes=100))] == [1, 1, 1]
 
 
 def say(i: int, sender: str, body: str, minute: float = 0) -> Message:
-    return Message(EventID(f"$m{i}"), ROOM, UserID(sender), T0 + int((i + minute) * 60_000),
-                   body)
+    return Message(EventID(f"$m{i}"), ROOM, UserID(sender), T0 + int((i + minute) * 60_000), body)
 
 
 def bodies(windows) -> list[list[str]]:
@@ -233,19 +267,24 @@ def test_interleaved_conversations_get_their_own_windows():
     ]
     windows = chunk(timeline, ChunkPolicy())
     assert bodies(windows) == [
-        ["how do I open a rar archive?", "alice: apt install unrar",
-         "bob: thanks, that works", "or file-roller if you want a gui"],
-        ["my wifi drops every few minutes", "carol, which card is it?",
-         "dave: an intel 3945"],
+        [
+            "how do I open a rar archive?",
+            "alice: apt install unrar",
+            "bob: thanks, that works",
+            "or file-roller if you want a gui",
+        ],
+        ["my wifi drops every few minutes", "carol, which card is it?", "dave: an intel 3945"],
     ]
     # A live room: the same conversations while the block is still open.
     assert bodies(chunk(timeline, ChunkPolicy())) == bodies(windows)
 
 
 def test_two_people_alone_talk_to_each_other():
-    timeline = [say(0, "@alice:x", "is the server down?"),
-                say(1, "@bob:x", "yes, restarting it now"),
-                say(2, "@alice:x", "thanks")]
+    timeline = [
+        say(0, "@alice:x", "is the server down?"),
+        say(1, "@bob:x", "yes, restarting it now"),
+        say(2, "@alice:x", "thanks"),
+    ]
     assert bodies(chunk(timeline, ChunkPolicy())) == [[m.body for m in timeline]]
     # A third voice, addressing no one, starts a conversation of its own.
     third = say(3, "@carol:x", "does anyone know a good markdown editor?")
@@ -261,8 +300,7 @@ def test_irc_nicks_reply_fallbacks_and_mentions_are_followed():
         say(4, "@irc_zed:eval.local", "what stig_ needs is ntfs-3g, yes"),
     ]
     windows = chunk(timeline, ChunkPolicy())
-    assert [[m.event_id for m in w] for w in windows] == [
-        ["$m0", "$m1", "$m4"], ["$m2", "$m3"]]
+    assert [[m.event_id for m in w] for w in windows] == [["$m0", "$m1", "$m4"], ["$m2", "$m3"]]
 
 
 def test_matrix_replies_without_fallback_join_the_conversation_replied_to():
@@ -278,11 +316,21 @@ def test_matrix_replies_without_fallback_join_the_conversation_replied_to():
     plain = chunk(timeline, ChunkPolicy())
     assert len(plain) > 2  # without the relations: nothing to go by
     replies = {1: "$m0", 3: "$m2", 4: "$m1"}
-    timeline = [Message(m.event_id, m.room_id, m.sender, m.ts, m.body,
-                        EventID(replies[i]) if i in replies else None)
-                for i, m in enumerate(timeline)]
+    timeline = [
+        Message(
+            m.event_id,
+            m.room_id,
+            m.sender,
+            m.ts,
+            m.body,
+            EventID(replies[i]) if i in replies else None,
+        )
+        for i, m in enumerate(timeline)
+    ]
     assert [[m.event_id for m in w] for w in chunk(timeline, ChunkPolicy())] == [
-        ["$m0", "$m1", "$m4"], ["$m2", "$m3"]]
+        ["$m0", "$m1", "$m4"],
+        ["$m2", "$m3"],
+    ]
 
 
 def test_m_mentions_address_a_message_whose_text_names_no_one():
@@ -296,18 +344,19 @@ def test_m_mentions_address_a_message_whose_text_names_no_one():
         say(4, "@erin:x", "apt install unrar"),
     ]
     ids = lambda ws: [[m.event_id for m in w] for w in ws]  # noqa: E731
-    assert ids(chunk(timeline, ChunkPolicy())) == [
-        ["$m0", "$m1"], ["$m2", "$m3"], ["$m4"]]
+    assert ids(chunk(timeline, ChunkPolicy())) == [["$m0", "$m1"], ["$m2", "$m3"], ["$m4"]]
     last = timeline[4]
-    timeline[4] = Message(last.event_id, ROOM, last.sender, last.ts, last.body, None,
-                          (UserID("@alice:x"),))
-    assert ids(chunk(timeline, ChunkPolicy())) == [
-        ["$m0", "$m1", "$m4"], ["$m2", "$m3"]]
+    timeline[4] = Message(
+        last.event_id, ROOM, last.sender, last.ts, last.body, None, (UserID("@alice:x"),)
+    )
+    assert ids(chunk(timeline, ChunkPolicy())) == [["$m0", "$m1", "$m4"], ["$m2", "$m3"]]
 
 
 def test_a_long_conversation_goes_on_in_a_new_window():
-    timeline = [say(i, "@alice:x" if i % 2 else "@bob:x",
-                    ("bob: " if i % 2 else "alice: ") + "x" * 40) for i in range(6)]
+    timeline = [
+        say(i, "@alice:x" if i % 2 else "@bob:x", ("bob: " if i % 2 else "alice: ") + "x" * 40)
+        for i in range(6)
+    ]
     windows = chunk(timeline, ChunkPolicy(max_bytes=100))
     assert [len(w) for w in windows] == [2, 2, 2]
 
@@ -345,8 +394,7 @@ def test_shortened_names_and_bridge_prefixes_are_followed():
         say(5, "@zoe:x", "sam: which card is it?"),
     ]
     ids = lambda ws: [[m.event_id for m in w] for w in ws]  # noqa: E731
-    assert ids(chunk(timeline, ChunkPolicy())) == [
-        ["$m0", "$m3"], ["$m1", "$m4"], ["$m2", "$m5"]]
+    assert ids(chunk(timeline, ChunkPolicy())) == [["$m0", "$m3"], ["$m1", "$m4"], ["$m2", "$m5"]]
     # "r" fits richvdh alone, but is shorter than any name anyone shortens to.
     short = timeline[:4] + [say(4, "@erin:x", "r, second saturday, 2pm")] + timeline[5:]
     assert ["$m1", "$m4"] not in ids(chunk(short, ChunkPolicy()))

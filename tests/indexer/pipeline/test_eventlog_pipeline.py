@@ -10,14 +10,13 @@ from collections import Counter
 import pytest
 
 from indexer.clock import Clock
+from indexer.models.embedder import HashEmbedder
 from indexer.pipeline import pipeline as pipeline_mod
 from indexer.pipeline.chunker import build_windows, window_id
-from indexer.records import ChunkPolicy
-from indexer.models.embedder import HashEmbedder
-from indexer.store.eventlog.log import EventLog
 from indexer.pipeline.pipeline import Pipeline
 from indexer.pipeline.worker import PipelineWorker
-from indexer.records import EventID, Message, RoomID, UserID
+from indexer.records import ChunkPolicy, EventID, Message, RoomID, UserID
+from indexer.store.eventlog.log import EventLog
 from indexer.store.vectors.chroma import ChromaStore
 
 ROOM = RoomID("!ops:example.org")
@@ -34,8 +33,10 @@ def body(i: int) -> str:
 
 
 def msgs(room: RoomID, start: int, n: int, ts0: int = T0) -> list[tuple[Message, None]]:
-    return [(Message(EventID(f"${room[1:4]}{i:04d}"), room, ALICE, ts0 + i * MINUTE, body(i)),
-             None) for i in range(start, start + n)]
+    return [
+        (Message(EventID(f"${room[1:4]}{i:04d}"), room, ALICE, ts0 + i * MINUTE, body(i)), None)
+        for i in range(start, start + n)
+    ]
 
 
 class FlakyStore:
@@ -72,8 +73,9 @@ def stored_event_ids(store: ChromaStore) -> Counter:
     return Counter(e for w in store.get() for e in w.event_ids)
 
 
-def assert_each_message_in_exactly_one_window(store: ChromaStore, log: EventLog,
-                                              expected: list[str]) -> None:
+def assert_each_message_in_exactly_one_window(
+    store: ChromaStore, log: EventLog, expected: list[str]
+) -> None:
     counts = stored_event_ids(store)
     assert set(counts) == set(expected)
     assert all(n == 1 for n in counts.values()), {e: n for e, n in counts.items() if n > 1}
@@ -118,8 +120,7 @@ def test_append_twice_adds_once_and_keeps_status(log, store):
     assert log.counts() == {"indexed": 2}
 
 
-def test_the_backlog_counts_pending_events_and_when_the_oldest_was_appended(
-        eventlog_db, tmp_path):
+def test_the_backlog_counts_pending_events_and_when_the_oldest_was_appended(eventlog_db, tmp_path):
     """How far indexing is behind (/health, /metrics, the transaction bound): the
     pending events, and how long the oldest has waited since it was appended (or set
     pending again), whatever its own timestamp says (backfilled history is old)."""
@@ -206,8 +207,9 @@ def test_failed_upsert_leaves_cursor_and_statuses_then_catches_up(log, store, fa
     assert_each_message_in_exactly_one_window(store, log, ids)
 
 
-def test_steps_share_one_upsert_and_a_failed_one_keeps_nothing_of_its_steps(log, store,
-                                                                            monkeypatch):
+def test_steps_share_one_upsert_and_a_failed_one_keeps_nothing_of_its_steps(
+    log, store, monkeypatch
+):
     monkeypatch.setattr(pipeline_mod, "EMBED_BATCH", 2)  # 2 windows a step: 3 steps
     log.append(msgs(ROOM, 0, 15))  # 5 windows
     flaky = FlakyStore(store, fail=1)
@@ -217,8 +219,9 @@ def test_steps_share_one_upsert_and_a_failed_one_keeps_nothing_of_its_steps(log,
     assert flaky.upserts == 1 and log.counts() == {"pending": 15}  # no step half-kept
     p.process_all()
     assert flaky.upserts == 2 and log.counts() == {"indexed": 15}
-    assert_each_message_in_exactly_one_window(store, log, [m.event_id for m, _ in
-                                                           msgs(ROOM, 0, 15)])
+    assert_each_message_in_exactly_one_window(
+        store, log, [m.event_id for m, _ in msgs(ROOM, 0, 15)]
+    )
 
 
 def test_failure_between_batches_keeps_what_was_acknowledged(log, store, monkeypatch):
@@ -263,8 +266,7 @@ def test_live_extension_rechunks_only_the_open_window(log, store):
     reopened = store.get([window_id(ROOM, EventID("$ops0003"))])[0]
     assert reopened.event_ids == ("$ops0003", "$ops0004", "$ops0005")
     assert store.count() == 3
-    assert_each_message_in_exactly_one_window(store, log,
-                                              [m.event_id for m, _ in msgs(ROOM, 0, 8)])
+    assert_each_message_in_exactly_one_window(store, log, [m.event_id for m, _ in msgs(ROOM, 0, 8)])
 
 
 def test_message_after_a_long_silence_opens_a_new_window(log, store):
@@ -291,8 +293,16 @@ def test_backfilled_older_messages_still_land_in_exactly_one_window(log, store):
 
 
 def _talk(i: int, minute: int, sender: str) -> tuple[Message, None]:
-    return (Message(EventID(f"$t{i:03d}"), ROOM, UserID(f"@{sender}:example.org"),
-                    T0 + minute * MINUTE, f"line {i:03d} of the talk".ljust(30, ".")), None)
+    return (
+        Message(
+            EventID(f"$t{i:03d}"),
+            ROOM,
+            UserID(f"@{sender}:example.org"),
+            T0 + minute * MINUTE,
+            f"line {i:03d} of the talk".ljust(30, "."),
+        ),
+        None,
+    )
 
 
 # Two people in turn, 30-byte lines, blocks of 200 bytes: six messages a block, and
@@ -317,7 +327,8 @@ def test_history_older_than_the_open_block_leaves_no_event_in_a_deleted_window(l
     log.append(later)
     p.process_all()
     assert_each_message_in_exactly_one_window(
-        store, log, [m.event_id for m, _ in live + late + later])
+        store, log, [m.event_id for m, _ in live + late + later]
+    )
 
 
 class Killed(Exception):
@@ -326,7 +337,8 @@ class Killed(Exception):
 
 @pytest.mark.parametrize("point", ["upsert", "delete", "mark_indexed"])
 def test_a_crash_at_any_step_of_a_rechunk_loses_nothing_after_restart(
-        log, store, monkeypatch, point):
+    log, store, monkeypatch, point
+):
     """Fault injection into a re-chunk that moves stored events between windows (late
     history re-cutting the open block): the run dies after the named call returned;
     a new pipeline (the restart) then leaves every message in exactly one window."""
@@ -348,27 +360,30 @@ def test_a_crash_at_any_step_of_a_rechunk_loses_nothing_after_restart(
         Pipeline(log, HashEmbedder(), store, TALK_POLICY).process_all()
     monkeypatch.undo()
     Pipeline(log, HashEmbedder(), store, TALK_POLICY).process_all()
-    assert_each_message_in_exactly_one_window(store, log,
-                                              [m.event_id for m, _ in live + late])
+    assert_each_message_in_exactly_one_window(store, log, [m.event_id for m, _ in live + late])
 
 
-# -- windows that follow conversations (indexer/pipeline/chunker.py) --------------------------------
+# -- windows that follow conversations (indexer/pipeline/chunker.py) ----------------------------
 
 # Two questions interleaved with their answers: two conversations in one block.
-CHAT = [("@alice:example.org", "how do I open a rar archive?"),
-        ("@bob:example.org", "alice: apt install unrar"),
-        ("@carol:example.org", "my wifi drops every few minutes"),
-        ("@dave:example.org", "carol, which card is it?"),
-        ("@alice:example.org", "bob: thanks, that works"),
-        ("@carol:example.org", "dave: an intel 3945"),
-        ("@bob:example.org", "or file-roller if you want a gui"),
-        ("@dave:example.org", "carol: try the iwlwifi firmware")]
+CHAT = [
+    ("@alice:example.org", "how do I open a rar archive?"),
+    ("@bob:example.org", "alice: apt install unrar"),
+    ("@carol:example.org", "my wifi drops every few minutes"),
+    ("@dave:example.org", "carol, which card is it?"),
+    ("@alice:example.org", "bob: thanks, that works"),
+    ("@carol:example.org", "dave: an intel 3945"),
+    ("@bob:example.org", "or file-roller if you want a gui"),
+    ("@dave:example.org", "carol: try the iwlwifi firmware"),
+]
 CHAT_POLICY = ChunkPolicy(max_bytes=200, gap_ms=30 * MINUTE, block_windows=8)
 
 
 def chat(start: int, n: int) -> list[tuple[Message, None]]:
-    return [(Message(EventID(f"$c{i}"), ROOM, UserID(CHAT[i][0]), T0 + i * MINUTE,
-                     CHAT[i][1]), None) for i in range(start, start + n)]
+    return [
+        (Message(EventID(f"$c{i}"), ROOM, UserID(CHAT[i][0]), T0 + i * MINUTE, CHAT[i][1]), None)
+        for i in range(start, start + n)
+    ]
 
 
 def test_live_runs_give_the_conversation_windows_at_once(log, store):
@@ -385,12 +400,14 @@ def test_live_runs_give_the_conversation_windows_at_once(log, store):
         so_far = [m for m, _ in chat(0, start + sizes[start])]
         expected = {w.window_id: tuple(w.event_ids) for w in build_windows(so_far, CHAT_POLICY)}
         assert {w.window_id: w.event_ids for w in store.get()} == expected
-        touched = {w.window_id for w in build_windows(so_far, CHAT_POLICY)
-                   if set(w.event_ids) & {m.event_id for m, _ in chat(start, sizes[start])}}
+        touched = {
+            w.window_id
+            for w in build_windows(so_far, CHAT_POLICY)
+            if set(w.event_ids) & {m.event_id for m, _ in chat(start, sizes[start])}
+        }
         assert emb.texts_seen - seen == len(touched)
     windows = {w.window_id: w.event_ids for w in store.get()}
-    assert sorted(windows.values()) == [("$c0", "$c1", "$c4", "$c6"),
-                                        ("$c2", "$c3", "$c5", "$c7")]
+    assert sorted(windows.values()) == [("$c0", "$c1", "$c4", "$c6"), ("$c2", "$c3", "$c5", "$c7")]
     assert_each_message_in_exactly_one_window(store, log, [f"$c{i}" for i in range(8)])
     assert log.cursor(ROOM).event_id == "$c7"
 
@@ -410,8 +427,9 @@ def test_a_failed_live_run_leaves_every_message_in_one_window(log, store, monkey
     assert log.cursor(ROOM).event_id == "$c4"  # the failed run moved nothing
     p.process_all()
     assert {w.window_id: w.event_ids for w in store.get()} == {
-        w.window_id: tuple(w.event_ids) for w in build_windows([m for m, _ in chat(0, 8)],
-                                                        CHAT_POLICY)}
+        w.window_id: tuple(w.event_ids)
+        for w in build_windows([m for m, _ in chat(0, 8)], CHAT_POLICY)
+    }
     assert_each_message_in_exactly_one_window(store, log, [f"$c{i}" for i in range(8)])
 
 
@@ -458,8 +476,9 @@ async def run_until_idle(worker: PipelineWorker, timeout: float = 5) -> None:
 async def test_worker_retries_with_doubling_backoff():
     sleep = FakeSleep()
     pipe = FailingPipeline(fail=4)
-    worker = PipelineWorker(pipe, debounce=0.5, backoff_initial=1.0, backoff_max=60,
-                            clock=Clock(sleep=sleep))
+    worker = PipelineWorker(
+        pipe, debounce=0.5, backoff_initial=1.0, backoff_max=60, clock=Clock(sleep=sleep)
+    )
     worker.start()
     try:
         await run_until_idle(worker)
@@ -473,8 +492,9 @@ async def test_worker_retries_with_doubling_backoff():
 async def test_worker_backoff_is_capped_and_resets_after_success():
     sleep = FakeSleep()
     pipe = FailingPipeline(fail=5)
-    worker = PipelineWorker(pipe, debounce=0, backoff_initial=1.0, backoff_max=4.0,
-                            clock=Clock(sleep=sleep))
+    worker = PipelineWorker(
+        pipe, debounce=0, backoff_initial=1.0, backoff_max=4.0, clock=Clock(sleep=sleep)
+    )
     worker.start()
     try:
         await run_until_idle(worker)
@@ -493,8 +513,12 @@ async def test_worker_catches_up_after_store_outage(log, store):
     log.append(msgs(ROOM, 0, 7))
     flaky = FlakyStore(store, fail=2)
     sleep = FakeSleep()
-    worker = PipelineWorker(Pipeline(log, HashEmbedder(), flaky, POLICY), debounce=0.01,
-                            backoff_initial=0.02, clock=Clock(sleep=sleep))
+    worker = PipelineWorker(
+        Pipeline(log, HashEmbedder(), flaky, POLICY),
+        debounce=0.01,
+        backoff_initial=0.02,
+        clock=Clock(sleep=sleep),
+    )
     worker.start()
     try:
         await run_until_idle(worker)
@@ -503,8 +527,7 @@ async def test_worker_catches_up_after_store_outage(log, store):
     assert worker.failures == 2
     # The first run waits out (what is left of) one debounce interval; then backoffs.
     assert sleep.calls[0] <= 0.01 and sleep.calls[1:] == [0.02, 0.04]
-    assert_each_message_in_exactly_one_window(store, log,
-                                              [m.event_id for m, _ in msgs(ROOM, 0, 7)])
+    assert_each_message_in_exactly_one_window(store, log, [m.event_id for m, _ in msgs(ROOM, 0, 7)])
     assert log.cursor(ROOM).event_id == "$ops0006"
 
 
@@ -537,26 +560,45 @@ def test_reply_relations_survive_the_event_log_and_old_logs_gain_the_column(tmp_
 
     # An event log made before replies were kept: no reply_to column.
     old = sqlite3.connect(tmp_path / "eventlog.sqlite3")
-    old.executescript("CREATE TABLE events (seq INTEGER PRIMARY KEY AUTOINCREMENT,"
-                      " event_id TEXT NOT NULL UNIQUE, room_id TEXT NOT NULL,"
-                      " sender TEXT NOT NULL, ts INTEGER NOT NULL, body TEXT,"
-                      " status TEXT NOT NULL, window_id TEXT, thread_root TEXT);"
-                      "INSERT INTO events (event_id, room_id, sender, ts, body, status)"
-                      f" VALUES ('$old', '{ROOM}', '@a:x', 1, 'old question', 'pending');"
-                      "CREATE TABLE dirty_windows (window_id TEXT PRIMARY KEY,"
-                      " room_id TEXT NOT NULL);"
-                      f"INSERT INTO dirty_windows VALUES ('w-edited', '{ROOM}');")
+    old.executescript(
+        "CREATE TABLE events (seq INTEGER PRIMARY KEY AUTOINCREMENT,"
+        " event_id TEXT NOT NULL UNIQUE, room_id TEXT NOT NULL,"
+        " sender TEXT NOT NULL, ts INTEGER NOT NULL, body TEXT,"
+        " status TEXT NOT NULL, window_id TEXT, thread_root TEXT);"
+        "INSERT INTO events (event_id, room_id, sender, ts, body, status)"
+        f" VALUES ('$old', '{ROOM}', '@a:x', 1, 'old question', 'pending');"
+        "CREATE TABLE dirty_windows (window_id TEXT PRIMARY KEY,"
+        " room_id TEXT NOT NULL);"
+        f"INSERT INTO dirty_windows VALUES ('w-edited', '{ROOM}');"
+    )
     old.close()
     log = EventLog(tmp_path / "eventlog.sqlite3")
     from indexer.ingest.history import History
+
     assert History(log).dirty() == [("w-edited", ROOM, False)]  # no compaction asked for
     with log.transaction() as cur:
         cur.execute("DELETE FROM dirty_windows")
-    log.append([(Message(EventID("$new"), ROOM, UserID("@b:x"), 2, "an answer",
-                         EventID("$old"), (UserID("@a:x"), UserID("@c:x"))), None)])
+    log.append(
+        [
+            (
+                Message(
+                    EventID("$new"),
+                    ROOM,
+                    UserID("@b:x"),
+                    2,
+                    "an answer",
+                    EventID("$old"),
+                    (UserID("@a:x"), UserID("@c:x")),
+                ),
+                None,
+            )
+        ]
+    )
     tail = log.room_tail(ROOM).messages
     assert [(m.event_id, m.reply_to, m.mentions) for m in tail] == [
-        ("$old", None, ()), ("$new", "$old", ("@a:x", "@c:x"))]
+        ("$old", None, ()),
+        ("$new", "$old", ("@a:x", "@c:x")),
+    ]
     store = ChromaStore(path=tmp_path / "chroma", eventlog=log)
     Pipeline(log, HashEmbedder(), store, POLICY).process_all()
     [w] = store.get()
@@ -584,8 +626,7 @@ def test_a_window_whose_every_event_is_re_pointed_is_found_emptied(log):
     assert log.windows_emptied_by({e[2]: wa, e[3]: wa}) == [wb]  # into a window that stays
 
 
-def test_a_message_redacted_while_its_window_is_embedded_is_not_indexed_and_is_scrubbed(
-        log, store):
+def test_a_message_redacted_while_its_window_is_embedded_is_not_indexed_and_is_scrubbed(log, store):
     """A redaction lands between reading the tail and committing the window that holds
     the message: the message stays redacted (never `indexed` with no text), and the
     window made from its text is re-chunked without it and asks for a compaction."""
@@ -598,8 +639,9 @@ def test_a_message_redacted_while_its_window_is_embedded_is_not_indexed_and_is_s
     class RedactingEmbedder(HashEmbedder):
         def encode(self, texts):
             if self.batches == 0:  # during the first run's embedding
-                log.append([], history=[Redaction(target, ROOM, T0 + 10 * MINUTE,
-                                                  EventID("$redaction"))])
+                log.append(
+                    [], history=[Redaction(target, ROOM, T0 + 10 * MINUTE, EventID("$redaction"))]
+                )
             return super().encode(texts)
 
     pipeline = Pipeline(log, RedactingEmbedder(), store, POLICY, history=History(log))
@@ -609,5 +651,6 @@ def test_a_message_redacted_while_its_window_is_embedded_is_not_indexed_and_is_s
     pipeline.process_all()
     assert target not in stored_event_ids(store)
     assert_each_message_in_exactly_one_window(
-        store, log, [f"${ROOM[1:4]}0000", f"${ROOM[1:4]}0002"])
+        store, log, [f"${ROOM[1:4]}0000", f"${ROOM[1:4]}0002"]
+    )
     assert pipeline.compaction_due  # its old vector leaves the files at the next compaction

@@ -8,15 +8,13 @@ import asyncio
 
 import pytest
 
-from indexer.pipeline.chunker import window_id
-from indexer.records import ChunkPolicy
 from indexer.models.embedder import HashEmbedder, encode_in_length_order
-from indexer.store.eventlog.log import EventLog
+from indexer.pipeline.chunker import window_id
 from indexer.pipeline.pipeline import Pipeline
 from indexer.pipeline.worker import PipelineWorker
-from indexer.records import EventID, Message, RoomID, UserID
+from indexer.records import ChunkPolicy, EventID, Message, RoomID, UserID
+from indexer.store.eventlog.log import EventLog
 from indexer.store.vectors.chroma import ChromaStore
-
 from tests.fakeclock import FakeClock
 
 ROOM = RoomID("!live:example.org")
@@ -46,15 +44,22 @@ def live_worker(log, store, **worker_args):
     emb = HashEmbedder()
     pipeline = Pipeline(log, emb, store, POLICY)
     pipeline.compaction.clock = clock.clock
-    worker = PipelineWorker(pipeline, debounce=DEBOUNCE, clock=clock.clock,
-                            **worker_args)
+    worker = PipelineWorker(pipeline, debounce=DEBOUNCE, clock=clock.clock, **worker_args)
     return clock, emb, pipeline, worker
 
 
 def message(i: int, clock: FakeClock) -> tuple[Message, None]:
     sender = ALICE if i % 2 else BOB
-    return (Message(EventID(f"$m{i:03d}"), ROOM, sender, int(clock.now * 1000),
-                    f"message {i} about the signing key"), None)
+    return (
+        Message(
+            EventID(f"$m{i:03d}"),
+            ROOM,
+            sender,
+            int(clock.now * 1000),
+            f"message {i} about the signing key",
+        ),
+        None,
+    )
 
 
 async def settle(worker: PipelineWorker, clock: FakeClock) -> None:
@@ -69,7 +74,7 @@ async def settle(worker: PipelineWorker, clock: FakeClock) -> None:
     await clock.advance(DEBOUNCE)
     try:
         await asyncio.wait_for(worker.wait_runs(runs + 1), 10)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         raise AssertionError("the pipeline did not run after the debounce interval") from None
 
 
@@ -171,7 +176,7 @@ async def test_after_a_run_longer_than_the_interval_the_next_starts_at_once(part
         await settle(worker, clock)  # the first run: message 0, then the slow part
         try:
             await asyncio.wait_for(worker.wait_runs(2), 10)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
         assert worker.runs == 2, "the second run waited for the clock"
         assert debounces(clock) == [DEBOUNCE]  # only the first run slept
@@ -189,7 +194,8 @@ async def test_after_run_follows_each_run_that_indexed_something(parts):
     log, store = parts
     calls: list[str] = []
     clock, _, pipeline, worker = live_worker(
-        log, store, after_run=lambda: calls.append(threading.current_thread().name))
+        log, store, after_run=lambda: calls.append(threading.current_thread().name)
+    )
     worker.start()
     try:
         await settle(worker, clock)  # the start-up run: nothing pending

@@ -20,14 +20,12 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from indexer.pipeline.chunker import build_windows
-from indexer.records import ChunkPolicy
 from indexer.models.embedder import HashEmbedder
-from indexer.store.eventlog.log import EventLog
+from indexer.pipeline.chunker import build_windows
 from indexer.pipeline.pipeline import Pipeline
-from indexer.records import EventID, Message, RoomID, UserID
+from indexer.records import ChunkPolicy, EventID, Message, RoomID, UserID
+from indexer.store.eventlog.log import EventLog
 from indexer.store.vectors.chroma import ChromaStore
-
 from tests.strength import examples
 
 ROOM = RoomID("!live:example.org")
@@ -93,7 +91,7 @@ def test_live_pipeline_guarantees(room, max_bytes):
         for cut, fail in zip(cuts, fails):
             log.append([(m, None) for m in msgs[appended:cut]])
             appended = cut
-            for attempt in ((True, False) if fail else (False,)):
+            for attempt in (True, False) if fail else (False,):
                 store.failing = attempt
                 before = {w.window_id: w.event_ids for w in store.get()}
                 emb.calls.clear()
@@ -115,8 +113,7 @@ def test_live_pipeline_guarantees(room, max_bytes):
                 for m in so_far:
                     assert log.status_of(m.event_id)[0] == "indexed"
                 # Embedded: each changed window once, and no unchanged one.
-                changed = [w for w in expected if before.get(w.window_id)
-                           != tuple(w.event_ids)]
+                changed = [w for w in expected if before.get(w.window_id) != tuple(w.event_ids)]
                 embedded = [t for call in emb.calls for t in call]
                 assert len(embedded) == len(changed)
                 acknowledged = max(so_far, key=lambda m: m.ts).event_id

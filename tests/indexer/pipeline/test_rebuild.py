@@ -4,16 +4,22 @@ from __future__ import annotations
 
 import threading
 
-from indexer.pipeline.chunker import CHUNKER_VERSION
-from indexer.records import ChunkPolicy
-from indexer.models.embedder import HashEmbedder
-from indexer.store.eventlog.log import EventLog
-from indexer.ingest.gate import Gate
 from indexer.ingest.admit import Ingest
-from indexer.store.journal import Journal
+from indexer.ingest.gate import Gate
+from indexer.models.embedder import HashEmbedder
+from indexer.pipeline.chunker import CHUNKER_VERSION
 from indexer.pipeline.pipeline import Pipeline
-from indexer.pipeline.rebuild import (check_collection, ensure_meta, expected_meta,
-                                      make_whole, meta_mismatch, rebuild)
+from indexer.pipeline.rebuild import (
+    check_collection,
+    ensure_meta,
+    expected_meta,
+    make_whole,
+    meta_mismatch,
+    rebuild,
+)
+from indexer.records import ChunkPolicy
+from indexer.store.eventlog.log import EventLog
+from indexer.store.journal import Journal
 from indexer.store.vectors.chroma import ChromaStore
 
 ROOM = "!r:example.org"
@@ -23,19 +29,37 @@ def setup(tmp_path, dim=64):
     log = EventLog(tmp_path / "eventlog.sqlite3")
     store = ChromaStore(path=tmp_path / "chroma", eventlog=log)
     ingest = Ingest(Gate(frozenset({ROOM}), "@bot:x"), log, Journal(tmp_path / "j.jsonl"))
-    pipeline = Pipeline(log, HashEmbedder(dim), store, ChunkPolicy(max_bytes=50),
-                        admits=ingest.admits)
+    pipeline = Pipeline(
+        log, HashEmbedder(dim), store, ChunkPolicy(max_bytes=50), admits=ingest.admits
+    )
     return log, store, ingest, pipeline
 
 
 def admit_public_room(ingest, messages: int) -> None:
-    ingest.admit([{"type": "m.room.join_rules", "room_id": ROOM, "sender": "@a:x",
-                   "state_key": "", "event_id": "$jr", "origin_server_ts": 1,
-                   "content": {"join_rule": "public"}}]
-                 + [{"type": "m.room.message", "room_id": ROOM, "sender": "@a:x",
-                     "event_id": f"$m{i}", "origin_server_ts": 1000 * i,
-                     "content": {"msgtype": "m.text", "body": f"message {i} text here"}}
-                    for i in range(messages)])
+    ingest.admit(
+        [
+            {
+                "type": "m.room.join_rules",
+                "room_id": ROOM,
+                "sender": "@a:x",
+                "state_key": "",
+                "event_id": "$jr",
+                "origin_server_ts": 1,
+                "content": {"join_rule": "public"},
+            }
+        ]
+        + [
+            {
+                "type": "m.room.message",
+                "room_id": ROOM,
+                "sender": "@a:x",
+                "event_id": f"$m{i}",
+                "origin_server_ts": 1000 * i,
+                "content": {"msgtype": "m.text", "body": f"message {i} text here"},
+            }
+            for i in range(messages)
+        ]
+    )
 
 
 def test_mismatch_rebuilds_every_window_with_the_new_embedder(tmp_path):
@@ -43,12 +67,18 @@ def test_mismatch_rebuilds_every_window_with_the_new_embedder(tmp_path):
     admit_public_room(ingest, 20)
     assert ensure_meta(store, log, pipeline) is False  # empty: meta written
     pipeline.process_all()
-    assert store.meta()["chunker"] == CHUNKER_VERSION and not meta_mismatch(store, pipeline.embedder)
+    assert store.meta()["chunker"] == CHUNKER_VERSION and not meta_mismatch(
+        store, pipeline.embedder
+    )
     before = store.count()
 
     # The same data dir opened with another embedder (other dimension): a rebuild.
-    log2, store2, ingest2, pipeline2 = log, ChromaStore(path=tmp_path / "chroma", eventlog=log), ingest, \
-        Pipeline(log, HashEmbedder(32), store, ChunkPolicy(max_bytes=50), admits=ingest.admits)
+    log2, store2, _ingest2, pipeline2 = (
+        log,
+        ChromaStore(path=tmp_path / "chroma", eventlog=log),
+        ingest,
+        Pipeline(log, HashEmbedder(32), store, ChunkPolicy(max_bytes=50), admits=ingest.admits),
+    )
     pipeline2.store = store2
     assert meta_mismatch(store2, pipeline2.embedder)["dim"] == (64, 32)
     seen = []
@@ -75,8 +105,9 @@ def test_the_check_holds_the_writers_lock_and_leaves_a_rebuild_to_its_caller(tmp
     reading = log.window_ids
 
     def window_ids():  # called inside the check: another thread tries the purge's lock
-        other = threading.Thread(target=lambda: taken_elsewhere.append(
-            pipeline.guard.lock.acquire(blocking=False)))
+        other = threading.Thread(
+            target=lambda: taken_elsewhere.append(pipeline.guard.lock.acquire(blocking=False))
+        )
         other.start()
         other.join()
         return reading()
@@ -85,8 +116,7 @@ def test_the_check_holds_the_writers_lock_and_leaves_a_rebuild_to_its_caller(tmp
     assert check_collection(store, log, pipeline) == ""
     assert taken_elsewhere == [False]
 
-    other = Pipeline(log, HashEmbedder(32), store, ChunkPolicy(max_bytes=50),
-                     admits=ingest.admits)
+    other = Pipeline(log, HashEmbedder(32), store, ChunkPolicy(max_bytes=50), admits=ingest.admits)
     reason = check_collection(store, log, other)
     assert "dim: 64 -> 32" in reason
     assert store.count() == before and store.meta()["dim"] == 64  # not rebuilt by the check

@@ -12,17 +12,16 @@ import pytest
 
 from indexer.ingest.history import History
 from indexer.ingest.purge import Purger
-from indexer.pipeline.claims import RoomClaims
 from indexer.models.embedder import HashEmbedder
+from indexer.pipeline.claims import RoomClaims
 from indexer.pipeline.pipeline import EMBED_CALL, Pipeline
 from indexer.pipeline.standalone import Worker, WorkerLoop
 from indexer.records import ChunkPolicy, EventID, Message, Refusal, RoomID, UserID
-from indexer.store.vectors.chroma import ChromaStore
 from indexer.store.compaction import Compaction
 from indexer.store.eventlog.log import EventLog
 from indexer.store.journal import Journal
+from indexer.store.vectors.chroma import ChromaStore
 from tests.fakeclock import FakeClock
-
 
 ROOMS = [RoomID(f"!room{i}:example.org") for i in range(4)]
 T0 = 1_700_000_000_000
@@ -31,9 +30,19 @@ LEASE = 30.0
 
 
 def messages(room: RoomID, n: int) -> list[tuple[Message, None]]:
-    return [(Message(EventID(f"${room[1:6]}-{i:03d}"), room, UserID("@a:example.org"),
-                     T0 + i * 60_000, f"message {i} of {room[1:6]} about topic {i % 4}"), None)
-            for i in range(n)]
+    return [
+        (
+            Message(
+                EventID(f"${room[1:6]}-{i:03d}"),
+                room,
+                UserID("@a:example.org"),
+                T0 + i * 60_000,
+                f"message {i} of {room[1:6]} about topic {i % 4}",
+            ),
+            None,
+        )
+        for i in range(n)
+    ]
 
 
 @pytest.fixture
@@ -48,10 +57,16 @@ def world(tmp_path, eventlog_db):
     def worker(name: str, embedder=None, group: int = EMBED_CALL) -> Pipeline:
         log = EventLog(eventlog_db)  # a process of its own: its own connection(s)
         logs.append(log)
-        return Pipeline(log, embedder or HashEmbedder(), store, POLICY,
-                        history=History(log), compaction=Compaction(log, store, fenced=True),
-                        claims=RoomClaims(log, LEASE, worker=name, clock=clock.clock),
-                        embed_group=group)
+        return Pipeline(
+            log,
+            embedder or HashEmbedder(),
+            store,
+            POLICY,
+            history=History(log),
+            compaction=Compaction(log, store, fenced=True),
+            claims=RoomClaims(log, LEASE, worker=name, clock=clock.clock),
+            embed_group=group,
+        )
 
     yield service_log, store, clock, worker
     for log in logs:
@@ -173,7 +188,8 @@ def test_a_purge_in_another_process_revokes_a_batch_in_flight(world, tmp_path):
         def encode(self, texts):
             if self.batches == 0:  # the service purges the room meanwhile (its own lock)
                 Purger(log, Journal(tmp_path / "journal.jsonl"), store).purge(
-                    Refusal("join_rule_not_public", room, whole_room=True))
+                    Refusal("join_rule_not_public", room, whole_room=True)
+                )
             return super().encode(texts)
 
     a = worker("a", Purging())
@@ -191,19 +207,39 @@ def test_workers_follow_a_compaction_the_service_ran(eventlog_db, chroma_server)
 
     name = f"workers_{uuid.uuid4().hex[:8]}"
     log = EventLog(eventlog_db)
-    service_store = ChromaStore(host="127.0.0.1", port=chroma_server.port, collection=name,
-                                eventlog=log)
+    service_store = ChromaStore(
+        host="127.0.0.1", port=chroma_server.port, collection=name, eventlog=log
+    )
     wlog = EventLog(eventlog_db)
-    worker_store = ChromaStore(host="127.0.0.1", port=chroma_server.port, collection=name,
-                               eventlog=wlog)
-    a = Pipeline(wlog, HashEmbedder(), worker_store, POLICY, history=History(wlog),
-                 compaction=Compaction(wlog, worker_store, fenced=True),
-                 claims=RoomClaims(wlog, LEASE, worker="a"))
+    worker_store = ChromaStore(
+        host="127.0.0.1", port=chroma_server.port, collection=name, eventlog=wlog
+    )
+    a = Pipeline(
+        wlog,
+        HashEmbedder(),
+        worker_store,
+        POLICY,
+        history=History(wlog),
+        compaction=Compaction(wlog, worker_store, fenced=True),
+        claims=RoomClaims(wlog, LEASE, worker="a"),
+    )
     log.append(messages(ROOMS[0], 6))
     assert a.process_all() == 6
     assert Compaction(log, service_store, fenced=True).now("test")  # a new generation
-    log.append([(Message(EventID("$late"), ROOMS[0], UserID("@a:example.org"),
-                         T0 + 99 * 60_000, "a late message after the compaction"), None)])
+    log.append(
+        [
+            (
+                Message(
+                    EventID("$late"),
+                    ROOMS[0],
+                    UserID("@a:example.org"),
+                    T0 + 99 * 60_000,
+                    "a late message after the compaction",
+                ),
+                None,
+            )
+        ]
+    )
     assert a.process_all() == 1
     live = {e for w in service_store.get() for e in w.event_ids}
     assert "$late" in live and len(live) == 7
@@ -215,8 +251,7 @@ def test_the_loop_waits_when_idle_and_backs_off_on_failure(world):
     log, store, clock, worker = world
     waits: list[float] = []
     pipeline = worker("a")
-    loop = WorkerLoop(Worker(pipeline.eventlog, store, pipeline), poll=0.5,
-                      wait=waits.append)
+    loop = WorkerLoop(Worker(pipeline.eventlog, store, pipeline), poll=0.5, wait=waits.append)
     loop.run(max_runs=2)
     assert loop.indexed == 48 and waits == [0.5]  # one pass with work, one idle look
     calls = []
@@ -240,19 +275,22 @@ def test_the_loop_waits_when_idle_and_backs_off_on_failure(world):
     assert waits == [1.0, 2.0, 4.0] and loop.failures == 3
 
 
-@pytest.mark.parametrize("index, says", [
-    ({}, "index.pipeline is internal: the service embeds itself"),
-    ({"pipeline": "external"}, "workers need Chroma as a server"),
-])
-def test_the_worker_command_refuses_a_config_it_cannot_work_with(tmp_path, capsys, index,
-                                                                 says):
+@pytest.mark.parametrize(
+    "index, says",
+    [
+        ({}, "index.pipeline is internal: the service embeds itself"),
+        ({"pipeline": "external"}, "workers need Chroma as a server"),
+    ],
+)
+def test_the_worker_command_refuses_a_config_it_cannot_work_with(tmp_path, capsys, index, says):
     import json
 
     from appservice.cli.main import main
 
     (tmp_path / "config.yaml").write_text(
         "homeserver: {url: 'http://127.0.0.1:8008', domain: example.org}\n"
-        f"index: {json.dumps(index)}\n")
+        f"index: {json.dumps(index)}\n"
+    )
     assert main(["worker", "-c", str(tmp_path / "config.yaml")]) == 1
     assert says in capsys.readouterr().err
     assert not (tmp_path / "eventlog.sqlite3").exists()  # refused before opening anything

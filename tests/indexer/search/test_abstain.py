@@ -17,15 +17,15 @@ from indexer.config import SearchSettings
 from indexer.ingest.admit import Ingest
 from indexer.ingest.gate import Gate
 from indexer.ingest.history import History
-from indexer.records import ChunkPolicy
 from indexer.models.embedder import HashEmbedder
 from indexer.pipeline.pipeline import Pipeline
+from indexer.records import ChunkPolicy
 from indexer.search.abstain import Floor, words_of
 from indexer.search.present import Presenter
 from indexer.search.searcher import Searcher, SourceQuery
-from indexer.store.vectors.chroma import ChromaStore
 from indexer.store.eventlog.log import EventLog
 from indexer.store.journal import Journal
+from indexer.store.vectors.chroma import ChromaStore
 
 OPS, GARDEN = "!ops:example.org", "!garden:example.org"
 ALICE, BOB = "@alice:example.org", "@bob:example.org"
@@ -67,8 +67,9 @@ def test_a_question_gets_the_margin_of_the_script_it_is_written_in():
     assert en.needed(elsewhere) == pytest.approx(0.87)
     assert zh.needed(elsewhere) == pytest.approx(0.87)
     assert ru.needed(["docker-machine create in a loop"]) == pytest.approx(0.84)
-    assert Floor(0.84, 0.03).for_query(["Как это сделать?"]).needed(elsewhere) == \
-        pytest.approx(0.87)  # no per-script margin: the general one
+    assert Floor(0.84, 0.03).for_query(["Как это сделать?"]).needed(elsewhere) == pytest.approx(
+        0.87
+    )  # no per-script margin: the general one
 
 
 def test_the_shipped_defaults_are_the_calibrated_ones():
@@ -79,26 +80,52 @@ def test_the_shipped_defaults_are_the_calibrated_ones():
 def world(tmp_path, embedder):
     log = EventLog(tmp_path / "eventlog.sqlite3")
     store = ChromaStore(path=tmp_path / "chroma", eventlog=log)
-    ingest = Ingest(Gate(frozenset({OPS, GARDEN}), "@bot:example.org"), log,
-                    Journal(tmp_path / "journal.jsonl"), history=History(log))
-    pipeline = Pipeline(log, embedder, store, ChunkPolicy(), admits=ingest.admits,
-                        history=ingest.history)
-    ingest.admit([{"type": "m.room.join_rules", "room_id": room, "sender": ALICE,
-                   "state_key": "", "event_id": f"$jr{i}", "origin_server_ts": T0 - 1,
-                   "content": {"join_rule": "public"}} for i, room in enumerate((OPS, GARDEN))])
+    ingest = Ingest(
+        Gate(frozenset({OPS, GARDEN}), "@bot:example.org"),
+        log,
+        Journal(tmp_path / "journal.jsonl"),
+        history=History(log),
+    )
+    pipeline = Pipeline(
+        log, embedder, store, ChunkPolicy(), admits=ingest.admits, history=ingest.history
+    )
+    ingest.admit(
+        [
+            {
+                "type": "m.room.join_rules",
+                "room_id": room,
+                "sender": ALICE,
+                "state_key": "",
+                "event_id": f"$jr{i}",
+                "origin_server_ts": T0 - 1,
+                "content": {"join_rule": "public"},
+            }
+            for i, room in enumerate((OPS, GARDEN))
+        ]
+    )
     return log, store, ingest, pipeline
 
 
 def message(room: str, eid: str, sender: str, ts: int, body: str, **content) -> dict:
-    return {"type": "m.room.message", "room_id": room, "sender": sender, "event_id": eid,
-            "origin_server_ts": ts, "content": {"msgtype": "m.text", "body": body, **content}}
+    return {
+        "type": "m.room.message",
+        "room_id": room,
+        "sender": sender,
+        "event_id": eid,
+        "origin_server_ts": ts,
+        "content": {"msgtype": "m.text", "body": body, **content},
+    }
 
 
 def test_a_hit_sharing_no_word_needs_the_margin_and_one_sharing_a_word_does_not(tmp_path):
     embedder = HashEmbedder()
     log, store, ingest, pipeline = world(tmp_path, embedder)
-    ingest.admit([message(OPS, "$d", ALICE, T0, "the disk filled up with remote media"),
-                  message(GARDEN, "$q", BOB, T0, "quokkas are marsupials of rottnest island")])
+    ingest.admit(
+        [
+            message(OPS, "$d", ALICE, T0, "the disk filled up with remote media"),
+            message(GARDEN, "$q", BOB, T0, "quokkas are marsupials of rottnest island"),
+        ]
+    )
     pipeline.process_all()
     presenter = Presenter(log, embedder)
     query = SourceQuery.build(["disk space"], top_k=5)
@@ -115,8 +142,9 @@ def test_a_hit_sharing_no_word_needs_the_margin_and_one_sharing_a_word_does_not(
     assert shown(Floor(low, 2.0)) == {"$d"}
     # Above every score, nothing is shown, whatever the words; `why` gets the closest.
     high = max(h.similarity for h in scored) + 0.01
-    hits, closest = Searcher(embedder, store, floor=Floor(high, 0.0),
-                             presenter=presenter).search_with_closest(query)
+    hits, closest = Searcher(
+        embedder, store, floor=Floor(high, 0.0), presenter=presenter
+    ).search_with_closest(query)
     assert hits == [] and closest is not None
     assert closest.similarity == pytest.approx(max(h.similarity for h in scored))
     log.close()
@@ -141,16 +169,23 @@ def test_with_the_real_model_the_demo_answers_and_off_topic_questions_abstain(tm
     ingest.admit(events)
     pipeline.process_all()
     s = SearchSettings()
-    searcher = Searcher(embedder, store, floor=Floor(s.min_similarity, s.no_shared_word_margin),
-                        presenter=Presenter(log, embedder))
+    searcher = Searcher(
+        embedder,
+        store,
+        floor=Floor(s.min_similarity, s.no_shared_word_margin),
+        presenter=Presenter(log, embedder),
+    )
     question = DEMO_QUESTION.removeprefix("!sources ")
-    cited = {e for h in searcher.search(SourceQuery.build([question], 5))
-             for e in h.cited_event_ids}
+    cited = {
+        e for h in searcher.search(SourceQuery.build([question], 5)) for e in h.cited_event_ids
+    }
     assert {"$c1", "$c15"} <= cited  # media_retention, and the compressor
-    for off in ("what is a good recipe for banana bread with walnuts?",
-                "how do I keep a sourdough starter alive while on holiday?",
-                "what does a golf handicap of 18 mean?",
-                "can you explain the offside rule in football?",
-                "which red wine goes best with a mushroom risotto?"):
+    for off in (
+        "what is a good recipe for banana bread with walnuts?",
+        "how do I keep a sourdough starter alive while on holiday?",
+        "what does a golf handicap of 18 mean?",
+        "can you explain the offside rule in football?",
+        "which red wine goes best with a mushroom risotto?",
+    ):
         assert searcher.search(SourceQuery.build([off], 5)) == [], off
     log.close()

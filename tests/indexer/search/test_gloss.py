@@ -11,15 +11,14 @@ from ruamel.yaml import YAML
 from indexer.components import Index
 from indexer.config import load_config
 from indexer.datadir import init_data_dir
-from indexer.pipeline.chunker import build_windows, embed_text
 from indexer.models.embedder import HashEmbedder
+from indexer.pipeline.chunker import build_windows, embed_text
 from indexer.records import ChunkPolicy, EventID, Message, RoomID, UserID
 from indexer.search import searcher as searcher_module
 from indexer.search.gloss import gloss, has_han
 from indexer.search.searcher import Searcher, SourceQuery
 from indexer.search.termindex import TermIndex
 from indexer.search.termindex_build import start_term_index
-
 from tests.storekit import index, open_store
 
 
@@ -31,8 +30,10 @@ def test_words_are_cut_by_the_dictionary_and_given_their_sense():
 
 def test_latin_terms_stay_as_written_in_place():
     assert gloss("用 Twitter 注册后名字多了个后缀").startswith("Twitter register")
-    assert gloss("Caddy 放在 PHP-FPM 容器前面时报 502 Bad Gateway").split()[:2] == \
-        ["Caddy", "PHP-FPM"]
+    assert gloss("Caddy 放在 PHP-FPM 容器前面时报 502 Bad Gateway").split()[:2] == [
+        "Caddy",
+        "PHP-FPM",
+    ]
 
 
 def test_one_character_words_are_left_out():
@@ -73,11 +74,20 @@ def test_the_searcher_asks_the_postings_which_sense_its_chat_means(tmp_path):
     store = open_store(tmp_path)
     emb = HashEmbedder()
     room = RoomID("!dev:example.org")
-    bodies = ["publish the container port with -p 8080:80", "lunch plans for friday",
-              "the receptacle interface review is on monday", "upgrade synapse tonight",
-              "which port does the container listen on", "the container image is rebuilt"]
-    messages = [Message(EventID(f"$m{i}"), room, UserID("@a:example.org"),
-                        1_700_000_000_000 + i * 7_200_000, b) for i, b in enumerate(bodies)]
+    bodies = [
+        "publish the container port with -p 8080:80",
+        "lunch plans for friday",
+        "the receptacle interface review is on monday",
+        "upgrade synapse tonight",
+        "which port does the container listen on",
+        "the container image is rebuilt",
+    ]
+    messages = [
+        Message(
+            EventID(f"$m{i}"), room, UserID("@a:example.org"), 1_700_000_000_000 + i * 7_200_000, b
+        )
+        for i, b in enumerate(bodies)
+    ]
     windows = build_windows(messages, ChunkPolicy(max_bytes=10, gap_ms=1))
     index(store, windows, emb.encode([embed_text(w) for w in windows]))
     asked = SourceQuery.build(["容器的端口？"], 1)
@@ -95,10 +105,18 @@ def chat(tmp_path):
     store = open_store(tmp_path)
     emb = HashEmbedder()
     room = RoomID("!ops:example.org")
-    bodies = ["backup the postgres database every night", "lunch plans for friday",
-              "the signing key expired and federation broke", "upgrade synapse tonight"]
-    messages = [Message(EventID(f"$m{i}"), room, UserID("@a:example.org"),
-                        1_700_000_000_000 + i * 7_200_000, b) for i, b in enumerate(bodies)]
+    bodies = [
+        "backup the postgres database every night",
+        "lunch plans for friday",
+        "the signing key expired and federation broke",
+        "upgrade synapse tonight",
+    ]
+    messages = [
+        Message(
+            EventID(f"$m{i}"), room, UserID("@a:example.org"), 1_700_000_000_000 + i * 7_200_000, b
+        )
+        for i, b in enumerate(bodies)
+    ]
     windows = build_windows(messages, ChunkPolicy(max_bytes=10, gap_ms=1))
     index(store, windows, emb.encode([embed_text(w) for w in windows]))
     return store, emb
@@ -148,8 +166,11 @@ CHAT = [
     ("dana", "not yet, tomorrow"),
     ("sam", "the new monitors arrived"),
     ("eli", "lunch at noon?"),
-    ("kai", "mira: run pg_dump from a systemd timer at 2am and copy the dump to the "
-            "backup bucket, the unit files are in the ops repo"),
+    (
+        "kai",
+        "mira: run pg_dump from a systemd timer at 2am and copy the dump to the "
+        "backup bucket, the unit files are in the ops repo",
+    ),
     ("mira", "perfect, thanks kai"),
     ("sam", "the printer on floor 2 is jammed"),
     ("dana", "facilities are on it"),
@@ -171,14 +192,35 @@ def english(tmp_path_factory):
     raw = y.load((data / "config.yaml").read_text(encoding="utf-8"))
     assert raw["index"]["embedder"].get("model") in (None, "all-MiniLM-L6-v2")  # the default
     index = Index.open(load_config(data / "config.yaml"))
-    state = [{"type": t, "room_id": ROOM, "sender": "@admin:example.org", "state_key": "",
-              "event_id": f"${t}", "origin_server_ts": T0 - 1000, "content": c}
-             for t, c in (("m.room.join_rules", {"join_rule": "public"}),
-                          ("m.room.history_visibility", {"history_visibility": "shared"}))]
-    index.ingest.admit(state + [
-        {"type": "m.room.message", "room_id": ROOM, "sender": f"@{who}:example.org",
-         "event_id": f"$e{i}", "origin_server_ts": T0 + i * 60_000,
-         "content": {"msgtype": "m.text", "body": body}} for i, (who, body) in enumerate(CHAT)])
+    state = [
+        {
+            "type": t,
+            "room_id": ROOM,
+            "sender": "@admin:example.org",
+            "state_key": "",
+            "event_id": f"${t}",
+            "origin_server_ts": T0 - 1000,
+            "content": c,
+        }
+        for t, c in (
+            ("m.room.join_rules", {"join_rule": "public"}),
+            ("m.room.history_visibility", {"history_visibility": "shared"}),
+        )
+    ]
+    index.ingest.admit(
+        state
+        + [
+            {
+                "type": "m.room.message",
+                "room_id": ROOM,
+                "sender": f"@{who}:example.org",
+                "event_id": f"$e{i}",
+                "origin_server_ts": T0 + i * 60_000,
+                "content": {"msgtype": "m.text", "body": body},
+            }
+            for i, (who, body) in enumerate(CHAT)
+        ]
+    )
     index.pipeline.process_all()
     yield index
     index.close()

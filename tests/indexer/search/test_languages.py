@@ -12,7 +12,6 @@ with that model beside all-MiniLM-L6-v2 in one vector (pair_embedder.py).
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from ruamel.yaml import YAML
@@ -41,23 +40,44 @@ def events(lang: str, data: dict) -> list[dict]:
     """The room as Matrix events: public, history shared, each message from its sender,
     a minute apart, a reply carrying m.in_reply_to."""
     rid = f"!{lang}:example.org"
-    out = [{"type": t, "room_id": rid, "sender": ADMIN, "state_key": "", "event_id": f"${lang}-{t}",
-            "origin_server_ts": T0 - 1000, "content": c}
-           for t, c in (("m.room.join_rules", {"join_rule": "public"}),
-                        ("m.room.history_visibility", {"history_visibility": "shared"}))]
+    out = [
+        {
+            "type": t,
+            "room_id": rid,
+            "sender": ADMIN,
+            "state_key": "",
+            "event_id": f"${lang}-{t}",
+            "origin_server_ts": T0 - 1000,
+            "content": c,
+        }
+        for t, c in (
+            ("m.room.join_rules", {"join_rule": "public"}),
+            ("m.room.history_visibility", {"history_visibility": "shared"}),
+        )
+    ]
     for i, (who, body, reply) in enumerate(data["messages"]):
         content = {"msgtype": "m.text", "body": body}
         if reply is not None:
             content["m.relates_to"] = {"m.in_reply_to": {"event_id": f"${lang}-{reply}"}}
-        out.append({"type": "m.room.message", "room_id": rid, "sender": f"@{who}:example.org",
-                    "event_id": f"${lang}-{i}", "origin_server_ts": T0 + i * 60_000,
-                    "content": content})
+        out.append(
+            {
+                "type": "m.room.message",
+                "room_id": rid,
+                "sender": f"@{who}:example.org",
+                "event_id": f"${lang}-{i}",
+                "origin_server_ts": T0 + i * 60_000,
+                "content": content,
+            }
+        )
     return out
 
 
-MODELS = {"multilingual-e5-small": "intfloat/multilingual-e5-small",
-          "multilingual-e5-small+all-MiniLM-L6-v2":
-          "sentence-transformers/all-MiniLM-L6-v2+intfloat/multilingual-e5-small"}
+MODELS = {
+    "multilingual-e5-small": "intfloat/multilingual-e5-small",
+    "multilingual-e5-small+all-MiniLM-L6-v2": (
+        "sentence-transformers/all-MiniLM-L6-v2+intfloat/multilingual-e5-small"
+    ),
+}
 
 
 @pytest.fixture(scope="module", params=list(MODELS))
@@ -72,7 +92,8 @@ def index(tmp_path_factory, request):
         y.dump(raw, f)
     (data / "allowlist.yaml").write_text(
         "rooms:\n" + "".join(f"  - '!{lang}:example.org'\n" for lang in ("zh", "ru", "ar")),
-        encoding="utf-8")
+        encoding="utf-8",
+    )
     index = Index.open(load_config(data / "config.yaml"))
     for lang in ("zh", "ru", "ar"):
         index.ingest.admit(events(lang, room(lang)))
@@ -121,9 +142,8 @@ def test_the_reply_speaks_english_and_quotes_the_answer_as_written(index, lang):
     from appservice.bot.replies import MAX_LINE_CHARS, render_hits
 
     data = room(lang)
-    reply = render_hits(index.searcher.search(SourceQuery.build([data["ask"]], 5)),
-                        (data["ask"],))
+    reply = render_hits(index.searcher.search(SourceQuery.build([data["ask"]], 5)), (data["ask"],))
     assert reply.body.startswith(f"Sources for: {data['ask']}")
     answer = data["messages"][data["answer"]][1]
-    shown = answer if len(answer) <= MAX_LINE_CHARS else answer[:MAX_LINE_CHARS - 1].rstrip()
+    shown = answer if len(answer) <= MAX_LINE_CHARS else answer[: MAX_LINE_CHARS - 1].rstrip()
     assert shown in reply.body and html.escape(shown) in reply.formatted_body

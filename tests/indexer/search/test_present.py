@@ -13,18 +13,17 @@ from __future__ import annotations
 
 import pytest
 
-from indexer.records import ChunkPolicy
-from indexer.models.embedder import HashEmbedder
-from indexer.store.eventlog.log import EventLog
+from indexer.ingest.admit import Ingest
 from indexer.ingest.gate import Gate
 from indexer.ingest.history import History
-from indexer.ingest.admit import Ingest
-from indexer.store.journal import Journal
+from indexer.models.embedder import HashEmbedder
 from indexer.pipeline.pipeline import Pipeline
+from indexer.records import ChunkPolicy, Hit
 from indexer.search import conversation, lines, present
 from indexer.search.present import Presenter
-from indexer.records import Hit
 from indexer.search.searcher import Searcher, SourceQuery
+from indexer.store.eventlog.log import EventLog
+from indexer.store.journal import Journal
 from indexer.store.vectors.chroma import ChromaStore
 
 ROOM = "!slow:example.org"
@@ -38,24 +37,38 @@ ANSWER = "raise the cache factor: set caches.global_factor to 2.0 in homeserver.
 
 
 def event(eid: str, sender: str, ts: int, body: str, **content) -> dict:
-    return {"type": "m.room.message", "room_id": ROOM, "sender": sender, "event_id": eid,
-            "origin_server_ts": ts, "content": {"msgtype": "m.text", "body": body, **content}}
+    return {
+        "type": "m.room.message",
+        "room_id": ROOM,
+        "sender": sender,
+        "event_id": eid,
+        "origin_server_ts": ts,
+        "content": {"msgtype": "m.text", "body": body, **content},
+    }
 
 
 def question_and_chat() -> list[dict]:
     """alice's question, then chat between carol and dave (addressed to each other,
     so neither is an answer to alice by the dialogue rules)."""
-    return [event("$q", ALICE, T0, QUESTION),
-            event("$f1", CAROL, T0 + 60_000, "dave: did the deploy of the new bridge finish?"),
-            event("$f2", DAVE, T0 + 120_000, "carol: yes, an hour ago, all green")]
+    return [
+        event("$q", ALICE, T0, QUESTION),
+        event("$f1", CAROL, T0 + 60_000, "dave: did the deploy of the new bridge finish?"),
+        event("$f2", DAVE, T0 + 120_000, "carol: yes, an hour ago, all green"),
+    ]
 
 
 # How bob's answer, two hours later, is tied to alice's question.
 ANSWERS = {
-    "reply": event("$a", BOB, T0 + 2 * HOUR, ANSWER,
-                   **{"m.relates_to": {"m.in_reply_to": {"event_id": "$q"}}}),
-    "thread": event("$a", BOB, T0 + 2 * HOUR, ANSWER,
-                    **{"m.relates_to": {"rel_type": "m.thread", "event_id": "$q"}}),
+    "reply": event(
+        "$a", BOB, T0 + 2 * HOUR, ANSWER, **{"m.relates_to": {"m.in_reply_to": {"event_id": "$q"}}}
+    ),
+    "thread": event(
+        "$a",
+        BOB,
+        T0 + 2 * HOUR,
+        ANSWER,
+        **{"m.relates_to": {"rel_type": "m.thread", "event_id": "$q"}},
+    ),
     "mention": event("$a", BOB, T0 + 2 * HOUR, ANSWER, **{"m.mentions": {"user_ids": [ALICE]}}),
     "address": event("$a", BOB, T0 + 2 * HOUR, f"alice: {ANSWER}"),
     "glued": event("$a", BOB, T0 + 2 * HOUR, f"@alice{ANSWER}"),  # Gitter lost the space
@@ -78,14 +91,29 @@ def wide_world(tmp_path):
 def make_world(tmp_path, dim: int = 64):
     log = EventLog(tmp_path / "eventlog.sqlite3")
     store = ChromaStore(path=tmp_path / "chroma")
-    ingest = Ingest(Gate(frozenset({ROOM}), "@bot:example.org"), log,
-                    Journal(tmp_path / "journal.jsonl"), history=History(log))
+    ingest = Ingest(
+        Gate(frozenset({ROOM}), "@bot:example.org"),
+        log,
+        Journal(tmp_path / "journal.jsonl"),
+        history=History(log),
+    )
     embedder = HashEmbedder(dim)
-    pipeline = Pipeline(log, embedder, store, ChunkPolicy(), admits=ingest.admits,
-                        history=ingest.history)
-    ingest.admit([{"type": "m.room.join_rules", "room_id": ROOM, "sender": ALICE,
-                   "state_key": "", "event_id": "$jr", "origin_server_ts": T0 - 1,
-                   "content": {"join_rule": "public"}}])
+    pipeline = Pipeline(
+        log, embedder, store, ChunkPolicy(), admits=ingest.admits, history=ingest.history
+    )
+    ingest.admit(
+        [
+            {
+                "type": "m.room.join_rules",
+                "room_id": ROOM,
+                "sender": ALICE,
+                "state_key": "",
+                "event_id": "$jr",
+                "origin_server_ts": T0 - 1,
+                "content": {"join_rule": "public"},
+            }
+        ]
+    )
     searcher = Searcher(embedder, store, presenter=Presenter(log, embedder))
     yield ingest, pipeline, searcher, log
     log.close()
@@ -131,7 +159,7 @@ def test_without_a_link_the_later_answer_is_not_carried(world):
 
 
 def test_a_glued_mention_needs_the_whole_name(world):
-    """"@alicesetting" is alice; "@alsetting" (a name too short to glue) is no one."""
+    """ "@alicesetting" is alice; "@alsetting" (a name too short to glue) is no one."""
     admit(world, question_and_chat() + [event("$a", BOB, T0 + 2 * HOUR, f"@al{ANSWER}")])
     assert carrier(world).answers == ()
 
@@ -140,28 +168,61 @@ def test_an_address_to_someone_who_spoke_before_the_question_is_not_an_answer(wo
     """bob spoke before alice's question; carol's later "bob: ..." is addressed to bob,
     not an unaddressed reply to alice (the names known are the whole timeline's, not
     only those who spoke after the question)."""
-    admit(world, [event("$b0", BOB, T0 - 1000, "morning all, the upgrade went fine"),
-                  event("$q", ALICE, T0, QUESTION),
-                  event("$x", CAROL, T0 + 2 * HOUR,
-                        "bob: thanks for the upgrade notes, they saved my evening")])
+    admit(
+        world,
+        [
+            event("$b0", BOB, T0 - 1000, "morning all, the upgrade went fine"),
+            event("$q", ALICE, T0, QUESTION),
+            event(
+                "$x",
+                CAROL,
+                T0 + 2 * HOUR,
+                "bob: thanks for the upgrade notes, they saved my evening",
+            ),
+        ],
+    )
     assert carrier(world).answers == ()
 
 
 def test_an_edit_of_a_linked_answer_shows_its_new_text(world):
     admit(world, question_and_chat() + [ANSWERS["address"]])
     new = "alice: raise the cache factor to 4.0 instead, 2.0 was not enough here"
-    admit(world, [event("$e", BOB, T0 + 3 * HOUR, f"* {new}",
-                        **{"m.new_content": {"msgtype": "m.text", "body": new},
-                           "m.relates_to": {"rel_type": "m.replace", "event_id": "$a"}})])
+    admit(
+        world,
+        [
+            event(
+                "$e",
+                BOB,
+                T0 + 3 * HOUR,
+                f"* {new}",
+                **{
+                    "m.new_content": {"msgtype": "m.text", "body": new},
+                    "m.relates_to": {"rel_type": "m.replace", "event_id": "$a"},
+                },
+            )
+        ],
+    )
     hit = carrier(world)
     assert [(a.event_id, a.body) for a in hit.answers] == [("$a", new)]
     [shown] = [s for s in hit.shown if s.event_id == "$a"]
     assert shown.body == new
     assert "2.0 in homeserver.yaml" not in str(hit.to_json())
     # An edit by someone else is ignored.
-    admit(world, [event("$e2", CAROL, T0 + 4 * HOUR, "* hijacked",
-                        **{"m.new_content": {"msgtype": "m.text", "body": "alice: hijacked"},
-                           "m.relates_to": {"rel_type": "m.replace", "event_id": "$a"}})])
+    admit(
+        world,
+        [
+            event(
+                "$e2",
+                CAROL,
+                T0 + 4 * HOUR,
+                "* hijacked",
+                **{
+                    "m.new_content": {"msgtype": "m.text", "body": "alice: hijacked"},
+                    "m.relates_to": {"rel_type": "m.replace", "event_id": "$a"},
+                },
+            )
+        ],
+    )
     assert [a.body for a in carrier(world).answers] == [new]
 
 
@@ -171,9 +232,20 @@ def test_a_redacted_linked_answer_is_quoted_nowhere(world, path):
     so a redacted reply or mention links nothing, even if its relation were kept."""
     admit(world, question_and_chat() + [ANSWERS[path]])
     assert [a.event_id for a in carrier(world).answers] == ["$a"]
-    admit(world, [{"type": "m.room.redaction", "room_id": ROOM, "sender": BOB,
-                   "event_id": "$r", "origin_server_ts": T0 + 3 * HOUR, "redacts": "$a",
-                   "content": {}}])
+    admit(
+        world,
+        [
+            {
+                "type": "m.room.redaction",
+                "room_id": ROOM,
+                "sender": BOB,
+                "event_id": "$r",
+                "origin_server_ts": T0 + 3 * HOUR,
+                "redacts": "$a",
+                "content": {},
+            }
+        ],
+    )
     _, _, searcher, _ = world
     for query in (QUESTION, ANSWER):
         for hit in searcher.search(SourceQuery.build([query], top_k=10)):
@@ -186,14 +258,21 @@ def test_a_redacted_linked_answer_is_quoted_nowhere(world, path):
 def test_a_reply_to_another_of_the_askers_messages_is_not_this_questions_answer():
     """bob's reply to alice's later, different question mentions alice (clients put the
     replied-to sender in m.mentions), but it answers that question, not this one."""
-    from indexer.search.linkage import Horizon, responses
     from indexer.records import EventID, Message, RoomID, UserID
+    from indexer.search.linkage import Horizon, responses
 
     room = RoomID(ROOM)
     q = Message(EventID("$q"), room, UserID(ALICE), T0, "how do I free disk space?")
     other = Message(EventID("$q2"), room, UserID(ALICE), T0 + 60_000, "and the meetup?")
-    reply = Message(EventID("$r"), room, UserID(BOB), T0 + 120_000, "second saturday",
-                    EventID("$q2"), (UserID(ALICE),))
+    reply = Message(
+        EventID("$r"),
+        room,
+        UserID(BOB),
+        T0 + 120_000,
+        "second saturday",
+        EventID("$q2"),
+        (UserID(ALICE),),
+    )
     assert [l.answer.event_id for l in responses(q, [other, reply], Horizon())] == []
     assert [l.rule for l in responses(other, [reply], Horizon())] == ["reply"]
 
@@ -202,30 +281,45 @@ def test_shortened_names_glued_forms_and_pills_link_answers():
     """Issue 22: "dana:" answers dana-7f3, Slack's "@Delmy" answers slack-delmy, and a
     pill in formatted_body (no m.mentions) is a mention."""
     from indexer.ingest.events import parse_event
-    from indexer.search.linkage import Horizon, responses
     from indexer.records import EventID, Message, RoomID, UserID
+    from indexer.search.linkage import Horizon, responses
 
     room = RoomID(ROOM)
     dana, delmy = UserID("@dana-7f3:example.org"), UserID("@slack-delmy:example.org")
     q = Message(EventID("$q"), room, dana, T0, "how do I rotate the signing key?")
     noise = Message(EventID("$n"), room, UserID(CAROL), T0 + 1000, "lunch anyone?")
-    ans = Message(EventID("$a"), room, UserID(BOB), T0 + 2000,
-                  "dana: it is in the vault, rotate it yearly")
-    assert ("$a", "address") in [(l.answer.event_id, l.rule)
-                                 for l in responses(q, [noise, ans], Horizon())]
+    ans = Message(
+        EventID("$a"), room, UserID(BOB), T0 + 2000, "dana: it is in the vault, rotate it yearly"
+    )
+    assert ("$a", "address") in [
+        (l.answer.event_id, l.rule) for l in responses(q, [noise, ans], Horizon())
+    ]
     q2 = Message(EventID("$q2"), room, delmy, T0, "how do I put a nbsp in my view?")
     ans2 = Message(EventID("$a2"), room, UserID(BOB), T0 + 2000, "@Delmy use \\u00a0 in text")
-    assert ("$a2", "address") in [(l.answer.event_id, l.rule)
-                                  for l in responses(q2, [noise, ans2], Horizon())]
-    pill = parse_event(event("$p", BOB, T0 + 3000, "dana-7f3: in the vault", **{
-        "format": "org.matrix.custom.html",
-        "formatted_body": '<a href="https://matrix.to/#/@dana-7f3:example.org">dana</a>: '
-                          'in the vault'})).message
+    assert ("$a2", "address") in [
+        (l.answer.event_id, l.rule) for l in responses(q2, [noise, ans2], Horizon())
+    ]
+    pill = parse_event(
+        event(
+            "$p",
+            BOB,
+            T0 + 3000,
+            "dana-7f3: in the vault",
+            **{
+                "format": "org.matrix.custom.html",
+                "formatted_body": '<a href="https://matrix.to/#/@dana-7f3:example.org">dana</a>: '
+                "in the vault",
+            },
+        )
+    ).message
     assert pill.mentions == (dana,)
-    later = [noise, Message(pill.event_id, room, pill.sender, pill.ts, "in the vault",
-                            None, pill.mentions)]
-    assert ("$p", "mention") in [(l.answer.event_id, l.rule)
-                                 for l in responses(q, later, Horizon())]
+    later = [
+        noise,
+        Message(pill.event_id, room, pill.sender, pill.ts, "in the vault", None, pill.mentions),
+    ]
+    assert ("$p", "mention") in [
+        (l.answer.event_id, l.rule) for l in responses(q, later, Horizon())
+    ]
 
 
 def test_spam_addressed_to_the_asker_and_stuffed_lines_earn_no_place(wide_world):
@@ -234,22 +328,40 @@ def test_spam_addressed_to_the_asker_and_stuffed_lines_earn_no_place(wide_world)
     of it is carried (it speaks to no question), and a line stuffed with the query's
     words is not quoted before the real answer."""
     mallory = "@mallory:example.org"
-    qs = ["how do I raise the cache factor of the state cache",
-          "how do I rotate the signing key of the homeserver",
-          "when is the community meetup this month"]
-    ans = ["alice: raise the cache factor with caches.global_factor in homeserver.yaml",
-           "alice: the signing key backup is in the vault, rotate it yearly",
-           "alice: the meetup is the second saturday, 2pm"]
+    qs = [
+        "how do I raise the cache factor of the state cache",
+        "how do I rotate the signing key of the homeserver",
+        "when is the community meetup this month",
+    ]
+    ans = [
+        "alice: raise the cache factor with caches.global_factor in homeserver.yaml",
+        "alice: the signing key backup is in the vault, rotate it yearly",
+        "alice: the meetup is the second saturday, 2pm",
+    ]
     events = []
     for i, (q, a) in enumerate(zip(qs, ans)):
-        events += [event(f"$q{i}", ALICE, T0 + i * 5 * HOUR, q),
-                   event(f"$a{i}", BOB, T0 + i * 5 * HOUR + 60_000, a)]
+        events += [
+            event(f"$q{i}", ALICE, T0 + i * 5 * HOUR, q),
+            event(f"$a{i}", BOB, T0 + i * 5 * HOUR + 60_000, a),
+        ]
     late = T0 + 12 * HOUR
-    events += [event("$s1", mallory, late, "@alice cheap watches at spam.example, buy now"),
-               event("$s2", mallory, late + 1000, "cheap watches at spam.example",
-                     **{"m.relates_to": {"m.in_reply_to": {"event_id": "$q0"}}}),
-               event("$s3", mallory, late + 2000, "buy cheap watches today",
-                     **{"m.mentions": {"user_ids": [ALICE]}})]
+    events += [
+        event("$s1", mallory, late, "@alice cheap watches at spam.example, buy now"),
+        event(
+            "$s2",
+            mallory,
+            late + 1000,
+            "cheap watches at spam.example",
+            **{"m.relates_to": {"m.in_reply_to": {"event_id": "$q0"}}},
+        ),
+        event(
+            "$s3",
+            mallory,
+            late + 2000,
+            "buy cheap watches today",
+            **{"m.mentions": {"user_ids": [ALICE]}},
+        ),
+    ]
     admit(wide_world, events)
     _, _, searcher, _ = wide_world
     for q, a in zip(qs, ("$a0", "$a1", "$a2")):
@@ -258,22 +370,39 @@ def test_spam_addressed_to_the_asker_and_stuffed_lines_earn_no_place(wide_world)
             if h.event_ids[0].startswith("$q"):  # alice's: carries no spam, quotes none
                 j = h.to_json()
                 assert not set(j["answer_event_ids"] + j["shown_event_ids"]) & {
-                    "$s1", "$s2", "$s3"}, q
+                    "$s1",
+                    "$s2",
+                    "$s3",
+                }, q
         assert a in hits[0].to_json()["shown_event_ids"], q
     # Stuffed: the query's words over and over, beside bob's real answer.
-    admit(wide_world, [event("$q9", ALICE, late + 5 * HOUR, "how do I purge old remote media"),
-                  event("$x", mallory, late + 5 * HOUR + 1000,
-                        "purge old remote media purge remote media old media purge"),
-                  event("$a9", BOB, late + 5 * HOUR + 2000,
-                        "alice: for old remote media, call the purge_media_cache api"),
-                  event("$y", CAROL, late + 5 * HOUR + 3000, "lunch anyone? pizza place")])
+    admit(
+        wide_world,
+        [
+            event("$q9", ALICE, late + 5 * HOUR, "how do I purge old remote media"),
+            event(
+                "$x",
+                mallory,
+                late + 5 * HOUR + 1000,
+                "purge old remote media purge remote media old media purge",
+            ),
+            event(
+                "$a9",
+                BOB,
+                late + 5 * HOUR + 2000,
+                "alice: for old remote media, call the purge_media_cache api",
+            ),
+            event("$y", CAROL, late + 5 * HOUR + 3000, "lunch anyone? pizza place"),
+        ],
+    )
     searcher.presenter.shown_lines = 2  # the question and one more line: which one
     [hit, *_] = searcher.search(SourceQuery.build(["purge old remote media"], top_k=5))
     assert [ln.event_id for ln in hit.shown] == ["$q9", "$a9"]
 
 
 def test_the_question_that_was_answered_comes_before_the_same_question_unanswered(
-        wide_world, monkeypatch):
+    wide_world, monkeypatch
+):
     """Issue 22: carol later asks exactly what is searched and nobody answers; alice
     asked it in other words and bob answered. The first hit is alice's, carrying the
     answer: the order counts the closest response (`RANK_ANSWER`), not only how near
@@ -281,11 +410,20 @@ def test_the_question_that_was_answered_comes_before_the_same_question_unanswere
     q = "how do I raise the cache factor on a small server"
     answered = "so how do I raise the cache factor on a small server"
     answer = "alice: raise the cache factor on a small server with caches.global_factor: 2.0"
-    admit(wide_world, [
-        event("$q", ALICE, T0, answered),
-        event("$a", BOB, T0 + 2 * HOUR, answer,
-              **{"m.relates_to": {"m.in_reply_to": {"event_id": "$q"}}}),
-        event("$u", CAROL, T0 + 10 * HOUR, q)])
+    admit(
+        wide_world,
+        [
+            event("$q", ALICE, T0, answered),
+            event(
+                "$a",
+                BOB,
+                T0 + 2 * HOUR,
+                answer,
+                **{"m.relates_to": {"m.in_reply_to": {"event_id": "$q"}}},
+            ),
+            event("$u", CAROL, T0 + 10 * HOUR, q),
+        ],
+    )
     _, _, searcher, _ = wide_world
     [first, second, *_] = searcher.search(SourceQuery.build([q], top_k=5))
     assert first.event_ids == ("$q",) and [a.event_id for a in first.answers] == ["$a"]
@@ -300,19 +438,33 @@ def test_the_first_hits_are_the_same_whether_few_or_all_are_asked_for(wide_world
     """The presenter reads the responses only of the hits that could still reach the
     first top_k (a response adds at most RANK_ANSWER); the first three are the same,
     answers and quoted lines too, as when every hit is read."""
-    topics = ["cache factor of the state cache", "signing key of the homeserver",
-              "purge of old remote media", "federation of a new server",
-              "bridge to the irc network", "retention of old room history"]
+    topics = [
+        "cache factor of the state cache",
+        "signing key of the homeserver",
+        "purge of old remote media",
+        "federation of a new server",
+        "bridge to the irc network",
+        "retention of old room history",
+    ]
     events = []
     for i, t in enumerate(topics):
-        events += [event(f"$q{i}", ALICE, T0 + i * 5 * HOUR, f"how do I set up the {t}"),
-                   event(f"$a{i}", BOB, T0 + i * 5 * HOUR + 2 * HOUR, f"alice: the {t} is "
-                         "in homeserver.yaml", **{"m.relates_to": {"m.in_reply_to": {
-                             "event_id": f"$q{i}"}}})]
+        events += [
+            event(f"$q{i}", ALICE, T0 + i * 5 * HOUR, f"how do I set up the {t}"),
+            event(
+                f"$a{i}",
+                BOB,
+                T0 + i * 5 * HOUR + 2 * HOUR,
+                f"alice: the {t} is in homeserver.yaml",
+                **{"m.relates_to": {"m.in_reply_to": {"event_id": f"$q{i}"}}},
+            ),
+        ]
     admit(wide_world, events)
     _, _, searcher, _ = wide_world
-    for q in ["how do I set up the cache of the homeserver", "old media and old history",
-              "the irc bridge on a new server"]:
+    for q in [
+        "how do I set up the cache of the homeserver",
+        "old media and old history",
+        "the irc bridge on a new server",
+    ]:
         few = searcher.search(SourceQuery.build([q], top_k=3))
         every = searcher.search(SourceQuery.build([q], top_k=20))[:3]
         assert len(few) == 3
@@ -329,33 +481,35 @@ def _quoted_second(world, events: list[dict]) -> str:
     return hit.shown[1].event_id
 
 
-def test_of_two_responses_saying_the_same_the_one_asked_back_is_not_quoted(
-        wide_world, monkeypatch):
+def test_of_two_responses_saying_the_same_the_one_asked_back_is_not_quoted(wide_world, monkeypatch):
     """A response that is itself a question ("...then?") is asking back, not answering:
     `ASKS_BACK` puts it after a response of the same words that says it. The two tie on
     everything else (the hash embedder reads no punctuation), so without the rule the
     earlier one, the question, is quoted."""
-    events = [event("$q", ALICE, T0, QUESTION),
-              event("$r1", BOB, T0 + 60_000,
-                    "alice: the global cache factor in homeserver.yaml then?"),
-              event("$r2", CAROL, T0 + 120_000,
-                    "alice: the global cache factor in homeserver.yaml then.")]
+    events = [
+        event("$q", ALICE, T0, QUESTION),
+        event("$r1", BOB, T0 + 60_000, "alice: the global cache factor in homeserver.yaml then?"),
+        event(
+            "$r2", CAROL, T0 + 120_000, "alice: the global cache factor in homeserver.yaml then."
+        ),
+    ]
     assert _quoted_second(wide_world, events) == "$r2"
     monkeypatch.setattr(lines, "ASKS_BACK", 1.0)
     assert _quoted_second(wide_world, []) == "$r1"
 
 
 def test_an_answer_in_the_questions_own_words_is_quoted(wide_world, monkeypatch):
-    """"raise factor higher" names what was asked and adds a word: an answer, not an
+    """ "raise factor higher" names what was asked and adds a word: an answer, not an
     echo of the question (`ECHO`: under 30% words of its own; this one has a third),
     quoted before a line that says less about it. At the earlier 34% it was taken for
     an echo and quoted last."""
-    events = [event("$q", ALICE, T0, QUESTION),
-              event("$r1", CAROL, T0 + 60_000, "raise factor higher"),
-              event("$r2", BOB, T0 + 120_000, "alice: my small server was slow for months too")]
+    events = [
+        event("$q", ALICE, T0, QUESTION),
+        event("$r1", CAROL, T0 + 60_000, "raise factor higher"),
+        event("$r2", BOB, T0 + 120_000, "alice: my small server was slow for months too"),
+    ]
     assert _quoted_second(wide_world, events) == "$r1"
-    monkeypatch.setattr(lines, "ECHO",
-                        lines.NOVELTY_FLOOR + (1 - lines.NOVELTY_FLOOR) * 0.34)
+    monkeypatch.setattr(lines, "ECHO", lines.NOVELTY_FLOOR + (1 - lines.NOVELTY_FLOOR) * 0.34)
     assert _quoted_second(wide_world, []) == "$r2"
 
 
@@ -376,22 +530,24 @@ def test_a_lines_vector_does_not_depend_on_the_cache_or_the_texts_beside_it(tmp_
     warm._vectors(["gparted resizes it", "unrelated chatter"])
     got = warm._vectors(["unrelated chatter", "reboot into the live usb", "gparted resizes it"])
     fresh = Presenter(None, CompanyEmbedder())._vectors(
-        ["unrelated chatter", "reboot into the live usb", "gparted resizes it"])
+        ["unrelated chatter", "reboot into the live usb", "gparted resizes it"]
+    )
     assert (got == fresh).all()
     alone = Presenter(None, CompanyEmbedder())._vectors(["reboot into the live usb"])
     assert (got[1] == alone[0]).all()
 
 
-def test_a_matched_link_brings_the_explanation_its_sender_wrote_before_it(
-        wide_world, monkeypatch):
+def test_a_matched_link_brings_the_explanation_its_sender_wrote_before_it(wide_world, monkeypatch):
     """bob explains, then posts the link; the query matches the link's words, not the
     explanation's. The explanation is quoted with it (`_said_before`); without the
     rule it is not quoted at all (nothing responds to bob but a thanks)."""
     link = "https://example.org/synapse/docs/caches/global_factor"
-    events = [event("$q", ALICE, T0, "my homeserver runs out of memory on a small box"),
-              event("$b1", BOB, T0 + 60_000, "alice: lower global_factor, every cache sizes by it"),
-              event("$b2", BOB, T0 + 70_000, link),
-              event("$d", DAVE, T0 + 120_000, "bob: thanks, I will read it tonight")]
+    events = [
+        event("$q", ALICE, T0, "my homeserver runs out of memory on a small box"),
+        event("$b1", BOB, T0 + 60_000, "alice: lower global_factor, every cache sizes by it"),
+        event("$b2", BOB, T0 + 70_000, link),
+        event("$d", DAVE, T0 + 120_000, "bob: thanks, I will read it tonight"),
+    ]
     admit(wide_world, events)
     _, _, searcher, _ = wide_world
 
@@ -404,8 +560,7 @@ def test_a_matched_link_brings_the_explanation_its_sender_wrote_before_it(
     assert "$b1" not in quoted()
 
 
-def test_a_back_and_forth_past_the_horizon_carries_the_answer_to_the_follow_up(
-        world, monkeypatch):
+def test_a_back_and_forth_past_the_horizon_carries_the_answer_to_the_follow_up(world, monkeypatch):
     """bob asks back within the hour; alice answers him by name two days later; bob
     answers her the day after (past 24 h from the question, and from bob's first
     response). His answer is the conversation's: carried, and quoted. A stranger's
@@ -441,60 +596,81 @@ def test_a_follow_up_to_someone_else_does_not_continue_the_conversation(world):
 
 
 def test_a_question_back_is_quoted_after_what_its_sender_said_once_answered(
-        wide_world, monkeypatch):
+    wide_world, monkeypatch
+):
     """bob asks back in the question's own words (the closest line), alice answers
     him, then bob says what to do. His question back was answered: what he said then
     is quoted (`SUPERSEDED`); without the rule the question back is."""
-    asked_back = event("$r1", BOB, T0 + 60_000,
-                       "alice: do you raise the cache factor of the state cache on a small "
-                       "server with little memory?")
+    asked_back = event(
+        "$r1",
+        BOB,
+        T0 + 60_000,
+        "alice: do you raise the cache factor of the state cache on a small "
+        "server with little memory?",
+    )
     answered = event("$r2", ALICE, T0 + 120_000, "bob: yes, 2 GB of memory")
-    events = [event("$q", ALICE, T0, QUESTION), asked_back, answered,
-              event("$r3", BOB, T0 + 180_000, "alice: then raise the cache factor to 2.0")]
+    events = [
+        event("$q", ALICE, T0, QUESTION),
+        asked_back,
+        answered,
+        event("$r3", BOB, T0 + 180_000, "alice: then raise the cache factor to 2.0"),
+    ]
     assert _quoted_second(wide_world, events) == "$r3"
     monkeypatch.setattr(present, "SUPERSEDED", False)
     assert _quoted_second(wide_world, []) == "$r1"
 
 
-def test_a_question_back_stays_before_a_later_line_that_says_little(
-        wide_world, monkeypatch):
+def test_a_question_back_stays_before_a_later_line_that_says_little(wide_world, monkeypatch):
     """What bob said later ("thats all i can think of") scores under SUPERSEDE_RATIO of
     his question back: the question back keeps its place; with no ratio it would not."""
-    events = [event("$q", ALICE, T0, QUESTION),
-              event("$r1", BOB, T0 + 60_000,
-                    "alice: do you raise the cache factor of the state cache on a small "
-                    "server with little memory?"),
-              event("$r2", ALICE, T0 + 120_000, "bob: yes, 2 GB of memory"),
-              event("$r3", BOB, T0 + 180_000, "alice: thats all i can think of, sorry")]
+    events = [
+        event("$q", ALICE, T0, QUESTION),
+        event(
+            "$r1",
+            BOB,
+            T0 + 60_000,
+            "alice: do you raise the cache factor of the state cache on a small "
+            "server with little memory?",
+        ),
+        event("$r2", ALICE, T0 + 120_000, "bob: yes, 2 GB of memory"),
+        event("$r3", BOB, T0 + 180_000, "alice: thats all i can think of, sorry"),
+    ]
     assert _quoted_second(wide_world, events) == "$r1"
     monkeypatch.setattr(present, "SUPERSEDE_RATIO", 0.0)
     assert _quoted_second(wide_world, []) == "$r3"
 
 
 def test_a_statement_closed_by_a_tag_is_not_a_question_back(wide_world, monkeypatch):
-    """"..., right?" states and asks for a nod: it ties with the same words said
+    """ "..., right?" states and asks for a nod: it ties with the same words said
     flat and, the earlier, is quoted; taken for a question back (`TAG_WORDS` 0) it
     would go after."""
-    events = [event("$q", ALICE, T0, QUESTION),
-              event("$r1", BOB, T0 + 60_000,
-                    "alice: the global cache factor in homeserver.yaml, right?"),
-              event("$r2", CAROL, T0 + 120_000,
-                    "alice: the global cache factor in homeserver.yaml right.")]
+    events = [
+        event("$q", ALICE, T0, QUESTION),
+        event("$r1", BOB, T0 + 60_000, "alice: the global cache factor in homeserver.yaml, right?"),
+        event(
+            "$r2", CAROL, T0 + 120_000, "alice: the global cache factor in homeserver.yaml right."
+        ),
+    ]
     assert _quoted_second(wide_world, events) == "$r1"
     monkeypatch.setattr(lines, "TAG_WORDS", 0)
     assert _quoted_second(wide_world, []) == "$r2"
 
 
-def test_a_matched_line_that_answers_someone_counts_as_the_hits_response(
-        wide_world, monkeypatch):
+def test_a_matched_line_that_answers_someone_counts_as_the_hits_response(wide_world, monkeypatch):
     """bob's line answers alice ("@alice ...") in the question's words, with nothing
     after it; carol asked the same and got no answer. bob's answer comes first
     (`ANCHOR_ANSWERS`: the matched line is itself a response); without the rule the
     unanswered question does, its window being closer."""
-    events = [event("$c", CAROL, T0, "how do I raise the cache factor of the state cache?"),
-              event("$d", DAVE, T0 + 60_000, "carol: no idea, sorry"),
-              event("$b", BOB, T0 + 5 * HOUR,
-                    "@alice raise the cache factor of the state cache on a small server to 2.0")]
+    events = [
+        event("$c", CAROL, T0, "how do I raise the cache factor of the state cache?"),
+        event("$d", DAVE, T0 + 60_000, "carol: no idea, sorry"),
+        event(
+            "$b",
+            BOB,
+            T0 + 5 * HOUR,
+            "@alice raise the cache factor of the state cache on a small server to 2.0",
+        ),
+    ]
     admit(wide_world, events)
     _, _, searcher, _ = wide_world
 
@@ -506,15 +682,15 @@ def test_a_matched_line_that_answers_someone_counts_as_the_hits_response(
     assert first() == ("$c", "$d")
 
 
-def test_an_answer_the_asker_thanked_is_carried_however_far_its_words(
-        wide_world, monkeypatch):
-    """"alice: use -f" shares nothing with the question and falls under the answer
+def test_an_answer_the_asker_thanked_is_carried_however_far_its_words(wide_world, monkeypatch):
+    """ "alice: use -f" shares nothing with the question and falls under the answer
     floor; alice thanks bob for it: it is carried and cited (not quoted: its words do
     not speak to the question). carol's later line, thanked by no one, is not."""
     events = question_and_chat() + [
         event("$a", BOB, T0 + 2 * HOUR, "alice: use -f"),
         event("$t", ALICE, T0 + 2 * HOUR + 60_000, "bob: thanks! that's what I needed"),
-        event("$x", CAROL, T0 + 2 * HOUR + 120_000, "alice: lunch?")]
+        event("$x", CAROL, T0 + 2 * HOUR + 120_000, "alice: lunch?"),
+    ]
     admit(wide_world, events)
     hit = carrier(wide_world)
     assert [a.event_id for a in hit.answers] == ["$a"]

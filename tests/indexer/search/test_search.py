@@ -3,20 +3,18 @@ over a real (embedded) Chroma with the fast hash embedder."""
 
 from __future__ import annotations
 
-import math
-
 import itertools
+import math
 from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from indexer.pipeline.chunker import build_windows, embed_text
-from indexer.records import ChunkPolicy
 from indexer.models.embedder import HashEmbedder
+from indexer.pipeline.chunker import build_windows, embed_text
+from indexer.records import ChunkPolicy, EventID, Message, RoomID, UserID, Window
 from indexer.search.lexical import LEXICAL_MAX_TERMS, is_keywords, stem, terms
-from indexer.records import EventID, Message, RoomID, UserID, Window
 from indexer.search.searcher import (
     DEFAULT_RRF_K,
     MAX_TEXT_BYTES,
@@ -29,7 +27,6 @@ from indexer.search.searcher import (
 )
 from indexer.search.texts import WindowTexts
 from indexer.store.vectors.chroma import ChromaStore
-
 from tests.storekit import edit, index, open_store
 from tests.strength import examples
 
@@ -115,8 +112,9 @@ def test_rrf_is_deterministic(lists, k):
     for ids in lists:
         for wid in dict.fromkeys(ids):
             parts.setdefault(wid, []).append(1.0 / (k + list(ids).index(wid) + 1))
-    assert fused == sorted(((w, math.fsum(p)) for w, p in parts.items()),
-                           key=lambda kv: (-kv[1], kv[0]))
+    assert fused == sorted(
+        ((w, math.fsum(p)) for w, p in parts.items()), key=lambda kv: (-kv[1], kv[0])
+    )
 
 
 @RRF_SETTINGS
@@ -189,19 +187,28 @@ TOPICS = [
 def indexed(tmp_path_factory):
     store = open_store(tmp_path_factory.mktemp("search"))
     emb = HashEmbedder()
-    messages = [Message(EventID(f"$m{i}"), ROOM if i % 3 else OTHER, UserID("@a:example.org"),
-                        1_700_000_000_000 + i * 3_600_000 * 2, text)
-                for i, text in enumerate(TOPICS)]
+    messages = [
+        Message(
+            EventID(f"$m{i}"),
+            ROOM if i % 3 else OTHER,
+            UserID("@a:example.org"),
+            1_700_000_000_000 + i * 3_600_000 * 2,
+            text,
+        )
+        for i, text in enumerate(TOPICS)
+    ]
     windows = []
     for room in (ROOM, OTHER):
-        windows += build_windows([m for m in messages if m.room_id == room],
-                                 ChunkPolicy(max_bytes=10, gap_ms=1))  # one message each
+        windows += build_windows(
+            [m for m in messages if m.room_id == room], ChunkPolicy(max_bytes=10, gap_ms=1)
+        )  # one message each
     index(store, windows, emb.encode([embed_text(w) for w in windows]))
     return store, emb
 
 
-@pytest.mark.parametrize("text", ["signing key", "database backup", "federation",
-                                  "new release", "nothing in common zzz"])
+@pytest.mark.parametrize(
+    "text", ["signing key", "database backup", "federation", "new release", "nothing in common zzz"]
+)
 @pytest.mark.parametrize("top_k", [1, 3, 10])
 def test_one_text_gives_exactly_the_single_vector_order(indexed, text, top_k):
     """Without the lexical leg (lexical_max_terms=0), as for any sentence-long text."""
@@ -211,8 +218,9 @@ def test_one_text_gives_exactly_the_single_vector_order(indexed, text, top_k):
     assert [h.window_id for h in hits] == [nb.window_id for nb in bare]
     assert [h.ranks[0][0] for h in hits] == list(range(1, len(hits) + 1))
     assert [h.ranks[0][1] for h in hits] == pytest.approx([nb.similarity for nb in bare])
-    assert [h.text for h in hits] == [text for text, _ in WindowTexts(store.eventlog).read(
-        [nb.window for nb in bare])]
+    assert [h.text for h in hits] == [
+        text for text, _ in WindowTexts(store.eventlog).read([nb.window for nb in bare])
+    ]
 
 
 def test_duplicated_text_counts_once(indexed):
@@ -235,7 +243,8 @@ def test_query_texts_are_embedded_in_one_batch(indexed):
 def test_multi_text_fuses_both_topics(indexed):
     store, emb = indexed
     hits = Searcher(emb, store).search(
-        SourceQuery.build(["signing key rotation", "postgres database backup"], 4))
+        SourceQuery.build(["signing key rotation", "postgres database backup"], 4)
+    )
     texts = " ".join(h.text for h in hits)
     assert "signing key" in texts and "database" in texts
     assert len({h.window_id for h in hits}) == len(hits) <= 4
@@ -268,8 +277,13 @@ def test_a_sentence_gets_no_lexical_leg(indexed, top_k):
 
 def test_terms_drop_stop_words_and_stem_endings():
     assert terms("How do I rotate the Signing keys?") == ["rotate", "signing", "keys"]
-    assert [stem(t) for t in ("partitions", "spinning", "stopped", "rar", "ext3")] == \
-        ["partition", "spin", "stop", "rar", "ext3"]
+    assert [stem(t) for t in ("partitions", "spinning", "stopped", "rar", "ext3")] == [
+        "partition",
+        "spin",
+        "stop",
+        "rar",
+        "ext3",
+    ]
     assert is_keywords("rar archive") and not is_keywords("the a of")
     assert not is_keywords(" ".join(f"word{i}" for i in range(LEXICAL_MAX_TERMS + 1)))
 
@@ -280,14 +294,23 @@ def chat(tmp_path):
     only the lexical leg finds them by their stems."""
     store = open_store(tmp_path)
     emb = HashEmbedder()
-    lines = [("$p1", ROOM, "@alice:example.org", "resized both partitions with gparted"),
-             ("$p2", ROOM, "@bob:example.org", "lunch at noon?"),
-             ("$p3", OTHER, "@carol:example.org", "my partitioning failed halfway"),
-             ("$p4", ROOM, "@gparted:example.org", "nothing to see here")]
-    messages = [Message(EventID(e), r, UserID(u), 1_700_000_000_000 + i * 7_200_000, body)
-                for i, (e, r, u, body) in enumerate(lines)]
-    windows = [w for room in (ROOM, OTHER) for w in build_windows(
-        [m for m in messages if m.room_id == room], ChunkPolicy(max_bytes=10, gap_ms=1))]
+    lines = [
+        ("$p1", ROOM, "@alice:example.org", "resized both partitions with gparted"),
+        ("$p2", ROOM, "@bob:example.org", "lunch at noon?"),
+        ("$p3", OTHER, "@carol:example.org", "my partitioning failed halfway"),
+        ("$p4", ROOM, "@gparted:example.org", "nothing to see here"),
+    ]
+    messages = [
+        Message(EventID(e), r, UserID(u), 1_700_000_000_000 + i * 7_200_000, body)
+        for i, (e, r, u, body) in enumerate(lines)
+    ]
+    windows = [
+        w
+        for room in (ROOM, OTHER)
+        for w in build_windows(
+            [m for m in messages if m.room_id == room], ChunkPolicy(max_bytes=10, gap_ms=1)
+        )
+    ]
     index(store, windows, emb.encode([embed_text(w) for w in windows]))
     return store, emb, {w.event_ids[0]: w for w in windows}
 
@@ -310,8 +333,9 @@ def test_keywords_find_a_window_by_its_words(chat):
 
 def test_the_lexical_leg_reads_bodies_not_senders(chat):
     store, emb, _ = chat
-    hits = {h.first_event_id: h for h in
-            Searcher(emb, store).search(SourceQuery.build(["gparted"], 4))}
+    hits = {
+        h.first_event_id: h for h in Searcher(emb, store).search(SourceQuery.build(["gparted"], 4))
+    }
     assert hits["$p1"].score > dense_only(hits["$p1"])
     assert hits["$p4"].score == pytest.approx(dense_only(hits["$p4"]))  # only its sender
 
@@ -320,31 +344,40 @@ def test_the_lexical_leg_sees_what_the_store_holds_now(chat):
     """A window re-upserted without a word (a redaction, an edit) stops matching it."""
     store, emb, by_event = chat
     w = by_event["$p1"]
-    edited = Window(w.window_id, w.room_id, (replace(w.messages[0], body="resized it"),),
-                    w.room_label)
+    edited = Window(
+        w.window_id, w.room_id, (replace(w.messages[0], body="resized it"),), w.room_label
+    )
     edit(store, edited, emb.encode([embed_text(edited)]))
-    hits = {h.first_event_id: h for h in
-            Searcher(emb, store).search(SourceQuery.build(["partition"], 4))}
+    hits = {
+        h.first_event_id: h
+        for h in Searcher(emb, store).search(SourceQuery.build(["partition"], 4))
+    }
     assert hits["$p3"].score > dense_only(hits["$p3"])
     assert hits["$p1"].score == pytest.approx(dense_only(hits["$p1"]))
 
 
 # -- what the model cannot read (indexer/search/legible.py) ------------------------------------
 
-@pytest.mark.parametrize("pieces,spelled", [
-    (["how", "do", "i", "mount", "n", "##fs", "?"], False),
-    (["م", "##ا", "ه", "##ي", "ا", "##ف", "##ض", "##ل"], True),
-    (["c", "+", "+"], False),  # too short to judge: the floor decides
-    (["к", "##а", "##к", "с", "##м", "##о", "##н", "##т"], True),
-    (["ext", "##3", "mount", "fails", "on", "boot"], False),
-])
+
+@pytest.mark.parametrize(
+    "pieces,spelled",
+    [
+        (["how", "do", "i", "mount", "n", "##fs", "?"], False),
+        (["م", "##ا", "ه", "##ي", "ا", "##ف", "##ض", "##ل"], True),
+        (["c", "+", "+"], False),  # too short to judge: the floor decides
+        (["к", "##а", "##к", "с", "##м", "##о", "##н", "##т"], True),
+        (["ext", "##3", "mount", "fails", "on", "boot"], False),
+    ],
+)
 def test_a_text_the_model_only_spells_out_is_not_read(pieces, spelled):
     from indexer.search.legible import spelled_out
+
     assert spelled_out(pieces) is spelled
 
 
 def test_an_illegible_query_gets_nothing_and_a_legible_one_is_searched(tmp_path):
     from indexer.search.legible import legible
+
     store = ChromaStore(path=tmp_path / "chroma")
     emb = HashEmbedder()
     emb.tokenize = lambda t: list(t.replace(" ", ""))  # every letter a piece: spelled

@@ -13,51 +13,103 @@ from hypothesis import strategies as st
 
 from indexer.models.embedder import HashEmbedder
 from indexer.models.turns import ModelTurns
-from indexer.search.lexical import LexicalRanker, base_of, stem, terms
-from indexer.search.tokens import keys, matches
 from indexer.records import EventID, Message, RoomID, UserID, Window, WindowID
-from indexer.store.vectors.chroma import ChromaStore
-
-from tests.storekit import index, open_store
-from tests.strength import examples
+from indexer.search.lexical import LexicalRanker, base_of, stem, terms
 from indexer.search.termindex import TermIndex, matchable
 from indexer.search.termindex_build import start_term_index
+from indexer.search.tokens import keys, matches
+from indexer.store.vectors.chroma import ChromaStore
+from tests.storekit import index, open_store
+from tests.strength import examples
 
 # Words that meet as stems and prefixes, a short one, digits, odd characters, scripts.
-VOCAB = ["1.2.3.4.5.6.7", "a.a.a", "a.a", "c+", "v2.6", "2.6", "2.6.8.", "c#", "x.y'z", "partition", "partitions", "partitioning", "Partitioned", "grub", "GRUB2",
-         "rar", "rare", "ext3", "2.6.8", "c++", "don't", "wifi", "wi-fi", "foo_bar",
-         "menu.lst", "/boot/grub/menu.lst", "installing", "installed", "café", "naïve",
-         "x", "spinning", "spin", "[bracket]", "the", "nvidia-glx", "ECONNREFUSED",
-         "E_CODES", "数据库", "サーバー", "서버가", "сервер", "ＡＢＣ"]
+VOCAB = [
+    "1.2.3.4.5.6.7",
+    "a.a.a",
+    "a.a",
+    "c+",
+    "v2.6",
+    "2.6",
+    "2.6.8.",
+    "c#",
+    "x.y'z",
+    "partition",
+    "partitions",
+    "partitioning",
+    "Partitioned",
+    "grub",
+    "GRUB2",
+    "rar",
+    "rare",
+    "ext3",
+    "2.6.8",
+    "c++",
+    "don't",
+    "wifi",
+    "wi-fi",
+    "foo_bar",
+    "menu.lst",
+    "/boot/grub/menu.lst",
+    "installing",
+    "installed",
+    "café",
+    "naïve",
+    "x",
+    "spinning",
+    "spin",
+    "[bracket]",
+    "the",
+    "nvidia-glx",
+    "ECONNREFUSED",
+    "E_CODES",
+    "数据库",
+    "サーバー",
+    "서버가",
+    "сервер",
+    "ＡＢＣ",
+]
 # A reference chunk's text (a window's bodies come typed: windows_written), lines that
 # look like chat or markup included: all of it is matched.
-body = st.lists(st.sampled_from(VOCAB) | st.text("abgrpstu0123 .-_'+#", max_size=8),
-                min_size=0, max_size=8).map(" ".join)
+body = st.lists(
+    st.sampled_from(VOCAB) | st.text("abgrpstu0123 .-_'+#", max_size=8), min_size=0, max_size=8
+).map(" ".join)
 line = body | st.just("[link] partition grub") | st.just("[10:00] odd sender: rare")
 document_text = st.lists(line, min_size=1, max_size=5).map("\n".join)
-query_word = (st.sampled_from(VOCAB) | st.text("abgrpstu0123", min_size=1, max_size=6)
-              | st.text("ab23.+#'-_", min_size=1, max_size=6))
+query_word = (
+    st.sampled_from(VOCAB)
+    | st.text("abgrpstu0123", min_size=1, max_size=6)
+    | st.text("ab23.+#'-_", min_size=1, max_size=6)
+)
 
 
 def scan_ids(docs: dict[str, str], term: str) -> set[str]:
     base, prefix = base_of(term)
-    return {wid for wid, doc in docs.items()
-            if any(matches(base, prefix, k) for part in matchable([doc]) for k in keys(part))}
+    return {
+        wid
+        for wid, doc in docs.items()
+        if any(matches(base, prefix, k) for part in matchable([doc]) for k in keys(part))
+    }
 
 
 def indexed(docs: dict[str, str], metas: dict[str, dict] | None = None) -> TermIndex:
     index = TermIndex()
-    index.texts_written(list(docs), list(docs.values()),
-              [(metas or {}).get(w, {"room_id": "!r:x", "corpus": "chat"}) for w in docs])
+    index.texts_written(
+        list(docs),
+        list(docs.values()),
+        [(metas or {}).get(w, {"room_id": "!r:x", "corpus": "chat"}) for w in docs],
+    )
     index.ready.set()
     return index
 
 
 @pytest.mark.slow  # property test at full strength: in the full run
 @settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.dictionaries(st.text("abcdef", min_size=1, max_size=4), document_text,
-                       min_size=1, max_size=8),
-       st.lists(query_word, min_size=1, max_size=6))
+@given(
+    st.dictionaries(
+        st.text("abcdef", min_size=1, max_size=4), document_text, min_size=1, max_size=8
+    ),
+    st.lists(query_word, min_size=1, max_size=6),
+)
 def test_postings_find_exactly_what_the_scan_matches(docs, words):
     index = indexed(docs)
     for word in words:
@@ -66,25 +118,34 @@ def test_postings_find_exactly_what_the_scan_matches(docs, words):
             got = index.postings(base, prefix)
             assert got is not None and set(got) == scan_ids(docs, term), (term, docs)
             for wid, tf in got.items():  # the count BM25 uses: the keys it matches
-                n = sum(1 for part in matchable([docs[wid]]) for k in keys(part)
-                        if matches(base, prefix, k))
+                n = sum(
+                    1
+                    for part in matchable([docs[wid]])
+                    for k in keys(part)
+                    if matches(base, prefix, k)
+                )
                 assert tf == min(n, 63)
 
 
 def python_ranker(docs: dict[str, str], index: TermIndex | None) -> LexicalRanker:
     def match(base: str, prefix: bool, where: dict | None) -> list[str]:
-        return [w for w, d in docs.items()
-                if any(matches(base, prefix, k) for part in matchable([d]) for k in keys(part))]
+        return [
+            w
+            for w, d in docs.items()
+            if any(matches(base, prefix, k) for part in matchable([d]) for k in keys(part))
+        ]
 
-    return LexicalRanker(match, lambda ids: {w: (docs[w],) for w in ids}, lambda: len(docs),
-                         index)
+    return LexicalRanker(match, lambda ids: {w: (docs[w],) for w in ids}, lambda: len(docs), index)
 
 
 @pytest.mark.slow  # property test at full strength: in the full run
 @settings(max_examples=examples(200), deadline=None)
-@given(st.dictionaries(st.text("abcdef", min_size=1, max_size=4), document_text,
-                       min_size=1, max_size=12),
-       st.lists(query_word, min_size=1, max_size=4).map(" ".join))
+@given(
+    st.dictionaries(
+        st.text("abcdef", min_size=1, max_size=4), document_text, min_size=1, max_size=12
+    ),
+    st.lists(query_word, min_size=1, max_size=4).map(" ".join),
+)
 def test_the_leg_ranks_the_same_from_postings_as_from_the_scan(docs, query):
     with_index = python_ranker(docs, indexed(docs)).rank(query, 10)
     without = python_ranker(docs, None).rank(query, 10)
@@ -92,14 +153,19 @@ def test_the_leg_ranks_the_same_from_postings_as_from_the_scan(docs, query):
 
 
 # Ids that share their first 8 bytes (id_key alike) or are prefixes of each other.
-tied_id = st.tuples(st.sampled_from(["w", "wabcdefg", "wabcdefgh", "r", "w\u00e9"]),
-                    st.text("0a\u00e9", max_size=3)).map("".join)
+tied_id = st.tuples(
+    st.sampled_from(["w", "wabcdefg", "wabcdefgh", "r", "w\u00e9"]), st.text("0a\u00e9", max_size=3)
+).map("".join)
 
 
 @settings(max_examples=examples(200), deadline=None)
-@given(st.dictionaries(tied_id, st.sampled_from(["grub grub", "grub", "wifi grub", "x"]),
-                       min_size=1, max_size=12),
-       st.sampled_from(["grub", "wifi grub", "grub x"]), st.integers(1, 4))
+@given(
+    st.dictionaries(
+        tied_id, st.sampled_from(["grub grub", "grub", "wifi grub", "x"]), min_size=1, max_size=12
+    ),
+    st.sampled_from(["grub", "wifi grub", "grub x"]),
+    st.integers(1, 4),
+)
 def test_ties_past_the_prefilter_pool_go_to_the_smallest_ids_either_way(docs, query, pool):
     """Most windows share a score when they hold one common word: the pool takes the
     smallest ids of them, narrowed by id_key on the postings' side."""
@@ -123,12 +189,16 @@ def test_writes_replace_remove_filter_and_compact():
     index = TermIndex()
     index.ready.set()
     chat = {"room_id": "!a:x", "corpus": "chat"}
-    index.texts_written(["w1", "w2"], ["grub partition", "grub again"],
-              [chat, {"room_id": "!b:x", "corpus": "chat"}])
+    index.texts_written(
+        ["w1", "w2"],
+        ["grub partition", "grub again"],
+        [chat, {"room_id": "!b:x", "corpus": "chat"}],
+    )
     assert set(index.postings("grub", False)) == {"w1", "w2"}
     assert set(index.postings("grub", False, {"room_id": "!b:x"})) == {"w2"}
-    assert index.postings("grub", False, {"$and": [{"room_id": "!a:x"},
-                                                   {"corpus": "chat"}]}) == {"w1": 1}
+    assert index.postings("grub", False, {"$and": [{"room_id": "!a:x"}, {"corpus": "chat"}]}) == {
+        "w1": 1
+    }
     assert index.postings("grub", False, {"room_id": {"$in": ["!a:x"]}}) is None  # Chroma
     # A redaction re-upserts the window without the word: it stops matching at once.
     index.texts_written(["w1"], ["[redacted] partition"], [chat])
@@ -229,8 +299,13 @@ def test_a_search_running_goes_before_the_builds_next_page():
 
 
 def _make_window(i: int, room: str, body: str) -> Window:
-    m = Message(EventID(f"$e{i}"), RoomID(room), UserID("@alice:example.org"),
-                1_700_000_000_000 + i * 1000, body)
+    m = Message(
+        EventID(f"$e{i}"),
+        RoomID(room),
+        UserID("@alice:example.org"),
+        1_700_000_000_000 + i * 1000,
+        body,
+    )
     return Window(WindowID(f"{room}/$e{i}"), RoomID(room), (m,), room_label="Room")
 
 
@@ -240,10 +315,17 @@ def test_the_store_keeps_its_postings_in_step_and_the_leg_matches_chroma(tmp_pat
     terms_index = TermIndex()  # followed by the store from its opening, as the service's
     store = open_store(tmp_path, follower=terms_index)
     emb = HashEmbedder()
-    bodies_ = ["how do I resize a partition with gparted", "grub rescue prompt after update",
-               "partitioning the new disk", "nvidia driver blank screen", "wifi drops"]
-    windows = [_make_window(i, "!a:example.org" if i % 2 else "!b:example.org", b)
-               for i, b in enumerate(bodies_)]
+    bodies_ = [
+        "how do I resize a partition with gparted",
+        "grub rescue prompt after update",
+        "partitioning the new disk",
+        "nvidia driver blank screen",
+        "wifi drops",
+    ]
+    windows = [
+        _make_window(i, "!a:example.org" if i % 2 else "!b:example.org", b)
+        for i, b in enumerate(bodies_)
+    ]
     index(store, windows[:3], emb.encode(bodies_[:3]))
     assert start_term_index(terms_index, store.eventlog, page=2) is terms_index
     assert terms_index.ready.wait(30)
@@ -251,8 +333,13 @@ def test_the_store_keeps_its_postings_in_step_and_the_leg_matches_chroma(tmp_pat
     store.delete([windows[0].window_id])
     # No postings: scans the event log's text.
     chroma_only = ChromaStore(path=tmp_path / "chroma", eventlog=store.eventlog)
-    for query, where in [("partition", None), ("grub", None), ("nvidia screen", None),
-                         ("partition", {"room_id": "!b:example.org"}), ("resize", None)]:
+    for query, where in [
+        ("partition", None),
+        ("grub", None),
+        ("nvidia screen", None),
+        ("partition", {"room_id": "!b:example.org"}),
+        ("resize", None),
+    ]:
         ours = _lexical_ranker(store, terms_index)
         assert ours.index is terms_index
         theirs = _lexical_ranker(chroma_only, None)
@@ -265,12 +352,16 @@ def test_the_store_keeps_its_postings_in_step_and_the_leg_matches_chroma(tmp_pat
     assert terms_index.count() == 0
 
 
-
 def test_a_window_is_matched_in_its_bodies_never_its_senders_or_times():
     index = TermIndex()
     index.ready.set()
-    m = Message(EventID("$e1"), RoomID("!r:x"), UserID("@grub:example.org"),
-                1_700_000_000_000, "partition help\nsecond line")
+    m = Message(
+        EventID("$e1"),
+        RoomID("!r:x"),
+        UserID("@grub:example.org"),
+        1_700_000_000_000,
+        "partition help\nsecond line",
+    )
     index.windows_written([Window(WindowID("!r:x/$e1"), RoomID("!r:x"), (m,), "Room")])
     assert index.postings("grub", False) == {}
     assert index.postings("2023", False) == {}
@@ -296,9 +387,13 @@ def test_a_large_index_waits_for_its_postings_instead_of_scanning(tmp_path, monk
     waiting = searcher._lexical_ranker(store, building)
     assert waiting.rank("grub", 10) == [] and waiting.df("grub") == 0
     hits = searcher.Searcher(emb, store, terms=building).search(
-        searcher.SourceQuery.build(["grub"]))
+        searcher.SourceQuery.build(["grub"])
+    )
     assert all(h.window_id in {w.window_id for w in windows} for h in hits)
-    building.build([w.window_id for w in windows],
-                   lambda ids: iter([(ids, [[b] for b in bodies_],
-                                      [{"room_id": "!a:example.org", "corpus": "chat"}] * 3)]))
+    building.build(
+        [w.window_id for w in windows],
+        lambda ids: iter(
+            [(ids, [[b] for b in bodies_], [{"room_id": "!a:example.org", "corpus": "chat"}] * 3)]
+        ),
+    )
     assert searcher._lexical_ranker(store, building).rank("grub", 10) == [windows[0].window_id]

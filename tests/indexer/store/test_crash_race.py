@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections import Counter
 
 from indexer.records import ChunkPolicy
-
 from tests.appservice.homeserver.test_backpressure import ROOM, World
 from tests.appservice.homeserver.test_transactions import put
 
@@ -21,13 +20,17 @@ POLICY = ChunkPolicy(max_bytes=100, gap_ms=30 * 60_000, block_windows=2)
 
 
 def line(i: int, minute: int, sender: str) -> dict:
-    return {"type": "m.room.message", "room_id": ROOM, "event_id": f"$t{i:03d}",
-            "sender": f"@{sender}:example.org", "origin_server_ts": T0 + minute * MINUTE,
-            "content": {"msgtype": "m.text", "body": f"line {i:03d} of the talk".ljust(30, ".")}}
+    return {
+        "type": "m.room.message",
+        "room_id": ROOM,
+        "event_id": f"$t{i:03d}",
+        "sender": f"@{sender}:example.org",
+        "origin_server_ts": T0 + minute * MINUTE,
+        "content": {"msgtype": "m.text", "body": f"line {i:03d} of the talk".ljust(30, ".")},
+    }
 
 
-async def test_history_older_than_the_open_block_never_leaves_a_message_unsearchable(
-        tmp_path):
+async def test_history_older_than_the_open_block_never_leaves_a_message_unsearchable(tmp_path):
     async with World(tmp_path, policy=POLICY) as w:
         live = [line(i, 2 * i, "ab"[i % 3 == 0]) for i in range(11)]
         assert (await put(w.client, "1", {"events": live}))[0] == 200

@@ -11,10 +11,9 @@ import pytest
 from indexer.config import ConfigError, load_config
 from indexer.ingest.events import MessageEvent, parse_event
 from indexer.records import EventID, Message, RoomID, UserID
-from indexer.store.eventlog.log import EventLog
 from indexer.store.eventlog.check import check_eventlog
+from indexer.store.eventlog.log import EventLog
 from indexer.store.eventlog.schema import LATEST
-
 from tests.pgkit import base_dsn, fresh_schema
 from tests.storekit import stored_vectors
 
@@ -38,15 +37,19 @@ def test_store_database_defaults_to_the_data_dirs_sqlite_file(tmp_path):
     assert cfg.database.kind == "postgresql" and cfg.database.path is None
 
 
-@pytest.mark.parametrize("value, says", [
-    ("postgresql://ms:hunter2@db/ms", "holds a password"),
-    ("postgresql://ms@db/ms?password=hunter2", "holds a password"),
-    ("mysql://ms@db/ms", "neither sqlite:PATH nor a postgresql:// URL"),
-    ("postgresql://ms@db/ms?nosuchoption=1", "not a PostgreSQL URL libpq accepts"),
-    ("sqlite:", "needs a file"),
-])
+@pytest.mark.parametrize(
+    "value, says",
+    [
+        ("postgresql://ms:hunter2@db/ms", "holds a password"),
+        ("postgresql://ms@db/ms?password=hunter2", "holds a password"),
+        ("mysql://ms@db/ms", "neither sqlite:PATH nor a postgresql:// URL"),
+        ("postgresql://ms@db/ms?nosuchoption=1", "not a PostgreSQL URL libpq accepts"),
+        ("sqlite:", "needs a file"),
+    ],
+)
 def test_a_bad_store_database_is_refused_naming_the_key_and_never_echoing_a_password(
-        tmp_path, value, says):
+    tmp_path, value, says
+):
     with pytest.raises(ConfigError) as e:
         config(tmp_path, value)
     assert "store.database" in str(e.value) and says in str(e.value)
@@ -54,16 +57,25 @@ def test_a_bad_store_database_is_refused_naming_the_key_and_never_echoing_a_pass
 
 
 def test_a_nul_in_a_body_is_stored_as_a_replacement_character_on_both(eventlog_db):
-    raw = {"type": "m.room.message", "room_id": ROOM, "sender": "@a:example.org",
-           "event_id": "$nul", "origin_server_ts": 1_700_000_000_000,
-           "content": {"msgtype": "m.text", "body": "before\x00after"}}
+    raw = {
+        "type": "m.room.message",
+        "room_id": ROOM,
+        "sender": "@a:example.org",
+        "event_id": "$nul",
+        "origin_server_ts": 1_700_000_000_000,
+        "content": {"msgtype": "m.text", "body": "before\x00after"},
+    }
     ev = parse_event(raw)
     assert isinstance(ev, MessageEvent) and ev.message.body == "before\ufffdafter"
     log = EventLog(eventlog_db)
     # And text that reaches the event log some other way (a reference file) cannot fail
     # an append on PostgreSQL either.
-    log.append([(ev.message, None),
-                (Message(EventID("$raw"), ROOM, UserID("@a:example.org"), 1, "x\x00y"), None)])
+    log.append(
+        [
+            (ev.message, None),
+            (Message(EventID("$raw"), ROOM, UserID("@a:example.org"), 1, "x\x00y"), None),
+        ]
+    )
     texts = log.texts.event_texts([EventID("$nul"), EventID("$raw")])
     assert texts[EventID("$nul")][2] == "before\ufffdafter"
     assert texts[EventID("$raw")][2] in ("x\x00y", "x\ufffdy")  # SQLite keeps it as it is
@@ -78,16 +90,16 @@ def test_a_dropped_connection_is_replaced_and_the_log_goes_on():
         import psycopg
 
         with psycopg.connect(base_dsn(), autocommit=True) as conn:
-            ended = conn.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
-                                 " WHERE pid <> pg_backend_pid() AND backend_type ="
-                                 " 'client backend' AND datname = current_database()"
-                                 ).fetchone()[0]
+            ended = conn.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                " WHERE pid <> pg_backend_pid() AND backend_type ="
+                " 'client backend' AND datname = current_database()"
+            ).fetchone()[0]
         assert ended >= 1  # the log's own connection was among them
         got = None
         for _ in range(2):  # a call on a connection that broke mid-flight may fail once
             try:
-                got = log.append([(Message(EventID("$2"), ROOM, UserID("@a:x"), 2, "two"),
-                                   None)])
+                got = log.append([(Message(EventID("$2"), ROOM, UserID("@a:x"), 2, "two"), None)])
                 break
             except Exception:
                 continue
@@ -111,8 +123,10 @@ def test_lag_figures_and_meta_are_read_on_a_connection_of_their_own(eventlog_db)
     from indexer.store.eventlog.reports import lag_report_at, meta_at
 
     log = EventLog(eventlog_db)
-    msgs = [(Message(EventID(f"$m{i}"), ROOM, UserID("@a:x"), 1_000 * i, f"m{i}"), None)
-            for i in range(1, 4)]
+    msgs = [
+        (Message(EventID(f"$m{i}"), ROOM, UserID("@a:x"), 1_000 * i, f"m{i}"), None)
+        for i in range(1, 4)
+    ]
     before = int(time.time() * 1000)
     log.append(msgs)
     after = int(time.time() * 1000)
@@ -129,13 +143,13 @@ def test_lag_figures_and_meta_are_read_on_a_connection_of_their_own(eventlog_db)
 
 
 def test_migrate_moves_the_sqlite_log_and_search_answers_the_same_without_reembedding(
-        tmp_path, capsys):
+    tmp_path, capsys
+):
     import json
 
     from appservice.cli.main import main
-    from indexer.config import load_config
     from indexer.components import open_store
-
+    from indexer.config import load_config
     from tests.appservice.cli.test_cli import datadir as make_datadir
 
     cfg_path, tmp = make_datadir.__wrapped__(tmp_path, capsys)
@@ -144,8 +158,10 @@ def test_migrate_moves_the_sqlite_log_and_search_answers_the_same_without_reembe
 
     def hits():
         assert main(["search", "--json", "-c", str(cfg_path), "ntfs", "partition"]) == 0
-        return [(h["window_id"], round(h["score"], 6))
-                for h in json.loads(capsys.readouterr().out)["hits"]]
+        return [
+            (h["window_id"], round(h["score"], 6))
+            for h in json.loads(capsys.readouterr().out)["hits"]
+        ]
 
     before = hits()
     store = open_store(load_config(cfg_path))
@@ -164,8 +180,16 @@ def test_migrate_moves_the_sqlite_log_and_search_answers_the_same_without_reembe
         log = EventLog(dsn)
         assert log.counts() == {"indexed": 6}
         # New events continue the sequence past the copied ones.
-        log.append([(Message(EventID("$new"), ROOM, UserID("@a:x"), 2_000_000_000_000,
-                             "after the move"), None)])
+        log.append(
+            [
+                (
+                    Message(
+                        EventID("$new"), ROOM, UserID("@a:x"), 2_000_000_000_000, "after the move"
+                    ),
+                    None,
+                )
+            ]
+        )
         with log.transaction(immediate=False) as cur:
             seqs = [r[0] for r in cur.execute("SELECT seq FROM events ORDER BY seq")]
         assert len(seqs) == len(set(seqs)) == 7 and seqs[-1] > max(seqs[:-1])
@@ -181,16 +205,23 @@ def test_an_interrupted_move_resumes_and_a_foreign_target_is_refused(tmp_path, m
 
     source = tmp_path / "eventlog.sqlite3"
     log = EventLog(source)
-    log.append([(Message(EventID(f"$m{i}"), ROOM, UserID("@a:x"), 1_000 + i, f"m{i}"), None)
-                for i in range(25)])
+    log.append(
+        [
+            (Message(EventID(f"$m{i}"), ROOM, UserID("@a:x"), 1_000 + i, f"m{i}"), None)
+            for i in range(25)
+        ]
+    )
     log.set_meta("chroma_generation", "3")
     log.close()
     monkeypatch.setattr(eventlog_move, "PAGE", 10)
     with fresh_schema() as dsn:
-        def stop_after_two_pages(n, seen=[]):
+        seen: list[int] = []
+
+        def stop_after_two_pages(n):
             seen.append(n)
             if len(seen) == 2:
                 raise KeyboardInterrupt
+
         with pytest.raises(KeyboardInterrupt):
             move_eventlog(source, dsn, stop_after_two_pages)
         first = EventLog(dsn, read_only=True)
@@ -232,19 +263,28 @@ def test_analyze_keeps_no_sample_of_message_text():
 
     with fresh_schema() as dsn:
         log = EventLog(dsn)
-        log.append([(Message(EventID(f"$m{i}"), ROOM, UserID("@a:x"), i, "stat-canary-4f"),
-                     None) for i in range(50)])
+        log.append(
+            [
+                (Message(EventID(f"$m{i}"), ROOM, UserID("@a:x"), i, "stat-canary-4f"), None)
+                for i in range(50)
+            ]
+        )
         log.close()
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("ANALYZE events")
-            targets = dict(conn.execute(
-                "SELECT attname, attstattarget FROM pg_attribute WHERE attrelid ="
-                " 'events'::regclass AND attname IN ('body', 'room_id')").fetchall())
+            targets = dict(
+                conn.execute(
+                    "SELECT attname, attstattarget FROM pg_attribute WHERE attrelid ="
+                    " 'events'::regclass AND attname IN ('body', 'room_id')"
+                ).fetchall()
+            )
             sampled = conn.execute(
                 "SELECT count(*) FROM pg_stats WHERE schemaname = current_schema() AND"
-                " tablename = 'events' AND attname = 'body'").fetchone()[0]
+                " tablename = 'events' AND attname = 'body'"
+            ).fetchone()[0]
             room_sampled = conn.execute(
                 "SELECT count(*) FROM pg_stats WHERE schemaname = current_schema() AND"
-                " tablename = 'events' AND attname = 'room_id'").fetchone()[0]
+                " tablename = 'events' AND attname = 'room_id'"
+            ).fetchone()[0]
         assert targets["body"] == 0 and sampled == 0
         assert room_sampled == 1  # the check can see statistics where they are kept

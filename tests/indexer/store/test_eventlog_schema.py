@@ -7,11 +7,11 @@ import sqlite3
 
 import pytest
 
-from indexer.store.eventlog import schema as eventlog_schema
-from indexer.store.eventlog.log import EventLog
-from indexer.store.eventlog.db import Database
-from indexer.store.eventlog.schema import LATEST, MIGRATIONS, Migration, migrate, version
 from indexer.records import EventID, Message, RoomID, UserID
+from indexer.store.eventlog import schema as eventlog_schema
+from indexer.store.eventlog.db import Database
+from indexer.store.eventlog.log import EventLog
+from indexer.store.eventlog.schema import LATEST, MIGRATIONS, Migration, migrate, version
 
 ROOM = RoomID("!r:x")
 
@@ -54,12 +54,20 @@ def layout(path) -> dict[str, list[tuple]]:
     """Every table's columns (name, type, not null, default, pk), and every index."""
     db = sqlite3.connect(path)
     try:
-        tables = [r[0] for r in db.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
-            " ORDER BY name")]
+        tables = [
+            r[0]
+            for r in db.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+                " ORDER BY name"
+            )
+        ]
         out = {t: [tuple(r[1:]) for r in db.execute(f"PRAGMA table_info({t})")] for t in tables}
-        out["(indexes)"] = sorted(r[0] for r in db.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL"))
+        out["(indexes)"] = sorted(
+            r[0]
+            for r in db.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL"
+            )
+        )
         return out
     finally:
         db.close()
@@ -91,9 +99,11 @@ def pg_layout(dsn: str) -> dict[str, list[str]]:
     import psycopg
 
     with psycopg.connect(dsn) as conn:
-        rows = conn.execute("SELECT table_name, column_name FROM information_schema.columns"
-                            " WHERE table_schema = current_schema()"
-                            " ORDER BY table_name, ordinal_position").fetchall()
+        rows = conn.execute(
+            "SELECT table_name, column_name FROM information_schema.columns"
+            " WHERE table_schema = current_schema()"
+            " ORDER BY table_name, ordinal_position"
+        ).fetchall()
     out: dict[str, list[str]] = {}
     for table, column in rows:
         out.setdefault(table, []).append(column)
@@ -104,8 +114,11 @@ def test_postgresql_gets_the_same_tables_and_columns_as_sqlite(tmp_path):
     from tests.pgkit import fresh_schema
 
     EventLog(tmp_path / "eventlog.sqlite3").close()
-    sqlite_tables = {t: [c[0] for c in cols] for t, cols in layout(tmp_path / "eventlog.sqlite3").items()
-                     if t != "(indexes)"}
+    sqlite_tables = {
+        t: [c[0] for c in cols]
+        for t, cols in layout(tmp_path / "eventlog.sqlite3").items()
+        if t != "(indexes)"
+    }
     with fresh_schema() as dsn:
         EventLog(dsn).close()
         got = pg_layout(dsn)
@@ -126,15 +139,19 @@ def test_a_log_of_the_previous_release_opens_upgraded_with_its_data(tmp_path):
     assert layout(old) == layout(tmp_path / "new.sqlite3")
     assert log.texts.event_texts([EventID("$q")]) == {"$q": ("@a:x", 1, "how do I rotate the key")}
     from indexer.store.answers import AnswerLog
+
     assert [a.reply_event_id for a in AnswerLog(log).quoting({EventID("$q")})] == ["$reply"]
     log.close()
 
 
 # The release that moved reference text into the event log (h14b), still unversioned.
-TEXT_IN_EVENT_LOG_RELEASE = PREVIOUS_RELEASE + """
+TEXT_IN_EVENT_LOG_RELEASE = (
+    PREVIOUS_RELEASE
+    + """
 CREATE TABLE ref_chunks (chunk_id TEXT PRIMARY KEY, corpus TEXT NOT NULL, text TEXT NOT NULL);
 INSERT INTO ref_chunks VALUES ('r1', 'docs', 'rotate the key with keyctl');
 """
+)
 
 
 def test_a_log_with_reference_text_but_no_version_opens_upgraded_with_its_text(tmp_path):
@@ -154,12 +171,14 @@ def test_a_log_older_still_gains_each_column_and_table(tmp_path):
     """Before replies, redaction scrubs, derived tags, answers and open blocks."""
     old = tmp_path / "old.sqlite3"
     db = sqlite3.connect(old)
-    db.executescript("CREATE TABLE events (seq INTEGER PRIMARY KEY AUTOINCREMENT,"
-                     " event_id TEXT NOT NULL UNIQUE, room_id TEXT NOT NULL,"
-                     " sender TEXT NOT NULL, ts INTEGER NOT NULL, body TEXT,"
-                     " status TEXT NOT NULL, window_id TEXT, thread_root TEXT);"
-                     "CREATE TABLE dirty_windows (window_id TEXT PRIMARY KEY,"
-                     " room_id TEXT NOT NULL);")
+    db.executescript(
+        "CREATE TABLE events (seq INTEGER PRIMARY KEY AUTOINCREMENT,"
+        " event_id TEXT NOT NULL UNIQUE, room_id TEXT NOT NULL,"
+        " sender TEXT NOT NULL, ts INTEGER NOT NULL, body TEXT,"
+        " status TEXT NOT NULL, window_id TEXT, thread_root TEXT);"
+        "CREATE TABLE dirty_windows (window_id TEXT PRIMARY KEY,"
+        " room_id TEXT NOT NULL);"
+    )
     db.close()
     EventLog(old).close()
     EventLog(tmp_path / "new.sqlite3").close()
@@ -192,15 +211,15 @@ def test_only_the_missing_migrations_run_and_reopening_runs_none(eventlog_db):
     db.close()
 
 
-def test_a_failing_migration_keeps_the_last_version_and_changes_nothing(eventlog_db,
-                                                                        monkeypatch):
+def test_a_failing_migration_keeps_the_last_version_and_changes_nothing(eventlog_db, monkeypatch):
     def broken(cur, dialect):
         cur.execute("CREATE TABLE half (x TEXT)")
         raise RuntimeError("disk on fire")
 
     EventLog(eventlog_db).close()
-    monkeypatch.setattr(eventlog_schema, "MIGRATIONS",
-                        MIGRATIONS + (Migration(LATEST + 1, "broken", broken),))
+    monkeypatch.setattr(
+        eventlog_schema, "MIGRATIONS", MIGRATIONS + (Migration(LATEST + 1, "broken", broken),)
+    )
     with pytest.raises(RuntimeError, match="disk on fire"):
         EventLog(eventlog_db)
     db = Database(eventlog_db, read_only=True)
@@ -208,8 +227,9 @@ def test_a_failing_migration_keeps_the_last_version_and_changes_nothing(eventlog
     db.close()
 
 
-def test_a_transaction_commits_when_its_block_ends_and_rolls_back_if_it_raises(eventlog_db,
-                                                                               monkeypatch):
+def test_a_transaction_commits_when_its_block_ends_and_rolls_back_if_it_raises(
+    eventlog_db, monkeypatch
+):
     log = EventLog(eventlog_db)
     msg = Message(EventID("$a"), ROOM, UserID("@a:x"), 1, "hello")
     with pytest.raises(KeyError):

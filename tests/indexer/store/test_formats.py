@@ -6,42 +6,79 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from indexer.records import EventID, Hit, Line, Message, RefSource, RoomID, UserID, Window
-from indexer.records import WindowID
 from indexer.derived.reference import Chunk, Section, chunk_metadata
+from indexer.records import EventID, Hit, Line, Message, RefSource, RoomID, UserID, Window, WindowID
 from indexer.store.vectors.chroma import ChromaStore
 from indexer.store.vectors.points import window_metadata
 
 ROOM = RoomID("!r:example.org")
-COMMON = {"room_id", "room_label", "corpus", "event_ids", "first_event_id", "last_event_id",
-          "senders", "ts_first", "ts_last", "n_events"}
+COMMON = {
+    "room_id",
+    "room_label",
+    "corpus",
+    "event_ids",
+    "first_event_id",
+    "last_event_id",
+    "senders",
+    "ts_first",
+    "ts_last",
+    "n_events",
+}
 
 
 def window() -> Window:
-    return Window(WindowID("w1"), ROOM, (
-        Message(EventID("$a"), ROOM, UserID("@a:x"), 10, "how do I rotate the key"),
-        Message(EventID("$b"), ROOM, UserID("@b:x"), 20, "with the rotate command"),
-        Message(EventID("$c"), ROOM, UserID("@a:x"), 30, "thanks")), "#ops")
+    return Window(
+        WindowID("w1"),
+        ROOM,
+        (
+            Message(EventID("$a"), ROOM, UserID("@a:x"), 10, "how do I rotate the key"),
+            Message(EventID("$b"), ROOM, UserID("@b:x"), 20, "with the rotate command"),
+            Message(EventID("$c"), ROOM, UserID("@a:x"), 30, "thanks"),
+        ),
+        "#ops",
+    )
 
 
 def chunk() -> Chunk:
-    section = Section("ops", "keys.md", "Keys › Rotation", "ops/keys.md#Keys › Rotation",
-                      "rotate monthly")
+    section = Section(
+        "ops", "keys.md", "Keys › Rotation", "ops/keys.md#Keys › Rotation", "rotate monthly"
+    )
     return Chunk("rabc", section, 2, "rotate monthly")
 
 
 def test_windows_and_reference_chunks_share_one_metadata_format():
     w, r = window_metadata(window()), chunk_metadata(chunk(), 99)
-    assert w == {"room_id": ROOM, "room_label": "#ops", "corpus": "chat",
-                 "event_ids": '["$a", "$b", "$c"]', "first_event_id": "$a",
-                 "last_event_id": "$c", "senders": '["@a:x", "@b:x"]', "ts_first": 10,
-                 "ts_last": 30, "n_events": 3}
-    assert set(w) == COMMON and set(r) - COMMON == {"ref_corpus", "ref_file", "ref_heading",
-                                                    "ref_section", "ref_chunk"}
+    assert w == {
+        "room_id": ROOM,
+        "room_label": "#ops",
+        "corpus": "chat",
+        "event_ids": '["$a", "$b", "$c"]',
+        "first_event_id": "$a",
+        "last_event_id": "$c",
+        "senders": '["@a:x", "@b:x"]',
+        "ts_first": 10,
+        "ts_last": 30,
+        "n_events": 3,
+    }
+    assert set(w) == COMMON and set(r) - COMMON == {
+        "ref_corpus",
+        "ref_file",
+        "ref_heading",
+        "ref_section",
+        "ref_chunk",
+    }
     assert {k: r[k] for k in COMMON} == {
-        "room_id": "", "room_label": "keys.md › Keys › Rotation", "corpus": "reference",
-        "event_ids": "[]", "first_event_id": "", "last_event_id": "", "senders": "[]",
-        "ts_first": 99, "ts_last": 99, "n_events": 0}
+        "room_id": "",
+        "room_label": "keys.md › Keys › Rotation",
+        "corpus": "reference",
+        "event_ids": "[]",
+        "first_event_id": "",
+        "last_event_id": "",
+        "senders": "[]",
+        "ts_first": 99,
+        "ts_last": 99,
+        "n_events": 0,
+    }
 
 
 def test_both_kinds_read_back_through_the_store(tmp_path):
@@ -58,9 +95,21 @@ def test_both_kinds_read_back_through_the_store(tmp_path):
 
 def test_a_recorded_hit_reads_back_as_the_hit_it_was():
     line = Line(EventID("$b"), UserID("@b:x"), 20, "with the rotate command")
-    hit = Hit(WindowID("w1"), ROOM, "#ops", "chat", (EventID("$a"), EventID("$b")),
-              (UserID("@a:x"), UserID("@b:x")), 10, 20, 0.03, "the text", similarity=0.7,
-              ref=RefSource("ops", "keys.md", "Keys"), shown=(line,))
+    hit = Hit(
+        WindowID("w1"),
+        ROOM,
+        "#ops",
+        "chat",
+        (EventID("$a"), EventID("$b")),
+        (UserID("@a:x"), UserID("@b:x")),
+        10,
+        20,
+        0.03,
+        "the text",
+        similarity=0.7,
+        ref=RefSource("ops", "keys.md", "Keys"),
+        shown=(line,),
+    )
     back = Hit.from_json(hit.to_json(), shown=hit.shown)
     assert back == hit
     # What answers.py records drops the text and the shown lines; their ids stay.

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -36,8 +35,9 @@ print(held.count(b"Z"))
 
 
 def _run(script: str, *args: str, timeout: float = 120) -> str:
-    proc = subprocess.run([sys.executable, "-c", script, *args], capture_output=True,
-                          cwd=ROOT, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, "-c", script, *args], capture_output=True, cwd=ROOT, timeout=timeout
+    )
     assert proc.returncode == 0, proc.stderr.decode()[-2000:]
     return proc.stdout.decode().strip().splitlines()[-1]
 
@@ -54,7 +54,11 @@ def test_no_deleted_vector_of_an_earlier_collection_reaches_a_new_ones_files():
     they do in some rounds, how many depending on the machine's load (0.25 to 5% of
     rounds here, so not a test: `bench/heapscrub.py` measures both sides); the test
     above shows deterministically what the scrub changes."""
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "heapscrub.py"), "--child",
-                           "scrub", "200"], capture_output=True, cwd=ROOT, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "heapscrub.py"), "--child", "scrub", "200"],
+        capture_output=True,
+        cwd=ROOT,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr.decode()[-2000:]
     assert int(proc.stdout.decode().split()[-1]) == 0

@@ -2,23 +2,19 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from appservice.bot.answer_edits import EDIT_HEADER, edit_content, rebuild_reply
 from indexer.clock import Clock
-from indexer.store.answers import AnswerLog
-from indexer.records import ChunkPolicy
 from indexer.components import writers
-from indexer.models.embedder import HashEmbedder
-from indexer.store.eventlog.log import EventLog
 from indexer.ingest.gate import Gate
-from indexer.store.journal import Journal
+from indexer.models.embedder import HashEmbedder
 from indexer.pipeline.pipeline import Pipeline
-from indexer.records import Hit
+from indexer.records import ChunkPolicy, Hit
+from indexer.store.answers import AnswerLog
+from indexer.store.eventlog.log import EventLog
+from indexer.store.journal import Journal
 from indexer.store.vectors.chroma import ChromaStore
-
 from tests.fakeclock import FakeClock
 from tests.storekit import stored_vectors, texts
 from tests.vectorscan import files_holding
@@ -29,34 +25,68 @@ T0 = 1_700_000_000_000
 
 
 def join_rules() -> dict:
-    return {"type": "m.room.join_rules", "room_id": ROOM, "sender": ALICE, "state_key": "",
-            "event_id": "$jr", "origin_server_ts": T0, "content": {"join_rule": "public"}}
+    return {
+        "type": "m.room.join_rules",
+        "room_id": ROOM,
+        "sender": ALICE,
+        "state_key": "",
+        "event_id": "$jr",
+        "origin_server_ts": T0,
+        "content": {"join_rule": "public"},
+    }
 
 
 def msg(n: int, body: str, sender: str = ALICE) -> dict:
-    return {"type": "m.room.message", "room_id": ROOM, "sender": sender, "event_id": f"$m{n}",
-            "origin_server_ts": T0 + n * 1000, "content": {"msgtype": "m.text", "body": body}}
+    return {
+        "type": "m.room.message",
+        "room_id": ROOM,
+        "sender": sender,
+        "event_id": f"$m{n}",
+        "origin_server_ts": T0 + n * 1000,
+        "content": {"msgtype": "m.text", "body": body},
+    }
 
 
 def edit(n: int, target: int, body: str, sender: str = ALICE, ts: int | None = None) -> dict:
-    return {"type": "m.room.message", "room_id": ROOM, "sender": sender, "event_id": f"$e{n}",
-            "origin_server_ts": ts or T0 + n * 1000,
-            "content": {"msgtype": "m.text", "body": f"* {body}",
-                        "m.new_content": {"msgtype": "m.text", "body": body},
-                        "m.relates_to": {"rel_type": "m.replace", "event_id": f"$m{target}"}}}
+    return {
+        "type": "m.room.message",
+        "room_id": ROOM,
+        "sender": sender,
+        "event_id": f"$e{n}",
+        "origin_server_ts": ts or T0 + n * 1000,
+        "content": {
+            "msgtype": "m.text",
+            "body": f"* {body}",
+            "m.new_content": {"msgtype": "m.text", "body": body},
+            "m.relates_to": {"rel_type": "m.replace", "event_id": f"$m{target}"},
+        },
+    }
 
 
 def redact(n: int, target: int) -> dict:
-    return {"type": "m.room.redaction", "room_id": ROOM, "sender": ALICE, "event_id": f"$r{n}",
-            "origin_server_ts": T0 + n * 1000, "redacts": f"$m{target}", "content": {}}
+    return {
+        "type": "m.room.redaction",
+        "room_id": ROOM,
+        "sender": ALICE,
+        "event_id": f"$r{n}",
+        "origin_server_ts": T0 + n * 1000,
+        "redacts": f"$m{target}",
+        "content": {},
+    }
 
 
 @pytest.fixture
 def world(tmp_path, eventlog_db):
     log = EventLog(eventlog_db)
     store = ChromaStore(path=tmp_path / "chroma", eventlog=log)
-    ingest, pipeline = writers(log, Journal(tmp_path / "journal.jsonl"), store, HashEmbedder(),
-                               Gate(frozenset({ROOM}), "@bot:example.org"), ChunkPolicy())
+    ingest, pipeline = writers(
+        log,
+        Journal(tmp_path / "journal.jsonl"),
+        store,
+        HashEmbedder(),
+        Gate(frozenset({ROOM}), "@bot:example.org"),
+        ChunkPolicy(),
+    )
     ingest.admit([join_rules()])
     return ingest, pipeline, store, log, tmp_path
 
@@ -92,8 +122,9 @@ def test_newest_edit_wins_and_others_edits_are_ignored(world):
     ingest, pipeline, store, log, _ = world
     ingest.admit([msg(1, "version one")])
     pipeline.process_all()
-    ingest.admit([edit(5, 1, "version three", ts=T0 + 9000), edit(4, 1, "version two",
-                                                                  ts=T0 + 8000)])
+    ingest.admit(
+        [edit(5, 1, "version three", ts=T0 + 9000), edit(4, 1, "version two", ts=T0 + 8000)]
+    )
     ingest.admit([edit(6, 1, "hijacked by bob", sender=BOB, ts=T0 + 10_000)])
     pipeline.process_all()
     text = all_text(store)
@@ -103,8 +134,9 @@ def test_newest_edit_wins_and_others_edits_are_ignored(world):
 
 def test_redaction_removes_text_everywhere_and_rechunks(world):
     ingest, pipeline, store, log, tmp = world
-    ingest.admit([msg(1, "first line stays"), msg(2, "secret canary zq81 goes"),
-                  msg(3, "third line stays")])
+    ingest.admit(
+        [msg(1, "first line stays"), msg(2, "secret canary zq81 goes"), msg(3, "third line stays")]
+    )
     pipeline.process_all()
     result = ingest.admit([redact(4, 2)])
     assert result.history.redacted == {"$m2"}
@@ -174,8 +206,18 @@ def test_replies_quoting_a_redacted_message_are_rebuilt_without_it(world):
     pipeline.process_all()
     answers = AnswerLog(log)
     [w] = store.get()
-    hit = Hit(w.window_id, w.room_id, "#ops", "chat", w.event_ids, w.senders, w.ts_first,
-              w.ts_last, 0.5, texts(store)[w.window_id])
+    hit = Hit(
+        w.window_id,
+        w.room_id,
+        "#ops",
+        "chat",
+        w.event_ids,
+        w.senders,
+        w.ts_first,
+        w.ts_last,
+        0.5,
+        texts(store)[w.window_id],
+    )
     answers.record("$reply", ROOM, "$cmd", None, [hit], [("$m1", "$m2")])
     ingest.admit([redact(3, 1)])
     [rec] = answers.quoting({"$m1"})
@@ -184,8 +226,9 @@ def test_replies_quoting_a_redacted_message_are_rebuilt_without_it(world):
     reply = rebuild_reply(rec, lines, "example.org")
     assert reply.body.startswith(EDIT_HEADER)  # the question could not be read back
     asked = rebuild_reply(rec, lines, "example.org", ("how do I fix the bridge?",))
-    assert asked.body.startswith("Sources for: how do I fix the bridge? (edited: a "
-                                 "message quoted here was deleted)")
+    assert asked.body.startswith(
+        "Sources for: how do I fix the bridge? (edited: a message quoted here was deleted)"
+    )
     assert "<em>how do I fix the bridge?</em>" in asked.formatted_body
     assert "restart the bridge" not in reply.body and "reboot the box" in reply.body
     content = edit_content("$reply", reply)
@@ -204,8 +247,7 @@ def test_thread_messages_form_their_own_windows(world):
         m["content"]["m.relates_to"] = {"rel_type": "m.thread", "event_id": "$m2"}
         thread.append(m)
     # Interleaved in the timeline, as they would arrive.
-    ingest.admit([main[0], main[1], thread[0], main[2], thread[1], thread[2], main[3],
-                  thread[3]])
+    ingest.admit([main[0], main[1], thread[0], main[2], thread[1], thread[2], main[3], thread[3]])
     pipeline.process_all()
     windows = list(store.iter_windows())
     thread_ids = {f"$m{i}" for i in range(5, 9)}
@@ -213,7 +255,8 @@ def test_thread_messages_form_their_own_windows(world):
         ids = set(w.event_ids)
         assert ids <= thread_ids or not (ids & thread_ids), w.event_ids  # never mixed
     assert sorted(e for w in windows for e in w.event_ids) == sorted(
-        [f"$m{i}" for i in range(1, 9)])
+        [f"$m{i}" for i in range(1, 9)]
+    )
     # A later thread reply joins the thread's window, not the main timeline's.
     late = msg(9, "thread reply 9 about the database migration")
     late["content"]["m.relates_to"] = {"rel_type": "m.thread", "event_id": "$m2"}
@@ -228,15 +271,16 @@ def test_a_live_rooms_last_block_is_cut_into_conversations_at_once(world):
     conversation by conversation after one run, and a later message re-embeds only
     the window it joins."""
     ingest, pipeline, store, log, _ = world
-    bodies = [("@bob:example.org", "anyone here know nfs?"),
-              ("@dave:example.org", "hi all"),
-              ("@eve:example.org", "I do printers, ask away"),
-              ("@alice:example.org", "bob: how do I mount the nfs share from the nas"),
-              ("@carol:example.org", "eve: the printer queue is stuck again"),
-              ("@bob:example.org", "alice: add it to fstab with the _netdev option"),
-              ("@eve:example.org", "carol: restart cups and clear the spool")]
-    ingest.admit([msg(i, body, sender=sender) for i, (sender, body) in
-                  enumerate(bodies, start=1)])
+    bodies = [
+        ("@bob:example.org", "anyone here know nfs?"),
+        ("@dave:example.org", "hi all"),
+        ("@eve:example.org", "I do printers, ask away"),
+        ("@alice:example.org", "bob: how do I mount the nfs share from the nas"),
+        ("@carol:example.org", "eve: the printer queue is stuck again"),
+        ("@bob:example.org", "alice: add it to fstab with the _netdev option"),
+        ("@eve:example.org", "carol: restart cups and clear the spool"),
+    ]
+    ingest.admit([msg(i, body, sender=sender) for i, (sender, body) in enumerate(bodies, start=1)])
     pipeline.process_all()
     windows = {frozenset(w.event_ids) for w in store.iter_windows()}
     assert len(windows) >= 2  # the nfs and the printer conversations apart
@@ -271,8 +315,13 @@ def test_no_text_in_chroma_and_a_redacted_windows_vector_leaves_at_the_compactio
     ingest.admit([edit(11, 10, "typo fixed")])
     pipeline.process_all()
     assert "typo fixed" in all_text(store) and not pipeline.compaction_due
-    ingest.admit([msg(1, "first line stays"), msg(2, "secret canary qv47x goes"),
-                  msg(3, "the backup key is edit-canary-9k2")])
+    ingest.admit(
+        [
+            msg(1, "first line stays"),
+            msg(2, "secret canary qv47x goes"),
+            msg(3, "the backup key is edit-canary-9k2"),
+        ]
+    )
     pipeline.process_all()
     assert b"qv47x" not in chroma_bytes(tmp)  # text never reaches Chroma
     [(w, before)] = store.get_with_vectors([w.window_id for w in store.get()])
@@ -315,11 +364,19 @@ def test_a_redacted_windows_vector_leaves_its_sealed_segment_and_only_it_is_copi
     from indexer.store.vectors.segments import SegmentPolicy
 
     log = EventLog(tmp_path / "eventlog.sqlite3")
-    store = ChromaStore(path=tmp_path / "chroma", eventlog=log,
-                        policy=SegmentPolicy(hot=2, fanout=8, cap=16, share=None))
-    ingest, pipeline = writers(log, Journal(tmp_path / "journal.jsonl"), store,
-                               HashEmbedder(), Gate(frozenset({ROOM}), "@bot:example.org"),
-                               ChunkPolicy(max_bytes=80))
+    store = ChromaStore(
+        path=tmp_path / "chroma",
+        eventlog=log,
+        policy=SegmentPolicy(hot=2, fanout=8, cap=16, share=None),
+    )
+    ingest, pipeline = writers(
+        log,
+        Journal(tmp_path / "journal.jsonl"),
+        store,
+        HashEmbedder(),
+        Gate(frozenset({ROOM}), "@bot:example.org"),
+        ChunkPolicy(max_bytes=80),
+    )
     ingest.admit([join_rules()])
     ingest.admit([msg(i, f"line {i} of the talk, canary sg{i}x kept here") for i in range(1, 17)])
     pipeline.process_all()
@@ -327,8 +384,11 @@ def test_a_redacted_windows_vector_leaves_its_sealed_segment_and_only_it_is_copi
     assert len(segs.list) >= 4
     [target] = [w for w in store.get() if "$m3" in w.event_ids]
     [(_, before)] = store.get_with_vectors([target.window_id])
-    held = {s.n for s in segs.list if target.window_id in
-            {i for i in s.collection.get(include=[])["ids"]}}
+    held = {
+        s.n
+        for s in segs.list
+        if target.window_id in {i for i in s.collection.get(include=[])["ids"]}
+    }
     generations = [s.n for s in segs.list]
     clean = {s.n for s in segs.list if not s.dirty}
     assert held <= clean and files_holding(tmp_path / "chroma", before, n=len(before))
@@ -381,7 +441,7 @@ async def test_the_worker_runs_a_deferred_scrub_without_new_events(world):
                 continue
             try:  # a run or a compaction in its thread: until the worker changes state
                 await asyncio.wait_for(worker.wait_idle(), 0.05)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
         raise AssertionError("the worker did not go idle")
 
@@ -447,6 +507,7 @@ async def test_new_messages_are_indexed_while_a_compaction_copies(world):
         def after_copy():
             copying.set()
             assert release.wait(20)
+
         return compact(after_copy=after_copy, **kw)
 
     store.compact = slow_compact

@@ -25,8 +25,20 @@ N = 60
 @pytest.fixture
 def indexed(tmp_path, capsys):
     """A data dir with N messages imported and indexed (windows of a few messages)."""
-    assert main(["init", "--data-dir", str(tmp_path / "d"), "--domain", "example.org",
-                 "--homeserver-url", "http://127.0.0.1:9"]) == 0  # nothing listens there
+    assert (
+        main(
+            [
+                "init",
+                "--data-dir",
+                str(tmp_path / "d"),
+                "--domain",
+                "example.org",
+                "--homeserver-url",
+                "http://127.0.0.1:9",
+            ]
+        )
+        == 0
+    )  # nothing listens there
     cfg = tmp_path / "d" / "config.yaml"
     y = YAML()
     data = y.load(cfg.read_text())
@@ -35,13 +47,28 @@ def indexed(tmp_path, capsys):
     with open(cfg, "w") as f:
         y.dump(data, f)
     assert main(["allowlist", "add", "-c", str(cfg), ROOM]) == 0
-    events = [{"type": "m.room.join_rules", "room_id": ROOM, "sender": "@a:example.org",
-               "state_key": "", "event_id": "$jr", "origin_server_ts": 1,
-               "content": {"join_rule": "public"}}]
-    events += [{"type": "m.room.message", "room_id": ROOM, "sender": f"@u{i % 3}:example.org",
-                "event_id": f"$m{i}", "origin_server_ts": 1_700_000_000_000 + i * 1000,
-                "content": {"msgtype": "m.text", "body": f"message {i} on disks and keys"}}
-               for i in range(N)]
+    events = [
+        {
+            "type": "m.room.join_rules",
+            "room_id": ROOM,
+            "sender": "@a:example.org",
+            "state_key": "",
+            "event_id": "$jr",
+            "origin_server_ts": 1,
+            "content": {"join_rule": "public"},
+        }
+    ]
+    events += [
+        {
+            "type": "m.room.message",
+            "room_id": ROOM,
+            "sender": f"@u{i % 3}:example.org",
+            "event_id": f"$m{i}",
+            "origin_server_ts": 1_700_000_000_000 + i * 1000,
+            "content": {"msgtype": "m.text", "body": f"message {i} on disks and keys"},
+        }
+        for i in range(N)
+    ]
     (tmp_path / "events.jsonl").write_text("\n".join(json.dumps(e) for e in events) + "\n")
     assert main(["import", "-c", str(cfg), "-q", str(tmp_path / "events.jsonl")]) == 0
     capsys.readouterr()
@@ -68,7 +95,7 @@ def corrupt_page(path):
     raw = bytearray(path.read_bytes())
     page = 4096
     for p in range(1, len(raw) // page):  # every page but the header's: b-tree garbage
-        raw[p * page + 8: p * page + 200] = b"\xa5" * 192
+        raw[p * page + 8 : p * page + 200] = b"\xa5" * 192
     path.write_bytes(bytes(raw))
 
 
@@ -88,6 +115,7 @@ def test_doctor_and_run_refuse_a_damaged_event_log(indexed, capsys, monkeypatch,
 
     def never(*a, **kw):
         raise AssertionError("run opened the service on a damaged event log")
+
     monkeypatch.setattr(appservice.homeserver.service, "Service", never)
     assert main(["run", "-c", str(cfg)]) == 1
     err = capsys.readouterr().err
@@ -95,13 +123,13 @@ def test_doctor_and_run_refuse_a_damaged_event_log(indexed, capsys, monkeypatch,
     assert "Traceback" not in err
 
 
-def test_run_reports_an_event_log_it_cannot_open_without_a_traceback(indexed, capsys,
-                                                                     monkeypatch):
+def test_run_reports_an_event_log_it_cannot_open_without_a_traceback(indexed, capsys, monkeypatch):
     cfg, tmp = indexed
     import appservice.homeserver.service
 
     def damaged(*a, **kw):  # damage that only shows once the service reads the log
         raise sqlite3.DatabaseError("database disk image is malformed")
+
     monkeypatch.setattr(appservice.homeserver.service, "Service", damaged)
     assert main(["run", "-c", str(cfg)]) == 1
     err = capsys.readouterr().err
@@ -109,7 +137,8 @@ def test_run_reports_an_event_log_it_cannot_open_without_a_traceback(indexed, ca
 
 
 def test_doctor_and_run_refuse_a_deleted_event_log_beside_a_full_collection(
-        indexed, capsys, monkeypatch):
+    indexed, capsys, monkeypatch
+):
     cfg, tmp = indexed
     eventlog(cfg).unlink()
     assert main(["doctor", "-c", str(cfg)]) == 1
@@ -140,8 +169,9 @@ def held_events(cfg) -> list[str]:
     from chromadb.api.client import SharedSystemClient
 
     SharedSystemClient.clear_system_cache()  # what another process wrote, read fresh
-    return sorted(e for w in ChromaStore(path=cfg.parent / "chroma").iter_windows()
-                  for e in w.event_ids)
+    return sorted(
+        e for w in ChromaStore(path=cfg.parent / "chroma").iter_windows() for e in w.event_ids
+    )
 
 
 def test_a_writers_start_repairs_events_marked_indexed_in_no_window(indexed, capsys):
@@ -155,17 +185,21 @@ def test_a_writers_start_repairs_events_marked_indexed_in_no_window(indexed, cap
     store = ChromaStore(path=cfg.parent / "chroma")
     lost = list(store.iter_windows())[4]
     store.delete([lost.window_id])
-    from indexer.store.vectors.points import window_metadata
-    from indexer.records import Message, Window, EventID, RoomID, UserID
+    from indexer.records import EventID, Message, RoomID, UserID, Window
 
-    ghost = Window("w" + "0" * 31, RoomID(ROOM), (Message(
-        EventID("$m0"), RoomID(ROOM), UserID("@u0:example.org"), 1, "x"),))
+    ghost = Window(
+        "w" + "0" * 31,
+        RoomID(ROOM),
+        (Message(EventID("$m0"), RoomID(ROOM), UserID("@u0:example.org"), 1, "x"),),
+    )
     store.upsert([ghost], [[1.0] + [0.0] * 63])
     assert main(["doctor", "-c", str(cfg)]) == 1
     out = capsys.readouterr().out
     n = len(lost.event_ids)
-    assert (f"1 missing from the collection, {n} message{'' if n == 1 else 's'} marked "
-            "indexed in no window of it") in out
+    assert (
+        f"1 missing from the collection, {n} message{'' if n == 1 else 's'} marked "
+        "indexed in no window of it"
+    ) in out
     assert main(["import", "-c", str(cfg), "-q", str(tmp / "events.jsonl")]) == 0
     assert held_events(cfg) == sorted(f"$m{i}" for i in range(N))  # each once
     main(["doctor", "-c", str(cfg)])
@@ -190,15 +224,19 @@ def test_doctor_names_an_event_its_window_does_not_list(indexed, capsys):
 
     store = ChromaStore(path=cfg.parent / "chroma")
     w = next(w for w in store.iter_windows() if len(w.event_ids) > 1)
-    (_, vector), = store.get_with_vectors([w.window_id])
+    ((_, vector),) = store.get_with_vectors([w.window_id])
     # Its record rewritten without its first event, under the same id.
-    store.upsert([Window(w.window_id, w.room_id, tuple(_messages(cfg, w.window_id)[1:]))],
-                 [vector])
+    store.upsert([Window(w.window_id, w.room_id, tuple(_messages(cfg, w.window_id)[1:]))], [vector])
     assert main(["doctor", "-c", str(cfg)]) == 1
-    assert ("0 missing from the collection, 1 message marked indexed in no window"
-            in capsys.readouterr().out)
+    assert (
+        "0 missing from the collection, 1 message marked indexed in no window"
+        in capsys.readouterr().out
+    )
     assert main(["verify", "-c", str(cfg), "--index"]) == 0
-    assert "messages their window does not list: 1 (windows deleted, events set pending)" in capsys.readouterr().out
+    assert (
+        "messages their window does not list: 1 (windows deleted, events set pending)"
+        in capsys.readouterr().out
+    )
     assert main(["import", "-c", str(cfg), "-q", str(tmp / "events.jsonl")]) == 0
     assert held_events(cfg) == sorted(f"$m{i}" for i in range(N))
 
@@ -230,10 +268,12 @@ def test_verify_index_refuses_an_event_log_that_disowns_most_windows(indexed, ca
     cfg, tmp = indexed
     before = windows(cfg)
     db = sqlite3.connect(eventlog(cfg))
-    keep = db.execute("SELECT window_id FROM events WHERE status = 'indexed'"
-                      " ORDER BY seq LIMIT 1").fetchone()[0]
-    db.execute("UPDATE events SET status = 'pending', window_id = NULL WHERE window_id != ?",
-               (keep,))
+    keep = db.execute(
+        "SELECT window_id FROM events WHERE status = 'indexed' ORDER BY seq LIMIT 1"
+    ).fetchone()[0]
+    db.execute(
+        "UPDATE events SET status = 'pending', window_id = NULL WHERE window_id != ?", (keep,)
+    )
     db.commit()
     db.close()
     assert main(["verify", "-c", str(cfg), "--index"]) == 1
@@ -246,12 +286,13 @@ def test_verify_index_dry_run_changes_nothing_then_repairs(indexed, capsys):
     store = ChromaStore(path=cfg.parent / "chroma")
     lost = next(store.iter_windows()).window_id
     store.delete([lost])
-    store.upsert_references(["orphan"], [[0.1] * 64], ["x"],
-                            [{"room_id": ROOM, "corpus": "chat"}])
+    store.upsert_references(["orphan"], [[0.1] * 64], ["x"], [{"room_id": ROOM, "corpus": "chat"}])
     before = windows(cfg)
     assert main(["verify", "-c", str(cfg), "--index", "--dry-run"]) == 1
     out = capsys.readouterr().out
-    assert "dry run: nothing changed" in out and "orphaned in the store: 1 (would be deleted)" in out
+    assert (
+        "dry run: nothing changed" in out and "orphaned in the store: 1 (would be deleted)" in out
+    )
     assert "missing from the store: 1 (events would be set pending)" in out
     assert windows(cfg) == before
     assert main(["verify", "-c", str(cfg), "--index"]) == 0
@@ -274,8 +315,9 @@ def test_a_lost_chroma_folder_is_rebuilt_from_the_event_log_at_start(indexed, ca
     err = capsys.readouterr().err
     assert f"the collection holds 0 of the {before} windows" in err
     assert windows(cfg) == before
-    held = sorted(e for w in ChromaStore(path=cfg.parent / "chroma").iter_windows()
-                  for e in w.event_ids)
+    held = sorted(
+        e for w in ChromaStore(path=cfg.parent / "chroma").iter_windows() for e in w.event_ids
+    )
     assert held == sorted(f"$m{i}" for i in range(N))
 
 
@@ -283,9 +325,9 @@ def test_a_nearly_empty_collection_is_rebuilt_with_logged_progress(indexed, capl
     """What `run` does at start (Service.start calls Index.ensure_meta): the rebuild
     logs its progress with the total."""
     cfg, tmp = indexed
-    from indexer.pipeline import rebuild
     from indexer.components import Index
     from indexer.config import load_config
+    from indexer.pipeline import rebuild
 
     store = ChromaStore(path=cfg.parent / "chroma")
     before = store.count()

@@ -15,31 +15,46 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
-from indexer.pipeline.chunker import build_windows, document, embed_text
-from indexer.records import ChunkPolicy
 from indexer.components import Index
 from indexer.config import load_config
 from indexer.datadir import init_data_dir
 from indexer.models.embedder import HashEmbedder
+from indexer.pipeline.chunker import build_windows, document, embed_text
+from indexer.pipeline.rebuild import expected_meta
+from indexer.records import ChunkPolicy, EventID, Message, RoomID, UserID
+from indexer.search.searcher import SourceQuery
 from indexer.store.eventlog.log import EventLog
 from indexer.store.vectors.generations import SEGMENTS_KEY
-from indexer.pipeline.rebuild import expected_meta
-from indexer.records import EventID, Message, RoomID, UserID
-from indexer.search.searcher import SourceQuery
 from indexer.store.vectors.points import window_metadata
-
 from tests.vectorscan import files_holding
 
 ROOM = RoomID("!legacy:example.org")
-LINES = ["how do I rotate the signing key", "run the rotate-keys job then restart",
-         "the disk fills with old logs", "set logrotate to keep seven days",
-         "grub rescue after the kernel update", "boot the live usb and reinstall grub"]
+LINES = [
+    "how do I rotate the signing key",
+    "run the rotate-keys job then restart",
+    "the disk fills with old logs",
+    "set logrotate to keep seven days",
+    "grub rescue after the kernel update",
+    "boot the live usb and reinstall grub",
+]
 REF_TEXT = "## Backups\nThe nightly backup canary-ref-77q runs borg at 02:00."
-REF_META = {"room_id": "", "room_label": "ops.md › Backups", "corpus": "reference",
-            "event_ids": "[]", "first_event_id": "", "last_event_id": "", "senders": "[]",
-            "ts_first": 1, "ts_last": 1, "n_events": 0, "ref_corpus": "ops",
-            "ref_file": "ops.md", "ref_heading": "Backups", "ref_section": "ops/ops.md#Backups",
-            "ref_chunk": 0}
+REF_META = {
+    "room_id": "",
+    "room_label": "ops.md › Backups",
+    "corpus": "reference",
+    "event_ids": "[]",
+    "first_event_id": "",
+    "last_event_id": "",
+    "senders": "[]",
+    "ts_first": 1,
+    "ts_last": 1,
+    "n_events": 0,
+    "ref_corpus": "ops",
+    "ref_file": "ops.md",
+    "ref_heading": "Backups",
+    "ref_section": "ops/ops.md#Backups",
+    "ref_chunk": 0,
+}
 
 
 def _indexed_data_dir(root: Path, segments: dict | None = None):
@@ -55,8 +70,16 @@ def _indexed_data_dir(root: Path, segments: dict | None = None):
     with open(data / "config.yaml", "w") as f:
         y.dump(raw, f)
     cfg = load_config(data / "config.yaml")
-    msgs = [Message(EventID(f"$l{i}"), ROOM, UserID(f"@u{i % 2}:example.org"),
-                    1_700_000_000_000 + i * 60_000, body) for i, body in enumerate(LINES)]
+    msgs = [
+        Message(
+            EventID(f"$l{i}"),
+            ROOM,
+            UserID(f"@u{i % 2}:example.org"),
+            1_700_000_000_000 + i * 60_000,
+            body,
+        )
+        for i, body in enumerate(LINES)
+    ]
     windows = build_windows(msgs, ChunkPolicy(max_bytes=80))
     log = EventLog(cfg.database)
     log.append([(m, None) for m in msgs])
@@ -73,15 +96,20 @@ def previous_release_data_dir(root: Path):
     import chromadb
     from chromadb.config import Settings
 
-    client = chromadb.PersistentClient(path=str(cfg.chroma.path),
-                                       settings=Settings(anonymized_telemetry=False))
-    col = client.get_or_create_collection("matrix_sources", embedding_function=None,
-                                          configuration={"hnsw": {"space": "cosine"}})
+    client = chromadb.PersistentClient(
+        path=str(cfg.chroma.path), settings=Settings(anonymized_telemetry=False)
+    )
+    col = client.get_or_create_collection(
+        "matrix_sources", embedding_function=None, configuration={"hnsw": {"space": "cosine"}}
+    )
     col.modify(metadata=expected_meta(emb))
     vectors = emb.encode([embed_text(w) for w in windows] + [REF_TEXT])
-    col.upsert(ids=[w.window_id for w in windows] + ["rlegacychunk"], embeddings=vectors,
-               documents=[document(w) for w in windows] + [REF_TEXT],
-               metadatas=[window_metadata(w) for w in windows] + [REF_META])
+    col.upsert(
+        ids=[w.window_id for w in windows] + ["rlegacychunk"],
+        embeddings=vectors,
+        documents=[document(w) for w in windows] + [REF_TEXT],
+        metadatas=[window_metadata(w) for w in windows] + [REF_META],
+    )
     return cfg, windows, dict(zip([w.window_id for w in windows] + ["rlegacychunk"], vectors))
 
 
@@ -119,8 +147,7 @@ def test_a_previous_release_data_dir_is_migrated_and_searched_without_re_embeddi
     after_search = store.records(["embeddings"])
     for wid, v in zip(after_search["ids"], after_search["embeddings"]):
         assert list(v) == pytest.approx(vectors[wid], abs=1e-6)
-    refs = index.searcher.search(SourceQuery.build(["nightly backup borg"], 3,
-                                                   corpus="reference"))
+    refs = index.searcher.search(SourceQuery.build(["nightly backup borg"], 3, corpus="reference"))
     assert [h.window_id for h in refs] == ["rlegacychunk"] and refs[0].text == REF_TEXT
 
     # Opened again: nothing left to migrate, and the vectors are where they were.
@@ -148,21 +175,24 @@ def unsegmented_release_data_dir(root: Path, generation: int = 3):
     import chromadb
     from chromadb.config import Settings
 
-    client = chromadb.PersistentClient(path=str(cfg.chroma.path / f"g{generation}"),
-                                       settings=Settings(anonymized_telemetry=False))
-    col = client.get_or_create_collection(f"matrix_sources-g{generation}",
-                                          embedding_function=None,
-                                          configuration={"hnsw": {"space": "cosine"}})
+    client = chromadb.PersistentClient(
+        path=str(cfg.chroma.path / f"g{generation}"), settings=Settings(anonymized_telemetry=False)
+    )
+    col = client.get_or_create_collection(
+        f"matrix_sources-g{generation}",
+        embedding_function=None,
+        configuration={"hnsw": {"space": "cosine"}},
+    )
     col.modify(metadata=expected_meta(emb))
     ids = [w.window_id for w in windows] + ["rlegacychunk"]
     vectors = emb.encode([embed_text(w) for w in windows] + [REF_TEXT])
-    col.upsert(ids=ids, embeddings=vectors,
-               metadatas=[window_metadata(w) for w in windows] + [REF_META])
+    col.upsert(
+        ids=ids, embeddings=vectors, metadatas=[window_metadata(w) for w in windows] + [REF_META]
+    )
     return cfg, windows, dict(zip(ids, vectors))
 
 
-def test_an_unsegmented_data_dir_opens_as_one_segment_and_its_first_compaction_splits_it(
-        tmp_path):
+def test_an_unsegmented_data_dir_opens_as_one_segment_and_its_first_compaction_splits_it(tmp_path):
     """The collection of the release before segments is kept as it is (no copy, no
     re-embedding) as one segment, marked dirty: its deleted points were never tracked.
     The first compaction copies it into segments of at most max_windows; every vector is
@@ -194,5 +224,5 @@ def test_an_unsegmented_data_dir_opens_as_one_segment_and_its_first_compaction_s
     for wid, v in zip(raw["ids"], raw["embeddings"]):
         assert list(v) == pytest.approx(vectors[wid], abs=1e-6)  # nothing re-embedded
     again = index.searcher.search(SourceQuery.build(["rotate the signing key"], 3))
-    assert [h.window_id for h in again] == [w for w in before if w != gone][:len(again)]
+    assert [h.window_id for h in again] == [w for w in before if w != gone][: len(again)]
     assert files_holding(tmp_path, vectors[gone], n=len(vectors[gone])) == {}

@@ -18,12 +18,11 @@ from hypothesis import strategies as st
 from indexer.clock import Clock
 from indexer.pipeline.chunker import window_id
 from indexer.records import EventID, Message, RoomID, UserID, Window
-from indexer.store.vectors.chroma import ChromaStore
 from indexer.store.eventlog.log import EventLog
+from indexer.store.vectors.chroma import ChromaStore
 from indexer.store.vectors.generations import SEGMENTS_KEY
 from indexer.store.vectors.idmap import IdMap
 from indexer.store.vectors.segments import SegmentPolicy, plan_merge
-
 from tests.storekit import stored_vectors
 from tests.vectorscan import files_holding
 
@@ -41,18 +40,23 @@ def vectors(n: int, seed: int) -> np.ndarray:
     return v / np.linalg.norm(v, axis=1, keepdims=True)
 
 
-def open_store(tmp_path: Path, policy: SegmentPolicy | None = None, log: bool = True,
-               folder: str = "chroma") -> ChromaStore:
-    return ChromaStore(path=tmp_path / folder, policy=policy,
-                       eventlog=EventLog(tmp_path / "eventlog.sqlite3") if log else None)
+def open_store(
+    tmp_path: Path, policy: SegmentPolicy | None = None, log: bool = True, folder: str = "chroma"
+) -> ChromaStore:
+    return ChromaStore(
+        path=tmp_path / folder,
+        policy=policy,
+        eventlog=EventLog(tmp_path / "eventlog.sqlite3") if log else None,
+    )
 
 
-def fill(store: ChromaStore, n: int, offset: int = 0, seed: int = 1, batch: int = 3
-         ) -> dict[str, np.ndarray]:
+def fill(
+    store: ChromaStore, n: int, offset: int = 0, seed: int = 1, batch: int = 3
+) -> dict[str, np.ndarray]:
     ws = [window(i) for i in range(offset, offset + n)]
     vs = vectors(n, seed)
     for i in range(0, n, batch):
-        store.upsert(ws[i:i + batch], vs[i:i + batch])
+        store.upsert(ws[i : i + batch], vs[i : i + batch])
     return {w.window_id: v for w, v in zip(ws, vs)}
 
 
@@ -64,10 +68,11 @@ def layout(store: ChromaStore) -> list[tuple[int, int, bool]]:
 
 def same_answers(a, b) -> bool:
     """The same neighbours in the same order, similarities within float rounding."""
-    return all([x.window_id for x in p] == [x.window_id for x in q]
-               and np.allclose([x.similarity for x in p], [x.similarity for x in q],
-                               atol=1e-5)
-               for p, q in zip(a, b, strict=True))
+    return all(
+        [x.window_id for x in p] == [x.window_id for x in q]
+        and np.allclose([x.similarity for x in p], [x.similarity for x in q], atol=1e-5)
+        for p, q in zip(a, b, strict=True)
+    )
 
 
 def folder_digest(path: Path) -> str:
@@ -108,7 +113,11 @@ def test_a_small_index_has_small_segments_and_a_large_one_segments_up_to_the_cap
     32,000 on a hot segment of 2,000; at 1,000,000 segments of 32,000 (3.2%)."""
     p = SegmentPolicy()
     assert [(p.hot_cap(t), p.merge_cap(t)) for t in (0, 10_000, 100_000, 1_000_000)] == [
-        (1_000, 1_000), (1_000, 1_250), (2_000, 12_500), (2_000, 32_000)]
+        (1_000, 1_000),
+        (1_000, 1_250),
+        (2_000, 12_500),
+        (2_000, 32_000),
+    ]
     assert plan_merge([1_000] * 9 + [500], p) is None  # four of 1,000 would be past 1,187
     assert plan_merge([2_000] * 31 + [100], p) is None  # 62,100: a merge up to 7,762
     assert plan_merge([2_000] * 32 + [100], p) == (0, 4)  # 64,100: up to 8,012
@@ -146,6 +155,7 @@ def test_the_id_map_follows_sets_deletes_merges_and_drops():
 
 # -- placing points -------------------------------------------------------------------
 
+
 def test_new_points_fill_the_hot_segment_which_is_sealed_when_full(tmp_path):
     store = open_store(tmp_path, SegmentPolicy(hot=4, fanout=4, cap=16, share=None))
     fill(store, 10, batch=3)  # a batch that overfills the hot segment is cut where it fills
@@ -163,8 +173,9 @@ def test_a_point_is_updated_and_deleted_in_its_own_segment_which_becomes_dirty(t
     new_vector = vectors(1, seed=99)
     store.upsert([old], new_vector)
     assert store.count() == 10  # updated where it is: no copy in another segment
-    assert stored_vectors(store, [old.window_id])[old.window_id] == \
-        pytest.approx(new_vector[0], abs=1e-6)
+    assert stored_vectors(store, [old.window_id])[old.window_id] == pytest.approx(
+        new_vector[0], abs=1e-6
+    )
     assert [d for _, _, d in layout(store)] == [True, False, False]
     store.delete([window(5).window_id])  # the second segment
     assert [(c, d) for _, c, d in layout(store)] == [(4, True), (3, True), (2, False)]
@@ -174,6 +185,7 @@ def test_a_point_is_updated_and_deleted_in_its_own_segment_which_becomes_dirty(t
 
 
 # -- compaction, merge, split -----------------------------------------------------------
+
 
 def test_a_compaction_copies_only_the_dirty_segments_and_leaves_no_deleted_vector(tmp_path):
     """The deleted point's vector is gone from every file; the clean segments' files
@@ -227,8 +239,9 @@ def test_a_segment_larger_than_the_cap_is_split_when_copied(tmp_path):
     store.delete([window(0).window_id])
     assert store.compact() == 9
     assert [c for _, c, _ in layout(store)] == [3, 3, 3]
-    assert [n.window_id for n in store.nearest(q, 10)[0]] == \
-        [n.window_id for n in before[0] if n.window_id != window(0).window_id]
+    assert [n.window_id for n in store.nearest(q, 10)[0]] == [
+        n.window_id for n in before[0] if n.window_id != window(0).window_id
+    ]
     assert set(stored_vectors(store, list(vs))) == set(vs) - {window(0).window_id}
     fill(store, 1, offset=50)  # the hot segment is full: sealed, a new one
     assert [c for _, c, _ in layout(store)] == [3, 3, 3, 1]
@@ -244,30 +257,43 @@ def test_a_store_without_an_event_log_finds_its_segments_on_disk(tmp_path):
 
 # -- one collection or many: the same answers (a property) -------------------------------
 
-_OPS = st.lists(st.one_of(
-    st.tuples(st.just("upsert"), st.lists(st.integers(0, 30), min_size=1, max_size=6),
-              st.integers(0, 10_000)),
-    st.tuples(st.just("delete"), st.lists(st.integers(0, 30), min_size=1, max_size=4),
-              st.just(0)),
-    st.tuples(st.just("compact"), st.just([]), st.just(0)),
-    st.tuples(st.just("merge"), st.just([]), st.just(0)),
-), min_size=1, max_size=10)
+_OPS = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("upsert"),
+            st.lists(st.integers(0, 30), min_size=1, max_size=6),
+            st.integers(0, 10_000),
+        ),
+        st.tuples(
+            st.just("delete"), st.lists(st.integers(0, 30), min_size=1, max_size=4), st.just(0)
+        ),
+        st.tuples(st.just("compact"), st.just([]), st.just(0)),
+        st.tuples(st.just("merge"), st.just([]), st.just(0)),
+    ),
+    min_size=1,
+    max_size=10,
+)
 
 
 # Each example opens Chroma clients (about 0.2 s each here): few examples, and no
 # shrinking (it took over five minutes on a failure); the failing example is printed.
-@settings(max_examples=25, deadline=None, database=None,
-          phases=(Phase.explicit, Phase.reuse, Phase.generate),
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=25,
+    deadline=None,
+    database=None,
+    phases=(Phase.explicit, Phase.reuse, Phase.generate),
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(ops=_OPS, hot=st.integers(2, 5), fanout=st.integers(2, 3), seed=st.integers(0, 99))
 def test_segments_answer_as_one_collection(tmp_path_factory, ops, hot, fanout, seed):
     """Any mix of upserts (new and again), deletes, compactions and merges: every
     query gets the same nearest points and similarities from the segments as from one
     collection holding the same points, and the same records."""
     tmp = tmp_path_factory.mktemp("prop")
-    one = open_store(tmp, SegmentPolicy(hot=10**6, fanout=2, cap=10**6, share=None), log=False,
-                     folder="one")
-    policy = SegmentPolicy(hot=hot, fanout=fanout, cap=hot * fanout ** 2, share=None)
+    one = open_store(
+        tmp, SegmentPolicy(hot=10**6, fanout=2, cap=10**6, share=None), log=False, folder="one"
+    )
+    policy = SegmentPolicy(hot=hot, fanout=fanout, cap=hot * fanout**2, share=None)
     many = open_store(tmp, policy, log=False, folder="many")
     rng = np.random.default_rng(seed)
     for op, keys, vseed in ops:
@@ -291,11 +317,11 @@ def test_segments_answer_as_one_collection(tmp_path_factory, ops, hot, fanout, s
     assert sorted(many.records()["ids"]) == sorted(one.records()["ids"])
     queries = rng.normal(size=(3, DIM)).astype(np.float32)
     for n in (1, 3, 40):
-        for a, b in zip(many.nearest(queries, n, records=True),
-                        one.nearest(queries, n, records=True)):
+        for a, b in zip(
+            many.nearest(queries, n, records=True), one.nearest(queries, n, records=True)
+        ):
             assert [x.window_id for x in a] == [x.window_id for x in b]
-            assert [x.similarity for x in a] == pytest.approx([x.similarity for x in b],
-                                                              abs=1e-5)
+            assert [x.similarity for x in a] == pytest.approx([x.similarity for x in b], abs=1e-5)
             assert [x.window for x in a] == [x.window for x in b]
     ids = [window(k).window_id for k in range(0, 31, 2)]
     got = {w.window_id: (w, v) for w, v in many.get_with_vectors(ids)}
@@ -307,15 +333,14 @@ def test_segments_answer_as_one_collection(tmp_path_factory, ops, hot, fanout, s
 
 # -- the schedule: compactions first, merges when no compaction may run ------------------
 
-def test_the_schedule_merges_when_no_compaction_may_run_and_waits_after_a_failed_merge(
-        tmp_path):
+
+def test_the_schedule_merges_when_no_compaction_may_run_and_waits_after_a_failed_merge(tmp_path):
     from indexer.store.compaction import Compaction
 
     store = open_store(tmp_path, SegmentPolicy(hot=3, fanout=2, cap=12, share=None))
     fill(store, 8)  # sealed 3, 3 and a hot 2: a merge is due
     now = [1000.0]
-    comp = Compaction(store.eventlog, store, every=60.0,
-                      clock=Clock(wall=lambda: now[0]))
+    comp = Compaction(store.eventlog, store, every=60.0, clock=Clock(wall=lambda: now[0]))
     assert comp.wait() == 0.0 and comp.run() is True
     assert [c for _, c, _ in layout(store)] == [6, 2] and comp.wait() is None
     store.delete([window(0).window_id])
@@ -350,10 +375,14 @@ def test_the_schedule_merges_when_no_compaction_may_run_and_waits_after_a_failed
 
 # -- shared: embedding workers write the collection too ------------------------------------
 
+
 def _shared(tmp_path: Path) -> ChromaStore:
-    return ChromaStore(path=tmp_path / "chroma", policy=SegmentPolicy(hot=4, fanout=4, cap=16,
-                                                                    share=None),
-                       eventlog=EventLog(tmp_path / "eventlog.sqlite3"), shared=True)
+    return ChromaStore(
+        path=tmp_path / "chroma",
+        policy=SegmentPolicy(hot=4, fanout=4, cap=16, share=None),
+        eventlog=EventLog(tmp_path / "eventlog.sqlite3"),
+        shared=True,
+    )
 
 
 def _points(tmp_path: Path) -> dict[str, int]:
@@ -385,8 +414,9 @@ def test_shared_segments_find_what_another_process_wrote_and_are_never_sealed(tm
     assert set(held.values()) == {1}  # no point in two segments
     got = stored_vectors(a, [window(22).window_id, window(1).window_id])
     assert all(v == pytest.approx(new[0], abs=1e-6) for v in got.values())
-    assert [w.window_id for w, _ in b.get_with_vectors([window(25).window_id])] == \
-        [window(25).window_id]
+    assert [w.window_id for w, _ in b.get_with_vectors([window(25).window_id])] == [
+        window(25).window_id
+    ]
 
 
 def test_a_worker_follows_the_segments_the_services_compaction_swapped(tmp_path):
@@ -401,6 +431,7 @@ def test_a_worker_follows_the_segments_the_services_compaction_swapped(tmp_path)
     new = vectors(1, seed=9)
     worker.upsert([window(2)], new)
     assert _points(tmp_path) == {w: 1 for w in vs if w != window(1).window_id}
-    assert stored_vectors(service, [window(2).window_id])[window(2).window_id] == \
-        pytest.approx(new[0], abs=1e-6)
+    assert stored_vectors(service, [window(2).window_id])[window(2).window_id] == pytest.approx(
+        new[0], abs=1e-6
+    )
     assert files_holding(tmp_path, vs[window(1).window_id], n=DIM) == {}

@@ -11,15 +11,18 @@ import subprocess
 import sys
 
 from indexer.records import EventID, Message, RoomID, UserID, Window
-from tests.paths import ROOT
 from indexer.store.vectors.chroma import ChromaStore
+from tests.paths import ROOT
 
 ROOM = RoomID("!ops:example.org")
 
 
 def window(i: int) -> Window:
-    return Window(f"w{i:031d}", ROOM, (Message(EventID(f"$m{i}"), ROOM, UserID("@a:x"),
-                                               1_700_000_000_000 + i, f"message {i}"),))
+    return Window(
+        f"w{i:031d}",
+        ROOM,
+        (Message(EventID(f"$m{i}"), ROOM, UserID("@a:x"), 1_700_000_000_000 + i, f"message {i}"),),
+    )
 
 
 WRITER = """
@@ -34,9 +37,12 @@ store.upsert([window(i) for i in range(1, 40)], [[1.0, float(i)] + [0.0] * 6 for
 def test_vectors_written_by_another_process_are_read_not_raised(tmp_path):
     reader = ChromaStore(path=tmp_path / "chroma")
     reader.upsert([window(0)], [[1.0] + [0.0] * 7])
-    assert [w.window_id for w, _ in reader.get_with_vectors([window(0).window_id])] == [window(0).window_id]
-    subprocess.run([sys.executable, "-c", WRITER, str(tmp_path / "chroma")], check=True,
-                   cwd=ROOT, timeout=120)
+    assert [w.window_id for w, _ in reader.get_with_vectors([window(0).window_id])] == [
+        window(0).window_id
+    ]
+    subprocess.run(
+        [sys.executable, "-c", WRITER, str(tmp_path / "chroma")], check=True, cwd=ROOT, timeout=120
+    )
     ids = [window(i).window_id for i in range(40)]
     assert [w.window_id for w, _ in reader.get_with_vectors(ids)] == ids  # was: InternalError
     [near] = reader.nearest([[1.0, 39.0] + [0.0] * 6], 1, where={"room_id": ROOM})

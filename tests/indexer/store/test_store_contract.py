@@ -7,8 +7,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import sqlite3
 import shutil
+import sqlite3
 import subprocess
 import sys
 from contextlib import closing
@@ -16,21 +16,18 @@ from pathlib import Path
 
 import pytest
 
-from indexer.pipeline.chunker import build_windows, document
-from indexer.records import ChunkPolicy
 from indexer.models.embedder import HashEmbedder
+from indexer.pipeline.chunker import build_windows, document
+from indexer.records import ChunkPolicy, EventID, Message, RoomID, UserID
+from indexer.search.texts import WindowTexts
 from indexer.store.eventlog.log import EventLog
-from indexer.store.vectors.generations import SEGMENTS_KEY
-from indexer.records import EventID, Message, RoomID, UserID
 from indexer.store.vectors.chroma import ChromaStore
+from indexer.store.vectors.generations import SEGMENTS_KEY
 from indexer.store.vectors.segments import SegmentPolicy
 from indexer.store.vectors.server_files import MARKER_PREFIX, ServerFiles, ServerFilesError
-from indexer.search.texts import WindowTexts
-
-from tests.storekit import stored_vectors
-
-from tests.pgkit import fresh_schema
 from tests.paths import ROOT
+from tests.pgkit import fresh_schema
+from tests.storekit import stored_vectors
 
 
 def _open(request, tmp_path, eventlog=None, policy=None) -> ChromaStore:
@@ -39,12 +36,19 @@ def _open(request, tmp_path, eventlog=None, policy=None) -> ChromaStore:
     name = f"contract_{digest}_{re.sub(r'[^A-Za-z0-9]+', '_', request.node.name)}"[:60]
     name = name.rstrip("_")
     if request.param.startswith("embedded"):
-        return ChromaStore(path=tmp_path / "chroma", collection=name, eventlog=eventlog,
-                           policy=policy)
+        return ChromaStore(
+            path=tmp_path / "chroma", collection=name, eventlog=eventlog, policy=policy
+        )
     server = request.getfixturevalue("chroma_server")
     # The server's folder is reachable here, as with index.chroma.persist_dir set.
-    return ChromaStore(host="127.0.0.1", port=server.port, collection=name, eventlog=eventlog,
-                       server_files=ServerFiles(server.data), policy=policy)
+    return ChromaStore(
+        host="127.0.0.1",
+        port=server.port,
+        collection=name,
+        eventlog=eventlog,
+        server_files=ServerFiles(server.data),
+        policy=policy,
+    )
 
 
 @pytest.fixture(params=["embedded", "server", "embedded-postgresql", "server-postgresql"])
@@ -71,8 +75,13 @@ def segmented(request, tmp_path):
 def reopen(store):
     """Open the store (again) over the same event log and folder or server."""
     g = store.segments.gens
-    return lambda: ChromaStore(path=store.path, host=g.host, port=g.port, collection=g.base,
-                               eventlog=EventLog(store.eventlog.location))
+    return lambda: ChromaStore(
+        path=store.path,
+        host=g.host,
+        port=g.port,
+        collection=g.base,
+        eventlog=EventLog(store.eventlog.location),
+    )
 
 
 def index(store: ChromaStore, ws) -> None:
@@ -81,14 +90,20 @@ def index(store: ChromaStore, ws) -> None:
     store.upsert(ws, HashEmbedder().encode([w.messages[0].body for w in ws]))
     for w in ws:
         log.append([(m, None) for m in w.messages])
-        log.mark_indexed(w.room_id, {m.event_id: w.window_id for m in w.messages},
-                         w.messages[-1])
+        log.mark_indexed(w.room_id, {m.event_id: w.window_id for m in w.messages}, w.messages[-1])
 
 
 def windows(n: int, room: str = "!r:example.org", offset: int = 0):
-    msgs = [Message(EventID(f"$e{room[1:3]}{i}"), RoomID(room), UserID(f"@u{i % 3}:example.org"),
-                    1_700_000_000_000 + i * 1000, f"message {i} about topic {i % 5} words")
-            for i in range(offset, offset + n)]
+    msgs = [
+        Message(
+            EventID(f"$e{room[1:3]}{i}"),
+            RoomID(room),
+            UserID(f"@u{i % 3}:example.org"),
+            1_700_000_000_000 + i * 1000,
+            f"message {i} about topic {i % 5} words",
+        )
+        for i in range(offset, offset + n)
+    ]
     return build_windows(msgs, ChunkPolicy(max_bytes=80))
 
 
@@ -114,8 +129,9 @@ def test_query_orders_by_similarity_and_filters(store):
     [res] = store.nearest(emb.encode([a[0].messages[0].body]), 3)
     assert res[0].window_id == a[0].window_id and res[0].similarity > 0.99
     assert [n.similarity for n in res] == sorted((n.similarity for n in res), reverse=True)
-    [only_b] = store.nearest(emb.encode(["message"]), 50, where={"room_id": "!b:example.org"},
-                             records=True)
+    [only_b] = store.nearest(
+        emb.encode(["message"]), 50, where={"room_id": "!b:example.org"}, records=True
+    )
     assert only_b and all(n.window.room_id == "!b:example.org" for n in only_b)
 
 
@@ -183,18 +199,27 @@ def test_chroma_holds_no_text_and_the_text_comes_from_the_event_log(store):
     assert got == {w.window_id: document(w) for w in ws}
     [res] = store.nearest(HashEmbedder().encode([ws[0].messages[0].body]), 1, records=True)
     [(text, lines)] = texts.read([res[0].window])
-    assert text == document(ws[0]) and [line.body for line in lines] == \
-        [m.body for m in ws[0].messages]
+    assert text == document(ws[0]) and [line.body for line in lines] == [
+        m.body for m in ws[0].messages
+    ]
     # Its events no longer in the window (a redaction, a rebuild): no text is read.
     store.eventlog.requeue_windows([ws[0].window_id])
     assert texts.read(store.get([ws[0].window_id])) == [("", ())]
 
 
 def test_reference_text_lives_in_the_event_log_and_leaves_with_its_chunk(store):
-    meta = {"room_id": "", "corpus": "reference", "ref_corpus": "ops", "ref_file": "a.md",
-            "ref_heading": "Disk", "event_ids": "[]", "senders": "[]"}
-    store.upsert_references(["rchunk1"], HashEmbedder().encode(["df -h shows disk"]),
-                            ["df -h shows disk"], [meta])
+    meta = {
+        "room_id": "",
+        "corpus": "reference",
+        "ref_corpus": "ops",
+        "ref_file": "a.md",
+        "ref_heading": "Disk",
+        "event_ids": "[]",
+        "senders": "[]",
+    }
+    store.upsert_references(
+        ["rchunk1"], HashEmbedder().encode(["df -h shows disk"]), ["df -h shows disk"], [meta]
+    )
     assert store.records(["documents"])["documents"] == [None]
     [w] = store.get(["rchunk1"])
     assert WindowTexts(store.eventlog).read([w]) == [("df -h shows disk", ())]
@@ -214,7 +239,8 @@ def test_compaction_copies_the_live_points_and_drops_the_old_collection(store, r
     assert store.compact() == len(ws) - 1
     assert store.segments.hot.n == first + 1
     assert json.loads(store.eventlog.get_meta(SEGMENTS_KEY)) == [  # the swap, recorded
-        {"g": first + 1, "dirty": False}]
+        {"g": first + 1, "dirty": False}
+    ]
     after = stored_vectors(store, [w.window_id for w in ws])
     assert after.keys() == before.keys()
     for wid, v in before.items():  # copied as stored: nothing re-embedded
@@ -265,10 +291,14 @@ def test_a_crash_between_copy_and_swap_keeps_the_old_collection(store, reopen):
     store.delete([ws[0].window_id])  # its segment holds a deleted point: copied
     live = store.segments.hot.n
     gens = store.segments.gens
-    args = [str(store.path or ""), gens.host or "", str(gens.port or ""), gens.base,
-            str(store.eventlog.location)]
-    proc = subprocess.run([sys.executable, "-c", _CRASH, *args], capture_output=True,
-                          cwd=ROOT)
+    args = [
+        str(store.path or ""),
+        gens.host or "",
+        str(gens.port or ""),
+        gens.base,
+        str(store.eventlog.location),
+    ]
+    proc = subprocess.run([sys.executable, "-c", _CRASH, *args], capture_output=True, cwd=ROOT)
     assert proc.returncode == -9, proc.stderr.decode()[-2000:]
     again = reopen()
     assert again.segments.hot.n == live and again.count() == len(ws) - 1  # the old one, whole
@@ -286,17 +316,23 @@ def test_a_purged_room_leaves_no_text_and_no_vector_in_the_persist_dir(store, re
     """Purge (purge.py): the event log zeroes the room's text, its points are deleted,
     the collection is compacted. No file of Chroma's folder, or of the server's
     persist dir, holds the room's text (Chroma never had it) or its vectors."""
-    from indexer.store.journal import Journal
-    from indexer.pipeline.pipeline import Pipeline
     from indexer.ingest.purge import Purger
+    from indexer.pipeline.pipeline import Pipeline
     from indexer.records import Refusal
-
+    from indexer.store.journal import Journal
     from tests.vectorscan import files_holding
 
     canary = "purge-canary-x7q2"
-    secret = [Message(EventID(f"$s{i}"), RoomID("!secret:example.org"),
-                      UserID("@u:example.org"), 1_700_000_000_000 + i * 1000,
-                      f"{canary} line {i} of the secret room") for i in range(6)]
+    secret = [
+        Message(
+            EventID(f"$s{i}"),
+            RoomID("!secret:example.org"),
+            UserID("@u:example.org"),
+            1_700_000_000_000 + i * 1000,
+            f"{canary} line {i} of the secret room",
+        )
+        for i in range(6)
+    ]
     ws = build_windows(secret, ChunkPolicy(max_bytes=80))
     index(store, ws)
     index(store, windows(6, "!clean:example.org"))
@@ -305,18 +341,19 @@ def test_a_purged_room_leaves_no_text_and_no_vector_in_the_persist_dir(store, re
     assert all(files_holding(root, v, n=len(v)) for v in vectors.values())  # the check can see them
     log = store.eventlog
     pipeline = Pipeline(log, HashEmbedder(), store)
-    report = Purger(log, Journal(tmp_path / "journal.jsonl"), store, pipeline.guard,
-                    pipeline.compaction).purge(
-        Refusal("join_rule_not_public", RoomID("!secret:example.org"), whole_room=True))
+    report = Purger(
+        log, Journal(tmp_path / "journal.jsonl"), store, pipeline.guard, pipeline.compaction
+    ).purge(Refusal("join_rule_not_public", RoomID("!secret:example.org"), whole_room=True))
     assert report.windows == len(ws) and report.compacted is True
     assert {w.room_id for w in store.get()} == {"!clean:example.org"}
     files = [p for p in root.rglob("*") if p.is_file()]
     assert not [p for p in files if canary.encode() in p.read_bytes()]
-    assert not [p for p in tmp_path.glob("eventlog.sqlite3*")
-                if canary.encode() in p.read_bytes()]
+    assert not [p for p in tmp_path.glob("eventlog.sqlite3*") if canary.encode() in p.read_bytes()]
     # A server keeps a dropped collection's segment folder (chroma#5520) and its SQLite
     # free pages; with its folder reachable the store removes both (server_files.py).
-    assert {w: files_holding(root, v, n=len(v)) for w, v in vectors.items()} == {w: {} for w in vectors}
+    assert {w: files_holding(root, v, n=len(v)) for w, v in vectors.items()} == {
+        w: {} for w in vectors
+    }
 
 
 @pytest.mark.parametrize("store", ["server"], indirect=True)
@@ -342,11 +379,17 @@ def test_a_persist_dir_that_is_not_the_servers_is_refused(store, tmp_path, reque
     assert "is not the folder of the Chroma server" in str(refused.value)
     assert "chroma run --path DIR" in str(refused.value)  # the fix
     with pytest.raises(ServerFilesError, match="is not the folder"):
-        ChromaStore(host="127.0.0.1", port=server.port, collection=store.segments.gens.base,
-                    eventlog=EventLog(store.eventlog.path), server_files=ServerFiles(copy))
+        ChromaStore(
+            host="127.0.0.1",
+            port=server.port,
+            collection=store.segments.gens.base,
+            eventlog=EventLog(store.eventlog.path),
+            server_files=ServerFiles(copy),
+        )
     ServerFiles(server.data).check(client)  # its own folder: accepted
-    assert not [c.name for c in client.list_collections()
-                if c.name.startswith(MARKER_PREFIX)]  # the markers are dropped again
+    assert not [
+        c.name for c in client.list_collections() if c.name.startswith(MARKER_PREFIX)
+    ]  # the markers are dropped again
 
 
 @pytest.mark.parametrize("store", ["server"], indirect=True)
@@ -361,11 +404,12 @@ def test_a_collection_made_meanwhile_keeps_its_folder_and_orphans_go(store, requ
 
     rng = np.random.default_rng(7)
     vectors = rng.standard_normal((2401, 64)).astype(np.float32)
-    other = client.get_or_create_collection("bystander-orphans-test",
-                                            embedding_function=None)
+    other = client.get_or_create_collection("bystander-orphans-test", embedding_function=None)
     other.add(ids=[f"x{i}" for i in range(1200)], embeddings=vectors[:1200])
-    dropped = client.get_or_create_collection("dropped-orphans-test",  # past
-                                              embedding_function=None)  # sync_threshold:
+    dropped = client.get_or_create_collection(
+        "dropped-orphans-test",  # past
+        embedding_function=None,
+    )  # sync_threshold:
     dropped.add(ids=[f"d{i}" for i in range(1200)], embeddings=vectors[1200:2400])  # a folder
     folders = {p.name for p in server.data.iterdir() if p.is_dir()}
     client.delete_collection(dropped.name)
@@ -410,7 +454,8 @@ def _layout(store: ChromaStore) -> list[tuple[int, int, bool]]:
 
 
 def test_a_crash_between_two_segments_swaps_keeps_the_first_copied_and_the_second_old(
-        segmented, request):
+    segmented, request
+):
     """Two dirty segments: the process is killed after the first one's swap, before
     the second's. At the restart the first is its copy, the second its old generation
     (still dirty), the half-made copy is swept, and every point is there."""
@@ -422,13 +467,25 @@ def test_a_crash_between_two_segments_swaps_keeps_the_first_copied_and_the_secon
     first, second = store.get()[0].window_id, store.get()[7].window_id
     store.delete([first, second])
     g = store.segments.gens
-    args = [str(store.path or ""), g.host or "", str(g.port or ""), g.base,
-            str(store.eventlog.path)]
-    proc = subprocess.run([sys.executable, "-c", _CRASH_SECOND, *args], capture_output=True,
-                          cwd=ROOT)
+    args = [
+        str(store.path or ""),
+        g.host or "",
+        str(g.port or ""),
+        g.base,
+        str(store.eventlog.path),
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-c", _CRASH_SECOND, *args], capture_output=True, cwd=ROOT
+    )
     assert proc.returncode == -9, proc.stderr.decode()[-2000:]
-    again = ChromaStore(path=store.path, host=g.host, port=g.port, collection=g.base,
-                        eventlog=EventLog(store.eventlog.path), policy=SMALL)
+    again = ChromaStore(
+        path=store.path,
+        host=g.host,
+        port=g.port,
+        collection=g.base,
+        eventlog=EventLog(store.eventlog.path),
+        policy=SMALL,
+    )
     after = _layout(again)
     assert after[0][0] > before[-1][0] and not after[0][2]  # the first: swapped
     assert after[1] == (before[1][0], 5, True)  # the second: old, whole, still dirty
@@ -502,7 +559,9 @@ def test_a_query_that_is_no_unit_vector_gets_its_dot_product(segmented):
     scaled = q * np.asarray([[1.7], [0.6]], dtype=np.float32)
     for vector, near in zip(scaled, segmented.nearest(scaled, 8)):
         assert near and [nb.similarity for nb in near] == pytest.approx(
-            [float(np.dot(held[nb.window_id], vector)) for nb in near], abs=1e-5)
+            [float(np.dot(held[nb.window_id], vector)) for nb in near], abs=1e-5
+        )
     unit = segmented.nearest(q, 8)
-    assert [[nb.window_id for nb in lst] for lst in unit] == \
-        [[nb.window_id for nb in lst] for lst in segmented.nearest(scaled, 8)]
+    assert [[nb.window_id for nb in lst] for lst in unit] == [
+        [nb.window_id for nb in lst] for lst in segmented.nearest(scaled, 8)
+    ]
