@@ -23,6 +23,8 @@ def serve_with_bot(cfg: Config, embedder=None, clock: Clock = REAL):
             on_search_seconds=service.metrics.search_latency.observe,
             index_changed=service.worker.notify,
             clock=clock,
+            on_question=service.metrics.count_question,
+            on_votes=service.metrics.count_votes,
         )
     )
     return service

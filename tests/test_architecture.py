@@ -490,6 +490,7 @@ LAYERS = (
     ("indexer.pipeline",),  # pending events -> windows -> vectors
     ("indexer.derived",),  # the derived filter (the pipeline's screen), reference corpora
     ("indexer.search",),  # a query over all of it
+    ("indexer.moderation",),  # what the moderators see: the report over the feedback
 )
 
 

@@ -9,6 +9,10 @@
                       stores nothing of it)
         withdrawn  -> every reply that quoted a withdrawn message (redaction, forget,
                       retention) edited without it, and its answer artifacts renewed
+        feedback   -> a search answered in an indexed room, the votes (👍 👎 ✅) on the
+                      answers, the redactions withdrawing either: written to the event
+                      log's feedback tables by one thread of their own, a batch per
+                      transaction (indexer/store/eventlog/feedback.py)
 
 The bot reaches Matrix only through `Matrix`, a port the homeserver side fills in
 (appservice/cli/serve.py wires the two); neither side imports the other.
@@ -18,21 +22,28 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable
-from typing import Protocol
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Protocol
 
 from indexer.clock import REAL, Clock
 from indexer.components import Index
 from indexer.config import Config
-from indexer.ingest.events import MessageEvent
+from indexer.ingest.events import MessageEvent, ReactionEvent
 from indexer.ingest.forget import Forgetting
-from indexer.records import RoomID, UserID
+from indexer.ingest.reactions import votes
+from indexer.moderation.report import DAY_MS, Report, build_report, same_question
+from indexer.records import EventID, RoomID, UserID
+from indexer.store.eventlog.feedback import Asked, FeedbackTables, Reaction
 
 from .answer_edits import edit_content, rebuild_reply
 from .commandpool import CommandPool
 from .commands import CommandError, SearchCommand, parse_command
+from .digest import Digest, expire_feedback
 from .replies import Reply, render_notice
-from .responder import RateLimiter, Responder
+from .report import render_notice as render_report
+from .report import report_refusal
+from .responder import RateLimiter, Responder, Searched
 from .status import may_see_status, power_from_state, render_status, status_refusal
 
 log = logging.getLogger(f"matrix_sources.{__name__}")
@@ -41,6 +52,7 @@ log = logging.getLogger(f"matrix_sources.{__name__}")
 # restart (the asker has moved on, or asked again): the bot says it restarted.
 RESTARTED_AFTER_S = 60.0
 RESTARTED = "Sorry, I restarted before I could answer this. Please ask again if you still need it."
+REPORT_DAYS = 7  # what `!sources report` covers
 
 
 class Matrix(Protocol):
@@ -63,14 +75,23 @@ class Bot:
         on_search_seconds: Callable[[float], None] | None = None,
         index_changed: Callable[[], None] = lambda: None,
         clock: Clock = REAL,
+        on_question: Callable[[str, int], None] | None = None,
+        on_votes: Callable[[list[Reaction]], None] | None = None,
     ) -> None:
         """`index_changed`: windows to re-chunk (a forget): the service's worker runs;
-        `clock`: the rate limit, a reply's waits and stamps, and the wall clock kept
-        commands were stamped with (their age at a restart)."""
+        `clock`: the rate limit, a reply's waits and stamps, the wall clock kept commands
+        and feedback are stamped with, and the digest's schedule; `on_question(room,
+        hits)` and `on_votes(votes)`: what the report counts, as it is kept (the metrics)."""
         self.cfg, self.index, self.matrix = cfg, index, matrix
         self.index_changed = index_changed
         self.kept = index.commands  # CommandLog; None: not kept
+        # The moderators' report (eventlog/feedback.py); None: nothing kept.
+        self.feedback: FeedbackTables | None = index.eventlog.feedback
+        # Its writes, in order, on one thread: never the loop, never the default pool
+        # that admitting transactions uses (a flood of votes must not delay a 200).
+        self._writes = ThreadPoolExecutor(1, thread_name_prefix="feedback")
         self._clock = clock
+        self._on_question, self._on_votes = on_question, on_votes
         self.responder = Responder(
             index.searcher,
             matrix.send,
@@ -86,6 +107,8 @@ class Bot:
             record_quotes=self._record_quotes,
             is_outage=matrix.is_outage,
             forget_me=self._forget_me,
+            on_searched=self._searched,
+            report=self._report,
             pending=lambda room: index.eventlog.counts(None if room is None else RoomID(room)).get(
                 "pending", 0
             ),
@@ -93,6 +116,13 @@ class Bot:
         )
         self.commands = CommandPool(self._answer)
         self._tasks: set[asyncio.Task] = set()
+        self._chores: set[asyncio.Task] = set()  # for as long as the bot runs
+        self.clock = clock
+        self.digest = (
+            Digest(cfg, index, matrix, self.clock, self.report)
+            if cfg.moderation.digest_room
+            else None
+        )
 
     # -- what the homeserver side routes here ------------------------------------------
 
@@ -101,10 +131,20 @@ class Bot:
             if not self.commands.submit(cmd):  # dropped (logged): not kept either
                 self._spawn(self._answered(cmd), "command-dropped")
 
+    async def prepare(self) -> str:
+        """Before the service takes transactions: why it must not start ('' if it may):
+        a digest room that is allowlisted, or unknown."""
+        return await self.digest.prepare() if self.digest is not None else ""
+
     def resume(self) -> None:
-        """At start: the commands a crash left unanswered."""
+        """At start: the commands a crash left unanswered; the digest and the expiry of
+        the report's data, for as long as the bot runs."""
         if self.kept is not None:
             self._spawn(self._resume(), "commands-resume")
+        if self.feedback is not None:
+            self._chore(expire_feedback(self.cfg, self.feedback, self.clock), "feedback-expiry")
+        if self.digest is not None:
+            self._chore(self.digest.run(), "digest")
 
     def on_invites(self, room_ids: Iterable[str]) -> None:
         for room_id in room_ids:
@@ -115,12 +155,35 @@ class Bot:
         if ids:
             self._spawn(self._edit_replies(ids), "edit-replies")
 
+    def on_reactions(self, reactions: Iterable[ReactionEvent]) -> None:
+        """A transaction's reactions: the votes on the bot's answers counted, the rest
+        (other keys, other messages) ignored."""
+        found = votes(list(reactions), self._clock.now_ms())
+        if found and self.feedback is not None:
+            self._spawn(self._count_votes(found), "feedback-votes")
+
+    def on_redacted(self, event_ids: Iterable[str]) -> None:
+        """A transaction's redactions: a vote or a question they name leaves the report."""
+        ids = [EventID(e) for e in event_ids]
+        if ids and self.feedback is not None:
+            self._spawn(self._write(self.feedback.withdraw, ids), "feedback-withdraw")
+
+    async def idle(self) -> None:
+        """Until every command taken is answered and every task spawned (votes, edits,
+        invites) is done."""
+        while True:
+            await self.commands.join()
+            if not self._tasks:
+                return
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
     async def stop(self) -> None:
-        for t in list(self._tasks):
+        for t in list(self._tasks | self._chores):
             t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*self._tasks, *self._chores, return_exceptions=True)
         await self.commands.stop()
         self.responder.executor.shutdown(wait=True, cancel_futures=True)
+        self._writes.shutdown(wait=True)  # what was taken is written
 
     # -- behaviour ---------------------------------------------------------------------
 
@@ -150,6 +213,37 @@ class Bot:
                 await self._answered(cmd)
             else:
                 self.on_commands([cmd])
+
+    async def _write(self, call: Callable[[Any], Any], arg: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._writes, call, arg)
+
+    async def _count_votes(self, found: list[Reaction]) -> None:
+        assert self.feedback is not None
+        counted = await self._write(self.feedback.react, found)
+        if counted and self._on_votes is not None:
+            self._on_votes(counted)
+
+    async def _searched(self, cmd: MessageEvent, reply_event_id: str, searched: Searched) -> None:
+        """A search answered: kept for the report if it was asked in an indexed room
+        (a DM or a private room leaves no trace); its text only if nothing matched."""
+        m = cmd.message
+        if self.feedback is None or not self.index.ingest.admits(m.room_id):
+            return
+        text = "\n".join(dict.fromkeys(searched.texts)) if searched.hits == 0 else None
+        recorded = await self._write(
+            self.feedback.record,
+            Asked(
+                m.event_id,
+                m.room_id,
+                m.sender,
+                self._clock.now_ms(),
+                EventID(reply_event_id),
+                searched.hits,
+                text,
+            ),
+        )
+        if recorded and self._on_question is not None:
+            self._on_question(m.room_id, searched.hits)
 
     async def _accept_invite(self, room_id: str) -> None:
         try:
@@ -256,6 +350,34 @@ class Bot:
             render_status, rooms, self.index.eventlog, self.index.journal, ingest.sent_away.rooms
         )
 
+    async def _report(self, room_id: str, user: str) -> Reply:
+        """`!sources report`: the room's report, for its moderators (as `status`)."""
+        if not await may_see_status(room_id, user, self.cfg.search.admins, self._power_level):
+            return report_refusal()
+        if self.feedback is None or RoomID(room_id) not in self.index.gate.allowlist:
+            return render_notice(
+                "Nothing is counted in this room: the report covers the rooms the index reads."
+            )
+        label = self.index.ingest.label(RoomID(room_id))
+        days = min(REPORT_DAYS, self.cfg.moderation.keep_days)
+        report = await asyncio.to_thread(self.report, [(RoomID(room_id), label)], days)
+        return render_report(report, self.cfg.homeserver.domain)
+
+    def report(self, rooms: Sequence[tuple[RoomID, str]], days: float) -> Report:
+        """The report over `rooms` for the last `days` (blocking: the model groups the
+        unanswered questions)."""
+        assert self.feedback is not None
+        now = self._clock.now_ms()
+        model = self.cfg.index.embedder.model
+        return build_report(
+            self.feedback,
+            rooms,
+            now - int(days * DAY_MS),
+            now,
+            self.index.embedder,
+            same_question(model),
+        )
+
     async def _power_level(self, room_id: str, user: str) -> int:
         # The whole state: room version 12 creators are not in power_levels.
         state = await self.matrix.room_state(room_id)
@@ -267,8 +389,16 @@ class Bot:
         self._tasks.add(task)
         task.add_done_callback(self._task_done)
 
+    def _chore(self, coro: Awaitable, name: str) -> None:
+        """A task that runs until the bot stops: not waited for by idle()."""
+        task = asyncio.ensure_future(coro)
+        task.set_name(name)
+        self._chores.add(task)
+        task.add_done_callback(self._task_done)
+
     def _task_done(self, task: asyncio.Task) -> None:
         self._tasks.discard(task)
+        self._chores.discard(task)
         if not task.cancelled() and task.exception() is not None:
             log.error("task_failed", extra={"task": task.get_name()}, exc_info=task.exception())
 

@@ -12,6 +12,7 @@ A mistake raises `CommandError`, whose message is the short reply telling what t
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from indexer.ingest.events import COMMAND_PREFIX, command_rest
 from indexer.search.searcher import MAX_TEXTS, MAX_TOP_K, QueryError, SourceQuery
@@ -28,6 +29,8 @@ Search this community's public rooms by meaning:
 Flags: --top N (1 to {MAX_TOP_K}), --room here|#alias|!roomid, --corpus chat|reference
   {COMMAND_PREFIX} why 1     why hit 1 of your last query ranked where it did
   {COMMAND_PREFIX} status    what the index holds (room moderators)
+  {COMMAND_PREFIX} report    what was asked here, answered or not, and the votes on
+      the answers, last 7 days (room moderators)
   {COMMAND_PREFIX} forget me    remove everything you said from the index, and index
       nothing you say from now on ({COMMAND_PREFIX} index me undoes the second part)
   {COMMAND_PREFIX} help      this text"""
@@ -50,7 +53,14 @@ class HelpCommand:
 
 @dataclass(frozen=True)
 class StatusCommand:
-    pass
+    word: ClassVar[str] = "status"
+
+
+@dataclass(frozen=True)
+class ReportCommand:
+    """The moderators' report for the room asked in (appservice/bot/report.py)."""
+
+    word: ClassVar[str] = "report"
 
 
 @dataclass(frozen=True)
@@ -65,7 +75,7 @@ class ForgetMeCommand:
     undo: bool = False  # `index me`: what they send from now on is indexed again
 
 
-Command = SearchCommand | HelpCommand | WhyCommand | StatusCommand | ForgetMeCommand
+Command = SearchCommand | HelpCommand | WhyCommand | StatusCommand | ReportCommand | ForgetMeCommand
 
 
 def parse_command(body: str, room_id: str, default_top_k: int = 5) -> Command:
@@ -85,6 +95,8 @@ def parse_command(body: str, room_id: str, default_top_k: int = 5) -> Command:
         return HelpCommand()
     if words == ["status"] and not more.strip():
         return StatusCommand()
+    if words == ["report"] and not more.strip():
+        return ReportCommand()
     if [w.lower() for w in words] in (["forget", "me"], ["index", "me"]) and not more.strip():
         return ForgetMeCommand(undo=words[0].lower() == "index")
     if len(words) == 2 and words[0] == "why" and words[1].isdigit() and not more.strip():

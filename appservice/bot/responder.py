@@ -20,8 +20,8 @@ from typing import Protocol
 
 from indexer.clock import REAL, Clock, retrying
 from indexer.derived.filter import EmittedSection
-from indexer.ingest.events import MessageEvent
-from indexer.records import Hit, RoomID
+from indexer.ingest.events import COMMAND_PREFIX, MessageEvent
+from indexer.records import Hit, Message, RoomID
 from indexer.search.abstain import Floor
 from indexer.search.query import SourceQuery
 
@@ -30,6 +30,8 @@ from .commands import (
     CommandError,
     ForgetMeCommand,
     HelpCommand,
+    ReportCommand,
+    SearchCommand,
     StatusCommand,
     WhyCommand,
     parse_command,
@@ -41,6 +43,18 @@ log = logging.getLogger(f"matrix_sources.{__name__}")
 Send = Callable[[str, dict], Awaitable[str]]
 ResolveAlias = Callable[[str], Awaitable[str | None]]
 Status = Callable[[str, str], Awaitable[Reply]]  # (room, asker) -> reply
+
+
+@dataclass(frozen=True, slots=True)
+class Searched:
+    """A search the reply answered: what the moderators' report counts (bot.py)."""
+
+    texts: tuple[str, ...]
+    hits: int  # 0: "nothing matches"
+
+
+# (the command, the reply's event id, the search) -> None, after the send
+OnSearched = Callable[[MessageEvent, str, Searched], Awaitable[None]]
 # (reply event id, sections, ms when its send began) -> artifacts added
 RecordAnswer = Callable[[str, list[EmittedSection], int], int]
 LAST_QUERIES_KEPT = 1000  # per (room, user), in memory only, for `!sources why N`
@@ -91,6 +105,8 @@ class Responder:
     resolve_alias: ResolveAlias | None = None
     rrf_k: int = 60
     status: Status | None = None
+    report: Status | None = None  # `!sources report`: the room's moderators (bot.py)
+    on_searched: OnSearched | None = None
     # (sender, undo) -> the reply: `!sources forget me` / `index me` (bot.py)
     forget_me: Callable[[str, bool], Awaitable[Reply]] | None = None
     on_search_seconds: Callable[[float], None] | None = None
@@ -118,8 +134,9 @@ class Responder:
         m = ev.message
         if m.sender == self.bot_user:
             return None
+        searched: Searched | None = None
         try:
-            reply = await self._reply_for(ev)
+            reply, searched = await self._reply_for(ev)
         except Exception:
             log.exception("answer_failed", extra={"room_id": m.room_id, "event_id": m.event_id})
             reply = render_error(FAILED)
@@ -127,6 +144,13 @@ class Responder:
         sent_ms = self.clock.now_ms()  # nobody can paste the reply before this
         event_id = await self._send_when_up(m.room_id, m.event_id, content)
         self.answered += 1
+        if self.on_searched is not None and searched is not None:
+            try:
+                await self.on_searched(ev, event_id, searched)
+            except Exception:
+                log.exception(
+                    "feedback_record_failed", extra={"room_id": m.room_id, "event_id": event_id}
+                )
         if self.record_answer is not None and reply.sections:
             await self._record_answer(m.room_id, event_id, reply, sent_ms)
         if self.record_quotes is not None and reply.hits:
@@ -191,24 +215,29 @@ class Responder:
             },
         )
 
-    async def _reply_for(self, ev: MessageEvent) -> Reply:
+    async def _reply_for(self, ev: MessageEvent) -> tuple[Reply, Searched | None]:
+        """The reply, and the search it answers (None: no search ran)."""
         m = ev.message
         try:
             cmd = parse_command(m.body, m.room_id, self.default_top_k)
         except CommandError as e:
-            return render_error(str(e))
+            return render_error(str(e)), None
         if isinstance(cmd, HelpCommand):
-            return render_help(HELP)
+            return render_help(HELP), None
         if isinstance(cmd, WhyCommand):
-            return self._why(m.room_id, m.sender, cmd.n)
-        if isinstance(cmd, StatusCommand):
-            if self.status is None:
-                return render_error("Status is not available here.")
-            return await self.status(m.room_id, m.sender)
+            return self._why(m.room_id, m.sender, cmd.n), None
+        if isinstance(cmd, (StatusCommand, ReportCommand)):
+            answer = self.status if isinstance(cmd, StatusCommand) else self.report
+            if answer is None:
+                return render_error(f"`{COMMAND_PREFIX} {cmd.word}` is not available here."), None
+            return await answer(m.room_id, m.sender), None
         if isinstance(cmd, ForgetMeCommand):
             if self.forget_me is None:
-                return render_error("Forgetting is not available here.")
-            return await self.forget_me(m.sender, cmd.undo)  # the sender: nobody else
+                return render_error("Forgetting is not available here."), None
+            return await self.forget_me(m.sender, cmd.undo), None  # the sender: nobody else
+        return await self._search(m, cmd)
+
+    async def _search(self, m: Message, cmd: SearchCommand) -> tuple[Reply, Searched | None]:
         query = cmd.query
         if cmd.room_alias is not None:
             room_id = await self.resolve_alias(cmd.room_alias) if self.resolve_alias else None
@@ -216,13 +245,13 @@ class Responder:
                 return render_error(
                     f"I can't find the room {cmd.room_alias}; "
                     "check the alias or use the room id (!...)."
-                )
+                ), None
             query = replace(query, room_id=RoomID(room_id))
         wait = self.limiter.retry_after(m.sender)
         if wait > 0:
             return render_error(
                 f"You have asked a lot in the last minute; try again in {math.ceil(wait)} s."
-            )
+            ), None
         started = self.clock.now()
         hits, closest = await asyncio.get_running_loop().run_in_executor(
             self.executor, self.searcher.search_with_closest, query
@@ -242,8 +271,11 @@ class Responder:
         )
         self._remember(m.room_id, m.sender, tuple(dict.fromkeys(query.texts)), hits, closest)
         pending = 0 if hits or self.pending is None else self.pending(query.room_id)
-        return render_hits(
-            hits, query.texts, self.domain, room=query.room_id is not None, pending=pending
+        return (
+            render_hits(
+                hits, query.texts, self.domain, room=query.room_id is not None, pending=pending
+            ),
+            Searched(query.texts, len(hits)),
         )
 
     def _remember(

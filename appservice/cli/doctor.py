@@ -2,7 +2,8 @@
 
 Checks, in order (later ones need earlier ones): the config; the registration; the
 homeserver (reachable, accepts as_token as the bot); every allowlisted room (the bot can
-read it, and what the gate makes of its facts); the event log is whole (quick_check);
+read it, and what the gate makes of its facts); the digest room (the bot is in it, it is
+not allowlisted, the last digest was posted); the event log is whole (quick_check);
 the store opens and holds every window the event log says is indexed; the model loads.
 """
 
@@ -127,6 +128,75 @@ def check_room(cfg: Config, reg: Registration, gate: Gate, room_id: str) -> Chec
             FIXES.get(refusal.rule, "remove it from the allowlist"),
         )
     return Check(f"room {room_id}", True, f"{summary}; indexed")
+
+
+def check_digest(cfg: Config, reg: Registration, allowlist: list[str]) -> Iterator[Check]:
+    """moderation.digest_room: a room, not an allowlisted one, that the bot is in (else no
+    digest can be posted); and whether the last digest failed (the service's meta)."""
+    wanted = cfg.moderation.digest_room
+    if wanted is None:
+        return
+    name = "digest room"
+    fix = f"change moderation.digest_room in {cfg.file}"
+    room = wanted
+    try:
+        if wanted.startswith("#"):
+            status, body = _get(
+                cfg, f"/_matrix/client/v3/directory/room/{quote(wanted, safe='')}", reg.as_token
+            )
+            found = body.get("room_id") if isinstance(body, dict) else None
+            if status != 200 or not isinstance(found, str):
+                yield Check(name, False, f"{wanted} does not resolve to a room ({status})", fix)
+                return
+            room = found
+        if room in allowlist:
+            yield Check(
+                name,
+                False,
+                f"{wanted} is allowlisted: the digest is never posted "
+                "into an indexed room, and the service refuses to start",
+                f"name the moderators' private room instead ({fix}), or take {room} "
+                "off the allowlist",
+            )
+            return
+        status, body = _get(
+            cfg, f"/_matrix/client/v3/rooms/{quote(room, safe='')}/joined_members", reg.as_token
+        )
+    except OSError as e:
+        yield Check(name, False, f"homeserver unreachable ({e})")
+        return
+    joined = body.get("joined") if isinstance(body, dict) else None
+    if status != 200 or not isinstance(joined, dict) or cfg.bot_user not in joined:
+        yield Check(
+            name,
+            False,
+            f"the bot is not in {wanted} ({status}): no digest can be posted there",
+            f"invite {cfg.bot_user} to {wanted} (it joins when invited), or {fix}",
+        )
+        return
+    yield Check(
+        name, True, f"{wanted}: the bot is in it, a digest {cfg.moderation.digest_interval}"
+    )
+    from indexer.store.eventlog.reports import meta_at
+
+    problem = _json(meta_at(cfg.database, "digest_problem"))
+    if problem:
+        yield Check(
+            name,
+            True,
+            f"the last digest could not be posted in {problem.get('room_id')}"
+            f" ({problem.get('errcode')}); the next one is tried when due",
+            f"if the bot was removed from {wanted}, invite it back",
+            warning=True,
+        )
+
+
+def _json(text: str | None) -> dict:
+    try:
+        value = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def check_store(cfg: Config) -> Check:
@@ -312,6 +382,7 @@ def run_checks(config_path: Path) -> Iterator[Check]:
         for r in rooms:
             if RoomID(r) not in away:
                 yield check_room(cfg, reg, gate, r)
+        yield from check_digest(cfg, reg, list(rooms))
     eventlog, store = check_eventlog_health(cfg), check_store(cfg)
     yield eventlog
     left = check_sqlite_left_behind(cfg)

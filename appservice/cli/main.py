@@ -130,6 +130,12 @@ def cmd_doctor(args) -> int:
     return print_checks(run_checks(config_path(args.config)))
 
 
+def cmd_report(args) -> int:
+    from .report import run_report
+
+    return run_report(_config(args), args.room, args.days, args.json)
+
+
 def cmd_demo(args) -> int:
     from importlib.util import find_spec
 
@@ -371,6 +377,40 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sp.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     sp.set_defaults(func=cmd_eventlog)
+
+    sp = with_config(
+        sub.add_parser(
+            "report",
+            help=(
+                'per room: questions asked, answered, "nothing matches" (grouped by meaning) and '
+                "the votes on the answers (the service running or stopped)"
+            ),
+        )
+    )
+    sp.add_argument(
+        "--room",
+        default=None,
+        metavar="ROOM",
+        help="only this allowlisted room: its !id, or the alias kept beside it "
+        "in allowlist.yaml (default: every room)",
+    )
+    sp.add_argument(
+        "--days",
+        type=float,
+        default=7.0,
+        metavar="N",
+        help="the last N days (default %(default)g; at most moderation.keep_days)",
+    )
+    sp.add_argument(
+        "--json",
+        action="store_true",
+        help=(
+            'one JSON object: {"rooms": [{"room_id", "room_label", "asked", "answered", '
+            '"nothing_matched", "up", "down", "solved", "unanswered": [{"text", "count", '
+            '"event_ids"}]}]}'
+        ),
+    )
+    sp.set_defaults(func=cmd_report)
 
     sp = with_config(sub.add_parser("doctor", help="check the deployment, say how to fix it"))
     sp.set_defaults(func=cmd_doctor)

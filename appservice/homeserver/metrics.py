@@ -1,7 +1,8 @@
 """Prometheus metrics at /metrics.
 
 Counters that the service owns (events by type, refusals by rule, search latency,
-embedding batch sizes) are prometheus-client objects. Figures the indexer already keeps
+embedding batch sizes, questions and votes, by room only with metrics.per_room) are
+prometheus-client objects. Figures the indexer already keeps
 in memory (pipeline stats, derived exclusions by kind, transaction counts) are read at
 scrape time by a collector, so `indexer/` stays free of service concerns. Figures that
 take an aggregate over the event log (queue depth, cursor lag) come from
@@ -217,9 +218,37 @@ class _IndexCollector:
 @dataclass
 class ServiceMetrics:
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+    # metrics.per_room: the questions and votes labelled by room (room ids reach the
+    # monitoring); else totals.
+    per_room: bool = False
 
     def __post_init__(self) -> None:
         r = self.registry
+        room = ["room_id"] if self.per_room else []
+        self.asked = Counter(
+            "matrix_sources_questions_asked",
+            "Searches answered in indexed rooms (the moderators' report counts the same)",
+            room,
+            registry=r,
+        )
+        self.answered = Counter(
+            "matrix_sources_questions_answered",
+            "Searches answered with at least one hit",
+            room,
+            registry=r,
+        )
+        self.nothing_matched = Counter(
+            "matrix_sources_questions_nothing_matched",
+            'Searches answered "nothing matches"',
+            room,
+            registry=r,
+        )
+        self.votes = Counter(
+            "matrix_sources_votes",
+            "Votes on the bot's answers: up, down, solved (the asker's ✅)",
+            ["vote", *room],
+            registry=r,
+        )
         self.events = Counter(
             "matrix_sources_events_received",
             "Events pushed by the homeserver",
@@ -246,6 +275,17 @@ class ServiceMetrics:
         self.sources = sources
         self.registry.register(_IndexCollector(sources))
         self._drain: Callable[[], list[int]] = lambda: _drain(sources.pipeline.stats.batch_sizes)
+
+    def count_question(self, room_id: str, hits: int) -> None:
+        """A search answered in an indexed room (the bot, once it is recorded)."""
+        labels = [room_id] if self.per_room else []
+        for counter in (self.asked, self.answered if hits else self.nothing_matched):
+            (counter.labels(*labels) if labels else counter).inc()
+
+    def count_votes(self, votes: list) -> None:
+        """Votes counted (eventlog/feedback.py's Reaction: room_id, vote)."""
+        for v in votes:
+            self.votes.labels(v.vote.value, *([v.room_id] if self.per_room else [])).inc()
 
     def count_events(self, events: list, refused: dict[str, int]) -> None:
         for ev in events:

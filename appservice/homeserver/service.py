@@ -31,7 +31,7 @@ from indexer.components import Index
 from indexer.config import Config
 from indexer.datadir import admin_token, service_registration
 from indexer.ingest.admit import AdmitResult
-from indexer.ingest.events import MessageEvent
+from indexer.ingest.events import MessageEvent, ReactionEvent
 from indexer.models.embedder import Embedder
 from indexer.pipeline.worker import PipelineWorker
 from indexer.store.lock import WriterLock
@@ -98,8 +98,11 @@ class BotPort(Protocol):
 
     def on_commands(self, commands: Sequence[MessageEvent]) -> None: ...
     def on_invites(self, room_ids: Sequence[str]) -> None: ...
+    async def prepare(self) -> str: ...
     def resume(self) -> None: ...
     def on_withdrawn(self, event_ids: Iterable[str]) -> None: ...
+    def on_reactions(self, reactions: Sequence[ReactionEvent]) -> None: ...
+    def on_redacted(self, event_ids: Sequence[str]) -> None: ...
     async def stop(self) -> None: ...
 
 
@@ -168,7 +171,7 @@ class Service:
         )
         self.transactions = self.az.transaction_handler
         self.answers = self.index.answers
-        self.metrics = ServiceMetrics()
+        self.metrics = ServiceMetrics(per_room=cfg.metrics.per_room)
         self.bot: BotPort | None = None  # attach(): the composing front wires it in
         # Forget, retention and erasure: applied here, the answers quoting them edited.
         self.withdrawals = Withdrawals(cfg, self.ingest, self.worker, self._withdrawn, clock)
@@ -227,6 +230,10 @@ class Service:
         log.info("fd_limit", extra={"soft": soft, "hard": hard})
         await self.az.start(host=self.cfg.appservice.host, port=self.cfg.appservice.port)
         await self._wait_for_homeserver()
+        if self.bot is not None:
+            refusal = await self.bot.prepare()  # a digest room it must not post into
+            if refusal:
+                raise StartupError(refusal)
         try:
             await self.az.intent.set_displayname(self.cfg.appservice.bot_displayname)
         except MatrixError:
@@ -376,6 +383,8 @@ class Service:
             self.bot.on_commands(routed.commands)
             self.bot.on_invites(routed.invites)  # a DM or private room: nothing stored
             self.bot.on_withdrawn(result.history.redacted)
+            self.bot.on_reactions(routed.reactions)  # votes on its answers (feedback)
+            self.bot.on_redacted(routed.redacted)
 
     def _withdrawn(self, event_ids) -> None:
         """Messages withdrawn outside a transaction (withdrawals.py): the bot edits the

@@ -26,7 +26,8 @@ new events and must be processed, or those messages would be silently dropped.
           the bot, the rest to ingest; commands kept in the event log until answered
           (indexer/store/commands.py), so a crash loses none, and handed to the bot
           at once, before the transaction waits for the one ahead of it; one seen
-          before is not routed again
+          before is not routed again; reactions go to the bot only (votes on its
+          answers, once the transaction is stored), redactions to both
       the backlog at index.max_pending (backlog.py) and the transaction adds to it
           (a message, edit or redaction not the bot's) -> 503 M_LIMIT_EXCEEDED: Synapse
           keeps the events and retries; the commands are taken all the same
@@ -50,7 +51,14 @@ from aiohttp import web
 
 from indexer.clock import REAL, Clock
 from indexer.ingest.admit import AdmitResult, Ingest
-from indexer.ingest.events import EditEvent, MessageEvent, RedactionEvent, StateEvent, parse_event
+from indexer.ingest.events import (
+    EditEvent,
+    MessageEvent,
+    ReactionEvent,
+    RedactionEvent,
+    StateEvent,
+    parse_event,
+)
 from indexer.ingest.gate import STATE_UNAVAILABLE
 from indexer.records import EventID, Refusal, RoomID
 from indexer.store.commands import CommandLog
@@ -72,11 +80,14 @@ log = logging.getLogger(f"matrix_sources.{__name__}")
 
 @dataclass(frozen=True, slots=True)
 class Routed:
-    """What of a transaction is for the bot, parsed: its commands, and the rooms the
-    bot was invited to."""
+    """What of a transaction is for the bot, parsed: its commands, the rooms the bot was
+    invited to, the reactions (votes on its answers, maybe) and what was redacted (a
+    vote or a question withdrawn)."""
 
     commands: tuple[MessageEvent, ...] = ()
     invites: tuple[str, ...] = ()
+    reactions: tuple[ReactionEvent, ...] = ()
+    redacted: tuple[EventID, ...] = ()
 
 
 OnAdmitted = Callable[[list[dict], AdmitResult, Routed], None]
@@ -108,11 +119,19 @@ def route(events: list, bot_user: str) -> tuple[list[tuple[object, object]], Rou
     rest: list[tuple[object, object]] = []
     commands: list[MessageEvent] = []
     invites: list[str] = []
+    reactions: list[ReactionEvent] = []
+    redacted: list[EventID] = []
     for raw in events:
         ev = parse_event(raw)
         if isinstance(ev, MessageEvent) and ev.is_command:
             commands.append(ev)  # answered wherever it comes from, never stored
             continue
+        if isinstance(ev, ReactionEvent):
+            if ev.sender != bot_user:
+                reactions.append(ev)  # never stored as an event: a vote, or nothing
+            continue
+        if isinstance(ev, RedactionEvent):
+            redacted.append(ev.target)  # and to ingest: the message's own redaction
         if (
             isinstance(ev, StateEvent)
             and ev.type == "m.room.member"
@@ -121,7 +140,7 @@ def route(events: list, bot_user: str) -> tuple[list[tuple[object, object]], Rou
         ):
             invites.append(ev.room_id)  # a state event too: ingest still folds it
         rest.append((raw, ev))
-    return rest, Routed(tuple(commands), tuple(invites))
+    return rest, Routed(tuple(commands), tuple(invites), tuple(reactions), tuple(redacted))
 
 
 def adds_work(rest: list[tuple[object, object]], bot_user: str) -> bool:

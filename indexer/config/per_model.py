@@ -32,3 +32,16 @@ MODEL_SCRIPT_MARGINS: dict[str, dict[str, float]] = {
 }
 for _same in ("intfloat/multilingual-e5-small", "multilingual-e5-small+all-MiniLM-L6-v2"):
     MODEL_SCRIPT_MARGINS[_same] = MODEL_SCRIPT_MARGINS["multilingual-e5-small"]
+# Two questions at least this close are one entry of the moderators' report ("nothing
+# matches", grouped by meaning: indexer/moderation/report.py), per model. Measured on 8
+# paraphrase pairs and 8 near misses (the same opening, another subject; tests/indexer/
+# moderation/test_report.py): the lowest paraphrase and the highest near miss were
+# 0.64 and 0.58 for all-MiniLM-L6-v2, 0.90 and 0.92 for e5, 0.73 and 0.78 for the pair.
+# Where they overlap the cut keeps the near misses apart: a paraphrase listed twice
+# misleads a moderator less than two questions counted as one.
+MODEL_SAME_QUESTION = {
+    "all-MiniLM-L6-v2": 0.62,
+    "multilingual-e5-small": 0.93,
+    "multilingual-e5-small+all-MiniLM-L6-v2": 0.8,
+}
+MODEL_SAME_QUESTION["intfloat/multilingual-e5-small"] = MODEL_SAME_QUESTION["multilingual-e5-small"]

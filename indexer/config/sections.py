@@ -25,6 +25,7 @@ from .database import Database, DatabaseUrl, parse_database
 from .errors import Refused
 from .per_model import MODEL_FLOORS, MODEL_SCRIPT_MARGINS, ONE_BACKEND, EmbedderBackend
 from .values import (
+    Duration,
     Fraction,
     HomeserverUrl,
     Int,
@@ -35,10 +36,12 @@ from .values import (
     PositiveInt,
     Regex,
     RelativePath,
+    RoomRef,
     Script,
     ServerName,
     Str,
     UserId,
+    duration_seconds,
     empty_is_unset,
 )
 
@@ -241,6 +244,29 @@ class StoreSettings(_Section):
     database: DatabaseUrl = "sqlite:eventlog.sqlite3"
 
 
+class ModerationSettings(_Section):
+    """What the moderators see (docs/deployment.md, "Moderation"): `matrix-sources report`,
+    `!sources report` and the digest (appservice/bot/digest.py)."""
+
+    # A room the bot is in, never an allowlisted one (refused at start): the report for
+    # every room is posted there each digest_interval. Unset: no digest.
+    digest_room: RoomRef | None = None
+    digest_interval: Duration = "weekly"
+    # Days a question that got "nothing matches" keeps its text, and every question
+    # and vote its row, for the report.
+    keep_days: PositiveInt = 30
+
+    @property
+    def digest_seconds(self) -> float:
+        return duration_seconds(self.digest_interval)
+
+
+class MetricsSettings(_Section):
+    # The questions and votes at /metrics labelled by room (room ids then reach the
+    # monitoring); unset: totals only.
+    per_room: bool = False
+
+
 class LoggingSettings(_Section):
     level: Annotated[
         Literal["DEBUG", "INFO", "WARNING", "ERROR"],
@@ -285,6 +311,8 @@ class Config(_Section):
     logging: LoggingSettings = LoggingSettings()
     derived: DerivedConfig = DerivedConfig()
     store: StoreSettings = StoreSettings()
+    moderation: ModerationSettings = ModerationSettings()
+    metrics: MetricsSettings = MetricsSettings()
     _file: Path = PrivateAttr(Path("config.yaml"))
     _bridges: tuple[Path, ...] = PrivateAttr(())
     _bridge_patterns: tuple[str, ...] = PrivateAttr(())

@@ -63,6 +63,36 @@ def _script(value: str) -> str:
     return value
 
 
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([mhdw])")
+_UNIT_SECONDS = {"m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_NAMED_DURATIONS = {"hourly": 3600, "daily": 86400, "weekly": 7 * 86400}
+
+
+def duration_seconds(value: str) -> float:
+    """`weekly`, `daily`, `hourly`, or a number and a unit: `30m`, `12h`, `7d`, `2w`."""
+    if value in _NAMED_DURATIONS:
+        return float(_NAMED_DURATIONS[value])
+    m = _DURATION.fullmatch(value.strip())
+    if m is None:
+        raise ValueError(
+            f"{value!r} is not a duration: write weekly, daily, hourly, or a "
+            "number and m, h, d or w (30m, 12h, 7d, 2w)"
+        )
+    return float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
+
+
+def _duration(value: str) -> str:
+    if duration_seconds(value) < 60:
+        raise ValueError(f"{value!r} is under a minute")
+    return value
+
+
+def _room_ref(value: str) -> str:
+    if not re.fullmatch(r"![^\s]+|#[^\s:]+:[^\s]+", value):
+        raise ValueError(f"{value!r} is not a room id (!...) or a room alias (#name:server)")
+    return value
+
+
 def empty_is_unset(cls: type, data: Any) -> Any:
     """`key:` with no value (or a section whose keys are all commented out) reads as an
     unset key: its default. Each section runs it first."""
@@ -86,3 +116,5 @@ UserId = Annotated[Str, AfterValidator(_user_id)]
 HomeserverUrl = Annotated[Str, AfterValidator(_http_url), AfterValidator(_not_placeholder)]
 ServerName = Annotated[Str, AfterValidator(_not_placeholder)]
 Script = Annotated[Str, AfterValidator(_script)]
+Duration = Annotated[Str, AfterValidator(_duration)]
+RoomRef = Annotated[Str, AfterValidator(_room_ref)]

@@ -31,6 +31,7 @@ from .events import (
     EncryptedEvent,
     MessageEvent,
     ParsedEvent,
+    ReactionEvent,
     RedactionEvent,
     Skipped,
     StateEvent,
@@ -149,7 +150,8 @@ class Ingest:
         """Purge every room with stored text that the allowlist no longer lists (after a
         reload, and at start for edits made while the service was down)."""
         reports = []
-        for room_id in sorted(self.eventlog.rooms_with_text()):
+        held = set(self.eventlog.rooms_with_text()) | set(self.eventlog.feedback.rooms(0))
+        for room_id in sorted(held):
             if room_id in self.gate.allowlist:
                 continue
             refusal = Refusal(rules.NOT_ALLOWLISTED, room_id, whole_room=True)
@@ -203,6 +205,9 @@ class Ingest:
                         event_id=ev.event_id,
                         source=source,
                     )
+                continue
+            if isinstance(ev, ReactionEvent):
+                result.skipped["reaction"] += 1  # a vote is the bot's (reactions.py)
                 continue
             if isinstance(ev, EncryptedEvent):
                 self._refuse(result, Refusal(rules.ENCRYPTED_EVENT, room_id, ev.event_id), source)
@@ -331,7 +336,10 @@ class Ingest:
         cutoff[refusal.room_id] = (n_passed, refusal)
 
     def _purge_if_stored(self, refusal: Refusal, source: str) -> PurgeReport | None:
-        if not self.eventlog.has_text(refusal.room_id):
+        if not (
+            self.eventlog.has_text(refusal.room_id)
+            or refusal.room_id in self.eventlog.feedback.rooms(0)
+        ):  # questions asked
             return None
         assert self.purger is not None  # set by __post_init__
         return self.purger.purge(refusal, source)

@@ -90,6 +90,18 @@ class RedactionEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class ReactionEvent:
+    """An `m.reaction` (`m.annotation`): `key` on `target`. Never stored as an event; a
+    vote on one of the bot's answers is counted (reactions.py, eventlog/feedback.py)."""
+
+    room_id: RoomID
+    event_id: EventID
+    sender: UserID
+    target: EventID
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
 class EncryptedEvent:
     room_id: RoomID
     event_id: EventID
@@ -102,7 +114,15 @@ class Skipped:
     event_id: EventID | None = None
 
 
-ParsedEvent = StateEvent | MessageEvent | EditEvent | RedactionEvent | EncryptedEvent | Skipped
+ParsedEvent = (
+    StateEvent
+    | MessageEvent
+    | EditEvent
+    | RedactionEvent
+    | ReactionEvent
+    | EncryptedEvent
+    | Skipped
+)
 
 
 def is_utf8(s: str) -> bool:
@@ -171,6 +191,8 @@ def parse_event(raw: Any) -> ParsedEvent:
         if target is None or ts is None:
             return Skipped("bad_redaction", rid, eid)
         return RedactionEvent(rid, eid, UserID(sender), EventID(target), ts)
+    if etype == "m.reaction":
+        return _reaction(rid, eid, UserID(sender), content)
     if etype != "m.room.message":
         return Skipped("unhandled_type", rid, eid)
     body = content.get("body")
@@ -274,3 +296,20 @@ def _edit(
     if not body:
         return Skipped("empty_body", rid, eid)
     return EditEvent(rid, eid, sender, EventID(target), body, ts)
+
+
+MAX_REACTION_KEY_BYTES = 64  # an emoji sequence is a few dozen bytes at most
+
+
+def _reaction(rid: RoomID, eid: EventID, sender: UserID, content: dict) -> ReactionEvent | Skipped:
+    relates = content.get("m.relates_to")
+    relates = relates if isinstance(relates, dict) else {}
+    target, key = _id(relates, "event_id"), _str(relates, "key")
+    if (
+        relates.get("rel_type") != "m.annotation"
+        or target is None
+        or key is None
+        or len(key.encode("utf-8")) > MAX_REACTION_KEY_BYTES
+    ):
+        return Skipped("bad_reaction", rid, eid)
+    return ReactionEvent(rid, eid, sender, EventID(target), key)

@@ -25,6 +25,7 @@ from typing import Any
 
 from ...records import EventID, EventStatus, RoomID, UserID, WindowID
 from .db import Database
+from .feedback import expire_room_in, forget_user_in
 from .rows import DirtyWindow, Withdrawn
 from .sqldialect import Cursor
 
@@ -80,12 +81,14 @@ class HistoryTables:
     def forget_sender(self, user_id: UserID, now_ms: int, source: str) -> Withdrawn:
         """Drop the text of every stored message of `user_id` as a redaction does
         (status `redacted`, their windows marked dirty to be re-chunked and compacted away),
-        drop their edits' text, and record them forgotten; then empty the WAL. Returns
+        drop their edits' text and their feedback (questions, votes), and record them
+        forgotten; then empty the WAL. Returns
         (the event ids whose text went, how many windows were marked)."""
         with self.db.locked():  # the WAL emptied before anything else writes
             with self.db.transaction() as cur:
                 rows, windows = self._withdraw(cur, "sender = ?", (user_id,))
                 cur.execute("UPDATE edits SET body = NULL WHERE sender = ?", (user_id,))
+                forget_user_in(cur, user_id)  # their questions and votes (feedback.py)
                 cur.execute(
                     "INSERT INTO forgotten_users (user_id, forgotten_at, readmit_from,"
                     " source) VALUES (?, ?, NULL, ?) ON CONFLICT(user_id) DO UPDATE"
@@ -98,15 +101,17 @@ class HistoryTables:
 
     def expire_before(self, room_id: RoomID, cutoff_ts: int) -> Withdrawn:
         """Room retention (ingest/retention.py): drop the text of the room's messages
-        sent before `cutoff_ts` (ms) as a redaction does, and their edits' text; then
-        empty the WAL. Returns (the event ids whose text went, windows marked)."""
+        sent before `cutoff_ts` (ms) as a redaction does, their edits' text and the
+        questions asked there before then (feedback.py); then empty the WAL. Returns
+        (the event ids whose text went, windows marked)."""
         with self.db.locked():  # the WAL emptied before anything else writes
             with self.db.transaction() as cur:
                 rows, windows = self._withdraw(cur, "room_id = ? AND ts < ?", (room_id, cutoff_ts))
                 cur.executemany(
                     "UPDATE edits SET body = NULL WHERE target = ?", [(r[0],) for r in rows]
                 )
-            if rows:
+                questions = expire_room_in(cur, room_id, cutoff_ts)
+            if rows or questions:
                 self.db.truncate_wal()
         return Withdrawn([EventID(r[0]) for r in rows], windows)
 

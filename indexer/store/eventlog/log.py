@@ -22,6 +22,7 @@ from ...records import EventID, EventStatus, Message, RoomID, UserID, WindowID
 from .claims import ClaimTables
 from .db import Database
 from .derived import DerivedColumns
+from .feedback import FeedbackTables, forget_room_in
 from .history import Applied, Edit, HistoryTables, Redaction
 from .rows import BlockStart, EventState, Quarantined, RoomFigures, WindowMove
 from .sqldialect import Cursor as SqlCursor
@@ -92,7 +93,7 @@ class EventLog:
     parts on one `Database`: `history` (edits, redactions, dirty windows), `texts`
     (what the store and search read), `timeline` (linkage's reads), `derived` (the
     derived-message columns), `claims` (embedding workers' claims on rooms), `status`
-    (the backlog, and what is indexed where)."""
+    (the backlog, and what is indexed where), `feedback` (the moderators' report)."""
 
     def __init__(
         self, where: Location | Path | str, read_only: bool = False, clock: Clock = REAL
@@ -110,6 +111,7 @@ class EventLog:
         self.derived = DerivedColumns(self.db)
         self.claims = ClaimTables(self.db)
         self.status = StatusReads(self.db)
+        self.feedback = FeedbackTables(self.db)
 
     def close(self) -> None:
         self.db.close()
@@ -458,6 +460,7 @@ class EventLog:
                 # Edits hold message text too; dirty windows are gone with the room.
                 cur.execute("DELETE FROM edits WHERE room_id = ?", (room_id,))
                 cur.execute("DELETE FROM dirty_windows WHERE room_id = ?", (room_id,))
+                forget_room_in(cur, room_id)  # its unanswered questions' text too
             self.truncate_wal()
         return purged
 

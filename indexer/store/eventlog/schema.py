@@ -241,6 +241,39 @@ MIGRATIONS: tuple[Migration, ...] = (
             ),
         ),
     ),
+    # The moderation report's (eventlog/feedback.py): each row goes after moderation.keep_days
+    # days, with a redaction, `forget`, an erasure or the room's purge.
+    Migration(
+        13,
+        "feedback: the bot's answers to searches and the votes on them",
+        _steps(
+            _sql(
+                """CREATE TABLE IF NOT EXISTS feedback_questions (
+            command_event_id TEXT PRIMARY KEY,
+            room_id        TEXT NOT NULL,
+            asker          TEXT NOT NULL,     -- whose ✅ marks it solved; forget finds it
+            asked_at       INTEGER NOT NULL,  -- ms, the service's clock
+            reply_event_id TEXT NOT NULL UNIQUE,  -- the bot's answer: what votes point at
+            hits           INTEGER NOT NULL,  -- 0: "nothing matches"
+            text           TEXT               -- the question, kept only when nothing matched
+        )""",
+                "CREATE INDEX IF NOT EXISTS feedback_questions_room"
+                " ON feedback_questions (room_id, asked_at)",
+                "CREATE INDEX IF NOT EXISTS feedback_questions_asker ON feedback_questions (asker)",
+                """CREATE TABLE IF NOT EXISTS feedback_votes (
+            reaction_event_id TEXT PRIMARY KEY,
+            reply_event_id TEXT NOT NULL,
+            room_id        TEXT NOT NULL,
+            sender         TEXT NOT NULL,
+            vote           TEXT NOT NULL,     -- up, down, solved
+            voted_at       INTEGER NOT NULL   -- ms, the service's clock
+        )""",
+                "CREATE INDEX IF NOT EXISTS feedback_votes_room ON feedback_votes (room_id, voted_at)",
+                "CREATE INDEX IF NOT EXISTS feedback_votes_sender ON feedback_votes (sender)",
+            ),
+            _postgresql("ALTER TABLE feedback_questions ALTER COLUMN text SET STATISTICS 0"),
+        ),
+    ),
 )
 
 LATEST = MIGRATIONS[-1].version
