@@ -9,6 +9,7 @@ the store opens and holds every window the event log says is indexed; the model 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path

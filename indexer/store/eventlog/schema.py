@@ -268,7 +268,8 @@ MIGRATIONS: tuple[Migration, ...] = (
             vote           TEXT NOT NULL,     -- up, down, solved
             voted_at       INTEGER NOT NULL   -- ms, the service's clock
         )""",
-                "CREATE INDEX IF NOT EXISTS feedback_votes_room ON feedback_votes (room_id, voted_at)",
+                "CREATE INDEX IF NOT EXISTS feedback_votes_room "
+                "ON feedback_votes (room_id, voted_at)",
                 "CREATE INDEX IF NOT EXISTS feedback_votes_sender ON feedback_votes (sender)",
             ),
             _postgresql("ALTER TABLE feedback_questions ALTER COLUMN text SET STATISTICS 0"),

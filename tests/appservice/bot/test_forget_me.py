@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 from appservice.bot.bot import Bot
 from appservice.bot.commands import ForgetMeCommand, parse_command
+from indexer.config.sections import ModerationSettings
 from indexer.ingest import gate as rules
 from indexer.ingest.events import MessageEvent
 from indexer.records import EventID, Message, RoomID, UserID
@@ -39,6 +40,7 @@ async def test_forget_me_removes_the_senders_words_only(world):
         homeserver=SimpleNamespace(domain="example.org"),
         search=SimpleNamespace(default_top_k=5, rate_limit_per_minute=0, rrf_k=60, admins=()),
         index=SimpleNamespace(compaction_interval_seconds=60),
+        moderation=ModerationSettings(),
     )
     index = SimpleNamespace(
         searcher=None,

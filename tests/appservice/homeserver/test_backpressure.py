@@ -18,6 +18,7 @@ from appservice.homeserver.health import Health
 from appservice.homeserver.metrics import EventLogFigures, MetricSources, ServiceMetrics
 from appservice.homeserver.transactions import TransactionHandler
 from indexer.clock import Clock
+from indexer.config.sections import ModerationSettings
 from indexer.ingest.admit import Ingest
 from indexer.ingest.gate import Gate
 from indexer.ingest.roomfacts import RoomFacts
@@ -228,10 +229,16 @@ def bot_over(w: World, now: list[float]) -> tuple[Bot, Matrix, Searcher]:
         homeserver=SimpleNamespace(domain="example.org"),
         search=SimpleNamespace(default_top_k=5, rate_limit_per_minute=0, rrf_k=60, admins=()),
         index=SimpleNamespace(compaction_interval_seconds=60),
+        moderation=ModerationSettings(),
     )
     searcher, matrix = Searcher(), Matrix()
     index = SimpleNamespace(
-        searcher=searcher, record_answer=None, answers=None, manifest=None, commands=w.commands
+        searcher=searcher,
+        record_answer=None,
+        answers=None,
+        manifest=None,
+        commands=w.commands,
+        eventlog=SimpleNamespace(feedback=None),
     )
     return Bot(cfg, index, matrix, clock=Clock(wall=lambda: now[0])), matrix, searcher
 
