@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 import time
 
@@ -73,6 +74,33 @@ class _Stderr(logging.StreamHandler):
         pass
 
 
+class RefusedRequestFilter(logging.Filter):
+    """aiohttp logs a request it cannot parse with a traceback quoting the bytes it refused
+    (`Invalid header value char: b'Authorization: Bearer a\\x00b'`): a token, a URL's
+    words. On `aiohttp.server`, such a record becomes one line, `http_request_refused`,
+    with the status and the parser's reason (a fixed phrase), never the bytes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from aiohttp.http_exceptions import HttpProcessingError
+
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, HttpProcessingError):
+            # The reason is what precedes the quoted bytes, kept only when it is words.
+            reason = str(exc.message).partition(":")[0].strip()
+            record.msg, record.args = "http_request_refused", ()
+            record.exc_info, record.exc_text, record.stack_info = None, None, None
+            if record.levelno > logging.WARNING:  # a client's mistake, not our error
+                record.levelno, record.levelname = logging.WARNING, "WARNING"
+            record.status = exc.code
+            record.reason = (
+                reason if re.fullmatch(r"[A-Za-z ]{1,80}", reason) else type(exc).__name__
+            )
+        return True
+
+
+_REFUSED_REQUESTS = RefusedRequestFilter()
+
+
 def setup_logging(level: str = "INFO", as_json: bool = False) -> None:
     """Set up once per process, idempotent: our one handler on the root logger is added
     if missing and reconfigured otherwise; handlers others installed (pytest's capture,
@@ -87,6 +115,7 @@ def setup_logging(level: str = "INFO", as_json: bool = False) -> None:
     handler.setFormatter(KeyValueFormatter(as_json))
     root.setLevel(level)
     logging.getLogger(ROOT).setLevel(level)  # every logger of the project is under it
+    logging.getLogger("aiohttp.server").addFilter(_REFUSED_REQUESTS)  # once: the same filter
     # mautrix logs whole requests and events at DEBUG; they may hold message text.
     for noisy in (
         "mau",

@@ -333,7 +333,7 @@ class Bot:
         report = await asyncio.to_thread(forgetting.forget_user, user, "command")
         self.index_changed()
         self.on_withdrawn(report.event_ids)
-        n = report.messages
+        n = report.total  # the whole forget: a run a crash cut off counts too
         return render_notice(
             f"Done: {n} message{'' if n == 1 else 's'} of yours removed from the index "
             f"(their text now, what was computed from them within "

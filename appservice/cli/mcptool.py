@@ -8,23 +8,35 @@ as `!sources` reads, and, structured, every hit's citations: room, time range, s
 event ids and matrix.to links, each quoted line with its own.
 
 Standard output is the protocol's: everything said to a person goes to standard error.
+The transport is mcpstdio.py's, which answers every line a client sends; the tool refuses
+an argument it does not know by name, as the search API refuses a field.
 """
 
 from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
+from mcp.server.mcpserver import Context, MCPServer
 from pydantic import Field
 
 from indexer.config import Config
 from indexer.records import CORPUS_REFERENCE, Hit
-from indexer.search.query import MAX_TEXT_BYTES, MAX_TEXTS, MAX_TOP_K, QueryError, SourceQuery
+from indexer.search.query import (
+    MAX_TEXT_BYTES,
+    MAX_TEXTS,
+    MAX_TOP_K,
+    QueryError,
+    SourceQuery,
+    check_fields,
+)
 
 from ..bot.replies import permalink, reference_lines, shown_lines, via_servers
 from .apiclient import ServiceError, describe
+from .mcpstdio import stdio_streams
 from .search import Searching, render
 
 TOOL = "search"
@@ -83,16 +95,19 @@ def answer(
     top_k: int | None,
     room: str | None,
     corpus: str | None,
+    given: Iterable[object] = (),
 ):
     """The tool's result: the reply's text, and the hits' citations as structured
-    content; a query to fix or a refusal of the service as an error result the agent
-    reads."""
+    content; a query to fix (`given`: the names of the arguments as sent, an unknown one
+    refused by name as the search API refuses it) or a refusal of the service as an
+    error result the agent reads."""
     from mcp.types import CallToolResult, TextContent
 
     def failed(message: str) -> CallToolResult:
         return CallToolResult(content=[TextContent(text=f"error: {message}")], is_error=True)
 
     try:
+        check_fields(given)
         query = SourceQuery.build(
             texts, cfg.search.default_top_k if top_k is None else top_k, room, corpus
         )
@@ -110,10 +125,25 @@ def answer(
     )
 
 
-def build_server(cfg: Config, searching: Searching):
-    from mcp.server.mcpserver import MCPServer
+class _Server(MCPServer):
+    async def run_stdio_async(self) -> None:
+        """On our stdio transport (mcpstdio.py), which answers every line."""
+        async with stdio_streams() as (read_stream, write_stream):
+            await self._lowlevel_server.run(
+                read_stream, write_stream, self._lowlevel_server.create_initialization_options()
+            )
 
-    server = MCPServer(name="matrix-sources", instructions=DESCRIPTION, log_level="WARNING")
+
+def arguments_given(ctx: Context) -> tuple[object, ...]:
+    """The names of the tool's arguments as the client sent them (the SDK's validation
+    drops one it does not know)."""
+    params = ctx.request_context.params or {}
+    arguments = params.get("arguments") if isinstance(params, Mapping) else None
+    return tuple(arguments) if isinstance(arguments, Mapping) else ()
+
+
+def build_server(cfg: Config, searching: Searching):
+    server = _Server(name="matrix-sources", instructions=DESCRIPTION, log_level="WARNING")
     one_at_a_time = asyncio.Lock()  # Searching opens the data dir once, lazily
 
     @server.tool(name=TOOL, description=DESCRIPTION)
@@ -136,9 +166,13 @@ def build_server(cfg: Config, searching: Searching):
             Literal["chat", "reference"] | None,
             Field(description="only chat, or only the reference documentation"),
         ] = None,
+        ctx: Context | None = None,
     ):
+        given = arguments_given(ctx) if ctx is not None else ()
         async with one_at_a_time:  # off the loop: a search from the data dir is blocking
-            return await asyncio.to_thread(answer, cfg, searching, texts, top_k, room, corpus)
+            return await asyncio.to_thread(
+                answer, cfg, searching, texts, top_k, room, corpus, given
+            )
 
     return server
 

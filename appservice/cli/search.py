@@ -192,6 +192,10 @@ def query_texts(args) -> list[str]:
     if args.words:
         texts.insert(0, " ".join(args.words))
     if not texts and not sys.stdin.isatty():
+        if hasattr(sys.stdin, "reconfigure"):
+            # A byte that is not UTF-8 becomes a lone surrogate, refused naming its text
+            # as one on the command line is, not a traceback.
+            sys.stdin.reconfigure(errors="surrogateescape")
         texts = [line.strip() for line in sys.stdin if line.strip()]
     return texts
 
@@ -203,7 +207,8 @@ def _batch(cfg: Config, path: Path, top: int) -> int:
     searching = Searching(cfg, postings=True)
     errors = 0
     try:
-        with open(path, encoding="utf-8") as f:
+        # A byte that is not UTF-8 fails its own line (as a lone surrogate), not the batch.
+        with open(path, encoding="utf-8", errors="surrogateescape") as f:
             for n, line in enumerate(f, start=1):
                 if not line.strip():
                     continue

@@ -102,8 +102,9 @@ class Rooms:
         )
 
     async def join_invited(self, room_id: str) -> None:
-        """Join where invited; an allowlisted room (the bot invited back after it was
-        sent away, say) is then read from where its index stands."""
+        """Join where invited; an allowlisted room is then read from where its index
+        stands: from its start for one the bot was invited back to after being sent
+        away (the invite dropped what the purge left: sentaway.py)."""
         await self.az.intent.join_room_by_id(MxRoomID(room_id))
         if room_id in self.gate.allowlist:
             await self.learn_or_retry(room_id)

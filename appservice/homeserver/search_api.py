@@ -19,7 +19,6 @@ API calls never takes the threads that transactions are stored with.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 import math
 from collections.abc import Callable
@@ -33,6 +32,7 @@ from indexer.datadir import Registration, api_token, check_api_token
 from indexer.records import Hit
 from indexer.search.query import MAX_TEXT_BYTES, MAX_TEXTS, QueryError, SourceQuery
 
+from .httpauth import same_token
 from .httpbody import BodyError, bearer, error, parse_json, read_body
 from .ratelimit import TokenBucket
 
@@ -116,7 +116,7 @@ class SearchAPI:
                 "TOKEN (the file api.token_file of the service's config)",
             )
         # Only the API's token: compare_digest against it alone, never the appservice's.
-        if not hmac.compare_digest(given.encode(), self._token):
+        if not same_token(given, self._token):
             return error(403, "M_UNKNOWN_TOKEN", "not the API token (api.token_file)")
         waiting_for = self.ready()
         if waiting_for is not None:

@@ -4,7 +4,8 @@ Start-up: registration checked -> event log, store, model -> HTTP up -> homeserv
 accepts as_token (whoami) -> join every allowlisted room, learn its state (rooms.py;
 the collection checked against the event log meanwhile) -> pipeline catches up on what
 a previous run left pending -> the chores, once a poll: allowlist.yaml followed,
-`forget` requests and room retention (withdrawals.py), the workers' compactions.
+`forget` requests and room retention (withdrawals.py), the workers' compactions; with
+an admin token, Synapse's erasures looked for at start and at an interval (erasure.py).
 
 Commands are answered in a bounded pool of their own (commandpool.py). Every SQLite and
 Chroma call runs off the event loop.
@@ -34,6 +35,7 @@ from indexer.ingest.admit import AdmitResult
 from indexer.ingest.events import MessageEvent, ReactionEvent
 from indexer.models.embedder import Embedder
 from indexer.pipeline.worker import PipelineWorker
+from indexer.records import UserID
 from indexer.store.lock import WriterLock
 
 from .backlog import BacklogBound
@@ -177,7 +179,11 @@ class Service:
         self.withdrawals = Withdrawals(cfg, self.ingest, self.worker, self._withdrawn, clock)
         self.erasures = (
             ErasureWatch(
-                cfg.homeserver.url, admin_token(cfg), self.withdrawals.forget_erased, clock
+                cfg.homeserver.url,
+                admin_token(cfg),
+                self.withdrawals.forget_erased,
+                self._forgotten_now,
+                clock=clock,
             )
             if cfg.homeserver.admin_token_file
             else None
@@ -265,6 +271,8 @@ class Service:
             self.worker.start()
         self.backlog.start()
         self._spawn(self._chores(), "chores")
+        if self.erasures is not None:  # erasures made while the service was down, then more
+            self._spawn(self.erasures.watch(), "erasure-watch")
         self.az.ready = True
         if self.bot is not None:
             self.bot.resume()  # the commands a crash left unanswered
@@ -385,6 +393,9 @@ class Service:
             self.bot.on_withdrawn(result.history.redacted)
             self.bot.on_reactions(routed.reactions)  # votes on its answers (feedback)
             self.bot.on_redacted(routed.redacted)
+
+    def _forgotten_now(self, user: str) -> bool:
+        return UserID(user) in self.ingest.forgotten and self.ingest.forgotten[UserID(user)] is None
 
     def _withdrawn(self, event_ids) -> None:
         """Messages withdrawn outside a transaction (withdrawals.py): the bot edits the

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import hmac
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -64,6 +63,7 @@ from indexer.records import EventID, Refusal, RoomID
 from indexer.store.commands import CommandLog
 
 from .backlog import BacklogBound
+from .httpauth import same_token
 from .httpbody import (
     MAX_PING_BYTES,
     MAX_TRANSACTION_BYTES,
@@ -192,7 +192,7 @@ class TransactionHandler:
         token = bearer(request, query=True)
         if token is None:
             return error(401, "M_UNAUTHORIZED", "missing hs_token")
-        if not hmac.compare_digest(token.encode(), self._hs_token):
+        if not same_token(token, self._hs_token):
             return error(403, "M_FORBIDDEN", "wrong hs_token")
         return None
 

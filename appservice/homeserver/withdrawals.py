@@ -37,11 +37,15 @@ class Withdrawals:
         self._retention_last = float("-inf")
 
     async def serve_spool(self) -> None:
-        """`matrix-sources forget` while the service runs: each request applied here."""
+        """`matrix-sources forget` while the service runs: each request applied here,
+        the answers no one will read swept."""
         forgetting = Forgetting(self.ingest, self._clock)
         try:
             answers = await asyncio.to_thread(
-                serve, self.cfg.data_dir, lambda req: apply_request(forgetting, req)
+                serve,
+                self.cfg.data_dir,
+                lambda req: apply_request(forgetting, req),
+                self._clock.wall,
             )
         except OSError:
             log.warning("spool_unreadable", exc_info=True)

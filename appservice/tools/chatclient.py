@@ -92,6 +92,9 @@ class ChatClient:
     async def join(self, room_id: str) -> None:
         _ok(await self._client.join(room_id), f"join {room_id}")
 
+    async def leave(self, room_id: str) -> None:
+        _ok(await self._client.room_leave(room_id), f"leave {room_id}")
+
     async def send_state(
         self, room_id: str, event_type: str, content: dict, state_key: str = ""
     ) -> str:

@@ -10,7 +10,7 @@ back reduce to the same words whatever dressed them up on the way:
               list numbers, emphasis, headings, quotes              -> text
     bare URLs                                                      -> dropped
     invisible characters, combining marks, TR39 confusables         -> as read
-      (skeleton.py: zero-width, soft hyphen, bidi controls... dropped inside words,
+      (ingest/skeleton.py: zero-width, soft hyphen, bidi controls... dropped inside words,
        the way the model's tokenizer drops them; Cyrillic `а` -> `a`)
     Unicode NFKC, case folded, words = runs of letters and digits   -> "w1 w2 w3"
 
@@ -30,7 +30,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from ..ingest.replyfallback import strip_reply_fallback
-from .skeleton import drop_invisible, reader_text
+from ..ingest.skeleton import drop_invisible, reader_text
 
 _MX_REPLY = re.compile(r"<mx-reply>.*?</mx-reply>", re.IGNORECASE | re.DOTALL)
 _HTML_TAGS = (

@@ -20,15 +20,18 @@ People also address each other by display name, which the user id need not share
 admitted, against the room's members and their display names at that moment
 (`MemberIndex`, ingest/members.py), and the user found joins the message's mentions.
 A display name is read whole and by its first word, folded (`fold`) so that any
-script's letters count: "Jürgen", "王伟".
+script's letters count ("Jürgen", "王伟"), and as a reader sees it: invisible characters
+dropped and look-alikes read as what they look like (skeleton.py), so `Da\u200bni` and a
+Cyrillic `Dаni` are both "dani", and meet whoever else that fits (members.py decides).
 """
 
 from __future__ import annotations
 
 import re
-import unicodedata
 from collections.abc import Iterable
 from functools import lru_cache
+
+from .skeleton import reader_text
 
 MIN_NAME = 2  # a shorter name would match too much
 MIN_MENTION = 3  # a mention anywhere in the text needs a longer name than an address
@@ -48,9 +51,10 @@ def norm(name: str) -> str:
 
 
 def fold(name: str) -> str:
-    """A name compared across scripts: NFKC, case-folded, letters and digits only. The
-    same as `norm` for ASCII."""
-    return "".join(c for c in unicodedata.normalize("NFKC", name).casefold() if c.isalnum())
+    """A name compared across scripts and disguises: NFKC, invisibles and marks dropped,
+    confusables read as their prototype, case-folded (skeleton.reader_text), letters and
+    digits only. The same as `norm` for ASCII."""
+    return "".join(c for c in reader_text(name) if c.isalnum())
 
 
 def display_forms(display: str) -> frozenset[str]:

@@ -17,6 +17,7 @@ from typing import Protocol
 
 from ..clock import REAL, Clock
 from ..records import RoomID
+from ..store.eventlog.log import backfill_key
 from .admit import AdmitResult, Ingest
 
 log = logging.getLogger(f"matrix_sources.{__name__}")
@@ -49,10 +50,6 @@ def horizon(backfill_days: float | None, clock: Clock = REAL) -> int | None:
     return int((clock.wall() - backfill_days * 86400) * 1000) if backfill_days else None
 
 
-def _meta_key(room_id: str) -> str:
-    return f"backfill_token:{room_id}"
-
-
 async def backfill_room(
     room_id: RoomID,
     pager: Pager,
@@ -63,7 +60,7 @@ async def backfill_room(
     eventlog = ingest.eventlog
     result = BackfillResult(room_id, admitted=AdmitResult())
     # Every event log call in a worker thread: the service runs this on its event loop.
-    token = await asyncio.to_thread(eventlog.get_meta, _meta_key(room_id))
+    token = await asyncio.to_thread(eventlog.get_meta, backfill_key(room_id))
     if token is None:
         cursor = await asyncio.to_thread(eventlog.cursor, room_id)
         if cursor is not None:
@@ -95,7 +92,7 @@ async def backfill_room(
         if next_token is None or next_token == token:
             break  # the live edge
         token = next_token
-        await asyncio.to_thread(eventlog.set_meta, _meta_key(room_id), token)
+        await asyncio.to_thread(eventlog.set_meta, backfill_key(room_id), token)
         log.info(
             "backfill_page",
             extra={"room_id": room_id, "page": result.pages, "events": result.events},

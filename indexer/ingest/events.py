@@ -54,6 +54,7 @@ class StateEvent:
     type: str
     state_key: str
     content: dict
+    ts: int = 0  # origin_server_ts; 0 when unknown (read as "since ever")
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,9 +183,9 @@ def parse_event(raw: Any) -> ParsedEvent:
     if not isinstance(content, dict):
         return Skipped("content_not_object", rid, eid)
     state_key = raw.get("state_key")
-    if isinstance(state_key, str):
-        return StateEvent(rid, eid, UserID(sender), etype, state_key, content)
     ts = _ts(raw)
+    if isinstance(state_key, str):
+        return StateEvent(rid, eid, UserID(sender), etype, state_key, content, ts or 0)
     if etype == "m.room.redaction":
         # Room versions up to 10 put `redacts` at the top level, 11 and later in content.
         target = _id(raw, "redacts") or _id(content, "redacts")

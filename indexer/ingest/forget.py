@@ -34,9 +34,12 @@ log = logging.getLogger(f"matrix_sources.{__name__}")
 @dataclass(frozen=True, slots=True)
 class ForgetReport:
     user_id: UserID
-    messages: int  # events whose text was dropped
+    messages: int  # events whose text was dropped, by this run
     windows: int  # stored windows re-chunked without them
     event_ids: tuple[EventID, ...] = ()  # for the edits of answers that quoted them
+    # By the whole forget: with the runs before this one since the user was forgotten
+    # (one a crash cut off before it answered, whose command or request runs again).
+    total: int = 0
 
 
 @dataclass
@@ -46,9 +49,9 @@ class Forgetting:
 
     def forget_user(self, user_id: UserID, source: str = "cli") -> ForgetReport:
         now = self.clock.now_ms()
-        event_ids, windows = self.ingest.eventlog.history.forget_sender(user_id, now, source)
+        event_ids, windows, total = self.ingest.eventlog.history.forget_sender(user_id, now, source)
         self.ingest.forgotten[user_id] = None
-        report = ForgetReport(user_id, len(event_ids), windows, tuple(event_ids))
+        report = ForgetReport(user_id, len(event_ids), windows, tuple(event_ids), total)
         self.ingest.journal.write(
             "forget",
             rule=USER_FORGOTTEN,
@@ -56,6 +59,7 @@ class Forgetting:
             messages=report.messages,
             windows=windows,
             source=source,
+            total=total,
         )
         log.warning(
             "user_forgotten",
@@ -64,6 +68,7 @@ class Forgetting:
                 "messages": report.messages,
                 "windows": windows,
                 "source": source,
+                "total": total,
             },
         )
         return report
@@ -92,10 +97,11 @@ def apply_request(forgetting: Forgetting, request: dict, source: str = "cli") ->
         return {"op": op, "error": f"{user!r} is not a user id like @name:server"}
     if op == "forget":
         r = forgetting.forget_user(UserID(user), source)
+        # The whole forget's count: a request served again after a crash is the same one.
         return {
             "op": op,
             "user_id": user,
-            "messages": r.messages,
+            "messages": r.total,
             "windows": r.windows,
             "event_ids": list(r.event_ids),
         }

@@ -22,6 +22,10 @@ class RoomFacts:
     # Members' display names, to resolve the names people address each other by
     # (members.py). Replaced, never changed in place: the facts are a value.
     display_names: dict[UserID, str] = field(default_factory=dict)
+    # Each member's (joined, named): since when (ms; 0 when unknown) they have been in the
+    # room, and have had their current display name. A newcomer's name does not outrank
+    # a longer-standing member's, nor one set after the question it would take over.
+    since: dict[UserID, tuple[int, int]] = field(default_factory=dict)
     name: str | None = None
     canonical_alias: str | None = None
     # m.room.history_visibility: "shared" without the state event (the spec's default);
@@ -70,16 +74,26 @@ def apply_state(facts: RoomFacts, ev: StateEvent) -> RoomFacts:
         )
     if ev.type == "m.room.member":
         members, display = set(facts.members), dict(facts.display_names)
-        _fold_member(members, display, ev)
+        since = dict(facts.since)
+        _fold_member(members, display, since, ev)
         direct = facts.direct or c.get("is_direct") is True
-        return replace(facts, members=frozenset(members), display_names=display, direct=direct)
+        return replace(
+            facts, members=frozenset(members), display_names=display, since=since, direct=direct
+        )
     return facts
 
 
-def _fold_member(members: set[UserID], display: dict[UserID, str], ev: StateEvent) -> None:
+def _fold_member(
+    members: set[UserID],
+    display: dict[UserID, str],
+    since: dict[UserID, tuple[int, int]],
+    ev: StateEvent,
+) -> None:
     user = UserID(ev.state_key)
     name = ev.content.get("displayname")
     if ev.content.get("membership") in ("join", "invite"):
+        was = since.get(user) if user in members else None
+        before = display.get(user)
         members.add(user)
         if (
             isinstance(name, str)
@@ -90,9 +104,14 @@ def _fold_member(members: set[UserID], display: dict[UserID, str], ev: StateEven
             display[user] = name.strip()
         else:
             display.pop(user, None)
+        # A member event that keeps the name (an avatar changed) keeps its age.
+        joined = was[0] if was else ev.ts
+        named = was[1] if was and display.get(user) == before else ev.ts
+        since[user] = (joined, named)
     else:
         members.discard(user)
         display.pop(user, None)
+        since.pop(user, None)
 
 
 def facts_from_state(events: list[StateEvent]) -> RoomFacts:
@@ -101,13 +120,18 @@ def facts_from_state(events: list[StateEvent]) -> RoomFacts:
     facts = RoomFacts()
     members: set[UserID] = set()
     display: dict[UserID, str] = {}
+    since: dict[UserID, tuple[int, int]] = {}
     direct = False
     for ev in events:
         if ev.type == "m.room.member":
-            _fold_member(members, display, ev)
+            _fold_member(members, display, since, ev)
             direct = direct or ev.content.get("is_direct") is True
         else:
             facts = apply_state(facts, ev)
     return replace(
-        facts, members=frozenset(members), display_names=display, direct=facts.direct or direct
+        facts,
+        members=frozenset(members),
+        display_names=display,
+        since=since,
+        direct=facts.direct or direct,
     )

@@ -7,8 +7,9 @@
            private is, and never joined again, at start or on an allowlist reload
     m.room.member, state_key = the bot, membership invite (someone in the room asks it
     back)
-        -> the record dropped (journal `bot_readmitted`): the bot joins, the room is
-           read again from its start
+        -> the record dropped (journal `bot_readmitted`), with the rows the purge left
+           and backfill's progress (EventLog.read_again): the bot joins, and backfill
+           reads the room again from its start, as for a newly allowlisted room
 
 The allowlist stays the admin's: being sent away changes nothing in allowlist.yaml,
 and a room taken off it and put back is still refused until an invite.
@@ -90,6 +91,7 @@ class SentAwayRooms:
         if membership == "invite" and ev.room_id in self.rooms:
             del self.rooms[ev.room_id]
             self._save()
+            self.eventlog.read_again(ev.room_id)  # else the purged rows stay purged
             self.journal.write(
                 "bot_readmitted", room_id=ev.room_id, event_id=ev.event_id, by=ev.sender
             )

@@ -6,8 +6,11 @@ data dir: the service holds its lock, so the CLI cannot apply them itself).
              each request (forget.apply_request), writes NAME.answer.json the same way
              and removes the request
     CLI:     waits for the answer, prints it, removes it
+    service: at each poll, removes the answers (and files a crash left half-written)
+             older than ANSWER_KEPT_S: a CLI that gave up waiting never reads its answer
 
-A request holds an operation and a user id; an answer holds counts, never text.
+A request holds an operation and a user id; an answer holds counts and event ids, never
+text.
 """
 
 from __future__ import annotations
@@ -22,7 +25,9 @@ from pathlib import Path
 from ..clock import REAL, Clock
 
 log = logging.getLogger(f"matrix_sources.{__name__}")
-REQUEST, ANSWER = ".request.json", ".answer.json"
+REQUEST, ANSWER, PARTIAL = ".request.json", ".answer.json", ".tmp"
+# The CLI waits 30 s for its answer (cli/forget.py): one older than this is not awaited.
+ANSWER_KEPT_S = 600.0
 
 
 def spool_dir(data_dir: Path) -> Path:
@@ -60,11 +65,33 @@ def wait_answer(answer: Path, timeout: float = 30.0, clock: Clock = REAL) -> dic
     return None
 
 
-def serve(data_dir: Path, handle: Callable[[dict], dict]) -> list[dict]:
-    """Apply every waiting request (the service, in a worker thread); returns the answers."""
+def serve(
+    data_dir: Path, handle: Callable[[dict], dict], now: Callable[[], float] = REAL.wall
+) -> list[dict]:
+    """Apply every waiting request (the service, in a worker thread); returns the answers.
+    Then sweep what no one will read (`now`: wall-clock seconds, as file times are)."""
     folder = spool_dir(data_dir)
     if not folder.is_dir():
         return []
+    answers = _serve(folder, handle)
+    _sweep(folder, now())
+    return answers
+
+
+def _sweep(folder: Path, now: float) -> None:
+    swept = 0
+    for path in [*folder.glob("*" + ANSWER), *folder.glob("*" + PARTIAL)]:
+        try:
+            if now - path.stat().st_mtime > ANSWER_KEPT_S:
+                path.unlink()
+                swept += 1
+        except FileNotFoundError:
+            continue  # read by its CLI meanwhile
+    if swept:
+        log.info("spool_swept", extra={"files": swept, "older_than_s": ANSWER_KEPT_S})
+
+
+def _serve(folder: Path, handle: Callable[[dict], dict]) -> list[dict]:
     answers = []
     for req in sorted(folder.glob("*" + REQUEST)):
         try:

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from functools import lru_cache
 from importlib.resources import files
 
-from ..derived.skeleton import drop_invisible
+from ..ingest.skeleton import drop_invisible
 from .tokens import tokens
 
 _ENTRY = re.compile(r"^(\S+) (\S+) \[([^\]]*)\] /(.*)/$")

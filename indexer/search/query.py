@@ -8,6 +8,7 @@ that only talks to that service must start fast.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..records import CORPUS_CHAT, CORPUS_REFERENCE, RoomID
@@ -28,6 +29,32 @@ class QueryError(ValueError):
         super().__init__(f"{field}: {message}")
         self.field = field
         self.message = message
+
+
+def not_text(s: str) -> str | None:
+    """The first lone surrogate of `s` (`"\\ud800"` is valid JSON; a command line's byte
+    that is not UTF-8 arrives as one), else None. No model's tokenizer takes it (it
+    raised, and the search answered 500), nor UTF-8, nor SQLite."""
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return s[e.start]
+    return None
+
+
+def _holds(bad: str) -> str:
+    return f"holds the character U+{ord(bad):04X}, which is not text: remove it"
+
+
+def check_fields(given: Iterable[object]) -> None:
+    """An unknown field refused by name, for every front that takes the JSON form's
+    fields (the API's body, a `--queries` line, the MCP tool's arguments): a misspelt
+    `top-k` would otherwise search silently with the default."""
+    for key in given:
+        if key not in FIELDS:
+            name = str(key)
+            name = name if name.isprintable() else ascii(name)[1:-1]  # no surrogate out
+            raise QueryError(name[:64], f"unknown field; the fields are {', '.join(FIELDS)}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,11 +89,16 @@ class SourceQuery:
                 raise QueryError(
                     f"texts[{i}]", f"is {size} bytes, at most {MAX_TEXT_BYTES} allowed"
                 )
+            bad = not_text(t)
+            if bad is not None:
+                raise QueryError(f"texts[{i}]", _holds(bad))
             clean.append(t.strip())
         if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= MAX_TOP_K:
             raise QueryError("top_k", f"must be a whole number from 1 to {MAX_TOP_K}")
         if room_id is not None and (not isinstance(room_id, str) or not room_id.startswith("!")):
             raise QueryError("room", "must be a room id starting with '!'")
+        if room_id is not None and (bad := not_text(room_id)) is not None:
+            raise QueryError("room", _holds(bad))
         if corpus is not None and corpus not in CORPORA:
             raise QueryError("corpus", f"must be one of {', '.join(CORPORA)}")
         return cls(tuple(clean), top_k, RoomID(room_id) if room_id else None, corpus)
@@ -74,15 +106,10 @@ class SourceQuery:
     @classmethod
     def from_json(cls, obj: object, default_top_k: int = DEFAULT_TOP_K) -> SourceQuery:
         """The JSON form, {"texts": [...], "top_k"?, "room"?, "corpus"?}: an unknown
-        field is refused by name (a misspelt `top-k` would otherwise search silently
-        with the default)."""
+        field is refused by name (check_fields)."""
         if not isinstance(obj, dict):
             raise QueryError("body", "must be a JSON object")
-        for key in obj:
-            if key not in FIELDS:
-                raise QueryError(
-                    str(key)[:64], f"unknown field; the fields are {', '.join(FIELDS)}"
-                )
+        check_fields(obj)
         return cls.build(
             obj.get("texts"), obj.get("top_k", default_top_k), obj.get("room"), obj.get("corpus")
         )

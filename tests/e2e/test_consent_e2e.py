@@ -84,6 +84,33 @@ async def test_a_banned_bot_purges_stays_away_and_comes_back_when_invited(stack)
         assert back in hit_ids(stack, room, "when does the backup run now")
 
 
+async def test_a_kicked_bot_invited_back_reads_the_room_again(stack):
+    """Issue 44: the kick purged the room; the moderators' invite restores it whole:
+    what was said before the kick, and while the bot was away, is read again."""
+    bot = stack.bot
+    user, token = stack.synapse.register_user("nora", "nora-password")
+    async with ChatClient(stack.synapse.url, user, token) as nora:
+        room = await nora.create_room("Kicked and back", public=True)
+        assert stack.cli("allowlist", "add", room).returncode == 0
+        await nora.wait_for_member(room, bot)
+        before = await nora.send(room, "the heron-kicked-5b21 mirror syncs at noon")
+        stack.wait_indexed([before])
+
+        await nora.send_state(
+            room, "m.room.member", {"membership": "leave"}, state_key=bot
+        )  # a kick
+        await gone_from_every_file(stack, "heron-kicked-5b21")
+        away = await nora.send(room, "the heron-away-77c3 mirror moved to the basement")
+        await nora.invite(room, bot)
+        await nora.wait_for_member(room, bot)
+        stack.wait_indexed([before, away])
+        assert before in hit_ids(stack, room, "when does the mirror sync")
+        assert away in hit_ids(stack, room, "where did the mirror move")
+        assert any(
+            e.get("kind") == "bot_readmitted" and e.get("room_id") == room for e in journal(stack)
+        )
+
+
 async def test_forget_with_the_service_running_and_forget_me(stack):
     bot = stack.bot
     olga, olga_token = stack.synapse.register_user("olga", "olga-password")
@@ -159,18 +186,17 @@ async def test_history_for_members_only_and_retention(stack):
         await gone_from_every_file(stack, "kestrel-retained-2e7f", brief_vector, within=20 + WITHIN)
 
 
-async def test_a_synapse_erasure_reaches_the_index(stack):
-    """An admin deactivates a user with erase: true (Synapse keeps serving their old
-    messages to members, synapse#8185): with homeserver.admin_token_file set, their text
-    is in no file within a minute."""
+def with_admin_token(stack: Stack) -> str:
+    """homeserver.admin_token_file set to a Synapse admin's token (the service restarted
+    to read it), once per stack; returns the token."""
     import os
-    import urllib.request
 
     from ruamel.yaml import YAML
 
-    bot = stack.bot
-    admin, admin_token = stack.synapse.register_user("root", "root-password", admin=True)
     token_file = stack.data_dir / "synapse-admin-token"
+    if token_file.exists():
+        return token_file.read_text()
+    _, admin_token = stack.synapse.register_user("root", "root-password", admin=True)
     token_file.write_text(admin_token)
     os.chmod(token_file, 0o600)
     yaml = YAML()
@@ -180,6 +206,29 @@ async def test_a_synapse_erasure_reaches_the_index(stack):
         yaml.dump(cfg, f)
     stack.service.stop()
     stack.service.start()
+    return admin_token
+
+
+def erase(stack: Stack, admin_token: str, user: str) -> None:
+    """Deactivate `user` with erase: true, as a homeserver admin does."""
+    import urllib.request
+
+    req = urllib.request.Request(
+        f"{stack.synapse.url}/_synapse/admin/v1/deactivate/{user}",
+        method="POST",
+        data=json.dumps({"erase": True}).encode(),
+        headers={"Authorization": f"Bearer {admin_token}", "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        assert resp.status == 200
+
+
+async def test_a_synapse_erasure_reaches_the_index(stack):
+    """An admin deactivates a user with erase: true (Synapse keeps serving their old
+    messages to members, synapse#8185): with homeserver.admin_token_file set, their text
+    is in no file within a minute."""
+    bot = stack.bot
+    admin_token = with_admin_token(stack)
 
     erin, erin_token = stack.synapse.register_user("erin", "erin-password")
     fred, fred_token = stack.synapse.register_user("fred", "fred-password")
@@ -196,14 +245,7 @@ async def test_a_synapse_erasure_reaches_the_index(stack):
         stack.wait_indexed([said, kept])
         erin_vector = stack.vector_of(said)
 
-    req = urllib.request.Request(
-        f"{stack.synapse.url}/_synapse/admin/v1/deactivate/{erin}",
-        method="POST",
-        data=json.dumps({"erase": True}).encode(),
-        headers={"Authorization": f"Bearer {admin_token}", "Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(req, timeout=30) as resp:
-        assert resp.status == 200
+    erase(stack, admin_token, erin)
     await gone_from_every_file(stack, "kestrel-erased-7b31c0", erin_vector, within=60)
     assert any(
         x.get("kind") == "forget"
@@ -212,3 +254,51 @@ async def test_a_synapse_erasure_reaches_the_index(stack):
         for x in journal(stack)
     )
     assert stack.event_status(kept) == "indexed"
+
+
+async def test_an_erasure_does_not_depend_on_when_the_user_last_left(stack):
+    """Issue 44: gina left and rejoined (the check after that leave found her not
+    erased), and is erased more than 35 s later; hank left for good, and is erased while
+    the service is down. Both leave every file: the first through her parting, the
+    second through the look at the deactivated users at start."""
+    bot = stack.bot
+    admin_token = with_admin_token(stack)
+    gina, gina_token = stack.synapse.register_user("gina", "gina-password")
+    hank, hank_token = stack.synapse.register_user("hank", "hank-password")
+    ivan, ivan_token = stack.synapse.register_user("ivan", "ivan-password")
+    async with (
+        ChatClient(stack.synapse.url, ivan, ivan_token) as i,
+        ChatClient(stack.synapse.url, gina, gina_token) as g,
+        ChatClient(stack.synapse.url, hank, hank_token) as h,
+    ):
+        room = await i.create_room("Comings and goings", public=True)
+        assert stack.cli("allowlist", "add", room).returncode == 0
+        await i.wait_for_member(room, bot)
+        await g.join(room)
+        await h.join(room)
+        before = await g.send(room, "gina says heron-gina-before-4e1a about the tape drive")
+        hank_said = await h.send(room, "hank says heron-hank-6c0d about the tape drive")
+        await g.leave(room)
+        await h.leave(room)  # for good
+        await g.join(room)
+        after = await g.send(room, "gina says heron-gina-after-9b72 about the tape library")
+        kept = await i.send(room, "ivan keeps heron-ivan-kept-31f8 about the tape drive")
+        stack.wait_indexed([before, hank_said, after, kept])
+        vectors = {x: stack.vector_of(x) for x in (before, hank_said, after)}
+
+    await asyncio.sleep(40)  # past the checks that gina's and hank's leaves started
+    erase(stack, admin_token, gina)
+    await gone_from_every_file(stack, "heron-gina-before-4e1a", vectors[before], within=60)
+    await gone_from_every_file(stack, "heron-gina-after-9b72", vectors[after], within=5)
+    assert stack.event_status(hank_said) == "indexed"
+
+    stack.service.stop()
+    erase(stack, admin_token, hank)  # while the service is down
+    stack.service.start()
+    await gone_from_every_file(stack, "heron-hank-6c0d", vectors[hank_said], within=60)
+    assert stack.event_status(kept) == "indexed"
+    assert {
+        x.get("user_id")
+        for x in journal(stack)
+        if x.get("kind") == "forget" and x.get("source") == "synapse_erasure"
+    } >= {gina, hank}

@@ -26,7 +26,7 @@ from typing import Any
 from ...records import EventID, EventStatus, RoomID, UserID, WindowID
 from .db import Database
 from .feedback import expire_room_in, forget_user_in
-from .rows import DirtyWindow, Withdrawn
+from .rows import DirtyWindow, Forgotten, Withdrawn
 from .sqldialect import Cursor
 
 GONE = (EventStatus.REDACTED.value, EventStatus.PURGED.value)
@@ -78,26 +78,35 @@ class HistoryTables:
 
     # -- forgetting a user (ingest/forget.py): the redaction path, by sender ---------
 
-    def forget_sender(self, user_id: UserID, now_ms: int, source: str) -> Withdrawn:
+    def forget_sender(self, user_id: UserID, now_ms: int, source: str) -> Forgotten:
         """Drop the text of every stored message of `user_id` as a redaction does
         (status `redacted`, their windows marked dirty to be re-chunked and compacted away),
         drop their edits' text and their feedback (questions, votes), and record them
-        forgotten; then empty the WAL. Returns
-        (the event ids whose text went, how many windows were marked)."""
+        forgotten; then empty the WAL. Returns (the event ids whose text went, how many
+        windows were marked, how many messages the whole forget removed: this run and the
+        earlier ones since the user was last forgotten anew, such as a run a crash cut off
+        before its answer)."""
         with self.db.locked():  # the WAL emptied before anything else writes
             with self.db.transaction() as cur:
                 rows, windows = self._withdraw(cur, "sender = ?", (user_id,))
                 cur.execute("UPDATE edits SET body = NULL WHERE sender = ?", (user_id,))
                 forget_user_in(cur, user_id)  # their questions and votes (feedback.py)
+                before = cur.execute(
+                    "SELECT messages FROM forgotten_users WHERE user_id = ?"
+                    " AND readmit_from IS NULL",
+                    (user_id,),
+                ).fetchone()
+                total = (before[0] if before else 0) + len(rows)
                 cur.execute(
                     "INSERT INTO forgotten_users (user_id, forgotten_at, readmit_from,"
-                    " source) VALUES (?, ?, NULL, ?) ON CONFLICT(user_id) DO UPDATE"
+                    " source, messages) VALUES (?, ?, NULL, ?, ?)"
+                    " ON CONFLICT(user_id) DO UPDATE"
                     " SET forgotten_at = excluded.forgotten_at, readmit_from = NULL,"
-                    " source = excluded.source",
-                    (user_id, now_ms, source),
+                    " source = excluded.source, messages = excluded.messages",
+                    (user_id, now_ms, source, total),
                 )
             self.db.truncate_wal()
-        return Withdrawn([EventID(r[0]) for r in rows], windows)
+        return Forgotten([EventID(r[0]) for r in rows], windows, total)
 
     def expire_before(self, room_id: RoomID, cutoff_ts: int) -> Withdrawn:
         """Room retention (ingest/retention.py): drop the text of the room's messages

@@ -52,6 +52,11 @@ def _message(
     )
 
 
+def backfill_key(room_id: str) -> str:
+    """The meta key of backfill's progress through a room (ingest/backfill.py)."""
+    return f"backfill_token:{room_id}"
+
+
 @dataclass(frozen=True, slots=True)
 class Tail:
     """What the pipeline re-chunks of one timeline (EventLog.room_tail)."""
@@ -463,6 +468,19 @@ class EventLog:
                 forget_room_in(cur, room_id)  # its unanswered questions' text too
             self.truncate_wal()
         return purged
+
+    def read_again(self, room_id: RoomID) -> int:
+        """A purged room admitted again (the bot invited back): its purged rows and
+        backfill's progress dropped, so backfill reads it from its start and stores its
+        messages anew. Returns how many rows went."""
+        with self.transaction() as cur:
+            cur.execute(
+                "DELETE FROM events WHERE room_id = ? AND status = ?",
+                (room_id, EventStatus.PURGED.value),
+            )
+            dropped = cur.rowcount
+            cur.execute("DELETE FROM meta WHERE key = ?", (backfill_key(room_id),))
+        return dropped
 
     def truncate_wal(self) -> bool:
         """Database.truncate_wal: after the store dropped text too (compaction)."""

@@ -42,6 +42,14 @@ class Withdrawn(NamedTuple):
     windows: int  # windows marked dirty
 
 
+class Forgotten(NamedTuple):
+    """A forget's messages: those whose text went now, and the whole forget's count."""
+
+    event_ids: list[EventID]
+    windows: int  # windows marked dirty
+    total: int  # messages removed by every run since the user was last forgotten anew
+
+
 class RoomFigures(NamedTuple):
     """One room's figures for `!sources status`."""
 

@@ -275,6 +275,22 @@ MIGRATIONS: tuple[Migration, ...] = (
             _postgresql("ALTER TABLE feedback_questions ALTER COLUMN text SET STATISTICS 0"),
         ),
     ),
+    # A forget run again (its command resumed after a crash) reports the whole forget.
+    Migration(
+        14,
+        "how many messages each user's forget removed, all runs of it together",
+        _columns("forgotten_users", ("messages", "INTEGER NOT NULL DEFAULT 0")),
+    ),
+    # A pending command's text, sampled by ANALYZE, would outlive its answer. Re-stating
+    # the column's type (no rewrite) drops the sample kept before.
+    Migration(
+        15,
+        "PostgreSQL: ANALYZE keeps no sample of a command's text either",
+        _postgresql(
+            "ALTER TABLE commands ALTER COLUMN body SET STATISTICS 0",
+            "ALTER TABLE commands ALTER COLUMN body TYPE TEXT",
+        ),
+    ),
 )
 
 LATEST = MIGRATIONS[-1].version

@@ -82,3 +82,113 @@ async def test_forget_me_removes_the_senders_words_only(world):
     await bot.responder.answer(undo)
     assert "indexed again" in matrix.sent[-1][1]["body"]
     await bot.stop()
+
+
+# A bot over the event log at argv[1] whose reply SIGKILLs it: the forget is committed,
+# the command is not answered (issue 44: "Done: 0 messages" after the restart).
+_DIES_REPLYING = """
+import asyncio, os, signal, sys
+from tests.appservice.bot.test_forget_me import bot_at, forget_me_command
+from tests.botkit import RecordingMatrix
+
+class Dying(RecordingMatrix):
+    async def send(self, room_id, content):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+bot, log = bot_at(sys.argv[1], Dying())
+asyncio.run(bot.responder.answer(forget_me_command()))
+"""
+CRASH_ROOM = RoomID("!crash:example.org")
+
+
+def forget_me_command() -> MessageEvent:
+    return MessageEvent(
+        Message(EventID("$forget"), CRASH_ROOM, UserID(ALICE), T0 + 500_000, "!sources forget me"),
+        None,
+        True,
+    )
+
+
+def bot_at(folder, matrix, wall=lambda: 1_000.0):
+    """A bot over the event log in `folder`, its commands kept there (commands.py)."""
+    from pathlib import Path
+
+    from indexer.ingest.admit import Ingest
+    from indexer.ingest.gate import Gate
+    from indexer.store.commands import CommandLog
+    from indexer.store.eventlog.log import EventLog
+    from indexer.store.journal import Journal
+
+    log = EventLog(Path(folder) / "eventlog.sqlite3")
+    ingest = Ingest(
+        Gate(frozenset({CRASH_ROOM}), "@sourcesbot:example.org"),
+        log,
+        Journal(Path(folder) / "journal.jsonl"),
+    )
+    cfg = SimpleNamespace(
+        bot_user="@sourcesbot:example.org",
+        homeserver=SimpleNamespace(domain="example.org"),
+        search=SimpleNamespace(default_top_k=5, rate_limit_per_minute=0, rrf_k=60, admins=()),
+        index=SimpleNamespace(compaction_interval_seconds=60),
+    )
+    index = SimpleNamespace(
+        searcher=None,
+        record_answer=None,
+        answers=None,
+        manifest=None,
+        ingest=ingest,
+        gate=ingest.gate,
+        eventlog=log,
+        journal=ingest.journal,
+        commands=CommandLog(log),
+    )
+    return Bot(cfg, index, matrix, wall=wall), log
+
+
+async def test_after_a_sigkill_mid_forget_the_resumed_command_reports_the_whole_forget(tmp_path):
+    """Issue 44: killed after the forget committed and before its reply, the resumed
+    command said "Done: 0 messages of yours removed" when 150 were."""
+    import asyncio
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from indexer.store.commands import CommandLog
+    from tests.paths import ROOT
+
+    bot, log = bot_at(tmp_path, Matrix())
+    join = {
+        "type": "m.room.join_rules",
+        "room_id": CRASH_ROOM,
+        "sender": ALICE,
+        "event_id": "$jr",
+        "state_key": "",
+        "origin_server_ts": T0,
+        "content": {"join_rule": "public"},
+    }
+    said = [{**msg(n, f"alice line {n}"), "room_id": CRASH_ROOM} for n in range(150)]
+    assert bot.index.ingest.admit([join, *said]).appended == 150
+    CommandLog(log).keep([(forget_me_command().message, None)], 995_000)  # the 200 given
+    await bot.stop()
+    log.close()
+
+    child = subprocess.run(
+        [sys.executable, "-c", _DIES_REPLYING, str(tmp_path)],
+        cwd=ROOT,
+        env=os.environ | {"PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert child.returncode == -signal.SIGKILL, child.stderr[-2000:]
+
+    matrix = Matrix()
+    bot, log = bot_at(tmp_path, matrix)  # the restart: the command is 5 s old
+    assert log.counts().get("redacted") == 150  # the forget had committed
+    bot.resume()
+    while not matrix.sent:
+        await asyncio.sleep(0)  # threads finish in real time; the test sleeps none
+    assert matrix.sent[-1][1]["body"].startswith("Done: 150 messages of yours removed")
+    await bot.stop()
+    log.close()

@@ -234,7 +234,9 @@ async def _answer_one(env, body: str) -> tuple[list[dict], RecordingSearcher]:
     return sent, searcher
 
 
-@pytest.mark.parametrize("char", ["\x00", "\x07", "\ud800"], ids=["NUL", "BEL", "surrogate"])
+@pytest.mark.parametrize(
+    "char", ["\x00", "\x07", "\ud800", "\udc00"], ids=["NUL", "BEL", "surrogate", "low-surrogate"]
+)
 async def test_a_query_holding_a_control_character_or_lone_surrogate_is_refused(env, char):
     """A lone surrogate made the command a skipped event (no reply at all); NUL and BEL
     went to the search and into a reply quoting them, which could not be sent."""

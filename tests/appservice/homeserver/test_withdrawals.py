@@ -1,19 +1,22 @@
 """The service's withdrawals outside a transaction (appservice/homeserver/withdrawals.py):
 room retention looked at once per compaction interval, on an injected clock; what was
-withdrawn wakes the worker and reaches the bot, so its answers that quoted it are edited."""
+withdrawn wakes the worker and reaches the bot, so its answers that quoted it are edited;
+the spool's answers no one will read swept."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from types import SimpleNamespace
 
 from appservice.homeserver.withdrawals import Withdrawals
 from indexer.clock import Clock
+from tests.fakeclock import FakeClock
 from tests.indexer.ingest.test_retention import retention
 from tests.indexer.store.test_history import ALICE, ROOM, T0, all_text, msg, world  # noqa: F401  (the fixture)
 
 
-def make(world, interval: float = 60.0):
+def make(world, interval: float = 60.0, wall=time.time):
     ingest, pipeline, store, log, tmp = world
     cfg = SimpleNamespace(data_dir=tmp, index=SimpleNamespace(compaction_interval_seconds=interval))
     woken: list[int] = []
@@ -24,7 +27,7 @@ def make(world, interval: float = 60.0):
         ingest,
         SimpleNamespace(notify=lambda: woken.append(1)),
         withdrawn.append,
-        clock=Clock(now=lambda: now[0]),
+        clock=Clock(now=lambda: now[0], wall=wall),
     )
     return w, now, woken, withdrawn
 
@@ -69,3 +72,28 @@ def test_an_erased_user_leaves_the_index_and_the_bot_hears_of_it(world):
     assert withdrawn == [["$m1"]] and woken == [1]
     pipeline.process_all()
     assert "xq9" not in all_text(store) and "bob stays" in all_text(store)
+
+
+def test_an_answer_no_one_reads_is_swept_after_a_bounded_time(world):
+    """Issue 44: a CLI `forget` that gave up waiting never reads its `.answer.json`
+    (counts and event ids): the service removes it once ANSWER_KEPT_S have passed, with
+    what a crash left half-written, and keeps the answers still awaited."""
+    from indexer.ingest.spool import ANSWER_KEPT_S, submit, wait_answer
+
+    ingest, pipeline, _, _, tmp = world
+    ingest.admit([msg(1, "alice said sw33p once")])
+    pipeline.process_all()
+    wall = FakeClock(time.time())
+    w, _, _, _ = make(world, wall=wall)
+    answer = submit(tmp, {"op": "forget", "user_id": ALICE})  # as `matrix-sources forget`
+    assert wait_answer(answer, timeout=0, sleep=lambda s: None) is None  # it gave up
+    half = tmp / "spool" / "crashed.request.json.tmp"
+    half.write_text("{")
+    asyncio.run(w.serve_spool())
+    assert answer.exists() and half.exists()
+    wall.now += ANSWER_KEPT_S - 1  # a CLI could still be waiting: kept
+    asyncio.run(w.serve_spool())
+    assert answer.exists()
+    wall.now += 2
+    asyncio.run(w.serve_spool())
+    assert list((tmp / "spool").iterdir()) == []

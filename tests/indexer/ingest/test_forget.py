@@ -130,3 +130,20 @@ def test_a_running_services_spool_applies_a_forget_request_and_answers(world):
     assert b"sp00l-canary" not in db_bytes(tmp, log) + chroma_bytes(tmp)
     assert apply_request(forgetting, {"op": "list"}) == {"op": "list", "users": [ALICE]}
     assert "error" in apply_request(forgetting, {"op": "forget", "user_id": "alice"})
+
+
+def test_a_forget_run_again_reports_the_whole_forget(world):
+    """Issue 44: a request served again after a crash (the service died between the
+    forget and its answer) answers what the whole forget removed, not 0; a forget after
+    an undo counts anew."""
+    from indexer.ingest.forget import apply_request
+
+    ingest, _, _, log, _ = world
+    forgetting = Forgetting(ingest, clock=lambda: T0 / 1000 + 100)
+    ingest.admit([msg(1, "alice one", ALICE), msg(2, "alice two", ALICE)])
+    request = {"op": "forget", "user_id": ALICE}
+    assert apply_request(forgetting, request)["messages"] == 2
+    assert apply_request(forgetting, request)["messages"] == 2  # served again
+    assert forgetting.unforget_user(ALICE)
+    ingest.admit([{**msg(3, "alice three", ALICE), "origin_server_ts": T0 + 200_000}])
+    assert apply_request(forgetting, request)["messages"] == 1

@@ -31,11 +31,15 @@ NAMES = {
 }
 
 
-def member(user: str, name: str | None, membership: str = "join", n: int = 0) -> StateEvent:
+def member(
+    user: str, name: str | None, membership: str = "join", n: int = 0, ts: int = 0
+) -> StateEvent:
     content = {"membership": membership}
     if name is not None:
         content["displayname"] = name
-    return StateEvent(ROOM, EventID(f"$mem{user}{n}"), UserID(user), "m.room.member", user, content)
+    return StateEvent(
+        ROOM, EventID(f"$mem{user}{n}"), UserID(user), "m.room.member", user, content, ts
+    )
 
 
 def room(names: dict = NAMES):
@@ -132,6 +136,114 @@ def test_address_words_and_display_forms():
     assert address_words("mail me at a@b.org") == []  # not after a space
     assert display_forms("Richard van der Hoff") == {"richardvanderhoff", "richard"}
     assert display_forms("   ") == frozenset()
+
+
+# -- a name that fits several: a newcomer's does not take another's answers (issue 44) ----
+
+DANIELLE, MALLORY = UserID("@k7d2n:example.org"), UserID("@z9q4m:example.org")
+DAY = 24 * 3600 * 1000
+QUESTION = "How do I move the media store to S3?"
+
+
+def hijacked(name: str, renamed_at: int, copy: bool = True) -> tuple:
+    """Danielle asks at T0; Mallory, a member since long before, takes the room display
+    name `name` at `renamed_at` and (with `copy`) posts Danielle's question with a link
+    a minute after; then Ben answers "dani: ...". Whom the answer names."""
+    facts = facts_from_state(
+        [
+            member(DANIELLE, "Danielle", ts=T0 - 30 * DAY),
+            member(MALLORY, "Mallory", ts=T0 - 20 * DAY),
+            member(BEN, "Ben", ts=T0 - 30 * DAY),
+        ]
+    )
+    a = Addressees()
+    a.resolve(said(DANIELLE, QUESTION, ts=T0), facts)
+    facts = apply_state(facts, member(MALLORY, name, n=1, ts=renamed_at))
+    if copy:
+        a.resolve(said(MALLORY, f"{QUESTION} https://spam.example/s3", ts=T0 + 120_000), facts)
+    return a.resolve(
+        said(BEN, "dani: use synapse-s3-storage-provider", ts=T0 + 180_000), facts
+    ).mentions
+
+
+@pytest.mark.parametrize("name", ["Dani", "Da\u200bni", "D\u0430ni", "ＤＡＮＩ", "dani\u202e"])
+def test_a_name_taken_after_the_question_does_not_take_its_answer(name):
+    """Mallory's `Dani` (zero-width space, Cyrillic `а`, full width or a bidi control in
+    it) fits "dani" whole, Danielle's only by its start: before, the whole fit won and
+    Ben's answer was stored as a mention of Mallory, whose copy of the question then
+    carried it as hit 1."""
+    assert hijacked(name, T0 + 60_000) == (DANIELLE,)
+    assert hijacked(name, T0 + 60_000, copy=False) == (DANIELLE,)
+
+
+def test_a_newcomers_name_does_not_outrank_a_longer_standing_members():
+    """Named `Dani` a day before Danielle asked, Mallory's copy is no question of hers
+    to be answered first: Danielle has been Danielle longer."""
+    assert hijacked("Dani", T0 - DAY) == (DANIELLE,)
+    # Nobody asked anything: still the longer-standing member.
+    facts = facts_from_state(
+        [
+            member(DANIELLE, "Danielle", ts=T0 - 30 * DAY),
+            member(MALLORY, "Dani", ts=T0 - DAY),
+            member(BEN, "Ben"),
+        ]
+    )
+    assert Addressees().resolve(said(BEN, "dani: welcome back"), facts).mentions == (DANIELLE,)
+
+
+def test_whoever_asked_the_question_the_line_answers_is_preferred():
+    """A newcomer named Dani who asks, while Danielle does not: the answer is Dani's."""
+    dani = UserID("@n3w:example.org")
+    facts = facts_from_state(
+        [
+            member(DANIELLE, "Danielle", ts=T0 - 30 * DAY),
+            member(dani, "Dani", ts=T0 - 60_000),
+            member(BEN, "Ben"),
+        ]
+    )
+    a = Addressees()
+    a.resolve(said(DANIELLE, "morning all", ts=T0), facts)
+    a.resolve(said(dani, "Is there a way to purge old media?", ts=T0 + 1000), facts)
+    assert a.resolve(
+        said(BEN, "dani: the purge_media admin API", ts=T0 + 60_000), facts
+    ).mentions == (dani,)
+    # A long-standing Dan is still "dan" to whoever says it, Daniel or not.
+    dan = UserID("@d4n:example.org")
+    facts = facts_from_state(
+        [
+            member(dan, "Dan", ts=T0 - 40 * DAY),
+            member(DANIEL, "Daniel", ts=T0 - 30 * DAY),
+            member(BEN, "Ben"),
+        ]
+    )
+    assert Addressees().resolve(said(BEN, "dan: hi"), facts).mentions == (dan,)
+
+
+def test_a_copy_of_a_whole_name_goes_to_who_had_it_first():
+    """Mallory named herself Danielle (a Cyrillic `а` in it) a week ago: "danielle" is
+    the Danielle of a year. Before, both fit whole and neither had spoken: nobody."""
+    facts = facts_from_state(
+        [
+            member(DANIELLE, "Danielle", ts=T0 - 365 * DAY),
+            member(MALLORY, "D\u0430nielle", ts=T0 - 7 * DAY),
+            member(BEN, "Ben"),
+        ]
+    )
+    assert Addressees().resolve(said(BEN, "danielle: hi"), facts).mentions == (DANIELLE,)
+
+
+def test_two_members_who_look_alike_are_nobody():
+    """Lookalikes are one name once folded: with nothing to tell them apart (the same
+    age, neither asking), the address names neither."""
+    twin = UserID("@tw1n:example.org")
+    facts = facts_from_state(
+        [
+            member(DANIELLE, "Dani", ts=T0 - DAY),
+            member(twin, "D\u0430n\u0456", ts=T0 - DAY),
+            member(BEN, "Ben"),
+        ]
+    )
+    assert Addressees().resolve(said(BEN, "dani: which of you?"), facts).mentions == ()
 
 
 # -- through ingest and the chunker: conversations addressed by display name --------------

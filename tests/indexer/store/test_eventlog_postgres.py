@@ -288,3 +288,59 @@ def test_analyze_keeps_no_sample_of_message_text():
             ).fetchone()[0]
         assert targets["body"] == 0 and sampled == 0
         assert room_sampled == 1  # the check can see statistics where they are kept
+
+
+def test_analyze_keeps_no_sample_of_command_text():
+    """Issue 44: a `!sources` command's text waits in `commands.body` until it is
+    answered; ANALYZE (autovacuum's too) copied a sample of it into pg_statistic, where
+    no answer reaches it. Migration 14 turns them off and drops what was kept before."""
+    import psycopg
+
+    from indexer.store.commands import CommandLog
+    from indexer.store.eventlog.db import Database
+    from indexer.store.eventlog.schema import migrate
+
+    sampled = (
+        "SELECT count(*) FROM pg_stats WHERE schemaname = current_schema() AND"
+        " tablename = 'commands' AND attname = 'body'"
+    )
+    with fresh_schema() as dsn:
+        log = EventLog(dsn)
+        CommandLog(log).keep(
+            [
+                (
+                    Message(EventID(f"$c{i}"), ROOM, UserID("@a:x"), i, "!sources cmd-canary-8e"),
+                    None,
+                )
+                for i in range(50)
+            ],
+            1,
+        )
+        log.close()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("ANALYZE commands")
+            assert conn.execute(sampled).fetchone()[0] == 0
+            # A log from before: its sample taken at version 14, then the migration.
+            conn.execute("ALTER TABLE commands ALTER COLUMN body SET STATISTICS -1")
+            conn.execute("ANALYZE commands")
+            assert conn.execute(sampled).fetchone()[0] == 1  # the check sees a sample
+            conn.execute("UPDATE schema_version SET version = 14")
+        db = Database(dsn, upgrade=False)
+        assert migrate(db) == [15]
+        db.close()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("ANALYZE commands")
+            assert conn.execute(sampled).fetchone()[0] == 0
+
+
+def test_the_postgresql_remedy_names_every_table_that_holds_text():
+    """docs/storage.md's VACUUM FULL (dead row versions keep old text) covers every
+    table whose text a redaction, a purge or an answer drops: the commands' too."""
+    import re
+
+    from tests.paths import ROOT
+
+    doc = (ROOT / "docs" / "storage.md").read_text()
+    [remedy] = re.findall(r"So, after redactions.*?`VACUUM\s+FULL\s+([a-z_,\s]+)`", doc, re.S)
+    tables = {t.strip() for t in remedy.split(",")}
+    assert tables == {"events", "edits", "ref_chunks", "commands"}

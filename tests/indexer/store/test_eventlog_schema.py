@@ -209,11 +209,14 @@ def test_only_the_missing_migrations_run_and_reopening_runs_none(eventlog_db):
     with db.transaction(immediate=False) as cur:
         assert "received_at" in db.dialect.columns(cur, "events")
     with db.transaction() as cur:
-        cur.execute("DROP TABLE feedback_votes")  # as if made at version 12
+        cur.execute("ALTER TABLE forgotten_users DROP COLUMN messages")  # as at 12
+        cur.execute("DROP TABLE feedback_votes")
         cur.execute("DROP TABLE feedback_questions")
         db.dialect.set_version(cur, 12)
     assert migrate(db) == list(range(13, LATEST + 1))
     assert {"feedback_questions", "feedback_votes"} <= tables(db)
+    with db.transaction(immediate=False) as cur:
+        assert "messages" in db.dialect.columns(cur, "forgotten_users")
     db.close()
 
 

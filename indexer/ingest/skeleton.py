@@ -1,5 +1,6 @@
 """Text as the model reads it, and letters as a reader sees them: the derived filter's
-defence against a quote dressed up to slip past it (normalise.py runs this on both sides).
+defence against a quote dressed up to slip past it (derived/normalise.py runs this on both
+sides), and what keeps a look-alike display name from passing for another's (addressing.py).
 
     invisible      controls (but tab and line breaks), format, private-use and
                    unassigned characters, Default_Ignorable_Code_Point, U+FFFD: dropped,
