@@ -19,6 +19,7 @@ the service is starting or rate-limits: try again later.
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 import threading
@@ -192,7 +193,7 @@ def query_texts(args) -> list[str]:
     if args.words:
         texts.insert(0, " ".join(args.words))
     if not texts and not sys.stdin.isatty():
-        if hasattr(sys.stdin, "reconfigure"):
+        if isinstance(sys.stdin, io.TextIOWrapper):
             # A byte that is not UTF-8 becomes a lone surrogate, refused naming its text
             # as one on the command line is, not a traceback.
             sys.stdin.reconfigure(errors="surrogateescape")

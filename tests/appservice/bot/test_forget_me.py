@@ -4,10 +4,12 @@ someone else through the bot."""
 
 from __future__ import annotations
 
+import asyncio
 from types import SimpleNamespace
 
 from appservice.bot.bot import Bot
 from appservice.bot.commands import ForgetMeCommand, parse_command
+from indexer.clock import Clock
 from indexer.config.sections import ModerationSettings
 from indexer.ingest import gate as rules
 from indexer.ingest.events import MessageEvent
@@ -130,6 +132,7 @@ def bot_at(folder, matrix, wall=lambda: 1_000.0):
         homeserver=SimpleNamespace(domain="example.org"),
         search=SimpleNamespace(default_top_k=5, rate_limit_per_minute=0, rrf_k=60, admins=()),
         index=SimpleNamespace(compaction_interval_seconds=60),
+        moderation=ModerationSettings(),
     )
     index = SimpleNamespace(
         searcher=None,
@@ -142,7 +145,11 @@ def bot_at(folder, matrix, wall=lambda: 1_000.0):
         journal=ingest.journal,
         commands=CommandLog(log),
     )
-    return Bot(cfg, index, matrix, wall=wall), log
+
+    async def idle(seconds: float) -> None:  # the bot's hourly chores wait out the test
+        await asyncio.Event().wait()
+
+    return Bot(cfg, index, matrix, clock=Clock(wall=wall, sleep=idle)), log
 
 
 async def test_after_a_sigkill_mid_forget_the_resumed_command_reports_the_whole_forget(tmp_path):

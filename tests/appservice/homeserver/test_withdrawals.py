@@ -86,7 +86,9 @@ def test_an_answer_no_one_reads_is_swept_after_a_bounded_time(world):
     wall = FakeClock(time.time())
     w, _, _, _ = make(world, wall=wall)
     answer = submit(tmp, {"op": "forget", "user_id": ALICE})  # as `matrix-sources forget`
-    assert wait_answer(answer, timeout=0, sleep=lambda s: None) is None  # it gave up
+    assert (
+        wait_answer(answer, timeout=0, clock=Clock(sleep_blocking=lambda s: None)) is None
+    )  # it gave up
     half = tmp / "spool" / "crashed.request.json.tmp"
     half.write_text("{")
     asyncio.run(w.serve_spool())

@@ -139,7 +139,7 @@ def test_a_forget_run_again_reports_the_whole_forget(world):
     from indexer.ingest.forget import apply_request
 
     ingest, _, _, log, _ = world
-    forgetting = Forgetting(ingest, clock=lambda: T0 / 1000 + 100)
+    forgetting = Forgetting(ingest, clock=Clock(wall=lambda: T0 / 1000 + 100))
     ingest.admit([msg(1, "alice one", ALICE), msg(2, "alice two", ALICE)])
     request = {"op": "forget", "user_id": ALICE}
     assert apply_request(forgetting, request)["messages"] == 2

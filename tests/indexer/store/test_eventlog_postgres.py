@@ -343,4 +343,4 @@ def test_the_postgresql_remedy_names_every_table_that_holds_text():
     doc = (ROOT / "docs" / "storage.md").read_text()
     [remedy] = re.findall(r"So, after redactions.*?`VACUUM\s+FULL\s+([a-z_,\s]+)`", doc, re.S)
     tables = {t.strip() for t in remedy.split(",")}
-    assert tables == {"events", "edits", "ref_chunks", "commands"}
+    assert tables == {"events", "edits", "ref_chunks", "feedback_questions", "commands"}
