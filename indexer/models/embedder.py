@@ -220,13 +220,17 @@ def encode_in_length_order(
         else:
             vectors = [[] for _ in call]
             run = by_pass(call)
-            while True:
+            done = 0
+            # The passes cover the call's texts once: no turn after the last one (under a
+            # flood of searches every turn waits its share, an empty one too).
+            while done < len(call):
                 with turns.background():  # type: ignore[union-attr]
                     step = next(run, None)
                 if step is None:
                     break
                 for j, vector in zip(*step):
                     vectors[j] = vector
+                done += len(step[0])
         for i, vector in zip(part, vectors):
             out[i] = vector
     return out

@@ -1,8 +1,10 @@
-"""The model taken in turns, people first: a `!sources` never queues behind indexing.
+"""The model taken in turns, people first: a `!sources` never queues behind indexing,
+and indexing never waits for the searches to stop.
 
-    search (query turn)     waits only for the forward pass running now, then goes first
+    search (query turn)     waits only for the turn running now, then goes first
     pipeline (background)   one forward pass of the model (its batch_size texts) per
-                            turn, taken only while no query waits or runs
+                            turn, taken while no query waits or runs, or, once it has
+                            waited BACKGROUND_WAIT_S, as the next turn whoever waits
 
 A plain lock does not do it: the pipeline releases it between calls and takes it again
 at once, before the query's thread wakes, so under a steady ingest a query waited for
@@ -10,6 +12,13 @@ call after call (issue 26: search p99 11.4 s at 541 messages/s pushed). Here a w
 query holds the pipeline back at its next call, and a query turn covers the whole
 search (its question and the lines it ranks both go through the model), so the
 pipeline's calls never cut in between.
+
+Searches first, only, starved indexing: with the API's rate limit off, 50 clients kept
+a search waiting or running at every moment, and a message sent meanwhile waited 28.9 s,
+until the flood ended (issue 44). So indexing gets a bounded share: a pass waits at most
+BACKGROUND_WAIT_S and the search running then; a search, at most one pass besides the
+searches ahead of it, as before. Who goes next is decided when a turn ends (the clock is
+injected: tests/indexer/models/test_fair_turns.py).
 
 The postings' build at start (search/termindex.py) does not use the model, but it is
 pure Python for minutes at a million windows and holds the GIL a search needs: it waits
@@ -21,20 +30,42 @@ beside it.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from ..clock import Now
+
+# How long a background turn (one forward pass) waits behind searches at most, before it
+# goes next: a message sent while 50 clients searched was searchable within 4.8 s (the
+# 1 s debounce included; bench/flood.py), and searches lose at most a pass per 0.5 s.
+BACKGROUND_WAIT_S = 0.5
+
 
 class ModelTurns:
-    def __init__(self) -> None:
+    def __init__(
+        self, now: Now = time.monotonic, background_wait: float = BACKGROUND_WAIT_S
+    ) -> None:
         self._cv = threading.Condition()
         self._busy = False
         self._queries = 0  # waiting or running
         self._pausing = 0
+        self._now = now
+        self._background_wait = background_wait
+        self._background_since: list[float] = []  # when each waiting background turn asked
 
     @property
     def queries_waiting(self) -> int:
         return self._queries
+
+    @property
+    def background_waiting(self) -> int:
+        return len(self._background_since)
+
+    def _background_due(self) -> bool:
+        """A background turn has waited its share: it goes before the next search."""
+        since = self._background_since
+        return bool(since) and self._now() - min(since) >= self._background_wait
 
     @property
     def pausing(self) -> int:
@@ -54,7 +85,7 @@ class ModelTurns:
     def query(self) -> Iterator[None]:
         with self._cv:
             self._queries += 1
-            self._cv.wait_for(lambda: not self._busy)
+            self._cv.wait_for(lambda: not self._busy and not self._background_due())
             self._busy = True
         try:
             yield
@@ -67,7 +98,14 @@ class ModelTurns:
     @contextmanager
     def background(self) -> Iterator[None]:
         with self._cv:
-            self._cv.wait_for(lambda: not self._busy and not self._queries)
+            asked = self._now()
+            self._background_since.append(asked)
+            try:
+                self._cv.wait_for(
+                    lambda: not self._busy and (not self._queries or self._background_due())
+                )
+            finally:
+                self._background_since.remove(asked)
             self._busy = True
         try:
             yield
