@@ -198,7 +198,7 @@ class Index:
         terms = TermIndex() if postings and cfg.search.lexical_max_terms else None
         store = open_store(cfg, eventlog, terms=terms)
         # Searches first: before the model (the pipeline) and the postings' build.
-        turns = ModelTurns()
+        turns = ModelTurns(clock)
         if terms is not None:
             start_term_index(terms, eventlog, on_ready=on_postings_ready, turns=turns)
         embedder = embedder or load_embedder(

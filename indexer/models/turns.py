@@ -8,14 +8,14 @@ and indexing never waits for the searches to stop.
 
 A plain lock does not do it: the pipeline releases it between calls and takes it again
 at once, before the query's thread wakes, so under a steady ingest a query waited for
-call after call (issue 26: search p99 11.4 s at 541 messages/s pushed). Here a waiting
+call after call (bench/live.py). Here a waiting
 query holds the pipeline back at its next call, and a query turn covers the whole
 search (its question and the lines it ranks both go through the model), so the
 pipeline's calls never cut in between.
 
 Searches first, only, starved indexing: with the API's rate limit off, 50 clients kept
-a search waiting or running at every moment, and a message sent meanwhile waited 28.9 s,
-until the flood ended (issue 44). So indexing gets a bounded share: a pass waits at most
+a search waiting or running at every moment, and a message sent meanwhile waited until
+the flood ended (bench/flood.py). So indexing gets a bounded share: a pass waits at most
 BACKGROUND_WAIT_S and the search running then; a search, at most one pass besides the
 searches ahead of it, as before. Who goes next is decided when a turn ends (the clock is
 injected: tests/indexer/models/test_fair_turns.py).
@@ -30,11 +30,10 @@ beside it.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from ..clock import Now
+from ..clock import REAL, Clock
 
 # How long a background turn (one forward pass) waits behind searches at most, before it
 # goes next: a message sent while 50 clients searched was searchable within 4.8 s (the
@@ -43,14 +42,12 @@ BACKGROUND_WAIT_S = 0.5
 
 
 class ModelTurns:
-    def __init__(
-        self, now: Now = time.monotonic, background_wait: float = BACKGROUND_WAIT_S
-    ) -> None:
+    def __init__(self, clock: Clock = REAL, background_wait: float = BACKGROUND_WAIT_S) -> None:
         self._cv = threading.Condition()
         self._busy = False
         self._queries = 0  # waiting or running
         self._pausing = 0
-        self._now = now
+        self._now = clock.now
         self._background_wait = background_wait
         self._background_since: list[float] = []  # when each waiting background turn asked
 

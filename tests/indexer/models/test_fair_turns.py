@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 import time
 
+from indexer.clock import Clock
 from indexer.models.turns import BACKGROUND_WAIT_S, ModelTurns
 
 
@@ -56,7 +57,7 @@ class Held:
 
 def test_a_background_turn_that_waited_its_share_goes_before_the_next_search():
     now, order = Now(), []
-    turns = ModelTurns(now=now)
+    turns = ModelTurns(Clock(now=now))
     held = []
     try:
         s1 = Held(turns, "search 1", order, query=True)
@@ -103,7 +104,7 @@ def test_under_a_flood_of_searches_each_forward_pass_waits_a_bounded_time():
     and the search running then. Before, indexing waited until the searches stopped.
     (That searches still go first is the test above's.)"""
     now = Now()
-    turns = ModelTurns(now=now)
+    turns = ModelTurns(Clock(now=now))
     search_s, passes = 0.2, 20
     waits: list[float] = []
     searches: list[float] = []
