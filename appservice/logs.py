@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import sys
 import time
@@ -101,18 +102,40 @@ class RefusedRequestFilter(logging.Filter):
 _REFUSED_REQUESTS = RefusedRequestFilter()
 
 
+class _Stdout(_Stderr):
+    """The same, on `sys.stdout`: the container's log stream (CONTAINER below)."""
+
+    @property
+    def stream(self):
+        return sys.stdout
+
+    @stream.setter
+    def stream(self, _value) -> None:
+        pass
+
+
+# Set by the image (Containerfile): without a TTY, logs go to stdout as JSON, one object
+# a line, for `podman logs` and the log shippers that read containers' stdout.
+CONTAINER = "MATRIX_SOURCES_CONTAINER"
+
+
 def setup_logging(level: str = "INFO", as_json: bool = False) -> None:
     """Set up once per process, idempotent: our one handler on the root logger is added
     if missing and reconfigured otherwise; handlers others installed (pytest's capture,
     a host program's) are left alone. The stdlib suffices: the key=value format above
     is the whole of what structlog would bring, and the library's loggers log through
     the same root."""
+    to_stdout = os.environ.get(CONTAINER) == "1" and not sys.stdout.isatty()
+    kind = _Stdout if to_stdout else _Stderr
     root = logging.getLogger()
     handler = next((h for h in root.handlers if isinstance(h, _Stderr)), None)
+    if handler is not None and type(handler) is not kind:
+        root.removeHandler(handler)
+        handler = None
     if handler is None:
-        handler = _Stderr()
+        handler = kind()
         root.addHandler(handler)
-    handler.setFormatter(KeyValueFormatter(as_json))
+    handler.setFormatter(KeyValueFormatter(as_json or to_stdout))
     root.setLevel(level)
     logging.getLogger(ROOT).setLevel(level)  # every logger of the project is under it
     logging.getLogger("aiohttp.server").addFilter(_REFUSED_REQUESTS)  # once: the same filter

@@ -13,11 +13,18 @@ from pathlib import Path
 from indexer.config import Config, ConfigError, load_config
 from indexer.store.lock import LockedError
 
+from .access import NotWritable, check_writable
 
-def _config(args) -> Config:
+
+def _config(args, writes: bool = False) -> Config:
+    """The config `-c` names; with `writes`, for a command that writes the data dir, also
+    refused (NotWritable) when this process cannot."""
     from .progress import config_path
 
-    return load_config(config_path(args.config))
+    cfg = load_config(config_path(args.config))
+    if writes:
+        check_writable(cfg.data_dir)
+    return cfg
 
 
 def _quiet_libraries() -> None:
@@ -31,6 +38,7 @@ def cmd_init(args) -> int:
     from indexer.datadir import InitError, init_data_dir
 
     try:
+        check_writable(Path(args.data_dir))
         paths = init_data_dir(
             Path(args.data_dir),
             args.homeserver_url,
@@ -40,7 +48,7 @@ def cmd_init(args) -> int:
             synapse_group=args.synapse_group,
             credentials_dir=args.credentials_dir and Path(args.credentials_dir),
         )
-    except InitError as e:
+    except (InitError, NotWritable) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     for p in paths:
@@ -63,13 +71,13 @@ def cmd_init(args) -> int:
 def cmd_run(args) -> int:
     from .serve import run_service
 
-    return run_service(_config(args), args.json_logs)
+    return run_service(_config(args, writes=True), args.json_logs)
 
 
 def cmd_import(args) -> int:
     from .importing import run_import
 
-    return run_import(_config(args), Path(args.file), args.quiet)
+    return run_import(_config(args, writes=True), Path(args.file), args.quiet)
 
 
 def cmd_search(args) -> int:
@@ -99,7 +107,7 @@ def cmd_journal(args) -> int:
 def cmd_backfill(args) -> int:
     from .backfill import run_backfill
 
-    return run_backfill(_config(args), args.rooms, args.quiet)
+    return run_backfill(_config(args, writes=True), args.rooms, args.quiet)
 
 
 def cmd_forget(args) -> int:
@@ -114,7 +122,7 @@ def cmd_forget(args) -> int:
 def cmd_worker(args) -> int:
     from .worker import run_worker
 
-    return run_worker(_config(args), args.quiet)
+    return run_worker(_config(args, writes=True), args.quiet)
 
 
 def cmd_eventlog(args) -> int:
@@ -164,11 +172,30 @@ def cmd_verify(args) -> int:
     return run_verify(_config(args), args)
 
 
+class _Version(argparse.Action):
+    """`--version`: the installed distribution's version (pyproject.toml's), read only
+    when asked, so the other commands do not pay for the metadata lookup."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, **kwargs) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            found = version("matrix-sources")
+        except PackageNotFoundError:  # a checkout run with PYTHONPATH, never installed
+            found = "unknown (not installed: pip install the project)"
+        print(f"matrix-sources {found}")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="matrix-sources",
         description=("Make a Matrix community's public rooms searchable by meaning."),
     )
+    p.add_argument("--version", action=_Version, help="print the version and exit")
     sub = p.add_subparsers(dest="command", required=True)
 
     def with_config(sp):
@@ -492,7 +519,7 @@ def main(argv: list[str] | None = None) -> int:
         ensure_heap_hygiene()
     try:
         return args.func(args)
-    except (ConfigError, LockedError) as e:
+    except (ConfigError, LockedError, NotWritable) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

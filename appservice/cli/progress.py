@@ -14,7 +14,10 @@ if TYPE_CHECKING:  # the embedder module is not needed to parse -c
 
 
 def config_path(arg: str) -> Path:
-    """`-c` takes DIR/config.yaml; a data dir is taken to mean its config.yaml."""
+    """`-c` takes DIR/config.yaml; a data dir is taken to mean its config.yaml. A file
+    that is not there is refused with the `init` that makes it."""
+    from .access import init_command, missing_config
+
     path = Path(arg)
     if path.is_dir():
         if (path / "config.yaml").is_file():
@@ -23,9 +26,10 @@ def config_path(arg: str) -> Path:
             path,
             "",
             "is a folder with no config.yaml in it; pass "
-            "-c DIR/config.yaml, or create one with `matrix-sources init "
-            f"--data-dir {path}`",
+            f"-c DIR/config.yaml, or {init_command(path.absolute())}",
         )
+    if not path.exists() and not path.is_symlink():
+        raise missing_config(path.absolute())
     return path
 
 

@@ -3,8 +3,10 @@ with every default and what follows from where the file is (paths, bridges)."""
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import replace
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -44,6 +46,11 @@ from .values import (
     duration_seconds,
     empty_is_unset,
 )
+
+# Where the ONNX exports of the packaged model are, instead of the data dir's models/: the
+# container image sets it to the exports it made at build time (Containerfile), so the
+# first start exports nothing and the image needs no torch.
+MODELS_DIR_ENV = "MATRIX_SOURCES_MODELS_DIR"
 
 # Discord bridges' puppets: mautrix-discord (@discord_123...) and matrix-appservice-discord
 # (@_discord_123...). On unless the config says otherwise.
@@ -150,6 +157,16 @@ class EmbedderSettings(_Section):
             raise Refused(
                 "backend",
                 f"{self.backend} runs multilingual-e5-small only (alone or with all-MiniLM-L6-v2)",
+            )
+        if self.backend.startswith("torch") and find_spec("torch") is None:
+            # The container image leaves torch out (the ONNX backends need none). An old
+            # `embedder: NAME` reads as torch: say how to move on.
+            raise Refused(
+                "backend",
+                f"{self.backend} runs on PyTorch, which is not "
+                "installed here (the container image leaves it out): write "
+                "`backend: onnx-int8` (the collection is rebuilt from the event "
+                "log at the next start), or install torch==2.13.0",
             )
         return self
 
@@ -416,5 +433,6 @@ class Config(_Section):
 
     @property
     def models_dir(self) -> Path:
-        """Where an ONNX backend's export of the packaged model is made, once."""
-        return self.data_dir / "models"
+        """Where an ONNX backend's export of the packaged model is made, once: the data
+        dir's models/, or $MATRIX_SOURCES_MODELS_DIR (MODELS_DIR_ENV) where it is set."""
+        return Path(os.environ.get(MODELS_DIR_ENV) or self.data_dir / "models")
