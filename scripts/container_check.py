@@ -180,6 +180,9 @@ def check_image() -> None:
     assert "/health" in health, health
     done = run("--rm", IMAGE, "--version")
     assert done.stdout.strip() == f"matrix-sources {VERSION}", done.stdout + done.stderr
+    # pip's cert and wheels were mounted at /run/pip in the build: nothing of them here.
+    left = run("--rm", "--entrypoint", "sh", IMAGE, "-c", "ls -d /run/pip 2>/dev/null; env")
+    assert "/run/pip" not in left.stdout and "PIP_" not in left.stdout, left.stdout
 
 
 def one_error(done: subprocess.CompletedProcess, *needles: str) -> None:
