@@ -87,6 +87,8 @@ def _print(answer: dict) -> int:
     if answer["op"] == "list":
         for user in answer["users"]:
             print(user)
+        if not answer["users"]:  # said apart from stdout, which a script reads as the list
+            print("nobody is forgotten", file=sys.stderr)
         return 0
     if answer["op"] == "undo":
         print(

@@ -34,14 +34,13 @@ def config_path(arg: str) -> Path:
 
 
 def load_model(cfg: Config) -> Embedder:
-    """The embedder, saying so on stderr: the real model takes 10-20 s to load here, and
-    a silent command looks hung."""
+    """The embedder, saying so on stderr (and how long it took): a model that takes a
+    while to load leaves a silent command looking hung."""
     from indexer.models.embedder import load_embedder
 
     t0 = REAL.now()
     print(
-        f"loading the model ({cfg.index.embedder.model}, "
-        f"backend {cfg.index.embedder.backend}; 10-20 s on 2 cores) ...",
+        f"loading the model ({cfg.index.embedder.model}, backend {cfg.index.embedder.backend}) ...",
         file=sys.stderr,
         flush=True,
     )
