@@ -68,6 +68,7 @@ def test_groups_are_most_asked_first_then_first_asked():
 
 
 @pytest.mark.model
+@pytest.mark.slow  # the real model, loaded for this test alone
 def test_the_models_cut_groups_paraphrases_and_keeps_near_misses_apart(tmp_path):
     from indexer.models.embedder import load_embedder
 

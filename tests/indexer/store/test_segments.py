@@ -24,6 +24,7 @@ from indexer.store.vectors.generations import SEGMENTS_KEY
 from indexer.store.vectors.idmap import IdMap
 from indexer.store.vectors.segments import SegmentPolicy, plan_merge
 from tests.storekit import stored_vectors
+from tests.strength import examples
 from tests.vectorscan import files_holding
 
 ROOM = RoomID("!seg:example.org")
@@ -278,7 +279,7 @@ _OPS = st.lists(
 # Each example opens Chroma clients (about 0.2 s each here): few examples, and no
 # shrinking (it took over five minutes on a failure); the failing example is printed.
 @settings(
-    max_examples=25,
+    max_examples=examples(25),
     deadline=None,
     database=None,
     phases=(Phase.explicit, Phase.reuse, Phase.generate),
