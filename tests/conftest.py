@@ -65,13 +65,13 @@ def eventlog_db(request, tmp_path):
 # -- the fast suite waits for no real time ------------------------------------------------
 # A test that is neither `synapse` nor `slow` advances a fake clock (tests/fakeclock.py)
 # instead of sleeping; a real sleep fails it, naming where it slept: in the test's own
-# code, or in the product's (appservice/, indexer/) that the test reached, through the
+# code, or in the product's (matrix_sources/) that the test reached, through the
 # injected Clock (indexer/clock.py, which looks time.sleep and asyncio.sleep up at each
 # call) or not. A library's own polling inside a call (subprocess.wait's, say) is the
 # library's.
 
-OURS = tuple(f"{ROOT / d}/" for d in ("tests", "appservice", "indexer"))
-CLOCK_MODULE = str(ROOT / "indexer" / "clock.py")
+OURS = tuple(f"{ROOT / d}/" for d in ("tests", "matrix_sources"))
+CLOCK_MODULE = str(ROOT / "matrix_sources" / "indexer" / "clock.py")
 
 
 class RealSleeps:

@@ -7,7 +7,10 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parent.parent
+# The one installed package: module names below are relative to it (`indexer.store`), and
+# an import of `matrix_sources.indexer.store` is read as that name.
+ROOT = REPO / "matrix_sources"
 PACKAGES = ("appservice", "indexer")
 # Private attributes that belong to one object: reached only through `self`, in the
 # module that owns it. `_db` and `_lock` are the event log's connection and lock, held by
@@ -24,7 +27,7 @@ def sources(*folders: str) -> list[Path]:
 def foreign_private_access(path: Path) -> list[str]:
     """`x._db`, `x._lock`, `x._segs` where x is anything but `self`: another
     object's private state (also `getattr(x, "_db")`)."""
-    found, where = [], path.relative_to(ROOT) if path.is_relative_to(ROOT) else path.name
+    found, where = [], path.relative_to(REPO) if path.is_relative_to(REPO) else path.name
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Attribute) and node.attr in PRIVATE:
             if not (isinstance(node.value, ast.Name) and node.value.id == "self"):
@@ -42,7 +45,8 @@ def foreign_private_access(path: Path) -> list[str]:
 
 
 def test_no_module_reaches_into_another_objects_db_lock_or_collection():
-    found = [f for p in sources(*PACKAGES, "tests") for f in foreign_private_access(p)]
+    tests = sorted((REPO / "tests").rglob("*.py"))
+    found = [f for p in sources(*PACKAGES) + tests for f in foreign_private_access(p)]
     assert found == [], "use the owner's public API:\n" + "\n".join(found)
 
 
@@ -88,6 +92,7 @@ def module_imports(
                 mod = node.module or ""
             out.add(mod)
             out.update(f"{mod}.{a.name}" for a in node.names)  # `from . import x`
+    out = {m.removeprefix("matrix_sources.") for m in out}
     return {m for m in out if m in modules and m != name}
 
 

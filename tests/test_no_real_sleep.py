@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from appservice.homeserver.roomstate import StateRetry
-from indexer.clock import REAL
-from indexer.ingest.spool import wait_answer
+from matrix_sources.appservice.homeserver.roomstate import StateRetry
+from matrix_sources.indexer.clock import REAL
+from matrix_sources.indexer.ingest.spool import wait_answer
 from tests.conftest import guard_sleeps
 from tests.paths import ROOT
 
@@ -39,7 +39,9 @@ def test_the_guard_catches_a_real_sleep_in_the_product(monkeypatch, tmp_path):
     sleeps = guard_sleeps(monkeypatch)
     # Blocking, through the clock: `matrix-sources forget` waiting for the service.
     assert wait_answer(tmp_path / "no.answer.json", timeout=0) is None
-    assert [f.split(":")[0] for f in sleeps.found] == ["0.2s at indexer/ingest/spool.py"]
+    assert [f.split(":")[0] for f in sleeps.found] == [
+        "0.2s at matrix_sources/indexer/ingest/spool.py"
+    ]
     sleeps.found.clear()
 
     # On the event loop, through the clock: a room's state fetched again after a wait.
@@ -57,7 +59,7 @@ def test_the_guard_catches_a_real_sleep_in_the_product(monkeypatch, tmp_path):
 
     assert asyncio.run(retry_once()) == ["!r:example.org"]
     assert [f.split(":")[0] for f in sleeps.found] == [
-        "0.001s at appservice/homeserver/roomstate.py"
+        "0.001s at matrix_sources/appservice/homeserver/roomstate.py"
     ]
     sleeps.found.clear()
 
@@ -68,7 +70,9 @@ def test_the_guard_catches_a_real_sleep_in_the_product(monkeypatch, tmp_path):
         assert fired.is_set()
 
     asyncio.run(later())
-    assert [f.split(" at ")[1].split(":")[0] for f in sleeps.found] == ["indexer/clock.py"]
+    assert [f.split(" at ")[1].split(":")[0] for f in sleeps.found] == [
+        "matrix_sources/indexer/clock.py"
+    ]
     sleeps.found.clear()
 
     # Straight to time.sleep in a product module, the clock bypassed (the architecture
@@ -77,10 +81,12 @@ def test_the_guard_catches_a_real_sleep_in_the_product(monkeypatch, tmp_path):
     exec(
         compile(
             "import time\ndef nap():\n    time.sleep(0.001)\n",
-            str(ROOT / "appservice" / "probe.py"),
+            str(ROOT / "matrix_sources" / "appservice" / "probe.py"),
             "exec",
         ),
         probe,
     )
     probe["nap"]()
-    assert [f.split(":")[0] for f in sleeps.found] == ["0.001s at appservice/probe.py"]
+    assert [f.split(":")[0] for f in sleeps.found] == [
+        "0.001s at matrix_sources/appservice/probe.py"
+    ]

@@ -13,7 +13,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
-DEMO_ONLY = {"appservice/tools/chatclient.py"}  # the demo's Matrix client: the `demo` extra
+DEMO_ONLY = {
+    "matrix_sources/appservice/tools/chatclient.py"
+}  # the demo's Matrix client: the `demo` extra
 
 
 def _name(req: str) -> str:
@@ -37,13 +39,11 @@ def test_every_third_party_import_is_declared():
     demo = {_name(r) for r in project["optional-dependencies"]["demo"]}
     dists = packages_distributions()
     missing = []
-    for path in sorted((ROOT / "appservice").rglob("*.py")) + sorted(
-        (ROOT / "indexer").rglob("*.py")
-    ):
+    for path in sorted((ROOT / "matrix_sources").rglob("*.py")):
         rel = str(path.relative_to(ROOT))
         allowed = declared | (demo if rel in DEMO_ONLY else set())
         for mod in imports(path):
-            if mod in sys.stdlib_module_names or mod in ("appservice", "indexer", "__future__"):
+            if mod in sys.stdlib_module_names or mod in ("matrix_sources", "__future__"):
                 continue
             names = {d.lower().replace("_", "-") for d in dists.get(mod, [mod])}
             if not names & allowed:
@@ -52,26 +52,24 @@ def test_every_third_party_import_is_declared():
 
 
 def test_every_package_is_in_the_wheel():
-    """pyproject lists the packages (packages.find would drop the templates' mapping), so a
-    package folder added under appservice/ or indexer/ must be listed there too."""
+    """pyproject lists the packages, so a package folder added under matrix_sources/ must be
+    listed there too; nothing else is installed at the top level."""
     on_disk = {
         ".".join(p.parent.relative_to(ROOT).parts)
-        for top in ("appservice", "indexer")
-        for p in (ROOT / top).rglob("__init__.py")
+        for p in (ROOT / "matrix_sources").rglob("__init__.py")
     }
-    assert "indexer.store" in on_disk  # the folders are really read
-    assert set(PYPROJECT["tool"]["setuptools"]["packages"]) == on_disk | {
-        "matrix_sources_templates"
-    }
+    assert "matrix_sources.indexer.store" in on_disk  # the folders are really read
+    assert set(PYPROJECT["tool"]["setuptools"]["packages"]) == on_disk
+    assert {n.split(".")[0] for n in on_disk} == {"matrix_sources"}
 
 
 def test_templates_are_package_data():
     tool = PYPROJECT["tool"]["setuptools"]
-    assert "matrix_sources_templates" in tool["packages"]
-    assert tool["package-dir"]["matrix_sources_templates"] == "config"
-    assert (ROOT / "config" / "__init__.py").exists()  # a regular package, a real path
-    assert "*.yaml" in tool["package-data"]["matrix_sources_templates"]
-    from indexer.datadir import _template
+    assert "matrix_sources.config" in tool["packages"]
+    assert "package-dir" not in tool  # what the repository shows is what is installed
+    assert (ROOT / "matrix_sources" / "config" / "__init__.py").exists()
+    assert "*.yaml" in tool["package-data"]["matrix_sources.config"]
+    from matrix_sources.indexer.datadir import _template
 
     assert "homeserver:" in _template("config.example.yaml")
     assert "rooms:" in _template("allowlist.example.yaml")

@@ -8,10 +8,10 @@ import ast
 import pytest
 from ruamel.yaml import YAML
 
-from indexer.components import Index
-from indexer.config import load_config
-from indexer.datadir import init_data_dir
-from indexer.models.embedder import HashEmbedder
+from matrix_sources.indexer.components import Index
+from matrix_sources.indexer.config import load_config
+from matrix_sources.indexer.datadir import init_data_dir
+from matrix_sources.indexer.models.embedder import HashEmbedder
 from tests.paths import ROOT
 
 
@@ -48,7 +48,7 @@ def reachable(start: object) -> list[object]:
         if hasattr(obj, "__self__") and hasattr(obj, "__func__"):  # a bound method
             todo.append(obj.__self__)
             continue
-        if not type(obj).__module__.startswith(("indexer.", "appservice.")):
+        if not type(obj).__module__.startswith("matrix_sources."):
             continue
         seen[id(obj)] = obj
         slots = [s for c in type(obj).__mro__ for s in getattr(c, "__slots__", ())]
@@ -90,7 +90,9 @@ def test_the_service_does_not_patch_what_index_open_built():
     patched = [
         ast.unparse(t)
         for name in ("service.py", "rooms.py")
-        for node in ast.walk(ast.parse((ROOT / "appservice" / "homeserver" / name).read_text()))
+        for node in ast.walk(
+            ast.parse((ROOT / "matrix_sources" / "appservice" / "homeserver" / name).read_text())
+        )
         if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign))
         for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
         if isinstance(t, ast.Attribute)
