@@ -309,11 +309,20 @@ def check_logs(name: str, data: Path) -> None:
     say(f"logs: {len(events)} JSON lines on stdout, no ONNX export at start")
 
 
-def main() -> int:
+def main(argv: list[str]) -> int:
+    """`--build-only`: the base and the image, then stop (CI starts it beside the test
+    suite); `--no-build`: run the image built before. Neither: both."""
+    unknown = set(argv) - {"--build-only", "--no-build"}
+    if unknown or len(argv) > 1:
+        sys.exit(f"usage: scripts/container-check [--build-only | --no-build] (not {argv})")
     STORE.mkdir(parents=True, exist_ok=True)
-    make_base()
-    build()
+    if "--no-build" not in argv:
+        make_base()
+        build()
     check_image()
+    if "--build-only" in argv:
+        say(f"container-check: built and inspected in {time.monotonic() - STARTED:.0f} s")
+        return 0
     name = f"matrix-sources-check-{os.getpid()}"
     with tempfile.TemporaryDirectory(prefix="container-check-") as tmp_name:
         tmp = Path(tmp_name)
@@ -376,4 +385,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))
