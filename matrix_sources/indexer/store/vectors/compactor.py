@@ -22,7 +22,7 @@ from .segments import Segment, Segments, plan_merge
 if TYPE_CHECKING:
     from ..eventlog.log import EventLog
 
-log = logging.getLogger("matrix_sources.indexer.store.chroma")  # the store's events, one logger
+log = logging.getLogger("matrix_sources.indexer.store.vectors.chroma")  # the store's one logger
 
 COPY_PAGE = 1000  # points per get/add while copying
 TEXT_HOME_KEY = "text_home"  # event log meta: "eventlog" once no text is left in Chroma

@@ -42,7 +42,7 @@ from typing import Any, TypeVar
 from .generations import Entry, Generations, stop_client
 from .idmap import IdMap
 
-log = logging.getLogger("matrix_sources.indexer.store.chroma")  # the store's events, one logger
+log = logging.getLogger("matrix_sources.indexer.store.vectors.chroma")  # the store's one logger
 
 T = TypeVar("T")
 QUERY_THREADS = 4  # segments queried at once (Chroma releases the GIL in a query)
