@@ -30,6 +30,7 @@ from indexer.clock import REAL, Clock
 from indexer.components import Index
 from indexer.config import Config
 from indexer.ingest.events import MessageEvent, ReactionEvent
+from indexer.ingest.followed import load_followed
 from indexer.ingest.forget import Forgetting
 from indexer.ingest.reactions import votes
 from indexer.moderation.report import DAY_MS, Report, build_report, same_question
@@ -347,7 +348,13 @@ class Bot:
         ingest = self.index.ingest
         rooms = [(r, ingest.label(RoomID(r))) for r in sorted(self.index.gate.allowlist)]
         return await asyncio.to_thread(
-            render_status, rooms, self.index.eventlog, self.index.journal, ingest.sent_away.rooms
+            lambda: render_status(
+                rooms,
+                self.index.eventlog,
+                self.index.journal,
+                ingest.sent_away.rooms,
+                load_followed(self.cfg.data_dir),  # spaces and upgrade chains
+            )
         )
 
     async def _report(self, room_id: str, user: str) -> Reply:

@@ -372,18 +372,25 @@ def run_checks(config_path: Path) -> Iterator[Check]:
                 "ask the room's moderators to invite "
                 f"{cfg.bot_user}, or remove the room from the allowlist",
             )
+    gate = Gate(
+        frozenset(rooms),
+        UserID(cfg.bot_user),
+        cfg.puppet_patterns,
+        cfg.bridge_servers,
+        cfg.bridge_puppets,
+    )
     if hs.ok:
-        gate = Gate(
-            frozenset(rooms),
-            UserID(cfg.bot_user),
-            cfg.puppet_patterns,
-            cfg.bridge_servers,
-            cfg.bridge_puppets,
-        )
         for r in rooms:
             if RoomID(r) not in away:
                 yield check_room(cfg, reg, gate, r)
         yield from check_digest(cfg, reg, list(rooms))
+    # Spaces' rooms and upgrade chains (followed.json); imported here: it uses Check.
+    from .doctor_follow import check_followed
+
+    def space_room(room: str) -> Check:
+        return check_room(cfg, reg, gate.with_allowlist({RoomID(room)}), room)
+
+    yield from check_followed(cfg, space_room if hs.ok else None)
     eventlog, store = check_eventlog_health(cfg), check_store(cfg)
     yield eventlog
     left = check_sqlite_left_behind(cfg)
