@@ -155,7 +155,7 @@ class Service:
         # A listed space's rooms, and an upgraded room's successor, followed on their own.
         self.spaces = Spaces(
             cfg,
-            self.az.intent,
+            lambda: self.az.intent,
             self.ingest.journal,
             self.rooms.followed,
             self.rooms.reload_allowlist,
@@ -164,7 +164,7 @@ class Service:
         self.rooms.spaces = self.spaces
         self.upgrades = Upgrades(
             cfg,
-            self.az.intent,
+            lambda: self.az.intent,
             self.ingest,
             self.rooms.followed,
             self.rooms.reload_allowlist,

@@ -38,7 +38,7 @@ class Spaces:
     def __init__(
         self,
         cfg: Config,
-        intent: IntentAPI,
+        intent: Callable[[], IntentAPI],
         journal: Journal,
         followed: Followed,
         on_changed: Callable[[], Awaitable[None]],
@@ -103,7 +103,7 @@ class Spaces:
 
     async def _read(self, space: str) -> bool:
         try:
-            await self.intent.join_room(MxRoomID(space))
+            await self.intent().join_room(MxRoomID(space))
             pages = await self._pages(space)
         except MatrixError as e:
             log.warning("space_unreadable", extra={"room_id": space, "error": str(e)})
@@ -163,7 +163,7 @@ class Spaces:
             params = {"limit": str(PAGE), "max_depth": str(self.cfg.index.space_depth + 1)}
             if token:
                 params["from"] = token
-            page = await self.intent.api.request(
+            page = await self.intent().api.request(
                 Method.GET, Path.v1.rooms[space].hierarchy, query_params=params
             )
             if not isinstance(page, dict):

@@ -44,7 +44,7 @@ class Upgrades:
     def __init__(
         self,
         cfg: Config,
-        intent: IntentAPI,
+        intent: Callable[[], IntentAPI],
         ingest: Ingest,
         followed: Followed,
         on_listed: Callable[[], Awaitable[None]],
@@ -101,15 +101,15 @@ class Upgrades:
             )
         servers = list(dict.fromkeys(s for s in (server_of(sender or ""), server_of(pred)) if s))
         try:
-            await self.intent.join_room(MxRoomID(succ), servers=servers or None)
+            await self.intent().join_room(MxRoomID(succ), servers=servers or None)
         except MatrixError as e:
             code = e.errcode if isinstance(e, MatrixRequestError) else type(e).__name__
             return await self._verdict(pred, succ, UPGRADE_REFUSED, f"could not join ({code})")
         try:
-            create = await self.intent.api.request(
+            create = await self.intent().api.request(
                 Method.GET, Path.v3.rooms[succ].state["m.room.create"]
             )
-            facts = await fetch_room_facts(self.intent.api, succ)
+            facts = await fetch_room_facts(self.intent().api, succ)
         except MatrixError as e:
             await self._leave(succ)
             return await self._verdict(pred, succ, UPGRADE_REFUSED, f"state unreadable ({e})")
@@ -154,6 +154,6 @@ class Upgrades:
 
     async def _leave(self, room_id: str) -> None:
         try:
-            await self.intent.leave_room(MxRoomID(room_id))
+            await self.intent().leave_room(MxRoomID(room_id))
         except MatrixError:
             pass  # not there to begin with: nothing to leave
