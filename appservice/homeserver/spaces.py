@@ -103,7 +103,7 @@ class Spaces:
 
     async def _read(self, space: str) -> bool:
         try:
-            await self.intent().join_room(MxRoomID(space))
+            await self.intent().join_room(MxRoomID(space), max_retries=0)
             pages = await self._pages(space)
         except MatrixError as e:
             log.warning("space_unreadable", extra={"room_id": space, "error": str(e)})

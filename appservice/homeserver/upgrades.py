@@ -101,7 +101,7 @@ class Upgrades:
             )
         servers = list(dict.fromkeys(s for s in (server_of(sender or ""), server_of(pred)) if s))
         try:
-            await self.intent().join_room(MxRoomID(succ), servers=servers or None)
+            await self.intent().join_room(MxRoomID(succ), servers=servers or None, max_retries=0)
         except MatrixError as e:
             code = e.errcode if isinstance(e, MatrixRequestError) else type(e).__name__
             return await self._verdict(pred, succ, UPGRADE_REFUSED, f"could not join ({code})")

@@ -39,7 +39,8 @@ class Homeserver:
         self.failing = False
         self.api = SimpleNamespace(request=self.request)
 
-    async def join_room(self, room, servers=None):
+    async def join_room(self, room, servers=None, max_retries=4):
+        assert max_retries == 0  # a refused join is a verdict, not a 100 s retry
         if self.failing:
             raise MatrixRequestError(502, "M_UNKNOWN", "gateway")
         self.joined.append(room)
