@@ -256,6 +256,7 @@ class Index:
             # The room's label now (a renamed room shows its new name from the next
             # answer), and the rooms its upgrades chained (`--room here` covers them).
             label_of=ingest.label,
+            topic_of=ingest.topic,
             chain_of=ingest.lineage.whole_chain,
         )
         for pred, succ in load_followed(cfg.data_dir).accepted_links():

@@ -106,6 +106,10 @@ class Ingest:
         f = self.facts.get(room_id)
         return f.label if f else ""
 
+    def topic(self, room_id: RoomID) -> str:
+        f = self.facts.get(room_id)
+        return (f.topic or "") if f else ""
+
     def _note_label(self, room_id: RoomID) -> None:
         label = self.label(room_id)
         if label and self._labels.get(room_id) != label:

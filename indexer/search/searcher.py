@@ -108,6 +108,7 @@ class Searcher:
     # A room's label now (None: the one its windows were stored with), and the rooms a
     # room filter covers (its upgrade chain; None: the room alone).
     label_of: Callable[[RoomID], str] | None = None
+    topic_of: Callable[[RoomID], str] | None = None
     chain_of: Callable[[RoomID], Sequence[RoomID]] | None = None
 
     def search(self, query: SourceQuery) -> list[Hit]:
@@ -281,6 +282,7 @@ class Searcher:
                     tuple(r.get(wid) for r in ranks),
                     ref=w.ref,
                     lines=lines,
+                    room_topic=self.topic_of(w.room_id) if self.topic_of else "",
                 )
             )
         return hits, found

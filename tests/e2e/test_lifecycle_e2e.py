@@ -120,10 +120,14 @@ async def test_an_upgraded_room_keeps_its_index_and_gains_its_successor(stack):
         call(
             stack, tok, "PUT", f"/_matrix/client/v3/directory/room/{quote(alias)}", {"room_id": new}
         )
+        topic = "Nightly restic snapshots, pruning and restore drills"
+        await alice.send_state(new, "m.room.topic", {"topic": topic})
+        # The topic is not the label: wait for the canonical alias, sent after it.
         await alice.send_state(new, "m.room.canonical_alias", {"alias": alias})
         wait_for("the alias pushed", lambda: label_of(stack, new) == alias)
-        body = reply_body(await alice.ask(new, "!sources --room here restic prune", stack.bot))
-        assert alias in body, body
+        reply = await alice.ask(new, "!sources --room here restic prune", stack.bot)
+        assert alias in reply_body(reply), reply_body(reply)
+        assert f'title="{topic}"' in reply["content"]["formatted_body"], reply["content"]
     out = stack.cli("allowlist", "list")
     assert f"upgrade {old} -> {new}" in out.stdout, out.stdout
     assert re.search(rf"{re.escape(new)}\s+# upgraded from {re.escape(old)}", out.stdout)
@@ -178,15 +182,19 @@ async def test_a_space_stands_for_its_public_rooms_as_they_come_and_go(stack):
         space = create_room(stack, tok, "Community", creation_content={"type": "m.space"})
         sub = create_room(stack, tok, "Teams", creation_content={"type": "m.space"})
         first = await alice.create_room("Help desk", public=True)
+        named = await alice.create_room("Release notes", public=True)  # listed itself too
         deep = await alice.create_room("Team room", public=True)
         private = create_room(stack, tok, "Staff", preset="private_chat", visibility="private")
-        for parent, child in ((space, first), (space, sub), (sub, deep), (space, private)):
+        pairs = ((space, first), (space, named), (space, sub), (sub, deep), (space, private))
+        for parent, child in pairs:
             await alice.send_state(parent, "m.space.child", via, state_key=child)
         await alice.send_state(space, "m.space.child", via, state_key=space)  # itself
         said = {
             first: await alice.send(first, "to reset a forgotten password use the recovery email"),
             deep: await alice.send(deep, "the team standup is at nine thirty in the blue room"),
+            named: await alice.send(named, "version 2.4 ships the faster media repository"),
         }
+        assert stack.cli("allowlist", "add", named).returncode == 0
         added = stack.cli("allowlist", "add", space)
         assert added.returncode == 0 and "added space" in added.stdout, added.stdout
         assert space in listed(stack).split("spaces:")[1]
@@ -198,8 +206,10 @@ async def test_a_space_stands_for_its_public_rooms_as_they_come_and_go(stack):
         stack.wait_indexed([news], timeout=60)
         # A room taken out of the space leaves the corpus with what it said.
         await alice.send_state(space, "m.space.child", {}, state_key=first)
+        await alice.send_state(space, "m.space.child", {}, state_key=named)
         wait_for("the removed room purged", lambda: stack.event_status(said[first]) != "indexed")
         wait_for("its text gone from every file", lambda: not stack.grep_data("recovery email"))
+        assert stack.event_status(said[named]) == "indexed"  # the allowlist names it
     out = stack.cli("allowlist", "list").stdout
     assert f"space {space}" in out and f"  room {later}" in out and f"  sub-space {sub}" in out, out
     assert f"  room {deep}" in out and f"  room {first}" not in out, out
