@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
@@ -25,6 +24,8 @@ from indexer.ingest.sentaway import sent_away_at
 from indexer.records import RoomID, UserID
 
 from ..httpclient import HttpClient, Unreachable
+from .check import Check
+from .doctor_follow import check_followed
 
 FIXES = {
     "not_public": "make the room public (join rule `public`) or remove it from the allowlist",
@@ -33,15 +34,6 @@ FIXES = {
     "bridged_room": "bridged rooms are never indexed: remove it from the allowlist",
     "puppet_sender": "a bridge puppet is in the room: remove it from the allowlist",
 }
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    ok: bool
-    detail: str
-    fix: str = ""
-    warning: bool = False  # ok, but worth fixing: printed WARN, not counted a problem
 
 
 def check_token_files(cfg: Config) -> Iterator[Check]:
@@ -384,9 +376,8 @@ def run_checks(config_path: Path) -> Iterator[Check]:
             if RoomID(r) not in away:
                 yield check_room(cfg, reg, gate, r)
         yield from check_digest(cfg, reg, list(rooms))
-    # Spaces' rooms and upgrade chains (followed.json); imported here: it uses Check.
-    from .doctor_follow import check_followed
 
+    # Spaces' rooms and upgrade chains (followed.json).
     def space_room(room: str) -> Check:
         return check_room(cfg, reg, gate.with_allowlist({RoomID(room)}), room)
 

@@ -13,7 +13,7 @@ from indexer.ingest.allowlist import load_spaces
 from indexer.ingest.followed import load_followed
 from indexer.ingest.roomlinks import Lineage
 
-from .doctor import Check
+from .check import Check
 
 UPGRADE_FIX = (
     "the room was upgraded but its successor is not indexed: make the successor public "
