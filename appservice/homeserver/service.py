@@ -271,7 +271,7 @@ class Service:
         checking = asyncio.create_task(asyncio.to_thread(self.index.check_collection))
         try:
             await self.rooms.join_allowlisted()
-            await self.spaces.refresh(self.spaces.listed())  # before the purge below
+            await self.spaces.due()  # every listed space read, before the purge below
         finally:
             reason = await checking
         # Another model or chunker made the collection, or it was lost: rebuild it from
