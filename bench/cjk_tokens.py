@@ -33,8 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import evalkit  # noqa: E402
 
-from indexer.search import gloss  # noqa: E402
-from indexer.search.tokens import STOP_WORDS, keys, tokens  # noqa: E402
+from matrix_sources.indexer.search import gloss  # noqa: E402
+from matrix_sources.indexer.search.tokens import STOP_WORDS, keys, tokens  # noqa: E402
 
 HAN = re.compile(r"^[\u3400-\u4dbf\u4e00-\u9fff]{2,}$")
 

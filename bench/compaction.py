@@ -39,9 +39,9 @@ def folder_mib(path: Path) -> float:
 def main(argv: list[str] | None = None) -> int:
     import numpy as np
 
-    from indexer.records import EventID, Message, RoomID, UserID, Window, WindowID
-    from indexer.store.eventlog.log import EventLog
-    from indexer.store.vectors.chroma import ChromaStore
+    from matrix_sources.indexer.records import EventID, Message, RoomID, UserID, Window, WindowID
+    from matrix_sources.indexer.store.eventlog.log import EventLog
+    from matrix_sources.indexer.store.vectors.chroma import ChromaStore
     from tests.vectorscan import files_holding
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

@@ -54,7 +54,7 @@ def eval_messages(root: Path) -> list[list[tuple[str, str]]]:
 
 def stream(rooms: list[list[tuple[str, str]]], n: int):
     """The n-th generated room's messages (Message records), deterministic in n."""
-    from indexer.records import EventID, Message, RoomID, UserID
+    from matrix_sources.indexer.records import EventID, Message, RoomID, UserID
 
     rng = random.Random(SEED * 7919 + n)
     a, b = rng.sample(range(len(rooms)), 2)
@@ -88,7 +88,7 @@ def room_ids(cache: Path = CACHE) -> list[str]:
 
 
 def policy():
-    from indexer.config import load_config
+    from matrix_sources.indexer.config import load_config
 
     return load_config(
         Path(__file__).resolve().parent.parent / "config" / "config.example.yaml"
@@ -99,7 +99,7 @@ def cache_for(backend: str | None = None) -> Path:
     """The cache of a backend's vector class (embedder.VECTOR_CLASS): the shipped
     default's at CACHE, another class's beside it (query-100k-float), so a service on
     any backend opens a collection of its own class without re-embedding it."""
-    from indexer.models.embedder import DEFAULT_BACKEND, VECTOR_CLASS
+    from matrix_sources.indexer.models.embedder import DEFAULT_BACKEND, VECTOR_CLASS
 
     kind = VECTOR_CLASS[backend or DEFAULT_BACKEND]
     return (
@@ -109,8 +109,8 @@ def cache_for(backend: str | None = None) -> Path:
 
 def open_cache(path: Path = CACHE):
     """The collection with its event log (the windows' text lives there only)."""
-    from indexer.store.eventlog.log import EventLog
-    from indexer.store.vectors.chroma import ChromaStore
+    from matrix_sources.indexer.store.eventlog.log import EventLog
+    from matrix_sources.indexer.store.vectors.chroma import ChromaStore
 
     return ChromaStore(path=path / "chroma", eventlog=EventLog(path / "eventlog.sqlite3"))
 
@@ -118,9 +118,13 @@ def open_cache(path: Path = CACHE):
 def build(
     root: Path, windows: int, minutes: float, cache: Path = CACHE, backend: str | None = None
 ) -> dict:
-    from indexer.models.embedder import DEFAULT_BACKEND, encode_in_length_order, load_embedder
-    from indexer.pipeline.chunker import CHUNKER_VERSION, build_windows, embed_text
-    from indexer.pipeline.rebuild import expected_meta
+    from matrix_sources.indexer.models.embedder import (
+        DEFAULT_BACKEND,
+        encode_in_length_order,
+        load_embedder,
+    )
+    from matrix_sources.indexer.pipeline.chunker import CHUNKER_VERSION, build_windows, embed_text
+    from matrix_sources.indexer.pipeline.rebuild import expected_meta
 
     state_path = cache / "build.json"
     state = (

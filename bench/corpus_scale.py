@@ -82,7 +82,11 @@ def message_vectors(rooms: list[list[tuple[str, str]]]):
         got = np.load(MESSAGE_VECTORS)
         if list(got["keys"]) == keys:
             return {k: i for i, k in enumerate(keys)}, got["vectors"]
-    from indexer.models.embedder import DEFAULT_BACKEND, encode_in_length_order, load_embedder
+    from matrix_sources.indexer.models.embedder import (
+        DEFAULT_BACKEND,
+        encode_in_length_order,
+        load_embedder,
+    )
 
     model = load_embedder("all-MiniLM-L6-v2", DEFAULT_BACKEND, evalkit.OUT_DIR / "models")
     print(
@@ -111,9 +115,9 @@ def open_store(cache: Path, windows: int, bulk: bool, port: int | None = None):
     """The cache's store: while bulk, every segment filled to the policy's largest size
     for `windows` (no merges to make); else the shipped policy. `port`: a Chroma server's
     on 127.0.0.1 (chroma_at), else the embedded folder."""
-    from indexer.store.eventlog.log import EventLog
-    from indexer.store.vectors.chroma import ChromaStore
-    from indexer.store.vectors.segments import SegmentPolicy
+    from matrix_sources.indexer.store.eventlog.log import EventLog
+    from matrix_sources.indexer.store.vectors.chroma import ChromaStore
+    from matrix_sources.indexer.store.vectors.segments import SegmentPolicy
 
     shipped = SegmentPolicy()
     big = shipped.largest(windows)
@@ -137,10 +141,10 @@ def build(root: Path, windows: int, minutes: float = 0.0, chroma: str = "embedde
 
 
 def _build(root: Path, windows: int, minutes: float, cache: Path, port: int | None) -> dict:
-    from indexer.models.embedder import DEFAULT_BACKEND, load_embedder
-    from indexer.pipeline.chunker import CHUNKER_VERSION, build_windows
-    from indexer.pipeline.rebuild import expected_meta
-    from indexer.store.vectors.compactor import TEXT_HOME_KEY
+    from matrix_sources.indexer.models.embedder import DEFAULT_BACKEND, load_embedder
+    from matrix_sources.indexer.pipeline.chunker import CHUNKER_VERSION, build_windows
+    from matrix_sources.indexer.pipeline.rebuild import expected_meta
+    from matrix_sources.indexer.store.vectors.compactor import TEXT_HOME_KEY
 
     state_path = cache / "build.json"
     state = (

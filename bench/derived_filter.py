@@ -28,11 +28,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from indexer.config import DerivedConfig  # noqa: E402
-from indexer.derived.filter import Matcher  # noqa: E402
-from indexer.derived.manifest import Manifest, utc_now_iso  # noqa: E402
-from indexer.derived.normalise import sha256_normalised, text_shingles  # noqa: E402
-from indexer.records import Artifact  # noqa: E402
+from matrix_sources.indexer.config import DerivedConfig  # noqa: E402
+from matrix_sources.indexer.derived.filter import Matcher  # noqa: E402
+from matrix_sources.indexer.derived.manifest import Manifest, utc_now_iso  # noqa: E402
+from matrix_sources.indexer.derived.normalise import sha256_normalised, text_shingles  # noqa: E402
+from matrix_sources.indexer.records import Artifact  # noqa: E402
 
 VOCAB = 20_000
 LETTERS = "abcdefghijklmnopqrstuvwxyz"

@@ -47,8 +47,8 @@ DRAIN_S = 120.0
 
 
 def _token(stack) -> str:
-    from indexer.config import load_config
-    from indexer.datadir import api_token
+    from matrix_sources.indexer.config import load_config
+    from matrix_sources.indexer.datadir import api_token
 
     return api_token(load_config(stack.config))
 
@@ -99,7 +99,7 @@ async def flood(
 ) -> dict:
     import aiohttp
 
-    from appservice.tools.chatclient import ChatClient
+    from matrix_sources.appservice.tools.chatclient import ChatClient
 
     url = f"http://127.0.0.1:{stack.service.port}/_matrix_sources/v1/search"
     headers = {"Authorization": f"Bearer {_token(stack)}", "Content-Type": "application/json"}

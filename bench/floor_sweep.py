@@ -37,10 +37,10 @@ TOP = 20
 
 def ask_all(data_dir: Path, asked: list[tuple[str, list[str]]]) -> dict:
     """qid -> [[score, shares_word, cited, shown], ...] with the floor off."""
-    from indexer.components import Index
-    from indexer.config import load_config
-    from indexer.search.abstain import Floor
-    from indexer.search.searcher import SourceQuery
+    from matrix_sources.indexer.components import Index
+    from matrix_sources.indexer.config import load_config
+    from matrix_sources.indexer.search.abstain import Floor
+    from matrix_sources.indexer.search.searcher import SourceQuery
 
     cache = data_dir / "floor-scores.json"
     out = json.loads(cache.read_text()) if cache.exists() else {}

@@ -34,8 +34,8 @@ def rounds(scrub: bool, n: int) -> int:
     os.environ["ANONYMIZED_TELEMETRY"] = "False"
     sys.path.insert(0, str(ROOT))
     if scrub:
-        import indexer.store  # noqa: F401 - sets the scrub
-        from indexer.store.vectors.heapscrub import SCRUBBED
+        import matrix_sources.indexer.store  # noqa: F401 - sets the scrub
+        from matrix_sources.indexer.store.vectors.heapscrub import SCRUBBED
 
         assert SCRUBBED, "this C library has no M_PERTURB"
     import chromadb

@@ -39,8 +39,8 @@ def anonymous_mib() -> int:
 def child(windows: int, scrub: bool) -> dict:
     import numpy as np
 
-    from indexer.store.vectors.chroma import ChromaStore
-    from indexer.store.vectors.heapscrub import M_PERTURB
+    from matrix_sources.indexer.store.vectors.chroma import ChromaStore
+    from matrix_sources.indexer.store.vectors.heapscrub import M_PERTURB
 
     if not scrub:  # measurement only: the service always scrubs
         ctypes.CDLL(None).mallopt(M_PERTURB, 0)

@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import evalkit  # noqa: E402
 import perfkit  # noqa: E402
 
-from indexer.models.embedder import BACKENDS  # noqa: E402
+from matrix_sources.indexer.models.embedder import BACKENDS  # noqa: E402
 
 TARGET = 2.5  # issue 16: import over bare torch encode, default backend
 
@@ -72,9 +72,9 @@ def padded_word_pieces(model, calls: list[list[str]]) -> int:
 
 
 def run_pipeline(root: Path, splits: list[str], data_dir: Path, model) -> dict:
-    from indexer.components import Index
-    from indexer.config import load_config
-    from indexer.pipeline.importer import import_events
+    from matrix_sources.indexer.components import Index
+    from matrix_sources.indexer.config import load_config
+    from matrix_sources.indexer.pipeline.importer import import_events
 
     config = perfkit.fresh_data_dir(data_dir, perfkit.eval_rooms(root, splits))
     recorder = perfkit.RecordingEmbedder(model)
@@ -142,14 +142,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=None, help="default bench/out/ingest.json")
     args = p.parse_args(argv)
     if argv is None:
-        from appservice.homeserver.heap import ensure_heap_hygiene
+        from matrix_sources.appservice.homeserver.heap import ensure_heap_hygiene
 
         ensure_heap_hygiene()  # as `matrix-sources import` runs
     perfkit.quiet_env()
     root = evalkit.eval_dir(args.eval_dir)
     splits = args.splits.split(",")
 
-    from indexer.models.embedder import HashEmbedder, SentenceTransformerEmbedder, load_embedder
+    from matrix_sources.indexer.models.embedder import (
+        HashEmbedder,
+        SentenceTransformerEmbedder,
+        load_embedder,
+    )
 
     data_dir = Path(args.data_dir)
     # Its own folder: Chroma keeps a client per path for the life of the process.

@@ -26,11 +26,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import evalkit  # noqa: E402
 
-from indexer.pipeline.chunker import build_windows  # noqa: E402
-from indexer.records import ChunkPolicy, EventID, Message, RoomID, UserID  # noqa: E402
-from indexer.search.lexical import LexicalRanker, terms  # noqa: E402
-from indexer.search.termindex import TermIndex, window_bodies  # noqa: E402
-from indexer.search.tokens import base_of, keys, matches  # noqa: E402
+from matrix_sources.indexer.pipeline.chunker import build_windows  # noqa: E402
+from matrix_sources.indexer.records import ChunkPolicy, EventID, Message, RoomID, UserID  # noqa: E402
+from matrix_sources.indexer.search.lexical import LexicalRanker, terms  # noqa: E402
+from matrix_sources.indexer.search.termindex import TermIndex, window_bodies  # noqa: E402
+from matrix_sources.indexer.search.tokens import base_of, keys, matches  # noqa: E402
 
 
 def windows_of_dev_sets():

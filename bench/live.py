@@ -103,7 +103,7 @@ def summarise(
 
 
 async def through_synapse(stack, bodies, senders: int, rooms: int, seconds: float) -> dict:
-    from appservice.tools.chatclient import ChatClient
+    from matrix_sources.appservice.tools.chatclient import ChatClient
 
     users = [
         stack.synapse.register_user(f"sender{i}", f"sender{i}-password") for i in range(senders)
@@ -358,7 +358,7 @@ async def mixed(
 ) -> dict:
     import aiohttp
 
-    from appservice.tools.chatclient import ChatClient
+    from matrix_sources.appservice.tools.chatclient import ChatClient
 
     push_rooms = mixed_room_ids(rooms)
     url = f"http://127.0.0.1:{stack.service.port}/_matrix/app/v1/transactions/"

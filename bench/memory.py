@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     perfkit.quiet_env()
     root = evalkit.eval_dir(args.eval_dir)
     items = evalkit.load_items(root / "dev")
-    from indexer.models.embedder import DEFAULT_BACKEND, load_embedder
+    from matrix_sources.indexer.models.embedder import DEFAULT_BACKEND, load_embedder
 
     args.backends = args.backends or DEFAULT_BACKEND
     # Builds it if missing; checks its meta.

@@ -48,16 +48,16 @@ def measure(windows: int) -> list[dict]:
         last = now
 
     step("the interpreter, this script's imports")
-    import indexer.store.vectors.heapscrub  # noqa: F401  (scrubs as it is imported, as in the service)
-    from appservice.bot.bot import Bot  # noqa: F401
-    from appservice.homeserver.heap import release_free_memory
-    from appservice.homeserver.service import Service  # noqa: F401
+    import matrix_sources.indexer.store.vectors.heapscrub  # noqa: F401  (scrubs as it is imported, as in the service)
+    from matrix_sources.appservice.bot.bot import Bot  # noqa: F401
+    from matrix_sources.appservice.homeserver.heap import release_free_memory
+    from matrix_sources.appservice.homeserver.service import Service  # noqa: F401
 
     step("the service's and the bot's imports")
-    from indexer.models.embedder import DEFAULT_BACKEND, load_embedder
-    from indexer.search.searcher import Searcher, SourceQuery
-    from indexer.search.termindex import TermIndex
-    from indexer.search.termindex_build import start_term_index
+    from matrix_sources.indexer.models.embedder import DEFAULT_BACKEND, load_embedder
+    from matrix_sources.indexer.search.searcher import Searcher, SourceQuery
+    from matrix_sources.indexer.search.termindex import TermIndex
+    from matrix_sources.indexer.search.termindex_build import start_term_index
 
     model = load_embedder("all-MiniLM-L6-v2", DEFAULT_BACKEND, evalkit.OUT_DIR / "models")
     model.encode(["how do I mount an nfs share"])
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:  # a fresh process: nothing of the build or of the parent in its heap
-        from appservice.homeserver.heap import ensure_heap_hygiene
+        from matrix_sources.appservice.homeserver.heap import ensure_heap_hygiene
 
         ensure_heap_hygiene()  # the service's glibc tunables: re-executes once
         print(json.dumps(measure(args.windows)))

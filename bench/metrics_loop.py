@@ -25,16 +25,20 @@ from types import SimpleNamespace
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from appservice.homeserver.metrics import EventLogFigures, MetricSources, ServiceMetrics
-from appservice.homeserver.transactions import TransactionHandler
-from indexer.ingest.admit import Ingest
-from indexer.ingest.gate import Gate
-from indexer.ingest.roomfacts import RoomFacts
-from indexer.pipeline.pipeline import PipelineStats
-from indexer.records import RoomID, UserID
-from indexer.store.eventlog.log import EventLog
-from indexer.store.eventlog.reports import lag_report_at
-from indexer.store.journal import Journal
+from matrix_sources.appservice.homeserver.metrics import (
+    EventLogFigures,
+    MetricSources,
+    ServiceMetrics,
+)
+from matrix_sources.appservice.homeserver.transactions import TransactionHandler
+from matrix_sources.indexer.ingest.admit import Ingest
+from matrix_sources.indexer.ingest.gate import Gate
+from matrix_sources.indexer.ingest.roomfacts import RoomFacts
+from matrix_sources.indexer.pipeline.pipeline import PipelineStats
+from matrix_sources.indexer.records import RoomID, UserID
+from matrix_sources.indexer.store.eventlog.log import EventLog
+from matrix_sources.indexer.store.eventlog.reports import lag_report_at
+from matrix_sources.indexer.store.journal import Journal
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.appservice.homeserver.test_transactions import HS_TOKEN, PATH, auth  # noqa: E402

@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import evalkit  # noqa: E402
 import numpy as np  # noqa: E402
 
-from indexer.pipeline import chunker  # noqa: E402
-from indexer.records import ChunkPolicy, EventID, Message, RoomID, UserID  # noqa: E402
+from matrix_sources.indexer.pipeline import chunker  # noqa: E402
+from matrix_sources.indexer.records import ChunkPolicy, EventID, Message, RoomID, UserID  # noqa: E402
 
 DISTRACTORS = 400
 
@@ -72,7 +72,11 @@ def main() -> int:
         m = USE()
         docs, queries = m.encode(texts), m.encode([q for _, q, _ in qs])
     else:
-        from indexer.models.embedder import default_cache_dir, load_embedder, query_side
+        from matrix_sources.indexer.models.embedder import (
+            default_cache_dir,
+            load_embedder,
+            query_side,
+        )
 
         model, _, backend = which.partition(":")
         e = load_embedder(model, backend or "onnx-int8", default_cache_dir())

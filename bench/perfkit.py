@@ -102,7 +102,7 @@ def fresh_data_dir(
 ) -> Path:
     """A new data dir (removed first) as `matrix-sources init` makes it, the rooms on its
     allowlist, `settings` (dotted keys) applied to config.yaml; returns config.yaml."""
-    from indexer.datadir import init_data_dir
+    from matrix_sources.indexer.datadir import init_data_dir
 
     if data_dir.exists():
         shutil.rmtree(data_dir)

@@ -29,7 +29,7 @@ os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 
 import evalkit  # noqa: E402
 
-from indexer.search import conversation, present  # noqa: E402
+from matrix_sources.indexer.search import conversation, present  # noqa: E402
 
 PARTS = {"responses": (present, "RANK_ANSWER"), "dialogue": (conversation, "DIALOGUE_HOPS")}
 
@@ -46,10 +46,10 @@ def main() -> int:
     ap.add_argument("--part", choices=sorted(PARTS), default="responses")
     a = ap.parse_args()
     module, knob = PARTS[a.part]
-    from indexer.components import Index
-    from indexer.config import load_config
-    from indexer.models.embedder import load_embedder
-    from indexer.search.searcher import SourceQuery
+    from matrix_sources.indexer.components import Index
+    from matrix_sources.indexer.config import load_config
+    from matrix_sources.indexer.models.embedder import load_embedder
+    from matrix_sources.indexer.search.searcher import SourceQuery
 
     shipped = getattr(module, knob)
     times: dict[float, list[float]] = {shipped: [], 0: []}

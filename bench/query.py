@@ -54,7 +54,7 @@ def text_sets(items: list[evalkit.Item], kind: str, n: int, reps: int) -> list[l
 def open_cache(model, root: Path) -> object:
     """The cached 100,000-window collection, built first if it is not there (or not
     finished): about 25 minutes of embedding on 2 cores, once; resumable."""
-    from indexer.pipeline.rebuild import expected_meta, meta_mismatch
+    from matrix_sources.indexer.pipeline.rebuild import expected_meta, meta_mismatch
 
     store = corpus100k.open_cache()
     count = store.count()
@@ -85,9 +85,9 @@ def open_cache(model, root: Path) -> object:
 def inproc(store, model, items, reps: int) -> dict:
     import os
 
-    from indexer.search.searcher import Searcher, SourceQuery
-    from indexer.search.termindex import TermIndex
-    from indexer.search.termindex_build import start_term_index
+    from matrix_sources.indexer.search.searcher import Searcher, SourceQuery
+    from matrix_sources.indexer.search.termindex import TermIndex
+    from matrix_sources.indexer.search.termindex_build import start_term_index
 
     searcher = Searcher(model, store)
     t = time.perf_counter()
@@ -124,8 +124,8 @@ def inproc(store, model, items, reps: int) -> dict:
 
 
 def rows(searcher, store, model, items, reps: int, which) -> dict:
-    from indexer.search.lexical import is_keywords
-    from indexer.search.searcher import DEFAULT_TOP_K, SourceQuery
+    from matrix_sources.indexer.search.lexical import is_keywords
+    from matrix_sources.indexer.search.searcher import DEFAULT_TOP_K, SourceQuery
 
     out: dict = {}
     for kind, n in which:
@@ -156,7 +156,7 @@ def rows(searcher, store, model, items, reps: int, which) -> dict:
 
 
 async def ask_loop(stack, items, asks: int, user: str = "asker") -> dict:
-    from appservice.tools.chatclient import ChatClient
+    from matrix_sources.appservice.tools.chatclient import ChatClient
 
     user, token = stack.synapse.register_user(user, f"{user}-password")
     out: dict = {}
@@ -323,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     root = evalkit.eval_dir(args.eval_dir)
     items = evalkit.load_items(root / "dev")
     parts = args.parts.split(",")
-    from indexer.models.embedder import DEFAULT_BACKEND, load_embedder
+    from matrix_sources.indexer.models.embedder import DEFAULT_BACKEND, load_embedder
 
     # The shipped default backend, as the service runs it (and as the cache was built).
     model = load_embedder("all-MiniLM-L6-v2", DEFAULT_BACKEND, evalkit.OUT_DIR / "models")

@@ -33,8 +33,8 @@ import evalkit  # noqa: E402
 import numpy as np  # noqa: E402
 import retrieval  # noqa: E402
 
-from indexer.records import CORPUS_CHAT  # noqa: E402
-from indexer.search import lines, present  # noqa: E402
+from matrix_sources.indexer.records import CORPUS_CHAT  # noqa: E402
+from matrix_sources.indexer.search import lines, present  # noqa: E402
 
 
 def capture(presenter, hits, query_vectors, floor, evidence) -> list[dict]:
@@ -105,10 +105,10 @@ def collect(sets: list[str]) -> dict:
         items = evalkit.load_items(ds.root, ds.queries)
         config = evalkit.OUT_DIR / f"retrieval-{name}" / "config.yaml"
         asked = [(f"{i.id}|query", [i.query]) for i in items] + retrieval.offtopic_queries()
-        from indexer.components import Index
-        from indexer.config import load_config
-        from indexer.models.embedder import load_embedder
-        from indexer.search.searcher import SourceQuery
+        from matrix_sources.indexer.components import Index
+        from matrix_sources.indexer.config import load_config
+        from matrix_sources.indexer.models.embedder import load_embedder
+        from matrix_sources.indexer.search.searcher import SourceQuery
 
         cfg = load_config(config)
         if not retrieval._MODEL:

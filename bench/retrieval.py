@@ -116,10 +116,10 @@ _MODEL: list = []  # the in-process embedder, loaded once for every set
 
 def search_in_process(queries: list[tuple[str, list[str]]], config: Path) -> tuple[dict, float]:
     """What search_batch gets from the CLI, from the searcher Index.open builds here."""
-    from indexer.components import Index
-    from indexer.config import load_config
-    from indexer.models.embedder import load_embedder
-    from indexer.search.searcher import SourceQuery
+    from matrix_sources.indexer.components import Index
+    from matrix_sources.indexer.config import load_config
+    from matrix_sources.indexer.models.embedder import load_embedder
+    from matrix_sources.indexer.search.searcher import SourceQuery
 
     cfg = load_config(config)
     if not _MODEL:
@@ -169,8 +169,8 @@ def search_batch(
 
 def windows_holding(config_dir: Path, items: list[evalkit.Item]) -> dict[str, int]:
     """Per item, how many stored windows hold one of its gold answers (nDCG's ideal)."""
-    from indexer.components import open_store
-    from indexer.config import load_config
+    from matrix_sources.indexer.components import open_store
+    from matrix_sources.indexer.config import load_config
 
     store = open_store(load_config(config_dir / "config.yaml"))
     counts = {}
@@ -182,7 +182,7 @@ def windows_holding(config_dir: Path, items: list[evalkit.Item]) -> dict[str, in
 
 
 def effective_settings(data_dir: Path) -> dict:
-    from indexer.config import load_config
+    from matrix_sources.indexer.config import load_config
 
     cfg = load_config(data_dir / "config.yaml")
     p = cfg.index.chunk_policy
@@ -411,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
     reports = {
         n: run_set(sets[n], Path(args.work).resolve() / f"retrieval-{n}", args) for n in names
     }
-    from indexer.pipeline.chunker import CHUNKER_VERSION
+    from matrix_sources.indexer.pipeline.chunker import CHUNKER_VERSION
 
     evalkit.write_json(
         Path(args.out),

@@ -32,10 +32,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import evalkit  # noqa: E402
 import numpy as np  # noqa: E402
 
-from indexer.pipeline import chunker  # noqa: E402
-from indexer.records import EventID, Message, RoomID, UserID  # noqa: E402
-from indexer.search import searcher as search  # noqa: E402
-from indexer.store.vectors.chroma import ChromaStore  # noqa: E402
+from matrix_sources.indexer.pipeline import chunker  # noqa: E402
+from matrix_sources.indexer.records import EventID, Message, RoomID, UserID  # noqa: E402
+from matrix_sources.indexer.search import searcher as search  # noqa: E402
+from matrix_sources.indexer.store.vectors.chroma import ChromaStore  # noqa: E402
 
 CACHE = evalkit.OUT_DIR / "lab-cache"
 SHORT = {"query": "q", "keywords": "kw", "query+keywords": "q+kw"}
@@ -63,7 +63,7 @@ class CachedEmbedder:
         missing = [(k, t) for k, t in zip(keys, texts) if k not in self.vecs]
         if missing:
             if self.model is None:
-                from indexer.models.embedder import SentenceTransformerEmbedder
+                from matrix_sources.indexer.models.embedder import SentenceTransformerEmbedder
 
                 self.model = SentenceTransformerEmbedder()
             uniq = dict(missing)

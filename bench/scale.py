@@ -80,10 +80,10 @@ def inproc(windows: int, items, reps: int, chroma: str = "embedded") -> dict:
 def _inproc(windows: int, items, reps: int, cache: Path, port: int | None) -> dict:
     import query
 
-    from indexer.models.embedder import DEFAULT_BACKEND, load_embedder
-    from indexer.search.searcher import Searcher, SourceQuery
-    from indexer.search.termindex import TermIndex
-    from indexer.search.termindex_build import start_term_index
+    from matrix_sources.indexer.models.embedder import DEFAULT_BACKEND, load_embedder
+    from matrix_sources.indexer.search.searcher import Searcher, SourceQuery
+    from matrix_sources.indexer.search.termindex import TermIndex
+    from matrix_sources.indexer.search.termindex_build import start_term_index
 
     model = load_embedder("all-MiniLM-L6-v2", DEFAULT_BACKEND, evalkit.OUT_DIR / "models")
     t = time.perf_counter()
@@ -216,8 +216,8 @@ def _service(
     shutil.copy2(cache / "eventlog.sqlite3", stack.data_dir / "eventlog.sqlite3")
     # The model's ONNX export, as a running deployment has it (made once per data dir).
     shutil.copytree(evalkit.OUT_DIR / "models", stack.data_dir / "models", dirs_exist_ok=True)
-    from indexer.config import load_config
-    from indexer.datadir import api_token
+    from matrix_sources.indexer.config import load_config
+    from matrix_sources.indexer.datadir import api_token
 
     token = api_token(load_config(stack.config), create=True)  # as `init` writes it
     out: dict = {}
@@ -349,11 +349,11 @@ def _scan(
 
 
 def redact(data_dir: Path, rounds: int, live_messages: int) -> dict:
-    from indexer.components import open_store, writers
-    from indexer.config import load_config
-    from indexer.ingest.gate import Gate
-    from indexer.models.embedder import DEFAULT_BACKEND, load_embedder
-    from indexer.store.journal import Journal
+    from matrix_sources.indexer.components import open_store, writers
+    from matrix_sources.indexer.config import load_config
+    from matrix_sources.indexer.ingest.gate import Gate
+    from matrix_sources.indexer.models.embedder import DEFAULT_BACKEND, load_embedder
+    from matrix_sources.indexer.store.journal import Journal
 
     cfg = load_config(data_dir / "config.yaml")
     model = load_embedder("all-MiniLM-L6-v2", DEFAULT_BACKEND, evalkit.OUT_DIR / "models")

@@ -88,7 +88,7 @@ def import_profile(config: Path, question: str) -> dict:
     """`python -X importtime` of the API path: total and the five largest top-level
     imports (cumulative microseconds, as the flag prints them)."""
     probe = (
-        "import sys; from appservice.cli.main import main; "
+        "import sys; from matrix_sources.appservice.cli.main import main; "
         f"sys.exit(main(['search', '-c', {str(config)!r}, '--json', {question!r}]))"
     )
     res = subprocess.run(
@@ -117,8 +117,8 @@ def import_profile(config: Path, question: str) -> dict:
 
 
 def collection_size(config: Path) -> int:
-    from indexer.components import open_store
-    from indexer.config import load_config
+    from matrix_sources.indexer.components import open_store
+    from matrix_sources.indexer.config import load_config
 
     return open_store(load_config(config), inspect=True).count()
 

@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import evalkit  # noqa: E402
 
-from appservice.tools.localsynapse import LocalSynapse  # noqa: E402
+from matrix_sources.appservice.tools.localsynapse import LocalSynapse  # noqa: E402
 
 EVAL_DOMAIN = "eval.local"
 HS_DOMAIN = "localhost"

@@ -45,8 +45,8 @@ def rss_kib() -> int:
 
 def build_eventlog(root: Path, windows: int, folder: Path):
     """The event log of `windows` generated windows, every event indexed (cached)."""
-    from indexer.pipeline.chunker import build_windows
-    from indexer.store.eventlog.log import EventLog
+    from matrix_sources.indexer.pipeline.chunker import build_windows
+    from matrix_sources.indexer.store.eventlog.log import EventLog
 
     folder.mkdir(parents=True, exist_ok=True)
     log = EventLog(folder / "eventlog.sqlite3")
@@ -85,7 +85,7 @@ def keyword_texts(root: Path, reps: int) -> list[str]:
 
 
 def canary_window(log, room: str = "!canary:bench.local"):
-    from indexer.records import EventID, Message, RoomID, UserID, Window, WindowID
+    from matrix_sources.indexer.records import EventID, Message, RoomID, UserID, Window, WindowID
 
     m = Message(
         EventID("$canary"),
@@ -105,10 +105,10 @@ def files_with(paths, needle: bytes) -> list[str]:
 
 
 def postings(log, texts: list[str], folder: Path) -> dict:
-    from indexer.search.searcher import _lexical_ranker
-    from indexer.search.termindex import TermIndex
-    from indexer.search.termindex_build import start_term_index
-    from indexer.store.vectors.chroma import ChromaStore
+    from matrix_sources.indexer.search.searcher import _lexical_ranker
+    from matrix_sources.indexer.search.termindex import TermIndex
+    from matrix_sources.indexer.search.termindex_build import start_term_index
+    from matrix_sources.indexer.store.vectors.chroma import ChromaStore
 
     gc.collect()
     before = rss_kib()
@@ -151,7 +151,7 @@ def postings(log, texts: list[str], folder: Path) -> dict:
 def fts5(log, texts: list[str], folder: Path) -> dict:
     import apsw
 
-    from indexer.search.lexical import base_of, stem, terms
+    from matrix_sources.indexer.search.lexical import base_of, stem, terms
 
     path = folder / "fts5.sqlite3"
     for p in folder.glob("fts5.sqlite3*"):
@@ -233,7 +233,7 @@ def fts5(log, texts: list[str], folder: Path) -> dict:
 
 def purge_residue(log, folder: Path) -> dict:
     """The event log side of a purge: the canary window's room purged."""
-    from indexer.records import RoomID
+    from matrix_sources.indexer.records import RoomID
 
     w = canary_window(log)
     log.truncate_wal()

@@ -58,7 +58,7 @@ class StandInEmbedder:
     dim = 384
 
     def __init__(self, seconds: float) -> None:
-        from indexer.models.embedder import HashEmbedder
+        from matrix_sources.indexer.models.embedder import HashEmbedder
 
         self.seconds = seconds
         self._vectors = HashEmbedder(self.dim)
@@ -111,7 +111,7 @@ def fresh_schema(dsn: str, name: str) -> str:
 def make_data_dir(folder: Path, database: str, chroma_port: int, rooms: int) -> Path:
     from ruamel.yaml import YAML
 
-    from indexer.datadir import init_data_dir
+    from matrix_sources.indexer.datadir import init_data_dir
 
     init_data_dir(folder, "http://127.0.0.1:8008", "bench.example.org")
     config = folder / "config.yaml"
@@ -130,8 +130,8 @@ def make_data_dir(folder: Path, database: str, chroma_port: int, rooms: int) -> 
 
 
 def append_corpus(database: str, rooms: int, messages: int) -> int:
-    from indexer.records import EventID, Message, RoomID, UserID
-    from indexer.store.eventlog.log import EventLog
+    from matrix_sources.indexer.records import EventID, Message, RoomID, UserID
+    from matrix_sources.indexer.store.eventlog.log import EventLog
 
     log = EventLog(database)
     t0 = 1_700_000_000_000
@@ -159,7 +159,7 @@ def append_corpus(database: str, rooms: int, messages: int) -> int:
 
 
 def pending(database: str) -> int:
-    from indexer.store.eventlog.db import reader
+    from matrix_sources.indexer.store.eventlog.db import reader
 
     with reader(database) as db:
         return db.execute("SELECT COUNT(*) FROM events WHERE status = 'pending'").fetchone()[0]
@@ -239,14 +239,14 @@ def worker_main(args) -> int:
     """One worker process: open, say ready, wait for go, run until terminated."""
     import signal
 
-    from indexer.components import open_worker
-    from indexer.config import load_config
-    from indexer.pipeline.standalone import WorkerLoop
+    from matrix_sources.indexer.components import open_worker
+    from matrix_sources.indexer.config import load_config
+    from matrix_sources.indexer.pipeline.standalone import WorkerLoop
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     cfg = load_config(Path(args.worker))
     if args.real:
-        from indexer.models.embedder import load_embedder
+        from matrix_sources.indexer.models.embedder import load_embedder
 
         embedder = load_embedder(
             cfg.index.embedder.model, cfg.index.embedder.backend, cfg.models_dir

@@ -19,8 +19,8 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from appservice.tools.chatclient import ChatClient  # noqa: E402
-from appservice.tools.localsynapse import LocalSynapse  # noqa: E402
+from matrix_sources.appservice.tools.chatclient import ChatClient  # noqa: E402
+from matrix_sources.appservice.tools.localsynapse import LocalSynapse  # noqa: E402
 from tests.harness import free_port  # noqa: E402
 
 BASE = "localhost/matrix-sources-base:bookworm"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from indexer.clock import Clock
+from matrix_sources.indexer.clock import Clock
 
 
 class FakeClock:

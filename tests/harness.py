@@ -21,9 +21,9 @@ from pathlib import Path
 
 from ruamel.yaml import YAML
 
-from appservice.tools.localsynapse import LocalSynapse
-from indexer.datadir import init_data_dir
-from indexer.store.eventlog.db import reader
+from matrix_sources.appservice.tools.localsynapse import LocalSynapse
+from matrix_sources.indexer.datadir import init_data_dir
+from matrix_sources.indexer.store.eventlog.db import reader
 from tests.vectorscan import files_holding
 
 STACK_DATABASE = "MATRIX_SOURCES_TEST_STACK_DATABASE"  # "postgresql": the stack's event log there
@@ -33,8 +33,8 @@ STACK_DATABASE = "MATRIX_SOURCES_TEST_STACK_DATABASE"  # "postgresql": the stack
 _READ_VECTOR = """
 import json, sys
 from pathlib import Path
-from indexer.store.eventlog.log import EventLog
-from indexer.store.vectors.chroma import ChromaStore
+from matrix_sources.indexer.store.eventlog.log import EventLog
+from matrix_sources.indexer.store.vectors.chroma import ChromaStore
 data = Path(sys.argv[1])
 store = ChromaStore(path=data / "chroma", eventlog=EventLog(sys.argv[2], read_only=True))
 print(json.dumps([[w.window_id, list(map(float, v))]
@@ -62,7 +62,14 @@ class ServiceProcess:
         env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "appservice.cli.main", "run", "-c", str(self.config)],
+            [
+                sys.executable,
+                "-m",
+                "matrix_sources.appservice.cli.main",
+                "run",
+                "-c",
+                str(self.config),
+            ],
             stdout=log,
             stderr=log,
             env=env,
@@ -128,7 +135,7 @@ class Stack:
         else:
             argv = [sub, "-c", str(self.config), *rest]
         return subprocess.run(
-            [sys.executable, "-m", "appservice.cli.main", *argv],
+            [sys.executable, "-m", "matrix_sources.appservice.cli.main", *argv],
             capture_output=True,
             text=True,
             timeout=300,

@@ -13,12 +13,12 @@ from pathlib import Path
 from aiohttp.test_utils import TestClient, TestServer
 from ruamel.yaml import YAML
 
-from appservice.bot.bot import Bot
-from appservice.homeserver.service import Service
-from indexer.clock import Clock
-from indexer.config import Config, load_config
-from indexer.datadir import init_data_dir
-from indexer.models.embedder import HashEmbedder
+from matrix_sources.appservice.bot.bot import Bot
+from matrix_sources.appservice.homeserver.service import Service
+from matrix_sources.indexer.clock import Clock
+from matrix_sources.indexer.config import Config, load_config
+from matrix_sources.indexer.datadir import init_data_dir
+from matrix_sources.indexer.models.embedder import HashEmbedder
 from tests.botkit import RecordingMatrix
 
 ROOM = "!moderated:example.org"

@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from indexer.records import Window
-from indexer.search.texts import WindowTexts
-from indexer.store.eventlog.log import EventLog
-from indexer.store.vectors.chroma import ChromaStore
+from matrix_sources.indexer.records import Window
+from matrix_sources.indexer.search.texts import WindowTexts
+from matrix_sources.indexer.store.eventlog.log import EventLog
+from matrix_sources.indexer.store.vectors.chroma import ChromaStore
 
 
 def open_store(folder: Path, **kw) -> ChromaStore:
@@ -44,8 +44,8 @@ def index(store: ChromaStore, windows: Sequence[Window], vectors) -> None:
 def edit(store: ChromaStore, window: Window, vectors) -> None:
     """Re-upsert a window whose messages' text changed, the event log first (as an
     edit by each message's sender does)."""
-    from indexer.ingest.events import EditEvent
-    from indexer.ingest.history import History
+    from matrix_sources.indexer.ingest.events import EditEvent
+    from matrix_sources.indexer.ingest.history import History
 
     History(store.eventlog).apply(
         [

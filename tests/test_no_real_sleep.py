@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from appservice.homeserver.roomstate import StateRetry
-from indexer.clock import REAL
-from indexer.ingest.spool import wait_answer
+from matrix_sources.appservice.homeserver.roomstate import StateRetry
+from matrix_sources.indexer.clock import REAL
+from matrix_sources.indexer.ingest.spool import wait_answer
 from tests.conftest import guard_sleeps
 from tests.paths import ROOT
 

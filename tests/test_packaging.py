@@ -59,7 +59,7 @@ def test_every_package_is_in_the_wheel():
         for top in ("appservice", "indexer")
         for p in (ROOT / top).rglob("__init__.py")
     }
-    assert "indexer.store" in on_disk  # the folders are really read
+    assert "matrix_sources.indexer.store" in on_disk  # the folders are really read
     assert set(PYPROJECT["tool"]["setuptools"]["packages"]) == on_disk | {
         "matrix_sources_templates"
     }
@@ -71,7 +71,7 @@ def test_templates_are_package_data():
     assert tool["package-dir"]["matrix_sources_templates"] == "config"
     assert (ROOT / "config" / "__init__.py").exists()  # a regular package, a real path
     assert "*.yaml" in tool["package-data"]["matrix_sources_templates"]
-    from indexer.datadir import _template
+    from matrix_sources.indexer.datadir import _template
 
     assert "homeserver:" in _template("config.example.yaml")
     assert "rooms:" in _template("allowlist.example.yaml")

@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from appservice.httpclient import HttpClient, Unreachable
+from matrix_sources.appservice.httpclient import HttpClient, Unreachable
 
 
 class Server(BaseHTTPRequestHandler):

@@ -7,7 +7,7 @@ import io
 import logging
 import sys
 
-from appservice.logs import setup_logging
+from matrix_sources.appservice.logs import setup_logging
 
 
 def test_setup_is_idempotent_and_keeps_other_handlers(monkeypatch):
@@ -41,8 +41,8 @@ def test_a_refused_join_is_one_line_naming_the_room_the_errcode_and_the_fix(capl
     start); an unexpected error keeps its traceback."""
     from mautrix.errors import MUnknown
 
-    from appservice.homeserver.rooms import join_failed
-    from appservice.logs import KeyValueFormatter
+    from matrix_sources.appservice.homeserver.rooms import join_failed
+    from matrix_sources.appservice.logs import KeyValueFormatter
 
     caplog.set_level(logging.WARNING, logger="matrix_sources")
     join_failed(

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from appservice.logs import CONTAINER, setup_logging
+from matrix_sources.appservice.logs import CONTAINER, setup_logging
 
 
 class Terminal(io.StringIO):

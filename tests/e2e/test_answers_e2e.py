@@ -24,8 +24,8 @@ from urllib.parse import quote
 import pytest
 from ruamel.yaml import YAML
 
-from appservice.bot.replies import NOTHING_MATCHES
-from appservice.tools.chatclient import ChatClient
+from matrix_sources.appservice.bot.replies import NOTHING_MATCHES
+from matrix_sources.appservice.tools.chatclient import ChatClient
 from tests.harness import Stack, make_stack
 
 pytestmark = [pytest.mark.synapse, pytest.mark.model]

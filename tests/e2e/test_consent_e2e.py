@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from appservice.tools.chatclient import ChatClient
+from matrix_sources.appservice.tools.chatclient import ChatClient
 from tests.harness import Stack
 
 pytestmark = [pytest.mark.synapse, pytest.mark.model]

@@ -12,8 +12,8 @@ from collections import Counter
 
 import pytest
 
-from appservice.tools.chatclient import ChatClient
-from indexer.store.vectors.chroma import ChromaStore
+from matrix_sources.appservice.tools.chatclient import ChatClient
+from matrix_sources.indexer.store.vectors.chroma import ChromaStore
 
 pytestmark = [pytest.mark.synapse, pytest.mark.model]
 

@@ -13,8 +13,8 @@ import urllib.request
 
 import pytest
 
-from appservice.cli.main import main
-from indexer.store.eventlog.log import EventLog
+from matrix_sources.appservice.cli.main import main
+from matrix_sources.indexer.store.eventlog.log import EventLog
 
 pytestmark = [pytest.mark.synapse, pytest.mark.model]
 
@@ -49,7 +49,7 @@ def test_demo_seeds_from_three_users_and_says_how_to_register(tmp_path, capsys):
 
     # Run again: it resumes (same accounts, room already seeded) and serves Synapse again,
     # so the printed ways to make an account can be tried against it.
-    from appservice.tools import demo
+    from matrix_sources.appservice.tools import demo
 
     state = json.loads((root / "demo.json").read_text())
     assert sorted(state["registered"]) == ["alice", "bob", "carol", "demo"]

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from appservice.tools.chatclient import ChatClient
+from matrix_sources.appservice.tools.chatclient import ChatClient
 from tests.harness import Stack, make_stack
 
 pytestmark = [pytest.mark.synapse, pytest.mark.model]

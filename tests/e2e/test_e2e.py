@@ -10,7 +10,7 @@ from urllib.parse import quote
 
 import pytest
 
-from appservice.tools.chatclient import ChatClient
+from matrix_sources.appservice.tools.chatclient import ChatClient
 
 pytestmark = [pytest.mark.synapse, pytest.mark.model]
 

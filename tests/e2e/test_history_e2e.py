@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from appservice.tools.chatclient import ChatClient
-from indexer.store.eventlog.db import reader
+from matrix_sources.appservice.tools.chatclient import ChatClient
+from matrix_sources.indexer.store.eventlog.db import reader
 from tests.vectorscan import files_holding
 
 pytestmark = [pytest.mark.synapse, pytest.mark.model]

@@ -8,7 +8,7 @@ import signal
 
 import pytest
 
-from appservice.tools.chatclient import ChatClient
+from matrix_sources.appservice.tools.chatclient import ChatClient
 
 pytestmark = [pytest.mark.synapse, pytest.mark.model]
 

@@ -16,9 +16,9 @@ from urllib.parse import quote
 
 import pytest
 
-from appservice.httpclient import HttpClient
-from appservice.tools.chatclient import ChatClient
-from indexer.store.eventlog.db import reader
+from matrix_sources.appservice.httpclient import HttpClient
+from matrix_sources.appservice.tools.chatclient import ChatClient
+from matrix_sources.indexer.store.eventlog.db import reader
 from tests.harness import Stack
 
 pytestmark = [pytest.mark.synapse, pytest.mark.model]

@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from appservice.tools.chatclient import ChatClient
-from indexer.store.eventlog.db import reader
+from matrix_sources.appservice.tools.chatclient import ChatClient
+from matrix_sources.indexer.store.eventlog.db import reader
 from tests.e2e.test_consent_e2e import gone_from_every_file
 from tests.harness import Stack
 

@@ -14,7 +14,7 @@ import re
 
 import pytest
 
-from appservice.tools.chatclient import ChatClient
+from matrix_sources.appservice.tools.chatclient import ChatClient
 
 pytestmark = [pytest.mark.synapse, pytest.mark.model]
 

@@ -11,7 +11,7 @@ import time
 import pytest
 from ruamel.yaml import YAML
 
-from appservice.tools.chatclient import ChatClient
+from matrix_sources.appservice.tools.chatclient import ChatClient
 from tests.harness import Stack, make_stack
 
 pytestmark = [pytest.mark.synapse, pytest.mark.model]
@@ -36,7 +36,14 @@ def metric(text: str, name: str, labels: str = "") -> float:
 
 def doctor(stack: Stack, config=None) -> tuple[int, str]:
     res = subprocess.run(
-        [sys.executable, "-m", "appservice.cli.main", "doctor", "-c", str(config or stack.config)],
+        [
+            sys.executable,
+            "-m",
+            "matrix_sources.appservice.cli.main",
+            "doctor",
+            "-c",
+            str(config or stack.config),
+        ],
         capture_output=True,
         text=True,
         timeout=300,

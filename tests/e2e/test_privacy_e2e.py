@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from appservice.tools.chatclient import ChatClient
-from indexer.store.vectors.chroma import ChromaStore
+from matrix_sources.appservice.tools.chatclient import ChatClient
+from matrix_sources.indexer.store.vectors.chroma import ChromaStore
 from tests.harness import Stack
 
 pytestmark = [pytest.mark.synapse, pytest.mark.model]

@@ -15,7 +15,7 @@ import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from ruamel.yaml import YAML
 
-from appservice.tools.chatclient import ChatClient
+from matrix_sources.appservice.tools.chatclient import ChatClient
 
 pytestmark = [pytest.mark.synapse, pytest.mark.model]
 
@@ -49,7 +49,7 @@ def post(stack, body: object, token: str | None) -> tuple[int, dict]:
 async def mcp_search(stack, texts: list[str]) -> dict:
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "appservice.cli.main", "mcp", "-c", str(stack.config)],
+        args=["-m", "matrix_sources.appservice.cli.main", "mcp", "-c", str(stack.config)],
         env={
             "HF_HUB_OFFLINE": "1",
             **{k: v for k, v in os.environ.items() if k in ("PYTHONPATH", "VIRTUAL_ENV")},

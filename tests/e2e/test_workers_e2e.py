@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
-from appservice.tools.chatclient import ChatClient
-from indexer.store.eventlog.log import EventLog
-from indexer.store.vectors.chroma import ChromaStore
+from matrix_sources.appservice.tools.chatclient import ChatClient
+from matrix_sources.indexer.store.eventlog.log import EventLog
+from matrix_sources.indexer.store.vectors.chroma import ChromaStore
 from tests.harness import make_stack
 from tests.pgkit import fresh_schema
 
@@ -40,7 +40,14 @@ class WorkerProcess:
     def start(self) -> None:
         out = open(self.log, "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "appservice.cli.main", "worker", "-c", str(self.config)],
+            [
+                sys.executable,
+                "-m",
+                "matrix_sources.appservice.cli.main",
+                "worker",
+                "-c",
+                str(self.config),
+            ],
             stdout=out,
             stderr=out,
             env=dict(os.environ, HF_HUB_OFFLINE="1"),

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from indexer.clock import Clock, stopwatch
+from matrix_sources.indexer.clock import Clock, stopwatch
 from tests.fakeclock import FakeClock
 
 

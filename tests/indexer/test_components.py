@@ -8,10 +8,10 @@ import ast
 import pytest
 from ruamel.yaml import YAML
 
-from indexer.components import Index
-from indexer.config import load_config
-from indexer.datadir import init_data_dir
-from indexer.models.embedder import HashEmbedder
+from matrix_sources.indexer.components import Index
+from matrix_sources.indexer.config import load_config
+from matrix_sources.indexer.datadir import init_data_dir
+from matrix_sources.indexer.models.embedder import HashEmbedder
 from tests.paths import ROOT
 
 

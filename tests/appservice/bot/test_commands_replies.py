@@ -8,7 +8,7 @@ from urllib.parse import unquote
 
 import pytest
 
-from appservice.bot.commands import (
+from matrix_sources.appservice.bot.commands import (
     HELP,
     CommandError,
     HelpCommand,
@@ -16,13 +16,18 @@ from appservice.bot.commands import (
     WhyCommand,
     parse_command,
 )
-from appservice.bot.replies import MAX_REPLY_CHARS, permalink, render_hits, via_servers
-from appservice.bot.responder import RateLimiter, Responder
-from indexer.clock import format_ts
-from indexer.ingest.events import MessageEvent, parse_event
-from indexer.records import EventID, Hit, Line, RoomID, UserID, WindowID
-from indexer.search.abstain import Floor
-from indexer.search.searcher import MAX_TEXT_BYTES
+from matrix_sources.appservice.bot.replies import (
+    MAX_REPLY_CHARS,
+    permalink,
+    render_hits,
+    via_servers,
+)
+from matrix_sources.appservice.bot.responder import RateLimiter, Responder
+from matrix_sources.indexer.clock import format_ts
+from matrix_sources.indexer.ingest.events import MessageEvent, parse_event
+from matrix_sources.indexer.records import EventID, Hit, Line, RoomID, UserID, WindowID
+from matrix_sources.indexer.search.abstain import Floor
+from matrix_sources.indexer.search.searcher import MAX_TEXT_BYTES
 from tests.fakeclock import FakeClock
 
 ROOM = "!ops:example.org"
@@ -579,7 +584,7 @@ async def test_room_alias_is_resolved_before_searching(responder):
 
 
 def test_power_levels_and_room_v12_creators():
-    from appservice.bot.status import ADMIN_POWER_LEVEL, power_from_state
+    from matrix_sources.appservice.bot.status import ADMIN_POWER_LEVEL, power_from_state
 
     def state(version, creator="@c:x", users=None, default=0, extra=()):
         return [
@@ -648,7 +653,7 @@ async def test_why_names_the_margin_of_the_questions_script(responder):
 async def test_why_after_nothing_matches_explains_the_closest_below_the_floor(responder):
     from dataclasses import replace
 
-    from appservice.bot.replies import NOTHING_MATCHES
+    from matrix_sources.appservice.bot.replies import NOTHING_MATCHES
 
     r, sent, _, _ = responder
     closest = replace(ranked_hit(0, ((1, 0.12),), 1 / 61), similarity=0.12)
@@ -696,7 +701,7 @@ async def test_why_names_the_plain_floor_when_the_closest_shares_a_word(responde
 
 
 def test_a_sender_id_with_a_newline_forges_no_line_of_the_reply():
-    from indexer.records import Line
+    from matrix_sources.indexer.records import Line
 
     hit = Hit(
         WindowID("w1"),

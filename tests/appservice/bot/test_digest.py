@@ -14,11 +14,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from mautrix.errors import MForbidden
 
-from appservice.bot.digest import DUE_KEY, PROBLEM_KEY
-from appservice.cli.doctor import check_digest
-from appservice.homeserver.service import StartupError
-from indexer.config import ConfigError, load_config
-from indexer.datadir import service_registration
+from matrix_sources.appservice.bot.digest import DUE_KEY, PROBLEM_KEY
+from matrix_sources.appservice.cli.doctor import check_digest
+from matrix_sources.appservice.homeserver.service import StartupError
+from matrix_sources.indexer.config import ConfigError, load_config
+from matrix_sources.indexer.datadir import service_registration
 from tests.fakeclock import FakeClock
 from tests.indexer.store.test_history import db_bytes
 from tests.moderationkit import ALICE, BOB, ROOM, T0, close_moderated, make_data_dir, open_moderated

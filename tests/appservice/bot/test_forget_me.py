@@ -7,13 +7,13 @@ from __future__ import annotations
 import asyncio
 from types import SimpleNamespace
 
-from appservice.bot.bot import Bot
-from appservice.bot.commands import ForgetMeCommand, parse_command
-from indexer.clock import Clock
-from indexer.config.sections import ModerationSettings
-from indexer.ingest import gate as rules
-from indexer.ingest.events import MessageEvent
-from indexer.records import EventID, Message, RoomID, UserID
+from matrix_sources.appservice.bot.bot import Bot
+from matrix_sources.appservice.bot.commands import ForgetMeCommand, parse_command
+from matrix_sources.indexer.clock import Clock
+from matrix_sources.indexer.config.sections import ModerationSettings
+from matrix_sources.indexer.ingest import gate as rules
+from matrix_sources.indexer.ingest.events import MessageEvent
+from matrix_sources.indexer.records import EventID, Message, RoomID, UserID
 from tests.botkit import RecordingMatrix as Matrix
 from tests.indexer.store.test_history import ALICE, BOB, T0, all_text, msg, world  # noqa: F401 (world: fixture)
 
@@ -115,11 +115,11 @@ def bot_at(folder, matrix, wall=lambda: 1_000.0):
     """A bot over the event log in `folder`, its commands kept there (commands.py)."""
     from pathlib import Path
 
-    from indexer.ingest.admit import Ingest
-    from indexer.ingest.gate import Gate
-    from indexer.store.commands import CommandLog
-    from indexer.store.eventlog.log import EventLog
-    from indexer.store.journal import Journal
+    from matrix_sources.indexer.ingest.admit import Ingest
+    from matrix_sources.indexer.ingest.gate import Gate
+    from matrix_sources.indexer.store.commands import CommandLog
+    from matrix_sources.indexer.store.eventlog.log import EventLog
+    from matrix_sources.indexer.store.journal import Journal
 
     log = EventLog(Path(folder) / "eventlog.sqlite3")
     ingest = Ingest(
@@ -161,7 +161,7 @@ async def test_after_a_sigkill_mid_forget_the_resumed_command_reports_the_whole_
     import subprocess
     import sys
 
-    from indexer.store.commands import CommandLog
+    from matrix_sources.indexer.store.commands import CommandLog
     from tests.paths import ROOT
 
     bot, log = bot_at(tmp_path, Matrix())

@@ -11,17 +11,17 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from appservice.bot.commandpool import CommandPool
-from appservice.bot.responder import RateLimiter, Responder
-from appservice.homeserver.health import (
+from matrix_sources.appservice.bot.commandpool import CommandPool
+from matrix_sources.appservice.bot.responder import RateLimiter, Responder
+from matrix_sources.appservice.homeserver.health import (
     PIPELINE_FAILING_RUNS,
     Health,
     appends_problem,
     pipeline_problem,
 )
-from indexer.clock import Clock
-from indexer.ingest.roomfacts import RoomFacts
-from indexer.search.searcher import MAX_TEXT_BYTES
+from matrix_sources.indexer.clock import Clock
+from matrix_sources.indexer.ingest.roomfacts import RoomFacts
+from matrix_sources.indexer.search.searcher import MAX_TEXT_BYTES
 from tests.appservice.homeserver.test_hostile_transactions import BOT, ROOM_A, env, msg  # noqa: F401 (env: fixture)
 from tests.appservice.homeserver.test_transactions import put
 

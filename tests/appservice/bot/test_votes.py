@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from indexer.ingest.events import ReactionEvent, Skipped, parse_event
-from indexer.ingest.reactions import vote_of
-from indexer.store.eventlog.feedback import RoomFigures, Vote
+from matrix_sources.indexer.ingest.events import ReactionEvent, Skipped, parse_event
+from matrix_sources.indexer.ingest.reactions import vote_of
+from matrix_sources.indexer.store.eventlog.feedback import RoomFigures, Vote
 from tests.moderationkit import (
     ALICE,
     BOB,

@@ -9,7 +9,7 @@ import json
 import pytest
 from ruamel.yaml import YAML
 
-from appservice.cli.main import main
+from matrix_sources.appservice.cli.main import main
 from tests.fakeclock import FakeClock
 
 ROOM, OTHER = "!eval-room:example.org", "!not-listed:example.org"
@@ -234,8 +234,8 @@ def test_forget_removes_a_users_text_from_every_file_and_lists_and_undoes(datadi
 
 
 def test_forget_with_the_lock_held_goes_to_the_services_spool(datadir, capsys, monkeypatch):
-    from appservice.cli import forget
-    from indexer.store.lock import WriterLock
+    from matrix_sources.appservice.cli import forget
+    from matrix_sources.indexer.store.lock import WriterLock
 
     cfg, tmp = datadir
     clock = FakeClock(0.0)

@@ -12,7 +12,7 @@ import sys
 import pytest
 from ruamel.yaml import YAML
 
-from appservice.cli.main import build_parser, main
+from matrix_sources.appservice.cli.main import build_parser, main
 
 ROOM = "!listed:example.org"
 
@@ -127,7 +127,7 @@ def test_import_shows_the_model_load_and_an_indexing_total(datadir, capsys):
     cfg, tmp = datadir
     capsys.readouterr()
     seen = {}
-    from appservice.cli import main as cli
+    from matrix_sources.appservice.cli import main as cli
 
     class Bar:
         def __init__(self, *a, total=None, desc="", **kw):
@@ -161,9 +161,9 @@ def test_import_shows_the_model_load_and_an_indexing_total(datadir, capsys):
 def test_the_commands_load_the_model_on_the_configured_backend(tmp_path, monkeypatch, capsys):
     """`run`, `import`, `search`, `backfill` load the model through progress.load_model:
     it runs the backend config.yaml names, with its ONNX files in the data dir."""
-    from appservice.cli import progress
-    from indexer.config import load_config
-    from indexer.models import embedder
+    from matrix_sources.appservice.cli import progress
+    from matrix_sources.indexer.config import load_config
+    from matrix_sources.indexer.models import embedder
 
     tmp = tmp_path
     assert main(["init", "--data-dir", str(tmp / "d"), "--domain", "example.org"]) == 0
@@ -184,7 +184,7 @@ HOLDER = """
 import sys, time
 from pathlib import Path
 sys.argv = ["/opt/x/bin/matrix-sources", "demo", "--data-dir", sys.argv[1]]
-from indexer.store.lock import WriterLock
+from matrix_sources.indexer.store.lock import WriterLock
 WriterLock(Path(sys.argv[3]), "matrix-sources run").acquire()  # as Service does
 print("held", flush=True)
 time.sleep(60)

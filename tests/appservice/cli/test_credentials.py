@@ -16,10 +16,10 @@ from urllib.parse import unquote
 import pytest
 from ruamel.yaml import YAML
 
-from appservice.cli.doctor import check_token_files, print_checks
-from appservice.cli.main import main
-from indexer.config import ConfigError, load_config
-from indexer.datadir import init_data_dir, load_registration, service_registration
+from matrix_sources.appservice.cli.doctor import check_token_files, print_checks
+from matrix_sources.appservice.cli.main import main
+from matrix_sources.indexer.config import ConfigError, load_config
+from matrix_sources.indexer.datadir import init_data_dir, load_registration, service_registration
 
 AS_TOKEN = "as-from-credential-0123456789abcdef"
 HS_TOKEN = "hs-from-credential-0123456789abcdef"
@@ -122,7 +122,7 @@ def test_a_bad_token_file_is_refused_naming_it(tmp_path, content, why):
 
 def test_run_reads_the_credentials(tmp_path, monkeypatch):
     """The Service itself takes its tokens through service_registration."""
-    import appservice.homeserver.service as service
+    import matrix_sources.appservice.homeserver.service as service
 
     seen = {}
 

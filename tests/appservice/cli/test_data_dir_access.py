@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
-from appservice.cli.main import main
-from indexer.config import ConfigError, load_config
-from indexer.config.sections import MODELS_DIR_ENV
-from indexer.datadir import init_data_dir
+from matrix_sources.appservice.cli.main import main
+from matrix_sources.indexer.config import ConfigError, load_config
+from matrix_sources.indexer.config.sections import MODELS_DIR_ENV
+from matrix_sources.indexer.datadir import init_data_dir
 from tests.paths import ROOT
 
 NOBODY = 65534
@@ -26,7 +26,7 @@ def as_other_user(argv: list[str]) -> subprocess.CompletedProcess:
     """`matrix-sources ARGV` as uid/gid 65534. Run as root (CI), it keeps only the right
     to read and search folders, so the interpreter under /root still starts; it cannot
     write what it does not own."""
-    cmd = [sys.executable, "-m", "appservice.cli.main", *argv]
+    cmd = [sys.executable, "-m", "matrix_sources.appservice.cli.main", *argv]
     if os.geteuid() == 0:
         if shutil.which("setpriv") is None:
             pytest.skip("needs setpriv (util-linux) to run as another user")

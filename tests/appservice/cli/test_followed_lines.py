@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from appservice.bot.status import follow_notes
-from appservice.cli.allowlist import list_lines
-from appservice.cli.doctor import Check
-from appservice.cli.doctor_follow import check_followed
-from indexer.ingest.followed import Followed, SpaceReading, Upgrade, save_followed
+from matrix_sources.appservice.bot.status import follow_notes
+from matrix_sources.appservice.cli.allowlist import list_lines
+from matrix_sources.appservice.cli.doctor import Check
+from matrix_sources.appservice.cli.doctor_follow import check_followed
+from matrix_sources.indexer.ingest.followed import Followed, SpaceReading, Upgrade, save_followed
 
 
 def world(tmp_path):
@@ -75,7 +75,7 @@ def test_doctor_judges_space_rooms_and_warns_of_an_upgrade_not_followed(tmp_path
 
 def test_status_notes_each_rooms_chain_and_space(tmp_path):
     world(tmp_path)
-    from indexer.ingest.followed import load_followed
+    from matrix_sources.indexer.ingest.followed import load_followed
 
     notes, lines = follow_notes(load_followed(tmp_path))
     assert notes == {"!b:x": "chain !a:x -> !b:x", "!c:x": "in space !s:x", "!t:x": "in space !s:x"}

@@ -16,10 +16,10 @@ import json
 import aiohttp
 import pytest
 
-from appservice.cli import search as cli_search
-from appservice.cli.main import main
-from appservice.homeserver.search_api import ROUTE
-from indexer.datadir import api_token
+from matrix_sources.appservice.cli import search as cli_search
+from matrix_sources.appservice.cli.main import main
+from matrix_sources.appservice.homeserver.search_api import ROUTE
+from matrix_sources.indexer.datadir import api_token
 from tests.appservice.cli.test_cli import datadir  # noqa: F401  (the fixture)
 from tests.appservice.cli.test_search_via_service import Service, cli, imported  # noqa: F401
 

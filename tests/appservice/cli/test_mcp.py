@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager
 
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
-from appservice.cli.main import main
+from matrix_sources.appservice.cli.main import main
 from tests.appservice.cli.test_cli import ROOM, datadir  # noqa: F401  (the fixture)
 from tests.appservice.cli.test_search_via_service import Service, imported  # noqa: F401  (the fixture)
 
@@ -21,7 +21,7 @@ from tests.appservice.cli.test_search_via_service import Service, imported  # no
 async def session(cfg_path):
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "appservice.cli.main", "mcp", "-c", str(cfg_path)],
+        args=["-m", "matrix_sources.appservice.cli.main", "mcp", "-c", str(cfg_path)],
         env={k: v for k, v in os.environ.items() if k in ("PYTHONPATH", "VIRTUAL_ENV")}
         | {"HF_HUB_OFFLINE": "1", "ANONYMIZED_TELEMETRY": "False"},
         cwd=os.getcwd(),

@@ -18,7 +18,7 @@ import sys
 import pytest
 from mcp.types import jsonrpc_message_adapter
 
-from appservice.cli.mcpstdio import MAX_LINE_BYTES
+from matrix_sources.appservice.cli.mcpstdio import MAX_LINE_BYTES
 from tests.appservice.cli.test_cli import datadir  # noqa: F401  (the fixture)
 from tests.appservice.cli.test_search_via_service import imported  # noqa: F401  (the fixture)
 
@@ -63,7 +63,7 @@ async def server(imported, tmp_path):  # noqa: F811
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "appservice.cli.main",
+            "matrix_sources.appservice.cli.main",
             "mcp",
             "-c",
             str(imported),

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
-from indexer.datadir import init_data_dir
+from matrix_sources.indexer.datadir import init_data_dir
 from tests.paths import ROOT
 
 
@@ -46,7 +46,7 @@ def test_as_pid_1_sigterm_ends_a_command_without_a_handler_of_its_own(tmp_path):
         "--kill-child",
         sys.executable,
         "-m",
-        "appservice.cli.main",
+        "matrix_sources.appservice.cli.main",
         "mcp",
         "-c",
         str(config),

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 import time
 
-from appservice.cli.main import main
-from indexer.records import EventID, RoomID
-from indexer.store.eventlog.feedback import Asked, Reaction, Vote
-from indexer.store.eventlog.log import EventLog
+from matrix_sources.appservice.cli.main import main
+from matrix_sources.indexer.records import EventID, RoomID
+from matrix_sources.indexer.store.eventlog.feedback import Asked, Reaction, Vote
+from matrix_sources.indexer.store.eventlog.log import EventLog
 from tests.moderationkit import ALICE, BOB, ROOM, make_data_dir
 
 SHAPE = {

@@ -17,17 +17,17 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from ruamel.yaml import YAML
 
-from appservice.bot.replies import render_hits
-from appservice.cli import search as cli_search
-from appservice.cli.main import main
-from appservice.homeserver.ratelimit import TokenBucket
-from appservice.homeserver.search_api import SearchAPI
-from indexer.clock import Clock
-from indexer.components import Index
-from indexer.config import load_config
-from indexer.datadir import api_token
-from indexer.records import EventID, Hit, Line, RefSource, RoomID, UserID, WindowID
-from indexer.store.lock import WriterLock, holder
+from matrix_sources.appservice.bot.replies import render_hits
+from matrix_sources.appservice.cli import search as cli_search
+from matrix_sources.appservice.cli.main import main
+from matrix_sources.appservice.homeserver.ratelimit import TokenBucket
+from matrix_sources.appservice.homeserver.search_api import SearchAPI
+from matrix_sources.indexer.clock import Clock
+from matrix_sources.indexer.components import Index
+from matrix_sources.indexer.config import load_config
+from matrix_sources.indexer.datadir import api_token
+from matrix_sources.indexer.records import EventID, Hit, Line, RefSource, RoomID, UserID, WindowID
+from matrix_sources.indexer.store.lock import WriterLock, holder
 from tests.appservice.cli.test_cli import ROOM, datadir  # noqa: F401  (the fixture)
 from tests.appservice.homeserver.test_search_api import HIT
 from tests.fakeclock import FakeClock
@@ -48,10 +48,10 @@ HEAVY = (
     "mautrix",
     "onnxruntime",
     "sentence_transformers",
-    "indexer.components",
-    "indexer.store.vectors.chroma",
-    "indexer.search.searcher",
-    "indexer.models.embedder",
+    "matrix_sources.indexer.components",
+    "matrix_sources.indexer.store.vectors.chroma",
+    "matrix_sources.indexer.search.searcher",
+    "matrix_sources.indexer.models.embedder",
 )
 
 
@@ -220,7 +220,7 @@ async def test_the_api_path_imports_no_model_store_or_matrix_library(imported):
     service = Service(imported)
     await service.start()
     probe = (
-        "import sys, json\nfrom appservice.cli.main import main\n"
+        "import sys, json\nfrom matrix_sources.appservice.cli.main import main\n"
         f"code = main(['search', '-c', {str(imported)!r}, '--json', 'printer', 'cups'])\n"
         f"print(json.dumps([code, [m for m in {HEAVY!r} if m in sys.modules]]),"
         " file=sys.stderr)\n"

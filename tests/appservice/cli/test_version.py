@@ -19,7 +19,7 @@ def pyproject_version() -> str:
 
 def test_version_prints_the_installed_version():
     done = subprocess.run(
-        [sys.executable, "-m", "appservice.cli.main", "--version"],
+        [sys.executable, "-m", "matrix_sources.appservice.cli.main", "--version"],
         capture_output=True,
         text=True,
         cwd=ROOT,

@@ -12,23 +12,27 @@ from types import SimpleNamespace
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from appservice.bot.bot import RESTARTED, Bot
-from appservice.homeserver.backlog import BacklogBound
-from appservice.homeserver.health import Health
-from appservice.homeserver.metrics import EventLogFigures, MetricSources, ServiceMetrics
-from appservice.homeserver.transactions import TransactionHandler
-from indexer.clock import Clock
-from indexer.config.sections import ModerationSettings
-from indexer.ingest.admit import Ingest
-from indexer.ingest.gate import Gate
-from indexer.ingest.roomfacts import RoomFacts
-from indexer.models.embedder import HashEmbedder
-from indexer.pipeline.pipeline import Pipeline
-from indexer.records import ChunkPolicy, RoomID, UserID
-from indexer.store.commands import CommandLog
-from indexer.store.eventlog.log import EventLog
-from indexer.store.journal import Journal
-from indexer.store.vectors.chroma import ChromaStore
+from matrix_sources.appservice.bot.bot import RESTARTED, Bot
+from matrix_sources.appservice.homeserver.backlog import BacklogBound
+from matrix_sources.appservice.homeserver.health import Health
+from matrix_sources.appservice.homeserver.metrics import (
+    EventLogFigures,
+    MetricSources,
+    ServiceMetrics,
+)
+from matrix_sources.appservice.homeserver.transactions import TransactionHandler
+from matrix_sources.indexer.clock import Clock
+from matrix_sources.indexer.config.sections import ModerationSettings
+from matrix_sources.indexer.ingest.admit import Ingest
+from matrix_sources.indexer.ingest.gate import Gate
+from matrix_sources.indexer.ingest.roomfacts import RoomFacts
+from matrix_sources.indexer.models.embedder import HashEmbedder
+from matrix_sources.indexer.pipeline.pipeline import Pipeline
+from matrix_sources.indexer.records import ChunkPolicy, RoomID, UserID
+from matrix_sources.indexer.store.commands import CommandLog
+from matrix_sources.indexer.store.eventlog.log import EventLog
+from matrix_sources.indexer.store.journal import Journal
+from matrix_sources.indexer.store.vectors.chroma import ChromaStore
 from tests.appservice.homeserver.test_transactions import HS_TOKEN, message, put
 from tests.botkit import RecordingMatrix as Matrix
 
@@ -351,7 +355,7 @@ async def _until(cond) -> None:
 async def test_the_bound_reads_the_backlog_every_second_and_faster_while_refusing():
     """On a fake clock: a read a second; once refusing, four a second, so the homeserver
     is asked back within a quarter second of the backlog falling below the bound."""
-    from indexer.store.eventlog.status import Backlog
+    from matrix_sources.indexer.store.eventlog.status import Backlog
     from tests.fakeclock import FakeClock
 
     clock = FakeClock(0.0)

@@ -11,14 +11,14 @@ import asyncio
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from appservice.homeserver.erasure import (
+from matrix_sources.appservice.homeserver.erasure import (
     PAGE_SIZE,
     PAGES_PER_ROUND,
     POLL_INTERVAL_S,
     RETRY_AFTER_S,
     ErasureWatch,
 )
-from indexer.clock import Clock
+from matrix_sources.indexer.clock import Clock
 from tests.fakeclock import FakeClock
 
 TOKEN = "admin-token"

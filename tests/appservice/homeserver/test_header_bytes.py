@@ -15,10 +15,10 @@ import logging
 import pytest
 from aiohttp.test_utils import TestServer
 
-from appservice.homeserver.ratelimit import TokenBucket
-from appservice.homeserver.search_api import ROUTE, SearchAPI
-from appservice.homeserver.service import _SourcesAppService, _StateStore
-from appservice.logs import KeyValueFormatter, setup_logging
+from matrix_sources.appservice.homeserver.ratelimit import TokenBucket
+from matrix_sources.appservice.homeserver.search_api import ROUTE, SearchAPI
+from matrix_sources.appservice.homeserver.service import _SourcesAppService, _StateStore
+from matrix_sources.appservice.logs import KeyValueFormatter, setup_logging
 from tests.appservice.homeserver.test_hostile_transactions import Env
 from tests.appservice.homeserver.test_search_api import TOKEN as API_TOKEN
 from tests.appservice.homeserver.test_search_api import Searches

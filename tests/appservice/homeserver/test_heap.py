@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from appservice.homeserver.heap import MARKER, TUNABLES, hygienic_env
+from matrix_sources.appservice.homeserver.heap import MARKER, TUNABLES, hygienic_env
 
 glibc_only = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc tunables")
 CANARY = "kestrel-heap-canary-2f7d"
@@ -44,7 +44,7 @@ def _child(code: str, env: dict[str, str], *args: str) -> str:
 @glibc_only
 def test_the_command_re_executes_itself_with_the_tunables():
     code = (
-        "import os; from appservice.homeserver.heap import ensure_heap_hygiene; "
+        "import os; from matrix_sources.appservice.homeserver.heap import ensure_heap_hygiene; "
         "ensure_heap_hygiene(); print(os.environ.get('GLIBC_TUNABLES'))"
     )
     env = {k: v for k, v in os.environ.items() if k not in (MARKER, "GLIBC_TUNABLES")}
@@ -55,9 +55,9 @@ def test_the_command_re_executes_itself_with_the_tunables():
 LEAK = """
 import json, sys
 from pathlib import Path
-from indexer.models.embedder import HashEmbedder
-from indexer.records import EventID, Message, RoomID, UserID, Window, WindowID
-from indexer.store.vectors.chroma import ChromaStore
+from matrix_sources.indexer.models.embedder import HashEmbedder
+from matrix_sources.indexer.records import EventID, Message, RoomID, UserID, Window, WindowID
+from matrix_sources.indexer.store.vectors.chroma import ChromaStore
 
 root, canary = Path(sys.argv[1]), sys.argv[2]
 room = RoomID("!r:x")

@@ -17,23 +17,23 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from mautrix.errors import MatrixStandardRequestError
 
-from appservice.homeserver import transactions
-from appservice.homeserver.roomstate import StateRetry
-from appservice.homeserver.service import raise_fd_limit
-from appservice.homeserver.transactions import TransactionHandler
-from appservice.logs import KeyValueFormatter
-from indexer.clock import Clock
-from indexer.ingest.admit import Ingest
-from indexer.ingest.backfill import backfill_room
-from indexer.ingest.events import MAX_TS_MS
-from indexer.ingest.gate import Gate
-from indexer.ingest.roomfacts import RoomFacts
-from indexer.models.embedder import HashEmbedder
-from indexer.pipeline.pipeline import Pipeline
-from indexer.records import ChunkPolicy, EventID, Message, RoomID, UserID
-from indexer.store.eventlog.log import EventLog
-from indexer.store.journal import Journal
-from indexer.store.vectors.chroma import ChromaStore
+from matrix_sources.appservice.homeserver import transactions
+from matrix_sources.appservice.homeserver.roomstate import StateRetry
+from matrix_sources.appservice.homeserver.service import raise_fd_limit
+from matrix_sources.appservice.homeserver.transactions import TransactionHandler
+from matrix_sources.appservice.logs import KeyValueFormatter
+from matrix_sources.indexer.clock import Clock
+from matrix_sources.indexer.ingest.admit import Ingest
+from matrix_sources.indexer.ingest.backfill import backfill_room
+from matrix_sources.indexer.ingest.events import MAX_TS_MS
+from matrix_sources.indexer.ingest.gate import Gate
+from matrix_sources.indexer.ingest.roomfacts import RoomFacts
+from matrix_sources.indexer.models.embedder import HashEmbedder
+from matrix_sources.indexer.pipeline.pipeline import Pipeline
+from matrix_sources.indexer.records import ChunkPolicy, EventID, Message, RoomID, UserID
+from matrix_sources.indexer.store.eventlog.log import EventLog
+from matrix_sources.indexer.store.journal import Journal
+from matrix_sources.indexer.store.vectors.chroma import ChromaStore
 from tests.appservice.homeserver.test_transactions import HS_TOKEN, auth, message, put
 from tests.fakeclock import FakeClock
 

@@ -13,15 +13,15 @@ from types import SimpleNamespace
 
 from mautrix.errors import MatrixRequestError
 
-from appservice.homeserver.spaces import Spaces
-from appservice.homeserver.upgrades import Upgrades
-from indexer.ingest.allowlist import load_allowlist
-from indexer.ingest.followed import Followed, load_followed
-from indexer.ingest.gate import Gate
-from indexer.ingest.roomfacts import RoomFacts
-from indexer.ingest.roomlinks import Lineage
-from indexer.records import RoomID, UserID
-from indexer.store.journal import Journal
+from matrix_sources.appservice.homeserver.spaces import Spaces
+from matrix_sources.appservice.homeserver.upgrades import Upgrades
+from matrix_sources.indexer.ingest.allowlist import load_allowlist
+from matrix_sources.indexer.ingest.followed import Followed, load_followed
+from matrix_sources.indexer.ingest.gate import Gate
+from matrix_sources.indexer.ingest.roomfacts import RoomFacts
+from matrix_sources.indexer.ingest.roomlinks import Lineage
+from matrix_sources.indexer.records import RoomID, UserID
+from matrix_sources.indexer.store.journal import Journal
 from tests.fakeclock import FakeClock
 
 BOT = UserID("@bot:x")

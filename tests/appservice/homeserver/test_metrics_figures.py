@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import threading
 
-from appservice.homeserver import metrics
-from indexer.clock import Clock
+from matrix_sources.appservice.homeserver import metrics
+from matrix_sources.indexer.clock import Clock
 
 
 async def test_a_scrape_never_waits_for_the_read_and_reads_one_at_a_time(monkeypatch, tmp_path):

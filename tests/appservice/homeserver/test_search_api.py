@@ -12,13 +12,13 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from appservice.homeserver.ratelimit import TokenBucket
-from appservice.homeserver.search_api import MAX_BODY_BYTES, ROUTE, SearchAPI
-from indexer.clock import Clock
-from indexer.config import ConfigError, load_config
-from indexer.datadir import api_token, init_data_dir, service_registration
-from indexer.records import EventID, Hit, Line, RoomID, UserID, WindowID
-from indexer.search.query import MAX_TEXT_BYTES, MAX_TEXTS, SourceQuery
+from matrix_sources.appservice.homeserver.ratelimit import TokenBucket
+from matrix_sources.appservice.homeserver.search_api import MAX_BODY_BYTES, ROUTE, SearchAPI
+from matrix_sources.indexer.clock import Clock
+from matrix_sources.indexer.config import ConfigError, load_config
+from matrix_sources.indexer.datadir import api_token, init_data_dir, service_registration
+from matrix_sources.indexer.records import EventID, Hit, Line, RoomID, UserID, WindowID
+from matrix_sources.indexer.search.query import MAX_TEXT_BYTES, MAX_TEXTS, SourceQuery
 from tests.fakeclock import FakeClock
 
 TOKEN = "read-token-" + "x" * 32

@@ -9,13 +9,13 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from appservice.homeserver.transactions import TransactionHandler, fingerprint
-from indexer.ingest.admit import Ingest
-from indexer.ingest.gate import Gate
-from indexer.ingest.roomfacts import RoomFacts
-from indexer.records import RoomID, UserID
-from indexer.store.eventlog.log import EventLog
-from indexer.store.journal import Journal
+from matrix_sources.appservice.homeserver.transactions import TransactionHandler, fingerprint
+from matrix_sources.indexer.ingest.admit import Ingest
+from matrix_sources.indexer.ingest.gate import Gate
+from matrix_sources.indexer.ingest.roomfacts import RoomFacts
+from matrix_sources.indexer.records import RoomID, UserID
+from matrix_sources.indexer.store.eventlog.log import EventLog
+from matrix_sources.indexer.store.journal import Journal
 
 HS_TOKEN = "hs-token-0123456789abcdef"
 ROOM = RoomID("!public:example.org")
@@ -277,8 +277,8 @@ async def test_events_of_other_rooms_fetch_no_state(service):
 
 
 async def gap_service(tmp_path, asked: list[int]):
-    from appservice.homeserver.txngaps import TransactionGaps
-    from indexer.clock import Clock
+    from matrix_sources.appservice.homeserver.txngaps import TransactionGaps
+    from matrix_sources.indexer.clock import Clock
     from tests.fakeclock import FakeClock
 
     ingest = make_ingest(tmp_path)

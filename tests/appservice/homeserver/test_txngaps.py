@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
-from appservice.homeserver.txngaps import MAX_GAP, MAX_RANGES, TransactionGaps
-from indexer.clock import Clock
+from matrix_sources.appservice.homeserver.txngaps import MAX_GAP, MAX_RANGES, TransactionGaps
+from matrix_sources.indexer.clock import Clock
 from tests.fakeclock import FakeClock
 
 

@@ -9,8 +9,8 @@ import asyncio
 import time
 from types import SimpleNamespace
 
-from appservice.homeserver.withdrawals import Withdrawals
-from indexer.clock import Clock
+from matrix_sources.appservice.homeserver.withdrawals import Withdrawals
+from matrix_sources.indexer.clock import Clock
 from tests.fakeclock import FakeClock
 from tests.indexer.ingest.test_retention import retention
 from tests.indexer.store.test_history import ALICE, ROOM, T0, all_text, msg, world  # noqa: F401  (the fixture)
@@ -78,7 +78,7 @@ def test_an_answer_no_one_reads_is_swept_after_a_bounded_time(world):
     """Issue 44: a CLI `forget` that gave up waiting never reads its `.answer.json`
     (counts and event ids): the service removes it once ANSWER_KEPT_S have passed, with
     what a crash left half-written, and keeps the answers still awaited."""
-    from indexer.ingest.spool import ANSWER_KEPT_S, submit, wait_answer
+    from matrix_sources.indexer.ingest.spool import ANSWER_KEPT_S, submit, wait_answer
 
     ingest, pipeline, _, _, tmp = world
     ingest.admit([msg(1, "alice said sw33p once")])

@@ -9,7 +9,7 @@ import urllib.request
 
 import pytest
 
-from appservice.tools.localsynapse import LocalSynapse, SynapseError
+from matrix_sources.appservice.tools.localsynapse import LocalSynapse, SynapseError
 
 pytestmark = pytest.mark.synapse
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
-from indexer.config import ConfigError, load_config
-from indexer.datadir import (
+from matrix_sources.indexer.config import ConfigError, load_config
+from matrix_sources.indexer.datadir import (
     InitError,
     Registration,
     api_token,
@@ -21,8 +21,8 @@ from indexer.datadir import (
     load_registration,
     registration_yaml,
 )
-from indexer.ingest import allowlist as allowlist_mod
-from indexer.ingest.allowlist import add_room, load_allowlist, remove_room
+from matrix_sources.indexer.ingest import allowlist as allowlist_mod
+from matrix_sources.indexer.ingest.allowlist import add_room, load_allowlist, remove_room
 from tests.paths import ROOT as REPO
 
 EXAMPLE = REPO / "config" / "config.example.yaml"
@@ -253,7 +253,7 @@ def test_an_empty_value_reads_as_the_default(tmp_path):
 def test_the_example_shows_every_setting_at_its_default(tmp_path):
     """One default per setting: the template says the same value as the code, and
     documents every key (commented out where unset is the default)."""
-    from indexer.config import Config
+    from matrix_sources.indexer.config import Config
 
     data = YAML(typ="safe").load(EXAMPLE.read_text())
     data["homeserver"] = {"url": "https://matrix.community.org", "domain": "community.org"}
@@ -353,7 +353,7 @@ def test_not_yaml_and_not_a_mapping_and_no_file(tmp_path):
 @pytest.fixture
 def misspelled(tmp_path, capsys) -> Path:
     """A data dir from `init` whose config says window_max_byte (no s)."""
-    from appservice.cli.main import main
+    from matrix_sources.appservice.cli.main import main
 
     d = tmp_path / "data"
     assert main(["init", "--data-dir", str(d), "--domain", "community.org"]) == 0
@@ -376,7 +376,7 @@ def misspelled(tmp_path, capsys) -> Path:
     ],
 )
 def test_a_misspelled_key_stops_each_command_naming_key_and_file(misspelled, capsys, argv):
-    from appservice.cli.main import main
+    from matrix_sources.appservice.cli.main import main
 
     assert main([*argv, "-c", str(misspelled)]) == 1
     out = capsys.readouterr()
@@ -391,7 +391,7 @@ def test_the_installed_command_exits_1_without_a_traceback(misspelled):
     import sys
 
     p = subprocess.run(
-        [sys.executable, "-m", "appservice.cli.main", "run", "-c", str(misspelled)],
+        [sys.executable, "-m", "matrix_sources.appservice.cli.main", "run", "-c", str(misspelled)],
         capture_output=True,
         text=True,
         cwd=REPO,

@@ -26,18 +26,18 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
-from appservice.bot.responder import RateLimiter, Responder
-from appservice.cli.main import main
-from indexer.components import Index
-from indexer.config import Config, load_config
-from indexer.datadir import init_data_dir
-from indexer.derived.filter import JOURNAL_KIND, Matcher
-from indexer.derived.manifest import Manifest, manifest_path
-from indexer.derived.normalise import containment, text_shingles
-from indexer.derived.reference import cut_sections
-from indexer.ingest.events import MessageEvent, parse_event
-from indexer.models.embedder import HashEmbedder
-from indexer.records import EventID, Message, RoomID, UserID, Window
+from matrix_sources.appservice.bot.responder import RateLimiter, Responder
+from matrix_sources.appservice.cli.main import main
+from matrix_sources.indexer.components import Index
+from matrix_sources.indexer.config import Config, load_config
+from matrix_sources.indexer.datadir import init_data_dir
+from matrix_sources.indexer.derived.filter import JOURNAL_KIND, Matcher
+from matrix_sources.indexer.derived.manifest import Manifest, manifest_path
+from matrix_sources.indexer.derived.normalise import containment, text_shingles
+from matrix_sources.indexer.derived.reference import cut_sections
+from matrix_sources.indexer.ingest.events import MessageEvent, parse_event
+from matrix_sources.indexer.models.embedder import HashEmbedder
+from matrix_sources.indexer.records import EventID, Message, RoomID, UserID, Window
 from tests.botkit import RecordingMatrix as Matrix
 from tests.paths import FIXTURES
 from tests.storekit import stored_vectors
@@ -552,7 +552,7 @@ async def test_disguises_pushed_through_the_transaction_endpoint_are_excluded(wo
     from aiohttp import web
     from aiohttp.test_utils import TestClient, TestServer
 
-    from appservice.homeserver.transactions import TransactionHandler
+    from matrix_sources.appservice.homeserver.transactions import TransactionHandler
 
     add_corpus(world)
 
@@ -746,7 +746,7 @@ async def test_editing_and_redacting_a_quoted_message_leaves_the_audit_quiet(wor
     the reply had quoted (a later answer, linked from another window), written long
     before the bot quoted it. It is evidence: an artifact is compared only with text
     that arrived after it. A paste of the edited reply, made after it, is derived."""
-    from appservice.bot.bot import Bot
+    from matrix_sources.appservice.bot.bot import Bot
 
     alice, bob = "@alice:example.org", "@bob:example.org"
     question = say(world, "how do we stop a spam wave from new accounts on our server?", alice, 0)
@@ -911,8 +911,8 @@ def test_import_reports_derived_messages(world, tmp_path):
 def test_a_rebuild_resyncs_a_corpus_into_the_chunks_ref_add_cut(world):
     """`ref add|sync` and the rebuild's resync cut reference chunks of one size (they
     once differed: 500 and 1000 bytes), so a rebuild leaves the same chunks."""
-    from indexer.derived.reference import cut_chunks
-    from indexer.records import CORPUS_REFERENCE
+    from matrix_sources.indexer.derived.reference import cut_chunks
+    from matrix_sources.indexer.records import CORPUS_REFERENCE
 
     sections = cut_sections(CORPUS, FIXTURE.name, FIXTURE.read_text())
     size = world.cfg.index.chunk_policy.max_bytes

@@ -9,15 +9,15 @@ import time
 
 import pytest
 
-from appservice.bot.replies import render_hits
-from appservice.bot.responder import RateLimiter, Responder
-from indexer.clock import Clock
-from indexer.config import ConfigError, DerivedConfig, load_config
-from indexer.derived.filter import EmittedSection
-from indexer.ingest.events import MessageEvent, parse_event
-from indexer.records import EventID, Hit, Line, RefSource
-from indexer.store.eventlog.log import EventLog
-from indexer.store.eventlog.rows import DerivedMark
+from matrix_sources.appservice.bot.replies import render_hits
+from matrix_sources.appservice.bot.responder import RateLimiter, Responder
+from matrix_sources.indexer.clock import Clock
+from matrix_sources.indexer.config import ConfigError, DerivedConfig, load_config
+from matrix_sources.indexer.derived.filter import EmittedSection
+from matrix_sources.indexer.ingest.events import MessageEvent, parse_event
+from matrix_sources.indexer.records import EventID, Hit, Line, RefSource
+from matrix_sources.indexer.store.eventlog.log import EventLog
+from matrix_sources.indexer.store.eventlog.rows import DerivedMark
 from tests.indexer.config.test_config_allowlist import write_config
 
 # -- config ------------------------------------------------------------------------------

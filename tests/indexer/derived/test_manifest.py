@@ -10,10 +10,10 @@ import os
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from indexer.derived import shingleindex
-from indexer.derived.manifest import Manifest
-from indexer.derived.shingleindex import ShingleIndex
-from indexer.records import Artifact, EventID
+from matrix_sources.indexer.derived import shingleindex
+from matrix_sources.indexer.derived.manifest import Manifest
+from matrix_sources.indexer.derived.shingleindex import ShingleIndex
+from matrix_sources.indexer.records import Artifact, EventID
 from tests.strength import examples
 
 # -- the inverted index, against brute force -------------------------------------------------

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from indexer.derived.normalise import (
+from matrix_sources.indexer.derived.normalise import (
     _markup_to_text,
     containment,
     normalise,
@@ -21,7 +21,7 @@ from indexer.derived.normalise import (
     text_shingles,
     words,
 )
-from indexer.ingest.events import parse_event
+from matrix_sources.indexer.ingest.events import parse_event
 
 EMITTED_MD = """## Signing keys
 
@@ -175,7 +175,7 @@ def test_a_disguised_paste_reduces_to_the_words_emitted(disguise):
 def tokenizer():
     from tokenizers import Tokenizer
 
-    from indexer.models.onnx_embedder import model_dir
+    from matrix_sources.indexer.models.onnx_embedder import model_dir
 
     tok = Tokenizer.from_file(str(model_dir() / "tokenizer.json"))
     tok.no_padding()

@@ -8,17 +8,17 @@ import shutil
 
 import pytest
 
-from indexer.derived.manifest import Manifest
-from indexer.derived.reference import (
+from matrix_sources.indexer.derived.manifest import Manifest
+from matrix_sources.indexer.derived.reference import (
     ReferenceError,
     References,
     cut_chunks,
     cut_sections,
     read_files,
 )
-from indexer.models.embedder import HashEmbedder
-from indexer.search.searcher import Searcher, SourceQuery
-from indexer.store.vectors.chroma import ChromaStore
+from matrix_sources.indexer.models.embedder import HashEmbedder
+from matrix_sources.indexer.search.searcher import Searcher, SourceQuery
+from matrix_sources.indexer.store.vectors.chroma import ChromaStore
 from tests.paths import FIXTURES
 from tests.storekit import open_store
 

@@ -4,14 +4,14 @@ the gate's rooms only for the spaces still listed."""
 
 from __future__ import annotations
 
-from indexer.ingest.allowlist import (
+from matrix_sources.indexer.ingest.allowlist import (
     add_room,
     listed_comments,
     load_allowlist,
     load_spaces,
     remove_room,
 )
-from indexer.ingest.followed import (
+from matrix_sources.indexer.ingest.followed import (
     Followed,
     SpaceReading,
     Upgrade,

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from indexer.ingest.admit import Ingest
-from indexer.ingest.backfill import backfill_room
-from indexer.ingest.gate import Gate
-from indexer.ingest.history import History
-from indexer.ingest.roomfacts import RoomFacts
-from indexer.models.embedder import HashEmbedder
-from indexer.pipeline.pipeline import Pipeline
-from indexer.records import ChunkPolicy
-from indexer.store.eventlog.log import EventLog
-from indexer.store.journal import Journal
-from indexer.store.vectors.chroma import ChromaStore
+from matrix_sources.indexer.ingest.admit import Ingest
+from matrix_sources.indexer.ingest.backfill import backfill_room
+from matrix_sources.indexer.ingest.gate import Gate
+from matrix_sources.indexer.ingest.history import History
+from matrix_sources.indexer.ingest.roomfacts import RoomFacts
+from matrix_sources.indexer.models.embedder import HashEmbedder
+from matrix_sources.indexer.pipeline.pipeline import Pipeline
+from matrix_sources.indexer.records import ChunkPolicy
+from matrix_sources.indexer.store.eventlog.log import EventLog
+from matrix_sources.indexer.store.journal import Journal
+from matrix_sources.indexer.store.vectors.chroma import ChromaStore
 
 ROOM = "!room:example.org"
 T0 = 1_700_000_000_000
@@ -135,7 +135,7 @@ async def test_a_restart_does_not_grow_the_refusal_count(tmp_path):
     """What was pushed live (the bot's answers among it) is read again by the next
     start's backfill. The answers are skipped silently and a refusal already in the
     journal is not written again, so `!sources status` shows the same count each start."""
-    from appservice.bot.status import render_status
+    from matrix_sources.appservice.bot.status import render_status
 
     bot = "@bot:example.org"
     events = [msg(i) for i in range(6)] + [

@@ -13,15 +13,15 @@ from urllib.parse import unquote
 import pytest
 from ruamel.yaml import YAML
 
-from appservice.cli.main import main
-from appservice.homeserver.aliases import AliasError, resolve_alias
-from indexer.config import DEFAULT_PUPPET_PATTERNS, ConfigError, load_config
-from indexer.datadir import init_data_dir, load_registration
-from indexer.ingest import gate as rules
-from indexer.ingest.allowlist import load_allowlist
-from indexer.ingest.gate import Gate
-from indexer.ingest.roomfacts import RoomFacts
-from indexer.records import RoomID, UserID
+from matrix_sources.appservice.cli.main import main
+from matrix_sources.appservice.homeserver.aliases import AliasError, resolve_alias
+from matrix_sources.indexer.config import DEFAULT_PUPPET_PATTERNS, ConfigError, load_config
+from matrix_sources.indexer.datadir import init_data_dir, load_registration
+from matrix_sources.indexer.ingest import gate as rules
+from matrix_sources.indexer.ingest.allowlist import load_allowlist
+from matrix_sources.indexer.ingest.gate import Gate
+from matrix_sources.indexer.ingest.roomfacts import RoomFacts
+from matrix_sources.indexer.records import RoomID, UserID
 from tests.appservice.homeserver.test_hostile_transactions import ROOM_A, env, msg  # noqa: F401 (env: fixture)
 from tests.appservice.homeserver.test_transactions import put
 

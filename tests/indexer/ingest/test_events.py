@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from indexer.ingest.events import (
+from matrix_sources.indexer.ingest.events import (
     COMMAND_PREFIX,
     MAX_BODY_BYTES,
     EditEvent,

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import json
 
-from indexer.clock import Clock
-from indexer.ingest import gate as rules
-from indexer.ingest.admit import Ingest
-from indexer.ingest.forget import Forgetting
-from indexer.ingest.gate import Gate
-from indexer.store.eventlog.log import EventLog
-from indexer.store.journal import Journal
+from matrix_sources.indexer.clock import Clock
+from matrix_sources.indexer.ingest import gate as rules
+from matrix_sources.indexer.ingest.admit import Ingest
+from matrix_sources.indexer.ingest.forget import Forgetting
+from matrix_sources.indexer.ingest.gate import Gate
+from matrix_sources.indexer.store.eventlog.log import EventLog
+from matrix_sources.indexer.store.journal import Journal
 from tests.indexer.store.test_history import (
     ALICE,
     BOB,
@@ -111,8 +111,8 @@ def test_forget_survives_without_a_store(tmp_path, eventlog_db):
 def test_a_running_services_spool_applies_a_forget_request_and_answers(world):
     """The CLI's way in while the service holds the lock: an atomic request file,
     served where the service polls the allowlist; the answer carries counts, no text."""
-    from indexer.ingest.forget import apply_request
-    from indexer.ingest.spool import serve, submit, wait_answer
+    from matrix_sources.indexer.ingest.forget import apply_request
+    from matrix_sources.indexer.ingest.spool import serve, submit, wait_answer
 
     ingest, pipeline, store, log, tmp = world
     ingest.admit([msg(1, "alice said sp00l-canary once"), msg(2, "bob stays", BOB)])
@@ -136,7 +136,7 @@ def test_a_forget_run_again_reports_the_whole_forget(world):
     """Issue 44: a request served again after a crash (the service died between the
     forget and its answer) answers what the whole forget removed, not 0; a forget after
     an undo counts anew."""
-    from indexer.ingest.forget import apply_request
+    from matrix_sources.indexer.ingest.forget import apply_request
 
     ingest, _, _, log, _ = world
     forgetting = Forgetting(ingest, clock=Clock(wall=lambda: T0 / 1000 + 100))

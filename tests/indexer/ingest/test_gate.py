@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from indexer.ingest import gate as rules
-from indexer.ingest.admit import Ingest
-from indexer.ingest.events import StateEvent
-from indexer.ingest.gate import Gate
-from indexer.ingest.roomfacts import RoomFacts, apply_state, facts_from_state
-from indexer.records import Refusal, RoomID, UserID
-from indexer.store.eventlog.log import EventLog
-from indexer.store.journal import Journal
+from matrix_sources.indexer.ingest import gate as rules
+from matrix_sources.indexer.ingest.admit import Ingest
+from matrix_sources.indexer.ingest.events import StateEvent
+from matrix_sources.indexer.ingest.gate import Gate
+from matrix_sources.indexer.ingest.roomfacts import RoomFacts, apply_state, facts_from_state
+from matrix_sources.indexer.records import Refusal, RoomID, UserID
+from matrix_sources.indexer.store.eventlog.log import EventLog
+from matrix_sources.indexer.store.journal import Journal
 
 ROOM = RoomID("!public:example.org")
 OTHER = RoomID("!elsewhere:example.org")

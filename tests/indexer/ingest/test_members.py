@@ -5,17 +5,17 @@ from __future__ import annotations
 
 import pytest
 
-from indexer.components import writers
-from indexer.ingest.addressing import address_words, display_forms, fold
-from indexer.ingest.events import StateEvent
-from indexer.ingest.gate import Gate
-from indexer.ingest.members import RECENT_MS, Addressees
-from indexer.ingest.roomfacts import apply_state, facts_from_state
-from indexer.models.embedder import HashEmbedder
-from indexer.records import ChunkPolicy, EventID, Message, RoomID, UserID
-from indexer.store.eventlog.log import EventLog
-from indexer.store.journal import Journal
-from indexer.store.vectors.chroma import ChromaStore
+from matrix_sources.indexer.components import writers
+from matrix_sources.indexer.ingest.addressing import address_words, display_forms, fold
+from matrix_sources.indexer.ingest.events import StateEvent
+from matrix_sources.indexer.ingest.gate import Gate
+from matrix_sources.indexer.ingest.members import RECENT_MS, Addressees
+from matrix_sources.indexer.ingest.roomfacts import apply_state, facts_from_state
+from matrix_sources.indexer.models.embedder import HashEmbedder
+from matrix_sources.indexer.records import ChunkPolicy, EventID, Message, RoomID, UserID
+from matrix_sources.indexer.store.eventlog.log import EventLog
+from matrix_sources.indexer.store.journal import Journal
+from matrix_sources.indexer.store.vectors.chroma import ChromaStore
 
 ROOM = RoomID("!room:example.org")
 T0 = 1_700_000_000_000

@@ -12,16 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from indexer.components import writers
-from indexer.ingest import gate as rules
-from indexer.ingest.gate import Gate
-from indexer.ingest.roomfacts import RoomFacts
-from indexer.models.embedder import HashEmbedder
-from indexer.records import RoomID, UserID
-from indexer.search.texts import WindowTexts
-from indexer.store.eventlog.log import EventLog
-from indexer.store.journal import Journal
-from indexer.store.vectors.chroma import ChromaStore
+from matrix_sources.indexer.components import writers
+from matrix_sources.indexer.ingest import gate as rules
+from matrix_sources.indexer.ingest.gate import Gate
+from matrix_sources.indexer.ingest.roomfacts import RoomFacts
+from matrix_sources.indexer.models.embedder import HashEmbedder
+from matrix_sources.indexer.records import RoomID, UserID
+from matrix_sources.indexer.search.texts import WindowTexts
+from matrix_sources.indexer.store.eventlog.log import EventLog
+from matrix_sources.indexer.store.journal import Journal
+from matrix_sources.indexer.store.vectors.chroma import ChromaStore
 from tests.indexer.store.test_history import db_bytes
 from tests.storekit import texts
 
@@ -359,9 +359,9 @@ def test_compaction_keeps_the_other_rooms_readable_after_reopening(env):
 
 
 def test_journal_command_prints_purges_by_rule(tmp_path, capsys):
-    from appservice.cli.main import main
-    from indexer.datadir import init_data_dir
-    from indexer.records import Refusal
+    from matrix_sources.appservice.cli.main import main
+    from matrix_sources.indexer.datadir import init_data_dir
+    from matrix_sources.indexer.records import Refusal
 
     init_data_dir(tmp_path, domain="example.org")
     j = Journal(tmp_path / "journal.jsonl")

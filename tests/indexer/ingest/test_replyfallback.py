@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from indexer.derived.normalise import normalise
-from indexer.ingest.events import MessageEvent, parse_event
-from indexer.ingest.replyfallback import strip_reply_fallback
+from matrix_sources.indexer.derived.normalise import normalise
+from matrix_sources.indexer.ingest.events import MessageEvent, parse_event
+from matrix_sources.indexer.ingest.replyfallback import strip_reply_fallback
 
 
 def event(body: str, reply: bool) -> dict:

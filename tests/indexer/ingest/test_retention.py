@@ -3,8 +3,8 @@ index, text and vectors, within the compaction interval; a later change applies 
 
 from __future__ import annotations
 
-from indexer.clock import Clock
-from indexer.ingest.retention import Retention
+from matrix_sources.indexer.clock import Clock
+from matrix_sources.indexer.ingest.retention import Retention
 from tests.indexer.store.test_history import (
     ALICE,
     ROOM,

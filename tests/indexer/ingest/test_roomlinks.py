@@ -4,10 +4,16 @@ its own room, and chains walked with a bound, loops included."""
 
 from __future__ import annotations
 
-from indexer.ingest.events import StateEvent
-from indexer.ingest.roomfacts import RoomFacts, apply_state, facts_from_state
-from indexer.ingest.roomlinks import MAX_CHAIN, Lineage, predecessor_of, successor_of, verified
-from indexer.records import EventID, RoomID, UserID
+from matrix_sources.indexer.ingest.events import StateEvent
+from matrix_sources.indexer.ingest.roomfacts import RoomFacts, apply_state, facts_from_state
+from matrix_sources.indexer.ingest.roomlinks import (
+    MAX_CHAIN,
+    Lineage,
+    predecessor_of,
+    successor_of,
+    verified,
+)
+from matrix_sources.indexer.records import EventID, RoomID, UserID
 
 
 def state(room: str, etype: str, content: dict, key: str = "") -> StateEvent:

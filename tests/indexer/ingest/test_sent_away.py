@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from appservice.bot.status import render_status
-from indexer.ingest import gate as rules
-from indexer.ingest.admit import Ingest
-from indexer.ingest.gate import Gate
-from indexer.ingest.sentaway import sent_away_at
-from indexer.store.eventlog.log import EventLog
-from indexer.store.journal import Journal
+from matrix_sources.appservice.bot.status import render_status
+from matrix_sources.indexer.ingest import gate as rules
+from matrix_sources.indexer.ingest.admit import Ingest
+from matrix_sources.indexer.ingest.gate import Gate
+from matrix_sources.indexer.ingest.sentaway import sent_away_at
+from matrix_sources.indexer.store.eventlog.log import EventLog
+from matrix_sources.indexer.store.journal import Journal
 from tests.indexer.ingest.test_gate import (
     ALICE,
     BOB,

@@ -4,7 +4,7 @@ sub-spaces to a depth, the rest left out with why; a space listing itself; a spa
 
 from __future__ import annotations
 
-from indexer.ingest.spacetree import read_space
+from matrix_sources.indexer.ingest.spacetree import read_space
 
 VIA = {"via": ["x"]}
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from indexer.ingest import gate as rules
-from indexer.ingest.admit import Ingest
-from indexer.ingest.gate import Gate
-from indexer.store.eventlog.log import EventLog
-from indexer.store.journal import Journal
+from matrix_sources.indexer.ingest import gate as rules
+from matrix_sources.indexer.ingest.admit import Ingest
+from matrix_sources.indexer.ingest.gate import Gate
+from matrix_sources.indexer.store.eventlog.log import EventLog
+from matrix_sources.indexer.store.journal import Journal
 from tests.indexer.ingest.test_gate import (
     ALICE,
     BOT,

@@ -9,19 +9,19 @@ import re
 
 import pytest
 
-from indexer.config import ConfigError, load_config
-from indexer.datadir import init_data_dir
-from indexer.models.embedder import (
+from matrix_sources.indexer.config import ConfigError, load_config
+from matrix_sources.indexer.datadir import init_data_dir
+from matrix_sources.indexer.models.embedder import (
     VECTOR_CLASS,
     HashEmbedder,
     bf16_supported,
     encode_each,
     load_embedder,
 )
-from indexer.pipeline.pipeline import Pipeline
-from indexer.pipeline.rebuild import ensure_meta, expected_meta
-from indexer.store.eventlog.log import EventLog
-from indexer.store.vectors.chroma import ChromaStore
+from matrix_sources.indexer.pipeline.pipeline import Pipeline
+from matrix_sources.indexer.pipeline.rebuild import ensure_meta, expected_meta
+from matrix_sources.indexer.store.eventlog.log import EventLog
+from matrix_sources.indexer.store.vectors.chroma import ChromaStore
 
 # Chat as the pipeline embeds it (message bodies, one per line), a search-box query,
 # a question, and a window past the model's 256 word pieces (truncated alike).
@@ -103,8 +103,8 @@ def test_each_text_on_its_own_is_what_a_call_of_one_gives(backend, cache):
 def test_the_pipeline_taken_a_pass_a_turn_embeds_as_in_one_call(cache):
     """The service's pipeline lets searches in between forward passes (models/turns.py):
     its windows' vectors must be those of whole calls, pass for pass."""
-    from indexer.models.embedder import encode_in_length_order
-    from indexer.models.turns import ModelTurns
+    from matrix_sources.indexer.models.embedder import encode_in_length_order
+    from matrix_sources.indexer.models.turns import ModelTurns
 
     emb = load_embedder("all-MiniLM-L6-v2", "onnx-int8", cache)
     texts = TEXTS * 5  # several calls of 16
@@ -210,7 +210,7 @@ def test_an_unknown_backend_is_refused_naming_the_key(tmp_path):
 
 
 def _message(i: int):
-    from indexer.records import EventID, Message, RoomID, UserID
+    from matrix_sources.indexer.records import EventID, Message, RoomID, UserID
 
     return Message(
         EventID(f"$m{i}"),
@@ -223,7 +223,7 @@ def _message(i: int):
 
 def test_a_new_export_removes_the_files_of_older_ones(tmp_path, monkeypatch):
     """An upgrade (new weights or exporter version) makes new files; the old pair goes."""
-    from indexer.models import onnx_embedder as ox
+    from matrix_sources.indexer.models import onnx_embedder as ox
 
     monkeypatch.setattr(ox, "_export_fp32", lambda src, dest: dest.write_bytes(b"fp32"))
     monkeypatch.setattr(ox, "_quantise", lambda src, dest: dest.write_bytes(b"int8"))
@@ -298,7 +298,7 @@ def test_the_pair_of_models_needs_no_backend_and_holds_e5s_floor(tmp_path):
 def test_an_unset_floor_is_the_models_and_a_written_one_is_kept(tmp_path):
     """Each model has its own scale of cosine similarity: the template leaves the floor
     empty, so a change of model brings its calibrated floor (config.MODEL_FLOORS)."""
-    from indexer.config import MODEL_FLOORS
+    from matrix_sources.indexer.config import MODEL_FLOORS
 
     minilm = _config_with(tmp_path / "a", {"model": "all-MiniLM-L6-v2"})
     e5 = _config_with(tmp_path / "b", {"model": "multilingual-e5-small"})
@@ -340,8 +340,8 @@ def test_a_margin_for_a_script_that_does_not_exist_names_the_key(tmp_path):
 
 
 def test_the_configs_models_are_the_embedders():
-    from indexer.config import MODEL_FLOORS, ONE_BACKEND
-    from indexer.models.embedder import MODEL_BACKENDS, model_key
+    from matrix_sources.indexer.config import MODEL_FLOORS, ONE_BACKEND
+    from matrix_sources.indexer.models.embedder import MODEL_BACKENDS, model_key
 
     assert {m: b[0] for m, b in MODEL_BACKENDS.items() if len(b) == 1} == {
         m: b for m, b in ONE_BACKEND.items() if m in MODEL_BACKENDS
@@ -379,7 +379,7 @@ def test_e5_loads_offline_from_its_package_and_reads_other_languages(e5, monkeyp
     lands nearest the English message that answers it."""
     import numpy as np
 
-    from indexer.models.embedder import query_side
+    from matrix_sources.indexer.models.embedder import query_side
 
     assert (e5.name, e5.dim, e5.backend) == ("intfloat/multilingual-e5-small", 384, "q4")
     chat = [
@@ -405,8 +405,8 @@ def test_e5_embeds_a_question_with_both_prefixes_and_a_passage_with_its_own(e5, 
     vectors (QUERY_PASSAGE_WEIGHT); a window's is the passage side alone."""
     import numpy as np
 
-    from indexer.models import e5_embedder
-    from indexer.models.embedder import query_side
+    from matrix_sources.indexer.models import e5_embedder
+    from matrix_sources.indexer.models.embedder import query_side
 
     texts = ["how do I rotate the signing key?", "как удалить старые образы docker?"]
     as_passage = np.asarray(e5.encode(texts))
@@ -425,7 +425,7 @@ def test_e5_embeds_a_question_with_both_prefixes_and_a_passage_with_its_own(e5, 
 @pytest.mark.model
 @pytest.mark.slow  # loads the multilingual model: in the full run
 def test_e5_reads_a_long_text_as_its_first_word_pieces_and_batches_agree(e5):
-    from indexer.models.e5_embedder import MAX_WORD_PIECES
+    from matrix_sources.indexer.models.e5_embedder import MAX_WORD_PIECES
 
     long = " ".join(f"word{i} apt-get install linux-firmware" for i in range(300))
     cut = e5._truncated(long, False)

@@ -11,8 +11,8 @@ from __future__ import annotations
 import threading
 import time
 
-from indexer.clock import Clock
-from indexer.models.turns import BACKGROUND_WAIT_S, ModelTurns
+from matrix_sources.indexer.clock import Clock
+from matrix_sources.indexer.models.turns import BACKGROUND_WAIT_S, ModelTurns
 
 
 class Now:
@@ -146,7 +146,7 @@ def test_under_a_flood_of_searches_each_forward_pass_waits_a_bounded_time():
 def test_a_call_takes_one_turn_a_forward_pass_and_no_more():
     """Under a flood every background turn waits its share: the turn that only found
     the passes at their end cost each call of the pipeline BACKGROUND_WAIT_S more."""
-    from indexer.models.embedder import HashEmbedder, encode_in_length_order
+    from matrix_sources.indexer.models.embedder import HashEmbedder, encode_in_length_order
 
     class Counting(ModelTurns):
         taken = 0

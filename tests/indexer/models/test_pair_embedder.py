@@ -10,11 +10,16 @@ import math
 import numpy as np
 import pytest
 
-from indexer.models.embedder import HashEmbedder, load_embedder, query_side
-from indexer.models.pair_embedder import ENGLISH_WEIGHT, SHARE_FROM, SHARE_FULL, PairEmbedder
-from indexer.pipeline.chunker import window_id
-from indexer.records import EventID, Message, RoomID, UserID, Window
-from indexer.store.vectors.chroma import ChromaStore
+from matrix_sources.indexer.models.embedder import HashEmbedder, load_embedder, query_side
+from matrix_sources.indexer.models.pair_embedder import (
+    ENGLISH_WEIGHT,
+    SHARE_FROM,
+    SHARE_FULL,
+    PairEmbedder,
+)
+from matrix_sources.indexer.pipeline.chunker import window_id
+from matrix_sources.indexer.records import EventID, Message, RoomID, UserID, Window
+from matrix_sources.indexer.store.vectors.chroma import ChromaStore
 
 F_EN, F_MUL = 0.34, 0.85
 VOCAB = frozenset("how do i see which directory am in the you can type to print a working".split())
@@ -95,7 +100,7 @@ def test_a_line_as_the_question_is_weighed_as_a_query_would_be(question):
     """The presenter compares a response with the matched question's line: that line's
     vector turned into a query's (no model call) gives each model's cosine from its
     floor, by the line's English share, as a query of that text would."""
-    from indexer.search.present import Presenter
+    from matrix_sources.indexer.search.present import Presenter
 
     p = pair()
     lines = ["you can type pwd to print the working directory", "как узнать каталог: pwd"]
@@ -161,7 +166,7 @@ def test_the_real_pair_weighs_the_packaged_models_by_the_questions_english(tmp_p
     """Loaded as config names it: all-MiniLM-L6-v2 (onnx-int8, the shipped backend) and
     multilingual-e5-small (q4); an English question's similarity holds both models'
     cosines from their floors, a Russian one's is e5's own."""
-    from indexer.config import MODEL_FLOORS
+    from matrix_sources.indexer.config import MODEL_FLOORS
 
     p = load_embedder("multilingual-e5-small+all-MiniLM-L6-v2", "q4", tmp_path / "models")
     assert (p.english.backend, p.multilingual.backend, p.dim) == ("onnx-int8", "q4", 769)

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import threading
 
-from indexer.models.embedder import HashEmbedder
-from indexer.models.turns import ModelTurns
-from indexer.pipeline import pipeline as pipeline_mod
-from indexer.pipeline.pipeline import Pipeline
-from indexer.records import ChunkPolicy, EventID, Message, RoomID, UserID
-from indexer.search.searcher import Searcher, SourceQuery
-from indexer.store.eventlog.log import EventLog
-from indexer.store.vectors.chroma import ChromaStore
+from matrix_sources.indexer.models.embedder import HashEmbedder
+from matrix_sources.indexer.models.turns import ModelTurns
+from matrix_sources.indexer.pipeline import pipeline as pipeline_mod
+from matrix_sources.indexer.pipeline.pipeline import Pipeline
+from matrix_sources.indexer.records import ChunkPolicy, EventID, Message, RoomID, UserID
+from matrix_sources.indexer.search.searcher import Searcher, SourceQuery
+from matrix_sources.indexer.store.eventlog.log import EventLog
+from matrix_sources.indexer.store.vectors.chroma import ChromaStore
 
 ROOM = RoomID("!ops:example.org")
 T0 = 1_700_000_000_000

@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import pytest
 
-from indexer.models.embedder import HashEmbedder
-from indexer.moderation.report import build_report, group, report_rooms, same_question
-from indexer.records import EventID, RoomID
-from indexer.store.eventlog.feedback import Asked, RoomFigures, Unanswered
-from indexer.store.eventlog.log import EventLog
+from matrix_sources.indexer.models.embedder import HashEmbedder
+from matrix_sources.indexer.moderation.report import (
+    build_report,
+    group,
+    report_rooms,
+    same_question,
+)
+from matrix_sources.indexer.records import EventID, RoomID
+from matrix_sources.indexer.store.eventlog.feedback import Asked, RoomFigures, Unanswered
+from matrix_sources.indexer.store.eventlog.log import EventLog
 
 ROOM, OTHER = RoomID("!room:example.org"), RoomID("!other:example.org")
 T0 = 1_700_000_000_000
@@ -70,7 +75,7 @@ def test_groups_are_most_asked_first_then_first_asked():
 @pytest.mark.model
 @pytest.mark.slow  # the real model, loaded for this test alone
 def test_the_models_cut_groups_paraphrases_and_keeps_near_misses_apart(tmp_path):
-    from indexer.models.embedder import load_embedder
+    from matrix_sources.indexer.models.embedder import load_embedder
 
     emb = load_embedder("all-MiniLM-L6-v2", "onnx-int8", tmp_path / "models")
     cut = same_question("all-MiniLM-L6-v2")

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from indexer.ingest.addressing import addressed, names
-from indexer.pipeline.chunker import (
+from matrix_sources.indexer.ingest.addressing import addressed, names
+from matrix_sources.indexer.pipeline.chunker import (
     ChunkPolicy,
     blocks,
     build_blocks,
@@ -19,7 +19,7 @@ from indexer.pipeline.chunker import (
     embed_text,
     window_id,
 )
-from indexer.records import EventID, Message, RoomID, UserID
+from matrix_sources.indexer.records import EventID, Message, RoomID, UserID
 from tests.strength import examples
 
 ROOM = RoomID("!room:example.org")
@@ -404,7 +404,7 @@ def test_shortened_names_and_bridge_prefixes_are_followed():
 
 
 def test_resolve_finds_one_person_by_a_whole_or_shortened_name():
-    from indexer.ingest.addressing import resolve
+    from matrix_sources.indexer.ingest.addressing import resolve
 
     people = [names("@dana-7f3:x"), names("@daniel:x"), names("@slack-delmy:x")]
     assert resolve("dana", people) == names("@dana-7f3:x")  # unique prefix

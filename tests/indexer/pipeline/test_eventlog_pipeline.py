@@ -9,15 +9,15 @@ from collections import Counter
 
 import pytest
 
-from indexer.clock import Clock
-from indexer.models.embedder import HashEmbedder
-from indexer.pipeline import pipeline as pipeline_mod
-from indexer.pipeline.chunker import build_windows, window_id
-from indexer.pipeline.pipeline import Pipeline
-from indexer.pipeline.worker import PipelineWorker
-from indexer.records import ChunkPolicy, EventID, Message, RoomID, UserID
-from indexer.store.eventlog.log import EventLog
-from indexer.store.vectors.chroma import ChromaStore
+from matrix_sources.indexer.clock import Clock
+from matrix_sources.indexer.models.embedder import HashEmbedder
+from matrix_sources.indexer.pipeline import pipeline as pipeline_mod
+from matrix_sources.indexer.pipeline.chunker import build_windows, window_id
+from matrix_sources.indexer.pipeline.pipeline import Pipeline
+from matrix_sources.indexer.pipeline.worker import PipelineWorker
+from matrix_sources.indexer.records import ChunkPolicy, EventID, Message, RoomID, UserID
+from matrix_sources.indexer.store.eventlog.log import EventLog
+from matrix_sources.indexer.store.vectors.chroma import ChromaStore
 
 ROOM = RoomID("!ops:example.org")
 ROOM2 = RoomID("!chat:example.org")
@@ -124,7 +124,7 @@ def test_the_backlog_counts_pending_events_and_when_the_oldest_was_appended(even
     """How far indexing is behind (/health, /metrics, the transaction bound): the
     pending events, and how long the oldest has waited since it was appended (or set
     pending again), whatever its own timestamp says (backfilled history is old)."""
-    from indexer.store.eventlog.status import Backlog
+    from matrix_sources.indexer.store.eventlog.status import Backlog
 
     now = [1_000.0]
     log = EventLog(eventlog_db, clock=Clock(wall=lambda: now[0]))  # its stamps' clock
@@ -573,7 +573,7 @@ def test_reply_relations_survive_the_event_log_and_old_logs_gain_the_column(tmp_
     )
     old.close()
     log = EventLog(tmp_path / "eventlog.sqlite3")
-    from indexer.ingest.history import History
+    from matrix_sources.indexer.ingest.history import History
 
     assert History(log).dirty() == [("w-edited", ROOM, False)]  # no compaction asked for
     with log.transaction() as cur:
@@ -612,7 +612,7 @@ def test_a_window_whose_every_event_is_re_pointed_is_found_emptied(log):
     """What the pipeline deletes beside a re-chunk's stale windows (windows_emptied_by):
     a window left holding no event, never one that keeps one, nor a window id the
     re-point itself uses."""
-    from indexer.records import WindowID
+    from matrix_sources.indexer.records import WindowID
 
     m = msgs(ROOM, 0, 4)
     log.append(m)
@@ -630,8 +630,8 @@ def test_a_message_redacted_while_its_window_is_embedded_is_not_indexed_and_is_s
     """A redaction lands between reading the tail and committing the window that holds
     the message: the message stays redacted (never `indexed` with no text), and the
     window made from its text is re-chunked without it and asks for a compaction."""
-    from indexer.ingest.history import History
-    from indexer.store.eventlog.history import Redaction
+    from matrix_sources.indexer.ingest.history import History
+    from matrix_sources.indexer.store.eventlog.history import Redaction
 
     log.append(msgs(ROOM, 0, 3))
     target = EventID(f"${ROOM[1:4]}0001")

@@ -8,13 +8,13 @@ import asyncio
 
 import pytest
 
-from indexer.models.embedder import HashEmbedder, encode_in_length_order
-from indexer.pipeline.chunker import window_id
-from indexer.pipeline.pipeline import Pipeline
-from indexer.pipeline.worker import PipelineWorker
-from indexer.records import ChunkPolicy, EventID, Message, RoomID, UserID
-from indexer.store.eventlog.log import EventLog
-from indexer.store.vectors.chroma import ChromaStore
+from matrix_sources.indexer.models.embedder import HashEmbedder, encode_in_length_order
+from matrix_sources.indexer.pipeline.chunker import window_id
+from matrix_sources.indexer.pipeline.pipeline import Pipeline
+from matrix_sources.indexer.pipeline.worker import PipelineWorker
+from matrix_sources.indexer.records import ChunkPolicy, EventID, Message, RoomID, UserID
+from matrix_sources.indexer.store.eventlog.log import EventLog
+from matrix_sources.indexer.store.vectors.chroma import ChromaStore
 from tests.fakeclock import FakeClock
 
 ROOM = RoomID("!live:example.org")

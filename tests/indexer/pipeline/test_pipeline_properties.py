@@ -20,12 +20,12 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from indexer.models.embedder import HashEmbedder
-from indexer.pipeline.chunker import build_windows
-from indexer.pipeline.pipeline import Pipeline
-from indexer.records import ChunkPolicy, EventID, Message, RoomID, UserID
-from indexer.store.eventlog.log import EventLog
-from indexer.store.vectors.chroma import ChromaStore
+from matrix_sources.indexer.models.embedder import HashEmbedder
+from matrix_sources.indexer.pipeline.chunker import build_windows
+from matrix_sources.indexer.pipeline.pipeline import Pipeline
+from matrix_sources.indexer.records import ChunkPolicy, EventID, Message, RoomID, UserID
+from matrix_sources.indexer.store.eventlog.log import EventLog
+from matrix_sources.indexer.store.vectors.chroma import ChromaStore
 from tests.strength import examples
 
 ROOM = RoomID("!live:example.org")

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import threading
 
-from indexer.ingest.admit import Ingest
-from indexer.ingest.gate import Gate
-from indexer.models.embedder import HashEmbedder
-from indexer.pipeline.chunker import CHUNKER_VERSION
-from indexer.pipeline.pipeline import Pipeline
-from indexer.pipeline.rebuild import (
+from matrix_sources.indexer.ingest.admit import Ingest
+from matrix_sources.indexer.ingest.gate import Gate
+from matrix_sources.indexer.models.embedder import HashEmbedder
+from matrix_sources.indexer.pipeline.chunker import CHUNKER_VERSION
+from matrix_sources.indexer.pipeline.pipeline import Pipeline
+from matrix_sources.indexer.pipeline.rebuild import (
     check_collection,
     ensure_meta,
     expected_meta,
@@ -17,10 +17,10 @@ from indexer.pipeline.rebuild import (
     meta_mismatch,
     rebuild,
 )
-from indexer.records import ChunkPolicy
-from indexer.store.eventlog.log import EventLog
-from indexer.store.journal import Journal
-from indexer.store.vectors.chroma import ChromaStore
+from matrix_sources.indexer.records import ChunkPolicy
+from matrix_sources.indexer.store.eventlog.log import EventLog
+from matrix_sources.indexer.store.journal import Journal
+from matrix_sources.indexer.store.vectors.chroma import ChromaStore
 
 ROOM = "!r:example.org"
 

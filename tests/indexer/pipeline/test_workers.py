@@ -10,17 +10,17 @@ from collections import Counter
 
 import pytest
 
-from indexer.ingest.history import History
-from indexer.ingest.purge import Purger
-from indexer.models.embedder import HashEmbedder
-from indexer.pipeline.claims import RoomClaims
-from indexer.pipeline.pipeline import EMBED_CALL, Pipeline
-from indexer.pipeline.standalone import Worker, WorkerLoop
-from indexer.records import ChunkPolicy, EventID, Message, Refusal, RoomID, UserID
-from indexer.store.compaction import Compaction
-from indexer.store.eventlog.log import EventLog
-from indexer.store.journal import Journal
-from indexer.store.vectors.chroma import ChromaStore
+from matrix_sources.indexer.ingest.history import History
+from matrix_sources.indexer.ingest.purge import Purger
+from matrix_sources.indexer.models.embedder import HashEmbedder
+from matrix_sources.indexer.pipeline.claims import RoomClaims
+from matrix_sources.indexer.pipeline.pipeline import EMBED_CALL, Pipeline
+from matrix_sources.indexer.pipeline.standalone import Worker, WorkerLoop
+from matrix_sources.indexer.records import ChunkPolicy, EventID, Message, Refusal, RoomID, UserID
+from matrix_sources.indexer.store.compaction import Compaction
+from matrix_sources.indexer.store.eventlog.log import EventLog
+from matrix_sources.indexer.store.journal import Journal
+from matrix_sources.indexer.store.vectors.chroma import ChromaStore
 from tests.fakeclock import FakeClock
 
 ROOMS = [RoomID(f"!room{i}:example.org") for i in range(4)]
@@ -285,7 +285,7 @@ def test_the_loop_waits_when_idle_and_backs_off_on_failure(world):
 def test_the_worker_command_refuses_a_config_it_cannot_work_with(tmp_path, capsys, index, says):
     import json
 
-    from appservice.cli.main import main
+    from matrix_sources.appservice.cli.main import main
 
     (tmp_path / "config.yaml").write_text(
         "homeserver: {url: 'http://127.0.0.1:8008', domain: example.org}\n"

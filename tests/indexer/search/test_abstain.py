@@ -12,20 +12,20 @@ from __future__ import annotations
 
 import pytest
 
-from appservice.tools.demo import CONVERSATION, DEMO_QUESTION
-from indexer.config import SearchSettings
-from indexer.ingest.admit import Ingest
-from indexer.ingest.gate import Gate
-from indexer.ingest.history import History
-from indexer.models.embedder import HashEmbedder
-from indexer.pipeline.pipeline import Pipeline
-from indexer.records import ChunkPolicy
-from indexer.search.abstain import Floor, words_of
-from indexer.search.present import Presenter
-from indexer.search.searcher import Searcher, SourceQuery
-from indexer.store.eventlog.log import EventLog
-from indexer.store.journal import Journal
-from indexer.store.vectors.chroma import ChromaStore
+from matrix_sources.appservice.tools.demo import CONVERSATION, DEMO_QUESTION
+from matrix_sources.indexer.config import SearchSettings
+from matrix_sources.indexer.ingest.admit import Ingest
+from matrix_sources.indexer.ingest.gate import Gate
+from matrix_sources.indexer.ingest.history import History
+from matrix_sources.indexer.models.embedder import HashEmbedder
+from matrix_sources.indexer.pipeline.pipeline import Pipeline
+from matrix_sources.indexer.records import ChunkPolicy
+from matrix_sources.indexer.search.abstain import Floor, words_of
+from matrix_sources.indexer.search.present import Presenter
+from matrix_sources.indexer.search.searcher import Searcher, SourceQuery
+from matrix_sources.indexer.store.eventlog.log import EventLog
+from matrix_sources.indexer.store.journal import Journal
+from matrix_sources.indexer.store.vectors.chroma import ChromaStore
 
 OPS, GARDEN = "!ops:example.org", "!garden:example.org"
 ALICE, BOB = "@alice:example.org", "@bob:example.org"
@@ -156,7 +156,7 @@ def test_with_the_real_model_the_demo_answers_and_off_topic_questions_abstain(tm
     """The demo's conversation, the shipped floor: its question finds the compressor
     answer (a window that shares "disk" with it at a score near the floor), while
     questions from the off-topic set get nothing."""
-    from indexer.models.embedder import load_embedder
+    from matrix_sources.indexer.models.embedder import load_embedder
 
     embedder = load_embedder("all-MiniLM-L6-v2", "torch")
     log, store, ingest, pipeline = world(tmp_path, embedder)

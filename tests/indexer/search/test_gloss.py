@@ -8,17 +8,17 @@ from __future__ import annotations
 import pytest
 from ruamel.yaml import YAML
 
-from indexer.components import Index
-from indexer.config import load_config
-from indexer.datadir import init_data_dir
-from indexer.models.embedder import HashEmbedder
-from indexer.pipeline.chunker import build_windows, embed_text
-from indexer.records import ChunkPolicy, EventID, Message, RoomID, UserID
-from indexer.search import searcher as searcher_module
-from indexer.search.gloss import gloss, has_han
-from indexer.search.searcher import Searcher, SourceQuery
-from indexer.search.termindex import TermIndex
-from indexer.search.termindex_build import start_term_index
+from matrix_sources.indexer.components import Index
+from matrix_sources.indexer.config import load_config
+from matrix_sources.indexer.datadir import init_data_dir
+from matrix_sources.indexer.models.embedder import HashEmbedder
+from matrix_sources.indexer.pipeline.chunker import build_windows, embed_text
+from matrix_sources.indexer.records import ChunkPolicy, EventID, Message, RoomID, UserID
+from matrix_sources.indexer.search import searcher as searcher_module
+from matrix_sources.indexer.search.gloss import gloss, has_han
+from matrix_sources.indexer.search.searcher import Searcher, SourceQuery
+from matrix_sources.indexer.search.termindex import TermIndex
+from matrix_sources.indexer.search.termindex_build import start_term_index
 from tests.storekit import index, open_store
 
 

@@ -16,11 +16,11 @@ import json
 import pytest
 from ruamel.yaml import YAML
 
-from indexer.components import Index
-from indexer.config import load_config
-from indexer.datadir import init_data_dir
-from indexer.models.embedder import QuerySide
-from indexer.search.searcher import SourceQuery
+from matrix_sources.indexer.components import Index
+from matrix_sources.indexer.config import load_config
+from matrix_sources.indexer.datadir import init_data_dir
+from matrix_sources.indexer.models.embedder import QuerySide
+from matrix_sources.indexer.search.searcher import SourceQuery
 from tests.paths import FIXTURES
 
 # Each loads the multilingual model and indexes the rooms with it (about 10 s of CPU):
@@ -139,7 +139,7 @@ def test_the_reply_speaks_english_and_quotes_the_answer_as_written(index, lang):
     words, clipped by characters (never inside a character) like any line."""
     import html
 
-    from appservice.bot.replies import MAX_LINE_CHARS, render_hits
+    from matrix_sources.appservice.bot.replies import MAX_LINE_CHARS, render_hits
 
     data = room(lang)
     reply = render_hits(index.searcher.search(SourceQuery.build([data["ask"]], 5)), (data["ask"],))

@@ -13,18 +13,18 @@ from __future__ import annotations
 
 import pytest
 
-from indexer.ingest.admit import Ingest
-from indexer.ingest.gate import Gate
-from indexer.ingest.history import History
-from indexer.models.embedder import HashEmbedder
-from indexer.pipeline.pipeline import Pipeline
-from indexer.records import ChunkPolicy, Hit
-from indexer.search import conversation, lines, present
-from indexer.search.present import Presenter
-from indexer.search.searcher import Searcher, SourceQuery
-from indexer.store.eventlog.log import EventLog
-from indexer.store.journal import Journal
-from indexer.store.vectors.chroma import ChromaStore
+from matrix_sources.indexer.ingest.admit import Ingest
+from matrix_sources.indexer.ingest.gate import Gate
+from matrix_sources.indexer.ingest.history import History
+from matrix_sources.indexer.models.embedder import HashEmbedder
+from matrix_sources.indexer.pipeline.pipeline import Pipeline
+from matrix_sources.indexer.records import ChunkPolicy, Hit
+from matrix_sources.indexer.search import conversation, lines, present
+from matrix_sources.indexer.search.present import Presenter
+from matrix_sources.indexer.search.searcher import Searcher, SourceQuery
+from matrix_sources.indexer.store.eventlog.log import EventLog
+from matrix_sources.indexer.store.journal import Journal
+from matrix_sources.indexer.store.vectors.chroma import ChromaStore
 
 ROOM = "!slow:example.org"
 ALICE, BOB, CAROL, DAVE = (f"@{n}:example.org" for n in ("alice", "bob", "carol", "dave"))
@@ -258,8 +258,8 @@ def test_a_redacted_linked_answer_is_quoted_nowhere(world, path):
 def test_a_reply_to_another_of_the_askers_messages_is_not_this_questions_answer():
     """bob's reply to alice's later, different question mentions alice (clients put the
     replied-to sender in m.mentions), but it answers that question, not this one."""
-    from indexer.records import EventID, Message, RoomID, UserID
-    from indexer.search.linkage import Horizon, responses
+    from matrix_sources.indexer.records import EventID, Message, RoomID, UserID
+    from matrix_sources.indexer.search.linkage import Horizon, responses
 
     room = RoomID(ROOM)
     q = Message(EventID("$q"), room, UserID(ALICE), T0, "how do I free disk space?")
@@ -280,9 +280,9 @@ def test_a_reply_to_another_of_the_askers_messages_is_not_this_questions_answer(
 def test_shortened_names_glued_forms_and_pills_link_answers():
     """Issue 22: "dana:" answers dana-7f3, Slack's "@Delmy" answers slack-delmy, and a
     pill in formatted_body (no m.mentions) is a mention."""
-    from indexer.ingest.events import parse_event
-    from indexer.records import EventID, Message, RoomID, UserID
-    from indexer.search.linkage import Horizon, responses
+    from matrix_sources.indexer.ingest.events import parse_event
+    from matrix_sources.indexer.records import EventID, Message, RoomID, UserID
+    from matrix_sources.indexer.search.linkage import Horizon, responses
 
     room = RoomID(ROOM)
     dana, delmy = UserID("@dana-7f3:example.org"), UserID("@slack-delmy:example.org")

@@ -4,9 +4,9 @@ its scan alike."""
 
 from __future__ import annotations
 
-from indexer.search.query import SourceQuery
-from indexer.search.searcher import Searcher
-from indexer.search.termindex import _wanted
+from matrix_sources.indexer.search.query import SourceQuery
+from matrix_sources.indexer.search.searcher import Searcher
+from matrix_sources.indexer.search.termindex import _wanted
 from tests.indexer.search.test_search import OTHER, ROOM, chat  # noqa: F401  (the fixture)
 
 

@@ -11,11 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from indexer.models.embedder import HashEmbedder
-from indexer.pipeline.chunker import build_windows, embed_text
-from indexer.records import ChunkPolicy, EventID, Message, RoomID, UserID, Window
-from indexer.search.lexical import LEXICAL_MAX_TERMS, is_keywords, stem, terms
-from indexer.search.searcher import (
+from matrix_sources.indexer.models.embedder import HashEmbedder
+from matrix_sources.indexer.pipeline.chunker import build_windows, embed_text
+from matrix_sources.indexer.records import ChunkPolicy, EventID, Message, RoomID, UserID, Window
+from matrix_sources.indexer.search.lexical import LEXICAL_MAX_TERMS, is_keywords, stem, terms
+from matrix_sources.indexer.search.searcher import (
     DEFAULT_RRF_K,
     MAX_TEXT_BYTES,
     MAX_TEXTS,
@@ -25,8 +25,8 @@ from indexer.search.searcher import (
     SourceQuery,
     rrf,
 )
-from indexer.search.texts import WindowTexts
-from indexer.store.vectors.chroma import ChromaStore
+from matrix_sources.indexer.search.texts import WindowTexts
+from matrix_sources.indexer.store.vectors.chroma import ChromaStore
 from tests.storekit import edit, index, open_store
 from tests.strength import examples
 
@@ -370,13 +370,13 @@ def test_the_lexical_leg_sees_what_the_store_holds_now(chat):
     ],
 )
 def test_a_text_the_model_only_spells_out_is_not_read(pieces, spelled):
-    from indexer.search.legible import spelled_out
+    from matrix_sources.indexer.search.legible import spelled_out
 
     assert spelled_out(pieces) is spelled
 
 
 def test_an_illegible_query_gets_nothing_and_a_legible_one_is_searched(tmp_path):
-    from indexer.search.legible import legible
+    from matrix_sources.indexer.search.legible import legible
 
     store = ChromaStore(path=tmp_path / "chroma")
     emb = HashEmbedder()

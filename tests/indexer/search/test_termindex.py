@@ -11,14 +11,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from indexer.models.embedder import HashEmbedder
-from indexer.models.turns import ModelTurns
-from indexer.records import EventID, Message, RoomID, UserID, Window, WindowID
-from indexer.search.lexical import LexicalRanker, base_of, stem, terms
-from indexer.search.termindex import TermIndex, matchable
-from indexer.search.termindex_build import start_term_index
-from indexer.search.tokens import keys, matches
-from indexer.store.vectors.chroma import ChromaStore
+from matrix_sources.indexer.models.embedder import HashEmbedder
+from matrix_sources.indexer.models.turns import ModelTurns
+from matrix_sources.indexer.records import EventID, Message, RoomID, UserID, Window, WindowID
+from matrix_sources.indexer.search.lexical import LexicalRanker, base_of, stem, terms
+from matrix_sources.indexer.search.termindex import TermIndex, matchable
+from matrix_sources.indexer.search.termindex_build import start_term_index
+from matrix_sources.indexer.search.tokens import keys, matches
+from matrix_sources.indexer.store.vectors.chroma import ChromaStore
 from tests.storekit import index, open_store
 from tests.strength import examples
 
@@ -171,7 +171,7 @@ def test_ties_past_the_prefilter_pool_go_to_the_smallest_ids_either_way(docs, qu
     smallest ids of them, narrowed by id_key on the postings' side."""
     from unittest import mock
 
-    with mock.patch("indexer.search.lexical.PREFILTER", pool):
+    with mock.patch("matrix_sources.indexer.search.lexical.PREFILTER", pool):
         with_index = python_ranker(docs, indexed(docs)).rank(query, 10)
         without = python_ranker(docs, None).rank(query, 10)
     assert with_index == without and len(with_index) <= pool
@@ -179,7 +179,7 @@ def test_ties_past_the_prefilter_pool_go_to_the_smallest_ids_either_way(docs, qu
 
 @given(st.text(max_size=12), st.text(max_size=12))
 def test_id_key_keeps_the_order_of_ids(a, b):
-    from indexer.search.termindex import id_key
+    from matrix_sources.indexer.search.termindex import id_key
 
     a, b = sorted((a, b))
     assert id_key(a) <= id_key(b)
@@ -316,7 +316,7 @@ def _make_window(i: int, room: str, body: str) -> Window:
 
 
 def test_the_store_keeps_its_postings_in_step_and_the_leg_matches_chroma(tmp_path):
-    from indexer.search.searcher import Searcher, SourceQuery, _lexical_ranker
+    from matrix_sources.indexer.search.searcher import Searcher, SourceQuery, _lexical_ranker
 
     terms_index = TermIndex()  # followed by the store from its opening, as the service's
     store = open_store(tmp_path, follower=terms_index)
@@ -378,7 +378,7 @@ def test_a_large_index_waits_for_its_postings_instead_of_scanning(tmp_path, monk
     """While the service builds its postings, a scan of the event log would cost seconds
     a term past SCAN_WINDOWS_MAX windows: the leg finds nothing and weighs every term
     the same meanwhile, and scans below it; built postings answer either way."""
-    from indexer.search import searcher
+    from matrix_sources.indexer.search import searcher
 
     store = open_store(tmp_path)
     emb = HashEmbedder()

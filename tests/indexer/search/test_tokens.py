@@ -11,14 +11,22 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from indexer.models.embedder import HashEmbedder
-from indexer.pipeline.chunker import build_windows
-from indexer.records import ChunkPolicy, EventID, Message, RoomID, UserID
-from indexer.search.abstain import Floor
-from indexer.search.lexical import lexical_text
-from indexer.search.present import Presenter
-from indexer.search.searcher import Searcher, SourceQuery
-from indexer.search.tokens import STOP_WORDS, base_of, borrowed, keys, matches, script, tokens
+from matrix_sources.indexer.models.embedder import HashEmbedder
+from matrix_sources.indexer.pipeline.chunker import build_windows
+from matrix_sources.indexer.records import ChunkPolicy, EventID, Message, RoomID, UserID
+from matrix_sources.indexer.search.abstain import Floor
+from matrix_sources.indexer.search.lexical import lexical_text
+from matrix_sources.indexer.search.present import Presenter
+from matrix_sources.indexer.search.searcher import Searcher, SourceQuery
+from matrix_sources.indexer.search.tokens import (
+    STOP_WORDS,
+    base_of,
+    borrowed,
+    keys,
+    matches,
+    script,
+    tokens,
+)
 from tests.paths import SHARED
 from tests.storekit import index, open_store
 from tests.strength import examples
@@ -215,13 +223,13 @@ def test_every_word_of_500_eval_messages_searched_alone(tmp_path):
     """Issue 22: each word of a sample of real messages, searched alone (stop words
     aside): the first hit holds it, and when at most 10 windows hold it, the message's
     own window is in the top 10."""
-    from indexer.models.embedder import load_embedder
+    from matrix_sources.indexer.models.embedder import load_embedder
 
     msgs = _eval_messages(1500)
     windows = build_windows(msgs, ChunkPolicy())
     emb = load_embedder("sentence-transformers/all-MiniLM-L6-v2", "onnx-int8", tmp_path / "models")
     store = open_store(tmp_path / "store")
-    from indexer.pipeline.chunker import embed_text
+    from matrix_sources.indexer.pipeline.chunker import embed_text
 
     index(store, windows, emb.encode([embed_text(w) for w in windows]))
     searcher = Searcher(
@@ -286,13 +294,13 @@ def test_a_cyrillic_or_greek_word_finds_its_other_forms(text, query):
     """Snowball's Russian and Greek stemmers: the stem is a prefix of the message's
     form. With the English strip alone "бэкапы" was looked up whole and found nothing."""
     assert findable(tokens(query)[0], text), (base_of(tokens(query)[0]), list(keys(text)))
-    from indexer.search.abstain import words_of
+    from matrix_sources.indexer.search.abstain import words_of
 
     assert words_of(query) & words_of(text)  # the floor's shared words meet too
 
 
 def test_a_stem_that_is_no_prefix_or_too_short_leaves_the_word_whole():
-    from indexer.search.tokens import stem
+    from matrix_sources.indexer.search.tokens import stem
 
     assert stem("база") == "база"  # under MIN_STEM letters: whole
     assert stem("αντίγραφα") == "αντίγραφα"  # Greek's stem drops the accent: no prefix

@@ -7,14 +7,14 @@ import random
 
 import pytest
 
-from indexer.components import writers
-from indexer.ingest.gate import Gate
-from indexer.models.embedder import HashEmbedder
-from indexer.pipeline.verify_index import verify_index
-from indexer.records import ChunkPolicy
-from indexer.store.eventlog.log import EventLog
-from indexer.store.journal import Journal
-from indexer.store.vectors.chroma import ChromaStore
+from matrix_sources.indexer.components import writers
+from matrix_sources.indexer.ingest.gate import Gate
+from matrix_sources.indexer.models.embedder import HashEmbedder
+from matrix_sources.indexer.pipeline.verify_index import verify_index
+from matrix_sources.indexer.records import ChunkPolicy
+from matrix_sources.indexer.store.eventlog.log import EventLog
+from matrix_sources.indexer.store.journal import Journal
+from matrix_sources.indexer.store.vectors.chroma import ChromaStore
 
 ROOMS = [f"!churn{i}:example.org" for i in range(3)]
 T0 = 1_700_000_000_000

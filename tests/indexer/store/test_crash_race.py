@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from indexer.records import ChunkPolicy
+from matrix_sources.indexer.records import ChunkPolicy
 from tests.appservice.homeserver.test_backpressure import ROOM, World
 from tests.appservice.homeserver.test_transactions import put
 

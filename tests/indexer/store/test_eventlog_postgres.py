@@ -8,12 +8,12 @@ import time
 
 import pytest
 
-from indexer.config import ConfigError, load_config
-from indexer.ingest.events import MessageEvent, parse_event
-from indexer.records import EventID, Message, RoomID, UserID
-from indexer.store.eventlog.check import check_eventlog
-from indexer.store.eventlog.log import EventLog
-from indexer.store.eventlog.schema import LATEST
+from matrix_sources.indexer.config import ConfigError, load_config
+from matrix_sources.indexer.ingest.events import MessageEvent, parse_event
+from matrix_sources.indexer.records import EventID, Message, RoomID, UserID
+from matrix_sources.indexer.store.eventlog.check import check_eventlog
+from matrix_sources.indexer.store.eventlog.log import EventLog
+from matrix_sources.indexer.store.eventlog.schema import LATEST
 from tests.pgkit import base_dsn, fresh_schema
 from tests.storekit import stored_vectors
 
@@ -120,7 +120,7 @@ def test_check_eventlog_reads_the_schema_version_or_says_what_is_wrong():
 
 def test_lag_figures_and_meta_are_read_on_a_connection_of_their_own(eventlog_db):
     """/metrics and doctor read beside the running service, never through its log."""
-    from indexer.store.eventlog.reports import lag_report_at, meta_at
+    from matrix_sources.indexer.store.eventlog.reports import lag_report_at, meta_at
 
     log = EventLog(eventlog_db)
     msgs = [
@@ -147,9 +147,9 @@ def test_migrate_moves_the_sqlite_log_and_search_answers_the_same_without_reembe
 ):
     import json
 
-    from appservice.cli.main import main
-    from indexer.components import open_store
-    from indexer.config import load_config
+    from matrix_sources.appservice.cli.main import main
+    from matrix_sources.indexer.components import open_store
+    from matrix_sources.indexer.config import load_config
     from tests.appservice.cli.test_cli import datadir as make_datadir
 
     cfg_path, tmp = make_datadir.__wrapped__(tmp_path, capsys)
@@ -200,8 +200,8 @@ def test_migrate_moves_the_sqlite_log_and_search_answers_the_same_without_reembe
 
 
 def test_an_interrupted_move_resumes_and_a_foreign_target_is_refused(tmp_path, monkeypatch):
-    from indexer.store.eventlog import move as eventlog_move
-    from indexer.store.eventlog.move import move_eventlog
+    from matrix_sources.indexer.store.eventlog import move as eventlog_move
+    from matrix_sources.indexer.store.eventlog.move import move_eventlog
 
     source = tmp_path / "eventlog.sqlite3"
     log = EventLog(source)
@@ -241,7 +241,7 @@ def test_an_interrupted_move_resumes_and_a_foreign_target_is_refused(tmp_path, m
 
 
 def test_doctor_checks_the_database_and_the_sqlite_file_left_behind(tmp_path):
-    from appservice.cli.doctor import check_eventlog_health, check_sqlite_left_behind
+    from matrix_sources.appservice.cli.doctor import check_eventlog_health, check_sqlite_left_behind
 
     with fresh_schema() as dsn:
         EventLog(dsn).close()
@@ -296,9 +296,9 @@ def test_analyze_keeps_no_sample_of_command_text():
     no answer reaches it. Migration 14 turns them off and drops what was kept before."""
     import psycopg
 
-    from indexer.store.commands import CommandLog
-    from indexer.store.eventlog.db import Database
-    from indexer.store.eventlog.schema import migrate
+    from matrix_sources.indexer.store.commands import CommandLog
+    from matrix_sources.indexer.store.eventlog.db import Database
+    from matrix_sources.indexer.store.eventlog.schema import migrate
 
     sampled = (
         "SELECT count(*) FROM pg_stats WHERE schemaname = current_schema() AND"

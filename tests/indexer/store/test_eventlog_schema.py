@@ -7,11 +7,17 @@ import sqlite3
 
 import pytest
 
-from indexer.records import EventID, Message, RoomID, UserID
-from indexer.store.eventlog import schema as eventlog_schema
-from indexer.store.eventlog.db import Database
-from indexer.store.eventlog.log import EventLog
-from indexer.store.eventlog.schema import LATEST, MIGRATIONS, Migration, migrate, version
+from matrix_sources.indexer.records import EventID, Message, RoomID, UserID
+from matrix_sources.indexer.store.eventlog import schema as eventlog_schema
+from matrix_sources.indexer.store.eventlog.db import Database
+from matrix_sources.indexer.store.eventlog.log import EventLog
+from matrix_sources.indexer.store.eventlog.schema import (
+    LATEST,
+    MIGRATIONS,
+    Migration,
+    migrate,
+    version,
+)
 
 ROOM = RoomID("!r:x")
 
@@ -138,7 +144,7 @@ def test_a_log_of_the_previous_release_opens_upgraded_with_its_data(tmp_path):
     EventLog(tmp_path / "new.sqlite3").close()
     assert layout(old) == layout(tmp_path / "new.sqlite3")
     assert log.texts.event_texts([EventID("$q")]) == {"$q": ("@a:x", 1, "how do I rotate the key")}
-    from indexer.store.answers import AnswerLog
+    from matrix_sources.indexer.store.answers import AnswerLog
 
     assert [a.reply_event_id for a in AnswerLog(log).quoting({EventID("$q")})] == ["$reply"]
     log.close()

@@ -6,10 +6,16 @@ from __future__ import annotations
 
 import pytest
 
-from indexer.records import EventID, RoomID, UserID
-from indexer.store.eventlog.feedback import Asked, Reaction, RoomFigures, Unanswered, Vote
-from indexer.store.eventlog.history import Applied, Redaction
-from indexer.store.eventlog.log import EventLog
+from matrix_sources.indexer.records import EventID, RoomID, UserID
+from matrix_sources.indexer.store.eventlog.feedback import (
+    Asked,
+    Reaction,
+    RoomFigures,
+    Unanswered,
+    Vote,
+)
+from matrix_sources.indexer.store.eventlog.history import Applied, Redaction
+from matrix_sources.indexer.store.eventlog.log import EventLog
 from tests.indexer.store.test_history import db_bytes
 
 ROOM, OTHER = RoomID("!room:example.org"), RoomID("!other:example.org")

@@ -6,10 +6,20 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from indexer.derived.reference import Chunk, Section, chunk_metadata
-from indexer.records import EventID, Hit, Line, Message, RefSource, RoomID, UserID, Window, WindowID
-from indexer.store.vectors.chroma import ChromaStore
-from indexer.store.vectors.points import window_metadata
+from matrix_sources.indexer.derived.reference import Chunk, Section, chunk_metadata
+from matrix_sources.indexer.records import (
+    EventID,
+    Hit,
+    Line,
+    Message,
+    RefSource,
+    RoomID,
+    UserID,
+    Window,
+    WindowID,
+)
+from matrix_sources.indexer.store.vectors.chroma import ChromaStore
+from matrix_sources.indexer.store.vectors.points import window_metadata
 
 ROOM = RoomID("!r:example.org")
 COMMON = {

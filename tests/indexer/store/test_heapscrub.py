@@ -17,8 +17,8 @@ from tests.paths import ROOT
 _MALLOC = """
 import ctypes, sys
 if sys.argv[1] == "scrub":
-    import indexer.store  # noqa: F401 - sets the scrub
-    from indexer.store.vectors.heapscrub import SCRUBBED
+    import matrix_sources.indexer.store  # noqa: F401 - sets the scrub
+    from matrix_sources.indexer.store.vectors.heapscrub import SCRUBBED
     assert SCRUBBED
 libc = ctypes.CDLL(None)
 libc.malloc.restype = ctypes.c_void_p

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from appservice.bot.answer_edits import EDIT_HEADER, edit_content, rebuild_reply
-from indexer.clock import Clock
-from indexer.components import writers
-from indexer.ingest.gate import Gate
-from indexer.models.embedder import HashEmbedder
-from indexer.pipeline.pipeline import Pipeline
-from indexer.records import ChunkPolicy, Hit
-from indexer.store.answers import AnswerLog
-from indexer.store.eventlog.log import EventLog
-from indexer.store.journal import Journal
-from indexer.store.vectors.chroma import ChromaStore
+from matrix_sources.appservice.bot.answer_edits import EDIT_HEADER, edit_content, rebuild_reply
+from matrix_sources.indexer.clock import Clock
+from matrix_sources.indexer.components import writers
+from matrix_sources.indexer.ingest.gate import Gate
+from matrix_sources.indexer.models.embedder import HashEmbedder
+from matrix_sources.indexer.pipeline.pipeline import Pipeline
+from matrix_sources.indexer.records import ChunkPolicy, Hit
+from matrix_sources.indexer.store.answers import AnswerLog
+from matrix_sources.indexer.store.eventlog.log import EventLog
+from matrix_sources.indexer.store.journal import Journal
+from matrix_sources.indexer.store.vectors.chroma import ChromaStore
 from tests.fakeclock import FakeClock
 from tests.storekit import stored_vectors, texts
 from tests.vectorscan import files_holding
@@ -361,7 +361,7 @@ def test_a_redacted_windows_vector_leaves_its_sealed_segment_and_only_it_is_copi
     compaction copies the segments holding a deleted or overwritten point, not the
     others (their generations stay), and the window's old vector and the message's
     text are in no file afterwards."""
-    from indexer.store.vectors.segments import SegmentPolicy
+    from matrix_sources.indexer.store.vectors.segments import SegmentPolicy
 
     log = EventLog(tmp_path / "eventlog.sqlite3")
     store = ChromaStore(
@@ -423,7 +423,7 @@ async def test_the_worker_runs_a_deferred_scrub_without_new_events(world):
     passed, with no further message to wake it."""
     import asyncio
 
-    from indexer.pipeline.worker import PipelineWorker
+    from matrix_sources.indexer.pipeline.worker import PipelineWorker
 
     ingest, pipeline, store, log, tmp = world
     clock = FakeClock(T0 / 1000)
@@ -497,7 +497,7 @@ async def test_new_messages_are_indexed_while_a_compaction_copies(world):
     import asyncio
     import threading
 
-    from indexer.pipeline.worker import PipelineWorker
+    from matrix_sources.indexer.pipeline.worker import PipelineWorker
 
     ingest, pipeline, store, log, tmp = world
     copying, release = threading.Event(), threading.Event()

@@ -14,9 +14,9 @@ import sqlite3
 import pytest
 from ruamel.yaml import YAML
 
-from appservice.cli.main import main
-from indexer.store.eventlog.check import check_eventlog
-from indexer.store.vectors.chroma import ChromaStore
+from matrix_sources.appservice.cli.main import main
+from matrix_sources.indexer.store.eventlog.check import check_eventlog
+from matrix_sources.indexer.store.vectors.chroma import ChromaStore
 
 ROOM = "!room:example.org"
 N = 60
@@ -111,12 +111,12 @@ def test_doctor_and_run_refuse_a_damaged_event_log(indexed, capsys, monkeypatch,
     out = capsys.readouterr().out
     assert "FAIL event log:" in out and ".recover" in out
 
-    import appservice.homeserver.service
+    import matrix_sources.appservice.homeserver.service
 
     def never(*a, **kw):
         raise AssertionError("run opened the service on a damaged event log")
 
-    monkeypatch.setattr(appservice.homeserver.service, "Service", never)
+    monkeypatch.setattr(matrix_sources.appservice.homeserver.service, "Service", never)
     assert main(["run", "-c", str(cfg)]) == 1
     err = capsys.readouterr().err
     assert "the event log is damaged" in err and "backup" in err
@@ -125,12 +125,12 @@ def test_doctor_and_run_refuse_a_damaged_event_log(indexed, capsys, monkeypatch,
 
 def test_run_reports_an_event_log_it_cannot_open_without_a_traceback(indexed, capsys, monkeypatch):
     cfg, tmp = indexed
-    import appservice.homeserver.service
+    import matrix_sources.appservice.homeserver.service
 
     def damaged(*a, **kw):  # damage that only shows once the service reads the log
         raise sqlite3.DatabaseError("database disk image is malformed")
 
-    monkeypatch.setattr(appservice.homeserver.service, "Service", damaged)
+    monkeypatch.setattr(matrix_sources.appservice.homeserver.service, "Service", damaged)
     assert main(["run", "-c", str(cfg)]) == 1
     err = capsys.readouterr().err
     assert "cannot be used (database disk image is malformed)" in err and ".recover" in err
@@ -143,9 +143,9 @@ def test_doctor_and_run_refuse_a_deleted_event_log_beside_a_full_collection(
     eventlog(cfg).unlink()
     assert main(["doctor", "-c", str(cfg)]) == 1
     assert f"FAIL index: no event log, {windows(cfg)} windows" in capsys.readouterr().out
-    import appservice.homeserver.service
+    import matrix_sources.appservice.homeserver.service
 
-    monkeypatch.setattr(appservice.homeserver.service, "Service", None)
+    monkeypatch.setattr(matrix_sources.appservice.homeserver.service, "Service", None)
     assert main(["run", "-c", str(cfg)]) == 1
     assert "is missing while the collection holds" in capsys.readouterr().err
     assert not eventlog(cfg).exists()  # nothing created in its place
@@ -185,7 +185,7 @@ def test_a_writers_start_repairs_events_marked_indexed_in_no_window(indexed, cap
     store = ChromaStore(path=cfg.parent / "chroma")
     lost = list(store.iter_windows())[4]
     store.delete([lost.window_id])
-    from indexer.records import EventID, Message, RoomID, UserID, Window
+    from matrix_sources.indexer.records import EventID, Message, RoomID, UserID, Window
 
     ghost = Window(
         "w" + "0" * 31,
@@ -208,7 +208,7 @@ def test_a_writers_start_repairs_events_marked_indexed_in_no_window(indexed, cap
 
 
 def _messages(cfg, window_id):
-    from indexer.store.eventlog.log import EventLog
+    from matrix_sources.indexer.store.eventlog.log import EventLog
 
     log = EventLog(eventlog(cfg))
     try:
@@ -220,7 +220,7 @@ def _messages(cfg, window_id):
 def test_doctor_names_an_event_its_window_does_not_list(indexed, capsys):
     """The window is there, but its record lost one of its events: still a gap."""
     cfg, tmp = indexed
-    from indexer.records import Window
+    from matrix_sources.indexer.records import Window
 
     store = ChromaStore(path=cfg.parent / "chroma")
     w = next(w for w in store.iter_windows() if len(w.event_ids) > 1)
@@ -255,7 +255,7 @@ def test_verify_index_refuses_with_an_empty_event_log(indexed, capsys):
     cfg, tmp = indexed
     before = windows(cfg)
     eventlog(cfg).unlink()
-    from indexer.store.eventlog.log import EventLog
+    from matrix_sources.indexer.store.eventlog.log import EventLog
 
     EventLog(eventlog(cfg)).close()  # a valid, empty event log
     assert main(["verify", "-c", str(cfg), "--index"]) == 1
@@ -325,21 +325,21 @@ def test_a_nearly_empty_collection_is_rebuilt_with_logged_progress(indexed, capl
     """What `run` does at start (Service.start calls Index.ensure_meta): the rebuild
     logs its progress with the total."""
     cfg, tmp = indexed
-    from indexer.components import Index
-    from indexer.config import load_config
-    from indexer.pipeline import rebuild
+    from matrix_sources.indexer.components import Index
+    from matrix_sources.indexer.config import load_config
+    from matrix_sources.indexer.pipeline import rebuild
 
     store = ChromaStore(path=cfg.parent / "chroma")
     before = store.count()
     store.delete([w.window_id for w in list(store.iter_windows())[2:]])  # 2 of them left
     index = Index.open(load_config(cfg))
-    from indexer.ingest.roomfacts import RoomFacts
+    from matrix_sources.indexer.ingest.roomfacts import RoomFacts
 
     index.ingest.facts[ROOM] = RoomFacts(join_rule="public")  # learned when it joined
     real = rebuild._logged
     rebuild._logged = lambda total: real(total, every_s=0)
     try:
-        with caplog.at_level("WARNING", logger="indexer.pipeline.rebuild"):
+        with caplog.at_level("WARNING", logger="matrix_sources.indexer.pipeline.rebuild"):
             assert index.ensure_meta() is True
     finally:
         rebuild._logged = real

@@ -15,17 +15,17 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
-from indexer.components import Index
-from indexer.config import load_config
-from indexer.datadir import init_data_dir
-from indexer.models.embedder import HashEmbedder
-from indexer.pipeline.chunker import build_windows, document, embed_text
-from indexer.pipeline.rebuild import expected_meta
-from indexer.records import ChunkPolicy, EventID, Message, RoomID, UserID
-from indexer.search.searcher import SourceQuery
-from indexer.store.eventlog.log import EventLog
-from indexer.store.vectors.generations import SEGMENTS_KEY
-from indexer.store.vectors.points import window_metadata
+from matrix_sources.indexer.components import Index
+from matrix_sources.indexer.config import load_config
+from matrix_sources.indexer.datadir import init_data_dir
+from matrix_sources.indexer.models.embedder import HashEmbedder
+from matrix_sources.indexer.pipeline.chunker import build_windows, document, embed_text
+from matrix_sources.indexer.pipeline.rebuild import expected_meta
+from matrix_sources.indexer.records import ChunkPolicy, EventID, Message, RoomID, UserID
+from matrix_sources.indexer.search.searcher import SourceQuery
+from matrix_sources.indexer.store.eventlog.log import EventLog
+from matrix_sources.indexer.store.vectors.generations import SEGMENTS_KEY
+from matrix_sources.indexer.store.vectors.points import window_metadata
 from tests.vectorscan import files_holding
 
 ROOM = RoomID("!legacy:example.org")

@@ -15,14 +15,14 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from indexer.clock import Clock
-from indexer.pipeline.chunker import window_id
-from indexer.records import EventID, Message, RoomID, UserID, Window
-from indexer.store.eventlog.log import EventLog
-from indexer.store.vectors.chroma import ChromaStore
-from indexer.store.vectors.generations import SEGMENTS_KEY
-from indexer.store.vectors.idmap import IdMap
-from indexer.store.vectors.segments import SegmentPolicy, plan_merge
+from matrix_sources.indexer.clock import Clock
+from matrix_sources.indexer.pipeline.chunker import window_id
+from matrix_sources.indexer.records import EventID, Message, RoomID, UserID, Window
+from matrix_sources.indexer.store.eventlog.log import EventLog
+from matrix_sources.indexer.store.vectors.chroma import ChromaStore
+from matrix_sources.indexer.store.vectors.generations import SEGMENTS_KEY
+from matrix_sources.indexer.store.vectors.idmap import IdMap
+from matrix_sources.indexer.store.vectors.segments import SegmentPolicy, plan_merge
 from tests.storekit import stored_vectors
 from tests.strength import examples
 from tests.vectorscan import files_holding
@@ -336,7 +336,7 @@ def test_segments_answer_as_one_collection(tmp_path_factory, ops, hot, fanout, s
 
 
 def test_the_schedule_merges_when_no_compaction_may_run_and_waits_after_a_failed_merge(tmp_path):
-    from indexer.store.compaction import Compaction
+    from matrix_sources.indexer.store.compaction import Compaction
 
     store = open_store(tmp_path, SegmentPolicy(hot=3, fanout=2, cap=12, share=None))
     fill(store, 8)  # sealed 3, 3 and a hot 2: a merge is due

@@ -10,8 +10,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from indexer.records import EventID, Message, RoomID, UserID, Window
-from indexer.store.vectors.chroma import ChromaStore
+from matrix_sources.indexer.records import EventID, Message, RoomID, UserID, Window
+from matrix_sources.indexer.store.vectors.chroma import ChromaStore
 from tests.paths import ROOT
 
 ROOM = RoomID("!ops:example.org")
@@ -27,7 +27,7 @@ def window(i: int) -> Window:
 
 WRITER = """
 import sys
-from indexer.store.vectors.chroma import ChromaStore
+from matrix_sources.indexer.store.vectors.chroma import ChromaStore
 from tests.indexer.store.test_stale_vectors import window
 store = ChromaStore(path=__import__("pathlib").Path(sys.argv[1]))
 store.upsert([window(i) for i in range(1, 40)], [[1.0, float(i)] + [0.0] * 6 for i in range(1, 40)])

@@ -16,15 +16,19 @@ from pathlib import Path
 
 import pytest
 
-from indexer.models.embedder import HashEmbedder
-from indexer.pipeline.chunker import build_windows, document
-from indexer.records import ChunkPolicy, EventID, Message, RoomID, UserID
-from indexer.search.texts import WindowTexts
-from indexer.store.eventlog.log import EventLog
-from indexer.store.vectors.chroma import ChromaStore
-from indexer.store.vectors.generations import SEGMENTS_KEY
-from indexer.store.vectors.segments import SegmentPolicy
-from indexer.store.vectors.server_files import MARKER_PREFIX, ServerFiles, ServerFilesError
+from matrix_sources.indexer.models.embedder import HashEmbedder
+from matrix_sources.indexer.pipeline.chunker import build_windows, document
+from matrix_sources.indexer.records import ChunkPolicy, EventID, Message, RoomID, UserID
+from matrix_sources.indexer.search.texts import WindowTexts
+from matrix_sources.indexer.store.eventlog.log import EventLog
+from matrix_sources.indexer.store.vectors.chroma import ChromaStore
+from matrix_sources.indexer.store.vectors.generations import SEGMENTS_KEY
+from matrix_sources.indexer.store.vectors.segments import SegmentPolicy
+from matrix_sources.indexer.store.vectors.server_files import (
+    MARKER_PREFIX,
+    ServerFiles,
+    ServerFilesError,
+)
 from tests.paths import ROOT
 from tests.pgkit import fresh_schema
 from tests.storekit import stored_vectors
@@ -177,7 +181,7 @@ def test_vectors_pages_and_readd(store):
 def test_matching_finds_windows_by_the_tokenizer(store):
     """The lexical leg's fallback (no postings yet, the CLI): the event log's bodies
     scanned with the tokenizer, with the room filter; the same on a server."""
-    from indexer.search.lexical import matching
+    from matrix_sources.indexer.search.lexical import matching
 
     a, b = windows(5, "!a:example.org"), windows(5, "!b:example.org", offset=50)
     index(store, a + b)
@@ -259,9 +263,9 @@ def test_compaction_copies_the_live_points_and_drops_the_old_collection(store, r
 _CRASH = """
 import os, signal, sys
 from pathlib import Path
-from indexer.store.eventlog.log import EventLog
-from indexer.store.vectors.chroma import ChromaStore
-from indexer.store.vectors.segments import SegmentPolicy
+from matrix_sources.indexer.store.eventlog.log import EventLog
+from matrix_sources.indexer.store.vectors.chroma import ChromaStore
+from matrix_sources.indexer.store.vectors.segments import SegmentPolicy
 path, host, port, name, log = sys.argv[1:6]
 store = ChromaStore(path=Path(path) if path else None, host=host or None,
                     port=int(port) if port else None, collection=name,
@@ -272,9 +276,9 @@ store.compact(before_swap=lambda: os.kill(os.getpid(), signal.SIGKILL))
 _CRASH_SECOND = """
 import os, signal, sys
 from pathlib import Path
-from indexer.store.eventlog.log import EventLog
-from indexer.store.vectors.chroma import ChromaStore
-from indexer.store.vectors.segments import SegmentPolicy
+from matrix_sources.indexer.store.eventlog.log import EventLog
+from matrix_sources.indexer.store.vectors.chroma import ChromaStore
+from matrix_sources.indexer.store.vectors.segments import SegmentPolicy
 path, host, port, name, log = sys.argv[1:6]
 store = ChromaStore(path=Path(path) if path else None, host=host or None,
                     port=int(port) if port else None, collection=name,
@@ -316,10 +320,10 @@ def test_a_purged_room_leaves_no_text_and_no_vector_in_the_persist_dir(store, re
     """Purge (purge.py): the event log zeroes the room's text, its points are deleted,
     the collection is compacted. No file of Chroma's folder, or of the server's
     persist dir, holds the room's text (Chroma never had it) or its vectors."""
-    from indexer.ingest.purge import Purger
-    from indexer.pipeline.pipeline import Pipeline
-    from indexer.records import Refusal
-    from indexer.store.journal import Journal
+    from matrix_sources.indexer.ingest.purge import Purger
+    from matrix_sources.indexer.pipeline.pipeline import Pipeline
+    from matrix_sources.indexer.records import Refusal
+    from matrix_sources.indexer.store.journal import Journal
     from tests.vectorscan import files_holding
 
     canary = "purge-canary-x7q2"

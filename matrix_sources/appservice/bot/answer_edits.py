@@ -1,0 +1,66 @@
+"""Editing the bot's earlier replies when a message they quoted is redacted.
+
+The reply is rebuilt from what was recorded when it was sent (its hits' ids and the
+event ids of the lines it showed, indexer/store/answers.py), with every line whose event is
+gone left out, and sent as an `m.replace` of the reply.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from matrix_sources.indexer.records import EventID, Hit, Line, UserID
+from matrix_sources.indexer.store.answers import RecordedAnswer
+from matrix_sources.indexer.store.eventlog.rows import EventText
+
+from .replies import Reply, render_hits
+
+EDITED = "edited: a message quoted here was deleted"
+EDIT_HEADER = f"Sources ({EDITED})"  # when the question can no longer be read
+
+
+def rebuild_reply(
+    rec: RecordedAnswer,
+    lines: Mapping[EventID, EventText],
+    fallback_server: str | None = None,
+    question: tuple[str, ...] = (),
+) -> Reply:
+    """lines: the text of the quoted events whose text is still there;
+    question: the texts of the command answered (read back from the homeserver, never
+    stored here), for the "Sources for" line the reply had."""
+    hits = []
+    for h in rec.hits:
+        kept = [e for e in h.get("quoted", []) if e in lines]
+        shown = tuple(
+            Line(
+                EventID(e),
+                UserID(lines[e].sender),
+                lines[e].ts,
+                lines[e].body,
+                "linked" if e in h.get("answer_event_ids", ()) else "",
+            )
+            for e in kept
+        )
+        hits.append(Hit.from_json(h, shown=shown))
+    if question:
+        return render_hits(hits, question, fallback_server, note=EDITED)
+    return render_hits(hits, ("",), fallback_server, header=EDIT_HEADER)
+
+
+def edit_content(reply_event_id: str, reply: Reply) -> dict:
+    new = {
+        "msgtype": "m.notice",
+        "body": reply.body,
+        "format": "org.matrix.custom.html",
+        "formatted_body": reply.formatted_body,
+        "m.mentions": {},
+    }
+    return {
+        "msgtype": "m.notice",
+        "body": "* " + reply.body,
+        "format": "org.matrix.custom.html",
+        "formatted_body": "* " + reply.formatted_body,
+        "m.mentions": {},
+        "m.new_content": new,
+        "m.relates_to": {"rel_type": "m.replace", "event_id": reply_event_id},
+    }

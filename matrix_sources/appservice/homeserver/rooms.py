@@ -1,0 +1,224 @@
+"""The bot's rooms: the allowlisted rooms joined, each one's state learnt, then what it
+said before the bot was there (or while the service was down) backfilled; the allowlist
+file followed while the service runs.
+
+    allowlisted room --join--> learn its state --> backfill it (one room at a time)
+                          \\-refused: one log line      \\-state unavailable: StateRetry
+                                                          learns it later, then backfills
+
+A room whose moderators sent the bot away (kick, ban) is not joined again until they
+invite it back (indexer/ingest/sentaway.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Coroutine, Iterable
+from typing import Protocol
+
+from mautrix.appservice import AppService
+from mautrix.errors import MatrixError, MatrixRequestError
+from mautrix.types import RoomID as MxRoomID
+
+from matrix_sources.indexer.clock import REAL, Clock
+from matrix_sources.indexer.config import Config, ConfigError
+from matrix_sources.indexer.ingest.admit import Ingest
+from matrix_sources.indexer.ingest.allowlist import load_allowlist, load_spaces
+from matrix_sources.indexer.ingest.backfill import backfill_room, horizon
+from matrix_sources.indexer.ingest.followed import load_followed
+from matrix_sources.indexer.pipeline.worker import PipelineWorker
+from matrix_sources.indexer.records import RoomID
+
+from .pager import MatrixPager
+from .roomstate import StateRetry, fetch_room_facts
+
+log = logging.getLogger(__name__)
+JOINS_AT_ONCE = 32  # allowlisted rooms joined (and their state learnt) at once at start
+
+Spawn = Callable[[Coroutine, str], None]
+
+
+class SpacesPort(Protocol):
+    async def refresh(self, spaces: Iterable[str], apply: bool = True) -> bool: ...
+
+
+def join_failed(room_id: str, e: Exception) -> None:
+    """A room the homeserver would not let the bot join: one line with its errcode,
+    reason and fix, no traceback (an allowlist of rooms it cannot reach logged a
+    traceback per room at every start: 9,528 of them in bench/scale.py's log); any
+    other error, with its traceback."""
+    if isinstance(e, MatrixRequestError):
+        log.warning(
+            "join_failed",
+            extra={
+                "room_id": room_id,
+                "errcode": e.errcode,
+                "reason": e.message,
+                "fix": "invite the bot, or take the room off the allowlist",
+            },
+        )
+    else:
+        log.warning("join_failed", exc_info=e, extra={"room_id": room_id})
+
+
+class Rooms:
+    """Joins, room state and backfill for the service. `spawn(coro, name)` runs a task
+    the service owns (and cancels at stop)."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        az: AppService,
+        ingest: Ingest,
+        worker: PipelineWorker,
+        spawn: Spawn,
+        clock: Clock = REAL,
+    ) -> None:
+        self.cfg, self.az, self.ingest, self.worker = cfg, az, ingest, worker
+        self._clock = clock
+        self.gate = ingest.gate
+        self._spawn = spawn
+        self.state_retry = StateRetry(self.learn, self._state_known, clock=clock)
+        self._backfill_lock = asyncio.Lock()
+        self._allowlist_mtime = self._mtime()
+        # What the service follows on its own (spaces' rooms, upgrades), shared with
+        # spaces.py and upgrades.py, which the service wires in.
+        self.followed = load_followed(cfg.data_dir)
+        self.spaces: SpacesPort | None = None
+
+    async def join_allowlisted(self) -> None:
+        """Join every allowlisted room the bot is not in, and learn each one's state,
+        JOINS_AT_ONCE rooms at a time: one after another, 9,528 rooms took 89 s at
+        start (bench/scale.py)."""
+        gate = asyncio.Semaphore(JOINS_AT_ONCE)
+        try:  # one request instead of a join per room the bot is in already
+            joined = set(await self.az.intent.get_joined_rooms())
+        except MatrixError:
+            joined = set()
+
+        async def join(room_id: str) -> None:
+            async with gate:
+                if room_id not in joined:
+                    try:
+                        await self.az.intent.join_room_by_id(MxRoomID(room_id))
+                    except MatrixError as e:
+                        join_failed(room_id, e)
+                        return
+                await self.learn_or_retry(room_id)
+
+        await asyncio.gather(
+            *(join(r) for r in sorted(self.gate.allowlist) if not self.sent_away(r))
+        )
+
+    async def join_invited(self, room_id: str) -> None:
+        """Join where invited; an allowlisted room is then read from where its index
+        stands: from its start for one the bot was invited back to after being sent
+        away (the invite dropped what the purge left: sentaway.py)."""
+        await self.az.intent.join_room_by_id(MxRoomID(room_id))
+        if room_id in self.gate.allowlist:
+            await self.learn_or_retry(room_id)
+
+    def sent_away(self, room_id: str) -> bool:
+        """Its moderators kicked or banned the bot: not joined until invited back."""
+        away = self.ingest.sent_away.get(RoomID(room_id))
+        if away is not None:
+            log.info(
+                "room_not_joined", extra={"room_id": room_id, "rule": "bot_removed", "by": away.by}
+            )
+        return away is not None
+
+    async def backfill(self, room_id: RoomID) -> None:
+        """Fetch what the room said before the bot was there (or while the service was
+        down), one room at a time, through the gate and the pipeline."""
+        async with self._backfill_lock:
+            if not self.ingest.admits(room_id):
+                return  # refused rooms are never read, not even their history
+            since = horizon(self.cfg.index.backfill_days, self._clock)
+            try:
+                result = await backfill_room(
+                    room_id, MatrixPager(self.az.intent.api), self.ingest, since
+                )
+            except Exception:
+                log.error("backfill_failed", exc_info=True, extra={"room_id": room_id})
+                return
+            if result.admitted and (result.admitted.appended or result.admitted.history.rooms):
+                self.worker.notify()
+
+    async def backfill_all(self) -> None:
+        """Every allowlisted room read again from its cursor (a transaction never came)."""
+        for room_id in sorted(self.gate.allowlist):
+            await self.backfill(RoomID(room_id))
+
+    async def learn_or_retry(self, room_id: str) -> None:
+        """Learn a joined room's state, then backfill it; if its state cannot be had
+        now, StateRetry fetches it again later and backfills then."""
+        try:
+            await self.learn(room_id)
+        except Exception:
+            log.error("room_state_unavailable", exc_info=True, extra={"room_id": room_id})
+            self.state_retry.add(room_id)
+            return
+        self._state_known(room_id)
+
+    def _state_known(self, room_id: str) -> None:
+        self._spawn(self.backfill(RoomID(room_id)), "backfill")
+
+    async def learn(self, room_id: str) -> None:
+        """The room's state fetched and handed to ingest (which purges a room found
+        refused with its text stored)."""
+        facts = await fetch_room_facts(self.az.intent.api, room_id)
+        if facts is not None:
+            await asyncio.to_thread(self.ingest.learn, RoomID(room_id), facts)
+
+    # -- the allowlist file ------------------------------------------------------------
+
+    def _mtime(self) -> float:
+        try:
+            return self.cfg.allowlist_path.stat().st_mtime
+        except FileNotFoundError:
+            return 0.0
+
+    async def follow_allowlist(self) -> None:
+        """Reload the allowlist if its file changed since the last look."""
+        mtime = self._mtime()
+        if mtime != self._allowlist_mtime:
+            self._allowlist_mtime = mtime
+            await self.reload_allowlist()
+
+    async def reload_allowlist(self) -> None:
+        """Rooms taken off are purged; rooms put on are joined and read; a space put on
+        is read first, and stands for the rooms it brings. An invalid file is logged and
+        the rooms stay as they were."""
+        try:
+            listed = set(load_allowlist(self.cfg.allowlist_path))
+            spaces = set(load_spaces(self.cfg.allowlist_path))
+        except ConfigError as e:
+            log.error("allowlist_invalid", extra={"error": str(e)})
+            return
+        new = spaces - set(self.followed.spaces)
+        if self.spaces is not None and (new or set(self.followed.spaces) - spaces):
+            await self.spaces.refresh(new, apply=False)
+        rooms = frozenset(listed | spaces | self.followed.space_rooms(spaces))
+        added, removed = rooms - self.gate.allowlist, self.gate.allowlist - rooms
+        self.gate.allowlist = rooms  # the Gate object is shared with ingest
+        log.info(
+            "allowlist_reloaded",
+            extra={"rooms": len(rooms), "added": len(added), "removed": len(removed)},
+        )
+        if removed:
+            # Purge what the removed rooms left (windows, texts, cursors), off the loop;
+            # a failure is logged, and swept again at the next removal or start.
+            try:
+                await asyncio.to_thread(self.ingest.purge_unlisted)
+            except Exception:
+                log.exception("purge_failed", extra={"rooms": len(removed)})
+        for room_id in sorted(added):
+            if self.sent_away(room_id):
+                continue
+            try:
+                await self.az.intent.join_room_by_id(MxRoomID(room_id))
+            except Exception as e:
+                join_failed(room_id, e)
+                continue
+            await self.learn_or_retry(room_id)

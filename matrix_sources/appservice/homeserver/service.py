@@ -1,0 +1,477 @@
+"""The running service: appservice HTTP, the bot's rooms, the pipeline, `!sources`.
+
+Start-up: registration checked -> event log, store, model -> HTTP up -> homeserver
+accepts as_token (whoami) -> join every allowlisted room, learn its state (rooms.py;
+the collection checked against the event log meanwhile) -> pipeline catches up on what
+a previous run left pending -> the chores, once a poll: allowlist.yaml followed,
+`forget` requests and room retention (withdrawals.py), the workers' compactions; with
+an admin token, Synapse's erasures looked for at start and at an interval (erasure.py).
+
+Commands are answered in a bounded pool of their own (commandpool.py). Every SQLite and
+Chroma call runs off the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import resource
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol
+
+from mautrix.api import Method, Path
+from mautrix.appservice import AppService
+from mautrix.appservice.state_store import ASStateStore
+from mautrix.client.state_store.memory import MemoryStateStore
+from mautrix.errors import MatrixError, MatrixRequestError
+from mautrix.types import EventType, RoomAlias
+from mautrix.types import RoomID as MxRoomID
+
+from matrix_sources.indexer.clock import REAL, Clock, retrying
+from matrix_sources.indexer.components import Index
+from matrix_sources.indexer.config import Config
+from matrix_sources.indexer.datadir import admin_token, service_registration
+from matrix_sources.indexer.ingest.admit import AdmitResult
+from matrix_sources.indexer.ingest.events import MessageEvent, ReactionEvent
+from matrix_sources.indexer.models.embedder import Embedder
+from matrix_sources.indexer.pipeline.worker import PipelineWorker
+from matrix_sources.indexer.records import UserID
+from matrix_sources.indexer.store.lock import WriterLock
+
+from .backlog import BacklogBound
+from .erasure import ErasureWatch, self_leaves
+from .health import Health, appends_problem, pipeline_problem
+from .heap import release_free_memory
+from .metrics import EventLogFigures, MetricSources, ServiceMetrics
+from .rooms import Rooms
+from .roomstate import is_outage
+from .search_api import SearchAPI
+from .spaces import Spaces
+from .transactions import Routed, TransactionHandler
+from .txngaps import TransactionGaps
+from .upgrades import Upgrades
+from .withdrawals import Withdrawals
+
+log = logging.getLogger(__name__)
+CHORES_POLL_SECONDS = 1.0  # allowlist.yaml, `forget` requests, retention looked at
+HOMESERVER_RETRY_MAX = 30.0  # seconds between whoami attempts while Synapse is down
+
+
+class StartupError(RuntimeError):
+    """A start-up failure whose message says how to fix it."""
+
+
+class _StateStore(MemoryStateStore, ASStateStore):
+    """mautrix's default state store writes mx-state.json into the working directory;
+    keep its membership cache in memory."""
+
+    def __init__(self) -> None:
+        MemoryStateStore.__init__(self)
+        ASStateStore.__init__(self)
+
+
+class _SourcesAppService(AppService):
+    transaction_handler: TransactionHandler
+
+    async def _http_handle_transaction(self, request):
+        return await self.transaction_handler.handle(request)
+
+    async def _http_ping(self, request):
+        return await self.transaction_handler.ping(request)
+
+    def _check_token(self, request) -> bool:  # the user and alias queries: same check
+        return self.transaction_handler.check_token(request) is None
+
+
+def raise_fd_limit() -> tuple[int, int]:
+    """The soft limit on open files up to the hard one (systemd's default soft limit,
+    1,024, is about 1,000 idle connections; contrib/matrix-sources.service raises the
+    hard limit, docs/deployment.md). Returns (soft, hard) as they are now."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError):
+            log.warning("fd_limit_not_raised", exc_info=True, extra={"soft": soft, "hard": hard})
+    return soft, hard
+
+
+class BotPort(Protocol):
+    """What the service hands the bot (appservice/bot/bot.py is one)."""
+
+    def on_commands(self, commands: Sequence[MessageEvent]) -> None: ...
+    def on_invites(self, room_ids: Sequence[str]) -> None: ...
+    async def prepare(self) -> str: ...
+    def resume(self) -> None: ...
+    def on_withdrawn(self, event_ids: Iterable[str]) -> None: ...
+    def on_reactions(self, reactions: Sequence[ReactionEvent]) -> None: ...
+    def on_redacted(self, event_ids: Sequence[str]) -> None: ...
+    async def stop(self) -> None: ...
+
+
+class Service:
+    def __init__(self, cfg: Config, embedder: Embedder | None = None, clock: Clock = REAL) -> None:
+        """`clock`: every wait, deadline and stamp of the service's own parts."""
+        self.cfg, self.clock = cfg, clock
+        self.registration = service_registration(cfg)  # tokens: datadir.py
+        self.lock = WriterLock(cfg.data_dir, "matrix-sources run").acquire()
+        # This process is the collection's one writer (the lock above): it keeps the
+        # lexical leg's postings in memory (indexer/search/termindex.py), built in the
+        # background. Not when workers write it (index.pipeline external): the postings
+        # would miss their windows, and the keyword leg scans the event log instead.
+        self.external = cfg.index.pipeline == "external"
+        self.index = Index.open(
+            cfg,
+            embedder,
+            postings=not self.external,
+            on_postings_ready=release_free_memory,
+            clock=clock,
+        )
+        self.eventlog, self.store = self.index.eventlog, self.index.store
+        self.embedder, self.gate = self.index.embedder, self.index.gate
+        self.ingest, self.pipeline = self.index.ingest, self.index.pipeline
+        self.searcher = self.index.searcher
+        # After each run, freed memory goes back to the system: the next run's peak then
+        # starts from what is in use, not from the last peak (docs/benchmarks.md).
+        self.worker = PipelineWorker(
+            self.pipeline,
+            debounce=cfg.index.debounce_seconds,
+            after_run=release_free_memory,
+            clock=clock,
+        )
+        self.az = _SourcesAppService(
+            server=cfg.homeserver.url,
+            domain=cfg.homeserver.domain,
+            as_token=self.registration.as_token,
+            hs_token=self.registration.hs_token,
+            bot_localpart=self.registration.sender_localpart,
+            id=self.registration.id,
+            state_store=_StateStore(),
+            log=logging.getLogger("mau.as"),
+        )
+        self._tasks: set[asyncio.Task] = set()
+        self.rooms = Rooms(cfg, self.az, self.ingest, self.worker, self._spawn, clock)
+        # A listed space's rooms, and an upgraded room's successor, followed on their own.
+        self.spaces = Spaces(
+            cfg,
+            lambda: self.az.intent,
+            self.ingest.journal,
+            self.rooms.followed,
+            self.rooms.reload_allowlist,
+            clock,
+        )
+        self.rooms.spaces = self.spaces
+        self.upgrades = Upgrades(
+            cfg,
+            lambda: self.az.intent,
+            self.ingest,
+            self.rooms.followed,
+            self.rooms.reload_allowlist,
+            clock,
+        )
+        # A numbered transaction never came: every room read again (txngaps.py).
+        self.gaps = TransactionGaps(self.rooms.backfill_all, clock=clock)
+        # Past index.max_pending, Synapse keeps the events; pinged when there is room.
+        self.backlog = BacklogBound(
+            self.eventlog.status.backlog,
+            cfg.index.max_pending,
+            on_drained=lambda: self._spawn(self._ping_homeserver(), "homeserver-ping"),
+            clock=clock,
+        )
+        self.az.transaction_handler = TransactionHandler(
+            self.registration.hs_token,
+            self.registration.id,
+            self.ingest,
+            self.rooms.learn,
+            self._on_admitted,
+            self.rooms.state_retry,
+            self.gaps,
+            commands=self.index.commands,
+            backlog=self.backlog,
+            clock=clock,
+        )
+        self.transactions = self.az.transaction_handler
+        self.answers = self.index.answers
+        self.metrics = ServiceMetrics(per_room=cfg.metrics.per_room)
+        self.bot: BotPort | None = None  # attach(): the composing front wires it in
+        # Forget, retention and erasure: applied here, the answers quoting them edited.
+        self.withdrawals = Withdrawals(cfg, self.ingest, self.worker, self._withdrawn, clock)
+        self.erasures = (
+            ErasureWatch(
+                cfg.homeserver.url,
+                admin_token(cfg),
+                self.withdrawals.forget_erased,
+                self._forgotten_now,
+                clock=clock,
+            )
+            if cfg.homeserver.admin_token_file
+            else None
+        )
+        # The store opened and the model loaded above; the homeserver is checked in start().
+        self.health = Health(
+            store=True,
+            model=True,
+            detail="waiting for the homeserver",
+            backlog=self.backlog.report,
+            problems={
+                "appends": appends_problem(lambda: self.transactions.append_failures),
+                "pipeline": pipeline_problem(
+                    lambda: self.worker.consecutive_failures, lambda: self.worker.last_error
+                ),
+            },
+        )
+        self.metrics.attach(
+            MetricSources(
+                self.pipeline,
+                self.transactions,
+                self.worker,
+                self.index.terms,
+                EventLogFigures(self.eventlog.path, clock=clock),
+                lambda: self.health.ready,
+                self.backlog,
+                clock,
+            )
+        )
+        # Routes must exist before the aiohttp runner starts in az.start().
+        self.az.app.router.add_get("/health", self.health.handle)
+        self.az.app.router.add_get("/metrics", self.metrics.handle_metrics)
+        # Searches for programs and `matrix-sources search|mcp`, once started (search_api.py).
+        self.search_api = SearchAPI.for_service(
+            cfg,
+            self.registration,
+            self.searcher.search,
+            ready=lambda: None if self.az.ready else self.health.detail,
+            clock=clock,
+        )
+        self.search_api.attach(self.az.app.router)
+
+    def attach(self, bot: BotPort) -> None:
+        self.bot = bot
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    async def start(self) -> None:
+        soft, hard = raise_fd_limit()
+        log.info("fd_limit", extra={"soft": soft, "hard": hard})
+        await self.az.start(host=self.cfg.appservice.host, port=self.cfg.appservice.port)
+        await self._wait_for_homeserver()
+        if self.bot is not None:
+            refusal = await self.bot.prepare()  # a digest room it must not post into
+            if refusal:
+                raise StartupError(refusal)
+        try:
+            await self.az.intent.set_displayname(self.cfg.appservice.bot_displayname)
+        except MatrixError:
+            pass  # cosmetic
+        # The store made whole before a room's state can call for a purge; then the
+        # collection checked against the event log while the rooms are joined, not one
+        # after the other (bench/scale.py). A purge meanwhile waits for the check's lock.
+        await asyncio.to_thread(self.index.make_whole)
+        checking = asyncio.create_task(asyncio.to_thread(self.index.check_collection))
+        try:
+            await self.rooms.join_allowlisted()
+            await self.spaces.due()  # every listed space read, before the purge below
+        finally:
+            reason = await checking
+        # Another model or chunker made the collection, or it was lost: rebuild it from
+        # the event log before serving (after the joins: only rooms with known facts
+        # are indexed, so the rebuild, and its logged progress, covers them all now).
+        if reason:
+            await asyncio.to_thread(self.index.rebuild, reason)
+        # Rooms taken off the allowlist while the service was down: purged now.
+        await asyncio.to_thread(self.ingest.purge_unlisted)
+        # Poison stored by an older version: quarantined before the pipeline meets it.
+        quarantined = await asyncio.to_thread(self.ingest.quarantine_stored_poison)
+        if quarantined:
+            log.warning(
+                "events_quarantined",
+                extra={"events": quarantined, "rule": "timestamp_out_of_range"},
+            )
+        if not self.external:  # else `matrix-sources worker` processes embed
+            self.worker.start()
+        self.backlog.start()
+        self._spawn(self._chores(), "chores")
+        for room_id in self.upgrades.upgraded():  # upgraded while the service was down
+            self._spawn(self.upgrades.check(room_id), "upgrade")
+        if self.erasures is not None:  # erasures made while the service was down, then more
+            self._spawn(self.erasures.watch(), "erasure-watch")
+        self.az.ready = True
+        if self.bot is not None:
+            self.bot.resume()  # the commands a crash left unanswered
+        self.health.homeserver = True
+        self._spawn(self._ping_homeserver(), "homeserver-ping")
+        log.info(
+            "started",
+            extra={
+                "bot": self.cfg.bot_user,
+                "rooms": len(self.gate.allowlist),
+                "port": self.cfg.appservice.port,
+            },
+        )
+
+    async def _wait_for_homeserver(self) -> None:
+        """Until the homeserver accepts our token. Unreachable: keep trying (Synapse may
+        start after us); token refused or wrong user: a configuration error, stop."""
+
+        def unreachable(e: Exception, delay: float) -> None:
+            self.health.detail = (
+                f"homeserver {self.cfg.homeserver.url} unreachable ({type(e).__name__}); retrying"
+            )
+            # The traceback too: a bug here looks like an outage otherwise.
+            log.warning(
+                "homeserver_unreachable",
+                exc_info=e,
+                extra={"url": self.cfg.homeserver.url, "retry_in": delay},
+            )
+
+        try:
+            whoami = await retrying(
+                self.az.intent.whoami,
+                initial=1.0,
+                maximum=HOMESERVER_RETRY_MAX,
+                on_retry=unreachable,
+                retry_if=lambda e: not isinstance(e, MatrixRequestError),
+                clock=self.clock,
+            )
+        except MatrixRequestError as e:
+            raise StartupError(
+                f"the homeserver at {self.cfg.homeserver.url} rejected as_token "
+                f"({e.errcode}): is {self.cfg.registration_path} listed in "
+                "app_service_config_files of homeserver.yaml, and was Synapse restarted "
+                "since?"
+            ) from None
+        if whoami.user_id != self.cfg.bot_user:
+            raise StartupError(
+                f"the homeserver says the bot is {whoami.user_id}, the config "
+                f"says {self.cfg.bot_user}: check homeserver.domain and "
+                "appservice.bot_localpart"
+            )
+
+    async def _ping_homeserver(self) -> None:
+        """Ask the homeserver to ping us now that transactions are taken (MSC2659). What it
+        could not deliver while we were down it retries with a growing backoff, up to
+        8.5 minutes in Synapse; a ping that reaches us makes it retry at once."""
+        try:
+            ms = await self.az.ping_self(f"matrix-sources-start-{self.clock.now_ms()}")
+            log.info("homeserver_pinged", extra={"ms": ms})
+        except MatrixRequestError as e:  # a homeserver without the endpoint: its own retry
+            log.info("homeserver_ping_refused", extra={"errcode": e.errcode})
+        except Exception:
+            log.warning("homeserver_ping_failed", exc_info=True)
+
+    async def stop(self) -> None:
+        for t in list(self._tasks):
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.gaps.stop()
+        await self.backlog.stop()
+        if self.erasures is not None:
+            await self.erasures.stop()
+        await self.rooms.state_retry.stop()
+        if self.bot is not None:
+            await self.bot.stop()
+        await self.worker.stop()
+        await self.az.stop()
+        self.search_api.close()
+        await asyncio.to_thread(self.index.close)
+        self.lock.release()
+
+    # -- chores, once a poll ---------------------------------------------------------
+
+    async def _chores(self) -> None:
+        """Each poll: the allowlist file followed, `forget` requests served, expired
+        messages withdrawn, and the workers' compactions run."""
+        while True:
+            await self.clock.sleep(CHORES_POLL_SECONDS)
+            await self.rooms.follow_allowlist()
+            await self.spaces.due()
+            await self.withdrawals.serve_spool()
+            await self.withdrawals.expire_retained()
+            if self.external:
+                await self._compact_for_workers()
+
+    async def _compact_for_workers(self) -> None:
+        """External pipeline: the workers' redactions ask for a compaction through the
+        event log; this process, the data dir's one holder, runs it (compaction.py)."""
+        compaction = self.pipeline.compaction
+        assert compaction is not None  # set by Pipeline.__post_init__
+        due = await asyncio.to_thread(compaction.refresh_due)
+        if due and compaction.wait() == 0:
+            try:
+                await asyncio.to_thread(compaction.run)
+            except Exception:  # stays due: tried again at the next look
+                log.error("compaction_failed", exc_info=True)
+
+    # -- after a transaction was stored ----------------------------------------------
+
+    def _on_admitted(self, events: list[Any], result: AdmitResult, routed: Routed) -> None:
+        self.metrics.count_events(events, result.refused)
+        if self.erasures is not None:
+            self.erasures.saw_leaves(self_leaves(events, self.cfg.bot_user))
+        if result.appended or result.history.rooms:
+            self.worker.notify()
+        self.spaces.saw(events)  # a room added to or removed from a space
+        for room_id, sender in self.upgrades.tombstones(events):  # an allowlisted room upgraded
+            self._spawn(self.upgrades.check(room_id, sender), "upgrade")
+        if self.bot is not None:
+            self.bot.on_commands(routed.commands)
+            self.bot.on_invites(routed.invites)  # a DM or private room: nothing stored
+            self.bot.on_withdrawn(result.history.redacted)
+            self.bot.on_reactions(routed.reactions)  # votes on its answers (feedback)
+            self.bot.on_redacted(routed.redacted)
+
+    def _forgotten_now(self, user: str) -> bool:
+        return UserID(user) in self.ingest.forgotten and self.ingest.forgotten[UserID(user)] is None
+
+    def _withdrawn(self, event_ids) -> None:
+        """Messages withdrawn outside a transaction (withdrawals.py): the bot edits the
+        answers that quoted them."""
+        if self.bot is not None and event_ids:
+            self.bot.on_withdrawn(event_ids)
+
+    # -- the bot's port to Matrix (appservice/bot/bot.py: Matrix) ----------------------
+
+    async def send(self, room_id: str, content: dict) -> str:
+        return await self.az.intent.send_message_event(
+            MxRoomID(room_id), EventType.ROOM_MESSAGE, content
+        )
+
+    async def join(self, room_id: str) -> None:
+        await self.rooms.join_invited(room_id)
+
+    async def room_state(self, room_id: str) -> list:
+        # Raw JSON: room version 12 creators are not in power_levels.
+        state = await self.az.intent.api.request(Method.GET, Path.v3.rooms[room_id].state)
+        return state if isinstance(state, list) else []
+
+    @staticmethod
+    def is_outage(exc: BaseException) -> bool:
+        return is_outage(exc)
+
+    async def event_body(self, room_id: str, event_id: str) -> str | None:
+        """An event's body as the homeserver serves it (None: redacted, or no text)."""
+        try:
+            ev = await self.az.intent.api.request(
+                Method.GET, Path.v3.rooms[room_id].event[event_id]
+            )
+        except MatrixRequestError:  # not found, or not visible to the bot any more
+            return None
+        body = ((ev or {}).get("content") or {}).get("body") if isinstance(ev, dict) else None
+        return body if isinstance(body, str) else None
+
+    async def resolve_alias(self, alias: str) -> str | None:
+        try:
+            return (await self.az.intent.resolve_room_alias(RoomAlias(alias))).room_id
+        except MatrixError:
+            return None
+
+    def _spawn(self, coro, name: str) -> None:
+        task = asyncio.create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("task_failed", extra={"task": task.get_name()}, exc_info=task.exception())
