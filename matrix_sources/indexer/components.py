@@ -23,7 +23,7 @@ from .derived.filter import DerivedFilter, EmittedSection, Matcher, answer_artif
 from .derived.manifest import Manifest, manifest_path
 from .derived.reference import References
 from .ingest.admit import Ingest
-from .ingest.allowlist import load_allowlist
+from .ingest.followed import corpus_rooms, load_followed
 from .ingest.gate import Gate
 from .ingest.history import History
 from .ingest.purge import Purger
@@ -33,7 +33,7 @@ from .pipeline import rebuild as rebuilding
 from .pipeline.claims import RoomClaims
 from .pipeline.pipeline import EMBED_CALL, Pipeline
 from .pipeline.standalone import Worker
-from .records import ARTIFACT_ANSWER, ChunkPolicy, UserID
+from .records import ARTIFACT_ANSWER, ChunkPolicy, RoomID, UserID
 from .search.abstain import Floor
 from .search.linkage import Horizon
 from .search.present import Presenter
@@ -205,7 +205,7 @@ class Index:
             cfg.index.embedder.model, cfg.index.embedder.backend, cfg.models_dir
         )
         gate = Gate(
-            frozenset(load_allowlist(cfg.allowlist_path)),
+            corpus_rooms(cfg.allowlist_path, cfg.data_dir),
             UserID(cfg.bot_user),
             cfg.puppet_patterns,
             cfg.bridge_servers,
@@ -253,7 +253,14 @@ class Index:
             presenter=presenter,
             turns=turns,
             terms=terms,
+            # The room's label now (a renamed room shows its new name from the next
+            # answer), and the rooms its upgrades chained (`--room here` covers them).
+            label_of=ingest.label,
+            topic_of=ingest.topic,
+            chain_of=ingest.lineage.whole_chain,
         )
+        for pred, succ in load_followed(cfg.data_dir).accepted_links():
+            ingest.lineage.link(RoomID(pred), RoomID(succ))
         return cls(
             cfg,
             eventlog,

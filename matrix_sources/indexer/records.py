@@ -130,6 +130,8 @@ class Hit:
     # A chat window's messages as the event log holds them now (`text` is their
     # document, which nothing reads back).
     lines: tuple[Line, ...] = ()
+    # The room's topic as it is now (the reply shows it over the room's link).
+    room_topic: str = ""
 
     @property
     def bodies(self) -> tuple[str, ...]:

@@ -30,6 +30,7 @@ from matrix_sources.indexer.clock import REAL, Clock
 from matrix_sources.indexer.components import Index
 from matrix_sources.indexer.config import Config
 from matrix_sources.indexer.ingest.events import MessageEvent, ReactionEvent
+from matrix_sources.indexer.ingest.followed import load_followed
 from matrix_sources.indexer.ingest.forget import Forgetting
 from matrix_sources.indexer.ingest.reactions import votes
 from matrix_sources.indexer.moderation.report import DAY_MS, Report, build_report, same_question
@@ -347,7 +348,13 @@ class Bot:
         ingest = self.index.ingest
         rooms = [(r, ingest.label(RoomID(r))) for r in sorted(self.index.gate.allowlist)]
         return await asyncio.to_thread(
-            render_status, rooms, self.index.eventlog, self.index.journal, ingest.sent_away.rooms
+            lambda: render_status(
+                rooms,
+                self.index.eventlog,
+                self.index.journal,
+                ingest.sent_away.rooms,
+                load_followed(self.cfg.data_dir),  # spaces and upgrade chains
+            )
         )
 
     async def _report(self, room_id: str, user: str) -> Reply:

@@ -202,6 +202,15 @@ def render_hits(
     )
 
 
+def _title(topic: str) -> str:
+    """The room's topic over its link (hovered in clients), clipped to one line."""
+    if not topic:
+        return ""
+    one = " ".join(topic.split())
+    one = one if len(one) <= 200 else one[:199] + "…"
+    return f' title="{html.escape(one, quote=True)}"'
+
+
 def _chat_piece(
     n: int, hit: Hit, query_texts: tuple[str, ...], fallback_server: str | None
 ) -> tuple[str, str, list[str], EmittedSection]:
@@ -227,7 +236,8 @@ def _chat_piece(
     p += [f"   > {who}: {_clip(b)}" for url, who, b in lines]
     p.append(f"   window: {link}")
     r = (
-        f'<li><a href="{html.escape(link, quote=True)}">{html.escape(room)}</a>'
+        f'<li><a href="{html.escape(link, quote=True)}"{_title(hit.room_topic)}>'
+        f"{html.escape(room)}</a>"
         f" · {html.escape(_time_range(hit))} · {html.escape(senders)}<blockquote>"
         + "<br>".join(
             f'<a href="{html.escape(url, quote=True)}">'

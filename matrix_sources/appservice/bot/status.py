@@ -12,7 +12,9 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 
 from matrix_sources.indexer.clock import format_ts
+from matrix_sources.indexer.ingest.followed import Followed
 from matrix_sources.indexer.ingest.gate import OWN_MESSAGE
+from matrix_sources.indexer.ingest.roomlinks import Lineage
 from matrix_sources.indexer.store.eventlog.log import EventLog
 from matrix_sources.indexer.store.eventlog.reports import room_report
 from matrix_sources.indexer.store.journal import Journal
@@ -60,15 +62,43 @@ def power_from_state(state: list, user: str) -> int:
     return level if isinstance(level, int) and not isinstance(level, bool) else 0
 
 
+def follow_notes(followed: Followed) -> tuple[dict[str, str], list[str]]:
+    """What `status` adds from followed.json: a note per room (its upgrade chain, the
+    space that brought it) and a line per space and per upgrade refused."""
+    chains = Lineage(followed.accepted_links())
+    notes: dict[str, str] = {}
+    for _pred, succ in chains.links():
+        notes[succ] = "chain " + " -> ".join(chains.whole_chain(succ))
+    lines = []
+    for space, r in sorted(followed.spaces.items()):
+        for room in (*r.rooms, *r.subspaces):
+            notes.setdefault(room, f"in space {space}")
+        left = ", ".join(f"{x} ({why})" for x, why in sorted(r.refused.items())[:5])
+        lines.append(
+            f"Space {space}: brings {len(r.rooms)} room(s), {len(r.subspaces)} sub-space(s)"
+            + (f"; left out {len(r.refused)}: {left}" if left else "")
+            + (" (cut at index.space_max_rooms)" if r.truncated else "")
+        )
+    for u in followed.upgrades:
+        if not u.accepted:
+            lines.append(
+                f"Upgrade of {u.predecessor} to {u.successor} not followed: {u.rule} ({u.detail})"
+            )
+    return notes, lines
+
+
 def render_status(
     rooms: Sequence[tuple[str, str]],
     eventlog: EventLog,
     journal: Journal,
     sent_away: dict | None = None,
+    followed: Followed | None = None,
 ) -> Reply:
     """rooms: (room id, label) of the allowlist; sent_away: room id -> the SentAway of
-    a room whose moderators removed the bot (indexer/ingest/sentaway.py)."""
+    a room whose moderators removed the bot (indexer/ingest/sentaway.py); followed:
+    the spaces and upgrades the service follows (a note per room, a line per space)."""
     sent_away = sent_away or {}
+    notes, extra = follow_notes(followed) if followed is not None else ({}, [])
     refusals: Counter = Counter()
     seen: set[tuple] = set()
     for entry in journal.read():
@@ -91,6 +121,8 @@ def render_status(
         r = room_report(eventlog, room_id)
         last = format_ts(r["cursor_ts"]) if r["cursor_ts"] else "never"
         name = label or room_id
+        if room_id in notes:
+            name = f"{name} ({notes[room_id]})"
         if room_id in sent_away:
             why = f"not indexed: the bot was {sent_away[room_id].reason}"
             plain.append(f"- {name}: {why}")
@@ -109,6 +141,8 @@ def render_status(
             f"<td>{html.escape(last)}</td><td>{refusals[room_id]}</td></tr>"
         )
     rich.append("</table>")
+    plain += extra
+    rich += [f"<p>{html.escape(line)}</p>" for line in extra]
     return Reply("\n".join(plain), "".join(rich), ())
 
 

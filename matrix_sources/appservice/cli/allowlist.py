@@ -1,6 +1,8 @@
 """`matrix-sources allowlist list|add|remove`: the rooms allowlist.yaml lists. An alias is
 resolved through the homeserver and kept as a comment beside its id; a room added is
-judged at once as the service will judge it (door.py), so one it will refuse says why."""
+judged at once as the service will judge it (door.py), so one it will refuse says why.
+A space (its m.room.create `type` is m.space) goes under `spaces:` and stands for its
+rooms; `list` shows what each space brings and the upgrade chains (followed.json)."""
 
 from __future__ import annotations
 
@@ -8,17 +10,26 @@ import sys
 
 from matrix_sources.indexer.config import Config, ConfigError
 from matrix_sources.indexer.datadir import service_registration
-from matrix_sources.indexer.ingest.allowlist import ROOM_ID, add_room, load_allowlist, remove_room
+from matrix_sources.indexer.ingest.allowlist import (
+    ROOM_ID,
+    add_room,
+    listed_comments,
+    load_allowlist,
+    load_spaces,
+    remove_room,
+)
+from matrix_sources.indexer.ingest.followed import load_followed
 
 from ..homeserver.aliases import AliasError, resolve_alias
+from ..httpclient import Unreachable
 from .door import Verdict, judge_at_door
+from .spacedoor import space_size
 
 
 def run_allowlist(cfg: Config, args) -> int:
     """`args.action`: list, add (`args.rooms`, ids or aliases; `args.comment`) or remove."""
     if args.action == "list":
-        for listed in load_allowlist(cfg.allowlist_path):
-            print(listed)
+        print("\n".join(list_lines(cfg)))
         return 0
     if args.action == "add":
         try:
@@ -29,8 +40,17 @@ def run_allowlist(cfg: Config, args) -> int:
         for room, alias in resolved:
             # An alias is kept as a comment beside the id it resolved to.
             comment = " ".join(c for c in (alias, args.comment) if c) or None
-            changed = add_room(cfg.allowlist_path, room, comment)
             shown = f"{room} ({alias})" if alias else room
+            space = _space_size(cfg, room)
+            if space is not None:
+                changed = add_room(cfg.allowlist_path, room, comment, key="spaces")
+                print(
+                    f"{'added' if changed else 'already listed'} space: {shown}: its public "
+                    f"rooms are followed as they come and go ({space} now, each judged "
+                    "on its own; `allowlist list` shows them once the service read it)"
+                )
+                continue
+            changed = add_room(cfg.allowlist_path, room, comment)
             _say_at_door(cfg, changed, room, shown)
         return 0
     for room in args.rooms:
@@ -78,4 +98,49 @@ def _resolve_rooms(cfg: Config, rooms: list[str]) -> list[tuple[str, str | None]
         if token is None:
             token = service_registration(cfg).as_token
         out.append((resolve_alias(cfg.homeserver.url, token, room), room))
+    return out
+
+
+def _space_size(cfg: Config, room_id: str) -> int | None:
+    """The number of rooms a space lists at its first level; None for a room that is no
+    space (or when the homeserver cannot say: it is then added as a room)."""
+    try:
+        token = service_registration(cfg).as_token
+    except ConfigError:
+        return None
+    try:
+        return space_size(cfg.homeserver.url, token, room_id)
+    except Unreachable:
+        return None
+
+
+def list_lines(cfg: Config) -> list[str]:
+    """The rooms with their comments (an alias, `upgraded from ...`), the spaces with
+    what each brings and what was refused in it, and the upgrades refused."""
+    followed = load_followed(cfg.data_dir)
+    comments = listed_comments(cfg.allowlist_path)
+    out = []
+    for room in load_allowlist(cfg.allowlist_path):
+        note = comments.get(room)
+        out.append(f"{room}  # {note}" if note else room)
+    space_notes = listed_comments(cfg.allowlist_path, "spaces")
+    for space in load_spaces(cfg.allowlist_path):
+        r = followed.spaces.get(space)
+        note = space_notes.get(space)
+        head = f"space {space}" + (f"  # {note}" if note else "")
+        if r is None:
+            out.append(f"{head}: not read yet (the service reads it when it runs)")
+            continue
+        out.append(
+            f"{head}: {len(r.rooms)} room(s), {len(r.subspaces)} sub-space(s), "
+            f"{len(r.refused)} left out" + (", cut at index.space_max_rooms" if r.truncated else "")
+        )
+        out += [f"  room {x}" for x in r.rooms]
+        out += [f"  sub-space {x}" for x in r.subspaces]
+        out += [f"  left out {x} ({why})" for x, why in sorted(r.refused.items())]
+    for u in followed.upgrades:
+        if u.accepted:
+            out.append(f"upgrade {u.predecessor} -> {u.successor}")
+        else:
+            out.append(f"upgrade refused {u.predecessor} -> {u.successor} ({u.rule}: {u.detail})")
     return out

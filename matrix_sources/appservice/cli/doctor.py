@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
@@ -30,6 +29,8 @@ from matrix_sources.indexer.ingest.sentaway import sent_away_at
 from matrix_sources.indexer.records import RoomID, UserID
 
 from ..httpclient import HttpClient, Unreachable
+from .check import Check
+from .doctor_follow import check_followed
 
 FIXES = {
     "not_public": "make the room public (join rule `public`) or remove it from the allowlist",
@@ -38,15 +39,6 @@ FIXES = {
     "bridged_room": "bridged rooms are never indexed: remove it from the allowlist",
     "puppet_sender": "a bridge puppet is in the room: remove it from the allowlist",
 }
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    ok: bool
-    detail: str
-    fix: str = ""
-    warning: bool = False  # ok, but worth fixing: printed WARN, not counted a problem
 
 
 def check_token_files(cfg: Config) -> Iterator[Check]:
@@ -377,18 +369,24 @@ def run_checks(config_path: Path) -> Iterator[Check]:
                 "ask the room's moderators to invite "
                 f"{cfg.bot_user}, or remove the room from the allowlist",
             )
+    gate = Gate(
+        frozenset(rooms),
+        UserID(cfg.bot_user),
+        cfg.puppet_patterns,
+        cfg.bridge_servers,
+        cfg.bridge_puppets,
+    )
     if hs.ok:
-        gate = Gate(
-            frozenset(rooms),
-            UserID(cfg.bot_user),
-            cfg.puppet_patterns,
-            cfg.bridge_servers,
-            cfg.bridge_puppets,
-        )
         for r in rooms:
             if RoomID(r) not in away:
                 yield check_room(cfg, reg, gate, r)
         yield from check_digest(cfg, reg, list(rooms))
+
+    # Spaces' rooms and upgrade chains (followed.json).
+    def space_room(room: str) -> Check:
+        return check_room(cfg, reg, gate.with_allowlist({RoomID(room)}), room)
+
+    yield from check_followed(cfg, space_room if hs.ok else None)
     eventlog, store = check_eventlog_health(cfg), check_store(cfg)
     yield eventlog
     left = check_sqlite_left_behind(cfg)

@@ -17,7 +17,13 @@ from matrix_sources.indexer.ingest import gate as rules
 from matrix_sources.indexer.ingest.allowlist import load_allowlist
 from matrix_sources.indexer.store.journal import Journal
 
-KINDS = ("refusal", "purge", "derived_excluded")
+KINDS = (
+    "refusal",
+    "purge",
+    "derived_excluded",
+    "upgrade",
+    "space",
+)  # the rooms followed: upgrades.py, spaces.py
 LEGACY_OWN = "own_message"  # journalled as a refusal before the bot's own were skipped
 
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
+from typing import Protocol
 
 from mautrix.appservice import AppService
 from mautrix.errors import MatrixError, MatrixRequestError
@@ -23,8 +24,9 @@ from mautrix.types import RoomID as MxRoomID
 from matrix_sources.indexer.clock import REAL, Clock
 from matrix_sources.indexer.config import Config, ConfigError
 from matrix_sources.indexer.ingest.admit import Ingest
-from matrix_sources.indexer.ingest.allowlist import load_allowlist
+from matrix_sources.indexer.ingest.allowlist import load_allowlist, load_spaces
 from matrix_sources.indexer.ingest.backfill import backfill_room, horizon
+from matrix_sources.indexer.ingest.followed import load_followed
 from matrix_sources.indexer.pipeline.worker import PipelineWorker
 from matrix_sources.indexer.records import RoomID
 
@@ -35,6 +37,10 @@ log = logging.getLogger(__name__)
 JOINS_AT_ONCE = 32  # allowlisted rooms joined (and their state learnt) at once at start
 
 Spawn = Callable[[Coroutine, str], None]
+
+
+class SpacesPort(Protocol):
+    async def refresh(self, spaces: Iterable[str], apply: bool = True) -> bool: ...
 
 
 def join_failed(room_id: str, e: Exception) -> None:
@@ -76,6 +82,10 @@ class Rooms:
         self.state_retry = StateRetry(self.learn, self._state_known, clock=clock)
         self._backfill_lock = asyncio.Lock()
         self._allowlist_mtime = self._mtime()
+        # What the service follows on its own (spaces' rooms, upgrades), shared with
+        # spaces.py and upgrades.py, which the service wires in.
+        self.followed = load_followed(cfg.data_dir)
+        self.spaces: SpacesPort | None = None
 
     async def join_allowlisted(self) -> None:
         """Join every allowlisted room the bot is not in, and learn each one's state,
@@ -177,13 +187,19 @@ class Rooms:
             await self.reload_allowlist()
 
     async def reload_allowlist(self) -> None:
-        """Rooms taken off are purged; rooms put on are joined and read. An invalid
-        file is logged and the rooms stay as they were."""
+        """Rooms taken off are purged; rooms put on are joined and read; a space put on
+        is read first, and stands for the rooms it brings. An invalid file is logged and
+        the rooms stay as they were."""
         try:
-            rooms = frozenset(load_allowlist(self.cfg.allowlist_path))
+            listed = set(load_allowlist(self.cfg.allowlist_path))
+            spaces = set(load_spaces(self.cfg.allowlist_path))
         except ConfigError as e:
             log.error("allowlist_invalid", extra={"error": str(e)})
             return
+        new = spaces - set(self.followed.spaces)
+        if self.spaces is not None and (new or set(self.followed.spaces) - spaces):
+            await self.spaces.refresh(new, apply=False)
+        rooms = frozenset(listed | spaces | self.followed.space_rooms(spaces))
         added, removed = rooms - self.gate.allowlist, self.gate.allowlist - rooms
         self.gate.allowlist = rooms  # the Gate object is shared with ingest
         log.info(

@@ -46,8 +46,10 @@ from .metrics import EventLogFigures, MetricSources, ServiceMetrics
 from .rooms import Rooms
 from .roomstate import is_outage
 from .search_api import SearchAPI
+from .spaces import Spaces
 from .transactions import Routed, TransactionHandler
 from .txngaps import TransactionGaps
+from .upgrades import Upgrades
 from .withdrawals import Withdrawals
 
 log = logging.getLogger(__name__)
@@ -150,6 +152,24 @@ class Service:
         )
         self._tasks: set[asyncio.Task] = set()
         self.rooms = Rooms(cfg, self.az, self.ingest, self.worker, self._spawn, clock)
+        # A listed space's rooms, and an upgraded room's successor, followed on their own.
+        self.spaces = Spaces(
+            cfg,
+            lambda: self.az.intent,
+            self.ingest.journal,
+            self.rooms.followed,
+            self.rooms.reload_allowlist,
+            clock,
+        )
+        self.rooms.spaces = self.spaces
+        self.upgrades = Upgrades(
+            cfg,
+            lambda: self.az.intent,
+            self.ingest,
+            self.rooms.followed,
+            self.rooms.reload_allowlist,
+            clock,
+        )
         # A numbered transaction never came: every room read again (txngaps.py).
         self.gaps = TransactionGaps(self.rooms.backfill_all, clock=clock)
         # Past index.max_pending, Synapse keeps the events; pinged when there is room.
@@ -251,6 +271,7 @@ class Service:
         checking = asyncio.create_task(asyncio.to_thread(self.index.check_collection))
         try:
             await self.rooms.join_allowlisted()
+            await self.spaces.due()  # every listed space read, before the purge below
         finally:
             reason = await checking
         # Another model or chunker made the collection, or it was lost: rebuild it from
@@ -271,6 +292,8 @@ class Service:
             self.worker.start()
         self.backlog.start()
         self._spawn(self._chores(), "chores")
+        for room_id in self.upgrades.upgraded():  # upgraded while the service was down
+            self._spawn(self.upgrades.check(room_id), "upgrade")
         if self.erasures is not None:  # erasures made while the service was down, then more
             self._spawn(self.erasures.watch(), "erasure-watch")
         self.az.ready = True
@@ -362,6 +385,7 @@ class Service:
         while True:
             await self.clock.sleep(CHORES_POLL_SECONDS)
             await self.rooms.follow_allowlist()
+            await self.spaces.due()
             await self.withdrawals.serve_spool()
             await self.withdrawals.expire_retained()
             if self.external:
@@ -387,6 +411,9 @@ class Service:
             self.erasures.saw_leaves(self_leaves(events, self.cfg.bot_user))
         if result.appended or result.history.rooms:
             self.worker.notify()
+        self.spaces.saw(events)  # a room added to or removed from a space
+        for room_id, sender in self.upgrades.tombstones(events):  # an allowlisted room upgraded
+            self._spawn(self.upgrades.check(room_id, sender), "upgrade")
         if self.bot is not None:
             self.bot.on_commands(routed.commands)
             self.bot.on_invites(routed.invites)  # a DM or private room: nothing stored

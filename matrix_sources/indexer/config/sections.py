@@ -194,6 +194,12 @@ class IndexSettings(_Section):
     # A worker's claim on a room lasts this long unless renewed (it renews while it
     # works): a worker killed holds its rooms this long before another takes them.
     claim_lease_seconds: Annotated[float, Strict(), Field(ge=1)] = 60.0
+    # A listed space: sub-spaces followed this deep (0: its own rooms only), at most
+    # this many rooms read from its hierarchy, read again this often (a child added or
+    # removed is pushed too: appservice/homeserver/spaces.py).
+    space_depth: Annotated[int, Strict(), Field(ge=0, le=10)] = 2
+    space_max_rooms: Annotated[int, Strict(), Field(ge=1, le=100_000)] = 2_000
+    space_reread_seconds: Annotated[float, Strict(), Field(ge=5)] = 60.0
 
     @model_validator(mode="before")
     @classmethod

@@ -42,6 +42,7 @@ from .history import Applied, History, operations
 from .members import Addressees
 from .purge import Purger, PurgeReport
 from .roomfacts import RoomFacts, apply_state
+from .roomlinks import Lineage
 from .sentaway import SentAwayRooms
 
 
@@ -85,6 +86,8 @@ class Ingest:
     # Room labels as last written to the event log, where embedding workers in other
     # processes read them for their windows (eventlog/claims.py).
     _labels: dict[RoomID, str] = field(default_factory=dict, init=False)
+    # Verified room upgrades (roomlinks.py): `--room here` searches the whole chain.
+    lineage: Lineage = field(default_factory=Lineage, init=False)
 
     def __post_init__(self) -> None:
         if self.purger is None:
@@ -102,6 +105,10 @@ class Ingest:
     def label(self, room_id: RoomID) -> str:
         f = self.facts.get(room_id)
         return f.label if f else ""
+
+    def topic(self, room_id: RoomID) -> str:
+        f = self.facts.get(room_id)
+        return (f.topic or "") if f else ""
 
     def _note_label(self, room_id: RoomID) -> None:
         label = self.label(room_id)

@@ -2,6 +2,12 @@
 
     rooms:
       - '!abc:example.org'  # #community:example.org
+      - '!new:example.org'  # upgraded from !abc:example.org
+    spaces:                 # each stands for its public rooms as they come and go
+      - '!space:example.org'  # #community-space:example.org
+
+`spaces` is optional (files without it load as before); a successor the service adds
+after a room upgrade is a plain `rooms` entry whose comment names its predecessor.
 
 Writes are atomic (a temp file renamed over the old one), so the running service,
 which re-reads the file when it changes, never sees half a file.
@@ -50,7 +56,38 @@ def load_allowlist(path: Path) -> list[RoomID]:
     return rooms
 
 
-def _read_rt(path: Path) -> CommentedMap:
+def load_spaces(path: Path) -> list[RoomID]:
+    """The spaces listed (`spaces:`), [] for a file without the key."""
+    data = load_yaml(path)
+    if not isinstance(data, dict) or data.get("spaces") is None:
+        return []
+    if not isinstance(data["spaces"], list):
+        raise ConfigError(path, "spaces", "must be a list of space room ids")
+    out = []
+    for i, entry in enumerate(data["spaces"]):
+        if not isinstance(entry, str) or not ROOM_ID.match(entry):
+            raise ConfigError(
+                path, f"spaces[{i}]", f"{entry!r} is not a room id like '!space:example.org'"
+            )
+        out.append(RoomID(entry))
+    return out
+
+
+def listed_comments(path: Path, key: str = "rooms") -> dict[str, str]:
+    """Each entry's end-of-line comment (the alias, `upgraded from ...`), for `list`."""
+    if not path.exists():
+        return {}
+    data = _read_rt(path, key)
+    seq = data[key]
+    out = {}
+    for i, entry in enumerate(seq):
+        token = (seq.ca.items.get(i) or [None])[0]
+        if token is not None and isinstance(entry, str):
+            out[entry] = token.value.partition("\n")[0].strip().lstrip("#").strip()
+    return out
+
+
+def _read_rt(path: Path, key: str = "rooms") -> CommentedMap:
     y = _yaml()
     text = path.read_text(encoding="utf-8") if path.exists() else ""
     data = y.load(text) if text.strip() else None
@@ -58,9 +95,10 @@ def _read_rt(path: Path) -> CommentedMap:
         data = CommentedMap()
     if not isinstance(data, CommentedMap):
         raise ConfigError(path, "", "must be a YAML mapping with a 'rooms' list")
-    if not isinstance(data.get("rooms"), CommentedSeq):
-        data["rooms"] = CommentedSeq(data.get("rooms") or [])
-    data["rooms"].fa.set_block_style()  # `rooms: []` would otherwise grow as a flow list
+    for k in dict.fromkeys(("rooms", key)):
+        if not isinstance(data.get(k), CommentedSeq):
+            data[k] = CommentedSeq(data.get(k) or [])
+        data[k].fa.set_block_style()  # `rooms: []` would otherwise grow as a flow list
     return data
 
 
@@ -83,12 +121,13 @@ def _write_atomic(path: Path, data: CommentedMap) -> None:
         raise
 
 
-def add_room(path: Path, room_id: str, comment: str | None = None) -> bool:
-    """Add a room id (with an optional comment, e.g. its alias); False if already there."""
+def add_room(path: Path, room_id: str, comment: str | None = None, key: str = "rooms") -> bool:
+    """Add a room id (with an optional comment, e.g. its alias) to `rooms`, or a space
+    to `spaces`; False if already there."""
     if not ROOM_ID.match(room_id):
-        raise ConfigError(path, "rooms", f"{room_id!r} is not a room id like '!abc:example.org'")
-    data = _read_rt(path)
-    rooms = data["rooms"]
+        raise ConfigError(path, key, f"{room_id!r} is not a room id like '!abc:example.org'")
+    data = _read_rt(path, key)
+    rooms = data[key]
     if room_id in rooms:
         return False
     rooms.append(room_id)
@@ -100,20 +139,25 @@ def add_room(path: Path, room_id: str, comment: str | None = None) -> bool:
 
 
 def remove_room(path: Path, room_id: str) -> bool:
-    data = _read_rt(path)
-    rooms = data["rooms"]
+    """Take a room or a space off the list; False if neither lists it."""
+    raw = load_yaml(path) if path.exists() else None
+    key = "spaces" if isinstance(raw, dict) and room_id in (raw.get("spaces") or []) else "rooms"
+    data = _read_rt(path, key)
+    rooms = data[key]
     if room_id not in rooms:
         return False
-    _delete_keeping_comments(data, list(rooms).index(room_id))
+    _delete_keeping_comments(data, list(rooms).index(room_id), key)
+    if key == "spaces" and not data["spaces"]:
+        del data["spaces"]  # the file as it was before a space was added
     _write_atomic(path, data)
     return True
 
 
-def _delete_keeping_comments(data: CommentedMap, i: int) -> None:
+def _delete_keeping_comments(data: CommentedMap, i: int, key: str = "rooms") -> None:
     """Delete rooms[i] with its end-of-line comment. ruamel hangs the full-line comments
     that follow an item on that item; move them to the item before (or above the list),
     so they stay where they were."""
-    rooms = data["rooms"]
+    rooms = data[key]
     token = (rooms.ca.items.get(i) or [None])[0]
     following = token.value.partition("\n")[2] if token is not None else ""
     del rooms[i]
@@ -127,7 +171,7 @@ def _delete_keeping_comments(data: CommentedMap, i: int) -> None:
             v = slot[0].value
             slot[0].value = (v if v.endswith("\n") else v + "\n") + following
     else:
-        slot = data.ca.items.setdefault("rooms", [None, None, None, None])
+        slot = data.ca.items.setdefault(key, [None, None, None, None])
         first = following.lstrip(" ")
         slot[3] = (slot[3] or []) + [
             CommentToken(first, CommentMark(len(following) - len(first)), None)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from ..records import UserID
+from ..records import RoomID, UserID
 from .events import StateEvent, is_utf8
+from .roomlinks import SPACE_TYPE, predecessor_of, room_type_of, successor_of
 
 MAX_DISPLAY_NAME = 256  # characters; a longer one is not a name anybody types
 BRIDGE_STATE_TYPES = frozenset({"m.bridge", "uk.half-shot.bridge"})
@@ -33,10 +34,20 @@ class RoomFacts:
     history_visibility: str | None = "shared"
     # m.room.retention max_lifetime (ms): older messages leave the index (retention.py)
     max_lifetime_ms: int | None = None
+    topic: str | None = None
+    # A room's place in time and in spaces (roomlinks.py): m.room.create's `type`
+    # (m.space) and `predecessor`, m.room.tombstone's `replacement_room`.
+    room_type: str | None = None
+    predecessor: RoomID | None = None
+    successor: RoomID | None = None
 
     @property
     def label(self) -> str:
         return self.canonical_alias or self.name or ""
+
+    @property
+    def is_space(self) -> bool:
+        return self.room_type == SPACE_TYPE
 
     @property
     def is_dm(self) -> bool:
@@ -66,6 +77,15 @@ def apply_state(facts: RoomFacts, ev: StateEvent) -> RoomFacts:
         return replace(
             facts, name=name if isinstance(name, str) and name and is_utf8(name) else None
         )
+    if ev.type == "m.room.topic":
+        topic = c.get("topic")
+        return replace(
+            facts, topic=topic if isinstance(topic, str) and topic and is_utf8(topic) else None
+        )
+    if ev.type == "m.room.create" and ev.state_key == "":
+        return replace(facts, room_type=room_type_of(c), predecessor=predecessor_of(c))
+    if ev.type == "m.room.tombstone" and ev.state_key == "":
+        return replace(facts, successor=successor_of(c, ev.room_id))
     if ev.type == "m.room.canonical_alias":
         alias = c.get("alias")
         return replace(

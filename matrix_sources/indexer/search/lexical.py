@@ -286,7 +286,8 @@ def matching(
     room, corpus = _room_corpus(where)
     found: set[str] = set()
     if corpus in (None, CORPUS_CHAT):
-        found |= eventlog.texts.bodies_matching(holds, room, contains=base)
+        for one in room if isinstance(room, tuple) else (room,):  # a chain: each room
+            found |= eventlog.texts.bodies_matching(holds, one, contains=base)
     if corpus in (None, CORPUS_REFERENCE) and room is None:
         found |= eventlog.texts.refs_matching(
             lambda text: any(holds(part) for part in matchable([text]))
@@ -297,10 +298,14 @@ def matching(
     return sorted(store.records(include=(), ids=sorted(found))["ids"])
 
 
-def _room_corpus(where: dict | None) -> tuple[str | None, str | None]:
-    """The room and corpus of the `where` forms search uses (room_id, corpus, $and)."""
+def _room_corpus(where: dict | None) -> tuple[str | tuple[str, ...] | None, str | None]:
+    """The room (a chain's rooms: a tuple) and corpus of the `where` forms search uses
+    (room_id, room_id $in, corpus, $and)."""
     clauses = (where or {}).get("$and", [where] if where else [])
-    got: dict[str, str] = {}
+    got: dict = {}
     for c in clauses:
         got.update(c)
-    return got.get("room_id"), got.get("corpus")
+    room = got.get("room_id")
+    if isinstance(room, dict):
+        room = tuple(room.get("$in") or ())
+    return room, got.get("corpus")

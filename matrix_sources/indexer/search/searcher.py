@@ -30,7 +30,7 @@ import numpy as np
 from ..models.embedder import Embedder
 from ..models.ports import Tokenizer
 from ..models.turns import ModelTurns
-from ..records import Hit, Line, bodies_of
+from ..records import Hit, Line, RoomID, bodies_of
 from ..store.vectors.chroma import ChromaStore
 from ..store.vectors.points import StoredWindow
 from .abstain import NO_FLOOR, Floor
@@ -105,6 +105,11 @@ class Searcher:
     # The keyword leg's postings, kept in step with the store's writes (the service's:
     # components.Index.open); None: the leg scans the event log.
     terms: TermIndex | None = None
+    # A room's label now (None: the one its windows were stored with), and the rooms a
+    # room filter covers (its upgrade chain; None: the room alone).
+    label_of: Callable[[RoomID], str] | None = None
+    topic_of: Callable[[RoomID], str] | None = None
+    chain_of: Callable[[RoomID], Sequence[RoomID]] | None = None
 
     def search(self, query: SourceQuery) -> list[Hit]:
         return self.search_with_closest(query)[0]
@@ -213,7 +218,7 @@ class Searcher:
         keyword leg's lists), and the vectors of those only the keyword leg found. (Run
         beside the encode in a thread, the leg made searches slower: both want the GIL
         between the model's native calls.)"""
-        where = _where(query)
+        where = _where(query, self.chain_of)
         if n == depth:  # one text, not fused: its list is the hits, records and all
             neighbours = self.store.nearest(vectors, n, where, records=True)
             per_text = [[(nb.window_id, nb.similarity) for nb in lst] for lst in neighbours]
@@ -266,7 +271,7 @@ class Searcher:
                 Hit(
                     w.window_id,
                     w.room_id,
-                    w.room_label,
+                    (self.label_of(w.room_id) if self.label_of else "") or w.room_label,
                     w.corpus,
                     w.event_ids,
                     w.senders,
@@ -277,6 +282,7 @@ class Searcher:
                     tuple(r.get(wid) for r in ranks),
                     ref=w.ref,
                     lines=lines,
+                    room_topic=self.topic_of(w.room_id) if self.topic_of else "",
                 )
             )
         return hits, found
@@ -311,10 +317,16 @@ def _lexical_ranker(store: ChromaStore, postings: TermIndex | None) -> LexicalRa
     )
 
 
-def _where(query: SourceQuery) -> dict | None:
-    clauses: list[dict[str, str]] = []
+def _where(
+    query: SourceQuery, chain_of: Callable[[RoomID], Sequence[RoomID]] | None = None
+) -> dict | None:
+    clauses: list[dict] = []
     if query.room_id:
-        clauses.append({"room_id": query.room_id})
+        rooms = list(chain_of(query.room_id)) if chain_of else [query.room_id]
+        if len(rooms) > 1:  # an upgraded room: its predecessors' windows too
+            clauses.append({"room_id": {"$in": sorted(rooms)}})
+        else:
+            clauses.append({"room_id": query.room_id})
     if query.corpus:
         clauses.append({"corpus": query.corpus})
     if not clauses:

@@ -340,7 +340,10 @@ class TermIndex:
             keep = self._live.data[slots]
             room, corpus = want
             for column, name in ((self._room, room), (self._corpus, corpus)):
-                if name is not None:
+                if isinstance(name, tuple):  # a room's upgrade chain
+                    codes = [self._codes.get(n, -1) for n in name]
+                    keep &= np.isin(column.data[slots], codes)
+                elif name is not None:
                     keep &= column.data[slots] == self._codes.get(name, -1)
             slots, tfs = slots[keep], tfs[keep]
             if len(parts) > 1:  # a window holding several keys of a prefix: one entry
@@ -388,18 +391,24 @@ class TermIndex:
             }
 
 
-def _wanted(where: dict | None) -> tuple[str | None, str | None] | None:
-    """The store's `where` forms search uses (room_id, corpus, their $and) as the
-    (room, corpus) wanted, None for either meaning any; None for any other form."""
+def _wanted(where: dict | None) -> tuple[str | tuple[str, ...] | None, str | None] | None:
+    """The store's `where` forms search uses (room_id, corpus, their $and; a room's
+    chain as room_id $in) as the (room or rooms, corpus) wanted, None for either meaning
+    any; None for any other form."""
     if where is None:
         return None, None
     clauses = where.get("$and") if set(where) == {"$and"} else [where]
-    want: dict[str, str] = {}
+    want: dict[str, str | tuple[str, ...]] = {}
     for c in clauses or ():
         if not isinstance(c, dict) or len(c) != 1:
             return None
         ((field, value),) = c.items()
-        if field not in ("room_id", "corpus") or not isinstance(value, str) or field in want:
+        if field == "room_id" and isinstance(value, dict) and set(value) == {"$in"}:
+            value = tuple(value["$in"])
+        if field not in ("room_id", "corpus") or field in want:
+            return None
+        if not isinstance(value, (str, tuple)) or (field == "corpus" and isinstance(value, tuple)):
             return None
         want[field] = value
-    return want.get("room_id"), want.get("corpus")
+    corpus = want.get("corpus")
+    return want.get("room_id"), corpus if isinstance(corpus, str) else None

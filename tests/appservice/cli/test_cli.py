@@ -178,7 +178,8 @@ def test_allowlist_keeps_comment_and_journal_prints(datadir, capsys):
     text = (cfg.parent / "allowlist.yaml").read_text()
     assert f"'{ROOM}'  # #eval:example.org" in text or f"{ROOM}  # #eval:example.org" in text
     assert main(["allowlist", "list", "-c", str(cfg)]) == 0
-    assert capsys.readouterr().out.split() == [ROOM]
+    # One line per room, its id first, its comment (the alias) after it.
+    assert capsys.readouterr().out.splitlines() == [f"{ROOM}  # #eval:example.org"]
     enc = {
         "type": "m.room.encrypted",
         "room_id": ROOM,

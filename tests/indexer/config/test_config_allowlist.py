@@ -404,7 +404,7 @@ def test_the_installed_command_exits_1_without_a_traceback(misspelled):
         "answer_horizon_hours, answer_horizon_messages, backfill_days, "
         "chroma, claim_lease_seconds, compaction_interval_seconds, "
         "debounce_seconds, embedder, max_pending, pipeline, "
-        "require_world_readable, "
+        "require_world_readable, space_depth, space_max_rooms, space_reread_seconds, "
         "window_gap_seconds, window_max_bytes"
     )
 

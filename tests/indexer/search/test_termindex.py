@@ -199,7 +199,13 @@ def test_writes_replace_remove_filter_and_compact():
     assert index.postings("grub", False, {"$and": [{"room_id": "!a:x"}, {"corpus": "chat"}]}) == {
         "w1": 1
     }
-    assert index.postings("grub", False, {"room_id": {"$in": ["!a:x"]}}) is None  # Chroma
+    # A room's upgrade chain: its rooms together; another operator is Chroma's to answer.
+    assert index.postings("grub", False, {"room_id": {"$in": ["!a:x"]}}) == {"w1": 1}
+    assert set(index.postings("grub", False, {"room_id": {"$in": ["!a:x", "!b:x"]}})) == {
+        "w1",
+        "w2",
+    }
+    assert index.postings("grub", False, {"room_id": {"$nin": ["!a:x"]}}) is None
     # A redaction re-upserts the window without the word: it stops matching at once.
     index.texts_written(["w1"], ["[redacted] partition"], [chat])
     assert set(index.postings("grub", False)) == {"w2"}
