@@ -17,13 +17,7 @@ from matrix_sources.indexer.ingest import gate as rules
 from matrix_sources.indexer.ingest.allowlist import load_allowlist
 from matrix_sources.indexer.store.journal import Journal
 
-KINDS = (
-    "refusal",
-    "purge",
-    "derived_excluded",
-    "upgrade",
-    "space",
-)  # the rooms followed: upgrades.py, spaces.py
+KINDS = ("refusal", "purge", "derived_excluded", "server_acl", "upgrade", "space")
 LEGACY_OWN = "own_message"  # journalled as a refusal before the bot's own were skipped
 
 
@@ -53,9 +47,10 @@ def run_journal(cfg: Config, room: str | None, rule: str | None, kind: str | Non
                 file=sys.stderr,
             )
             return 2
-    if kind is not None and kind not in KINDS:
+    kinds = set(KINDS) | {e["kind"] for e in entries if isinstance(e.get("kind"), str)}
+    if kind is not None and kind not in kinds:
         print(
-            f"error: --kind {kind!r} is not a kind; the kinds are: {', '.join(KINDS)}",
+            f"error: --kind {kind!r} is not a kind; the kinds are: {', '.join(sorted(kinds))}",
             file=sys.stderr,
         )
         return 2

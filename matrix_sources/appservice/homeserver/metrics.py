@@ -46,6 +46,9 @@ KNOWN_TYPES = frozenset(
         "m.bridge",
         "uk.half-shot.bridge",
         "m.reaction",
+        "m.room.server_acl",
+        "m.poll.start",
+        "org.matrix.msc3381.poll.start",
         "m.room.topic",
     }
 )

@@ -74,8 +74,10 @@ class Rooms:
         worker: PipelineWorker,
         spawn: Spawn,
         clock: Clock = REAL,
+        on_withdrawn: Callable[[list[str]], None] | None = None,
     ) -> None:
         self.cfg, self.az, self.ingest, self.worker = cfg, az, ingest, worker
+        self._on_withdrawn = on_withdrawn  # the bot edits answers that quoted them
         self._clock = clock
         self.gate = ingest.gate
         self._spawn = spawn
@@ -166,10 +168,14 @@ class Rooms:
 
     async def learn(self, room_id: str) -> None:
         """The room's state fetched and handed to ingest (which purges a room found
-        refused with its text stored)."""
+        refused with its text stored, and withdraws what a new server ACL denies)."""
         facts = await fetch_room_facts(self.az.intent.api, room_id)
         if facts is not None:
-            await asyncio.to_thread(self.ingest.learn, RoomID(room_id), facts)
+            applied = await asyncio.to_thread(self.ingest.learn, RoomID(room_id), facts)
+            if applied.redacted:
+                self.worker.notify()
+                if self._on_withdrawn is not None:
+                    self._on_withdrawn(sorted(applied.redacted))
 
     # -- the allowlist file ------------------------------------------------------------
 

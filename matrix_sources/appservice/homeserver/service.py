@@ -151,7 +151,9 @@ class Service:
             log=logging.getLogger("mau.as"),
         )
         self._tasks: set[asyncio.Task] = set()
-        self.rooms = Rooms(cfg, self.az, self.ingest, self.worker, self._spawn, clock)
+        self.rooms = Rooms(
+            cfg, self.az, self.ingest, self.worker, self._spawn, clock, self._withdrawn
+        )
         # A listed space's rooms, and an upgraded room's successor, followed on their own.
         self.spaces = Spaces(
             cfg,

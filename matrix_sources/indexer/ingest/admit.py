@@ -23,7 +23,9 @@ from ..records import EventID, Message, Refusal, RoomID, UserID
 from ..store.eventlog.log import EventLog
 from ..store.journal import Journal
 from . import gate as rules
+from .acldeny import Passed, denies, note_problems, split_denied, withdraw_changed, withdraw_denied
 from .events import (
+    JOURNALLED,
     MAX_TS_MS,
     QUARANTINED,
     TIMESTAMP_OUT_OF_RANGE,
@@ -40,6 +42,7 @@ from .events import (
 from .gate import Gate
 from .history import Applied, History, operations
 from .members import Addressees
+from .polls import POLL_ANSWERS_BOUNDED
 from .purge import Purger, PurgeReport
 from .roomfacts import RoomFacts, apply_state
 from .roomlinks import Lineage
@@ -130,14 +133,22 @@ class Ingest:
                 out.add(RoomID(rid))
         return out
 
-    def learn(self, room_id: RoomID, facts: RoomFacts, source: str = "state") -> None:
+    def learn(self, room_id: RoomID, facts: RoomFacts, source: str = "state") -> Applied:
         """Replace what we know of a room (its state fetched from the homeserver); a room
-        that turned out refused while its text is stored is purged."""
+        that turned out refused while its text is stored is purged, and what a server
+        ACL new to us denies is withdrawn (returned: the answers quoting it are edited)."""
+        before = self.facts.get(room_id)
         self.facts[room_id] = facts
         self._note_label(room_id)
         refusal = self._settled_refusal(room_id)
         if refusal is not None:
             self._purge_if_stored(refusal, source)
+        applied = Applied()
+        acl = facts.server_acl
+        if acl is not None and (before is None or before.server_acl != acl):
+            note_problems(self.journal, room_id, acl, None, source)
+            withdraw_denied(self.eventlog, self.journal, room_id, acl, applied, None, source)
+        return applied
 
     def quarantine_stored_poison(self) -> int:
         """Events an older version stored with a timestamp past MAX_TS_MS: quarantined
@@ -185,6 +196,7 @@ class Ingest:
         # (it triggers the purge), and how many messages had passed by the last one.
         refused_rooms: dict[RoomID, Refusal] = {}
         cutoff: dict[RoomID, tuple[int, Refusal]] = {}
+        acl_changed: dict[RoomID, EventID] = {}  # rooms whose server ACL this batch changed
         for ev in events:
             if isinstance(ev, MessageEvent) and ev.is_command:
                 result.commands += 1  # never stored (the bot answers live ones)
@@ -200,13 +212,18 @@ class Ingest:
                 if ev.state_key == self.gate.bot_user:  # kicked, banned, invited back
                     self.sent_away.fold(ev, self.gate.bot_user, self.clock.now_ms())
                 self._note_visibility(before, self.facts[room_id], ev, source)
+                acl = self.facts[room_id].server_acl
+                if acl != before.server_acl:
+                    acl_changed[room_id] = ev.event_id
+                    if acl is not None:
+                        note_problems(self.journal, room_id, acl, ev.event_id, source)
                 self._note_refused(self._state_refusal(ev), refused_rooms, cutoff, len(passed))
                 continue
             if isinstance(ev, Skipped):
                 result.skipped[ev.reason] += 1
-                if ev.reason in QUARANTINED:  # a poison event: by id and rule, never text
+                if ev.reason in QUARANTINED or ev.reason in JOURNALLED:  # by id and rule
                     self.journal.write(
-                        "quarantine",
+                        "quarantine" if ev.reason in QUARANTINED else "skip",
                         rule=ev.reason,
                         room_id=room_id,
                         event_id=ev.event_id,
@@ -224,6 +241,7 @@ class Ingest:
                 if (
                     ev.sender != self.gate.bot_user
                     and not (isinstance(ev, EditEvent) and self.is_forgotten(ev.sender, ev.ts))
+                    and not (isinstance(ev, EditEvent) and self._server_denied(room_id, ev.sender))
                     and self.gate.judge_room(room_id, self.facts.get(room_id)) is None
                 ):
                     history.append(ev)  # applied by the append below
@@ -250,6 +268,15 @@ class Ingest:
                 self._refuse(result, Refusal(rules.USER_FORGOTTEN, room_id, m.event_id), source)
                 continue
             passed.append((self.addressees.resolve(m, self.facts.get(room_id)), ev.thread_root))
+            if ev.bounded:  # a poll's answers past the spec's 20 (polls.py)
+                self.journal.write(
+                    "poll",
+                    rule=POLL_ANSWERS_BOUNDED,
+                    room_id=room_id,
+                    event_id=m.event_id,
+                    left_out=ev.bounded,
+                    source=source,
+                )
         # Messages that passed before their room turned refused later in this batch are
         # dropped (journalled as refused): they would only be written to be erased. The
         # purge runs before the append, so it covers what earlier batches stored, and
@@ -266,7 +293,7 @@ class Ingest:
                 )
             else:
                 kept.append((m, root))
-        passed = kept
+        passed = self._acl_denied(kept, acl_changed, result, source)
         for refusal in refused_rooms.values():
             self._purge_if_stored(refusal, source)
         result.accepted = len(passed)
@@ -281,6 +308,20 @@ class Ingest:
         else:
             result.appended = self.eventlog.append(passed, txn_key)
         return result
+
+    def _server_denied(self, room_id: RoomID, sender: UserID) -> bool:
+        return denies(self.facts.get(room_id), sender)
+
+    def _acl_denied(
+        self, passed: list[Passed], changed: dict[RoomID, EventID], result: AdmitResult, source: str
+    ) -> list[Passed]:
+        """Rooms whose server ACL this batch changed: what passed before the change and
+        that it denies is refused; what is stored from the denied servers withdrawn."""
+        kept, denied = split_denied(passed, changed, self.facts)
+        for r in denied:
+            self._refuse(result, r, source)
+        withdraw_changed(self.eventlog, self.journal, changed, self.facts, result.history, source)
+        return kept
 
     def _note_visibility(
         self, before: RoomFacts, after: RoomFacts, ev: StateEvent, source: str

@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from ..records import EventID, Message, RoomID, UserID
+from .polls import POLL_MALFORMED, START_TYPES, VOTE_TYPES, poll_text
 from .replyfallback import strip_reply_fallback
 
 COMMAND_PREFIX = "!sources"
@@ -44,6 +45,8 @@ MAX_TS_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z, the last a datetime
 TIMESTAMP_OUT_OF_RANGE = "timestamp_out_of_range"
 # Skip reasons that name a poison event: journalled by id and rule (admit.py).
 QUARANTINED = frozenset({TIMESTAMP_OUT_OF_RANGE})
+# Skip reasons journalled by id and rule (admit.py), so a sender's odd event is explained.
+JOURNALLED = frozenset({POLL_MALFORMED})
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +65,7 @@ class MessageEvent:
     message: Message
     thread_root: EventID | None = None
     is_command: bool = False
+    bounded: int = 0  # a poll's answers past polls.MAX_ANSWERS, left out (journalled)
 
     @property
     def room_id(self) -> RoomID:
@@ -194,6 +198,10 @@ def parse_event(raw: Any) -> ParsedEvent:
         return RedactionEvent(rid, eid, UserID(sender), EventID(target), ts)
     if etype == "m.reaction":
         return _reaction(rid, eid, UserID(sender), content)
+    if etype in VOTE_TYPES:
+        return Skipped("poll_vote", rid, eid)  # who chose what: never stored
+    if etype in START_TYPES:
+        return _poll(rid, eid, UserID(sender), etype, content, ts)
     if etype != "m.room.message":
         return Skipped("unhandled_type", rid, eid)
     body = content.get("body")
@@ -233,6 +241,36 @@ def parse_event(raw: Any) -> ParsedEvent:
         eid, rid, UserID(sender), ts, body, _reply_to(relates), _mentions(content, sender)
     )
     return MessageEvent(msg, thread_root, is_command)
+
+
+def _poll(
+    rid: RoomID, eid: EventID, sender: UserID, etype: str, content: dict, ts: int | None
+) -> MessageEvent | EditEvent | Skipped:
+    """A poll as its sender's message (polls.py); its edit as a message's edit."""
+    relates = content.get("m.relates_to")
+    relates = relates if isinstance(relates, dict) else {}
+    edit = relates.get("rel_type") == "m.replace"
+    source = content.get("m.new_content") if edit else content
+    text, _, bounded = poll_text(etype, source) if isinstance(source, dict) else (None, "", 0)
+    if text is None:
+        return Skipped(POLL_MALFORMED, rid, eid)
+    if not is_utf8(text):
+        return Skipped("body_not_utf8", rid, eid)
+    if len(text.encode("utf-8")) > MAX_BODY_BYTES:
+        return Skipped("body_too_large", rid, eid)
+    text = no_nul(text)
+    if ts is None:
+        return Skipped("bad_timestamp", rid, eid)
+    if edit:
+        target = _id(relates, "event_id")
+        if target is None:
+            return Skipped("bad_edit", rid, eid)
+        return EditEvent(rid, eid, sender, EventID(target), text, ts)
+    thread_root = None
+    if relates.get("rel_type") == "m.thread" and _id(relates, "event_id"):
+        thread_root = EventID(relates["event_id"])
+    message = Message(eid, rid, sender, ts, text, _reply_to(relates))
+    return MessageEvent(message, thread_root, bounded=bounded)
 
 
 def _reply_to(relates: dict) -> EventID | None:

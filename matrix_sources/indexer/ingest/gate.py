@@ -12,6 +12,9 @@ Rules (DESIGN.md, "Rules the gate enforces"), checked in this order:
     event: m.room.encrypted     -> encrypted_event       (stored nowhere)
            sent by the bot      -> own_message
            puppet sender        -> puppet_sender         (whole room)
+           sender's server denied by the room's m.room.server_acl
+                                -> server_denied         (this message; what the server's
+                                                          users said before leaves: admit.py)
            history visibility in force when it was sent not `shared`/`world_readable`
            (only `world_readable` with index.require_world_readable; unknowable:
            refused)        -> history_not_shared    (this message; what was sent
@@ -35,6 +38,7 @@ from ..config import DEFAULT_PUPPET_PATTERNS
 from ..records import EventID, Refusal, RoomID, UserID
 from .events import TIMESTAMP_OUT_OF_RANGE
 from .roomfacts import RoomFacts
+from .serveracl import SERVER_DENIED
 
 NOT_ALLOWLISTED = "not_allowlisted"
 NOT_PUBLIC = "not_public"
@@ -63,6 +67,7 @@ RULES = (
     TIMESTAMP_OUT_OF_RANGE,
     HISTORY_NOT_SHARED,
     USER_FORGOTTEN,
+    SERVER_DENIED,
 )
 
 
@@ -147,6 +152,8 @@ class Gate:
         if self.is_puppet(sender):
             return Refusal(PUPPET_SENDER, room_id, event_id, f"sender {sender}", whole_room=True)
         assert facts is not None  # judge_room refuses a room without its facts
+        if facts.server_acl is not None and not facts.server_acl.allows_user(sender):
+            return Refusal(SERVER_DENIED, room_id, event_id, f"server {server_of(sender)}")
         return self.judge_visibility(room_id, event_id, facts)
 
     def visible_to_strangers(self, facts: RoomFacts) -> bool:

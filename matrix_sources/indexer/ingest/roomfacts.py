@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 from ..records import RoomID, UserID
 from .events import StateEvent, is_utf8
 from .roomlinks import SPACE_TYPE, predecessor_of, room_type_of, successor_of
+from .serveracl import ServerAcl, parse_acl
 
 MAX_DISPLAY_NAME = 256  # characters; a longer one is not a name anybody types
 BRIDGE_STATE_TYPES = frozenset({"m.bridge", "uk.half-shot.bridge"})
@@ -40,6 +41,8 @@ class RoomFacts:
     room_type: str | None = None
     predecessor: RoomID | None = None
     successor: RoomID | None = None
+    # m.room.server_acl: the servers whose users' messages are never indexed (None: no ACL)
+    server_acl: ServerAcl | None = None
 
     @property
     def label(self) -> str:
@@ -68,6 +71,8 @@ def apply_state(facts: RoomFacts, ev: StateEvent) -> RoomFacts:
     if ev.type == "m.room.retention":
         life = c.get("max_lifetime")
         return replace(facts, max_lifetime_ms=life if type(life) is int and life > 0 else None)
+    if ev.type == "m.room.server_acl" and ev.state_key == "":
+        return replace(facts, server_acl=parse_acl(c))
     if ev.type == "m.room.encryption":
         return replace(facts, encrypted=True)
     if ev.type in BRIDGE_STATE_TYPES:

@@ -246,3 +246,37 @@ def test_forget_with_the_lock_held_goes_to_the_services_spool(datadir, capsys, m
     assert 30 <= clock.now <= 30.4  # it waited the whole timeout, polling
     [req] = (cfg.parent / "spool").glob("*.request.json")
     assert json.loads(req.read_text()) == {"op": "forget", "user_id": "@user1:example.org"}
+
+
+def test_an_imported_acl_refuses_and_withdraws_and_the_journal_shows_it(datadir, capsys):
+    """Issue 46: an import whose file holds a spam wave and, later, the moderators' ACL."""
+    cfg, tmp = datadir
+
+    def said(n: int, sender: str, body: str) -> dict:
+        return {
+            "type": "m.room.message",
+            "room_id": ROOM,
+            "sender": sender,
+            "event_id": f"$wave{n}",
+            "origin_server_ts": 10 + n,
+            "content": {"msgtype": "m.text", "body": body},
+        }
+
+    acl = state(ROOM, "m.room.server_acl", {"allow": ["*"], "deny": ["*.evil.example", 3]})
+    lines = [
+        state(ROOM, "m.room.join_rules", {"join_rule": "public"}),
+        said(1, "@s:a.evil.example", "wavecanary-1 cheap pills"),
+        said(2, "@f:notevil.example", "the welcome message stays"),
+        acl,
+        said(3, "@s:b.evil.example:8448", "wavecanary-2 more pills"),
+    ]
+    (tmp / "wave.jsonl").write_text("".join(json.dumps(e) + "\n" for e in lines))
+    assert main(["import", "-c", str(cfg), "-q", str(tmp / "wave.jsonl")]) == 0
+    assert "refused     2 (server_denied)" in capsys.readouterr().out
+    assert b"wavecanary" not in _files_bytes(cfg.parent)
+    assert main(["journal", "-c", str(cfg), "--rule", "server_denied", "--kind", "refusal"]) == 0
+    refused = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert {e["event_id"] for e in refused} == {"$wave1", "$wave3"}
+    assert main(["journal", "-c", str(cfg), "--kind", "server_acl"]) == 0
+    [fault] = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert fault["detail"].startswith("deny[1] is not a string")

@@ -274,6 +274,19 @@ def forget_user_in(cur: Cursor, user_id: UserID) -> None:
     cur.execute("DELETE FROM feedback_questions WHERE asker = ?", (user_id,))
 
 
+def forget_user_in_room(cur: Cursor, user_id: UserID, room_id: RoomID) -> None:
+    """A server ACL denied the person's server in the room: their questions there (and
+    the votes on the answers to them) and their votes there go."""
+    cur.execute(
+        "DELETE FROM feedback_votes WHERE room_id = ? AND (sender = ? OR reply_event_id IN"
+        " (SELECT reply_event_id FROM feedback_questions WHERE room_id = ? AND asker = ?))",
+        (room_id, user_id, room_id, user_id),
+    )
+    cur.execute(
+        "DELETE FROM feedback_questions WHERE room_id = ? AND asker = ?", (room_id, user_id)
+    )
+
+
 def forget_room_in(cur: Cursor, room_id: RoomID) -> None:
     """A purged room (refused after the fact, the bot sent away): its feedback goes."""
     cur.execute("DELETE FROM feedback_questions WHERE room_id = ?", (room_id,))

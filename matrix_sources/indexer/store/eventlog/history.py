@@ -19,13 +19,13 @@ dirty_windows) are made by eventlog/schema.py.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ...records import EventID, EventStatus, RoomID, UserID, WindowID
 from .db import Database
-from .feedback import expire_room_in, forget_user_in
+from .feedback import expire_room_in, forget_user_in, forget_user_in_room
 from .rows import DirtyWindow, Forgotten, Withdrawn
 from .sqldialect import Cursor
 
@@ -121,6 +121,40 @@ class HistoryTables:
                 )
                 questions = expire_room_in(cur, room_id, cutoff_ts)
             if rows or questions:
+                self.db.truncate_wal()
+        return Withdrawn([EventID(r[0]) for r in rows], windows)
+
+    def withdraw_senders(self, room_id: RoomID, denied: Callable[[str], bool]) -> Withdrawn:
+        """Server ACLs (ingest/serveracl.py): drop the text of the room's messages whose
+        sender `denied` names, and their edits' text, as a redaction does, and their
+        questions and votes there (feedback.py); then empty the WAL. Returns (the event
+        ids whose text went, windows marked)."""
+        with self.db.locked():  # the WAL emptied before anything else writes
+            with self.db.transaction() as cur:
+                senders = [  # who said something there, asked the bot or voted
+                    s
+                    for (s,) in cur.execute(
+                        "SELECT sender FROM events WHERE room_id = ? AND status NOT IN (?, ?)"
+                        " UNION SELECT asker FROM feedback_questions WHERE room_id = ?"
+                        " UNION SELECT sender FROM feedback_votes WHERE room_id = ?",
+                        (room_id, *GONE, room_id, room_id),
+                    ).fetchall()
+                    if denied(s)
+                ]
+                rows: list[tuple[Any, ...]] = []
+                windows = 0
+                for sender in senders:
+                    some, marked = self._withdraw(
+                        cur, "room_id = ? AND sender = ?", (room_id, sender)
+                    )
+                    rows += some
+                    windows += marked
+                    cur.execute(
+                        "UPDATE edits SET body = NULL WHERE room_id = ? AND sender = ?",
+                        (room_id, sender),
+                    )
+                    forget_user_in_room(cur, UserID(sender), room_id)
+            if senders:
                 self.db.truncate_wal()
         return Withdrawn([EventID(r[0]) for r in rows], windows)
 
