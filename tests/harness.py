@@ -251,10 +251,26 @@ class Stack:
         return found
 
 
-def make_stack(root: Path, embedder: str = "all-MiniLM-L6-v2") -> Stack:
+def make_stack(
+    root: Path,
+    embedder: str = "all-MiniLM-L6-v2",
+    federating: bool = False,
+    gate: dict | None = None,
+) -> Stack:
+    """`federating`: the homeserver federates over loopback (tests/federation.py), named
+    `127.0.0.1:PORT`; `gate`: settings of the config's gate section."""
     data_dir = root / "data"
     hs_port, as_port = free_port(), free_port()
-    init_data_dir(data_dir, f"http://127.0.0.1:{hs_port}", "localhost", as_port=as_port)
+    if federating:
+        synapse = LocalSynapse.federating(
+            root / "hs", port=hs_port, appservice_registrations=[data_dir / "registration.yaml"]
+        )
+    else:
+        synapse = LocalSynapse(
+            root / "hs", port=hs_port, appservice_registrations=[data_dir / "registration.yaml"]
+        )
+    domain = synapse.server_name
+    init_data_dir(data_dir, f"http://127.0.0.1:{hs_port}", domain, as_port=as_port)
     config = data_dir / "config.yaml"
     y = YAML()
     cfg = y.load(config.read_text())
@@ -262,6 +278,8 @@ def make_stack(root: Path, embedder: str = "all-MiniLM-L6-v2") -> Stack:
     cfg["index"]["debounce_seconds"] = 0.3
     cfg["index"]["compaction_interval_seconds"] = 1
     cfg["logging"]["level"] = "DEBUG"  # the privacy tests read the logs at their loudest
+    for key, value in (gate or {}).items():
+        cfg["gate"][key] = value
     database = str(data_dir / "eventlog.sqlite3")
     if os.environ.get(STACK_DATABASE) == "postgresql":
         database = stack_schema()
@@ -269,12 +287,9 @@ def make_stack(root: Path, embedder: str = "all-MiniLM-L6-v2") -> Stack:
     with open(config, "w") as f:
         y.dump(cfg, f)
     reg = YAML(typ="safe").load((data_dir / "registration.yaml").read_text())
-    synapse = LocalSynapse(
-        root / "hs", port=hs_port, appservice_registrations=[data_dir / "registration.yaml"]
-    )
     service = ServiceProcess(config, as_port, root / "service.log")
     return Stack(
-        root, data_dir, config, synapse, service, "@sourcesbot:localhost", reg["hs_token"], database
+        root, data_dir, config, synapse, service, f"@sourcesbot:{domain}", reg["hs_token"], database
     )
 
 

@@ -39,23 +39,30 @@ def test_a_refused_join_is_one_line_naming_the_room_the_errcode_and_the_fix(capl
     """A room the homeserver will not let the bot join is logged as one line, without
     a traceback (an allowlist of unreachable rooms logged 9,528 of them at every
     start); an unexpected error keeps its traceback."""
-    from mautrix.errors import MUnknown
+    from mautrix.errors import MForbidden, MUnknown
 
-    from matrix_sources.appservice.homeserver.rooms import join_failed
+    from matrix_sources.appservice.homeserver.joining import join_failed
     from matrix_sources.appservice.logs import KeyValueFormatter
 
     caplog.set_level(logging.WARNING, logger="matrix_sources")
+    bot = "@sourcesbot:example.org:8448"
     join_failed(
         "!gone:example.org",
         MUnknown(
-            400,
+            404,
             "Can't join remote room because no servers that are in the room have been provided.",
         ),
+        bot,
+        [],
     )
-    join_failed("!odd:example.org", RuntimeError("boom"))
-    refused, odd = caplog.records[-2:]
-    line = KeyValueFormatter().format(refused)
-    assert "\n" not in line and refused.exc_info is None
+    join_failed("!private:example.org", MForbidden(403, "You are not invited"), bot, [])
+    join_failed("!odd:example.org", RuntimeError("boom"), bot, ["other.org"])
+    unreachable, refused, odd = caplog.records[-3:]
+    line = KeyValueFormatter().format(unreachable)
+    assert "\n" not in line and unreachable.exc_info is None
     assert "room_id=!gone:example.org" in line and "errcode=M_UNKNOWN" in line
-    assert "take the room off the allowlist" in line
+    # Nobody the bot knows is in the room: the fix names a via server or an invite.
+    assert "?via=SERVER" in line and f"invite {bot}" in line
+    line = KeyValueFormatter().format(refused)
+    assert "errcode=M_FORBIDDEN" in line and "take the room off the allowlist" in line
     assert odd.exc_info is not None and "RuntimeError: boom" in KeyValueFormatter().format(odd)

@@ -21,13 +21,14 @@ from matrix_sources.indexer.datadir import (
     service_registration,
     token_files,
 )
-from matrix_sources.indexer.ingest.allowlist import load_allowlist
+from matrix_sources.indexer.ingest.allowlist import load_listed
 from matrix_sources.indexer.ingest.events import StateEvent, parse_event
 from matrix_sources.indexer.ingest.gate import Gate
 from matrix_sources.indexer.ingest.roomfacts import facts_from_state
 from matrix_sources.indexer.ingest.sentaway import sent_away_at
 from matrix_sources.indexer.records import RoomID, UserID
 
+from ..homeserver.joining import join_servers, no_way_in
 from ..httpclient import HttpClient, Unreachable
 from .check import Check
 from .doctor_follow import check_followed
@@ -96,20 +97,46 @@ def check_homeserver(cfg: Config, reg: Registration) -> Check:
     return Check("homeserver", True, f"{cfg.homeserver.url} accepts the registration as {user}")
 
 
-def check_room(cfg: Config, reg: Registration, gate: Gate, room_id: str) -> Check:
+def check_room(
+    cfg: Config, reg: Registration, gate: Gate, room_id: str, via: tuple[str, ...] = ()
+) -> Check:
+    """The room as the service judges it, read as the bot. A room the bot is not in
+    that no server the bot knows can let it into (on another homeserver, no via) says
+    what to do: a via server, or an invite."""
     try:
         status, body = _get(
             cfg, f"/_matrix/client/v3/rooms/{quote(room_id, safe='')}/state", reg.as_token
         )
     except Unreachable as e:
+        if isinstance(e.reason, TimeoutError) or "timed out" in str(e.reason):
+            # Synapse answers /state only once it has the room's full state: right after
+            # a join to another homeserver's room (a partial-state join) that can take
+            # minutes for a big room. Not judged from part of it.
+            return Check(
+                f"room {room_id}",
+                True,
+                f"the homeserver did not answer with the room's state in time ({e.reason})",
+                "if the bot has just joined this room on another homeserver, its member "
+                "list is still arriving: run doctor again in a few minutes",
+                warning=True,
+            )
         return Check(f"room {room_id}", False, f"homeserver unreachable ({e.reason})")
+    if status in (403, 404) and not join_servers(room_id, via, own=cfg.homeserver.domain):
+        return Check(
+            f"room {room_id}",
+            False,
+            f"the bot is not in the room ({status}), and knows no server in it to join "
+            "through (a room on another homeserver needs one; on this one, check the id)",
+            no_way_in(room_id, cfg.bot_user, []),
+        )
     if status != 200 or not isinstance(body, list):
         return Check(
             f"room {room_id}",
             False,
             f"the bot cannot read the room ({status})",
             "check the room id; make sure the room exists and the bot can join it "
-            "(it joins allowlisted rooms at start: is the service running?)",
+            "(it joins allowlisted rooms at start: is the service running?)"
+            + (f"; it joins through {', '.join(via)}" if via else ""),
         )
     facts = facts_from_state([e for e in map(parse_event, body) if isinstance(e, StateEvent)])
     label = facts.label or room_id
@@ -355,10 +382,12 @@ def run_checks(config_path: Path) -> Iterator[Check]:
     hs = check_homeserver(cfg, reg)
     yield hs
     try:
-        rooms = load_allowlist(cfg.allowlist_path)
+        listed = load_listed(cfg.allowlist_path)
     except ConfigError as e:
-        rooms = []
+        listed = []
         yield Check("allowlist", False, str(e))
+    rooms = [r.room_id for r in listed]
+    via = {r.room_id: r.via for r in listed}
     away = sent_away_at(cfg.database)
     for r in rooms:
         if RoomID(r) in away:
@@ -379,7 +408,7 @@ def run_checks(config_path: Path) -> Iterator[Check]:
     if hs.ok:
         for r in rooms:
             if RoomID(r) not in away:
-                yield check_room(cfg, reg, gate, r)
+                yield check_room(cfg, reg, gate, r, via.get(RoomID(r), ()))
         yield from check_digest(cfg, reg, list(rooms))
 
     # Spaces' rooms and upgrade chains (followed.json).

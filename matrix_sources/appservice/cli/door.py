@@ -3,14 +3,18 @@
 The room is read from the homeserver as the service reads it, as the bot with the as_token: its
 state (`GET /rooms/{id}/state`), judged by the same Gate with the same settings. A room the bot
 cannot read yet is joined, as the service joins every allowlisted room at start (only a room just
-added); a join the homeserver refuses (invite only, the bot banned) says so. Blocking HTTP
+added), through the room's via servers when it lives on another homeserver; a join the
+homeserver refuses (invite only, the bot banned, nobody known to let the bot in) says
+so. Right after a join to another homeserver's room, the state waits for the full member
+list (Synapse's partial-state join): a room whose list is still arriving is not judged
+from part of it (`unknown`, and `doctor` checks it later). Blocking HTTP
 (appservice/httpclient.py), like alias resolution: a short-lived command, no event loop.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from matrix_sources.indexer.config import Config
 from matrix_sources.indexer.ingest.events import StateEvent, parse_event
@@ -18,6 +22,7 @@ from matrix_sources.indexer.ingest.gate import Gate
 from matrix_sources.indexer.ingest.roomfacts import facts_from_state
 from matrix_sources.indexer.records import RoomID, UserID
 
+from ..homeserver.joining import NO_SERVERS, join_servers, no_way_in
 from ..httpclient import HttpClient, Unreachable
 from .doctor import FIXES
 
@@ -40,11 +45,16 @@ class Verdict:
 
 
 def judge_at_door(
-    cfg: Config, token: str, room_id: str, join: bool = True, timeout: float = TIMEOUT_S
+    cfg: Config,
+    token: str,
+    room_id: str,
+    join: bool = True,
+    timeout: float = TIMEOUT_S,
+    via: tuple[str, ...] = (),
 ) -> Verdict:
     """`join`: only for a room just added, which the service would join within seconds
     anyway; a room already listed is never joined from here (a bot its moderators sent
-    away waits for their invite)."""
+    away waits for their invite). `via`: the servers to join through."""
     client = HttpClient(cfg.homeserver.url, token, timeout)
     room = quote(room_id, safe="")
     state = f"/_matrix/client/v3/rooms/{room}/state"
@@ -53,9 +63,19 @@ def judge_at_door(
         if resp.status in (403, 404) and not join:
             return Verdict("unknown", "the bot is not in the room")
         if resp.status in (403, 404):
-            joined = client.call("POST", f"/_matrix/client/v3/join/{room}", {})
+            servers = join_servers(room_id, via, own=cfg.homeserver.domain)
+            query = urlencode([(k, s) for s in servers for k in ("via", "server_name")])
+            joined = client.call(
+                "POST", f"/_matrix/client/v3/join/{room}{'?' + query if query else ''}", {}
+            )
             if joined.status != 200:
                 err = joined.error
+                if NO_SERVERS in err or (servers and joined.status in (404, 502, 504)):
+                    return Verdict(
+                        "no_way_in",
+                        f"the bot cannot join ({joined.status} {err})",
+                        no_way_in(room_id, cfg.bot_user, servers),
+                    )
                 if "banned" in err.lower():
                     return Verdict(
                         "bot_banned", "the bot is banned from the room", FIXES["bot_banned"]
@@ -67,7 +87,14 @@ def judge_at_door(
                         FIXES["not_public"],
                     )
                 return Verdict("unknown", f"the bot cannot join ({joined.status} {err})".rstrip())
-            resp = client.call("GET", state)
+            try:
+                resp = client.call("GET", state)
+            except Unreachable:
+                return Verdict(
+                    "unknown",
+                    "the bot joined; the room's full member list is still arriving from "
+                    "its other servers",
+                )
     except Unreachable as e:
         return Verdict(
             "unknown", f"the homeserver at {cfg.homeserver.url} is unreachable ({e.reason})"

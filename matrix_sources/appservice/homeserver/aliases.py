@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from urllib.parse import quote
 
-from matrix_sources.indexer.ingest.allowlist import ROOM_ID
+from matrix_sources.indexer.ingest.allowlist import MAX_VIA, ROOM_ID, SERVER_NAME
 from matrix_sources.indexer.records import RoomID
 
 from ..httpclient import HttpClient, Unreachable
@@ -27,6 +27,14 @@ def resolve_alias(
     homeserver_url: str, as_token: str, alias: str, timeout: float = TIMEOUT_S
 ) -> RoomID:
     """GET /_matrix/client/v3/directory/room/{alias} -> the room id it points to."""
+    return resolve_alias_via(homeserver_url, as_token, alias, timeout)[0]
+
+
+def resolve_alias_via(
+    homeserver_url: str, as_token: str, alias: str, timeout: float = TIMEOUT_S
+) -> tuple[RoomID, tuple[str, ...]]:
+    """The room id and the servers in the room that the directory answered with (the
+    ones a homeserver not in the room yet joins it through)."""
     if not ALIAS.match(alias):
         raise AliasError(f"{alias!r} is not a room alias like '#room:example.org'")
     client = HttpClient(homeserver_url, as_token, timeout)
@@ -56,4 +64,10 @@ def resolve_alias(
     room_id = body.get("room_id") if isinstance(body, dict) else None
     if not isinstance(room_id, str) or not ROOM_ID.match(room_id):
         raise AliasError(f"{alias}: the homeserver answered without a room id")
-    return RoomID(room_id)
+    servers = body.get("servers")
+    via = (
+        [v for v in servers if isinstance(v, str) and SERVER_NAME.match(v)]
+        if isinstance(servers, list)
+        else []
+    )
+    return RoomID(room_id), tuple(dict.fromkeys(via))[:MAX_VIA]

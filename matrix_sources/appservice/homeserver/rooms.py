@@ -7,7 +7,8 @@ file followed while the service runs.
                                                           learns it later, then backfills
 
 A room whose moderators sent the bot away (kick, ban) is not joined again until they
-invite it back (indexer/ingest/sentaway.py).
+invite it back (indexer/ingest/sentaway.py). A room on another homeserver is joined
+through the servers the allowlist keeps for it, and others that were in it (joining.py).
 """
 
 from __future__ import annotations
@@ -18,18 +19,20 @@ from collections.abc import Callable, Coroutine, Iterable
 from typing import Protocol
 
 from mautrix.appservice import AppService
-from mautrix.errors import MatrixError, MatrixRequestError
+from mautrix.errors import MatrixError
 from mautrix.types import RoomID as MxRoomID
 
 from matrix_sources.indexer.clock import REAL, Clock
 from matrix_sources.indexer.config import Config, ConfigError
 from matrix_sources.indexer.ingest.admit import Ingest
-from matrix_sources.indexer.ingest.allowlist import load_allowlist, load_spaces
+from matrix_sources.indexer.ingest.allowlist import load_listed, load_spaces
 from matrix_sources.indexer.ingest.backfill import backfill_room, horizon
 from matrix_sources.indexer.ingest.followed import load_followed
 from matrix_sources.indexer.pipeline.worker import PipelineWorker
 from matrix_sources.indexer.records import RoomID
+from matrix_sources.indexer.store.eventlog.reports import sender_servers
 
+from .joining import join, join_failed, join_servers
 from .pager import MatrixPager
 from .roomstate import StateRetry, fetch_room_facts
 
@@ -41,25 +44,6 @@ Spawn = Callable[[Coroutine, str], None]
 
 class SpacesPort(Protocol):
     async def refresh(self, spaces: Iterable[str], apply: bool = True) -> bool: ...
-
-
-def join_failed(room_id: str, e: Exception) -> None:
-    """A room the homeserver would not let the bot join: one line with its errcode,
-    reason and fix, no traceback (an allowlist of rooms it cannot reach logged a
-    traceback per room at every start: 9,528 of them in bench/scale.py's log); any
-    other error, with its traceback."""
-    if isinstance(e, MatrixRequestError):
-        log.warning(
-            "join_failed",
-            extra={
-                "room_id": room_id,
-                "errcode": e.errcode,
-                "reason": e.message,
-                "fix": "invite the bot, or take the room off the allowlist",
-            },
-        )
-    else:
-        log.warning("join_failed", exc_info=e, extra={"room_id": room_id})
 
 
 class Rooms:
@@ -88,6 +72,27 @@ class Rooms:
         # spaces.py and upgrades.py, which the service wires in.
         self.followed = load_followed(cfg.data_dir)
         self.spaces: SpacesPort | None = None
+        self.via: dict[RoomID, tuple[str, ...]] = {}  # the allowlist's, by room
+        try:
+            self.via = {r.room_id: r.via for r in load_listed(cfg.allowlist_path)}
+        except (ConfigError, OSError):
+            pass  # the service has loaded the same file already: nothing new to say
+
+    async def join(self, room_id: str) -> bool:
+        """Join a room through its via servers and others that were in it; False (and
+        one log line with the fix) if the homeserver could not."""
+        rid = RoomID(room_id)
+        seen = await asyncio.to_thread(sender_servers, self.ingest.eventlog, rid)
+        facts = self.ingest.facts.get(rid)
+        if facts is not None:  # members it has seen, beside the senders it indexed
+            seen += [m.partition(":")[2] for m in sorted(facts.members)]
+        servers = join_servers(room_id, self.via.get(rid, ()), seen, self.cfg.homeserver.domain)
+        try:
+            await join(self.az.intent, room_id, servers)
+        except Exception as e:
+            join_failed(room_id, e, str(self.gate.bot_user), servers)
+            return False
+        return True
 
     async def join_allowlisted(self) -> None:
         """Join every allowlisted room the bot is not in, and learn each one's state,
@@ -101,12 +106,8 @@ class Rooms:
 
         async def join(room_id: str) -> None:
             async with gate:
-                if room_id not in joined:
-                    try:
-                        await self.az.intent.join_room_by_id(MxRoomID(room_id))
-                    except MatrixError as e:
-                        join_failed(room_id, e)
-                        return
+                if room_id not in joined and not await self.join(room_id):
+                    return
                 await self.learn_or_retry(room_id)
 
         await asyncio.gather(
@@ -197,7 +198,7 @@ class Rooms:
         is read first, and stands for the rooms it brings. An invalid file is logged and
         the rooms stay as they were."""
         try:
-            listed = set(load_allowlist(self.cfg.allowlist_path))
+            listed = load_listed(self.cfg.allowlist_path)
             spaces = set(load_spaces(self.cfg.allowlist_path))
         except ConfigError as e:
             log.error("allowlist_invalid", extra={"error": str(e)})
@@ -205,7 +206,13 @@ class Rooms:
         new = spaces - set(self.followed.spaces)
         if self.spaces is not None and (new or set(self.followed.spaces) - spaces):
             await self.spaces.refresh(new, apply=False)
-        rooms = frozenset(listed | spaces | self.followed.space_rooms(spaces))
+        direct = {r.room_id for r in listed}
+        rooms = frozenset(direct | spaces | self.followed.space_rooms(spaces))
+        via = {r.room_id: r.via for r in listed}
+        # A listed room given new via servers (the bot could not join it before) is
+        # tried again through them.
+        rejoin = {r for r in rooms & self.gate.allowlist if via.get(r, ()) != self.via.get(r, ())}
+        self.via = via
         added, removed = rooms - self.gate.allowlist, self.gate.allowlist - rooms
         self.gate.allowlist = rooms  # the Gate object is shared with ingest
         log.info(
@@ -219,12 +226,7 @@ class Rooms:
                 await asyncio.to_thread(self.ingest.purge_unlisted)
             except Exception:
                 log.exception("purge_failed", extra={"rooms": len(removed)})
-        for room_id in sorted(added):
-            if self.sent_away(room_id):
-                continue
-            try:
-                await self.az.intent.join_room_by_id(MxRoomID(room_id))
-            except Exception as e:
-                join_failed(room_id, e)
+        for room_id in sorted(added | rejoin):
+            if self.sent_away(room_id) or not await self.join(room_id):
                 continue
             await self.learn_or_retry(room_id)

@@ -41,6 +41,7 @@ LOG_CONFIG_FILE = "log.config.yaml"
 LOG_FILE = "homeserver.log"
 STDIO_FILE = "stdio.log"  # errors printed before Synapse's logging is set up land here
 SIGNING_KEY_FILE = "signing.key"
+TLS_CERT_FILE, TLS_KEY_FILE = "federation.crt", "federation.key"
 
 # Generous enough that tests and history replays never see M_LIMIT_EXCEEDED.
 # per_second must stay > 0: Synapse divides by it when pruning its buckets.
@@ -111,11 +112,24 @@ class LocalSynapse:
     # Anyone who can reach 127.0.0.1 may create an account: for the local demo only
     # (a person tries the bot as a second user from any client), never for tests.
     open_registration: bool = False
+    # Federate with other LocalSynapses on 127.0.0.1 (tests/federation.py): a TLS
+    # listener on this port, and the server named `127.0.0.1:PORT` (no .well-known or
+    # SRV lookup). See `federating()`.
+    federation_port: int | None = None
 
     def __post_init__(self) -> None:
         self.base_dir = Path(self.base_dir).absolute()
         self._proc: subprocess.Popen[bytes] | None = None
         self._secret: str | None = None
+
+    @classmethod
+    def federating(cls, base_dir: Path, **kw: Any) -> LocalSynapse:
+        """A server that federates over loopback with the others made so, named
+        `127.0.0.1:PORT` after its federation port (kept in base_dir like the rest)."""
+        path = Path(base_dir).absolute() / STATE_FILE
+        state = json.loads(path.read_text()) if path.exists() else {}
+        port = state.get("federation_port") or _free_port()
+        return cls(base_dir, server_name=f"127.0.0.1:{port}", federation_port=port, **kw)
 
     @property
     def url(self) -> str:
@@ -134,6 +148,8 @@ class LocalSynapse:
         self._write_config()
         if not (self.base_dir / SIGNING_KEY_FILE).exists():
             self._run_synapse(["--generate-keys"], timeout)
+        if self.federation_port is not None and not (self.base_dir / TLS_CERT_FILE).exists():
+            self._self_signed(timeout)
         assert self.port is not None  # _load_state set it
         if _port_answers(self.port):
             # Otherwise /health would report the *other* server as ours.
@@ -242,6 +258,8 @@ class LocalSynapse:
             "port": self.port,
             "registration_shared_secret": self._secret,
         }
+        if self.federation_port is not None:
+            new["federation_port"] = self.federation_port
         if new != state:
             path.write_text(json.dumps(new, indent=2) + "\n")
 
@@ -251,16 +269,7 @@ class LocalSynapse:
         config = {
             "server_name": self.server_name,
             "pid_file": str(d / "homeserver.pid"),
-            "listeners": [
-                {
-                    "port": self.port,
-                    "bind_addresses": ["127.0.0.1"],
-                    "type": "http",
-                    "tls": False,
-                    "x_forwarded": False,
-                    "resources": [{"names": ["client"], "compress": False}],
-                }
-            ],
+            "listeners": self._client_listeners(),
             "database": {"name": "sqlite3", "args": {"database": str(d / "homeserver.db")}},
             "media_store_path": str(d / "media_store"),
             "log_config": str(d / LOG_CONFIG_FILE),
@@ -281,6 +290,7 @@ class LocalSynapse:
                 str(Path(p).absolute()) for p in self.appservice_registrations
             ],
             **_RATE_LIMITS,
+            **self._federation_config(),
         }
         log_config = {
             "version": 1,
@@ -305,6 +315,63 @@ class LocalSynapse:
         }
         (d / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
         (d / LOG_CONFIG_FILE).write_text(json.dumps(log_config, indent=2) + "\n")
+
+    def _self_signed(self, timeout: float) -> None:
+        d = self.base_dir
+        res = subprocess.run(
+            [self.python, "-c", _SELF_SIGNED, str(d / TLS_CERT_FILE), str(d / TLS_KEY_FILE)]
+            + [str(REAL.wall())],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if res.returncode != 0:
+            raise SynapseError(f"no federation certificate:\n{res.stderr[-3000:]}")
+
+    def _federation_config(self) -> dict[str, Any]:
+        """With a federation port: a TLS listener for federation and keys, and every
+        other server on 127.0.0.1 trusted as it is (a self-signed certificate, an IP
+        literal that Synapse would otherwise block, keys fetched from the server itself)."""
+        if self.federation_port is None:
+            return {}
+        return {
+            "listeners": [
+                *self._client_listeners(),
+                {
+                    "port": self.federation_port,
+                    "bind_addresses": ["127.0.0.1"],
+                    "type": "http",
+                    "tls": True,
+                    "x_forwarded": False,
+                    "resources": [{"names": ["federation", "keys"], "compress": False}],
+                },
+            ],
+            "tls_certificate_path": str(self.base_dir / TLS_CERT_FILE),
+            "tls_private_key_path": str(self.base_dir / TLS_KEY_FILE),
+            "federation_verify_certificates": False,
+            "federation_domain_whitelist": None,  # anyone
+            # Synapse 1.163 checks an IP-literal server name against this list only.
+            "ip_range_blacklist": [],
+            "rc_federation": {
+                "window_size": 1000,
+                "sleep_limit": 10000,
+                "sleep_delay": 0,
+                "reject_limit": 10000,
+                "concurrent": 100,
+            },
+        }
+
+    def _client_listeners(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "port": self.port,
+                "bind_addresses": ["127.0.0.1"],
+                "type": "http",
+                "tls": False,
+                "x_forwarded": False,
+                "resources": [{"names": ["client"], "compress": False}],
+            }
+        ]
 
     def _run_synapse(self, args: list[str], timeout: float) -> None:
         res = subprocess.run(
@@ -341,3 +408,35 @@ class LocalSynapse:
                 f"{method} {path} -> {resp.status}: {resp.body.decode(errors='replace')}"
             )
         return resp.data if resp.body else {}
+
+
+# A self-signed certificate for 127.0.0.1 (federation_verify_certificates is off on every
+# LocalSynapse that federates), made by `cryptography`, a dependency of Synapse's: run in
+# Synapse's interpreter, so neither this module nor the package depends on it.
+_SELF_SIGNED = """
+import datetime, ipaddress, sys
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+cert, key, now = sys.argv[1], sys.argv[2], float(sys.argv[3])
+pk = ec.generate_private_key(ec.SECP256R1())
+name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+start = datetime.datetime.fromtimestamp(now, datetime.timezone.utc) - datetime.timedelta(days=1)
+crt = (
+    x509.CertificateBuilder().subject_name(name).issuer_name(name)
+    .public_key(pk.public_key()).serial_number(x509.random_serial_number())
+    .not_valid_before(start).not_valid_after(start + datetime.timedelta(days=3650))
+    .add_extension(
+        x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+        critical=False,
+    )
+    .sign(pk, hashes.SHA256())
+)
+open(key, "wb").write(pk.private_bytes(
+    serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+    serialization.NoEncryption(),
+))
+open(cert, "wb").write(crt.public_bytes(serialization.Encoding.PEM))
+"""

@@ -3,11 +3,18 @@
     rooms:
       - '!abc:example.org'  # #community:example.org
       - '!new:example.org'  # upgraded from !abc:example.org
+      - id: '!def'  # #project:other.org
+        via: [other.org, matrix.org]
     spaces:                 # each stands for its public rooms as they come and go
       - '!space:example.org'  # #community-space:example.org
 
 `spaces` is optional (files without it load as before); a successor the service adds
 after a room upgrade is a plain `rooms` entry whose comment names its predecessor.
+
+A room on another homeserver keeps, beside its id, the servers to join it through (a
+homeserver that is in no room yet can only join one by asking a server that is): those
+its alias resolved to, or the `?via=` of a matrix.to link or `!id:server?via=...`. A
+plain id (every file written before via existed) is a room with none.
 
 Writes are atomic (a temp file renamed over the old one), so the running service,
 which re-reads the file when it changes, never sees half a file.
@@ -20,7 +27,9 @@ import os
 import re
 import stat
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
@@ -31,6 +40,43 @@ from ..config import ConfigError, load_yaml
 from ..records import RoomID
 
 ROOM_ID = re.compile(r"^![^\s:]+(:[^\s]+)?$")  # room version 12 ids have no server part
+# A server name: a host (DNS name, IPv4, [IPv6]) and maybe a port (`example.org:8448`).
+SERVER_NAME = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(:[0-9]{1,5})?$")
+MAX_VIA = 10  # servers kept per room: a join asks them one after another
+
+
+@dataclass(frozen=True)
+class ListedRoom:
+    room_id: RoomID
+    via: tuple[str, ...] = ()
+
+
+class RoomRefError(ValueError):
+    """A room argument that is neither an id, an alias nor a matrix.to link to one."""
+
+
+def parse_room_ref(text: str) -> tuple[str, tuple[str, ...]]:
+    """(room id or alias, via servers) from what an admin may paste: `!id:server`,
+    `#alias:server`, either with `?via=a&via=b`, or a matrix.to link to one
+    (`https://matrix.to/#/!id:server?via=a`, the link Element's "Share room" gives)."""
+    ref = text.strip()
+    if ref.startswith(("https://matrix.to/", "http://matrix.to/")):
+        ref = urlsplit(ref).fragment.lstrip("/")
+        if not ref:
+            raise RoomRefError(f"{text!r}: a matrix.to link without a room in it")
+    target, _, query = ref.partition("?")
+    target = unquote(target).split("/", 1)[0]  # a link to an event: the room's part
+    via: list[str] = []
+    for key, value in parse_qsl(query, keep_blank_values=True):
+        if key != "via":
+            continue
+        if not SERVER_NAME.match(value):
+            raise RoomRefError(
+                f"{text!r}: via {value!r} is not a server name like 'example.org' "
+                "or 'example.org:8448'"
+            )
+        via.append(value)
+    return target, tuple(dict.fromkeys(via))
 
 
 def _yaml() -> YAML:
@@ -41,19 +87,55 @@ def _yaml() -> YAML:
 
 
 def load_allowlist(path: Path) -> list[RoomID]:
+    return [r.room_id for r in load_listed(path)]
+
+
+def load_listed(path: Path) -> list[ListedRoom]:
+    """Every listed room with its via servers (none for a plain id)."""
     data = load_yaml(path)
     if data is None:
         return []
     if not isinstance(data, dict) or not isinstance(data.get("rooms", []), list):
         raise ConfigError(path, "rooms", "must be a list of room ids")
-    rooms = []
-    for i, entry in enumerate(data.get("rooms") or []):
-        if not isinstance(entry, str) or not ROOM_ID.match(entry):
+    return [_entry(path, i, e) for i, e in enumerate(data.get("rooms") or [])]
+
+
+def _entry(path: Path, i: int, entry: object) -> ListedRoom:
+    if isinstance(entry, dict):
+        room, via = entry.get("id"), entry.get("via", [])
+        if not isinstance(room, str) or not ROOM_ID.match(room):
             raise ConfigError(
-                path, f"rooms[{i}]", f"{entry!r} is not a room id like '!abc:example.org'"
+                path, f"rooms[{i}].id", f"{room!r} is not a room id like '!abc:example.org'"
             )
-        rooms.append(RoomID(entry))
-    return rooms
+        extra = set(entry) - {"id", "via"}
+        if extra:
+            raise ConfigError(
+                path, f"rooms[{i}]", f"unknown key {sorted(extra)[0]!r} (a room has id and via)"
+            )
+        if isinstance(via, str):
+            via = [via]
+        if not isinstance(via, list) or not all(
+            isinstance(v, str) and SERVER_NAME.match(v) for v in via
+        ):
+            raise ConfigError(
+                path,
+                f"rooms[{i}].via",
+                f"{via!r} is not a list of server names like ['example.org', 'example.org:8448']",
+            )
+        return ListedRoom(RoomID(room), tuple(dict.fromkeys(via)))
+    if not isinstance(entry, str) or not ROOM_ID.match(entry):
+        raise ConfigError(
+            path, f"rooms[{i}]", f"{entry!r} is not a room id like '!abc:example.org'"
+        )
+    return ListedRoom(RoomID(entry))
+
+
+def _id_of(entry: object) -> object:
+    return entry.get("id") if isinstance(entry, dict) else entry
+
+
+def _index_of(rooms: CommentedSeq, room_id: str) -> int | None:
+    return next((i for i, e in enumerate(rooms) if _id_of(e) == room_id), None)
 
 
 def load_spaces(path: Path) -> list[RoomID]:
@@ -81,9 +163,12 @@ def listed_comments(path: Path, key: str = "rooms") -> dict[str, str]:
     seq = data[key]
     out = {}
     for i, entry in enumerate(seq):
-        token = (seq.ca.items.get(i) or [None])[0]
-        if token is not None and isinstance(entry, str):
-            out[entry] = token.value.partition("\n")[0].strip().lstrip("#").strip()
+        if isinstance(entry, CommentedMap):  # `id: ..., via: [...]`: the comment is on its id
+            token, room = (entry.ca.items.get("id") or [None, None, None])[2], entry.get("id")
+        else:
+            token, room = (seq.ca.items.get(i) or [None])[0], entry
+        if token is not None and isinstance(room, str):
+            out[room] = token.value.partition("\n")[0].strip().lstrip("#").strip()
     return out
 
 
@@ -121,21 +206,77 @@ def _write_atomic(path: Path, data: CommentedMap) -> None:
         raise
 
 
-def add_room(path: Path, room_id: str, comment: str | None = None, key: str = "rooms") -> bool:
-    """Add a room id (with an optional comment, e.g. its alias) to `rooms`, or a space
-    to `spaces`; False if already there."""
+def add_room(
+    path: Path,
+    room_id: str,
+    comment: str | None = None,
+    via: tuple[str, ...] = (),
+    key: str = "rooms",
+) -> bool:
+    """Add a room id (with an optional comment, e.g. its alias, and the servers to join
+    it through) to `rooms`, or a space to `spaces`; False if nothing changed. A room
+    listed already gets the via servers it did not have (after its own: the admin's
+    first choice stays first)."""
     if not ROOM_ID.match(room_id):
         raise ConfigError(path, key, f"{room_id!r} is not a room id like '!abc:example.org'")
+    bad = [v for v in via if not SERVER_NAME.match(v)]
+    if bad:
+        raise ConfigError(path, key, f"via {bad[0]!r} is not a server name like 'example.org'")
     data = _read_rt(path, key)
     rooms = data[key]
-    if room_id in rooms:
-        return False
-    rooms.append(room_id)
-    if comment:
-        # "# " always: ruamel takes a comment starting with "#" (an alias) as the marker.
-        rooms.yaml_add_eol_comment("# " + comment, len(rooms) - 1)
+    i = _index_of(rooms, room_id)
+    if i is not None:
+        if key != "rooms":
+            return False
+        old = _entry(path, i, rooms[i]).via
+        merged = tuple(dict.fromkeys((*old, *via)))[:MAX_VIA]
+        if merged == old:
+            return False
+        if isinstance(rooms[i], dict):
+            rooms[i]["via"] = _flow(merged)
+        else:  # a plain id becomes an entry with via, its comments kept
+            rooms[i] = _room_map(room_id, merged, rooms.ca.items.pop(i, [None])[0])
+        _write_atomic(path, data)
+        return True
+    if via and key == "rooms":
+        rooms.append(_room_map(room_id, via[:MAX_VIA]))
+        if comment:
+            rooms[-1].yaml_add_eol_comment("# " + comment, "id")
+    else:
+        rooms.append(room_id)
+        if comment:
+            # "# " always: ruamel takes a comment starting with "#" (an alias) as the marker.
+            rooms.yaml_add_eol_comment("# " + comment, len(rooms) - 1)
     _write_atomic(path, data)
     return True
+
+
+def _flow(via: tuple[str, ...]) -> CommentedSeq:
+    seq = CommentedSeq(via)
+    seq.fa.set_flow_style()  # `via: [a, b]` on one line
+    return seq
+
+
+def _room_map(
+    room_id: str, via: tuple[str, ...], comment: CommentToken | None = None
+) -> CommentedMap:
+    """`id: ..., via: [...]`; `comment`, the plain id's end-of-line comment with the
+    full-line ones that followed it: the first beside the id, the others after via."""
+    entry = CommentedMap()
+    entry["id"] = room_id
+    entry["via"] = _flow(via)
+    if comment is not None:
+        eol, nl, following = comment.value.partition("\n")
+        if eol.strip():
+            entry.yaml_add_eol_comment(eol.strip(), "id")
+        if following.strip():
+            entry.ca.items["via"] = [
+                None,
+                None,
+                CommentToken(nl + following, CommentMark(0), None),
+                None,
+            ]
+    return entry
 
 
 def remove_room(path: Path, room_id: str) -> bool:
@@ -143,10 +284,10 @@ def remove_room(path: Path, room_id: str) -> bool:
     raw = load_yaml(path) if path.exists() else None
     key = "spaces" if isinstance(raw, dict) and room_id in (raw.get("spaces") or []) else "rooms"
     data = _read_rt(path, key)
-    rooms = data[key]
-    if room_id not in rooms:
+    i = _index_of(data[key], room_id)
+    if i is None:
         return False
-    _delete_keeping_comments(data, list(rooms).index(room_id), key)
+    _delete_keeping_comments(data, i, key)
     if key == "spaces" and not data["spaces"]:
         del data["spaces"]  # the file as it was before a space was added
     _write_atomic(path, data)
@@ -159,6 +300,8 @@ def _delete_keeping_comments(data: CommentedMap, i: int, key: str = "rooms") -> 
     so they stay where they were."""
     rooms = data[key]
     token = (rooms.ca.items.get(i) or [None])[0]
+    if isinstance(rooms[i], CommentedMap) and rooms[i]:  # an entry with via: its last key
+        token = (rooms[i].ca.items.get(list(rooms[i])[-1]) or [None, None, None])[2]
     following = token.value.partition("\n")[2] if token is not None else ""
     del rooms[i]
     if not following.strip():

@@ -5,6 +5,12 @@ them with `/messages`, forward in time, from where the index stands: the token s
 after the previous page (a crash resumes there), else the room's cursor, else the
 room's start. Each page is admitted (gate, event log) before its token is saved, so a
 page is never skipped; admitting it twice is harmless (event ids are unique in the log).
+
+A room on another homeserver starts, on the bot's, at the bot's join: what was said
+before is on the other servers, and the homeserver fetches it over federation only when
+asked for older events (`/messages` backwards). So a room read from its start whose
+first page does not begin with the room's creation is first paged back to the horizon
+(`reach_back`), then read forward from the oldest point reached.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ log = logging.getLogger(__name__)
 
 PAGE_SIZE = 100
 HISTORY_VISIBILITY = "m.room.history_visibility"
+CREATE = "m.room.create"
 
 
 class Pager(Protocol):
@@ -34,6 +41,12 @@ class Pager(Protocol):
     async def page(
         self, room_id: str, from_token: str | None, limit: int
     ) -> tuple[list[dict], str | None]: ...
+
+    async def reach_back(self, room_id: str, horizon_ts: int | None) -> tuple[str | None, int]:
+        """Page backwards to the room's creation (or `horizon_ts`), so the homeserver
+        holds the history other servers have: the token to read it forward from, and
+        the events paged."""
+        ...
 
 
 @dataclass
@@ -65,8 +78,17 @@ async def backfill_room(
         cursor = await asyncio.to_thread(eventlog.cursor, room_id)
         if cursor is not None:
             token = await pager.token_after(room_id, cursor.event_id)
+    reached = token is not None  # read from where it stands: nothing to fetch before
     while True:
         events, next_token = await pager.page(room_id, token, PAGE_SIZE)
+        if not reached and events and events[0].get("type") != CREATE:
+            reached = True  # the homeserver joined the room later than it began
+            back, paged = await pager.reach_back(room_id, horizon_ts)
+            log.info("backfill_reached_back", extra={"room_id": room_id, "events": paged})
+            if back is not None:
+                token = back
+                continue
+        reached = True
         # The room is judged on its current state (fetched when it was joined); replaying
         # old state would judge, and purge, it as it was years ago. History visibility is
         # the exception: each old message is judged by the visibility in force when it was

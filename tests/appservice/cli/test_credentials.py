@@ -304,7 +304,7 @@ class FakeRooms(BaseHTTPRequestHandler):
     joins: list[str] = []
 
     def _room(self, prefix: str, suffix: str = "") -> str | None:
-        p = self.path
+        p = self.path.split("?", 1)[0]  # a join carries its via servers in the query
         if p.startswith(prefix) and p.endswith(suffix):
             return unquote(p[len(prefix) : len(p) - len(suffix)])
         return None

@@ -408,6 +408,9 @@ class Pager:
     async def page(self, room_id, from_token, limit):
         return ([e for e in self.events if e["room_id"] == room_id], None)
 
+    async def reach_back(self, room_id, horizon_ts):
+        return None, 0  # the homeserver holds the room's whole history
+
 
 async def test_a_room_whose_state_failed_is_fetched_again_and_backfilled(env):
     env.fetch_errors[ROOM_B] = RuntimeError("state unreadable for now")

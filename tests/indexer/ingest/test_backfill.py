@@ -49,6 +49,38 @@ class FakePager:
         end = start + len(chunk)
         return chunk, (str(end) if chunk else None)
 
+    async def reach_back(self, room_id, horizon_ts):
+        return None, 0  # the homeserver holds the room's whole history
+
+
+class RemotePager(FakePager):
+    """A room on another homeserver, as Synapse serves it to the bot: forward from no
+    token it starts at its own join (`joined_at`); paging backwards fetches the older
+    events from the other servers (back to the horizon), then a forward read from the
+    token it returns gives them."""
+
+    def __init__(self, events: list[dict], joined_at: int, page: int = 10):
+        super().__init__(events, page)
+        self.joined_at, self.fetched_from = joined_at, joined_at
+        self.reached: list[int | None] = []
+
+    async def page(self, room_id, from_token, limit):
+        self.calls.append(from_token)
+        start = int(from_token) if from_token is not None else self.joined_at
+        start = max(start, self.fetched_from)
+        chunk = self.events[start : start + self.size]
+        return chunk, (str(start + len(chunk)) if chunk else None)
+
+    async def reach_back(self, room_id, horizon_ts):
+        self.reached.append(horizon_ts)
+        i = self.joined_at
+        while i > 0 and (
+            horizon_ts is None or self.events[i - 1]["origin_server_ts"] >= horizon_ts
+        ):
+            i -= 1
+        self.fetched_from = i
+        return str(i), self.joined_at - i
+
 
 @pytest.fixture
 def ingest(tmp_path):
@@ -216,3 +248,46 @@ async def test_backfill_judges_each_message_by_the_visibility_of_its_time(ingest
     assert result.admitted.refused == {"history_not_shared": 5}
     assert ingest.facts[ROOM].history_visibility == "joined"
     assert ingest.facts[ROOM].join_rule == "public"
+
+
+def _create() -> dict:
+    return {
+        "type": "m.room.create",
+        "room_id": ROOM,
+        "sender": "@a:other.org",
+        "state_key": "",
+        "event_id": "$create",
+        "origin_server_ts": T0 - 1,
+        "content": {"room_version": "12"},
+    }
+
+
+async def test_a_remote_room_is_reached_back_for_what_was_said_before_the_join(ingest):
+    """Issue 50: on the bot's homeserver a remote room begins at the join; backfill
+    pages back first (the homeserver fetches the history over federation), then reads
+    forward from the oldest point reached: every message, once."""
+    events = [_create(), *[msg(i) for i in range(30)]]
+    pager = RemotePager(events, joined_at=25)
+    result = await backfill_room(ROOM, pager, ingest)
+    assert pager.reached == [None]
+    assert ingest.eventlog.counts() == {"pending": 30}
+    assert result.admitted.appended == 30
+    # Read again from its token: no second reach back.
+    await backfill_room(ROOM, pager, ingest)
+    assert pager.reached == [None]
+
+
+async def test_reaching_back_stops_at_the_horizon(ingest):
+    events = [_create(), *[msg(i) for i in range(30)]]
+    pager = RemotePager(events, joined_at=25)
+    horizon_ts = T0 + 10 * 60_000  # message 10 and later
+    await backfill_room(ROOM, pager, ingest, horizon_ts)
+    assert pager.reached == [horizon_ts]
+    assert ingest.eventlog.counts() == {"pending": 20}
+
+
+async def test_a_room_the_homeserver_holds_from_its_creation_is_not_reached_back(ingest):
+    pager = RemotePager([_create(), *[msg(i) for i in range(12)]], joined_at=0)
+    await backfill_room(ROOM, pager, ingest)
+    assert pager.reached == []
+    assert ingest.eventlog.counts() == {"pending": 12}

@@ -68,3 +68,16 @@ def meta_at(where: Location | Path | str, key: str) -> str | None:
         return None
     except Exception:  # too old to have the table, damaged, unreachable
         return None
+
+
+def sender_servers(log: EventLog, room_id: RoomID, limit: int = 10) -> list[str]:
+    """The servers of the people whose messages the log holds for the room, the most
+    heard first: servers that were in the room, to join it through again."""
+    with log.db.locked() as db:
+        rows = db.execute(
+            "SELECT sender, COUNT(*) AS n FROM events WHERE room_id = ?"
+            " GROUP BY sender ORDER BY n DESC",
+            (room_id,),
+        ).fetchall()
+    servers = [sender.partition(":")[2] for sender, _ in rows]
+    return [s for s in dict.fromkeys(servers) if s][:limit]

@@ -1,0 +1,100 @@
+"""Two Synapses federating over loopback: the bot's homeserver (a Stack: Synapse and
+`matrix-sources run`) and a remote one whose people own the rooms the bot is to read.
+
+Both are named `127.0.0.1:PORT` after their TLS federation listener (self-signed,
+unverified), so neither .well-known nor SRV is looked up (LocalSynapse.federating).
+A module that uses the pair imports the fixture:
+
+    from tests.federation import Federation, federation  # noqa: F401
+
+    async def test_x(federation: Federation): ...
+
+One pair is started per module (about 20 s with the model loaded). The remote server's
+users matching `PUPPET_PATTERN` count as bridge puppets (gate.bridge_servers names both
+servers), for the gate's member checks on remote rooms.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import pytest
+
+from matrix_sources.appservice.tools.chatclient import ChatClient
+from matrix_sources.appservice.tools.localsynapse import LocalSynapse
+from matrix_sources.indexer.config import DEFAULT_PUPPET_PATTERNS
+from tests.harness import Stack, make_stack
+
+PUPPET_PATTERN = "^@fedpuppet_.*"
+
+
+@dataclass
+class Federation:
+    stack: Stack  # the bot's homeserver and the service
+    remote: LocalSynapse  # the other homeserver
+
+    @property
+    def bot(self) -> str:
+        return self.stack.bot
+
+    @asynccontextmanager
+    async def remote_person(self, localpart: str) -> AsyncIterator[ChatClient]:
+        """A user of the remote server at a real client (registered on first use)."""
+        try:
+            user, token = self.remote.register_user(localpart, f"{localpart}-password")
+        except Exception:
+            user, token = self.remote.login(localpart, f"{localpart}-password")
+        async with ChatClient(self.remote.url, user, token) as client:
+            yield client
+
+    async def wait_joined(self, client: ChatClient, room: str, timeout: float = 60) -> None:
+        """The bot's join has reached the remote server (it sees the member event)."""
+        await client.wait_for_member(room, self.bot, timeout)
+
+    def journal_has(self, kind: str, room: str, **fields: str) -> bool:
+        import json
+
+        path = self.stack.data_dir / "journal.jsonl"
+        if not path.exists():
+            return False
+        for line in path.read_text().splitlines():
+            e = json.loads(line)
+            if e.get("kind") == kind and e.get("room_id") == room:
+                if all(e.get(k) == v for k, v in fields.items()):
+                    return True
+        return False
+
+    async def wait_journal(self, kind: str, room: str, timeout: float = 60, **fields: str) -> None:
+        deadline = time.monotonic() + timeout
+        while not self.journal_has(kind, room, **fields):
+            assert time.monotonic() < deadline, f"no {kind} journal entry for {room}"
+            await asyncio.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def federation(tmp_path_factory) -> Federation:
+    root = tmp_path_factory.mktemp("federation")
+    remote = LocalSynapse.federating(root / "remote")
+    stack = make_stack(
+        root / "home",
+        federating=True,
+        gate={
+            "puppet_patterns": [*DEFAULT_PUPPET_PATTERNS, PUPPET_PATTERN],
+            "bridge_servers": [f"127.0.0.1:{remote.federation_port}"],
+        },
+    )
+    remote.start()
+    try:
+        stack.synapse.start()
+        try:
+            stack.service.start()
+            yield Federation(stack, remote)
+        finally:
+            stack.service.stop()
+            stack.synapse.stop()
+    finally:
+        remote.stop()
