@@ -386,6 +386,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--variants", default=",".join(VARIANTS), help="comma-separated, of: " + ", ".join(VARIANTS)
     )
+    p.add_argument(
+        "--folds",
+        action="store_true",
+        help="for a set with translated questions: the abstain rules fitted on half the "
+        "items and measured on the other half, beside in sample (bench/heldout.py)",
+    )
     args = p.parse_args(argv)
     args.variants = tuple(v for v in args.variants.split(",") if v)
     if not set(args.variants) <= set(VARIANTS):
@@ -411,6 +417,13 @@ def main(argv: list[str] | None = None) -> int:
     reports = {
         n: run_set(sets[n], Path(args.work).resolve() / f"retrieval-{n}", args) for n in names
     }
+    if args.folds:
+        import heldout
+
+        for n in names:
+            if xl_items(sets[n]):
+                data_dir = Path(args.work).resolve() / f"retrieval-{n}"
+                reports[n]["folds"] = heldout.report(data_dir, sets[n])
     from matrix_sources.indexer.pipeline.chunker import CHUNKER_VERSION
 
     evalkit.write_json(
@@ -477,6 +490,12 @@ def main(argv: list[str] | None = None) -> int:
             f"  import {r.get('import_seconds', '-')} s, {r['queries']} queries "
             f"{r['search_seconds']:.1f} s"
         )
+    for n, r in reports.items():
+        if "folds" in r:
+            import heldout
+
+            print(f"\n{n}: query alone, fitted on half the items, held out beside in sample\n")
+            print(heldout.table(r["folds"]))
     print(f"\nwrote {args.out}\n")
     for n in names:
         print(evalkit.attribution(sets[n].root, sets[n].title) + "\n")

@@ -35,6 +35,7 @@ from matrix_sources.indexer.ingest.forget import Forgetting
 from matrix_sources.indexer.ingest.reactions import votes
 from matrix_sources.indexer.moderation.report import DAY_MS, Report, build_report, same_question
 from matrix_sources.indexer.records import EventID, RoomID, UserID
+from matrix_sources.indexer.search.language import english_only_note
 from matrix_sources.indexer.store.eventlog.feedback import Asked, FeedbackTables, Reaction
 
 from .answer_edits import edit_content, rebuild_reply
@@ -113,6 +114,7 @@ class Bot:
             pending=lambda room: index.eventlog.counts(None if room is None else RoomID(room)).get(
                 "pending", 0
             ),
+            language_note=english_only_note(index.embedder),
             clock=clock,
         )
         self.commands = CommandPool(self._answer)

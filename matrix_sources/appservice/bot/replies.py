@@ -154,11 +154,13 @@ def render_hits(
     room: bool = False,
     pending: int = 0,
     note: str = "",
+    nothing_note: str = "",
 ) -> Reply:
     """`room`: the query was narrowed to a room; `pending`: messages not indexed yet;
-    `note`: said after the "Sources for" line (an edited reply says why)."""
+    `note`: said after the "Sources for" line (an edited reply says why); `nothing_note`:
+    added to "nothing matches" (a question the model does not read: language.py)."""
     if not hits:
-        text = nothing_matches(room, pending)
+        text = nothing_matches(room, pending) + (f" {nothing_note}" if nothing_note else "")
         return Reply(text, html.escape(text), ())
     if header is not None:
         plain, rich = [header], [f"<p>{html.escape(header)}</p><ol>"]

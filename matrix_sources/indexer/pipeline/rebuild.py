@@ -22,6 +22,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from ..clock import stopwatch
+from ..config.per_model import rebuild_estimate_s
 from ..ingest.purge import finish_pending
 from ..models.embedder import VECTOR_CLASS, Embedder
 from ..records import CORPUS_CHAT, CORPUS_REFERENCE, WindowID
@@ -92,15 +93,23 @@ def rebuild_reason(
 
 def _logged(total: int, every_s: float = 10.0) -> Callable[[int], None]:
     """Progress for a rebuild nobody watches on a terminal (`run`): a log line with the
-    total every few seconds."""
-    done, since = 0, stopwatch()
+    total and the time left at the rate so far, every few seconds."""
+    done, since, elapsed = 0, stopwatch(), stopwatch()
 
     def progress(n: int) -> None:
         nonlocal done, since
         done += n
         if since() >= every_s:
             since = stopwatch()
-            log.warning("collection_rebuild_progress", extra={"messages": done, "total": total})
+            left = (total - done) * elapsed() / done if done else None
+            log.warning(
+                "collection_rebuild_progress",
+                extra={
+                    "messages": done,
+                    "total": total,
+                    "left_s": None if left is None else round(left),
+                },
+            )
 
     return progress
 
@@ -159,14 +168,28 @@ def rebuild(
     resync_references: Callable[[], None] | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> None:
-    """The collection emptied and made again from the event log, with progress."""
-    log.warning("collection_rebuild", extra={"reason": reason, "windows": store.count()})
+    """The collection emptied and made again from the event log, with progress. The
+    meta is the new model's from the start and every event is pending: stopped halfway,
+    the next start finds the meta matching and indexes what is still pending, so the
+    re-embedding resumes where it stopped, never mixing models."""
+    windows = store.count()
     with pipeline.lock:
         store.reset()
         eventlog.requeue_all()
         store.set_meta(expected_meta(pipeline.embedder))
+    pending = eventlog.counts().get("pending", 0)
+    log.warning(
+        "collection_rebuild",
+        extra={
+            "reason": reason,
+            "windows": windows,
+            "messages": pending,
+            "model": pipeline.embedder.name,
+            "estimate_s": round(rebuild_estimate_s(pipeline.embedder.name, pending)),
+        },
+    )
     if progress is None:
-        progress = _logged(eventlog.counts().get("pending", 0))
+        progress = _logged(pending)
     done = pipeline.process_all(progress)
     if resync_references is not None:
         resync_references()

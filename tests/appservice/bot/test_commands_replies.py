@@ -719,3 +719,23 @@ def test_a_sender_id_with_a_newline_forges_no_line_of_the_reply():
     reply = render_hits([hit], ("hi",))
     assert not any(line.strip().startswith("> admin") for line in reply.body.split("\n"))
     assert "eve   > admin" in reply.body  # kept, but on the sender's own line
+
+
+async def test_nothing_matches_in_another_language_says_which_model_reads_it(responder):
+    """The shipped English model: a question in another language that got "nothing
+    matches" is told the room needs the multilingual model, and how to set it; an
+    English one is not (issue 45 item 3). The vocabulary here is a small English one;
+    tests/indexer/search/test_language.py measures the real model's."""
+    from matrix_sources.indexer.search.language import other_language_note
+
+    english = {"how", "do", "i", "mount", "a", "partition", "with", "banana", "bread"}
+    r, sent, _, _ = responder
+    r.searcher = FlooredSearcher(None)
+    r.limiter = RateLimiter(0)
+    r.language_note = lambda texts: other_language_note(texts, english)
+    await r.answer(command("!sources how do I mount a partition with banana bread"))
+    assert "does not read as English" not in sent[-1][1]["body"]
+    await r.answer(command("!sources wie kann ich eine Partition einhängen", event_id="$de"))
+    body = sent[-1][1]["body"]
+    assert body.startswith("Nothing in the index answers that")
+    assert "index.embedder.model: multilingual-e5-small+all-MiniLM-L6-v2" in body

@@ -45,6 +45,7 @@ async def test_forget_me_removes_the_senders_words_only(world):
         moderation=ModerationSettings(),
     )
     index = SimpleNamespace(
+        embedder=None,
         searcher=None,
         record_answer=None,
         answers=None,
@@ -135,6 +136,7 @@ def bot_at(folder, matrix, wall=lambda: 1_000.0):
         moderation=ModerationSettings(),
     )
     index = SimpleNamespace(
+        embedder=None,
         searcher=None,
         record_answer=None,
         answers=None,

@@ -237,6 +237,7 @@ def bot_over(w: World, now: list[float]) -> tuple[Bot, Matrix, Searcher]:
     )
     searcher, matrix = Searcher(), Matrix()
     index = SimpleNamespace(
+        embedder=None,
         searcher=searcher,
         record_answer=None,
         answers=None,

@@ -5,13 +5,14 @@ The tests that load the real model are `slow` (about 20 s): the full run has the
 
 from __future__ import annotations
 
-import re
+import logging
 
 import pytest
 
 from matrix_sources.indexer.config import ConfigError, load_config
 from matrix_sources.indexer.datadir import init_data_dir
 from matrix_sources.indexer.models.embedder import (
+    DEFAULT_BACKEND,
     VECTOR_CLASS,
     HashEmbedder,
     bf16_supported,
@@ -256,43 +257,62 @@ def _config_with(tmp_path, embedder: dict, search: dict | None = None):
     return load_config(tmp_path / "config.yaml")
 
 
-def test_the_multilingual_model_needs_no_backend_and_refuses_another(tmp_path):
+def test_the_multilingual_model_needs_no_backend_and_runs_its_own(tmp_path, caplog):
+    """A backend the model does not run on falls back to the model's own, with a log
+    line naming both (issue 45: the README's one-line change on an `init`-written
+    config, whose backend is onnx-int8, must start)."""
     cfg = _config_with(tmp_path, {"model": "multilingual-e5-small"})
     assert cfg.index.embedder.backend == "q4"
-    with pytest.raises(
-        ConfigError, match="index.embedder.backend: multilingual-e5-small runs on backend q4 only"
-    ):
-        _config_with(tmp_path / "b", {"model": "multilingual-e5-small", "backend": "onnx-int8"})
-    with pytest.raises(
-        ConfigError, match="index.embedder.backend: q4 runs multilingual-e5-small only"
-    ):
-        _config_with(tmp_path / "c", {"model": "all-MiniLM-L6-v2", "backend": "q4"})
+    with caplog.at_level(logging.WARNING):
+        cfg = _config_with(
+            tmp_path / "b", {"model": "multilingual-e5-small", "backend": "onnx-int8"}
+        )
+    assert cfg.index.embedder.backend == "q4"
+    [line] = [r for r in caplog.records if r.msg == "embedder_backend_fallback"]
+    assert (line.model, line.written, line.backend) == ("multilingual-e5-small", "onnx-int8", "q4")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        cfg = _config_with(tmp_path / "c", {"model": "all-MiniLM-L6-v2", "backend": "q4"})
+    assert cfg.index.embedder.backend == DEFAULT_BACKEND
+    assert [r.written for r in caplog.records if r.msg == "embedder_backend_fallback"] == ["q4"]
+    with pytest.raises(ConfigError, match="index.embedder.backend: .*not 'cuda'"):
+        _config_with(tmp_path / "d", {"model": "multilingual-e5-small", "backend": "cuda"})
 
 
 def test_the_pair_of_models_needs_no_backend_and_holds_e5s_floor(tmp_path):
     """Its similarity sits on multilingual-e5-small's scale (pair_embedder.py): e5's
-    floor, margin and margins per script."""
+    margin and margins per script; its floor its own (fitted two-fold, heldout.py)."""
     pair = "multilingual-e5-small+all-MiniLM-L6-v2"
     cfg = _config_with(tmp_path, {"model": pair})
     e5 = _config_with(tmp_path / "e5", {"model": "multilingual-e5-small"})
     assert cfg.index.embedder.backend == "q4"
     assert (
-        (
-            cfg.search.min_similarity,
-            cfg.search.no_shared_word_margin,
-            cfg.search.no_shared_word_margin_by_script,
-        )
-        == (
-            e5.search.min_similarity,
-            e5.search.no_shared_word_margin,
-            e5.search.no_shared_word_margin_by_script,
-        )
-        == (0.85, 0.02, {"cyrillic": 0.0, "cjk": 0.04})
+        (cfg.search.no_shared_word_margin, cfg.search.no_shared_word_margin_by_script)
+        == (e5.search.no_shared_word_margin, e5.search.no_shared_word_margin_by_script)
+        == (0.02, {"cyrillic": 0.0, "cjk": 0.04})
     )
-    with pytest.raises(
-        ConfigError, match=re.escape(f"index.embedder.backend: {pair} runs on backend q4 only")
-    ):
-        _config_with(tmp_path / "b", {"model": pair, "backend": "onnx-int8"})
+    assert (cfg.search.min_similarity, e5.search.min_similarity) == (0.84, 0.85)
+    assert (
+        _config_with(tmp_path / "b", {"model": pair, "backend": "onnx-int8"}).index.embedder.backend
+        == "q4"
+    )
+
+
+def test_the_readmes_one_line_change_on_an_init_written_config_loads_the_pair(tmp_path):
+    """The config as `init` writes it (backend onnx-int8), only the model's line changed
+    as the README says: it loads, and the pair's embedder runs on q4."""
+    from matrix_sources.indexer.models.embedder import load_embedder
+
+    init_data_dir(tmp_path, "http://127.0.0.1:8008", "localhost")
+    path = tmp_path / "config.yaml"
+    text = path.read_text()
+    assert "backend: onnx-int8" in text and "model: all-MiniLM-L6-v2" in text
+    pair = "multilingual-e5-small+all-MiniLM-L6-v2"
+    path.write_text(text.replace("model: all-MiniLM-L6-v2", f"model: {pair}", 1))
+    cfg = load_config(path)
+    assert (cfg.index.embedder.model, cfg.index.embedder.backend) == (pair, "q4")
+    embedder = load_embedder(cfg.index.embedder.model, cfg.index.embedder.backend, cfg.models_dir)
+    assert embedder.backend == "q4" and embedder.dim == 769
 
 
 def test_an_unset_floor_is_the_models_and_a_written_one_is_kept(tmp_path):
@@ -341,12 +361,14 @@ def test_a_margin_for_a_script_that_does_not_exist_names_the_key(tmp_path):
 
 def test_the_configs_models_are_the_embedders():
     from matrix_sources.indexer.config import MODEL_FLOORS, ONE_BACKEND
+    from matrix_sources.indexer.config.per_model import DEFAULT_BACKEND as CONFIG_DEFAULT
     from matrix_sources.indexer.models.embedder import MODEL_BACKENDS, model_key
 
     assert {m: b[0] for m, b in MODEL_BACKENDS.items() if len(b) == 1} == {
         m: b for m, b in ONE_BACKEND.items() if m in MODEL_BACKENDS
     }
     assert all(model_key(m) for m in ONE_BACKEND) and set(MODEL_BACKENDS) <= set(MODEL_FLOORS)
+    assert CONFIG_DEFAULT == DEFAULT_BACKEND
     assert all(model_key(m) in MODEL_BACKENDS for m in MODEL_FLOORS)
 
 

@@ -112,6 +112,17 @@ class TextReads:
             ).fetchall()
         return {EventID(e): EventText(UserID(sender), ts, body) for e, sender, ts, body in rows}
 
+    def recent_bodies(self, room_id: RoomID, n: int) -> list[str]:
+        """The text of a room's latest `n` messages that still have it (doctor's
+        language share: read, measured, never kept)."""
+        with self.db.locked() as db:
+            rows = db.execute(
+                "SELECT body FROM events WHERE room_id = ? AND body IS NOT NULL AND body != ''"
+                " AND status NOT IN (?, ?) ORDER BY ts DESC, seq DESC LIMIT ?",
+                (room_id, EventStatus.REDACTED.value, EventStatus.PURGED.value, n),
+            ).fetchall()
+        return [r[0] for r in rows]
+
     def windows_messages(self, window_ids: Iterable[str]) -> dict[WindowID, list[Message]]:
         """Window id -> its messages now, for the windows that still hold any."""
         out: dict[WindowID, list[Message]] = {}

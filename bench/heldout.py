@@ -1,0 +1,389 @@
+"""Abstention fitted on half the dev items, measured on the other half (issue 45 item 1).
+
+    .venv/bin/python bench/heldout.py --work DIR [--ask-only]
+
+The data dir is one bench/retrieval.py built (DIR/retrieval-gitter). Every Gitter dev
+question, in English and in the four translations (dev-queries-xl.jsonl), and the
+off-topic questions (bench/offtopic-queries.jsonl and the twelve more a language of
+bench/offtopic-xl-queries.jsonl: twenty in each of German, Spanish, Russian and Chinese)
+are asked once with the floor off, the query variant, 20 hits; each hit's score, whether
+it shares a word with the question, whether it holds the question's words (never
+refused), and the events it cites and shows are cached in the data dir
+(heldout-scores.json).
+
+Then each abstain rule's parameters (`rules`: a grid around the model's shipped floor)
+are fitted on one fold and applied to the other, both ways. Folds are split by
+question (dev item n: fold n % 2; the off-topic questions alternately within each
+language), never by translation: a question and its four translations are always in
+the same fold. Fitting maximises the mean success@5 over
+the five languages, among the parameters that leave at least OFFTOPIC_REFUSED of the
+fold's off-topic questions in each language with no hit and lose the English items at
+most 0.02 success@5 against the rule's best on that fold. The held-out figures are each
+fold's, measured with the other fold's parameters, summed; the in-sample ones use the
+parameters fitted on every item.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import statistics
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
+
+import evalkit  # noqa: E402
+import retrieval  # noqa: E402
+
+TOP = 20
+LANGS = ("en", *retrieval.XL_LANGS)
+OFFTOPIC_XL = Path(__file__).resolve().parent / "offtopic-xl-queries.jsonl"
+OFFTOPIC_REFUSED = 0.9  # the issue's bound, in each language
+CACHE = "heldout-scores.json"
+
+
+@dataclass(frozen=True)
+class Hit:
+    score: float
+    shares: bool
+    held: bool
+    cited: frozenset[str]
+    shown: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Asked:
+    qid: str
+    lang: str
+    fold: int
+    gold: frozenset[str]  # empty: off-topic
+    hits: tuple[Hit, ...]
+    script: str
+
+    @property
+    def base(self) -> float:
+        """The question's own level: the median score of its 20 candidates (how near a
+        question in its language lands to any window of this chat)."""
+        return statistics.median(h.score for h in self.hits) if self.hits else 1.0
+
+
+def offtopic() -> list[tuple[str, list[str]]]:
+    with open(OFFTOPIC_XL, encoding="utf-8") as f:
+        more = [(o["id"], [o["query"]]) for o in map(json.loads, filter(str.strip, f))]
+    return retrieval.offtopic_queries() + more
+
+
+def ask_all(data_dir: Path, asked: list[tuple[str, list[str]]]) -> dict:
+    """qid -> [[score, shares_word, held, cited, shown], ...] with the floor off."""
+    import time
+
+    from matrix_sources.indexer.components import Index
+    from matrix_sources.indexer.config import load_config
+    from matrix_sources.indexer.search.abstain import Floor
+    from matrix_sources.indexer.search.searcher import SourceQuery
+
+    cache = data_dir / CACHE
+    out = json.loads(cache.read_text()) if cache.exists() else {}
+    todo = [(q, t) for q, t in asked if q not in out]
+    if not todo:
+        return out
+    import threading
+
+    from matrix_sources.indexer.models.embedder import load_embedder
+
+    cfg = load_config(data_dir / "config.yaml")
+    model = load_embedder(cfg.index.embedder.model, cfg.index.embedder.backend, cfg.models_dir)
+    ready = threading.Event()  # the keyword postings, as the service searches with them
+    index = Index.open(cfg, model, postings=True, on_postings_ready=ready.set)
+    if cfg.search.lexical_max_terms and not ready.wait(600):
+        raise SystemExit("error: the keyword postings were not built within 10 minutes")
+    index.searcher.floor = Floor(-1.0, 0.0)
+    t0 = time.perf_counter()
+    try:
+        for n, (qid, texts) in enumerate(todo, 1):
+            words = Floor(0.0).for_query(texts, index.searcher._evidence(texts))
+            hits = index.searcher.search(SourceQuery.build(texts, TOP))
+            out[qid] = [
+                [
+                    h.similarity,
+                    words.shares_word(h.bodies),
+                    words.held(h.bodies),
+                    list(h.cited_event_ids),
+                    [ln.event_id for ln in h.shown],
+                ]
+                for h in hits
+            ]
+            if n % 50 == 0:
+                cache.write_text(json.dumps(out))
+                print(f"  {n}/{len(todo)}, {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    finally:
+        cache.write_text(json.dumps(out))
+        index.close()
+    return out
+
+
+def questions(ds: evalkit.Dataset) -> tuple[dict[str, list], list[tuple[str, list[str]]]]:
+    groups = {"en": evalkit.load_items(ds.root, ds.queries), **retrieval.xl_items(ds)}
+    asked = [(f"{i.id}|query", [i.query]) for items in groups.values() for i in items]
+    return groups, asked + offtopic()
+
+
+def _fold_of_item(item_id: str) -> int:
+    return int(item_id.split("-")[2]) % 2  # gitter-dev-<n>[-lang]
+
+
+def records(ds: evalkit.Dataset, scores: dict) -> list[Asked]:
+    from matrix_sources.indexer.search.tokens import script
+
+    groups, _ = questions(ds)
+    out = []
+    for lang, items in groups.items():
+        for i in items:
+            out.append(
+                _asked(f"{i.id}|query", lang, _fold_of_item(i.id), i.gold, scores, script(i.query))
+            )
+    seen: dict[str, int] = {}
+    for qid, texts in offtopic():
+        lang = retrieval.offtopic_lang(qid)
+        seen[lang] = seen.get(lang, -1) + 1
+        out.append(_asked(qid, lang, seen[lang] % 2, frozenset(), scores, script(texts[0])))
+    return out
+
+
+def _asked(qid, lang, fold, gold, scores, script_) -> Asked:
+    hits = tuple(
+        Hit(float(s), bool(sh), bool(held), frozenset(c), tuple(sw))
+        for s, sh, held, c, sw in scores.get(qid, [])
+        if s is not None
+    )
+    return Asked(qid, lang, fold, frozenset(gold), hits, script_ or "")
+
+
+# A rule: parameters -> (question -> the hits it keeps).
+Rule = Callable[[dict], Callable[[Asked], list[Hit]]]
+
+
+def _script_rule(p: dict) -> Callable[[Asked], list[Hit]]:
+    """Shipped: a floor, a margin for a hit sharing no word, that margin per script."""
+
+    def keep(a: Asked) -> list[Hit]:
+        m = p.get(f"m_{a.script}", p["m"])
+        return [h for h in a.hits if h.held or h.score >= p["F"] + (0 if h.shares else m)]
+
+    return keep
+
+
+def _relative_rule(p: dict) -> Callable[[Asked], list[Hit]]:
+    """No script: a floor and one margin, and a hit also shown when it stands `d` above
+    the question's own level (its candidates' median) and reaches a lower floor."""
+
+    def keep(a: Asked) -> list[Hit]:
+        base = a.base
+        return [
+            h
+            for h in a.hits
+            if h.held
+            or h.score >= p["F"] + (0 if h.shares else p["m"])
+            or (h.score >= p["L"] and h.score - base >= p["d"] + (0 if h.shares else p["m"]))
+        ]
+
+    return keep
+
+
+def _grid(**axes: Iterable[float]) -> list[dict]:
+    keys = list(axes)
+    return [dict(zip(keys, v)) for v in itertools.product(*axes.values())]
+
+
+def _r(a: float, b: float, step: float) -> list[float]:
+    return [round(a + i * step, 3) for i in range(int(round((b - a) / step)) + 1)]
+
+
+def rules(shipped: dict) -> dict[str, tuple[Rule, list[dict]]]:
+    """Each rule and its grid, around the model's shipped floor and margin (each model
+    has its own scale of similarity)."""
+    f0, m0 = shipped["F"], shipped["m"]
+    floors = [round(f0 + x, 3) for x in _r(-0.06, 0.03, 0.01)]
+    top = max(0.06, 2 * m0)
+    margins = _r(0, top, round(top / 6, 3))
+    return {
+        "per script (shipped)": (
+            _script_rule,
+            _grid(F=floors, m=margins, m_cyrillic=margins[::2], m_cjk=margins[::2]),
+        ),
+        "one margin": (
+            _script_rule,
+            _grid(F=[round(f0 + x, 3) for x in _r(-0.06, 0.03, 0.005)], m=margins),
+        ),
+        "relative to the question": (
+            _relative_rule,
+            _grid(
+                F=floors,
+                m=margins[::2],
+                L=[round(f0 + x, 3) for x in _r(-0.08, 0, 0.02)],
+                d=[*_r(0, 0.08, 0.02), 1.0],  # 1.0: the relative branch off
+            ),
+        ),
+    }
+
+
+def figures(asked: list[Asked], keep: Callable[[Asked], list[Hit]]) -> dict:
+    """Per language: success@5, shown@1, "nothing matches" of the answerable, and the
+    off-topic refused (no hit)."""
+    out: dict[str, dict] = {}
+    for lang in LANGS:
+        real = [a for a in asked if a.lang == lang and a.gold]
+        off = [a for a in asked if a.lang == lang and not a.gold]
+        kept = [keep(a) for a in real]
+        n = len(real) or 1
+        out[lang] = {
+            "n": len(real),
+            "success@5": sum(any(a.gold & h.cited for h in k[:5]) for a, k in zip(real, kept)) / n,
+            "shown@1": sum(bool(k) and bool(a.gold & set(k[0].shown)) for a, k in zip(real, kept))
+            / n,
+            "nothing": sum(not k for k in kept),
+            "offtopic": len(off),
+            "offtopic_refused": sum(not keep(a) for a in off),
+        }
+    return out
+
+
+def _objective(f: dict) -> float:
+    return sum(f[lang]["success@5"] for lang in LANGS) / len(LANGS)
+
+
+def _refused(f: dict) -> float:
+    n = sum(f[lang]["offtopic"] for lang in LANGS)
+    return sum(f[lang]["offtopic_refused"] for lang in LANGS) / (n or 1)
+
+
+def fit(asked: list[Asked], rule: Rule, grid: list[dict]) -> dict:
+    """The parameters with the best mean success@5, then the fewest "nothing matches",
+    among those that refuse OFFTOPIC_REFUSED of each language's off-topic questions
+    (or, if none does, of them all) and keep English within 0.02 of its best; ties: the
+    highest floor (the most cautious)."""
+    scored = [(p, figures(asked, rule(p))) for p in grid]
+    ok = [
+        (p, f)
+        for p, f in scored
+        if all(
+            f[lang]["offtopic_refused"] >= OFFTOPIC_REFUSED * f[lang]["offtopic"] for lang in LANGS
+        )
+    ]
+    ok = ok or [(p, f) for p, f in scored if _refused(f) >= OFFTOPIC_REFUSED] or scored
+    best_en = max(f["en"]["success@5"] for _, f in ok)
+    ok = [(p, f) for p, f in ok if f["en"]["success@5"] >= best_en - 0.02]
+    return max(
+        ok,
+        key=lambda pf: (
+            round(_objective(pf[1]), 6),
+            -sum(pf[1][lang]["nothing"] for lang in LANGS),
+            _refused(pf[1]),
+            pf[0]["F"],
+        ),
+    )[0]
+
+
+def _sum(a: dict, b: dict) -> dict:
+    out = {}
+    for lang in LANGS:
+        x, y = a[lang], b[lang]
+        n = x["n"] + y["n"]
+        out[lang] = {
+            "n": n,
+            "success@5": (x["success@5"] * x["n"] + y["success@5"] * y["n"]) / (n or 1),
+            "shown@1": (x["shown@1"] * x["n"] + y["shown@1"] * y["n"]) / (n or 1),
+            **{k: x[k] + y[k] for k in ("nothing", "offtopic", "offtopic_refused")},
+        }
+    return out
+
+
+def two_fold(asked: list[Asked], rule: Rule, grid: list[dict]) -> dict:
+    folds = [[a for a in asked if a.fold == k] for k in (0, 1)]
+    params = [fit(folds[k], rule, grid) for k in (0, 1)]
+    held_out = _sum(figures(folds[1], rule(params[0])), figures(folds[0], rule(params[1])))
+    every = fit(asked, rule, grid)
+    return {
+        "params_per_fold": params,
+        "held_out": held_out,
+        "params_all": every,
+        "in_sample": figures(asked, rule(every)),
+    }
+
+
+def shipped_params(data_dir: Path) -> dict:
+    from matrix_sources.indexer.config import load_config
+
+    s = load_config(data_dir / "config.yaml").search
+    return {
+        "F": s.min_similarity,
+        "m": s.no_shared_word_margin,
+        **{f"m_{k}": v for k, v in s.no_shared_word_margin_by_script.items()},
+    }
+
+
+def report(data_dir: Path, ds: evalkit.Dataset, only: Iterable[str] | None = None) -> dict:
+    """The shipped parameters on every item (in sample by construction) and each rule
+    fitted two-fold: what bench/retrieval.py prints beside its own figures."""
+    _, asked = questions(ds)
+    recs = records(ds, ask_all(data_dir, asked))
+    shipped = shipped_params(data_dir)
+    out = {"shipped": {"params": shipped, "in_sample": figures(recs, _script_rule(shipped))}}
+    for name, (rule, grid) in rules(shipped).items():
+        if only is None or name in only:
+            out[name] = two_fold(recs, rule, grid)
+    return out
+
+
+def table(rep: dict) -> str:
+    head = "| abstain rule, figures | " + " | ".join(LANGS) + " | off-topic refused |"
+    lines = [head, "| --- |" + " ---: |" * (len(LANGS) + 1)]
+
+    def row(label: str, f: dict) -> str:
+        cells = [f"{f[lang]['success@5']:.3f} ({f[lang]['nothing']} none)" for lang in LANGS]
+        refused = " ".join(
+            f"{lang} {f[lang]['offtopic_refused']}/{f[lang]['offtopic']}" for lang in LANGS
+        )
+        return f"| {label} | " + " | ".join(cells) + f" | {refused} |"
+
+    lines.append(row("shipped parameters, every item", rep["shipped"]["in_sample"]))
+    for name, r in rep.items():
+        if name == "shipped":
+            continue
+        lines.append(row(f"{name}, in sample", r["in_sample"]))
+        lines.append(row(f"{name}, **held out**", r["held_out"]))
+    return "\n".join(lines)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--work", required=True)
+    p.add_argument("--eval-root", default=None, help="as bench/retrieval.py's")
+    p.add_argument("--ask-only", action="store_true", help="only ask and cache the scores")
+    p.add_argument("--out", default=None)
+    args = p.parse_args()
+    ds = evalkit.datasets(Path(args.eval_root) if args.eval_root else None)["gitter"]
+    data_dir = Path(args.work).resolve() / "retrieval-gitter"
+    if args.ask_only:
+        ask_all(data_dir, questions(ds)[1])
+        return 0
+    rep = report(data_dir, ds)
+    print(table(rep))
+    for name, r in rep.items():
+        if name != "shipped":
+            print(f"{name}: per fold {r['params_per_fold']}; on every item {r['params_all']}")
+    if args.out:
+        evalkit.write_json(Path(args.out), rep)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
