@@ -56,6 +56,8 @@ async def wait_for(what: str, test, timeout: float = 60.0) -> None:
 
 def journal_lines(f: Federation, kind: str, room: str) -> list[dict]:
     path = f.stack.data_dir / "journal.jsonl"
+    if not path.exists():
+        return []
     return [
         e
         for e in map(json.loads, path.read_text().splitlines())
@@ -155,3 +157,29 @@ async def test_a_remote_room_upgraded_on_its_server_is_followed_over_federation(
     await f.wait_journal("upgrade", new, predecessor=old)
     [verdict] = journal_lines(f, "upgrade", new)
     assert verdict["accepted"] is True and verdict["predecessor"] == old, verdict
+
+
+async def test_a_remote_acl_that_shuts_out_the_bots_server_withdraws_the_room(
+    federation: Federation,
+):
+    """The remote room's moderators deny the bot's homeserver (its host, 127.0.0.1).
+    The remote server still sends it the room's events (an ACL binds what a server
+    accepts), but the bot is shut out: the room is handled as one it was banned from."""
+    f, remote_name = federation, federation.remote.server_name
+    async with f.remote_person("osprey") as osprey:
+        room = await osprey.create_room("Shut out", public=True)
+        said = await osprey.send(room, "the osprey-shutout-1a2 nest cam is live")
+        f.stack.allowlist_add(f"{room}?via={remote_name}")
+        await f.wait_joined(osprey, room)
+        await wait_indexed(f, [said])
+        acl = await osprey.send_state(
+            room,
+            "m.room.server_acl",
+            {"allow": ["*"], "deny": ["127.0.0.1"], "allow_ip_literals": True},
+        )
+        later = await osprey.send(room, "the osprey-shutout-1a2 cam moved to the mast")
+        await gone_from_every_file(f, "osprey-shutout-1a2")
+        await f.wait_journal("purge", room, rule="server_denied", event_id=acl)
+        await f.wait_journal("refusal", room, rule="server_denied", event_id=later)
+        assert f.stack.event_status(said) == "purged"
+        assert f.stack.event_status(later) is None
