@@ -7,6 +7,8 @@ remote server. The remote server is `127.0.0.2:PORT` and the bot's `127.0.0.1:PO
 ACL matches hosts, not ports, so with both on 127.0.0.1 no ACL could deny one and not
 the other (and Synapse refuses an ACL that denies its own server). The ACL keeps
 `allow_ip_literals` true, or it would deny both servers, whose names are IP literals.
+An ACL that remote moderators set against the bot's own homeserver withdraws the whole
+room, as a ban of the bot does.
 
 The upgrade is done on the remote server by the room's remote owner with Synapse's own
 upgrade API; the bot's server learns of the tombstone over federation, and the service
