@@ -1,8 +1,9 @@
 """Two Synapses federating over loopback: the bot's homeserver (a Stack: Synapse and
 `matrix-sources run`) and a remote one whose people own the rooms the bot is to read.
 
-Both are named `127.0.0.1:PORT` after their TLS federation listener (self-signed,
-unverified), so neither .well-known nor SRV is looked up (LocalSynapse.federating).
+Both are named `IP:PORT` after their TLS federation listener (self-signed, unverified),
+so neither .well-known nor SRV is looked up (LocalSynapse.federating): the bot's
+`127.0.0.1:PORT`, the remote `127.0.0.2:PORT` (a host of its own, for server ACLs).
 A module that uses the pair imports the fixture:
 
     from tests.federation import Federation, federation  # noqa: F401
@@ -30,6 +31,9 @@ from matrix_sources.indexer.config import DEFAULT_PUPPET_PATTERNS
 from tests.harness import Stack, make_stack
 
 PUPPET_PATTERN = "^@fedpuppet_.*"
+# The remote server's host: another loopback address, so that a server ACL (which
+# matches hosts, not ports) can deny the remote server and not the bot's.
+REMOTE_HOST = "127.0.0.2"
 
 
 @dataclass
@@ -78,13 +82,13 @@ class Federation:
 @pytest.fixture(scope="module")
 def federation(tmp_path_factory) -> Federation:
     root = tmp_path_factory.mktemp("federation")
-    remote = LocalSynapse.federating(root / "remote")
+    remote = LocalSynapse.federating(root / "remote", host=REMOTE_HOST)
     stack = make_stack(
         root / "home",
         federating=True,
         gate={
             "puppet_patterns": [*DEFAULT_PUPPET_PATTERNS, PUPPET_PATTERN],
-            "bridge_servers": [f"127.0.0.1:{remote.federation_port}"],
+            "bridge_servers": [remote.server_name],
         },
     )
     remote.start()

@@ -141,10 +141,11 @@ class Stack:
             timeout=300,
         )
 
-    def allowlist_add(self, room: str) -> None:
+    def allowlist_add(self, room: str) -> subprocess.CompletedProcess:
         """`allowlist add`, then wait until the running service has reloaded the file.
         The door check joins the bot at once, so the bot's membership says nothing about
-        whether the service lists the room yet (it reloads within a poll interval)."""
+        whether the service lists the room yet (it reloads within a poll interval): a
+        message pushed before is not the listed room's, and only backfill reads it."""
 
         def reloads() -> int:
             return self.service.log_path.read_text(errors="replace").count("allowlist_reloaded")
@@ -156,6 +157,7 @@ class Stack:
         while reloads() == before:
             assert time.monotonic() < deadline, "the service did not reload the allowlist"
             time.sleep(0.1)
+        return done
 
     def http(self, path: str) -> tuple[int, str]:
         """GET a path of the service's HTTP listener: (status, body)."""

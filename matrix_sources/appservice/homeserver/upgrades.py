@@ -5,10 +5,11 @@ on its own (indexer/ingest/roomlinks.py).
     tombstone in A names B (pushed, or in A's state at start)
       B already A's successor, or handled this run          -> nothing
       B is A or one of A's predecessors                      -> journal upgrade_loop
-      join B (via A's and the tombstone sender's servers)   -> fails: journal upgrade_refused
+      join B (via the tombstone sender's and A's servers)   -> fails: journal upgrade_refused
       B's m.room.create does not name A as predecessor      -> journal upgrade_unverified, leave B
       the gate refuses B on its own (not public, encrypted)  -> journal upgrade_refused, leave B
-      otherwise: allowlist.yaml gains B ("# upgraded from A"), the chain is recorded
+      otherwise: allowlist.yaml gains B ("# upgraded from A", with the servers joined
+                 through when they are not the bot's own), the chain is recorded
                  (followed.json), and B is joined, learnt and backfilled like any room added
 
 A's windows stay as they are, cited by A's own ids; `--room here` in B covers the chain.
@@ -40,6 +41,7 @@ from matrix_sources.indexer.ingest.roomlinks import (
 )
 from matrix_sources.indexer.records import RoomID
 
+from .joining import join_servers
 from .roomstate import fetch_room_facts
 
 log = logging.getLogger(__name__)
@@ -104,7 +106,10 @@ class Upgrades:
             return await self._verdict(
                 pred, succ, UPGRADE_LOOP, f"the tombstone names {succ}, already in its chain"
             )
-        servers = list(dict.fromkeys(s for s in (server_of(sender or ""), server_of(pred)) if s))
+        # The tombstone sender's server is in B (it made B): for a room on another
+        # homeserver it is the way in, a version 12 room id naming no server.
+        via = (server_of(sender or ""), server_of(pred))
+        servers = join_servers(succ, [s for s in via if s], own=self.cfg.homeserver.domain)
         try:
             await self.intent().join_room(MxRoomID(succ), servers=servers or None, max_retries=0)
         except MatrixError as e:
@@ -132,7 +137,9 @@ class Upgrades:
         self.ingest.lineage.link(pred, succ)
         label = facts.label if facts is not None else ""
         comment = f"upgraded from {pred}" + (f" {label}" if label else "")
-        await asyncio.to_thread(add_room, self.cfg.allowlist_path, succ, comment)
+        # Listed with the servers it was joined through, as `allowlist add` lists a
+        # remote room: a later join (the bot removed, a new homeserver) needs them.
+        await asyncio.to_thread(add_room, self.cfg.allowlist_path, succ, comment, tuple(servers))
         await self._verdict(pred, succ, None, None)
         await self._on_listed()
 

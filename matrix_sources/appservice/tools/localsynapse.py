@@ -75,9 +75,9 @@ class SynapseError(RuntimeError):
     """Synapse failed to start, or an API call to it failed."""
 
 
-def _free_port() -> int:
+def _free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         return s.getsockname()[1]
 
 
@@ -112,10 +112,11 @@ class LocalSynapse:
     # Anyone who can reach 127.0.0.1 may create an account: for the local demo only
     # (a person tries the bot as a second user from any client), never for tests.
     open_registration: bool = False
-    # Federate with other LocalSynapses on 127.0.0.1 (tests/federation.py): a TLS
-    # listener on this port, and the server named `127.0.0.1:PORT` (no .well-known or
-    # SRV lookup). See `federating()`.
+    # Federate with other LocalSynapses over loopback (tests/federation.py): a TLS
+    # listener on this port and host, and the server named `HOST:PORT` (no .well-known
+    # or SRV lookup). See `federating()`.
     federation_port: int | None = None
+    federation_host: str = "127.0.0.1"
 
     def __post_init__(self) -> None:
         self.base_dir = Path(self.base_dir).absolute()
@@ -123,13 +124,18 @@ class LocalSynapse:
         self._secret: str | None = None
 
     @classmethod
-    def federating(cls, base_dir: Path, **kw: Any) -> LocalSynapse:
+    def federating(cls, base_dir: Path, host: str = "127.0.0.1", **kw: Any) -> LocalSynapse:
         """A server that federates over loopback with the others made so, named
-        `127.0.0.1:PORT` after its federation port (kept in base_dir like the rest)."""
+        `HOST:PORT` after its federation listener (kept in base_dir like the rest).
+        Another loopback address as `host` (127.0.0.2) gives a server a host of its
+        own: a server ACL matches hosts without their ports, so one that denies
+        127.0.0.1 would deny every server named `127.0.0.1:PORT`."""
         path = Path(base_dir).absolute() / STATE_FILE
         state = json.loads(path.read_text()) if path.exists() else {}
-        port = state.get("federation_port") or _free_port()
-        return cls(base_dir, server_name=f"127.0.0.1:{port}", federation_port=port, **kw)
+        port = state.get("federation_port") or _free_port(host)
+        return cls(
+            base_dir, server_name=f"{host}:{port}", federation_port=port, federation_host=host, **kw
+        )
 
     @property
     def url(self) -> str:
@@ -339,7 +345,7 @@ class LocalSynapse:
                 *self._client_listeners(),
                 {
                     "port": self.federation_port,
-                    "bind_addresses": ["127.0.0.1"],
+                    "bind_addresses": [self.federation_host],
                     "type": "http",
                     "tls": True,
                     "x_forwarded": False,

@@ -5,7 +5,10 @@ Rules (DESIGN.md, "Rules the gate enforces"), checked in this order:
     room not on the allowlist  -> not_allowlisted       (never read at all)
     the bot kicked or banned    -> bot_removed           (whole room, until invited back:
                                                           sentaway.py)
-    room state: encrypted       -> encrypted_room        (whole room)
+    room state: its server ACL denies the bot's own homeserver
+                                -> server_denied         (whole room: its moderators
+                                                          shut the bot's server out)
+                encrypted       -> encrypted_room        (whole room)
                 bridged         -> bridged_room          (whole room)
                 a DM            -> direct_message        (whole room, even if listed)
                 not public      -> not_public            (whole room)
@@ -124,6 +127,16 @@ class Gate:
             return Refusal(BOT_REMOVED, room_id, whole_room=True)
         if facts is None or facts.join_rule is None:
             return Refusal(NOT_PUBLIC, room_id, detail="join rule unknown", whole_room=True)
+        if facts.server_acl is not None and not facts.server_acl.allows_user(self.bot_user):
+            # A remote room's moderators denied the bot's homeserver: its server still
+            # reads the room, but they shut it out (its answers are refused there); the
+            # room is handled as one the bot was banned from. Lifting the ACL lets it in.
+            return Refusal(
+                SERVER_DENIED,
+                room_id,
+                detail=f"its server ACL denies the bot's homeserver {server_of(self.bot_user)}",
+                whole_room=True,
+            )
         if facts.encrypted:
             return Refusal(ENCRYPTED_ROOM, room_id, whole_room=True)
         if facts.bridged:

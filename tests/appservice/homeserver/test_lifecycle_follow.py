@@ -15,7 +15,7 @@ from mautrix.errors import MatrixRequestError
 
 from matrix_sources.appservice.homeserver.spaces import Spaces
 from matrix_sources.appservice.homeserver.upgrades import Upgrades
-from matrix_sources.indexer.ingest.allowlist import load_allowlist
+from matrix_sources.indexer.ingest.allowlist import load_allowlist, load_listed
 from matrix_sources.indexer.ingest.followed import Followed, load_followed
 from matrix_sources.indexer.ingest.gate import Gate
 from matrix_sources.indexer.ingest.roomfacts import RoomFacts
@@ -34,6 +34,7 @@ class Homeserver:
         self.state: dict[str, list[dict]] = {}
         self.pages: dict[str, list[dict]] = {}
         self.joined: list[str] = []
+        self.servers: list[list[str] | None] = []  # each join's via servers
         self.left: list[str] = []
         self.requests: list[tuple[str, dict]] = []
         self.failing = False
@@ -44,6 +45,7 @@ class Homeserver:
         if self.failing:
             raise MatrixRequestError(502, "M_UNKNOWN", "gateway")
         self.joined.append(room)
+        self.servers.append(servers)
         return room
 
     async def leave_room(self, room):
@@ -82,7 +84,11 @@ def public_room(rid: str, create: dict) -> list[dict]:
 
 def upgrades_world(tmp_path, rooms=("!a",)):
     (tmp_path / "allowlist.yaml").write_text("rooms:\n" + "".join(f"  - '{r}'\n" for r in rooms))
-    cfg = SimpleNamespace(allowlist_path=tmp_path / "allowlist.yaml", data_dir=tmp_path)
+    cfg = SimpleNamespace(
+        allowlist_path=tmp_path / "allowlist.yaml",
+        data_dir=tmp_path,
+        homeserver=SimpleNamespace(domain="x"),
+    )
     hs = Homeserver()
     journal = Journal(tmp_path / "journal.jsonl")
     ingest = SimpleNamespace(
@@ -116,6 +122,23 @@ def test_a_successor_naming_the_room_back_is_listed_with_its_predecessor(tmp_pat
     assert load_followed(tmp_path).accepted_links() == [("!a", "!b")]
     asyncio.run(up.check("!a"))  # pushed again: nothing more
     assert hs.joined == ["!b"] and listed == [1]
+    assert hs.servers == [None]  # a room of the bot's own server: joined as it is
+    assert [r.via for r in load_listed(tmp_path / "allowlist.yaml")] == [(), ()]
+
+
+def test_a_remote_successor_is_joined_and_listed_through_the_tombstone_senders_server(tmp_path):
+    """A version 12 room id names no server: the successor of a room on another
+    homeserver is joined through the server of the tombstone's sender, and listed with
+    it, as `allowlist add` lists a remote room (a later join needs a way in)."""
+    up, hs, ingest, journal, listed = upgrades_world(tmp_path)
+    hs.state["!b"] = public_room("!b", {"room_version": "12", "predecessor": {"room_id": "!a"}})
+    ingest.facts[RoomID("!a")] = RoomFacts(join_rule="public", successor=RoomID("!b"))
+    asyncio.run(up.check("!a", "@owner:other.example:8448"))
+    assert hs.servers == [["other.example:8448"]]
+    [_, b] = load_listed(tmp_path / "allowlist.yaml")
+    assert (b.room_id, b.via) == ("!b", ("other.example:8448",))
+    assert "# upgraded from !a" in (tmp_path / "allowlist.yaml").read_text()
+    assert verdicts(journal) == [("!a", "!b", None)]
 
 
 def test_a_room_cannot_adopt_an_index_by_claiming_it(tmp_path):

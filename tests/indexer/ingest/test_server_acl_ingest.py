@@ -189,7 +189,8 @@ def test_an_acl_without_allow_denies_every_server_as_the_spec_says(world):
     ingest, _, _, log, tmp = world
     ingest.admit([msg(1, "anyone at all", ALICE)])
     ingest.admit([{**acl(2, []), "content": {"deny": ["evil.example"]}}])
-    assert log.status_of("$m1")[0] == "redacted"
+    assert log.status_of("$m1")[0] == "purged"  # the bot's own server denied too: all
+    assert ingest.gate.judge_room(ROOM, ingest.facts[ROOM]).rule == SERVER_DENIED
     assert any("allow is empty" in e.get("detail", "") for e in journal(tmp))
 
 
@@ -256,3 +257,28 @@ def test_no_text_of_a_server_the_final_acl_denies_stays_stored(tmp_path_factory,
         rows = cur.execute("SELECT sender FROM events WHERE body IS NOT NULL").fetchall()
     log.close()
     assert final is None or all(final.allows_user(s) for (s,) in rows)
+
+
+def test_an_acl_denying_the_bots_own_server_withdraws_the_whole_room(world):
+    """A remote room's moderators shut the bot's homeserver out: its server still reads
+    the room (the ACL binds what the others accept from it), so the room is handled as
+    one the bot was banned from: everything leaves, later messages are refused. Lifting
+    the ACL admits the room again."""
+    ingest, pipeline, store, log, tmp = world
+    ingest.admit([msg(1, "the shutcanary-c3 mirror is up"), msg(2, "friendly", FRIEND)])
+    pipeline.process_all()
+    assert "shutcanary-c3" in all_text(store)
+
+    result = ingest.admit([acl(10, ["example.org"]), msg(11, "shutcanary-c3 again")])
+    assert result.refused[SERVER_DENIED] == 1
+    pipeline.process_all()
+    pipeline.run_compaction()
+    log.truncate_wal()
+    assert "shutcanary" not in all_text(store) and "friendly" not in all_text(store)
+    assert b"shutcanary" not in db_bytes(tmp, log) + chroma_bytes(tmp)
+    [purge] = [e for e in journal(tmp) if e["kind"] == "purge"]
+    assert purge["rule"] == SERVER_DENIED and "bot's homeserver example.org" in purge["detail"]
+
+    ingest.admit([acl(20, ["evil.example"]), msg(21, "the room is back", FRIEND)])
+    pipeline.process_all()
+    assert "the room is back" in all_text(store)
