@@ -48,6 +48,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import evalkit  # noqa: E402
+import quotes  # noqa: E402
 
 CLI = str(Path(sys.executable).parent / "matrix-sources")
 VARIANTS = ("query", "keywords", "query+keywords")
@@ -301,6 +302,7 @@ def run_set(ds: evalkit.Dataset, data_dir: Path, args) -> dict:
     hits, seconds = search_batch(asked + off + xl, config, data_dir, args.in_process)
     n_relevant = windows_holding(data_dir, items + [i for lang in by_lang.values() for i in lang])
     results = evaluate(items, hits, n_relevant, args.variants)
+    quotes.annotate(results, items, hits, ds.queries)
     abstained = [qid for qid, _ in off if not hits[qid]]
     report = {
         "items": len(items),
@@ -461,6 +463,15 @@ def main(argv: list[str] | None = None) -> int:
             f"answers within {s['answer_horizon_hours']:g} h / "
             f"{s['answer_horizon_messages']} messages",
             COLUMNS,
+        )
+    )
+    print(
+        "\n"
+        + evalkit.table(
+            rows,
+            "What the first hit quotes, where it is right (bench/quotes.py: quoted lines "
+            "inside the item's conversation)",
+            quotes.COLUMNS,
         )
     )
     if xl_rows:

@@ -117,22 +117,25 @@ def _localpart(mxid: str) -> str:
     return "".join(c for c in local if c.isprintable())
 
 
+# How to ask why: in the room, the bot's command; in a shell, the CLI's (cli/search.py).
+WHY_IN_ROOM = "`!sources why 1`"
 NOTHING_MATCHES = (
     "Nothing in the index answers that. Try asking it another way, or "
     "narrow it to a room with --room #room:server. "
-    "`!sources why 1` shows the closest message and how far off it was."
+    f"{WHY_IN_ROOM} shows the closest message and how far off it was."
 )
 NOTHING_IN_ROOM = (
     "Nothing in that room answers that. Try asking it another way, or "
     "without --room to search every room. "
-    "`!sources why 1` shows the closest message and how far off it was."
+    f"{WHY_IN_ROOM} shows the closest message and how far off it was."
 )
 
 
-def nothing_matches(room: bool = False, pending: int = 0) -> str:
+def nothing_matches(room: bool = False, pending: int = 0, why: str = WHY_IN_ROOM) -> str:
     """The reply when no hit clears the floor: it says what was searched, and that
-    messages are still being indexed when they are (they may hold the answer)."""
-    text = NOTHING_IN_ROOM if room else NOTHING_MATCHES
+    messages are still being indexed when they are (they may hold the answer). `why`:
+    how the asker asks for the closest one where they are (a shell has no `!sources`)."""
+    text = (NOTHING_IN_ROOM if room else NOTHING_MATCHES).replace(WHY_IN_ROOM, why)
     if pending:
         text = (
             f"{pending} message{_s(pending)} {'is' if pending == 1 else 'are'} still "
@@ -155,12 +158,14 @@ def render_hits(
     pending: int = 0,
     note: str = "",
     nothing_note: str = "",
+    why: str = WHY_IN_ROOM,
 ) -> Reply:
     """`room`: the query was narrowed to a room; `pending`: messages not indexed yet;
     `note`: said after the "Sources for" line (an edited reply says why); `nothing_note`:
-    added to "nothing matches" (a question the model does not read: language.py)."""
+    added to "nothing matches" (a question the model does not read: language.py); `why`:
+    how to ask why where the reply is read."""
     if not hits:
-        text = nothing_matches(room, pending) + (f" {nothing_note}" if nothing_note else "")
+        text = nothing_matches(room, pending, why) + (f" {nothing_note}" if nothing_note else "")
         return Reply(text, html.escape(text), ())
     if header is not None:
         plain, rich = [header], [f"<p>{html.escape(header)}</p><ol>"]

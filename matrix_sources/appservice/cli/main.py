@@ -291,6 +291,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="only chat windows or only reference sections",
     )
     sp.add_argument("--json", action="store_true", help="one JSON object per hit")
+    sp.add_argument(
+        "--why",
+        type=int,
+        default=None,
+        metavar="N",
+        help="why hit N ranked where it did (as `!sources why N`); after nothing "
+        "matches, --why 1 shows the closest message and how far off it was",
+    )
     sp.add_argument("--queries", default=None, help="batch mode: a JSONL file of queries")
     sp.set_defaults(func=cmd_search)
 

@@ -135,7 +135,12 @@ def render(cfg: Config, hits: list[dict], texts: tuple[str, ...]) -> str:
     searched)."""
     from ..bot.replies import render_hits
 
-    return render_hits([Hit.from_search_json(h) for h in hits], texts, cfg.homeserver.domain).body
+    return render_hits(
+        [Hit.from_search_json(h) for h in hits],
+        texts,
+        cfg.homeserver.domain,
+        why="`matrix-sources search --why 1` and the same question",
+    ).body
 
 
 def run_search(cfg: Config, args) -> int:
@@ -178,11 +183,62 @@ def run_search(cfg: Config, args) -> int:
         print(f"error: {describe(e, client, cfg) if client else e.message}", file=sys.stderr)
         return EX_TEMPFAIL if e.status in TEMPORARY else EX_USAGE if e.status == 400 else 1
     finally:
-        searching.close()
+        if args.why is None or searching.via != "data dir":
+            searching.close()
+    if args.why is not None:
+        try:
+            return _why(cfg, args.why, hits, query, searching)
+        finally:
+            searching.close()
     if args.json:
         print(json.dumps({"hits": hits}, ensure_ascii=False))
         return 0
     print(render(cfg, hits, query.texts))
+    return 0
+
+
+def _why(cfg: Config, n: int, hits: list[dict], query: SourceQuery, searching: Searching) -> int:
+    """`search --why N`: why hit N ranked where it did, as `!sources why N` says it;
+    after "nothing matches", why 1 is the closest hit below the floor and the floor it
+    missed (the data dir is searched here for it: the service's API returns hits only)."""
+    from ..bot.replies import render_why
+
+    if hits:
+        if not 1 <= n <= len(hits):
+            print(
+                f"error: --why {n}: the search had {len(hits)} hit{'s' * (len(hits) != 1)}; "
+                f"ask about 1 to {len(hits)}",
+                file=sys.stderr,
+            )
+            return EX_USAGE
+        hit = Hit.from_search_json(hits[n - 1])
+        print(render_why(n, hit, query.texts, cfg.search.rrf_k).body)
+        return 0
+    if n != 1:
+        print("error: --why: nothing matched; --why 1 explains the closest one", file=sys.stderr)
+        return EX_USAGE
+    if searching.via == "service":
+        print(
+            "Nothing matched. The running service tells the closest message only in the "
+            "room (`!sources why 1` after the same question); stopped, `matrix-sources "
+            "search --why 1` here explains it."
+        )
+        return 0
+    searcher = searching._local().searcher
+    _, closest = searcher.search_with_closest(query)
+    floor = searcher.floor
+    if closest is None:
+        print("Nothing matched, and nothing in the index is near it.")
+        return 0
+    print(
+        render_why(
+            1,
+            closest,
+            query.texts,
+            cfg.search.rrf_k,
+            floor=floor.for_query(query.texts) if floor is not None else None,
+        ).body
+    )
     return 0
 
 

@@ -14,6 +14,10 @@ from .linkage import responses as linked_after
 
 # A back and forth is followed this many follow-ups of the asker's past the question.
 DIALOGUE_HOPS = 3
+# Of the asker's later lines in the window, only those that go on with the matched
+# question are answered (issue 51: bob's next topic's reply was quoted under his first).
+FOLLOW_UPS_ONLY = True
+IMPLICIT = ("next", "more")  # linkage rules that link by place alone
 
 
 @dataclass(slots=True)
@@ -61,15 +65,36 @@ class Conversations:
         known = frozenset(n for m in p.later for n in names(m.sender))
         position = {m.event_id: i for i, m in enumerate(p.later)}
         found: dict[EventID, tuple[Message, str]] = {}
-        for q in p.window[anchor:]:
+        for at, q in enumerate(p.window[anchor:], start=anchor):
             i = position.get(q.event_id)
             if q.sender != asker or i is None:
                 continue
+            if FOLLOW_UPS_ONLY and at > anchor and not self.follows_up(p, anchor, at, found, known):
+                continue  # the asker's next topic: its responses are not this question's
             for link in linked_after(q, p.later[i + 1 :], self.horizon, p.thread_of, known):
                 found.setdefault(link.answer.event_id, (link.answer, link.rule))
         if self._dialogue(p, asker, known, found, position):
             position = {m.event_id: i for i, m in enumerate(p.later)}
         return sorted(found.values(), key=lambda a: position[a[0].event_id])
+
+    @staticmethod
+    def follows_up(
+        p: Plan,
+        anchor: int,
+        at: int,
+        found: dict[EventID, tuple[Message, str]],
+        known: frozenset[str],
+    ) -> bool:
+        """The asker's window line `at` goes on with the matched question: said before
+        anyone else spoke since it, or answering back to one who responded (a reply,
+        a pill, their name)."""
+        if all(m.sender == p.window[anchor].sender for m in p.window[anchor:at]):
+            return True
+        # Only those who surely responded: the next speaker may have started a topic.
+        sure = {e: mr for e, mr in found.items() if mr[1] not in IMPLICIT}
+        partners = {m.sender for m, _ in sure.values()}
+        theirs = {n for u in partners for n in names(u)}
+        return bool(partners) and _answers_back(p.window[at], partners, theirs, sure, known)
 
     def _dialogue(
         self,
@@ -92,14 +117,17 @@ class Conversations:
         for _ in range(DIALOGUE_HOPS):
             if start is None:
                 break
-            partners = {m.sender for m, _ in found.values()}
+            sure = {
+                e: mr for e, mr in found.items() if not FOLLOW_UPS_ONLY or mr[1] not in IMPLICIT
+            }
+            partners = {m.sender for m, _ in sure.values()}
             theirs = {n for u in partners for n in names(u)}
             follow = next(
                 (
                     i
                     for i in range(start + 1, len(p.later))
                     if p.later[i].sender == asker
-                    and _answers_back(p.later[i], partners, theirs, found, known)
+                    and _answers_back(p.later[i], partners, theirs, sure, known)
                 ),
                 None,
             )
@@ -122,7 +150,7 @@ class Conversations:
                         m
                         for m in ahead
                         if m.event_id not in position
-                        and _answers_back(m, partners, theirs, found, known)
+                        and _answers_back(m, partners, theirs, sure, known)
                     ),
                     None,
                 )

@@ -44,6 +44,11 @@ def said_before(window: Sequence[Message], anchor: int) -> list[int]:
     return out[::-1]
 
 
+def thanks(body: str) -> bool:
+    """The line thanks someone."""
+    return bool(_THANKS.search(body))
+
+
 def thanked(asker: UserID, later: Sequence[Message]) -> set[EventID]:
     """The messages the asker thanked: the last line of each other person before a
     thanks of the asker's that names them or no one ("@Monserrate thanks! that's what

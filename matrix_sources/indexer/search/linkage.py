@@ -35,11 +35,17 @@ from dataclasses import dataclass
 
 from ..ingest.addressing import addressed, names, norm, resolve
 from ..records import EventID, Message, UserID
+from .lines import thanks
 
 # "@name" anywhere in a message: Gitter's bridge glued it to the words around it
 # ("native@raghava", "@anddamWe only show").
 _AT = re.compile(r"@([A-Za-z0-9][\w.\-]{1,63})")
 MIN_GLUED = 4  # a glued "@nameword" must start with a name this long to count
+# One message answers one question (issue 51): once the asker thanked a response, or
+# asked anew (a question of theirs, no reply, addressed to no one), a later message
+# linked only by naming them (mention, address) is not this question's answer. A reply
+# or a thread still links.
+CLOSES = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +85,16 @@ def addressees(
     return frozenset(out)
 
 
+def _asks_anew(m: Message, known: frozenset[str], people: Sequence[frozenset[str]]) -> bool:
+    """The asker's line is a new question: it asks, replies to nothing and names no one."""
+    return (
+        m.body.rstrip().endswith("?")
+        and m.reply_to is None
+        and not m.mentions
+        and not addressees(m, known, people)
+    )
+
+
 def _addresses_other(m: Message, asker: UserID, to: frozenset[str]) -> bool:
     """Addressed, by text or m.mentions, to someone who is not the asker."""
     mine = names(asker)
@@ -106,11 +122,14 @@ def responses(
     people = [names(u) for u in sorted(senders)]
     out: list[Link] = []
     first_other = True  # no message by anyone else yet since the question
+    closed = False  # thanked, or asked anew: naming the asker no longer links here
     burst: UserID | None = None  # a responder whose messages go on answering
     for count, m in enumerate(later, start=1):
         if count > horizon.messages or m.ts > until:
             break
         if m.sender == asker:
+            if CLOSES and out and (thanks(m.body) or _asks_anew(m, known, people)):
+                closed = True
             continue  # the asker's own follow-ups neither answer nor break a burst
         to = addressees(m, known, people)
         rule = None
@@ -121,9 +140,9 @@ def responses(
         elif thread_of is not None and thread_of.get(m.event_id) == question.event_id:
             rule = "thread"
         elif asker in m.mentions:
-            rule = "mention"
+            rule = None if closed else "mention"
         elif to & mine:
-            rule = "address"
+            rule = None if closed else "address"
         elif not _addresses_other(m, asker, to):
             if first_other:
                 rule = "next"

@@ -37,7 +37,7 @@ from ..records import CORPUS_CHAT, EventID, Hit, Line, Message, Window, WindowID
 from ..store.eventlog.log import EventLog
 from . import lines
 from .abstain import QueryFloor
-from .conversation import Conversations, Plan
+from .conversation import IMPLICIT, Conversations, Plan
 from .evidence import NO_EVIDENCE, Evidence
 from .linkage import Horizon
 from .tokens import tokens
@@ -66,6 +66,16 @@ RESPONSE_FLOOR = 0.05  # a response inside the window (the conversation it is in
 # A window line that is no response is quoted only this close to the query: else fewer
 # lines are quoted.
 LINE_FLOOR = 0.3
+# Issue 51: a hit quotes its conversation only. The window's other lines do not pad it
+# (PAD_WITH_WINDOW off); the asker's follow-ups are quoted (FOLLOW_UPS); a response
+# linked only by its place (the next speaker, a burst: IMPLICIT) must come this close to
+# the query or the question (a new topic started right after is not an answer).
+PAD_WITH_WINDOW = False
+# A window holding the query's words with the messages its lines reply to, this many
+# replies back, is never refused (abstain.py: the words are what was asked for).
+REPLY_HOPS = 3
+FOLLOW_UPS = True
+IMPLICIT_FLOOR = 0.25
 # A question back is quoted after what its sender said later, not asking, when that
 # scores at least this share of it ("thats all i can think" does not; docs/benchmarks.md).
 SUPERSEDED = True
@@ -96,7 +106,7 @@ class Presenter:
     eventlog: EventLog
     embedder: Embedder
     horizon: Horizon = Horizon()
-    shown_lines: int = SHOWN_LINES
+    shown_lines: int = field(default_factory=lambda: SHOWN_LINES)
     _cache: OrderedDict = field(default_factory=OrderedDict, repr=False)
 
     def __post_init__(self) -> None:
@@ -160,7 +170,9 @@ class Presenter:
                     (w, vecs, anchor),
                 )
             )
-        above = [c for c in cands if floor is None or c.key >= floor.needed(c.hit.bodies)]
+        above = [
+            c for c in cands if floor is None or c.key >= floor.needed(self._conversation_bodies(c))
+        ]
         closest = None
         if not above and cands:
             best = min(cands, key=lambda c: (-(c.key + c.bonus), c.rank))
@@ -180,7 +192,7 @@ class Presenter:
             for c in above
         ]
         answers = [
-            self._answers(p, c.found[2]) if p and c.found else ([], set())
+            self._answers(p, c.found[2]) if p and c.found else ([], {})
             for c, p in zip(above, plans)
         ]
         answer_vecs = self._vectors([m.body for a, _ in answers for m, _ in a])
@@ -232,20 +244,30 @@ class Presenter:
             )
         return out, closest
 
-    def _answers(self, p: Plan, anchor: int) -> tuple[list[tuple[Message, str]], set]:
+    def _conversation_bodies(self, c: _Candidate) -> tuple[str, ...]:
+        """What the floor looks for the query's words in: the window's bodies, and those
+        of the earlier messages its lines reply to (REPLY_HOPS back): "phones
+        onboarding" is carol's question and her reply two lines later, cut into two
+        windows (issue 51)."""
+        if not REPLY_HOPS or not c.found:
+            return c.hit.bodies
+        earlier = self.eventlog.texts.replied_to(c.found[0], REPLY_HOPS)
+        return (*c.hit.bodies, *earlier.values()) if earlier else c.hit.bodies
+
+    def _answers(self, p: Plan, anchor: int) -> tuple[list[tuple[Message, str]], dict]:
         """The linked answers from outside the window (at most MAX_ANSWERS), and the
-        ids of every response, in the window or not."""
+        ids of every response, in the window or not, with the rule that linked it."""
         linked = self.conversations.responses(p, anchor)
         in_window = {m.event_id for m in p.window}
         outside = [a for a in linked if a[0].event_id not in in_window][:MAX_ANSWERS]
-        return outside, {a[0].event_id for a in linked}
+        return outside, {a[0].event_id: a[1] for a in linked}
 
     def _choose(
         self,
         p: Plan,
         vecs: np.ndarray,
         anchor: int,
-        found: tuple[list[tuple[Message, str]], set],
+        found: tuple[list[tuple[Message, str]], dict],
         avecs: np.ndarray,
         queries: np.ndarray,
         evidence: Evidence = NO_EVIDENCE,
@@ -253,6 +275,7 @@ class Presenter:
         answers, linked = found
         window = p.window
         question = window[anchor]
+        follow_ups = _follow_ups(p, anchor, linked) if FOLLOW_UPS else []
         # Responses: the window's later lines that respond to the asker, and the
         # linked answers from other windows; each must speak to the query or the
         # matched question (ANSWER_FLOOR; RESPONSE_FLOOR inside the window, where the
@@ -269,8 +292,17 @@ class Presenter:
         as_asked = self._as_question(vecs[anchor], question.body)
         for m, rule, v in cands:
             to_query, to_question = float((v @ queries.T).max()), float(v @ as_asked)
-            if max(to_query, to_question) < (ANSWER_FLOOR if rule else RESPONSE_FLOOR):
+            close = max(to_query, to_question)
+            if close < (ANSWER_FLOOR if rule else RESPONSE_FLOOR):
                 if rule and m.event_id in thanked:  # carried and cited, not quoted
+                    carried.add(m.event_id)
+                continue
+            if (
+                linked.get(m.event_id) in IMPLICIT
+                and m.event_id not in thanked
+                and close < IMPLICIT_FLOOR
+            ):  # carried and cited (it may be the answer), not quoted
+                if rule:
                     carried.add(m.event_id)
                 continue
             scored.append(
@@ -297,8 +329,15 @@ class Presenter:
             ),
         )
         picked = [(scored[i][0], scored[i][1]) for i in ranked[: self.shown_lines - 1]]
-        if len(picked) < self.shown_lines - 1:  # few responses: the window's lines that
-            sims = (vecs @ queries.T).max(axis=1)  # speak to the query, if any
+        # The asker's own follow-ups that answer back ("once they fix it, it should
+        # recover"): quoted where a response leaves room, before any other line.
+        picked += [
+            (m, "")
+            for m in follow_ups
+            if lines.says_something(m) and all(m.event_id != x.event_id for x, _ in picked)
+        ][: max(0, self.shown_lines - 1 - len(picked))]
+        if len(picked) < self.shown_lines - 1 and PAD_WITH_WINDOW:  # the window's lines
+            sims = (vecs @ queries.T).max(axis=1)  # that speak to the query, if any
             others = sorted(
                 (
                     i
@@ -361,11 +400,11 @@ class Presenter:
 
 
 def _once(
-    answers: list[tuple[list[tuple[Message, str]], set]],
+    answers: list[tuple[list[tuple[Message, str]], dict]],
     questions: list[np.ndarray | None],
     answer_vecs: np.ndarray,
     asked: list[Message | None],
-) -> list[tuple[list[tuple[Message, str]], set]]:
+) -> list[tuple[list[tuple[Message, str]], dict]]:
     """Each linked answer under one hit only (an answer addressed to a person links to
     all their questions; one line must not land under every one of them). ONCE_BY:
     "rank", the first hit carrying it (the hits are ranked by what answers the query,
@@ -391,6 +430,23 @@ def _once(
         ([a for a in found if owner[a[0].event_id][-1] == i], ids)
         for i, (found, ids) in enumerate(answers)
     ]
+
+
+def _follow_ups(p: Plan, anchor: int, linked: dict) -> list[Message]:
+    """The asker's lines after the matched question that go on with it: said before
+    anyone else spoke, or a reply to (or a pill of) one who responded."""
+    q = p.window[anchor]
+    linked = {e: r for e, r in linked.items() if r not in IMPLICIT}  # who surely responded
+    responders = {m.sender for m in p.later if m.event_id in linked}
+    out, alone = [], True
+    for m in p.later:
+        if m.ts < q.ts or m.event_id == q.event_id:
+            continue
+        if m.sender != q.sender:
+            alone = False
+        elif alone or m.reply_to in linked or bool(set(m.mentions) & responders):
+            out.append(m)
+    return out
 
 
 def _line(m: Message, linked: str) -> Line:

@@ -280,3 +280,29 @@ def test_an_imported_acl_refuses_and_withdraws_and_the_journal_shows_it(datadir,
     assert main(["journal", "-c", str(cfg), "--kind", "server_acl"]) == 0
     [fault] = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
     assert fault["detail"].startswith("deny[1] is not a string")
+
+
+def test_search_why_explains_a_hit_and_after_nothing_matches_the_closest(datadir, capsys):
+    """The shell's own `why` (issue 51): the CLI's "nothing matches" names `search --why
+    1`, not the room's `!sources why 1`, and --why N says why hit N ranked where it did."""
+    cfg, tmp = datadir
+    main(["import", "-c", str(cfg), "-q", str(tmp / "events.jsonl")])
+    capsys.readouterr()
+    assert main(["search", "-c", str(cfg), "--why", "1", "ntfs", "fstab"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Hit 1: ") and "fused score" in out
+    assert main(["search", "-c", str(cfg), "--why", "9", "ntfs", "fstab"]) == 2
+    assert "ask about 1 to" in capsys.readouterr().err
+    y = YAML()
+    data = y.load(cfg.read_text())
+    data["search"]["min_similarity"] = 0.99  # nothing clears it
+    with open(cfg, "w") as f:
+        y.dump(data, f)
+    assert main(["search", "-c", str(cfg), "quokkas", "islands"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Nothing in the index answers that")
+    assert "!sources" not in out and "matrix-sources search --why 1" in out
+    assert main(["search", "-c", str(cfg), "--why", "1", "quokkas", "islands"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Nothing matched; the closest was") and "floor" in out
+    assert main(["search", "-c", str(cfg), "--why", "2", "quokkas", "islands"]) == 2

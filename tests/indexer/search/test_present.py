@@ -697,3 +697,62 @@ def test_an_answer_the_asker_thanked_is_carried_however_far_its_words(wide_world
     assert "$a" in hit.to_json()["event_ids"] and "$a" not in hit.to_json()["shown_event_ids"]
     monkeypatch.setattr(present, "THANKED", False)
     assert carrier(wide_world).answers == ()
+
+
+def test_one_message_answers_at_most_one_question():
+    """Issue 51: alice asked three questions, each answered and thanked; hours later
+    someone names her in a message stuffed with the words of all three. It answers none
+    of them (each was closed by her thanks), and unthanked it answers only the last one
+    she asked; a reply still links to the line it replies to."""
+    from matrix_sources.indexer.records import EventID, Message, RoomID, UserID
+    from matrix_sources.indexer.search.linkage import Horizon, responses
+
+    room = RoomID(ROOM)
+
+    def m(eid, who, minute, body, reply_to=None, mentions=()):
+        return Message(
+            EventID(eid),
+            room,
+            UserID(who),
+            T0 + minute * 60_000,
+            body,
+            EventID(reply_to) if reply_to else None,
+            tuple(map(UserID, mentions)),
+        )
+
+    asked = [
+        "how do I purge remote media?",
+        "how do I rotate the signing key?",
+        "how do I compress the state tables?",
+    ]
+    said, qs = [], []
+    for i, body in enumerate(asked):
+        q = m(f"$q{i}", ALICE, 10 * i, body)
+        qs.append(q)
+        said += [
+            q,
+            m(f"$a{i}", BOB, 10 * i + 1, f"bob: answer {i}", mentions=[ALICE]),
+            m(f"$t{i}", ALICE, 10 * i + 2, "thanks bob!"),
+        ]
+    stuffed = m(
+        "$s",
+        CAROL,
+        300,
+        "alice: purge remote media rotate signing key compress state tables",
+        mentions=[ALICE],
+    )
+    pill = m("$p", CAROL, 301, "also: media signing state", mentions=[ALICE])
+    reply = m("$r", CAROL, 302, "the key: old_signing_keys", reply_to="$q1", mentions=[ALICE])
+
+    def linked(q, later):
+        return [l.answer.event_id for l in responses(q, later, Horizon())]
+
+    for i, q in enumerate(qs):
+        later = said[said.index(q) + 1 :] + [stuffed, pill, reply]
+        got = linked(q, later)
+        assert f"$a{i}" in got and "$s" not in got and "$p" not in got
+        assert ("$r" in got) == (i == 1)  # a reply links to what it replies to
+    # Not thanked: the stuffed message answers the last open question only.
+    unthanked = [x for x in said if not x.event_id.startswith("$t")] + [stuffed]
+    under = [q.event_id for q in qs if "$s" in linked(q, unthanked[unthanked.index(q) + 1 :])]
+    assert under == ["$q2"]

@@ -123,6 +123,32 @@ class TextReads:
             ).fetchall()
         return [r[0] for r in rows]
 
+    def replied_to(self, messages: Iterable[Message], hops: int) -> dict[EventID, str]:
+        """The bodies of the messages these reply to, and those they reply to, up to
+        `hops` replies back (indexed ones only: nothing redacted, forgotten or derived):
+        the conversation a window goes on with from an earlier one."""
+        seen = {m.event_id for m in messages}
+        todo = {m.reply_to for m in messages if m.reply_to} - seen
+        out: dict[EventID, str] = {}
+        for _ in range(hops):
+            if not todo:
+                break
+            ids = sorted(todo)
+            seen |= todo
+            todo = set()
+            with self.db.locked() as db:
+                for part in _chunks(ids):
+                    marks = ",".join("?" * len(part))
+                    for e, body, reply_to in db.execute(
+                        f"SELECT event_id, body, reply_to FROM events WHERE event_id IN "
+                        f"({marks}) AND body IS NOT NULL AND status = ?",
+                        [*part, EventStatus.INDEXED.value],
+                    ).fetchall():
+                        out[EventID(e)] = body
+                        if reply_to and reply_to not in seen:
+                            todo.add(EventID(reply_to))
+        return out
+
     def windows_messages(self, window_ids: Iterable[str]) -> dict[WindowID, list[Message]]:
         """Window id -> its messages now, for the windows that still hold any."""
         out: dict[WindowID, list[Message]] = {}
