@@ -28,7 +28,7 @@ from matrix_sources.indexer.ingest.roomfacts import facts_from_state
 from matrix_sources.indexer.ingest.sentaway import sent_away_at
 from matrix_sources.indexer.records import RoomID, UserID
 
-from ..homeserver.joining import join_servers, no_way_in
+from ..homeserver.joining import join_servers, no_way_in, server_of
 from ..httpclient import HttpClient, Unreachable
 from .check import Check
 from .doctor_follow import check_followed
@@ -122,7 +122,12 @@ def check_room(
                 warning=True,
             )
         return Check(f"room {room_id}", False, f"homeserver unreachable ({e.reason})")
-    if status in (403, 404) and not join_servers(room_id, via, own=cfg.homeserver.domain):
+    own = cfg.homeserver.domain
+    if (
+        status in (403, 404)
+        and server_of(room_id) != own  # a room of the bot's own server: as it always was
+        and not join_servers(room_id, via, own=own)
+    ):
         return Check(
             f"room {room_id}",
             False,
