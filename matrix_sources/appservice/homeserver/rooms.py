@@ -72,6 +72,9 @@ class Rooms:
         # spaces.py and upgrades.py, which the service wires in.
         self.followed = load_followed(cfg.data_dir)
         self.spaces: SpacesPort | None = None
+        # Told each time a room's state is learned: a tombstone pushed before the room's
+        # state was known is only seen then (the service follows the upgrade).
+        self.on_learned: Callable[[str], None] | None = None
         self.via: dict[RoomID, tuple[str, ...]] = {}  # the allowlist's, by room
         try:
             self.via = {r.room_id: r.via for r in load_listed(cfg.allowlist_path)}
@@ -177,6 +180,8 @@ class Rooms:
                 self.worker.notify()
                 if self._on_withdrawn is not None:
                     self._on_withdrawn(sorted(applied.redacted))
+            if self.on_learned is not None:
+                self.on_learned(room_id)
 
     # -- the allowlist file ------------------------------------------------------------
 

@@ -172,6 +172,7 @@ class Service:
             self.rooms.reload_allowlist,
             clock,
         )
+        self.rooms.on_learned = lambda room_id: self._spawn(self.upgrades.check(room_id), "upgrade")
         # A numbered transaction never came: every room read again (txngaps.py).
         self.gaps = TransactionGaps(self.rooms.backfill_all, clock=clock)
         # Past index.max_pending, Synapse keeps the events; pinged when there is room.
