@@ -56,8 +56,7 @@ def measure(windows: int) -> list[dict]:
     step("the service's and the bot's imports")
     from matrix_sources.indexer.models.embedder import DEFAULT_BACKEND, load_embedder
     from matrix_sources.indexer.search.searcher import Searcher, SourceQuery
-    from matrix_sources.indexer.search.termindex import TermIndex
-    from matrix_sources.indexer.search.termindex_build import start_term_index
+    from matrix_sources.indexer.store.eventlog.keywords_build import KeywordBuild
 
     model = load_embedder("all-MiniLM-L6-v2", DEFAULT_BACKEND, evalkit.OUT_DIR / "models")
     model.encode(["how do I mount an nfs share"])
@@ -69,13 +68,8 @@ def measure(windows: int) -> list[dict]:
     Searcher(model, store).search(SourceQuery.build(["how do I mount an nfs share"]))
     step(f"the first search: {len(store.segments.list)} segments' HNSW indexes loaded")
     t = time.perf_counter()
-    terms = start_term_index(TermIndex(), store.eventlog)  # nothing is written meanwhile
-    if not terms.ready.wait(3600):
-        raise SystemExit("error: the keyword postings were not built in an hour")
-    step(
-        f"the keyword postings built ({time.perf_counter() - t:.0f} s, "
-        f"{terms.stats()['postings']:,} postings)"
-    )
+    KeywordBuild(store.eventlog.db).run()  # a cache from before the index; nothing else writes
+    step(f"the keyword index on disk ready ({time.perf_counter() - t:.0f} s; none in memory)")
     release_free_memory()
     step("malloc_trim after the build (as the service does)")
     return steps

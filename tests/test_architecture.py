@@ -434,7 +434,14 @@ def test_the_composition_checks_can_fail(tmp_path):
 
 # Top-level modules of each package; every other module sits in the subpackage of its job.
 TOP_LEVEL = {
-    "indexer": {"__init__.py", "clock.py", "records.py", "components.py", "datadir.py"},
+    "indexer": {
+        "__init__.py",
+        "clock.py",
+        "records.py",
+        "tokens.py",  # the keyword tokenizer: the store cuts index keys, search queries
+        "components.py",
+        "datadir.py",
+    },
     "appservice": {"__init__.py", "logs.py", "app.py", "httpclient.py"},
 }
 
@@ -488,7 +495,7 @@ def test_the_module_placement_check_can_fail(tmp_path):
 # indexer's layers, imported downwards only (docs/architecture.md): each package uses
 # those below it and none above, so no two packages import each other.
 LAYERS = (
-    ("indexer.records", "indexer.clock", "indexer.config"),
+    ("indexer.records", "indexer.clock", "indexer.config", "indexer.tokens"),
     ("indexer.store",),  # what is kept: the event log, the vectors, the journal
     ("indexer.models",),  # the embedders and the turns they take
     ("indexer.ingest",),  # events in, appended to the store
@@ -535,7 +542,7 @@ def test_the_layer_check_can_fail():
             "indexer.pipeline.pipeline": {"indexer.ingest.history", "indexer.derived.filter"},
             "indexer.derived.audit": {"indexer.pipeline.chunker", "indexer.search.texts"},
             "indexer.search.present": {"indexer.components", "indexer.derived.filter"},
-            "indexer.store.vectors.chroma": {"indexer.search.termindex", "indexer.store"},
+            "indexer.store.vectors.chroma": {"indexer.search.lexical", "indexer.store"},
             "indexer.models.embedder": {"indexer.config", "indexer.pipeline.chunker"},
         }
     ) == [
@@ -546,7 +553,7 @@ def test_the_layer_check_can_fail():
         "indexer.records -> indexer.store.journal",
         "indexer.search.present -> indexer.components",
         "indexer.store.eventlog.log -> indexer.search.lexical",
-        "indexer.store.vectors.chroma -> indexer.search.termindex",
+        "indexer.store.vectors.chroma -> indexer.search.lexical",
     ]
 
 

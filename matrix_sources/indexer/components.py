@@ -38,11 +38,10 @@ from .search.abstain import Floor
 from .search.linkage import Horizon
 from .search.present import Presenter
 from .search.searcher import Searcher
-from .search.termindex import TermIndex
-from .search.termindex_build import start_term_index
 from .store.answers import AnswerLog
 from .store.commands import CommandLog
 from .store.compaction import Compaction
+from .store.eventlog.keywords_build import KeywordBuild
 from .store.eventlog.log import EventLog
 from .store.journal import Journal
 from .store.vectors.chroma import ChromaStore
@@ -51,27 +50,21 @@ from .store.vectors.server_files import ServerFiles, ServerFilesError
 from .store.writeguard import WriteGuard
 
 
-def open_store(
-    cfg: Config,
-    eventlog: EventLog | None = None,
-    inspect: bool = False,
-    terms: TermIndex | None = None,
-) -> ChromaStore:
+def open_store(cfg: Config, eventlog: EventLog | None = None, inspect: bool = False) -> ChromaStore:
     """The collection, with its text and its live generation read from the event log.
     `inspect` (doctor, the start refusal): never create or touch an event log that is
     missing or damaged; the collection is then opened without it (its live generation
-    found on disk, no text). `terms`: keyword postings the store keeps in step with
-    its writes (the collection's one writer only)."""
+    found on disk, no text)."""
     if eventlog is None and inspect:
         from .store.eventlog.check import check_eventlog
 
         if check_eventlog(cfg.database).state != "ok":
             return _chroma(cfg, None)
     eventlog = eventlog if eventlog is not None else EventLog(cfg.database)
-    return _chroma(cfg, eventlog, terms)
+    return _chroma(cfg, eventlog)
 
 
-def _chroma(cfg: Config, eventlog: EventLog | None, terms: TermIndex | None = None) -> ChromaStore:
+def _chroma(cfg: Config, eventlog: EventLog | None) -> ChromaStore:
     seg = cfg.chroma.segments
     policy = SegmentPolicy(seg.hot_windows, seg.merge_fanout, seg.max_windows)
     shared = cfg.index.pipeline == "external"  # workers write it too (segments.Segments)
@@ -85,14 +78,11 @@ def _chroma(cfg: Config, eventlog: EventLog | None, terms: TermIndex | None = No
                 server_files=files,
                 policy=policy,
                 shared=shared,
-                follower=terms,
             )
         except ServerFilesError as e:  # said as a config error: the key and the file
             key, _, message = str(e).partition(": ")
             raise ConfigError(cfg.file, key, message) from None
-    return ChromaStore(
-        path=cfg.chroma.path, eventlog=eventlog, policy=policy, shared=shared, follower=terms
-    )
+    return ChromaStore(path=cfg.chroma.path, eventlog=eventlog, policy=policy, shared=shared)
 
 
 def writers(
@@ -172,9 +162,9 @@ class Index:
     commands: CommandLog  # `!sources` commands taken and not answered yet
     manifest: Manifest | None = None  # artifacts: loaded on first use, not at open
     matcher: Matcher | None = None
-    # The keyword leg's postings (Index.open with `postings`), which the store keeps in
-    # step and the searcher reads; None: the leg scans the event log.
-    terms: TermIndex | None = None
+    # The keyword index's build for an event log from before it (Index.open with
+    # `postings`: the writer), which /health reports; None in other processes.
+    keywords: KeywordBuild | None = None
 
     @classmethod
     def open(
@@ -185,22 +175,22 @@ class Index:
         on_postings_ready: Callable[[], None] | None = None,
         clock: Clock = REAL,
     ) -> Index:
-        """`postings`: keep the lexical leg's postings in memory (termindex.py), built in
-        the background, then `on_postings_ready` runs; only for the process that is the
-        collection's one writer (the service, holding the data dir's lock). `clock`:
+        """`postings`: build the keyword index in the event log if it lacks one (an event
+        log from before it: store/eventlog/keywords_build.py), in the background, then
+        `on_postings_ready` runs; only for the process that is the collection's one
+        writer (the service, holding the data dir's lock). `clock`:
         the stamps of the event log, the journal, admission and claims, and the
         compaction schedule."""
         eventlog = EventLog(cfg.database, clock=clock)
         journal = Journal(cfg.journal_path, clock)
-        # 0 lexical_max_terms: no keyword leg, no postings. The store follows them from
-        # its opening, before the build lists the windows: what is written since reaches
-        # them.
-        terms = TermIndex() if postings and cfg.search.lexical_max_terms else None
-        store = open_store(cfg, eventlog, terms=terms)
-        # Searches first: before the model (the pipeline) and the postings' build.
+        store = open_store(cfg, eventlog)
+        # Searches first: before the model (the pipeline) and the keyword index's build.
         turns = ModelTurns(clock)
-        if terms is not None:
-            start_term_index(terms, eventlog, on_ready=on_postings_ready, turns=turns)
+        keywords = (
+            KeywordBuild(eventlog.db).start(turns.pause_for_queries, on_postings_ready)
+            if postings
+            else None
+        )
         embedder = embedder or load_embedder(
             cfg.index.embedder.model, cfg.index.embedder.backend, cfg.models_dir
         )
@@ -252,7 +242,6 @@ class Index:
             ),
             presenter=presenter,
             turns=turns,
-            terms=terms,
             # The room's label now (a renamed room shows its new name from the next
             # answer), and the rooms its upgrades chained (`--room here` covers them).
             label_of=ingest.label,
@@ -275,7 +264,7 @@ class Index:
             CommandLog(eventlog),
             manifest,
             matcher,
-            terms,
+            keywords,
         )
 
     def record_answer(

@@ -1,7 +1,8 @@
 """`matrix-sources eventlog migrate --to URL`: the data dir's SQLite event log moved to
 PostgreSQL (indexer/store/eventlog/move.py), with a progress bar and the total, counts
-verified, then store.database set in config.yaml (its comments kept). Run it with the
-service stopped; run it again after an interruption: it copies what is missing."""
+verified, the keyword index built there (a second bar), then store.database set in
+config.yaml (its comments kept). Run it with the service stopped; run it again after an
+interruption: it copies what is missing and builds the rest."""
 
 from __future__ import annotations
 
@@ -50,8 +51,16 @@ def run_migrate(cfg: Config, to: str, quiet: bool = False) -> int:
     lock = WriterLock(cfg.data_dir, "matrix-sources eventlog migrate").acquire()
     try:
         total = sum(row_counts(path).values())
-        with tqdm(total=total, desc="moving", unit="row", disable=quiet) as bar:
-            report = move_eventlog(path, target, bar.update)
+        with (
+            tqdm(total=total, desc="moving", unit="row", disable=quiet) as bar,
+            tqdm(desc="indexing words", unit="window", disable=quiet) as words,
+        ):
+
+            def indexing(done: int, of: int) -> None:
+                words.total = of
+                words.update(done - words.n)
+
+            report = move_eventlog(path, target, bar.update, indexing)
     finally:
         lock.release()
     rows = sum(report.tables.values())

@@ -22,7 +22,6 @@ from __future__ import annotations
 import io
 import json
 import sys
-import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -50,13 +49,10 @@ class Searching:
     under a long batch, or an MCP session): the running service's API, else the data
     dir opened here (the model loaded on the first such search, then kept)."""
 
-    def __init__(self, cfg: Config, clock: Clock | None = None, postings: bool = False) -> None:
-        """`postings`: a batch builds the keyword leg's postings first (seconds for
-        thousands of windows), as the service does, so that each query matches its
-        words in memory instead of scanning the event log once per word (a snapshot:
-        what a service writes meanwhile is not followed)."""
+    def __init__(self, cfg: Config, clock: Clock | None = None) -> None:
+        """Words are matched in the event log's keyword index (the service builds it
+        for an event log from before it; meanwhile a local search scans the text)."""
         self.cfg = cfg
-        self.postings = postings
         self.clock = clock or REAL  # looked up now: tests put a fake clock there
         self._index: Index | None = None
         self._said: set[str] = set()
@@ -117,11 +113,7 @@ class Searching:
 
             from .progress import load_model
 
-            self._index = Index.open(self.cfg, load_model(self.cfg), postings=self.postings)
-            terms = self._index.terms
-            while terms is not None and not terms.ready.wait(0.5):
-                if not any(t.name == "term-index" for t in threading.enumerate()):
-                    break  # the build failed (logged): the leg scans the event log instead
+            self._index = Index.open(self.cfg, load_model(self.cfg))
         return self._index
 
     def close(self) -> None:
@@ -261,7 +253,7 @@ def _batch(cfg: Config, path: Path, top: int) -> int:
     if not path.is_file():
         print(f"error: {path}: no such file", file=sys.stderr)
         return 1
-    searching = Searching(cfg, postings=True)
+    searching = Searching(cfg)
     errors = 0
     try:
         # A byte that is not UTF-8 fails its own line (as a lone surrogate), not the batch.

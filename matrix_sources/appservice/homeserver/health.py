@@ -54,6 +54,7 @@ class Health:
     detail: str = "starting"
     problems: dict[str, Problem] = field(default_factory=dict)  # check name -> probe
     backlog: Callable[[], dict] | None = None  # BacklogBound.report
+    keywords: Callable[[], dict] | None = None  # the keyword index: ready, or its build's progress
 
     def failures(self) -> dict[str, str]:
         return {
@@ -72,6 +73,8 @@ class Health:
         checks.update({name: name not in failures for name in self.problems})
         detail = "; ".join(failures.values()) if started else self.detail
         body = {"status": status, "checks": checks, "detail": detail}
+        if self.keywords is not None:
+            body["keyword_index"] = self.keywords()
         if self.backlog is not None:
             body["backlog"] = backlog = self.backlog()
             if backlog["full"] and started:

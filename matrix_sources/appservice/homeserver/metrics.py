@@ -91,7 +91,7 @@ class MetricSources:
     pipeline: Any  # indexer.pipeline.pipeline.Pipeline: stats, derived, failing
     transactions: Any  # .transactions.TransactionHandler: received, replayed
     worker: Any  # indexer.pipeline.worker.PipelineWorker: failures
-    terms: Any  # indexer.search.termindex.TermIndex (its ready, stats) or None
+    keywords: Any  # indexer.store.eventlog.keywords_build.KeywordBuild (its state) or None
     figures: EventLogFigures
     ready: Callable[[], bool]
     backlog: Any = None  # .backlog.BacklogBound: pending, oldest wait, bound, refusals
@@ -201,21 +201,13 @@ class _IndexCollector:
         yield c
 
     def _terms(self):
-        terms = self.sources.terms
+        state = self.sources.keywords.state if self.sources.keywords is not None else {}
         g = GaugeMetricFamily(
             "matrix_sources_term_index_ready",
-            "1 once the keyword leg answers from memory, not Chroma",
+            "1 once the keyword leg answers from the event log's keyword index, not a scan",
         )
-        g.add_metric([], 1.0 if terms is not None and terms.ready.is_set() else 0.0)
+        g.add_metric([], 1.0 if state.get("ready") else 0.0)
         yield g
-        if terms is not None:
-            t = terms.stats()
-            g = GaugeMetricFamily(
-                "matrix_sources_term_index_postings",
-                "Word postings the keyword leg keeps in memory",
-            )
-            g.add_metric([], t["postings"])
-            yield g
 
 
 @dataclass

@@ -116,17 +116,12 @@ class Service:
         self.cfg, self.clock = cfg, clock
         self.registration = service_registration(cfg)  # tokens: datadir.py
         self.lock = WriterLock(cfg.data_dir, "matrix-sources run").acquire()
-        # This process is the collection's one writer (the lock above): it keeps the
-        # lexical leg's postings in memory (indexer/search/termindex.py), built in the
-        # background. Not when workers write it (index.pipeline external): the postings
-        # would miss their windows, and the keyword leg scans the event log instead.
+        # This process is the collection's one writer (the lock above): it builds the
+        # keyword index of an event log from before it (store/eventlog/keywords.py), in
+        # the background; every process writing windows keeps it in step from then on.
         self.external = cfg.index.pipeline == "external"
         self.index = Index.open(
-            cfg,
-            embedder,
-            postings=not self.external,
-            on_postings_ready=release_free_memory,
-            clock=clock,
+            cfg, embedder, postings=True, on_postings_ready=release_free_memory, clock=clock
         )
         self.eventlog, self.store = self.index.eventlog, self.index.store
         self.embedder, self.gate = self.index.embedder, self.index.gate
@@ -217,6 +212,7 @@ class Service:
             model=True,
             detail="waiting for the homeserver",
             backlog=self.backlog.report,
+            keywords=self._keyword_state,
             problems={
                 "appends": appends_problem(lambda: self.transactions.append_failures),
                 "pipeline": pipeline_problem(
@@ -229,7 +225,7 @@ class Service:
                 self.pipeline,
                 self.transactions,
                 self.worker,
-                self.index.terms,
+                self.index.keywords,
                 EventLogFigures(self.eventlog.path, clock=clock),
                 lambda: self.health.ready,
                 self.backlog,
@@ -423,6 +419,11 @@ class Service:
             self.bot.on_withdrawn(result.history.redacted)
             self.bot.on_reactions(routed.reactions)  # votes on its answers (feedback)
             self.bot.on_redacted(routed.redacted)
+
+    def _keyword_state(self) -> dict:
+        """/health's keyword_index: ready, or how far its build got."""
+        build = self.index.keywords
+        return dict(build.state) if build is not None else {"ready": False}
 
     def _forgotten_now(self, user: str) -> bool:
         return UserID(user) in self.ingest.forgotten and self.ingest.forgotten[UserID(user)] is None

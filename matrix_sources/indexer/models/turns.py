@@ -20,8 +20,9 @@ BACKGROUND_WAIT_S and the search running then; a search, at most one pass beside
 searches ahead of it, as before. Who goes next is decided when a turn ends (the clock is
 injected: tests/indexer/models/test_fair_turns.py).
 
-The postings' build at start (search/termindex.py) does not use the model, but it is
-pure Python for minutes at a million windows and holds the GIL a search needs: it waits
+The keyword index's one-off build (store/eventlog/keywords_build.py: an event log from
+before it) does not use the model, but it is Python for minutes at a million windows
+and holds the GIL a search needs: it waits
 before each page while a search waits or runs (`pause_for_queries`). It takes no turn:
 a turn is exclusive, and the pipeline's forward passes, which let go of the GIL, run
 beside it.

@@ -20,8 +20,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from .termindex import matchable
-from .tokens import base_of, keys, matches, tokens
+from .tokens import base_of, keys, matchable, matches, tokens
 
 MAX_TERMS = 16
 # An identifier typed in capitals ("ECONNREFUSED", "EACCES", "HTTP"): an exact token.

@@ -2,11 +2,11 @@
 
 Text is cut into keys and query terms by one tokenizer (tokens.py): words, compounds
 (`max_bytes`, `nginx.conf`, `2.6.8`), character bigrams of Chinese, Japanese and Korean.
-The service answers a term from in-memory postings (termindex.py: built from the event
-log at start, kept in step by the store's writes, never written to disk); anything else
-(the CLI, the postings still being built) scans the event log's bodies with the same
-tokenizer (lexical.matching). Either way the leg sees exactly what the collection holds
-(a redacted word stops matching as soon as its window is re-upserted). Per query text:
+A term is answered from the keyword index in the event log (store/eventlog/keywords.py:
+written with the text, in the same transactions, by the same tokenizer); while an event
+log from before it is still being indexed, the leg scans the event log's bodies with
+the same tokenizer (lexical.matching). Either way the leg sees the windows the event
+log holds as indexed (a redacted word stops matching with the redaction). Per query text:
 
     terms     tokens.tokens: words and compounds whole, bigrams, stop words dropped; an
               alphabetic word of 5 or more letters loses a plural or verb ending and
@@ -30,10 +30,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..records import CORPUS_CHAT, CORPUS_REFERENCE
-from .termindex import TermIndex, doc_stats, matchable
-from .tokens import STOP_WORDS, base_of, borrowed, keys, matches, stem, tokens
+from .tokens import STOP_WORDS, base_of, borrowed, doc_keys, keys, matchable, matches, stem, tokens
 
 if TYPE_CHECKING:
+    from ..store.eventlog.keyword_reads import KeywordIndex
     from ..store.vectors.chroma import ChromaStore
 
 __all__ = [
@@ -108,13 +108,14 @@ Fetcher = Callable[[list[str]], Mapping[str, Sequence[str]]]
 
 @dataclass
 class LexicalRanker:
-    """Asks the in-memory postings (termindex.py) when they can answer every term of a
-    text, else Chroma: the same windows either way, in the same order."""
+    """Asks the keyword index in the event log (store/eventlog/keyword_reads.py) once it is
+    built, else scans the event log's text: the same windows either way, in the same
+    order."""
 
     match: Matcher
     fetch: Fetcher
     total: Callable[[], int]
-    index: TermIndex | None = None
+    index: KeywordIndex | None = None
 
     def rank(self, text: str, n: int, where: dict | None = None) -> list[str]:
         """Window ids best first by BM25 of the text's terms, at most n."""
@@ -128,40 +129,44 @@ class LexicalRanker:
     def df(self, term: str, where: dict | None = None) -> int:
         """How many stored windows hold the term (from the postings, else a scan)."""
         if self.index is not None:
-            got = self.index.slot_postings(*base_of(term), where=where)
+            got = self.index.df(*base_of(term), where=where)
             if got is not None:
-                return len(got[0])
+                return got
         return len(self.match(*base_of(term), where))
 
     def _from_index(self, words: list[str], where: dict | None) -> list[str] | None:
-        """_prefilter and _bm25 on the postings' arrays: the same pool in the same order
+        """_prefilter and _bm25 on the index's arrays: the same pool in the same order
         (ties by window id), without a Python loop over every matching window."""
         index = self.index
         assert index is not None
-        with index.locked():  # slots stay put meanwhile
-            hits: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-            for t in words:
-                got = index.slot_postings(*base_of(t), where=where)
-                if got is None:
-                    return None  # not ready: scan
-                if len(got[0]):
-                    hits[t] = got
-            if not hits:
-                return []
-            total = max(index.count(), 1)
-            idf = {t: _idf(total, len(slots)) for t, (slots, _) in hits.items()}
-            coarse = np.zeros(index.slots())
-            for t, (slots, _) in hits.items():
-                coarse[slots] += idf[t]  # in term order, as _prefilter adds them
-            pool_slots, pool = _best(coarse, index)
-            if not pool:
-                return []
-            lengths = index.slot_lengths(pool_slots)
-            tfs = []
-            for slots, tf in hits.values():
-                at = np.searchsorted(slots, pool_slots)
-                found = (at < len(slots)) & (slots[np.minimum(at, len(slots) - 1)] == pool_slots)
-                tfs.append(np.where(found, tf[np.minimum(at, len(slots) - 1)], 0))
+        hits: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        for t in words:
+            got = index.postings(*base_of(t), where=where)
+            if got is None:
+                return None  # a filter the index does not take: scan
+            if len(got[0]):
+                hits[t] = got
+        if not hits:
+            return []
+        total = max(index.count(), 1)
+        idf = {t: _idf(total, len(docs)) for t, (docs, _) in hits.items()}
+        # Every doc any term holds, once; coarse scores added in term order, as
+        # _prefilter adds them (the same floats).
+        cand, at = np.unique(np.concatenate([d for d, _ in hits.values()]), return_inverse=True)
+        coarse = np.zeros(len(cand))
+        start = 0
+        for t, (docs, _) in hits.items():
+            coarse[at[start : start + len(docs)]] += idf[t]
+            start += len(docs)
+        pool_docs, pool = _best(cand, coarse, index)
+        if not pool:
+            return []
+        lengths = index.lengths(pool_docs)
+        tfs = []
+        for docs, tf in hits.values():
+            i = np.searchsorted(docs, pool_docs)
+            found = (i < len(docs)) & (docs[np.minimum(i, len(docs) - 1)] == pool_docs)
+            tfs.append(np.where(found, tf[np.minimum(i, len(docs) - 1)], 0))
         return _bm25_arrays(pool, list(idf.values()), tfs, lengths)
 
     def _from_scan(self, words: list[str], where: dict | None) -> list[str]:
@@ -174,8 +179,7 @@ class LexicalRanker:
             return []
         idf, pool = _prefilter(hits, max(self.total(), 1))
         docs = self.fetch(pool)
-        parts = {w: matchable(docs.get(w, ())) for w in pool}
-        counts = {w: doc_stats(parts[w]) for w in pool}
+        counts = {w: doc_keys(docs.get(w, ())) for w in pool}
 
         def tf(w: str, t: str) -> int:
             if w not in hits[t]:
@@ -190,29 +194,22 @@ def _idf(total: int, df: int) -> float:
     return math.log(1 + (total - df + 0.5) / (df + 0.5))
 
 
-def _best(coarse: np.ndarray, index: TermIndex) -> tuple[np.ndarray, list[str]]:
-    """The slots and ids of the PREFILTER best windows by coarse score, best first,
-    ties by window id: what _prefilter's sort gives."""
-    cand = np.flatnonzero(coarse != 0)  # on a bool array: 7x faster than on floats
-    scores = coarse[cand]
+def _best(
+    cand: np.ndarray, coarse: np.ndarray, index: KeywordIndex
+) -> tuple[np.ndarray, list[str]]:
+    """The docs and ids of the PREFILTER best windows by coarse score, best first, ties
+    by window id: what _prefilter's sort gives."""
     if len(cand) > PREFILTER:
-        floor = np.partition(scores, len(scores) - PREFILTER)[len(scores) - PREFILTER]
-        above, tied = cand[scores > floor], cand[scores == floor]
+        floor = np.partition(coarse, len(coarse) - PREFILTER)[len(coarse) - PREFILTER]
+        above, tied = cand[coarse > floor], cand[coarse == floor]
         need = PREFILTER - len(above)
-        # Ties at the floor (one word: every window with it) by window id, smallest first:
-        # narrowed first by the ids' keys (termindex.id_key: the need smallest ids have
-        # keys at most the need-th smallest key), so thousands of tied slots are not all
-        # turned back into id strings (5 ms of a query with one common word).
-        if len(tied) > need:
-            keys = index.slot_keys(tied)
-            tied = tied[keys <= np.partition(keys, need - 1)[need - 1]]
-        tied_ids = index.ids_of(tied)
-        by_id = dict(zip(tied_ids, tied.tolist()))
-        cand = np.concatenate(
-            [above, np.array([by_id[w] for w in heapq.nsmallest(need, tied_ids)], dtype=np.int64)]
-        )
-        scores = coarse[cand]
-    ids, listed = index.ids_of(cand), scores.tolist()
+        # Ties at the floor (one word: every window with it) by window id, smallest
+        # first, picked by the index (the ids of the others are never read).
+        picked = [d for _, d in index.smallest(tied, need)] if need else []
+        keep = np.concatenate([above, np.array(picked, dtype=np.int64)])
+        coarse = coarse[np.searchsorted(cand, keep)]
+        cand = keep
+    ids, listed = index.ids_of(cand), coarse.tolist()
     order = sorted(range(len(cand)), key=lambda i: (-listed[i], ids[i]))
     return cand[np.array(order, dtype=np.int64)], [ids[i] for i in order]
 

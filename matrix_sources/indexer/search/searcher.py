@@ -57,7 +57,6 @@ from .query import (  # noqa: F401
     QueryError,
     SourceQuery,
 )
-from .termindex import TermIndex
 from .texts import WindowTexts
 
 DEFAULT_RRF_K = 60
@@ -102,9 +101,6 @@ class Searcher:
 
     # The model shared with the pipeline: a search goes first (models/turns.py).
     turns: ModelTurns | None = None
-    # The keyword leg's postings, kept in step with the store's writes (the service's:
-    # components.Index.open); None: the leg scans the event log.
-    terms: TermIndex | None = None
     # A room's label now (None: the one its windows were stored with), and the rooms a
     # room filter covers (its upgrade chain; None: the room alone).
     label_of: Callable[[RoomID], str] | None = None
@@ -173,7 +169,7 @@ class Searcher:
         sense would take seconds."""
         if not self.lexical_max_terms:
             return None
-        ranker = _lexical_ranker(self.store, self.terms)
+        ranker = _lexical_ranker(self.store)
         return ranker.df if ranker.index is not None else None
 
     def _evidence(self, texts: list[str]) -> Evidence:
@@ -181,7 +177,7 @@ class Searcher:
         script, lexical.weighed_text); none without a keyword leg."""
         if not self.lexical_max_terms:
             return NO_EVIDENCE
-        ranker = _lexical_ranker(self.store, self.terms)
+        ranker = _lexical_ranker(self.store)
         asked = [weighed_text(t, self.lexical_max_terms) for t in texts]
         return Evidence.of(
             asked,
@@ -207,7 +203,7 @@ class Searcher:
 
     def _lexical_lists(self, texts: list[str], n: int, where: dict | None) -> list[list[str]]:
         """The keyword leg's ranked ids, one list per text it searches (lexical_text)."""
-        ranker = _lexical_ranker(self.store, self.terms)
+        ranker = _lexical_ranker(self.store)
         asked = [lexical_text(t, self.lexical_max_terms) for t in texts]
         return [ids for ids in (ranker.rank(t, n, where) for t in asked if t) if ids]
 
@@ -288,13 +284,14 @@ class Searcher:
         return hits, found
 
 
-# While the service builds its postings at start, the word leg would scan the event log
-# instead, which takes seconds past this many windows (bench/scale.py): it waits for the
-# postings, and the text is searched by meaning alone meanwhile.
+# While the keyword index of an event log from before it is built (the service's first
+# start: store/eventlog/keywords.py), the word leg would scan the event log instead,
+# which takes seconds past this many windows (bench/scale.py): it waits for the index,
+# and the text is searched by meaning alone meanwhile.
 SCAN_WINDOWS_MAX = 20_000
 
 
-def _lexical_ranker(store: ChromaStore, postings: TermIndex | None) -> LexicalRanker:
+def _lexical_ranker(store: ChromaStore) -> LexicalRanker:
     texts = WindowTexts(store.eventlog)
 
     def fetch(ids: list[str]) -> dict[str, tuple[str, ...]]:
@@ -306,11 +303,12 @@ def _lexical_ranker(store: ChromaStore, postings: TermIndex | None) -> LexicalRa
             for w, (text, lines) in zip(windows, texts.read(windows))
         }
 
-    # The postings once built (the service's, following its store; termindex.py).
-    terms = postings if postings is not None and postings.ready.is_set() else None
-    if postings is not None and terms is None and store.count() > SCAN_WINDOWS_MAX:
-        # Postings still building, and a scan would take seconds a term: no word leg yet,
-        # and every term weighs the same (df 0).
+    # The keyword index in the event log, once built (keywords.py).
+    eventlog = store.eventlog
+    terms = eventlog.keywords if eventlog is not None and eventlog.keywords.ready() else None
+    if eventlog is not None and terms is None and store.count() > SCAN_WINDOWS_MAX:
+        # The index still building, and a scan would take seconds a term: no word leg
+        # yet, and every term weighs the same (df 0).
         return LexicalRanker(lambda base, prefix, where: [], fetch, store.count, None)
     return LexicalRanker(
         lambda base, prefix, where: matching(store, base, prefix, where), fetch, store.count, terms

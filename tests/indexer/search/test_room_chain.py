@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from matrix_sources.indexer.search.query import SourceQuery
 from matrix_sources.indexer.search.searcher import Searcher
-from matrix_sources.indexer.search.termindex import _wanted
+from matrix_sources.indexer.store.eventlog.keyword_reads import _wanted
 from tests.indexer.search.test_search import OTHER, ROOM, chat  # noqa: F401  (the fixture)
 
 

@@ -100,7 +100,7 @@ def open_index(data_dir, postings: bool) -> Index:
     cfg = load_config(data_dir / "config.yaml")
     ready = threading.Event()
     index = Index.open(cfg, NoiseEmbedder(), postings=postings, on_postings_ready=ready.set)
-    if index.terms is not None:
+    if index.keywords is not None:
         assert ready.wait(60)
     return index
 

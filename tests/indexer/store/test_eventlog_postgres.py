@@ -10,7 +10,7 @@ import pytest
 
 from matrix_sources.indexer.config import ConfigError, load_config
 from matrix_sources.indexer.ingest.events import MessageEvent, parse_event
-from matrix_sources.indexer.records import EventID, Message, RoomID, UserID
+from matrix_sources.indexer.records import EventID, Message, RoomID, UserID, WindowID
 from matrix_sources.indexer.store.eventlog.check import check_eventlog
 from matrix_sources.indexer.store.eventlog.log import EventLog
 from matrix_sources.indexer.store.eventlog.schema import LATEST
@@ -179,6 +179,8 @@ def test_migrate_moves_the_sqlite_log_and_search_answers_the_same_without_reembe
         assert stored_vectors(store, sorted(vectors)) == vectors
         log = EventLog(dsn)
         assert log.counts() == {"indexed": 6}
+        # The keyword index was built there from the copied text (not copied).
+        assert log.keywords.ready() and log.keywords.count() == len(log.window_ids()) > 0
         # New events continue the sequence past the copied ones.
         log.append(
             [
@@ -290,6 +292,32 @@ def test_analyze_keeps_no_sample_of_message_text():
         assert room_sampled == 1  # the check can see statistics where they are kept
 
 
+def test_analyze_keeps_no_sample_of_the_keyword_index():
+    """The keyword index's keys are the messages' words: ANALYZE must keep no sample of
+    them either (migration 16), or a withdrawn word would stay in pg_statistic."""
+    import psycopg
+
+    with fresh_schema() as dsn:
+        log = EventLog(dsn)
+        msgs = [
+            Message(EventID(f"$m{i}"), ROOM, UserID("@a:x"), i, "kwstat-canary-48")
+            for i in range(50)
+        ]
+        log.append([(m, None) for m in msgs])
+        log.mark_indexed(ROOM, {m.event_id: WindowID(f"w{m.ts}") for m in msgs}, msgs[-1])
+        assert log.keywords.count() == 50
+        log.close()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("ANALYZE kw_postings")
+            stats = dict(
+                conn.execute(
+                    "SELECT attname, count(*) FROM pg_stats WHERE schemaname ="
+                    " current_schema() AND tablename = 'kw_postings' GROUP BY attname"
+                ).fetchall()
+            )
+        assert "key" not in stats and stats.get("doc") == 1  # the check sees statistics
+
+
 def test_analyze_keeps_no_sample_of_command_text():
     """Issue 44: a `!sources` command's text waits in `commands.body` until it is
     answered; ANALYZE (autovacuum's too) copied a sample of it into pg_statistic, where
@@ -298,7 +326,7 @@ def test_analyze_keeps_no_sample_of_command_text():
 
     from matrix_sources.indexer.store.commands import CommandLog
     from matrix_sources.indexer.store.eventlog.db import Database
-    from matrix_sources.indexer.store.eventlog.schema import migrate
+    from matrix_sources.indexer.store.eventlog.schema import LATEST, migrate
 
     sampled = (
         "SELECT count(*) FROM pg_stats WHERE schemaname = current_schema() AND"
@@ -326,11 +354,71 @@ def test_analyze_keeps_no_sample_of_command_text():
             assert conn.execute(sampled).fetchone()[0] == 1  # the check sees a sample
             conn.execute("UPDATE schema_version SET version = 14")
         db = Database(dsn, upgrade=False)
-        assert migrate(db) == [15]
+        assert migrate(db) == list(range(15, LATEST + 1))
         db.close()
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("ANALYZE commands")
             assert conn.execute(sampled).fetchone()[0] == 0
+
+
+def test_vacuum_full_leaves_no_withdrawn_word_in_the_files_of_the_tables_that_held_it():
+    """docs/storage.md's path on PostgreSQL, done: a redacted message's text and its
+    words (the keyword index's rows) sit in dead row versions until `VACUUM FULL`; after
+    it and a CHECKPOINT, no file of those tables or of their indexes holds them. Reads
+    the server's files: skipped where the server is not on this machine."""
+    from pathlib import Path
+
+    import psycopg
+
+    from matrix_sources.indexer.ingest.events import RedactionEvent
+    from matrix_sources.indexer.ingest.history import History
+
+    canary = b"vacfullcanary48"
+    with fresh_schema() as dsn:
+        log = EventLog(dsn)
+        msgs = [
+            Message(EventID(f"$m{i}"), ROOM, UserID("@a:x"), i, f"plain words {i}")
+            for i in range(20)
+        ]
+        msgs.append(
+            Message(EventID("$c"), ROOM, UserID("@a:x"), 99, f"secret {canary.decode()} here")
+        )
+        log.append([(m, None) for m in msgs])
+        log.mark_indexed(ROOM, {m.event_id: WindowID(f"w{m.ts}") for m in msgs}, msgs[-1])
+        tables = ("events", "edits", "ref_chunks", "feedback_questions", "commands", "kw_postings")
+
+        def files(conn) -> list[Path]:
+            root = Path(conn.execute("SHOW data_directory").fetchone()[0])
+            rels = [
+                r[0]
+                for t in tables
+                for r in conn.execute(
+                    "SELECT pg_relation_filepath(c.oid) FROM pg_class c WHERE c.oid = %s::regclass"
+                    " OR c.oid IN (SELECT indexrelid FROM pg_index WHERE indrelid = %s::regclass)"
+                    " OR c.oid = (SELECT reltoastrelid FROM pg_class WHERE oid = %s::regclass)",
+                    (t, t, t),
+                )
+                if r[0]
+            ]
+            return [p for rel in rels for p in (root / rel).parent.glob(Path(rel).name + "*")]
+
+        def holding(conn) -> list[Path]:
+            conn.execute("CHECKPOINT")  # the pages written to the files
+            return [p for p in files(conn) if canary in p.read_bytes()]
+
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            try:
+                assert holding(conn)  # the check sees the text and the words
+            except (psycopg.errors.InsufficientPrivilege, PermissionError, OSError) as e:
+                pytest.skip(f"the server's files are not readable here: {e}")
+            History(log).apply(
+                [RedactionEvent(ROOM, EventID("$r"), UserID("@a:x"), EventID("$c"), 100)]
+            )
+            assert log.keywords.postings("vacfullcanary48", False) is not None
+            assert len(log.keywords.postings("vacfullcanary48", False)[0]) == 0  # type: ignore[index]
+            conn.execute(f"VACUUM FULL {', '.join(tables)}")
+            assert holding(conn) == []
+        log.close()
 
 
 def test_the_postgresql_remedy_names_every_table_that_holds_text():
@@ -343,4 +431,11 @@ def test_the_postgresql_remedy_names_every_table_that_holds_text():
     doc = (ROOT / "docs" / "storage.md").read_text()
     [remedy] = re.findall(r"So, after redactions.*?`VACUUM\s+FULL\s+([a-z_,\s]+)`", doc, re.S)
     tables = {t.strip() for t in remedy.split(",")}
-    assert tables == {"events", "edits", "ref_chunks", "feedback_questions", "commands"}
+    assert tables == {
+        "events",
+        "edits",
+        "ref_chunks",
+        "feedback_questions",
+        "commands",
+        "kw_postings",
+    }

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...records import EventID, EventStatus, RoomID, WindowID
+from . import keywords
 from .db import Database
 from .rows import DerivedMark
 from .sqldialect import Cursor
@@ -41,6 +42,7 @@ class DerivedColumns:
                 if row is not None and row[0]:
                     windows[row[0]] = row[1]
             self._mark(cur, EventStatus.INDEXED, rows)
+            keywords.refresh(cur, windows)  # their words leave with them
             cur.executemany(
                 "INSERT INTO dirty_windows (window_id, room_id, redacted)"
                 " VALUES (?, ?, 1) ON CONFLICT(window_id) DO UPDATE SET"

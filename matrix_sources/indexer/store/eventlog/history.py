@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...records import EventID, EventStatus, RoomID, UserID, WindowID
+from . import keywords
 from .db import Database
 from .feedback import expire_room_in, forget_user_in, forget_user_in_room
 from .rows import DirtyWindow, Forgotten, Withdrawn
@@ -176,6 +177,7 @@ class HistoryTables:
             (EventStatus.REDACTED.value, *args, *gone),
         )
         windows = {(w, r) for _, r, w in rows if w is not None}
+        keywords.refresh(cur, [w for w, _ in windows])  # the words go with the text
         cur.executemany(
             "INSERT INTO dirty_windows (window_id, room_id, redacted)"
             " VALUES (?, ?, 1) ON CONFLICT(window_id) DO UPDATE SET"
@@ -257,6 +259,7 @@ class HistoryTables:
         )
         if row[3] is not None:
             self.mark_dirty(cur, row[3], op.room_id, redacted=True)
+            keywords.refresh(cur, [row[3]])  # the words go with the text
         return True
 
     def _edit(self, cur: Cursor, op: Edit, now_ms: int) -> bool:
@@ -284,6 +287,7 @@ class HistoryTables:
         )
         if row[2] == EventStatus.INDEXED.value and row[3] is not None:
             self.mark_dirty(cur, row[3], op.room_id)  # re-cut, its messages judged again
+            keywords.refresh(cur, [row[3]])  # found by what it says now
         elif row[2] == EventStatus.DERIVED.value:
             # Judged again as it reads now: the derived filter sees it pending.
             cur.execute(

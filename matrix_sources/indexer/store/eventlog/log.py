@@ -19,11 +19,13 @@ from typing import Any
 from ...clock import REAL, Clock
 from ...config import Database as Location
 from ...records import EventID, EventStatus, Message, RoomID, UserID, WindowID
+from . import keywords
 from .claims import ClaimTables
 from .db import Database
 from .derived import DerivedColumns
 from .feedback import FeedbackTables, forget_room_in
 from .history import Applied, Edit, HistoryTables, Redaction
+from .keyword_reads import KeywordIndex
 from .rows import BlockStart, EventState, Quarantined, RoomFigures, WindowMove
 from .sqldialect import Cursor as SqlCursor
 from .status import StatusReads
@@ -117,6 +119,7 @@ class EventLog:
         self.claims = ClaimTables(self.db)
         self.status = StatusReads(self.db)
         self.feedback = FeedbackTables(self.db)
+        self.keywords = KeywordIndex(self.db)
 
     def close(self) -> None:
         self.db.close()
@@ -264,12 +267,15 @@ class EventLog:
         now = self.clock.now_ms()
         live = (EventStatus.PENDING.value, EventStatus.INDEXED.value)
         with self.transaction() as cur:
+            before = self._windows_of(cur, list(assignments))
             cur.executemany(
                 "UPDATE events SET status = ?, window_id = ? WHERE event_id = ?"
                 " AND status IN (?, ?)",
                 [(EventStatus.INDEXED.value, w, e, *live) for e, w in assignments.items()],
             )
             self._withdrawn_meanwhile(cur, assignments)
+            # The keyword index holds what the windows hold now, from this transaction.
+            keywords.refresh(cur, before | set(assignments.values()))
             cur.execute(
                 "INSERT INTO cursors (room_id, event_id, ts, updated_at) VALUES (?, ?, ?, ?)"
                 " ON CONFLICT(room_id) DO UPDATE SET event_id = excluded.event_id,"
@@ -284,6 +290,20 @@ class EventLog:
                     " SET first_event_id = excluded.first_event_id",
                     (room_id, block_start.thread_root or "", block_start.first_event),
                 )
+
+    @staticmethod
+    def _windows_of(cur: SqlCursor, event_ids: list[EventID]) -> set[str]:
+        out: set[str] = set()
+        for part in _chunks(event_ids):
+            out.update(
+                r[0]
+                for r in cur.execute(
+                    "SELECT DISTINCT window_id FROM events WHERE window_id IS NOT NULL"
+                    f" AND event_id IN ({','.join('?' * len(part))})",
+                    part,
+                )
+            )
+        return out
 
     def _withdrawn_meanwhile(self, cur: SqlCursor, assignments: dict[EventID, WindowID]) -> None:
         """Events redacted (or forgotten, or expired) while their window was embedded:
@@ -333,6 +353,7 @@ class EventLog:
                 (EventStatus.PENDING.value, self.clock.now_ms(), EventStatus.INDEXED.value),
             )
             n = cur.rowcount
+            keywords.drop_chat(cur)
             cur.execute("DELETE FROM cursors")
             cur.execute("DELETE FROM open_blocks")
             cur.execute("DELETE FROM dirty_windows")
@@ -349,6 +370,7 @@ class EventLog:
                     (EventStatus.PENDING.value, self.clock.now_ms(), w, EventStatus.INDEXED.value),
                 )
                 n += cur.rowcount
+            keywords.drop(cur, window_ids)
         return n
 
     def rewindow_many(self, moves: list[WindowMove]) -> None:
@@ -364,6 +386,7 @@ class EventLog:
                         (move.new, move.old, EventStatus.INDEXED.value),
                     )
                 cur.execute("DELETE FROM dirty_windows WHERE window_id = ?", (move.old,))
+            keywords.refresh(cur, [w for m in moves for w in (m.old, m.new)])
 
     def cursor(self, room_id: RoomID) -> Cursor | None:
         with self.db.locked() as db:
@@ -460,6 +483,7 @@ class EventLog:
                     (EventStatus.PURGED.value, room_id, EventStatus.PURGED.value),
                 )
                 purged = cur.rowcount
+                keywords.drop_room(cur, room_id)
                 cur.execute("DELETE FROM cursors WHERE room_id = ?", (room_id,))
                 cur.execute("DELETE FROM open_blocks WHERE room_id = ?", (room_id,))
                 # Edits hold message text too; dirty windows are gone with the room.

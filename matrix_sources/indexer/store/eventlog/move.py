@@ -6,6 +6,10 @@
         copies what is missing, never a row twice
     then: the target's identity sequence set past the copied `seq`s, and every table's
         row count compared with the source's; a difference fails the move, naming it
+    then: the keyword index (eventlog/keywords.py) built in the target from the copied
+        text, a page of windows a transaction, resumable like the copy: its tables and
+        its `meta` rows are not copied (a WITHOUT ROWID table has no rowid to page by,
+        and building it is one pass over the text the copy just wrote)
 
 Every table moves as it is, `meta` included: the Chroma collection's live generation,
 the embedder's record and the cursors come along, so the collection stays valid and
@@ -21,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...config import Database as Location
+from . import keywords
 from .db import Database
 
 PAGE = 5000  # rows per read and per target transaction
@@ -38,12 +43,21 @@ class MoveReport:
 
 
 def _tables(db: Database) -> list[str]:
+    """The tables a move copies: not the keyword index's, which the target builds."""
     with db.transaction(immediate=False) as cur:
         return sorted(
             t
             for t in db.dialect.tables(cur)
-            if t != "schema_version" and not t.startswith("sqlite_")
+            if t != "schema_version" and not t.startswith(("sqlite_", "kw_"))
         )
+
+
+# The keyword index's own state in `meta` (keywords.READY, AFTER): the target's own.
+_NOT_COPIED = " WHERE key NOT LIKE 'keywords%'"
+
+
+def _where(table: str) -> str:
+    return _NOT_COPIED if table == "meta" else ""
 
 
 def _columns_in_order(db: Database, table: str) -> list[str]:
@@ -53,7 +67,7 @@ def _columns_in_order(db: Database, table: str) -> list[str]:
 
 def _count(db: Database, table: str) -> int:
     with db.locked() as conn:
-        return int(conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
+        return int(conn.execute(f"SELECT COUNT(*) FROM {table}{_where(table)}").fetchone()[0])
 
 
 def row_counts(source: Path) -> dict[str, int]:
@@ -66,14 +80,21 @@ def row_counts(source: Path) -> dict[str, int]:
 
 
 def move_eventlog(
-    source: Path, target: Location | str, progress: Callable[[int], None] | None = None
+    source: Path,
+    target: Location | str,
+    progress: Callable[[int], None] | None = None,
+    indexing: Callable[[int, int], None] | None = None,
 ) -> MoveReport:
     """Copy every row of the SQLite event log at `source` into `target`; see the module
-    docstring. `progress(n)`: n more source rows handled."""
+    docstring. `progress(n)`: n more source rows handled; `indexing(done, total)`: the
+    keyword index's build, windows done of the total."""
     src = Database(source)  # brought up to the latest schema: the target's
     dst = Database(target)
     report = MoveReport()
     try:
+        if _count(dst, "events") == 0:  # a new target: its index (empty, ready) goes
+            with dst.transaction() as cur:
+                keywords.reset(cur)
         wanted = set(_tables(dst))
         for table in _tables(src):
             if table not in wanted:
@@ -90,6 +111,8 @@ def move_eventlog(
             held = _count(dst, table)
             if held != n:
                 report.mismatched[table] = (n, held)
+        if report.ok:
+            keywords.build(dst, indexing)
     finally:
         src.close()
         dst.close()
@@ -109,7 +132,8 @@ def _copy_table(
     while True:
         with src.locked() as conn:
             rows = conn.execute(
-                f"SELECT rowid, {names} FROM {table} WHERE rowid > ? ORDER BY rowid LIMIT ?",
+                f"SELECT rowid, {names} FROM {table} WHERE rowid > ?"
+                f"{_where(table).replace(' WHERE ', ' AND ')} ORDER BY rowid LIMIT ?",
                 (after, PAGE),
             ).fetchall()
         if not rows:

@@ -21,6 +21,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Protocol
 
+from . import keywords
 from .sqldialect import Cursor, Dialect
 
 
@@ -290,6 +291,11 @@ MIGRATIONS: tuple[Migration, ...] = (
             "ALTER TABLE commands ALTER COLUMN body SET STATISTICS 0",
             "ALTER TABLE commands ALTER COLUMN body TYPE TEXT",
         ),
+    ),
+    Migration(
+        16,
+        "the keyword leg's index beside the text it indexes (eventlog/keywords.py)",
+        keywords.create,
     ),
 )
 

@@ -28,6 +28,7 @@ from ...records import (
     UserID,
     WindowID,
 )
+from . import keywords
 from .db import Database
 from .rows import EventText
 
@@ -56,16 +57,18 @@ class TextReads:
                 " corpus = excluded.corpus, text = excluded.text",
                 rows,
             )
+            keywords.refresh_refs(cur, [r[0] for r in rows])
 
     def drop_ref_texts(self, chunk_ids: Iterable[str]) -> int:
         """Delete reference chunks' text (zeroed in place: secure_delete)."""
         ids = [i for i in chunk_ids if i.startswith("r")]
         n = 0
-        with self.db.locked() as db:
+        with self.db.transaction() as cur:
             for part in _chunks(ids):
-                n += db.execute(
+                n += cur.execute(
                     f"DELETE FROM ref_chunks WHERE chunk_id IN ({','.join('?' * len(part))})", part
                 ).rowcount
+            keywords.drop(cur, ids)
         return n
 
     def ref_texts(self, chunk_ids: Iterable[str]) -> dict[str, str]:

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import heapq
 import logging
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -42,22 +42,6 @@ T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 
-class WriteFollower(Protocol):
-    """Kept in step with every write of the store: the lexical leg's postings
-    (search/termindex.py), which the composition root hands the store of the
-    collection's one writer process (components.Index.open)."""
-
-    def windows_written(self, windows: Sequence[Window]) -> None: ...
-
-    def texts_written(
-        self, ids: Sequence[str], texts: Sequence[str], metas: Sequence[dict[str, Any]]
-    ) -> None: ...
-
-    def remove(self, ids: Iterable[str]) -> None: ...
-
-    def clear(self) -> None: ...
-
-
 class ChromaStore:
     """Embedded (`path`) or server (`host`, `port`) Chroma behind one interface. The
     event log, when given, records the live segments and holds reference chunks'
@@ -73,17 +57,13 @@ class ChromaStore:
         server_files: ServerFiles | None = None,
         policy: SegmentPolicy | None = None,
         shared: bool = False,
-        follower: WriteFollower | None = None,
     ) -> None:
         """`server_files`: a server's persist dir this host reaches, cleaned after each
         dropped generation (server_files.py). `policy`: the segments' sizes. `shared`:
         embedding workers in other processes write the collection too (Segments).
-        `follower`: kept in step with every write from the first (the keyword postings,
-        in the collection's one writer process)."""
+        """
         self.path = None if host else path  # the embedded folder (its generations)
         self.eventlog = eventlog
-        # The lexical leg's postings (search/termindex.py), only in the one writer process.
-        self._follower = follower
         if path is not None and not host:
             path.mkdir(parents=True, exist_ok=True)
         gens = Generations(
@@ -137,8 +117,6 @@ class ChromaStore:
         """Drop every record (a rebuild: rebuild.py): one fresh, empty segment."""
         old = self._segs.reset()
         self._segs.drop(old, self._segs.epoch)
-        if self._follower is not None:
-            self._follower.clear()
 
     # -- segments (segments.py, vectors/compactor.py) --------------------------------
 
@@ -200,8 +178,6 @@ class ChromaStore:
         if not windows:
             return
         self._upsert([w.window_id for w in windows], vectors, [window_metadata(w) for w in windows])
-        if self._follower is not None:
-            self._follower.windows_written(windows)
 
     def _delete(self, ids: Sequence[str]) -> None:
         for seg, part in self._segs.locate(list(ids)):
@@ -216,8 +192,6 @@ class ChromaStore:
             if self.eventlog is not None and self.eventlog.texts.drop_ref_texts(window_ids):
                 self.eventlog.truncate_wal()  # its page images held the text
             self._delete(window_ids)
-            if self._follower is not None:
-                self._follower.remove(window_ids)
 
     def delete_room(self, room_id: RoomID) -> list[WindowID]:
         """Delete every window of the room; returns their ids."""
@@ -230,8 +204,6 @@ class ChromaStore:
         ]
         if ids:
             self._delete(ids)
-            if self._follower is not None:
-                self._follower.remove(ids)
         return [WindowID(i) for i in ids]
 
     def upsert_references(
@@ -250,8 +222,6 @@ class ChromaStore:
                 (i, str(m.get("ref_corpus", "")), t) for i, t, m in zip(ids, texts, metadatas)
             )
         self._upsert(list(ids), vectors, list(metadatas))
-        if self._follower is not None:
-            self._follower.texts_written(ids, texts, metadatas)
 
     # -- reading ---------------------------------------------------------------------
 

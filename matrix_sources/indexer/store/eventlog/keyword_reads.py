@@ -1,0 +1,168 @@
+"""The keyword index's reads (keywords.py has its tables and writes): what search asks
+of it (search/lexical.py). Docs are the windows' numbers; arrays come ascending."""
+
+from __future__ import annotations
+
+from itertools import chain
+from typing import Any
+
+import numpy as np
+
+from .keywords import READY, TF_MAX, Database, _chunks, _get
+
+EMPTY = np.zeros(0, dtype=np.int64)
+# A key with a connector is a compound, never a stem's word (tokens.is_word): LIKE
+# patterns, passed as parameters (the event log's SQL holds no `%` literal).
+_CONNECTORS = ("%\\_%", "%.%", "%-%", "%+%", "%#%", "%'%")
+
+
+def _marks(n: int) -> str:
+    return ",".join("?" * n)
+
+
+class KeywordIndex:
+    """What search asks of the index (search/lexical.py): docs are the windows'
+    numbers, arrays ascending."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def ready(self) -> bool:
+        with self.db.locked() as conn:
+            return _get(conn, READY) == "1"
+
+    def progress(self) -> dict[str, Any]:
+        """For /health: ready, or how far the build got (windows indexed so far)."""
+        with self.db.locked() as conn:
+            ready = _get(conn, READY) == "1"
+            docs = conn.execute("SELECT COUNT(*) FROM kw_docs").fetchone()[0]
+        return {"ready": ready, "windows": docs}
+
+    def count(self) -> int:
+        """Windows and chunks indexed: what idf is taken against."""
+        with self.db.locked() as conn:
+            return int(conn.execute("SELECT COUNT(*) FROM kw_docs").fetchone()[0])
+
+    def postings(
+        self, base: str, prefix: bool, where: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """(docs, term frequencies) of the windows whose bodies hold a key equal to
+        `base` (or, `prefix`, a word starting with it: tokens.matches), one entry a
+        window, docs ascending; None for a `where` form search does not use."""
+        got = _matching(base, prefix, where)
+        if got is None:
+            return None
+        # One packed number a row (tf < 64): half the tuples Python makes of a common
+        # word's tens of thousands of rows.
+        sql, args = got
+        with self.db.locked() as conn:
+            rows = conn.execute(f"SELECT p.doc * 64 + p.tf {sql}", args).fetchall()
+        if not rows:
+            return EMPTY, EMPTY
+        packed = np.fromiter(chain.from_iterable(rows), dtype=np.int64, count=len(rows))
+        docs, tfs = packed >> 6, packed & TF_MAX
+        if prefix:  # a window holding several words of the prefix: one entry, tf summed
+            docs, at = np.unique(docs, return_inverse=True)
+            tfs = np.bincount(at, weights=tfs).astype(np.int64)
+        else:
+            order = np.argsort(docs, kind="stable")
+            docs, tfs = docs[order], tfs[order]
+        return docs, tfs
+
+    def df(self, base: str, prefix: bool, where: dict[str, Any] | None = None) -> int | None:
+        """How many windows `postings` would give, counted by the database."""
+        got = _matching(base, prefix, where)
+        if got is None:
+            return None
+        sql, args = got
+        with self.db.locked() as conn:
+            return int(conn.execute(f"SELECT COUNT(DISTINCT p.doc) {sql}", args).fetchone()[0])
+
+    def ids_of(self, docs: np.ndarray) -> list[str]:
+        """The window ids of `docs`, in their order."""
+        found = self._rows("SELECT doc, window_id FROM kw_docs", docs)
+        return [found[d] for d in docs.tolist()]
+
+    def lengths(self, docs: np.ndarray) -> np.ndarray:
+        found = self._rows("SELECT doc, length FROM kw_docs", docs)
+        return np.array([found.get(d, 0) for d in docs.tolist()], dtype=np.int64)
+
+    def smallest(self, docs: np.ndarray, need: int) -> list[tuple[str, int]]:
+        """(window id, doc) of the `need` docs whose window ids are smallest, ascending:
+        ties at the prefilter's floor are broken by window id."""
+        order = ' COLLATE "C"' if self.db.dialect.postgresql else ""
+        out: list[tuple[str, int]] = []
+        with self.db.locked() as conn:
+            for part in _chunks(docs.tolist()):
+                out += [
+                    (w, d)
+                    for d, w in conn.execute(
+                        f"SELECT doc, window_id FROM kw_docs WHERE doc IN ({_marks(len(part))})"
+                        f" ORDER BY window_id{order} LIMIT ?",
+                        (*part, need),
+                    )
+                ]
+        return sorted(out)[:need]
+
+    def _rows(self, select: str, docs: np.ndarray) -> dict[int, Any]:
+        found: dict[int, Any] = {}
+        wanted = sorted(set(docs.tolist()))
+        with self.db.locked() as conn:
+            for part in _chunks(wanted):
+                found.update(
+                    conn.execute(f"{select} WHERE doc IN ({_marks(len(part))})", part).fetchall()
+                )
+        return found
+
+
+def _matching(
+    base: str, prefix: bool, where: dict[str, Any] | None
+) -> tuple[str, list[Any]] | None:
+    """FROM and WHERE of the postings a term (its tokens.base_of) matches, with their
+    arguments; None for a `where` form search does not use."""
+    want = _wanted(where)
+    if want is None:
+        return None
+    room, corpus = want
+    sql = "FROM kw_postings p"
+    args: list[Any] = []
+    if room is not None or corpus is not None:
+        sql += " JOIN kw_docs d ON d.doc = p.doc"
+    if prefix:
+        # The word itself, or a longer word (no connector) starting with it.
+        sql += " WHERE (p.key = ? OR (p.key > ? AND p.key < ?"
+        sql += "".join(" AND p.key NOT LIKE ? ESCAPE '\\'" for _ in _CONNECTORS) + "))"
+        args += [base, base, base + "\U0010ffff", *_CONNECTORS]
+    else:
+        sql += " WHERE p.key = ?"
+        args.append(base)
+    if isinstance(room, tuple):  # a room's upgrade chain
+        sql, args = sql + f" AND d.room_id IN ({_marks(len(room))})", [*args, *room]
+    elif room is not None:
+        sql, args = sql + " AND d.room_id = ?", [*args, room]
+    if corpus is not None:
+        sql, args = sql + " AND d.corpus = ?", [*args, corpus]
+    return sql, args
+
+
+def _wanted(where: dict[str, Any] | None) -> tuple[str | tuple[str, ...] | None, str | None] | None:
+    """The store's `where` forms search uses (room_id, corpus, their $and; a room's
+    chain as room_id $in) as the (room or rooms, corpus) wanted, None for either meaning
+    any; None for any other form."""
+    if where is None:
+        return None, None
+    clauses = where.get("$and") if set(where) == {"$and"} else [where]
+    want: dict[str, str | tuple[str, ...]] = {}
+    for c in clauses or ():
+        if not isinstance(c, dict) or len(c) != 1:
+            return None
+        ((field, value),) = c.items()
+        if field == "room_id" and isinstance(value, dict) and set(value) == {"$in"}:
+            value = tuple(value["$in"])
+        if field not in ("room_id", "corpus") or field in want:
+            return None
+        if not isinstance(value, (str, tuple)) or (field == "corpus" and isinstance(value, tuple)):
+            return None
+        want[field] = value
+    corpus = want.get("corpus")
+    return want.get("room_id"), corpus if isinstance(corpus, str) else None
