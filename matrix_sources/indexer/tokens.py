@@ -44,7 +44,7 @@ _BIGRAM = (
 )
 _CJK = re.compile(f"[{_BIGRAM}]+")
 # A run: letters, digits and combining marks, none of the bigram scripts.
-_RUN = rf"(?:(?![{_BIGRAM}])[^\W_])(?:(?![{_BIGRAM}])[^\W_]|\u200d)*"
+_RUN = rf"[^\W_{_BIGRAM}]+(?:\u200d+[^\W_{_BIGRAM}]*)*"
 # A compound: runs joined by single connectors; "c++", "c#", "f#" end on them.
 _COMPOUND = re.compile(rf"{_RUN}(?:[_.\-+#']{_RUN})*(?:\+\+|#|\+)?")
 _RUN_RE = re.compile(_RUN)
@@ -105,24 +105,28 @@ def keys(text: str) -> Iterator[str]:
     text = normalise(text)
     for m in _CJK.finditer(text):
         yield from _bigrams(m.group())
-    for m in _COMPOUND.finditer(text):
-        c = m.group()
+    for c in _COMPOUND.findall(text):
         if _CONNECTOR.search(c) is None:  # one run: most words (the index cuts every body)
             yield c
-            continue
-        runs = _parts(c)
-        if len(runs) == 1:
-            yield c
-            continue
-        tail = c[runs[-1][1] :]  # "++" or "#" after the last run
-        for a in range(len(runs)):
-            for b in range(a, min(a + MAX_PARTS, len(runs))):
-                end = runs[b][1] + (len(tail) if b == len(runs) - 1 else 0)
-                yield c[runs[a][0] : runs[b][1]]
-                if end != runs[b][1]:
-                    yield c[runs[a][0] : end]
-        if len(runs) > MAX_PARTS:
-            yield c  # the whole, however long: a pasted identifier is found as typed
+        else:
+            yield from _compound_keys(c)
+
+
+def _compound_keys(c: str) -> Iterator[str]:
+    """The keys of a compound holding a connector: its runs, their joins, the whole."""
+    runs = _parts(c)
+    if len(runs) == 1:
+        yield c
+        return
+    tail = c[runs[-1][1] :]  # "++" or "#" after the last run
+    for a in range(len(runs)):
+        for b in range(a, min(a + MAX_PARTS, len(runs))):
+            end = runs[b][1] + (len(tail) if b == len(runs) - 1 else 0)
+            yield c[runs[a][0] : runs[b][1]]
+            if end != runs[b][1]:
+                yield c[runs[a][0] : end]
+    if len(runs) > MAX_PARTS:
+        yield c  # the whole, however long: a pasted identifier is found as typed
 
 
 def tokens(text: str) -> list[str]:
@@ -231,5 +235,18 @@ def matchable(texts: Iterable[str]) -> list[str]:
 def doc_keys(texts: Iterable[str]) -> tuple[int, Counter[str]]:
     """(length in whitespace words, count of each key) of a window's bodies or a
     chunk's text: what the keyword index stores of it (BM25's length and tf)."""
-    parts = matchable(texts)
-    return sum(len(p.split()) for p in parts), Counter(k for p in parts for k in keys(p))
+    # One pass over the bodies joined: no key spans a line break (no run or connector is
+    # one), and a compound's keys are cut once however often it is said.
+    text = "\n".join(matchable(texts))
+    norm = normalise(text)
+    counts = Counter(_COMPOUND.findall(norm))
+    # Most words are one run (isalnum: no connector, no joiner); the rest are cut apart.
+    cut = [c for c in counts if not c.isalnum() and _CONNECTOR.search(c) is not None]
+    parts: Counter[str] = Counter()
+    for c in cut:
+        n = counts.pop(c)
+        for k in _compound_keys(c):
+            parts[k] += n
+    counts.update(parts)
+    counts.update(b for m in _CJK.finditer(norm) for b in _bigrams(m.group()))
+    return len(text.split()), counts

@@ -379,3 +379,35 @@ def test_a_question_in_another_script_finds_the_english_window_holding_its_terms
 )
 def test_a_texts_script_is_the_one_most_of_its_terms_are_written_in(text, expected):
     assert script(text) == expected
+
+
+@given(
+    st.lists(
+        st.text(
+            alphabet=st.sampled_from(list("ab c.d_e-f+g#h'i\nＥＣ漢字かなаß1 2\u200d\u0301\u3000")),
+            max_size=40,
+        ),
+        max_size=4,
+    )
+)
+def test_doc_keys_counts_the_keys_of_each_line(texts):
+    """The index's one pass over a window's bodies gives what cutting each line does."""
+    from collections import Counter
+
+    from matrix_sources.indexer.tokens import doc_keys, keys, matchable
+
+    parts = matchable(texts)
+    assert doc_keys(texts) == (
+        sum(len(p.split()) for p in parts),
+        Counter(k for p in parts for k in keys(p)),
+    )
+
+    # The run's pattern, one class instead of a lookahead a character, cuts as that did.
+    from matrix_sources.indexer import tokens as t
+
+    b = t._BIGRAM
+    run = rf"(?:(?![{b}])[^\W_])(?:(?![{b}])[^\W_]|\u200d)*"
+    slow = re.compile(rf"{run}(?:[_.\-+#']{run})*(?:\+\+|#|\+)?")
+    for text in texts:
+        norm = t.normalise(text)
+        assert t._COMPOUND.findall(norm) == slow.findall(norm)

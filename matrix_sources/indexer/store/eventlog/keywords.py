@@ -185,7 +185,9 @@ def _put(cur: Cursor, docs: list[tuple[str, str, str, list[str]]]) -> None:
             assert got is not None  # RETURNING gives the row
             numbers.append(got[0])
     postings = [
-        (k, n, min(tf, TF_MAX)) for n, (*_, counts) in zip(numbers, cut) for k, tf in counts.items()
+        (k, n, tf if tf < TF_MAX else TF_MAX)
+        for n, (*_, counts) in zip(numbers, cut)
+        for k, tf in counts.items()
     ]
     # In key order: the inserts walk the (key, doc) tree once instead of hopping.
     postings.sort()
