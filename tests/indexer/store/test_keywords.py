@@ -101,7 +101,11 @@ def test_the_index_ranks_as_the_scan_of_the_text_ranks(tmp_path, eventlog_db):
         None,
         {"room_id": ROOMS[1]},
         {"$and": [{"room_id": ROOMS[0]}, {"corpus": "chat"}]},
+        {"room_id": {"$in": [ROOMS[0], ROOMS[1]]}},  # a room's upgrade chain
+        {"$and": [{"room_id": {"$in": [ROOMS[1]]}}, {"corpus": "chat"}]},
     ]
+    # The index answers a chain's filter itself (not handed to the scan).
+    assert ranker.index.postings("partition", True, where_forms[3]) is not None
     for q in QUERIES:
         for where in where_forms:
             assert ranker.rank(q, 20, where) == scan.rank(q, 20, where), (q, where)
