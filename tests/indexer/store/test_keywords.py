@@ -91,7 +91,15 @@ QUERIES = [
 ]
 
 
-def test_the_index_ranks_as_the_scan_of_the_text_ranks(tmp_path, eventlog_db):
+@pytest.mark.parametrize("seg_bits", [keywords.SEG_BITS, 4])
+def test_the_index_ranks_as_the_scan_of_the_text_ranks(
+    tmp_path, eventlog_db, seg_bits, monkeypatch
+):
+    # Segments of 16 windows too: a term's postings read from every segment.
+    from matrix_sources.indexer.store.eventlog import keyword_reads
+
+    monkeypatch.setattr(keywords, "SEG_BITS", seg_bits)
+    monkeypatch.setattr(keyword_reads, "SEG_BITS", seg_bits)
     store = _store(tmp_path, eventlog_db)
     _indexed(store, _windows(150))
     ranker = _lexical_ranker(store)

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from .keywords import READY, TF_MAX, Database, _chunks, _get
+from .keywords import READY, SEG_BITS, TF_MAX, Database, _chunks, _get
 
 EMPTY = np.zeros(0, dtype=np.int64)
 # A key with a connector is a compound, never a stem's word (tokens.is_word): LIKE
@@ -49,13 +49,12 @@ class KeywordIndex:
         """(docs, term frequencies) of the windows whose bodies hold a key equal to
         `base` (or, `prefix`, a word starting with it: tokens.matches), one entry a
         window, docs ascending; None for a `where` form search does not use."""
-        got = _matching(base, prefix, where)
-        if got is None:
+        if _wanted(where) is None:
             return None
         # One packed number a row (tf < 64): half the tuples Python makes of a common
         # word's tens of thousands of rows.
-        sql, args = got
         with self.db.locked() as conn:
+            sql, args = _matching(conn, base, prefix, where)
             rows = conn.execute(f"SELECT p.doc * 64 + p.tf {sql}", args).fetchall()
         if not rows:
             return EMPTY, EMPTY
@@ -71,11 +70,10 @@ class KeywordIndex:
 
     def df(self, base: str, prefix: bool, where: dict[str, Any] | None = None) -> int | None:
         """How many windows `postings` would give, counted by the database."""
-        got = _matching(base, prefix, where)
-        if got is None:
+        if _wanted(where) is None:
             return None
-        sql, args = got
         with self.db.locked() as conn:
+            sql, args = _matching(conn, base, prefix, where)
             return int(conn.execute(f"SELECT COUNT(DISTINCT p.doc) {sql}", args).fetchone()[0])
 
     def ids_of(self, docs: np.ndarray) -> list[str]:
@@ -116,25 +114,28 @@ class KeywordIndex:
 
 
 def _matching(
-    base: str, prefix: bool, where: dict[str, Any] | None
-) -> tuple[str, list[Any]] | None:
+    conn: Any, base: str, prefix: bool, where: dict[str, Any] | None
+) -> tuple[str, list[Any]]:
     """FROM and WHERE of the postings a term (its tokens.base_of) matches, with their
-    arguments; None for a `where` form search does not use."""
+    arguments; `where` is a form search uses (_wanted)."""
     want = _wanted(where)
-    if want is None:
-        return None
+    assert want is not None
     room, corpus = want
     sql = "FROM kw_postings p"
-    args: list[Any] = []
     if room is not None or corpus is not None:
         sql += " JOIN kw_docs d ON d.doc = p.doc"
+    # Every segment named: the (seg, key) tree is sought once a segment.
+    last = conn.execute("SELECT COALESCE(MAX(doc), 0) FROM kw_docs").fetchone()[0]
+    segs = list(range((last >> SEG_BITS) + 1))
+    sql += f" WHERE p.seg IN ({_marks(len(segs))}) AND "
+    args: list[Any] = [*segs]
     if prefix:
         # The word itself, or a longer word (no connector) starting with it.
-        sql += " WHERE (p.key = ? OR (p.key > ? AND p.key < ?"
+        sql += "(p.key = ? OR (p.key > ? AND p.key < ?"
         sql += "".join(" AND p.key NOT LIKE ? ESCAPE '\\'" for _ in _CONNECTORS) + "))"
         args += [base, base, base + "\U0010ffff", *_CONNECTORS]
     else:
-        sql += " WHERE p.key = ?"
+        sql += "p.key = ?"
         args.append(base)
     if isinstance(room, tuple):  # a room's upgrade chain
         sql, args = sql + f" AND d.room_id IN ({_marks(len(room))})", [*args, *room]
