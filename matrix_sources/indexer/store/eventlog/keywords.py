@@ -2,8 +2,9 @@
 
     kw_docs      one row a stored window or reference chunk: its number (`doc`), id,
                  room ('' for a chunk), corpus, and length in words (BM25's)
-    kw_postings  (key, doc, tf): the doc's bodies hold `key` tf times; keys are cut by
-                 the project's tokenizer (indexer/tokens.py), the one that cuts queries
+    kw_postings  (seg, key, doc, tf): the doc's bodies hold `key` tf times; seg is the
+                 doc's block of numbers (SEG_BITS); keys are cut by the project's
+                 tokenizer (indexer/tokens.py), the one that cuts queries
 
 Every write that changes which text a window holds (mark_indexed, a re-chunk's move, a
 redaction, a forget, an expiry, a purge, a rebuild, a reference chunk's text) refreshes
@@ -15,7 +16,7 @@ with the text, atomically; with SQLite's secure_delete their bytes are zeroed in
 Why tables of our own and not FTS5: FTS5 tokenizes what it stores, and none of its
 tokenizers leaves our keys as they are (`max_bytes`, `2.6.8`, `c++`, CJK bigrams) without
 a tokenizer written in C; BM25 needs each key's count in each window, which a
-(key, doc) row keeps and one indexed range scan reads, also for a stem's prefix. The same
+(key, doc) row keeps and one indexed range scan a segment reads, also for a stem's prefix. The same
 tables serve PostgreSQL, where `key` sorts bytewise (COLLATE "C") so a prefix is a range.
 
 An event log from before migration 16 gains its index at the service's first start
