@@ -11,6 +11,12 @@ it shares a word with the question, whether it holds the question's words (never
 refused), and the events it cites and shows are cached in the data dir
 (heldout-scores.json).
 
+With the pair (a `+` in the model's name), the weights that shape the question's vector
+are fitted too: every question is asked again under each of QUERY_SETTINGS (the English
+model's weight, where its share of a question starts), each cached beside the first
+(heldout-scores-NAME=VALUE.json); a question whose English share and script leave its
+vector unchanged under a setting reuses the shipped setting's hits.
+
 Then each abstain rule's parameters (`rules`: a grid around the model's shipped floor)
 are fitted on one fold and applied to the other, both ways. Folds are split by
 question (dev item n: fold n % 2; the off-topic questions alternately within each
@@ -19,8 +25,8 @@ the same fold. Fitting maximises the mean success@5 over
 the five languages, among the parameters that leave at least OFFTOPIC_REFUSED of the
 fold's off-topic questions in each language with no hit and lose the English items at
 most 0.02 success@5 against the rule's best on that fold. The held-out figures are each
-fold's, measured with the other fold's parameters, summed; the in-sample ones use the
-parameters fitted on every item.
+fold's, measured with the other fold's parameters (query setting and abstain
+parameters together), summed; the in-sample ones use the parameters fitted on every item.
 """
 
 from __future__ import annotations
@@ -48,6 +54,18 @@ LANGS = ("en", *retrieval.XL_LANGS)
 OFFTOPIC_XL = Path(__file__).resolve().parent / "offtopic-xl-queries.jsonl"
 OFFTOPIC_REFUSED = 0.9  # the issue's bound, in each language
 CACHE = "heldout-scores.json"
+PAIR = "matrix_sources.indexer.models.pair_embedder"
+# The pair's question-side constants, each tried as a change from the shipped ones.
+QUERY_SETTINGS: tuple[dict[str, float], ...] = (
+    {},
+    {"ENGLISH_WEIGHT": 0.4},
+    {"SHARE_FROM": 0.5},
+    {"SHARE_FROM": 0.7},
+)
+
+
+def tag(setting: dict[str, float]) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(setting.items()))
 
 
 @dataclass(frozen=True)
@@ -81,33 +99,63 @@ def offtopic() -> list[tuple[str, list[str]]]:
     return retrieval.offtopic_queries() + more
 
 
-def ask_all(data_dir: Path, asked: list[tuple[str, list[str]]]) -> dict:
-    """qid -> [[score, shares_word, held, cited, shown], ...] with the floor off."""
+def ask_all(
+    data_dir: Path, asked: list[tuple[str, list[str]]], setting: dict[str, float] | None = None
+) -> dict:
+    """qid -> [[score, shares_word, held, cited, shown], ...] with the floor off, the
+    pair's question constants changed by `setting` (a question whose vector the setting
+    leaves as it is keeps the shipped setting's hits)."""
+    setting = setting or {}
+    shipped = {} if not setting else ask_all(data_dir, asked)
+    cache = data_dir / _cache_name(setting)
+    out = json.loads(cache.read_text()) if cache.exists() else {}
+    todo = [(q, t) for q, t in asked if q not in out and q not in shipped]
+    if todo:
+        _ask(data_dir, todo, setting, out, cache)
+    return {q: out.get(q, shipped.get(q)) for q, _ in asked}
+
+
+def _cache_name(setting: dict[str, float]) -> str:
+    return CACHE if not setting else CACHE.replace(".json", f"-{tag(setting)}.json")
+
+
+def _ask(data_dir: Path, todo: list, setting: dict[str, float], out: dict, cache: Path) -> None:
+    import importlib
+    import threading
     import time
 
     from matrix_sources.indexer.components import Index
     from matrix_sources.indexer.config import load_config
+    from matrix_sources.indexer.models.embedder import load_embedder
     from matrix_sources.indexer.search.abstain import Floor
     from matrix_sources.indexer.search.searcher import SourceQuery
-
-    cache = data_dir / CACHE
-    out = json.loads(cache.read_text()) if cache.exists() else {}
-    todo = [(q, t) for q, t in asked if q not in out]
-    if not todo:
-        return out
-    import threading
-
-    from matrix_sources.indexer.models.embedder import load_embedder
+    from matrix_sources.indexer.search.tokens import script
 
     cfg = load_config(data_dir / "config.yaml")
     model = load_embedder(cfg.index.embedder.model, cfg.index.embedder.backend, cfg.models_dir)
+    pair = importlib.import_module(PAIR)
+    before = {k: getattr(pair, k) for k in setting}
+    if setting:
+        # Only the questions this setting gives another vector (the Chinese ones always:
+        # their English gloss is weighed by the share too) are asked again.
+        old = {q: [model.english_share(t) for t in texts] for q, texts in todo}
+        for k, v in setting.items():
+            setattr(pair, k, v)
+        same = {
+            q
+            for q, texts in todo
+            if [model.english_share(t) for t in texts] == old[q]
+            and not any(script(t) == "cjk" for t in texts)
+        }
+        todo = [(q, t) for q, t in todo if q not in same]
+        print(f"  {tag(setting)}: {len(todo)} questions change", file=sys.stderr)
     ready = threading.Event()  # the keyword postings, as the service searches with them
     index = Index.open(cfg, model, postings=True, on_postings_ready=ready.set)
-    if cfg.search.lexical_max_terms and not ready.wait(600):
-        raise SystemExit("error: the keyword postings were not built within 10 minutes")
-    index.searcher.floor = Floor(-1.0, 0.0)
-    t0 = time.perf_counter()
     try:
+        if cfg.search.lexical_max_terms and todo and not ready.wait(600):
+            raise SystemExit("error: the keyword postings were not built within 10 minutes")
+        index.searcher.floor = Floor(-1.0, 0.0)
+        t0 = time.perf_counter()
         for n, (qid, texts) in enumerate(todo, 1):
             words = Floor(0.0).for_query(texts, index.searcher._evidence(texts))
             hits = index.searcher.search(SourceQuery.build(texts, TOP))
@@ -127,7 +175,8 @@ def ask_all(data_dir: Path, asked: list[tuple[str, list[str]]]) -> dict:
     finally:
         cache.write_text(json.dumps(out))
         index.close()
-    return out
+        for k, v in before.items():
+            setattr(pair, k, v)
 
 
 def questions(ds: evalkit.Dataset) -> tuple[dict[str, list], list[tuple[str, list[str]]]]:
@@ -265,29 +314,33 @@ def _refused(f: dict) -> float:
     return sum(f[lang]["offtopic_refused"] for lang in LANGS) / (n or 1)
 
 
-def fit(asked: list[Asked], rule: Rule, grid: list[dict]) -> dict:
-    """The parameters with the best mean success@5, then the fewest "nothing matches",
-    among those that refuse OFFTOPIC_REFUSED of each language's off-topic questions
-    (or, if none does, of them all) and keep English within 0.02 of its best; ties: the
-    highest floor (the most cautious)."""
-    scored = [(p, figures(asked, rule(p))) for p in grid]
+Recs = dict[str, list[Asked]]  # query setting's tag -> every question asked under it
+
+
+def fit(by: Recs, rule: Rule, grid: list[dict]) -> tuple[str, dict]:
+    """The query setting and parameters with the best mean success@5, then the fewest
+    "nothing matches", among those that refuse OFFTOPIC_REFUSED of each language's
+    off-topic questions (or, if none does, of them all) and keep English within 0.02 of
+    its best; ties: the shipped setting, then the highest floor (the most cautious)."""
+    scored = [((t, p), figures(asked, rule(p))) for t, asked in by.items() for p in grid]
     ok = [
-        (p, f)
-        for p, f in scored
+        (c, f)
+        for c, f in scored
         if all(
             f[lang]["offtopic_refused"] >= OFFTOPIC_REFUSED * f[lang]["offtopic"] for lang in LANGS
         )
     ]
-    ok = ok or [(p, f) for p, f in scored if _refused(f) >= OFFTOPIC_REFUSED] or scored
+    ok = ok or [(c, f) for c, f in scored if _refused(f) >= OFFTOPIC_REFUSED] or scored
     best_en = max(f["en"]["success@5"] for _, f in ok)
-    ok = [(p, f) for p, f in ok if f["en"]["success@5"] >= best_en - 0.02]
+    ok = [(c, f) for c, f in ok if f["en"]["success@5"] >= best_en - 0.02]
     return max(
         ok,
-        key=lambda pf: (
-            round(_objective(pf[1]), 6),
-            -sum(pf[1][lang]["nothing"] for lang in LANGS),
-            _refused(pf[1]),
-            pf[0]["F"],
+        key=lambda cf: (
+            round(_objective(cf[1]), 6),
+            -sum(cf[1][lang]["nothing"] for lang in LANGS),
+            _refused(cf[1]),
+            cf[0][0] == "",
+            cf[0][1]["F"],
         ),
     )[0]
 
@@ -306,17 +359,25 @@ def _sum(a: dict, b: dict) -> dict:
     return out
 
 
-def two_fold(asked: list[Asked], rule: Rule, grid: list[dict]) -> dict:
-    folds = [[a for a in asked if a.fold == k] for k in (0, 1)]
-    params = [fit(folds[k], rule, grid) for k in (0, 1)]
-    held_out = _sum(figures(folds[1], rule(params[0])), figures(folds[0], rule(params[1])))
-    every = fit(asked, rule, grid)
+def two_fold(by: Recs, rule: Rule, grid: list[dict]) -> dict:
+    folds = [{t: [a for a in asked if a.fold == k] for t, asked in by.items()} for k in (0, 1)]
+    chosen = [fit(folds[k], rule, grid) for k in (0, 1)]
+
+    def on(k: int, c: tuple[str, dict]) -> dict:
+        return figures(folds[k][c[0]], rule(c[1]))
+
+    held_out = _sum(on(1, chosen[0]), on(0, chosen[1]))
+    every = fit(by, rule, grid)
     return {
-        "params_per_fold": params,
+        "params_per_fold": [_named(c) for c in chosen],
         "held_out": held_out,
-        "params_all": every,
-        "in_sample": figures(asked, rule(every)),
+        "params_all": _named(every),
+        "in_sample": figures(by[every[0]], rule(every[1])),
     }
+
+
+def _named(c: tuple[str, dict]) -> dict:
+    return {**c[1], **({"query": c[0]} if c[0] else {})}
 
 
 def shipped_params(data_dir: Path) -> dict:
@@ -330,16 +391,24 @@ def shipped_params(data_dir: Path) -> dict:
     }
 
 
+def settings_for(data_dir: Path) -> tuple[dict[str, float], ...]:
+    """Every query setting for the pair; the shipped one alone for any other model."""
+    from matrix_sources.indexer.config import load_config
+
+    pair = "+" in load_config(data_dir / "config.yaml").index.embedder.model
+    return QUERY_SETTINGS if pair else QUERY_SETTINGS[:1]
+
+
 def report(data_dir: Path, ds: evalkit.Dataset, only: Iterable[str] | None = None) -> dict:
     """The shipped parameters on every item (in sample by construction) and each rule
     fitted two-fold: what bench/retrieval.py prints beside its own figures."""
     _, asked = questions(ds)
-    recs = records(ds, ask_all(data_dir, asked))
+    by = {tag(q): records(ds, ask_all(data_dir, asked, q)) for q in settings_for(data_dir)}
     shipped = shipped_params(data_dir)
-    out = {"shipped": {"params": shipped, "in_sample": figures(recs, _script_rule(shipped))}}
+    out = {"shipped": {"params": shipped, "in_sample": figures(by[""], _script_rule(shipped))}}
     for name, (rule, grid) in rules(shipped).items():
         if only is None or name in only:
-            out[name] = two_fold(recs, rule, grid)
+            out[name] = two_fold(by, rule, grid)
     return out
 
 
@@ -373,7 +442,8 @@ def main() -> int:
     ds = evalkit.datasets(Path(args.eval_root) if args.eval_root else None)["gitter"]
     data_dir = Path(args.work).resolve() / "retrieval-gitter"
     if args.ask_only:
-        ask_all(data_dir, questions(ds)[1])
+        for q in settings_for(data_dir):
+            ask_all(data_dir, questions(ds)[1], q)
         return 0
     rep = report(data_dir, ds)
     print(table(rep))
