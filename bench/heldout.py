@@ -35,6 +35,7 @@ import argparse
 import itertools
 import json
 import os
+import re
 import statistics
 import sys
 from collections.abc import Callable, Iterable
@@ -85,6 +86,7 @@ class Asked:
     gold: frozenset[str]  # empty: off-topic
     hits: tuple[Hit, ...]
     script: str
+    where: str = "gitter"  # the dev set (its chat) it was asked of
 
     @property
     def base(self) -> float:
@@ -136,6 +138,7 @@ def _ask(data_dir: Path, todo: list, setting: dict[str, float], out: dict, cache
     pair = importlib.import_module(PAIR)
     before = {k: getattr(pair, k) for k in setting}
     if setting:
+        assert isinstance(model, pair.PairEmbedder), "query settings are the pair's"
         # Only the questions this setting gives another vector (the Chinese ones always:
         # their English gloss is weighed by the share too) are asked again.
         old = {q: [model.english_share(t) for t in texts] for q, texts in todo}
@@ -186,10 +189,10 @@ def questions(ds: evalkit.Dataset) -> tuple[dict[str, list], list[tuple[str, lis
 
 
 def _fold_of_item(item_id: str) -> int:
-    return int(item_id.split("-")[2]) % 2  # gitter-dev-<n>[-lang]
+    return int(re.findall(r"\d+", item_id)[0]) % 2  # gitter-dev-<n>[-lang], dev-<n>, slackdev-<n>
 
 
-def records(ds: evalkit.Dataset, scores: dict) -> list[Asked]:
+def records(ds: evalkit.Dataset, scores: dict, where: str = "gitter") -> list[Asked]:
     from matrix_sources.indexer.search.tokens import script
 
     groups, _ = questions(ds)
@@ -197,23 +200,31 @@ def records(ds: evalkit.Dataset, scores: dict) -> list[Asked]:
     for lang, items in groups.items():
         for i in items:
             out.append(
-                _asked(f"{i.id}|query", lang, _fold_of_item(i.id), i.gold, scores, script(i.query))
+                _asked(
+                    f"{i.id}|query",
+                    lang,
+                    _fold_of_item(i.id),
+                    i.gold,
+                    scores,
+                    script(i.query),
+                    where,
+                )
             )
     seen: dict[str, int] = {}
     for qid, texts in offtopic():
         lang = retrieval.offtopic_lang(qid)
         seen[lang] = seen.get(lang, -1) + 1
-        out.append(_asked(qid, lang, seen[lang] % 2, frozenset(), scores, script(texts[0])))
+        out.append(_asked(qid, lang, seen[lang] % 2, frozenset(), scores, script(texts[0]), where))
     return out
 
 
-def _asked(qid, lang, fold, gold, scores, script_) -> Asked:
+def _asked(qid, lang, fold, gold, scores, script_, where) -> Asked:
     hits = tuple(
         Hit(float(s), bool(sh), bool(held), frozenset(c), tuple(sw))
         for s, sh, held, c, sw in scores.get(qid, [])
         if s is not None
     )
-    return Asked(qid, lang, fold, frozenset(gold), hits, script_ or "")
+    return Asked(qid, lang, fold, frozenset(gold), hits, script_ or "", where)
 
 
 # A rule: parameters -> (question -> the hits it keeps).
@@ -362,15 +373,17 @@ def _sum(a: dict, b: dict) -> dict:
 def two_fold(by: Recs, rule: Rule, grid: list[dict]) -> dict:
     folds = [{t: [a for a in asked if a.fold == k] for t, asked in by.items()} for k in (0, 1)]
     chosen = [fit(folds[k], rule, grid) for k in (0, 1)]
+    sets = sorted({a.where for asked in by.values() for a in asked})
 
-    def on(k: int, c: tuple[str, dict]) -> dict:
-        return figures(folds[k][c[0]], rule(c[1]))
+    def on(k: int, c: tuple[str, dict], where: str | None = None) -> dict:
+        asked = [a for a in folds[k][c[0]] if where in (None, a.where)]
+        return figures(asked, rule(c[1]))
 
-    held_out = _sum(on(1, chosen[0]), on(0, chosen[1]))
     every = fit(by, rule, grid)
     return {
         "params_per_fold": [_named(c) for c in chosen],
-        "held_out": held_out,
+        "held_out": _sum(on(1, chosen[0]), on(0, chosen[1])),
+        "held_out_by_set": {w: _sum(on(1, chosen[0], w), on(0, chosen[1], w)) for w in sets},
         "params_all": _named(every),
         "in_sample": figures(by[every[0]], rule(every[1])),
     }
@@ -399,12 +412,23 @@ def settings_for(data_dir: Path) -> tuple[dict[str, float], ...]:
     return QUERY_SETTINGS if pair else QUERY_SETTINGS[:1]
 
 
-def report(data_dir: Path, ds: evalkit.Dataset, only: Iterable[str] | None = None) -> dict:
+def report(
+    dirs: dict[str, tuple[Path, evalkit.Dataset]], only: Iterable[str] | None = None
+) -> dict:
     """The shipped parameters on every item (in sample by construction) and each rule
-    fitted two-fold: what bench/retrieval.py prints beside its own figures."""
-    _, asked = questions(ds)
-    by = {tag(q): records(ds, ask_all(data_dir, asked, q)) for q in settings_for(data_dir)}
-    shipped = shipped_params(data_dir)
+    fitted two-fold over the dev sets' data dirs (set name -> (data dir, dataset)): the
+    English questions and the off-topic ones of every set, the translations of those that
+    have them; what bench/retrieval.py prints beside its own figures."""
+    first = next(iter(dirs.values()))[0]
+    by = {
+        tag(q): [
+            a
+            for where, (data_dir, ds) in dirs.items()
+            for a in records(ds, ask_all(data_dir, questions(ds)[1], q), where)
+        ]
+        for q in settings_for(first)
+    }
+    shipped = shipped_params(first)
     out = {"shipped": {"params": shipped, "in_sample": figures(by[""], _script_rule(shipped))}}
     for name, (rule, grid) in rules(shipped).items():
         if only is None or name in only:
@@ -417,7 +441,10 @@ def table(rep: dict) -> str:
     lines = [head, "| --- |" + " ---: |" * (len(LANGS) + 1)]
 
     def row(label: str, f: dict) -> str:
-        cells = [f"{f[lang]['success@5']:.3f} ({f[lang]['nothing']} none)" for lang in LANGS]
+        cells = [
+            f"{f[lang]['success@5']:.3f} ({f[lang]['nothing']} none)" if f[lang]["n"] else "-"
+            for lang in LANGS
+        ]
         refused = " ".join(
             f"{lang} {f[lang]['offtopic_refused']}/{f[lang]['offtopic']}" for lang in LANGS
         )
@@ -429,6 +456,9 @@ def table(rep: dict) -> str:
             continue
         lines.append(row(f"{name}, in sample", r["in_sample"]))
         lines.append(row(f"{name}, **held out**", r["held_out"]))
+        if len(r["held_out_by_set"]) > 1:
+            for where, f in r["held_out_by_set"].items():
+                lines.append(row(f"{name}, held out, {where}", f))
     return "\n".join(lines)
 
 
@@ -437,15 +467,26 @@ def main() -> int:
     p.add_argument("--work", required=True)
     p.add_argument("--eval-root", default=None, help="as bench/retrieval.py's")
     p.add_argument("--ask-only", action="store_true", help="only ask and cache the scores")
+    p.add_argument(
+        "--sets",
+        default="gitter",
+        help="comma-separated dev sets whose data dirs DIR/retrieval-SET hold the same model "
+        "(gitter has the translations; the others add English and off-topic questions)",
+    )
     p.add_argument("--out", default=None)
     args = p.parse_args()
-    ds = evalkit.datasets(Path(args.eval_root) if args.eval_root else None)["gitter"]
-    data_dir = Path(args.work).resolve() / "retrieval-gitter"
+    every = evalkit.datasets(Path(args.eval_root) if args.eval_root else None)
+    dirs = {
+        n: (Path(args.work).resolve() / f"retrieval-{n}", every[n])
+        for n in (x.strip() for x in args.sets.split(","))
+        if n
+    }
     if args.ask_only:
-        for q in settings_for(data_dir):
-            ask_all(data_dir, questions(ds)[1], q)
+        for data_dir, ds in dirs.values():
+            for q in settings_for(data_dir):
+                ask_all(data_dir, questions(ds)[1], q)
         return 0
-    rep = report(data_dir, ds)
+    rep = report(dirs)
     print(table(rep))
     for name, r in rep.items():
         if name != "shipped":
