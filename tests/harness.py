@@ -16,15 +16,20 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from ruamel.yaml import YAML
 
+from matrix_sources.appservice.httpclient import HttpClient
 from matrix_sources.appservice.tools.localsynapse import LocalSynapse
 from matrix_sources.indexer.datadir import init_data_dir
 from matrix_sources.indexer.store.eventlog.db import reader
 from tests.vectorscan import files_holding
+
+T = TypeVar("T")
 
 STACK_DATABASE = "MATRIX_SOURCES_TEST_STACK_DATABASE"  # "postgresql": the stack's event log there
 
@@ -40,6 +45,34 @@ store = ChromaStore(path=data / "chroma", eventlog=EventLog(sys.argv[2], read_on
 print(json.dumps([[w.window_id, list(map(float, v))]
                   for w, v in store.get_with_vectors(sys.argv[3:])]))
 """
+
+
+def wait_for(what: str, test: Callable[[], T], timeout: float = 60.0) -> T:
+    """Ask `test` again until it answers something true, and return that; fail naming
+    `what` past `timeout` s. Real time: the `synapse`-marked tests wait on a real
+    Synapse and a real service process. An async test that must keep its clients
+    syncing meanwhile runs it in a thread (`asyncio.to_thread(wait_for, ...)`)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = test()
+        if got:
+            return got
+        time.sleep(0.25)
+    raise AssertionError(f"not within {timeout:.0f} s: {what}")
+
+
+def client_call(url: str, token: str, method: str, path: str, body: dict | None = None) -> dict:
+    """A client-server API call as the user of `token`; its JSON answer ({} if none)."""
+    resp = HttpClient(url, token, timeout=30).call(method, path, body)
+    assert resp.ok, f"{method} {path}: {resp.status} {resp.body[:300]!r}"
+    return resp.data if resp.body else {}
+
+
+def newest_room_version(url: str, token: str) -> str:
+    """The newest stable room version the homeserver at `url` offers."""
+    caps = client_call(url, token, "GET", "/_matrix/client/v3/capabilities")["capabilities"]
+    versions = caps["m.room_versions"]["available"]
+    return max((v for v, s in versions.items() if s == "stable" and v.isdigit()), key=int)
 
 
 def free_port() -> int:
@@ -153,11 +186,15 @@ class Stack:
         before = reloads()
         done = self.cli("allowlist", "add", room)
         assert done.returncode == 0, done.stderr
-        deadline = time.monotonic() + 30
-        while reloads() == before:
-            assert time.monotonic() < deadline, "the service did not reload the allowlist"
-            time.sleep(0.1)
+        wait_for("the service reloading the allowlist", lambda: reloads() != before, 30)
         return done
+
+    def journal(self) -> list[dict]:
+        """The data dir's journal, one record a line ([] before its first line)."""
+        path = self.data_dir / "journal.jsonl"
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
     def http(self, path: str) -> tuple[int, str]:
         """GET a path of the service's HTTP listener: (status, body)."""

@@ -19,11 +19,6 @@ pytestmark = [pytest.mark.synapse, pytest.mark.model]
 WITHIN = 31.0  # 30 s + the harness's compaction interval (1 s)
 
 
-def journal(stack: Stack) -> list[dict]:
-    path = stack.data_dir / "journal.jsonl"
-    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
-
-
 async def gone_from_every_file(
     stack: Stack, needle: str, vector: list[float] | None = None, within: float = WITHIN
 ) -> None:
@@ -62,11 +57,11 @@ async def test_a_banned_bot_purges_stays_away_and_comes_back_when_invited(stack)
 
         await mona.send_state(room, "m.room.member", {"membership": "ban"}, state_key=bot)
         await gone_from_every_file(stack, "kestrel-kicked-4d1e7a", vector)
-        removed = [e for e in journal(stack) if e.get("kind") == "bot_removed"]
+        removed = [e for e in stack.journal() if e.get("kind") == "bot_removed"]
         assert removed and removed[-1]["by"] == user and removed[-1]["room_id"] == room
         assert any(
             e.get("kind") == "purge" and e.get("room_id") == room and e.get("rule") == "bot_removed"
-            for e in journal(stack)
+            for e in stack.journal()
         )
 
         stack.service.stop()
@@ -107,7 +102,7 @@ async def test_a_kicked_bot_invited_back_reads_the_room_again(stack):
         assert before in hit_ids(stack, room, "when does the mirror sync")
         assert away in hit_ids(stack, room, "where did the mirror move")
         assert any(
-            e.get("kind") == "bot_readmitted" and e.get("room_id") == room for e in journal(stack)
+            e.get("kind") == "bot_readmitted" and e.get("room_id") == room for e in stack.journal()
         )
 
 
@@ -182,7 +177,7 @@ async def test_history_for_members_only_and_retention(stack):
         assert stack.grep_data("kestrel-members-only-61b2") == []
         assert stack.event_status(before) == "indexed"  # sent while shared: stays
         assert stack.event_status(after) is None
-        assert any(e.get("rule") == "history_not_shared" for e in journal(stack))
+        assert any(e.get("rule") == "history_not_shared" for e in stack.journal())
         await gone_from_every_file(stack, "kestrel-retained-2e7f", brief_vector, within=20 + WITHIN)
 
 
@@ -251,7 +246,7 @@ async def test_a_synapse_erasure_reaches_the_index(stack):
         x.get("kind") == "forget"
         and x.get("user_id") == erin
         and x.get("source") == "synapse_erasure"
-        for x in journal(stack)
+        for x in stack.journal()
     )
     assert stack.event_status(kept) == "indexed"
 
@@ -299,6 +294,6 @@ async def test_an_erasure_does_not_depend_on_when_the_user_last_left(stack):
     assert stack.event_status(kept) == "indexed"
     assert {
         x.get("user_id")
-        for x in journal(stack)
+        for x in stack.journal()
         if x.get("kind") == "forget" and x.get("source") == "synapse_erasure"
     } >= {gina, hank}
