@@ -14,8 +14,8 @@ from urllib.parse import quote
 import pytest
 
 from matrix_sources.appservice.tools.chatclient import ChatClient
-from tests.e2e.test_consent_e2e import gone_from_every_file
 from tests.e2e.test_e2e import _put_txn
+from tests.harness import gone_from_every_file, wait_for
 
 pytestmark = [pytest.mark.synapse, pytest.mark.model]
 
@@ -212,9 +212,6 @@ async def test_a_poll_is_found_and_cited_votes_are_never_stored(stack):
             assert res.returncode == 0, res.stderr
             return json.dumps(json.loads(res.stdout)["hits"])
 
-        deadline = time.monotonic() + 30
-        while "NATS" not in poll_text():
-            assert time.monotonic() < deadline, "the poll's edit never reached the index"
-            time.sleep(0.5)
+        wait_for("the poll's edit in the index", lambda: "NATS" in poll_text(), 30, 0.5)
     assert stack.event_status(vote) is None and stack.event_status(end) is None
     assert stack.grep_data("pollendcanary-19") == []

@@ -27,9 +27,9 @@ import pytest
 
 from matrix_sources.appservice.httpclient import HttpClient
 from matrix_sources.appservice.tools.chatclient import ChatClient
-from tests.e2e.test_federation_e2e import gone_from_every_file, wait_indexed
+from tests.e2e.test_federation_e2e import wait_indexed
 from tests.federation import REMOTE_HOST, Federation, federation  # noqa: F401  (the fixture)
-from tests.harness import client_call, newest_room_version, wait_for
+from tests.harness import client_call, gone_from_every_file, newest_room_version, wait_for
 
 pytestmark = [pytest.mark.synapse, pytest.mark.model]
 
@@ -65,7 +65,7 @@ async def test_a_remote_spam_wave_leaves_every_file_when_the_moderators_deny_its
                 "m.room.server_acl",
                 {"allow": ["*"], "deny": [REMOTE_HOST], "allow_ip_literals": True},
             )
-            await gone_from_every_file(f, SPAM_CANARY)
+            await gone_from_every_file(f.stack, SPAM_CANARY)
             assert [f.stack.event_status(e) for e in spam] == ["redacted", "redacted"]
             assert f.stack.event_status(kept) == "indexed"
             [line] = [e for e in journal_lines(f, "server_acl", room) if "messages" in e]
@@ -155,7 +155,7 @@ async def test_a_remote_acl_that_shuts_out_the_bots_server_withdraws_the_room(
             {"allow": ["*"], "deny": ["127.0.0.1"], "allow_ip_literals": True},
         )
         later = await osprey.send(room, "the osprey-shutout-1a2 cam moved to the mast")
-        await gone_from_every_file(f, "osprey-shutout-1a2")
+        await gone_from_every_file(f.stack, "osprey-shutout-1a2")
         await f.wait_journal("purge", room, rule="server_denied", event_id=acl)
         await f.wait_journal("refusal", room, rule="server_denied", event_id=later)
         assert f.stack.event_status(said) == "purged"
