@@ -111,10 +111,11 @@ def ask_all(
     shipped = {} if not setting else ask_all(data_dir, asked)
     cache = data_dir / _cache_name(setting)
     out = json.loads(cache.read_text()) if cache.exists() else {}
-    todo = [(q, t) for q, t in asked if q not in out and q not in shipped]
+    todo = [(q, t) for q, t in asked if q not in out]
     if todo:
         _ask(data_dir, todo, setting, out, cache)
-    return {q: out.get(q, shipped.get(q)) for q, _ in asked}
+    # None: the setting leaves the question's vector as the shipped one gives it.
+    return {q: shipped[q] if out.get(q) is None else out[q] for q, _ in asked}
 
 
 def _cache_name(setting: dict[str, float]) -> str:
@@ -123,39 +124,52 @@ def _cache_name(setting: dict[str, float]) -> str:
 
 def _ask(data_dir: Path, todo: list, setting: dict[str, float], out: dict, cache: Path) -> None:
     import importlib
-    import threading
-    import time
 
-    from matrix_sources.indexer.components import Index
     from matrix_sources.indexer.config import load_config
     from matrix_sources.indexer.models.embedder import load_embedder
-    from matrix_sources.indexer.search.abstain import Floor
-    from matrix_sources.indexer.search.searcher import SourceQuery
     from matrix_sources.indexer.search.tokens import script
 
     cfg = load_config(data_dir / "config.yaml")
     model = load_embedder(cfg.index.embedder.model, cfg.index.embedder.backend, cfg.models_dir)
     pair = importlib.import_module(PAIR)
     before = {k: getattr(pair, k) for k in setting}
-    if setting:
-        assert isinstance(model, pair.PairEmbedder), "query settings are the pair's"
-        # Only the questions this setting gives another vector (the Chinese ones always:
-        # their English gloss is weighed by the share too) are asked again.
-        old = {q: [model.english_share(t) for t in texts] for q, texts in todo}
-        for k, v in setting.items():
+    try:
+        if setting:
+            assert isinstance(model, pair.PairEmbedder), "query settings are the pair's"
+            # Only the questions this setting gives another vector (the Chinese ones
+            # always: their English gloss is weighed by the share too) are asked again.
+            old = {q: [model.english_share(t) for t in texts] for q, texts in todo}
+            for k, v in setting.items():
+                setattr(pair, k, v)
+            same = {
+                q
+                for q, texts in todo
+                if [model.english_share(t) for t in texts] == old[q]
+                and not any(script(t) == "cjk" for t in texts)
+            }
+            out.update(dict.fromkeys(same))
+            todo = [(q, t) for q, t in todo if q not in same]
+            print(f"  {tag(setting)}: {len(todo)} questions change", file=sys.stderr)
+        if todo:
+            _search(cfg, model, todo, out, cache)
+    finally:
+        cache.write_text(json.dumps(out))
+        for k, v in before.items():
             setattr(pair, k, v)
-        same = {
-            q
-            for q, texts in todo
-            if [model.english_share(t) for t in texts] == old[q]
-            and not any(script(t) == "cjk" for t in texts)
-        }
-        todo = [(q, t) for q, t in todo if q not in same]
-        print(f"  {tag(setting)}: {len(todo)} questions change", file=sys.stderr)
+
+
+def _search(cfg, model, todo: list, out: dict, cache: Path) -> None:
+    import threading
+    import time
+
+    from matrix_sources.indexer.components import Index
+    from matrix_sources.indexer.search.abstain import Floor
+    from matrix_sources.indexer.search.searcher import SourceQuery
+
     ready = threading.Event()  # the keyword postings, as the service searches with them
     index = Index.open(cfg, model, postings=True, on_postings_ready=ready.set)
     try:
-        if cfg.search.lexical_max_terms and todo and not ready.wait(600):
+        if cfg.search.lexical_max_terms and not ready.wait(600):
             raise SystemExit("error: the keyword postings were not built within 10 minutes")
         index.searcher.floor = Floor(-1.0, 0.0)
         t0 = time.perf_counter()
@@ -176,10 +190,7 @@ def _ask(data_dir: Path, todo: list, setting: dict[str, float], out: dict, cache
                 cache.write_text(json.dumps(out))
                 print(f"  {n}/{len(todo)}, {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     finally:
-        cache.write_text(json.dumps(out))
         index.close()
-        for k, v in before.items():
-            setattr(pair, k, v)
 
 
 def questions(ds: evalkit.Dataset) -> tuple[dict[str, list], list[tuple[str, list[str]]]]:
