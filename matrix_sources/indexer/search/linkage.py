@@ -47,8 +47,8 @@ MIN_GLUED = 4  # a glued "@nameword" must start with a name this long to count
 # a later message linked only by naming them (mention, address) is not this question's
 # answer. A reply or a thread still links. Until the pause the conversation goes on: a
 # thanks for the first answer, or "cheese is a software?", is followed by more answers
-# (of the answers this closing cut off on the three dev sets, 58 of 65 came under half
-# an hour after the conversation's previous line; docs/benchmarks.md).
+# (closing at once cut 64 gold answers off their question on the three dev sets, after
+# the pause 7: bench/closing.py, docs/benchmarks.md).
 CLOSES = True
 # The chunker's default gap between conversations (index.window_gap_seconds); None:
 # closing at once.
