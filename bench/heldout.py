@@ -53,7 +53,8 @@ import retrieval  # noqa: E402
 TOP = 20
 LANGS = ("en", *retrieval.XL_LANGS)
 OFFTOPIC_XL = Path(__file__).resolve().parent / "offtopic-xl-queries.jsonl"
-OFFTOPIC_REFUSED = 0.9  # the issue's bound, in each language
+OFFTOPIC_REFUSED = 0.9  # the issue's bound, in each language (--offtopic-bound)
+NOTHING_AT_MOST = 0.05  # "nothing matches" for at most 1 in 20 answerable questions
 CACHE = "heldout-scores.json"
 PAIR = "matrix_sources.indexer.models.pair_embedder"
 # The pair's question-side constants, each tried as a change from the shipped ones.
@@ -342,17 +343,26 @@ Recs = dict[str, list[Asked]]  # query setting's tag -> every question asked und
 def fit(by: Recs, rule: Rule, grid: list[dict]) -> tuple[str, dict]:
     """The query setting and parameters with the best mean success@5, then the fewest
     "nothing matches", among those that refuse OFFTOPIC_REFUSED of each language's
-    off-topic questions (or, if none does, of them all) and keep English within 0.02 of
-    its best; ties: the shipped setting, then the highest floor (the most cautious)."""
+    off-topic questions and answer all but NOTHING_AT_MOST of its answerable ones (or,
+    failing that, only refuse; or refuse OFFTOPIC_REFUSED of them all) and keep English
+    within 0.02 of its best; ties: the shipped setting, then the highest floor (the most
+    cautious)."""
     scored = [((t, p), figures(asked, rule(p))) for t, asked in by.items() for p in grid]
-    ok = [
-        (c, f)
-        for c, f in scored
-        if all(
+
+    def refuses(f: dict) -> bool:
+        return all(
             f[lang]["offtopic_refused"] >= OFFTOPIC_REFUSED * f[lang]["offtopic"] for lang in LANGS
         )
-    ]
-    ok = ok or [(c, f) for c, f in scored if _refused(f) >= OFFTOPIC_REFUSED] or scored
+
+    def answers(f: dict) -> bool:
+        return all(f[lang]["nothing"] <= NOTHING_AT_MOST * f[lang]["n"] for lang in LANGS)
+
+    ok = (
+        [(c, f) for c, f in scored if refuses(f) and answers(f)]
+        or [(c, f) for c, f in scored if refuses(f)]
+        or [(c, f) for c, f in scored if _refused(f) >= OFFTOPIC_REFUSED]
+        or scored
+    )
     best_en = max(f["en"]["success@5"] for _, f in ok)
     ok = [(c, f) for c, f in ok if f["en"]["success@5"] >= best_en - 0.02]
     return max(
@@ -484,8 +494,16 @@ def main() -> int:
         help="comma-separated dev sets whose data dirs DIR/retrieval-SET hold the same model "
         "(gitter has the translations; the others add English and off-topic questions)",
     )
+    p.add_argument(
+        "--offtopic-bound",
+        type=float,
+        default=OFFTOPIC_REFUSED,
+        help="the share of each language's off-topic questions a fold's parameters must "
+        "refuse in that fold (above 0.9 leaves room for the other fold)",
+    )
     p.add_argument("--out", default=None)
     args = p.parse_args()
+    globals()["OFFTOPIC_REFUSED"] = args.offtopic_bound
     every = evalkit.datasets(Path(args.eval_root) if args.eval_root else None)
     dirs = {
         n: (Path(args.work).resolve() / f"retrieval-{n}", every[n])
