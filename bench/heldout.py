@@ -308,8 +308,8 @@ def rules(shipped: dict) -> dict[str, tuple[Rule, list[dict]]]:
 
 
 def figures(asked: list[Asked], keep: Callable[[Asked], list[Hit]]) -> dict:
-    """Per language: success@5, shown@1, "nothing matches" of the answerable, and the
-    off-topic refused (no hit)."""
+    """Per language: success@1, success@5, shown@1, "nothing matches" of the answerable,
+    and the off-topic refused (no hit)."""
     out: dict[str, dict] = {}
     for lang in LANGS:
         real = [a for a in asked if a.lang == lang and a.gold]
@@ -318,6 +318,7 @@ def figures(asked: list[Asked], keep: Callable[[Asked], list[Hit]]) -> dict:
         n = len(real) or 1
         out[lang] = {
             "n": len(real),
+            "success@1": sum(bool(k) and bool(a.gold & k[0].cited) for a, k in zip(real, kept)) / n,
             "success@5": sum(any(a.gold & h.cited for h in k[:5]) for a, k in zip(real, kept)) / n,
             "shown@1": sum(bool(k) and bool(a.gold & set(k[0].shown)) for a, k in zip(real, kept))
             / n,
@@ -384,8 +385,10 @@ def _sum(a: dict, b: dict) -> dict:
         n = x["n"] + y["n"]
         out[lang] = {
             "n": n,
-            "success@5": (x["success@5"] * x["n"] + y["success@5"] * y["n"]) / (n or 1),
-            "shown@1": (x["shown@1"] * x["n"] + y["shown@1"] * y["n"]) / (n or 1),
+            **{
+                k: (x[k] * x["n"] + y[k] * y["n"]) / (n or 1)
+                for k in ("success@1", "success@5", "shown@1")
+            },
             **{k: x[k] + y[k] for k in ("nothing", "offtopic", "offtopic_refused")},
         }
     return out
