@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+import threading
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 
 from matrix_sources.indexer.components import Index
 from matrix_sources.indexer.records import EventID, Hit, Line, UserID
@@ -96,3 +98,27 @@ async def edit_replies(
             "reply_edited_after_redaction",
             extra={"room_id": rec.room_id, "reply": rec.reply_event_id, "redacted": len(withdrawn)},
         )
+
+
+class WithdrawnLately:
+    """The event ids withdrawn lately (the newest `keep`). A reply is sent before what it
+    quoted is recorded, so a message withdrawn in between is found by no edit: the
+    recording asks here and edits the reply itself. Written on the loop, read from the
+    thread that records."""
+
+    def __init__(self, keep: int = 10_000) -> None:
+        self._ids: OrderedDict[str, None] = OrderedDict()
+        self._keep = keep
+        self._lock = threading.Lock()
+
+    def add(self, event_ids: set[str]) -> None:
+        with self._lock:
+            for e in event_ids:
+                self._ids[e] = None
+                self._ids.move_to_end(e)
+            while len(self._ids) > self._keep:
+                self._ids.popitem(last=False)
+
+    def among(self, event_ids: Iterable[str]) -> set[str]:
+        with self._lock:
+            return {e for e in event_ids if e in self._ids}

@@ -38,7 +38,7 @@ from matrix_sources.indexer.records import EventID, RoomID, UserID
 from matrix_sources.indexer.search.language import english_only_note
 from matrix_sources.indexer.store.eventlog.feedback import Asked, FeedbackTables, Reaction
 
-from .answer_edits import edit_replies
+from .answer_edits import WithdrawnLately, edit_replies
 from .commandpool import CommandPool
 from .commands import CommandError, SearchCommand, parse_command
 from .digest import Digest, expire_feedback
@@ -120,6 +120,8 @@ class Bot:
         self.commands = CommandPool(self._answer)
         self._tasks: set[asyncio.Task] = set()
         self._chores: set[asyncio.Task] = set()  # for as long as the bot runs
+        self._withdrawn = WithdrawnLately()
+        self._loop: asyncio.AbstractEventLoop | None = None  # on_withdrawn's
         self.clock = clock
         self.digest = (
             Digest(cfg, index, matrix, self.clock, self.report)
@@ -156,6 +158,8 @@ class Bot:
     def on_withdrawn(self, event_ids: Iterable[str]) -> None:
         ids = set(event_ids)
         if ids:
+            self._withdrawn.add(ids)
+            self._loop = asyncio.get_running_loop()
             self._spawn(
                 edit_replies(
                     self.index, ids, self.matrix.send, self._question, self.cfg.homeserver.domain
@@ -267,14 +271,13 @@ class Bot:
         thread_root: str | None,
         reply,
     ) -> None:
+        quoted = [sec.shown for sec in reply.sections]
         self.index.answers.record(
-            reply_event_id,
-            room_id,
-            command_event_id,
-            thread_root,
-            list(reply.hits),
-            [sec.shown for sec in reply.sections],
+            reply_event_id, room_id, command_event_id, thread_root, list(reply.hits), quoted
         )
+        late = self._withdrawn.among(e for ids in quoted for e in ids)
+        if late and self._loop is not None:  # withdrawn while the reply was on its way
+            self._loop.call_soon_threadsafe(self.on_withdrawn, late)
 
     async def _question(self, room_id: str, command_id: str | None) -> tuple[str, ...]:
         """The texts a command asked, read from the homeserver (the event log drops a
