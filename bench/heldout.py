@@ -4,8 +4,8 @@
 
 The data dir is one bench/retrieval.py built (DIR/retrieval-gitter). Every Gitter dev
 question, in English and in the four translations (dev-queries-xl.jsonl), and the
-off-topic questions (bench/offtopic-queries.jsonl and the twelve more a language of
-bench/offtopic-xl-queries.jsonl: twenty in each of German, Spanish, Russian and Chinese)
+off-topic questions (bench/offtopic-queries.jsonl and the thirty-two more a language of
+bench/offtopic-xl-queries.jsonl: forty in each of German, Spanish, Russian and Chinese)
 are asked once with the floor off, the query variant, 20 hits; each hit's score, whether
 it shares a word with the question, whether it holds the question's words (never
 refused), and the events it cites and shows are cached in the data dir
