@@ -4,12 +4,18 @@
 
 The data dir is one bench/retrieval.py built (DIR/retrieval-gitter). Every Gitter dev
 question, in English and in the four translations (dev-queries-xl.jsonl), and the
-off-topic questions (bench/offtopic-queries.jsonl and the twelve more a language of
-bench/offtopic-xl-queries.jsonl: twenty in each of German, Spanish, Russian and Chinese)
+off-topic questions (bench/offtopic-queries.jsonl and the thirty-two more a language of
+bench/offtopic-xl-queries.jsonl: forty in each of German, Spanish, Russian and Chinese)
 are asked once with the floor off, the query variant, 20 hits; each hit's score, whether
 it shares a word with the question, whether it holds the question's words (never
 refused), and the events it cites and shows are cached in the data dir
 (heldout-scores.json).
+
+With the pair (a `+` in the model's name), the weights that shape the question's vector
+are fitted too: every question is asked again under each of QUERY_SETTINGS (the English
+model's weight, where its share of a question starts), each cached beside the first
+(heldout-scores-NAME=VALUE.json); a question whose English share and script leave its
+vector unchanged under a setting reuses the shipped setting's hits.
 
 Then each abstain rule's parameters (`rules`: a grid around the model's shipped floor)
 are fitted on one fold and applied to the other, both ways. Folds are split by
@@ -19,8 +25,8 @@ the same fold. Fitting maximises the mean success@5 over
 the five languages, among the parameters that leave at least OFFTOPIC_REFUSED of the
 fold's off-topic questions in each language with no hit and lose the English items at
 most 0.02 success@5 against the rule's best on that fold. The held-out figures are each
-fold's, measured with the other fold's parameters, summed; the in-sample ones use the
-parameters fitted on every item.
+fold's, measured with the other fold's parameters (query setting and abstain
+parameters together), summed; the in-sample ones use the parameters fitted on every item.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import argparse
 import itertools
 import json
 import os
+import re
 import statistics
 import sys
 from collections.abc import Callable, Iterable
@@ -46,8 +53,21 @@ import retrieval  # noqa: E402
 TOP = 20
 LANGS = ("en", *retrieval.XL_LANGS)
 OFFTOPIC_XL = Path(__file__).resolve().parent / "offtopic-xl-queries.jsonl"
-OFFTOPIC_REFUSED = 0.9  # the issue's bound, in each language
+OFFTOPIC_REFUSED = 0.9  # the issue's bound, in each language (--offtopic-bound)
+NOTHING_AT_MOST = 0.05  # "nothing matches" for at most 1 in 20 answerable questions
 CACHE = "heldout-scores.json"
+PAIR = "matrix_sources.indexer.models.pair_embedder"
+# The pair's question-side constants, each tried as a change from the shipped ones.
+QUERY_SETTINGS: tuple[dict[str, float], ...] = (
+    {},
+    {"ENGLISH_WEIGHT": 0.4},
+    {"SHARE_FROM": 0.5},
+    {"SHARE_FROM": 0.7},
+)
+
+
+def tag(setting: dict[str, float]) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(setting.items()))
 
 
 @dataclass(frozen=True)
@@ -67,6 +87,7 @@ class Asked:
     gold: frozenset[str]  # empty: off-topic
     hits: tuple[Hit, ...]
     script: str
+    where: str = "gitter"  # the dev set (its chat) it was asked of
 
     @property
     def base(self) -> float:
@@ -81,33 +102,78 @@ def offtopic() -> list[tuple[str, list[str]]]:
     return retrieval.offtopic_queries() + more
 
 
-def ask_all(data_dir: Path, asked: list[tuple[str, list[str]]]) -> dict:
-    """qid -> [[score, shares_word, held, cited, shown], ...] with the floor off."""
-    import time
-
-    from matrix_sources.indexer.components import Index
-    from matrix_sources.indexer.config import load_config
-    from matrix_sources.indexer.search.abstain import Floor
-    from matrix_sources.indexer.search.searcher import SourceQuery
-
-    cache = data_dir / CACHE
+def ask_all(
+    data_dir: Path, asked: list[tuple[str, list[str]]], setting: dict[str, float] | None = None
+) -> dict:
+    """qid -> [[score, shares_word, held, cited, shown], ...] with the floor off, the
+    pair's question constants changed by `setting` (a question whose vector the setting
+    leaves as it is keeps the shipped setting's hits)."""
+    setting = setting or {}
+    shipped = {} if not setting else ask_all(data_dir, asked)
+    cache = data_dir / _cache_name(setting)
     out = json.loads(cache.read_text()) if cache.exists() else {}
     todo = [(q, t) for q, t in asked if q not in out]
-    if not todo:
-        return out
-    import threading
+    if todo:
+        _ask(data_dir, todo, setting, out, cache)
+    # None: the setting leaves the question's vector as the shipped one gives it.
+    return {q: shipped[q] if out.get(q) is None else out[q] for q, _ in asked}
 
+
+def _cache_name(setting: dict[str, float]) -> str:
+    return CACHE if not setting else CACHE.replace(".json", f"-{tag(setting)}.json")
+
+
+def _ask(data_dir: Path, todo: list, setting: dict[str, float], out: dict, cache: Path) -> None:
+    import importlib
+
+    from matrix_sources.indexer.config import load_config
     from matrix_sources.indexer.models.embedder import load_embedder
+    from matrix_sources.indexer.search.tokens import script
 
     cfg = load_config(data_dir / "config.yaml")
     model = load_embedder(cfg.index.embedder.model, cfg.index.embedder.backend, cfg.models_dir)
+    pair = importlib.import_module(PAIR)
+    before = {k: getattr(pair, k) for k in setting}
+    try:
+        if setting:
+            assert isinstance(model, pair.PairEmbedder), "query settings are the pair's"
+            # Only the questions this setting gives another vector (the Chinese ones
+            # always: their English gloss is weighed by the share too) are asked again.
+            old = {q: [model.english_share(t) for t in texts] for q, texts in todo}
+            for k, v in setting.items():
+                setattr(pair, k, v)
+            same = {
+                q
+                for q, texts in todo
+                if [model.english_share(t) for t in texts] == old[q]
+                and not any(script(t) == "cjk" for t in texts)
+            }
+            out.update(dict.fromkeys(same))
+            todo = [(q, t) for q, t in todo if q not in same]
+            print(f"  {tag(setting)}: {len(todo)} questions change", file=sys.stderr)
+        if todo:
+            _search(cfg, model, todo, out, cache)
+    finally:
+        cache.write_text(json.dumps(out))
+        for k, v in before.items():
+            setattr(pair, k, v)
+
+
+def _search(cfg, model, todo: list, out: dict, cache: Path) -> None:
+    import threading
+    import time
+
+    from matrix_sources.indexer.components import Index
+    from matrix_sources.indexer.search.abstain import Floor
+    from matrix_sources.indexer.search.searcher import SourceQuery
+
     ready = threading.Event()  # the keyword postings, as the service searches with them
     index = Index.open(cfg, model, postings=True, on_postings_ready=ready.set)
-    if cfg.search.lexical_max_terms and not ready.wait(600):
-        raise SystemExit("error: the keyword postings were not built within 10 minutes")
-    index.searcher.floor = Floor(-1.0, 0.0)
-    t0 = time.perf_counter()
     try:
+        if cfg.search.lexical_max_terms and not ready.wait(600):
+            raise SystemExit("error: the keyword postings were not built within 10 minutes")
+        index.searcher.floor = Floor(-1.0, 0.0)
+        t0 = time.perf_counter()
         for n, (qid, texts) in enumerate(todo, 1):
             words = Floor(0.0).for_query(texts, index.searcher._evidence(texts))
             hits = index.searcher.search(SourceQuery.build(texts, TOP))
@@ -125,9 +191,7 @@ def ask_all(data_dir: Path, asked: list[tuple[str, list[str]]]) -> dict:
                 cache.write_text(json.dumps(out))
                 print(f"  {n}/{len(todo)}, {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     finally:
-        cache.write_text(json.dumps(out))
         index.close()
-    return out
 
 
 def questions(ds: evalkit.Dataset) -> tuple[dict[str, list], list[tuple[str, list[str]]]]:
@@ -137,10 +201,10 @@ def questions(ds: evalkit.Dataset) -> tuple[dict[str, list], list[tuple[str, lis
 
 
 def _fold_of_item(item_id: str) -> int:
-    return int(item_id.split("-")[2]) % 2  # gitter-dev-<n>[-lang]
+    return int(re.findall(r"\d+", item_id)[0]) % 2  # gitter-dev-<n>[-lang], dev-<n>, slackdev-<n>
 
 
-def records(ds: evalkit.Dataset, scores: dict) -> list[Asked]:
+def records(ds: evalkit.Dataset, scores: dict, where: str = "gitter") -> list[Asked]:
     from matrix_sources.indexer.search.tokens import script
 
     groups, _ = questions(ds)
@@ -148,23 +212,31 @@ def records(ds: evalkit.Dataset, scores: dict) -> list[Asked]:
     for lang, items in groups.items():
         for i in items:
             out.append(
-                _asked(f"{i.id}|query", lang, _fold_of_item(i.id), i.gold, scores, script(i.query))
+                _asked(
+                    f"{i.id}|query",
+                    lang,
+                    _fold_of_item(i.id),
+                    i.gold,
+                    scores,
+                    script(i.query),
+                    where,
+                )
             )
     seen: dict[str, int] = {}
     for qid, texts in offtopic():
         lang = retrieval.offtopic_lang(qid)
         seen[lang] = seen.get(lang, -1) + 1
-        out.append(_asked(qid, lang, seen[lang] % 2, frozenset(), scores, script(texts[0])))
+        out.append(_asked(qid, lang, seen[lang] % 2, frozenset(), scores, script(texts[0]), where))
     return out
 
 
-def _asked(qid, lang, fold, gold, scores, script_) -> Asked:
+def _asked(qid, lang, fold, gold, scores, script_, where) -> Asked:
     hits = tuple(
         Hit(float(s), bool(sh), bool(held), frozenset(c), tuple(sw))
         for s, sh, held, c, sw in scores.get(qid, [])
         if s is not None
     )
-    return Asked(qid, lang, fold, frozenset(gold), hits, script_ or "")
+    return Asked(qid, lang, fold, frozenset(gold), hits, script_ or "", where)
 
 
 # A rule: parameters -> (question -> the hits it keeps).
@@ -236,8 +308,8 @@ def rules(shipped: dict) -> dict[str, tuple[Rule, list[dict]]]:
 
 
 def figures(asked: list[Asked], keep: Callable[[Asked], list[Hit]]) -> dict:
-    """Per language: success@5, shown@1, "nothing matches" of the answerable, and the
-    off-topic refused (no hit)."""
+    """Per language: success@1, success@5, shown@1, "nothing matches" of the answerable,
+    and the off-topic refused (no hit)."""
     out: dict[str, dict] = {}
     for lang in LANGS:
         real = [a for a in asked if a.lang == lang and a.gold]
@@ -246,6 +318,7 @@ def figures(asked: list[Asked], keep: Callable[[Asked], list[Hit]]) -> dict:
         n = len(real) or 1
         out[lang] = {
             "n": len(real),
+            "success@1": sum(bool(k) and bool(a.gold & k[0].cited) for a, k in zip(real, kept)) / n,
             "success@5": sum(any(a.gold & h.cited for h in k[:5]) for a, k in zip(real, kept)) / n,
             "shown@1": sum(bool(k) and bool(a.gold & set(k[0].shown)) for a, k in zip(real, kept))
             / n,
@@ -265,29 +338,42 @@ def _refused(f: dict) -> float:
     return sum(f[lang]["offtopic_refused"] for lang in LANGS) / (n or 1)
 
 
-def fit(asked: list[Asked], rule: Rule, grid: list[dict]) -> dict:
-    """The parameters with the best mean success@5, then the fewest "nothing matches",
-    among those that refuse OFFTOPIC_REFUSED of each language's off-topic questions
-    (or, if none does, of them all) and keep English within 0.02 of its best; ties: the
-    highest floor (the most cautious)."""
-    scored = [(p, figures(asked, rule(p))) for p in grid]
-    ok = [
-        (p, f)
-        for p, f in scored
-        if all(
+Recs = dict[str, list[Asked]]  # query setting's tag -> every question asked under it
+
+
+def fit(by: Recs, rule: Rule, grid: list[dict]) -> tuple[str, dict]:
+    """The query setting and parameters with the best mean success@5, then the fewest
+    "nothing matches", among those that refuse OFFTOPIC_REFUSED of each language's
+    off-topic questions and answer all but NOTHING_AT_MOST of its answerable ones (or,
+    failing that, only refuse; or refuse OFFTOPIC_REFUSED of them all) and keep English
+    within 0.02 of its best; ties: the shipped setting, then the highest floor (the most
+    cautious)."""
+    scored = [((t, p), figures(asked, rule(p))) for t, asked in by.items() for p in grid]
+
+    def refuses(f: dict) -> bool:
+        return all(
             f[lang]["offtopic_refused"] >= OFFTOPIC_REFUSED * f[lang]["offtopic"] for lang in LANGS
         )
-    ]
-    ok = ok or [(p, f) for p, f in scored if _refused(f) >= OFFTOPIC_REFUSED] or scored
+
+    def answers(f: dict) -> bool:
+        return all(f[lang]["nothing"] <= NOTHING_AT_MOST * f[lang]["n"] for lang in LANGS)
+
+    ok = (
+        [(c, f) for c, f in scored if refuses(f) and answers(f)]
+        or [(c, f) for c, f in scored if refuses(f)]
+        or [(c, f) for c, f in scored if _refused(f) >= OFFTOPIC_REFUSED]
+        or scored
+    )
     best_en = max(f["en"]["success@5"] for _, f in ok)
-    ok = [(p, f) for p, f in ok if f["en"]["success@5"] >= best_en - 0.02]
+    ok = [(c, f) for c, f in ok if f["en"]["success@5"] >= best_en - 0.02]
     return max(
         ok,
-        key=lambda pf: (
-            round(_objective(pf[1]), 6),
-            -sum(pf[1][lang]["nothing"] for lang in LANGS),
-            _refused(pf[1]),
-            pf[0]["F"],
+        key=lambda cf: (
+            round(_objective(cf[1]), 6),
+            -sum(cf[1][lang]["nothing"] for lang in LANGS),
+            _refused(cf[1]),
+            cf[0][0] == "",
+            cf[0][1]["F"],
         ),
     )[0]
 
@@ -299,24 +385,36 @@ def _sum(a: dict, b: dict) -> dict:
         n = x["n"] + y["n"]
         out[lang] = {
             "n": n,
-            "success@5": (x["success@5"] * x["n"] + y["success@5"] * y["n"]) / (n or 1),
-            "shown@1": (x["shown@1"] * x["n"] + y["shown@1"] * y["n"]) / (n or 1),
+            **{
+                k: (x[k] * x["n"] + y[k] * y["n"]) / (n or 1)
+                for k in ("success@1", "success@5", "shown@1")
+            },
             **{k: x[k] + y[k] for k in ("nothing", "offtopic", "offtopic_refused")},
         }
     return out
 
 
-def two_fold(asked: list[Asked], rule: Rule, grid: list[dict]) -> dict:
-    folds = [[a for a in asked if a.fold == k] for k in (0, 1)]
-    params = [fit(folds[k], rule, grid) for k in (0, 1)]
-    held_out = _sum(figures(folds[1], rule(params[0])), figures(folds[0], rule(params[1])))
-    every = fit(asked, rule, grid)
+def two_fold(by: Recs, rule: Rule, grid: list[dict]) -> dict:
+    folds = [{t: [a for a in asked if a.fold == k] for t, asked in by.items()} for k in (0, 1)]
+    chosen = [fit(folds[k], rule, grid) for k in (0, 1)]
+    sets = sorted({a.where for asked in by.values() for a in asked})
+
+    def on(k: int, c: tuple[str, dict], where: str | None = None) -> dict:
+        asked = [a for a in folds[k][c[0]] if where in (None, a.where)]
+        return figures(asked, rule(c[1]))
+
+    every = fit(by, rule, grid)
     return {
-        "params_per_fold": params,
-        "held_out": held_out,
-        "params_all": every,
-        "in_sample": figures(asked, rule(every)),
+        "params_per_fold": [_named(c) for c in chosen],
+        "held_out": _sum(on(1, chosen[0]), on(0, chosen[1])),
+        "held_out_by_set": {w: _sum(on(1, chosen[0], w), on(0, chosen[1], w)) for w in sets},
+        "params_all": _named(every),
+        "in_sample": figures(by[every[0]], rule(every[1])),
     }
+
+
+def _named(c: tuple[str, dict]) -> dict:
+    return {**c[1], **({"query": c[0]} if c[0] else {})}
 
 
 def shipped_params(data_dir: Path) -> dict:
@@ -330,16 +428,35 @@ def shipped_params(data_dir: Path) -> dict:
     }
 
 
-def report(data_dir: Path, ds: evalkit.Dataset, only: Iterable[str] | None = None) -> dict:
+def settings_for(data_dir: Path) -> tuple[dict[str, float], ...]:
+    """Every query setting for the pair; the shipped one alone for any other model."""
+    from matrix_sources.indexer.config import load_config
+
+    pair = "+" in load_config(data_dir / "config.yaml").index.embedder.model
+    return QUERY_SETTINGS if pair else QUERY_SETTINGS[:1]
+
+
+def report(
+    dirs: dict[str, tuple[Path, evalkit.Dataset]], only: Iterable[str] | None = None
+) -> dict:
     """The shipped parameters on every item (in sample by construction) and each rule
-    fitted two-fold: what bench/retrieval.py prints beside its own figures."""
-    _, asked = questions(ds)
-    recs = records(ds, ask_all(data_dir, asked))
-    shipped = shipped_params(data_dir)
-    out = {"shipped": {"params": shipped, "in_sample": figures(recs, _script_rule(shipped))}}
+    fitted two-fold over the dev sets' data dirs (set name -> (data dir, dataset)): the
+    English questions and the off-topic ones of every set, the translations of those that
+    have them; what bench/retrieval.py prints beside its own figures."""
+    first = next(iter(dirs.values()))[0]
+    by = {
+        tag(q): [
+            a
+            for where, (data_dir, ds) in dirs.items()
+            for a in records(ds, ask_all(data_dir, questions(ds)[1], q), where)
+        ]
+        for q in settings_for(first)
+    }
+    shipped = shipped_params(first)
+    out = {"shipped": {"params": shipped, "in_sample": figures(by[""], _script_rule(shipped))}}
     for name, (rule, grid) in rules(shipped).items():
         if only is None or name in only:
-            out[name] = two_fold(recs, rule, grid)
+            out[name] = two_fold(by, rule, grid)
     return out
 
 
@@ -348,7 +465,10 @@ def table(rep: dict) -> str:
     lines = [head, "| --- |" + " ---: |" * (len(LANGS) + 1)]
 
     def row(label: str, f: dict) -> str:
-        cells = [f"{f[lang]['success@5']:.3f} ({f[lang]['nothing']} none)" for lang in LANGS]
+        cells = [
+            f"{f[lang]['success@5']:.3f} ({f[lang]['nothing']} none)" if f[lang]["n"] else "-"
+            for lang in LANGS
+        ]
         refused = " ".join(
             f"{lang} {f[lang]['offtopic_refused']}/{f[lang]['offtopic']}" for lang in LANGS
         )
@@ -360,6 +480,9 @@ def table(rep: dict) -> str:
             continue
         lines.append(row(f"{name}, in sample", r["in_sample"]))
         lines.append(row(f"{name}, **held out**", r["held_out"]))
+        if len(r["held_out_by_set"]) > 1:
+            for where, f in r["held_out_by_set"].items():
+                lines.append(row(f"{name}, held out, {where}", f))
     return "\n".join(lines)
 
 
@@ -368,14 +491,34 @@ def main() -> int:
     p.add_argument("--work", required=True)
     p.add_argument("--eval-root", default=None, help="as bench/retrieval.py's")
     p.add_argument("--ask-only", action="store_true", help="only ask and cache the scores")
+    p.add_argument(
+        "--sets",
+        default="gitter",
+        help="comma-separated dev sets whose data dirs DIR/retrieval-SET hold the same model "
+        "(gitter has the translations; the others add English and off-topic questions)",
+    )
+    p.add_argument(
+        "--offtopic-bound",
+        type=float,
+        default=OFFTOPIC_REFUSED,
+        help="the share of each language's off-topic questions a fold's parameters must "
+        "refuse in that fold (above 0.9 leaves room for the other fold)",
+    )
     p.add_argument("--out", default=None)
     args = p.parse_args()
-    ds = evalkit.datasets(Path(args.eval_root) if args.eval_root else None)["gitter"]
-    data_dir = Path(args.work).resolve() / "retrieval-gitter"
+    globals()["OFFTOPIC_REFUSED"] = args.offtopic_bound
+    every = evalkit.datasets(Path(args.eval_root) if args.eval_root else None)
+    dirs = {
+        n: (Path(args.work).resolve() / f"retrieval-{n}", every[n])
+        for n in (x.strip() for x in args.sets.split(","))
+        if n
+    }
     if args.ask_only:
-        ask_all(data_dir, questions(ds)[1])
+        for data_dir, ds in dirs.values():
+            for q in settings_for(data_dir):
+                ask_all(data_dir, questions(ds)[1], q)
         return 0
-    rep = report(data_dir, ds)
+    rep = report(dirs)
     print(table(rep))
     for name, r in rep.items():
         if name != "shipped":

@@ -425,7 +425,7 @@ def main(argv: list[str] | None = None) -> int:
         for n in names:
             if xl_items(sets[n]):
                 data_dir = Path(args.work).resolve() / f"retrieval-{n}"
-                reports[n]["folds"] = heldout.report(data_dir, sets[n])
+                reports[n]["folds"] = heldout.report({n: (data_dir, sets[n])})
     from matrix_sources.indexer.pipeline.chunker import CHUNKER_VERSION
 
     evalkit.write_json(

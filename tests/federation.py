@@ -18,7 +18,6 @@ servers), for the gate's member checks on remote rooms.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -28,7 +27,7 @@ import pytest
 from matrix_sources.appservice.tools.chatclient import ChatClient
 from matrix_sources.appservice.tools.localsynapse import LocalSynapse
 from matrix_sources.indexer.config import DEFAULT_PUPPET_PATTERNS
-from tests.harness import Stack, make_stack
+from tests.harness import Stack, make_stack, wait_for
 
 PUPPET_PATTERN = "^@fedpuppet_.*"
 # The remote server's host: another loopback address, so that a server ACL (which
@@ -60,23 +59,18 @@ class Federation:
         await client.wait_for_member(room, self.bot, timeout)
 
     def journal_has(self, kind: str, room: str, **fields: str) -> bool:
-        import json
-
-        path = self.stack.data_dir / "journal.jsonl"
-        if not path.exists():
-            return False
-        for line in path.read_text().splitlines():
-            e = json.loads(line)
-            if e.get("kind") == kind and e.get("room_id") == room:
-                if all(e.get(k) == v for k, v in fields.items()):
-                    return True
-        return False
+        return any(
+            e.get("kind") == kind
+            and e.get("room_id") == room
+            and all(e.get(k) == v for k, v in fields.items())
+            for e in self.stack.journal()
+        )
 
     async def wait_journal(self, kind: str, room: str, timeout: float = 60, **fields: str) -> None:
-        deadline = time.monotonic() + timeout
-        while not self.journal_has(kind, room, **fields):
-            assert time.monotonic() < deadline, f"no {kind} journal entry for {room}"
-            await asyncio.sleep(0.2)
+        what = f"a {kind} journal entry for {room}"
+        await asyncio.to_thread(
+            wait_for, what, lambda: self.journal_has(kind, room, **fields), timeout
+        )
 
 
 @pytest.fixture(scope="module")

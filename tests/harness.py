@@ -7,6 +7,7 @@ server of tests/pgkit.py (CI runs a share of the end-to-end tests so: .ci/run)."
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -16,15 +17,20 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from ruamel.yaml import YAML
 
+from matrix_sources.appservice.httpclient import HttpClient
 from matrix_sources.appservice.tools.localsynapse import LocalSynapse
 from matrix_sources.indexer.datadir import init_data_dir
 from matrix_sources.indexer.store.eventlog.db import reader
 from tests.vectorscan import files_holding
+
+T = TypeVar("T")
 
 STACK_DATABASE = "MATRIX_SOURCES_TEST_STACK_DATABASE"  # "postgresql": the stack's event log there
 
@@ -40,6 +46,61 @@ store = ChromaStore(path=data / "chroma", eventlog=EventLog(sys.argv[2], read_on
 print(json.dumps([[w.window_id, list(map(float, v))]
                   for w, v in store.get_with_vectors(sys.argv[3:])]))
 """
+
+
+def wait_for(
+    what: str,
+    test: Callable[[], T],
+    timeout: float = 60.0,
+    every: float = 0.25,
+    shows: Callable[[], object] | None = None,
+) -> T:
+    """Ask `test` again, `every` s, until it answers something true, and return that;
+    fail naming `what` (and what `shows` says then) past `timeout` s. Real time: the
+    `synapse`-marked tests wait on a real Synapse and a real service process. An async
+    test whose clients must go on meanwhile runs it in a thread (`asyncio.to_thread`)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = test()
+        if got:
+            return got
+        time.sleep(every)
+    raise AssertionError(
+        f"not within {timeout:.0f} s: {what}" + (f": {shows()}" if shows is not None else "")
+    )
+
+
+# A withdrawal reaches every file within 30 s, plus the stack's compaction interval (1 s).
+WITHDRAWAL_SECONDS = 31.0
+
+
+async def gone_from_every_file(
+    stack: Stack, needle: str, vector: list[float] | None = None, within: float = WITHDRAWAL_SECONDS
+) -> None:
+    """No file of the data dir holds `needle`, nor `vector` (the window made from it:
+    embeddings can be inverted, so a vector is as private as its text)."""
+
+    def left() -> list:
+        return stack.grep_data(needle) + (
+            list(stack.files_holding_vector(vector)) if vector is not None else []
+        )
+
+    what = f"{needle!r} (or its window's vector) gone from every file"
+    await asyncio.to_thread(wait_for, what, lambda: left() == [], within, every=0.5, shows=left)
+
+
+def client_call(url: str, token: str, method: str, path: str, body: dict | None = None) -> dict:
+    """A client-server API call as the user of `token`; its JSON answer ({} if none)."""
+    resp = HttpClient(url, token, timeout=30).call(method, path, body)
+    assert resp.ok, f"{method} {path}: {resp.status} {resp.body[:300]!r}"
+    return resp.data if resp.body else {}
+
+
+def newest_room_version(url: str, token: str) -> str:
+    """The newest stable room version the homeserver at `url` offers."""
+    caps = client_call(url, token, "GET", "/_matrix/client/v3/capabilities")["capabilities"]
+    versions = caps["m.room_versions"]["available"]
+    return max((v for v, s in versions.items() if s == "stable" and v.isdigit()), key=int)
 
 
 def free_port() -> int:
@@ -153,11 +214,21 @@ class Stack:
         before = reloads()
         done = self.cli("allowlist", "add", room)
         assert done.returncode == 0, done.stderr
-        deadline = time.monotonic() + 30
-        while reloads() == before:
-            assert time.monotonic() < deadline, "the service did not reload the allowlist"
-            time.sleep(0.1)
+        wait_for("the service reloading the allowlist", lambda: reloads() != before, 30)
         return done
+
+    def hit_ids(self, room: str, text: str) -> set[str]:
+        """The event ids of every hit `matrix-sources search --room` finds for `text`."""
+        res = self.cli("search", "--json", "--room", room, text)
+        assert res.returncode == 0, res.stderr
+        return {e for h in json.loads(res.stdout)["hits"] for e in h["event_ids"]}
+
+    def journal(self) -> list[dict]:
+        """The data dir's journal, one record a line ([] before its first line)."""
+        path = self.data_dir / "journal.jsonl"
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
     def http(self, path: str) -> tuple[int, str]:
         """GET a path of the service's HTTP listener: (status, body)."""
@@ -211,13 +282,13 @@ class Stack:
         return out
 
     def wait_indexed(self, event_ids: list[str], timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if all(self.event_status(e) == "indexed" for e in event_ids):
-                return
-            time.sleep(0.2)
-        states = {e: self.event_status(e) for e in event_ids}
-        raise AssertionError(f"not indexed within {timeout:.0f} s: {states}")
+        wait_for(
+            "indexed",
+            lambda: all(self.event_status(e) == "indexed" for e in event_ids),
+            timeout,
+            every=0.2,
+            shows=lambda: {e: self.event_status(e) for e in event_ids},
+        )
 
     def stored_vectors(self, window_ids: list[str]) -> dict[str, list[float]]:
         """The windows' vectors as the store holds them, read in a process of its own."""

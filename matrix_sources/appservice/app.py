@@ -19,7 +19,7 @@ def serve_with_bot(cfg: Config, embedder=None, clock: Clock = REAL):
         Bot(
             cfg,
             service.index,
-            service,
+            service.matrix,
             on_search_seconds=service.metrics.search_latency.observe,
             index_changed=service.worker.notify,
             clock=clock,

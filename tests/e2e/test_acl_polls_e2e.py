@@ -14,8 +14,8 @@ from urllib.parse import quote
 import pytest
 
 from matrix_sources.appservice.tools.chatclient import ChatClient
-from tests.e2e.test_consent_e2e import gone_from_every_file, journal
 from tests.e2e.test_e2e import _put_txn
+from tests.harness import gone_from_every_file, wait_for
 
 pytestmark = [pytest.mark.synapse, pytest.mark.model]
 
@@ -78,12 +78,12 @@ async def test_a_spam_wave_leaves_every_file_when_the_moderators_deny_its_server
         await gone_from_every_file(stack, SPAM_CANARY, vector)
         assert stack.event_status(spam["event_id"]) == "redacted"
         assert stack.event_status(friend["event_id"]) == "indexed"  # merely ends the same
-        [line] = [e for e in journal(stack) if e["kind"] == "server_acl" and "messages" in e]
+        [line] = [e for e in stack.journal() if e["kind"] == "server_acl" and "messages" in e]
         assert line["rule"] == "server_denied" and line["messages"] == 1
         assert line["event_id"] == acl_id and line["room_id"] == room
         assert any(  # the malformed entry named, the rest obeyed
             "deny[1] is not a string" in e.get("detail", "")
-            for e in journal(stack)
+            for e in stack.journal()
             if e["kind"] == "server_acl"
         )
         edit = await bot_edit_of(moda, stack.bot, reply["event_id"])
@@ -101,7 +101,7 @@ async def test_a_spam_wave_leaves_every_file_when_the_moderators_deny_its_server
             e["kind"] == "refusal"
             and e["rule"] == "server_denied"
             and e["event_id"] == again["event_id"]
-            for e in journal(stack)
+            for e in stack.journal()
         )
 
     # An import of the wave, the service stopped: the withdrawn message does not come back.
@@ -212,9 +212,6 @@ async def test_a_poll_is_found_and_cited_votes_are_never_stored(stack):
             assert res.returncode == 0, res.stderr
             return json.dumps(json.loads(res.stdout)["hits"])
 
-        deadline = time.monotonic() + 30
-        while "NATS" not in poll_text():
-            assert time.monotonic() < deadline, "the poll's edit never reached the index"
-            time.sleep(0.5)
+        wait_for("the poll's edit in the index", lambda: "NATS" in poll_text(), 30, 0.5)
     assert stack.event_status(vote) is None and stack.event_status(end) is None
     assert stack.grep_data("pollendcanary-19") == []

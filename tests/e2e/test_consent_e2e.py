@@ -7,46 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 
 import pytest
 
 from matrix_sources.appservice.tools.chatclient import ChatClient
-from tests.harness import Stack
+from tests.harness import WITHDRAWAL_SECONDS, Stack, gone_from_every_file
 
 pytestmark = [pytest.mark.synapse, pytest.mark.model]
-
-WITHIN = 31.0  # 30 s + the harness's compaction interval (1 s)
-
-
-def journal(stack: Stack) -> list[dict]:
-    path = stack.data_dir / "journal.jsonl"
-    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
-
-
-async def gone_from_every_file(
-    stack: Stack, needle: str, vector: list[float] | None = None, within: float = WITHIN
-) -> None:
-    """No file of the data dir holds `needle`, nor `vector` (the window made from it:
-    embeddings can be inverted, so a vector is as private as its text)."""
-
-    def left() -> list:
-        return stack.grep_data(needle) + (
-            list(stack.files_holding_vector(vector)) if vector is not None else []
-        )
-
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if left() == []:
-            return
-        await asyncio.sleep(0.5)
-    raise AssertionError(f"{needle!r} (or its window's vector) still in {left()}")
-
-
-def hit_ids(stack: Stack, room: str, text: str) -> set[str]:
-    res = stack.cli("search", "--json", "--room", room, text)
-    assert res.returncode == 0, res.stderr
-    return {e for h in json.loads(res.stdout)["hits"] for e in h["event_ids"]}
 
 
 async def test_a_banned_bot_purges_stays_away_and_comes_back_when_invited(stack):
@@ -62,11 +29,11 @@ async def test_a_banned_bot_purges_stays_away_and_comes_back_when_invited(stack)
 
         await mona.send_state(room, "m.room.member", {"membership": "ban"}, state_key=bot)
         await gone_from_every_file(stack, "kestrel-kicked-4d1e7a", vector)
-        removed = [e for e in journal(stack) if e.get("kind") == "bot_removed"]
+        removed = [e for e in stack.journal() if e.get("kind") == "bot_removed"]
         assert removed and removed[-1]["by"] == user and removed[-1]["room_id"] == room
         assert any(
             e.get("kind") == "purge" and e.get("room_id") == room and e.get("rule") == "bot_removed"
-            for e in journal(stack)
+            for e in stack.journal()
         )
 
         stack.service.stop()
@@ -81,7 +48,7 @@ async def test_a_banned_bot_purges_stays_away_and_comes_back_when_invited(stack)
         await mona.wait_for_member(room, bot)
         back = await mona.send(room, "the backup kestrel-back-8c02f1 moved to three")
         stack.wait_indexed([back])
-        assert back in hit_ids(stack, room, "when does the backup run now")
+        assert back in stack.hit_ids(room, "when does the backup run now")
 
 
 async def test_a_kicked_bot_invited_back_reads_the_room_again(stack):
@@ -104,10 +71,10 @@ async def test_a_kicked_bot_invited_back_reads_the_room_again(stack):
         await nora.invite(room, bot)
         await nora.wait_for_member(room, bot)
         stack.wait_indexed([before, away])
-        assert before in hit_ids(stack, room, "when does the mirror sync")
-        assert away in hit_ids(stack, room, "where did the mirror move")
+        assert before in stack.hit_ids(room, "when does the mirror sync")
+        assert away in stack.hit_ids(room, "where did the mirror move")
         assert any(
-            e.get("kind") == "bot_readmitted" and e.get("room_id") == room for e in journal(stack)
+            e.get("kind") == "bot_readmitted" and e.get("room_id") == room for e in stack.journal()
         )
 
 
@@ -137,7 +104,7 @@ async def test_forget_with_the_service_running_and_forget_me(stack):
         marker = await o.send(room, "and that is how the proxy certificate gets renewed")
         stack.wait_indexed([marker])
         assert stack.event_status(after) is None  # refused: user_forgotten
-        assert olga_said in hit_ids(stack, room, "how do I renew the proxy certificate")
+        assert olga_said in stack.hit_ids(room, "how do I renew the proxy certificate")
 
         # Olga forgets herself from the room.
         olga_vector = stack.vector_of(olga_said)
@@ -182,8 +149,10 @@ async def test_history_for_members_only_and_retention(stack):
         assert stack.grep_data("kestrel-members-only-61b2") == []
         assert stack.event_status(before) == "indexed"  # sent while shared: stays
         assert stack.event_status(after) is None
-        assert any(e.get("rule") == "history_not_shared" for e in journal(stack))
-        await gone_from_every_file(stack, "kestrel-retained-2e7f", brief_vector, within=20 + WITHIN)
+        assert any(e.get("rule") == "history_not_shared" for e in stack.journal())
+        await gone_from_every_file(
+            stack, "kestrel-retained-2e7f", brief_vector, within=20 + WITHDRAWAL_SECONDS
+        )
 
 
 def with_admin_token(stack: Stack) -> str:
@@ -251,7 +220,7 @@ async def test_a_synapse_erasure_reaches_the_index(stack):
         x.get("kind") == "forget"
         and x.get("user_id") == erin
         and x.get("source") == "synapse_erasure"
-        for x in journal(stack)
+        for x in stack.journal()
     )
     assert stack.event_status(kept) == "indexed"
 
@@ -299,6 +268,6 @@ async def test_an_erasure_does_not_depend_on_when_the_user_last_left(stack):
     assert stack.event_status(kept) == "indexed"
     assert {
         x.get("user_id")
-        for x in journal(stack)
+        for x in stack.journal()
         if x.get("kind") == "forget" and x.get("source") == "synapse_erasure"
     } >= {gina, hank}

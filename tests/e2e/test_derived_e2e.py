@@ -6,12 +6,11 @@ log tags it derived and the journal says which answer it came from."""
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 
 from matrix_sources.appservice.tools.chatclient import ChatClient
-from tests.harness import Stack, make_stack
+from tests.harness import Stack, make_stack, wait_for
 
 pytestmark = [pytest.mark.synapse, pytest.mark.model]
 
@@ -39,14 +38,6 @@ def derived_stack(tmp_path_factory) -> Stack:
         s.synapse.stop()
 
 
-def wait_status(stack: Stack, event_id: str, status: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while stack.event_status(event_id) != status:
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{event_id} is {stack.event_status(event_id)}, not {status}")
-        time.sleep(0.2)
-
-
 async def test_a_pasted_answer_is_not_indexed_and_the_journal_says_why(derived_stack):
     s = derived_stack
     user, token = s.synapse.register_user("dana", "dana-password")
@@ -68,7 +59,12 @@ async def test_a_pasted_answer_is_not_indexed_and_the_journal_says_why(derived_s
         genuine = await dana.send(room, GENUINE)
 
     s.wait_indexed([genuine])  # the filter does not drop everything
-    wait_status(s, paste, "derived")
+    wait_for(
+        f"{paste} derived",
+        lambda: s.event_status(paste) == "derived",
+        every=0.2,
+        shows=lambda: s.event_status(paste),
+    )
     assert all(s.event_status(e) == "indexed" for e in ids)  # the originals stay evidence
 
     journal = (s.data_dir / "journal.jsonl").read_text()

@@ -11,34 +11,18 @@ refused, although right after the join the bot's server knows only part of the m
 from __future__ import annotations
 
 import asyncio
-import json
-import time
 
 import pytest
 
 from matrix_sources.appservice.tools.chatclient import ChatClient
 from tests.federation import Federation, federation  # noqa: F401  (the fixture)
+from tests.harness import gone_from_every_file
 
 pytestmark = [pytest.mark.synapse, pytest.mark.model]
-
-WITHIN = 31.0  # a withdrawal reaches every file in 30 s plus the compaction interval
-
-
-async def gone_from_every_file(f: Federation, needle: str, within: float = WITHIN) -> None:
-    deadline = time.monotonic() + within
-    while f.stack.grep_data(needle):
-        assert time.monotonic() < deadline, f"{needle!r} still in {f.stack.grep_data(needle)}"
-        await asyncio.sleep(0.5)
 
 
 async def wait_indexed(f: Federation, event_ids: list[str], timeout: float = 60) -> None:
     await asyncio.to_thread(f.stack.wait_indexed, event_ids, timeout)
-
-
-def hit_ids(f: Federation, room: str, text: str) -> set[str]:
-    res = f.stack.cli("search", "--json", "--room", room, text)
-    assert res.returncode == 0, res.stderr
-    return {e for h in json.loads(res.stdout)["hits"] for e in h["event_ids"]}
 
 
 async def remote_room(owner: ChatClient, name: str, alias: str | None = None) -> str:
@@ -66,7 +50,7 @@ async def test_a_remote_room_joined_by_alias_read_live_answered_and_redacted(
         live = await rhea.send(room, "the mirror at osprey-live-3c1 moved to the new rack")
         canary = await rhea.send(room, "the staging password is pelican-canary-9f2e keep it")
         await wait_indexed(f, [live, canary])
-        assert live in hit_ids(f, room, "where did the mirror move")
+        assert live in f.stack.hit_ids(room, "where did the mirror move")
 
         reply = await rhea.ask(room, "!sources where did the mirror move", f.bot)
         assert "osprey-live-3c1" in reply["content"]["body"]  # answered in the remote room
@@ -74,8 +58,8 @@ async def test_a_remote_room_joined_by_alias_read_live_answered_and_redacted(
 
         assert f.stack.grep_data("pelican-canary-9f2e")  # the scan can see it
         await rhea._client.room_redact(room, canary, reason="oops")
-        await gone_from_every_file(f, "pelican-canary-9f2e")
-        assert live in hit_ids(f, room, "where did the mirror move")  # the rest stays
+        await gone_from_every_file(f.stack, "pelican-canary-9f2e")
+        assert live in f.stack.hit_ids(room, "where did the mirror move")  # the rest stays
 
 
 async def test_a_remote_moderator_redacts_then_makes_the_room_private(federation: Federation):
@@ -92,11 +76,11 @@ async def test_a_remote_moderator_redacts_then_makes_the_room_private(federation
         await wait_indexed(f, [spam, kept])
 
         await mod._client.room_redact(room, spam, reason="spam")  # a remote moderator
-        await gone_from_every_file(f, "cormorant-spam-71d2")
+        await gone_from_every_file(f.stack, "cormorant-spam-71d2")
         assert f.stack.grep_data("cormorant-kept-0b4")
 
         await mod.send_state(room, "m.room.join_rules", {"join_rule": "invite"})
-        await gone_from_every_file(f, "cormorant-kept-0b4")
+        await gone_from_every_file(f.stack, "cormorant-kept-0b4")
 
 
 async def test_a_remote_moderator_kicks_the_bot(federation: Federation):
@@ -109,7 +93,7 @@ async def test_a_remote_moderator_kicks_the_bot(federation: Federation):
         await wait_indexed(f, [said])
 
         await kim.send_state(room, "m.room.member", {"membership": "leave"}, state_key=f.bot)
-        await gone_from_every_file(f, "heron-remote-5e1")
+        await gone_from_every_file(f.stack, "heron-remote-5e1")
         await f.wait_journal("bot_removed", room)
 
 

@@ -21,50 +21,23 @@ test_lifecycle_e2e.py.
 from __future__ import annotations
 
 import asyncio
-import json
-import time
 from urllib.parse import quote
 
 import pytest
 
 from matrix_sources.appservice.httpclient import HttpClient
 from matrix_sources.appservice.tools.chatclient import ChatClient
-from tests.e2e.test_federation_e2e import gone_from_every_file, wait_indexed
+from tests.e2e.test_federation_e2e import wait_indexed
 from tests.federation import REMOTE_HOST, Federation, federation  # noqa: F401  (the fixture)
+from tests.harness import client_call, gone_from_every_file, newest_room_version, wait_for
 
 pytestmark = [pytest.mark.synapse, pytest.mark.model]
 
 SPAM_CANARY = "gullspam-4c81"
 
 
-def call(url: str, token: str, method: str, path: str, body: dict | None = None) -> dict:
-    resp = HttpClient(url, token, timeout=30).call(method, path, body)
-    assert resp.ok, f"{method} {path}: {resp.status} {resp.body[:300]!r}"
-    return resp.data if resp.body else {}
-
-
-def newest_room_version(url: str, token: str) -> str:
-    caps = call(url, token, "GET", "/_matrix/client/v3/capabilities")["capabilities"]
-    versions = caps["m.room_versions"]["available"]
-    return max((v for v, s in versions.items() if s == "stable" and v.isdigit()), key=int)
-
-
-async def wait_for(what: str, test, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not test():
-        assert time.monotonic() < deadline, f"not within {timeout:.0f} s: {what}"
-        await asyncio.sleep(0.25)
-
-
 def journal_lines(f: Federation, kind: str, room: str) -> list[dict]:
-    path = f.stack.data_dir / "journal.jsonl"
-    if not path.exists():
-        return []
-    return [
-        e
-        for e in map(json.loads, path.read_text().splitlines())
-        if e.get("kind") == kind and e.get("room_id") == room
-    ]
+    return [e for e in f.stack.journal() if e.get("kind") == kind and e.get("room_id") == room]
 
 
 async def test_a_remote_spam_wave_leaves_every_file_when_the_moderators_deny_its_server(
@@ -92,7 +65,7 @@ async def test_a_remote_spam_wave_leaves_every_file_when_the_moderators_deny_its
                 "m.room.server_acl",
                 {"allow": ["*"], "deny": [REMOTE_HOST], "allow_ip_literals": True},
             )
-            await gone_from_every_file(f, SPAM_CANARY)
+            await gone_from_every_file(f.stack, SPAM_CANARY)
             assert [f.stack.event_status(e) for e in spam] == ["redacted", "redacted"]
             assert f.stack.event_status(kept) == "indexed"
             [line] = [e for e in journal_lines(f, "server_acl", room) if "messages" in e]
@@ -129,7 +102,7 @@ async def test_a_remote_room_upgraded_on_its_server_is_followed_over_federation(
         await wait_indexed(f, [said, local])
 
         version = newest_room_version(f.remote.url, uma.access_token)
-        new = call(
+        new = client_call(
             f.remote.url,
             uma.access_token,
             "POST",
@@ -138,8 +111,10 @@ async def test_a_remote_room_upgraded_on_its_server_is_followed_over_federation(
         )["replacement_room"]
         early = await uma.send(new, "the kestrel release notes now live in the wiki")
         allowlist = f.stack.data_dir / "allowlist.yaml"
-        await wait_for(
-            "the successor listed", lambda: f"upgraded from {old}" in allowlist.read_text()
+        await asyncio.to_thread(
+            wait_for,
+            "the successor listed",
+            lambda: f"upgraded from {old}" in allowlist.read_text(),
         )
         # Listed with the server it was joined through (a version 12 id names none).
         assert f"{new}  via {remote_name}" in f.stack.cli("allowlist", "list").stdout
@@ -180,7 +155,7 @@ async def test_a_remote_acl_that_shuts_out_the_bots_server_withdraws_the_room(
             {"allow": ["*"], "deny": ["127.0.0.1"], "allow_ip_literals": True},
         )
         later = await osprey.send(room, "the osprey-shutout-1a2 cam moved to the mast")
-        await gone_from_every_file(f, "osprey-shutout-1a2")
+        await gone_from_every_file(f.stack, "osprey-shutout-1a2")
         await f.wait_journal("purge", room, rule="server_denied", event_id=acl)
         await f.wait_journal("refusal", room, rule="server_denied", event_id=later)
         assert f.stack.event_status(said) == "purged"

@@ -11,6 +11,7 @@ import pytest
 
 from matrix_sources.appservice.tools.chatclient import ChatClient
 from matrix_sources.indexer.store.eventlog.db import reader
+from tests.harness import wait_for
 from tests.vectorscan import files_holding
 
 pytestmark = [pytest.mark.synapse, pytest.mark.model]
@@ -28,16 +29,6 @@ def log_body(stack, event_id: str):
             "SELECT status, body FROM events WHERE event_id = ?", (event_id,)
         ).fetchone()
     return tuple(row) if row else None
-
-
-def wait_for(predicate, timeout: float = 60, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 async def test_backfill_edit_and_redaction(stack):
@@ -67,15 +58,15 @@ async def test_backfill_edit_and_redaction(stack):
             },
         )
         wait_for(
+            "the edit in the event log",
             lambda: "thursday" in (log_body(stack, meeting) or ("", ""))[1],
-            what="the edit in the event log",
         )
 
         def edited_in_store():
             hits = [h for h in search(stack, "community meeting") if meeting in h["event_ids"]]
             return hits and "thursday" in hits[0]["text"] and "tuesday" not in hits[0]["text"]
 
-        wait_for(edited_in_store, what="the edited window")
+        wait_for("the edited window", edited_in_store)
 
         canary = await dora.send(room, "the admin password hint is zebra-canary-5521 do not share")
         stack.wait_indexed([canary])
@@ -93,29 +84,28 @@ async def test_backfill_edit_and_redaction(stack):
         await dora._client.room_redact(room, canary, reason="oops")
 
         wait_for(
-            lambda: log_body(stack, canary) == ("redacted", None),
-            what="the redaction in the event log",
+            "the redaction in the event log", lambda: log_body(stack, canary) == ("redacted", None)
         )
         wait_for(
+            "the redaction in the store",
             lambda: all(
                 "zebra-canary-5521" not in h["text"]
                 for h in search(stack, "admin password hint zebra")
             ),
-            what="the redaction in the store",
         )
         # Not in any file either: Chroma never held it, the event log zeroed it
         # (secure_delete) and its WAL is checkpointed, and the answer artifacts hold
         # only hashes.
         wait_for(
+            "the redacted text gone from every file in the data dir",
             lambda: not stack.grep_data("zebra-canary-5521"),
-            what="the redacted text gone from every file in the data dir",
         )
         # Nor its vector: the compaction within the compaction interval copied the live
         # points into a fresh collection and dropped the old one's files.
         wait_for(
+            "the redacted window's vector gone from every file in the data dir",
             lambda: files_holding(stack.data_dir, vector) == {},
             timeout=30,
-            what="the redacted window's vector gone from every file in the data dir",
         )
 
         async def reply_edit():

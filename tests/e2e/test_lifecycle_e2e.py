@@ -9,54 +9,22 @@ and ask with the real client.
 
 from __future__ import annotations
 
-import json
 import re
-import time
 from urllib.parse import quote
 
 import pytest
 
-from matrix_sources.appservice.httpclient import HttpClient
 from matrix_sources.appservice.tools.chatclient import ChatClient
 from matrix_sources.indexer.store.eventlog.db import reader
-from tests.harness import Stack
+from tests.harness import Stack, client_call, newest_room_version, wait_for
 
 pytestmark = [pytest.mark.synapse, pytest.mark.model]
 
 
-def journal(stack: Stack) -> list[dict]:
-    path = stack.data_dir / "journal.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def call(stack: Stack, token: str, method: str, path: str, body: dict | None = None) -> dict:
-    resp = HttpClient(stack.synapse.url, token, timeout=30).call(method, path, body)
-    assert resp.ok, f"{method} {path}: {resp.status} {resp.body[:300]!r}"
-    return resp.data if resp.body else {}
-
-
-def wait_for(what: str, test, timeout: float = 60.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = test()
-        if got:
-            return got
-        time.sleep(0.25)
-    raise AssertionError(f"not within {timeout:.0f} s: {what}")
-
-
-def newest_room_version(stack: Stack, token: str) -> str:
-    caps = call(stack, token, "GET", "/_matrix/client/v3/capabilities")["capabilities"]
-    versions = caps["m.room_versions"]["available"]
-    stable = [v for v, s in versions.items() if s == "stable" and v.isdigit()]
-    return max(stable, key=int)
-
-
 def create_room(stack: Stack, token: str, name: str, **extra) -> str:
     body = {"name": name, "preset": "public_chat", "visibility": "public", **extra}
-    return call(stack, token, "POST", "/_matrix/client/v3/createRoom", body)["room_id"]
+    url = stack.synapse.url
+    return client_call(url, token, "POST", "/_matrix/client/v3/createRoom", body)["room_id"]
 
 
 def listed(stack: Stack) -> str:
@@ -84,9 +52,9 @@ async def test_an_upgraded_room_keeps_its_index_and_gains_its_successor(stack):
             old, "the restic backup job writes snapshots to the NAS every night at three"
         )
         stack.wait_indexed([before])
-        version = newest_room_version(stack, tok)
-        new = call(
-            stack,
+        version = newest_room_version(stack.synapse.url, tok)
+        new = client_call(
+            stack.synapse.url,
             tok,
             "POST",
             f"/_matrix/client/v3/rooms/{quote(old)}/upgrade",
@@ -96,8 +64,11 @@ async def test_an_upgraded_room_keeps_its_index_and_gains_its_successor(stack):
         wait_for("the successor listed", lambda: f"upgraded from {old}" in listed(stack))
         assert new in listed(stack)
         await alice.wait_for_member(new, stack.bot)
-        create = call(
-            stack, tok, "GET", f"/_matrix/client/v3/rooms/{quote(new)}/state/m.room.create"
+        create = client_call(
+            stack.synapse.url,
+            tok,
+            "GET",
+            f"/_matrix/client/v3/rooms/{quote(new)}/state/m.room.create",
         )
         assert create["predecessor"]["room_id"] == old  # what the service verified
         after = await alice.send(new, "the restic prune runs on sundays and keeps 30 days")
@@ -117,8 +88,12 @@ async def test_an_upgraded_room_keeps_its_index_and_gains_its_successor(stack):
         )
         assert "Backups and Restores" in body, body
         alias = "#backups-restores:localhost"
-        call(
-            stack, tok, "PUT", f"/_matrix/client/v3/directory/room/{quote(alias)}", {"room_id": new}
+        client_call(
+            stack.synapse.url,
+            tok,
+            "PUT",
+            f"/_matrix/client/v3/directory/room/{quote(alias)}",
+            {"room_id": new},
         )
         topic = "Nightly restic snapshots, pruning and restore drills"
         await alice.send_state(new, "m.room.topic", {"topic": topic})
@@ -131,7 +106,7 @@ async def test_an_upgraded_room_keeps_its_index_and_gains_its_successor(stack):
     out = stack.cli("allowlist", "list")
     assert f"upgrade {old} -> {new}" in out.stdout, out.stdout
     assert re.search(rf"{re.escape(new)}\s+# upgraded from {re.escape(old)}", out.stdout)
-    entries = [e for e in journal(stack) if e.get("kind") == "upgrade" and e.get("room_id") == new]
+    entries = [e for e in stack.journal() if e.get("kind") == "upgrade" and e.get("room_id") == new]
     assert entries and entries[-1]["accepted"] is True
 
 
@@ -159,13 +134,13 @@ async def test_a_tombstone_naming_a_room_that_does_not_name_it_back_is_not_follo
                 f"the tombstone to {target} judged",
                 lambda t=target: [
                     e
-                    for e in journal(stack)
+                    for e in stack.journal()
                     if e.get("kind") == "upgrade" and e.get("room_id") == t
                 ],
             )
     verdicts = {
         e["room_id"]: e
-        for e in journal(stack)
+        for e in stack.journal()
         if e.get("kind") == "upgrade" and e.get("predecessor") == room
     }
     assert verdicts[stranger]["rule"] == "upgrade_unverified", verdicts
@@ -216,6 +191,6 @@ async def test_a_space_stands_for_its_public_rooms_as_they_come_and_go(stack):
     assert f"left out {private} (not_public)" in out, out
     assert f"left out {space} (space_loop)" in out, out
     loops = [
-        e for e in journal(stack) if e.get("rule") == "space_loop" and e.get("room_id") == space
+        e for e in stack.journal() if e.get("rule") == "space_loop" and e.get("room_id") == space
     ]
     assert len(loops) == 1, loops  # once, not at every read

@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 
 import pytest
 
 from matrix_sources.appservice.tools.chatclient import ChatClient
 from matrix_sources.indexer.store.eventlog.db import reader
-from tests.e2e.test_consent_e2e import gone_from_every_file
-from tests.harness import Stack
+from tests.harness import Stack, gone_from_every_file, wait_for
 
 pytestmark = [pytest.mark.synapse, pytest.mark.model]
 
@@ -33,13 +31,6 @@ def asked_by(stack: Stack, user: str) -> int:
         return db.execute(
             "SELECT COUNT(*) FROM feedback_questions WHERE asker = ?", (user,)
         ).fetchone()[0]
-
-
-async def until(check, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "not within the time"
-        await asyncio.sleep(0.3)
 
 
 def report(stack: Stack, room: str) -> dict:
@@ -90,7 +81,7 @@ async def test_votes_the_moderators_report_and_forget_me(stack):
         await react(m, room, answered["event_id"], DONE)  # not the asker: no vote
         await react(m, room, unanswered["event_id"], DOWN)
         await react(p, room, said, UP)  # not the bot's: no vote
-        await until(lambda: votes(stack) == 3)
+        await asyncio.to_thread(wait_for, "three votes counted", lambda: votes(stack) == 3)
 
         # A moderator (the room's creator) asks for the room's report; a member cannot.
         notice = (await m.ask(room, "!sources report", bot))["content"]["body"]
@@ -113,7 +104,9 @@ async def test_votes_the_moderators_report_and_forget_me(stack):
         # Pete forgets himself: his questions, his votes and those on his answers go.
         done = (await p.ask(room, "!sources forget me", bot))["content"]["body"]
         assert done.startswith("Done:")
-        await until(lambda: asked_by(stack, pete) == 0)
+        await asyncio.to_thread(
+            wait_for, "pete's questions forgotten", lambda: asked_by(stack, pete) == 0
+        )
         entry = report(stack, room)
         assert {
             k: entry[k] for k in ("asked", "answered", "nothing_matched", "up", "down", "solved")

@@ -6,13 +6,12 @@ import json
 import re
 import subprocess
 import sys
-import time
 
 import pytest
 from ruamel.yaml import YAML
 
 from matrix_sources.appservice.tools.chatclient import ChatClient
-from tests.harness import Stack, make_stack
+from tests.harness import Stack, make_stack, wait_for
 
 pytestmark = [pytest.mark.synapse, pytest.mark.model]
 
@@ -67,10 +66,12 @@ async def test_health_waits_for_the_homeserver_then_metrics_move(late_stack):
     assert "unreachable" in json.loads(body)["detail"]
 
     s.synapse.start()
-    deadline = time.monotonic() + 60
-    while s.http("/health")[0] != 200:
-        assert time.monotonic() < deadline, s.http("/health")
-        time.sleep(0.3)
+    wait_for(
+        "ready again",
+        lambda: s.http("/health")[0] == 200,
+        every=0.3,
+        shows=lambda: s.http("/health"),
+    )
     assert json.loads(s.http("/health")[1])["status"] == "ready"
 
     before = s.http("/metrics")[1]
@@ -83,18 +84,21 @@ async def test_health_waits_for_the_homeserver_then_metrics_move(late_stack):
         await admin.send(room, "!sources backup failure")
         s.wait_indexed(ids)
         await admin.ask(room, "!sources why did the backup fail", s.bot)
+
     # The event log's figures are read in a worker thread, started by a scrape and
     # served to the next: scrape until they show what was indexed.
-    deadline = time.monotonic() + 30
-    while True:
+    def caught_up() -> str | None:
         after = s.http("/metrics")[1]
-        if (
-            f'matrix_sources_cursor_lag_seconds{{room_id="{room}"}} 0.0' in after
-            and metric(after, "matrix_sources_pipeline_queue_depth") == 0
-        ):
-            break
-        assert time.monotonic() < deadline, after
-        time.sleep(1)
+        lag = f'matrix_sources_cursor_lag_seconds{{room_id="{room}"}} 0.0'
+        return (
+            after
+            if lag in after and metric(after, "matrix_sources_pipeline_queue_depth") == 0
+            else None
+        )
+
+    after = wait_for(
+        "the figures caught up", caught_up, 30, every=1.0, shows=lambda: s.http("/metrics")[1]
+    )
 
     name = "matrix_sources_events_received_total"
     assert (

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import pytest
 
 from matrix_sources.appservice.tools.chatclient import ChatClient
 from matrix_sources.indexer.store.vectors.chroma import ChromaStore
-from tests.harness import Stack
+from tests.harness import Stack, wait_for
 
 pytestmark = [pytest.mark.synapse, pytest.mark.model]
 
@@ -47,19 +46,18 @@ class Scenario:
     flips: dict[str, str] = field(default_factory=dict)  # room key -> state event id
 
 
-def journal(stack: Stack) -> list[dict]:
-    path = stack.data_dir / "journal.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-
-
 def wait_for_purge(stack: Stack, room_id: str, timeout: float = 60) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for e in journal(stack):
-            if e.get("kind") == "purge" and e.get("room_id") == room_id:
-                return e
-        time.sleep(0.2)
-    raise AssertionError(f"{room_id} not purged within {timeout:.0f} s")
+    def purge() -> dict | None:
+        return next(
+            (
+                e
+                for e in stack.journal()
+                if e.get("kind") == "purge" and e.get("room_id") == room_id
+            ),
+            None,
+        )
+
+    return wait_for(f"{room_id} purged", purge, timeout)
 
 
 async def play(s: Scenario) -> None:
@@ -186,7 +184,7 @@ def test_no_forbidden_canary_is_stored_or_logged(scenario):
 
     # Every message of a listed room was judged and refused by id; the unlisted room was
     # not read at all, so the journal never names it.
-    entries = journal(stack)
+    entries = stack.journal()
     refused = {e.get("event_id") for e in entries if e["kind"] == "refusal"}
     for key in CANARIES:
         if key not in ("unlisted", "puppet_before", "later_before", "removed"):

@@ -89,10 +89,8 @@ def test_the_service_does_not_patch_what_index_open_built():
     }
     patched = [
         ast.unparse(t)
-        for name in ("service.py", "rooms.py")
-        for node in ast.walk(
-            ast.parse((ROOT / "matrix_sources" / "appservice" / "homeserver" / name).read_text())
-        )
+        for path in sorted((ROOT / "matrix_sources" / "appservice" / "homeserver").glob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text()))
         if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign))
         for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
         if isinstance(t, ast.Attribute)
@@ -101,5 +99,6 @@ def test_the_service_does_not_patch_what_index_open_built():
         and t.value.value.id == "self"
         and t.value.attr in built
     ]
-    # The gate's allowlist is reloaded while running (rooms.py; one Gate shared with ingest).
+    # The gate's allowlist is reloaded while running (allowlistwatch.py; one Gate shared
+    # with ingest).
     assert patched == ["self.gate.allowlist"]

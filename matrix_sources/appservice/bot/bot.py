@@ -38,7 +38,7 @@ from matrix_sources.indexer.records import EventID, RoomID, UserID
 from matrix_sources.indexer.search.language import english_only_note
 from matrix_sources.indexer.store.eventlog.feedback import Asked, FeedbackTables, Reaction
 
-from .answer_edits import edit_content, rebuild_reply
+from .answer_edits import WithdrawnLately, edit_replies
 from .commandpool import CommandPool
 from .commands import CommandError, SearchCommand, parse_command
 from .digest import Digest, expire_feedback
@@ -120,6 +120,8 @@ class Bot:
         self.commands = CommandPool(self._answer)
         self._tasks: set[asyncio.Task] = set()
         self._chores: set[asyncio.Task] = set()  # for as long as the bot runs
+        self._withdrawn = WithdrawnLately()
+        self._loop: asyncio.AbstractEventLoop | None = None  # on_withdrawn's
         self.clock = clock
         self.digest = (
             Digest(cfg, index, matrix, self.clock, self.report)
@@ -156,7 +158,14 @@ class Bot:
     def on_withdrawn(self, event_ids: Iterable[str]) -> None:
         ids = set(event_ids)
         if ids:
-            self._spawn(self._edit_replies(ids), "edit-replies")
+            self._withdrawn.add(ids)
+            self._loop = asyncio.get_running_loop()
+            self._spawn(
+                edit_replies(
+                    self.index, ids, self.matrix.send, self._question, self.cfg.homeserver.domain
+                ),
+                "edit-replies",
+            )
 
     def on_reactions(self, reactions: Iterable[ReactionEvent]) -> None:
         """A transaction's reactions: the votes on the bot's answers counted, the rest
@@ -262,42 +271,13 @@ class Bot:
         thread_root: str | None,
         reply,
     ) -> None:
+        quoted = [sec.shown for sec in reply.sections]
         self.index.answers.record(
-            reply_event_id,
-            room_id,
-            command_event_id,
-            thread_root,
-            list(reply.hits),
-            [sec.shown for sec in reply.sections],
+            reply_event_id, room_id, command_event_id, thread_root, list(reply.hits), quoted
         )
-
-    async def _edit_replies(self, withdrawn: set) -> None:
-        """A withdrawn message must not live on in the bot's own answers: edit every
-        reply that quoted one, and re-record what the edited reply quotes."""
-        answers, manifest = self.index.answers, self.index.manifest
-        for rec in await asyncio.to_thread(answers.quoting, withdrawn):
-            ids = [e for h in rec.hits for e in h.get("quoted", [])]
-            lines = await asyncio.to_thread(answers.lines, ids)
-            reply = rebuild_reply(
-                rec,
-                lines,
-                self.cfg.homeserver.domain,
-                await self._question(rec.room_id, rec.in_reply_to),
-            )
-            await self.matrix.send(rec.room_id, edit_content(rec.reply_event_id, reply))
-            await asyncio.to_thread(answers.forget_quote, rec.reply_event_id, withdrawn)
-            if manifest is not None:
-                await asyncio.to_thread(
-                    self.index.replace_answer, rec.reply_event_id, list(reply.sections)
-                )
-            log.info(
-                "reply_edited_after_redaction",
-                extra={
-                    "room_id": rec.room_id,
-                    "reply": rec.reply_event_id,
-                    "redacted": len(withdrawn),
-                },
-            )
+        late = self._withdrawn.among(e for ids in quoted for e in ids)
+        if late and self._loop is not None:  # withdrawn while the reply was on its way
+            self._loop.call_soon_threadsafe(self.on_withdrawn, late)
 
     async def _question(self, room_id: str, command_id: str | None) -> tuple[str, ...]:
         """The texts a command asked, read from the homeserver (the event log drops a

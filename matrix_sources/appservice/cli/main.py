@@ -1,6 +1,6 @@
-"""`matrix-sources`: the command line, its parser and thin fronts. Each subcommand is a
-small function that reads the config and calls its module here (serve.py, importing.py,
-allowlist.py, search.py...); the work is done by `indexer/` and
+"""`matrix-sources`: the command line and its parser. Each subcommand is a small front
+(subcommands.py) that reads the config and calls its module here (serve.py,
+importing.py, allowlist.py, search.py...); the work is done by `indexer/` and
 `appservice/homeserver/service.py`."""
 
 from __future__ import annotations
@@ -8,23 +8,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
 
-from matrix_sources.indexer.config import Config, ConfigError, load_config
+from matrix_sources.indexer.config import ConfigError
 from matrix_sources.indexer.store.lock import LockedError
 
-from .access import NotWritable, check_writable
-
-
-def _config(args, writes: bool = False) -> Config:
-    """The config `-c` names; with `writes`, for a command that writes the data dir, also
-    refused (NotWritable) when this process cannot."""
-    from .progress import config_path
-
-    cfg = load_config(config_path(args.config))
-    if writes:
-        check_writable(cfg.data_dir)
-    return cfg
+from . import subcommands
+from .access import NotWritable
 
 
 def _quiet_libraries() -> None:
@@ -32,144 +21,6 @@ def _quiet_libraries() -> None:
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-
-def cmd_init(args) -> int:
-    from matrix_sources.indexer.datadir import InitError, init_data_dir
-
-    try:
-        check_writable(Path(args.data_dir))
-        paths = init_data_dir(
-            Path(args.data_dir),
-            args.homeserver_url,
-            args.domain,
-            args.force,
-            args.port,
-            synapse_group=args.synapse_group,
-            credentials_dir=args.credentials_dir and Path(args.credentials_dir),
-        )
-    except (InitError, NotWritable) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    for p in paths:
-        print(f"wrote {p}")
-    reg = paths[2].resolve()
-    if args.synapse_group:
-        print(f"\n{reg} is mode 0640, group {args.synapse_group}: Synapse reads it, others cannot.")
-    else:
-        print(
-            f"\n{reg} is mode 0600: if Synapse runs as another user, give it the file "
-            f"(chgrp SYNAPSE_GROUP {reg} && chmod 0640 {reg}; or init --synapse-group)."
-        )
-    print(
-        f"Next: add {reg} to app_service_config_files in homeserver.yaml, restart "
-        f"Synapse, then: matrix-sources run -c {paths[0]}"
-    )
-    return 0
-
-
-def cmd_run(args) -> int:
-    from .serve import run_service
-
-    return run_service(_config(args, writes=True), args.json_logs)
-
-
-def cmd_import(args) -> int:
-    from .importing import run_import
-
-    return run_import(_config(args, writes=True), Path(args.file), args.quiet)
-
-
-def cmd_search(args) -> int:
-    from .search import run_search
-
-    return run_search(_config(args), args)
-
-
-def cmd_mcp(args) -> int:
-    from .mcptool import run_mcp
-
-    return run_mcp(_config(args))
-
-
-def cmd_allowlist(args) -> int:
-    from .allowlist import run_allowlist
-
-    return run_allowlist(_config(args), args)
-
-
-def cmd_journal(args) -> int:
-    from .journal import run_journal
-
-    return run_journal(_config(args), args.room, args.rule, args.kind)
-
-
-def cmd_backfill(args) -> int:
-    from .backfill import run_backfill
-
-    return run_backfill(_config(args, writes=True), args.rooms, args.quiet)
-
-
-def cmd_forget(args) -> int:
-    from .forget import run_forget
-
-    if bool(args.user) + bool(args.list) + bool(args.undo) != 1:
-        print("error: give one of USER_ID, --list, --undo USER_ID", file=sys.stderr)
-        return 2
-    return run_forget(_config(args), args.user, args.list, args.undo)
-
-
-def cmd_worker(args) -> int:
-    from .worker import run_worker
-
-    return run_worker(_config(args, writes=True), args.quiet)
-
-
-def cmd_eventlog(args) -> int:
-    from .eventlog import run_migrate
-
-    return run_migrate(_config(args), args.to, args.quiet)
-
-
-def cmd_doctor(args) -> int:
-    from .doctor import print_checks, run_checks
-    from .progress import config_path
-
-    return print_checks(run_checks(config_path(args.config)))
-
-
-def cmd_report(args) -> int:
-    from .report import run_report
-
-    return run_report(_config(args), args.room, args.days, args.json)
-
-
-def cmd_demo(args) -> int:
-    from importlib.util import find_spec
-
-    if find_spec("synapse") is None or find_spec("nio") is None:
-        print(
-            "error: the demo runs a local Synapse and a Matrix client, which a plain "
-            "install leaves out: `pip install -c constraints.txt '.[demo]'` from the "
-            "checkout, or run ./scripts/demo",
-            file=sys.stderr,
-        )
-        return 1
-    from ..tools.demo import run_demo
-
-    return run_demo(Path(args.data_dir), serve=not args.no_serve)
-
-
-def cmd_ref(args) -> int:
-    from .derived import run_ref
-
-    return run_ref(_config(args), args)
-
-
-def cmd_verify(args) -> int:
-    from .derived import run_verify
-
-    return run_verify(_config(args), args)
 
 
 class _Version(argparse.Action):
@@ -238,11 +89,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="also write the tokens to DIR/as_token and DIR/hs_token (mode "
         "0600), for systemd's LoadCredential= (docs/deployment.md)",
     )
-    sp.set_defaults(func=cmd_init)
+    sp.set_defaults(func=subcommands.cmd_init)
 
     sp = with_config(sub.add_parser("run", help="serve the appservice"))
     sp.add_argument("--json-logs", action="store_true", help="one JSON object per log line")
-    sp.set_defaults(func=cmd_run)
+    sp.set_defaults(func=subcommands.cmd_run)
 
     sp = with_config(sub.add_parser("import", help="import Matrix events from a JSONL file"))
     sp.add_argument(
@@ -251,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="Matrix events, one JSON object per line (state and messages)",
     )
     sp.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
-    sp.set_defaults(func=cmd_import)
+    sp.set_defaults(func=subcommands.cmd_import)
 
     sp = with_config(sub.add_parser("search", help="search the index (as !sources does)"))
     sp.add_argument(
@@ -300,14 +151,14 @@ def build_parser() -> argparse.ArgumentParser:
         "matches, --why 1 shows the closest message and how far off it was",
     )
     sp.add_argument("--queries", default=None, help="batch mode: a JSONL file of queries")
-    sp.set_defaults(func=cmd_search)
+    sp.set_defaults(func=subcommands.cmd_search)
 
     sp = with_config(
         sub.add_parser(
             "mcp", help=("serve the search as a Model Context Protocol tool on stdio (for agents)")
         )
     )
-    sp.set_defaults(func=cmd_mcp)
+    sp.set_defaults(func=subcommands.cmd_mcp)
 
     al = sub.add_parser("allowlist", help="list, add or remove indexed rooms")
     alsub = al.add_subparsers(dest="action", required=True)
@@ -323,9 +174,9 @@ def build_parser() -> argparse.ArgumentParser:
         )
         if action == "add":
             sp.add_argument("--comment", default=None, help="a note kept beside the id")
-        sp.set_defaults(func=cmd_allowlist)
+        sp.set_defaults(func=subcommands.cmd_allowlist)
     sp = with_config(alsub.add_parser("list", help="print the listed room ids"))
-    sp.set_defaults(func=cmd_allowlist)
+    sp.set_defaults(func=subcommands.cmd_allowlist)
 
     sp = with_config(sub.add_parser("journal", help="print refusals, purges and exclusions"))
     sp.add_argument(
@@ -343,7 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument(
         "--kind", default=None, metavar="KIND", help="only refusal, purge or derived_excluded lines"
     )
-    sp.set_defaults(func=cmd_journal)
+    sp.set_defaults(func=subcommands.cmd_journal)
 
     sp = with_config(
         sub.add_parser(
@@ -361,7 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="allowlisted rooms to read (default: all of them)",
     )
     sp.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
-    sp.set_defaults(func=cmd_backfill)
+    sp.set_defaults(func=subcommands.cmd_backfill)
 
     sp = with_config(
         sub.add_parser(
@@ -379,7 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="USER_ID",
         help="index what USER_ID sends from now on (the old is not restored)",
     )
-    sp.set_defaults(func=cmd_forget)
+    sp.set_defaults(func=subcommands.cmd_forget)
 
     sp = with_config(
         sub.add_parser(
@@ -391,7 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
         )
     )
     sp.add_argument("-q", "--quiet", action="store_true", help="no start and stop lines")
-    sp.set_defaults(func=cmd_worker)
+    sp.set_defaults(func=subcommands.cmd_worker)
 
     ev = sub.add_parser("eventlog", help="the event log's database")
     evsub = ev.add_subparsers(dest="action", required=True)
@@ -411,7 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the target database (no password in it: ~/.pgpass or PGPASSFILE)",
     )
     sp.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
-    sp.set_defaults(func=cmd_eventlog)
+    sp.set_defaults(func=subcommands.cmd_eventlog)
 
     sp = with_config(
         sub.add_parser(
@@ -445,10 +296,10 @@ def build_parser() -> argparse.ArgumentParser:
             '"event_ids"}]}]}'
         ),
     )
-    sp.set_defaults(func=cmd_report)
+    sp.set_defaults(func=subcommands.cmd_report)
 
     sp = with_config(sub.add_parser("doctor", help="check the deployment, say how to fix it"))
-    sp.set_defaults(func=cmd_doctor)
+    sp.set_defaults(func=subcommands.cmd_doctor)
 
     sp = sub.add_parser("demo", help="a local Synapse, the service and a demo room")
     sp.add_argument(
@@ -461,23 +312,23 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument(
         "--no-serve", action="store_true", help="stop after the first answer instead of serving"
     )
-    sp.set_defaults(func=cmd_demo)
+    sp.set_defaults(func=subcommands.cmd_demo)
 
     ref = sub.add_parser("ref", help="reference corpora: Markdown or text searchable with chat")
     refsub = ref.add_subparsers(dest="action", required=True)
     sp = with_config(refsub.add_parser("add", help="add a folder or file of .md/.txt"))
     sp.add_argument("name", metavar="NAME", help="a name for the corpus, shown in citations")
     sp.add_argument("path", metavar="PATH", help="a folder (every .md, .markdown, .txt) or file")
-    sp.set_defaults(func=cmd_ref)
+    sp.set_defaults(func=subcommands.cmd_ref)
     for action, text in (
         ("sync", "read a corpus again: changed sections re-embedded"),
         ("rm", "remove a corpus, its chunks and manifest entries"),
     ):
         sp = with_config(refsub.add_parser(action, help=text))
         sp.add_argument("name", metavar="NAME", help="the corpus (see `ref list`)")
-        sp.set_defaults(func=cmd_ref)
+        sp.set_defaults(func=subcommands.cmd_ref)
     sp = with_config(refsub.add_parser("list", help="the corpora, their sections and chunks"))
-    sp.set_defaults(func=cmd_ref)
+    sp.set_defaults(func=subcommands.cmd_ref)
 
     sp = with_config(
         sub.add_parser(
@@ -512,7 +363,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="T",
         help="with --exclusions: since 30m, 24h, 7d or an ISO date/time",
     )
-    sp.set_defaults(func=cmd_verify)
+    sp.set_defaults(func=subcommands.cmd_verify)
     return p
 
 

@@ -18,7 +18,7 @@ def run_service(cfg: Config, json_logs: bool) -> int:
     import signal
     import sqlite3
 
-    from ..homeserver.service import StartupError
+    from ..homeserver.startup import StartupError
     from ..logs import setup_logging
 
     setup_logging(cfg.logging.level, as_json=json_logs or cfg.logging.format == "json")

@@ -1,6 +1,6 @@
 """The bot's rooms: the allowlisted rooms joined, each one's state learnt, then what it
-said before the bot was there (or while the service was down) backfilled; the allowlist
-file followed while the service runs.
+said before the bot was there (or while the service was down) backfilled. Which rooms
+those are, as the allowlist file changes, is allowlistwatch.py's.
 
     allowlisted room --join--> learn its state --> backfill it (one room at a time)
                           \\-refused: one log line      \\-state unavailable: StateRetry
@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine, Iterable
-from typing import Protocol
+from collections.abc import Callable, Coroutine
 
 from mautrix.appservice import AppService
 from mautrix.errors import MatrixError
@@ -25,9 +24,8 @@ from mautrix.types import RoomID as MxRoomID
 from matrix_sources.indexer.clock import REAL, Clock
 from matrix_sources.indexer.config import Config, ConfigError
 from matrix_sources.indexer.ingest.admit import Ingest
-from matrix_sources.indexer.ingest.allowlist import load_listed, load_spaces
+from matrix_sources.indexer.ingest.allowlist import load_listed
 from matrix_sources.indexer.ingest.backfill import backfill_room, horizon
-from matrix_sources.indexer.ingest.followed import load_followed
 from matrix_sources.indexer.pipeline.worker import PipelineWorker
 from matrix_sources.indexer.records import RoomID
 from matrix_sources.indexer.store.eventlog.reports import sender_servers
@@ -40,10 +38,6 @@ log = logging.getLogger(__name__)
 JOINS_AT_ONCE = 32  # allowlisted rooms joined (and their state learnt) at once at start
 
 Spawn = Callable[[Coroutine, str], None]
-
-
-class SpacesPort(Protocol):
-    async def refresh(self, spaces: Iterable[str], apply: bool = True) -> bool: ...
 
 
 class Rooms:
@@ -67,15 +61,12 @@ class Rooms:
         self._spawn = spawn
         self.state_retry = StateRetry(self.learn, self._state_known, clock=clock)
         self._backfill_lock = asyncio.Lock()
-        self._allowlist_mtime = self._mtime()
-        # What the service follows on its own (spaces' rooms, upgrades), shared with
-        # spaces.py and upgrades.py, which the service wires in.
-        self.followed = load_followed(cfg.data_dir)
-        self.spaces: SpacesPort | None = None
         # Told each time a room's state is learned: a tombstone pushed before the room's
         # state was known is only seen then (the service follows the upgrade).
         self.on_learned: Callable[[str], None] | None = None
-        self.via: dict[RoomID, tuple[str, ...]] = {}  # the allowlist's, by room
+        # The allowlist's, by room: the first servers a join asks (allowlistwatch.py
+        # keeps them as the file changes).
+        self.via: dict[RoomID, tuple[str, ...]] = {}
         try:
             self.via = {r.room_id: r.via for r in load_listed(cfg.allowlist_path)}
         except (ConfigError, OSError):
@@ -182,56 +173,3 @@ class Rooms:
                     self._on_withdrawn(sorted(applied.redacted))
             if self.on_learned is not None:
                 self.on_learned(room_id)
-
-    # -- the allowlist file ------------------------------------------------------------
-
-    def _mtime(self) -> float:
-        try:
-            return self.cfg.allowlist_path.stat().st_mtime
-        except FileNotFoundError:
-            return 0.0
-
-    async def follow_allowlist(self) -> None:
-        """Reload the allowlist if its file changed since the last look."""
-        mtime = self._mtime()
-        if mtime != self._allowlist_mtime:
-            self._allowlist_mtime = mtime
-            await self.reload_allowlist()
-
-    async def reload_allowlist(self) -> None:
-        """Rooms taken off are purged; rooms put on are joined and read; a space put on
-        is read first, and stands for the rooms it brings. An invalid file is logged and
-        the rooms stay as they were."""
-        try:
-            listed = load_listed(self.cfg.allowlist_path)
-            spaces = set(load_spaces(self.cfg.allowlist_path))
-        except ConfigError as e:
-            log.error("allowlist_invalid", extra={"error": str(e)})
-            return
-        new = spaces - set(self.followed.spaces)
-        if self.spaces is not None and (new or set(self.followed.spaces) - spaces):
-            await self.spaces.refresh(new, apply=False)
-        direct = {r.room_id for r in listed}
-        rooms = frozenset(direct | spaces | self.followed.space_rooms(spaces))
-        via = {r.room_id: r.via for r in listed}
-        # A listed room given new via servers (the bot could not join it before) is
-        # tried again through them.
-        rejoin = {r for r in rooms & self.gate.allowlist if via.get(r, ()) != self.via.get(r, ())}
-        self.via = via
-        added, removed = rooms - self.gate.allowlist, self.gate.allowlist - rooms
-        self.gate.allowlist = rooms  # the Gate object is shared with ingest
-        log.info(
-            "allowlist_reloaded",
-            extra={"rooms": len(rooms), "added": len(added), "removed": len(removed)},
-        )
-        if removed:
-            # Purge what the removed rooms left (windows, texts, cursors), off the loop;
-            # a failure is logged, and swept again at the next removal or start.
-            try:
-                await asyncio.to_thread(self.ingest.purge_unlisted)
-            except Exception:
-                log.exception("purge_failed", extra={"rooms": len(removed)})
-        for room_id in sorted(added | rejoin):
-            if self.sent_away(room_id) or not await self.join(room_id):
-                continue
-            await self.learn_or_retry(room_id)

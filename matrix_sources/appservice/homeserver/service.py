@@ -1,11 +1,12 @@
 """The running service: appservice HTTP, the bot's rooms, the pipeline, `!sources`.
 
 Start-up: registration checked -> event log, store, model -> HTTP up -> homeserver
-accepts as_token (whoami) -> join every allowlisted room, learn its state (rooms.py;
-the collection checked against the event log meanwhile) -> pipeline catches up on what
-a previous run left pending -> the chores, once a poll: allowlist.yaml followed,
-`forget` requests and room retention (withdrawals.py), the workers' compactions; with
-an admin token, Synapse's erasures looked for at start and at an interval (erasure.py).
+accepts as_token (whoami: startup.py) -> join every allowlisted room, learn its state
+(rooms.py; the collection checked against the event log meanwhile) -> pipeline catches
+up on what a previous run left pending -> the chores, once a poll: allowlist.yaml
+followed (allowlistwatch.py), `forget` requests and room retention (withdrawals.py), the
+workers' compactions; with an admin token, Synapse's erasures looked for at start and at
+an interval (erasure.py). The bot reaches Matrix through matrixport.py.
 
 Commands are answered in a bounded pool of their own (commandpool.py). Every SQLite and
 Chroma call runs off the event loop.
@@ -15,19 +16,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import resource
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
-from mautrix.api import Method, Path
 from mautrix.appservice import AppService
 from mautrix.appservice.state_store import ASStateStore
 from mautrix.client.state_store.memory import MemoryStateStore
-from mautrix.errors import MatrixError, MatrixRequestError
-from mautrix.types import EventType, RoomAlias
-from mautrix.types import RoomID as MxRoomID
+from mautrix.errors import MatrixError
 
-from matrix_sources.indexer.clock import REAL, Clock, retrying
+from matrix_sources.indexer.clock import REAL, Clock
 from matrix_sources.indexer.components import Index
 from matrix_sources.indexer.config import Config
 from matrix_sources.indexer.datadir import admin_token, service_registration
@@ -38,15 +35,17 @@ from matrix_sources.indexer.pipeline.worker import PipelineWorker
 from matrix_sources.indexer.records import UserID
 from matrix_sources.indexer.store.lock import WriterLock
 
+from .allowlistwatch import AllowlistWatch
 from .backlog import BacklogBound
 from .erasure import ErasureWatch, self_leaves
 from .health import Health, appends_problem, pipeline_problem
 from .heap import release_free_memory
+from .matrixport import MatrixPort
 from .metrics import EventLogFigures, MetricSources, ServiceMetrics
 from .rooms import Rooms
-from .roomstate import is_outage
 from .search_api import SearchAPI
 from .spaces import Spaces
+from .startup import StartupError, ping_homeserver, raise_fd_limit, wait_for_homeserver
 from .transactions import Routed, TransactionHandler
 from .txngaps import TransactionGaps
 from .upgrades import Upgrades
@@ -54,11 +53,6 @@ from .withdrawals import Withdrawals
 
 log = logging.getLogger(__name__)
 CHORES_POLL_SECONDS = 1.0  # allowlist.yaml, `forget` requests, retention looked at
-HOMESERVER_RETRY_MAX = 30.0  # seconds between whoami attempts while Synapse is down
-
-
-class StartupError(RuntimeError):
-    """A start-up failure whose message says how to fix it."""
 
 
 class _StateStore(MemoryStateStore, ASStateStore):
@@ -81,20 +75,6 @@ class _SourcesAppService(AppService):
 
     def _check_token(self, request) -> bool:  # the user and alias queries: same check
         return self.transaction_handler.check_token(request) is None
-
-
-def raise_fd_limit() -> tuple[int, int]:
-    """The soft limit on open files up to the hard one (systemd's default soft limit,
-    1,024, is about 1,000 idle connections; contrib/matrix-sources.service raises the
-    hard limit, docs/deployment.md). Returns (soft, hard) as they are now."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != hard:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-            soft = hard
-        except (ValueError, OSError):
-            log.warning("fd_limit_not_raised", exc_info=True, extra={"soft": soft, "hard": hard})
-    return soft, hard
 
 
 class BotPort(Protocol):
@@ -149,24 +129,27 @@ class Service:
         self.rooms = Rooms(
             cfg, self.az, self.ingest, self.worker, self._spawn, clock, self._withdrawn
         )
+        self.allowlist = AllowlistWatch(cfg, self.rooms, self.ingest)
         # A listed space's rooms, and an upgraded room's successor, followed on their own.
         self.spaces = Spaces(
             cfg,
             lambda: self.az.intent,
             self.ingest.journal,
-            self.rooms.followed,
-            self.rooms.reload_allowlist,
+            self.allowlist.followed,
+            self.allowlist.reload,
             clock,
         )
-        self.rooms.spaces = self.spaces
+        self.allowlist.spaces = self.spaces
         self.upgrades = Upgrades(
             cfg,
             lambda: self.az.intent,
             self.ingest,
-            self.rooms.followed,
-            self.rooms.reload_allowlist,
+            self.allowlist.followed,
+            self.allowlist.reload,
             clock,
         )
+        # What the bot asks of Matrix (app.py hands it to the bot).
+        self.matrix = MatrixPort(self.az, self.rooms)
         self.rooms.on_learned = lambda room_id: self._spawn(self.upgrades.check(room_id), "upgrade")
         # A numbered transaction never came: every room read again (txngaps.py).
         self.gaps = TransactionGaps(self.rooms.backfill_all, clock=clock)
@@ -174,7 +157,7 @@ class Service:
         self.backlog = BacklogBound(
             self.eventlog.status.backlog,
             cfg.index.max_pending,
-            on_drained=lambda: self._spawn(self._ping_homeserver(), "homeserver-ping"),
+            on_drained=lambda: self._spawn(ping_homeserver(self.az, clock), "homeserver-ping"),
             clock=clock,
         )
         self.az.transaction_handler = TransactionHandler(
@@ -254,7 +237,11 @@ class Service:
         soft, hard = raise_fd_limit()
         log.info("fd_limit", extra={"soft": soft, "hard": hard})
         await self.az.start(host=self.cfg.appservice.host, port=self.cfg.appservice.port)
-        await self._wait_for_homeserver()
+
+        def unreachable(detail: str) -> None:
+            self.health.detail = detail
+
+        await wait_for_homeserver(self.az, self.cfg, unreachable, self.clock)
         if self.bot is not None:
             refusal = await self.bot.prepare()  # a digest room it must not post into
             if refusal:
@@ -299,7 +286,7 @@ class Service:
         if self.bot is not None:
             self.bot.resume()  # the commands a crash left unanswered
         self.health.homeserver = True
-        self._spawn(self._ping_homeserver(), "homeserver-ping")
+        self._spawn(ping_homeserver(self.az, self.clock), "homeserver-ping")
         log.info(
             "started",
             extra={
@@ -308,56 +295,6 @@ class Service:
                 "port": self.cfg.appservice.port,
             },
         )
-
-    async def _wait_for_homeserver(self) -> None:
-        """Until the homeserver accepts our token. Unreachable: keep trying (Synapse may
-        start after us); token refused or wrong user: a configuration error, stop."""
-
-        def unreachable(e: Exception, delay: float) -> None:
-            self.health.detail = (
-                f"homeserver {self.cfg.homeserver.url} unreachable ({type(e).__name__}); retrying"
-            )
-            # The traceback too: a bug here looks like an outage otherwise.
-            log.warning(
-                "homeserver_unreachable",
-                exc_info=e,
-                extra={"url": self.cfg.homeserver.url, "retry_in": delay},
-            )
-
-        try:
-            whoami = await retrying(
-                self.az.intent.whoami,
-                initial=1.0,
-                maximum=HOMESERVER_RETRY_MAX,
-                on_retry=unreachable,
-                retry_if=lambda e: not isinstance(e, MatrixRequestError),
-                clock=self.clock,
-            )
-        except MatrixRequestError as e:
-            raise StartupError(
-                f"the homeserver at {self.cfg.homeserver.url} rejected as_token "
-                f"({e.errcode}): is {self.cfg.registration_path} listed in "
-                "app_service_config_files of homeserver.yaml, and was Synapse restarted "
-                "since?"
-            ) from None
-        if whoami.user_id != self.cfg.bot_user:
-            raise StartupError(
-                f"the homeserver says the bot is {whoami.user_id}, the config "
-                f"says {self.cfg.bot_user}: check homeserver.domain and "
-                "appservice.bot_localpart"
-            )
-
-    async def _ping_homeserver(self) -> None:
-        """Ask the homeserver to ping us now that transactions are taken (MSC2659). What it
-        could not deliver while we were down it retries with a growing backoff, up to
-        8.5 minutes in Synapse; a ping that reaches us makes it retry at once."""
-        try:
-            ms = await self.az.ping_self(f"matrix-sources-start-{self.clock.now_ms()}")
-            log.info("homeserver_pinged", extra={"ms": ms})
-        except MatrixRequestError as e:  # a homeserver without the endpoint: its own retry
-            log.info("homeserver_ping_refused", extra={"errcode": e.errcode})
-        except Exception:
-            log.warning("homeserver_ping_failed", exc_info=True)
 
     async def stop(self) -> None:
         for t in list(self._tasks):
@@ -383,7 +320,7 @@ class Service:
         messages withdrawn, and the workers' compactions run."""
         while True:
             await self.clock.sleep(CHORES_POLL_SECONDS)
-            await self.rooms.follow_allowlist()
+            await self.allowlist.look()
             await self.spaces.due()
             await self.withdrawals.serve_spool()
             await self.withdrawals.expire_retained()
@@ -433,42 +370,6 @@ class Service:
         answers that quoted them."""
         if self.bot is not None and event_ids:
             self.bot.on_withdrawn(event_ids)
-
-    # -- the bot's port to Matrix (appservice/bot/bot.py: Matrix) ----------------------
-
-    async def send(self, room_id: str, content: dict) -> str:
-        return await self.az.intent.send_message_event(
-            MxRoomID(room_id), EventType.ROOM_MESSAGE, content
-        )
-
-    async def join(self, room_id: str) -> None:
-        await self.rooms.join_invited(room_id)
-
-    async def room_state(self, room_id: str) -> list:
-        # Raw JSON: room version 12 creators are not in power_levels.
-        state = await self.az.intent.api.request(Method.GET, Path.v3.rooms[room_id].state)
-        return state if isinstance(state, list) else []
-
-    @staticmethod
-    def is_outage(exc: BaseException) -> bool:
-        return is_outage(exc)
-
-    async def event_body(self, room_id: str, event_id: str) -> str | None:
-        """An event's body as the homeserver serves it (None: redacted, or no text)."""
-        try:
-            ev = await self.az.intent.api.request(
-                Method.GET, Path.v3.rooms[room_id].event[event_id]
-            )
-        except MatrixRequestError:  # not found, or not visible to the bot any more
-            return None
-        body = ((ev or {}).get("content") or {}).get("body") if isinstance(ev, dict) else None
-        return body if isinstance(body, str) else None
-
-    async def resolve_alias(self, alias: str) -> str | None:
-        try:
-            return (await self.az.intent.resolve_room_alias(RoomAlias(alias))).room_id
-        except MatrixError:
-            return None
 
     def _spawn(self, coro, name: str) -> None:
         task = asyncio.create_task(coro, name=name)

@@ -44,7 +44,7 @@ class Spaces:
         on_changed: Callable[[], Awaitable[None]],
         clock: Clock = REAL,
     ) -> None:
-        """`on_changed`: the corpus recomputed (rooms.py reload_allowlist)."""
+        """`on_changed`: the corpus recomputed (allowlistwatch.py)."""
         self.cfg, self.intent, self.journal, self.followed = cfg, intent, journal, followed
         self._on_changed = on_changed
         self._clock = clock

@@ -57,8 +57,8 @@ class Upgrades:
         on_listed: Callable[[], Awaitable[None]],
         clock: Clock = REAL,
     ) -> None:
-        """`on_listed`: the allowlist re-read (rooms.py joins, learns and backfills the
-        successor added)."""
+        """`on_listed`: the allowlist re-read (allowlistwatch.py; rooms.py joins, learns
+        and backfills the successor added)."""
         self.cfg, self.intent, self.ingest, self.followed = cfg, intent, ingest, followed
         self._on_listed = on_listed
         self._clock = clock

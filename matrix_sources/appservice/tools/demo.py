@@ -122,7 +122,7 @@ def _say(text: str) -> None:
 
 async def _demo(root: Path, serve: bool) -> int:
     from ..app import serve_with_bot
-    from ..homeserver.service import StartupError
+    from ..homeserver.startup import StartupError
 
     root = root.resolve()
     state_file = root / "demo.json"
@@ -164,7 +164,7 @@ async def _demo(root: Path, serve: bool) -> int:
                 )
                 room = await client.create_room("matrix-sources demo", public=True, alias="demo")
                 add_room(cfg.allowlist_path, room, "#demo:localhost (demo room)")
-                await service.rooms.reload_allowlist()
+                await service.allowlist.reload()
                 await client.wait_for_member(room, cfg.bot_user)
                 state["room"] = room
                 state_file.write_text(json.dumps(state))

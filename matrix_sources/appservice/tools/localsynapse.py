@@ -34,41 +34,17 @@ from typing import Any
 from matrix_sources.indexer.clock import REAL
 
 from ..httpclient import HttpClient, Unreachable
+from .synapseconfig import (
+    CONFIG_FILE,
+    LOG_FILE,
+    SIGNING_KEY_FILE,
+    TLS_CERT_FILE,
+    TLS_KEY_FILE,
+    write_config,
+)
 
 STATE_FILE = "localsynapse.json"  # what must survive restarts: port, server name, secret
-CONFIG_FILE = "homeserver.yaml"
-LOG_CONFIG_FILE = "log.config.yaml"
-LOG_FILE = "homeserver.log"
 STDIO_FILE = "stdio.log"  # errors printed before Synapse's logging is set up land here
-SIGNING_KEY_FILE = "signing.key"
-TLS_CERT_FILE, TLS_KEY_FILE = "federation.crt", "federation.key"
-
-# Generous enough that tests and history replays never see M_LIMIT_EXCEEDED.
-# per_second must stay > 0: Synapse divides by it when pruning its buckets.
-_RELAXED = {"per_second": 1000, "burst_count": 100000}
-
-# Every rc_* key that synapse/config/ratelimiting.py reads in Synapse 1.163
-# (unknown keys are ignored by older versions, so listing extras is harmless).
-_RATE_LIMITS: dict[str, Any] = {
-    "rc_message": _RELAXED,
-    "rc_registration": _RELAXED,
-    "rc_registration_token_validity": _RELAXED,
-    "rc_login": {"address": _RELAXED, "account": _RELAXED, "failed_attempts": _RELAXED},
-    "rc_admin_redaction": _RELAXED,
-    "rc_joins": {"local": _RELAXED, "remote": _RELAXED},
-    "rc_joins_per_room": _RELAXED,
-    "rc_key_requests": _RELAXED,
-    "rc_3pid_validation": _RELAXED,
-    "rc_invites": {"per_room": _RELAXED, "per_user": _RELAXED, "per_issuer": _RELAXED},
-    "rc_third_party_invite": _RELAXED,
-    "rc_media_create": _RELAXED,
-    "rc_presence": {"per_user": _RELAXED},
-    "rc_delayed_event_mgmt": _RELAXED,
-    "rc_room_creation": _RELAXED,
-    "rc_reports": _RELAXED,
-    "rc_user_directory": _RELAXED,
-    "rc_profile": _RELAXED,
-}
 
 
 class SynapseError(RuntimeError):
@@ -151,12 +127,23 @@ class LocalSynapse:
             return
         self.base_dir.mkdir(parents=True, exist_ok=True)
         self._load_state()
-        self._write_config()
+        assert self.port is not None and self._secret is not None  # _load_state set them
+        write_config(
+            self.base_dir,
+            server_name=self.server_name,
+            port=self.port,
+            secret=self._secret,
+            open_registration=self.open_registration,
+            registrations=self.appservice_registrations,
+            log_level=self.log_level,
+            federation=None
+            if self.federation_port is None
+            else (self.federation_port, self.federation_host),
+        )
         if not (self.base_dir / SIGNING_KEY_FILE).exists():
             self._run_synapse(["--generate-keys"], timeout)
         if self.federation_port is not None and not (self.base_dir / TLS_CERT_FILE).exists():
             self._self_signed(timeout)
-        assert self.port is not None  # _load_state set it
         if _port_answers(self.port):
             # Otherwise /health would report the *other* server as ours.
             raise SynapseError(f"127.0.0.1:{self.port} is already in use")
@@ -269,59 +256,6 @@ class LocalSynapse:
         if new != state:
             path.write_text(json.dumps(new, indent=2) + "\n")
 
-    def _write_config(self) -> None:
-        # JSON is valid YAML, so the stdlib can write both files.
-        d = self.base_dir
-        config = {
-            "server_name": self.server_name,
-            "pid_file": str(d / "homeserver.pid"),
-            "listeners": self._client_listeners(),
-            "database": {"name": "sqlite3", "args": {"database": str(d / "homeserver.db")}},
-            "media_store_path": str(d / "media_store"),
-            "log_config": str(d / LOG_CONFIG_FILE),
-            "registration_shared_secret": self._secret,
-            "enable_registration": self.open_registration,
-            # Synapse refuses open registration without a captcha or email unless told
-            # so; the server listens on 127.0.0.1 and federates with nobody.
-            "enable_registration_without_verification": self.open_registration,
-            "report_stats": False,
-            "signing_key_path": str(d / SIGNING_KEY_FILE),
-            "trusted_key_servers": [],
-            "suppress_key_server_warning": True,
-            "federation_domain_whitelist": [],  # empty list: federate with nobody
-            "url_preview_enabled": False,
-            "enable_metrics": False,
-            "presence": {"enabled": False},
-            "app_service_config_files": [
-                str(Path(p).absolute()) for p in self.appservice_registrations
-            ],
-            **_RATE_LIMITS,
-            **self._federation_config(),
-        }
-        log_config = {
-            "version": 1,
-            "formatters": {
-                "precise": {
-                    "format": "%(asctime)s - %(name)s - %(lineno)d - %(levelname)s"
-                    " - %(request)s - %(message)s"
-                }
-            },
-            "handlers": {
-                "file": {
-                    "class": "logging.FileHandler",
-                    "formatter": "precise",
-                    "filename": LOG_FILE,
-                    "encoding": "utf8",
-                }
-            },  # relative to cwd=base_dir
-            # WARNING keeps the file small; the SQL logger at DEBUG would leak tokens.
-            "loggers": {"synapse.storage.SQL": {"level": "WARNING"}},
-            "root": {"level": self.log_level, "handlers": ["file"]},
-            "disable_existing_loggers": False,
-        }
-        (d / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
-        (d / LOG_CONFIG_FILE).write_text(json.dumps(log_config, indent=2) + "\n")
-
     def _self_signed(self, timeout: float) -> None:
         d = self.base_dir
         res = subprocess.run(
@@ -333,51 +267,6 @@ class LocalSynapse:
         )
         if res.returncode != 0:
             raise SynapseError(f"no federation certificate:\n{res.stderr[-3000:]}")
-
-    def _federation_config(self) -> dict[str, Any]:
-        """With a federation port: a TLS listener for federation and keys, and every
-        other server on 127.0.0.1 trusted as it is (a self-signed certificate, an IP
-        literal that Synapse would otherwise block, keys fetched from the server itself)."""
-        if self.federation_port is None:
-            return {}
-        return {
-            "listeners": [
-                *self._client_listeners(),
-                {
-                    "port": self.federation_port,
-                    "bind_addresses": [self.federation_host],
-                    "type": "http",
-                    "tls": True,
-                    "x_forwarded": False,
-                    "resources": [{"names": ["federation", "keys"], "compress": False}],
-                },
-            ],
-            "tls_certificate_path": str(self.base_dir / TLS_CERT_FILE),
-            "tls_private_key_path": str(self.base_dir / TLS_KEY_FILE),
-            "federation_verify_certificates": False,
-            "federation_domain_whitelist": None,  # anyone
-            # Synapse 1.163 checks an IP-literal server name against this list only.
-            "ip_range_blacklist": [],
-            "rc_federation": {
-                "window_size": 1000,
-                "sleep_limit": 10000,
-                "sleep_delay": 0,
-                "reject_limit": 10000,
-                "concurrent": 100,
-            },
-        }
-
-    def _client_listeners(self) -> list[dict[str, Any]]:
-        return [
-            {
-                "port": self.port,
-                "bind_addresses": ["127.0.0.1"],
-                "type": "http",
-                "tls": False,
-                "x_forwarded": False,
-                "resources": [{"names": ["client"], "compress": False}],
-            }
-        ]
 
     def _run_synapse(self, args: list[str], timeout: float) -> None:
         res = subprocess.run(

@@ -42,10 +42,17 @@ from .lines import thanks
 _AT = re.compile(r"@([A-Za-z0-9][\w.\-]{1,63})")
 MIN_GLUED = 4  # a glued "@nameword" must start with a name this long to count
 # One message answers one question (issue 51): once the asker thanked a response, or
-# asked anew (a question of theirs, no reply, addressed to no one), a later message
-# linked only by naming them (mention, address) is not this question's answer. A reply
-# or a thread still links.
+# asked anew (a question of theirs, no reply, addressed to no one), and the conversation
+# then paused (PAUSE_MINUTES with no line of it: the question, a response, the asker's),
+# a later message linked only by naming them (mention, address) is not this question's
+# answer. A reply or a thread still links. Until the pause the conversation goes on: a
+# thanks for the first answer, or "cheese is a software?", is followed by more answers
+# (closing at once cut 64 gold answers off their question on the three dev sets, after
+# the pause 7: bench/closing.py, docs/benchmarks.md).
 CLOSES = True
+# The chunker's default gap between conversations (index.window_gap_seconds); None:
+# closing at once.
+PAUSE_MINUTES: float | None = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,14 +129,19 @@ def responses(
     people = [names(u) for u in sorted(senders)]
     out: list[Link] = []
     first_other = True  # no message by anyone else yet since the question
-    closed = False  # thanked, or asked anew: naming the asker no longer links here
+    closing = False  # thanked, or asked anew: naming links here only until a pause
+    closed = False  # and then paused: for good
+    last = question.ts  # the conversation's latest line: the question, a response, hers
+    pause = None if PAUSE_MINUTES is None else int(PAUSE_MINUTES * 60_000)
     burst: UserID | None = None  # a responder whose messages go on answering
     for count, m in enumerate(later, start=1):
         if count > horizon.messages or m.ts > until:
             break
+        closed = closed or closing and (pause is None or m.ts - last > pause)
         if m.sender == asker:
             if CLOSES and out and (thanks(m.body) or _asks_anew(m, known, people)):
-                closed = True
+                closing = True
+            last = m.ts
             continue  # the asker's own follow-ups neither answer nor break a burst
         to = addressees(m, known, people)
         rule = None
@@ -151,5 +163,6 @@ def responses(
         first_other = False
         if rule is not None:
             out.append(Link(question.event_id, m, rule))
+            last = m.ts
         burst = m.sender if rule is not None else None  # anyone else's word ends it
     return out

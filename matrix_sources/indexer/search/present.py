@@ -80,6 +80,9 @@ IMPLICIT_FLOOR = 0.25
 # scores at least this share of it ("thats all i can think" does not; docs/benchmarks.md).
 SUPERSEDED = True
 SUPERSEDE_RATIO = 0.5
+# A response after the best one is quoted only when it scores at least this share of
+# the best's (None: as many as SHOWN_LINES leaves room for): fewer lines, not padding.
+CLOSE_TO_BEST: float | None = None
 # A matched line that itself answers someone (a reply, a pill, a leading "@name") is
 # its own hit's response in the order: the answer, not a question nobody answered.
 # Not a leading "name:", which on IRC nearly every line has (it cost Ubuntu there).
@@ -328,7 +331,11 @@ class Presenter:
                 i,
             ),
         )
-        picked = [(scored[i][0], scored[i][1]) for i in ranked[: self.shown_lines - 1]]
+        top = ranked[: self.shown_lines - 1]
+        if CLOSE_TO_BEST is not None and top:  # the best response, and those near it
+            best = scored[top[0]][2]
+            top = top[:1] + [i for i in top[1:] if scored[i][2] >= CLOSE_TO_BEST * best]
+        picked = [(scored[i][0], scored[i][1]) for i in top]
         # The asker's own follow-ups that answer back ("once they fix it, it should
         # recover"): quoted where a response leaves room, before any other line.
         picked += [

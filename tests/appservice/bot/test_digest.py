@@ -16,7 +16,8 @@ from mautrix.errors import MForbidden
 
 from matrix_sources.appservice.bot.digest import DUE_KEY, PROBLEM_KEY
 from matrix_sources.appservice.cli.doctor import check_digest
-from matrix_sources.appservice.homeserver.service import StartupError
+from matrix_sources.appservice.homeserver import service as service_module
+from matrix_sources.appservice.homeserver.startup import StartupError
 from matrix_sources.indexer.config import ConfigError, load_config
 from matrix_sources.indexer.datadir import service_registration
 from tests.fakeclock import FakeClock
@@ -138,7 +139,9 @@ async def test_keep_days_takes_the_questions_text_out_of_the_event_log(tmp_path)
 
 
 @pytest.mark.parametrize("digest_room", [ROOM, "#help:example.org"])
-async def test_an_allowlisted_digest_room_stops_the_start_with_the_fix(tmp_path, digest_room):
+async def test_an_allowlisted_digest_room_stops_the_start_with_the_fix(
+    tmp_path, digest_room, monkeypatch
+):
     m = await open_moderated(make_data_dir(tmp_path, moderation={"digest_room": digest_room}))
     try:
 
@@ -150,7 +153,7 @@ async def test_an_allowlisted_digest_room_stops_the_start_with_the_fix(tmp_path,
 
         m.matrix.resolve_alias = resolve
         m.service.az.start = lambda **kw: nothing()  # no homeserver here: the checks after
-        m.service._wait_for_homeserver = nothing
+        monkeypatch.setattr(service_module, "wait_for_homeserver", lambda *a: nothing())
         with pytest.raises(StartupError) as e:
             await m.service.start()
         assert f"moderation.digest_room {digest_room} is an allowlisted room" in str(e.value)

@@ -19,7 +19,7 @@ from mautrix.errors import MatrixStandardRequestError
 
 from matrix_sources.appservice.homeserver import transactions
 from matrix_sources.appservice.homeserver.roomstate import StateRetry
-from matrix_sources.appservice.homeserver.service import raise_fd_limit
+from matrix_sources.appservice.homeserver.startup import raise_fd_limit
 from matrix_sources.appservice.homeserver.transactions import TransactionHandler
 from matrix_sources.appservice.logs import KeyValueFormatter
 from matrix_sources.indexer.clock import Clock

@@ -784,7 +784,8 @@ async def test_editing_and_redacting_a_quoted_message_leaves_the_audit_quiet(wor
     assert edit(world, detail, "never mind the link, it was only one account in the end")
     world.run()
     assert redact(world, detail) == {detail}
-    await bot._edit_replies({detail})  # what on_withdrawn runs
+    bot.on_withdrawn({detail})
+    await bot.idle()  # the reply edited
     world.run()
     edited = matrix.sent[-1][1]
     assert edited["m.relates_to"]["rel_type"] == "m.replace"

@@ -204,7 +204,7 @@ def test_room_refused_after_the_fact_is_purged(env, trigger):
 
 def test_room_leaving_the_allowlist_is_purged(env):
     env.index_both_rooms()
-    env.gate.allowlist = frozenset({CLEAN})  # what Rooms.reload_allowlist does
+    env.gate.allowlist = frozenset({CLEAN})  # what AllowlistWatch.reload does
     [report] = env.ingest.purge_unlisted()
     assert (report.room_id, report.rule, report.windows, report.messages) == (
         ROOM,

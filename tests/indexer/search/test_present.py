@@ -756,3 +756,24 @@ def test_one_message_answers_at_most_one_question():
     unthanked = [x for x in said if not x.event_id.startswith("$t")] + [stuffed]
     under = [q.event_id for q in qs if "$s" in linked(q, unthanked[unthanked.index(q) + 1 :])]
     assert under == ["$q2"]
+
+
+def test_a_response_far_below_the_best_is_not_quoted(wide_world, monkeypatch):
+    """bob answers alice's question; dave, naming her too, says something that shares a
+    word with it and little else. The hit quotes the question and bob's answer, not
+    dave's line when CLOSE_TO_BEST is set (it scores under 0.8 of bob's): fewer lines.
+    Without the rule, dave's line fills the third place."""
+    events = [
+        event("$q", ALICE, T0, QUESTION),
+        event("$a", BOB, T0 + 60_000, f"alice: {ANSWER}"),
+        event("$d", DAVE, T0 + 120_000, "alice: a small server here too, no idea sorry"),
+    ]
+    admit(wide_world, events)
+
+    def quoted() -> list[str]:
+        return [ln.event_id for ln in carrier(wide_world).shown]
+
+    monkeypatch.setattr(present, "CLOSE_TO_BEST", 0.8)
+    assert quoted() == ["$q", "$a"]
+    monkeypatch.setattr(present, "CLOSE_TO_BEST", None)
+    assert quoted() == ["$q", "$a", "$d"]

@@ -243,7 +243,10 @@ def test_an_interrupted_move_resumes_and_a_foreign_target_is_refused(tmp_path, m
 
 
 def test_doctor_checks_the_database_and_the_sqlite_file_left_behind(tmp_path):
-    from matrix_sources.appservice.cli.doctor import check_eventlog_health, check_sqlite_left_behind
+    from matrix_sources.appservice.cli.doctor_index import (
+        check_eventlog_health,
+        check_sqlite_left_behind,
+    )
 
     with fresh_schema() as dsn:
         EventLog(dsn).close()

@@ -1,0 +1,91 @@
+"""When the asker's thanks or new question closes her question to messages that only
+name her (linkage.py, issue 51): once the conversation paused, not at once. Pure
+linkage over hand-made timelines: no model, no store."""
+
+from __future__ import annotations
+
+import pytest
+
+from matrix_sources.indexer.records import EventID, Message, RoomID, UserID
+from matrix_sources.indexer.search import linkage
+from matrix_sources.indexer.search.linkage import Horizon, responses
+
+ROOM = RoomID("!chat:example.org")
+ALICE, BOB, CAROL, DAVE = (UserID(f"@{n}:example.org") for n in ("alice", "bob", "carol", "dave"))
+T0 = 1_700_000_000_000
+
+
+def m(eid, who, minute, body, reply_to=None, mentions=()):
+    return Message(
+        EventID(eid),
+        ROOM,
+        who,
+        T0 + int(minute * 60_000),
+        body,
+        EventID(reply_to) if reply_to else None,
+        tuple(mentions),
+    )
+
+
+def linked(question, later):
+    return [link.answer.event_id for link in responses(question, later, Horizon())]
+
+
+QUESTION = m("$q", ALICE, 0, "how do I get my usb webcam to show a picture?")
+
+
+@pytest.mark.parametrize(
+    "closer",
+    [
+        "thx",  # a thanks for the first answer
+        "cheese is a software?",  # a question of hers on what she was told
+    ],
+)
+def test_answers_after_a_thanks_or_a_new_question_link_while_the_conversation_goes_on(closer):
+    """bob answers, alice thanks him (or asks about his answer), carol adds another
+    answer naming her two minutes on: the conversation goes on, carol's line answers
+    the question. With closing at once (PAUSE_MINUTES None) it did not."""
+    later = [
+        m("$a", BOB, 1, "alice: try cheese, it shows the picture"),
+        m("$c", ALICE, 2, closer),
+        m("$b", CAROL, 4, "alice: lsusb gives its id, then look for the gspca driver"),
+    ]
+    assert linked(QUESTION, later) == ["$a", "$b"]
+    linkage.PAUSE_MINUTES, saved = None, linkage.PAUSE_MINUTES
+    try:
+        assert linked(QUESTION, later) == ["$a"]
+    finally:
+        linkage.PAUSE_MINUTES = saved
+
+
+def test_a_message_naming_her_after_the_pause_answers_nothing_she_closed():
+    """After the thanks the room is quiet past the pause: a message naming alice an
+    hour later (stuffed with her words) is not this question's answer; a reply to it
+    still is."""
+    pause = linkage.PAUSE_MINUTES
+    assert pause is not None
+    later = [
+        m("$a", BOB, 1, "alice: try cheese, it shows the picture"),
+        m("$t", ALICE, 2, "thanks bob!"),
+        m("$s", CAROL, 3 + pause, "alice: usb webcam picture usb webcam", mentions=[ALICE]),
+        m("$r", DAVE, 4 + pause, "cheese needs the uvc module", reply_to="$q"),
+    ]
+    assert linked(QUESTION, later) == ["$a", "$r"]
+    # Within the pause the same message still goes on with the conversation.
+    later[2] = m("$s", CAROL, 3, "alice: usb webcam picture usb webcam", mentions=[ALICE])
+    assert "$s" in linked(QUESTION, later)
+
+
+def test_a_closed_question_stays_closed_when_she_speaks_again():
+    """alice's first question was answered and thanked; hours later she asks another,
+    and a message naming her a minute on answers the new one only: her speaking again
+    does not reopen the old one."""
+    q2 = m("$q2", ALICE, 180, "how do I rotate the signing key?")
+    later = [
+        m("$a", BOB, 1, "alice: try cheese, it shows the picture"),
+        m("$t", ALICE, 2, "thanks bob!"),
+        q2,
+        m("$s", CAROL, 181, "alice: webcam picture and the signing key", mentions=[ALICE]),
+    ]
+    assert linked(QUESTION, later) == ["$a"]
+    assert linked(q2, later[3:]) == ["$s"]
