@@ -308,6 +308,11 @@ class Index:
     def make_whole(self) -> None:
         rebuilding.make_whole(self.store, self.eventlog, self.pipeline)
 
+    def quick_rebuild_reason(self) -> str:
+        """Why the collection must be rebuilt, as far as its meta and count tell ('' if
+        searches may be served from it now)."""
+        return rebuilding.quick_rebuild_reason(self.store, self.eventlog, self.pipeline.embedder)
+
     def check_collection(self) -> str:
         """Why the collection must be rebuilt ('' if not: then its gaps repaired)."""
         return rebuilding.check_collection(self.store, self.eventlog, self.pipeline)

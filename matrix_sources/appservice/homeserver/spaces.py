@@ -52,6 +52,11 @@ class Spaces:
         self._last_read = float("-inf")
         self._lock = asyncio.Lock()
 
+    def unread(self) -> set[str]:
+        """Listed spaces not read yet (put on while the service was down): which rooms
+        they bring is not known until they are."""
+        return set(self.listed()) - set(self.followed.spaces)
+
     def listed(self) -> list[str]:
         try:
             return list(load_spaces(self.cfg.allowlist_path))

@@ -91,6 +91,22 @@ def rebuild_reason(
     return ""
 
 
+def quick_rebuild_reason(store: ChromaStore, eventlog: EventLog, embedder: Embedder) -> str:
+    """What the collection's meta and count tell without reading any id list: another
+    model or chunker made it, or it is empty while the event log has indexed windows.
+    Enough to serve searches from it at start; a partial loss and the gaps are
+    check_collection's, which reads every id (17 s at a million windows: bench/scale.py)."""
+    mismatch = meta_mismatch(store, embedder)
+    if mismatch:
+        return ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in mismatch.items())
+    if store.count() == 0 and eventlog.has_indexed():
+        return (
+            "the collection is empty but the event log says windows are indexed (Chroma "
+            "folder lost or restored from an older backup?)"
+        )
+    return ""
+
+
 def _logged(total: int, every_s: float = 10.0) -> Callable[[int], None]:
     """Progress for a rebuild nobody watches on a terminal (`run`): a log line with the
     total and the time left at the rate so far, every few seconds."""

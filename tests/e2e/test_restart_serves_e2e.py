@@ -1,0 +1,133 @@
+"""A restart serves searches from the index before every allowlisted room is joined and
+its state learnt again (a round trip each: minutes with thousands of rooms). Through a
+real Synapse with the real model: one room indexed, the service stopped, a room added to
+the allowlist whose join hangs (its server accepts the connection and never answers),
+the service started again. The search API answers while the join still hangs, /health
+and mautrix's readiness say starting and why; once the join fails, the service is ready.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import urllib.error
+import urllib.request
+
+import pytest
+from ruamel.yaml import YAML
+
+from matrix_sources.appservice.tools.chatclient import ChatClient
+from tests.harness import Stack, make_stack, wait_for
+
+pytestmark = [pytest.mark.synapse, pytest.mark.model]
+
+CONVERSATION = [
+    "the backup job keeps failing with a permission error on /srv/backups",
+    "run it as the backup user, or chown -R backup:backup /srv/backups",
+    "thanks, chown fixed it",
+]
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory) -> Stack:
+    """A homeserver that federates (tests/federation.py's loopback trust), so a join
+    through another server is tried, not refused at once."""
+    s = make_stack(tmp_path_factory.mktemp("stack"), federating=True)
+    s.synapse.start()
+    try:
+        s.service.start()
+        yield s
+    finally:
+        s.service.stop()
+        s.synapse.stop()
+
+
+class Blackhole:
+    """A TCP listener that takes connections and never answers them (a homeserver that
+    hangs) until closed, when every connection it took is dropped."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.taken: list[socket.socket] = []
+        self._closed = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self._closed.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.taken.append(conn)
+
+    def close(self) -> None:
+        self._closed.set()
+        self.sock.close()
+        for c in self.taken:
+            c.close()
+
+
+def search(stack, token: str, text: str) -> tuple[int, dict]:
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{stack.service.port}/_matrix_sources/v1/search",
+        data=json.dumps({"texts": [text]}).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {token}"},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+    except OSError:
+        return 0, {}
+
+
+async def test_a_restart_searches_before_every_room_is_joined_again(stack):
+    user, token = stack.synapse.register_user("erin", "erin-password")
+    async with ChatClient(stack.synapse.url, user, token) as erin:
+        room = await erin.create_room("Backups", public=True)
+        stack.allowlist_add(room)
+        await erin.wait_for_member(room, stack.bot)
+        ids = [await erin.send(room, body) for body in CONVERSATION]
+    stack.wait_indexed(ids)
+    stack.service.stop()
+
+    hole = Blackhole()
+    try:
+        hanging = f"!hangs:127.0.0.1:{hole.port}"
+        yaml = YAML()
+        path = stack.data_dir / "allowlist.yaml"
+        listed = yaml.load(path.read_text())
+        listed["rooms"].append({"id": hanging, "via": [f"127.0.0.1:{hole.port}"]})
+        with path.open("w") as f:
+            yaml.dump(listed, f)
+
+        stack.service.start(wait_ready=False)
+        api_token = (stack.data_dir / "api_token").read_text().strip()
+        found: dict = {}
+
+        def answered() -> bool:
+            found["status"], found["body"] = search(stack, api_token, "backup permission error")
+            return found["status"] == 200
+
+        wait_for("the search API answering after the restart", answered, 120)
+        assert ids[1] in found["body"]["hits"][0]["event_ids"]
+        # The join still hangs: the service serves, but is not ready, and says why.
+        wait_for("Synapse asking the hanging server", lambda: bool(hole.taken), 60)
+        assert stack.http("/_matrix/mau/ready")[0] != 200
+        status, body = stack.http("/health")
+        assert status == 503 and json.loads(body)["status"] == "starting"
+        assert "joining" in json.loads(body)["detail"]
+    finally:
+        hole.close()
+    wait_for("ready once the hanging join failed", lambda: stack.http("/health")[0] == 200, 180)
+    assert stack.http("/_matrix/mau/ready")[0] == 200
+    failed = [
+        line for line in stack.service.log_path.read_text().splitlines() if "join_failed" in line
+    ]
+    assert any(hanging in line for line in failed), failed
