@@ -99,7 +99,7 @@ def quick_rebuild_reason(store: ChromaStore, eventlog: EventLog, embedder: Embed
     mismatch = meta_mismatch(store, embedder)
     if mismatch:
         return ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in mismatch.items())
-    if store.count() == 0 and eventlog.has_indexed():
+    if store.count() == 0 and eventlog.status.has_indexed():
         return (
             "the collection is empty but the event log says windows are indexed (Chroma "
             "folder lost or restored from an older backup?)"

@@ -15,6 +15,7 @@ from matrix_sources.indexer.pipeline.rebuild import (
     expected_meta,
     make_whole,
     meta_mismatch,
+    quick_rebuild_reason,
     rebuild,
 )
 from matrix_sources.indexer.records import ChunkPolicy
@@ -123,3 +124,22 @@ def test_the_check_holds_the_writers_lock_and_leaves_a_rebuild_to_its_caller(tmp
     rebuild(store, log, other, reason)
     assert store.count() == before and store.meta()["dim"] == 32
     assert check_collection(store, log, other) == ""
+
+
+def test_the_quick_check_tells_a_model_change_and_a_lost_folder_without_the_ids(tmp_path):
+    """What the service decides before serving searches at start (Service.start): a
+    new model, or an empty collection beside an event log that says windows are
+    indexed; never a fresh data dir, nor a kept collection."""
+    log, store, ingest, pipeline = setup(tmp_path)
+    assert quick_rebuild_reason(store, log, pipeline.embedder) == ""  # fresh
+    admit_public_room(ingest, 12)
+    make_whole(store, log, pipeline)
+    check_collection(store, log, pipeline)
+    pipeline.process_all()
+    asked = []
+    log.window_ids = lambda: asked.append(1)  # never read: the ids are check_collection's
+    assert quick_rebuild_reason(store, log, pipeline.embedder) == ""
+    assert "dim: 64 -> 32" in quick_rebuild_reason(store, log, HashEmbedder(32))
+    store.reset()  # the Chroma folder lost
+    assert "collection is empty" in quick_rebuild_reason(store, log, pipeline.embedder)
+    assert asked == []

@@ -406,15 +406,6 @@ class EventLog:
             rows = db.execute(sql + " GROUP BY status", args).fetchall()
         return {status: n for status, n in rows}
 
-    def has_indexed(self) -> bool:
-        """Whether any event is indexed (one row read, however large the log)."""
-        with self.db.locked() as db:
-            row = db.execute(
-                "SELECT 1 FROM events WHERE window_id IS NOT NULL AND status = ? LIMIT 1",
-                (EventStatus.INDEXED.value,),
-            ).fetchone()
-        return row is not None
-
     def window_ids(self) -> set[WindowID]:
         with self.db.locked() as db:
             rows = db.execute(

@@ -28,6 +28,15 @@ class StatusReads:
     def __init__(self, db: Database) -> None:
         self.db = db
 
+    def has_indexed(self) -> bool:
+        """Whether any event is indexed (one row read, however large the log)."""
+        with self.db.locked() as db:
+            row = db.execute(
+                "SELECT 1 FROM events WHERE window_id IS NOT NULL AND status = ? LIMIT 1",
+                (EventStatus.INDEXED.value,),
+            ).fetchone()
+        return row is not None
+
     def backlog(self) -> Backlog:
         """Over the partial index of pending events (schema migration 9): a count of the
         backlog, not of the log."""
