@@ -151,24 +151,38 @@ def rows(searcher, store, model, items, reps: int, which) -> dict:
     return out
 
 
-async def ask_loop(stack, items, asks: int, user: str = "asker") -> dict:
+async def ask_room(stack, user: str = "asker") -> tuple[str, str, str]:
+    """(user, token, room): a room of the user's, allowlisted, the bot in it, one
+    `!sources` answered there."""
     from matrix_sources.appservice.tools.chatclient import ChatClient
 
     user, token = stack.synapse.register_user(user, f"{user}-password")
-    out: dict = {}
     async with ChatClient(stack.synapse.url, user, token) as c:
         room = await c.create_room("Query bench", public=True)
         added = stack.cli("allowlist", "add", room)
         if added.returncode != 0:
             raise SystemExit(f"allowlist add failed: {added.stderr}")
         await c.wait_for_member(room, stack.bot, timeout=60)
-        await c.ask(room, "!sources " + items[-1].query, stack.bot, timeout=120)  # warm
+        await c.ask(room, "!sources how do I mount a disk", stack.bot, timeout=120)
+    return user, token, room
+
+
+async def ask_loop(
+    stack, items, asks: int, user: str = "asker", room: tuple[str, str, str] | None = None
+) -> dict:
+    """`asks` `!sources` of each size through Synapse: p50/p95 ms. `room`: ask_room's
+    (from a run before), else one made here (its one `!sources` the warm-up)."""
+    from matrix_sources.appservice.tools.chatclient import ChatClient
+
+    user, token, where = room or await ask_room(stack, user)
+    out: dict = {}
+    async with ChatClient(stack.synapse.url, user, token) as c:
         for kind, n in [("sentences", n) for n in SIZES] + [("keywords", 1)]:
             times = []
             for texts in text_sets(items, kind, n, asks):
                 body = "!sources " + "\n".join(texts)
                 t = time.monotonic()
-                reply = await c.ask(room, body, stack.bot, timeout=120)
+                reply = await c.ask(where, body, stack.bot, timeout=120)
                 times.append(time.monotonic() - t)
                 if "m.notice" != reply["content"].get("msgtype"):
                     raise SystemExit("unexpected reply: not an m.notice")
