@@ -35,7 +35,7 @@ from .pager import MatrixPager
 from .roomstate import StateRetry, fetch_room_facts
 
 log = logging.getLogger(__name__)
-JOINS_AT_ONCE = 32  # allowlisted rooms joined (and their state learnt) at once at start
+JOINS_AT_ONCE = 4  # allowlisted rooms joined (and their state learnt) at once at start
 
 Spawn = Callable[[Coroutine, str], None]
 
