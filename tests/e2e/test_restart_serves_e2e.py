@@ -131,3 +131,15 @@ async def test_a_restart_searches_before_every_room_is_joined_again(stack):
         line for line in stack.service.log_path.read_text().splitlines() if "join_failed" in line
     ]
     assert any(hanging in line for line in failed), failed
+
+    # The next start does not ask again: the room waits for its next try (joins.json).
+    assert hanging in json.loads((stack.data_dir / "joins.json").read_text())
+    stack.service.stop()
+    at = stack.service.log_path.stat().st_size
+    stack.service.start()
+    with stack.service.log_path.open(errors="replace") as f:
+        f.seek(at)
+        after = f.read()
+    deferred = [line for line in after.splitlines() if "joins_deferred" in line]
+    assert deferred and "rooms=1" in deferred[0], deferred
+    assert hanging not in after, "the room whose join failed was tried again at once"

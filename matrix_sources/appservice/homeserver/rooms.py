@@ -30,6 +30,7 @@ from matrix_sources.indexer.pipeline.worker import PipelineWorker
 from matrix_sources.indexer.records import RoomID
 from matrix_sources.indexer.store.eventlog.reports import sender_servers
 
+from .joinbackoff import JoinBackoff
 from .joining import join, join_failed, join_servers
 from .pager import MatrixPager
 from .roomstate import StateRetry, fetch_room_facts
@@ -60,6 +61,7 @@ class Rooms:
         self.gate = ingest.gate
         self._spawn = spawn
         self.state_retry = StateRetry(self.learn, self._state_known, clock=clock)
+        self.backoff = JoinBackoff(cfg.data_dir, clock)
         self._backfill_lock = asyncio.Lock()
         # Told each time a room's state is learned: a tombstone pushed before the room's
         # state was known is only seen then (the service follows the upgrade).
@@ -85,18 +87,28 @@ class Rooms:
             await join(self.az.intent, room_id, servers)
         except Exception as e:
             join_failed(room_id, e, str(self.gate.bot_user), servers)
+            self.backoff.record(room_id, self.via.get(rid, ()), joined=False)
             return False
+        self.backoff.record(room_id, self.via.get(rid, ()), joined=True)
         return True
 
     async def join_allowlisted(self) -> None:
         """Join every allowlisted room the bot is not in, and learn each one's state,
-        JOINS_AT_ONCE rooms at a time: one after another, 9,528 rooms took 89 s at
-        start (bench/scale.py)."""
+        JOINS_AT_ONCE rooms at a time; a room whose last join failed waits for its next
+        try (joinbackoff.py)."""
         gate = asyncio.Semaphore(JOINS_AT_ONCE)
         try:  # one request instead of a join per room the bot is in already
             joined = set(await self.az.intent.get_joined_rooms())
         except MatrixError:
             joined = set()
+        listed = [r for r in sorted(self.gate.allowlist) if not self.sent_away(r)]
+        waiting = {
+            r
+            for r in self.backoff.waiting(r for r in listed if r not in joined)
+            if not self.backoff.due(r, self.via.get(RoomID(r), ()))
+        }
+        if waiting:
+            log.info("joins_deferred", extra={"rooms": len(waiting)})
 
         async def join(room_id: str) -> None:
             async with gate:
@@ -104,9 +116,25 @@ class Rooms:
                     return
                 await self.learn_or_retry(room_id)
 
-        await asyncio.gather(
-            *(join(r) for r in sorted(self.gate.allowlist) if not self.sent_away(r))
-        )
+        await asyncio.gather(*(join(r) for r in listed if r not in waiting))
+        for r in joined:
+            self.backoff.record(r, (), joined=True)
+        await asyncio.to_thread(self.backoff.save, self.gate.allowlist)
+
+    async def retry_joins(self) -> None:
+        """The listed rooms whose next join try has come (each chores poll)."""
+        due = [
+            r
+            for r in sorted(self.backoff.failed)
+            if r in self.gate.allowlist
+            and self.backoff.due(r, self.via.get(RoomID(r), ()))
+            and self.ingest.sent_away.get(RoomID(r)) is None
+        ]
+        for room_id in due[:JOINS_AT_ONCE]:
+            if await self.join(room_id):
+                await self.learn_or_retry(room_id)
+        if due:
+            await asyncio.to_thread(self.backoff.save, self.gate.allowlist)
 
     async def join_invited(self, room_id: str) -> None:
         """Join where invited; an allowlisted room is then read from where its index

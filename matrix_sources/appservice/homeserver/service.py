@@ -338,6 +338,7 @@ class Service:
         while True:
             await self.clock.sleep(CHORES_POLL_SECONDS)
             await self.allowlist.look()
+            await self.rooms.retry_joins()
             await self.spaces.due()
             await self.withdrawals.serve_spool()
             await self.withdrawals.expire_retained()
