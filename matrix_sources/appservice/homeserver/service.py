@@ -33,6 +33,7 @@ from matrix_sources.indexer.ingest.events import MessageEvent, ReactionEvent
 from matrix_sources.indexer.models.embedder import Embedder
 from matrix_sources.indexer.pipeline.worker import PipelineWorker
 from matrix_sources.indexer.records import UserID
+from matrix_sources.indexer.search.searcher import SourceQuery
 from matrix_sources.indexer.store.lock import WriterLock
 
 from .allowlistwatch import AllowlistWatch
@@ -257,6 +258,10 @@ class Service:
         # collection checked against the event log while the rooms are joined, not one
         # after the other (bench/scale.py). A purge meanwhile waits for the check's lock.
         await asyncio.to_thread(self.index.make_whole)
+        # The first search reads every segment's HNSW index into memory and runs the
+        # model once (10 s at a million windows, bench/scale.py): done now, beside the
+        # start-up checks, not in the first asker's time.
+        self._spawn(asyncio.to_thread(self.searcher.search, SourceQuery.build(["warm up"])), "warm")
         # Searches are served from here when the collection's meta and count say it is
         # the one to keep, and every listed space was read before (its rooms known): the
         # rooms' joins and state (a round trip each: 9,528 rooms at a million windows)

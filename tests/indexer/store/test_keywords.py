@@ -290,3 +290,37 @@ def test_a_prefix_read_seeks_each_segment_by_its_range(tmp_path):
                 str(r[-1]) for r in conn.execute(f"EXPLAIN QUERY PLAN SELECT p.doc {sql}", args)
             )
             assert "key>? AND key<?" in plan, plan
+
+
+def test_counts_are_kept_until_the_index_grows_by_a_percent(tmp_path):
+    """idf's counts (the windows, a term's df) are taken again once more than
+    STALE_SHARE of new windows came: a common word's count is 100 to 300 ms at a
+    million windows, and idf barely moves meanwhile."""
+    from matrix_sources.indexer.store.eventlog.keyword_reads import STALE_SHARE
+
+    store = _store(tmp_path, tmp_path / "e.sqlite3")
+    windows = _windows(600)
+    more = [
+        Window(
+            f"wmore{i}",
+            ROOMS[0],
+            (
+                Message(
+                    EventID(f"$more{i}"),
+                    ROOMS[0],
+                    UserID("@u:x"),
+                    1_800_000_000_000 + i,
+                    "kernel partition",
+                ),
+            ),
+        )  # type: ignore[arg-type]
+        for i in range(40)
+    ]
+    _indexed(store, windows)
+    idx = store.eventlog.keywords
+    total, df = idx.count(), idx.df(*base_of("partition"))
+    assert total == len(windows) and total * STALE_SHARE < 40
+    _indexed(store, more[:1])
+    assert (idx.count(), idx.df(*base_of("partition"))) == (total, df)  # kept
+    _indexed(store, more)
+    assert idx.count() == total + 40 and idx.df(*base_of("partition")) == _df(store, "partition")

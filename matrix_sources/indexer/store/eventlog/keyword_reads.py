@@ -3,6 +3,7 @@ of it (search/lexical.py). Docs are the windows' numbers; arrays come ascending.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from itertools import chain
 from typing import Any
 
@@ -11,6 +12,8 @@ import numpy as np
 from .keywords import READY, SEG_BITS, TF_MAX, Database, _chunks, _get
 
 EMPTY = np.zeros(0, dtype=np.int64)
+STALE_SHARE = 0.01  # new windows, as a share of the index, before a count is taken again
+COUNTS_KEPT = 50_000  # counts kept at most (terms and filters), then all dropped
 # A key with a connector is a compound, never a stem's word (tokens.is_word): LIKE
 # patterns, passed as parameters (the event log's SQL holds no `%` literal).
 _CONNECTORS = ("%\\_%", "%.%", "%-%", "%+%", "%#%", "%'%")
@@ -26,6 +29,12 @@ class KeywordIndex:
 
     def __init__(self, db: Database) -> None:
         self.db = db
+        # Counts (the docs, a term's df) are idf's: counting a common word's windows
+        # takes 100 to 300 ms at a million windows (bench/scale.py), and idf barely
+        # moves while the index grows by a percent. (what, term, filter) -> (count, the
+        # largest doc number when counted); a count is taken again once more than
+        # STALE_SHARE of new windows came, or windows at the end left.
+        self._counts: dict[tuple[object, ...], tuple[int, int]] = {}
 
     def ready(self) -> bool:
         with self.db.locked() as conn:
@@ -41,7 +50,20 @@ class KeywordIndex:
     def count(self) -> int:
         """Windows and chunks indexed: what idf is taken against."""
         with self.db.locked() as conn:
-            return int(conn.execute("SELECT COUNT(*) FROM kw_docs").fetchone()[0])
+            return self._counted(
+                conn, ("count",), lambda: conn.execute("SELECT COUNT(*) FROM kw_docs").fetchone()[0]
+            )
+
+    def _counted(self, conn: Any, key: tuple[object, ...], count: Callable[[], Any]) -> int:
+        last = _last_doc(conn)
+        kept = self._counts.get(key)
+        if kept is not None and 0 <= last - kept[1] <= kept[1] * STALE_SHARE:
+            return kept[0]
+        if len(self._counts) >= COUNTS_KEPT:
+            self._counts.clear()
+        n = int(count())
+        self._counts[key] = (n, last)
+        return n
 
     def postings(
         self, base: str, prefix: bool, where: dict[str, Any] | None = None
@@ -74,7 +96,11 @@ class KeywordIndex:
             return None
         with self.db.locked() as conn:
             sql, args = _matching(conn, base, prefix, where)
-            return int(conn.execute(f"SELECT COUNT(DISTINCT p.doc) {sql}", args).fetchone()[0])
+            return self._counted(
+                conn,
+                ("df", base, prefix, repr(_wanted(where))),
+                lambda: conn.execute(f"SELECT COUNT(DISTINCT p.doc) {sql}", args).fetchone()[0],
+            )
 
     def ids_of(self, docs: np.ndarray) -> list[str]:
         """The window ids of `docs`, in their order."""
@@ -113,6 +139,10 @@ class KeywordIndex:
         return found
 
 
+def _last_doc(conn: Any) -> int:
+    return int(conn.execute("SELECT COALESCE(MAX(doc), 0) FROM kw_docs").fetchone()[0])
+
+
 def _matching(
     conn: Any, base: str, prefix: bool, where: dict[str, Any] | None
 ) -> tuple[str, list[Any]]:
@@ -125,8 +155,7 @@ def _matching(
     if room is not None or corpus is not None:
         sql += " JOIN kw_docs d ON d.doc = p.doc"
     # Every segment named: the (seg, key) tree is sought once a segment.
-    last = conn.execute("SELECT COALESCE(MAX(doc), 0) FROM kw_docs").fetchone()[0]
-    segs = list(range((last >> SEG_BITS) + 1))
+    segs = list(range((_last_doc(conn) >> SEG_BITS) + 1))
     sql += f" WHERE p.seg IN ({_marks(len(segs))}) AND "
     args: list[Any] = [*segs]
     if prefix:
