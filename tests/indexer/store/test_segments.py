@@ -436,3 +436,16 @@ def test_a_worker_follows_the_segments_the_services_compaction_swapped(tmp_path)
         new[0], abs=1e-6
     )
     assert files_holding(tmp_path, vs[window(1).window_id], n=DIM) == {}
+
+
+def test_a_reopened_store_counts_without_reading_every_id(tmp_path):
+    """The start-up check and the first search need only the number: a reopened store
+    counts each segment's points and leaves the map of which segment holds each id
+    (8 s at a million windows) to the first write or lookup."""
+    store = open_store(tmp_path, P)
+    fill(store, 35)
+    again = open_store(tmp_path, P)
+    assert len(again.segments.list) > 1
+    assert again.count() == 35 and again.segments._map is None
+    again.upsert([window(35)], vectors(1, 9))
+    assert again.count() == 36 and again.segments._map is not None
