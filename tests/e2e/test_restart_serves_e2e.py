@@ -13,6 +13,7 @@ import socket
 import threading
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 from ruamel.yaml import YAML
@@ -96,6 +97,10 @@ async def test_a_restart_searches_before_every_room_is_joined_again(stack):
         ids = [await erin.send(room, body) for body in CONVERSATION]
     stack.wait_indexed(ids)
     stack.service.stop()
+    # A clean stop stamps the SQLite event log, so the next start skips quick_check;
+    # the start removes the stamp (a crash then leaves none).
+    stamp = Path(stack.database + ".clean")
+    assert stamp.exists() == stack.database.endswith(".sqlite3")
 
     hole = Blackhole()
     try:
@@ -108,6 +113,7 @@ async def test_a_restart_searches_before_every_room_is_joined_again(stack):
             yaml.dump(listed, f)
 
         stack.service.start(wait_ready=False)
+        assert not stamp.exists()
         api_token = (stack.data_dir / "api_token").read_text().strip()
         found: dict = {}
 

@@ -22,10 +22,13 @@ def run_service(cfg: Config, json_logs: bool) -> int:
     from ..logs import setup_logging
 
     setup_logging(cfg.logging.level, as_json=json_logs or cfg.logging.format == "json")
+    from matrix_sources.indexer.store.eventlog.check import clear_clean, mark_clean
+
     refusal = _start_refusal(cfg)
     if refusal:
         print(f"error: {refusal}", file=sys.stderr)
         return 1
+    clear_clean(cfg.database)
 
     async def main() -> int:
         try:
@@ -65,6 +68,7 @@ def run_service(cfg: Config, json_logs: bool) -> int:
             await asyncio.gather(starting, return_exceptions=True)
         stopping.cancel()
         await service.stop()
+        mark_clean(cfg.database)  # stopped cleanly: the next start may skip quick_check
         return code
 
     return asyncio.run(main())

@@ -258,10 +258,9 @@ class Service:
         # collection checked against the event log while the rooms are joined, not one
         # after the other (bench/scale.py). A purge meanwhile waits for the check's lock.
         await asyncio.to_thread(self.index.make_whole)
-        # The first search reads every segment's HNSW index into memory and runs the
-        # model once (10 s at a million windows, bench/scale.py): done now, beside the
-        # start-up checks, not in the first asker's time.
-        self._spawn(asyncio.to_thread(self.searcher.search, SourceQuery.build(["warm up"])), "warm")
+        # Which segment holds each id, read now off the lock (8 s at a million windows,
+        # bench/scale.py), beside the checks and the first search's HNSW reads.
+        self._spawn(asyncio.to_thread(self.index.store.segments.preload), "id-map")
         # Searches are served from here when the collection's meta and count say it is
         # the one to keep, and every listed space was read before (its rooms known): the
         # rooms' joins and state (a round trip each: 9,528 rooms at a million windows)
@@ -272,6 +271,9 @@ class Service:
             if not await asyncio.to_thread(self.index.quick_rebuild_reason):
                 self.searchable = True
                 log.info("searchable", extra={"rooms": len(self.gate.allowlist)})
+        # The first search reads every segment's HNSW index into memory and runs the
+        # model once (10 s at a million windows): done now, not in the first asker's time.
+        self._spawn(asyncio.to_thread(self.searcher.search, SourceQuery.build(["warm up"])), "warm")
         checking = asyncio.create_task(asyncio.to_thread(self.index.check_collection))
         self.health.detail = (
             f"joining the {len(self.gate.allowlist)} allowlisted rooms and learning their state"

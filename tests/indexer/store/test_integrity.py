@@ -348,3 +348,42 @@ def test_a_nearly_empty_collection_is_rebuilt_with_logged_progress(indexed, capl
     progress = [r for r in caplog.records if r.msg == "collection_rebuild_progress"]
     assert progress and all(r.total == N for r in progress)
     assert progress[-1].messages == N
+
+
+def test_a_start_after_a_clean_stop_skips_quick_check_and_after_a_crash_does_not(indexed):
+    """The service stamps the event log when it stops cleanly (size, mtime); the next
+    start trusts a file that still has that stamp and skips quick_check (7 s at a
+    million windows); any write since, or a start without a clean stop (the stamp is
+    removed at start), checks the whole file again. Shown with damage that keeps the
+    file's size and mtime: only quick_check sees it."""
+    import os
+
+    from matrix_sources.indexer.store.eventlog.check import clear_clean, mark_clean
+
+    cfg, _tmp = indexed
+    path = eventlog(cfg)
+    mark_clean(path)
+    st = path.stat()
+    raw = bytearray(path.read_bytes())  # the last pages' b-trees: the schema stays readable
+    for p in range(len(raw) // 4096 - 5, len(raw) // 4096):
+        raw[p * 4096 + 8 : p * 4096 + 200] = b"\xa5" * 192
+    path.write_bytes(bytes(raw))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    trusted = check_eventlog(path, trust_clean=True)
+    assert trusted.state == "ok" and "clean stop" in trusted.detail, trusted
+    assert check_eventlog(path).damaged  # doctor's check reads every page
+    clear_clean(path)  # a start: the stamp goes until the next clean stop
+    assert check_eventlog(path, trust_clean=True).damaged
+
+
+def test_a_write_after_the_clean_stop_means_a_full_check(indexed):
+    from matrix_sources.indexer.store.eventlog.check import mark_clean
+
+    cfg, _tmp = indexed
+    path = eventlog(cfg)
+    mark_clean(path)
+    assert "clean stop" in check_eventlog(path, trust_clean=True).detail
+    with open(path, "r+b") as f:  # a write since: its mtime moves
+        f.seek(100)
+        f.write(path.read_bytes()[100:104])
+    assert "quick_check ok" in check_eventlog(path, trust_clean=True).detail

@@ -449,3 +449,16 @@ def test_a_reopened_store_counts_without_reading_every_id(tmp_path):
     assert again.count() == 35 and again.segments._map is None
     again.upsert([window(35)], vectors(1, 9))
     assert again.count() == 36 and again.segments._map is not None
+
+
+def test_the_map_preloaded_at_start_is_the_one_a_lookup_reads(tmp_path):
+    store = open_store(tmp_path, P)
+    held = fill(store, 35)
+    again = open_store(tmp_path, P)
+    again.segments.preload()
+    m = again.segments._map
+    assert m is not None and len(m) == 35
+    assert [len(ids) for _, ids in again.segments.locate(sorted(held))] == [
+        c for c in again.segments.counts() if c
+    ]
+    assert again.segments.idmap() is m  # read once
