@@ -51,9 +51,9 @@ def ensure_heap_hygiene() -> None:
 
 
 def release_free_memory() -> None:
-    """Hand memory freed after one-off work (the start-up build of the keyword postings)
-    back to the system, so the service's resident set does not keep its high-water mark
-    for good. glibc only; elsewhere nothing."""
+    """Hand memory freed after one-off work (start-up's checks and reads, a pipeline
+    run) back to the system, so the service's resident set does not keep its high-water
+    mark for good. glibc only; elsewhere nothing."""
     if platform.libc_ver()[0] != "glibc":
         return
     import ctypes

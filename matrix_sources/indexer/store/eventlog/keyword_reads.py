@@ -14,6 +14,16 @@ from .keywords import READY, SEG_BITS, TF_MAX, Database, _chunks, _get
 EMPTY = np.zeros(0, dtype=np.int64)
 STALE_SHARE = 0.01  # new windows, as a share of the index, before a count is taken again
 COUNTS_KEPT = 50_000  # counts kept at most (terms and filters), then all dropped
+# A common term's windows are counted in SAMPLE_SEGMENTS segments spread over the index
+# and scaled to it, once the sample holds ESTIMATED_FROM of them: a question's new words
+# are counted before it is answered, and a common stem's exact count took up to 120 ms
+# at a million windows (`instal`, 206,837 windows). Measured there on the Ubuntu dev
+# questions' 398 terms (bench/df_sample.py): 453 ms against 1,959 for all; of the 193
+# estimated, p95 5.4% off, the worst 9.3%, idf within 0.10. Rarer terms, filtered counts
+# and every term of an index
+# of SAMPLE_SEGMENTS segments or fewer (131,072 windows) are counted exactly.
+SAMPLE_SEGMENTS = 32
+ESTIMATED_FROM = 1_000
 # A key with a connector is a compound, never a stem's word (tokens.is_word): LIKE
 # patterns, passed as parameters (the event log's SQL holds no `%` literal).
 _CONNECTORS = ("%\\_%", "%.%", "%-%", "%+%", "%#%", "%'%")
@@ -95,12 +105,28 @@ class KeywordIndex:
         if _wanted(where) is None:
             return None
         with self.db.locked() as conn:
-            sql, args = _matching(conn, base, prefix, where)
             return self._counted(
                 conn,
                 ("df", base, prefix, repr(_wanted(where))),
-                lambda: conn.execute(f"SELECT COUNT(DISTINCT p.doc) {sql}", args).fetchone()[0],
+                lambda: self._df(conn, base, prefix, where),
             )
+
+    def _df(self, conn: Any, base: str, prefix: bool, where: dict[str, Any] | None) -> int:
+        segs = (_last_doc(conn) >> SEG_BITS) + 1
+        if where is None and segs > SAMPLE_SEGMENTS:
+            sample = sorted({i * segs // SAMPLE_SEGMENTS for i in range(SAMPLE_SEGMENTS)})
+            held = _distinct_docs(conn, *_matching(conn, base, prefix, None, sample))
+            if held >= ESTIMATED_FROM:
+                windows = self._counted(
+                    conn, ("sample", *sample), lambda: _windows_in(conn, sample)
+                )
+                total = self._counted(
+                    conn,
+                    ("count",),
+                    lambda: conn.execute("SELECT COUNT(*) FROM kw_docs").fetchone()[0],
+                )
+                return min(total, round(held * total / max(windows, 1)))
+        return _distinct_docs(conn, *_matching(conn, base, prefix, where))
 
     def ids_of(self, docs: np.ndarray) -> list[str]:
         """The window ids of `docs`, in their order."""
@@ -143,11 +169,26 @@ def _last_doc(conn: Any) -> int:
     return int(conn.execute("SELECT COALESCE(MAX(doc), 0) FROM kw_docs").fetchone()[0])
 
 
+def _distinct_docs(conn: Any, sql: str, args: list[Any]) -> int:
+    return int(conn.execute(f"SELECT COUNT(DISTINCT p.doc) {sql}", args).fetchone()[0])
+
+
+def _windows_in(conn: Any, segs: list[int]) -> int:
+    """The windows the index holds in these segments."""
+    return sum(
+        conn.execute(
+            "SELECT COUNT(*) FROM kw_docs WHERE doc >= ? AND doc < ?",
+            (s << SEG_BITS, (s + 1) << SEG_BITS),
+        ).fetchone()[0]
+        for s in segs
+    )
+
+
 def _matching(
-    conn: Any, base: str, prefix: bool, where: dict[str, Any] | None
+    conn: Any, base: str, prefix: bool, where: dict[str, Any] | None, segs: list[int] | None = None
 ) -> tuple[str, list[Any]]:
     """FROM and WHERE of the postings a term (its tokens.base_of) matches, with their
-    arguments; `where` is a form search uses (_wanted)."""
+    arguments; `where` is a form search uses (_wanted); `segs`: only these segments."""
     want = _wanted(where)
     assert want is not None
     room, corpus = want
@@ -155,7 +196,8 @@ def _matching(
     if room is not None or corpus is not None:
         sql += " JOIN kw_docs d ON d.doc = p.doc"
     # Every segment named: the (seg, key) tree is sought once a segment.
-    segs = list(range((_last_doc(conn) >> SEG_BITS) + 1))
+    if segs is None:
+        segs = list(range((_last_doc(conn) >> SEG_BITS) + 1))
     sql += f" WHERE p.seg IN ({_marks(len(segs))}) AND "
     args: list[Any] = [*segs]
     if prefix:
