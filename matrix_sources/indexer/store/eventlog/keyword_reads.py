@@ -20,8 +20,8 @@ COUNTS_KEPT = 50_000  # counts kept at most (terms and filters), then all droppe
 # at a million windows (`instal`, 206,837 windows). Measured there on the Ubuntu dev
 # questions' 398 terms (bench/df_sample.py): 453 ms against 1,959 for all; of the 193
 # estimated, p95 5.4% off, the worst 9.3%, idf within 0.10. Rarer terms, filtered counts
-# and every term of an index
-# of SAMPLE_SEGMENTS segments or fewer (131,072 windows) are counted exactly.
+# and every term of an index of SAMPLE_SEGMENTS segments or fewer (131,072 windows) are
+# counted exactly.
 SAMPLE_SEGMENTS = 32
 ESTIMATED_FROM = 1_000
 # A key with a connector is a compound, never a stem's word (tokens.is_word): LIKE
