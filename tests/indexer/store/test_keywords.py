@@ -326,7 +326,9 @@ def test_counts_are_kept_until_the_index_grows_by_a_percent(tmp_path):
     assert idx.count() == total + 40 and idx.df(*base_of("partition")) == _df(store, "partition")
 
 
-def test_a_common_terms_count_is_estimated_from_a_sample_of_segments(tmp_path, monkeypatch):
+def test_a_common_terms_count_is_estimated_from_a_sample_of_segments(
+    tmp_path, eventlog_db, monkeypatch
+):
     """At scale a term held by many windows is counted in SAMPLE_SEGMENTS segments and
     scaled to the index (a common stem's exact count took up to 120 ms at a million
     windows); rarer terms, filtered counts and small indexes are counted exactly."""
@@ -350,7 +352,7 @@ def test_a_common_terms_count_is_estimated_from_a_sample_of_segments(tmp_path, m
         )
         for i in range(200)
     ]
-    store = _store(tmp_path, tmp_path / "e.sqlite3")
+    store = _store(tmp_path, eventlog_db)
     _indexed(store, [window(i, t) for i, t in enumerate(texts)])
     idx = store.eventlog.keywords
     exact = {w: _df(store, w) for w in ("common", "skewed", "rare", "absent")}
