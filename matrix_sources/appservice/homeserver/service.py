@@ -24,7 +24,7 @@ from mautrix.appservice.state_store import ASStateStore
 from mautrix.client.state_store.memory import MemoryStateStore
 from mautrix.errors import MatrixError
 
-from matrix_sources.indexer.clock import REAL, Clock
+from matrix_sources.indexer.clock import REAL, Clock, stopwatch
 from matrix_sources.indexer.components import Index
 from matrix_sources.indexer.config import Config
 from matrix_sources.indexer.datadir import admin_token, service_registration
@@ -416,8 +416,9 @@ class Service:
         that the resident set otherwise kept until the first pipeline run
         (bench/scale.py)."""
         await asyncio.gather(*one_off, return_exceptions=True)
+        took = stopwatch(self.clock)
         await asyncio.to_thread(release_free_memory)
-        log.info("start_up_memory_released")
+        log.info("start_up_memory_released", extra={"ms": round(took() * 1000, 1)})
 
     def _task_done(self, task: asyncio.Task) -> None:
         self._tasks.discard(task)
