@@ -174,11 +174,13 @@ class Index:
         postings: bool = False,
         on_postings_ready: Callable[[], None] | None = None,
         clock: Clock = REAL,
+        on_searched: Callable[[], None] | None = None,
     ) -> Index:
         """`postings`: build the keyword index in the event log if it lacks one (an event
         log from before it: store/eventlog/keywords_build.py), in the background, then
         `on_postings_ready` runs; only for the process that is the collection's one
-        writer (the service, holding the data dir's lock). `clock`:
+        writer (the service, holding the data dir's lock). `on_searched`: called after
+        each search, from its thread (Searcher.on_searched). `clock`:
         the stamps of the event log, the journal, admission and claims, and the
         compaction schedule."""
         eventlog = EventLog(cfg.database, clock=clock)
@@ -242,6 +244,7 @@ class Index:
             ),
             presenter=presenter,
             turns=turns,
+            on_searched=on_searched,
             # The room's label now (a renamed room shows its new name from the next
             # answer), and the rooms its upgrades chained (`--room here` covers them).
             label_of=ingest.label,

@@ -40,7 +40,7 @@ from .allowlistwatch import AllowlistWatch
 from .backlog import BacklogBound
 from .erasure import ErasureWatch, self_leaves
 from .health import Health, appends_problem, pipeline_problem
-from .heap import release_free_memory
+from .heap import IdleTrim, release_free_memory
 from .matrixport import MatrixPort
 from .metrics import EventLogFigures, MetricSources, ServiceMetrics
 from .rooms import Rooms
@@ -101,8 +101,15 @@ class Service:
         # keyword index of an event log from before it (store/eventlog/keywords.py), in
         # the background; every process writing windows keeps it in step from then on.
         self.external = cfg.index.pipeline == "external"
+        # What searches freed goes back once they pause (heap.py).
+        self.idle_trim = IdleTrim(clock)
         self.index = Index.open(
-            cfg, embedder, postings=True, on_postings_ready=release_free_memory, clock=clock
+            cfg,
+            embedder,
+            postings=True,
+            on_postings_ready=release_free_memory,
+            clock=clock,
+            on_searched=self.idle_trim.searched,
         )
         self.eventlog, self.store = self.index.eventlog, self.index.store
         self.embedder, self.gate = self.index.embedder, self.index.gate
@@ -238,6 +245,7 @@ class Service:
     # -- lifecycle -------------------------------------------------------------------
 
     async def start(self) -> None:
+        self.idle_trim.start()
         soft, hard = raise_fd_limit()
         log.info("fd_limit", extra={"soft": soft, "hard": hard})
         await self.az.start(host=self.cfg.appservice.host, port=self.cfg.appservice.port)
@@ -326,6 +334,7 @@ class Service:
         )
 
     async def stop(self) -> None:
+        self.idle_trim.stop()
         for t in list(self._tasks):
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -106,6 +106,9 @@ class Searcher:
     label_of: Callable[[RoomID], str] | None = None
     topic_of: Callable[[RoomID], str] | None = None
     chain_of: Callable[[RoomID], Sequence[RoomID]] | None = None
+    # Called after each search, from the thread that ran it (the service hands back what
+    # searches freed once they pause: appservice/homeserver/heap.py).
+    on_searched: Callable[[], None] | None = None
 
     def search(self, query: SourceQuery) -> list[Hit]:
         return self.search_with_closest(query)[0]
@@ -114,8 +117,12 @@ class Searcher:
         """The hits, and when the floor left none, the closest one below it (what
         `!sources why 1` explains after a "nothing matches"). One query turn of the
         model: indexing waits meanwhile."""
-        with self.turns.query() if self.turns is not None else nullcontext():
-            return self._search(query)
+        try:
+            with self.turns.query() if self.turns is not None else nullcontext():
+                return self._search(query)
+        finally:
+            if self.on_searched is not None:
+                self.on_searched()
 
     def _search(self, query: SourceQuery) -> tuple[list[Hit], Hit | None]:
         # A duplicated text must not count twice: query each distinct text once.

@@ -83,3 +83,50 @@ def test_hnsw_files_hold_no_text_under_heap_hygiene(tmp_path: Path):
     # The text itself is never handed to Chroma (no documents): only the process's
     # heap held it, which is what the hygiene keeps out of the HNSW files.
     assert not any(CANARY.encode() in p.read_bytes() for p in tmp_path.rglob("*") if p.is_file())
+
+
+async def test_what_searches_freed_goes_back_once_they_pause():
+    """The trim waits for `quiet` seconds without a search (a search's own time is never
+    spent on it), runs once for a burst, off the event loop, and again after the next."""
+    import asyncio
+    import threading
+
+    from matrix_sources.appservice.homeserver.heap import IdleTrim
+    from tests.fakeclock import FakeClock
+
+    fake = FakeClock(1000.0)
+    trims: list[str] = []
+    loop_thread = threading.get_ident()
+    trim = IdleTrim(
+        fake.clock,
+        quiet=2.0,
+        release=lambda: trims.append(
+            "off the loop" if threading.get_ident() != loop_thread else "on the loop"
+        ),
+    )
+    trim.start()
+
+    async def settle() -> None:
+        for _ in range(5):
+            await asyncio.sleep(0)  # the loop's callbacks from the search threads
+        await trim.trimmed()
+
+    # A burst of searches, each from a search thread, one a second.
+    for _ in range(3):
+        await asyncio.to_thread(trim.searched)
+        await settle()
+        await fake.advance(1.0)
+        await settle()
+    assert trims == []  # never within 2 s of a search
+    await fake.advance(1.5)
+    await settle()
+    assert trims == ["off the loop"]
+    await fake.advance(10.0)
+    await settle()
+    assert trims == ["off the loop"]  # once for the burst
+    await asyncio.to_thread(trim.searched)
+    await settle()
+    await fake.advance(2.5)
+    await settle()
+    assert trims == ["off the loop"] * 2
+    trim.stop()
