@@ -60,9 +60,12 @@ class KeywordIndex:
     def count(self) -> int:
         """Windows and chunks indexed: what idf is taken against."""
         with self.db.locked() as conn:
-            return self._counted(
-                conn, ("count",), lambda: conn.execute("SELECT COUNT(*) FROM kw_docs").fetchone()[0]
-            )
+            return self._total(conn)
+
+    def _total(self, conn: Any) -> int:
+        return self._counted(
+            conn, ("count",), lambda: conn.execute("SELECT COUNT(*) FROM kw_docs").fetchone()[0]
+        )
 
     def _counted(self, conn: Any, key: tuple[object, ...], count: Callable[[], Any]) -> int:
         last = _last_doc(conn)
@@ -120,11 +123,7 @@ class KeywordIndex:
                 windows = self._counted(
                     conn, ("sample", *sample), lambda: _windows_in(conn, sample)
                 )
-                total = self._counted(
-                    conn,
-                    ("count",),
-                    lambda: conn.execute("SELECT COUNT(*) FROM kw_docs").fetchone()[0],
-                )
+                total = self._total(conn)
                 return min(total, round(held * total / max(windows, 1)))
         return _distinct_docs(conn, *_matching(conn, base, prefix, where))
 
