@@ -55,6 +55,12 @@ MAX_TERMS = 16
 # question only added noise to its vector's ranking.
 LEXICAL_MAX_TERMS = 5
 PREFILTER = 200
+# _bounded_reads: a word in this many windows or more may be sought among the windows
+# that can still rank rather than read whole (a rarer word is read: its count may lag
+# the newest windows); seeking a window costs about SEEK_COST rows read in order.
+BOUNDED_FROM = 1_000
+SEEK_COST = 4
+_SLACK = 1e-9  # the bounds are sums in another order than the scores'
 
 
 def terms(text: str) -> list[str]:
@@ -139,17 +145,20 @@ class LexicalRanker:
         (ties by window id), without a Python loop over every matching window."""
         index = self.index
         assert index is not None
-        hits: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-        for t in words:
-            got = index.postings(*base_of(t), where=where)
-            if got is None:
-                return None  # a filter the index does not take: scan
-            if len(got[0]):
-                hits[t] = got
+        total = max(index.count(), 1)
+        if where is None:
+            hits, idf = _bounded_reads(index, words, total)
+        else:  # a room's windows: counting a word there reads its postings anyway
+            hits = {}
+            for t in words:
+                got = index.postings(*base_of(t), where=where)
+                if got is None:
+                    return None  # a filter the index does not take: scan
+                if len(got[0]):
+                    hits[t] = got
+            idf = {t: _idf(total, len(docs)) for t, (docs, _) in hits.items()}
         if not hits:
             return []
-        total = max(index.count(), 1)
-        idf = {t: _idf(total, len(docs)) for t, (docs, _) in hits.items()}
         # Every doc any term holds, once; coarse scores added in term order, as
         # _prefilter adds them (the same floats).
         cand, at = np.unique(np.concatenate([d for d, _ in hits.values()]), return_inverse=True)
@@ -188,6 +197,60 @@ class LexicalRanker:
             return sum(c for k, c in counts[w][1].items() if matches(base, prefix, k)) or 1
 
         return _bm25(pool, idf, tf, lambda w: counts[w][0])
+
+
+def _bounded_reads(
+    index: KeywordIndex, words: list[str], total: int
+) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], dict[str, float]]:
+    """Each word's (docs, tfs) and idf, in the words' order, as _from_index scores them;
+    a common word's postings only for the windows that can still reach the PREFILTER
+    best. MaxScore (Turtle and Flood, 1995): the words are read rarest first, and once
+    PREFILTER windows score more than every unread word's idf together, a window holding
+    none of the words read cannot reach them. A common word (BOUNDED_FROM windows or
+    more) is then sought among the windows that still can, instead of read whole: its
+    tens of thousands of rows were most of a search-box query's time at a million
+    windows (bench/scale.py). The PREFILTER best, their ties and their scores are those
+    of reading every word whole; a word so sought is weighed by its counted df
+    (keyword_reads: sampled at a million windows), the others by their postings."""
+    df = {t: index.df(*base_of(t)) or 0 for t in words}
+    read: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    idf: dict[str, float] = {}
+    cand, score = np.zeros(0, dtype=np.int64), np.zeros(0)
+    order = sorted(words, key=lambda t: df[t])
+    for i, t in enumerate(order):
+        rest = order[i:]
+        unread = sum(_idf(total, df[u]) for u in rest)
+        if df[t] >= BOUNDED_FROM and len(cand) >= PREFILTER:
+            floor = np.partition(score, len(score) - PREFILTER)[len(score) - PREFILTER]
+            if floor > unread + _SLACK:
+                able = score + unread >= floor - _SLACK
+                cand = cand[able]
+                for u in rest:
+                    idf[u] = _idf(total, df[u])
+                    read[u] = (
+                        index.postings_among(*base_of(u), cand)
+                        if len(cand) * SEEK_COST < df[u]
+                        else _whole(index, u)
+                    )
+                break
+        got = _whole(index, t)
+        if len(got[0]):
+            read[t] = got
+            idf[t] = _idf(total, len(got[0]))
+            cand, at = np.unique(np.concatenate([cand, got[0]]), return_inverse=True)
+            grown = np.zeros(len(cand))
+            grown[at[: len(score)]] = score
+            grown[at[len(score) :]] += idf[t]
+            score = grown
+    # A word none of the windows that can rank holds adds 0.0 to each: left out.
+    kept = [t for t in words if t in read and len(read[t][0])]
+    return {t: read[t] for t in kept}, {t: idf[t] for t in kept}
+
+
+def _whole(index: KeywordIndex, word: str) -> tuple[np.ndarray, np.ndarray]:
+    got = index.postings(*base_of(word))
+    assert got is not None  # no filter: the index takes it
+    return got
 
 
 def _idf(total: int, df: int) -> float:

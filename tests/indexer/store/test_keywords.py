@@ -122,6 +122,37 @@ def test_the_index_ranks_as_the_scan_of_the_text_ranks(
     assert ranker.df("partitions") == scan.df("partitions") > 0
 
 
+@pytest.mark.parametrize("seek_cost", [0, 10**9])
+def test_a_common_word_sought_among_the_windows_that_can_rank_ranks_as_read_whole(
+    tmp_path, eventlog_db, seek_cost, monkeypatch
+):
+    # MaxScore (lexical._bounded_reads), made to engage on a small index: the best
+    # PREFILTER by coarse score, their ties and the BM25 order stay the scan's, whether
+    # the common words are then sought (seek_cost 0) or read whole (10**9).
+    from matrix_sources.indexer.search import lexical
+    from matrix_sources.indexer.store.eventlog.keyword_reads import KeywordIndex
+
+    monkeypatch.setattr(lexical, "PREFILTER", 6)
+    monkeypatch.setattr(lexical, "BOUNDED_FROM", 4)
+    monkeypatch.setattr(lexical, "SEEK_COST", seek_cost)
+    sought: list[str] = []
+    among = KeywordIndex.postings_among
+
+    def spied(self, base, prefix, docs):
+        sought.append(base)
+        return among(self, base, prefix, docs)
+
+    monkeypatch.setattr(KeywordIndex, "postings_among", spied)
+    store = _store(tmp_path, eventlog_db)
+    _indexed(store, _windows(150))
+    ranker, scan = _lexical_ranker(store), _scan(store)
+    rng = random.Random(51)
+    asked = QUERIES + [" ".join(rng.sample(WORDS, rng.randint(2, 4))) for _ in range(150)]
+    for q in asked:
+        assert ranker.rank(q, 20) == scan.rank(q, 20), q
+    assert (len(sought) > 20) if seek_cost == 0 else not sought
+
+
 def test_a_reference_chunk_is_indexed_with_its_text_and_leaves_with_it(tmp_path, eventlog_db):
     store = _store(tmp_path, eventlog_db)
     store.upsert_references(

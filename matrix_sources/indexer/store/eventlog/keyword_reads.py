@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from .keywords import READY, SEG_BITS, TF_MAX, Database, _chunks, _get
+from .keywords import _IN, READY, SEG_BITS, TF_MAX, Database, _chunks, _get
 
 EMPTY = np.zeros(0, dtype=np.int64)
 STALE_SHARE = 0.01  # new windows, as a share of the index, before a count is taken again
@@ -91,17 +91,25 @@ class KeywordIndex:
         with self.db.locked() as conn:
             sql, args = _matching(conn, base, prefix, where)
             rows = conn.execute(f"SELECT p.doc * 64 + p.tf {sql}", args).fetchall()
-        if not rows:
-            return EMPTY, EMPTY
-        packed = np.fromiter(chain.from_iterable(rows), dtype=np.int64, count=len(rows))
-        docs, tfs = packed >> 6, packed & TF_MAX
-        if prefix:  # a window holding several words of the prefix: one entry, tf summed
-            docs, at = np.unique(docs, return_inverse=True)
-            tfs = np.bincount(at, weights=tfs).astype(np.int64)
-        else:
-            order = np.argsort(docs, kind="stable")
-            docs, tfs = docs[order], tfs[order]
-        return docs, tfs
+        return _unpacked(rows, prefix)
+
+    def postings_among(
+        self, base: str, prefix: bool, docs: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """`postings` of the term, of these docs only (ascending): each doc sought in
+        its segment, instead of reading a common word's tens of thousands of rows."""
+        rows: list[Any] = []
+        wanted: list[int] = docs.tolist()
+        with self.db.locked() as conn:
+            for at in range(0, len(wanted), _IN):
+                part = wanted[at : at + _IN]
+                segs = sorted({d >> SEG_BITS for d in part})
+                sql, args = _matching(conn, base, prefix, None, segs)
+                rows += conn.execute(
+                    f"SELECT p.doc * 64 + p.tf {sql} AND p.doc IN ({_marks(len(part))})",
+                    [*args, *part],
+                ).fetchall()
+        return _unpacked(rows, prefix)
 
     def df(self, base: str, prefix: bool, where: dict[str, Any] | None = None) -> int | None:
         """How many windows `postings` would give, counted by the database."""
@@ -162,6 +170,21 @@ class KeywordIndex:
                     conn.execute(f"{select} WHERE doc IN ({_marks(len(part))})", part).fetchall()
                 )
         return found
+
+
+def _unpacked(rows: list[Any], prefix: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(docs ascending, tfs) of rows of one packed number each (doc * 64 + tf)."""
+    if not rows:
+        return EMPTY, EMPTY
+    packed = np.fromiter(chain.from_iterable(rows), dtype=np.int64, count=len(rows))
+    docs, tfs = packed >> 6, packed & TF_MAX
+    if prefix:  # a window holding several words of the prefix: one entry, tf summed
+        docs, at = np.unique(docs, return_inverse=True)
+        tfs = np.bincount(at, weights=tfs).astype(np.int64)
+    else:
+        order = np.argsort(docs, kind="stable")
+        docs, tfs = docs[order], tfs[order]
+    return docs, tfs
 
 
 def _last_doc(conn: Any) -> int:
