@@ -96,7 +96,12 @@ async def test_a_restart_searches_before_every_room_is_joined_again(stack):
         await erin.wait_for_member(room, stack.bot)
         ids = [await erin.send(room, body) for body in CONVERSATION]
     stack.wait_indexed(ids)
+    async with ChatClient(stack.synapse.url, user, token) as erin:
+        # Stopped the moment the reply arrives, as the bench's restart does: the answer
+        # under way is let finish (marked answered), not answered again after the restart.
+        await erin.ask(room, "!sources backup permission error", stack.bot)
     stack.service.stop()
+    restarted_at = stack.service.log_path.stat().st_size
     # A clean stop stamps the SQLite event log, so the next start skips quick_check;
     # the start removes the stamp (a crash then leaves none).
     stamp = Path(stack.database + ".clean")
@@ -140,6 +145,10 @@ async def test_a_restart_searches_before_every_room_is_joined_again(stack):
         lambda: "start_up_memory_released" in stack.service.log_path.read_text(errors="replace"),
         60,
     )
+    with stack.service.log_path.open(errors="replace") as f:
+        f.seek(restarted_at)
+        resumed = [line for line in f.read().splitlines() if "commands_resumed" in line]
+    assert resumed and "answered_now=0" in resumed[0], resumed
     failed = [
         line for line in stack.service.log_path.read_text().splitlines() if "join_failed" in line
     ]

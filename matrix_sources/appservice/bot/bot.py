@@ -53,6 +53,10 @@ log = logging.getLogger(__name__)
 # A command a crash left unanswered for longer than this is not answered after the
 # restart (the asker has moved on, or asked again): the bot says it restarted.
 RESTARTED_AFTER_S = 60.0
+# At stop, the answers under way may finish this long (inside a container's 10 s): one
+# whose reply the homeserver took but that was not yet marked answered would be
+# answered twice, again after the restart.
+STOP_GRACE_S = 5.0
 RESTARTED = "Sorry, I restarted before I could answer this. Please ask again if you still need it."
 REPORT_DAYS = 7  # what `!sources report` covers
 
@@ -193,7 +197,7 @@ class Bot:
         for t in list(self._tasks | self._chores):
             t.cancel()
         await asyncio.gather(*self._tasks, *self._chores, return_exceptions=True)
-        await self.commands.stop()
+        await self.commands.stop(lambda: self.clock.sleep(STOP_GRACE_S))
         self.responder.executor.shutdown(wait=True, cancel_futures=True)
         self._writes.shutdown(wait=True)  # what was taken is written
 
