@@ -206,33 +206,37 @@ def _bounded_reads(
     a common word's postings only for the windows that can still reach the PREFILTER
     best. MaxScore (Turtle and Flood, 1995): the words are read rarest first, and once
     PREFILTER windows score more than every unread word's idf together, a window holding
-    none of the words read cannot reach them. A common word (BOUNDED_FROM windows or
-    more) is then sought among the windows that still can, instead of read whole: its
-    tens of thousands of rows were most of a search-box query's time at a million
-    windows (bench/scale.py). The PREFILTER best, their ties and their scores are those
-    of reading every word whole; a word so sought is weighed by its counted df
-    (keyword_reads: sampled at a million windows), the others by their postings."""
+    none of the words read cannot reach them. Each common word (BOUNDED_FROM windows or
+    more) is then sought among the windows that still can (their score plus the unread
+    words' idf reaching the PREFILTER-th score so far, a bound that rises word by word)
+    instead of read whole: its tens of thousands of rows were most of a search-box
+    query's time at a million windows (bench/scale.py). The PREFILTER best, their ties
+    and their scores are those of reading every word whole; a word so sought is weighed
+    by its counted df (keyword_reads: sampled at a million windows), the others by
+    their postings."""
     df = {t: index.df(*base_of(t)) or 0 for t in words}
     read: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     idf: dict[str, float] = {}
     cand, score = np.zeros(0, dtype=np.int64), np.zeros(0)
     order = sorted(words, key=lambda t: df[t])
+    bounded = False
     for i, t in enumerate(order):
-        rest = order[i:]
-        unread = sum(_idf(total, df[u]) for u in rest)
-        if df[t] >= BOUNDED_FROM and len(cand) >= PREFILTER:
+        unread = sum(_idf(total, df[u]) for u in order[i:])
+        if len(cand) >= PREFILTER and (bounded or df[t] >= BOUNDED_FROM):
             floor = np.partition(score, len(score) - PREFILTER)[len(score) - PREFILTER]
-            if floor > unread + _SLACK:
-                able = score + unread >= floor - _SLACK
-                cand = cand[able]
-                for u in rest:
-                    idf[u] = _idf(total, df[u])
-                    read[u] = (
-                        index.postings_among(*base_of(u), cand)
-                        if len(cand) * SEEK_COST < df[u]
-                        else _whole(index, u)
-                    )
-                break
+            bounded = bounded or floor > unread + _SLACK
+        if bounded:
+            able = score + unread >= floor - _SLACK
+            cand, score = cand[able], score[able]
+            idf[t] = _idf(total, df[t])
+            got = (
+                index.postings_among(*base_of(t), cand)
+                if len(cand) * SEEK_COST < df[t]
+                else _whole(index, t)
+            )
+            score[np.isin(cand, got[0], assume_unique=True)] += idf[t]
+            read[t] = got
+            continue
         got = _whole(index, t)
         if len(got[0]):
             read[t] = got

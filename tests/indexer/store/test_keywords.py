@@ -122,15 +122,20 @@ def test_the_index_ranks_as_the_scan_of_the_text_ranks(
     assert ranker.df("partitions") == scan.df("partitions") > 0
 
 
-@pytest.mark.parametrize("seek_cost", [0, 10**9])
+@pytest.mark.parametrize(("seek_cost", "seg_bits"), [(0, keywords.SEG_BITS), (0, 4), (10**9, 4)])
 def test_a_common_word_sought_among_the_windows_that_can_rank_ranks_as_read_whole(
-    tmp_path, eventlog_db, seek_cost, monkeypatch
+    tmp_path, eventlog_db, seek_cost, seg_bits, monkeypatch
 ):
     # MaxScore (lexical._bounded_reads), made to engage on a small index: the best
     # PREFILTER by coarse score, their ties and the BM25 order stay the scan's, whether
-    # the common words are then sought (seek_cost 0) or read whole (10**9).
+    # the common words are then sought (seek_cost 0: in one segment, or in many of 16
+    # windows) or read whole (10**9).
     from matrix_sources.indexer.search import lexical
+    from matrix_sources.indexer.store.eventlog import keyword_reads
     from matrix_sources.indexer.store.eventlog.keyword_reads import KeywordIndex
+
+    monkeypatch.setattr(keywords, "SEG_BITS", seg_bits)
+    monkeypatch.setattr(keyword_reads, "SEG_BITS", seg_bits)
 
     monkeypatch.setattr(lexical, "PREFILTER", 6)
     monkeypatch.setattr(lexical, "BOUNDED_FROM", 4)
