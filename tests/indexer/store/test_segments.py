@@ -462,3 +462,21 @@ def test_the_map_preloaded_at_start_is_the_one_a_lookup_reads(tmp_path):
         c for c in again.segments.counts() if c
     ]
     assert again.segments.idmap() is m  # read once
+
+
+def test_a_read_before_the_map_is_read_asks_the_segments_and_leaves_the_map_unread(tmp_path):
+    """A search's record reads (get_with_vectors) at start: the map of every id is read
+    off the lock by `preload`; a read meanwhile must not read it under the lock."""
+    store = open_store(tmp_path, P)
+    held = fill(store, 35)
+    again = open_store(tmp_path, P)
+    wanted = sorted(held)[::3] + ["$nowhere"]
+    found = [(seg.key, sorted(ids)) for seg, ids in again.segments.locate(wanted, find=True)]
+    assert again.segments._map is None
+    assert len(again.get_with_vectors(wanted)) == len(wanted) - 1
+    assert again.segments._map is None
+    again.segments.preload()
+    assert found == [
+        (seg.key, sorted(ids)) for seg, ids in again.segments.locate(wanted, find=True)
+    ]
+    assert sum(len(ids) for _, ids in found) == len(wanted) - 1 and len(found) > 1

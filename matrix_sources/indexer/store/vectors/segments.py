@@ -283,9 +283,17 @@ class Segments:
     def locate(self, ids: Sequence[str], find: bool = False) -> list[tuple[Segment, list[str]]]:
         """The ids each segment holds, in segment order (ids none holds are left out).
         `find`: an id the map lacks is looked for in the segments (a read: another
-        process may have written it since this one read the map)."""
+        process may have written it since this one read the map). A read before the map
+        is read asks the segments instead: reading it here, under the lock, held every
+        search for its 8 s at a million windows while start-up's `preload` read it."""
         with self._lock:
             groups: dict[int, list[str]] = {}
+            if find and self._map is None:
+                for seg in self.list:
+                    got = self.reread(seg, lambda: seg.collection.get(ids=list(ids), include=[]))
+                    if got["ids"]:
+                        groups[seg.key] = got["ids"]
+                return [(s, groups[s.key]) for s in self.list if s.key in groups]
             m = self.idmap()
             keys = m.get(ids)
             if self.shared or find:
