@@ -122,6 +122,10 @@ class Bot:
             clock=clock,
         )
         self.commands = CommandPool(self._answer)
+        # The commands this process took before it resumed the kept ones: searches are
+        # served before start-up ends, so a command taken meanwhile is kept unanswered
+        # (it is under way) and must not be resumed as a crash's, answered twice.
+        self._taken: set[str] | None = set()
         self._tasks: set[asyncio.Task] = set()
         self._chores: set[asyncio.Task] = set()  # for as long as the bot runs
         self._withdrawn = WithdrawnLately()
@@ -137,6 +141,8 @@ class Bot:
 
     def on_commands(self, commands: Iterable[MessageEvent]) -> None:
         for cmd in commands:
+            if self._taken is not None:
+                self._taken.add(cmd.message.event_id)
             if not self.commands.submit(cmd):  # dropped (logged): not kept either
                 self._spawn(self._answered(cmd), "command-dropped")
 
@@ -217,6 +223,8 @@ class Bot:
     async def _resume(self) -> None:
         now_ms = self._clock.now_ms()
         left = await asyncio.to_thread(self.kept.unanswered, now_ms)
+        taken, self._taken = self._taken or set(), None
+        left = [c for c in left if c.message.event_id not in taken]
         stale = [c for c in left if now_ms - c.received_at > RESTARTED_AFTER_S * 1000]
         log.info(
             "commands_resumed",

@@ -281,21 +281,22 @@ class Service:
         # The first search reads every segment's HNSW index into memory and runs the
         # model once: done now, not in the first asker's time, and before the start-up's
         # other reads of a million ids, which it waited behind (bench/scale.py at a
-        # million windows: 10.8 s beside them, 4.3 s alone). Then which segment holds
-        # each id (8 s there), off the lock, and the check of the collection. What the
-        # load freed is handed back at once: the first askers come now.
+        # million windows: 10.8 s beside them, 4.3 s alone); what the load freed is
+        # handed back at once, the first askers come now. Then which segment holds each
+        # id, read off the lock (8 s there), and only then the check of the collection,
+        # which needs that map: read by the check, under the lock, it held every search.
         def warm_up() -> None:
             self.searcher.search(SourceQuery.build(["warm up"]))
             release_free_memory()
 
-        warm = self._task(asyncio.to_thread(warm_up), "warm")
-
-        async def after_warm(call: Callable[[], T]) -> T:
-            await asyncio.wait([warm])
+        async def after(task: asyncio.Task, call: Callable[[], T]) -> T:
+            await asyncio.wait([task])
             return await asyncio.to_thread(call)
 
-        one_off = [warm, self._task(after_warm(self.index.store.segments.preload), "id-map")]
-        checking = asyncio.create_task(after_warm(self.index.check_collection))
+        warm = self._task(asyncio.to_thread(warm_up), "warm")
+        mapped = self._task(after(warm, self.index.store.segments.preload), "id-map")
+        one_off = [warm, mapped]
+        checking = asyncio.create_task(after(mapped, self.index.check_collection))
         self.health.detail = (
             f"joining the {len(self.gate.allowlist)} allowlisted rooms and learning their state"
         )
