@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Protocol, TypeVar
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol
 
 from mautrix.appservice import AppService
 from mautrix.appservice.state_store import ASStateStore
@@ -52,7 +52,6 @@ from .txngaps import TransactionGaps
 from .upgrades import Upgrades
 from .withdrawals import Withdrawals
 
-T = TypeVar("T")
 log = logging.getLogger(__name__)
 CHORES_POLL_SECONDS = 1.0  # allowlist.yaml, `forget` requests, retention looked at
 
@@ -267,36 +266,43 @@ class Service:
         # collection checked against the event log while the rooms are joined, not one
         # after the other (bench/scale.py). A purge meanwhile waits for the check's lock.
         await asyncio.to_thread(self.index.make_whole)
-        # Searches are served from here when the collection's meta and count say it is
-        # the one to keep, and every listed space was read before (its rooms known): the
-        # rooms' joins and state (a round trip each: 9,528 rooms at a million windows)
-        # and the id check come after. Rooms delisted while the service was down are
-        # purged first.
+        # Searches are served once the collection's meta and count say it is the one to
+        # keep, every listed space was read before (its rooms known), and the warm-up
+        # below is done: the rooms' joins and state (a round trip each: 9,528 rooms at a
+        # million windows) and the id check come after. Rooms delisted while the
+        # service was down are purged first.
+        keep = False
         if not self.spaces.unread():
             await asyncio.to_thread(self.ingest.purge_unlisted)
-            if not await asyncio.to_thread(self.index.quick_rebuild_reason):
-                self.searchable = True
-                log.info("searchable", extra={"rooms": len(self.gate.allowlist)})
+            keep = not await asyncio.to_thread(self.index.quick_rebuild_reason)
 
-        # The first search reads every segment's HNSW index into memory and runs the
-        # model once: done now, not in the first asker's time, and before the start-up's
-        # other reads of a million ids, which it waited behind (bench/scale.py at a
-        # million windows: 10.8 s beside them, 4.3 s alone); what the load freed is
-        # handed back at once, the first askers come now. Then which segment holds each
-        # id, read off the lock (8 s there), and only then the check of the collection,
-        # which needs that map: read by the check, under the lock, it held every search.
+        # The warm-up: the first search reads every segment's HNSW index into memory and
+        # runs the model once; then which segment holds each id is read, off the lock (8 s
+        # at a million windows); what they freed goes back at once. Searches wait for it:
+        # served while the map was read, they waited behind its reads of a million ids
+        # (the first !sources 6 to 8 s, p95 660 to 740 ms over the first 20;
+        # bench/scale.py). The collection check, which needs the map, comes after it.
         def warm_up() -> None:
             self.searcher.search(SourceQuery.build(["warm up"]))
+            self.index.store.segments.preload()
             release_free_memory()
 
-        async def after(task: asyncio.Task, call: Callable[[], T]) -> T:
-            await asyncio.wait([task])
-            return await asyncio.to_thread(call)
-
         warm = self._task(asyncio.to_thread(warm_up), "warm")
-        mapped = self._task(after(warm, self.index.store.segments.preload), "id-map")
-        one_off = [warm, mapped]
-        checking = asyncio.create_task(after(mapped, self.index.check_collection))
+        one_off = [warm]
+
+        async def serve_once_warm() -> None:
+            await asyncio.wait([warm])
+            self.searchable = True
+            log.info("searchable", extra={"rooms": len(self.gate.allowlist)})
+
+        if keep:
+            self._task(serve_once_warm(), "searchable")
+
+        async def check_once_warm() -> str:
+            await asyncio.wait([warm])
+            return await asyncio.to_thread(self.index.check_collection)
+
+        checking = asyncio.create_task(check_once_warm())
         self.health.detail = (
             f"joining the {len(self.gate.allowlist)} allowlisted rooms and learning their state"
         )
