@@ -124,8 +124,9 @@ class Bot:
         self.commands = CommandPool(self._answer)
         # The commands this process took before it resumed the kept ones: searches are
         # served before start-up ends, so a command taken meanwhile is kept unanswered
-        # (it is under way) and must not be resumed as a crash's, answered twice.
-        self._taken: set[str] | None = set()
+        # (it is under way) and must not be resumed as a crash's, answered twice. None:
+        # no command is kept, so none is resumed.
+        self._taken: set[str] | None = set() if self.kept is not None else None
         self._tasks: set[asyncio.Task] = set()
         self._chores: set[asyncio.Task] = set()  # for as long as the bot runs
         self._withdrawn = WithdrawnLately()

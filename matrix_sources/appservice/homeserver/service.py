@@ -288,7 +288,6 @@ class Service:
             release_free_memory()
 
         warm = self._task(asyncio.to_thread(warm_up), "warm")
-        one_off = [warm]
 
         async def serve_once_warm() -> None:
             await asyncio.wait([warm])
@@ -335,7 +334,7 @@ class Service:
         if self.erasures is not None:  # erasures made while the service was down, then more
             self._spawn(self.erasures.watch(), "erasure-watch")
         self.az.ready = self.searchable = True
-        self._spawn(self._release_after(one_off), "start-up-release")
+        self._spawn(self._release_start_up(), "start-up-release")
         if self.bot is not None:
             self.bot.resume()  # the commands a crash left unanswered
         self.health.homeserver = True
@@ -435,12 +434,10 @@ class Service:
         task.add_done_callback(self._task_done)
         return task
 
-    async def _release_after(self, one_off: list[asyncio.Task]) -> None:
-        """Once start-up's one-off work is done (the check, the id map, the first
-        search), what it freed goes back to the system: at a million windows 124 MiB
-        that the resident set otherwise kept until the first pipeline run
-        (bench/scale.py)."""
-        await asyncio.gather(*one_off, return_exceptions=True)
+    async def _release_start_up(self) -> None:
+        """Start-up's one-off work done (the warm-up, then the check), what it freed
+        goes back to the system: at a million windows 124 MiB that the resident set
+        otherwise kept until the first pipeline run (bench/scale.py)."""
         took = stopwatch(self.clock)
         await asyncio.to_thread(release_free_memory)
         log.info("start_up_memory_released", extra={"ms": round(took() * 1000, 1)})

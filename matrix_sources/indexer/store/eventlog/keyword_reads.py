@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from .keywords import _IN, READY, SEG_BITS, TF_MAX, Database, _chunks, _get
+from .keywords import READY, SEG_BITS, TF_MAX, Database, _chunks, _get
 
 EMPTY = np.zeros(0, dtype=np.int64)
 STALE_SHARE = 0.01  # new windows, as a share of the index, before a count is taken again
@@ -110,8 +110,7 @@ class KeywordIndex:
         rows: list[Any] = []
         with self.db.locked() as conn:
             for seg, held in by_seg.items():
-                for at in range(0, len(held), _IN):
-                    part = held[at : at + _IN]
+                for part in _chunks(held):
                     rows += conn.execute(
                         f"SELECT p.doc * 64 + p.tf FROM kw_postings p{hint} WHERE p.seg = ?"
                         f" AND {keyed} AND p.doc IN ({_marks(len(part))})",

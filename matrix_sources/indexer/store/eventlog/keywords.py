@@ -29,7 +29,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from ...records import CORPUS_CHAT, CORPUS_REFERENCE, EventStatus
 from ...tokens import doc_keys
@@ -56,9 +56,10 @@ TF_MAX = 63  # a key's count in one window, capped: BM25 saturates long before
 # of one leaf page a key across all of it (a write's cost stays flat as the index
 # grows); a read seeks each segment (tens at a million windows).
 SEG_BITS = 12
+T = TypeVar("T")
 
 
-def _chunks(ids: Sequence[str], n: int = _IN) -> Iterator[Sequence[str]]:
+def _chunks(ids: Sequence[T], n: int = _IN) -> Iterator[Sequence[T]]:
     for i in range(0, len(ids), n):
         yield ids[i : i + n]
 
