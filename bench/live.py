@@ -283,11 +283,12 @@ async def push(stack, bodies, rate: int, seconds: float, redact_every: float = 0
     async with aiohttp.ClientSession(headers={"Content-Type": "application/json"}) as session:
         await asyncio.gather(produce(), deliver(session))
     sent_seconds = time.monotonic() - start
-    drained = await asyncio.to_thread(watcher.wait_all, ids, DRAIN_TIMEOUT)
+    # A redacted message is never indexed if its redaction came first: not waited for.
+    fresh_ids = [e for e in ids if e not in set(redacted)]
+    drained = await asyncio.to_thread(watcher.wait_all, fresh_ids, DRAIN_TIMEOUT)
     await asyncio.sleep(1.5)
     after = stackkit.metrics(stack)
     watcher.stop()
-    fresh_ids = [e for e in ids if e not in set(redacted)]  # never indexed if redacted first
     out = summarise(watcher, fresh_ids, start, before, after)
     out.update(
         offered_per_s=rate,

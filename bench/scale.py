@@ -162,9 +162,12 @@ def service(
     redact_every: float,
     work: Path,
     chroma: str = "embedded",
+    cold: bool = False,
 ) -> dict:
     """The service on a copy of the cache: embedded, or as a client of a `chroma run` on
-    a copy of the server cache's persist dir (the server's memory reported beside)."""
+    a copy of the server cache's persist dir (the server's memory reported beside).
+    `cold`: the restart on a cold page cache (the data dir and the Python environment
+    evicted), as after a reboot."""
     from tests.chromaserver import chroma_server_in
 
     cache = corpus_scale.cache_dir(windows, chroma)
@@ -172,11 +175,11 @@ def service(
         shutil.rmtree(work)
     work.mkdir(parents=True)
     if chroma == "embedded":
-        return _service(windows, items, asks, push_seconds, redact_every, work, cache, None)
+        return _service(windows, items, asks, push_seconds, redact_every, work, cache, None, cold)
     step(f"copying the server's persist dir into {work / 'chroma-server'}")
     shutil.copytree(cache / "server" / "data", work / "chroma-server" / "data")
     with chroma_server_in(work / "chroma-server") as server:
-        return _service(windows, items, asks, push_seconds, redact_every, work, cache, server)
+        return _service(windows, items, asks, push_seconds, redact_every, work, cache, server, cold)
 
 
 def _service(
@@ -188,6 +191,7 @@ def _service(
     work: Path,
     cache: Path,
     server,
+    cold: bool = False,
 ) -> dict:
     import live
     import query
@@ -231,6 +235,12 @@ def _service(
         asker = asyncio.run(query.ask_room(stack))
         stack.service.stop()
         restart_log_at = stack.service.log_path.stat().st_size
+        if cold:
+            step("the data dir and the Python environment evicted from the page cache")
+            evicted = perfkit.evict_page_cache([stack.data_dir, Path(sys.prefix)])
+            out["page_cache"] = f"cold: {evicted / 2**30:.1f} GiB evicted before the restart"
+        else:
+            out["page_cache"] = "warm: the restart follows the first start"
         # The restart, timed: the first search answered, then `!sources` at once, while
         # the rooms are joined and their state learnt again behind it.
         found: dict = {}
@@ -263,6 +273,9 @@ def _service(
         waiter.join(1800)
         out["start_to_ready_s"] = ready.get("s")
         out["join_failed"] = len(_log_lines(stack.service.log_path, restart_log_at, "join_failed"))
+        out["collection_checked"] = _log_lines(
+            stack.service.log_path, restart_log_at, "collection_checked"
+        )
         status = perfkit.proc_status(pid)
         out["vm_rss_mib"], out["vm_hwm_mib"] = (
             round(status["VmRSS"] / 1024),
@@ -552,11 +565,13 @@ def summary(r: dict) -> list[str]:
         rt = x["round_trip"]
         p = x["push_200"]
         out.append(
-            f"service restarted: first answer {x['start_to_first_answer_s']} s after the "
-            f"spawn, ready (every room joined or failed: {x.get('join_failed')} failed) "
+            f"service restarted ({x.get('page_cache')}; collection check "
+            f"{x.get('collection_checked')}): first answer {x['start_to_first_answer_s']} s "
+            f"after the spawn, ready (every room joined or failed: {x.get('join_failed')} failed) "
             f"{x.get('start_to_ready_s')} s; !sources asked from {x.get('asks_from_s')} s,"
             f" p95 1 text {rt['sentences_1']['p95_ms']:.0f} ms, 8 texts "
-            f"{rt['sentences_8']['p95_ms']:.0f} ms; VmRSS {x['vm_rss_mib']} MiB, VmHWM "
+            f"{rt['sentences_8']['p95_ms']:.0f} ms, search words "
+            f"{rt['keywords_1']['p95_ms']:.0f} ms; VmRSS {x['vm_rss_mib']} MiB, VmHWM "
             f"{x['vm_hwm_mib']} MiB; once the postings are built VmRSS "
             f"{x.get('vm_rss_postings_built_mib')} MiB; after the push VmRSS "
             f"{x.get('vm_rss_after_push_mib')} MiB, VmHWM {x.get('vm_hwm_after_push_mib')} MiB"
@@ -602,6 +617,12 @@ def main(argv: list[str] | None = None) -> int:
         help="server: the collection in a `chroma run` on this host (inproc and "
         "service parts; redact is embedded only)",
     )
+    p.add_argument(
+        "--cold",
+        action="store_true",
+        help="service part: the restart on a cold page cache (the data dir and the "
+        "Python environment evicted first, as after a reboot)",
+    )
     args = p.parse_args(argv)
     perfkit.quiet_env()
     root = evalkit.eval_dir(args.eval_dir)
@@ -627,7 +648,14 @@ def main(argv: list[str] | None = None) -> int:
         report["inproc"] = inproc(args.windows, items, args.reps, args.chroma)
     if "service" in parts:
         report["service"] = service(
-            args.windows, items, args.asks, args.push_seconds, args.redact_every, work, args.chroma
+            args.windows,
+            items,
+            args.asks,
+            args.push_seconds,
+            args.redact_every,
+            work,
+            args.chroma,
+            args.cold,
         )
     if "redact" in parts:
         data = Path(report.get("service", {}).get("data_dir") or work / "data")

@@ -92,6 +92,19 @@ class IndexedWatcher(threading.Thread):
         self.derived: set[str] = set()
         self._halt = threading.Event()
         self._lock = threading.Lock()
+        # Read from the events stored by now on: the first poll of a million windows'
+        # rows took seconds under the lock, stalling the sender that notes each send.
+        self._low = 0
+        try:
+            db = sqlite3.connect(f"file:{eventlog}?mode=ro", uri=True, timeout=5)
+            try:
+                self._low = db.execute("SELECT COALESCE(MAX(seq), -1) + 1 FROM events").fetchone()[
+                    0
+                ]
+            finally:
+                db.close()
+        except sqlite3.Error:
+            pass  # no event log yet: every row is new
 
     def watch(self, event_id: str, sent_at: float) -> None:
         with self._lock:
@@ -99,7 +112,7 @@ class IndexedWatcher(threading.Thread):
 
     def run(self) -> None:
         db = None
-        low = 0
+        low = self._low
         while not self._halt.is_set():
             try:
                 if db is None:

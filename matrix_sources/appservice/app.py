@@ -9,12 +9,15 @@ from matrix_sources.indexer.clock import REAL, Clock
 from matrix_sources.indexer.config import Config
 
 
-def serve_with_bot(cfg: Config, embedder=None, clock: Clock = REAL):
-    """The one place the two halves meet, each through the other's port, on one clock."""
+def serve_with_bot(
+    cfg: Config, embedder=None, clock: Clock = REAL, collection_vouched: bool = False
+):
+    """The one place the two halves meet, each through the other's port, on one clock.
+    `collection_vouched`: Service's."""
     from .bot.bot import Bot
     from .homeserver.service import Service
 
-    service = Service(cfg, embedder, clock)
+    service = Service(cfg, embedder, clock, collection_vouched)
     service.attach(
         Bot(
             cfg,

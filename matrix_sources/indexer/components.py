@@ -316,9 +316,10 @@ class Index:
         searches may be served from it now)."""
         return rebuilding.quick_rebuild_reason(self.store, self.eventlog, self.pipeline.embedder)
 
-    def check_collection(self) -> str:
-        """Why the collection must be rebuilt ('' if not: then its gaps repaired)."""
-        return rebuilding.check_collection(self.store, self.eventlog, self.pipeline)
+    def check_collection(self, vouched: bool = False) -> str:
+        """Why the collection must be rebuilt ('' if not: then its gaps repaired).
+        `vouched`: by the last run's clean stop (store/clean_stop.py)."""
+        return rebuilding.check_collection(self.store, self.eventlog, self.pipeline, vouched)
 
     def rebuild(self, reason: str, progress=None) -> None:
         rebuilding.rebuild(

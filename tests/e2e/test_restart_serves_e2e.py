@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
+import sys
 import threading
 import urllib.error
 import urllib.request
@@ -19,9 +21,21 @@ import pytest
 from ruamel.yaml import YAML
 
 from matrix_sources.appservice.tools.chatclient import ChatClient
+from matrix_sources.indexer.store.eventlog.db import reader
 from tests.harness import Stack, make_stack, wait_for
 
 pytestmark = [pytest.mark.synapse, pytest.mark.model]
+
+# A window lost from the Chroma folder while the service is stopped (a backup restored):
+# deleted by a process of its own, as an operator's tool would.
+_LOSE_WINDOWS = """
+import sys
+from pathlib import Path
+from matrix_sources.indexer.store.eventlog.log import EventLog
+from matrix_sources.indexer.store.vectors.chroma import ChromaStore
+store = ChromaStore(path=Path(sys.argv[1]) / "chroma", eventlog=EventLog(sys.argv[2]))
+store.delete(sys.argv[3:])
+"""
 
 CONVERSATION = [
     "the backup job keeps failing with a permission error on /srv/backups",
@@ -105,7 +119,8 @@ async def test_a_restart_searches_before_every_room_is_joined_again(stack):
     # A clean stop stamps the SQLite event log, so the next start skips quick_check;
     # the start removes the stamp (a crash then leaves none).
     stamp = Path(stack.database + ".clean")
-    assert stamp.exists() == stack.database.endswith(".sqlite3")
+    stamp_kept = stack.database.endswith(".sqlite3")
+    assert stamp.exists() == stamp_kept
 
     hole = Blackhole()
     try:
@@ -165,3 +180,40 @@ async def test_a_restart_searches_before_every_room_is_joined_again(stack):
     deferred = [line for line in after.splitlines() if "joins_deferred" in line]
     assert deferred and "rooms=1" in deferred[0], deferred
     assert hanging not in after, "the room whose join failed was tried again at once"
+
+    # A clean stop after a checked run vouches for the collection (store/clean_stop.py):
+    # that start read no id list (an event log on PostgreSQL is never vouched for).
+    checked = [line for line in after.splitlines() if "collection_checked" in line]
+    assert checked and ("ids_read=False" in checked[0]) == stamp_kept, checked
+    # Until anything writes the pair: a window lost from the Chroma folder while the
+    # service is stopped is found by the next start's id check and indexed again.
+    stack.service.stop()
+    with reader(stack.database) as db:
+        lost = sorted(
+            {
+                r[0]
+                for r in db.execute(
+                    "SELECT window_id FROM events WHERE event_id = ?", (ids[1],)
+                ).fetchall()
+            }
+        )
+    assert lost
+    done = subprocess.run(
+        [sys.executable, "-c", _LOSE_WINDOWS, str(stack.data_dir), stack.database, *lost],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    at = stack.service.log_path.stat().st_size
+    stack.service.start()
+    with stack.service.log_path.open(errors="replace") as f:
+        f.seek(at)
+        checked = [line for line in f.read().splitlines() if "collection_checked" in line]
+    assert checked and "ids_read=True" in checked[0], checked
+
+    def found_again() -> bool:
+        status, body = search(stack, api_token, "backup permission error")
+        return status == 200 and any(ids[1] in h["event_ids"] for h in body["hits"])
+
+    wait_for("the lost window indexed again", found_again, 120)

@@ -22,17 +22,22 @@ def run_service(cfg: Config, json_logs: bool) -> int:
     from ..logs import setup_logging
 
     setup_logging(cfg.logging.level, as_json=json_logs or cfg.logging.format == "json")
+    from matrix_sources.indexer.store import clean_stop
     from matrix_sources.indexer.store.eventlog.check import clear_clean, mark_clean
 
     refusal = _start_refusal(cfg)
     if refusal:
         print(f"error: {refusal}", file=sys.stderr)
         return 1
+    # Read before anything opens the pair: opening Chroma writes its files.
+    pair = clean_stop.pair(cfg)
+    vouched = clean_stop.unchanged(*pair)
+    clean_stop.clear(pair[0])
     clear_clean(cfg.database)
 
     async def main() -> int:
         try:
-            service = serve_with_bot(cfg)
+            service = serve_with_bot(cfg, collection_vouched=vouched)
         except sqlite3.DatabaseError as e:  # damage quick_check did not see
             from matrix_sources.indexer.store.eventlog.check import recovery
 
@@ -69,6 +74,8 @@ def run_service(cfg: Config, json_logs: bool) -> int:
         stopping.cancel()
         await service.stop()
         mark_clean(cfg.database)  # stopped cleanly: the next start may skip quick_check
+        if service.collection_checked:  # and the collection's id check
+            clean_stop.mark(*pair)
         return code
 
     return asyncio.run(main())

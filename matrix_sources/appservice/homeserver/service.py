@@ -92,9 +92,22 @@ class BotPort(Protocol):
 
 
 class Service:
-    def __init__(self, cfg: Config, embedder: Embedder | None = None, clock: Clock = REAL) -> None:
-        """`clock`: every wait, deadline and stamp of the service's own parts."""
+    def __init__(
+        self,
+        cfg: Config,
+        embedder: Embedder | None = None,
+        clock: Clock = REAL,
+        collection_vouched: bool = False,
+    ) -> None:
+        """`clock`: every wait, deadline and stamp of the service's own parts.
+        `collection_vouched`: the last run checked the collection against the event log
+        and stopped cleanly, and neither was written since (indexer/store/clean_stop.py):
+        the start reads no id list."""
         self.cfg, self.clock = cfg, clock
+        self.collection_vouched = collection_vouched
+        # The collection agreed with the event log this run (checked or vouched for, or
+        # rebuilt): a clean stop may then vouch for it to the next start.
+        self.collection_checked = False
         self.registration = service_registration(cfg)  # tokens: datadir.py
         self.lock = WriterLock(cfg.data_dir, "matrix-sources run").acquire()
         # This process is the collection's one writer (the lock above): it builds the
@@ -245,6 +258,13 @@ class Service:
     # -- lifecycle -------------------------------------------------------------------
 
     async def start(self) -> None:
+        # Each step of the start, timed in the log (minutes of it at a million windows
+        # were once spent where nobody looked).
+        since = stopwatch(self.clock)
+
+        def done(step: str) -> None:
+            log.info("start_step_done", extra={"step": step, "at_s": round(since(), 2)})
+
         self.idle_trim.start()
         soft, hard = raise_fd_limit()
         log.info("fd_limit", extra={"soft": soft, "hard": hard})
@@ -262,10 +282,12 @@ class Service:
             await self.az.intent.set_displayname(self.cfg.appservice.bot_displayname)
         except MatrixError:
             pass  # cosmetic
+        done("homeserver")
         # The store made whole before a room's state can call for a purge; then the
         # collection checked against the event log while the rooms are joined, not one
         # after the other (bench/scale.py). A purge meanwhile waits for the check's lock.
         await asyncio.to_thread(self.index.make_whole)
+        done("store_made_whole")
         # Searches are served once the collection's meta and count say it is the one to
         # keep, every listed space was read before (its rooms known), and the warm-up
         # below is done: the rooms' joins and state (a round trip each: 9,528 rooms at a
@@ -275,6 +297,7 @@ class Service:
         if not self.spaces.unread():
             await asyncio.to_thread(self.ingest.purge_unlisted)
             keep = not await asyncio.to_thread(self.index.quick_rebuild_reason)
+        done("collection_meta_read")
 
         # The warm-up: the first search reads every segment's HNSW index into memory and
         # runs the model once; then which segment holds each id is read, off the lock (8 s
@@ -284,8 +307,10 @@ class Service:
         # bench/scale.py). The collection check, which needs the map, comes after it.
         def warm_up() -> None:
             self.searcher.search(SourceQuery.build(["warm up"]))
+            done("first_search")
             self.index.store.segments.preload()
             release_free_memory()
+            done("id_map_read")
 
         warm = self._task(asyncio.to_thread(warm_up), "warm")
 
@@ -299,7 +324,7 @@ class Service:
 
         async def check_once_warm() -> str:
             await asyncio.wait([warm])
-            return await asyncio.to_thread(self.index.check_collection)
+            return await asyncio.to_thread(self.index.check_collection, self.collection_vouched)
 
         checking = asyncio.create_task(check_once_warm())
         self.health.detail = (
@@ -316,6 +341,7 @@ class Service:
         if reason:
             self.searchable = False
             await asyncio.to_thread(self.index.rebuild, reason)
+        self.collection_checked = True
         # Rooms taken off the allowlist while the service was down: purged now.
         await asyncio.to_thread(self.ingest.purge_unlisted)
         # Poison stored by an older version: quarantined before the pipeline meets it.

@@ -156,11 +156,30 @@ def make_whole(store: ChromaStore, eventlog: EventLog, pipeline: Pipeline) -> No
     finish_pending(eventlog, pipeline.store, pipeline.guard, pipeline.compaction)
 
 
-def check_collection(store: ChromaStore, eventlog: EventLog, pipeline: Pipeline) -> str:
+def check_collection(
+    store: ChromaStore, eventlog: EventLog, pipeline: Pipeline, vouched: bool = False
+) -> str:
     """Why the collection must be rebuilt ('' if not); if it need not be, its meta
     written and its gaps repaired (verify_index.repair_gaps). Under the writers' lock
     throughout: a purge meanwhile (a room's state fetched at start) waits, so the ids
-    compared are of one moment."""
+    compared are of one moment. `vouched`: the last run checked the pair and stopped
+    cleanly, and neither was written since (store/clean_stop.py): no id is read, only
+    the meta and count."""
+    if vouched:
+        reason = quick_rebuild_reason(store, eventlog, pipeline.embedder)
+        if not reason:
+            with pipeline.lock:
+                store.set_meta(expected_meta(pipeline.embedder))
+        log.info("collection_checked", extra={"ids_read": False, "why": "clean stop"})
+        return reason
+    took = stopwatch()
+    try:
+        return _check_ids(store, eventlog, pipeline)
+    finally:
+        log.info("collection_checked", extra={"ids_read": True, "seconds": round(took(), 1)})
+
+
+def _check_ids(store: ChromaStore, eventlog: EventLog, pipeline: Pipeline) -> str:
     with pipeline.lock, ThreadPoolExecutor(2, thread_name_prefix="start-checks") as pool:
         # The event log's window ids (read once for both checks), the collection's chat
         # ids and the map of which segment holds each id, read at once, not one

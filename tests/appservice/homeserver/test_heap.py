@@ -130,3 +130,33 @@ async def test_what_searches_freed_goes_back_once_they_pause():
     await settle()
     assert trims == ["off the loop"] * 2
     trim.stop()
+
+
+async def test_searches_without_a_pause_are_trimmed_between_them_too():
+    """A stream of `!sources` with no 2 s pause in it: what they freed goes back every
+    `busy` seconds, not only once they stop."""
+    import asyncio
+
+    from matrix_sources.appservice.homeserver.heap import IdleTrim
+    from tests.fakeclock import FakeClock
+
+    fake = FakeClock(1000.0)
+    trims: list[float] = []
+    trim = IdleTrim(fake.clock, quiet=2.0, busy=5.0, release=lambda: trims.append(fake.now))
+    trim.start()
+
+    async def settle() -> None:
+        for _ in range(5):
+            await asyncio.sleep(0)
+        await trim.trimmed()
+
+    for _ in range(12):  # one a second, from 1000 to 1011
+        await asyncio.to_thread(trim.searched)
+        await settle()
+        await fake.advance(1.0)
+        await settle()
+    assert trims == [1005.0, 1011.0]  # the search 5 s after the first untrimmed one
+    await fake.advance(2.0)
+    await settle()
+    assert len(trims) == 3  # and once in the pause after the last
+    trim.stop()

@@ -143,3 +143,24 @@ def test_the_quick_check_tells_a_model_change_and_a_lost_folder_without_the_ids(
     store.reset()  # the Chroma folder lost
     assert "collection is empty" in quick_rebuild_reason(store, log, pipeline.embedder)
     assert asked == []
+
+
+def test_a_vouched_check_reads_no_id_and_still_tells_a_model_change(tmp_path):
+    """After a clean stop that nothing wrote since (store/clean_stop.py) the start's
+    check reads no id list and repairs nothing; a model change still rebuilds."""
+    log, store, ingest, pipeline = setup(tmp_path)
+    admit_public_room(ingest, 12)
+    make_whole(store, log, pipeline)
+    check_collection(store, log, pipeline)
+    pipeline.process_all()
+    gap = sorted(log.window_ids())[0]
+    store.delete([gap])  # a gap the unvouched check repairs
+    asked = []
+    reading = log.window_ids
+    log.window_ids = lambda: asked.append(1) or reading()
+    assert check_collection(store, log, pipeline, vouched=True) == ""
+    assert asked == [] and log.counts().get("pending", 0) == 0
+    other = Pipeline(log, HashEmbedder(32), store, ChunkPolicy(max_bytes=50), admits=ingest.admits)
+    assert "dim: 64 -> 32" in check_collection(store, log, other, vouched=True)
+    assert check_collection(store, log, pipeline) == "" and asked == [1]
+    assert log.counts().get("pending", 0) > 0  # the gap's events set pending again
