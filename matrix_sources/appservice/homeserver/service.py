@@ -34,6 +34,7 @@ from matrix_sources.indexer.models.embedder import Embedder
 from matrix_sources.indexer.pipeline.worker import PipelineWorker
 from matrix_sources.indexer.records import UserID
 from matrix_sources.indexer.search.searcher import SourceQuery
+from matrix_sources.indexer.store import read_ahead
 from matrix_sources.indexer.store.lock import WriterLock
 
 from .allowlistwatch import AllowlistWatch
@@ -318,6 +319,7 @@ class Service:
             await asyncio.wait([warm])
             self.searchable = True
             log.info("searchable", extra={"rooms": len(self.gate.allowlist)})
+            self._task(self._read_ahead(), "read-ahead")
 
         if keep:
             self._task(serve_once_warm(), "searchable")
@@ -459,6 +461,16 @@ class Service:
         self._tasks.add(task)
         task.add_done_callback(self._task_done)
         return task
+
+    async def _read_ahead(self) -> None:
+        """What searches read from disk, read into the page cache at once (read_ahead.py)."""
+        took = stopwatch(self.clock)
+        files = read_ahead.files_of(self.cfg)
+        asked = await asyncio.to_thread(read_ahead.read_ahead, files)
+        log.info(
+            "read_ahead",
+            extra={"files": len(files), "mib": round(asked / 2**20), "s": round(took(), 1)},
+        )
 
     async def _release_start_up(self) -> None:
         """Start-up's one-off work done (the warm-up, then the check), what it freed
