@@ -297,8 +297,9 @@ class Service:
         keep = False
         if not self.spaces.unread():
             await asyncio.to_thread(self.ingest.purge_unlisted)
+            done("unlisted_rooms_purged")
             keep = not await asyncio.to_thread(self.index.quick_rebuild_reason)
-        done("collection_meta_read")
+        done("collection_meta_read")  # its count reads every segment's HNSW index in
 
         # The warm-up: the first search reads every segment's HNSW index into memory and
         # runs the model once; then which segment holds each id is read, off the lock (8 s

@@ -52,8 +52,9 @@ def files_of(cfg: Config) -> list[Path]:
 def read_ahead(paths: Iterable[Path], available: int | None = None) -> int:
     """Ask the kernel to read `paths` into the page cache; the bytes asked for (0 if
     they do not fit, or the OS cannot)."""
-    advise = getattr(os, "posix_fadvise", None)
-    if advise is None:
+    try:
+        advise = os.posix_fadvise
+    except AttributeError:  # not Linux
         return 0
     paths = list(paths)
     sizes = []

@@ -480,3 +480,34 @@ def test_a_read_before_the_map_is_read_asks_the_segments_and_leaves_the_map_unre
         (seg.key, sorted(ids)) for seg, ids in again.segments.locate(wanted, find=True)
     ]
     assert sum(len(ids) for _, ids in found) == len(wanted) - 1 and len(found) > 1
+
+
+def test_segments_asked_a_share_first_answer_as_asked_for_all(tmp_path, monkeypatch):
+    """A search of several segments asks each for a share of the n nearest first, and
+    again for n where that share may hide more of them (chroma.FIRST_SHARE): the same
+    neighbours, in the same order, as one collection; here with clusters of points
+    that each lie in one segment, so that segments must be asked again."""
+    from matrix_sources.indexer.store.vectors import chroma
+
+    monkeypatch.setattr(chroma, "FIRST_MIN", 1)
+    one = open_store(
+        tmp_path, SegmentPolicy(hot=10**6, fanout=2, cap=10**6, share=None), log=False, folder="one"
+    )
+    many = open_store(
+        tmp_path, SegmentPolicy(hot=6, fanout=3, cap=54, share=None), log=False, folder="many"
+    )
+    rng = np.random.default_rng(7)
+    centres = vectors(6, 99)
+    points = np.concatenate(
+        [c + 0.05 * rng.normal(size=(12, DIM)) for c in centres] + [vectors(60, 5)]
+    ).astype(np.float32)
+    points /= np.linalg.norm(points, axis=1, keepdims=True)
+    ws = [window(i) for i in range(len(points))]
+    for i in range(0, len(points), 4):  # a cluster's points written one after another
+        one.upsert(ws[i : i + 4], points[i : i + 4])
+        many.upsert(ws[i : i + 4], points[i : i + 4])
+    assert len(many.segments.list) >= 4
+    queries = np.concatenate([centres, vectors(4, 11)]).astype(np.float32)
+    for n in (4, 8, 12, 40, 200):
+        assert same_answers(many.nearest(queries, n), one.nearest(queries, n)), n
+    assert many.asked_further > 0  # the clusters' segments were asked again
