@@ -7,17 +7,22 @@ from __future__ import annotations
 
 from matrix_sources.indexer.clock import REAL, Clock
 from matrix_sources.indexer.config import Config
+from matrix_sources.indexer.store.clean_stop import IdMapByGeneration
 
 
 def serve_with_bot(
-    cfg: Config, embedder=None, clock: Clock = REAL, collection_vouched: bool = False
+    cfg: Config,
+    embedder=None,
+    clock: Clock = REAL,
+    collection_vouched: bool = False,
+    id_map: IdMapByGeneration | None = None,
 ):
     """The one place the two halves meet, each through the other's port, on one clock.
-    `collection_vouched`: Service's."""
+    `collection_vouched`, `id_map`: Service's."""
     from .bot.bot import Bot
     from .homeserver.service import Service
 
-    service = Service(cfg, embedder, clock, collection_vouched)
+    service = Service(cfg, embedder, clock, collection_vouched, id_map)
     service.attach(
         Bot(
             cfg,

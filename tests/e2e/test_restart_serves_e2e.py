@@ -185,6 +185,8 @@ async def test_a_restart_searches_before_every_room_is_joined_again(stack):
     # that start read no id list (an event log on PostgreSQL is never vouched for).
     checked = [line for line in after.splitlines() if "collection_checked" in line]
     assert checked and ("ids_read=False" in checked[0]) == stamp_kept, checked
+    # and kept the map of which segment holds each id, which that start took.
+    assert (" id_map_kept " in after) == stamp_kept
     # What searches read from disk asked into the page cache (store/read_ahead.py): the
     # event log (SQLite) and each generation's chroma.sqlite3.
     ahead = [line for line in after.splitlines() if " read_ahead " in line]

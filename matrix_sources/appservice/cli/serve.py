@@ -32,12 +32,13 @@ def run_service(cfg: Config, json_logs: bool) -> int:
     # Read before anything opens the pair: opening Chroma writes its files.
     pair = clean_stop.pair(cfg)
     vouched = clean_stop.unchanged(*pair)
+    kept_map = clean_stop.id_map(pair[0]) if vouched else None
     clean_stop.clear(pair[0])
     clear_clean(cfg.database)
 
     async def main() -> int:
         try:
-            service = serve_with_bot(cfg, collection_vouched=vouched)
+            service = serve_with_bot(cfg, collection_vouched=vouched, id_map=kept_map)
         except sqlite3.DatabaseError as e:  # damage quick_check did not see
             from matrix_sources.indexer.store.eventlog.check import recovery
 
@@ -75,7 +76,7 @@ def run_service(cfg: Config, json_logs: bool) -> int:
         await service.stop()
         mark_clean(cfg.database)  # stopped cleanly: the next start may skip quick_check
         if service.collection_checked:  # and the collection's id check
-            clean_stop.mark(*pair)
+            clean_stop.mark(*pair, service.index.store.segments.map_by_generation())
         return code
 
     return asyncio.run(main())

@@ -35,6 +35,7 @@ from matrix_sources.indexer.pipeline.worker import PipelineWorker
 from matrix_sources.indexer.records import UserID
 from matrix_sources.indexer.search.searcher import SourceQuery
 from matrix_sources.indexer.store import read_ahead
+from matrix_sources.indexer.store.clean_stop import IdMapByGeneration
 from matrix_sources.indexer.store.lock import WriterLock
 
 from .allowlistwatch import AllowlistWatch
@@ -99,11 +100,13 @@ class Service:
         embedder: Embedder | None = None,
         clock: Clock = REAL,
         collection_vouched: bool = False,
+        id_map: IdMapByGeneration | None = None,
     ) -> None:
         """`clock`: every wait, deadline and stamp of the service's own parts.
         `collection_vouched`: the last run checked the collection against the event log
         and stopped cleanly, and neither was written since (indexer/store/clean_stop.py):
-        the start reads no id list."""
+        the start reads no id list. `id_map`: which segment holds each id, as that stop
+        kept it (read from the segments otherwise)."""
         self.cfg, self.clock = cfg, clock
         self.collection_vouched = collection_vouched
         # The collection agreed with the event log this run (checked or vouched for, or
@@ -126,6 +129,8 @@ class Service:
             on_searched=self.idle_trim.searched,
         )
         self.eventlog, self.store = self.index.eventlog, self.index.store
+        if id_map is not None and self.store.segments.adopt_map(*id_map):
+            log.info("id_map_kept", extra={"ids": self.store.count()})
         self.embedder, self.gate = self.index.embedder, self.index.gate
         self.ingest, self.pipeline = self.index.ingest, self.index.pipeline
         self.searcher = self.index.searcher

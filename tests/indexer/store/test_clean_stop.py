@@ -19,7 +19,7 @@ def pair(tmp_path):
     (chroma / "g1" / "seg" / "data_level0.bin").write_bytes(b"v" * 64)
     log = tmp_path / "eventlog.sqlite3"
     log.write_bytes(b"log")
-    clean_stop.mark(chroma, log)
+    clean_stop.mark(chroma, log, None)
     assert clean_stop.unchanged(chroma, log)
     return chroma, log
 
@@ -57,14 +57,14 @@ def test_the_start_clears_it_and_an_open_log_is_never_vouched_for(pair):
     clean_stop.clear(chroma)
     assert not clean_stop.unchanged(chroma, log)
     (log.parent / (log.name + "-wal")).write_bytes(b"")
-    clean_stop.mark(chroma, log)  # the log not closed: the next start checks
+    clean_stop.mark(chroma, log, None)  # the log not closed: the next start checks
     assert not clean_stop.unchanged(chroma, log)
 
 
 def test_a_server_on_either_side_is_never_vouched_for(pair):
     chroma, log = pair
     assert not clean_stop.unchanged(None, log) and not clean_stop.unchanged(chroma, None)
-    clean_stop.mark(None, None)  # nothing to stamp: no error
+    clean_stop.mark(None, None, None)  # nothing to stamp: no error
 
 
 def test_a_damaged_stamp_means_the_check(pair):

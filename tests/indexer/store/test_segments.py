@@ -511,3 +511,51 @@ def test_segments_asked_a_share_first_answer_as_asked_for_all(tmp_path, monkeypa
     for n in (4, 8, 12, 40, 200):
         assert same_answers(many.nearest(queries, n), one.nearest(queries, n)), n
     assert many.asked_further > 0  # the clusters' segments were asked again
+
+
+def test_a_map_kept_at_a_clean_stop_is_the_one_the_segments_give(tmp_path):
+    """The map of which segment holds each id, kept by a clean stop and taken by the
+    next start (store/clean_stop.py), answers every look-up as the map read from the
+    segments; one naming a generation that is not live is not taken."""
+    from matrix_sources.indexer.store import clean_stop
+
+    policy = SegmentPolicy(hot=4, fanout=4, cap=16, share=None)
+    store = open_store(tmp_path, policy)
+    points = fill(store, 40)
+    store.delete([window(3).window_id, window(17).window_id])
+    store.upsert([window(5)], vectors(1, 77))
+    kept = store.segments.map_by_generation()
+    assert kept is not None
+    chroma, log = tmp_path / "chroma", tmp_path / "eventlog.sqlite3"
+    store.eventlog.close()
+    clean_stop.mark(chroma, log, kept)
+    assert clean_stop.unchanged(chroma, log)
+    keys, gens, other = clean_stop.id_map(chroma)
+
+    read = open_store(tmp_path, policy)
+    taken = open_store(tmp_path, policy)
+    assert taken.segments.adopt_map(keys, gens, other)
+    ids = [*points, "w" + "f" * 31, "other-form"]
+    assert taken.segments.idmap().get(ids) == read.segments.idmap().get(ids)
+    assert taken.segments.counts() == read.segments.counts()
+    assert taken.count() == read.count() == 38
+    # A map of generations that are not live (a compaction swapped one since): read.
+    stale = gens.copy()
+    stale[0] = max(gens) + 100
+    assert not open_store(tmp_path, policy).segments.adopt_map(keys, stale, other)
+
+
+def test_a_kept_map_is_not_read_if_its_file_changed(tmp_path):
+    from matrix_sources.indexer.store import clean_stop
+
+    store = open_store(tmp_path)
+    fill(store, 10)
+    chroma, log = tmp_path / "chroma", tmp_path / "eventlog.sqlite3"
+    store.eventlog.close()
+    clean_stop.mark(chroma, log, store.segments.map_by_generation())
+    assert clean_stop.id_map(chroma) is not None
+    path = tmp_path / "chroma.idmap.npz"
+    path.write_bytes(path.read_bytes()[:-1])
+    assert clean_stop.id_map(chroma) is None
+    clean_stop.clear(chroma)
+    assert not path.exists() and not clean_stop.unchanged(chroma, log)

@@ -34,13 +34,19 @@ def _packed(wid: str) -> bytes | None:
 class IdMap:
     """id -> segment key (a small int), and how many ids each key holds."""
 
-    def __init__(self) -> None:
-        self._keys = np.empty(0, dtype=_KEY)  # sorted
-        self._segs = np.empty(0, dtype=_SEG)
+    def __init__(
+        self,
+        keys: np.ndarray | None = None,
+        segs: np.ndarray | None = None,
+        other: dict[str, int] | None = None,
+    ) -> None:
+        """Empty, or the map `export` gave (its arrays sorted, every id live)."""
+        self._keys = np.asarray(keys if keys is not None else [], dtype=_KEY)  # sorted
+        self._segs = np.asarray(segs if segs is not None else [], dtype=_SEG)
         self._recent: dict[str, int] = {}  # wins over the arrays; -1: deleted
-        self._other: dict[str, int] = {}  # ids that are not window ids
+        self._other: dict[str, int] = dict(other or {})  # ids that are not window ids
         self._loaded: list[tuple[np.ndarray, np.ndarray]] = []  # read, not sorted in yet
-        self.counts: Counter[int] = Counter()
+        self.counts: Counter[int] = Counter(self._segs.tolist()) + Counter(self._other.values())
 
     def __len__(self) -> int:
         return sum(self.counts.values())
@@ -191,3 +197,11 @@ class IdMap:
         keys, segs = keys[live], segs[live]
         order = np.argsort(keys, kind="stable")
         self._keys, self._segs = keys[order], segs[order]
+
+    def export(self) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
+        """(packed window ids, sorted; their segment keys; the other ids' keys): every
+        live id once, for the next start to read back (clean_stop.py)."""
+        self.fold()
+        self._sorted()
+        live = self._segs != DEAD
+        return self._keys[live], self._segs[live], dict(self._other)
