@@ -264,8 +264,7 @@ class Service:
     # -- lifecycle -------------------------------------------------------------------
 
     async def start(self) -> None:
-        # Each step of the start, timed in the log (minutes of it at a million windows
-        # were once spent where nobody looked).
+        # Each step of the start, timed in the log: where a slow start spends its time.
         since = stopwatch(self.clock)
 
         def done(step: str) -> None:
@@ -304,7 +303,8 @@ class Service:
             await asyncio.to_thread(self.ingest.purge_unlisted)
             done("unlisted_rooms_purged")
             keep = not await asyncio.to_thread(self.index.quick_rebuild_reason)
-        done("collection_meta_read")  # its count reads every segment's HNSW index in
+        # Its count reads every segment's HNSW index in, unless the id map was kept.
+        done("collection_meta_read")
 
         # The warm-up: the first search reads every segment's HNSW index into memory and
         # runs the model once; then which segment holds each id is read, off the lock (8 s
