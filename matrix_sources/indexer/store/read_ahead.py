@@ -14,8 +14,9 @@ them; only where the OS has the call (Linux).
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterable
+import subprocess
+import sys
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from ..config import Config
@@ -49,12 +50,36 @@ def files_of(cfg: Config) -> list[Path]:
     return out
 
 
-def read_ahead(paths: Iterable[Path], available: int | None = None) -> int:
-    """Ask the kernel to read `paths` into the page cache; the bytes asked for (0 if
-    they do not fit, or the OS cannot)."""
+# Run in a child process: a process that closes any descriptor of a file loses every
+# POSIX lock it holds on that file, and SQLite's connections in this process hold such
+# locks (found: readers in other processes then missed rows still in the WAL).
+_CHILD = """
+import os, sys
+chunk = int(sys.argv[1])
+for path in sys.argv[2:]:
     try:
-        advise = os.posix_fadvise
-    except AttributeError:  # not Linux
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        continue
+    try:
+        size = os.fstat(fd).st_size
+        for offset in range(0, size, chunk):
+            os.posix_fadvise(fd, offset, chunk, os.POSIX_FADV_WILLNEED)
+    finally:
+        os.close(fd)
+"""
+
+
+def read_ahead(
+    paths: Iterable[Path],
+    available: int | None = None,
+    run: Callable[[list[str]], int] | None = None,
+) -> int:
+    """Ask the kernel to read `paths` into the page cache, one call a chunk (Linux reads
+    at most the device's readahead window, 128 KiB to a few MiB, for one call, whatever
+    length it is given), from a child process (`run`: runs the command, returns its
+    exit status). The bytes asked for: 0 if they do not fit, or the OS cannot."""
+    if not sys.platform.startswith("linux"):
         return 0
     paths = list(paths)
     sizes = []
@@ -64,22 +89,12 @@ def read_ahead(paths: Iterable[Path], available: int | None = None) -> int:
         except OSError:
             sizes.append(0)
     room = available_bytes() if available is None else available
-    if room is None or sum(sizes) > room * SHARE_OF_AVAILABLE:
+    if not paths or room is None or sum(sizes) > room * SHARE_OF_AVAILABLE:
         return 0
-    asked = 0
-    for p, size in zip(paths, sizes):
-        try:
-            fd = os.open(p, os.O_RDONLY)
-        except OSError:
-            continue
-        try:
-            # One call a chunk: Linux reads at most the device's readahead window (128
-            # KiB to a few MiB) for one call, whatever length it is given.
-            for offset in range(0, size, CHUNK):
-                advise(fd, offset, CHUNK, os.POSIX_FADV_WILLNEED)
-            asked += size
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
-    return asked
+    command = [sys.executable, "-I", "-c", _CHILD, str(CHUNK), *map(str, paths)]
+    status = (run or _run)(command)
+    return sum(sizes) if status == 0 else 0
+
+
+def _run(command: list[str]) -> int:
+    return subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True).returncode

@@ -1,13 +1,15 @@
-"""The files searches read are read ahead into the page cache at start, only when they
-fit in a share of the memory available (store/read_ahead.py)."""
+"""The files searches read are read ahead into the page cache at start, from a child
+process, only when they fit in a share of the memory available (store/read_ahead.py)."""
 
 from __future__ import annotations
 
-import os
+import sys
 
 import pytest
 
 from matrix_sources.indexer.store import read_ahead
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux's call")
 
 
 @pytest.fixture
@@ -17,30 +19,27 @@ def files(tmp_path):
     meta = tmp_path / "chroma" / "g1" / "chroma.sqlite3"
     meta.parent.mkdir(parents=True)
     meta.write_bytes(b"m" * 10)
-    (tmp_path / "chroma" / "g1" / "data_level0.bin").write_bytes(b"v" * 10)
     return [log, meta]
 
 
-def test_every_chunk_of_every_file_is_asked_for(files, monkeypatch):
-    asked: list[tuple[int, int]] = []
-    monkeypatch.setattr(
-        os, "posix_fadvise", lambda fd, off, n, advice: asked.append((off, advice)), raising=False
-    )
+def test_every_file_is_handed_to_a_child_process(files):
+    commands: list[list[str]] = []
     total = sum(p.stat().st_size for p in files)
-    assert read_ahead.read_ahead(files, available=total * 4) == total
-    chunks = [off for off, _ in asked]
-    assert chunks == [0, read_ahead.CHUNK, 2 * read_ahead.CHUNK, 3 * read_ahead.CHUNK, 0]
-    assert {a for _, a in asked} == {os.POSIX_FADV_WILLNEED}
+    got = read_ahead.read_ahead(files, available=total * 4, run=lambda c: commands.append(c) or 0)
+    assert got == total
+    [command] = commands
+    assert command[0] == sys.executable and command[-2:] == [str(p) for p in files]
 
 
-def test_files_that_do_not_fit_a_quarter_of_the_memory_are_left(files, monkeypatch):
-    asked: list[int] = []
-    monkeypatch.setattr(os, "posix_fadvise", lambda *a: asked.append(1), raising=False)
+def test_files_that_do_not_fit_a_quarter_of_the_memory_are_left(files):
+    commands: list[list[str]] = []
     total = sum(p.stat().st_size for p in files)
-    assert read_ahead.read_ahead(files, available=total * 4 - 1) == 0
-    assert asked == []
+    assert read_ahead.read_ahead(files, available=total * 4 - 1, run=commands.append) == 0
+    assert commands == []
 
 
-def test_no_call_no_read_ahead(files, monkeypatch):
-    monkeypatch.delattr(os, "posix_fadvise", raising=False)
-    assert read_ahead.read_ahead(files, available=1 << 40) == 0
+def test_the_child_reads_ahead_every_file_and_skips_a_missing_one(files, tmp_path):
+    """The real child: exit status 0, a file gone meanwhile skipped."""
+    total = sum(p.stat().st_size for p in files)
+    gone = tmp_path / "gone.sqlite3"
+    assert read_ahead.read_ahead([*files, gone], available=total * 8) == total
