@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from matrix_sources.indexer.clock import REAL, Clock
 from matrix_sources.indexer.config import Config
-from matrix_sources.indexer.store.clean_stop import IdMapByGeneration
+from matrix_sources.indexer.store.vectors.idmap import IdMapByGeneration
 
 
 def serve_with_bot(

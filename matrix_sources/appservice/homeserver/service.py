@@ -34,9 +34,9 @@ from matrix_sources.indexer.models.embedder import Embedder
 from matrix_sources.indexer.pipeline.worker import PipelineWorker
 from matrix_sources.indexer.records import UserID
 from matrix_sources.indexer.search.searcher import SourceQuery
-from matrix_sources.indexer.store import read_ahead
-from matrix_sources.indexer.store.clean_stop import IdMapByGeneration
+from matrix_sources.indexer.store import clean_stop, read_ahead
 from matrix_sources.indexer.store.lock import WriterLock
+from matrix_sources.indexer.store.vectors.idmap import IdMapByGeneration
 
 from .allowlistwatch import AllowlistWatch
 from .backlog import BacklogBound
@@ -307,8 +307,9 @@ class Service:
         done("collection_meta_read")
 
         # The warm-up: the first search reads every segment's HNSW index into memory and
-        # runs the model once; then which segment holds each id is read, off the lock (8 s
-        # at a million windows); what they freed goes back at once. Searches wait for it:
+        # runs the model once; then which segment holds each id is read, off the lock (2
+        # to 3 s at a million windows; nothing when a clean stop kept it); what they
+        # freed goes back at once. Searches wait for it:
         # served while the map was read, they waited behind its reads of a million ids
         # (the first !sources 6 to 8 s, p95 660 to 740 ms over the first 20;
         # bench/scale.py). The collection check, which needs the map, comes after it.
@@ -471,7 +472,7 @@ class Service:
     async def _read_ahead(self) -> None:
         """What searches read from disk, read into the page cache at once (read_ahead.py)."""
         took = stopwatch(self.clock)
-        files = read_ahead.files_of(self.cfg)
+        files = await asyncio.to_thread(read_ahead.files_of, *clean_stop.local_files(self.cfg))
         asked = await asyncio.to_thread(read_ahead.read_ahead, files)
         log.info(
             "read_ahead",

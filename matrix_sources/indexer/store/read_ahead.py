@@ -7,9 +7,8 @@ event log, each hit's metadata from its segment's chroma.sqlite3. At a million w
 against 97 to 177 warm. The kernel reads the files ahead instead, in large sequential
 reads (posix_fadvise WILLNEED, as pg_prewarm's `prefetch` mode does): page cache, not this
 process's memory, and given back by the kernel under pressure (2.7 GB of event log read
-in 3 s here, 0.7 s of it in the calls). Only when the files fit in
-a quarter of the memory available, so a small machine never trades its working set for
-them; only where the OS has the call (Linux).
+in 3 s here). Only when the files fit in a quarter of the memory available, so a small
+machine never trades its working set for them; only on Linux.
 """
 
 from __future__ import annotations
@@ -18,9 +17,6 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
-
-from ..config import Config
-from .eventlog.db import location_of
 
 SHARE_OF_AVAILABLE = 0.25
 CHUNK = 1 << 20
@@ -38,13 +34,10 @@ def available_bytes() -> int | None:
     return None
 
 
-def files_of(cfg: Config) -> list[Path]:
-    """The event log's file (SQLite) and every generation's chroma.sqlite3 (embedded
-    Chroma; the HNSW files are read into memory by the first search already)."""
-    location = location_of(cfg.database)
-    eventlog = location.path if location.kind == "sqlite" else None
-    chroma = Path(cfg.chroma.path) if cfg.chroma.mode == "embedded" else None
-    out = [Path(eventlog)] if eventlog is not None and Path(eventlog).is_file() else []
+def files_of(chroma: Path | None, eventlog: Path | None) -> list[Path]:
+    """The event log's file and every generation's chroma.sqlite3 (the HNSW files are
+    read into memory by the first search already); None: that store is a server."""
+    out = [eventlog] if eventlog is not None and eventlog.is_file() else []
     if chroma is not None and chroma.is_dir():
         out += sorted(chroma.rglob("chroma.sqlite3"))
     return out

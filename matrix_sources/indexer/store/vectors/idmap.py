@@ -23,6 +23,9 @@ _KEY = np.dtype("S16")
 _SEG = np.uint16
 DEAD = np.iinfo(_SEG).max  # a deleted id's slot in the arrays, until the next fold
 FOLD_AT = 65_536
+# The map as a clean stop keeps it (store/clean_stop.py): packed window ids, sorted;
+# each one's segment generation; the ids of any other form with theirs.
+IdMapByGeneration = tuple[np.ndarray, np.ndarray, dict[str, int]]
 _NIBBLE = np.full(256, 255, dtype=np.uint8)  # ASCII -> hex digit value (255: not one)
 _NIBBLE[np.frombuffer(b"0123456789abcdef", dtype=np.uint8)] = np.arange(16, dtype=np.uint8)
 

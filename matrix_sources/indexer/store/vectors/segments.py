@@ -42,7 +42,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from .generations import Entry, Generations, stop_client
-from .idmap import IdMap
+from .idmap import IdMap, IdMapByGeneration
 
 log = logging.getLogger("matrix_sources.indexer.store.vectors.chroma")  # the store's one logger
 
@@ -268,7 +268,7 @@ class Segments:
             if self._map is None and self._epoch == epoch:
                 self._map = m
 
-    def map_by_generation(self) -> tuple[np.ndarray, np.ndarray, dict[str, int]] | None:
+    def map_by_generation(self) -> IdMapByGeneration | None:
         """The map as IdMap.export gives it, each id's segment named by its generation
         (keys are this process's); None if it was never read."""
         with self._lock:
