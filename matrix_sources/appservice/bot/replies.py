@@ -340,10 +340,11 @@ def render_why(
             if floor.margin == f.no_shared_word_margin
             else "its script's search.no_shared_word_margin_by_script"
         )
+        numeric = f.min_similarity + (0.0 if floor.shares_word(hit.bodies) else floor.margin)
         rule = (
             f"the floor search.min_similarity = {f.min_similarity:.2f}"
             if floor.shares_word(hit.bodies) or not floor.margin
-            else f"the floor {floor.needed(hit.bodies):.2f} for a hit sharing no word with the "
+            else f"the floor {numeric:.2f} for a hit sharing no word with the "
             f"question (search.min_similarity {f.min_similarity:.2f} + "
             f"{margin_key} {floor.margin:.2f})"
         )
@@ -353,6 +354,17 @@ def render_why(
             f"its closest line's) is below {rule}, so it was not shown. "
             f"Fused score {hit.score:.4f}"
         )
+        if floor.other_language is not None and (
+            floor.in_same_language(hit.bodies) or (hit.similarity or -1.0) >= numeric
+        ):
+            head = (
+                f"Nothing matched; the closest was {room} · {_time_range(hit)}: the "
+                "question does not read as English, and this hit is in another language "
+                "too (the window or its line closest to the question) or shares no word "
+                "with it. To the English-only model such a pair is alike by its language, "
+                "not by what it says, so only a window holding the question's words is "
+                f"shown (its score {sim}; docs/multilingual.md). Fused score {hit.score:.4f}"
+            )
     parts, terms = [], []
     for i, text in enumerate(texts):
         r = hit.ranks[i] if i < len(hit.ranks) else None

@@ -311,14 +311,7 @@ class Responder:
                 return render_error(
                     "Your last query had no hits; `!sources why 1` explains the closest one."
                 )
-            floor = self.searcher.floor
-            return render_why(
-                1,
-                closest,
-                texts,
-                self.rrf_k,
-                floor=floor.for_query(texts) if floor is not None else None,
-            )
+            return render_why(1, closest, texts, self.rrf_k, self.searcher.floor_for(texts))
         if not 1 <= n <= len(hits):
             return render_error(
                 (

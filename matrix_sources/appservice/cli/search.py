@@ -218,17 +218,12 @@ def _why(cfg: Config, n: int, hits: list[dict], query: SourceQuery, searching: S
         return 0
     searcher = searching._local().searcher
     _, closest = searcher.search_with_closest(query)
-    floor = searcher.floor
     if closest is None:
         print("Nothing matched, and nothing in the index is near it.")
         return 0
     print(
         render_why(
-            1,
-            closest,
-            query.texts,
-            cfg.search.rrf_k,
-            floor=floor.for_query(query.texts) if floor is not None else None,
+            1, closest, query.texts, cfg.search.rrf_k, floor=searcher.floor_for(query.texts)
         ).body
     )
     return 0

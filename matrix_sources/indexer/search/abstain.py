@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .evidence import NO_EVIDENCE, Evidence
+from .language import OtherLanguage
 from .lexical import stem, words
 from .tokens import script
 
@@ -46,14 +47,23 @@ class Floor:
     margin_by_script: Mapping[str, float] = field(default_factory=dict, hash=False)
 
     def for_query(
-        self, texts: Iterable[str], evidence: Evidence = NO_EVIDENCE, words_only: bool = False
+        self,
+        texts: Iterable[str],
+        evidence: Evidence = NO_EVIDENCE,
+        words_only: bool = False,
+        other_language: OtherLanguage | None = None,
     ) -> QueryFloor:
         texts = list(texts)
         margin = self.no_shared_word_margin
         if self.margin_by_script:  # the question's script is read only when it matters
             margin = self.margin_by_script.get(script("\n".join(texts)) or "", margin)
         return QueryFloor(
-            self, frozenset().union(*(words_of(t) for t in texts)), evidence, words_only, margin
+            self,
+            frozenset().union(*(words_of(t) for t in texts)),
+            evidence,
+            words_only,
+            margin,
+            other_language,
         )
 
 
@@ -67,18 +77,37 @@ class QueryFloor:
     # The model cannot read the query (legible.py): only windows holding its words.
     words_only: bool = False
     margin: float = 0.0  # above the floor for a hit sharing no word (Floor.for_query)
+    # A question in a language the English-only model does not read (language.py).
+    other_language: OtherLanguage | None = None
 
     def shares_word(self, bodies: Sequence[str]) -> bool:
         return bool(self.words & words_of("\n".join(bodies)))
+
+    def in_same_language(self, bodies: Sequence[str], matched: str | None = None) -> bool:
+        """A question in a language the English-only model does not read, and a hit it
+        can only have met by language: the window or its matched line is in another
+        language too, or, for a question in Latin letters, the hit shares no word with
+        it (language.OtherLanguage)."""
+        other = self.other_language
+        if other is None:
+            return False
+        return (
+            other.reads_foreign("\n".join(bodies))
+            or matched is not None
+            and other.reads_foreign(matched)
+            or other.latin
+            and not self.shares_word(bodies)
+        )
 
     def held(self, bodies: Sequence[str]) -> bool:
         """Whether the bodies hold the query's words (evidence.answers): never refused."""
         return self.evidence.answers(bodies)
 
-    def needed(self, bodies: Sequence[str]) -> float:
-        """The score a hit whose bodies (Hit.bodies) are these must reach to be shown."""
+    def needed(self, bodies: Sequence[str], matched: str | None = None) -> float:
+        """The score a hit whose bodies (Hit.bodies) are these must reach to be shown;
+        `matched`: its line closest to the question, when the presenter found it."""
         if self.held(bodies):
             return NO_FLOOR
-        if self.words_only:
+        if self.words_only or self.in_same_language(bodies, matched):
             return math.inf
         return self.floor.min_similarity + (0.0 if self.shares_word(bodies) else self.margin)

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 
 from ..models.pair_embedder import SHARE_FROM
 from ..models.ports import EnglishVocabulary
+from ..tokens import script
 
 PAIR = "multilingual-e5-small+all-MiniLM-L6-v2"
 _LETTER_WORD = re.compile(r"[^\W\d_]+", re.UNICODE)
@@ -35,6 +37,46 @@ def english_share(text: str, vocabulary: frozenset[str] | set[str]) -> float | N
 def reads_english(text: str, vocabulary: frozenset[str] | set[str]) -> bool | None:
     share = english_share(text, vocabulary)
     return None if share is None else share >= SHARE_FROM
+
+
+def foreign(text: str, vocabulary: frozenset[str] | set[str]) -> bool | None:
+    """Whether the English model reads the text as another language: written mostly in
+    a script other than Latin, or of Latin letter-words it mostly does not know. None
+    when it is too short to tell."""
+    written = script(text)
+    if written is not None and written != "latin":
+        return True
+    english = reads_english(text, vocabulary)
+    return None if english is None else not english
+
+
+@dataclass(frozen=True)
+class OtherLanguage:
+    """A question that an English-only model does not read as English. Its vector and a
+    text's in another language meet by the language they share, not by what they say
+    (a Spanish question about cooking eggs landed at 0.51 on "hola algun argentino" in
+    the Ubuntu chat), and an English text about that language ("we cant speak spanish
+    here?") comes near it too: abstain.py shows such hits only for the question's words.
+    """
+
+    vocabulary: frozenset[str]
+    # Written in Latin letters: English chat can share its words (a product's name, a
+    # command); in another script it shares none, and its gloss (gloss.py) reaches it.
+    latin: bool
+
+    def reads_foreign(self, text: str) -> bool:
+        return bool(foreign(text, self.vocabulary))
+
+
+def other_language(texts: Sequence[str], embedder: object) -> OtherLanguage | None:
+    """The question as OtherLanguage, for an English-only model that knows its words and
+    a question (every text of it) that it reads as another language; None otherwise."""
+    if not isinstance(embedder, EnglishVocabulary):
+        return None
+    vocabulary = embedder.words()
+    if not texts or not all(foreign(t, vocabulary) for t in texts):
+        return None
+    return OtherLanguage(vocabulary, script("\n".join(texts)) == "latin")
 
 
 def not_english_share(

@@ -174,7 +174,9 @@ class Presenter:
                 )
             )
         above = [
-            c for c in cands if floor is None or c.key >= floor.needed(self._conversation_bodies(c))
+            c
+            for c in cands
+            if floor is None or c.key >= floor.needed(self._conversation_bodies(c), _matched(c))
         ]
         closest = None
         if not above and cands:
@@ -454,6 +456,11 @@ def _follow_ups(p: Plan, anchor: int, linked: dict) -> list[Message]:
         elif alone or m.reply_to in linked or bool(set(m.mentions) & responders):
             out.append(m)
     return out
+
+
+def _matched(c: _Candidate) -> str | None:
+    """The candidate's matched question's text (None for a reference hit)."""
+    return c.found[0][c.found[2]].body if c.found else None
 
 
 def _line(m: Message, linked: str) -> Line:

@@ -33,9 +33,10 @@ from ..models.turns import ModelTurns
 from ..records import Hit, Line, RoomID, bodies_of
 from ..store.vectors.chroma import ChromaStore
 from ..store.vectors.points import StoredWindow
-from .abstain import NO_FLOOR, Floor
+from .abstain import NO_FLOOR, Floor, QueryFloor
 from .evidence import NO_EVIDENCE, Evidence
 from .gloss import gloss, has_han
+from .language import other_language
 from .legible import legible
 from .lexical import (
     LEXICAL_MAX_TERMS,
@@ -151,7 +152,9 @@ class Searcher:
         vectors = self.embedder.encode(asked)
         scored = self._with_similarity(*self._retrieve(query, asked, vectors, depth, n), vectors)
         floor = (
-            (self.floor or Floor(NO_FLOOR)).for_query(texts, evidence, words_only)
+            (self.floor or Floor(NO_FLOOR)).for_query(
+                texts, evidence, words_only, other_language(texts, self.embedder)
+            )
             if self.floor is not None or words_only
             else None
         )
@@ -169,6 +172,17 @@ class Searcher:
             else max(scored, key=lambda h: h.similarity if h.similarity is not None else -2.0)
         )
         return hits[: query.top_k], closest
+
+    def floor_for(self, texts: Sequence[str]) -> QueryFloor | None:
+        """The floor a search of these texts was judged by (what `why 1` explains after
+        "nothing matches"): the configured floor with the question's words and language;
+        None without one."""
+        if self.floor is None:
+            return None
+        texts = list(dict.fromkeys(texts))
+        return self.floor.for_query(
+            texts, self._evidence(texts), other_language=other_language(texts, self.embedder)
+        )
 
     def _chat_df(self) -> Callable[[str], int] | None:
         """How many windows hold a term, from the keyword postings once built: what a

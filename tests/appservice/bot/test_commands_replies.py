@@ -632,6 +632,9 @@ class FlooredSearcher(FakeSearcher):
         self.queries.append(query)
         return [], self.closest
 
+    def floor_for(self, texts):
+        return self.floor.for_query(texts)
+
 
 async def test_why_names_the_margin_of_the_questions_script(responder):
     """search.no_shared_word_margin_by_script: `why` names the margin the question got."""
