@@ -23,6 +23,7 @@ from ..tokens import script
 PAIR = "multilingual-e5-small+all-MiniLM-L6-v2"
 _LETTER_WORD = re.compile(r"[^\W\d_]+", re.UNICODE)
 MIN_WORDS = 3  # shorter texts ("ok", "ntfs-3g?") say nothing of their language
+JUDGED = True  # OtherLanguage applies (off: the benchmark's "before")
 
 
 def english_share(text: str, vocabulary: frozenset[str] | set[str]) -> float | None:
@@ -71,7 +72,7 @@ class OtherLanguage:
 def other_language(texts: Sequence[str], embedder: object) -> OtherLanguage | None:
     """The question as OtherLanguage, for an English-only model that knows its words and
     a question (every text of it) that it reads as another language; None otherwise."""
-    if not isinstance(embedder, EnglishVocabulary):
+    if not JUDGED or not isinstance(embedder, EnglishVocabulary):
         return None
     vocabulary = embedder.words()
     if not texts or not all(foreign(t, vocabulary) for t in texts):

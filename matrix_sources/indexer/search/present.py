@@ -83,6 +83,12 @@ SUPERSEDE_RATIO = 0.5
 # A response after the best one is quoted only when it scores at least this share of
 # the best's (None: as many as SHOWN_LINES leaves room for): fewer lines, not padding.
 CLOSE_TO_BEST: float | None = None
+# A response linked only by its place (IMPLICIT: the next speaker, the rest of a burst)
+# from another window is quoted after the best response only when that one is such a
+# line too, or asks back: beside an answer that replies, names the asker or shares the
+# question's window, it was most often the responder's next topic (issue 51: quote
+# precision@1 up on the three dev sets, shown@1 the same; docs/benchmarks.md).
+PLACE_NOT_BESIDE = True
 # A matched line that itself answers someone (a reply, a pill, a leading "@name") is
 # its own hit's response in the order: the answer, not a question nobody answered.
 # Not a leading "name:", which on IRC nearly every line has (it cost Ubuntu there).
@@ -334,6 +340,10 @@ class Presenter:
             ),
         )
         top = ranked[: self.shown_lines - 1]
+        if PLACE_NOT_BESIDE and top:  # by place beside an answer: a new topic, mostly
+            by_place = [_by_place(scored[i][0], linked, thanked, window) for i in top]
+            best_answers = not by_place[0] and lines.asks_back(scored[top[0]][0].body) == 1.0
+            top = top[:1] + [i for i, b in zip(top[1:], by_place[1:]) if not (b and best_answers)]
         if CLOSE_TO_BEST is not None and top:  # the best response, and those near it
             best = scored[top[0]][2]
             top = top[:1] + [i for i in top[1:] if scored[i][2] >= CLOSE_TO_BEST * best]
@@ -456,6 +466,15 @@ def _follow_ups(p: Plan, anchor: int, linked: dict) -> list[Message]:
         elif alone or m.reply_to in linked or bool(set(m.mentions) & responders):
             out.append(m)
     return out
+
+
+def _by_place(m: Message, linked: dict, thanked: set[EventID], window: list[Message]) -> bool:
+    """A response linked only by its place, from outside the window, and not thanked."""
+    return (
+        linked.get(m.event_id) in IMPLICIT
+        and m.event_id not in thanked
+        and all(m.event_id != w.event_id for w in window)
+    )
 
 
 def _matched(c: _Candidate) -> str | None:

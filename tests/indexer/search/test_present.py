@@ -777,3 +777,37 @@ def test_a_response_far_below_the_best_is_not_quoted(wide_world, monkeypatch):
     assert quoted() == ["$q", "$a"]
     monkeypatch.setattr(present, "CLOSE_TO_BEST", None)
     assert quoted() == ["$q", "$a", "$d"]
+
+
+def test_a_line_linked_by_place_is_not_quoted_beside_an_answer(wide_world, monkeypatch):
+    """Two hours after alice's question, bob answers her by name; a minute later he
+    goes on, to nobody ("more": the rest of his burst), in words near the question. The
+    hit quotes the question and bob's answer: beside an answer that names the asker, a
+    line linked only by its place was most often the responder's next topic
+    (`PLACE_NOT_BESIDE`). Without the rule it fills the third place. When the best
+    response is itself linked by place (nobody is named), the next is still quoted."""
+    later = T0 + 2 * HOUR
+    events = [
+        *question_and_chat(),
+        event("$a", BOB, later, f"alice: {ANSWER}"),
+        event("$m", BOB, later + 60_000, "the state cache factor on a small server also costs"),
+    ]
+    admit(wide_world, events)
+
+    def quoted(query: str = QUESTION) -> list[str]:
+        return [ln.event_id for ln in carrier(wide_world, query).shown]
+
+    assert quoted() == ["$q", "$a"]
+    monkeypatch.setattr(present, "PLACE_NOT_BESIDE", False)
+    assert quoted() == ["$q", "$a", "$m"]
+
+
+def test_lines_linked_by_place_are_quoted_when_nothing_better_answers(wide_world):
+    later = T0 + 2 * HOUR
+    events = [
+        event("$q", ALICE, T0, QUESTION),
+        event("$n", BOB, later, ANSWER),
+        event("$m", BOB, later + 60_000, "the state cache factor on a small server also costs"),
+    ]
+    admit(wide_world, events)
+    assert [ln.event_id for ln in carrier(wide_world).shown] == ["$q", "$n", "$m"]
