@@ -22,7 +22,7 @@ from matrix_sources.indexer.clock import REAL, Clock, retrying
 from matrix_sources.indexer.derived.filter import EmittedSection
 from matrix_sources.indexer.ingest.events import COMMAND_PREFIX, MessageEvent
 from matrix_sources.indexer.records import Hit, Message, RoomID
-from matrix_sources.indexer.search.abstain import Floor
+from matrix_sources.indexer.search.abstain import QueryFloor
 from matrix_sources.indexer.search.query import SourceQuery
 
 from .commands import (
@@ -87,10 +87,12 @@ class RateLimiter:
 class SearchPort(Protocol):
     """What the responder asks of the searcher (indexer/search/searcher.Searcher)."""
 
-    floor: Floor | None  # the abstain floor `why 1` explains after "nothing matches"
-
     def search_with_closest(self, query: SourceQuery) -> tuple[list[Hit], Hit | None]:
         """The hits, and when the floor left none, the closest one below it."""
+        ...
+
+    def floor_for(self, texts: Sequence[str]) -> QueryFloor | None:
+        """The floor `why 1` explains after "nothing matches", as the search judged."""
         ...
 
 
