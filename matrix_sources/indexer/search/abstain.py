@@ -87,7 +87,8 @@ class QueryFloor:
         """A question in a language the English-only model does not read, and a hit it
         can only have met by language: the window or its matched line is in another
         language too, or, for a question in Latin letters, the hit shares no word with
-        it (language.OtherLanguage)."""
+        it outside its lines in another language (there "la" or "con" is the language's
+        word, not the topic's; language.OtherLanguage)."""
         other = self.other_language
         if other is None:
             return False
@@ -96,7 +97,7 @@ class QueryFloor:
             or matched is not None
             and other.reads_foreign(matched)
             or other.latin
-            and not self.shares_word(bodies)
+            and not self.shares_word([b for b in bodies if not other.reads_foreign(b)])
         )
 
     def held(self, bodies: Sequence[str]) -> bool:

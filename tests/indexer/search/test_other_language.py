@@ -153,6 +153,11 @@ def test_the_floor_for_a_question_in_another_language():
     assert q.needed(["we mount the disco at boot here"]) == pytest.approx(0.34)  # shares "disco"
     assert q.needed(["we can speak here"]) == float("inf")  # shares no word
     assert q.needed(["hola algun argentino en el canal disco"]) == float("inf")  # Spanish too
+    # The window reads English, but shares the question's words ("el", "disco") only in
+    # its line in another language: their language's words, not its topic's.
+    mixed = ["how do i mount the disk at boot a line in fstab", "hola algun argentino el disco"]
+    assert foreign("\n".join(mixed), VOCAB) is False
+    assert q.needed(mixed) == float("inf")
     # The window reads English, its matched line does not.
     assert q.needed(["we mount the disco at boot here"], "el disco de rosa") == float("inf")
     # A question in another script shares no word with English chat: only the language
