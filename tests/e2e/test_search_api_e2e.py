@@ -104,6 +104,19 @@ async def test_the_api_the_cli_sources_and_mcp_give_the_same_hits(stack):
         assert cited["hits"][0]["link"].startswith("https://matrix.to/#/")
         assert "loading the model" not in (stack.root / "mcp.stderr").read_text()
 
+        # A question in another language that nothing answers: the room's reply, the
+        # API, the CLI and MCP add the same note (the English model, the line to set).
+        egg = "¿Cuánto tiempo hay que cocer un huevo para que la yema quede blanda?"
+        status, none = post(stack, {"texts": [egg]}, api_token)
+        assert status == 200 and none["hits"] == [], none
+        assert "does not read as English" in none["note"]
+        said = stack.cli("search", egg)
+        assert said.returncode == 0 and said.stdout.rstrip("\n").endswith(none["note"])
+        assert json.loads(stack.cli("search", "--json", egg).stdout)["note"] == none["note"]
+        reply = await dana.ask(room, f"!sources {egg}", stack.bot)
+        assert reply["content"]["body"].endswith(none["note"])
+        assert (await mcp_search(stack, [egg]))["note"] == none["note"]
+
     stack.service.stop()
     stopped = stack.cli("search", "--json", QUESTION)
     assert stopped.returncode == 0, stopped.stderr

@@ -66,6 +66,11 @@ class ServiceClient:
 
     def search(self, query: SourceQuery) -> list[dict]:
         """The hits as the service's JSON has them (`Hit.to_json`)."""
+        return self.answer(query)[0]
+
+    def answer(self, query: SourceQuery) -> tuple[list[dict], str]:
+        """The hits, and with none, what the service adds to "nothing matches" ("" for
+        nothing: search_api.py's "note")."""
         client = httpclient.HttpClient(self.base_url, self.token, self.timeout)
         try:
             resp = client.call("POST", PATH, query.to_json())
@@ -82,7 +87,8 @@ class ServiceClient:
             ) from None
         data = resp.data
         if resp.status == 200 and isinstance(data, dict) and isinstance(data.get("hits"), list):
-            return data["hits"]
+            note = data.get("note")
+            return data["hits"], note if isinstance(note, str) else ""
         if not isinstance(data, dict):
             raise ServiceError(
                 resp.status,

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 from matrix_sources.indexer.clock import REAL, Clock
 from matrix_sources.indexer.config import Config, ConfigError
 from matrix_sources.indexer.records import Hit
+from matrix_sources.indexer.search.language import english_only_note
 from matrix_sources.indexer.search.query import QueryError, SourceQuery
 
 from .apiclient import TEMPORARY, ServiceClient, ServiceError, Unreachable, describe, find_service
@@ -57,6 +58,9 @@ class Searching:
         self._index: Index | None = None
         self._said: set[str] = set()
         self.via: str = ""  # "service" or "data dir": how the last search was answered
+        # What the last search's "nothing matches" adds ("" for nothing): a question the
+        # English-only model does not read as English (language.english_only_note).
+        self.note: str = ""
 
     def _note_once(self, message: str) -> None:
         if message not in self._said:
@@ -87,7 +91,11 @@ class Searching:
                     "searching the data dir itself"
                 )
         self.via = "data dir"
-        return [h.to_json() for h in self._local().searcher.search(query)]
+        index = self._local()
+        hits = [h.to_json() for h in index.searcher.search(query)]
+        note = None if hits else english_only_note(index.embedder)
+        self.note = note(query.texts) if note is not None else ""
+        return hits
 
     def _from_service(
         self, client: ServiceClient, query: SourceQuery, wait_out_limits: bool
@@ -95,7 +103,7 @@ class Searching:
         waited = 0.0
         while True:
             try:
-                hits = client.search(query)
+                hits, self.note = client.answer(query)
                 self.via = "service"
                 return hits
             except ServiceError as e:
@@ -122,15 +130,16 @@ class Searching:
             self._index = None
 
 
-def render(cfg: Config, hits: list[dict], texts: tuple[str, ...]) -> str:
+def render(cfg: Config, hits: list[dict], texts: tuple[str, ...], note: str = "") -> str:
     """The hits as the reply in the room reads, from their JSON (whichever process
-    searched)."""
+    searched); `note`: what "nothing matches" adds (Searching.note)."""
     from ..bot.replies import render_hits
 
     return render_hits(
         [Hit.from_search_json(h) for h in hits],
         texts,
         cfg.homeserver.domain,
+        nothing_note=note,
         why="`matrix-sources search --why 1` and the same question",
     ).body
 
@@ -183,9 +192,10 @@ def run_search(cfg: Config, args) -> int:
         finally:
             searching.close()
     if args.json:
-        print(json.dumps({"hits": hits}, ensure_ascii=False))
+        said = {"note": searching.note} if searching.note else {}
+        print(json.dumps({"hits": hits, **said}, ensure_ascii=False))
         return 0
-    print(render(cfg, hits, query.texts))
+    print(render(cfg, hits, query.texts, searching.note))
     return 0
 
 
@@ -277,7 +287,8 @@ def _batch(cfg: Config, path: Path, top: int) -> int:
                     errors += 1
                     print(json.dumps({"id": qid, "line": n, "error": e.message}))
                     continue
-                print(json.dumps({"id": qid, "hits": hits}, ensure_ascii=False), flush=True)
+                said = {"note": searching.note} if searching.note else {}
+                print(json.dumps({"id": qid, "hits": hits, **said}, ensure_ascii=False), flush=True)
     finally:
         searching.close()
     return 1 if errors else 0

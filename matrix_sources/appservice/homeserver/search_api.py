@@ -3,7 +3,9 @@
 
     Authorization: Bearer <api token>   (api.token_file, never an appservice token)
     {"texts": ["how do I rotate the signing key"], "top_k": 5, "room": "!id", "corpus": "chat"}
-    -> 200 {"hits": [...]}, each hit as `matrix-sources search --json` prints it
+    -> 200 {"hits": [...]}, each hit as `matrix-sources search --json` prints it;
+       with no hits, "note" too when the question does not read as English and the
+       index's model reads English only (indexer/search/language.py)
 
 Checked in this order, each answered in JSON {"errcode", "error"} (+ "field" on 400):
 
@@ -21,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from aiohttp import web
@@ -47,6 +49,8 @@ NOT_READY_RETRY_SECONDS = 5
 SEARCH_WORKERS = 2
 
 Search = Callable[[SourceQuery], list[Hit]]
+# What "nothing matches" adds for these texts ("" for nothing): language.english_only_note.
+Note = Callable[[Sequence[str]], str]
 # None when searches may run; else why not yet (the service is starting: rebuilding the
 # collection, waiting for the homeserver).
 Readiness = Callable[[], str | None]
@@ -67,8 +71,10 @@ class SearchAPI:
         limiter: TokenBucket,
         default_top_k: int,
         clock: Clock = REAL,
+        note: Note | None = None,
     ) -> None:
         self._token = token.encode()
+        self.note = note
         self.search = search
         self.ready = ready
         self.limiter = limiter
@@ -84,6 +90,7 @@ class SearchAPI:
         search: Search,
         ready: Readiness,
         clock: Clock = REAL,
+        note: Note | None = None,
     ) -> SearchAPI:
         """The service's: its token from api.token_file (written when missing), refused
         if it is one of the appservice's."""
@@ -96,6 +103,7 @@ class SearchAPI:
             TokenBucket(cfg.api.requests_per_minute, cfg.api.burst, clock),
             cfg.search.default_top_k,
             clock,
+            note,
         )
 
     def attach(self, router: web.UrlDispatcher) -> None:
@@ -163,7 +171,10 @@ class SearchAPI:
                 "ms": round((self.clock.now() - started) * 1000, 1),
             },
         )
-        return web.json_response({"hits": [h.to_json() for h in hits]})
+        said = self.note(query.texts) if not hits and self.note is not None else ""
+        return web.json_response(
+            {"hits": [h.to_json() for h in hits], **({"note": said} if said else {})}
+        )
 
     def _pool(self) -> ThreadPoolExecutor:
         if self._executor is None:

@@ -33,6 +33,7 @@ from matrix_sources.indexer.ingest.events import MessageEvent, ReactionEvent
 from matrix_sources.indexer.models.embedder import Embedder
 from matrix_sources.indexer.pipeline.worker import PipelineWorker
 from matrix_sources.indexer.records import UserID
+from matrix_sources.indexer.search.language import english_only_note
 from matrix_sources.indexer.search.searcher import SourceQuery
 from matrix_sources.indexer.store import clean_stop, read_ahead
 from matrix_sources.indexer.store.lock import WriterLock
@@ -255,6 +256,7 @@ class Service:
             self.searcher.search,
             ready=lambda: None if self.searchable else self.health.detail,
             clock=clock,
+            note=english_only_note(self.embedder),
         )
         self.search_api.attach(self.az.app.router)
 

@@ -279,3 +279,18 @@ async def test_a_failed_search_is_500_and_logs_no_text(env, caplog):
     with caplog.at_level(logging.INFO, logger="matrix_sources"):
         assert (await env.post({"texts": ["secretword again"]}))[0] == 200
     assert "secretword" not in caplog.text and "api_search" in caplog.text
+
+
+async def test_nothing_matches_carries_the_language_note_and_hits_do_not(env):
+    """With no hits, what the room's reply adds (a question the English-only model does
+    not read as English: language.english_only_note) comes as "note"; with hits, or
+    with nothing to add, no "note" key at all."""
+    env.api.note = lambda texts: "NOTE for " + texts[0] if texts[0].startswith("¿") else ""
+    status, body, _ = await env.post({"texts": ["¿Cómo monto un disco?"]})
+    assert status == 200 and body == {"hits": [HIT.to_json()]}
+    env.search.hits = []
+    status, body, _ = await env.post({"texts": ["¿Cómo monto un disco?"]})
+    assert body == {"hits": [], "note": "NOTE for ¿Cómo monto un disco?"}
+    await env.clock.advance(60)  # the bucket's burst is 2
+    status, body, _ = await env.post({"texts": ["how do I mount a disk"]})
+    assert body == {"hits": []}

@@ -182,3 +182,33 @@ def test_why_after_nothing_says_the_language_was_the_reason(index):
     body = render_why(1, closest, texts, 60, index.searcher.floor_for(texts)).body
     assert "does not read as English" in body and "only a window holding" in body
     assert "inf" not in body
+
+
+@pytest.mark.model
+def test_the_shell_says_why_and_the_json_carries_the_note(tmp_path, capsys):
+    """`matrix-sources search` on the data dir (no service running): the question in
+    Spanish gets "nothing matches" with the line that sets the multilingual model, as
+    the room's reply has it; `--json` carries it as "note", as the search API does."""
+    import json
+
+    from matrix_sources.appservice.cli.main import main
+
+    data = tmp_path / "d"
+    init_data_dir(data, domain="example.org")
+    add_room(load_config(data / "config.yaml").allowlist_path, ROOM)
+    (tmp_path / "events.jsonl").write_text(
+        "".join(json.dumps(e) + "\n" for e in events()), encoding="utf-8"
+    )
+    cfg = str(data / "config.yaml")
+    assert main(["import", "-c", cfg, "-q", str(tmp_path / "events.jsonl")]) == 0
+    capsys.readouterr()
+    egg = "¿Cuánto tiempo hay que cocer un huevo para que la yema quede blanda?"
+    assert main(["search", "-c", cfg, egg]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Nothing in the index answers that")
+    assert "does not read as English" in out and "multilingual-e5-small+all-MiniLM-L6-v2" in out
+    assert main(["search", "-c", cfg, "--json", egg]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["hits"] == [] and "does not read as English" in got["note"]
+    assert main(["search", "-c", cfg, "--json", "wifi drops on the new kernel"]) == 0
+    assert "note" not in json.loads(capsys.readouterr().out)
