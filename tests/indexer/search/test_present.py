@@ -811,3 +811,31 @@ def test_lines_linked_by_place_are_quoted_when_nothing_better_answers(wide_world
     ]
     admit(wide_world, events)
     assert [ln.event_id for ln in carrier(wide_world).shown] == ["$q", "$n", "$m"]
+
+
+def test_a_matched_answer_quotes_its_askers_lines_not_others_who_address_its_sender(
+    wide_world, monkeypatch
+):
+    """bob answers alice by name, and that line is what the query matches. Two hours
+    later dave, who never spoke to bob, brings bob his own question about the cache
+    factor; alice thanks bob. The hit quotes bob's answer and alice's reply, not dave's
+    line (carried and cited all the same): `ANSWERS_ONE`. Without the rule dave's line
+    is quoted."""
+    later = T0 + 2 * HOUR
+    events = [
+        event("$q", ALICE, T0, QUESTION),
+        event("$a", BOB, T0 + 60_000, f"alice: {ANSWER}"),
+        event("$d", DAVE, later, "bob: my small server is slow too, where is that cache factor?"),
+        event("$t", ALICE, later + 60_000, "bob: raising the cache factor to 2.0 did it, thanks"),
+    ]
+    admit(wide_world, events)
+
+    def shown_and_cited() -> tuple[list[str], set[str]]:
+        hit = carrier(wide_world, ANSWER)
+        return [ln.event_id for ln in hit.shown], set(hit.cited_event_ids)
+
+    shown, cited = shown_and_cited()
+    assert "$a" in shown and "$d" not in shown and "$d" in cited
+    monkeypatch.setattr(present, "ANSWERS_ONE", False)
+    shown, _ = shown_and_cited()
+    assert "$d" in shown
