@@ -485,9 +485,12 @@ def _follow_ups(p: Plan, anchor: int, linked: dict) -> list[Message]:
 def _answered_askers(window: Sequence[Message], anchor: int) -> frozenset[str]:
     """When the matched line answers someone: the names of those it speaks to (its
     text's address, its pills) who spoke before it in the window and never to its
-    sender (they asked; it answers them). Empty when it answers no one, or only people
-    who had been talking to its sender (then its sender is the one who asked)."""
+    sender (they asked; it answers them). Empty when it answers no one, only people
+    who had been talking to its sender, or thanks them (then its sender is the one who
+    asked)."""
     m = window[anchor]
+    if lines.thanks(m.body):  # a thanks is the asker's: others may go on answering
+        return frozenset()
     mine = names(m.sender)
     known = frozenset(n for x in window for n in names(x.sender))
     to = set(addressees(m, known)) | {n for u in m.mentions if u != m.sender for n in names(u)}

@@ -839,3 +839,21 @@ def test_a_matched_answer_quotes_its_askers_lines_not_others_who_address_its_sen
     monkeypatch.setattr(present, "ANSWERS_ONE", False)
     shown, _ = shown_and_cited()
     assert "$d" in shown
+
+
+def test_who_a_matched_line_answers():
+    """`present._answered_askers`: the people a line answers are those it names who
+    spoke before it and never to its sender; a line that thanks, or one to people who
+    had been helping its sender, answers no one who asked."""
+    from matrix_sources.indexer.records import EventID, Message, RoomID, UserID
+
+    def m(i: int, who: str, body: str) -> Message:
+        return Message(EventID(f"$x{i}"), RoomID(ROOM), UserID(who), T0 + i, body)
+
+    asked = [m(0, ALICE, "how do I raise the cache factor"), m(1, BOB, "alice: set it to 2.0")]
+    assert present._answered_askers(asked, 1) == frozenset({"alice"})
+    helped = [m(0, BOB, "alice: set it to 2.0"), m(1, ALICE, "bob: where is that file?")]
+    assert present._answered_askers(helped, 1) == frozenset()
+    thanks = [m(0, BOB, "the cache factor, 2.0"), m(1, ALICE, "bob: thanks, that worked")]
+    assert present._answered_askers(thanks, 1) == frozenset()
+    assert present._answered_askers([m(0, BOB, "set it to 2.0")], 0) == frozenset()
