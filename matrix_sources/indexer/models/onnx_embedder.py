@@ -236,6 +236,7 @@ class OnnxEmbedder:
         tok.enable_truncation(MAX_WORD_PIECES)
         tok.no_padding()  # tokenizer.json pads to 128; encode pads each batch to its longest
         self._tokenizer = tok
+        self._words: frozenset[str] | None = None
         self._ort = ort
         self._shared = shared_initializers(self.path)
         self._session = self._new_session(threads=0)  # 0: ORT's choice, a thread a core
@@ -260,8 +261,13 @@ class OnnxEmbedder:
 
     def words(self) -> frozenset[str]:
         """The vocabulary's whole words (no "##" continuation pieces): what the model reads
-        as a word (pair_embedder.py weighs a question by them)."""
-        return frozenset(w for w in self._tokenizer.get_vocab() if not w.startswith("##"))
+        as a word (pair_embedder.py weighs a question by them; language.py asks at every
+        search). Made once: 10 to 20 ms a call."""
+        if self._words is None:
+            self._words = frozenset(
+                w for w in self._tokenizer.get_vocab() if not w.startswith("##")
+            )
+        return self._words
 
     def _run(self, pieces: list[list[int]], session=None):
         """One forward pass over word-piece ids, padded (id 0, mask 0) to the longest."""
