@@ -64,13 +64,9 @@ class ServiceClient:
     def url(self) -> str:
         return self.base_url + PATH
 
-    def search(self, query: SourceQuery) -> list[dict]:
-        """The hits as the service's JSON has them (`Hit.to_json`)."""
-        return self.answer(query)[0]
-
-    def answer(self, query: SourceQuery) -> tuple[list[dict], str]:
-        """The hits, and with none, what the service adds to "nothing matches" ("" for
-        nothing: search_api.py's "note")."""
+    def search(self, query: SourceQuery) -> tuple[list[dict], str]:
+        """The hits as the service's JSON has them (`Hit.to_json`), and with none, what
+        the service adds to "nothing matches" ("" for nothing: search_api.py's "note")."""
         client = httpclient.HttpClient(self.base_url, self.token, self.timeout)
         try:
             resp = client.call("POST", PATH, query.to_json())

@@ -119,10 +119,9 @@ def answer(
         client = searching.service()
         return failed(describe(e, client, cfg) if client else e.message)
     cited = [citation(n, d, query.texts, cfg.homeserver.domain) for n, d in enumerate(hits, 1)]
-    said = {"note": searching.note} if searching.note else {}
     return CallToolResult(
         content=[TextContent(text=render(cfg, hits, query.texts, searching.note))],
-        structured_content={"hits": cited, **said},
+        structured_content={"hits": cited, **searching.note_field()},
     )
 
 

@@ -62,6 +62,10 @@ class Searching:
         # English-only model does not read as English (language.english_only_note).
         self.note: str = ""
 
+    def note_field(self) -> dict[str, str]:
+        """{"note": ...} for a JSON answer when the last search had one, else {}."""
+        return {"note": self.note} if self.note else {}
+
     def _note_once(self, message: str) -> None:
         if message not in self._said:
             self._said.add(message)
@@ -103,7 +107,7 @@ class Searching:
         waited = 0.0
         while True:
             try:
-                hits, self.note = client.answer(query)
+                hits, self.note = client.search(query)
                 self.via = "service"
                 return hits
             except ServiceError as e:
@@ -192,8 +196,7 @@ def run_search(cfg: Config, args) -> int:
         finally:
             searching.close()
     if args.json:
-        said = {"note": searching.note} if searching.note else {}
-        print(json.dumps({"hits": hits, **said}, ensure_ascii=False))
+        print(json.dumps({"hits": hits, **searching.note_field()}, ensure_ascii=False))
         return 0
     print(render(cfg, hits, query.texts, searching.note))
     return 0
@@ -287,8 +290,8 @@ def _batch(cfg: Config, path: Path, top: int) -> int:
                     errors += 1
                     print(json.dumps({"id": qid, "line": n, "error": e.message}))
                     continue
-                said = {"note": searching.note} if searching.note else {}
-                print(json.dumps({"id": qid, "hits": hits, **said}, ensure_ascii=False), flush=True)
+                answered = {"id": qid, "hits": hits, **searching.note_field()}
+                print(json.dumps(answered, ensure_ascii=False), flush=True)
     finally:
         searching.close()
     return 1 if errors else 0

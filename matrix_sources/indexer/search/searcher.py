@@ -133,9 +133,7 @@ class Searcher:
         evidence = self._evidence(texts)
         # A script the model only spells out (indexer/search/legible.py): its vector says
         # nothing, so only windows holding the query's words may answer.
-        words_only = not legible(
-            texts, self.embedder.tokenize if isinstance(self.embedder, Tokenizer) else None
-        )
+        words_only = self._words_only(texts)
         if words_only and not evidence.held_anywhere:
             return [], None
         # The presenter ranks a pool again by the windows' matched questions.
@@ -151,13 +149,7 @@ class Searcher:
         n = max(depth * 4, 20) if fusing else depth
         vectors = self.embedder.encode(asked)
         scored = self._with_similarity(*self._retrieve(query, asked, vectors, depth, n), vectors)
-        floor = (
-            (self.floor or Floor(NO_FLOOR)).for_query(
-                texts, evidence, words_only, other_language(texts, self.embedder)
-            )
-            if self.floor is not None or words_only
-            else None
-        )
+        floor = self._floor(texts, evidence, words_only)
         if self.presenter is not None:  # the floor compares what the presenter ranks by
             return self.presenter.present_above(scored, vectors, query.top_k, floor, evidence)
         hits = [
@@ -175,13 +167,23 @@ class Searcher:
 
     def floor_for(self, texts: Sequence[str]) -> QueryFloor | None:
         """The floor a search of these texts was judged by (what `why 1` explains after
-        "nothing matches"): the configured floor with the question's words and language;
-        None without one."""
+        "nothing matches"); None without a configured floor."""
         if self.floor is None:
             return None
         texts = list(dict.fromkeys(texts))
-        return self.floor.for_query(
-            texts, self._evidence(texts), other_language=other_language(texts, self.embedder)
+        return self._floor(texts, self._evidence(texts), self._words_only(texts))
+
+    def _words_only(self, texts: list[str]) -> bool:
+        """A script the model only spells out (legible.py): its vector says nothing."""
+        tokenize = self.embedder.tokenize if isinstance(self.embedder, Tokenizer) else None
+        return not legible(texts, tokenize)
+
+    def _floor(self, texts: list[str], evidence: Evidence, words_only: bool) -> QueryFloor | None:
+        """The query's floor: its words, its script's margin, its language."""
+        if self.floor is None and not words_only:
+            return None
+        return (self.floor or Floor(NO_FLOOR)).for_query(
+            texts, evidence, words_only, other_language(texts, self.embedder)
         )
 
     def _chat_df(self) -> Callable[[str], int] | None:

@@ -212,3 +212,14 @@ def test_the_shell_says_why_and_the_json_carries_the_note(tmp_path, capsys):
     assert got["hits"] == [] and "does not read as English" in got["note"]
     assert main(["search", "-c", cfg, "--json", "wifi drops on the new kernel"]) == 0
     assert "note" not in json.loads(capsys.readouterr().out)
+    batch = tmp_path / "q.jsonl"
+    batch.write_text(
+        json.dumps({"id": "egg", "texts": [egg]})
+        + "\n"
+        + json.dumps({"id": "wifi", "texts": ["wifi drops on the new kernel"]})
+        + "\n",
+        encoding="utf-8",
+    )
+    assert main(["search", "-c", cfg, "--queries", str(batch)]) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert "does not read as English" in lines[0]["note"] and "note" not in lines[1]
