@@ -187,10 +187,17 @@ async def test_a_restart_searches_before_every_room_is_joined_again(stack):
     assert checked and ("ids_read=False" in checked[0]) == stamp_kept, checked
     # and kept the map of which segment holds each id, which that start took.
     assert (" id_map_kept " in after) == stamp_kept
+
     # What searches read from disk asked into the page cache (store/read_ahead.py): the
-    # event log (SQLite) and each generation's chroma.sqlite3.
-    ahead = [line for line in after.splitlines() if " read_ahead " in line]
-    assert ahead and f"files={2 if stamp_kept else 1}" in ahead[0], ahead
+    # event log (SQLite) and each generation's chroma.sqlite3. A background task after
+    # the start, from a child process: its line may come after the service is ready.
+    def read_ahead_lines() -> list[str]:
+        with stack.service.log_path.open(errors="replace") as f:
+            f.seek(at)
+            return [line for line in f.read().splitlines() if " read_ahead " in line]
+
+    ahead = wait_for("the read-ahead's log line", read_ahead_lines, 30.0)
+    assert f"files={2 if stamp_kept else 1}" in ahead[0], ahead
     # Until anything writes the pair: a window lost from the Chroma folder while the
     # service is stopped is found by the next start's id check and indexed again.
     stack.service.stop()
