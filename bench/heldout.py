@@ -21,12 +21,17 @@ Then each abstain rule's parameters (`rules`: a grid around the model's shipped 
 are fitted on one fold and applied to the other, both ways. Folds are split by
 question (dev item n: fold n % 2; the off-topic questions alternately within each
 language), never by translation: a question and its four translations are always in
-the same fold. Fitting maximises the mean success@5 over
-the five languages, among the parameters that leave at least OFFTOPIC_REFUSED of the
-fold's off-topic questions in each language with no hit and lose the English items at
-most 0.02 success@5 against the rule's best on that fold. The held-out figures are each
-fold's, measured with the other fold's parameters (query setting and abstain
-parameters together), summed; the in-sample ones use the parameters fitted on every item.
+the same fold. Fitting (`fit`) keeps English within 0.02 success@5 of the rule's best
+on that fold and, among those, takes the parameters that stand furthest inside the
+issue's bounds (at least OFFTOPIC_REFUSED of each language's off-topic questions with
+no hit, "nothing matches" for at most NOTHING_AT_MOST of its answerable ones, and
+success@5 at least SUCCESS5_AT_LEAST in each other language), then the best mean
+success@5 over the five languages: a fold's 20 off-topic questions a language place a
+floor only within a question or two, and parameters fitted to sit on one fold's bound
+miss it on the other (`--fit best`, the earlier choice). The
+held-out figures are each fold's, measured with the other fold's parameters (query
+setting and abstain parameters together), summed; the in-sample ones use the
+parameters fitted on every item.
 """
 
 from __future__ import annotations
@@ -55,6 +60,8 @@ LANGS = ("en", *retrieval.XL_LANGS)
 OFFTOPIC_XL = Path(__file__).resolve().parent / "offtopic-xl-queries.jsonl"
 OFFTOPIC_REFUSED = 0.9  # the issue's bound, in each language (--offtopic-bound)
 NOTHING_AT_MOST = 0.05  # "nothing matches" for at most 1 in 20 answerable questions
+SUCCESS5_AT_LEAST = 0.8  # in each language but English
+FIT = "centered"  # how a fold's parameters are chosen (fit, --fit)
 CACHE = "heldout-scores.json"
 PAIR = "matrix_sources.indexer.models.pair_embedder"
 # The pair's question-side constants, each tried as a change from the shipped ones.
@@ -62,7 +69,7 @@ QUERY_SETTINGS: tuple[dict[str, float], ...] = (
     {},
     {"ENGLISH_WEIGHT": 0.4},
     {"SHARE_FROM": 0.5},
-    {"SHARE_FROM": 0.7},
+    {"SHARE_FROM": 0.6},
 )
 
 
@@ -341,14 +348,47 @@ def _refused(f: dict) -> float:
 Recs = dict[str, list[Asked]]  # query setting's tag -> every question asked under it
 
 
+def slack(f: dict) -> float:
+    """How far inside the issue's bounds the figures stand, at the nearest one: in each
+    language, the share of off-topic questions refused above OFFTOPIC_REFUSED and the
+    share of answerable ones answered above 1 - NOTHING_AT_MOST; in each but English
+    (which keeps within 0.02 of its best instead), success@5 above SUCCESS5_AT_LEAST.
+    Negative: a bound is missed."""
+    out = []
+    for lang in LANGS:
+        if f[lang]["offtopic"]:
+            out.append(f[lang]["offtopic_refused"] / f[lang]["offtopic"] - OFFTOPIC_REFUSED)
+        if f[lang]["n"]:
+            out.append(NOTHING_AT_MOST - f[lang]["nothing"] / f[lang]["n"])
+            if lang != "en":
+                out.append(f[lang]["success@5"] - SUCCESS5_AT_LEAST)
+    return min(out, default=0.0)
+
+
 def fit(by: Recs, rule: Rule, grid: list[dict]) -> tuple[str, dict]:
-    """The query setting and parameters with the best mean success@5, then the fewest
-    "nothing matches", among those that refuse OFFTOPIC_REFUSED of each language's
-    off-topic questions and answer all but NOTHING_AT_MOST of its answerable ones (or,
-    failing that, only refuse; or refuse OFFTOPIC_REFUSED of them all) and keep English
-    within 0.02 of its best; ties: the shipped setting, then the highest floor (the most
-    cautious)."""
+    """The query setting and parameters that keep English within 0.02 success@5 of its
+    best and, with FIT "centered", stand furthest inside the bounds (slack: the
+    nearest bound, in any language, as far away as the fold allows), then have the best
+    mean success@5 over the five languages. With FIT "best" (how it was fitted before):
+    the best mean success@5, then the fewest "nothing matches", among those that refuse
+    OFFTOPIC_REFUSED of each language's off-topic questions and answer all but
+    NOTHING_AT_MOST of its answerable ones (or, failing that, only refuse; or refuse
+    OFFTOPIC_REFUSED of them all). Such a choice sits on the off-topic bound of the fold
+    it was fitted on, so the other fold misses one bound or the other by a question or
+    two. Ties: the shipped setting, then the highest floor (the most cautious)."""
     scored = [((t, p), figures(asked, rule(p))) for t, asked in by.items() for p in grid]
+    best_en = max(f["en"]["success@5"] for _, f in scored)
+    english = [(c, f) for c, f in scored if f["en"]["success@5"] >= best_en - 0.02]
+    if FIT == "centered":
+        return max(
+            english,
+            key=lambda cf: (
+                round(slack(cf[1]), 6),
+                round(_objective(cf[1]), 6),
+                cf[0][0] == "",
+                cf[0][1]["F"],
+            ),
+        )[0]
 
     def refuses(f: dict) -> bool:
         return all(
@@ -504,9 +544,17 @@ def main() -> int:
         help="the share of each language's off-topic questions a fold's parameters must "
         "refuse in that fold (above 0.9 leaves room for the other fold)",
     )
+    p.add_argument(
+        "--fit",
+        choices=("centered", "best"),
+        default=FIT,
+        help="centered: furthest inside the bounds, then the best success@5; best: the "
+        "best success@5 that meets them in the fold (fit)",
+    )
     p.add_argument("--out", default=None)
     args = p.parse_args()
     globals()["OFFTOPIC_REFUSED"] = args.offtopic_bound
+    globals()["FIT"] = args.fit
     every = evalkit.datasets(Path(args.eval_root) if args.eval_root else None)
     dirs = {
         n: (Path(args.work).resolve() / f"retrieval-{n}", every[n])

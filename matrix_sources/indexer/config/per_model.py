@@ -21,10 +21,11 @@ ONE_BACKEND = {
 MODEL_FLOORS = {"all-MiniLM-L6-v2": (0.34, 0.11), "multilingual-e5-small": (0.85, 0.02)}
 MODEL_FLOORS["intfloat/multilingual-e5-small"] = MODEL_FLOORS["multilingual-e5-small"]
 # The pair's similarity is each model's cosine from its own floor, on e5's scale
-# (pair_embedder.py), so e5's margins hold for it; its floor is its own, fitted on half
-# the Gitter dev items and measured on the other half, both ways (bench/heldout.py: the
-# halves chose 0.83 and 0.85; docs/multilingual.md, "Held out").
-MODEL_FLOORS["multilingual-e5-small+all-MiniLM-L6-v2"] = (0.84, 0.02)
+# (pair_embedder.py), so e5's margins per script hold for it; its floor and margin are
+# its own: what bench/heldout.py's fit chooses on every dev item, the fit measured on
+# half the items when fitted on the other half, both ways (the halves chose 0.84 and
+# 0.85, margin 0.02; docs/multilingual.md, "Held out").
+MODEL_FLOORS["multilingual-e5-small+all-MiniLM-L6-v2"] = (0.85, 0.01)
 # search.no_shared_word_margin_by_script where config.yaml leaves it unset, per model:
 # multilingual-e5-small puts an off-topic question in Cyrillic well under its floor, and a
 # real one often shares no word with its English answer; one in Chinese near everything

@@ -16,7 +16,6 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from ..models.pair_embedder import SHARE_FROM
 from ..models.ports import EnglishVocabulary
 from ..tokens import script
 
@@ -24,6 +23,9 @@ PAIR = "multilingual-e5-small+all-MiniLM-L6-v2"
 _LETTER_WORD = re.compile(r"[^\W\d_]+", re.UNICODE)
 MIN_WORDS = 3  # shorter texts ("ok", "ntfs-3g?") say nothing of their language
 JUDGED = True  # OtherLanguage applies (off: the benchmark's "before")
+# A text reads as English from this share of known words (the English questions of the
+# three dev sets read 0.70 and up; the pair gives English weight from 0.7).
+READS_ENGLISH_FROM = 0.6
 
 
 def english_share(text: str, vocabulary: frozenset[str] | set[str]) -> float | None:
@@ -37,7 +39,7 @@ def english_share(text: str, vocabulary: frozenset[str] | set[str]) -> float | N
 
 def reads_english(text: str, vocabulary: frozenset[str] | set[str]) -> bool | None:
     share = english_share(text, vocabulary)
-    return None if share is None else share >= SHARE_FROM
+    return None if share is None else share >= READS_ENGLISH_FROM
 
 
 def foreign(text: str, vocabulary: frozenset[str] | set[str]) -> bool | None:
