@@ -369,7 +369,7 @@ def fit(by: Recs, rule: Rule, grid: list[dict]) -> tuple[str, dict]:
     """The query setting and parameters that keep English within 0.02 success@5 of its
     best and, with FIT "centered", stand furthest inside the bounds (slack: the
     nearest bound, in any language, as far away as the fold allows), then have the best
-    mean success@5 over the five languages. With FIT "best" (how it was fitted before):
+    mean success@5 over the five languages. With FIT "best":
     the best mean success@5, then the fewest "nothing matches", among those that refuse
     OFFTOPIC_REFUSED of each language's off-topic questions and answer all but
     NOTHING_AT_MOST of its answerable ones (or, failing that, only refuse; or refuse
