@@ -97,6 +97,12 @@ PLACE_NOT_BESIDE = True
 # carried and cited (issue 51: Ubuntu's quote precision@1 0.954 -> 0.979, the rest the
 # same; docs/benchmarks.md).
 ANSWERS_ONE = True
+# A response linked only by its place that is a question of its own, from another than
+# the matched line's sender, naming and replying to no one, is someone's new topic (a
+# question put to the room between a question and its answer): carried and cited, not
+# quoted (issue 51: Gitter's and Slack's quote precision@1 up, the rest the same;
+# docs/benchmarks.md).
+PLACE_ASKS_OWN = True
 # A matched line that itself answers someone (a reply, a pill, a leading "@name") is
 # its own hit's response in the order: the answer, not a question nobody answered.
 # Not a leading "name:", which on IRC nearly every line has (it cost Ubuntu there).
@@ -330,6 +336,9 @@ class Presenter:
             if rule not in ("", "reply", "thread") and partners and not names(m.sender) & partners:
                 carried.add(m.event_id)  # carried and cited, not quoted
                 continue
+            if PLACE_ASKS_OWN and _asks_own(m, linked, thanked, question, p.later):
+                carried.add(m.event_id)  # carried and cited, not quoted
+                continue
             scored.append(
                 (
                     m,
@@ -513,6 +522,24 @@ def _by_place(m: Message, linked: dict, thanked: set[EventID], window: list[Mess
         and m.event_id not in thanked
         and all(m.event_id != w.event_id for w in window)
     )
+
+
+def _asks_own(
+    m: Message, linked: dict, thanked: set[EventID], question: Message, later: list[Message]
+) -> bool:
+    """A line linked only by its place, from another than the matched line's sender,
+    that asks a question of its own and names, pills and replies to no one."""
+    if (
+        linked.get(m.event_id) not in IMPLICIT
+        or m.event_id in thanked
+        or m.sender == question.sender
+        or lines.asks_back(m.body) == 1.0
+        or m.mentions
+        or m.reply_to is not None
+    ):
+        return False
+    known = frozenset(n for x in later for n in names(x.sender))  # rarely reached
+    return not addressees(m, known)
 
 
 def _matched(c: _Candidate) -> str | None:

@@ -857,3 +857,46 @@ def test_who_a_matched_line_answers():
     thanks = [m(0, BOB, "the cache factor, 2.0"), m(1, ALICE, "bob: thanks, that worked")]
     assert present._answered_askers(thanks, 1) == frozenset()
     assert present._answered_askers([m(0, BOB, "set it to 2.0")], 0) == frozenset()
+
+
+def test_a_question_of_its_own_linked_by_place_is_not_quoted(wide_world, monkeypatch):
+    """Two hours after alice's question, dave is the next to speak and asks the room his
+    own question, naming no one, in words near hers; then bob answers alice by name.
+    The hit quotes her question and bob's answer; dave's line, linked only by its place,
+    is carried and cited, not quoted (`PLACE_ASKS_OWN`), even where it ranks first and
+    so `PLACE_NOT_BESIDE` keeps it (off here, as it is when such a line ranks above the
+    answer). Without the rule it is quoted. The same line said as a statement stays
+    quoted: it may be the answer."""
+    later = T0 + 2 * HOUR
+    own = "is the state cache factor on a small server why mine is slow?"
+
+    def quoted_and_cited(line: str) -> tuple[list[str], set[str]]:
+        admit(
+            wide_world,
+            [
+                event("$q", ALICE, T0, QUESTION),
+                event("$d", DAVE, later, line),
+                event("$a", BOB, later + 60_000, f"alice: {ANSWER}"),
+            ],
+        )
+        hit = carrier(wide_world)
+        return [ln.event_id for ln in hit.shown], set(hit.cited_event_ids)
+
+    monkeypatch.setattr(present, "PLACE_NOT_BESIDE", False)
+    shown, cited = quoted_and_cited(own)
+    assert shown == ["$q", "$a"] and "$d" in cited
+    monkeypatch.setattr(present, "PLACE_ASKS_OWN", False)
+    shown, _ = quoted_and_cited(own)
+    assert "$d" in shown
+
+
+def test_a_statement_linked_by_place_is_still_quoted_when_it_may_answer(wide_world):
+    later = T0 + 2 * HOUR
+    admit(
+        wide_world,
+        [
+            event("$q", ALICE, T0, QUESTION),
+            event("$d", DAVE, later, "the state cache factor on a small server: set it to 2.0"),
+        ],
+    )
+    assert [ln.event_id for ln in carrier(wide_world).shown] == ["$q", "$d"]
