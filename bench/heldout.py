@@ -9,12 +9,12 @@ bench/offtopic-xl-queries.jsonl: forty in each of German, Spanish, Russian and C
 are asked once with the floor off, the query variant, 20 hits; each hit's score, whether
 it shares a word with the question, whether it holds the question's words (never
 refused), and the events it cites and shows are cached in the data dir
-(heldout-scores.json).
+(heldout-scores-ENGLISH_WEIGHT=W,SHARE_FROM=S.json, the constants in effect).
 
 With the pair (a `+` in the model's name), the weights that shape the question's vector
 are fitted too: every question is asked again under each of QUERY_SETTINGS (the English
 model's weight, where its share of a question starts), each cached beside the first
-(heldout-scores-NAME=VALUE.json); a question whose English share and script leave its
+(named by its constants the same way); a question whose English share and script leave its
 vector unchanged under a setting reuses the shipped setting's hits.
 
 Then each abstain rule's parameters (`rules`: a grid around the model's shipped floor)
@@ -64,10 +64,11 @@ SUCCESS5_AT_LEAST = 0.8  # in each language but English
 FIT = "centered"  # how a fold's parameters are chosen (fit, --fit)
 CACHE = "heldout-scores.json"
 PAIR = "matrix_sources.indexer.models.pair_embedder"
-# The pair's question-side constants, each tried as a change from the shipped ones.
+# The pair's question-side constants, each tried as a change from the shipped ones
+# (ENGLISH_WEIGHT 0.5, SHARE_FROM 0.7): the English weight and where its share starts.
 QUERY_SETTINGS: tuple[dict[str, float], ...] = (
     {},
-    {"ENGLISH_WEIGHT": 0.4},
+    {"ENGLISH_WEIGHT": 0.4, "SHARE_FROM": 0.6},
     {"SHARE_FROM": 0.5},
     {"SHARE_FROM": 0.6},
 )
@@ -121,16 +122,24 @@ def ask_all(
     out = json.loads(cache.read_text()) if cache.exists() else {}
     todo = [(q, t) for q, t in asked if q not in out]
     if todo:
-        _ask(data_dir, todo, setting, out, cache)
-    # None: the setting leaves the question's vector as the shipped one gives it.
-    return {q: shipped[q] if out.get(q) is None else out[q] for q, _ in asked}
+        _ask(data_dir, todo, setting, out, cache, shipped)
+    return {q: out[q] for q, _ in asked}
 
 
 def _cache_name(setting: dict[str, float]) -> str:
-    return CACHE if not setting else CACHE.replace(".json", f"-{tag(setting)}.json")
+    """Named by the pair's question-side constants in effect, the shipped ones with the
+    setting's changes: scores asked under constants since changed are not read back as
+    the shipped setting's (a data dir does not depend on them)."""
+    import importlib
+
+    pair = importlib.import_module(PAIR)
+    effective = {k: setting.get(k, getattr(pair, k)) for k in ("ENGLISH_WEIGHT", "SHARE_FROM")}
+    return CACHE.replace(".json", f"-{tag(effective)}.json")
 
 
-def _ask(data_dir: Path, todo: list, setting: dict[str, float], out: dict, cache: Path) -> None:
+def _ask(
+    data_dir: Path, todo: list, setting: dict[str, float], out: dict, cache: Path, shipped: dict
+) -> None:
     import importlib
 
     from matrix_sources.indexer.config import load_config
@@ -155,7 +164,7 @@ def _ask(data_dir: Path, todo: list, setting: dict[str, float], out: dict, cache
                 if [model.english_share(t) for t in texts] == old[q]
                 and not any(script(t) == "cjk" for t in texts)
             }
-            out.update(dict.fromkeys(same))
+            out.update({q: shipped[q] for q in same})  # the same vector, the same hits
             todo = [(q, t) for q, t in todo if q not in same]
             print(f"  {tag(setting)}: {len(todo)} questions change", file=sys.stderr)
         if todo:
@@ -377,11 +386,10 @@ def fit(by: Recs, rule: Rule, grid: list[dict]) -> tuple[str, dict]:
     it was fitted on, so the other fold misses one bound or the other by a question or
     two. Ties: the shipped setting, then the highest floor (the most cautious)."""
     scored = [((t, p), figures(asked, rule(p))) for t, asked in by.items() for p in grid]
-    best_en = max(f["en"]["success@5"] for _, f in scored)
-    english = [(c, f) for c, f in scored if f["en"]["success@5"] >= best_en - 0.02]
     if FIT == "centered":
+        best_en = max(f["en"]["success@5"] for _, f in scored)
         return max(
-            english,
+            [(c, f) for c, f in scored if f["en"]["success@5"] >= best_en - 0.02],
             key=lambda cf: (
                 round(slack(cf[1]), 6),
                 round(_objective(cf[1]), 6),

@@ -95,3 +95,17 @@ def test_held_out_the_centered_fit_meets_the_bound_the_best_fit_misses(fit_as):
 
 
 _EMPTY = {"n": 0, "offtopic": 0}
+
+
+def test_cached_scores_are_named_by_the_question_constants_in_effect(monkeypatch):
+    """A data dir does not depend on the pair's question-side constants, so scores asked
+    under constants since changed must not be read back as the shipped setting's."""
+    import importlib
+
+    pair = importlib.import_module(heldout.PAIR)
+    monkeypatch.setattr(pair, "SHARE_FROM", 0.7)
+    shipped = heldout._cache_name({})
+    assert shipped == heldout._cache_name({"SHARE_FROM": 0.7})
+    assert shipped != heldout._cache_name({"SHARE_FROM": 0.6})
+    monkeypatch.setattr(pair, "SHARE_FROM", 0.6)
+    assert heldout._cache_name({}) != shipped
