@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from ..ingest.addressing import names
 from ..records import EventID, Hit, Message, UserID
 from ..store.eventlog.log import EventLog
+from .lines import thanks
 from .linkage import Horizon, addressees
 from .linkage import responses as linked_after
 
@@ -18,6 +19,10 @@ DIALOGUE_HOPS = 3
 # question are answered (issue 51: bob's next topic's reply was quoted under his first).
 FOLLOW_UPS_ONLY = True
 IMPLICIT = ("next", "more")  # linkage rules that link by place alone
+# A stranger's first message after the question that the asker later thanks by name is
+# an answer ("@mydigitalself Thanks for confirming"), though no rule linked it (it came
+# after the asker's fourth follow-up, past the dialogue's partners).
+THANKED_BY_NAME = True
 
 
 @dataclass(slots=True)
@@ -73,8 +78,11 @@ class Conversations:
                 continue  # the asker's next topic: its responses are not this question's
             for link in linked_after(q, p.later[i + 1 :], self.horizon, p.thread_of, known):
                 found.setdefault(link.answer.event_id, (link.answer, link.rule))
-        if self._dialogue(p, asker, known, found, position):
+        if self._dialogue(p, asker, known, found, position):  # it read further
             position = {m.event_id: i for i, m in enumerate(p.later)}
+            known = frozenset(n for m in p.later for n in names(m.sender))
+        if THANKED_BY_NAME:
+            _thanked_by_name(p, anchor, known, found, position)
         return sorted(found.values(), key=lambda a: position[a[0].event_id])
 
     @staticmethod
@@ -195,6 +203,38 @@ class Conversations:
         p.until = max(p.until, until)
         p.full = len(timeline) >= 2 * self.horizon.messages
         return True
+
+
+def _thanked_by_name(
+    p: Plan,
+    anchor: int,
+    known: frozenset[str],
+    found: dict[EventID, tuple[Message, str]],
+    position: dict[EventID, int],
+) -> None:
+    """Link, as "thanked", the first message after the question of each person whom a
+    later thanks of the asker's names or pills, and to whom nothing was linked yet
+    (THANKED_BY_NAME)."""
+    q = p.window[anchor]
+    at = position.get(q.event_id)
+    if at is None:
+        return
+    linked = {m.sender for m, _ in found.values()}
+    mine = names(q.sender)
+    first: dict[UserID, Message] = {}
+    for m in p.later[at + 1 :]:
+        if m.sender != q.sender:
+            # Not one who already answered (the thanks is for that), nor a line
+            # addressed to someone else (their talk with another).
+            if m.sender not in linked and not (addressees(m, known) - mine):
+                first.setdefault(m.sender, m)
+            continue
+        if not thanks(m.body):
+            continue
+        named = addressees(m, known)
+        for u, x in first.items():
+            if x.event_id not in found and (u in m.mentions or names(u) & named):
+                found[x.event_id] = (x, "thanked")
 
 
 def _answers_back(

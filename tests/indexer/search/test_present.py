@@ -900,3 +900,27 @@ def test_a_statement_linked_by_place_is_still_quoted_when_it_may_answer(wide_wor
         ],
     )
     assert [ln.event_id for ln in carrier(wide_world).shown] == ["$q", "$d"]
+
+
+def test_a_strangers_answer_the_asker_thanks_by_name_is_linked(world, monkeypatch):
+    """Past alice's back and forth with bob, erin answers, addressing no one; other talk
+    follows, then alice thanks erin by name: erin's answer is the conversation's. Her
+    thanks to carol links nothing: carol's line after the question was to dave.
+    Without the rule (THANKED_BY_NAME off) erin's answer is not linked at all."""
+    erin = "@erin:example.org"
+    events = question_and_chat() + [
+        event("$b1", BOB, T0 + HOUR, "alice: which version of synapse is it?"),
+        event("$q2", ALICE, T0 + 46 * HOUR, "bob: 1.98, and the cache factor is still 0.5"),
+        event("$e", erin, T0 + 46 * HOUR + 60_000, ANSWER),
+        event("$x", DAVE, T0 + 46 * HOUR + 120_000, "carol: the bridge is down again"),
+        event("$t", ALICE, T0 + 46 * HOUR + 180_000, "@erin thanks for confirming"),
+        event("$t2", ALICE, T0 + 46 * HOUR + 240_000, "carol: thanks too"),
+    ]
+    admit(world, events)
+
+    def answers() -> list[str]:
+        return [a.event_id for a in carrier(world).answers]
+
+    assert answers() == ["$b1", "$e"]
+    monkeypatch.setattr(conversation, "THANKED_BY_NAME", False)
+    assert answers() == ["$b1"]
