@@ -55,7 +55,7 @@ class Evidence:
     exact: frozenset[str] = frozenset()
     keywords: bool = False  # search-box words, not a sentence (lexical.is_keywords)
     present: bool = False  # some window holds one of the terms
-    _cache: dict[tuple[str, ...], tuple[float, bool, int]] = field(default_factory=dict, repr=False)
+    _cache: dict[tuple[str, ...], tuple[float, bool]] = field(default_factory=dict, repr=False)
 
     @classmethod
     def of(
@@ -75,7 +75,7 @@ class Evidence:
         """Whether some stored window holds one of the query's terms."""
         return self.present
 
-    def _judge(self, bodies: Sequence[str]) -> tuple[float, bool, int]:
+    def _judge(self, bodies: Sequence[str]) -> tuple[float, bool]:
         key = tuple(bodies)
         got = self._cache.get(key)
         if got is None:
@@ -85,7 +85,6 @@ class Evidence:
             got = (
                 sum(self.weights[t] for t in held) / total if total else 0.0,
                 any(t in self.exact for t in held),
-                len(held),
             )
             self._cache[key] = got
         return got
@@ -99,14 +98,10 @@ class Evidence:
         """Whether the bodies hold one of the query's exact tokens."""
         return self._judge(bodies)[1]
 
-    def terms_held(self, bodies: Sequence[str]) -> int:
-        """How many of the query's terms the bodies hold."""
-        return self._judge(bodies)[2]
-
     def answers(self, bodies: Sequence[str]) -> bool:
         """A window the abstain rule must not refuse: it holds most of the query's
         weight, or an exact token of it."""
-        share, exact, _ = self._judge(bodies)
+        share, exact = self._judge(bodies)
         return exact or share >= MOST
 
 

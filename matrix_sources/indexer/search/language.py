@@ -82,15 +82,6 @@ def other_language(texts: Sequence[str], embedder: object) -> OtherLanguage | No
     return OtherLanguage(vocabulary, script("\n".join(texts)) == "latin")
 
 
-def english_texts(texts: Sequence[str], embedder: object) -> list[str]:
-    """The texts an English-only model that knows its words reads as English (or cannot
-    tell, being short); none for another model, which has no vocabulary to tell by."""
-    if not isinstance(embedder, EnglishVocabulary):
-        return []
-    vocabulary = embedder.words()
-    return [t for t in texts if not foreign(t, vocabulary)]
-
-
 def not_english_share(
     texts: Iterable[str], vocabulary: frozenset[str] | set[str]
 ) -> tuple[float, int]:

@@ -5,9 +5,7 @@
 (Cormack, Clarke and Buettcher, SIGIR 2009.) Each text gives one list from its vector;
 a text of a few search words (at most LEXICAL_MAX_TERMS besides stop words) gives a
 second, lexical one: BM25 over the stored documents, asked of the same collection
-(indexer/search/lexical.py). One sentence-long text gives exactly the single-vector order;
-with the presenter, the few windows holding most of its words join the pool after it
-(WORD_RECALL), for the presenter to rank by their lines.
+(indexer/search/lexical.py). One sentence-long text gives exactly the single-vector order.
 `Hit.ranks` keeps, per text, the rank and similarity from its vector only.
 
 A hit scoring below the floor is dropped, whichever leg found it (abstain.py:
@@ -38,7 +36,7 @@ from ..store.vectors.points import StoredWindow
 from .abstain import NO_FLOOR, Floor, QueryFloor
 from .evidence import NO_EVIDENCE, Evidence
 from .gloss import gloss, has_han
-from .language import english_texts, other_language
+from .language import other_language
 from .legible import legible
 from .lexical import (
     LEXICAL_MAX_TERMS,
@@ -64,13 +62,6 @@ from .texts import WindowTexts
 
 DEFAULT_RRF_K = 60
 RERANK_POOL = 20  # windows the presenter ranks again (docs/benchmarks.md)
-# A sentence is ranked by meaning only, but the windows holding most of its words (BM25,
-# this many a text) join the pool the presenter ranks again by their lines: a question
-# cut into a window with other talk has a vector far from the query though its line is
-# close (Gitter's "is kubernetes an orchestration tech...": its window at dense rank 28).
-# 5, 10, 20 and 40 gave the same figures on the three dev sets; 5 costs least
-# (docs/benchmarks.md). 0: none.
-WORD_RECALL = 5
 _WORDY = re.compile(r"\w", re.UNICODE)
 
 
@@ -157,9 +148,7 @@ class Searcher:
         fusing = len(asked) > 1 or any(lexical_text(t, self.lexical_max_terms) for t in asked)
         n = max(depth * 4, 20) if fusing else depth
         vectors = self.embedder.encode(asked)
-        scored = self._with_similarity(
-            *self._retrieve(query, asked, vectors, depth, n, evidence), vectors
-        )
+        scored = self._with_similarity(*self._retrieve(query, asked, vectors, depth, n), vectors)
         floor = self._floor(texts, evidence, words_only)
         if self.presenter is not None:  # the floor compares what the presenter ranks by
             return self.presenter.present_above(scored, vectors, query.top_k, floor, evidence)
@@ -241,38 +230,8 @@ class Searcher:
         asked = [lexical_text(t, self.lexical_max_terms) for t in texts]
         return [ids for ids in (ranker.rank(t, n, where) for t in asked if t) if ids]
 
-    def _recalled(self, texts: list[str], pooled: set[str], where: dict | None) -> dict[str, int]:
-        """The windows holding most of a sentence's words that the pool lacks
-        (WORD_RECALL), each with its best BM25 rank: only for the presenter, which ranks
-        them by their lines; a text of search words has its keyword leg already, and a
-        gloss (gloss.py) is not what was asked."""
-        if not (WORD_RECALL and self.lexical_max_terms and self.presenter is not None):
-            return {}
-        # A question in another language shares only stray tokens with English chat (a
-        # year, "de" in a URL), and the pair has no vocabulary to tell its languages by.
-        sentences = [
-            t
-            for t in english_texts(texts, self.embedder)
-            if not lexical_text(t, self.lexical_max_terms)
-        ]
-        if not sentences:
-            return {}
-        ranker = _lexical_ranker(self.store)
-        best: dict[str, int] = {}
-        for t in sentences:
-            for r, wid in enumerate(ranker.rank(t, WORD_RECALL, where), start=1):
-                if wid not in pooled:
-                    best[wid] = min(best.get(wid, r), r)
-        return best
-
     def _retrieve(
-        self,
-        query: SourceQuery,
-        texts: list[str],
-        vectors: list,
-        depth: int,
-        n: int,
-        evidence: Evidence = NO_EVIDENCE,
+        self, query: SourceQuery, texts: list[str], vectors: list, depth: int, n: int
     ) -> tuple[list[Hit], dict[str, list[float]]]:
         """The first `depth` windows of the fused ranking (n per vector, and the
         keyword leg's lists), and the vectors of those only the keyword leg found. (Run
@@ -312,21 +271,6 @@ class Searcher:
             records = [w for w, _ in fetched]
             # Their vectors give the keyword leg's finds a similarity.
             found = {w.window_id: v for w, v in fetched if w.window_id not in dense}
-        recalled = self._recalled(list(query.texts), {wid for wid, _ in fused}, where)
-        if recalled:
-            fetched = self.store.get_with_vectors(list(recalled))
-            records += [w for w, _ in fetched]
-            found.update((w.window_id, v) for w, v in fetched)
-            # Scored as the keyword leg's finds are (what `why` explains), after the
-            # fused windows: the presenter orders them all by their lines.
-            fused += [
-                (
-                    w.window_id,
-                    math.fsum(_dense_parts(per_text, w.window_id, self.rrf_k))
-                    + 1.0 / (self.rrf_k + recalled[w.window_id]),
-                )
-                for w, _ in fetched
-            ]
         # Texts are read for the windows kept only (0.6 ms of a 4 ms search).
         by_id: dict[str, tuple[StoredWindow, str, tuple[Line, ...]]] = {
             w.window_id: (w, text, lines)
@@ -342,10 +286,6 @@ class Searcher:
             if got is None:  # deleted between the two legs' reads
                 continue
             w, text, lines = got
-            # Recalled by one word of a sentence ("2014" of a question about a World
-            # Cup) is no sign of its topic: at least two of its words.
-            if wid in recalled and evidence.terms_held(bodies_of(w.corpus, text, lines)) < 2:
-                continue
             hits.append(
                 Hit(
                     w.window_id,
@@ -372,11 +312,6 @@ class Searcher:
 # which takes seconds past this many windows (bench/scale.py): it waits for the index,
 # and the text is searched by meaning alone meanwhile.
 SCAN_WINDOWS_MAX = 20_000
-
-
-def _dense_parts(per_text: Sequence[Sequence[tuple[str, float]]], wid: str, k: int) -> list[float]:
-    """A window's reciprocal-rank parts from the vectors' lists it is in."""
-    return [1.0 / (k + r) for lst in per_text for r, (w, _) in enumerate(lst, start=1) if w == wid]
 
 
 def _lexical_ranker(store: ChromaStore) -> LexicalRanker:
