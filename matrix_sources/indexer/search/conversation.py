@@ -219,15 +219,19 @@ def _thanked_by_name(
     at = position.get(q.event_id)
     if at is None:
         return
+    after = p.later[at + 1 :]
+    if not any(m.sender == q.sender and thanks(m.body) for m in after):
+        return  # most questions: no thanks to read the others' lines for
     linked = {m.sender for m, _ in found.values()}
     mine = names(q.sender)
     first: dict[UserID, Message] = {}
-    for m in p.later[at + 1 :]:
+    for m in after:
         if m.sender != q.sender:
             # Not one who already answered (the thanks is for that), nor a line
             # addressed to someone else (their talk with another).
-            if m.sender not in linked and not (addressees(m, known) - mine):
-                first.setdefault(m.sender, m)
+            if m.sender not in first and m.sender not in linked:
+                if not (addressees(m, known) - mine):
+                    first[m.sender] = m
             continue
         if not thanks(m.body):
             continue
