@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from ..ingest.addressing import names
 from ..records import EventID, Hit, Message, UserID
 from ..store.eventlog.log import EventLog
-from .lines import thanks
+from .lines import asks_back, thanks
 from .linkage import Horizon, addressees
 from .linkage import responses as linked_after
 
@@ -214,7 +214,7 @@ def _thanked_by_name(
 ) -> None:
     """Link, as "thanked", the first message after the question of each person whom a
     later thanks of the asker's names or pills, and to whom nothing was linked yet
-    (THANKED_BY_NAME)."""
+    (THANKED_BY_NAME); until she puts her next question to the room."""
     q = p.window[anchor]
     at = position.get(q.event_id)
     if at is None:
@@ -233,9 +233,11 @@ def _thanked_by_name(
                 if not (addressees(m, known) - mine):
                     first[m.sender] = m
             continue
+        named = addressees(m, known)
+        if asks_back(m.body) < 1 and not named and not m.mentions and m.reply_to is None:
+            break  # her next question, put to the room: what follows is its conversation
         if not thanks(m.body):
             continue
-        named = addressees(m, known)
         for u, x in first.items():
             if x.event_id not in found and (u in m.mentions or names(u) & named):
                 found[x.event_id] = (x, "thanked")

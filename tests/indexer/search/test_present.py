@@ -924,3 +924,19 @@ def test_a_strangers_answer_the_asker_thanks_by_name_is_linked(world, monkeypatc
     assert answers() == ["$b1", "$e"]
     monkeypatch.setattr(conversation, "THANKED_BY_NAME", False)
     assert answers() == ["$b1"]
+
+
+def test_a_thanks_after_the_askers_next_question_links_nothing_to_the_first(world):
+    """alice's question is answered and thanked; she then puts a new question to the
+    room, erin answers it and alice thanks erin: erin's answer belongs to the new
+    question, not to the first (one message answers at most one question)."""
+    erin = "@erin:example.org"
+    events = question_and_chat() + [
+        event("$a", BOB, T0 + HOUR, f"alice: {ANSWER}"),
+        event("$t", ALICE, T0 + HOUR + 60_000, "bob: thanks!"),
+        event("$q2", ALICE, T0 + HOUR + 120_000, "how do I turn presence off?"),
+        event("$e", erin, T0 + HOUR + 180_000, ANSWER),
+        event("$t2", ALICE, T0 + HOUR + 240_000, "@erin thanks"),
+    ]
+    admit(world, events)
+    assert "$e" not in [a.event_id for a in carrier(world).answers]
