@@ -109,6 +109,10 @@ PLACE_ASKS_OWN = True
 ANCHOR_ANSWERS = True
 # A response the asker thanked is carried, however far its words are from the question.
 THANKED = True
+# An asker's line right after her question that turns to someone the question did not
+# address and who did not respond is an aside to them, not quoted as a follow-up
+# ("kylegordon_twitter: on 2 different machines too").
+ASIDES = True
 _LEAD_AT = re.compile(r"\s*@\w")
 ONCE_BY = "rank"  # which hit keeps an answer linked under several: rank, meaning, time
 CACHE_LINES = 8192  # line vectors kept in memory (about 12 MiB at 384 dimensions)
@@ -480,13 +484,17 @@ def _follow_ups(p: Plan, anchor: int, linked: dict) -> list[Message]:
     q = p.window[anchor]
     linked = {e: r for e, r in linked.items() if r not in IMPLICIT}  # who surely responded
     responders = {m.sender for m in p.later if m.event_id in linked}
+    known = frozenset(n for m in p.later for n in names(m.sender)) if ASIDES else frozenset()
+    near = addressees(q, known) | {n for u in responders for n in names(u)}
     out, alone = [], True
     for m in p.later:
         if m.ts < q.ts or m.event_id == q.event_id:
             continue
         if m.sender != q.sender:
             alone = False
-        elif alone or m.reply_to in linked or bool(set(m.mentions) & responders):
+        elif m.reply_to in linked or bool(set(m.mentions) & responders):
+            out.append(m)
+        elif alone and not (ASIDES and (to := addressees(m, known)) and not to & near):
             out.append(m)
     return out
 

@@ -940,3 +940,27 @@ def test_a_thanks_after_the_askers_next_question_links_nothing_to_the_first(worl
     ]
     admit(world, events)
     assert "$e" not in [a.event_id for a in carrier(world).answers]
+
+
+def test_the_askers_aside_to_someone_else_is_not_quoted_as_a_follow_up(wide_world, monkeypatch):
+    """Right after her question, before anyone speaks, alice turns to dave, whom the
+    question did not address and who never responds to it: an aside, not quoted. Her
+    next line to no one is still her follow-up. Without the rule (ASIDES off) the aside
+    is quoted."""
+    admit(
+        wide_world,
+        question_and_chat()[:1]
+        + [
+            event("$s", ALICE, T0 + 30_000, "dave: the cache factor on your server is fine"),
+            event("$u", ALICE, T0 + 40_000, "the state cache factor is 0.5 on a small server"),
+        ]
+        + question_and_chat()[1:]
+        + [event("$a", BOB, T0 + 2 * HOUR, f"alice: {ANSWER}")],
+    )
+
+    def shown() -> list[str]:
+        return [ln.event_id for ln in carrier(wide_world).shown]
+
+    assert "$s" not in shown() and {"$q", "$u", "$a"} <= set(shown())
+    monkeypatch.setattr(present, "ASIDES", False)
+    assert "$s" in shown()
