@@ -10,7 +10,7 @@ from ..ingest.addressing import names
 from ..records import EventID, Hit, Message, UserID
 from ..store.eventlog.log import EventLog
 from .lines import asks_back, thanks
-from .linkage import Horizon, addressees
+from .linkage import Horizon, addressees, speakers
 from .linkage import responses as linked_after
 
 # A back and forth is followed this many follow-ups of the asker's past the question.
@@ -67,7 +67,7 @@ class Conversations:
         """The responses to the asker's lines of the window from the matched question
         on, in the window or after it, in timeline order: (message, rule)."""
         asker = p.window[anchor].sender
-        known = frozenset(n for m in p.later for n in names(m.sender))
+        known = speakers(p.later)
         position = {m.event_id: i for i, m in enumerate(p.later)}
         found: dict[EventID, tuple[Message, str]] = {}
         for at, q in enumerate(p.window[anchor:], start=anchor):
@@ -80,7 +80,7 @@ class Conversations:
                 found.setdefault(link.answer.event_id, (link.answer, link.rule))
         if self._dialogue(p, asker, known, found, position):  # it read further
             position = {m.event_id: i for i, m in enumerate(p.later)}
-            known = frozenset(n for m in p.later for n in names(m.sender))
+            known = speakers(p.later)
         if THANKED_BY_NAME:
             _thanked_by_name(p, anchor, known, found, position)
         return sorted(found.values(), key=lambda a: position[a[0].event_id])
@@ -239,7 +239,7 @@ def _thanked_by_name(
         if not thanks(m.body):
             continue
         for u, x in first.items():
-            if x.event_id not in found and (u in m.mentions or names(u) & named):
+            if u in m.mentions or names(u) & named:
                 found[x.event_id] = (x, "thanked")
 
 

@@ -30,7 +30,7 @@ that carries it.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from ..ingest.addressing import addressed, names, norm, resolve
@@ -72,6 +72,11 @@ class Link:
     question: EventID
     answer: Message
     rule: str  # reply | thread | mention | address | next | more
+
+
+def speakers(messages: Iterable[Message]) -> frozenset[str]:
+    """The names the senders of these messages may be addressed by: `known` below."""
+    return frozenset(n for m in messages for n in names(m.sender))
 
 
 def addressees(

@@ -34,13 +34,13 @@ from ..ingest.addressing import names
 from ..models.embedder import Embedder, encode_each
 from ..models.ports import QueryProjector
 from ..pipeline.chunker import document
-from ..records import CORPUS_CHAT, EventID, Hit, Line, Message, Window, WindowID
+from ..records import CORPUS_CHAT, EventID, Hit, Line, Message, UserID, Window, WindowID
 from ..store.eventlog.log import EventLog
 from . import lines
 from .abstain import QueryFloor
 from .conversation import IMPLICIT, Conversations, Plan
 from .evidence import NO_EVIDENCE, Evidence
-from .linkage import Horizon, addressees
+from .linkage import Horizon, addressees, speakers
 from .tokens import tokens
 
 MAX_ANSWERS = 12  # linked answers carried (and cited) per hit
@@ -484,8 +484,6 @@ def _follow_ups(p: Plan, anchor: int, linked: dict) -> list[Message]:
     q = p.window[anchor]
     linked = {e: r for e, r in linked.items() if r not in IMPLICIT}  # who surely responded
     responders = {m.sender for m in p.later if m.event_id in linked}
-    known = frozenset(n for m in p.later for n in names(m.sender)) if ASIDES else frozenset()
-    near = addressees(q, known) | {n for u in responders for n in names(u)}
     out, alone = [], True
     for m in p.later:
         if m.ts < q.ts or m.event_id == q.event_id:
@@ -494,9 +492,17 @@ def _follow_ups(p: Plan, anchor: int, linked: dict) -> list[Message]:
             alone = False
         elif m.reply_to in linked or bool(set(m.mentions) & responders):
             out.append(m)
-        elif alone and not (ASIDES and (to := addressees(m, known)) and not to & near):
+        elif alone and not (ASIDES and _aside(m, q, responders, p.later)):
             out.append(m)
     return out
+
+
+def _aside(m: Message, q: Message, responders: set[UserID], later: list[Message]) -> bool:
+    """The asker's line m turns to someone her question q did not address and who did
+    not respond (ASIDES). Asked only of her lines before anyone else spoke: few."""
+    known = speakers(later)
+    to = addressees(m, known)
+    return bool(to) and not to & (addressees(q, known) | {n for u in responders for n in names(u)})
 
 
 def _answered_askers(window: Sequence[Message], anchor: int) -> frozenset[str]:
@@ -509,7 +515,7 @@ def _answered_askers(window: Sequence[Message], anchor: int) -> frozenset[str]:
     if lines.thanks(m.body):  # a thanks is the asker's: others may go on answering
         return frozenset()
     mine = names(m.sender)
-    known = frozenset(n for x in window for n in names(x.sender))
+    known = speakers(window)
     to = set(addressees(m, known)) | {n for u in m.mentions if u != m.sender for n in names(u)}
     to -= mine
     spoke: set[str] = set()
@@ -546,7 +552,7 @@ def _asks_own(
         or m.reply_to is not None
     ):
         return False
-    known = frozenset(n for x in later for n in names(x.sender))  # rarely reached
+    known = speakers(later)  # rarely reached
     return not addressees(m, known)
 
 
