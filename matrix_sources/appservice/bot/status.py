@@ -13,8 +13,9 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from matrix_sources.indexer.clock import format_ts
 from matrix_sources.indexer.ingest.followed import Followed
-from matrix_sources.indexer.ingest.gate import OWN_MESSAGE
+from matrix_sources.indexer.ingest.gate import OWN_MESSAGE, STATE_UNAVAILABLE
 from matrix_sources.indexer.ingest.roomlinks import Lineage
+from matrix_sources.indexer.records import EventID
 from matrix_sources.indexer.store.eventlog.log import EventLog
 from matrix_sources.indexer.store.eventlog.reports import room_report
 from matrix_sources.indexer.store.journal import Journal
@@ -106,6 +107,9 @@ def render_status(
             continue
         if entry.get("rule") == OWN_MESSAGE:
             continue  # journals written before the bot's answers were skipped silently
+        held = entry.get("event_id") if entry.get("rule") == STATE_UNAVAILABLE else None
+        if held and eventlog.status_of(EventID(held)) is not None:
+            continue  # held while the room's state was not had, and read again since
         key = (entry.get("kind"), entry.get("event_id"), entry.get("rule"))
         if entry.get("event_id") and key in seen:
             continue  # read twice (backfill over pushed events) by older versions

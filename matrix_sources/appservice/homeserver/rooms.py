@@ -33,7 +33,7 @@ from matrix_sources.indexer.store.eventlog.reports import sender_servers
 from .joinbackoff import JoinBackoff
 from .joining import join, join_failed, join_servers
 from .pager import MatrixPager
-from .roomstate import StateRetry, fetch_room_facts
+from .roomstate import RoomStateHidden, StateRetry, fetch_room_facts
 
 log = logging.getLogger(__name__)
 JOINS_AT_ONCE = 4  # allowlisted rooms joined (and their state learnt) at once at start
@@ -60,7 +60,7 @@ class Rooms:
         self._clock = clock
         self.gate = ingest.gate
         self._spawn = spawn
-        self.state_retry = StateRetry(self.learn, self._state_known, clock=clock)
+        self.state_retry = StateRetry(self._learn_shown, self._state_known, clock=clock)
         self.backoff = JoinBackoff(cfg.data_dir, clock)
         self._backfill_lock = asyncio.Lock()
         # Told each time a room's state is learned: a tombstone pushed before the room's
@@ -179,7 +179,7 @@ class Rooms:
         """Learn a joined room's state, then backfill it; if its state cannot be had
         now, StateRetry fetches it again later and backfills then."""
         try:
-            await self.learn(room_id)
+            await self._learn_shown(room_id)
         except Exception:
             log.error("room_state_unavailable", exc_info=True, extra={"room_id": room_id})
             self.state_retry.add(room_id)
@@ -188,6 +188,13 @@ class Rooms:
 
     def _state_known(self, room_id: str) -> None:
         self._spawn(self.backfill(RoomID(room_id)), "backfill")
+
+    async def _learn_shown(self, room_id: str) -> None:
+        """`learn`, failing while the homeserver does not show the bot the room (the
+        retry goes on: the messages held meanwhile come back by the backfill after)."""
+        await self.learn(room_id)
+        if not self.ingest.settled(RoomID(room_id)):
+            raise RoomStateHidden(room_id)
 
     async def learn(self, room_id: str) -> None:
         """The room's state fetched and handed to ingest (which purges a room found

@@ -43,6 +43,13 @@ async def fetch_room_facts(api: HTTPAPI, room_id: str) -> RoomFacts | None:
     return facts_from_state(events)
 
 
+class RoomStateHidden(Exception):
+    """The homeserver does not show the bot this room's state (not joined yet)."""
+
+    def __init__(self, room_id: str) -> None:
+        super().__init__(f"the homeserver does not show {room_id}'s state to the bot yet")
+
+
 def is_outage(exc: BaseException) -> bool:
     """Whether a failed request means the homeserver is unreachable (every room fails
     alike, Synapse should retry the transaction), not that this one room failed."""

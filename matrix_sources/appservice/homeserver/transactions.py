@@ -16,8 +16,10 @@ new events and must be processed, or those messages would be silently dropped.
       body over what Synapse may send -> 413; not JSON, too deep -> 400 M_NOT_JSON
       body not a JSON object with an `events` list -> 400 M_BAD_JSON
       txn seen -> 200 {}
-      room state unknown -> fetch it:
+      room's join rule unknown -> fetch its state:
           homeserver unreachable -> 503 (Synapse retries the whole transaction)
+          the homeserver does not show it to the bot (a push racing the join) -> its
+              messages held as below, its state events (the bot's membership) admitted
           this room's state fails, or takes over STATE_FETCH_SECONDS -> its events
               refused for now (journal: state_unavailable, ids only), fetched again
               later (roomstate.StateRetry; meanwhile not fetched per transaction), the
@@ -244,7 +246,7 @@ class TransactionHandler:
                     self._gaps.answered(txn_id)
                 return web.json_response({})
             try:
-                unavailable = await self._learn_rooms(events, txn_id)
+                unavailable, hidden = await self._learn_rooms(events, txn_id)
             except _Outage:
                 return error(503, "M_UNKNOWN", "homeserver unreachable; retry later")
             if (
@@ -259,7 +261,7 @@ class TransactionHandler:
                     f"indexing is {self._backlog.latest.pending} messages behind; retry later",
                     retry_after_ms=5000,
                 )
-            admitted, deferred = _partition(rest, unavailable)
+            admitted, deferred = _partition(rest, unavailable, hidden)
             try:
                 result = await asyncio.to_thread(self._admit, admitted, deferred, txn_key)
             except Exception:
@@ -284,15 +286,17 @@ class TransactionHandler:
         late = {id(raw) for raw, _ in deferred}
         self._on_admitted([raw for raw in events if id(raw) not in late], result, routed)
         if self._retry is not None:
-            for room_id in sorted(unavailable):
+            for room_id in sorted(unavailable | hidden):
                 self._retry.add(room_id)
         return web.json_response({})
 
-    async def _learn_rooms(self, events: list, txn_id: str) -> set[str]:
-        """Fetch the state of every allowlisted room not known yet; the rooms whose
-        state could not be had (the homeserver answering otherwise). Raises _Outage
-        when the homeserver is unreachable."""
+    async def _learn_rooms(self, events: list, txn_id: str) -> tuple[set[str], set[str]]:
+        """Fetch the state of every allowlisted room whose join rule is not known yet;
+        (the rooms whose state could not be had, the homeserver answering otherwise;
+        those whose state it does not show the bot yet). Raises _Outage when the
+        homeserver is unreachable."""
         unavailable: set[str] = set()
+        hidden: set[str] = set()
         waiting = self._retry.waiting if self._retry is not None else set()
         for room_id in sorted(self._ingest.unknown_rooms(events)):
             if room_id in waiting:  # failed before, fetched again on its own schedule
@@ -301,6 +305,12 @@ class TransactionHandler:
             try:
                 async with self._clock.timeout(STATE_FETCH_SECONDS) as deadline:
                     await self._fetch_state(room_id)
+                if not self._ingest.settled(room_id):
+                    # The homeserver does not show the bot the room (yet: a push racing
+                    # its join). Its messages are held, not judged private on facts we
+                    # lack; its state events (the bot's own membership) still count.
+                    log.warning("room_state_hidden", extra={"txn": txn_id, "room_id": room_id})
+                    hidden.add(room_id)
             except Exception as e:
                 if is_outage(e) and not deadline.expired():
                     log.warning(
@@ -315,7 +325,7 @@ class TransactionHandler:
                     extra={"txn": txn_id, "room_id": room_id},
                 )
                 unavailable.add(room_id)
-        return unavailable
+        return unavailable, hidden
 
     def _route_commands(self, routed: Routed) -> None:
         """Kept commands go to the bot now, once, whatever becomes of the transaction."""
@@ -349,15 +359,17 @@ class TransactionHandler:
         return result
 
 
-def _partition(events: list, unavailable: set[str]) -> tuple[list, list]:
-    """(events to admit now, events of rooms whose state is unavailable), as (raw,
-    parsed) pairs."""
-    if not unavailable:
+def _partition(events: list, unavailable: set[str], hidden: set[str]) -> tuple[list, list]:
+    """(events to admit now, events of rooms whose state is unavailable, and all but
+    the state events of rooms whose state is hidden), as (raw, parsed) pairs."""
+    if not unavailable and not hidden:
         return events, []
     admitted: list = []
     deferred: list = []
     for pair in events:
-        (deferred if _room_of(pair[0]) in unavailable else admitted).append(pair)
+        room = _room_of(pair[0])
+        held = room in unavailable or (room in hidden and not isinstance(pair[1], StateEvent))
+        (deferred if held else admitted).append(pair)
     return admitted, deferred
 
 

@@ -124,13 +124,15 @@ class Ingest:
         return self.gate.judge_room(room_id, self.facts.get(room_id)) is None
 
     def unknown_rooms(self, raw_events: Iterable[object]) -> set[RoomID]:
-        """Allowlisted rooms in these events whose state we have not seen yet: the
-        caller fetches their state before `admit` judges their events."""
+        """Allowlisted rooms in these events whose join rule we have not seen yet: the
+        caller fetches their state before `admit` judges their events. (A state event
+        pushed alone, the bot's own join, leaves a room known but not settled.)"""
         out = set()
         for raw in raw_events:
             rid = raw.get("room_id") if isinstance(raw, dict) else None
-            if isinstance(rid, str) and rid in self.gate.allowlist and rid not in self.facts:
-                out.add(RoomID(rid))
+            if isinstance(rid, str) and rid in self.gate.allowlist:
+                if not self.settled(RoomID(rid)):
+                    out.add(RoomID(rid))
         return out
 
     def learn(self, room_id: RoomID, facts: RoomFacts, source: str = "state") -> Applied:
@@ -261,7 +263,7 @@ class Ingest:
                 if facts is not None and self.gate.is_puppet(m.sender):
                     # It spoke, so it is in the room: the room stays refused after this.
                     self.facts[room_id] = replace(facts, members=facts.members | {m.sender})
-                if refusal.whole_room and self._settled(room_id):
+                if refusal.whole_room and self.settled(room_id):
                     self._note_refused(refusal, refused_rooms, cutoff, len(passed))
                 continue
             if self.is_forgotten(m.sender, m.ts):
@@ -341,14 +343,14 @@ class Ingest:
                 f" {'resumed' if now else 'stopped'}",
             )
 
-    def _settled(self, room_id: RoomID) -> bool:
+    def settled(self, room_id: RoomID) -> bool:
         """Whether the room's facts are known (a join rule seen): only then does a
         refusal mean the room is private, not merely unknown yet."""
         facts = self.facts.get(room_id)
         return facts is not None and facts.join_rule is not None
 
     def _settled_refusal(self, room_id: RoomID) -> Refusal | None:
-        if not self._settled(room_id):
+        if not self.settled(room_id):
             return None
         return self.gate.judge_room(room_id, self.facts.get(room_id))
 

@@ -398,6 +398,45 @@ async def test_a_room_whose_state_hangs_holds_back_nothing(env):
     assert env.status("$a2") is not None and env.status("$b2") is None
 
 
+async def test_a_room_the_homeserver_does_not_show_yet_holds_its_messages(env):
+    """A push racing the bot's join: the room's state is not shown to the bot yet, and
+    what came alone (the bot's own join) gave no join rule. Its messages are held and
+    read again once the state is had, not refused as a room of unknown join rule; the
+    state events still count; the status counts no refusal once they are in."""
+    from matrix_sources.appservice.bot.status import render_status
+
+    shown = False
+    real = env.fetch_state
+
+    async def fetch_state(room_id):
+        if shown or room_id != ROOM_B:
+            await real(room_id)  # else the homeserver answers 403: nothing learned
+
+    env.handler._fetch_state = fetch_state
+    join = {
+        "type": "m.room.member",
+        "room_id": ROOM_B,
+        "event_id": "$join",
+        "sender": BOT,
+        "state_key": BOT,
+        "origin_server_ts": 1_700_000_000_000,
+        "content": {"membership": "join"},
+    }
+    assert (await put(env.client, "t1", {"events": [join, msg("$b1", room=ROOM_B)]}))[0] == 200
+    assert BOT in env.ingest.facts[ROOM_B].members  # the state event counted
+    assert env.status("$b1") is None and env.unavailable == [ROOM_B]
+    assert [(e["rule"], e["event_id"]) for e in env.journal()] == [("state_unavailable", "$b1")]
+    # Known but not settled: the next transaction asks the homeserver again.
+    shown = True
+    assert (await put(env.client, "t2", {"events": [msg("$b2", room=ROOM_B)]}))[0] == 200
+    assert env.status("$b2") is not None
+    assert not [e for e in env.journal() if e["rule"] == "not_public"]
+    await backfill_room(ROOM_B, Pager([msg("$b1", room=ROOM_B)]), env.ingest)
+    assert env.status("$b1") is not None
+    status = render_status([(ROOM_B, "B")], env.ingest.eventlog, env.ingest.journal).body
+    assert status.endswith("0 refusals"), status
+
+
 class Pager:
     def __init__(self, events: list[dict]) -> None:
         self.events = events
