@@ -305,7 +305,7 @@ class TransactionHandler:
             try:
                 async with self._clock.timeout(STATE_FETCH_SECONDS) as deadline:
                     await self._fetch_state(room_id)
-                if not self._ingest.settled(room_id):
+                if not self._ingest.settled(room_id) and not self._ingest.sent_away.get(room_id):
                     # The homeserver does not show the bot the room (yet: a push racing
                     # its join). Its messages are held, not judged private on facts we
                     # lack; its state events (the bot's own membership) still count.
