@@ -113,6 +113,11 @@ THANKED = True
 # address and who did not respond is an aside to them, not quoted as a follow-up
 # ("kylegordon_twitter: on 2 different machines too").
 ASIDES = True
+# A hit whose matched line a hit above already quotes or carries is that conversation
+# again (its question's window and its answer's, hours apart): it is left out and the
+# next conversation takes its place (docs/benchmarks.md). Not for search-box words:
+# every window holding them is a hit, whichever line the vectors matched.
+ONE_CONVERSATION = True
 _LEAD_AT = re.compile(r"\s*@\w")
 ONCE_BY = "rank"  # which hit keeps an answer linked under several: rank, meaning, time
 CACHE_LINES = 8192  # line vectors kept in memory (about 12 MiB at 384 dimensions)
@@ -249,6 +254,9 @@ class Presenter:
             range(len(above)), key=lambda i: (-(above[i].order + above[i].bonus), above[i].rank)
         )
         kept = order[:top_k] if top_k is not None else order
+        once = ONE_CONVERSATION and not evidence.keywords
+        if once and top_k is not None:
+            kept += [i for i in order[top_k:] if plans[i] is not None]
         kept_answers = _once(
             [answers[i] for i in kept],
             [f[1][f[2]] if plans[i] and (f := above[i].found) else None for i in kept],
@@ -271,6 +279,8 @@ class Presenter:
                     self._choose(p, vecs, anchor, ans, avecs, queries, evidence), similarity=c.key
                 )
             )
+        if once:
+            out = _one_per_conversation(out, [_matched_id(above[i]) for i in kept])[:top_k]
         return out, closest
 
     def _conversation_bodies(self, c: _Candidate) -> tuple[str, ...]:
@@ -559,6 +569,23 @@ def _asks_own(
 def _matched(c: _Candidate) -> str | None:
     """The candidate's matched question's text (None for a reference hit)."""
     return c.found[0][c.found[2]].body if c.found else None
+
+
+def _matched_id(c: _Candidate) -> EventID | None:
+    return c.found[0][c.found[2]].event_id if c.found else None
+
+
+def _one_per_conversation(hits: list[Hit], matched: list[EventID | None]) -> list[Hit]:
+    """The hits without those whose matched line a hit above quotes or carries: the
+    same conversation again, matched on its answer or its question."""
+    covered: set[str] = set()
+    out = []
+    for h, m in zip(hits, matched):
+        if m is not None and m in covered:
+            continue
+        out.append(h)
+        covered |= {line.event_id for line in (*h.shown, *h.answers)}
+    return out
 
 
 def _line(m: Message, linked: str) -> Line:

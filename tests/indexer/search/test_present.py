@@ -964,3 +964,21 @@ def test_the_askers_aside_to_someone_else_is_not_quoted_as_a_follow_up(wide_worl
     assert "$s" not in shown() and {"$q", "$u", "$a"} <= set(shown())
     monkeypatch.setattr(present, "ASIDES", False)
     assert "$s" in shown()
+
+
+def test_a_conversation_is_one_hit_not_one_per_window(world, monkeypatch):
+    """bob's answer, two hours after alice's question, sits in a window of its own that
+    matches the query too; the hit of alice's question quotes it. That window is the
+    same conversation again, so it is not a hit of its own: the next conversation
+    takes its place. Without the rule it comes back as a second hit."""
+    admit(world, question_and_chat() + [ANSWERS["reply"]])
+    _, _, searcher, _ = world
+
+    def hits():
+        return searcher.search(SourceQuery.build([QUESTION], top_k=10))
+
+    [first, *rest] = hits()
+    assert "$q" in first.event_ids and "$a" in [a.event_id for a in first.shown]
+    assert not any("$a" in h.event_ids for h in rest)
+    monkeypatch.setattr(present, "ONE_CONVERSATION", False)
+    assert any("$a" in h.event_ids for h in hits()[1:])
