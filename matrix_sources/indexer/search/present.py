@@ -115,8 +115,8 @@ THANKED = True
 ASIDES = True
 # A hit whose matched line a hit above already quotes or carries is that conversation
 # again (its question's window and its answer's, hours apart): it is left out and the
-# next conversation takes its place (docs/benchmarks.md). Not for search-box words:
-# every window holding them is a hit, whichever line the vectors matched.
+# next conversation takes its place (docs/benchmarks.md). For search-box words, only
+# when the lines of the window holding them are quoted or carried above too.
 ONE_CONVERSATION = True
 _LEAD_AT = re.compile(r"\s*@\w")
 ONCE_BY = "rank"  # which hit keeps an answer linked under several: rank, meaning, time
@@ -254,7 +254,7 @@ class Presenter:
             range(len(above)), key=lambda i: (-(above[i].order + above[i].bonus), above[i].rank)
         )
         kept = order[:top_k] if top_k is not None else order
-        once = ONE_CONVERSATION and not evidence.keywords
+        once = ONE_CONVERSATION
         if once and top_k is not None:
             kept += [i for i in order[top_k:] if plans[i] is not None]
         kept_answers = _once(
@@ -280,7 +280,9 @@ class Presenter:
                 )
             )
         if once:
-            out = _one_per_conversation(out, [_matched_id(above[i]) for i in kept])[:top_k]
+            out = _one_per_conversation(
+                out, [_matched_id(above[i]) for i in kept], evidence if evidence.keywords else None
+            )[:top_k]
         return out, closest
 
     def _conversation_bodies(self, c: _Candidate) -> tuple[str, ...]:
@@ -575,13 +577,24 @@ def _matched_id(c: _Candidate) -> EventID | None:
     return c.found[0][c.found[2]].event_id if c.found else None
 
 
-def _one_per_conversation(hits: list[Hit], matched: list[EventID | None]) -> list[Hit]:
+def _one_per_conversation(
+    hits: list[Hit], matched: list[EventID | None], words: Evidence | None
+) -> list[Hit]:
     """The hits without those whose matched line a hit above quotes or carries: the
-    same conversation again, matched on its answer or its question."""
+    same conversation again, matched on its answer or its question. For search-box
+    `words`, only when every line of the window holding one of them is quoted or carried
+    above too: the vectors may have matched another line than the one with the word."""
     covered: set[str] = set()
     out = []
     for h, m in zip(hits, matched):
-        if m is not None and m in covered:
+        if (
+            m is not None
+            and m in covered
+            and (
+                words is None
+                or all(ln.event_id in covered for ln in h.lines if words.share([ln.body]))
+            )
+        ):
             continue
         out.append(h)
         covered |= {line.event_id for line in (*h.shown, *h.answers)}

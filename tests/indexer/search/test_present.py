@@ -980,5 +980,32 @@ def test_a_conversation_is_one_hit_not_one_per_window(world, monkeypatch):
     [first, *rest] = hits()
     assert "$q" in first.event_ids and "$a" in [a.event_id for a in first.shown]
     assert not any("$a" in h.event_ids for h in rest)
+    # Search-box words: the answer's window holds them in that quoted line only.
+    words = searcher.search(SourceQuery.build(["cache factor"], top_k=10))
+    assert "$q" in words[0].event_ids and not any("$a" in h.event_ids for h in words[1:])
     monkeypatch.setattr(present, "ONE_CONVERSATION", False)
     assert any("$a" in h.event_ids for h in hits()[1:])
+
+
+def test_search_box_words_keep_a_window_whose_line_holding_them_is_not_quoted(world):
+    """The answer's window also holds dave's line with the searched words, which the
+    hit of alice's question neither quotes nor carries: the window stays a hit of its
+    own, so every message holding the words is found."""
+    admit(
+        world,
+        question_and_chat()
+        + [
+            ANSWERS["reply"],
+            event(
+                "$d",
+                DAVE,
+                T0 + 2 * HOUR + 60_000,
+                "bob: would that same cache factor setting also apply to the media repository"
+                " workers we run on the other two machines behind the load balancer?",
+            ),
+        ],
+    )
+    _, _, searcher, _ = world
+    hits = searcher.search(SourceQuery.build(["cache factor"], top_k=10))
+    [answer] = [h for h in hits if "$a" in h.event_ids]  # matched on bob's quoted line
+    assert "$d" in answer.event_ids and "$d" not in {ln.event_id for ln in hits[0].shown}

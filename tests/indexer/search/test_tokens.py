@@ -218,11 +218,20 @@ def _eval_messages(limit: int) -> list[Message]:
     return out
 
 
+def _finds(hits, event_id, window_of) -> bool:
+    """The message's window is a hit, or a hit above quotes or carries the message (its
+    window, the same conversation again, is then no hit of its own: present.py,
+    ONE_CONVERSATION)."""
+    return window_of[event_id].window_id in {h.window_id for h in hits} or any(
+        event_id in {ln.event_id for ln in (*h.shown, *h.answers)} for h in hits
+    )
+
+
 @pytest.mark.slow  # the real model over 1,500 real messages, thousands of searches
 def test_every_word_of_500_eval_messages_searched_alone(tmp_path):
     """Issue 22: each word of a sample of real messages, searched alone (stop words
     aside): the first hit holds it, and when at most 10 windows hold it, the message's
-    own window is in the top 10."""
+    own window is in the top 10, or a hit there quotes or carries the message."""
     from matrix_sources.indexer.models.embedder import load_embedder
 
     msgs = _eval_messages(1500)
@@ -256,9 +265,7 @@ def test_every_word_of_500_eval_messages_searched_alone(tmp_path):
                 hits = found[term]
                 if not hits or not any(findable(term, ln.body) for ln in hits[0].lines):
                     failures.append((term, "first hit lacks it"))
-                elif len(holding[term]) <= 10 and window_of[m.event_id].window_id not in {
-                    h.window_id for h in hits
-                }:
+                elif len(holding[term]) <= 10 and not _finds(hits, m.event_id, window_of):
                     failures.append((term, "its message not in the top 10"))
     assert asked > 2000
     assert not failures, f"{len(failures)} of {asked}: {failures[:20]}"
