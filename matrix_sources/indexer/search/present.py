@@ -254,18 +254,23 @@ class Presenter:
             range(len(above)), key=lambda i: (-(above[i].order + above[i].bonus), above[i].rank)
         )
         kept = order[:top_k] if top_k is not None else order
-        once = ONE_CONVERSATION
-        if once and top_k is not None:
+        if ONE_CONVERSATION and top_k is not None:  # those left out make room for these
             kept += [i for i in order[top_k:] if plans[i] is not None]
         kept_answers = _once(
             [answers[i] for i in kept],
             [f[1][f[2]] if plans[i] and (f := above[i].found) else None for i in kept],
             np.concatenate([outside_vecs[i] for i in kept] or [answer_vecs[:0]]),
-            [f[0][f[2]] if plans[i] and (f := above[i].found) else None for i in kept],
+            [_matched_line(above[i]) if plans[i] else None for i in kept],
         )
-        out = []
+        typed = evidence if evidence.keywords else None  # search-box words
+        covered: set[str] = set()  # the lines quoted or carried by the hits so far
+        out: list[Hit] = []
         for i, ans in zip(kept, kept_answers):
+            if top_k is not None and len(out) == top_k:
+                break
             c, p = above[i], plans[i]
+            if ONE_CONVERSATION and _again(c, covered, typed):
+                continue
             if p is None:
                 out.append(c.hit)
                 continue
@@ -274,15 +279,9 @@ class Presenter:
             avecs = outside_vecs[i][[m.event_id in stays for m, _ in answers[i][0]]]
             assert c.found is not None  # planned from its lines
             _, vecs, anchor = c.found
-            out.append(
-                replace(
-                    self._choose(p, vecs, anchor, ans, avecs, queries, evidence), similarity=c.key
-                )
-            )
-        if once:
-            out = _one_per_conversation(
-                out, [_matched_id(above[i]) for i in kept], evidence if evidence.keywords else None
-            )[:top_k]
+            h = self._choose(p, vecs, anchor, ans, avecs, queries, evidence)
+            out.append(replace(h, similarity=c.key))
+            covered |= {line.event_id for line in (*h.shown, *h.answers)}
         return out, closest
 
     def _conversation_bodies(self, c: _Candidate) -> tuple[str, ...]:
@@ -568,37 +567,29 @@ def _asks_own(
     return not addressees(m, known)
 
 
+def _matched_line(c: _Candidate) -> Message | None:
+    """The candidate's matched question (None for a reference hit)."""
+    return c.found[0][c.found[2]] if c.found else None
+
+
 def _matched(c: _Candidate) -> str | None:
-    """The candidate's matched question's text (None for a reference hit)."""
-    return c.found[0][c.found[2]].body if c.found else None
+    m = _matched_line(c)
+    return m.body if m else None
 
 
-def _matched_id(c: _Candidate) -> EventID | None:
-    return c.found[0][c.found[2]].event_id if c.found else None
-
-
-def _one_per_conversation(
-    hits: list[Hit], matched: list[EventID | None], words: Evidence | None
-) -> list[Hit]:
-    """The hits without those whose matched line a hit above quotes or carries: the
-    same conversation again, matched on its answer or its question. For search-box
-    `words`, only when every line of the window holding one of them is quoted or carried
-    above too: the vectors may have matched another line than the one with the word."""
-    covered: set[str] = set()
-    out = []
-    for h, m in zip(hits, matched):
-        if (
-            m is not None
-            and m in covered
-            and (
-                words is None
-                or all(ln.event_id in covered for ln in h.lines if words.share([ln.body]))
-            )
-        ):
-            continue
-        out.append(h)
-        covered |= {line.event_id for line in (*h.shown, *h.answers)}
-    return out
+def _again(c: _Candidate, covered: set[str], words: Evidence | None) -> bool:
+    """Whether the candidate is a conversation a hit above already shows
+    (ONE_CONVERSATION): its matched line is quoted or carried there, its question's
+    window and its answer's hours apart. For search-box `words`, only when every line
+    of its window holding one of them is too: the vectors may have matched another line
+    than the one with the word."""
+    m = _matched_line(c)
+    if m is None or m.event_id not in covered:
+        return False
+    if words is None:
+        return True
+    assert c.found is not None
+    return all(x.event_id in covered for x in c.found[0] if words.share([x.body]))
 
 
 def _line(m: Message, linked: str) -> Line:
