@@ -23,6 +23,10 @@ IMPLICIT = ("next", "more")  # linkage rules that link by place alone
 # an answer ("@mydigitalself Thanks for confirming"), though no rule linked it (it came
 # after the asker's fourth follow-up, past the dialogue's partners).
 THANKED_BY_NAME = True
+# The asker's later line that thanks and asks nothing is no question, so nothing is
+# linked to it: read as one, it linked the next stranger's own problem by its place, and
+# lines naming her past the pause that closed her question (linkage.CLOSES).
+THANKS_ASK_NOTHING = True
 
 
 @dataclass(slots=True)
@@ -76,6 +80,8 @@ class Conversations:
                 continue
             if FOLLOW_UPS_ONLY and at > anchor and not self.follows_up(p, anchor, at, found, known):
                 continue  # the asker's next topic: its responses are not this question's
+            if THANKS_ASK_NOTHING and at > anchor and thanks(q.body) and asks_back(q.body) == 1.0:
+                continue
             for link in linked_after(q, p.later[i + 1 :], self.horizon, p.thread_of, known):
                 found.setdefault(link.answer.event_id, (link.answer, link.rule))
         if self._dialogue(p, asker, known, found, position):  # it read further

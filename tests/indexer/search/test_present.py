@@ -1009,3 +1009,38 @@ def test_search_box_words_keep_a_window_whose_line_holding_them_is_not_quoted(wo
     hits = searcher.search(SourceQuery.build(["cache factor"], top_k=10))
     [answer] = [h for h in hits if "$a" in h.event_ids]  # matched on bob's quoted line
     assert "$d" in answer.event_ids and "$d" not in {ln.event_id for ln in hits[0].shown}
+
+
+@pytest.mark.parametrize(
+    "stranger",
+    [
+        # hours later, naming her, stuffed with her question's words
+        event("$s", DAVE, T0 + 3 * HOUR, f"alice: same here, {QUESTION}, the cache factor"),
+        # right after her thanks, by its place alone
+        event("$s", DAVE, T0 + 3 * 60_000, "the cache factor of my state cache is ignored too"),
+    ],
+    ids=["named-after-the-pause", "next-after-the-thanks"],
+)
+def test_the_askers_thanks_is_no_question_of_its_own(world, monkeypatch, stranger):
+    """bob answers alice, she thanks him; then dave brings his own problem. Her thanks
+    asks nothing, so nothing is linked to it: dave's line is neither quoted nor carried
+    under her question (a thanks closes it to lines naming her once the room paused).
+    Without the rule (THANKS_ASK_NOTHING off) the thanks was read as a new question of
+    hers and dave's line became its answer."""
+    admit(
+        world,
+        [
+            event("$q", ALICE, T0, QUESTION),
+            event("$a", BOB, T0 + 60_000, f"alice: {ANSWER}"),
+            event("$t", ALICE, T0 + 2 * 60_000, "bob: thanks, that was it!"),
+            stranger,
+        ],
+    )
+
+    def cited() -> set[str]:
+        hit = carrier(world)
+        return {a.event_id for a in hit.answers} | {ln.event_id for ln in hit.shown}
+
+    assert "$a" in cited() and "$s" not in cited()
+    monkeypatch.setattr(conversation, "THANKS_ASK_NOTHING", False)
+    assert "$s" in cited()
