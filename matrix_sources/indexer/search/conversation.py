@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from ..ingest.addressing import names
 from ..records import EventID, Hit, Message, UserID
 from ..store.eventlog.log import EventLog
-from .lines import asks_back, thanks
+from .lines import asks_back, only_thanks, thanks
 from .linkage import Horizon, addressees, speakers
 from .linkage import responses as linked_after
 
@@ -23,9 +23,10 @@ IMPLICIT = ("next", "more")  # linkage rules that link by place alone
 # an answer ("@mydigitalself Thanks for confirming"), though no rule linked it (it came
 # after the asker's fourth follow-up, past the dialogue's partners).
 THANKED_BY_NAME = True
-# The asker's later line that thanks and asks nothing is no question, so nothing is
-# linked to it: read as one, it linked the next stranger's own problem by its place, and
-# lines naming her past the pause that closed her question (linkage.CLOSES).
+# The asker's later line that only thanks (lines.only_thanks) is no question, so nothing
+# is linked to it: read as one, it linked the next stranger's own problem by its place,
+# and lines naming her past the pause that closed her question (linkage.CLOSES). A
+# thanks that goes on ("thanks, but it still fails") is still answered.
 THANKS_ASK_NOTHING = True
 
 
@@ -80,7 +81,7 @@ class Conversations:
                 continue
             if FOLLOW_UPS_ONLY and at > anchor and not self.follows_up(p, anchor, at, found, known):
                 continue  # the asker's next topic: its responses are not this question's
-            if THANKS_ASK_NOTHING and at > anchor and thanks(q.body) and asks_back(q.body) == 1.0:
+            if THANKS_ASK_NOTHING and at > anchor and only_thanks(q.body):
                 continue
             for link in linked_after(q, p.later[i + 1 :], self.horizon, p.thread_of, known):
                 found.setdefault(link.answer.event_id, (link.answer, link.rule))

@@ -27,6 +27,8 @@ _LINK = re.compile(r"https?://", re.I)
 STUFFED_WORDS, STUFFED_DISTINCT = 6, 0.5  # 6+ words, under half of them distinct
 _WORDY = re.compile(r"\w", re.UNICODE)
 MIN_LINE_CHARS = 12  # shorter lines are quoted only when nothing longer responds
+_AT_NAME = re.compile(r"@[\w.\-]+")
+_WORDS = re.compile(r"\w+", re.UNICODE)
 
 
 def said_before(window: Sequence[Message], anchor: int) -> list[int]:
@@ -47,6 +49,19 @@ def said_before(window: Sequence[Message], anchor: int) -> list[int]:
 def thanks(body: str) -> bool:
     """The line thanks someone."""
     return bool(_THANKS.search(body))
+
+
+def only_thanks(body: str) -> bool:
+    """The line thanks and says little else: no question, and what is left without
+    the thanks and the names it is addressed to is too short to say something ("Oops
+    thanks@priyankshah217 :)", "bob: thanks, that was it!"; not "thanks, but it still
+    fails with the same error")."""
+    if not thanks(body) or "?" in body:
+        return False
+    rest = _AT_NAME.sub(" ", _THANKS.sub(" ", body))
+    for name in addressed(body):
+        rest = re.sub(rf"(?i)\b{re.escape(name)}\b", " ", rest, count=1)
+    return len(" ".join(_WORDS.findall(rest))) < MIN_LINE_CHARS
 
 
 def thanked(asker: UserID, later: Sequence[Message]) -> set[EventID]:

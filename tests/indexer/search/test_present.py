@@ -1044,3 +1044,36 @@ def test_the_askers_thanks_is_no_question_of_its_own(world, monkeypatch, strange
     assert "$a" in cited() and "$s" not in cited()
     monkeypatch.setattr(conversation, "THANKS_ASK_NOTHING", False)
     assert "$s" in cited()
+
+
+@pytest.mark.parametrize(
+    "body, only",
+    [
+        ("Oops thanks@priyankshah217:)", True),
+        ("bob: thanks, that was it!", True),
+        ("thank you so much", True),
+        ("thanks, but it still fails with the same error", False),
+        ("Thanks! does it work on 0.19?", False),
+        ("aniket-21: @mgmanikandan87thanks for your input. I will try out", False),
+        ("the cache factor is 0.5", False),
+    ],
+)
+def test_a_line_that_only_thanks(body, only):
+    assert lines.only_thanks(body) is only
+
+
+def test_a_thanks_that_goes_on_with_a_problem_is_still_answered(world):
+    """alice thanks bob but says what still fails; carol answers that right after: her
+    line is linked, as the answer to alice's follow-up (a thanks that says more is not
+    a line that only thanks)."""
+    admit(
+        world,
+        [
+            event("$q", ALICE, T0, QUESTION),
+            event("$a", BOB, T0 + 60_000, f"alice: {ANSWER}"),
+            event("$t", ALICE, T0 + 2 * 60_000, "bob: thanks, but the cache factor is still 0.5"),
+            event("$c", CAROL, T0 + 3 * 60_000, "restart synapse after changing the cache factor"),
+        ],
+    )
+    hit = carrier(world)
+    assert {"$a", "$c"} <= {a.event_id for a in hit.answers} | {ln.event_id for ln in hit.shown}
