@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 
 from tests.chromaserver import ChromaServer, chroma_server_in
@@ -16,6 +18,28 @@ def pytest_configure(config):
     from . import strength
 
     strength.FULL = full_strength(config)  # before any test module reads it
+    share_model_exports(config)
+
+
+def share_model_exports(config) -> None:
+    """Every data dir of this test process, and every service and CLI process it starts,
+    finds the ONNX export of the packaged model in one folder (the models_dir setting's
+    $MATRIX_SOURCES_MODELS_DIR, as the image uses it), made once: a fresh data dir's
+    first start otherwise spends 15 s of both cores exporting it (onnx_embedder.py), in
+    each of some 40 stacks and data dirs of the full run. The files are named by the
+    weights' digest and written to a temporary name then renamed, so processes sharing
+    the folder never read half a model. A test of the setting itself sets its own."""
+    import os
+    import shutil
+    import tempfile
+
+    from matrix_sources.indexer.config.sections import MODELS_DIR_ENV
+
+    if os.environ.get(MODELS_DIR_ENV):
+        return
+    shared = tempfile.mkdtemp(prefix="matrix-sources-test-models-")
+    os.environ[MODELS_DIR_ENV] = shared
+    config.add_cleanup(lambda: shutil.rmtree(shared, ignore_errors=True))
 
 
 def pytest_collection_modifyitems(config, items):
@@ -27,6 +51,17 @@ def pytest_collection_modifyitems(config, items):
     if slow:
         config.hook.pytest_deselected(items=slow)
         items[:] = [i for i in items if not i.get_closest_marker("slow")]
+
+
+@pytest.fixture
+def model_exports() -> Path:
+    """The folder holding this run's ONNX exports of the packaged models (above), for a
+    test that loads a model without a data dir."""
+    import os
+
+    from matrix_sources.indexer.config.sections import MODELS_DIR_ENV
+
+    return Path(os.environ[MODELS_DIR_ENV])
 
 
 @pytest.fixture(scope="module")

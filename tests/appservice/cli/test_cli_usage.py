@@ -163,8 +163,10 @@ def test_the_commands_load_the_model_on_the_configured_backend(tmp_path, monkeyp
     it runs the backend config.yaml names, with its ONNX files in the data dir."""
     from matrix_sources.appservice.cli import progress
     from matrix_sources.indexer.config import load_config
+    from matrix_sources.indexer.config.sections import MODELS_DIR_ENV
     from matrix_sources.indexer.models import embedder
 
+    monkeypatch.delenv(MODELS_DIR_ENV)  # the suite's shared exports (conftest.py)
     tmp = tmp_path
     assert main(["init", "--data-dir", str(tmp / "d"), "--domain", "example.org"]) == 0
     cfg_path = tmp / "d" / "config.yaml"

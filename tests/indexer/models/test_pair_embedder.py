@@ -162,13 +162,13 @@ CHAT = [
 
 @pytest.mark.slow
 @pytest.mark.model
-def test_the_real_pair_weighs_the_packaged_models_by_the_questions_english(tmp_path):
+def test_the_real_pair_weighs_the_packaged_models_by_the_questions_english(model_exports):
     """Loaded as config names it: all-MiniLM-L6-v2 (onnx-int8, the shipped backend) and
     multilingual-e5-small (q4); an English question's similarity holds both models'
     cosines from their floors, a Russian one's is e5's own."""
     from matrix_sources.indexer.config import MODEL_FLOORS
 
-    p = load_embedder("multilingual-e5-small+all-MiniLM-L6-v2", "q4", tmp_path / "models")
+    p = load_embedder("multilingual-e5-small+all-MiniLM-L6-v2", "q4", model_exports)
     assert (p.english.backend, p.multilingual.backend, p.dim) == ("onnx-int8", "q4", 769)
     assert (p.floor_en, p.floor_mul) == (
         MODEL_FLOORS["all-MiniLM-L6-v2"][0],

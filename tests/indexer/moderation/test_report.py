@@ -74,10 +74,10 @@ def test_groups_are_most_asked_first_then_first_asked():
 
 @pytest.mark.model
 @pytest.mark.slow  # the real model, loaded for this test alone
-def test_the_models_cut_groups_paraphrases_and_keeps_near_misses_apart(tmp_path):
+def test_the_models_cut_groups_paraphrases_and_keeps_near_misses_apart(model_exports):
     from matrix_sources.indexer.models.embedder import load_embedder
 
-    emb = load_embedder("all-MiniLM-L6-v2", "onnx-int8", tmp_path / "models")
+    emb = load_embedder("all-MiniLM-L6-v2", "onnx-int8", model_exports)
     cut = same_question("all-MiniLM-L6-v2")
     for a, b in PARAPHRASES:
         assert [g.count for g in group(asked(a, b), emb, cut)] == [2], (a, b)
