@@ -53,6 +53,13 @@ CLOSES = True
 # The chunker's default gap between conversations (index.window_gap_seconds); None:
 # closing at once.
 PAUSE_MINUTES: float | None = 30.0
+# A responder's burst ("more": their next lines, unaddressed, go on answering) ends at
+# such a pause unless the asker spoke last: the same person talking again after half an
+# hour of silence has moved on to their own matter (Gitter's "can docker-machine be
+# scripted?": the responder's own new problem, 82 minutes on), while one who comes back
+# to the asker's follow-up answers her (the touchaction answer 54 minutes after her
+# "i get an error saying not yet implemented").
+BURST_ENDS_AT_PAUSE = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +144,7 @@ def responses(
     closing = False  # thanked, or asked anew: naming links here only until a pause
     closed = False  # and then paused: for good
     last = question.ts  # the conversation's latest line: the question, a response, hers
+    hers_last = True  # that line is the asker's
     pause = None if PAUSE_MINUTES is None else int(PAUSE_MINUTES * 60_000)
     burst: UserID | None = None  # a responder whose messages go on answering
     for count, m in enumerate(later, start=1):
@@ -146,7 +154,7 @@ def responses(
         if m.sender == asker:
             if CLOSES and out and (thanks(m.body) or _asks_anew(m, known, people)):
                 closing = True
-            last = m.ts
+            last, hers_last = m.ts, True
             continue  # the asker's own follow-ups neither answer nor break a burst
         to = addressees(m, known, people)
         rule = None
@@ -163,11 +171,13 @@ def responses(
         elif not _addresses_other(m, asker, to):
             if first_other:
                 rule = "next"
-            elif burst == m.sender:
+            elif burst == m.sender and (
+                not BURST_ENDS_AT_PAUSE or pause is None or m.ts - last <= pause or hers_last
+            ):
                 rule = "more"
         first_other = False
         if rule is not None:
             out.append(Link(question.event_id, m, rule))
-            last = m.ts
+            last, hers_last = m.ts, False
         burst = m.sender if rule is not None else None  # anyone else's word ends it
     return out
