@@ -107,6 +107,9 @@ PLACE_ASKS_OWN = True
 # its own hit's response in the order: the answer, not a question nobody answered.
 # Not a leading "name:", which on IRC nearly every line has (it cost Ubuntu there).
 ANCHOR_ANSWERS = True
+# A line linked only by its place that thanks, from another than the asker, is no
+# answer ("appium btw is very great thx guys"): carried and cited, not quoted.
+RESPONDER_THANKS = True
 # A response the asker thanked is carried, however far its words are from the question.
 THANKED = True
 # An asker's line right after her question that turns to someone the question did not
@@ -350,6 +353,15 @@ class Presenter:
                 continue
             if rule not in ("", "reply", "thread") and partners and not names(m.sender) & partners:
                 carried.add(m.event_id)  # carried and cited, not quoted
+                continue
+            if (
+                RESPONDER_THANKS
+                and linked.get(m.event_id) in IMPLICIT
+                and m.sender != question.sender
+                and lines.thanks(m.body)
+                and "?" not in m.body
+            ):
+                carried.add(m.event_id)
                 continue
             if PLACE_ASKS_OWN and _asks_own(m, linked, thanked, question, p.later):
                 carried.add(m.event_id)  # carried and cited, not quoted

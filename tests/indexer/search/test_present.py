@@ -890,6 +890,37 @@ def test_a_question_of_its_own_linked_by_place_is_not_quoted(wide_world, monkeyp
     assert "$d" in shown
 
 
+def test_a_thanks_linked_by_place_from_another_than_the_asker_is_not_quoted(
+    wide_world, monkeypatch
+):
+    """dave, the next to speak two hours after alice's question, thanks the room in
+    words near hers ("appium btw is very great thx guys"); then bob answers her by
+    name. dave's line, linked only by its place, is carried and cited, not quoted
+    (`RESPONDER_THANKS`); without the rule it is. The asker's own thanks is hers to
+    make: it is never read as a response (linkage)."""
+    later = T0 + 2 * HOUR
+    praise = "the state cache factor on a small server is great btw, thx guys"
+
+    def quoted_and_cited() -> tuple[list[str], set[str]]:
+        admit(
+            wide_world,
+            [
+                event("$q", ALICE, T0, QUESTION),
+                event("$d", DAVE, later, praise),
+                event("$a", BOB, later + 60_000, f"alice: {ANSWER}"),
+            ],
+        )
+        hit = carrier(wide_world)
+        return [ln.event_id for ln in hit.shown], set(hit.cited_event_ids)
+
+    monkeypatch.setattr(present, "PLACE_NOT_BESIDE", False)
+    shown, cited = quoted_and_cited()
+    assert shown == ["$q", "$a"] and "$d" in cited
+    monkeypatch.setattr(present, "RESPONDER_THANKS", False)
+    shown, _ = quoted_and_cited()
+    assert "$d" in shown
+
+
 def test_a_statement_linked_by_place_is_still_quoted_when_it_may_answer(wide_world):
     later = T0 + 2 * HOUR
     admit(
