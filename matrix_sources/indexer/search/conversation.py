@@ -39,6 +39,8 @@ class Plan:
     root: EventID | None  # the thread the window is in
     until: int  # what `later` was read to (ms), unless `full`
     full: bool  # `later` stopped at its count, not at `until`
+    # The names of those who spoke in the horizon before the window, once read.
+    earlier: frozenset[str] | None = None
 
 
 @dataclass
@@ -83,7 +85,9 @@ class Conversations:
                 continue  # the asker's next topic: its responses are not this question's
             if THANKS_ASK_NOTHING and at > anchor and only_thanks(q.body):
                 continue
-            for link in linked_after(q, p.later[i + 1 :], self.horizon, p.thread_of, known):
+            for link in linked_after(
+                q, p.later[i + 1 :], self.horizon, p.thread_of, known, lambda: self._earlier(p)
+            ):
                 found.setdefault(link.answer.event_id, (link.answer, link.rule))
         if self._dialogue(p, asker, known, found, position):  # it read further
             position = {m.event_id: i for i, m in enumerate(p.later)}
@@ -181,12 +185,27 @@ class Conversations:
                 position = {m.event_id: i for i, m in enumerate(p.later)}
             start = follow  # if no one answered that one, look past it
             for link in linked_after(
-                p.later[follow], p.later[follow + 1 :], self.horizon, p.thread_of, known
+                p.later[follow],
+                p.later[follow + 1 :],
+                self.horizon,
+                p.thread_of,
+                known,
+                lambda: self._earlier(p),
             ):
                 if link.answer.sender in partners and link.answer.event_id not in found:
                     found[link.answer.event_id] = (link.answer, link.rule)
                     start = max(start, position[link.answer.event_id])
         return read
+
+    def _earlier(self, p: Plan) -> frozenset[str]:
+        """linkage's `earlier`: who spoke in the horizon before the window, read once."""
+        if p.earlier is None:
+            first = p.window[0].ts
+            senders = self.eventlog.timeline.senders_before(
+                p.hit.room_id, p.root, first - self.horizon.ms, first, self.horizon.messages
+            )
+            p.earlier = frozenset(n for u in senders for n in names(u))
+        return p.earlier
 
     def _read_on(self, p: Plan, since: int, until: int) -> bool:
         """Extend the plan's timeline from `since` to `until` (ms), when it stopped

@@ -30,7 +30,7 @@ that carries it.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from ..ingest.addressing import addressed, names, norm, resolve
@@ -60,6 +60,11 @@ PAUSE_MINUTES: float | None = 30.0
 # to the asker's follow-up answers her (the touchaction answer 54 minutes after her
 # "i get an error saying not yet implemented").
 BURST_ENDS_AT_PAUSE = True
+# A burst ends too at a line its sender addresses, by a leading "name:", to someone who
+# spoke in the room before the question, hours before: Gitter's "Crizstian: Nice
+# article! Some hints for your Dockerfile:", whose hints then are Crizstian's, not the
+# asker's answer (the earlier speakers are read only for such a line).
+BURST_ENDS_AT_EARLIER = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,17 +127,30 @@ def _addresses_other(m: Message, asker: UserID, to: frozenset[str]) -> bool:
     return bool(to - mine - names(m.sender))
 
 
+def _to_earlier(
+    m: Message, asker: UserID, known: frozenset[str], earlier: Callable[[], frozenset[str]] | None
+) -> bool:
+    """m starts by naming someone `known` lacks, who spoke earlier (`earlier`), and who
+    is neither the asker nor m's sender."""
+    heads = set(addressed(m.body)) - known
+    if not heads or earlier is None:
+        return False
+    return bool(heads & (earlier() - names(asker) - names(m.sender)))
+
+
 def responses(
     question: Message,
     later: Sequence[Message],
     horizon: Horizon,
     thread_of: dict[EventID, EventID] | None = None,
     known: frozenset[str] = frozenset(),
+    earlier: Callable[[], frozenset[str]] | None = None,
 ) -> list[Link]:
     """The messages of `later` (the room's messages after `question`, in timeline
     order) that respond to it, within the horizon, in timeline order. `known`: names
     of people who spoke before the question (a "bob: ..." to someone who spoke only
-    earlier is addressed to bob, not to nobody)."""
+    earlier is addressed to bob, not to nobody); `earlier`: the names of those who spoke
+    in the room before that, read when a burst's line names someone `known` lacks."""
     asker = question.sender
     mine = names(asker)
     until = question.ts + horizon.ms
@@ -171,8 +189,10 @@ def responses(
         elif not _addresses_other(m, asker, to):
             if first_other:
                 rule = "next"
-            elif burst == m.sender and (
-                not BURST_ENDS_AT_PAUSE or pause is None or m.ts - last <= pause or hers_last
+            elif (
+                burst == m.sender
+                and (not BURST_ENDS_AT_PAUSE or pause is None or m.ts - last <= pause or hers_last)
+                and not (BURST_ENDS_AT_EARLIER and _to_earlier(m, asker, known, earlier))
             ):
                 rule = "more"
         first_other = False

@@ -111,3 +111,34 @@ def test_a_responders_burst_ends_at_a_pause_unless_the_asker_spoke_last():
     follow_up = m("$f", ALICE, 10, "i get an error saying not yet implemented")
     back = m("$b", BOB, 10 + pause + 24, "the touch action class works for me on ios")
     assert linked(QUESTION, [answer, follow_up, back]) == ["$a", "$b"]
+
+
+def test_a_responders_burst_ends_where_he_turns_to_someone_who_spoke_before_the_question(
+    monkeypatch,
+):
+    """bob answers alice, then writes "dave: Nice article! Some hints:" to dave, who
+    spoke hours before her question and not since, and goes on with his hints: those
+    are dave's, not hers (linkage.BURST_ENDS_AT_EARLIER). The earlier speakers are read
+    only for such a line; a "Note:" that names no one who spoke goes on answering."""
+    answer = m("$a", BOB, 4, "alice: move the USER statement behind your RUN")
+    turn = m("$t", BOB, 9, "dave: Nice article! Some hints for your Dockerfile:")
+    hint = m("$h", BOB, 10, "use the alpine image")
+    reads: list[int] = []
+
+    def earlier() -> frozenset[str]:
+        reads.append(1)
+        return frozenset({"dave"})
+
+    def linked_with(later):
+        return [
+            link.answer.event_id for link in responses(QUESTION, later, Horizon(), earlier=earlier)
+        ]
+
+    assert linked_with([answer, turn, hint]) == ["$a"]
+    assert reads
+    note = m("$n", BOB, 9, "note: the image must be rebuilt after that")
+    assert linked_with([answer, note, hint]) == ["$a", "$n", "$h"]
+    reads.clear()
+    assert linked_with([answer, hint]) == ["$a", "$h"] and not reads
+    monkeypatch.setattr(linkage, "BURST_ENDS_AT_EARLIER", False)
+    assert linked_with([answer, turn, hint]) == ["$a", "$t", "$h"]

@@ -921,6 +921,27 @@ def test_a_thanks_linked_by_place_from_another_than_the_asker_is_not_quoted(
     assert "$d" in shown
 
 
+def test_a_burst_turned_to_someone_who_spoke_hours_before_is_not_the_askers(world):
+    """dave spoke two hours before alice's question, in another window. bob answers
+    her by name, then turns to dave ("dave: nice article! some hints:") and goes on with
+    hints in her question's words: they are dave's, neither quoted nor cited under her
+    question (the event log's earlier speakers, linkage.BURST_ENDS_AT_EARLIER)."""
+    later = T0 + 2 * HOUR
+    admit(
+        world,
+        [
+            event("$d", DAVE, T0 - 2 * HOUR, "wrote an article on the synapse caches"),
+            event("$q", ALICE, T0, QUESTION),
+            event("$a", BOB, later, f"alice: {ANSWER}"),
+            event("$t", BOB, later + 60_000, "dave: nice article! some hints:"),
+            event("$h", BOB, later + 120_000, "raise the state cache factor on a small server"),
+        ],
+    )
+    hit = carrier(world)
+    assert "$a" in hit.cited_event_ids
+    assert not {"$t", "$h"} & set(hit.cited_event_ids)
+
+
 def test_a_statement_linked_by_place_is_still_quoted_when_it_may_answer(wide_world):
     later = T0 + 2 * HOUR
     admit(

@@ -97,6 +97,25 @@ class TimelineReads:
             for r in rows
         ]
 
+    def senders_before(
+        self,
+        room_id: RoomID,
+        thread_root: EventID | None,
+        since_ts: int,
+        before_ts: int,
+        limit: int,
+    ) -> frozenset[UserID]:
+        """Who sent the last `limit` indexed messages of a timeline from `since_ts` up
+        to (not at) `before_ts`."""
+        with self.db.locked() as db:
+            rows = db.execute(
+                "SELECT DISTINCT sender FROM (SELECT sender FROM events"
+                " WHERE room_id = ? AND status = ? AND ts >= ? AND ts < ?"
+                " AND COALESCE(thread_root, '') = ? ORDER BY ts DESC, seq DESC LIMIT ?) AS recent",
+                (room_id, EventStatus.INDEXED.value, since_ts, before_ts, thread_root or "", limit),
+            ).fetchall()
+        return frozenset(UserID(r[0]) for r in rows)
+
     def thread_root_of(self, event_id: EventID) -> EventID | None:
         with self.db.locked() as db:
             row = db.execute(
