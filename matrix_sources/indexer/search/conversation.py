@@ -28,6 +28,10 @@ THANKED_BY_NAME = True
 # and lines naming her past the pause that closed her question (linkage.CLOSES). A
 # thanks that goes on ("thanks, but it still fails") is still answered.
 THANKS_ASK_NOTHING = True
+# A thanked person's first message that is a question put to the room, naming no one,
+# is their own problem, not the answer the thanks is for ("... Is there a way to solve
+# this right issue?", thanked by name by an asker who confused two people).
+THANKED_NOT_ASKING = True
 
 
 @dataclass(slots=True)
@@ -256,7 +260,9 @@ def _thanked_by_name(
             # Not one who already answered (the thanks is for that), nor a line
             # addressed to someone else (their talk with another).
             if m.sender not in first and m.sender not in linked:
-                if not (addressees(m, known) - mine):
+                if THANKED_NOT_ASKING and _asks_room(m, known):
+                    linked.add(m.sender)  # their own question: none of theirs answers
+                elif not (addressees(m, known) - mine):
                     first[m.sender] = m
             continue
         named = addressees(m, known)
@@ -267,6 +273,13 @@ def _thanked_by_name(
         for u, x in first.items():
             if u in m.mentions or names(u) & named:
                 found[x.event_id] = (x, "thanked")
+
+
+def _asks_room(m: Message, known: frozenset[str]) -> bool:
+    """m is a question put to the room: it asks, replies to nothing and names no one."""
+    return (
+        asks_back(m.body) < 1 and not m.mentions and m.reply_to is None and not addressees(m, known)
+    )
 
 
 def _answers_back(

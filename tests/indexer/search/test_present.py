@@ -978,6 +978,30 @@ def test_a_strangers_answer_the_asker_thanks_by_name_is_linked(world, monkeypatc
     assert answers() == ["$b1"]
 
 
+def test_a_thanked_persons_own_question_to_the_room_is_not_linked(world, monkeypatch):
+    """erin puts her own question to the room after alice's; bob answers alice by name;
+    alice then thanks erin by mistake. erin's question is no answer of alice's
+    (THANKED_NOT_ASKING), nor is erin's later line; without the rule the question is
+    linked as "thanked"."""
+    erin = "@erin:example.org"
+    events = question_and_chat() + [
+        event(
+            "$e", erin, T0 + 16 * 60_000, "my compose stack gets a 403, is there a way to fix it?"
+        ),
+        event("$b", BOB, T0 + 4 * HOUR, f"alice: {ANSWER}"),
+        event("$e2", erin, T0 + 12 * HOUR, "bob: it was a misconfiguration of my volumes"),
+        event("$t", ALICE, T0 + 13 * HOUR, "erin: it works, thank you very much"),
+    ]
+    admit(world, events)
+
+    def answers() -> list[str]:
+        return [a.event_id for a in carrier(world).answers]
+
+    assert answers() == ["$b"]
+    monkeypatch.setattr(conversation, "THANKED_NOT_ASKING", False)
+    assert answers() == ["$e", "$b"]
+
+
 def test_a_thanks_after_the_askers_next_question_links_nothing_to_the_first(world):
     """alice's question is answered and thanked; she then puts a new question to the
     room, erin answers it and alice thanks erin: erin's answer belongs to the new
