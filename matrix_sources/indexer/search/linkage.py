@@ -16,6 +16,8 @@ A's message `q` when, within the horizon (hours and messages after `q`):
                question answers it)
     more       m follows a response of the same person with nothing by a third
                person between, and addresses nobody else (answers come in bursts)
+    aside      any of the above but reply and thread, from one the asker has since
+               turned to on their own matter (ASKER_TURNED): cited, not quoted
 
 A back and forth goes on past the horizon: when A answers back to one who responded,
 that person's responses to the follow-up are the question's too (conversation.py,
@@ -33,7 +35,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from ..ingest.addressing import addressed, names, norm, resolve
+from ..ingest.addressing import addressed, mentions, names, norm, resolve
 from ..records import EventID, Message, UserID
 from .lines import thanks
 
@@ -65,6 +67,12 @@ BURST_ENDS_AT_PAUSE = True
 # article! Some hints for your Dockerfile:", whose hints then are Crizstian's, not the
 # asker's answer (the earlier speakers are read only for such a line).
 BURST_ENDS_AT_EARLIER = True
+# Once the asker turns, by name, to someone who spoke since her question but never named
+# her (their own matter: Gitter's answerer telling "@sauga84 try this way"), that
+# person's later lines to her answer what she told them, not the question: linked as
+# "aside", carried and cited, not quoted (present.py). Linked all the same, so the
+# hit's order and the dialogue rules read what they read before.
+ASKER_TURNED = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +91,7 @@ class Horizon:
 class Link:
     question: EventID
     answer: Message
-    rule: str  # reply | thread | mention | address | next | more
+    rule: str  # reply | thread | mention | address | next | more | aside
 
 
 def speakers(messages: Iterable[Message]) -> frozenset[str]:
@@ -165,6 +173,8 @@ def responses(
     hers_last = True  # that line is the asker's
     pause = None if PAUSE_MINUTES is None else int(PAUSE_MINUTES * 60_000)
     burst: UserID | None = None  # a responder whose messages go on answering
+    elsewhere: set[str] = set()  # names the asker turned to, on another matter
+    apart: dict[str, bool] = {}  # a name of each who spoke since: never named the asker
     for count, m in enumerate(later, start=1):
         if count > horizon.messages or m.ts > until:
             break
@@ -173,8 +183,16 @@ def responses(
             if CLOSES and out and (thanks(m.body) or _asks_anew(m, known, people)):
                 closing = True
             last, hers_last = m.ts, True
+            if ASKER_TURNED:
+                responders = {n for link in out for n in names(link.answer.sender)}
+                turned = set(addressees(m, known, people)) - responders - mine
+                elsewhere |= {n for n in turned if apart.get(n)}
             continue  # the asker's own follow-ups neither answer nor break a burst
         to = addressees(m, known, people)
+        if ASKER_TURNED:
+            theirs = not (mine & set(mentions(m.body)) or asker in m.mentions)
+            for n in names(m.sender):
+                apart[n] = apart.get(n, True) and theirs
         rule = None
         if m.reply_to == question.event_id:
             rule = "reply"
@@ -196,6 +214,8 @@ def responses(
             ):
                 rule = "more"
         first_other = False
+        if rule not in (None, "reply", "thread") and names(m.sender) & elsewhere:
+            rule = "aside"
         if rule is not None:
             out.append(Link(question.event_id, m, rule))
             last, hers_last = m.ts, False

@@ -354,6 +354,9 @@ class Presenter:
             if rule not in ("", "reply", "thread") and partners and not names(m.sender) & partners:
                 carried.add(m.event_id)  # carried and cited, not quoted
                 continue
+            if rule == "aside":  # to what the asker told them since (linkage.ASKER_TURNED)
+                carried.add(m.event_id)
+                continue
             if (
                 RESPONDER_THANKS
                 and linked.get(m.event_id) in IMPLICIT

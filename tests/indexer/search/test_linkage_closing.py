@@ -142,3 +142,31 @@ def test_a_responders_burst_ends_where_he_turns_to_someone_who_spoke_before_the_
     assert linked_with([answer, hint]) == ["$a", "$h"] and not reads
     monkeypatch.setattr(linkage, "BURST_ENDS_AT_EARLIER", False)
     assert linked_with([answer, turn, hint]) == ["$a", "$t", "$h"]
+
+
+def test_what_answers_the_asker_turning_to_someone_elses_matter_is_an_aside(monkeypatch):
+    """After alice's question, dave asks the room his own question, never naming her;
+    she turns to him ("dave: try this way"), and his lines to her then answer what she
+    told him: linked as "aside" (cited, not quoted; linkage.ASKER_TURNED), not as
+    answers of her question. bob, who named her before she turned to him, still
+    answers it, and so does a reply."""
+    bob = m("$b", BOB, 2, "alice: plug it into another port")
+    own = m("$d", DAVE, 3, "got a quick question on entrypoint, how do i reference it?")
+    turn = m("$t", ALICE, 5, "dave: try this way in docker-compose.yml")
+    to_bob = m("$tb", ALICE, 6, "bob: which port?")
+    back = m("$db", DAVE, 7, "alice: but i dont need to specify my command")
+    more = m("$dm", DAVE, 8, "also the entrypoint is in the dockerfile already")
+    bob2 = m("$b2", BOB, 9, "alice: the one on the left")
+    reply = m("$r", DAVE, 10, "is it a uvc webcam?", reply_to="$q")
+    later = [bob, own, turn, to_bob, back, more, bob2, reply]
+    rules = {link.answer.event_id: link.rule for link in responses(QUESTION, later, Horizon())}
+    assert rules == {
+        "$b": "address",
+        "$db": "aside",
+        "$dm": "aside",
+        "$b2": "address",
+        "$r": "reply",
+    }
+    monkeypatch.setattr(linkage, "ASKER_TURNED", False)
+    rules = {link.answer.event_id: link.rule for link in responses(QUESTION, later, Horizon())}
+    assert rules["$db"] == "address" and rules["$dm"] == "more"

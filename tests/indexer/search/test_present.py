@@ -19,7 +19,7 @@ from matrix_sources.indexer.ingest.history import History
 from matrix_sources.indexer.models.embedder import HashEmbedder
 from matrix_sources.indexer.pipeline.pipeline import Pipeline
 from matrix_sources.indexer.records import ChunkPolicy, Hit
-from matrix_sources.indexer.search import conversation, lines, present
+from matrix_sources.indexer.search import conversation, lines, linkage, present
 from matrix_sources.indexer.search.present import Presenter
 from matrix_sources.indexer.search.searcher import Searcher, SourceQuery
 from matrix_sources.indexer.store.eventlog.log import EventLog
@@ -940,6 +940,36 @@ def test_a_burst_turned_to_someone_who_spoke_hours_before_is_not_the_askers(worl
     hit = carrier(world)
     assert "$a" in hit.cited_event_ids
     assert not {"$t", "$h"} & set(hit.cited_event_ids)
+
+
+def test_what_answers_the_askers_turn_to_someone_elses_matter_is_cited_not_quoted(
+    wide_world, monkeypatch
+):
+    """bob answers alice by name; dave puts his own question to the room; alice turns to
+    him ("dave: try the bridge settings"); his answer to her, in her question's words,
+    is what she told him, not her question's: cited, not quoted (linkage.ASKER_TURNED).
+    Without the rule it is quoted."""
+    later = T0 + 2 * HOUR
+
+    def quoted_and_cited() -> tuple[list[str], set[str]]:
+        admit(
+            wide_world,
+            [
+                event("$q", ALICE, T0, QUESTION),
+                event("$a", BOB, later, f"alice: {ANSWER}"),
+                event("$d", DAVE, later + 60_000, "how do i restart the irc bridge?"),
+                event("$t", ALICE, later + 120_000, "dave: try the bridge settings"),
+                event("$x", DAVE, later + 180_000, f"alice: {QUESTION} is what I asked too"),
+            ],
+        )
+        hit = carrier(wide_world)
+        return [ln.event_id for ln in hit.shown], set(hit.cited_event_ids)
+
+    shown, cited = quoted_and_cited()
+    assert "$x" not in shown and "$x" in cited and "$a" in shown
+    monkeypatch.setattr(linkage, "ASKER_TURNED", False)
+    shown, _ = quoted_and_cited()
+    assert "$x" in shown
 
 
 def test_a_statement_linked_by_place_is_still_quoted_when_it_may_answer(wide_world):
