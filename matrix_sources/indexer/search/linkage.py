@@ -135,6 +135,15 @@ def _addresses_other(m: Message, asker: UserID, to: frozenset[str]) -> bool:
     return bool(to - mine - names(m.sender))
 
 
+def _apart(name: str, asker: UserID, since: Sequence[Message]) -> bool:
+    """The one called `name` spoke in `since` and never named the asker there."""
+    theirs = [x for x in since if name in names(x.sender)]
+    mine = names(asker)
+    return bool(theirs) and not any(
+        asker in x.mentions or mine & set(mentions(x.body)) for x in theirs
+    )
+
+
 def _to_earlier(
     m: Message, asker: UserID, known: frozenset[str], earlier: Callable[[], frozenset[str]] | None
 ) -> bool:
@@ -174,7 +183,7 @@ def responses(
     pause = None if PAUSE_MINUTES is None else int(PAUSE_MINUTES * 60_000)
     burst: UserID | None = None  # a responder whose messages go on answering
     elsewhere: set[str] = set()  # names the asker turned to, on another matter
-    apart: dict[str, bool] = {}  # a name of each who spoke since: never named the asker
+    responders: set[UserID] = set()
     for count, m in enumerate(later, start=1):
         if count > horizon.messages or m.ts > until:
             break
@@ -183,16 +192,12 @@ def responses(
             if CLOSES and out and (thanks(m.body) or _asks_anew(m, known, people)):
                 closing = True
             last, hers_last = m.ts, True
-            if ASKER_TURNED:
-                responders = {n for link in out for n in names(link.answer.sender)}
-                turned = set(addressees(m, known, people)) - responders - mine
-                elsewhere |= {n for n in turned if apart.get(n)}
+            turned = set(addressees(m, known, people)) - mine if ASKER_TURNED else set()
+            if turned:  # rare: read back only then
+                turned -= {n for u in responders for n in names(u)}
+                elsewhere |= {n for n in turned if _apart(n, asker, later[: count - 1])}
             continue  # the asker's own follow-ups neither answer nor break a burst
         to = addressees(m, known, people)
-        if ASKER_TURNED:
-            theirs = not (mine & set(mentions(m.body)) or asker in m.mentions)
-            for n in names(m.sender):
-                apart[n] = apart.get(n, True) and theirs
         rule = None
         if m.reply_to == question.event_id:
             rule = "reply"
@@ -218,6 +223,7 @@ def responses(
             rule = "aside"
         if rule is not None:
             out.append(Link(question.event_id, m, rule))
+            responders.add(m.sender)
             last, hers_last = m.ts, False
         burst = m.sender if rule is not None else None  # anyone else's word ends it
     return out
