@@ -867,27 +867,29 @@ def test_a_question_of_its_own_linked_by_place_is_not_quoted(wide_world, monkeyp
     so `PLACE_NOT_BESIDE` keeps it (off here, as it is when such a line ranks above the
     answer). Without the rule it is quoted. The same line said as a statement stays
     quoted: it may be the answer."""
-    later = T0 + 2 * HOUR
     own = "is the state cache factor on a small server why mine is slow?"
-
-    def quoted_and_cited(line: str) -> tuple[list[str], set[str]]:
-        admit(
-            wide_world,
-            [
-                event("$q", ALICE, T0, QUESTION),
-                event("$d", DAVE, later, line),
-                event("$a", BOB, later + 60_000, f"alice: {ANSWER}"),
-            ],
-        )
-        hit = carrier(wide_world)
-        return [ln.event_id for ln in hit.shown], set(hit.cited_event_ids)
-
     monkeypatch.setattr(present, "PLACE_NOT_BESIDE", False)
-    shown, cited = quoted_and_cited(own)
+    shown, cited = dave_then_bob(wide_world, own)
     assert shown == ["$q", "$a"] and "$d" in cited
     monkeypatch.setattr(present, "PLACE_ASKS_OWN", False)
-    shown, _ = quoted_and_cited(own)
+    shown, _ = dave_then_bob(wide_world, own)
     assert "$d" in shown
+
+
+def dave_then_bob(world, line: str) -> tuple[list[str], set[str]]:
+    """alice's question; two hours later dave's `line`, then bob's answer to her by
+    name: the carrier's quoted lines and what it cites."""
+    later = T0 + 2 * HOUR
+    admit(
+        world,
+        [
+            event("$q", ALICE, T0, QUESTION),
+            event("$d", DAVE, later, line),
+            event("$a", BOB, later + 60_000, f"alice: {ANSWER}"),
+        ],
+    )
+    hit = carrier(world)
+    return [ln.event_id for ln in hit.shown], set(hit.cited_event_ids)
 
 
 def test_a_thanks_linked_by_place_from_another_than_the_asker_is_not_quoted(
@@ -898,26 +900,12 @@ def test_a_thanks_linked_by_place_from_another_than_the_asker_is_not_quoted(
     name. dave's line, linked only by its place, is carried and cited, not quoted
     (`RESPONDER_THANKS`); without the rule it is. The asker's own thanks is hers to
     make: it is never read as a response (linkage)."""
-    later = T0 + 2 * HOUR
     praise = "the state cache factor on a small server is great btw, thx guys"
-
-    def quoted_and_cited() -> tuple[list[str], set[str]]:
-        admit(
-            wide_world,
-            [
-                event("$q", ALICE, T0, QUESTION),
-                event("$d", DAVE, later, praise),
-                event("$a", BOB, later + 60_000, f"alice: {ANSWER}"),
-            ],
-        )
-        hit = carrier(wide_world)
-        return [ln.event_id for ln in hit.shown], set(hit.cited_event_ids)
-
     monkeypatch.setattr(present, "PLACE_NOT_BESIDE", False)
-    shown, cited = quoted_and_cited()
+    shown, cited = dave_then_bob(wide_world, praise)
     assert shown == ["$q", "$a"] and "$d" in cited
     monkeypatch.setattr(present, "RESPONDER_THANKS", False)
-    shown, _ = quoted_and_cited()
+    shown, _ = dave_then_bob(wide_world, praise)
     assert "$d" in shown
 
 
