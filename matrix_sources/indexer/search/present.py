@@ -122,6 +122,10 @@ ASIDES = True
 # when the lines of the window holding them are quoted or carried above too.
 ONE_CONVERSATION = True
 _LEAD_AT = re.compile(r"\s*@\w")
+# The next speaker after the question, from later chat, below IMPLICIT_FLOOR, is quoted
+# when no other response is: "Good question. I don't believe so." under "is gitter open
+# source?" is the answer a question alone would hide (Gitter shown@1 up, nothing else).
+NEXT_ALONE = True
 ONCE_BY = "rank"  # which hit keeps an answer linked under several: rank, meaning, time
 CACHE_LINES = 8192  # line vectors kept in memory (about 12 MiB at 384 dimensions)
 
@@ -335,6 +339,7 @@ class Presenter:
         partners = _answered_askers(window, anchor) if ANSWERS_ONE else frozenset()
         thanked = lines.thanked(question.sender, p.later) if THANKED else set()
         scored, carried = [], set()
+        lone: Message | None = None  # the next speaker, below the floor
         as_asked = self._as_question(vecs[anchor], question.body)
         for m, rule, v in cands:
             to_query, to_question = float((v @ queries.T).max()), float(v @ as_asked)
@@ -343,14 +348,16 @@ class Presenter:
                 if rule and m.event_id in thanked:  # carried and cited, not quoted
                     carried.add(m.event_id)
                 continue
-            if (
+            below = (
                 linked.get(m.event_id) in IMPLICIT
                 and m.event_id not in thanked
                 and close < IMPLICIT_FLOOR
-            ):  # carried and cited (it may be the answer), not quoted
+            )
+            if below:  # carried and cited (it may be the answer), not quoted
                 if rule:
                     carried.add(m.event_id)
-                continue
+                if not (NEXT_ALONE and rule == "next" and lone is None):
+                    continue
             if rule not in ("", "reply", "thread") and partners and not names(m.sender) & partners:
                 carried.add(m.event_id)  # carried and cited, not quoted
                 continue
@@ -368,6 +375,9 @@ class Presenter:
                 continue
             if PLACE_ASKS_OWN and _asks_own(m, linked, thanked, question, p.later):
                 carried.add(m.event_id)  # carried and cited, not quoted
+                continue
+            if below:  # the next speaker from later chat: quoted if nothing else is
+                lone = m
                 continue
             scored.append(
                 (
@@ -408,6 +418,8 @@ class Presenter:
             for m in follow_ups
             if lines.says_something(m) and all(m.event_id != x.event_id for x, _ in picked)
         ][: max(0, self.shown_lines - 1 - len(picked))]
+        if not picked and lone is not None:
+            picked = [(lone, linked.get(lone.event_id, ""))]
         if len(picked) < self.shown_lines - 1 and PAD_WITH_WINDOW:  # the window's lines
             sims = (vecs @ queries.T).max(axis=1)  # that speak to the query, if any
             others = sorted(

@@ -960,6 +960,27 @@ def test_what_answers_the_askers_turn_to_someone_elses_matter_is_cited_not_quote
     assert "$x" in shown
 
 
+def test_the_next_speakers_line_far_from_the_question_is_quoted_when_nothing_else_is(
+    wide_world, monkeypatch
+):
+    """Two hours after alice's question, dave is the next to speak: "good question. I
+    dont believe so, not that server", far in words from the question (below
+    IMPLICIT_FLOOR). With no other response it is quoted (NEXT_ALONE: the answer it
+    may be, not the question alone); beside bob's answer by name, it is only cited."""
+    line = "good question. I dont believe so, not that server"
+    later = T0 + 2 * HOUR
+    admit(wide_world, [event("$q", ALICE, T0, QUESTION), event("$d", DAVE, later, line)])
+    hit = carrier(wide_world)
+    assert [ln.event_id for ln in hit.shown] == ["$q", "$d"]
+    monkeypatch.setattr(present, "NEXT_ALONE", False)
+    hit = carrier(wide_world)
+    assert [ln.event_id for ln in hit.shown] == ["$q"] and "$d" in hit.cited_event_ids
+    monkeypatch.setattr(present, "NEXT_ALONE", True)
+    admit(wide_world, [event("$a", BOB, later + 60_000, f"alice: {ANSWER}")])
+    hit = carrier(wide_world)
+    assert [ln.event_id for ln in hit.shown] == ["$q", "$a"] and "$d" in hit.cited_event_ids
+
+
 def test_a_statement_linked_by_place_is_still_quoted_when_it_may_answer(wide_world):
     later = T0 + 2 * HOUR
     admit(
