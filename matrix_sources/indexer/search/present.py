@@ -126,6 +126,10 @@ _LEAD_AT = re.compile(r"\s*@\w")
 # when no other response is: "Good question. I don't believe so." under "is gitter open
 # source?" is the answer a question alone would hide (Gitter shown@1 up, nothing else).
 NEXT_ALONE = True
+# A response the asker thanked that falls under the answer floor ("@Andreas you want
+# -f") is quoted where the hit has room after the responses that speak to the question:
+# her thanks says it answered (Slack shown@1 up, nothing else).
+THANKED_QUOTED = True
 ONCE_BY = "rank"  # which hit keeps an answer linked under several: rank, meaning, time
 CACHE_LINES = 8192  # line vectors kept in memory (about 12 MiB at 384 dimensions)
 
@@ -340,6 +344,7 @@ class Presenter:
         thanked = lines.thanked(question.sender, p.later) if THANKED else set()
         scored, carried = [], set()
         lone: Message | None = None  # the next speaker, below the floor
+        praised: list[Message] = []  # thanked, below the floor
         as_asked = self._as_question(vecs[anchor], question.body)
         for m, rule, v in cands:
             to_query, to_question = float((v @ queries.T).max()), float(v @ as_asked)
@@ -347,6 +352,8 @@ class Presenter:
             if close < (ANSWER_FLOOR if rule else RESPONSE_FLOOR):
                 if rule and m.event_id in thanked:  # carried and cited, not quoted
                     carried.add(m.event_id)
+                    if THANKED_QUOTED:
+                        praised.append(m)
                 continue
             below = (
                 linked.get(m.event_id) in IMPLICIT
@@ -420,6 +427,9 @@ class Presenter:
         ][: max(0, self.shown_lines - 1 - len(picked))]
         if not picked and lone is not None:
             picked = [(lone, linked.get(lone.event_id, ""))]
+        picked += [(m, linked.get(m.event_id, "")) for m in praised][
+            : max(0, self.shown_lines - 1 - len(picked))
+        ]
         if len(picked) < self.shown_lines - 1 and PAD_WITH_WINDOW:  # the window's lines
             sims = (vecs @ queries.T).max(axis=1)  # that speak to the query, if any
             others = sorted(

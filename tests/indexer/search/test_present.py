@@ -684,8 +684,9 @@ def test_a_matched_line_that_answers_someone_counts_as_the_hits_response(wide_wo
 
 def test_an_answer_the_asker_thanked_is_carried_however_far_its_words(wide_world, monkeypatch):
     """ "alice: use -f" shares nothing with the question and falls under the answer
-    floor; alice thanks bob for it: it is carried and cited (not quoted: its words do
-    not speak to the question). carol's later line, thanked by no one, is not."""
+    floor; alice thanks bob for it: it is carried and cited, and quoted where the hit
+    has room (THANKED_QUOTED: the asker's thanks says it answered, whatever its
+    words). carol's later line, thanked by no one, is neither."""
     events = question_and_chat() + [
         event("$a", BOB, T0 + 2 * HOUR, "alice: use -f"),
         event("$t", ALICE, T0 + 2 * HOUR + 60_000, "bob: thanks! that's what I needed"),
@@ -694,6 +695,10 @@ def test_an_answer_the_asker_thanked_is_carried_however_far_its_words(wide_world
     admit(wide_world, events)
     hit = carrier(wide_world)
     assert [a.event_id for a in hit.answers] == ["$a"]
+    assert "$a" in hit.to_json()["event_ids"] and "$a" in hit.to_json()["shown_event_ids"]
+    assert "$x" not in hit.to_json()["event_ids"]
+    monkeypatch.setattr(present, "THANKED_QUOTED", False)
+    hit = carrier(wide_world)
     assert "$a" in hit.to_json()["event_ids"] and "$a" not in hit.to_json()["shown_event_ids"]
     monkeypatch.setattr(present, "THANKED", False)
     assert carrier(wide_world).answers == ()
