@@ -21,6 +21,14 @@ ECHO = NOVELTY_FLOOR + (1 - NOVELTY_FLOOR) * 0.3
 # answers: its score is weighed down this much (docs/benchmarks.md: shown@1 on the
 # three dev sets; 0.85 to 0.9 gained, 0.8 and below cost Slack).
 ASKS_BACK = 0.9
+# A line that opens asking ("can you post appium logs") asks back without its question
+# mark, which chat often drops (Gitter shown@1 up, nothing else; docs/benchmarks.md).
+OPENS_ASKING = True
+_ASKS_OPEN = re.compile(  # after the name it is addressed to, if any
+    r"\s*(?:@[\w.\-]+[:,]?\s+|[\w.\-]+[:,]\s*)?"
+    r"(can|could|would|will|do|does|did|have|has|are)\s+(you|u)\b",
+    re.I,
+)
 TAG_WORDS = 2  # "..., no?", "..., right?": a statement with a tag, not a question
 _THANKS = re.compile(r"\b(thanks?|thank you|thx|ty|cheers|that's what i needed)\b", re.I)
 _LINK = re.compile(r"https?://", re.I)
@@ -102,7 +110,7 @@ def asks_back(body: str) -> float:
     tag ("..., no?", "..., right?") states: it is not a question back."""
     text = body.rstrip()
     if not text.endswith("?"):
-        return 1.0
+        return ASKS_BACK if OPENS_ASKING and _ASKS_OPEN.match(text) else 1.0
     head, comma, tag = text.rpartition(",")
     return (
         1.0

@@ -620,6 +620,44 @@ def test_a_question_back_is_quoted_after_what_its_sender_said_once_answered(
     assert _quoted_second(wide_world, []) == "$r1"
 
 
+def test_a_request_without_its_question_mark_is_a_question_back(wide_world, monkeypatch):
+    """Chat drops the question mark: "alice: can you post the logs of the state cache on
+    the small server" asks back all the same (`OPENS_ASKING`), and what bob says once
+    she answered is quoted before it. Read as a statement, the request is quoted."""
+    events = [
+        event("$q", ALICE, T0, QUESTION),
+        event(
+            "$r1",
+            BOB,
+            T0 + 60_000,
+            "alice: can you post the logs of the state cache factor on the small server",
+        ),
+        event("$r2", ALICE, T0 + 120_000, "bob: here they are"),
+        event("$r3", BOB, T0 + 180_000, "alice: then raise the cache factor to 2.0"),
+    ]
+    assert _quoted_second(wide_world, events) == "$r3"
+    monkeypatch.setattr(lines, "OPENS_ASKING", False)
+    assert _quoted_second(wide_world, []) == "$r1"
+
+
+@pytest.mark.parametrize(
+    "body, asks",
+    [
+        ("can you post appium logs", True),
+        ("Could u share the compose file", True),
+        ("did you restart it?", True),
+        ("you can post the logs", False),
+        ("do it with the cache factor", False),
+        ("canyou post", False),
+        ("alice: can you post the logs", True),
+        ("@bob could you share it", True),
+        ("alice: you can post the logs", False),
+    ],
+)
+def test_which_lines_ask_back(body, asks):
+    assert (lines.asks_back(body) < 1) is asks
+
+
 def test_a_question_back_stays_before_a_later_line_that_says_little(wide_world, monkeypatch):
     """What bob said later ("thats all i can think of") scores under SUPERSEDE_RATIO of
     his question back: the question back keeps its place; with no ratio it would not."""
