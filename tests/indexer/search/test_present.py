@@ -595,26 +595,28 @@ def test_a_follow_up_to_someone_else_does_not_continue_the_conversation(world):
     assert [a.event_id for a in carrier(world).answers] == ["$b1"]
 
 
+ASKED_BACK = (
+    "alice: do you raise the cache factor of the state cache on a small server with little memory?"
+)
+
+
+def asked_back_then(asked: str, then: str, answer: str = "bob: yes, 2 GB of memory") -> list:
+    """alice's question; bob asks back (`asked`); alice answers him; bob says `then`."""
+    return [
+        event("$q", ALICE, T0, QUESTION),
+        event("$r1", BOB, T0 + 60_000, asked),
+        event("$r2", ALICE, T0 + 120_000, answer),
+        event("$r3", BOB, T0 + 180_000, then),
+    ]
+
+
 def test_a_question_back_is_quoted_after_what_its_sender_said_once_answered(
     wide_world, monkeypatch
 ):
     """bob asks back in the question's own words (the closest line), alice answers
     him, then bob says what to do. His question back was answered: what he said then
     is quoted (`SUPERSEDED`); without the rule the question back is."""
-    asked_back = event(
-        "$r1",
-        BOB,
-        T0 + 60_000,
-        "alice: do you raise the cache factor of the state cache on a small "
-        "server with little memory?",
-    )
-    answered = event("$r2", ALICE, T0 + 120_000, "bob: yes, 2 GB of memory")
-    events = [
-        event("$q", ALICE, T0, QUESTION),
-        asked_back,
-        answered,
-        event("$r3", BOB, T0 + 180_000, "alice: then raise the cache factor to 2.0"),
-    ]
+    events = asked_back_then(ASKED_BACK, "alice: then raise the cache factor to 2.0")
     assert _quoted_second(wide_world, events) == "$r3"
     monkeypatch.setattr(present, "SUPERSEDED", False)
     assert _quoted_second(wide_world, []) == "$r1"
@@ -624,17 +626,11 @@ def test_a_request_without_its_question_mark_is_a_question_back(wide_world, monk
     """Chat drops the question mark: "alice: can you post the logs of the state cache on
     the small server" asks back all the same (`OPENS_ASKING`), and what bob says once
     she answered is quoted before it. Read as a statement, the request is quoted."""
-    events = [
-        event("$q", ALICE, T0, QUESTION),
-        event(
-            "$r1",
-            BOB,
-            T0 + 60_000,
-            "alice: can you post the logs of the state cache factor on the small server",
-        ),
-        event("$r2", ALICE, T0 + 120_000, "bob: here they are"),
-        event("$r3", BOB, T0 + 180_000, "alice: then raise the cache factor to 2.0"),
-    ]
+    events = asked_back_then(
+        "alice: can you post the logs of the state cache factor on the small server",
+        "alice: then raise the cache factor to 2.0",
+        "bob: here they are",
+    )
     assert _quoted_second(wide_world, events) == "$r3"
     monkeypatch.setattr(lines, "OPENS_ASKING", False)
     assert _quoted_second(wide_world, []) == "$r1"
@@ -661,18 +657,7 @@ def test_which_lines_ask_back(body, asks):
 def test_a_question_back_stays_before_a_later_line_that_says_little(wide_world, monkeypatch):
     """What bob said later ("thats all i can think of") scores under SUPERSEDE_RATIO of
     his question back: the question back keeps its place; with no ratio it would not."""
-    events = [
-        event("$q", ALICE, T0, QUESTION),
-        event(
-            "$r1",
-            BOB,
-            T0 + 60_000,
-            "alice: do you raise the cache factor of the state cache on a small "
-            "server with little memory?",
-        ),
-        event("$r2", ALICE, T0 + 120_000, "bob: yes, 2 GB of memory"),
-        event("$r3", BOB, T0 + 180_000, "alice: thats all i can think of, sorry"),
-    ]
+    events = asked_back_then(ASKED_BACK, "alice: thats all i can think of, sorry")
     assert _quoted_second(wide_world, events) == "$r1"
     monkeypatch.setattr(present, "SUPERSEDE_RATIO", 0.0)
     assert _quoted_second(wide_world, []) == "$r3"
