@@ -343,8 +343,8 @@ class Presenter:
         partners = _answered_askers(window, anchor) if ANSWERS_ONE else frozenset()
         thanked = lines.thanked(question.sender, p.later) if THANKED else set()
         scored, carried = [], set()
-        lone: Message | None = None  # the next speaker, below the floor
-        praised: list[Message] = []  # thanked, below the floor
+        lone: tuple[Message, str] | None = None  # the next speaker, below the floor
+        praised: list[tuple[Message, str]] = []  # thanked, below the floor
         as_asked = self._as_question(vecs[anchor], question.body)
         for m, rule, v in cands:
             to_query, to_question = float((v @ queries.T).max()), float(v @ as_asked)
@@ -353,7 +353,7 @@ class Presenter:
                 if rule and m.event_id in thanked:  # carried and cited, not quoted
                     carried.add(m.event_id)
                     if THANKED_QUOTED:
-                        praised.append(m)
+                        praised.append((m, rule))
                 continue
             below = (
                 linked.get(m.event_id) in IMPLICIT
@@ -384,7 +384,7 @@ class Presenter:
                 carried.add(m.event_id)  # carried and cited, not quoted
                 continue
             if below:  # the next speaker from later chat: quoted if nothing else is
-                lone = m
+                lone = (m, rule)
                 continue
             scored.append(
                 (
@@ -426,10 +426,8 @@ class Presenter:
             if lines.says_something(m) and all(m.event_id != x.event_id for x, _ in picked)
         ][: max(0, self.shown_lines - 1 - len(picked))]
         if not picked and lone is not None:
-            picked = [(lone, linked.get(lone.event_id, ""))]
-        picked += [(m, linked.get(m.event_id, "")) for m in praised][
-            : max(0, self.shown_lines - 1 - len(picked))
-        ]
+            picked = [lone]
+        picked += praised[: max(0, self.shown_lines - 1 - len(picked))]
         if len(picked) < self.shown_lines - 1 and PAD_WITH_WINDOW:  # the window's lines
             sims = (vecs @ queries.T).max(axis=1)  # that speak to the query, if any
             others = sorted(

@@ -91,7 +91,7 @@ def test_a_closed_question_stays_closed_when_she_speaks_again():
     assert linked(q2, later[3:]) == ["$s"]
 
 
-def test_a_responders_burst_ends_at_a_pause_unless_the_asker_spoke_last():
+def test_a_responders_burst_ends_at_a_pause_unless_the_asker_spoke_last(monkeypatch):
     """bob answers; 82 minutes of silence later he writes about a problem of his own,
     unaddressed: no answer of alice's question, though his lines right after his
     answer go on answering (linkage.BURST_ENDS_AT_PAUSE). Where alice followed up
@@ -103,14 +103,11 @@ def test_a_responders_burst_ends_at_a_pause_unless_the_asker_spoke_last():
     own = m("$o", BOB, 5 + pause + 52, "i cannot pull an image on a machine i made with it")
     own2 = m("$o2", BOB, 6 + pause + 52, "can anyone advise?")
     assert linked(QUESTION, [answer, more, own, own2]) == ["$a", "$a2"]
-    linkage.BURST_ENDS_AT_PAUSE = False
-    try:
-        assert linked(QUESTION, [answer, more, own, own2]) == ["$a", "$a2", "$o", "$o2"]
-    finally:
-        linkage.BURST_ENDS_AT_PAUSE = True
     follow_up = m("$f", ALICE, 10, "i get an error saying not yet implemented")
     back = m("$b", BOB, 10 + pause + 24, "the touch action class works for me on ios")
     assert linked(QUESTION, [answer, follow_up, back]) == ["$a", "$b"]
+    monkeypatch.setattr(linkage, "BURST_ENDS_AT_PAUSE", False)
+    assert linked(QUESTION, [answer, more, own, own2]) == ["$a", "$a2", "$o", "$o2"]
 
 
 def test_a_responders_burst_ends_where_he_turns_to_someone_who_spoke_before_the_question(
