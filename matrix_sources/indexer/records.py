@@ -93,8 +93,9 @@ class Line:
     ts: int
     body: str
     # A linked answer (indexer/search/linkage.py) from outside the hit's window: the rule
-    # that linked it (reply, thread, mention, address, next, more, thanked, aside); ""
-    # for the window's.
+    # that linked it (reply, thread, mention, address, next, more, thanked, aside,
+    # conversation: a line of the conversation's later part, present.FROM_QUESTION);
+    # "" for the window's.
     linked: str = ""
 
 

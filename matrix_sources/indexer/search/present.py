@@ -131,6 +131,11 @@ NEXT_ALONE = True
 # her thanks says it answered (Slack shown@1 up, nothing else).
 THANKED_QUOTED = True
 ONCE_BY = "rank"  # which hit keeps an answer linked under several: rank, meaning, time
+# A hit that is the later part of a conversation whose question a hit below asks (the
+# lower hit links its matched line as a response, and its asker speaks in the upper
+# hit's window) is shown from that question: one hit, the question and its best
+# answers quoted, the later part's lines carried and cited (docs/benchmarks.md).
+FROM_QUESTION = True
 CACHE_LINES = 8192  # line vectors kept in memory (about 12 MiB at 384 dimensions)
 
 
@@ -274,9 +279,20 @@ class Presenter:
             [_matched_line(above[i]) if plans[i] else None for i in kept],
         )
         typed = evidence if evidence.keywords else None  # search-box words
+
+        def choose(i: int, ans: tuple[list[tuple[Message, str]], dict]) -> Hit:
+            c, p = above[i], plans[i]
+            assert c.found is not None and p is not None  # planned from its lines
+            # _once keeps a hit's answers in their order: their vectors are those kept.
+            stays = {m.event_id for m, _ in ans[0]}
+            avecs = outside_vecs[i][[m.event_id in stays for m, _ in answers[i][0]]]
+            _, vecs, anchor = c.found
+            h = self._choose(p, vecs, anchor, ans, avecs, queries, evidence)
+            return replace(h, similarity=c.key)
+
         covered: set[str] = set()  # the lines quoted or carried by the hits so far
         out: list[Hit] = []
-        for i, ans in zip(kept, kept_answers):
+        for at, (i, ans) in enumerate(zip(kept, kept_answers)):
             if top_k is not None and len(out) == top_k:
                 break
             c, p = above[i], plans[i]
@@ -285,13 +301,17 @@ class Presenter:
             if p is None:
                 out.append(c.hit)
                 continue
-            # _once keeps a hit's answers in their order: their vectors are those kept.
-            stays = {m.event_id for m, _ in ans[0]}
-            avecs = outside_vecs[i][[m.event_id in stays for m, _ in answers[i][0]]]
-            assert c.found is not None  # planned from its lines
-            _, vecs, anchor = c.found
-            h = self._choose(p, vecs, anchor, ans, avecs, queries, evidence)
-            out.append(replace(h, similarity=c.key))
+            h = choose(i, ans)
+            if FROM_QUESTION and typed is None:  # search-box words: their window first
+                for j, lower in zip(kept[at + 1 :], kept_answers[at + 1 :]):
+                    if (
+                        plans[j] is not None
+                        and not _again(above[j], covered, None)
+                        and _starts(above[j], lower[1], c)
+                    ):
+                        h = _from_question(choose(j, lower), h, lower[1])
+                        break
+            out.append(h)
             covered |= {line.event_id for line in (*h.shown, *h.answers)}
         return out, closest
 
@@ -625,6 +645,35 @@ def _again(c: _Candidate, covered: set[str], words: Evidence | None) -> bool:
         return True
     assert c.found is not None
     return all(x.event_id in covered for x in c.found[0] if words.share([x.body]))
+
+
+def _starts(lower: _Candidate, linked: dict, upper: _Candidate) -> bool:
+    """Whether the lower candidate asks the question the upper one's conversation goes
+    on with (FROM_QUESTION): its matched line came first, its responses include the
+    upper's matched line, and its asker speaks in the upper's window."""
+    q, m = _matched_line(lower), _matched_line(upper)
+    if q is None or m is None or q.ts >= m.ts or m.event_id not in linked:
+        return False
+    if "?" not in q.body and lines.asks_back(q.body) == 1.0:  # no question
+        return False
+    assert upper.found is not None
+    return any(x.sender == q.sender for x in upper.found[0])
+
+
+def _from_question(lower: Hit, upper: Hit, linked: dict) -> Hit:
+    """The lower hit, carrying the upper hit's quoted and carried lines too, at the
+    upper's place and similarity."""
+    have = set(lower.cited_event_ids)
+    more = {
+        x.event_id: replace(x, linked=linked.get(x.event_id) or x.linked or "conversation")
+        for x in (*upper.shown, *upper.answers)
+        if x.event_id not in have
+    }
+    return replace(
+        lower,
+        answers=tuple(sorted((*lower.answers, *more.values()), key=lambda x: (x.ts, x.event_id))),
+        similarity=upper.similarity,
+    )
 
 
 def _line(m: Message, linked: str) -> Line:

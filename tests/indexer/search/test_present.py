@@ -1130,6 +1130,54 @@ def test_a_conversation_is_one_hit_not_one_per_window(world, monkeypatch):
     assert any("$a" in h.event_ids for h in hits()[1:])
 
 
+def test_a_conversations_later_part_is_shown_from_its_question(world, monkeypatch):
+    """Two hours after alice's question, bob asks her back and she answers him: that
+    later window matches the query best, but a person wants the conversation from its
+    question. The first hit is alice's question's, carrying (citing) bob's line and
+    her reply; the later window is no hit of its own. Without the rule the later part
+    comes first, and the question second."""
+    later = "alice: which synapse version runs the state cache on your small server"
+    admit(
+        world,
+        [event("$q", ALICE, T0, f"{QUESTION}?"), *question_and_chat()[1:]]
+        + [
+            event("$b", BOB, T0 + 2 * HOUR, later),
+            event("$c", ALICE, T0 + 2 * HOUR + 60_000, "bob: version 1.98 of synapse"),
+        ],
+    )
+    _, _, searcher, _ = world
+
+    def hits():
+        return searcher.search(SourceQuery.build([later.removeprefix("alice: ")], top_k=10))
+
+    [first, *rest] = hits()
+    assert "$q" in first.event_ids
+    assert {"$b", "$c"} <= set(first.cited_event_ids)
+    assert not any("$b" in h.event_ids for h in rest)
+    monkeypatch.setattr(present, "FROM_QUESTION", False)
+    [first, *rest] = hits()
+    assert "$b" in first.event_ids and "$q" not in first.event_ids
+    assert any("$q" in h.event_ids for h in rest)
+
+
+def test_a_later_answer_is_not_shown_from_an_earlier_line_that_asks_nothing(world):
+    """The same later window, under a line of alice's that asks nothing: it stays a hit
+    of its own, first."""
+    later = "alice: which synapse version runs the state cache on your small server"
+    admit(
+        world,
+        [event("$q", ALICE, T0, "the cache factor of the state cache on my small server is 0.5")]
+        + question_and_chat()[1:]
+        + [
+            event("$b", BOB, T0 + 2 * HOUR, later),
+            event("$c", ALICE, T0 + 2 * HOUR + 60_000, "bob: version 1.98 of synapse"),
+        ],
+    )
+    _, _, searcher, _ = world
+    first = searcher.search(SourceQuery.build([later.removeprefix("alice: ")], top_k=10))[0]
+    assert "$b" in first.event_ids and "$q" not in first.event_ids
+
+
 def test_search_box_words_keep_a_window_whose_line_holding_them_is_not_quoted(world):
     """The answer's window also holds dave's line with the searched words, which the
     hit of alice's question neither quotes nor carries: the window stays a hit of its
