@@ -136,6 +136,11 @@ ONCE_BY = "rank"  # which hit keeps an answer linked under several: rank, meanin
 # hit's window) is shown from that question: one hit, the question and its best
 # answers quoted, the later part's lines carried and cited (docs/benchmarks.md).
 FROM_QUESTION = True
+# A question nobody answered (no response quoted or carried) gives its place to the
+# same person's other asking among the hits that was answered: "anyone have any ideas
+# on recovering rm'd files on ext3?" after "how hard is it to recover files deleted
+# from a hdd?", which got the tools (docs/benchmarks.md).
+ASKED_AGAIN = True
 CACHE_LINES = 8192  # line vectors kept in memory (about 12 MiB at 384 dimensions)
 
 
@@ -292,24 +297,41 @@ class Presenter:
 
         covered: set[str] = set()  # the lines quoted or carried by the hits so far
         out: list[Hit] = []
+        done: set[int] = set()  # hits placed before their rank (ASKED_AGAIN)
+
+        def below(at: int):
+            """The planned hits ranked below the at-th, not shown yet."""
+            for j, lower in zip(kept[at + 1 :], kept_answers[at + 1 :]):
+                if plans[j] is not None and j not in done and not _again(above[j], covered, None):
+                    yield j, lower
+
         for at, (i, ans) in enumerate(zip(kept, kept_answers)):
             if top_k is not None and len(out) == top_k:
                 break
             c, p = above[i], plans[i]
-            if ONE_CONVERSATION and _again(c, covered, typed):
+            if i in done or ONE_CONVERSATION and _again(c, covered, typed):
                 continue
             if p is None:
                 out.append(c.hit)
                 continue
             h = choose(i, ans)
-            if FROM_QUESTION and typed is None:  # search-box words: their window first
-                for j, lower in zip(kept[at + 1 :], kept_answers[at + 1 :]):
-                    if (
-                        plans[j] is not None
-                        and not _again(above[j], covered, None)
-                        and _starts(above[j], lower[1], c)
-                    ):
-                        h = _from_question(choose(j, lower), h, lower[1])
+            if typed is None:  # search-box words: the window holding them first
+                if FROM_QUESTION:
+                    for j, lower in below(at):
+                        if _starts(above[j], lower[1], c):
+                            h = _from_question(choose(j, lower), h, lower[1])
+                            break
+                if ASKED_AGAIN and len(h.shown) == 1 and not h.answers:  # nobody answered
+                    asker = h.shown[0].sender
+                    for j, lower in below(at):
+                        if (m := _matched_line(above[j])) and m.sender == asker:
+                            again = choose(j, lower)  # their next asking in the order
+                            if len(again.shown) > 1:
+                                out.append(again)
+                                done.add(j)
+                                covered |= {x.event_id for x in (*again.shown, *again.answers)}
+                            break
+                    if top_k is not None and len(out) == top_k:
                         break
             out.append(h)
             covered |= {line.event_id for line in (*h.shown, *h.answers)}

@@ -1178,6 +1178,35 @@ def test_a_later_answer_is_not_shown_from_an_earlier_line_that_asks_nothing(worl
     assert "$b" in first.event_ids and "$q" not in first.event_ids
 
 
+def test_a_question_nobody_answered_gives_its_place_to_the_same_askers_answered_one(
+    world, monkeypatch
+):
+    """Nobody answers alice's question; a day later she asks again in other words and
+    bob answers her. Her first question matches the query best, but the first hit is
+    the one answered; the unanswered one comes after it. Without the rule, the
+    question alone comes first."""
+    day = 24 * HOUR
+    admit(
+        world,
+        question_and_chat()
+        + [
+            event("$q2", ALICE, T0 + day, "anyone know how to raise the state cache factor?"),
+            event("$a2", BOB, T0 + day + 60_000, f"alice: {ANSWER}"),
+        ],
+    )
+    _, _, searcher, _ = world
+
+    def hits():
+        return searcher.search(SourceQuery.build([QUESTION], top_k=10))
+
+    [first, second, *_] = hits()
+    assert "$q2" in first.event_ids and "$a2" in {x.event_id for x in first.shown}
+    assert "$q" in second.event_ids
+    monkeypatch.setattr(present, "ASKED_AGAIN", False)
+    [first, second, *_] = hits()
+    assert "$q" in first.event_ids and "$q2" in second.event_ids
+
+
 def test_search_box_words_keep_a_window_whose_line_holding_them_is_not_quoted(world):
     """The answer's window also holds dave's line with the searched words, which the
     hit of alice's question neither quotes nor carries: the window stays a hit of its
