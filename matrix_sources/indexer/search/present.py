@@ -141,6 +141,9 @@ FROM_QUESTION = True
 # on recovering rm'd files on ext3?" after "how hard is it to recover files deleted
 # from a hdd?", which got the tools (docs/benchmarks.md).
 ASKED_AGAIN = True
+# How far down the order those two look: the default top_k, so a reply's first hits are
+# the same whatever top_k is asked.
+MOVE_WITHIN = 5
 CACHE_LINES = 8192  # line vectors kept in memory (about 12 MiB at 384 dimensions)
 
 
@@ -232,14 +235,14 @@ class Presenter:
         if not above and cands:
             best = min(cands, key=lambda c: (-(c.key + c.bonus), c.rank))
             closest = replace(best.hit, similarity=best.key)
-        # The responses of every hit that could still reach the first top_k: a response
-        # adds at most RANK_ANSWER, so a hit further than that below the top_k-th can
-        # not (and is not read: planning and encoding responses is most of a search).
+        # The responses of every hit that could still reach the first top_k (or the
+        # first MOVE_WITHIN, which a hit may be moved up from): a response adds at most
+        # RANK_ANSWER, so a hit further than that below can not (and is not read:
+        # planning and encoding responses is most of a search).
         reach = -np.inf
-        if top_k is not None and len(above) > top_k:
-            reach = (
-                sorted((c.order + c.bonus for c in above), reverse=True)[top_k - 1] - RANK_ANSWER
-            )
+        k = max(top_k, MOVE_WITHIN) if top_k is not None else None
+        if k is not None and len(above) > k:
+            reach = sorted((c.order + c.bonus for c in above), reverse=True)[k - 1] - RANK_ANSWER
         plans = [
             self.conversations.plan(c.hit, c.found[0])
             if c.found and c.order + c.bonus >= reach
@@ -299,10 +302,18 @@ class Presenter:
         out: list[Hit] = []
         done: set[int] = set()  # hits placed before their rank (ASKED_AGAIN)
 
+        within = set(order[:MOVE_WITHIN])
+
         def below(at: int):
-            """The planned hits ranked below the at-th, not shown yet."""
+            """The hits ranked below the at-th, among the first MOVE_WITHIN, not shown
+            yet: a hit moves up from the same few whatever top_k is."""
             for j, lower in zip(kept[at + 1 :], kept_answers[at + 1 :]):
-                if plans[j] is not None and j not in done and not _again(above[j], covered, None):
+                if (
+                    j in within
+                    and plans[j] is not None
+                    and j not in done
+                    and not _again(above[j], covered, None)
+                ):
                     yield j, lower
 
         for at, (i, ans) in enumerate(zip(kept, kept_answers)):

@@ -1154,6 +1154,9 @@ def test_a_conversations_later_part_is_shown_from_its_question(world, monkeypatc
     assert "$q" in first.event_ids
     assert {"$b", "$c"} <= set(first.cited_event_ids)
     assert not any("$b" in h.event_ids for h in rest)
+    # The same first hit when only one is asked for.
+    alone = searcher.search(SourceQuery.build([later.removeprefix("alice: ")], top_k=1))
+    assert [h.to_json() for h in alone] == [first.to_json()]
     monkeypatch.setattr(present, "FROM_QUESTION", False)
     [first, *rest] = hits()
     assert "$b" in first.event_ids and "$q" not in first.event_ids
@@ -1202,6 +1205,8 @@ def test_a_question_nobody_answered_gives_its_place_to_the_same_askers_answered_
     [first, second, *_] = hits()
     assert "$q2" in first.event_ids and "$a2" in {x.event_id for x in first.shown}
     assert "$q" in second.event_ids
+    alone = searcher.search(SourceQuery.build([QUESTION], top_k=1))
+    assert [h.to_json() for h in alone] == [first.to_json()]
     monkeypatch.setattr(present, "ASKED_AGAIN", False)
     [first, second, *_] = hits()
     assert "$q" in first.event_ids and "$q2" in second.event_ids
