@@ -26,8 +26,10 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -197,7 +199,17 @@ def make_model(cache_dir: Path, int8: bool) -> Path:
     if int8:
         tmp = target.with_suffix(f".tmp{os.getpid()}")
         log.info("onnx_quantise", extra={"path": str(target)})
-        _quantise(fp32, tmp)
+        # ONNX Runtime writes the shape-inferred model beside its input under a fixed
+        # name ("...-inferred.onnx") and deletes it: processes sharing the folder (the
+        # test workers, services sharing models_dir) quantising at once read each
+        # other's half-written file. Each quantises from its own link, in its own folder.
+        with tempfile.TemporaryDirectory(dir=cache_dir, prefix=".quantise-") as own:
+            src_link = Path(own) / fp32.name
+            try:
+                os.link(fp32, src_link)
+            except OSError:  # a file system without hard links
+                shutil.copyfile(fp32, src_link)
+            _quantise(src_link, tmp)
         os.replace(tmp, target)
     _drop_stale(cache_dir, {fp32.name, model_path(cache_dir, True).name})
     return target

@@ -460,3 +460,29 @@ def test_e5_reads_a_long_text_as_its_first_word_pieces_and_batches_agree(e5):
     for i in (0, 2, 5):
         one = e5.encode([TEXTS[i]])[0]
         assert sum(a * b for a, b in zip(one, batch[i])) > 0.999
+
+
+@pytest.mark.model
+@pytest.mark.slow
+def test_two_processes_exporting_into_one_folder_at_once_both_succeed(tmp_path):
+    """Services (or test workers) sharing models_dir may start together: both export and
+    quantise the same model at once. ONNX Runtime's quantiser writes a fixed-named file
+    beside its input; each process quantises from its own link, so neither reads the
+    other's half-written file (both used to fail: "Failed to find proper ai.onnx
+    domain")."""
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "matrix_sources.indexer.models.onnx_embedder", str(tmp_path)]
+    procs = [
+        subprocess.Popen([*cmd, "--int8"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        for _ in range(2)
+    ]
+    errors = [p.communicate()[1].decode(errors="replace")[-500:] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], errors
+    from matrix_sources.indexer.models.onnx_embedder import model_path
+
+    assert {f.name for f in tmp_path.iterdir()} == {
+        model_path(tmp_path, False).name,
+        model_path(tmp_path, True).name,
+    }
