@@ -144,3 +144,22 @@ def stuffed(body: str) -> bool:
     """The same few words over and over: written for a search engine, not a person."""
     words = [k for k in keys(body) if is_word(k)]
     return len(words) >= STUFFED_WORDS and len(set(words)) / len(words) < STUFFED_DISTINCT
+
+
+_YES_NO_ASKED = re.compile(  # after the name it is addressed to, if any
+    r"\s*(?:@[\w.\-]+[:,]?\s+|[\w.\-]+[:,]\s*)?"
+    r"(is|are|can|could|does|do|did|will|would|has|have|should|was|were)\b",
+    re.I,
+)
+_YES_NO_SAID = re.compile(r"\s*(no|nope|nah|yes|yep|yeah|yup|sure|of course)\b", re.I)
+_NAMED = re.compile(r"\s*(?:@[\w.\-]+[:,]?|[\w.\-]+[:,])\s+")
+
+
+def asks_yes_no(body: str) -> bool:
+    """The line opens a yes/no question ("Is there a way ...", "bob: can I ...")."""
+    return bool(_YES_NO_ASKED.match(body))
+
+
+def says_yes_no(body: str) -> bool:
+    """The line opens with yes or no, after the name it is addressed to, if any."""
+    return bool(_YES_NO_SAID.match(body) or _YES_NO_SAID.match(_NAMED.sub("", body, count=1)))

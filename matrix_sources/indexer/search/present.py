@@ -144,6 +144,10 @@ ASKED_AGAIN = True
 # How far down the order those two look: the default top_k, so a reply's first hits are
 # the same whatever top_k is asked.
 MOVE_WITHIN = 5
+# A yes/no question's first response that opens with yes or no is quoted first: the
+# direct answer ("No, Gitter Enterprise isn't yet released."), before the same person's
+# later lines that the query's words are closer to (Gitter shown@1 up, nothing else).
+DIRECT = True
 CACHE_LINES = 8192  # line vectors kept in memory (about 12 MiB at 384 dimensions)
 
 
@@ -453,11 +457,18 @@ class Presenter:
         later_said = lines.said_after(
             [m for m, _, _ in scored], [sc for _, _, sc in scored], SUPERSEDE_RATIO
         )
+        direct = -1  # the first response, when it answers a yes/no question yes or no
+        if DIRECT and lines.asks_yes_no(question.body):
+            after = [i for i in range(len(scored)) if scored[i][0].ts > question.ts]
+            first = min(after, key=lambda i: (scored[i][0].ts, i), default=-1)
+            if first >= 0 and lines.says_yes_no(scored[first][0].body):
+                direct = first
         ranked = sorted(
             range(len(scored)),
             key=lambda i: (
                 not lines.says_something(scored[i][0], asked),
                 SUPERSEDED and scored[i][0].event_id in later_said,
+                i != direct,
                 -scored[i][2],
                 i,
             ),

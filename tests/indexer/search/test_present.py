@@ -622,6 +622,63 @@ def test_a_question_back_is_quoted_after_what_its_sender_said_once_answered(
     assert _quoted_second(wide_world, []) == "$r1"
 
 
+def test_a_yes_or_no_answering_a_yes_no_question_is_quoted_first(wide_world, monkeypatch):
+    """bob's first words to alice's yes/no question are the direct answer ("no, ...");
+    his two later lines hold more of the query's words. The hit quotes the "no" with
+    the best of them; without the rule, only those two."""
+    admit(
+        wide_world,
+        [
+            event("$q", ALICE, T0, "is there a way to raise the cache factor of the state cache?"),
+            event("$n", BOB, T0 + 60_000, "alice: no, not the cache"),
+            event(
+                "$b",
+                BOB,
+                T0 + 120_000,
+                "the cache factor of the state cache is read at start from homeserver yaml",
+            ),
+            event(
+                "$c",
+                BOB,
+                T0 + 180_000,
+                "rebuild synapse with a bigger cache factor for the state cache then restart the"
+                " workers",
+            ),
+        ],
+    )
+    query = "raise the cache factor of the state cache on a small server"
+    assert "$n" in {ln.event_id for ln in carrier(wide_world, query).shown}
+    monkeypatch.setattr(present, "DIRECT", False)
+    assert "$n" not in {ln.event_id for ln in carrier(wide_world, query).shown}
+
+
+@pytest.mark.parametrize(
+    "body, asks",
+    [
+        ("Is there a way to install Gitter to a custom URL?", True),
+        ("bob: can I pin the version?", True),
+        ("how do I raise the cache factor", False),
+        ("I wonder whether it is fixed", False),
+    ],
+)
+def test_which_lines_ask_yes_or_no(body, asks):
+    assert lines.asks_yes_no(body) is asks
+
+
+@pytest.mark.parametrize(
+    "body, says",
+    [
+        ("No, Gitter Enterprise isn't yet released.", True),
+        ("alice: yes, set it in homeserver.yaml", True),
+        ("@alice nope", True),
+        ("Nobody knows", False),
+        ("the answer is no", False),
+    ],
+)
+def test_which_lines_say_yes_or_no(body, says):
+    assert lines.says_yes_no(body) is says
+
+
 def test_a_request_without_its_question_mark_is_a_question_back(wide_world, monkeypatch):
     """Chat drops the question mark: "alice: can you post the logs of the state cache on
     the small server" asks back all the same (`OPENS_ASKING`), and what bob says once
