@@ -24,11 +24,8 @@ ASKS_BACK = 0.9
 # A line that opens asking ("can you post appium logs") asks back without its question
 # mark, which chat often drops (Gitter shown@1 up, nothing else; docs/benchmarks.md).
 OPENS_ASKING = True
-_ASKS_OPEN = re.compile(  # after the name it is addressed to, if any
-    r"\s*(?:@[\w.\-]+[:,]?\s+|[\w.\-]+[:,]\s*)?"
-    r"(can|could|would|will|do|does|did|have|has|are)\s+(you|u)\b",
-    re.I,
-)
+_TO = r"\s*(?:@[\w.\-]+[:,]?\s+|[\w.\-]+[:,]\s*)?"  # the name a line is addressed to, if any
+_ASKS_OPEN = re.compile(_TO + r"(can|could|would|will|do|does|did|have|has|are)\s+(you|u)\b", re.I)
 TAG_WORDS = 2  # "..., no?", "..., right?": a statement with a tag, not a question
 _THANKS = re.compile(r"\b(thanks?|thank you|thx|ty|cheers|that's what i needed)\b", re.I)
 _LINK = re.compile(r"https?://", re.I)
@@ -146,13 +143,10 @@ def stuffed(body: str) -> bool:
     return len(words) >= STUFFED_WORDS and len(set(words)) / len(words) < STUFFED_DISTINCT
 
 
-_YES_NO_ASKED = re.compile(  # after the name it is addressed to, if any
-    r"\s*(?:@[\w.\-]+[:,]?\s+|[\w.\-]+[:,]\s*)?"
-    r"(is|are|can|could|does|do|did|will|would|has|have|should|was|were)\b",
-    re.I,
+_YES_NO_ASKED = re.compile(
+    _TO + r"(is|are|can|could|does|do|did|will|would|has|have|should|was|were)\b", re.I
 )
-_YES_NO_SAID = re.compile(r"\s*(no|nope|nah|yes|yep|yeah|yup|sure|of course)\b", re.I)
-_NAMED = re.compile(r"\s*(?:@[\w.\-]+[:,]?|[\w.\-]+[:,])\s+")
+_YES_NO_SAID = re.compile(_TO + r"(no|nope|nah|yes|yep|yeah|yup|sure|of course)\b", re.I)
 
 
 def asks_yes_no(body: str) -> bool:
@@ -161,5 +155,6 @@ def asks_yes_no(body: str) -> bool:
 
 
 def says_yes_no(body: str) -> bool:
-    """The line opens with yes or no, after the name it is addressed to, if any."""
-    return bool(_YES_NO_SAID.match(body) or _YES_NO_SAID.match(_NAMED.sub("", body, count=1)))
+    """The line opens with yes or no ("No, ...", "@alice nope"), after the name it is
+    addressed to, if any."""
+    return bool(_YES_NO_SAID.match(body))

@@ -337,7 +337,7 @@ class Presenter:
                             h = _from_question(choose(j, lower), h, lower[1])
                             break
                 if ASKED_AGAIN and len(h.shown) == 1 and not h.answers:  # nobody answered
-                    asker = h.shown[0].sender
+                    asker = h.shown[0].sender  # the question is all it quotes
                     for j, lower in below(at):
                         if (m := _matched_line(above[j])) and m.sender == asker:
                             again = choose(j, lower)  # their next asking in the order
@@ -459,8 +459,11 @@ class Presenter:
         )
         direct = -1  # the first response, when it answers a yes/no question yes or no
         if DIRECT and lines.asks_yes_no(question.body):
-            after = [i for i in range(len(scored)) if scored[i][0].ts > question.ts]
-            first = min(after, key=lambda i: (scored[i][0].ts, i), default=-1)
+            first = min(
+                (i for i, (m, _, _) in enumerate(scored) if m.ts > question.ts),
+                key=lambda i: scored[i][0].ts,
+                default=-1,
+            )
             if first >= 0 and lines.says_yes_no(scored[first][0].body):
                 direct = first
         ranked = sorted(
