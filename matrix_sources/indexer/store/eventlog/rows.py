@@ -7,9 +7,25 @@ history.forget_sender(...)`).
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-from ...records import EventID, RoomID, UserID, WindowID
+from ...records import EventID, Message, RoomID, UserID, WindowID
+
+# The columns `message_of` reads, in its order: what every read of messages selects.
+MESSAGE_COLUMNS = "event_id, room_id, sender, ts, body, reply_to, mentions"
+
+
+def message_of(r: tuple[Any, ...] | Any) -> Message:
+    """A Message from a row of MESSAGE_COLUMNS (mentions: user ids joined by spaces)."""
+    return Message(
+        EventID(r[0]),
+        RoomID(r[1]),
+        UserID(r[2]),
+        r[3],
+        r[4] or "",
+        EventID(r[5]) if r[5] else None,
+        tuple(UserID(u) for u in (r[6] or "").split()),
+    )
 
 
 class DirtyWindow(NamedTuple):

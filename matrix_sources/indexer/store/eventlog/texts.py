@@ -30,7 +30,7 @@ from ...records import (
 )
 from . import keywords
 from .db import Database
-from .rows import EventText
+from .rows import MESSAGE_COLUMNS, EventText, message_of
 
 _IN = 500  # ids per `IN (...)`: well under SQLite's variable limit
 _Id = TypeVar("_Id", bound=str)
@@ -95,11 +95,11 @@ class TextReads:
         """The messages a stored window holds now (edits applied, redactions gone)."""
         with self.db.locked() as db:
             rows = db.execute(
-                "SELECT event_id, room_id, sender, ts, body, reply_to, mentions FROM events"
+                f"SELECT {MESSAGE_COLUMNS} FROM events"
                 " WHERE window_id = ? AND status = ? ORDER BY ts, seq",
                 (window_id, EventStatus.INDEXED.value),
             ).fetchall()
-        return [_msg(r) for r in rows]
+        return [message_of(r) for r in rows]
 
     def event_texts(self, event_ids: Iterable[EventID]) -> dict[EventID, EventText]:
         """The text of those events whose text is still there (not redacted nor purged)."""
@@ -159,13 +159,13 @@ class TextReads:
         with self.db.locked() as db:
             for part in _chunks(ids):
                 rows = db.execute(
-                    "SELECT window_id, event_id, room_id, sender, ts, body, reply_to, mentions"
+                    f"SELECT window_id, {MESSAGE_COLUMNS}"
                     f" FROM events WHERE window_id IN ({','.join('?' * len(part))})"
                     " AND status = ? ORDER BY window_id, ts, seq",
                     (*part, EventStatus.INDEXED.value),
                 ).fetchall()
                 for r in rows:
-                    out.setdefault(WindowID(r[0]), []).append(_msg(r[1:]))
+                    out.setdefault(WindowID(r[0]), []).append(message_of(r[1:]))
         return out
 
     def indexed_windows(self, page: int = 20_000) -> Iterator[tuple[str, list[Message]]]:
@@ -175,7 +175,7 @@ class TextReads:
         while True:
             with self.db.locked() as db:
                 rows = db.execute(
-                    "SELECT window_id, event_id, room_id, sender, ts, body, reply_to, mentions"
+                    f"SELECT window_id, {MESSAGE_COLUMNS}"
                     " FROM events WHERE status = ? AND window_id > ? AND window_id IN"
                     " (SELECT DISTINCT window_id FROM events WHERE status = ? AND window_id > ?"
                     "  ORDER BY window_id LIMIT ?) ORDER BY window_id, ts, seq",
@@ -195,7 +195,7 @@ class TextReads:
                 if r[0] != current:
                     yield current, msgs
                     current, msgs = r[0], []
-                msgs.append(_msg(r[1:]))
+                msgs.append(message_of(r[1:]))
             yield current, msgs
             after = current
 
@@ -231,19 +231,6 @@ class TextReads:
                 for cid, text in db.execute("SELECT chunk_id, text FROM ref_chunks")
                 if test(text)
             }
-
-
-def _msg(r: tuple[Any, ...]) -> Message:
-    """A Message from (event_id, room_id, sender, ts, body, reply_to, mentions)."""
-    return Message(
-        EventID(r[0]),
-        RoomID(r[1]),
-        UserID(r[2]),
-        r[3],
-        r[4] or "",
-        EventID(r[5]) if r[5] else None,
-        tuple(UserID(u) for u in (r[6] or "").split()),
-    )
 
 
 __all__ = ["TextReads", "CORPUS_CHAT", "CORPUS_REFERENCE"]

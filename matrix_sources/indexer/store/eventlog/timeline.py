@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ...records import EventID, EventStatus, Message, RoomID, UserID
 from .db import Database
+from .rows import MESSAGE_COLUMNS, message_of
 
 
 class TimelineReads:
@@ -29,7 +30,7 @@ class TimelineReads:
         threads = f" OR thread_root IN ({marks})" if roots else ""
         with self.db.locked() as db:
             rows = db.execute(
-                "SELECT event_id, room_id, sender, ts, body, reply_to, mentions, thread_root"
+                f"SELECT {MESSAGE_COLUMNS}, thread_root"
                 " FROM events WHERE room_id = ? AND status = ? AND ts >= ? AND ts <= ?"
                 f" AND (COALESCE(thread_root, '') = ?{threads}) ORDER BY ts, seq LIMIT ?",
                 (
@@ -42,21 +43,7 @@ class TimelineReads:
                     limit,
                 ),
             ).fetchall()
-        return [
-            (
-                Message(
-                    EventID(r[0]),
-                    RoomID(r[1]),
-                    UserID(r[2]),
-                    r[3],
-                    r[4] or "",
-                    EventID(r[5]) if r[5] else None,
-                    tuple(UserID(u) for u in (r[6] or "").split()),
-                ),
-                EventID(r[7]) if r[7] else None,
-            )
-            for r in rows
-        ]
+        return [(message_of(r), EventID(r[7]) if r[7] else None) for r in rows]
 
     def said_by(
         self,
@@ -71,7 +58,7 @@ class TimelineReads:
         of `roots`) after `since_ts` up to `until_ts`, in order; at most `limit`."""
         with self.db.locked() as db:
             rows = db.execute(
-                "SELECT event_id, room_id, sender, ts, body, reply_to, mentions"
+                f"SELECT {MESSAGE_COLUMNS}"
                 " FROM events WHERE room_id = ? AND status = ? AND ts > ? AND ts <= ?"
                 " AND sender = ? AND COALESCE(thread_root, '') = ? ORDER BY ts, seq LIMIT ?",
                 (
@@ -84,18 +71,7 @@ class TimelineReads:
                     limit,
                 ),
             ).fetchall()
-        return [
-            Message(
-                EventID(r[0]),
-                RoomID(r[1]),
-                UserID(r[2]),
-                r[3],
-                r[4] or "",
-                EventID(r[5]) if r[5] else None,
-                tuple(UserID(u) for u in (r[6] or "").split()),
-            )
-            for r in rows
-        ]
+        return [message_of(r) for r in rows]
 
     def senders_before(
         self,
