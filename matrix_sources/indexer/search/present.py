@@ -197,39 +197,7 @@ class Presenter:
         meanwhile) is dropped; reference hits keep their similarity. Returns the hits,
         and when the floor left none, the closest."""
         queries = np.asarray(query_vectors, dtype=np.float32)
-        windows = [
-            self.eventlog.texts.window_messages(h.window_id) if h.corpus == CORPUS_CHAT else None
-            for h in hits
-        ]
-        flat = self._vectors([m.body for w in windows if w for m in w])
-        words = WORD_WEIGHT_KEYWORDS if evidence.keywords else WORD_WEIGHT
-        cands, at = [], 0
-        for rank, (h, w) in enumerate(zip(hits, windows)):
-            sim = h.similarity if h.similarity is not None else -1.0
-            bonus = words * evidence.share(h.bodies)
-            if w is None:  # reference: no lines of its own to match
-                cands.append(_Candidate(h, rank, sim, bonus, sim))
-                continue
-            if not w:
-                continue
-            vecs = flat[at : at + len(w)]
-            at += len(w)
-            line_sims = (vecs @ queries.T).max(axis=1)
-            # The matched question: the line closest to the query (the first of equals),
-            # not one stuffed with its words over and over.
-            fair = np.array([not lines.stuffed(m.body) for m in w])
-            anchor = int(np.argmax(np.where(fair, line_sims, -2.0) if fair.any() else line_sims))
-            line = float(line_sims[anchor])
-            cands.append(
-                _Candidate(
-                    h,
-                    rank,
-                    (1 - LINE_WEIGHT) * sim + LINE_WEIGHT * line,
-                    bonus,
-                    RANK_WINDOW * sim + RANK_LINE * line,
-                    (w, vecs, anchor),
-                )
-            )
+        cands = self._candidates(hits, queries, evidence)
         above = [
             c
             for c in cands
@@ -239,45 +207,13 @@ class Presenter:
         if not above and cands:
             best = min(cands, key=lambda c: (-(c.key + c.bonus), c.rank))
             closest = replace(best.hit, similarity=best.key)
-        # The responses of every hit that could still reach the first top_k (or the
-        # first MOVE_WITHIN, which a hit may be moved up from): a response adds at most
-        # RANK_ANSWER, so a hit further than that below can not (and is not read:
-        # planning and encoding responses is most of a search).
-        reach = -np.inf
-        k = max(top_k, MOVE_WITHIN) if top_k is not None else None
-        if k is not None and len(above) > k:
-            reach = sorted((c.order + c.bonus for c in above), reverse=True)[k - 1] - RANK_ANSWER
-        plans = [
-            self.conversations.plan(c.hit, c.found[0])
-            if c.found and c.order + c.bonus >= reach
-            else None
-            for c in above
-        ]
+        plans = self._plans(above, top_k)
         answers = [
             self._answers(p, c.found[2]) if p and c.found else ([], {})
             for c, p in zip(above, plans)
         ]
         answer_vecs = self._vectors([m.body for a, _ in answers for m, _ in a])
-        outside_vecs, at = [], 0  # per hit, its linked answers' vectors
-        for c, p, (outside, linked) in zip(above, plans, answers):
-            avecs = answer_vecs[at : at + len(outside)]
-            outside_vecs.append(avecs)
-            at += len(outside)
-            if p is None:
-                continue
-            assert c.found is not None  # planned from its lines
-            w, vecs, anchor = c.found
-            inside = [vecs[i] for i in range(anchor + 1, len(w)) if w[i].event_id in linked]
-            resp = np.vstack([np.asarray(inside).reshape(-1, vecs.shape[1]), avecs])
-            answered = float((resp @ queries.T).max()) if len(resp) else 0.0
-            q = w[anchor]
-            if ANCHOR_ANSWERS and (
-                q.reply_to is not None
-                or any(u != q.sender for u in q.mentions)
-                or _LEAD_AT.match(q.body)
-            ):
-                answered = max(answered, float((vecs[anchor] @ queries.T).max()))
-            c.order += RANK_ANSWER * min(max(answered, 0.0), 1.0)
+        outside_vecs = self._answered(above, plans, answers, answer_vecs, queries)
         order = sorted(
             range(len(above)), key=lambda i: (-(above[i].order + above[i].bonus), above[i].rank)
         )
@@ -351,6 +287,97 @@ class Presenter:
             out.append(h)
             covered |= {line.event_id for line in (*h.shown, *h.answers)}
         return out, closest
+
+    def _candidates(
+        self, hits: Sequence[Hit], queries: np.ndarray, evidence: Evidence
+    ) -> list[_Candidate]:
+        """Each hit with its matched question (the window's line closest to the query)
+        and what the floor and the order read of it; a chat hit with no message left is
+        dropped."""
+        windows = [
+            self.eventlog.texts.window_messages(h.window_id) if h.corpus == CORPUS_CHAT else None
+            for h in hits
+        ]
+        flat = self._vectors([m.body for w in windows if w for m in w])
+        words = WORD_WEIGHT_KEYWORDS if evidence.keywords else WORD_WEIGHT
+        cands: list[_Candidate] = []
+        at = 0
+        for rank, (h, w) in enumerate(zip(hits, windows)):
+            sim = h.similarity if h.similarity is not None else -1.0
+            bonus = words * evidence.share(h.bodies)
+            if w is None:  # reference: no lines of its own to match
+                cands.append(_Candidate(h, rank, sim, bonus, sim))
+                continue
+            if not w:
+                continue
+            vecs = flat[at : at + len(w)]
+            at += len(w)
+            line_sims = (vecs @ queries.T).max(axis=1)
+            # The matched question: the line closest to the query (the first of equals),
+            # not one stuffed with its words over and over.
+            fair = np.array([not lines.stuffed(m.body) for m in w])
+            anchor = int(np.argmax(np.where(fair, line_sims, -2.0) if fair.any() else line_sims))
+            line = float(line_sims[anchor])
+            cands.append(
+                _Candidate(
+                    h,
+                    rank,
+                    (1 - LINE_WEIGHT) * sim + LINE_WEIGHT * line,
+                    bonus,
+                    RANK_WINDOW * sim + RANK_LINE * line,
+                    (w, vecs, anchor),
+                )
+            )
+        return cands
+
+    def _plans(self, above: list[_Candidate], top_k: int | None) -> list[Plan | None]:
+        """The conversation plan of each hit that could still reach the first top_k (or
+        the first MOVE_WITHIN, which a hit may be moved up from); None for the rest."""
+        # A response adds at most RANK_ANSWER, so a hit further than that below can not
+        # (and is not read: planning and encoding responses is most of a search).
+        reach = -np.inf
+        k = max(top_k, MOVE_WITHIN) if top_k is not None else None
+        if k is not None and len(above) > k:
+            reach = sorted((c.order + c.bonus for c in above), reverse=True)[k - 1] - RANK_ANSWER
+        return [
+            self.conversations.plan(c.hit, c.found[0])
+            if c.found and c.order + c.bonus >= reach
+            else None
+            for c in above
+        ]
+
+    @staticmethod
+    def _answered(
+        above: list[_Candidate],
+        plans: list[Plan | None],
+        answers: list[tuple[list[tuple[Message, str]], dict]],
+        answer_vecs: np.ndarray,
+        queries: np.ndarray,
+    ) -> list[np.ndarray]:
+        """Per hit, its linked answers' vectors (a slice of `answer_vecs`); each planned
+        hit's order gains RANK_ANSWER times its closest response's cosine to the query."""
+        outside_vecs: list[np.ndarray] = []
+        at = 0
+        for c, p, (outside, linked) in zip(above, plans, answers):
+            avecs = answer_vecs[at : at + len(outside)]
+            outside_vecs.append(avecs)
+            at += len(outside)
+            if p is None:
+                continue
+            assert c.found is not None  # planned from its lines
+            w, vecs, anchor = c.found
+            inside = [vecs[i] for i in range(anchor + 1, len(w)) if w[i].event_id in linked]
+            resp = np.vstack([np.asarray(inside).reshape(-1, vecs.shape[1]), avecs])
+            answered = float((resp @ queries.T).max()) if len(resp) else 0.0
+            q = w[anchor]
+            if ANCHOR_ANSWERS and (
+                q.reply_to is not None
+                or any(u != q.sender for u in q.mentions)
+                or _LEAD_AT.match(q.body)
+            ):
+                answered = max(answered, float((vecs[anchor] @ queries.T).max()))
+            c.order += RANK_ANSWER * min(max(answered, 0.0), 1.0)
+        return outside_vecs
 
     def _conversation_bodies(self, c: _Candidate) -> tuple[str, ...]:
         """What the floor looks for the query's words in: the window's bodies, and those
@@ -454,36 +481,9 @@ class Presenter:
             )
         answers = [(m, rule) for m, rule, _ in scored if rule]
         answers += [(m, rule) for m, rule, _ in cands if m.event_id in carried]
-        later_said = lines.said_after(
-            [m for m, _, _ in scored], [sc for _, _, sc in scored], SUPERSEDE_RATIO
+        top = _best_responses(
+            scored, question, asked, linked, thanked, window, self.shown_lines - 1
         )
-        direct = -1  # the first response, when it answers a yes/no question yes or no
-        if DIRECT and lines.asks_yes_no(question.body):
-            first = min(
-                (i for i, (m, _, _) in enumerate(scored) if m.ts > question.ts),
-                key=lambda i: scored[i][0].ts,
-                default=-1,
-            )
-            if first >= 0 and lines.says_yes_no(scored[first][0].body):
-                direct = first
-        ranked = sorted(
-            range(len(scored)),
-            key=lambda i: (
-                not lines.says_something(scored[i][0], asked),
-                SUPERSEDED and scored[i][0].event_id in later_said,
-                i != direct,
-                -scored[i][2],
-                i,
-            ),
-        )
-        top = ranked[: self.shown_lines - 1]
-        if PLACE_NOT_BESIDE and top:  # by place beside an answer: a new topic, mostly
-            by_place = [_by_place(scored[i][0], linked, thanked, window) for i in top]
-            best_answers = not by_place[0] and lines.asks_back(scored[top[0]][0].body) == 1.0
-            top = top[:1] + [i for i, b in zip(top[1:], by_place[1:]) if not (b and best_answers)]
-        if CLOSE_TO_BEST is not None and top:  # the best response, and those near it
-            best = scored[top[0]][2]
-            top = top[:1] + [i for i in top[1:] if scored[i][2] >= CLOSE_TO_BEST * best]
         picked = [(scored[i][0], scored[i][1]) for i in top]
         # The asker's own follow-ups that answer back ("once they fix it, it should
         # recover"): quoted where a response leaves room, before any other line.
@@ -556,6 +556,52 @@ class Presenter:
         if not keys:
             return np.zeros((0, self.embedder.dim), dtype=np.float32)
         return np.stack([found[k] for k in keys])
+
+
+def _best_responses(
+    scored: list[tuple[Message, str, float]],
+    question: Message,
+    asked: set[str],
+    linked: dict,
+    thanked: set[EventID],
+    window: list[Message],
+    n: int,
+) -> list[int]:
+    """Which of the scored responses to quote (at most n, best first): those that say
+    something, not superseded by their sender's later line, the direct answer, then by
+    score; a line linked by its place only beside an answer's, or far below the best
+    (CLOSE_TO_BEST), is left out."""
+    later_said = lines.said_after(
+        [m for m, _, _ in scored], [sc for _, _, sc in scored], SUPERSEDE_RATIO
+    )
+    direct = -1  # the first response, when it answers a yes/no question yes or no
+    if DIRECT and lines.asks_yes_no(question.body):
+        first = min(
+            (i for i, (m, _, _) in enumerate(scored) if m.ts > question.ts),
+            key=lambda i: scored[i][0].ts,
+            default=-1,
+        )
+        if first >= 0 and lines.says_yes_no(scored[first][0].body):
+            direct = first
+    ranked = sorted(
+        range(len(scored)),
+        key=lambda i: (
+            not lines.says_something(scored[i][0], asked),
+            SUPERSEDED and scored[i][0].event_id in later_said,
+            i != direct,
+            -scored[i][2],
+            i,
+        ),
+    )
+    top = ranked[:n]
+    if PLACE_NOT_BESIDE and top:  # by place beside an answer: a new topic, mostly
+        by_place = [_by_place(scored[i][0], linked, thanked, window) for i in top]
+        best_answers = not by_place[0] and lines.asks_back(scored[top[0]][0].body) == 1.0
+        top = top[:1] + [i for i, b in zip(top[1:], by_place[1:]) if not (b and best_answers)]
+    if CLOSE_TO_BEST is not None and top:  # the best response, and those near it
+        best = scored[top[0]][2]
+        top = top[:1] + [i for i in top[1:] if scored[i][2] >= CLOSE_TO_BEST * best]
+    return top
 
 
 def _once(
