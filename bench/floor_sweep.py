@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 
+import asking  # noqa: E402
 import evalkit  # noqa: E402
-import retrieval  # noqa: E402
 
 TOP = 20
 
@@ -114,12 +114,12 @@ def main() -> int:
     for name in args.sets.split(","):
         ds = sets[name]
         data_dir = Path(args.work).resolve() / f"retrieval-{name}"
-        groups = {"en": evalkit.load_items(ds.root, ds.queries), **retrieval.xl_items(ds)}
+        groups = {"en": evalkit.load_items(ds.root, ds.queries), **asking.xl_items(ds)}
         if args.langs:
             groups = {k: v for k, v in groups.items() if k in args.langs.split(",")}
-        off = retrieval.offtopic_queries()
+        off = asking.offtopic_queries()
         asked = [
-            (f"{i.id}|{v}", retrieval.texts_for(i, v))
+            (f"{i.id}|{v}", asking.texts_for(i, v))
             for items in groups.values()
             for i in items
             for v in variants
@@ -143,7 +143,7 @@ def main() -> int:
                         if isinstance(r, dict)
                     )
                     + f"; off-topic answered {len(answered)}/{len(off)} "
-                    + str(sorted({retrieval.offtopic_lang(q) for q in answered}))
+                    + str(sorted({asking.offtopic_lang(q) for q in answered}))
                 )
         report[name] = rows
     if args.out:

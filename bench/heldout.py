@@ -52,11 +52,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 
+import asking  # noqa: E402
 import evalkit  # noqa: E402
-import retrieval  # noqa: E402
 
 TOP = 20
-LANGS = ("en", *retrieval.XL_LANGS)
+LANGS = ("en", *asking.XL_LANGS)
 OFFTOPIC_XL = Path(__file__).resolve().parent / "offtopic-xl-queries.jsonl"
 OFFTOPIC_REFUSED = 0.9  # the bound, in each language (--offtopic-bound)
 NOTHING_AT_MOST = 0.05  # "nothing matches" for at most 1 in 20 answerable questions
@@ -107,7 +107,7 @@ class Asked:
 def offtopic() -> list[tuple[str, list[str]]]:
     with open(OFFTOPIC_XL, encoding="utf-8") as f:
         more = [(o["id"], [o["query"]]) for o in map(json.loads, filter(str.strip, f))]
-    return retrieval.offtopic_queries() + more
+    return asking.offtopic_queries() + more
 
 
 def ask_all(
@@ -211,7 +211,7 @@ def _search(cfg, model, todo: list, out: dict, cache: Path) -> None:
 
 
 def questions(ds: evalkit.Dataset) -> tuple[dict[str, list], list[tuple[str, list[str]]]]:
-    groups = {"en": evalkit.load_items(ds.root, ds.queries), **retrieval.xl_items(ds)}
+    groups = {"en": evalkit.load_items(ds.root, ds.queries), **asking.xl_items(ds)}
     asked = [(f"{i.id}|query", [i.query]) for items in groups.values() for i in items]
     return groups, asked + offtopic()
 
@@ -240,7 +240,7 @@ def records(ds: evalkit.Dataset, scores: dict, where: str = "gitter") -> list[As
             )
     seen: dict[str, int] = {}
     for qid, texts in offtopic():
-        lang = retrieval.offtopic_lang(qid)
+        lang = asking.offtopic_lang(qid)
         seen[lang] = seen.get(lang, -1) + 1
         out.append(_asked(qid, lang, seen[lang] % 2, frozenset(), scores, script(texts[0]), where))
     return out

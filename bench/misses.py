@@ -68,8 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
 
+    import asking
     import evalkit
-    import retrieval
 
     from matrix_sources.indexer.search import searcher
 
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         items = evalkit.load_items(ds.root, ds.queries)
         config = Path(args.work) / f"retrieval-{name}" / "config.yaml"
         print(f"{name}: searching {len(items)} questions ...", file=sys.stderr, flush=True)
-        hits, _ = retrieval.search_in_process([(i.id, [i.query]) for i in items], config)
+        hits, _ = asking.search_in_process([(i.id, [i.query]) for i in items], config)
         rows = []
         for item in items:
             cls, deep, rank = classify(

@@ -70,7 +70,7 @@ def scores(
 
 
 def annotate(results: dict, items: list, hits: dict, queries: Path) -> None:
-    """Add the quote metrics to each variant's metrics of retrieval.evaluate's results."""
+    """Add the quote metrics to each variant's metrics of asking.evaluate's results."""
     conv = conversations(queries)
     for variant, r in results.items():
         q = scores(items, hits, conv, variant)
@@ -87,8 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     import sys
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import asking
     import evalkit
-    import retrieval
 
     p = argparse.ArgumentParser(description=main.__doc__.split("\n\n")[0] if main.__doc__ else "")
     p.add_argument("--eval-root", default=None)
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     sets = evalkit.datasets(Path(args.eval_root) if args.eval_root else None)
     settings = [s.partition(":") for s in args.setting] or [("shipped", ":", "")]
-    off = retrieval.offtopic_queries()
+    off = asking.offtopic_queries()
     report: dict = {}
     for name, _, patches in settings:
         saved = []
@@ -121,9 +121,9 @@ def main(argv: list[str] | None = None) -> int:
                 items = evalkit.load_items(ds.root, ds.queries)
                 config = Path(args.work) / f"retrieval-{n}" / "config.yaml"
                 asked = [(f"{i.id}|query", [i.query]) for i in items]
-                hits, _ = retrieval.search_in_process(asked + off, config)
+                hits, _ = asking.search_in_process(asked + off, config)
                 n_rel = {i.id: 1 for i in items}
-                results = retrieval.evaluate(items, hits, n_rel, ("query",))
+                results = asking.evaluate(items, hits, n_rel, ("query",))
                 annotate(results, items, hits, ds.queries)
                 m = results["query"]["metrics"]
                 m["offtopic refused"] = round(sum(1 for q, _ in off if not hits[q]) / len(off), 4)
@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
                 # is reported on the other.
                 folds = {}
                 for f, part in (("even", items[0::2]), ("odd", items[1::2])):
-                    r = retrieval.evaluate(part, hits, n_rel, ("query",))
+                    r = asking.evaluate(part, hits, n_rel, ("query",))
                     annotate(r, part, hits, ds.queries)
                     folds[f] = r["query"]["metrics"]
                 report.setdefault(name, {})[n] = {

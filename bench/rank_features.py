@@ -29,9 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 
+import asking  # noqa: E402
 import evalkit  # noqa: E402
 import numpy as np  # noqa: E402
-import retrieval  # noqa: E402
 
 from matrix_sources.indexer.records import CORPUS_CHAT  # noqa: E402
 from matrix_sources.indexer.search import lines, present  # noqa: E402
@@ -104,18 +104,18 @@ def collect(sets: list[str]) -> dict:
         ds = evalkit.datasets()[name]
         items = evalkit.load_items(ds.root, ds.queries)
         config = evalkit.OUT_DIR / f"retrieval-{name}" / "config.yaml"
-        asked = [(f"{i.id}|query", [i.query]) for i in items] + retrieval.offtopic_queries()
+        asked = [(f"{i.id}|query", [i.query]) for i in items] + asking.offtopic_queries()
         from matrix_sources.indexer.components import Index
         from matrix_sources.indexer.config import load_config
         from matrix_sources.indexer.models.embedder import load_embedder
         from matrix_sources.indexer.search.searcher import SourceQuery
 
         cfg = load_config(config)
-        if not retrieval._MODEL:
-            retrieval._MODEL.append(
+        if not asking.MODEL:
+            asking.MODEL.append(
                 load_embedder(cfg.index.embedder.model, cfg.index.embedder.backend, cfg.models_dir)
             )
-        index = Index.open(cfg, retrieval._MODEL[0])
+        index = Index.open(cfg, asking.MODEL[0])
         gold = {f"{i.id}|query": i.gold for i in items}
         out = {}
         try:
