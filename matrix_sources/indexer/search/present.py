@@ -449,22 +449,7 @@ class Presenter:
                     carried.add(m.event_id)
                 if not (NEXT_ALONE and rule == "next" and lone is None):
                     continue
-            if rule not in ("", "reply", "thread") and partners and not names(m.sender) & partners:
-                carried.add(m.event_id)  # carried and cited, not quoted
-                continue
-            if rule == "aside":  # to what the asker told them since (linkage.ASKER_TURNED)
-                carried.add(m.event_id)
-                continue
-            if (
-                RESPONDER_THANKS
-                and linked.get(m.event_id) in IMPLICIT
-                and m.sender != question.sender
-                and lines.thanks(m.body)
-                and "?" not in m.body
-            ):
-                carried.add(m.event_id)
-                continue
-            if PLACE_ASKS_OWN and _asks_own(m, linked, thanked, question, p.later):
+            if not _quotable(m, rule, linked, thanked, partners, question, p.later):
                 carried.add(m.event_id)  # carried and cited, not quoted
                 continue
             if below:  # the next speaker from later chat: quoted if nothing else is
@@ -556,6 +541,34 @@ class Presenter:
         if not keys:
             return np.zeros((0, self.embedder.dim), dtype=np.float32)
         return np.stack([found[k] for k in keys])
+
+
+def _quotable(
+    m: Message,
+    rule: str,
+    linked: dict,
+    thanked: set[EventID],
+    partners: frozenset[str],
+    question: Message,
+    later: list[Message],
+) -> bool:
+    """Whether a response that speaks to the question may be quoted; else it is carried
+    and cited only: another's line when the matched line answers someone (ANSWERS_ONE),
+    a line to what the asker told them since (linkage.ASKER_TURNED), a thanks linked by
+    its place (RESPONDER_THANKS), someone's own new question (PLACE_ASKS_OWN)."""
+    if rule not in ("", "reply", "thread") and partners and not names(m.sender) & partners:
+        return False
+    if rule == "aside":
+        return False
+    if (
+        RESPONDER_THANKS
+        and linked.get(m.event_id) in IMPLICIT
+        and m.sender != question.sender
+        and lines.thanks(m.body)
+        and "?" not in m.body
+    ):
+        return False
+    return not (PLACE_ASKS_OWN and _asks_own(m, linked, thanked, question, later))
 
 
 def _best_responses(
