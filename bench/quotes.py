@@ -78,6 +78,30 @@ def annotate(results: dict, items: list, hits: dict, queries: Path) -> None:
         r["unrelated_items"] = q["unrelated_items"]
 
 
+def outside_lines(ds, items: list, unrelated: dict[str, list[str]]) -> str:
+    """Each first hit quoting lines outside its item's conversation: the question, then
+    each such line (sender, time, its start), read from the set's events. What to read
+    to judge whether a line is off the topic or an answer the annotation left out."""
+    from datetime import UTC, datetime
+
+    wanted = {e for ids in unrelated.values() for e in ids}
+    found = {}
+    with open(ds.events, encoding="utf-8") as f:
+        for o in map(json.loads, filter(str.strip, f)):
+            if o.get("event_id") in wanted:
+                found[o["event_id"]] = o
+    query = {i.id: i.query for i in items}
+    out = []
+    for iid, ids in unrelated.items():
+        out.append(f"  {iid}: {query.get(iid, '')[:90]}")
+        for e in ids:
+            o = found.get(e, {})
+            when = datetime.fromtimestamp(o.get("origin_server_ts", 0) / 1000, UTC)
+            body = " ".join(str(o.get("content", {}).get("body", "")).split())
+            out.append(f"    {when:%m-%d %H:%M} {o.get('sender', '?')}: {body[:100]}")
+    return "\n".join(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Compare settings on data dirs bench/retrieval.py built, in one process per run
     (the model loaded once, each set's index opened once a setting): the query alone,
@@ -100,6 +124,11 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         metavar="NAME:MODULE.NAME=VALUE,...",
         help="a named setting: module constants to set (repeatable; NAME: alone is as shipped)",
+    )
+    p.add_argument(
+        "--outside",
+        action="store_true",
+        help="also print each first hit's quoted lines outside the item's conversation",
     )
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
@@ -155,6 +184,8 @@ def main(argv: list[str] | None = None) -> int:
                     ),
                     flush=True,
                 )
+                if args.outside:
+                    print(outside_lines(ds, items, results["query"]["unrelated_items"]))
         finally:
             for mod, const, value in saved:
                 setattr(mod, const, value)
