@@ -7,6 +7,7 @@ history.forget_sender(...)`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from ...records import EventID, Message, RoomID, UserID, WindowID
@@ -15,7 +16,7 @@ from ...records import EventID, Message, RoomID, UserID, WindowID
 MESSAGE_COLUMNS = "event_id, room_id, sender, ts, body, reply_to, mentions"
 
 
-def message_of(r: tuple[Any, ...] | Any) -> Message:
+def message_of(r: Sequence[Any]) -> Message:
     """A Message from a row of MESSAGE_COLUMNS (mentions: user ids joined by spaces)."""
     return Message(
         EventID(r[0]),
