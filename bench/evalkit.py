@@ -200,3 +200,32 @@ def machine() -> dict:
 def write_json(path: Path, data: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def set_constants(specs: Iterable[str]) -> list[tuple[object, str, object]]:
+    """Set module constants for a run (`MODULE.NAME=VALUE`, VALUE as JSON): the
+    `--patch` and `--setting` of the benchmarks. Returns what to hand to
+    `restore_constants`; a name the module lacks is an error, not a silent new global."""
+    import importlib
+
+    saved: list[tuple[object, str, object]] = []
+    for spec in specs:
+        target, eq, raw = spec.partition("=")
+        module, _, name = target.rpartition(".")
+        if not eq or not module:
+            raise SystemExit(f"error: {spec!r}: write MODULE.NAME=VALUE")
+        mod = importlib.import_module(module)
+        if not hasattr(mod, name):
+            raise SystemExit(f"error: {module} has no {name}")
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError as e:
+            raise SystemExit(f"error: {spec!r}: the value must be JSON ({e})") from None
+        saved.append((mod, name, getattr(mod, name)))
+        setattr(mod, name, value)
+    return saved
+
+
+def restore_constants(saved: list[tuple[object, str, object]]) -> None:
+    for mod, name, value in reversed(saved):
+        setattr(mod, name, value)

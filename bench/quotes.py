@@ -107,7 +107,6 @@ def main(argv: list[str] | None = None) -> int:
     (the model loaded once, each set's index opened once a setting): the query alone,
     success@1/@5, shown@1, the quote figures and the off-topic questions refused."""
     import argparse
-    import importlib
     import sys
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -137,13 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     off = asking.offtopic_queries()
     report: dict = {}
     for name, _, patches in settings:
-        saved = []
-        for spec in filter(None, patches.split(",")):
-            target, _, raw = spec.partition("=")
-            module, _, const = target.rpartition(".")
-            mod = importlib.import_module(module)
-            saved.append((mod, const, getattr(mod, const)))
-            setattr(mod, const, json.loads(raw))
+        saved = evalkit.set_constants(filter(None, patches.split(",")))
         try:
             for n in filter(None, args.sets.split(",")):
                 ds = sets[n]
@@ -187,8 +180,7 @@ def main(argv: list[str] | None = None) -> int:
                 if args.outside:
                     print(outside_lines(ds, items, results["query"]["unrelated_items"]))
         finally:
-            for mod, const, value in saved:
-                setattr(mod, const, value)
+            evalkit.restore_constants(saved)
     if args.out:
         Path(args.out).write_text(json.dumps(report, indent=1))
     return 0

@@ -280,15 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     args.variants = tuple(v for v in args.variants.split(",") if v)
     if not set(args.variants) <= set(VARIANTS):
         raise SystemExit(f"error: --variants: known are {', '.join(VARIANTS)}")
-    for spec in args.patch:
-        import importlib
-
-        target, _, raw = spec.partition("=")
-        module, _, name = target.rpartition(".")
-        mod = importlib.import_module(module)
-        if not hasattr(mod, name):
-            raise SystemExit(f"error: --patch: {module} has no {name}")
-        setattr(mod, name, json.loads(raw))
+    evalkit.set_constants(args.patch)
 
     sets = evalkit.datasets(Path(args.eval_root) if args.eval_root else None)
     names = [n.strip() for n in args.sets.split(",") if n.strip()]

@@ -623,8 +623,17 @@ def main(argv: list[str] | None = None) -> int:
         help="service part: the restart on a cold page cache (the data dir and the "
         "Python environment evicted first, as after a reboot)",
     )
+    p.add_argument(
+        "--patch",
+        action="append",
+        default=[],
+        metavar="MODULE.NAME=VALUE",
+        help="set a module constant first, for the inproc part (repeatable), e.g. "
+        "matrix_sources.indexer.search.searcher.SENTENCE_WORDS_WEIGHT=0",
+    )
     args = p.parse_args(argv)
     perfkit.quiet_env()
+    evalkit.set_constants(args.patch)
     root = evalkit.eval_dir(args.eval_dir)
     items = evalkit.load_items(root / "dev")
     parts = args.parts.split(",")
@@ -641,6 +650,7 @@ def main(argv: list[str] | None = None) -> int:
         "windows": args.windows,
         "chroma": args.chroma,
         "machine": perfkit.machine(),
+        "patch": args.patch,
         "load_average_before": perfkit.load_average(),
         "build": state,
     }
