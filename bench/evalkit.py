@@ -16,6 +16,7 @@ an event for Synapse's /search; `relevant` says which results count as hits):
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import os
@@ -206,8 +207,6 @@ def set_constants(specs: Iterable[str]) -> list[tuple[object, str, object]]:
     """Set module constants for a run (`MODULE.NAME=VALUE`, VALUE as JSON): the
     `--patch` and `--setting` of the benchmarks. Returns what to hand to
     `restore_constants`; a name the module lacks is an error, not a silent new global."""
-    import importlib
-
     saved: list[tuple[object, str, object]] = []
     for spec in specs:
         target, eq, raw = spec.partition("=")

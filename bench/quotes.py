@@ -84,12 +84,14 @@ def outside_lines(ds, items: list, unrelated: dict[str, list[str]]) -> str:
     to judge whether a line is off the topic or an answer the annotation left out."""
     from datetime import UTC, datetime
 
+    import evalkit
+
     wanted = {e for ids in unrelated.values() for e in ids}
-    found = {}
-    with open(ds.events, encoding="utf-8") as f:
-        for o in map(json.loads, filter(str.strip, f)):
-            if o.get("event_id") in wanted:
-                found[o["event_id"]] = o
+    found = {
+        o["event_id"]: o
+        for o in evalkit.load_events(ds.events.parent)
+        if o.get("event_id") in wanted
+    }
     query = {i.id: i.query for i in items}
     out = []
     for iid, ids in unrelated.items():
