@@ -10,8 +10,13 @@ golf lands near some chat at about 0.35 by the model's general sense of "a quest
 while an answer phrased in other words than the question ("disk" in both, or neither)
 is what dense retrieval is for. A window that holds most of the query's weight in words
 (rare words weighing more) or one of its exact tokens (`ECONNREFUSED`, `max_bytes`) is
-never refused: the words are what was asked for (evidence.py). Calibrated on the three
-dev sets and the off-topic questions (docs/benchmarks.md, "Abstain").
+never refused: the words are what was asked for (evidence.py). Not so for a question
+written as a sentence the model reads (it holds an English stop word: "how", "the",
+"is"): there only an exact token counts, and not a number of one or two digits. Its
+meaning is what was asked, and everyday questions ("How far is the moon from the
+earth?", "Why do I wake up at 3 am?") found a window holding "earthling" and "far", or
+a "3", in any chat. Calibrated on the three dev sets and the off-topic questions
+(docs/benchmarks.md, "Abstain" and "Everyday questions").
 
 The margin is per script because a model's sense of "a question" is not the same in
 every script: multilingual-e5-small puts an off-topic question in Chinese as near to
@@ -28,7 +33,7 @@ from dataclasses import dataclass, field
 
 from .evidence import NO_EVIDENCE, Evidence
 from .language import OtherLanguage
-from .lexical import stem, words
+from .lexical import is_sentence, stem, words
 from .tokens import script
 
 NO_FLOOR = -1.0  # what a window holding the query's words needs: any similarity
@@ -64,6 +69,7 @@ class Floor:
             words_only,
             margin,
             other_language,
+            all(map(is_sentence, texts)),
         )
 
 
@@ -79,6 +85,8 @@ class QueryFloor:
     margin: float = 0.0  # above the floor for a hit sharing no word (Floor.for_query)
     # A question in a language the English-only model does not read (language.py).
     other_language: OtherLanguage | None = None
+    # Every text is written as a sentence (lexical.is_sentence), not as search words.
+    sentence: bool = False
 
     def shares_word(self, bodies: Sequence[str]) -> bool:
         return bool(self.words & words_of("\n".join(bodies)))
@@ -101,8 +109,11 @@ class QueryFloor:
         )
 
     def held(self, bodies: Sequence[str]) -> bool:
-        """Whether the bodies hold the query's words (evidence.answers): never refused."""
-        return self.evidence.answers(bodies)
+        """Whether the bodies hold the query's words (evidence.answers): never refused.
+        A sentence counts as one only when the model reads it: for a question in a
+        script or language it does not, the words are all there is."""
+        read = not self.words_only and self.other_language is None
+        return self.evidence.answers(bodies, sentence=self.sentence and read)
 
     def needed(self, bodies: Sequence[str], matched: str | None = None) -> float:
         """The score a hit whose bodies (Hit.bodies) are these must reach to be shown;

@@ -28,6 +28,12 @@ _CAPS = re.compile(r"(?<![\w])[A-Z][A-Z0-9_]{2,}(?![\w])")
 # A share at least this much: the window holds what the query asks for (most of its
 # weight), not one word of a sentence.
 MOST = 0.6
+# A bare number of one or two digits ("3 am", "Formula 1", "android 4") or an ordinal
+# ("90th"): in a sentence the model reads it is a word, not a pasted identifier; a
+# status code or a port ("502", "8080") stays one. In a question in another language
+# it is one of the few things shared with English chat, and counts as before
+# (docs/benchmarks.md, "Everyday questions").
+_SMALL_NUMBER = re.compile(r"\d{1,2}|\d+(?:st|nd|rd|th)")
 
 
 def idf(total: int, df: int) -> float:
@@ -47,6 +53,11 @@ def exact_tokens(texts: Iterable[str]) -> frozenset[str]:
     return frozenset(out)
 
 
+def small_number(term: str) -> bool:
+    """A number of one or two digits, or an ordinal (_SMALL_NUMBER)."""
+    return _SMALL_NUMBER.fullmatch(term) is not None
+
+
 @dataclass(eq=False)  # holds a cache: compared and hashed by identity
 class Evidence:
     """The query's terms with their weights; `share` and `holds_exact` of a window."""
@@ -55,7 +66,9 @@ class Evidence:
     exact: frozenset[str] = frozenset()
     keywords: bool = False  # search-box words, not a sentence (lexical.is_keywords)
     present: bool = False  # some window holds one of the terms
-    _cache: dict[tuple[str, ...], tuple[float, bool]] = field(default_factory=dict, repr=False)
+    _cache: dict[tuple[str, ...], tuple[float, frozenset[str]]] = field(
+        default_factory=dict, repr=False
+    )
 
     @classmethod
     def of(
@@ -75,7 +88,7 @@ class Evidence:
         """Whether some stored window holds one of the query's terms."""
         return self.present
 
-    def _judge(self, bodies: Sequence[str]) -> tuple[float, bool]:
+    def _judge(self, bodies: Sequence[str]) -> tuple[float, frozenset[str]]:
         key = tuple(bodies)
         got = self._cache.get(key)
         if got is None:
@@ -84,7 +97,7 @@ class Evidence:
             total = sum(self.weights.values())
             got = (
                 sum(self.weights[t] for t in held) / total if total else 0.0,
-                any(t in self.exact for t in held),
+                frozenset(t for t in held if t in self.exact),
             )
             self._cache[key] = got
         return got
@@ -94,15 +107,21 @@ class Evidence:
         hold: 0 to 1."""
         return self._judge(bodies)[0]
 
-    def holds_exact(self, bodies: Sequence[str]) -> bool:
-        """Whether the bodies hold one of the query's exact tokens."""
-        return self._judge(bodies)[1]
+    def holds_exact(self, bodies: Sequence[str], small_numbers: bool = True) -> bool:
+        """Whether the bodies hold one of the query's exact tokens (small numbers
+        aside, when told)."""
+        held = self._judge(bodies)[1]
+        return any(small_numbers or not small_number(t) for t in held)
 
-    def answers(self, bodies: Sequence[str]) -> bool:
+    def answers(self, bodies: Sequence[str], sentence: bool = False) -> bool:
         """A window the abstain rule must not refuse: it holds most of the query's
-        weight, or an exact token of it."""
-        share, exact = self._judge(bodies)
-        return exact or share >= MOST
+        weight, or an exact token of it. Of a sentence the model reads, only an exact
+        token that is no small number: its meaning is what was asked, and "why is the
+        sky blue" is not answered by a link to sky.net (abstain.py)."""
+        share, _ = self._judge(bodies)
+        if sentence:
+            return self.holds_exact(bodies, small_numbers=False)
+        return self.holds_exact(bodies) or share >= MOST
 
 
 NO_EVIDENCE = Evidence({})

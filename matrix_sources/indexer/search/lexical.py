@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -30,7 +31,18 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..records import CORPUS_CHAT, CORPUS_REFERENCE
-from .tokens import STOP_WORDS, base_of, borrowed, doc_keys, keys, matchable, matches, stem, tokens
+from .tokens import (
+    STOP_WORDS,
+    base_of,
+    borrowed,
+    doc_keys,
+    keys,
+    matchable,
+    matches,
+    normalise,
+    stem,
+    tokens,
+)
 
 if TYPE_CHECKING:
     from ..store.eventlog.keyword_reads import KeywordIndex
@@ -76,6 +88,15 @@ def words(text: str) -> list[str]:
 def is_keywords(text: str, max_terms: int = LEXICAL_MAX_TERMS) -> bool:
     """Whether a query text is a handful of search words (gets a lexical leg)."""
     return 0 < len(terms(text)) <= max_terms
+
+
+_WORD = re.compile(r"[\w']+")
+
+
+def is_sentence(text: str) -> bool:
+    """Whether a query text is written as an English sentence ("how do I...", "why is
+    the..."), not typed as search words: it holds a stop word of English."""
+    return any(w.isascii() and w in STOP_WORDS for w in _WORD.findall(normalise(text)))
 
 
 def lexical_text(text: str, max_terms: int = LEXICAL_MAX_TERMS) -> str | None:
