@@ -11,8 +11,9 @@ while an answer phrased in other words than the question ("disk" in both, or nei
 is what dense retrieval is for. A window that holds most of the query's weight in words
 (rare words weighing more) or one of its exact tokens (`ECONNREFUSED`, `max_bytes`) is
 never refused: the words are what was asked for (evidence.py). Not so for a question
-written as a sentence the model reads (it holds an English stop word: "how", "the",
-"is"): there only an exact token counts, and not a number of one or two digits. Its
+written as a sentence the model reads (two English stop words, or one and a "?":
+lexical.is_sentence): there only an exact token counts, and not a number of one or two
+digits. Its
 meaning is what was asked, and everyday questions ("How far is the moon from the
 earth?", "Why do I wake up at 3 am?") found a window holding "earthling" and "far", or
 a "3", in any chat. Calibrated on the three dev sets and the off-topic questions

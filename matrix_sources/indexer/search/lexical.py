@@ -95,8 +95,11 @@ _WORD = re.compile(r"[\w']+")
 
 def is_sentence(text: str) -> bool:
     """Whether a query text is written as an English sentence ("how do I...", "why is
-    the..."), not typed as search words: it holds a stop word of English."""
-    return any(w.isascii() and w in STOP_WORDS for w in _WORD.findall(normalise(text)))
+    the sky blue?"), not typed as search words ("phones and onboarding"): it holds two
+    stop words of English, or one and asks ("vault?" holds none)."""
+    norm = normalise(text)
+    stops = sum(1 for w in _WORD.findall(norm) if w.isascii() and w in STOP_WORDS)
+    return stops >= 2 or stops == 1 and norm.rstrip().endswith("?")
 
 
 def lexical_text(text: str, max_terms: int = LEXICAL_MAX_TERMS) -> str | None:

@@ -22,7 +22,7 @@ from matrix_sources.indexer.pipeline.pipeline import Pipeline
 from matrix_sources.indexer.records import ChunkPolicy
 from matrix_sources.indexer.search.abstain import NO_FLOOR, Floor, words_of
 from matrix_sources.indexer.search.evidence import Evidence, small_number
-from matrix_sources.indexer.search.lexical import is_keywords, weighed_text
+from matrix_sources.indexer.search.lexical import is_keywords, is_sentence, weighed_text
 from matrix_sources.indexer.search.present import Presenter
 from matrix_sources.indexer.search.searcher import Searcher, SourceQuery
 from matrix_sources.indexer.store.eventlog.log import EventLog
@@ -211,6 +211,14 @@ def test_a_sentence_the_model_reads_is_not_answered_by_its_words_alone():
     assert asked.sentence and asked.evidence.share(window) == pytest.approx(1.0)
     assert asked.needed(window) == pytest.approx(0.34)  # the floor, sharing a word
     assert _words_floor(["moon earth far"]).needed(window) == NO_FLOOR
+    assert _words_floor(["moon and earth"]).needed(window) == NO_FLOOR
+    assert _words_floor(["far from earth?"]).needed(window) == pytest.approx(0.34)
+    assert [is_sentence(t) for t in ("moon and earth", "moon?", "is it far?", "how far")] == [
+        False,
+        False,
+        True,
+        False,
+    ]
     assert _words_floor(["far moon", "earth"]).needed(window) == NO_FLOOR
 
 
