@@ -108,6 +108,17 @@ def world(tmp_path, embedder):
     return log, store, ingest, pipeline
 
 
+def shipped(embedder, store, log) -> Searcher:
+    """A searcher with the shipped floor and the presenter, as the service builds it."""
+    s = SearchSettings()
+    return Searcher(
+        embedder,
+        store,
+        floor=Floor(s.min_similarity, s.no_shared_word_margin),
+        presenter=Presenter(log, embedder),
+    )
+
+
 def message(room: str, eid: str, sender: str, ts: int, body: str, **content) -> dict:
     return {
         "type": "m.room.message",
@@ -170,13 +181,7 @@ def test_with_the_real_model_the_demo_answers_and_off_topic_questions_abstain(tm
         events.append(message(OPS, f"$c{i}", sender[who], T0 + i * 60_000, body, **extra))
     ingest.admit(events)
     pipeline.process_all()
-    s = SearchSettings()
-    searcher = Searcher(
-        embedder,
-        store,
-        floor=Floor(s.min_similarity, s.no_shared_word_margin),
-        presenter=Presenter(log, embedder),
-    )
+    searcher = shipped(embedder, store, log)
     question = DEMO_QUESTION.removeprefix("!sources ")
     cited = {
         e for h in searcher.search(SourceQuery.build([question], 5)) for e in h.cited_event_ids
@@ -276,13 +281,7 @@ def test_with_the_real_model_everyday_questions_find_nothing_in_chat_holding_the
         [message(OPS, f"$l{i}", who, T0 + i * 60_000, body) for i, (who, body) in enumerate(lines)]
     )
     pipeline.process_all()
-    s = SearchSettings()
-    searcher = Searcher(
-        embedder,
-        store,
-        floor=Floor(s.min_similarity, s.no_shared_word_margin),
-        presenter=Presenter(log, embedder),
-    )
+    searcher = shipped(embedder, store, log)
     for question in (
         "How far is the moon from the earth?",
         "Why is the sky blue?",
