@@ -13,11 +13,10 @@ is what dense retrieval is for. A window that holds most of the query's weight i
 never refused: the words are what was asked for (evidence.py). Not so for a question
 written as a sentence the model reads (two English stop words, or one and a "?":
 lexical.is_sentence): there only an exact token counts, and not a number of one or two
-digits. Its
-meaning is what was asked, and everyday questions ("How far is the moon from the
-earth?", "Why do I wake up at 3 am?") found a window holding "earthling" and "far", or
-a "3", in any chat. Calibrated on the three dev sets and the off-topic questions
-(docs/benchmarks.md, "Abstain" and "Everyday questions").
+digits. Its meaning is what was asked, and everyday questions ("How far is the moon
+from the earth?", "Why do I wake up at 3 am?") found a window holding "earthling" and
+"far", or a "3", in any chat. Calibrated on the three dev sets and the off-topic
+questions (docs/benchmarks.md, "Abstain" and "Everyday questions").
 
 The margin is per script because a model's sense of "a question" is not the same in
 every script: multilingual-e5-small puts an off-topic question in Chinese as near to

@@ -28,11 +28,11 @@ _CAPS = re.compile(r"(?<![\w])[A-Z][A-Z0-9_]{2,}(?![\w])")
 # A share at least this much: the window holds what the query asks for (most of its
 # weight), not one word of a sentence.
 MOST = 0.6
-# A bare number of one or two digits ("3 am", "Formula 1", "android 4") or an ordinal
-# ("90th"): in a sentence the model reads it is a word, not a pasted identifier; a
-# status code or a port ("502", "8080") stays one. In a question in another language
-# it is one of the few things shared with English chat, and counts as before
-# (docs/benchmarks.md, "Everyday questions").
+# A bare number of one or two digits ("3 am", "Formula 1") or an ordinal ("90th"): in a
+# sentence the model reads it is a word, not a pasted identifier; a status code or a
+# port ("502", "8080") stays one. Typed as search words ("android 4"), or in a question
+# the model does not read, it is one of the few things shared with the chat and stays
+# exact (docs/benchmarks.md, "Everyday questions").
 _SMALL_NUMBER = re.compile(r"\d{1,2}|\d+(?:st|nd|rd|th)")
 
 

@@ -99,7 +99,7 @@ def is_sentence(text: str) -> bool:
     stop words of English, or one and asks ("vault?" holds none)."""
     norm = normalise(text)
     stops = sum(1 for w in _WORD.findall(norm) if w.isascii() and w in STOP_WORDS)
-    return stops >= 2 or stops == 1 and norm.rstrip().endswith("?")
+    return stops >= 2 or (stops == 1 and norm.rstrip().endswith("?"))
 
 
 def lexical_text(text: str, max_terms: int = LEXICAL_MAX_TERMS) -> str | None:
