@@ -354,6 +354,17 @@ def render_why(
             f"its closest line's) is below {rule}, so it was not shown. "
             f"Fused score {hit.score:.4f}"
         )
+        alone = f.min_similarity + floor.margin
+        if (hit.similarity or -1.0) >= numeric and len(hit.shown) <= 1 and numeric < alone:
+            head = (
+                f"Nothing matched; the closest was {room} · {_time_range(hit)}: a single "
+                f"line that nothing answered, and a hit quoting one line must reach "
+                f"{alone:.2f}, as one sharing no word with the question does "
+                f"(search.min_similarity {f.min_similarity:.2f} + {margin_key} "
+                f"{floor.margin:.2f}); its score {sim} (half the window's cosine "
+                "similarity to the question, half its closest line's) is below, so it "
+                f"was not shown. Fused score {hit.score:.4f}"
+            )
         if floor.other_language is not None and (
             floor.in_same_language(hit.bodies) or (hit.similarity or -1.0) >= numeric
         ):

@@ -115,6 +115,18 @@ class QueryFloor:
         read = not self.words_only and self.other_language is None
         return self.evidence.answers(bodies, sentence=self.sentence and read)
 
+    def needed_alone(self, bodies: Sequence[str], matched: str | None = None) -> float:
+        """What a hit that quotes one line, and nothing answered, must reach for a
+        sentence the model reads: as much as one sharing no word, unless it holds an
+        exact token. Everyday questions met IRC's lone small talk ("night all :)",
+        "it's time for sleeping") through one shared word; a conversation that answered
+        is evidence, a single line is not. Search words keep needed's floor."""
+        need = self.needed(bodies, matched)
+        read = not self.words_only and self.other_language is None
+        if not (self.sentence and read) or need == NO_FLOOR or math.isinf(need):
+            return need
+        return max(need, self.floor.min_similarity + self.margin)
+
     def needed(self, bodies: Sequence[str], matched: str | None = None) -> float:
         """The score a hit whose bodies (Hit.bodies) are these must reach to be shown;
         `matched`: its line closest to the question, when the presenter found it."""

@@ -148,6 +148,10 @@ MOVE_WITHIN = 5
 # direct answer ("No, Gitter Enterprise isn't yet released."), before the same person's
 # later lines that the query's words are closer to (Gitter shown@1 up, nothing else).
 DIRECT = True
+# A hit that quotes one line only needs the floor of a hit sharing no word, unless it
+# holds the query's words (abstain.QueryFloor.needed_alone; docs/benchmarks.md,
+# "Everyday questions").
+ALONE = True
 CACHE_LINES = 8192  # line vectors kept in memory (about 12 MiB at 384 dimensions)
 
 
@@ -240,6 +244,7 @@ class Presenter:
 
         covered: set[str] = set()  # the lines quoted or carried by the hits so far
         out: list[Hit] = []
+        alone: list[Hit] = []  # refused for quoting one line (QueryFloor.needed_alone)
         done: set[int] = set()  # hits placed before their rank (ASKED_AGAIN)
 
         within = set(order[:MOVE_WITHIN])
@@ -284,8 +289,18 @@ class Presenter:
                             break
                     if top_k is not None and len(out) == top_k:
                         break
+            if (
+                ALONE
+                and floor is not None
+                and len(h.shown) <= 1
+                and c.key < floor.needed_alone(self._conversation_bodies(c), _matched(c))
+            ):
+                alone.append(h)
+                continue
             out.append(h)
             covered |= {line.event_id for line in (*h.shown, *h.answers)}
+        if not out and alone and closest is None:
+            closest = alone[0]
         return out, closest
 
     def _candidates(

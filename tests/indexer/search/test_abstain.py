@@ -10,6 +10,8 @@ are bench/retrieval.py's)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from matrix_sources.appservice.tools.demo import CONVERSATION, DEMO_QUESTION
@@ -277,8 +279,16 @@ def test_with_the_real_model_everyday_questions_find_nothing_in_chat_holding_the
         (BOB, "rebooted 3 times and it still hangs at the grub menu"),
         (ALICE, "255 heads, 63 sectors/track, 1 cylinder per partition"),
     ]
+    day = 86_400_000
+    # Small talk nobody answered, from three people days apart: each line alone.
+    lone = [
+        (ALICE, "night all :)"),
+        (BOB, "it's time for sleeping"),
+        ("@carol:example.org", "do you know any good terminals?"),
+    ]
     ingest.admit(
         [message(OPS, f"$l{i}", who, T0 + i * 60_000, body) for i, (who, body) in enumerate(lines)]
+        + [message(GARDEN, f"$s{i}", w, T0 + (i + 1) * 2 * day, b) for i, (w, b) in enumerate(lone)]
     )
     pipeline.process_all()
     searcher = shipped(embedder, store, log)
@@ -287,7 +297,56 @@ def test_with_the_real_model_everyday_questions_find_nothing_in_chat_holding_the
         "Why is the sky blue?",
         "Why do I wake up at 3 am every night and can't fall back asleep?",
         "How many laps are there in a Formula 1 race at Monaco?",
+        "Is melatonin safe to take every night?",
+        "Is it bad to drink coffee in the afternoon if I have trouble sleeping?",
+        "Which terminal does British Airways use at Heathrow?",
     ):
         assert searcher.search(SourceQuery.build([question], 5)) == [], question
     assert searcher.search(SourceQuery.build(["grub hangs after reboot"], 5))
+    # Typed as search words, the lone line holding them is found.
+    assert searcher.search(SourceQuery.build(["good terminals"], 5))
     log.close()
+
+
+def test_a_hit_quoting_one_line_needs_the_floor_of_one_sharing_no_word():
+    """QueryFloor.needed_alone: a lone line that shares a word with a sentence needs
+    what a hit sharing none does; one holding the words of search words needs nothing,
+    and a question the model cannot read still needs its words."""
+    q = _words_floor(["Is melatonin safe to take every night?"])
+    assert q.needed(["night all :)"]) == pytest.approx(0.34)
+    assert q.needed_alone(["night all :)"]) == pytest.approx(0.45)
+    assert q.needed_alone(["quokkas of rottnest"]) == pytest.approx(0.45)
+    words = _words_floor(["melatonin night"])
+    assert words.needed_alone(["melatonin every night"]) == NO_FLOOR
+    unread = _words_floor(["Мелатонин безопасен каждую ночь?"], words_only=True)
+    assert unread.needed_alone(["night all :)"]) == float("inf")
+
+
+def test_why_says_a_single_line_needed_more():
+    """`!sources why 1` after "nothing matches" names the rule that refused a lone line
+    scoring over the floor: not "below the floor 0.34" for a score of 0.38."""
+    from matrix_sources.appservice.bot.replies import render_why
+    from matrix_sources.indexer.records import Hit, Line
+
+    texts = ("Is melatonin safe to take every night?",)
+    line = Line("$n", "@bob:example.org", T0, "night all :)")
+    hit = Hit(
+        "w1",
+        OPS,
+        "#ops",
+        "chat",
+        ("$n",),
+        ("@bob:example.org",),
+        T0,
+        T0,
+        0.016,
+        "night all :)",
+        ((1, 0.37),),
+        similarity=0.38,
+        lines=(line,),
+        shown=(line,),
+    )
+    body = render_why(1, hit, texts, 60, _words_floor(list(texts))).body
+    assert "a single line that nothing answered" in body and "0.45" in body
+    below = replace(hit, similarity=0.30)
+    assert "single line" not in render_why(1, below, texts, 60, _words_floor(list(texts))).body
