@@ -148,9 +148,9 @@ MOVE_WITHIN = 5
 # direct answer ("No, Gitter Enterprise isn't yet released."), before the same person's
 # later lines that the query's words are closer to (Gitter shown@1 up, nothing else).
 DIRECT = True
-# A hit that quotes one line only needs the floor of a hit sharing no word, unless it
-# holds the query's words (abstain.QueryFloor.needed_alone; docs/benchmarks.md,
-# "Everyday questions").
+# For a sentence the model reads, a hit that quotes one line only needs the floor of a
+# hit sharing no word, unless it holds an exact token (abstain.QueryFloor.needed_alone;
+# docs/benchmarks.md, "Everyday questions").
 ALONE = True
 CACHE_LINES = 8192  # line vectors kept in memory (about 12 MiB at 384 dimensions)
 
