@@ -31,7 +31,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from .evidence import NO_EVIDENCE, Evidence
+from .evidence import MOST, NO_EVIDENCE, Evidence
 from .language import OtherLanguage
 from .lexical import is_sentence, stem, words
 from .tokens import script
@@ -117,13 +117,17 @@ class QueryFloor:
 
     def needed_alone(self, bodies: Sequence[str], matched: str | None = None) -> float:
         """What a hit that quotes one line, and nothing answered, must reach for a
-        sentence the model reads: as much as one sharing no word, unless it holds an
-        exact token. Everyday questions met IRC's lone small talk ("night all :)",
-        "it's time for sleeping") through one shared word; a conversation that answered
-        is evidence, a single line is not. Search words keep needed's floor."""
+        sentence the model reads: as much as one sharing no word, unless it holds most
+        of the sentence's words ("the mirror at osprey-live-3c1 moved to the new rack"
+        for "where did the mirror move") or an exact token. Everyday questions met IRC's
+        lone small talk ("night all :)", "it's time for sleeping") through one shared
+        word; a conversation that answered is evidence, one word of a single line is
+        not. Search words keep needed's floor."""
         need = self.needed(bodies, matched)
         read = not self.words_only and self.other_language is None
         if not (self.sentence and read) or need == NO_FLOOR or math.isinf(need):
+            return need
+        if self.evidence.share(bodies) >= MOST:
             return need
         return max(need, self.floor.min_similarity + self.margin)
 

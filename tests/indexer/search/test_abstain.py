@@ -318,6 +318,10 @@ def test_a_hit_quoting_one_line_needs_the_floor_of_one_sharing_no_word():
     assert q.needed_alone(["quokkas of rottnest"]) == pytest.approx(0.45)
     words = _words_floor(["melatonin night"])
     assert words.needed_alone(["melatonin every night"]) == NO_FLOOR
+    # A single line holding most of the sentence's words answers it (an announcement
+    # nobody replied to): the floor of a hit sharing a word.
+    moved = _words_floor(["where did the mirror move"])
+    assert moved.needed_alone(["the mirror moved to the new rack"]) == pytest.approx(0.34)
     unread = _words_floor(["Мелатонин безопасен каждую ночь?"], words_only=True)
     assert unread.needed_alone(["night all :)"]) == float("inf")
 
