@@ -69,7 +69,7 @@ def data_dir(name: str, work: Path, eval_root: Path | None) -> Path:
     return d
 
 
-def ask(name: str, config: Path, asked: list[tuple[str, str]]) -> dict:
+def ask(config: Path, asked: list[tuple[str, str]]) -> dict:
     hits, _ = search_in_process([(qid, [q]) for qid, q in asked], config)
     answered = {qid: hits[qid][0] for qid, _ in asked if hits[qid]}
     refused = {
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for name in args.sets.split(","):
             d = data_dir(name, Path(args.work), eval_root)
-            r = ask(name, d / "config.yaml", asked)
+            r = ask(d / "config.yaml", asked)
             report["sets"][name] = r
             by = r["refused_by_half"]
             n = r["asked_by_half"]

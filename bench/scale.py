@@ -629,7 +629,7 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         metavar="MODULE.NAME=VALUE",
         help="set a module constant first, for the inproc part (repeatable), e.g. "
-        "matrix_sources.indexer.search.searcher.SENTENCE_WORDS_WEIGHT=0",
+        "matrix_sources.indexer.search.searcher.RERANK_POOL=30",
     )
     args = p.parse_args(argv)
     perfkit.quiet_env()

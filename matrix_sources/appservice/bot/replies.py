@@ -7,6 +7,7 @@ are built from percent-encoded ids only. Long replies are cut at a whole hit.
 from __future__ import annotations
 
 import html
+import math
 from dataclasses import dataclass
 from urllib.parse import quote
 
@@ -354,8 +355,12 @@ def render_why(
             f"its closest line's) is below {rule}, so it was not shown. "
             f"Fused score {hit.score:.4f}"
         )
-        alone = f.min_similarity + floor.margin
-        if (hit.similarity or -1.0) >= numeric and len(hit.shown) <= 1 and numeric < alone:
+        alone = floor.needed_alone(hit.bodies)
+        if (
+            numeric < alone < math.inf
+            and (hit.similarity or -1.0) >= numeric
+            and len(hit.shown) <= 1
+        ):
             head = (
                 f"Nothing matched; the closest was {room} · {_time_range(hit)}: a single "
                 f"line that nothing answered, and a hit quoting one line must reach "

@@ -69,7 +69,8 @@ class Floor:
             words_only,
             margin,
             other_language,
-            all(map(is_sentence, texts)),
+            # Only where the model reads it: otherwise the words are all there is.
+            all(map(is_sentence, texts)) and not words_only and other_language is None,
         )
 
 
@@ -85,7 +86,8 @@ class QueryFloor:
     margin: float = 0.0  # above the floor for a hit sharing no word (Floor.for_query)
     # A question in a language the English-only model does not read (language.py).
     other_language: OtherLanguage | None = None
-    # Every text is written as a sentence (lexical.is_sentence), not as search words.
+    # Every text is a sentence (lexical.is_sentence), not search words, and the model
+    # reads it: its meaning is what was asked (held, needed_alone).
     sentence: bool = False
 
     def shares_word(self, bodies: Sequence[str]) -> bool:
@@ -109,11 +111,8 @@ class QueryFloor:
         )
 
     def held(self, bodies: Sequence[str]) -> bool:
-        """Whether the bodies hold the query's words (evidence.answers): never refused.
-        A sentence counts as one only when the model reads it: for a question in a
-        script or language it does not, the words are all there is."""
-        read = not self.words_only and self.other_language is None
-        return self.evidence.answers(bodies, sentence=self.sentence and read)
+        """Whether the bodies hold the query's words (evidence.answers): never refused."""
+        return self.evidence.answers(bodies, sentence=self.sentence)
 
     def needed_alone(self, bodies: Sequence[str], matched: str | None = None) -> float:
         """What a hit that quotes one line, and nothing answered, must reach for a
@@ -124,10 +123,12 @@ class QueryFloor:
         word; a conversation that answered is evidence, one word of a single line is
         not. Search words keep needed's floor."""
         need = self.needed(bodies, matched)
-        read = not self.words_only and self.other_language is None
-        if not (self.sentence and read) or need == NO_FLOOR or math.isinf(need):
-            return need
-        if self.evidence.share(bodies) >= MOST:
+        if (
+            not self.sentence
+            or need == NO_FLOOR
+            or math.isinf(need)
+            or self.evidence.share(bodies) >= MOST
+        ):
             return need
         return max(need, self.floor.min_similarity + self.margin)
 

@@ -118,10 +118,9 @@ class Evidence:
         weight, or an exact token of it. Of a sentence the model reads, only an exact
         token that is no small number: its meaning is what was asked, and "why is the
         sky blue" is not answered by a link to sky.net (abstain.py)."""
-        share, _ = self._judge(bodies)
         if sentence:
             return self.holds_exact(bodies, small_numbers=False)
-        return self.holds_exact(bodies) or share >= MOST
+        return self.holds_exact(bodies) or self.share(bodies) >= MOST
 
 
 NO_EVIDENCE = Evidence({})
