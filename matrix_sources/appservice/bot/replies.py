@@ -14,6 +14,7 @@ from urllib.parse import quote
 from matrix_sources.indexer.clock import format_ts
 from matrix_sources.indexer.derived.filter import EmittedSection
 from matrix_sources.indexer.records import CORPUS_REFERENCE, Hit, Line, UserID
+from matrix_sources.indexer.search import abstain
 from matrix_sources.indexer.search.abstain import QueryFloor
 from matrix_sources.indexer.search.lexical import terms
 
@@ -356,11 +357,21 @@ def render_why(
             f"Fused score {hit.score:.4f}"
         )
         alone = floor.needed_alone(hit.bodies)
-        if (
-            numeric < alone < math.inf
-            and (hit.similarity or -1.0) >= numeric
-            and len(hit.shown) <= 1
-        ):
+        first = floor.needed_first(hit.bodies)
+        lone = len(hit.shown) <= 1
+        if numeric < first < math.inf and (hit.similarity or -1.0) >= numeric and not lone:
+            share = floor.evidence.share(hit.bodies)
+            head = (
+                f"Nothing matched; the closest was {room} · {_time_range(hit)}: the words "
+                f"it shares with the question are a small part of it ({share:.2f} of "
+                f"their weight, rare words weighing more; under {abstain.SHARED_ENOUGH:.2f}), and "
+                "a reply is given only when one hit shares more of them or reaches "
+                f"{first:.2f}, as one sharing no word does (search.min_similarity "
+                f"{f.min_similarity:.2f} + {margin_key} {floor.margin:.2f}); its score "
+                f"{sim} (half the window's cosine similarity to the question, half its "
+                f"closest line's) is below, so nothing was shown. Fused score {hit.score:.4f}"
+            )
+        if numeric < alone < math.inf and (hit.similarity or -1.0) >= numeric and lone:
             head = (
                 f"Nothing matched; the closest was {room} · {_time_range(hit)}: a single "
                 f"line that nothing answered, and a hit quoting one line must reach "

@@ -37,6 +37,11 @@ from .lexical import is_sentence, stem, words
 from .tokens import script
 
 NO_FLOOR = -1.0  # what a window holding the query's words needs: any similarity
+# Of a sentence's weight in words (evidence.share), the part the words a reply's best
+# hit shares with it must carry for that hit to answer at the floor of a shared word
+# (QueryFloor.needed_first). Fitted on each half of the dev questions (docs/benchmarks.md,
+# "Everyday questions").
+SHARED_ENOUGH = 0.3
 
 
 def words_of(text: str) -> frozenset[str]:
@@ -128,6 +133,25 @@ class QueryFloor:
             or need == NO_FLOOR
             or math.isinf(need)
             or self.evidence.share(bodies) >= MOST
+        ):
+            return need
+        return max(need, self.floor.min_similarity + self.margin)
+
+    def needed_first(self, bodies: Sequence[str], matched: str | None = None) -> float:
+        """What one hit of a reply to a sentence the model reads must reach for the
+        reply to be given at all: as much as one sharing no word, unless the words it
+        shares carry SHARED_ENOUGH of the sentence's weight or it holds an exact token.
+        One shared word of five is no evidence that the chat answers the question: "Which
+        terminal does British Airways use at Heathrow?" met "do you know any good
+        terminals?", "How do I fix a leaking tap?" a line about tap actions. Once one hit
+        answers, the others keep needed's floor: a second answer to a real question may
+        share one word of it. Search words keep needed's floor."""
+        need = self.needed(bodies, matched)
+        if (
+            not self.sentence
+            or need == NO_FLOOR
+            or math.isinf(need)
+            or self.evidence.share(bodies) >= SHARED_ENOUGH
         ):
             return need
         return max(need, self.floor.min_similarity + self.margin)

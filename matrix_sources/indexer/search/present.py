@@ -126,6 +126,9 @@ _LEAD_AT = re.compile(r"\s*@\w")
 # when no other response is: "Good question. I don't believe so." under "is gitter open
 # source?" is the answer a question alone would hide (Gitter shown@1 up, nothing else).
 NEXT_ALONE = True
+# For a sentence the model reads, a reply is given only when one of its hits reaches
+# needed_first (abstain.QueryFloor.needed_first): otherwise nothing matches.
+FIRST = True
 # A response the asker thanked that falls under the answer floor ("@Andreas you want
 # -f") is quoted where the hit has room after the responses that speak to the question:
 # her thanks says it answered (Slack shown@1 up, nothing else).
@@ -242,8 +245,14 @@ class Presenter:
             h = self._choose(p, vecs, anchor, ans, avecs, queries, evidence)
             return replace(h, similarity=c.key)
 
+        def first(c: _Candidate) -> bool:
+            """Whether this hit lets the reply be given (QueryFloor.needed_first)."""
+            assert floor is not None
+            return c.key >= floor.needed_first(self._conversation_bodies(c), _matched(c))
+
         covered: set[str] = set()  # the lines quoted or carried by the hits so far
         out: list[Hit] = []
+        answered = floor is None  # a hit shown reaches needed_first (FIRST)
         alone: list[Hit] = []  # refused for quoting one line (QueryFloor.needed_alone)
         done: set[int] = set()  # hits placed before their rank (ASKED_AGAIN)
 
@@ -269,6 +278,7 @@ class Presenter:
                 continue
             if p is None:
                 out.append(c.hit)
+                answered = answered or first(c)
                 continue
             h = choose(i, ans)
             if typed is None:  # search-box words: the window holding them first
@@ -284,6 +294,7 @@ class Presenter:
                             again = choose(j, lower)  # their next asking in the order
                             if len(again.shown) > 1:
                                 out.append(again)
+                                answered = answered or first(above[j])
                                 done.add(j)
                                 covered |= {x.event_id for x in (*again.shown, *again.answers)}
                             break
@@ -299,6 +310,9 @@ class Presenter:
                 continue
             out.append(h)
             covered |= {line.event_id for line in (*h.shown, *h.answers)}
+            answered = answered or first(c)
+        if FIRST and out and not answered:
+            closest, out = out[0], []
         if not out and alone and closest is None:
             closest = alone[0]
         return out, closest

@@ -354,3 +354,104 @@ def test_why_says_a_single_line_needed_more():
     assert "a single line that nothing answered" in body and "0.45" in body
     below = replace(hit, similarity=0.30)
     assert "single line" not in render_why(1, below, texts, 60, _words_floor(list(texts))).body
+
+
+def test_a_reply_to_a_sentence_needs_one_hit_sharing_enough_of_its_words():
+    """QueryFloor.needed_first: a hit sharing one word of four with a sentence lets the
+    reply be given only at the floor of a hit sharing none; sharing more, or typed as
+    search words, it needs the floor of a shared word, and an exact token nothing."""
+    q = _words_floor(["Which terminal does British Airways use at Heathrow?"])
+    terminals = ["do you know any good terminals?", "gnome-terminal, xterm, aterm"]
+    assert q.evidence.share(terminals) == pytest.approx(0.25)
+    assert q.needed(terminals) == pytest.approx(0.34)
+    assert q.needed_first(terminals) == pytest.approx(0.45)
+    # Half of its words: the window is about what was asked.
+    flights = ["British Airways moved to terminal 5", "since 2008"]
+    assert q.needed_first(flights) == pytest.approx(0.34)
+    assert q.needed_first(["quokkas of rottnest"]) == pytest.approx(0.45)
+    assert _words_floor(["terminal heathrow"]).needed_first(terminals) == pytest.approx(0.34)
+    exact = _words_floor(["Why does nginx answer 502 Bad Gateway on start?"])
+    assert exact.needed_first(["caddy gives me a 502"]) == NO_FLOOR
+
+
+@pytest.mark.model
+@pytest.mark.slow
+def test_with_the_real_model_a_conversation_sharing_one_word_does_not_answer(
+    tmp_path, monkeypatch
+):
+    """Conversations of the dev chat that everyday questions were answered by, each
+    sharing one of the question's words in another sense and answered, so no lone line
+    (docs/benchmarks.md, "Everyday questions"): nothing matches, with the shipped floor.
+    Without the rule (present.FIRST off) each is answered. A real question's reply keeps
+    its second hit that shares one word (the demo test: the compressor)."""
+    from matrix_sources.indexer.models.embedder import load_embedder
+    from matrix_sources.indexer.search import present
+
+    embedder = load_embedder("all-MiniLM-L6-v2", "torch")
+    log, store, ingest, pipeline = world(tmp_path, embedder)
+    day = 86_400_000
+    talks = [
+        ("do you know any good terminals?", "gnome-terminal, xterm, aterm, Eterm, rxvt"),
+        (
+            "does anyone know how to get winetools working with the latest version of wine?",
+            "try apt-get install winetools, then run it from a terminal",
+        ),
+        (
+            "Having tap> return the val is a pretty good idea",
+            "if you write up a jira for it, that would remind us",
+        ),
+    ]
+    events = []
+    for i, (asked, answer) in enumerate(talks):
+        t = T0 + i * 2 * day
+        events.append(message(OPS, f"$a{i}", ALICE, t, asked))
+        reply = {"m.relates_to": {"m.in_reply_to": {"event_id": f"$a{i}"}}}
+        events.append(message(OPS, f"$b{i}", BOB, t + 60_000, answer, **reply))
+    ingest.admit(events)
+    pipeline.process_all()
+    searcher = shipped(embedder, store, log)
+    questions = (
+        "Which terminal does British Airways use at Heathrow?",
+        "What is the best cheap red wine for a dinner party?",
+        "How do I fix a leaking tap in the bathroom?",
+    )
+    for question in questions:
+        assert searcher.search(SourceQuery.build([question], 5)) == [], question
+    monkeypatch.setattr(present, "FIRST", False)
+    for question in questions:
+        assert searcher.search(SourceQuery.build([question], 5)), question
+    log.close()
+
+
+def test_why_says_the_closest_shared_too_little_of_the_question():
+    """`!sources why 1` after "nothing matches" names needed_first when the closest hit
+    reached the floor of a shared word but shares too little of the question."""
+    from matrix_sources.appservice.bot.replies import render_why
+    from matrix_sources.indexer.records import Hit, Line
+
+    texts = ("Which terminal does British Airways use at Heathrow?",)
+    lines = (
+        Line("$t", ALICE, T0, "do you know any good terminals?"),
+        Line("$g", BOB, T0 + 60_000, "gnome-terminal, xterm, aterm"),
+    )
+    hit = Hit(
+        "w1",
+        OPS,
+        "#ops",
+        "chat",
+        ("$t", "$g"),
+        (ALICE, BOB),
+        T0,
+        T0 + 60_000,
+        0.016,
+        "\n".join(line.body for line in lines),
+        ((1, 0.37),),
+        similarity=0.37,
+        lines=lines,
+        shown=lines,
+    )
+    floor = _words_floor(list(texts))
+    body = render_why(1, hit, texts, 60, floor).body
+    assert "a small part of it (0.25 of their weight" in body and "0.45" in body
+    assert "single line" not in body
+    assert "small part" not in render_why(1, replace(hit, similarity=0.30), texts, 60, floor).body
