@@ -127,15 +127,7 @@ class QueryFloor:
         lone small talk ("night all :)", "it's time for sleeping") through one shared
         word; a conversation that answered is evidence, one word of a single line is
         not. Search words keep needed's floor."""
-        need = self.needed(bodies, matched)
-        if (
-            not self.sentence
-            or need == NO_FLOOR
-            or math.isinf(need)
-            or self.evidence.share(bodies) >= MOST
-        ):
-            return need
-        return max(need, self.floor.min_similarity + self.margin)
+        return self._unless_share(bodies, matched, MOST)
 
     def needed_first(self, bodies: Sequence[str], matched: str | None = None) -> float:
         """What one hit of a reply to a sentence the model reads must reach for the
@@ -146,12 +138,18 @@ class QueryFloor:
         terminals?", "How do I fix a leaking tap?" a line about tap actions. Once one hit
         answers, the others keep needed's floor: a second answer to a real question may
         share one word of it. Search words keep needed's floor."""
+        return self._unless_share(bodies, matched, SHARED_ENOUGH)
+
+    def _unless_share(self, bodies: Sequence[str], matched: str | None, enough: float) -> float:
+        """For a sentence the model reads, the floor of a hit sharing no word, unless
+        the bodies hold `enough` of its weight in words or an exact token (needed's
+        NO_FLOOR); needed's floor otherwise."""
         need = self.needed(bodies, matched)
         if (
             not self.sentence
             or need == NO_FLOOR
             or math.isinf(need)
-            or self.evidence.share(bodies) >= SHARED_ENOUGH
+            or self.evidence.share(bodies) >= enough
         ):
             return need
         return max(need, self.floor.min_similarity + self.margin)
