@@ -376,9 +376,7 @@ def test_a_reply_to_a_sentence_needs_one_hit_sharing_enough_of_its_words():
 
 @pytest.mark.model
 @pytest.mark.slow
-def test_with_the_real_model_a_conversation_sharing_one_word_does_not_answer(
-    tmp_path, monkeypatch
-):
+def test_with_the_real_model_a_conversation_sharing_one_word_does_not_answer(tmp_path, monkeypatch):
     """Conversations of the dev chat that everyday questions were answered by, each
     sharing one of the question's words in another sense and answered, so no lone line
     (docs/benchmarks.md, "Everyday questions"): nothing matches, with the shipped floor.
