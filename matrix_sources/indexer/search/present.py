@@ -201,7 +201,8 @@ class Presenter:
         the window, its matched question and its closest response (`RANK_*`), plus the
         share of the query's words it holds (evidence.py; `WORD_WEIGHT`, more for
         search-box words). A chat hit whose window has no message left (redacted
-        meanwhile) is dropped; reference hits keep their similarity. Returns the hits,
+        meanwhile) is dropped; reference hits keep their similarity. For a sentence,
+        none is shown unless one of them reaches needed_first (FIRST). Returns the hits,
         and when the floor left none, the closest."""
         queries = np.asarray(query_vectors, dtype=np.float32)
         cands = self._candidates(hits, queries, evidence)
