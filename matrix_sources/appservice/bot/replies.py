@@ -357,16 +357,16 @@ def render_why(
             f"Fused score {hit.score:.4f}"
         )
         alone = floor.needed_alone(hit.bodies)
-        first = floor.needed_first(hit.bodies)
+        carried = (*hit.bodies, *(a.body for a in hit.answers))  # as the presenter reads
+        first = floor.needed_first(carried)
         lone = len(hit.shown) <= 1
         if numeric < first < math.inf and (hit.similarity or -1.0) >= numeric and not lone:
-            share = floor.evidence.share(hit.bodies)
+            held = floor.evidence.words_held(carried)
             head = (
-                f"Nothing matched; the closest was {room} · {_time_range(hit)}: the words "
-                f"it shares with the question are a small part of it ({share:.2f} of "
-                f"their weight, rare words weighing more; under {abstain.SHARED_ENOUGH:.2f}), and "
-                "a reply is given only when one hit shares more of them or reaches "
-                f"{first:.2f}, as one sharing no word does (search.min_similarity "
+                f"Nothing matched; the closest was {room} · {_time_range(hit)}: it holds "
+                f"{held} of the question's {len(floor.evidence.weights)} words, and a reply "
+                f"is given only when one hit holds {abstain.WORDS_ENOUGH} of them or "
+                f"reaches {first:.2f}, as one sharing no word does (search.min_similarity "
                 f"{f.min_similarity:.2f} + {margin_key} {floor.margin:.2f}); its score "
                 f"{sim} (half the window's cosine similarity to the question, half its "
                 f"closest line's) is below, so nothing was shown. Fused score {hit.score:.4f}"

@@ -37,11 +37,11 @@ from .lexical import is_sentence, stem, words
 from .tokens import script
 
 NO_FLOOR = -1.0  # what a window holding the query's words needs: any similarity
-# Of a sentence's weight in words (evidence.share), the part the words a reply's best
-# hit shares with it must carry for that hit to answer at the floor of a shared word
-# (QueryFloor.needed_first). Fitted on each half of the dev questions (docs/benchmarks.md,
-# "Everyday questions").
-SHARED_ENOUGH = 0.3
+# How many of a sentence's words (its terms, stop words aside) one hit of a reply must
+# hold to answer it at the floor of a shared word (QueryFloor.needed_first): one word in
+# common is a coincidence of words, two are a topic (docs/benchmarks.md, "Everyday
+# questions").
+WORDS_ENOUGH = 2
 
 
 def words_of(text: str) -> frozenset[str]:
@@ -127,30 +127,26 @@ class QueryFloor:
         lone small talk ("night all :)", "it's time for sleeping") through one shared
         word; a conversation that answered is evidence, one word of a single line is
         not. Search words keep needed's floor."""
-        return self._unless_share(bodies, matched, MOST)
+        return self._unless(bodies, matched, self.evidence.share(bodies) >= MOST)
 
     def needed_first(self, bodies: Sequence[str], matched: str | None = None) -> float:
         """What one hit of a reply to a sentence the model reads must reach for the
-        reply to be given at all: as much as one sharing no word, unless the words it
-        shares carry SHARED_ENOUGH of the sentence's weight or it holds an exact token.
-        One shared word of five is no evidence that the chat answers the question: "Which
-        terminal does British Airways use at Heathrow?" met "do you know any good
-        terminals?", "How do I fix a leaking tap?" a line about tap actions. Once one hit
-        answers, the others keep needed's floor: a second answer to a real question may
-        share one word of it. Search words keep needed's floor."""
-        return self._unless_share(bodies, matched, SHARED_ENOUGH)
+        reply to be given at all: as much as one sharing no word, unless it holds two of
+        the sentence's words (WORDS_ENOUGH; its only one, if it has one) or an exact
+        token. One word in common, in another sense, is no evidence that the chat
+        answers the question: "Which terminal does British Airways use at Heathrow?" met
+        "do you know any good terminals?", "How do I fix a leaking tap?" a line about tap
+        actions. Once one hit answers, the others keep needed's floor: a second answer
+        to a real question may share one word of it. Search words keep needed's floor."""
+        enough = min(WORDS_ENOUGH, len(self.evidence.weights))
+        return self._unless(bodies, matched, self.evidence.words_held(bodies) >= enough)
 
-    def _unless_share(self, bodies: Sequence[str], matched: str | None, enough: float) -> float:
+    def _unless(self, bodies: Sequence[str], matched: str | None, evidence: bool) -> float:
         """For a sentence the model reads, the floor of a hit sharing no word, unless
-        the bodies hold `enough` of its weight in words or an exact token (needed's
+        `evidence` (what the bodies hold of its words) or an exact token (needed's
         NO_FLOOR); needed's floor otherwise."""
         need = self.needed(bodies, matched)
-        if (
-            not self.sentence
-            or need == NO_FLOOR
-            or math.isinf(need)
-            or self.evidence.share(bodies) >= enough
-        ):
+        if not self.sentence or need == NO_FLOOR or math.isinf(need) or evidence:
             return need
         return max(need, self.floor.min_similarity + self.margin)
 

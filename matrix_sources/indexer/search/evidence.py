@@ -66,7 +66,7 @@ class Evidence:
     exact: frozenset[str] = frozenset()
     keywords: bool = False  # search-box words, not a sentence (lexical.is_keywords)
     present: bool = False  # some window holds one of the terms
-    _cache: dict[tuple[str, ...], tuple[float, frozenset[str]]] = field(
+    _cache: dict[tuple[str, ...], tuple[float, frozenset[str], int]] = field(
         default_factory=dict, repr=False
     )
 
@@ -88,7 +88,7 @@ class Evidence:
         """Whether some stored window holds one of the query's terms."""
         return self.present
 
-    def _judge(self, bodies: Sequence[str]) -> tuple[float, frozenset[str]]:
+    def _judge(self, bodies: Sequence[str]) -> tuple[float, frozenset[str], int]:
         key = tuple(bodies)
         got = self._cache.get(key)
         if got is None:
@@ -98,9 +98,14 @@ class Evidence:
             got = (
                 sum(self.weights[t] for t in held) / total if total else 0.0,
                 frozenset(t for t in held if t in self.exact),
+                len(held),
             )
             self._cache[key] = got
         return got
+
+    def words_held(self, bodies: Sequence[str]) -> int:
+        """How many of the query's terms the bodies hold, whatever their weight."""
+        return self._judge(bodies)[2]
 
     def share(self, bodies: Sequence[str]) -> float:
         """Of the query's weight, the part a window's bodies (Hit.bodies, or one line's)

@@ -246,10 +246,14 @@ class Presenter:
             h = self._choose(p, vecs, anchor, ans, avecs, queries, evidence)
             return replace(h, similarity=c.key)
 
-        def first(c: _Candidate) -> bool:
-            """Whether this hit lets the reply be given (QueryFloor.needed_first)."""
+        def first(c: _Candidate, h: Hit) -> bool:
+            """Whether this hit lets the reply be given (QueryFloor.needed_first): its
+            words are looked for in its window and in the answers it carries."""
             assert floor is not None
-            return c.key >= floor.needed_first(self._conversation_bodies(c), _matched(c))
+            carried = tuple(a.body for a in h.answers)
+            return c.key >= floor.needed_first(
+                (*self._conversation_bodies(c), *carried), _matched(c)
+            )
 
         covered: set[str] = set()  # the lines quoted or carried by the hits so far
         out: list[Hit] = []
@@ -279,7 +283,7 @@ class Presenter:
                 continue
             if p is None:
                 out.append(c.hit)
-                answered = answered or first(c)
+                answered = answered or first(c, c.hit)
                 continue
             h = choose(i, ans)
             if typed is None:  # search-box words: the window holding them first
@@ -295,7 +299,7 @@ class Presenter:
                             again = choose(j, lower)  # their next asking in the order
                             if len(again.shown) > 1:
                                 out.append(again)
-                                answered = answered or first(above[j])
+                                answered = answered or first(above[j], again)
                                 done.add(j)
                                 covered |= {x.event_id for x in (*again.shown, *again.answers)}
                             break
@@ -311,7 +315,7 @@ class Presenter:
                 continue
             out.append(h)
             covered |= {line.event_id for line in (*h.shown, *h.answers)}
-            answered = answered or first(c)
+            answered = answered or first(c, h)
         if FIRST and out and not answered:
             closest, out = out[0], []
         if not out and alone and closest is None:
