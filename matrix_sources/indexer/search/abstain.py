@@ -15,8 +15,11 @@ written as a sentence the model reads (two English stop words, or one and a "?":
 lexical.is_sentence): there only an exact token counts, and not a number of one or two
 digits. Its meaning is what was asked, and everyday questions ("How far is the moon
 from the earth?", "Why do I wake up at 3 am?") found a window holding "earthling" and
-"far", or a "3", in any chat. Calibrated on the three dev sets and the off-topic
-questions (docs/benchmarks.md, "Abstain" and "Everyday questions").
+"far", or a "3", in any chat. And a sentence is answered only when one hit of its reply
+holds two of its words or reaches the margin (QueryFloor.needed_first): "Which terminal
+does British Airways use at Heathrow?" shares one word with "do you know any good
+terminals?". Calibrated on the three dev sets and the off-topic questions
+(docs/benchmarks.md, "Abstain" and "Everyday questions").
 
 The margin is per script because a model's sense of "a question" is not the same in
 every script: multilingual-e5-small puts an off-topic question in Chinese as near to
