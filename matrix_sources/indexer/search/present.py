@@ -257,7 +257,7 @@ class Presenter:
 
         covered: set[str] = set()  # the lines quoted or carried by the hits so far
         out: list[Hit] = []
-        answered = floor is None  # a hit shown reaches needed_first (FIRST)
+        answered = floor is None or not FIRST  # a hit shown reaches needed_first
         alone: list[Hit] = []  # refused for quoting one line (QueryFloor.needed_alone)
         done: set[int] = set()  # hits placed before their rank (ASKED_AGAIN)
 
@@ -316,7 +316,7 @@ class Presenter:
             out.append(h)
             covered |= {line.event_id for line in (*h.shown, *h.answers)}
             answered = answered or first(c, h)
-        if FIRST and out and not answered:
+        if out and not answered:
             closest, out = out[0], []
         if not out and alone and closest is None:
             closest = alone[0]
