@@ -7,6 +7,8 @@ hit's quoted lines (`shown_event_ids`) against its conversation: the item's
     quote precision@1   the mean share of quoted lines inside the conversation
     unrelated@1         the share of those first hits quoting a line from outside it
     lines@1             the mean number of lines they quote
+    repeated@5          the share of replies (their first five hits, every item asked)
+                        quoting one line under two hits
 
 Padding a hit to a fixed number of lines may happen to quote the answer (shown@k
 rewards it); these punish it.
@@ -18,7 +20,7 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
-COLUMNS = ("success@1", "shown@1", "quote precision@1", "unrelated@1", "lines@1")
+COLUMNS = ("success@1", "shown@1", "quote precision@1", "unrelated@1", "lines@1", "repeated@5")
 
 
 def conversations(queries: Path) -> dict[str, frozenset[str]]:
@@ -39,11 +41,16 @@ def conversations(queries: Path) -> dict[str, frozenset[str]]:
 def scores(
     items: Iterable, hits: dict, conversation: dict[str, frozenset[str]], variant: str
 ) -> dict:
-    """quote precision@1, unrelated@1, lines@1 and the items behind them, for one variant.
-    `items`: evalkit.Item (id, gold); `hits`: "id|variant" -> the hits' JSON."""
+    """quote precision@1, unrelated@1, lines@1, repeated@5 and the items behind them, for
+    one variant. `items`: evalkit.Item (id, gold); `hits`: "id|variant" -> the hits' JSON."""
     per = {}
+    replies = repeated = 0
     for item in items:
         got = hits.get(f"{item.id}|{variant}") or []
+        if got:
+            replies += 1
+            quoted = [e for h in got[:5] for e in h.get("shown_event_ids", [])]
+            repeated += len(quoted) != len(set(quoted))
         if not got or not item.gold & set(got[0]["event_ids"]):
             continue
         shown = list(got[0].get("shown_event_ids", []))
@@ -63,6 +70,7 @@ def scores(
             ),
             "unrelated@1": round(sum(1 for p in per.values() if p["outside"]) / max(1, n), 4),
             "lines@1": round(sum(p["lines"] for p in per.values()) / max(1, n), 2),
+            "repeated@5": round(repeated / max(1, replies), 4),
             "judged": n,
         },
         "unrelated_items": {i: p["outside"] for i, p in per.items() if p["outside"]},

@@ -344,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
         + evalkit.table(
             rows,
             "What the first hit quotes, where it is right (bench/quotes.py: quoted lines "
-            "inside the item's conversation)",
+            "inside the item's conversation; repeated@5: replies quoting a line twice)",
             quotes.COLUMNS,
         )
     )

@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -155,6 +155,9 @@ DIRECT = True
 # hit sharing no word, unless it holds an exact token (abstain.QueryFloor.needed_alone;
 # docs/benchmarks.md, "Everyday questions").
 ALONE = True
+# A line a hit above already quotes is not quoted again under a lower hit of the same
+# reply (it is still cited there): the lower hit quotes its other lines, or fewer.
+QUOTED_ONCE = True
 CACHE_LINES = 8192  # line vectors kept in memory (about 12 MiB at 384 dimensions)
 
 
@@ -237,13 +240,20 @@ class Presenter:
         typed = evidence if evidence.keywords else None  # search-box words
 
         def choose(i: int, ans: tuple[list[tuple[Message, str]], dict]) -> Hit:
+            """The i-th candidate as a hit, quoting none of the lines quoted above it."""
             c, p = above[i], plans[i]
             assert c.found is not None and p is not None  # planned from its lines
             # _once keeps a hit's answers in their order: their vectors are those kept.
             stays = {m.event_id for m, _ in ans[0]}
             avecs = outside_vecs[i][[m.event_id in stays for m, _ in answers[i][0]]]
-            _, vecs, anchor = c.found
-            h = self._choose(p, vecs, anchor, ans, avecs, queries, evidence)
+            window, vecs, anchor = c.found
+            if QUOTED_ONCE and typed is not None and window[anchor].event_id in quoted:
+                # Kept for another line holding the words (_again): matched on that one.
+                anchor = _unquoted_anchor(window, vecs, queries, typed, quoted, anchor)
+                if anchor != c.found[2]:
+                    ans = self._answers(p, anchor)
+                    avecs = self._vectors([m.body for m, _ in ans[0]])
+            h = self._choose(p, vecs, anchor, ans, avecs, queries, evidence, quoted)
             return replace(h, similarity=c.key)
 
         def first(c: _Candidate, h: Hit) -> bool:
@@ -256,6 +266,7 @@ class Presenter:
             )
 
         covered: set[str] = set()  # the lines quoted or carried by the hits so far
+        quoted: set[str] = set()  # the lines quoted by the hits so far (QUOTED_ONCE)
         out: list[Hit] = []
         answered = floor is None or not FIRST  # a hit shown reaches needed_first
         alone: list[Hit] = []  # refused for quoting one line (QueryFloor.needed_alone)
@@ -302,6 +313,7 @@ class Presenter:
                                 answered = answered or first(above[j], again)
                                 done.add(j)
                                 covered |= {x.event_id for x in (*again.shown, *again.answers)}
+                                quoted.update(x.event_id for x in again.shown)
                             break
                     if top_k is not None and len(out) == top_k:
                         break
@@ -315,6 +327,7 @@ class Presenter:
                 continue
             out.append(h)
             covered |= {line.event_id for line in (*h.shown, *h.answers)}
+            quoted.update(line.event_id for line in h.shown)
             answered = answered or first(c, h)
         if out and not answered:
             closest, out = out[0], []
@@ -440,11 +453,17 @@ class Presenter:
         avecs: np.ndarray,
         queries: np.ndarray,
         evidence: Evidence = NO_EVIDENCE,
+        quoted: Collection[str] = (),
     ) -> Hit:
+        """The hit of a planned window: its matched question (the anchor), the responses
+        it quotes and the answers it carries; a line in `quoted` (a hit above quotes it)
+        is carried and cited, not quoted (QUOTED_ONCE)."""
         answers, linked = found
         window = p.window
         question = window[anchor]
         follow_ups = _follow_ups(p, anchor, linked) if FOLLOW_UPS else []
+        quoted_above = set(quoted) if QUOTED_ONCE else set()
+        follow_ups = [m for m in follow_ups if m.event_id not in quoted_above]
         # Responses: the window's later lines that respond to the asker, and the
         # linked answers from other windows; each must speak to the query or the
         # matched question (ANSWER_FLOOR; RESPONSE_FLOOR inside the window, where the
@@ -465,6 +484,10 @@ class Presenter:
         praised: list[tuple[Message, str]] = []  # thanked, below the floor
         as_asked = self._as_question(vecs[anchor], question.body)
         for m, rule, v in cands:
+            if m.event_id in quoted_above:
+                if rule:
+                    carried.add(m.event_id)
+                continue
             to_query, to_question = float((v @ queries.T).max()), float(v @ as_asked)
             close = max(to_query, to_question)
             if close < (ANSWER_FLOOR if rule else RESPONSE_FLOOR):
@@ -785,6 +808,21 @@ def _again(c: _Candidate, covered: set[str], words: Evidence | None) -> bool:
         return True
     assert c.found is not None
     return all(x.event_id in covered for x in c.found[0] if words.share([x.body]))
+
+
+def _unquoted_anchor(
+    window: Sequence[Message],
+    vecs: np.ndarray,
+    queries: np.ndarray,
+    words: Evidence,
+    quoted: Collection[str],
+    anchor: int,
+) -> int:
+    """Of the window's lines holding one of the search-box words and not quoted by a hit
+    above, the closest to the query; `anchor` when there is none."""
+    sims = (vecs @ queries.T).max(axis=1)
+    free = [i for i, m in enumerate(window) if m.event_id not in quoted and words.share([m.body])]
+    return max(free, key=lambda i: (sims[i], -i)) if free else anchor
 
 
 def _starts(lower: _Candidate, linked: dict, upper: _Candidate) -> bool:

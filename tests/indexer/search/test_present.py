@@ -1359,3 +1359,55 @@ def test_a_thanks_that_goes_on_with_a_problem_is_still_answered(world):
     )
     hit = carrier(world)
     assert {"$a", "$c"} <= {a.event_id for a in hit.answers} | {ln.event_id for ln in hit.shown}
+
+
+def test_a_line_is_quoted_once_in_a_reply(world, monkeypatch):
+    """alice asks again two hours later and bob answers her there, by name: his line
+    is her first question's linked answer and a line of her second asking's window. The
+    first hit quotes it; the second still cites it (its window holds it) but quotes its
+    other lines only, here its question. Without the rule the reply quotes it twice."""
+    admit(
+        world,
+        question_and_chat()
+        + [
+            event("$q2", ALICE, T0 + 2 * HOUR, "anyone? how do I raise the state cache's factor"),
+            event("$a", BOB, T0 + 2 * HOUR + 60_000, f"alice: {ANSWER}"),
+        ],
+    )
+    _, _, searcher, _ = world
+
+    def quoted() -> list[list[str]]:
+        hits = searcher.search(SourceQuery.build([QUESTION], top_k=10))
+        assert [h.event_ids[0] for h in hits[:2]] == ["$q", "$q2"]
+        assert all("$a" in h.cited_event_ids for h in hits[:2])
+        return [[line.event_id for line in h.shown] for h in hits]
+
+    first, second, *_ = quoted()
+    assert first == ["$q", "$a"] and second == ["$q2"]
+    monkeypatch.setattr(present, "QUOTED_ONCE", False)
+    assert quoted()[1] == ["$q2", "$a"]
+
+
+def test_search_words_kept_for_another_line_are_matched_on_it(world, monkeypatch):
+    """bob's answer to alice, two hours later, shares its window with carol's line
+    holding one of the words. "cache factor" finds alice's question first, quoting his
+    answer; his window is kept for carol's line (ONE_CONVERSATION keeps a window while a
+    line holding the words is not shown) and is matched on it, not on his answer again."""
+    admit(
+        world,
+        question_and_chat()
+        + [
+            event("$a", BOB, T0 + 2 * HOUR, f"alice: {ANSWER}"),
+            event("$c", CAROL, T0 + 2 * HOUR + 60_000, "my cache is huge"),
+        ],
+    )
+    _, _, searcher, _ = world
+
+    def quoted() -> list[list[str]]:
+        hits = searcher.search(SourceQuery.build(["cache factor"], top_k=10))
+        assert "$q" in hits[0].event_ids and "$a" in hits[1].event_ids
+        return [[line.event_id for line in h.shown] for h in hits]
+
+    assert quoted()[:2] == [["$q", "$a"], ["$c"]]
+    monkeypatch.setattr(present, "QUOTED_ONCE", False)
+    assert quoted()[:2] == [["$q", "$a"], ["$a", "$c"]]
