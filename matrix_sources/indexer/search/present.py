@@ -250,8 +250,9 @@ class Presenter:
             if QUOTED_ONCE and typed is not None and window[anchor].event_id in quoted:
                 # Kept for another line holding the words (_again): matched on that one.
                 anchor = _unquoted_anchor(window, vecs, queries, typed, quoted, anchor)
-                if anchor != c.found[2]:
-                    ans = self._answers(p, anchor)
+                if anchor != c.found[2]:  # its answers, but those a hit above carries (_once)
+                    outside, linked = self._answers(p, anchor)
+                    ans = ([a for a in outside if a[0].event_id not in covered], linked)
                     avecs = self._vectors([m.body for m, _ in ans[0]])
             h = self._choose(p, vecs, anchor, ans, avecs, queries, evidence, quoted)
             return replace(h, similarity=c.key)
@@ -462,7 +463,7 @@ class Presenter:
         window = p.window
         question = window[anchor]
         follow_ups = _follow_ups(p, anchor, linked) if FOLLOW_UPS else []
-        quoted_above = set(quoted) if QUOTED_ONCE else set()
+        quoted_above = quoted if QUOTED_ONCE else ()
         follow_ups = [m for m in follow_ups if m.event_id not in quoted_above]
         # Responses: the window's later lines that respond to the asker, and the
         # linked answers from other windows; each must speak to the query or the

@@ -1411,3 +1411,29 @@ def test_search_words_kept_for_another_line_are_matched_on_it(world, monkeypatch
     assert quoted()[:2] == [["$q", "$a"], ["$c"]]
     monkeypatch.setattr(present, "QUOTED_ONCE", False)
     assert quoted()[:2] == [["$q", "$a"], ["$a", "$c"]]
+
+
+def test_a_window_matched_on_another_line_carries_no_answer_a_hit_above_does(world):
+    """As above, and dave's reply to carol three hours later names alice too: his line
+    is a hit of its own, first. Carol's window, matched on her line, links his reply as
+    her answer, but a hit above already quotes it (_once: one hit carries it)."""
+    admit(
+        world,
+        question_and_chat()
+        + [
+            event("$a", BOB, T0 + 2 * HOUR, f"alice: {ANSWER}"),
+            event("$c", CAROL, T0 + 2 * HOUR + 60_000, "my cache is huge"),
+            event(
+                "$d",
+                DAVE,
+                T0 + 5 * HOUR,
+                "alice: the cache factor in homeserver.yaml, as bob said",
+                **{"m.relates_to": {"m.in_reply_to": {"event_id": "$c"}}},
+            ),
+        ],
+    )
+    _, _, searcher, _ = world
+    hits = searcher.search(SourceQuery.build(["cache factor"], top_k=10))
+    [carol] = [h for h in hits if "$c" in h.event_ids]
+    assert "$d" in hits[0].event_ids and [ln.event_id for ln in carol.shown] == ["$c"]
+    assert "$d" not in carol.cited_event_ids
