@@ -37,7 +37,10 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-EXPORT_VERSION = "2"  # bump when the exported graph or the quantisation changes
+EXPORT_VERSION = "3"  # bump when the exported graph or the quantisation changes
+# What the int8 file's weights are (`_quantise`), recorded with the collection: vectors
+# of another arithmetic are rebuilt, never mixed (pipeline/rebuild.py).
+INT8_WEIGHTS = "uint8"
 MAX_WORD_PIECES = 256  # the model's max_seq_length (sentence_bert_config.json)
 OPSET = 17
 HEADS, HIDDEN = 12, 384  # BertConfig of all-MiniLM-L6-v2, for the attention fusion
@@ -141,18 +144,25 @@ def shared_initializers(path: Path) -> dict:
 
 
 def _quantise(src: Path, dest: Path) -> None:
-    """int8 weights, per output channel; activations quantised per call (dynamic).
+    """8-bit weights, per output channel; activations quantised per call (dynamic).
     Only products with a constant weight: the MatMuls of the feed-forward layers and the
     fused attention's query/key/value projection (QAttention; its activation x
     activation products stay float). Quantising those too cost cosine 0.95 on average
-    against torch; this way 0.992, and 2.7x torch's speed on eval windows."""
+    against torch; this way 0.991.
+
+    Unsigned weights (INT8_WEIGHTS): ONNX Runtime multiplies unsigned activations by
+    signed weights with VPMADDUBSW on a CPU without VNNI (AVX2, AVX-512 without VNNI),
+    which saturates pairs of products at 16 bits, so the same model gave other vectors
+    there than on a CPU with VNNI or AMX, and other search results (docs/benchmarks.md,
+    "Embedder backends"). Its unsigned x unsigned products never saturate: every CPU
+    computes the same integers."""
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     quantize_dynamic(
         str(src),
         str(dest),
-        weight_type=QuantType.QInt8,
+        weight_type=QuantType.QUInt8,
         per_channel=True,
         op_types_to_quantize=["MatMul", "Attention"],
         extra_options={"MatMulConstBOnly": True, "DefaultTensorType": onnx.TensorProto.FLOAT},

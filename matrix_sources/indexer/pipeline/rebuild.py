@@ -1,6 +1,8 @@
 """The collection records what made its vectors; a mismatch at start means a rebuild.
 
-meta: embedder name, dimension, backend, chunker version, corpus set
+meta: embedder name, dimension, backend, chunker version, corpus set, and for int8 the
+    weights' type (onnx_embedder.INT8_WEIGHTS: a collection of the signed weights of
+    before, whose vectors depended on the CPU, is rebuilt)
 store empty            -> the meta is written
 meta matches           -> nothing to do
 backend differs, same vector class (embedder.VECTOR_CLASS: torch, torch-bf16 and
@@ -25,6 +27,7 @@ from ..clock import stopwatch
 from ..config.per_model import rebuild_estimate_s
 from ..ingest.purge import finish_pending
 from ..models.embedder import VECTOR_CLASS, Embedder
+from ..models.onnx_embedder import INT8_WEIGHTS
 from ..records import CORPUS_CHAT, CORPUS_REFERENCE, WindowID
 from ..store.eventlog.log import EventLog
 from ..store.vectors.chroma import ChromaStore
@@ -38,13 +41,16 @@ LOST_FRACTION = 0.5
 
 
 def expected_meta(embedder: Embedder) -> dict:
-    return {
+    meta = {
         "embedder": embedder.name,
         "dim": embedder.dim,
         "backend": embedder.backend,
         "chunker": CHUNKER_VERSION,
         "corpora": CORPORA,
     }
+    if VECTOR_CLASS.get(embedder.backend) == "int8":
+        meta["int8_weights"] = INT8_WEIGHTS
+    return meta
 
 
 def _same(key: str, have: object, want: object) -> bool:

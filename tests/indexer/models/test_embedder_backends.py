@@ -20,7 +20,8 @@ from matrix_sources.indexer.models.embedder import (
     load_embedder,
 )
 from matrix_sources.indexer.pipeline.pipeline import Pipeline
-from matrix_sources.indexer.pipeline.rebuild import ensure_meta, expected_meta
+from matrix_sources.indexer.models.onnx_embedder import OPSET
+from matrix_sources.indexer.pipeline.rebuild import ensure_meta, expected_meta, rebuild_reason
 from matrix_sources.indexer.store.eventlog.log import EventLog
 from matrix_sources.indexer.store.vectors.chroma import ChromaStore
 
@@ -126,7 +127,8 @@ def test_the_export_is_fused_and_int8_quantises_the_attention(cache):
     attention blocks fused (an export with torch's SDPA attention fuses none), and their
     projections quantised too. Pads and masks per batch: a short text embedded beside
     the longest one gets the vector it gets alone (float; int8 quantises a batch's
-    activations with one scale, so its neighbours move a vector a little)."""
+    activations with one scale, so its neighbours move a vector a little: "ok" beside
+    the 256-piece text, 0.941)."""
     import onnx
 
     emb = load_embedder("all-MiniLM-L6-v2", "onnx-int8", cache)
@@ -135,7 +137,7 @@ def test_the_export_is_fused_and_int8_quantises_the_attention(cache):
     assert ops.count("Attention") == 6 and ops.count("SkipLayerNormalization") == 12
     ops = [n.op_type for n in onnx.load(str(emb.path)).graph.node]
     assert ops.count("QAttention") == 6 and "MatMulInteger" in ops
-    for model, floor in ((load_embedder("all-MiniLM-L6-v2", "onnx", cache), 0.9999), (emb, 0.95)):
+    for model, floor in ((load_embedder("all-MiniLM-L6-v2", "onnx", cache), 0.9999), (emb, 0.93)):
         alone = [model.encode([t])[0] for t in TEXTS]
         model.batch_size = len(TEXTS)
         assert min(cosines(model.encode(TEXTS), alone)) >= floor
@@ -196,6 +198,63 @@ def test_a_collection_from_before_backends_counts_as_torchs(tmp_path):
     pipeline.embedder = Backend("onnx")
     assert ensure_meta(store, log, pipeline) is False
     log.close()
+
+
+def test_an_int8_collection_of_signed_weights_is_rebuilt_once(tmp_path):
+    """The int8 file of before multiplied by signed weights, which a CPU without VNNI
+    saturates: its vectors depended on the CPU. A collection it made (no int8_weights in
+    its meta) is rebuilt, naming why; the new one is kept."""
+    log = EventLog(tmp_path / "eventlog.sqlite3")
+    store = ChromaStore(path=tmp_path / "chroma")
+    pipeline = Pipeline(log, Backend("onnx-int8"), store)
+    log.append([(_message(i), None) for i in range(3)])
+    pipeline.process_all()
+    old = {k: v for k, v in expected_meta(pipeline.embedder).items() if k != "int8_weights"}
+    store.set_meta(old)
+    assert "int8_weights" not in store.meta()
+    assert "int8_weights: None -> 'uint8'" in rebuild_reason(store, log, pipeline.embedder)
+    assert ensure_meta(store, log, pipeline) is True
+    assert store.meta()["int8_weights"] == "uint8" and store.count()
+    assert ensure_meta(store, log, pipeline) is False
+    # A float backend records no int8 weights, and one of its collections is kept.
+    assert "int8_weights" not in expected_meta(Backend("onnx"))
+    log.close()
+
+
+@pytest.mark.model
+@pytest.mark.slow
+def test_int8_weights_are_unsigned_so_every_cpu_computes_the_same_vectors(cache):
+    """Every quantised weight of the int8 file is unsigned, and ONNX Runtime's unsigned x
+    unsigned integer product is exact on this CPU at the extremes (all 255s), where a
+    signed weight's product saturates on a CPU without VNNI (AVX2): the products are
+    the true integers on any CPU."""
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    emb = load_embedder("all-MiniLM-L6-v2", "onnx-int8", cache)
+    graph = onnx.load(str(emb.path)).graph
+    ints = {
+        i.name: i.data_type
+        for i in graph.initializer
+        if i.data_type in (TensorProto.INT8, TensorProto.UINT8) and len(i.dims) == 2
+    }
+    assert len(ints) >= 6 * 3 and set(ints.values()) == {TensorProto.UINT8}  # 6 layers
+    a = np.full((4, 384), 255, dtype=np.uint8)
+    b = np.full((384, 8), 255, dtype=np.uint8)
+    node = helper.make_node("MatMulInteger", ["A", "B"], ["Y"])
+    g = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("A", TensorProto.UINT8, [None, 384])],
+        [helper.make_tensor_value_info("Y", TensorProto.INT32, [None, 8])],
+        [numpy_helper.from_array(b, "B")],
+    )
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)])
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    got = session.run(None, {"A": a})[0]
+    assert (got == a.astype(np.int64) @ b.astype(np.int64)).all()
 
 
 def test_an_unknown_backend_is_refused_naming_the_key(tmp_path):
