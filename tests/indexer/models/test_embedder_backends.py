@@ -19,8 +19,8 @@ from matrix_sources.indexer.models.embedder import (
     encode_each,
     load_embedder,
 )
-from matrix_sources.indexer.pipeline.pipeline import Pipeline
 from matrix_sources.indexer.models.onnx_embedder import OPSET
+from matrix_sources.indexer.pipeline.pipeline import Pipeline
 from matrix_sources.indexer.pipeline.rebuild import ensure_meta, expected_meta, rebuild_reason
 from matrix_sources.indexer.store.eventlog.log import EventLog
 from matrix_sources.indexer.store.vectors.chroma import ChromaStore
